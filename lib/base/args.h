@@ -1,0 +1,133 @@
+/*
+ * args.h - every flag of every megac program, in one struct and one table.
+ *
+ * Megatron keeps its arguments in one namespace built by one parser; so do
+ * we. `struct args` is that namespace: one field per flag, named after the
+ * flag (dashes become underscores). The table in args_table.c says, for each
+ * flag, its kind, default, which programs take it, and its help line; the
+ * parser (flags.c) fills the struct from argv by walking the table, and
+ * --help prints it. Programs read fields directly.
+ *
+ * Adding a flag: a field here, a row in args_table.c. Megatron flags megac
+ * knows but does not implement get a row of kind FK_UNSUPPORTED saying why,
+ * so that a user's command line fails loudly instead of being half-obeyed.
+ */
+#ifndef MEGAC_BASE_ARGS_H
+#define MEGAC_BASE_ARGS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* Programs, as bits: a flag row lists the programs that accept it. */
+enum prog_id {
+	PROG_PREPROCESS = 1u << 0,
+	PROG_MERGE = 1u << 1,
+	PROG_TRAIN = 1u << 2,
+	PROG_CONVERT = 1u << 3,
+	PROG_MEMCALC = 1u << 4,
+	PROG_INFER = 1u << 5,
+};
+
+struct strlist {
+	char **v;
+	int n;
+};
+
+struct intlist {
+	int64_t *v;
+	int n;
+};
+
+struct args {
+	/* tokenizer (Megatron's TokenizerConfig) */
+	char *tokenizer_type;
+	char *vocab_file;
+	char *merge_file;
+	char *tokenizer_model;
+	int64_t vocab_size;            /* -1 = not given */
+	int64_t padded_vocab_size;     /* -1 = not given */
+	bool pad_vocab_size;
+	int64_t vocab_extra_ids;
+	struct strlist tokenizer_special_tokens;
+	char *tiktoken_pattern;
+	int64_t tiktoken_num_special_tokens;
+	bool tokenizer_hf_no_use_fast;
+	bool tokenizer_hf_no_include_special_tokens;
+	bool trust_remote_code;
+	int64_t null_tokenizer_eod_id; /* -1 = vocab_size - 1 */
+	int64_t null_tokenizer_pad_id;
+	bool use_gigatoken;
+	int64_t make_vocab_size_divisible_by;
+
+	/* preprocess_data / merge_datasets */
+	struct strlist input;
+	struct strlist json_keys;
+	char *output_prefix;
+	bool append_eod;
+	bool keep_newlines;
+	char *lang;
+	int64_t workers;
+	int64_t partitions;
+	bool keep_sequential_samples;
+	int64_t log_interval;
+	bool find_optimal_num_workers;
+	struct intlist workers_to_check;
+	int64_t max_documents;
+	bool skip_bad_lines;
+	bool multimodal;
+
+	/* bookkeeping: which table rows were given on the command line */
+	unsigned char given[512];
+};
+
+enum flag_kind {
+	FK_BOOL,        /* --x sets true (store_true) */
+	FK_BOOL_NEG,    /* --no-x / --disable-x sets false (store_false) */
+	FK_INT,
+	FK_FLOAT,
+	FK_STR,
+	FK_STRS,        /* nargs='+' strings */
+	FK_INTS,        /* nargs='+' integers */
+	FK_UNSUPPORTED, /* a Megatron flag megac refuses; help says why */
+};
+
+struct flag_def {
+	const char *name;     /* "--workers" */
+	enum flag_kind kind;
+	size_t off;           /* offsetof(struct args, field) */
+	unsigned progs;       /* PROG_* accepting it */
+	unsigned required;    /* PROG_* for which it must be given */
+	const char *group;    /* --help section */
+	const char *def;      /* default, as command-line text; NULL = none */
+	const char *choices;  /* "a|b|c" or NULL */
+	const char *metavar;  /* shown in --help */
+	const char *help;
+};
+
+extern const struct flag_def args_table[];
+extern const size_t args_table_len;
+
+struct prog_info {
+	const char *name;     /* "preprocess_data" */
+	unsigned id;          /* PROG_* */
+	const char *summary;  /* one paragraph for --help */
+	const char *example;  /* one example command line */
+};
+
+/*
+ * Parse argv for program p. Returns 0 on success, 1 when --help was printed
+ * (the caller exits 0), -1 after error() on a bad command line (unknown flag
+ * with the closest suggestion, bad value, missing required flag).
+ */
+int args_parse(struct args *a, const struct prog_info *p, int argc, char **argv);
+void args_help(const struct prog_info *p, FILE *out);
+void args_free(struct args *a);
+/* Was the flag named `name` given on the command line? */
+bool args_given(const struct args *a, const char *name);
+
+/* Levenshtein distance, exported for tests and for other suggestion lists. */
+size_t edit_distance(const char *a, const char *b);
+
+#endif

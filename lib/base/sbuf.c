@@ -1,0 +1,75 @@
+/* sbuf.c - see sbuf.h. */
+#include "sbuf.h"
+#include "xalloc.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void sbuf_grow(struct sbuf *sb, size_t extra)
+{
+	xgrow(&sb->buf, &sb->cap, sb->len + extra + 1, 1);
+}
+
+void sbuf_add(struct sbuf *sb, const void *data, size_t n)
+{
+	sbuf_grow(sb, n);
+	if (n)
+		memcpy(sb->buf + sb->len, data, n);
+	sb->len += n;
+	sb->buf[sb->len] = 0;
+}
+
+void sbuf_addstr(struct sbuf *sb, const char *s)
+{
+	sbuf_add(sb, s, strlen(s));
+}
+
+void sbuf_addch(struct sbuf *sb, int c)
+{
+	sbuf_grow(sb, 1);
+	sb->buf[sb->len++] = (char)c;
+	sb->buf[sb->len] = 0;
+}
+
+void sbuf_addf(struct sbuf *sb, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(NULL, 0, fmt, ap);
+	va_end(ap);
+	if (n <= 0)
+		return;
+	sbuf_grow(sb, (size_t)n);
+	va_start(ap, fmt);
+	vsnprintf(sb->buf + sb->len, (size_t)n + 1, fmt, ap);
+	va_end(ap);
+	sb->len += (size_t)n;
+}
+
+void sbuf_reset(struct sbuf *sb)
+{
+	sb->len = 0;
+	if (sb->buf)
+		sb->buf[0] = 0;
+}
+
+void sbuf_release(struct sbuf *sb)
+{
+	free(sb->buf);
+	sb->buf = NULL;
+	sb->len = sb->cap = 0;
+}
+
+char *sbuf_detach(struct sbuf *sb, size_t *len)
+{
+	if (!sb->buf)
+		sbuf_grow(sb, 0);
+	char *p = sb->buf;
+	if (len)
+		*len = sb->len;
+	sb->buf = NULL;
+	sb->len = sb->cap = 0;
+	return p;
+}

@@ -1,0 +1,112 @@
+/*
+ * test.h - the unit-test harness: each test file is one program whose
+ * main() calls RUN() on its test functions and returns test_summary().
+ * Output is one "ok - name" / "not ok - name" line per test, which
+ * tests/run.sh counts. Checks report file:line and the values involved.
+ */
+#ifndef MEGAC_TEST_H
+#define MEGAC_TEST_H
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int t_checks_failed;
+static int t_tests_failed;
+static int t_tests_run;
+
+#define CHECK(c)                                                                  \
+	do {                                                                      \
+		if (!(c)) {                                                       \
+			printf("#   %s:%d: check failed: %s\n", __FILE__, __LINE__, #c); \
+			t_checks_failed++;                                        \
+		}                                                                 \
+	} while (0)
+
+#define CHECK_INT(a, b)                                                            \
+	do {                                                                       \
+		long long t_a = (long long)(a), t_b = (long long)(b);              \
+		if (t_a != t_b) {                                                  \
+			printf("#   %s:%d: %s == %lld, expected %s == %lld\n", __FILE__, \
+			       __LINE__, #a, t_a, #b, t_b);                        \
+			t_checks_failed++;                                         \
+		}                                                                  \
+	} while (0)
+
+#define CHECK_STR(a, b)                                                             \
+	do {                                                                        \
+		const char *t_a = (a), *t_b = (b);                                  \
+		if (!t_a || !t_b || strcmp(t_a, t_b)) {                             \
+			printf("#   %s:%d: %s == \"%s\", expected \"%s\"\n", __FILE__, \
+			       __LINE__, #a, t_a ? t_a : "(null)", t_b ? t_b : "(null)"); \
+			t_checks_failed++;                                          \
+		}                                                                   \
+	} while (0)
+
+#define RUN(fn) t_run(#fn, fn)
+
+static inline void t_run(const char *name, void (*fn)(void))
+{
+	int before = t_checks_failed;
+	fflush(stdout);
+	fn();
+	t_tests_run++;
+	if (t_checks_failed == before) {
+		printf("ok - %s\n", name);
+	} else {
+		printf("not ok - %s\n", name);
+		t_tests_failed++;
+	}
+	fflush(stdout);
+}
+
+static inline int test_summary(void)
+{
+	return t_tests_failed ? 1 : 0;
+}
+
+/* A fresh scratch directory under $MEGAC_BUILD/tmp (or /tmp); caller frees. */
+static inline char *test_tmpdir(const char *tag)
+{
+	const char *base = getenv("MEGAC_BUILD");
+	char *path = malloc(4096);
+	snprintf(path, 4096, "%s/tmp", base ? base : "/tmp");
+	{
+		char cmd[4200];
+		snprintf(cmd, sizeof(cmd), "mkdir -p '%s'", path);
+		if (system(cmd) != 0)
+			abort();
+	}
+	snprintf(path + strlen(path), 4096 - strlen(path), "/%s.XXXXXX", tag);
+	if (!mkdtemp(path)) {
+		perror("mkdtemp");
+		abort();
+	}
+	return path;
+}
+
+/* Read a whole file; returns malloc'd bytes (NUL-terminated) and its length. */
+static inline char *test_read_file(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return NULL;
+	fseek(f, 0, SEEK_END);
+	long n = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	char *buf = malloc((size_t)n + 1);
+	if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
+		fclose(f);
+		free(buf);
+		return NULL;
+	}
+	buf[n] = 0;
+	fclose(f);
+	if (len)
+		*len = (size_t)n;
+	return buf;
+}
+
+#endif
