@@ -1,0 +1,193 @@
+/*
+ * tok.c - the tokenizer front: tok_load() picks the implementation from
+ * Megatron's --tokenizer-type, and every call dispatches on it.
+ * GPT2BPETokenizer and HuggingFaceTokenizer share one engine (tok_hf.c on
+ * top of tok_bpe.c); NullTokenizer is tok_null.c.
+ */
+#include "tok.h"
+#include "base/error.h"
+#include "base/sbuf.h"
+#include "base/utf8.h"
+#include "base/xalloc.h"
+#include "tok_hf.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum tok_kind { TOK_GPT2, TOK_HF, TOK_NULL };
+
+struct tokenizer {
+	enum tok_kind kind;
+	struct tok_hf *hf;
+	bool with_template; /* HF: apply the post-processor */
+	int64_t vocab_size, eod;
+	char *describe;
+};
+
+struct tok_session {
+	const struct tokenizer *t;
+	struct tok_hf_session *hf;
+	char err[320];
+};
+
+/* Every --tokenizer-type value Megatron accepts (spec/preprocess.md 1.2). */
+static const char *const megatron_types[] = {
+	"BertWordPieceLowerCase", "BertWordPieceCase",	  "GPT2BPETokenizer", "SentencePieceTokenizer",
+	"GPTSentencePieceTokenizer", "Llama2Tokenizer",	  "HuggingFaceTokenizer", "TikTokenizer",
+	"MultimodalTokenizer",	  "NullTokenizer",	  "NullMultimodalTokenizer", "SFTTokenizer",
+};
+
+struct tokenizer *tok_load(const struct tok_config *cfg)
+{
+	const char *type = cfg->type;
+	if (!type || !*type) {
+		error("--tokenizer-type is required");
+		return NULL;
+	}
+	struct tokenizer *t = xcalloc(1, sizeof(*t));
+	if (!strcmp(type, "GPT2BPETokenizer")) {
+		t->kind = TOK_GPT2;
+		t->hf = tok_gpt2_load(cfg->vocab_file, cfg->merge_file, cfg->special_tokens, cfg->n_special_tokens, &t->eod);
+		if (!t->hf)
+			goto fail;
+		t->vocab_size = t->hf->vocab_size;
+		t->describe = xasprintf("GPT2BPETokenizer (vocab %" PRId64 ", eod %" PRId64 ")", t->vocab_size, t->eod);
+	} else if (!strcmp(type, "HuggingFaceTokenizer")) {
+		char *path;
+		t->kind = TOK_HF;
+		t->hf = tok_hf_load(cfg->model, cfg->special_tokens, cfg->n_special_tokens, &t->eod, &path);
+		if (!t->hf)
+			goto fail;
+		t->with_template = !cfg->no_include_special;
+		t->vocab_size = t->hf->vocab_size;
+		t->describe = xasprintf("HuggingFaceTokenizer (%s, vocab %" PRId64 ", eod %" PRId64 ")", path,
+					t->vocab_size, t->eod);
+		free(path);
+	} else if (!strcmp(type, "NullTokenizer")) {
+		t->kind = TOK_NULL;
+		if (cfg->vocab_size <= 0) {
+			error(cfg->vocab_size < 0 ? "NullTokenizer needs --vocab-size"
+						  : "NullTokenizer: --vocab-size must be positive");
+			goto fail;
+		}
+		if (cfg->vocab_size > INT32_MAX) {
+			error("NullTokenizer: --vocab-size %" PRId64 " is larger than 2^31-1", cfg->vocab_size);
+			goto fail;
+		}
+		t->vocab_size = cfg->vocab_size;
+		t->eod = cfg->null_eod_id >= 0 ? cfg->null_eod_id : cfg->vocab_size - 1;
+		t->describe = xasprintf("NullTokenizer (vocab %" PRId64 ", eod %" PRId64 ")", t->vocab_size, t->eod);
+	} else {
+		bool known = false;
+		for (size_t i = 0; i < sizeof(megatron_types) / sizeof(megatron_types[0]); i++)
+			known |= !strcmp(type, megatron_types[i]);
+		if (known)
+			error("tokenizer type %s is not implemented in megac yet (implemented: GPT2BPETokenizer, "
+			      "HuggingFaceTokenizer, NullTokenizer)",
+			      type);
+		else
+			error("unknown tokenizer type '%s' (implemented: GPT2BPETokenizer, HuggingFaceTokenizer, "
+			      "NullTokenizer)",
+			      type);
+		goto fail;
+	}
+	return t;
+fail:
+	tok_free(t);
+	return NULL;
+}
+
+void tok_free(struct tokenizer *t)
+{
+	if (!t)
+		return;
+	tok_hf_free(t->hf);
+	free(t->describe);
+	free(t);
+}
+
+int64_t tok_vocab_size(const struct tokenizer *t)
+{
+	return t->vocab_size;
+}
+
+int64_t tok_eod(const struct tokenizer *t)
+{
+	return t->eod;
+}
+
+const char *tok_describe(const struct tokenizer *t)
+{
+	return t->describe;
+}
+
+struct tok_session *tok_session_new(const struct tokenizer *t)
+{
+	struct tok_session *s = xcalloc(1, sizeof(*s));
+	s->t = t;
+	if (t->hf)
+		s->hf = tok_hf_session_new(t->hf);
+	return s;
+}
+
+void tok_session_free(struct tok_session *s)
+{
+	if (!s)
+		return;
+	tok_hf_session_free(s->hf);
+	free(s);
+}
+
+int tok_encode(struct tok_session *s, const char *text, size_t len, struct tok_ids *out)
+{
+	const struct tokenizer *t = s->t;
+	s->err[0] = 0;
+	if (t->kind == TOK_NULL)
+		return tok_null_encode(t->vocab_size, text, len, out, s->err, sizeof(s->err));
+	/* the regex engine runs without its own UTF-8 check: make sure here */
+	size_t bad;
+	if (!utf8_valid(text, len, &bad)) {
+		snprintf(s->err, sizeof(s->err), "invalid UTF-8 at byte %zu of the text", bad);
+		return -1;
+	}
+	size_t start = out->n;
+	const char *why;
+	if (tok_hf_encode(s->hf, text, len, t->with_template, out, &why)) {
+		snprintf(s->err, sizeof(s->err), "%s", why);
+		out->n = start;
+		return -1;
+	}
+	return 0;
+}
+
+const char *tok_session_error(const struct tok_session *s)
+{
+	return s->err;
+}
+
+int tok_decode(const struct tokenizer *t, const int32_t *ids, size_t n, struct sbuf *out)
+{
+	if (t->kind == TOK_NULL) {
+		if (tok_null_decode(t->vocab_size, ids, n, out))
+			return error("cannot decode: an id is outside the NullTokenizer vocabulary [0, %" PRId64 ")",
+				     t->vocab_size);
+		return 0;
+	}
+	return tok_hf_decode(t->hf, ids, n, out);
+}
+
+void tok_ids_push(struct tok_ids *ids, int32_t id)
+{
+	if (ids->n == ids->cap)
+		xgrow(&ids->v, &ids->cap, ids->n + 1, sizeof(*ids->v));
+	ids->v[ids->n++] = id;
+}
+
+void tok_ids_free(struct tok_ids *ids)
+{
+	free(ids->v);
+	ids->v = NULL;
+	ids->n = ids->cap = 0;
+}
