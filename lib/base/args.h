@@ -28,6 +28,7 @@ enum prog_id {
 	PROG_CONVERT = 1u << 3,
 	PROG_MEMCALC = 1u << 4,
 	PROG_INFER = 1u << 5,
+	PROG_DATAINFO = 1u << 6,
 };
 
 struct strlist {
@@ -77,6 +78,8 @@ struct args {
 	int64_t max_documents;
 	bool skip_bad_lines;
 	bool multimodal;
+	int64_t document;
+	int64_t max_tokens;
 
 	/* bookkeeping: which table rows were given on the command line */
 	unsigned char given[512];

@@ -8,7 +8,7 @@
 #include <stddef.h>
 
 #define F(field) offsetof(struct args, field)
-#define TOKPROGS (PROG_PREPROCESS | PROG_TRAIN | PROG_CONVERT | PROG_INFER)
+#define TOKPROGS (PROG_PREPROCESS | PROG_TRAIN | PROG_CONVERT | PROG_INFER | PROG_DATAINFO)
 #define PP PROG_PREPROCESS
 #define MG PROG_MERGE
 
@@ -108,8 +108,16 @@ const struct flag_def args_table[] = {
 	/* ---- merge_datasets ---- */
 	{ "--input", FK_STRS, F(input), MG, MG, "input data", NULL, NULL, "DIR",
 	  "directory holding the .bin/.idx pairs to merge (merged in sorted name order)" },
-	{ "--multimodal", FK_BOOL, F(multimodal), MG, 0, "input data", NULL, NULL, NULL,
+	{ "--multimodal", FK_BOOL, F(multimodal), MG | PROG_DATAINFO, 0, "input data", NULL, NULL, NULL,
 	  "datasets carry the per-sequence modes array" },
+
+	/* ---- dataset_info (megac) ---- */
+	{ "--input", FK_STRS, F(input), PROG_DATAINFO, PROG_DATAINFO, "input data", NULL, NULL, "PREFIX",
+	  "dataset path prefix (PREFIX.bin + PREFIX.idx)" },
+	{ "--document", FK_INT, F(document), PROG_DATAINFO, 0, "output", "-1", NULL, "N",
+	  "print document N (its ids, and its text when tokenizer flags are given)" },
+	{ "--max-tokens", FK_INT, F(max_tokens), PROG_DATAINFO, 0, "output", "200", NULL, "N",
+	  "print at most N tokens of the document" },
 };
 
 const size_t args_table_len = sizeof(args_table) / sizeof(args_table[0]);

@@ -228,6 +228,7 @@ static const char *prog_name_of(unsigned progs)
 		{ PROG_CONVERT, "ckpt_convert" },
 		{ PROG_MEMCALC, "report_memory" },
 		{ PROG_INFER, "text_gen_server" },
+		{ PROG_DATAINFO, "dataset_info" },
 	};
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
 		if (progs & names[i].id)

@@ -2,7 +2,8 @@
  * commands.h - the drivers of the dataset programs, called by their thin
  * main()s: preprocess_data (prep_command) and merge_datasets
  * (merge_command). Each checks the flags that only matter to it, runs, and
- * returns 0, or -1 after error() with every output file removed.
+ * returns 0, or -1 after error() with every output file removed. dataset_info
+ * (info_command) prints what a dataset holds.
  */
 #ifndef MEGAC_DATA_COMMANDS_H
 #define MEGAC_DATA_COMMANDS_H
@@ -12,9 +13,11 @@
 
 extern const struct prog_info prep_prog_info;
 extern const struct prog_info merge_prog_info;
+extern const struct prog_info info_prog_info;
 
 int prep_command(const struct args *a);
 int merge_command(const struct args *a);
+int info_command(const struct args *a);
 
 /* The tokenizer flags of struct args, as tok_load wants them. */
 struct tok_config tok_config_from_args(const struct args *a);

@@ -1,0 +1,87 @@
+# preprocess_errors.sh - every kind of bad input stops preprocess_data with
+# exit 128, a message naming the file and line (or file and problem), and
+# nothing left in the output directory; --skip-bad-lines counts instead.
+. tests/prog_lib.sh
+W=$(new_tmp prep_errors)
+OUT_LOG=$W/out.log
+ERR=$W/err.log
+O=$W/out
+mkdir -p "$O"
+P="$BIN/preprocess_data $GPT2 --append-eod --log-interval 0 --output-prefix $O/x"
+
+good='{"text": "In the beginning God created the heaven and the earth."}'
+mk() { # mk NAME BADLINE: 3 good lines, the bad one as line 4, 2 more good lines
+	{ echo "$good"; echo "$good"; echo "$good"; printf '%s\n' "$2"; echo "$good"; echo "$good"; } >"$W/$1.jsonl"
+}
+
+mk badjson '{"text": "unterminated}'
+expect_fail "invalid JSON names file and line" "badjson.jsonl:4: invalid JSON" $P --input "$W/badjson.jsonl" --workers 2
+empty_dir "nothing left after invalid JSON" "$O"
+
+mk nokey '{"body": "x", "id": 3}'
+expect_fail "missing key" "nokey.jsonl:4: no key 'text' (the object has 'body', 'id')" $P --input "$W/nokey.jsonl"
+empty_dir "nothing left after a missing key" "$O"
+
+mk number '{"text": 42}'
+expect_fail "non-string value" "number.jsonl:4: key 'text' is a number, expected a string or a list of strings" $P --input "$W/number.jsonl"
+mk nulltext '{"text": null}'
+expect_fail "null value" "nulltext.jsonl:4: key 'text' is null" $P --input "$W/nulltext.jsonl"
+mk badlist '{"text": ["a sentence", 7]}'
+expect_fail "non-string sentence" "badlist.jsonl:4: key 'text': sentence 1 is a number, expected a string" $P --input "$W/badlist.jsonl"
+mk array '["text", "x"]'
+expect_fail "a line that is not an object" "array.jsonl:4: expected a JSON object, found a list" $P --input "$W/array.jsonl"
+empty_dir "nothing left after wrong types" "$O"
+
+{ echo "$good"; printf '{"text": "caf\351 latin-1"}\n'; } >"$W/latin1.jsonl"
+expect_fail "invalid UTF-8 names file and line" "latin1.jsonl:2: invalid UTF-8" $P --input "$W/latin1.jsonl"
+empty_dir "nothing left after invalid UTF-8" "$O"
+
+# the error is found in a late line of a gzip stream read by several workers
+gzip -dc examples/data/kjv.jsonl.gz | sed '1000s/"text"/"txet"/' | gzip >"$W/late.jsonl.gz"
+expect_fail "a late bad line, 4 workers" "late.jsonl.gz:1000: no key 'text'" $P --input "$W/late.jsonl.gz" --workers 4
+empty_dir "nothing left after a late bad line" "$O"
+
+head -c 400000 examples/data/kjv.jsonl.gz >"$W/cut.jsonl.gz"
+expect_fail "truncated gzip" "cut.jsonl.gz: truncated gzip input" $P --input "$W/cut.jsonl.gz" --workers 2
+empty_dir "nothing left after a truncated archive" "$O"
+gzip -dc examples/data/kjv.jsonl.gz >"$W/k.jsonl"
+tar -C "$W" --zstd -cf "$W/k.tar.zst" k.jsonl
+head -c 300000 "$W/k.tar.zst" >"$W/cut.tar.zst"
+expect_fail "truncated tar.zst names archive and member" "cut.tar.zst:k.jsonl: Truncated zstd input" $P --input "$W/cut.tar.zst"
+empty_dir "nothing left after a truncated tar" "$O"
+
+expect_fail "missing input" "--input '$W/nope.jsonl': No such file or directory" $P --input "$W/nope.jsonl"
+expect_fail "missing vocab file" "$W/missing-vocab.json" $BIN/preprocess_data --tokenizer-type GPT2BPETokenizer \
+	--vocab-file "$W/missing-vocab.json" --merge-file "$GPT2_MERGES" --input "$W/k.jsonl" --output-prefix "$O/x"
+printf '{"a": 1, "b": ' >"$W/broken-vocab.json"
+expect_fail "malformed vocab file" "broken-vocab.json" $BIN/preprocess_data --tokenizer-type GPT2BPETokenizer \
+	--vocab-file "$W/broken-vocab.json" --merge-file "$GPT2_MERGES" --input "$W/k.jsonl" --output-prefix "$O/x"
+expect_fail "missing --merge-file" "--merge-file" $BIN/preprocess_data --tokenizer-type GPT2BPETokenizer \
+	--vocab-file "$GPT2_VOCAB" --input "$W/k.jsonl" --output-prefix "$O/x"
+empty_dir "nothing left after tokenizer errors" "$O"
+
+expect_fail "missing output directory" "output directory '$W/nodir' (of '$W/nodir/x_text_document.bin') does not exist" \
+	$BIN/preprocess_data $GPT2 --input "$W/k.jsonl" --output-prefix "$W/nodir/x"
+expect_fail "unknown flag suggests" "did you mean '--append-eod'" $P --input "$W/k.jsonl" --append-eos
+expect_fail "unsupported Megatron flag" "--split-sentences is a Megatron flag that megac does not support" $P --input "$W/k.jsonl" --split-sentences
+expect_fail "--partitions cannot re-read stdin" "standard input can be read only once" $P --input - --partitions 2 </dev/null
+
+printf '%s\n' '{"text": "1 2 3"}' '{"text": "4 x 6"}' >"$W/null.jsonl"
+expect_fail "NullTokenizer: not an integer" "null.jsonl:2: key 'text': " $BIN/preprocess_data --tokenizer-type NullTokenizer \
+	--vocab-size 100 --input "$W/null.jsonl" --output-prefix "$O/x"
+empty_dir "nothing left after a NullTokenizer error" "$O"
+
+# --skip-bad-lines: the bad lines are reported and counted, the good ones written
+{ cat "$W/badjson.jsonl" "$W/nokey.jsonl" "$W/latin1.jsonl"; } >"$W/mixed.jsonl"
+expect_ok "--skip-bad-lines" $P --input "$W/mixed.jsonl" --skip-bad-lines
+grep -q "skipped 3 bad line(s)" "$ERR" && ok "three bad lines counted" || { notok "three bad lines counted"; show "$ERR"; }
+grep -q "warning: skipping .*mixed.jsonl:10: no key 'text'" "$ERR" && ok "bad lines named" || { notok "bad lines named"; show "$ERR"; }
+grep -q "x_text_document.bin/.idx: 11 documents" "$ERR" && ok "good lines written" || { notok "good lines written"; show "$ERR"; }
+rm -f "$O"/*
+
+# SIGTERM in the middle of a run removes the temporary files
+( while gzip -dc examples/data/kjv.jsonl.gz; do :; done ) 2>/dev/null | $P --input - >/dev/null 2>&1 &
+sleep 1
+pkill -TERM -f "preprocess_data .*--output-prefix $O/x" 2>/dev/null
+wait 2>/dev/null
+empty_dir "SIGTERM leaves nothing behind" "$O"

@@ -1,0 +1,54 @@
+# lib.sh - helpers for the program-level tests (sourced, POSIX sh).
+# Each check prints "ok - name" or "not ok - name" plus "#" lines saying why.
+set -u
+BIN=${MEGAC_BIN:?run through make test}
+FIX=tests/fixtures
+GPT2_VOCAB=examples/tokenizers/gpt2/gpt2-vocab.json
+GPT2_MERGES=examples/tokenizers/gpt2/gpt2-merges.txt
+GPT2="--tokenizer-type GPT2BPETokenizer --vocab-file $GPT2_VOCAB --merge-file $GPT2_MERGES"
+
+ok() { echo "ok - $*"; }
+notok() { echo "not ok - $*"; }
+
+# new_tmp TAG: a fresh directory under the build tree
+new_tmp() { mktemp -d "${MEGAC_BUILD:?}/tmp/$1.XXXXXX"; }
+
+# show FILE: the last lines of a log, indented as harness comments
+show() { tail -n "${2:-8}" "$1" | sed 's/^/#   /'; }
+
+# expect_ok NAME CMD...: the command succeeds (its stderr lands in $ERR)
+expect_ok() {
+	_n=$1
+	shift
+	if "$@" >"$OUT_LOG" 2>"$ERR"; then ok "$_n"; else notok "$_n (exit $?)"; show "$ERR"; fi
+}
+
+# expect_fail NAME TEXT CMD...: exits 128 with TEXT in its stderr
+expect_fail() {
+	_n=$1
+	_t=$2
+	shift 2
+	"$@" >"$OUT_LOG" 2>"$ERR"
+	_rc=$?
+	if [ "$_rc" -eq 128 ] && grep -qF -- "$_t" "$ERR"; then
+		ok "$_n"
+	else
+		notok "$_n (exit $_rc, wanted 128 and '$_t')"
+		show "$ERR"
+	fi
+}
+
+# same_dataset NAME PREFIX_A PREFIX_B: byte-identical .bin and .idx
+same_dataset() {
+	if [ -f "$2.bin" ] && [ -f "$2.idx" ] && cmp -s "$2.bin" "$3.bin" && cmp -s "$2.idx" "$3.idx"; then
+		ok "$1"
+	else
+		notok "$1"
+		ls -l "$2".* "$3".* 2>&1 | sed 's/^/#   /'
+	fi
+}
+
+# empty_dir NAME DIR: nothing was left behind in DIR
+empty_dir() {
+	if [ -z "$(ls -A "$2")" ]; then ok "$1"; else notok "$1: left behind: $(ls -A "$2" | tr '\n' ' ')"; fi
+}
