@@ -127,6 +127,7 @@ struct prog_info {
 int args_parse(struct args *a, const struct prog_info *p, int argc, char **argv);
 void args_help(const struct prog_info *p, FILE *out);
 void args_free(struct args *a);
+void strlist_free(struct strlist *l);
 /* Was the flag named `name` given on the command line? */
 bool args_given(const struct args *a, const char *name);
 

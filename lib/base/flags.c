@@ -101,7 +101,7 @@ static int check_choice(const struct flag_def *d, const char *v)
 	return -1;
 }
 
-static void free_strlist(struct strlist *l)
+void strlist_free(struct strlist *l)
 {
 	for (int i = 0; i < l->n; i++)
 		free(l->v[i]);
@@ -141,7 +141,7 @@ static int set_value(struct args *a, const struct flag_def *d, char **vals, int 
 	}
 	case FK_STRS: {
 		struct strlist *l = FIELD(a, d, struct strlist);
-		free_strlist(l);
+		strlist_free(l);
 		l->v = xcalloc((size_t)n, sizeof(char *));
 		for (int i = 0; i < n; i++) {
 			if (check_choice(d, vals[i]) < 0)
@@ -399,7 +399,7 @@ void args_free(struct args *a)
 			break;
 		}
 		case FK_STRS:
-			free_strlist(FIELD(a, d, struct strlist));
+			strlist_free(FIELD(a, d, struct strlist));
 			break;
 		case FK_INTS:
 			free_intlist(FIELD(a, d, struct intlist));

@@ -140,7 +140,8 @@ static int convert_tokens(struct idx_writer *w, const int32_t *t, size_t n)
 		return 0;
 	}
 	case IDX_INT32:
-		memcpy(w->conv, t, n * 4);
+		if (n)
+			memcpy(w->conv, t, n * 4);
 		return 0;
 	case IDX_INT64: {
 		int64_t *o = w->conv;
@@ -196,13 +197,13 @@ int idx_writer_add_dataset(struct idx_writer *w, const char *prefix)
 		ret = -1;
 		goto out;
 	}
-	if (write_all(w->lengths, r.lengths, r.n_seqs * 4, "the sequence-length scratch file") < 0 ||
+	if (write_all(w->lengths, r.lengths_raw, r.n_seqs * 4, "the sequence-length scratch file") < 0 ||
 	    (w->modes && write_all(w->modes, r.modes, r.n_seqs, "the modes scratch file") < 0)) {
 		ret = -1;
 		goto out;
 	}
 	for (uint64_t d = 1; d < r.n_doc_entries; d++) {
-		int64_t end = (int64_t)w->n_seqs + r.doc_idx[d];
+		int64_t end = (int64_t)w->n_seqs + idx_doc(&r, d);
 		if (write_all(w->docs, &end, 8, "the document scratch file") < 0) {
 			ret = -1;
 			goto out;
@@ -387,28 +388,28 @@ static int validate(struct idx_reader *r, const char *idx, const char *bin, bool
 			     (unsigned long long)d1, (unsigned long long)need, (unsigned long long)need_mm);
 	r->n_seqs = s;
 	r->n_doc_entries = d1;
-	r->lengths = (const int32_t *)(m + IDX_HEADER_SIZE);
-	r->pointers = (const int64_t *)(m + IDX_HEADER_SIZE + 4 * s);
-	r->doc_idx = (const int64_t *)(m + IDX_HEADER_SIZE + 12 * s);
+	r->lengths_raw = m + IDX_HEADER_SIZE;
+	r->pointers_raw = m + IDX_HEADER_SIZE + 4 * s;
+	r->doc_idx_raw = m + IDX_HEADER_SIZE + 12 * s;
 	r->modes = multimodal ? (const int8_t *)(m + need) : NULL;
 
-	if (r->doc_idx[0] != 0)
-		return error("'%s': document_indices[0] is %lld, must be 0", idx, (long long)r->doc_idx[0]);
+	if (idx_doc(r, 0) != 0)
+		return error("'%s': document_indices[0] is %lld, must be 0", idx, (long long)idx_doc(r, 0));
 	for (uint64_t d = 1; d < d1; d++)
-		if (r->doc_idx[d] < r->doc_idx[d - 1])
+		if (idx_doc(r, d) < idx_doc(r, d - 1))
 			return error("'%s': document_indices decrease at entry %llu", idx, (unsigned long long)d);
-	if ((uint64_t)r->doc_idx[d1 - 1] != s)
+	if ((uint64_t)idx_doc(r, d1 - 1) != s)
 		return error("'%s': the last document index is %lld, must equal the sequence count %llu", idx,
-			     (long long)r->doc_idx[d1 - 1], (unsigned long long)s);
+			     (long long)idx_doc(r, d1 - 1), (unsigned long long)s);
 	int64_t pos = 0;
 	for (uint64_t i = 0; i < s; i++) {
-		if (r->lengths[i] < 0)
-			return error("'%s': sequence %llu has negative length %d", idx, (unsigned long long)i,
-				     r->lengths[i]);
-		if (r->pointers[i] != pos)
+		int32_t len = idx_length(r, i);
+		if (len < 0)
+			return error("'%s': sequence %llu has negative length %d", idx, (unsigned long long)i, len);
+		if (idx_pointer(r, i) != pos)
 			return error("'%s': sequence %llu starts at byte %lld, expected %lld from the lengths", idx,
-				     (unsigned long long)i, (long long)r->pointers[i], (long long)pos);
-		pos += (int64_t)r->lengths[i] * (int64_t)r->itemsize;
+				     (unsigned long long)i, (long long)idx_pointer(r, i), (long long)pos);
+		pos += (int64_t)len * (int64_t)r->itemsize;
 	}
 	if ((uint64_t)pos != r->bin_size)
 		return error("'%s' has %zu bytes, but '%s' describes %lld (%s tokens); the pair does not match or "
@@ -458,6 +459,6 @@ const void *idx_reader_sequence(const struct idx_reader *r, uint64_t i, size_t *
 {
 	if (i >= r->n_seqs)
 		BUG("sequence %llu of %llu", (unsigned long long)i, (unsigned long long)r->n_seqs);
-	*n_tokens = (size_t)r->lengths[i];
-	return r->bin + r->pointers[i];
+	*n_tokens = (size_t)idx_length(r, i);
+	return r->bin + idx_pointer(r, i);
 }

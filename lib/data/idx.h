@@ -20,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "base/tempfile.h"
 
@@ -84,9 +85,12 @@ struct idx_reader {
 	size_t itemsize;
 	uint64_t n_seqs;       /* S */
 	uint64_t n_doc_entries;/* D1 = documents + 1 */
-	const int32_t *lengths;
-	const int64_t *pointers;
-	const int64_t *doc_idx;
+	/* The arrays start at byte 34 of the .idx: not aligned for their types,
+	 * so they are read through the accessors below (memcpy, which compiles
+	 * to a plain load), never as C arrays. */
+	const unsigned char *lengths_raw;  /* int32[S] */
+	const unsigned char *pointers_raw; /* int64[S] */
+	const unsigned char *doc_idx_raw;  /* int64[D1] */
 	const int8_t *modes;   /* NULL unless opened multimodal */
 	const unsigned char *bin;
 	size_t bin_size, idx_size;
@@ -96,6 +100,28 @@ struct idx_reader {
 /* Open and validate PREFIX.idx/.bin. error() naming the file and -1 on failure. */
 int idx_reader_open(struct idx_reader *r, const char *prefix, bool multimodal);
 void idx_reader_close(struct idx_reader *r);
+static inline int32_t idx_length(const struct idx_reader *r, uint64_t i)
+{
+	int32_t v;
+	memcpy(&v, r->lengths_raw + 4 * i, 4);
+	return v;
+}
+
+static inline int64_t idx_pointer(const struct idx_reader *r, uint64_t i)
+{
+	int64_t v;
+	memcpy(&v, r->pointers_raw + 8 * i, 8);
+	return v;
+}
+
+/* Entry d of document_indices: document d owns sequences [doc(d), doc(d+1)). */
+static inline int64_t idx_doc(const struct idx_reader *r, uint64_t d)
+{
+	int64_t v;
+	memcpy(&v, r->doc_idx_raw + 8 * d, 8);
+	return v;
+}
+
 /* Tokens of sequence i (raw bytes in the dataset's dtype) and their count. */
 const void *idx_reader_sequence(const struct idx_reader *r, uint64_t i, size_t *n_tokens);
 

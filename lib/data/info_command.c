@@ -52,12 +52,13 @@ int info_command(const struct args *a)
 	uint64_t docs = r.n_doc_entries - 1, empty = 0, tokens = r.bin_size / r.itemsize;
 	int32_t minlen = INT32_MAX, maxlen = 0;
 	for (uint64_t d = 0; d < docs; d++)
-		empty += r.doc_idx[d + 1] == r.doc_idx[d];
+		empty += idx_doc(&r, d + 1) == idx_doc(&r, d);
 	for (uint64_t i = 0; i < r.n_seqs; i++) {
-		if (r.lengths[i] < minlen)
-			minlen = r.lengths[i];
-		if (r.lengths[i] > maxlen)
-			maxlen = r.lengths[i];
+		int32_t len = idx_length(&r, i);
+		if (len < minlen)
+			minlen = len;
+		if (len > maxlen)
+			maxlen = len;
 	}
 	printf("dataset     %s\n", a->input.v[0]);
 	printf("dtype       %s (code %d)\n", idx_dtype_name(r.dtype), r.dtype);
@@ -73,14 +74,14 @@ int info_command(const struct args *a)
 			goto out;
 		}
 		struct tok_ids ids = { NULL, 0, 0 };
-		for (int64_t s = r.doc_idx[a->document]; s < r.doc_idx[a->document + 1]; s++) {
+		for (int64_t s = idx_doc(&r, (uint64_t)a->document); s < idx_doc(&r, (uint64_t)a->document + 1); s++) {
 			size_t n;
 			const void *p = idx_reader_sequence(&r, (uint64_t)s, &n);
 			for (size_t i = 0; i < n && (int64_t)ids.n < a->max_tokens; i++)
 				tok_ids_push(&ids, (int32_t)token_at(&r, p, i));
 		}
 		printf("document %lld: %llu sequence(s); first %zu ids:\n", (long long)a->document,
-		       (unsigned long long)(r.doc_idx[a->document + 1] - r.doc_idx[a->document]), ids.n);
+		       (unsigned long long)(idx_doc(&r, (uint64_t)a->document + 1) - idx_doc(&r, (uint64_t)a->document)), ids.n);
 		for (size_t i = 0; i < ids.n; i++)
 			printf("%s%d", i ? " " : "", ids.v[i]);
 		printf("\n");

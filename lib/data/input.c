@@ -76,7 +76,8 @@ static int walk_dir(const char *dir, struct strlist *out)
 		if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
 			push(&names, e->d_name);
 	closedir(d);
-	qsort(names.v, (size_t)names.n, sizeof(char *), cmp_str);
+	if (names.n)
+		qsort(names.v, (size_t)names.n, sizeof(char *), cmp_str);
 	int r = 0;
 	for (int i = 0; i < names.n && !r; i++) {
 		char *p = xasprintf("%s/%s", dir, names.v[i]);
@@ -121,32 +122,36 @@ int input_expand(const struct strlist *in, struct strlist *files)
 {
 	files->v = NULL;
 	files->n = 0;
-	for (int i = 0; i < in->n; i++) {
+	int r = 0;
+	for (int i = 0; i < in->n && !r; i++) {
 		const char *p = in->v[i];
 		struct stat st;
 		if (strpbrk(p, "*?[") && stat(p, &st) < 0) {
 			glob_t g;
 			int gr = glob(p, 0, NULL, &g);
-			if (gr == GLOB_NOMATCH)
-				return error("--input pattern '%s' matches no file", p);
-			if (gr)
-				return error("--input pattern '%s' cannot be expanded", p);
-			int r = 0;
+			if (gr == GLOB_NOMATCH) {
+				r = error("--input pattern '%s' matches no file", p);
+				continue;
+			}
+			if (gr) {
+				r = error("--input pattern '%s' cannot be expanded", p);
+				continue;
+			}
 			for (size_t k = 0; k < g.gl_pathc && !r; k++)
 				r = add_path(g.gl_pathv[k], files);
 			globfree(&g);
-			if (r)
-				return -1;
-		} else if (add_path(p, files) < 0) {
-			return -1;
+		} else {
+			r = add_path(p, files);
 		}
 	}
 	int stdin_uses = 0;
 	for (int i = 0; i < files->n; i++)
 		stdin_uses += !strcmp(files->v[i], "-");
-	if (stdin_uses > 1)
-		return error("--input '-' (standard input) given more than once");
-	return 0;
+	if (!r && stdin_uses > 1)
+		r = error("--input '-' (standard input) given more than once");
+	if (r)
+		strlist_free(files);
+	return r;
 }
 
 /* ------------------------------------------------------------ reading */

@@ -60,7 +60,7 @@ awk "BEGIN { exit !($MEGAC_MBPS >= 20) }" && echo "target >= 20 MB/s per worker:
 
 echo
 printf '%-10s %10s %10s\n' "workers" "MB/s" "speedup"
-for w in 1 2 4 $(nproc); do
+for w in $(printf "1\n2\n4\n%s\n" "$(nproc)" | sort -nu); do
 	set -- $(run_megac "$w")
 	printf '%-10s %10s %10s\n' "$w" "$(awk "BEGIN { printf \"%.2f\", $BYTES / 1048576 / $1 }")" \
 		"$(awk "BEGIN { printf \"%.2fx\", $T1 / $1 }")"

@@ -211,6 +211,7 @@ static void test_expand(void)
 		CHECK(strstr(out.v[0], "d/a/1.json.gz") != NULL); /* sorted walk */
 		CHECK(strstr(out.v[1], "d/z/2.jsonl") != NULL);
 	}
+	strlist_free(&out);
 	char pattern[4400];
 	snprintf(pattern, sizeof(pattern), "%s/a.jsonl.*z*", dir);
 	char *v2[] = { pattern, "-" };
@@ -223,6 +224,7 @@ static void test_expand(void)
 		CHECK(strstr(out.v[3], "a.jsonl.zst") != NULL);
 		CHECK_STR(out.v[4], "-");
 	}
+	strlist_free(&out);
 	char *v3[] = { p("missing.jsonl") };
 	in.v = v3;
 	in.n = 1;
