@@ -1,15 +1,8 @@
 /* dataset_info - look inside an indexed dataset. All logic is in lib/data. */
 #include "base/args.h"
-#include "base/error.h"
 #include "data/commands.h"
 
 int main(int argc, char **argv)
 {
-	struct args a;
-	log_init(argv[0], 0, 1);
-	int r = args_parse(&a, &info_prog_info, argc, argv);
-	if (r == 0)
-		r = info_command(&a);
-	args_free(&a);
-	return r < 0 ? DIE_EXIT_CODE : 0;
+	return prog_main(argc, argv, &info_prog_info, info_command);
 }

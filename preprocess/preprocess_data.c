@@ -1,15 +1,8 @@
 /* preprocess_data - JSONL corpora to Megatron indexed datasets. All logic is in lib/data. */
 #include "base/args.h"
-#include "base/error.h"
 #include "data/commands.h"
 
 int main(int argc, char **argv)
 {
-	struct args a;
-	log_init(argv[0], 0, 1);
-	int r = args_parse(&a, &prep_prog_info, argc, argv);
-	if (r == 0)
-		r = prep_command(&a);
-	args_free(&a);
-	return r < 0 ? DIE_EXIT_CODE : 0;
+	return prog_main(argc, argv, &prep_prog_info, prep_command);
 }

@@ -131,6 +131,12 @@ void strlist_free(struct strlist *l);
 /* Was the flag named `name` given on the command line? */
 bool args_given(const struct args *a, const char *name);
 
+/*
+ * The whole main() of a program: log prefix, flags, then cmd. Returns the
+ * exit status: 0, or 128 (DIE_EXIT_CODE) when the flags or cmd failed.
+ */
+int prog_main(int argc, char **argv, const struct prog_info *p, int (*cmd)(const struct args *a));
+
 /* Levenshtein distance, exported for tests and for other suggestion lists. */
 size_t edit_distance(const char *a, const char *b);
 

@@ -409,3 +409,14 @@ void args_free(struct args *a)
 		}
 	}
 }
+
+int prog_main(int argc, char **argv, const struct prog_info *p, int (*cmd)(const struct args *a))
+{
+	struct args a;
+	log_init(argv[0], 0, 1);
+	int r = args_parse(&a, p, argc, argv);
+	if (r == 0)
+		r = cmd(&a);
+	args_free(&a);
+	return r < 0 ? DIE_EXIT_CODE : 0;
+}

@@ -53,3 +53,16 @@ grep -q "ignored 11 blank line" "$ERR" && ok "blank lines are counted" || { noto
 expect_ok "progress lines" $BIN/preprocess_data $GPT2 --input "$W/kjv.jsonl" --output-prefix "$W/prog" --log-interval 500
 n=$(grep -c "^preprocess_data: Processed [0-9]* documents (.* docs/s, .* MB/s, .* tokens/s)\.$" "$ERR")
 [ "$n" -eq 2 ] && ok "a progress line per 500 documents" || { notok "progress lines: $n, wanted 2"; show "$ERR"; }
+
+# a compressed stream on stdin is recognised from its bytes
+$P --input - --output-prefix "$W/gzstdin" <examples/data/kjv.jsonl.gz >"$OUT_LOG" 2>"$ERR" \
+	&& ok "gzip'd standard input" || { notok "gzip'd standard input"; show "$ERR"; }
+same_dataset "gzip'd stdin equals the file" "$W/w1_text_document" "$W/gzstdin_text_document"
+
+# --find-optimal-num-workers times each count and writes nothing
+mkdir -p "$W/opt"
+expect_ok "--find-optimal-num-workers" $P --input "$W/kjv.jsonl" --output-prefix "$W/opt/x" \
+	--find-optimal-num-workers --workers-to-check 1 2 --max-documents 300
+grep -q "The most optimal num of workers is [12] with avg. preprocessed docs/s" "$OUT_LOG" \
+	&& ok "a ranking is printed" || { notok "a ranking is printed"; show "$OUT_LOG"; }
+empty_dir "benchmark mode writes no dataset" "$W/opt"

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 static int t_checks_failed;
@@ -85,6 +86,43 @@ static inline char *test_tmpdir(const char *tag)
 		abort();
 	}
 	return path;
+}
+
+/* Capture what the code under test writes to a file descriptor (2 for
+ * stderr, 1 for stdout): test_capture_begin(), run it, test_capture_end()
+ * returns the text (caller frees) and restores the descriptor. */
+struct test_capture {
+	int fd, saved, file;
+	char path[4200];
+};
+
+static inline char *test_read_file(const char *path, size_t *len);
+
+static inline void test_capture_begin(struct test_capture *c, int fd)
+{
+	static int serial;
+	const char *base = getenv("MEGAC_BUILD");
+	snprintf(c->path, sizeof(c->path), "%s/tmp/capture.%d.%d", base ? base : "/tmp", (int)getpid(), serial++);
+	fflush(fd == 1 ? stdout : stderr);
+	c->fd = fd;
+	c->saved = dup(fd);
+	c->file = open(c->path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	if (c->file < 0) {
+		perror(c->path);
+		abort();
+	}
+	dup2(c->file, fd);
+}
+
+static inline char *test_capture_end(struct test_capture *c)
+{
+	fflush(c->fd == 1 ? stdout : stderr);
+	dup2(c->saved, c->fd);
+	close(c->saved);
+	close(c->file);
+	char *text = test_read_file(c->path, NULL);
+	unlink(c->path);
+	return text;
 }
 
 /* Read a whole file; returns malloc'd bytes (NUL-terminated) and its length. */

@@ -21,20 +21,10 @@ static int parse_capture(struct args *a, const struct prog_info *p, char **argv,
 	int argc = 0;
 	while (argv[argc])
 		argc++;
-	char *dir = test_tmpdir("flags");
-	char path[4200];
-	snprintf(path, sizeof(path), "%s/stderr", dir);
-	fflush(stderr);
-	int saved = dup(2);
-	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-	dup2(fd, 2);
+	struct test_capture c;
+	test_capture_begin(&c, 2);
 	int r = args_parse(a, p, argc, argv);
-	fflush(stderr);
-	dup2(saved, 2);
-	close(saved);
-	close(fd);
-	*msg = test_read_file(path, NULL);
-	free(dir);
+	*msg = test_capture_end(&c);
 	return r;
 }
 
@@ -151,28 +141,18 @@ static void test_help(void)
 {
 	struct args a;
 	char *msg;
-	char *dir = test_tmpdir("help");
-	char path[4200];
-	snprintf(path, sizeof(path), "%s/out", dir);
-	fflush(stdout);
-	int saved = dup(1);
-	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-	dup2(fd, 1);
+	struct test_capture c;
+	test_capture_begin(&c, 1);
 	char *argv[] = { "p", "--help", NULL };
 	int r = parse_capture(&a, &pp, argv, &msg);
-	fflush(stdout);
-	dup2(saved, 1);
-	close(saved);
-	close(fd);
+	char *out = test_capture_end(&c);
 	CHECK_INT(r, 1);
-	char *out = test_read_file(path, NULL);
 	CHECK(out && strstr(out, "--log-interval N"));
 	CHECK(out && strstr(out, "(default: 1000)"));
 	CHECK(out && strstr(out, "--input PATH..."));
 	CHECK(out && !strstr(out, "--multimodal")); /* merge_datasets only */
 	free(out);
 	free(msg);
-	free(dir);
 	args_free(&a);
 }
 

@@ -214,18 +214,11 @@ static void check_refused(const char *dir, const char *what, const char *shell_d
 	char cmd[9000];
 	snprintf(cmd, sizeof(cmd), "cd '%s' && %s", dir, shell_damage);
 	CHECK_INT(system(cmd), 0);
-	char errpath[4400];
-	snprintf(errpath, sizeof(errpath), "%s/err.txt", dir);
-	fflush(stderr);
-	int saved = dup(2), fd = open(errpath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-	dup2(fd, 2);
+	struct test_capture cap;
+	test_capture_begin(&cap, 2);
 	struct idx_reader r;
 	int ret = idx_reader_open(&r, prefix, false);
-	fflush(stderr);
-	dup2(saved, 2);
-	close(saved);
-	close(fd);
-	char *msg = test_read_file(errpath, NULL);
+	char *msg = test_capture_end(&cap);
 	if (ret != -1 || !msg || !strstr(msg, expect))
 		printf("#   case '%s': ret %d, message: %s", what, ret, msg ? msg : "(none)\n");
 	CHECK_INT(ret, -1);

@@ -41,18 +41,10 @@ static int sh(const char *fmt, const char *a, const char *b)
 /* Run fn(arg) with stderr captured into *msg (caller frees). */
 static void *capture(void *(*fn)(void *), void *arg, char **msg)
 {
-	char path[4400];
-	snprintf(path, sizeof(path), "%s/stderr", g_tmp);
-	fflush(stderr);
-	int saved = dup(2);
-	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-	dup2(fd, 2);
+	struct test_capture c;
+	test_capture_begin(&c, 2);
 	void *r = fn(arg);
-	fflush(stderr);
-	dup2(saved, 2);
-	close(saved);
-	close(fd);
-	*msg = test_read_file(path, NULL);
+	*msg = test_capture_end(&c);
 	return r;
 }
 
