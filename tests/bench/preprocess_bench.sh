@@ -11,7 +11,7 @@
 set -eu
 cd "$(dirname "$0")/../.."
 make --no-print-directory all >/dev/null
-W=build/bench
+W=build/bench-run
 rm -rf "$W"
 mkdir -p "$W"
 GPT2="--tokenizer-type GPT2BPETokenizer --vocab-file examples/tokenizers/gpt2/gpt2-vocab.json --merge-file examples/tokenizers/gpt2/gpt2-merges.txt"
@@ -73,3 +73,11 @@ echo
 		--workers "$(nproc)" --log-interval 0 2>"$W/log" >/dev/null
 set -- $(cat "$W/time")
 echo "ten copies of the corpus ($(awk "BEGIN { printf \"%.0f\", $BYTES * 10 / 1048576 }") MB) via stdin: $1 s, peak RSS $(($2 / 1024)) MB (target < 300 MB)"
+
+echo
+echo "tokenizer alone (tok_encode, one thread, texts already decoded):"
+mkdir -p "$W/qwen3"
+xz -dc tests/fixtures/tokenizers/qwen3/tokenizer.json.xz >"$W/qwen3/tokenizer.json"
+cp tests/fixtures/tokenizers/qwen3/tokenizer_config.json "$W/qwen3/"
+build/bench/tok_speed gpt2 | sed 's/^/  GPT-2: /'
+build/bench/tok_speed hf "$W/qwen3" | sed 's/^/  Qwen3: /'

@@ -1,13 +1,13 @@
 /*
  * tok_speed.c - single-thread tok_encode throughput on the example corpora
  * (the texts of examples/data/{kjv,fortunes}.jsonl.gz, JSON already decoded,
- * so this is the tokenizer alone). Not part of `make test`; build by hand
- * from the repository root after `make`:
+ * so this is the tokenizer alone). Not part of `make test`; build it
+ * from the repository root:
  *
- *   gcc -O2 -Ilib -o build/tok_speed tests/bench/tok_speed.c build/libmegac.a \
- *       $(pkg-config --libs libarchive libpcre2-8 libutf8proc jansson) -lm -pthread
- *   build/tok_speed gpt2            # GPT2BPETokenizer, examples/tokenizers/gpt2
- *   build/tok_speed hf DIR          # HuggingFaceTokenizer on DIR/tokenizer.json
+ *   make build/bench/tok_speed     (or `make bench`, which runs it)
+ *
+ *   build/bench/tok_speed gpt2            # GPT2BPETokenizer, examples/tokenizers/gpt2
+ *   build/bench/tok_speed hf DIR          # HuggingFaceTokenizer on DIR/tokenizer.json
  *
  * Prints MB/s (10^6 bytes of UTF-8 text per second) for a cold first pass
  * (empty word cache) and the best of three warm passes.
