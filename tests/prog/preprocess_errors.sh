@@ -56,6 +56,15 @@ expect_fail "missing vocab file" "$W/missing-vocab.json" $BIN/preprocess_data --
 printf '{"a": 1, "b": ' >"$W/broken-vocab.json"
 expect_fail "malformed vocab file" "broken-vocab.json" $BIN/preprocess_data --tokenizer-type GPT2BPETokenizer \
 	--vocab-file "$W/broken-vocab.json" --merge-file "$GPT2_MERGES" --input "$W/k.jsonl" --output-prefix "$O/x"
+mkdir -p "$W/badhf"
+printf '{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}, "pre_tokenizer": {"type": "Whitespace"}}' >"$W/badhf/tokenizer.json"
+expect_fail "unsupported tokenizer.json part named" "Whitespace" $BIN/preprocess_data --tokenizer-type HuggingFaceTokenizer \
+	--tokenizer-model "$W/badhf" --input "$W/k.jsonl" --output-prefix "$O/x"
+printf '{"model": {"type": "BPE", "vocab": ' >"$W/badhf/tokenizer.json"
+expect_fail "truncated tokenizer.json named" "badhf/tokenizer.json" $BIN/preprocess_data --tokenizer-type HuggingFaceTokenizer \
+	--tokenizer-model "$W/badhf" --input "$W/k.jsonl" --output-prefix "$O/x"
+expect_fail "unimplemented tokenizer type" "SentencePieceTokenizer" $BIN/preprocess_data --tokenizer-type SentencePieceTokenizer \
+	--tokenizer-model x.model --input "$W/k.jsonl" --output-prefix "$O/x"
 expect_fail "missing --merge-file" "--merge-file" $BIN/preprocess_data --tokenizer-type GPT2BPETokenizer \
 	--vocab-file "$GPT2_VOCAB" --input "$W/k.jsonl" --output-prefix "$O/x"
 empty_dir "nothing left after tokenizer errors" "$O"
