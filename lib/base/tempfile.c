@@ -16,11 +16,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#define TEMPFILE_SLOTS 256
+#define TEMPFILE_SLOTS 1024
 
 static char *volatile cleanup_table[TEMPFILE_SLOTS];
 static pthread_mutex_t cleanup_lock = PTHREAD_MUTEX_INITIALIZER;
 static int cleanup_installed;
+static mode_t file_mode = 0644; /* 0666 less the umask, read once */
 
 static void cleanup_all(void)
 {
@@ -53,11 +54,15 @@ static void install_cleanup(void)
 	}
 }
 
+/* The slot of path in the cleanup table, or -1 when the table is full. */
 static int register_tmp(char *path)
 {
 	pthread_mutex_lock(&cleanup_lock);
 	if (!cleanup_installed) {
 		install_cleanup();
+		mode_t mask = umask(0);
+		umask(mask);
+		file_mode = 0666 & ~mask;
 		cleanup_installed = 1;
 	}
 	for (int i = 0; i < TEMPFILE_SLOTS; i++) {
@@ -68,7 +73,7 @@ static int register_tmp(char *path)
 		}
 	}
 	pthread_mutex_unlock(&cleanup_lock);
-	BUG("more than %d temporary files open at once", TEMPFILE_SLOTS);
+	return -1;
 }
 
 static void unregister_tmp(int slot)
@@ -124,8 +129,17 @@ int afile_open(struct afile *af, const char *path)
 		af->tmp = af->path = NULL;
 		return -1;
 	}
-	fchmod(fd, 0644);
 	af->slot = register_tmp(af->tmp);
+	if (af->slot < 0) {
+		close(fd);
+		unlink(af->tmp);
+		error("cannot create '%s': more than %d output files open at once", path, TEMPFILE_SLOTS);
+		free(af->tmp);
+		free(af->path);
+		af->tmp = af->path = NULL;
+		return -1;
+	}
+	fchmod(fd, file_mode); /* mkstemp made it 0600; the final file gets the usual mode */
 	af->fp = fdopen(fd, "wb");
 	if (!af->fp) {
 		close(fd);
@@ -204,6 +218,16 @@ void afile_abort(struct afile *af)
 
 FILE *scratch_file(const char *dir)
 {
+#ifdef O_TMPFILE
+	/* nameless from the start where the file system allows it */
+	int tfd = open(dir, O_TMPFILE | O_RDWR, 0600);
+	if (tfd >= 0) {
+		FILE *fp = fdopen(tfd, "w+b");
+		if (fp)
+			return fp;
+		close(tfd);
+	}
+#endif
 	char *tmpl = xasprintf("%s/.megac-scratch.%ld.XXXXXX", dir, (long)getpid());
 	int fd = mkstemp(tmpl);
 	if (fd < 0) {

@@ -82,8 +82,8 @@ int idx_writer_open(struct idx_writer *w, const char *prefix, int dtype, bool mu
 	memset(w, 0, sizeof(*w));
 	w->bin.slot = w->idx.slot = -1;
 	if (dtype != IDX_UINT16 && dtype != IDX_INT32 && dtype != IDX_UINT8 && dtype != IDX_INT64)
-		return error("idx writer: token dtype %s (code %d) is not supported for writing",
-			     idx_dtype_name(dtype), dtype);
+		return error("cannot write '%s': token dtype %s (code %d) is not supported for writing "
+			     "(uint8, uint16, int32 and int64 are)", prefix, idx_dtype_name(dtype), dtype);
 	w->prefix = xstrdup(prefix);
 	w->dtype = dtype;
 	w->itemsize = idx_dtype_size(dtype);
@@ -410,6 +410,8 @@ static int validate(struct idx_reader *r, const char *idx, const char *bin, bool
 			return error("'%s': sequence %llu starts at byte %lld, expected %lld from the lengths", idx,
 				     (unsigned long long)i, (long long)idx_pointer(r, i), (long long)pos);
 		pos += (int64_t)len * (int64_t)r->itemsize;
+		if ((uint64_t)pos > r->bin_size)
+			break; /* reported below; stops a crafted index from overflowing pos */
 	}
 	if ((uint64_t)pos != r->bin_size)
 		return error("'%s' has %zu bytes, but '%s' describes %lld (%s tokens); the pair does not match or "

@@ -67,6 +67,10 @@ int info_command(const struct args *a)
 	       r.n_seqs ? minlen : 0, maxlen, r.n_seqs ? (double)tokens / (double)r.n_seqs : 0.0);
 	printf("tokens      %llu\n", (unsigned long long)tokens);
 	int ret = 0;
+	if (a->document >= 0 && (r.dtype == IDX_FLOAT32 || r.dtype == IDX_FLOAT64)) {
+		ret = error("--document: '%s' holds %s values, not token ids", a->input.v[0], idx_dtype_name(r.dtype));
+		goto out;
+	}
 	if (a->document >= 0) {
 		if ((uint64_t)a->document >= docs) {
 			ret = error("--document %lld: the dataset has %llu documents", (long long)a->document,

@@ -12,10 +12,14 @@
 #include <archive_entry.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <glob.h>
+#include <poll.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 /* ------------------------------------------------------------ expanding */
 
@@ -65,8 +69,24 @@ static void push(struct strlist *l, const char *s)
 	l->v[l->n++] = xstrdup(s);
 }
 
-static int walk_dir(const char *dir, struct strlist *out)
+/* The directories being walked, outermost first, to notice symlink loops. */
+struct walk_path {
+	dev_t dev;
+	ino_t ino;
+	const struct walk_path *up;
+};
+
+static int walk_dir(const char *dir, struct strlist *out, const struct walk_path *up)
 {
+	struct stat self;
+	if (stat(dir, &self) < 0)
+		return error_errno("cannot stat '%s'", dir);
+	for (const struct walk_path *w = up; w; w = w->up)
+		if (w->dev == self.st_dev && w->ino == self.st_ino) {
+			warning("skipping '%s': a symbolic link back to a directory being read", dir);
+			return 0;
+		}
+	struct walk_path here = { self.st_dev, self.st_ino, up };
 	DIR *d = opendir(dir);
 	if (!d)
 		return error_errno("cannot read directory '%s'", dir);
@@ -85,7 +105,7 @@ static int walk_dir(const char *dir, struct strlist *out)
 		if (stat(p, &st) < 0)
 			r = error_errno("cannot stat '%s'", p);
 		else if (S_ISDIR(st.st_mode) && names.v[i][0] != '.')
-			r = walk_dir(p, out);
+			r = walk_dir(p, out, &here);
 		else if (S_ISREG(st.st_mode) && (input_is_data_name(p) || is_archive_name(p)))
 			push(out, p);
 		free(p);
@@ -107,7 +127,7 @@ static int add_path(const char *p, struct strlist *out)
 		return error_errno("--input '%s'", p);
 	if (S_ISDIR(st.st_mode)) {
 		int before = out->n;
-		if (walk_dir(p, out) < 0)
+		if (walk_dir(p, out, NULL) < 0)
 			return -1;
 		if (out->n == before)
 			return error("--input directory '%s' holds no data files (*.jsonl, *.json, *.ndjson, "
@@ -171,13 +191,19 @@ struct input_reader {
 
 	struct sbuf pending;         /* bytes read but not yet cut into lines */
 	size_t pending_off;
+	size_t scanned;              /* bytes after pending_off known to hold no '\n' */
 	uint64_t line_in_source;     /* lines of the current source consumed so far */
 	uint64_t corpus_line;        /* lines of the whole corpus consumed so far (this pass) */
+	uint64_t first_pass_lines;   /* with a stride: every pass must see as many lines */
+
+	int fd;                      /* the open input file, -1 none */
+	bool fd_regular;             /* seekable: lets libarchive skip and seek */
+	char *filebuf;
+	atomic_int stopped;          /* input_reader_stop(): give up a blocked read */
 
 	struct strlist sources;
 	char errmsg[1024];
 	uint64_t bytes;
-	char *readbuf;
 };
 
 #define READ_BLOCK (1 << 16)
@@ -191,7 +217,8 @@ struct input_reader *input_reader_new(char *const *files, int n, size_t chunk_si
 	r->stride = stride > 0 ? stride : 1;
 	r->file = -1;
 	r->source = -1;
-	r->readbuf = xmalloc(READ_BLOCK);
+	r->fd = -1;
+	r->filebuf = xmalloc(READ_BLOCK);
 	return r;
 }
 
@@ -210,7 +237,15 @@ static const char *arch_err(struct archive *a)
 static struct archive *new_stream_reader(void)
 {
 	struct archive *a = archive_read_new();
-	archive_read_support_filter_all(a);
+	/* Named filters, not _all: the uuencode bidder of _all reads up to 128 KB
+	 * ahead before deciding, which stalls a slow pipe, and the external-program
+	 * filters (lrzip, lzop, ...) would run other programs. */
+	archive_read_support_filter_gzip(a);
+	archive_read_support_filter_bzip2(a);
+	archive_read_support_filter_xz(a);
+	archive_read_support_filter_lzma(a);
+	archive_read_support_filter_zstd(a);
+	archive_read_support_filter_lz4(a);
 	archive_read_support_format_raw(a);
 	archive_read_support_format_empty(a);
 	return a;
@@ -231,6 +266,94 @@ static void close_file(struct input_reader *r)
 		archive_read_free(r->outer);
 		r->outer = NULL;
 	}
+	if (r->fd > 0)
+		close(r->fd);
+	r->fd = -1;
+}
+
+/*
+ * libarchive reads the file through these callbacks rather than opening it
+ * itself, so that a read blocked on a stalled pipe can be abandoned: the
+ * callback waits in poll() with a timeout and gives up once
+ * input_reader_stop() was called (after a bad record, the writer stops the
+ * run without waiting for the producer of standard input).
+ */
+static la_ssize_t file_read(struct archive *a, void *ud, const void **buf)
+{
+	struct input_reader *r = ud;
+	for (;;) {
+		if (atomic_load(&r->stopped)) {
+			archive_set_error(a, ECANCELED, "reading stopped");
+			return -1;
+		}
+		if (!r->fd_regular) {
+			struct pollfd pfd = { r->fd, POLLIN, 0 };
+			int k = poll(&pfd, 1, 200);
+			if (k == 0 || (k < 0 && errno == EINTR))
+				continue;
+		}
+		ssize_t n = read(r->fd, r->filebuf, READ_BLOCK);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			archive_set_error(a, errno, "%s", strerror(errno));
+			return -1;
+		}
+		*buf = r->filebuf;
+		return n;
+	}
+}
+
+static la_int64_t file_skip(struct archive *a, void *ud, la_int64_t n)
+{
+	struct input_reader *r = ud;
+	(void)a;
+	if (!r->fd_regular)
+		return 0; /* libarchive then reads and discards */
+	off_t cur = lseek(r->fd, 0, SEEK_CUR);
+	off_t end = lseek(r->fd, 0, SEEK_END);
+	if (cur < 0 || end < 0)
+		return 0;
+	off_t to = cur + n < end ? cur + n : end;
+	lseek(r->fd, to, SEEK_SET);
+	return to - cur;
+}
+
+static la_int64_t file_seek(struct archive *a, void *ud, la_int64_t off, int whence)
+{
+	struct input_reader *r = ud;
+	off_t o = lseek(r->fd, off, whence);
+	if (o < 0)
+		archive_set_error(a, errno, "%s", strerror(errno));
+	return o < 0 ? ARCHIVE_FATAL : o;
+}
+
+/* Open path ("-" = standard input) as r->outer. 0, or -1 with errmsg. */
+static int open_outer(struct input_reader *r, const char *path, const char *shown)
+{
+	r->fd = strcmp(path, "-") ? open(path, O_RDONLY) : 0;
+	if (r->fd < 0) {
+		snprintf(r->errmsg, sizeof(r->errmsg), "%s: %s", shown, strerror(errno));
+		return -1;
+	}
+	struct stat st;
+	r->fd_regular = fstat(r->fd, &st) == 0 && S_ISREG(st.st_mode);
+	r->outer = new_stream_reader();
+	archive_read_support_format_tar(r->outer);
+	archive_read_support_format_zip(r->outer);
+	archive_read_set_callback_data(r->outer, r);
+	archive_read_set_read_callback(r->outer, file_read);
+	archive_read_set_skip_callback(r->outer, file_skip);
+	if (r->fd_regular)
+		archive_read_set_seek_callback(r->outer, file_seek);
+	if (archive_read_open1(r->outer) != ARCHIVE_OK)
+		return fail(r, "%s: %s", shown, arch_err(r->outer));
+	return 0;
+}
+
+void input_reader_stop(struct input_reader *r)
+{
+	atomic_store(&r->stopped, 1);
 }
 
 /* libarchive read callback of a member reader: the outer archive's data. */
@@ -259,6 +382,7 @@ static void new_source(struct input_reader *r, const char *name)
 	r->eof_entry = false;
 	sbuf_reset(&r->pending);
 	r->pending_off = 0;
+	r->scanned = 0;
 }
 
 /* Open archive member e as the current stream: 1 ready, 0 skipped, -1 error. */
@@ -315,6 +439,16 @@ static int next_stream(struct input_reader *r)
 			continue;
 		}
 		if (r->file + 1 >= r->n_files) {
+			if (r->pass == 0)
+				r->first_pass_lines = r->corpus_line;
+			else if (r->corpus_line != r->first_pass_lines) {
+				snprintf(r->errmsg, sizeof(r->errmsg),
+					 "the input changed between passes: pass 1 read %llu lines, pass %d read %llu "
+					 "(--partitions reads every input once per partition)",
+					 (unsigned long long)r->first_pass_lines, r->pass + 1,
+					 (unsigned long long)r->corpus_line);
+				return -1;
+			}
 			if (r->pass + 1 >= r->stride)
 				return 0;
 			r->pass++;
@@ -325,11 +459,8 @@ static int next_stream(struct input_reader *r)
 		const char *path = r->files[r->file];
 		bool is_stdin = !strcmp(path, "-");
 		const char *shown = is_stdin ? "standard input" : path;
-		r->outer = new_stream_reader();
-		archive_read_support_format_tar(r->outer);
-		archive_read_support_format_zip(r->outer);
-		if (archive_read_open_filename(r->outer, is_stdin ? NULL : path, READ_BLOCK) != ARCHIVE_OK)
-			return fail(r, "%s: %s", shown, arch_err(r->outer));
+		if (open_outer(r, path, shown) < 0)
+			return -1;
 		int h = archive_read_next_header(r->outer, &e);
 		if (h == ARCHIVE_EOF) { /* an empty file */
 			close_file(r);
@@ -350,6 +481,15 @@ static int next_stream(struct input_reader *r)
 	}
 }
 
+/* Would reading the input now wait for its producer? (never for files) */
+static bool would_block(const struct input_reader *r)
+{
+	if (r->fd_regular || r->fd < 0)
+		return false;
+	struct pollfd pfd = { r->fd, POLLIN, 0 };
+	return poll(&pfd, 1, 0) == 0;
+}
+
 /* Read more of the current stream into pending: >0 bytes, 0 end, -1 error. */
 static int read_more(struct input_reader *r)
 {
@@ -360,11 +500,21 @@ static int read_more(struct input_reader *r)
 		r->pending_off = 0;
 	}
 	struct archive *a = r->inner ? r->inner : r->outer;
-	la_ssize_t k = archive_read_data(a, r->readbuf, READ_BLOCK);
-	if (k < 0)
-		return fail(r, "%s: %s", r->sources.v[r->source], arch_err(a));
-	sbuf_add(&r->pending, r->readbuf, (size_t)k);
-	return k > 0;
+	/* block-wise: archive_read_data() would insist on filling its buffer,
+	 * waiting on a slow pipe for data the chunk does not need yet */
+	const void *block;
+	size_t size = 0;
+	la_int64_t offset;
+	int e = archive_read_data_block(a, &block, &size, &offset);
+	if (e == ARCHIVE_EOF)
+		return 0;
+	if (e != ARCHIVE_OK && e != ARCHIVE_WARN) {
+		snprintf(r->errmsg, sizeof(r->errmsg), "%s: %s (after line %llu)", r->sources.v[r->source],
+			 arch_err(a), (unsigned long long)r->line_in_source);
+		return -1;
+	}
+	sbuf_add(&r->pending, block, size);
+	return 1;
 }
 
 int input_reader_next(struct input_reader *r, struct input_chunk *c)
@@ -384,11 +534,15 @@ int input_reader_next(struct input_reader *r, struct input_chunk *c)
 		}
 		char *start = r->pending.buf + r->pending_off;
 		size_t avail = r->pending.len - r->pending_off;
-		char *nl = avail ? memchr(start, '\n', avail) : NULL;
+		/* search only bytes not searched before: a long line arrives in many reads */
+		char *nl = avail > r->scanned ? memchr(start + r->scanned, '\n', avail - r->scanned) : NULL;
 		size_t linelen;
 		if (nl) {
 			linelen = (size_t)(nl - start) + 1;
 		} else if (!r->eof_entry) {
+			r->scanned = avail;
+			if (out.len && would_block(r))
+				break; /* hand out what a slow pipe gave so far rather than wait */
 			int k = read_more(r);
 			if (k < 0) {
 				sbuf_release(&out);
@@ -406,6 +560,7 @@ int input_reader_next(struct input_reader *r, struct input_chunk *c)
 			if (!out.len) {
 				c->first_line = r->line_in_source;
 				c->source = r->source;
+				c->source_name = r->sources.v[r->source];
 			}
 			sbuf_add(&out, start, linelen);
 			if (!nl)
@@ -414,6 +569,7 @@ int input_reader_next(struct input_reader *r, struct input_chunk *c)
 			r->bytes += linelen;
 		}
 		r->pending_off += linelen;
+		r->scanned = 0;
 		if (out.len >= r->chunk_size)
 			break;
 	}
@@ -450,6 +606,6 @@ void input_reader_free(struct input_reader *r)
 	for (int i = 0; i < r->sources.n; i++)
 		free(r->sources.v[i]);
 	free(r->sources.v);
-	free(r->readbuf);
+	free(r->filebuf);
 	free(r);
 }

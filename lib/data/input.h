@@ -37,6 +37,9 @@ struct input_chunk {
 	char *data;          /* whole lines, '\n'-terminated except maybe the last */
 	size_t len;
 	int source;          /* index into the reader's source names */
+	const char *source_name; /* "path" or "archive:member"; valid until the reader is freed.
+				  * Workers use this, never input_reader_source(), which reads
+				  * an array the reader thread may be growing. */
 	uint64_t first_line; /* 1-based line number of the first line in its source */
 	uint64_t line_step;  /* line numbers of consecutive lines differ by this (the stride) */
 	uint64_t n_lines;
@@ -51,7 +54,10 @@ struct input_reader *input_reader_new(char *const *files, int n, size_t chunk_si
  * (input_reader_error() says which file and what; nothing is printed). */
 int input_reader_next(struct input_reader *r, struct input_chunk *c);
 const char *input_reader_error(const struct input_reader *r);
-/* "path" or "archive:member" of a chunk's source; valid until the reader is freed. */
+/* From any thread: make a read blocked on a pipe give up (within 0.2 s);
+ * input_reader_next() then fails with "reading stopped". */
+void input_reader_stop(struct input_reader *r);
+/* "path" or "archive:member" of a source; only from the reader's own thread. */
 const char *input_reader_source(const struct input_reader *r, int source);
 /* Uncompressed bytes of the lines handed out so far. */
 uint64_t input_reader_bytes(const struct input_reader *r);

@@ -2,8 +2,9 @@
  * prep_command.c - preprocess_data: flags to datasets. Checks what the
  * shared parser cannot (ranges, combinations), resolves the inputs, loads
  * the tokenizer, and either writes <prefix>_<key>_document.bin/.idx for
- * every --json-keys value (all published together, only after everything
- * succeeded) or, with --find-optimal-num-workers, times worker counts.
+ * every --json-keys value (published one after the other, only once every
+ * key's files are complete and synced) or, with --find-optimal-num-workers,
+ * times worker counts.
  */
 #include "commands.h"
 #include "base/error.h"
@@ -12,8 +13,10 @@
 #include "data/input.h"
 #include "data/preprocess.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 const struct prog_info prep_prog_info = {
 	"preprocess_data",
@@ -127,16 +130,36 @@ int prep_command(const struct args *a)
 	struct tokenizer *tok = NULL;
 	struct idx_writer *w = NULL;
 	int opened = 0;
-	bool has_stdin = false;
-	for (int i = 0; i < files.n; i++)
-		has_stdin |= !strcmp(files.v[i], "-");
 	int stride = a->partitions > 1 && !a->keep_sequential_samples ? (int)a->partitions : 1;
-	if (stride > 1 && (has_stdin || a->find_optimal_num_workers)) {
-		error("--partitions %lld reorders documents as Megatron does, which reads the input %lld times; %s",
-		      (long long)a->partitions, (long long)a->partitions,
-		      has_stdin ? "standard input can be read only once"
-				: "drop it for --find-optimal-num-workers");
-		goto out;
+	if (stride > 1 || a->find_optimal_num_workers) {
+		/* these read the input more than once: only regular files can be re-read */
+		const char *why = stride > 1 ? "--partitions reorders documents as Megatron does, which reads the input "
+					       "once per partition"
+					     : "--find-optimal-num-workers reads the input once per worker count";
+		for (int i = 0; i < files.n; i++) {
+			struct stat st;
+			if (!strcmp(files.v[i], "-")) {
+				error("%s; standard input can be read only once", why);
+				goto out;
+			}
+			if (stat(files.v[i], &st) < 0 || !S_ISREG(st.st_mode)) {
+				error("%s; '%s' is not a regular file (a pipe or device can be read only once)", why,
+				      files.v[i]);
+				goto out;
+			}
+		}
+	}
+	const char *chunk_env = getenv("MEGAC_CHUNK_BYTES");
+	size_t chunk_size = 0;
+	if (chunk_env) {
+		char *end;
+		errno = 0;
+		long long v = strtoll(chunk_env, &end, 10);
+		if (!*chunk_env || *end || errno || v < 1 || v > (1LL << 30)) {
+			error("MEGAC_CHUNK_BYTES='%s': expected a byte count from 1 to 1073741824", chunk_env);
+			goto out;
+		}
+		chunk_size = (size_t)v;
 	}
 	struct tok_config tc = tok_config_from_args(a);
 	if (!(tok = tok_load(&tc)))
@@ -146,6 +169,12 @@ int prep_command(const struct args *a)
 		goto out;
 	}
 	int dtype = idx_optimal_dtype(tok_vocab_size(tok));
+	if (a->append_eod && dtype == IDX_UINT16 && tok_eod(tok) > 0xFFFF) {
+		error("--append-eod: the end-of-document id %lld does not fit the uint16 tokens a vocabulary of %lld "
+		      "gets%s", (long long)tok_eod(tok), (long long)tok_vocab_size(tok),
+		      args_given(a, "--null-tokenizer-eod-id") ? " (check --null-tokenizer-eod-id)" : "");
+		goto out;
+	}
 	info("tokenizer %s; tokens stored as %s", tok_describe(tok), idx_dtype_name(dtype));
 
 	struct prep_config cfg = {
@@ -160,8 +189,7 @@ int prep_command(const struct args *a)
 		.log_interval = a->log_interval,
 		.max_documents = -1,
 		.skip_bad_lines = a->skip_bad_lines,
-		/* work-item size; tests shrink it to exercise reordering */
-		.chunk_size = getenv("MEGAC_CHUNK_BYTES") ? strtoull(getenv("MEGAC_CHUNK_BYTES"), NULL, 10) : 0,
+		.chunk_size = chunk_size, /* tests shrink it to exercise reordering */
 	};
 	if (a->find_optimal_num_workers) {
 		ret = find_optimal(a, &cfg);

@@ -40,7 +40,7 @@ struct result {
 	size_t cap_docs;
 	struct key_out *keys;
 	uint64_t n_bad, n_blank;
-	struct sbuf skipped;      /* messages of the first bad lines, one per line */
+	struct sbuf skipped;      /* messages of the first bad lines, each NUL-terminated */
 	char *fatal;              /* a record error (no --skip-bad-lines) or a read error */
 };
 
@@ -202,7 +202,7 @@ static void process_chunk(struct pipe *p, struct tok_session *s, const struct jo
 	res->fatal = NULL;
 	for (int k = 0; k < cfg->n_keys; k++)
 		key_out_reset(&res->keys[k]);
-	const char *src = input_reader_source(p->reader, j->c.source);
+	const char *src = j->c.source_name;
 	uint64_t lineno = j->c.first_line;
 	char why[1024];
 	for (size_t off = 0; off < j->c.len; lineno += j->c.line_step) {
@@ -235,8 +235,10 @@ static void process_chunk(struct pipe *p, struct tok_session *s, const struct jo
 				res->fatal = xasprintf("%s:%llu: %s", src, (unsigned long long)lineno, why);
 				return;
 			}
-			if (res->n_bad < SHOW_SKIPPED)
-				sbuf_addf(&res->skipped, "%s:%llu: %s\n", src, (unsigned long long)lineno, why);
+			if (res->n_bad < SHOW_SKIPPED) {
+				sbuf_addf(&res->skipped, "%s:%llu: %s", src, (unsigned long long)lineno, why);
+				sbuf_addch(&res->skipped, 0);
+			}
 			res->n_bad++;
 			continue;
 		}
@@ -279,8 +281,11 @@ static void *reader_main(void *arg)
 			pthread_cond_wait(&p->cv_space, &p->mu);
 		if (p->stop) {
 			free(c.data);
+			p->reader_done = true;
+			pthread_cond_broadcast(&p->cv_job);
+			pthread_cond_broadcast(&p->cv_result);
 			pthread_mutex_unlock(&p->mu);
-			continue; /* loop once more to mark reader_done */
+			return NULL;
 		}
 		struct job *j = &p->jobs[(p->job_head + p->job_count) % p->window];
 		j->c = c;
@@ -392,15 +397,26 @@ int prep_run(const struct prep_config *cfg, struct prep_stats *st)
 	struct progress pr;
 	progress_start(&pr);
 	pthread_t reader, *wt = xcalloc((size_t)workers, sizeof(pthread_t));
-	if (pthread_create(&reader, NULL, reader_main, &p))
-		die("cannot start the reader thread");
-	for (int i = 0; i < workers; i++)
-		if (pthread_create(&wt[i], NULL, worker_main, &p))
-			die("cannot start worker thread %d of %d", i + 1, workers);
+	int started = 0, ret = 0;
+	bool reader_started = pthread_create(&reader, NULL, reader_main, &p) == 0;
+	if (!reader_started)
+		ret = error("cannot start the reader thread");
+	for (; !ret && started < workers; started++)
+		if (pthread_create(&wt[started], NULL, worker_main, &p)) {
+			ret = error("cannot start worker thread %d of %d (try fewer --workers)", started + 1, workers);
+			break;
+		}
+	if (ret) {
+		input_reader_stop(p.reader);
+		pthread_mutex_lock(&p.mu);
+		p.stop = true;
+		pthread_cond_broadcast(&p.cv_job);
+		pthread_cond_broadcast(&p.cv_space);
+		pthread_mutex_unlock(&p.mu);
+	}
 
-	int ret = 0;
 	uint64_t shown = 0;
-	for (;;) {
+	while (!ret) {
 		pthread_mutex_lock(&p.mu);
 		struct result *res = &p.results[p.next_write % p.window];
 		while (res->chunk != p.next_write && !(p.reader_done && p.next_write == p.next_read))
@@ -411,12 +427,9 @@ int prep_run(const struct prep_config *cfg, struct prep_stats *st)
 		}
 		pthread_mutex_unlock(&p.mu);
 
-		if (res->skipped.len) {
-			char *save = NULL;
-			for (char *l = strtok_r(res->skipped.buf, "\n", &save); l; l = strtok_r(NULL, "\n", &save))
-				if (shown++ < SHOW_SKIPPED)
-					warning("skipping %s", l);
-		}
+		for (size_t off = 0; off < res->skipped.len; off += strlen(res->skipped.buf + off) + 1)
+			if (shown++ < SHOW_SKIPPED)
+				warning("skipping %s", res->skipped.buf + off);
 		st->bad_lines += res->n_bad;
 		st->blank_lines += res->n_blank;
 		if (res->fatal) {
@@ -430,17 +443,20 @@ int prep_run(const struct prep_config *cfg, struct prep_stats *st)
 		pthread_mutex_lock(&p.mu);
 		res->chunk = UINT64_MAX;
 		p.next_write++;
-		if (ret)
+		if (ret) {
 			p.stop = true;
+			input_reader_stop(p.reader);
+		}
 		pthread_cond_broadcast(&p.cv_space);
 		pthread_cond_broadcast(&p.cv_job);
 		pthread_mutex_unlock(&p.mu);
 		if (ret)
 			break;
 	}
-	for (int i = 0; i < workers; i++)
+	for (int i = 0; i < started; i++)
 		pthread_join(wt[i], NULL);
-	pthread_join(reader, NULL);
+	if (reader_started)
+		pthread_join(reader, NULL);
 	st->seconds = progress_elapsed(&pr);
 	st->sources = input_reader_n_sources(p.reader);
 

@@ -9,6 +9,7 @@
 #include "base/sbuf.h"
 #include "base/utf8.h"
 #include "base/xalloc.h"
+#include "tok_bpe.h"
 #include "tok_hf.h"
 
 #include <inttypes.h>
@@ -39,6 +40,23 @@ static const char *const megatron_types[] = {
 	"MultimodalTokenizer",	  "NullTokenizer",	  "NullMultimodalTokenizer", "SFTTokenizer",
 };
 
+/* Added tokens are matched bytewise: one that is not UTF-8 could match
+ * inside a character and leave invalid UTF-8 pieces on both sides. */
+static int check_special_tokens(const struct tok_config *cfg)
+{
+	for (int i = 0; i < cfg->n_special_tokens; i++) {
+		const char *sp = cfg->special_tokens[i];
+		size_t bad;
+		if (!utf8_valid(sp, strlen(sp), &bad)) {
+			char *q = tok_bpe_quote(sp, strlen(sp), 80);
+			error("--tokenizer-special-tokens: %s is not valid UTF-8 (at byte %zu)", q, bad);
+			free(q);
+			return -1;
+		}
+	}
+	return 0;
+}
+
 struct tokenizer *tok_load(const struct tok_config *cfg)
 {
 	const char *type = cfg->type;
@@ -49,6 +67,8 @@ struct tokenizer *tok_load(const struct tok_config *cfg)
 	struct tokenizer *t = xcalloc(1, sizeof(*t));
 	if (!strcmp(type, "GPT2BPETokenizer")) {
 		t->kind = TOK_GPT2;
+		if (check_special_tokens(cfg))
+			goto fail;
 		t->hf = tok_gpt2_load(cfg->vocab_file, cfg->merge_file, cfg->special_tokens, cfg->n_special_tokens, &t->eod);
 		if (!t->hf)
 			goto fail;
@@ -57,6 +77,8 @@ struct tokenizer *tok_load(const struct tok_config *cfg)
 	} else if (!strcmp(type, "HuggingFaceTokenizer")) {
 		char *path;
 		t->kind = TOK_HF;
+		if (check_special_tokens(cfg))
+			goto fail;
 		t->hf = tok_hf_load(cfg->model, cfg->special_tokens, cfg->n_special_tokens, &t->eod, &path);
 		if (!t->hf)
 			goto fail;
@@ -67,17 +89,23 @@ struct tokenizer *tok_load(const struct tok_config *cfg)
 		free(path);
 	} else if (!strcmp(type, "NullTokenizer")) {
 		t->kind = TOK_NULL;
-		if (cfg->vocab_size <= 0) {
-			error(cfg->vocab_size < 0 ? "NullTokenizer needs --vocab-size"
-						  : "NullTokenizer: --vocab-size must be positive");
+		if (cfg->vocab_size == -1) {
+			error("NullTokenizer needs --vocab-size");
 			goto fail;
 		}
-		if (cfg->vocab_size > INT32_MAX) {
-			error("NullTokenizer: --vocab-size %" PRId64 " is larger than 2^31-1", cfg->vocab_size);
+		if (cfg->vocab_size < 1 || cfg->vocab_size > INT32_MAX) {
+			error("NullTokenizer: --vocab-size %" PRId64 " is out of range (1 to 2^31-1)", cfg->vocab_size);
+			goto fail;
+		}
+		/* the id is written as an int32 token */
+		if (cfg->null_eod_id != -1 && (cfg->null_eod_id < 0 || cfg->null_eod_id > INT32_MAX)) {
+			error("NullTokenizer: --null-tokenizer-eod-id %" PRId64 " is out of range (0 to 2^31-1, or -1 "
+			      "for vocab size - 1)",
+			      cfg->null_eod_id);
 			goto fail;
 		}
 		t->vocab_size = cfg->vocab_size;
-		t->eod = cfg->null_eod_id >= 0 ? cfg->null_eod_id : cfg->vocab_size - 1;
+		t->eod = cfg->null_eod_id == -1 ? cfg->vocab_size - 1 : cfg->null_eod_id;
 		t->describe = xasprintf("NullTokenizer (vocab %" PRId64 ", eod %" PRId64 ")", t->vocab_size, t->eod);
 	} else {
 		bool known = false;

@@ -28,8 +28,8 @@ struct tok_config {
 	const char *vocab_file;      /* --vocab-file */
 	const char *merge_file;      /* --merge-file */
 	const char *model;           /* --tokenizer-model */
-	int64_t vocab_size;          /* --vocab-size, -1 when not given */
-	int64_t null_eod_id;         /* --null-tokenizer-eod-id, -1 = vocab_size - 1 */
+	int64_t vocab_size;          /* --vocab-size, -1 when not given (NullTokenizer: 1..2^31-1) */
+	int64_t null_eod_id;         /* --null-tokenizer-eod-id: -1 = vocab_size - 1, else 0..2^31-1 */
 	bool no_include_special;     /* --tokenizer-hf-no-include-special-tokens */
 	char *const *special_tokens; /* --tokenizer-special-tokens */
 	int n_special_tokens;

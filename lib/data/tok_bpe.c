@@ -123,6 +123,37 @@ bool tok_bpe_unmap(const char *s, size_t n, struct sbuf *out)
 	return true;
 }
 
+char *tok_bpe_quote(const char *s, size_t n, size_t max)
+{
+	struct sbuf sb = SBUF_INIT;
+	sbuf_addch(&sb, '\'');
+	size_t i = 0;
+	while (i < n) {
+		utf8proc_int32_t cp;
+		utf8proc_ssize_t r = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(n - i), &cp);
+		size_t l = r > 0 ? (size_t)r : 1;
+		if (i + l > max) /* the whole character fits or none of it */
+			break;
+		if (r <= 0)
+			sbuf_addf(&sb, "\\x%02x", (unsigned char)s[i]);
+		else if (cp == '\n')
+			sbuf_addstr(&sb, "\\n");
+		else if (cp == '\r')
+			sbuf_addstr(&sb, "\\r");
+		else if (cp == '\t')
+			sbuf_addstr(&sb, "\\t");
+		else if (cp < 0x20 || cp == 0x7f)
+			sbuf_addf(&sb, "\\x%02x", (unsigned)cp);
+		else if (cp >= 0x80 && cp < 0xa0) /* C1 controls */
+			sbuf_addf(&sb, "\\u%04x", (unsigned)cp);
+		else
+			sbuf_add(&sb, s + i, l);
+		i += l;
+	}
+	sbuf_addstr(&sb, i < n ? "'..." : "'");
+	return sbuf_detach(&sb, NULL);
+}
+
 /* ---- the GPT-2 pre-tokenizer ------------------------------------------ */
 
 const char tok_bpe_gpt2_pattern[] =
@@ -269,6 +300,11 @@ static inline uint64_t hash_bytes(const char *p, size_t n, uint64_t seed)
 		h = (h ^ w) * 0x94d049bb133111ebull;
 	}
 	return mix64(h);
+}
+
+uint64_t tok_bpe_hash(const char *s, size_t n)
+{
+	return hash_bytes(s, n, 0x5bd1e995);
 }
 
 static inline uint64_t pair_key(int32_t a, int32_t b)

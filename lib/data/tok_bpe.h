@@ -35,6 +35,16 @@ uint32_t tok_bpe_utf8_next(const char *s, size_t n, size_t *len);
 /* Encode cp as UTF-8 into out[4]; returns the length. */
 size_t tok_bpe_utf8_put(uint32_t cp, char *out);
 
+/* s[0..n) quoted for a one-line message: "'...'" with control characters
+ * escaped (\n, \r, \t, other C0/DEL/C1 controls as \xNN / \u00NN),
+ * bytes that are not valid UTF-8 as \xNN, and, when s is longer than max
+ * bytes, cut at a character boundary with "..." after the closing quote.
+ * Caller frees. */
+char *tok_bpe_quote(const char *s, size_t n, size_t max);
+
+/* A 64-bit hash of s[0..n) (the one the vocabulary uses). */
+uint64_t tok_bpe_hash(const char *s, size_t n);
+
 /* Append the raw bytes of a byte-level string; false (out unchanged) when a
  * character is outside the table. */
 bool tok_bpe_unmap(const char *s, size_t n, struct sbuf *out);

@@ -31,9 +31,12 @@ int tok_hf_vocab_from_json(struct tok_bpe *m, const struct json_t *vocab, const 
 		val = json_object_iter_value(iter);
 		size_t klen = json_object_iter_key_len(iter);
 		/* ids index flat tables: keep them to real vocabulary sizes */
-		if (!json_is_integer(val) || json_integer_value(val) < 0 || json_integer_value(val) >= TOK_MAX_ID)
-			return error("%s: token '%s' has no valid id (expected an integer in [0, %d))", where, key,
-				     TOK_MAX_ID);
+		if (!json_is_integer(val) || json_integer_value(val) < 0 || json_integer_value(val) >= TOK_MAX_ID) {
+			char *q = tok_bpe_quote(key, klen, 80);
+			error("%s: token %s has no valid id (expected an integer in [0, %d))", where, q, TOK_MAX_ID);
+			free(q);
+			return -1;
+		}
 		tok_bpe_add_token(m, key, klen, (int32_t)json_integer_value(val));
 		iter = json_object_iter_next((json_t *)vocab, iter);
 	}
@@ -68,14 +71,16 @@ static int load_merges(struct tok_bpe *m, const char *path)
 			break;
 		}
 		char *sp = memchr(line, ' ', n);
-		if (!sp || memchr(sp + 1, ' ', n - (size_t)(sp + 1 - line))) {
-			ret = error("%s:%zu: a merge line must be two tokens separated by one space, got '%.*s'", path,
-				    lineno, (int)(n > 80 ? 80 : n), line);
-			break;
-		}
-		const char *why;
-		if (tok_bpe_add_merge(m, line, (size_t)(sp - line), sp + 1, n - (size_t)(sp + 1 - line), rank, &why)) {
-			ret = error("%s:%zu: merge '%.*s': %s", path, lineno, (int)(n > 80 ? 80 : n), line, why);
+		const char *why = NULL;
+		if (!sp || memchr(sp + 1, ' ', n - (size_t)(sp + 1 - line)) ||
+		    tok_bpe_add_merge(m, line, (size_t)(sp - line), sp + 1, n - (size_t)(sp + 1 - line), rank, &why)) {
+			char *q = tok_bpe_quote(line, n, 80);
+			if (why)
+				ret = error("%s:%zu: merge %s: %s", path, lineno, q, why);
+			else
+				ret = error("%s:%zu: a merge line must be two tokens separated by one space, got %s",
+					    path, lineno, q);
+			free(q);
 			break;
 		}
 		rank++;

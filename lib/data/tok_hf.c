@@ -160,6 +160,12 @@ static void apply_behavior(struct stage_state *ss, enum tok_hf_behavior b)
 	}
 }
 
+/* i is at the end of t or at the first byte of a character */
+static inline bool on_boundary(const char *t, size_t n, size_t i)
+{
+	return i == n || (i < n && ((unsigned char)t[i] & 0xC0) != 0x80);
+}
+
 /* Pattern::find_matches for a regex, with Oniguruma's find_iter: an empty
  * match right where the previous match ended is skipped by one character. */
 static int regex_spans(struct enc *e, const struct tok_hf_stage *st, struct stage_state *ss, const char *t, size_t n)
@@ -192,6 +198,14 @@ static int regex_spans(struct enc *e, const struct tok_hf_stage *st, struct stag
 		}
 		if (ms < prev || me < ms) { /* \K tricks: keep the tiling intact */
 			snprintf(e->s->err, sizeof(e->s->err), "pre-tokenizer regex returned a match before its start");
+			return -1;
+		}
+		/* the pieces go to stages that trust them to be UTF-8 (\C is
+		 * refused at load; this keeps a regex engine surprise from
+		 * becoming a read past the text) */
+		if (me > n || !on_boundary(t, n, ms) || !on_boundary(t, n, me)) {
+			snprintf(e->s->err, sizeof(e->s->err),
+				 "pre-tokenizer regex returned a match outside the text or inside a character");
 			return -1;
 		}
 		last_end = lme = me;
@@ -478,24 +492,34 @@ int tok_hf_encode(struct tok_hf_session *s, const char *text, size_t len, bool w
 
 /* ---- decoding --------------------------------------------------------- */
 
+static const struct tok_hf_added *added_by_id(const struct tok_hf *h, int32_t id)
+{
+	size_t lo = 0, hi = h->n_added;
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		const struct tok_hf_added *m = &h->added[h->added_by_id[mid]];
+		if (m->id == id)
+			return m;
+		if (m->id < id)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return NULL;
+}
+
+bool tok_hf_id_known(const struct tok_hf *h, int32_t id)
+{
+	const char *p;
+	size_t len;
+	return added_by_id(h, id) || tok_bpe_id_bytes(h->bpe, id, &p, &len);
+}
+
 int tok_hf_decode(const struct tok_hf *h, const int32_t *ids, size_t n, struct sbuf *out)
 {
 	for (size_t i = 0; i < n; i++) {
 		int32_t id = ids[i];
-		size_t lo = 0, hi = h->n_added;
-		const struct tok_hf_added *a = NULL;
-		while (lo < hi) {
-			size_t mid = (lo + hi) / 2;
-			const struct tok_hf_added *m = &h->added[h->added_by_id[mid]];
-			if (m->id == id) {
-				a = m;
-				break;
-			}
-			if (m->id < id)
-				lo = mid + 1;
-			else
-				hi = mid;
-		}
+		const struct tok_hf_added *a = added_by_id(h, id);
 		if (a) {
 			sbuf_add(out, a->content, a->len);
 			continue;

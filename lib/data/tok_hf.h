@@ -79,6 +79,9 @@ struct tok_hf {
 	struct tok_bpe *bpe;
 	struct tok_hf_added *added;
 	size_t n_added, cap_added;
+	uint32_t *added_ht; /* content -> index + 1 (0: empty), open addressing */
+	size_t added_ht_mask;
+	int32_t max_added_id; /* -1 while there is none */
 	struct tok_hf_matcher raw, norm;
 	uint32_t *added_by_id; /* indices sorted by id, for decoding */
 	enum tok_hf_norm *norms;
@@ -101,7 +104,9 @@ int32_t tok_hf_add_token(struct tok_hf *h, const char *content, size_t len, bool
 			 bool lstrip, bool rstrip, bool single_word);
 void tok_hf_add_norm(struct tok_hf *h, enum tok_hf_norm n);
 /* A Split stage; pattern is Oniguruma syntax as in tokenizer.json (literal
- * when is_regex is false). error() naming `where` when it does not compile. */
+ * when is_regex is false). error() naming `where` and the pattern when it
+ * does not compile; \C (one byte, which would cut UTF-8 characters) is
+ * refused. */
 int tok_hf_add_split(struct tok_hf *h, const char *pattern, bool is_regex, enum tok_hf_behavior b, bool invert,
 		     const char *where);
 void tok_hf_add_stage(struct tok_hf *h, enum tok_hf_stage_kind kind, enum tok_hf_behavior b);
@@ -118,6 +123,8 @@ int tok_hf_normalize(enum tok_hf_norm k, const char *p, size_t n, struct sbuf *d
 /* Id of a token string: added tokens first, then the model; -1. */
 int32_t tok_hf_token_id(const struct tok_hf *h, const char *s, size_t n);
 const struct tok_hf_added *tok_hf_find_added(const struct tok_hf *h, const char *s, size_t n);
+/* True when id decodes to something (an added token or a model token). */
+bool tok_hf_id_known(const struct tok_hf *h, int32_t id);
 
 /* Oniguruma pattern -> PCRE2 pattern with the same meaning (\s is Unicode
  * White_Space there, which PCRE2's \s lacks U+0085 of). Caller frees. */

@@ -21,6 +21,7 @@ struct tok_hf *tok_hf_new(struct tok_bpe *bpe)
 	struct tok_hf *h = xcalloc(1, sizeof(*h));
 	h->bpe = bpe;
 	h->raw.only_first = h->norm.only_first = -1;
+	h->max_added_id = -1;
 	return h;
 }
 
@@ -35,6 +36,7 @@ void tok_hf_free(struct tok_hf *h)
 		free(h->added[i].content);
 	}
 	free(h->added);
+	free(h->added_ht);
 	free(h->raw.order);
 	free(h->norm.order);
 	free(h->added_by_id);
@@ -46,12 +48,36 @@ void tok_hf_free(struct tok_hf *h)
 	free(h);
 }
 
+/* The slot of content s[0..n) in the added-token hash: its entry, or the
+ * empty slot where it would go. The table is never full (at most half). */
+static size_t added_slot(const struct tok_hf *h, const char *s, size_t n)
+{
+	for (size_t i = tok_bpe_hash(s, n) & h->added_ht_mask;; i = (i + 1) & h->added_ht_mask) {
+		uint32_t k = h->added_ht[i];
+		if (!k)
+			return i;
+		const struct tok_hf_added *a = &h->added[k - 1];
+		if (a->len == n && !memcmp(a->content, s, n))
+			return i;
+	}
+}
+
+static void added_ht_grow(struct tok_hf *h)
+{
+	size_t cap = h->added_ht ? (h->added_ht_mask + 1) * 2 : 64;
+	free(h->added_ht);
+	h->added_ht = xcalloc(cap, sizeof(*h->added_ht));
+	h->added_ht_mask = cap - 1;
+	for (size_t i = 0; i < h->n_added; i++)
+		h->added_ht[added_slot(h, h->added[i].content, h->added[i].len)] = (uint32_t)i + 1;
+}
+
 const struct tok_hf_added *tok_hf_find_added(const struct tok_hf *h, const char *s, size_t n)
 {
-	for (size_t i = 0; i < h->n_added; i++)
-		if (h->added[i].len == n && !memcmp(h->added[i].content, s, n))
-			return &h->added[i];
-	return NULL;
+	if (!h->added_ht)
+		return NULL;
+	uint32_t k = h->added_ht[added_slot(h, s, n)];
+	return k ? &h->added[k - 1] : NULL;
 }
 
 int32_t tok_hf_token_id(const struct tok_hf *h, const char *s, size_t n)
@@ -71,13 +97,13 @@ int32_t tok_hf_add_token(struct tok_hf *h, const char *content, size_t len, bool
 		if (id < 0) {
 			/* AddedVocabulary's next id: after the largest added id
 			 * when that is past the model, else the model's size */
-			int64_t model = (int64_t)tok_bpe_vocab_count(h->bpe), max = -1;
-			for (size_t i = 0; i < h->n_added; i++)
-				if (h->added[i].id > max)
-					max = h->added[i].id;
+			int64_t model = (int64_t)tok_bpe_vocab_count(h->bpe), max = h->max_added_id;
 			id = (int32_t)(max >= 0 && (max >= model || model == 0) ? max + 1 : model);
 		}
+		if ((h->n_added + 1) * 2 > (h->added_ht ? h->added_ht_mask + 1 : 0))
+			added_ht_grow(h);
 		xgrow(&h->added, &h->cap_added, h->n_added + 1, sizeof(*h->added));
+		h->added_ht[added_slot(h, content, len)] = (uint32_t)h->n_added + 1;
 		a = &h->added[h->n_added++];
 		memset(a, 0, sizeof(*a));
 		a->content = xstrndup(content, len);
@@ -85,6 +111,8 @@ int32_t tok_hf_add_token(struct tok_hf *h, const char *content, size_t len, bool
 		a->match = a->content;
 		a->mlen = len;
 		a->id = id;
+		if (id > h->max_added_id)
+			h->max_added_id = id;
 	}
 	a->special = special;
 	a->normalized = normalized;
@@ -177,13 +205,23 @@ int tok_hf_add_split(struct tok_hf *h, const char *pattern, bool is_regex, enum 
 	char *pat = is_regex ? tok_hf_onig_to_pcre2(pattern) : xstrdup(pattern);
 	int err;
 	PCRE2_SIZE off;
-	uint32_t opts = PCRE2_UTF | (is_regex ? PCRE2_UCP : PCRE2_LITERAL);
+	/* \C would match single bytes of a character: the pieces would not be
+	 * UTF-8, which later stages (matching without PCRE2's UTF-8 check) and
+	 * the splitter rely on. PCRE2_LITERAL takes no such option (and has no
+	 * \C to refuse). */
+	uint32_t opts = PCRE2_UTF | (is_regex ? PCRE2_UCP | PCRE2_NEVER_BACKSLASH_C : PCRE2_LITERAL);
 	pcre2_code *re = pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED, opts, &err, &off, NULL);
 	free(pat);
 	if (!re) {
 		PCRE2_UCHAR msg[256];
 		pcre2_get_error_message(err, msg, sizeof(msg));
-		return error("%s: cannot compile pattern at offset %zu: %s", where, (size_t)off, (char *)msg);
+		char *q = tok_bpe_quote(pattern, strlen(pattern), 200);
+		int r = error("%s: cannot compile pattern %s (offset %zu): %s%s", where, q, (size_t)off, (char *)msg,
+			      err == PCRE2_ERROR_BACKSLASH_C_CALLER_DISABLED
+				      ? " (\\C matches single bytes, which would cut UTF-8 characters)"
+				      : "");
+		free(q);
+		return r;
 	}
 	pcre2_jit_compile(re, PCRE2_JIT_COMPLETE); /* without JIT it still works, slower */
 	tok_hf_add_stage(h, TOK_HF_STAGE_REGEX, b);
@@ -339,7 +377,10 @@ int tok_hf_finish(struct tok_hf *h)
 			if (r < 0) {
 				sbuf_release(&a);
 				sbuf_release(&b);
-				return error("cannot normalize added token '%s'", t->content);
+				char *q = tok_bpe_quote(t->content, t->len, 80);
+				error("cannot normalize added token %s", q);
+				free(q);
+				return -1;
 			}
 			if (r) {
 				p = dst->buf;

@@ -3,7 +3,10 @@
  * pipeline of tok_hf.h, and find the end-of-document token the way
  * Megatron's HF wrapper does (eos_token, else sep_token). Anything the
  * pipeline does not implement is refused by name here, at load time, so a
- * run never produces ids that differ from Hugging Face's silently.
+ * run never produces ids that differ from Hugging Face's silently; so is a
+ * member of the wrong type (naming the file and the field), and a template
+ * special token whose id is not in the vocabulary. Strings from the files
+ * are echoed through tok_bpe_quote(), so every message stays one line.
  */
 #include "base/error.h"
 #include "base/jsonio.h"
@@ -14,21 +17,65 @@
 #include "tok_hf.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
-static bool get_bool(const json_t *o, const char *key, bool dflt)
+/*
+ * Typed member lookups. A member that is absent or null takes its default;
+ * one of another type is an error naming the file and the field ("model",
+ * "pre_tokenizer.pretokenizers[1]", ...), as Hugging Face refuses such a
+ * file too instead of guessing.
+ */
+static int get_bool(const json_t *o, const char *key, bool dflt, bool *out, const char *path, const char *field)
 {
 	json_t *v = json_object_get(o, key);
-	return json_is_boolean(v) ? json_is_true(v) : dflt;
+	*out = dflt;
+	if (!v || json_is_null(v))
+		return 0;
+	if (!json_is_boolean(v))
+		return error("%s: %s.%s must be true or false", path, field, key);
+	*out = json_is_true(v);
+	return 0;
 }
 
-/* null, absent or "" */
-static bool empty_str(const json_t *o, const char *key)
+/* A string member (NULL when absent or null); strings with a NUL inside
+ * are refused, since they are used as C strings. */
+static int get_str(const json_t *o, const char *key, const char **out, const char *path, const char *field)
 {
 	json_t *v = json_object_get(o, key);
-	return !v || json_is_null(v) || (json_is_string(v) && !json_string_length(v));
+	*out = NULL;
+	if (!v || json_is_null(v))
+		return 0;
+	if (!json_is_string(v))
+		return error("%s: %s.%s must be a string", path, field, key);
+	if (strlen(json_string_value(v)) != json_string_length(v))
+		return error("%s: %s.%s contains a NUL character", path, field, key);
+	*out = json_string_value(v);
+	return 0;
+}
+
+/* A node that must be an object; null (or absent) gives *out NULL. */
+static int get_obj(const json_t *v, const json_t **out, const char *path, const char *field)
+{
+	*out = NULL;
+	if (!v || json_is_null(v))
+		return 0;
+	if (!json_is_object(v))
+		return error("%s: %s must be an object", path, field);
+	*out = v;
+	return 0;
+}
+
+/* Its "type", which must be there. */
+static int get_type(const json_t *o, const char **type, const char *path, const char *field)
+{
+	if (get_str(o, "type", type, path, field))
+		return -1;
+	if (!*type)
+		return error("%s: %s has no \"type\"", path, field);
+	return 0;
 }
 
 /* ---- model ------------------------------------------------------------ */
@@ -65,21 +112,36 @@ static struct tok_bpe *load_model(const json_t *root, const char *path)
 		error("%s: no \"model\" object (is this a Hugging Face tokenizer.json?)", path);
 		return NULL;
 	}
-	const char *type = jsonio_get_str(model, "type");
+	const char *type, *cont, *suffix, *unk_tok;
+	bool byte_fallback, ignore_merges, fuse_unk;
+	if (get_str(model, "type", &type, path, "model") ||
+	    get_str(model, "continuing_subword_prefix", &cont, path, "model") ||
+	    get_str(model, "end_of_word_suffix", &suffix, path, "model") ||
+	    get_str(model, "unk_token", &unk_tok, path, "model") ||
+	    get_bool(model, "byte_fallback", false, &byte_fallback, path, "model") ||
+	    get_bool(model, "ignore_merges", false, &ignore_merges, path, "model") ||
+	    get_bool(model, "fuse_unk", false, &fuse_unk, path, "model"))
+		return NULL;
 	if (type ? strcmp(type, "BPE") != 0 : !json_object_get(model, "merges")) {
-		error("%s: model type '%s' is not supported (megac implements BPE models)", path, type ? type : "?");
+		char *q = type ? tok_bpe_quote(type, strlen(type), 80) : xstrdup("?");
+		error("%s: model type %s is not supported (megac implements BPE models)", path, q);
+		free(q);
 		return NULL;
 	}
 	json_t *dropout = json_object_get(model, "dropout");
-	if (dropout && !json_is_null(dropout) && !(json_is_number(dropout) && json_number_value(dropout) == 0)) {
+	if (dropout && !json_is_null(dropout) && !json_is_number(dropout)) {
+		error("%s: model.dropout must be a number or null", path);
+		return NULL;
+	}
+	if (dropout && json_is_number(dropout) && json_number_value(dropout) != 0) {
 		error("%s: model.dropout is set; BPE dropout is random and not supported", path);
 		return NULL;
 	}
-	if (!empty_str(model, "continuing_subword_prefix") || !empty_str(model, "end_of_word_suffix")) {
+	if ((cont && *cont) || (suffix && *suffix)) {
 		error("%s: model.continuing_subword_prefix / end_of_word_suffix are not supported (only empty)", path);
 		return NULL;
 	}
-	if (get_bool(model, "byte_fallback", false)) {
+	if (byte_fallback) {
 		error("%s: model.byte_fallback = true is not supported", path);
 		return NULL;
 	}
@@ -102,20 +164,24 @@ static struct tok_bpe *load_model(const json_t *root, const char *path)
 			goto fail;
 		}
 		if (tok_bpe_add_merge(m, a, alen, b, blen, (uint32_t)i, &why)) {
-			error("%s: model.merges[%zu] ('%.*s' '%.*s'): %s", path, i, (int)alen, a, (int)blen, b, why);
+			char *qa = tok_bpe_quote(a, alen, 80), *qb = tok_bpe_quote(b, blen, 80);
+			error("%s: model.merges[%zu] (%s %s): %s", path, i, qa, qb, why);
+			free(qa);
+			free(qb);
 			goto fail;
 		}
 	}
 	int32_t unk = -1;
-	const char *unk_tok = jsonio_get_str(model, "unk_token");
 	if (unk_tok) {
 		unk = tok_bpe_token_id(m, unk_tok, strlen(unk_tok));
 		if (unk < 0) {
-			error("%s: model.unk_token '%s' is not in the vocabulary", path, unk_tok);
+			char *q = tok_bpe_quote(unk_tok, strlen(unk_tok), 80);
+			error("%s: model.unk_token %s is not in the vocabulary", path, q);
+			free(q);
 			goto fail;
 		}
 	}
-	tok_bpe_set_options(m, get_bool(model, "ignore_merges", false), unk, get_bool(model, "fuse_unk", false));
+	tok_bpe_set_options(m, ignore_merges, unk, fuse_unk);
 	return m;
 fail:
 	tok_bpe_free(m);
@@ -124,13 +190,25 @@ fail:
 
 /* ---- normalizer, pre-tokenizer, post-processor ------------------------ */
 
-static int load_normalizer(struct tok_hf *h, const json_t *n, const char *path)
+/* An unsupported type, named in the message. */
+static int unsupported(const char *path, const char *what, const char *type, const char *implemented)
 {
-	if (!n || json_is_null(n))
+	char *q = tok_bpe_quote(type, strlen(type), 80);
+	error("%s: %s type %s is not supported (megac implements %s)", path, what, q, implemented);
+	free(q);
+	return -1;
+}
+
+static int load_normalizer(struct tok_hf *h, const json_t *node, const char *path, const char *field)
+{
+	const json_t *n;
+	const char *type;
+	if (get_obj(node, &n, path, field))
+		return -1;
+	if (!n)
 		return 0;
-	const char *type = jsonio_get_str(n, "type");
-	if (!type)
-		return error("%s: normalizer without a \"type\"", path);
+	if (get_type(n, &type, path, field))
+		return -1;
 	static const struct {
 		const char *name;
 		enum tok_hf_norm kind;
@@ -146,15 +224,19 @@ static int load_normalizer(struct tok_hf *h, const json_t *n, const char *path)
 	if (!strcmp(type, "Sequence")) {
 		json_t *list = json_object_get(n, "normalizers");
 		if (!json_is_array(list))
-			return error("%s: normalizer Sequence without a \"normalizers\" list", path);
-		for (size_t i = 0; i < json_array_size(list); i++)
-			if (load_normalizer(h, json_array_get(list, i), path))
+			return error("%s: %s: normalizer Sequence without a \"normalizers\" list", path, field);
+		for (size_t i = 0; i < json_array_size(list); i++) {
+			char *sub = xasprintf("%s.normalizers[%zu]", field, i);
+			int r = json_is_null(json_array_get(list, i))
+					? error("%s: %s must be an object", path, sub)
+					: load_normalizer(h, json_array_get(list, i), path, sub);
+			free(sub);
+			if (r)
 				return -1;
+		}
 		return 0;
 	}
-	return error("%s: normalizer type '%s' is not supported (megac implements NFC, NFD, NFKC, NFKD, "
-		     "Lowercase and Sequence)",
-		     path, type);
+	return unsupported(path, "normalizer", type, "NFC, NFD, NFKC, NFKD, Lowercase and Sequence");
 }
 
 static int behavior_of(const char *s, enum tok_hf_behavior *b)
@@ -177,63 +259,138 @@ static int behavior_of(const char *s, enum tok_hf_behavior *b)
 	return -1;
 }
 
-static int load_pretok(struct tok_hf *h, const json_t *p, const char *path, bool *bytelevel)
+static int load_split(struct tok_hf *h, const json_t *p, const char *path, const char *field)
 {
-	if (!p || json_is_null(p))
+	json_t *pat = json_object_get(p, "pattern");
+	json_t *re = json_object_get(pat, "Regex"), *str = json_object_get(pat, "String");
+	json_t *which = re ? re : str;
+	if (!json_is_object(pat) || !which || (re && str) || !json_is_string(which))
+		return error("%s: %s.pattern must be {\"Regex\": string} or {\"String\": string}", path, field);
+	if (strlen(json_string_value(which)) != json_string_length(which))
+		return error("%s: %s.pattern contains a NUL character", path, field);
+	const char *behavior;
+	bool invert;
+	enum tok_hf_behavior b;
+	if (get_str(p, "behavior", &behavior, path, field) || get_bool(p, "invert", false, &invert, path, field))
+		return -1;
+	if (behavior_of(behavior, &b)) {
+		char *q = behavior ? tok_bpe_quote(behavior, strlen(behavior), 80) : xstrdup("(none)");
+		error("%s: %s: Split behavior %s is not one of Removed, Isolated, MergedWithPrevious, "
+		      "MergedWithNext, Contiguous",
+		      path, field, q);
+		free(q);
+		return -1;
+	}
+	char *where = xasprintf("%s: %s (Split)", path, field);
+	int r = tok_hf_add_split(h, json_string_value(which), re != NULL, b, invert, where);
+	free(where);
+	return r;
+}
+
+static int load_pretok(struct tok_hf *h, const json_t *node, const char *path, const char *field, bool *bytelevel)
+{
+	const json_t *p;
+	const char *type;
+	if (get_obj(node, &p, path, field))
+		return -1;
+	if (!p)
 		return 0;
-	const char *type = jsonio_get_str(p, "type");
-	if (!type)
-		return error("%s: pre_tokenizer without a \"type\"", path);
+	if (get_type(p, &type, path, field))
+		return -1;
 	if (!strcmp(type, "Sequence")) {
 		json_t *list = json_object_get(p, "pretokenizers");
 		if (!json_is_array(list))
-			return error("%s: pre_tokenizer Sequence without a \"pretokenizers\" list", path);
-		for (size_t i = 0; i < json_array_size(list); i++)
-			if (load_pretok(h, json_array_get(list, i), path, bytelevel))
+			return error("%s: %s: pre_tokenizer Sequence without a \"pretokenizers\" list", path, field);
+		for (size_t i = 0; i < json_array_size(list); i++) {
+			char *sub = xasprintf("%s.pretokenizers[%zu]", field, i);
+			int r = json_is_null(json_array_get(list, i))
+					? error("%s: %s must be an object", path, sub)
+					: load_pretok(h, json_array_get(list, i), path, sub, bytelevel);
+			free(sub);
+			if (r)
 				return -1;
+		}
 		return 0;
 	}
-	if (*bytelevel) /* later steps would see the byte-mapped text */
-		return error("%s: pre_tokenizer '%s' after ByteLevel is not supported (ByteLevel must come last)",
-			     path, type);
+	if (*bytelevel) { /* later steps would see the byte-mapped text */
+		char *q = tok_bpe_quote(type, strlen(type), 80);
+		error("%s: pre_tokenizer %s after ByteLevel is not supported (ByteLevel must come last)", path, q);
+		free(q);
+		return -1;
+	}
 	if (!strcmp(type, "ByteLevel")) {
+		bool prefix, use_regex, trim;
+		if (get_bool(p, "add_prefix_space", true, &prefix, path, field) ||
+		    get_bool(p, "use_regex", true, &use_regex, path, field) ||
+		    get_bool(p, "trim_offsets", true, &trim, path, field))
+			return -1;
 		*bytelevel = true;
-		if (get_bool(p, "add_prefix_space", true))
+		if (prefix)
 			tok_hf_add_stage(h, TOK_HF_STAGE_PREFIX, TOK_HF_ISOLATED);
-		if (get_bool(p, "use_regex", true))
+		if (use_regex)
 			tok_hf_add_stage(h, TOK_HF_STAGE_GPT2, TOK_HF_ISOLATED);
 		return 0;
 	}
-	if (!strcmp(type, "Split")) {
-		json_t *pat = json_object_get(p, "pattern");
-		const char *re = jsonio_get_str(pat, "Regex"), *str = jsonio_get_str(pat, "String");
-		enum tok_hf_behavior b;
-		if (!re && !str)
-			return error("%s: pre_tokenizer Split: pattern is not {\"Regex\": ...} or {\"String\": ...}",
-				     path);
-		if (behavior_of(jsonio_get_str(p, "behavior"), &b))
-			return error("%s: pre_tokenizer Split: behavior '%s' is not one of Removed, Isolated, "
-				     "MergedWithPrevious, MergedWithNext, Contiguous",
-				     path, jsonio_get_str(p, "behavior") ? jsonio_get_str(p, "behavior") : "(none)");
-		char *where = xasprintf("%s: pre_tokenizer Split", path);
-		int r = tok_hf_add_split(h, re ? re : str, re != NULL, b, get_bool(p, "invert", false), where);
-		free(where);
-		return r;
-	}
+	if (!strcmp(type, "Split"))
+		return load_split(h, p, path, field);
 	if (!strcmp(type, "Digits")) {
-		bool ind = get_bool(p, "individual_digits", false);
+		bool ind;
+		if (get_bool(p, "individual_digits", false, &ind, path, field))
+			return -1;
 		tok_hf_add_stage(h, TOK_HF_STAGE_DIGITS, ind ? TOK_HF_ISOLATED : TOK_HF_CONTIGUOUS);
 		return 0;
 	}
-	return error("%s: pre_tokenizer type '%s' is not supported (megac implements ByteLevel, Split, Digits "
-		     "and Sequence)",
-		     path, type);
+	return unsupported(path, "pre_tokenizer", type, "ByteLevel, Split, Digits and Sequence");
+}
+
+/* The special tokens a template uses, checked against the vocabulary once
+ * it is complete (added tokens and configs come later). */
+struct tmpl_refs {
+	int32_t *id;
+	char **name;
+	size_t n, cap_id, cap_name;
+};
+
+static void tmpl_refs_push(struct tmpl_refs *r, int32_t id, const char *name)
+{
+	xgrow(&r->id, &r->cap_id, r->n + 1, sizeof(*r->id));
+	xgrow(&r->name, &r->cap_name, r->n + 1, sizeof(*r->name));
+	r->id[r->n] = id;
+	r->name[r->n++] = xstrdup(name);
+}
+
+static void tmpl_refs_free(struct tmpl_refs *r)
+{
+	for (size_t i = 0; i < r->n; i++)
+		free(r->name[i]);
+	free(r->id);
+	free(r->name);
+}
+
+static int check_template_ids(const struct tok_hf *h, const struct tmpl_refs *r, const char *path)
+{
+	for (size_t i = 0; i < r->n; i++) {
+		int32_t id = r->id[i];
+		const char *why = id >= h->vocab_size ? "which is past the vocabulary"
+			: !tok_hf_id_known(h, id)    ? "which is not in the vocabulary"
+						     : NULL;
+		if (!why)
+			continue;
+		char *q = tok_bpe_quote(r->name[i], strlen(r->name[i]), 80);
+		error("%s: post_processor TemplateProcessing: special token %s has id %d, %s (%" PRId64
+		      " tokens)",
+		      path, q, (int)id, why, h->vocab_size);
+		free(q);
+		return -1;
+	}
+	return 0;
 }
 
 /* One template piece: {"SpecialToken": {"id": ...}}, {"Sequence": {"id":
  * "A"}}, or the string forms "$A", "$A:0", "<s>", "<s>:1". Appends its ids
  * (-1 for the sequence) to out. */
-static int template_piece(const json_t *piece, const json_t *specials, const char *path, struct tok_ids *out)
+static int template_piece(const json_t *piece, const json_t *specials, const char *path, struct tok_ids *out,
+			  struct tmpl_refs *refs)
 {
 	const char *name = NULL;
 	bool seq = false;
@@ -261,51 +418,75 @@ static int template_piece(const json_t *piece, const json_t *specials, const cha
 			    "a Sequence",
 			    path);
 	} else if (seq) {
-		if (strcmp(name, "A"))
-			ret = error("%s: post_processor TemplateProcessing: the single template uses sequence '%s'",
-				    path, name);
-		else
+		if (strcmp(name, "A")) {
+			char *q = tok_bpe_quote(name, strlen(name), 80);
+			ret = error("%s: post_processor TemplateProcessing: the single template uses sequence %s",
+				    path, q);
+			free(q);
+		} else {
 			tok_ids_push(out, -1);
+		}
 	} else {
 		json_t *ids = json_object_get(json_object_get(specials, name), "ids");
+		char *q = tok_bpe_quote(name, strlen(name), 80);
 		if (!json_is_array(ids))
-			ret = error("%s: post_processor TemplateProcessing: special token '%s' has no \"ids\" in "
+			ret = error("%s: post_processor TemplateProcessing: special token %s has no \"ids\" in "
 				    "special_tokens",
-				    path, name);
+				    path, q);
 		for (size_t i = 0; !ret && i < json_array_size(ids); i++) {
 			json_t *v = json_array_get(ids, i);
-			if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= INT32_MAX)
-				ret = error("%s: post_processor TemplateProcessing: bad id for '%s'", path, name);
-			else
+			if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= INT32_MAX) {
+				ret = error("%s: post_processor TemplateProcessing: bad id for %s", path, q);
+			} else {
 				tok_ids_push(out, (int32_t)json_integer_value(v));
+				tmpl_refs_push(refs, (int32_t)json_integer_value(v), name);
+			}
 		}
+		free(q);
 	}
 	free(owned);
 	return ret;
 }
 
-static int load_post(struct tok_hf *h, const json_t *p, const char *path)
+static int load_post(struct tok_hf *h, const json_t *node, const char *path, const char *field,
+		     struct tmpl_refs *refs)
 {
-	if (!p || json_is_null(p))
+	const json_t *p;
+	const char *type;
+	if (get_obj(node, &p, path, field))
+		return -1;
+	if (!p)
 		return 0;
-	const char *type = jsonio_get_str(p, "type");
-	if (!type)
-		return error("%s: post_processor without a \"type\"", path);
-	if (!strcmp(type, "ByteLevel")) /* only trims offsets */
-		return 0;
+	if (get_type(p, &type, path, field))
+		return -1;
+	if (!strcmp(type, "ByteLevel")) { /* only trims offsets */
+		bool b;
+		return get_bool(p, "add_prefix_space", true, &b, path, field) ||
+				       get_bool(p, "trim_offsets", true, &b, path, field) ||
+				       get_bool(p, "use_regex", true, &b, path, field)
+			       ? -1
+			       : 0;
+	}
 	if (!strcmp(type, "Sequence")) {
 		json_t *list = json_object_get(p, "processors");
 		if (!json_is_array(list))
-			return error("%s: post_processor Sequence without a \"processors\" list", path);
-		for (size_t i = 0; i < json_array_size(list); i++)
-			if (load_post(h, json_array_get(list, i), path))
+			return error("%s: %s: post_processor Sequence without a \"processors\" list", path, field);
+		for (size_t i = 0; i < json_array_size(list); i++) {
+			char *sub = xasprintf("%s.processors[%zu]", field, i);
+			int r = json_is_null(json_array_get(list, i))
+					? error("%s: %s must be an object", path, sub)
+					: load_post(h, json_array_get(list, i), path, sub, refs);
+			free(sub);
+			if (r)
 				return -1;
+		}
 		return 0;
 	}
 	if (strcmp(type, "TemplateProcessing"))
-		return error("%s: post_processor type '%s' is not supported (megac implements ByteLevel, "
-			     "TemplateProcessing and Sequence)",
-			     path, type);
+		return unsupported(path, "post_processor", type, "ByteLevel, TemplateProcessing and Sequence");
+	json_t *specials = json_object_get(p, "special_tokens");
+	if (specials && !json_is_null(specials) && !json_is_object(specials))
+		return error("%s: %s.special_tokens must be an object", path, field);
 	json_t *single = json_object_get(p, "single");
 	if (json_is_string(single)) { /* "$A" or "<s> $A </s>" */
 		json_t *arr = json_array();
@@ -324,7 +505,7 @@ static int load_post(struct tok_hf *h, const json_t *p, const char *path)
 	struct tok_ids t = { 0 };
 	int ret = 0;
 	for (size_t i = 0; !ret && i < json_array_size(single); i++)
-		ret = template_piece(json_array_get(single, i), json_object_get(p, "special_tokens"), path, &t);
+		ret = template_piece(json_array_get(single, i), specials, path, &t, refs);
 	json_decref(single);
 	if (!ret) {
 		/* applied after an earlier template: its output is our $A */
@@ -359,17 +540,30 @@ static int load_added(struct tok_hf *h, const json_t *list, const char *path)
 		return error("%s: added_tokens is not an array", path);
 	for (size_t i = 0; i < json_array_size(list); i++) {
 		json_t *t = json_array_get(list, i);
+		char field[48];
+		snprintf(field, sizeof(field), "added_tokens[%zu]", i);
+		if (!json_is_object(t))
+			return error("%s: %s must be an object", path, field);
 		json_t *c = json_object_get(t, "content");
 		if (!json_is_string(c))
-			return error("%s: added_tokens[%zu] has no \"content\" string", path, i);
-		bool special = get_bool(t, "special", false);
-		int32_t id = tok_hf_add_token(h, json_string_value(c), json_string_length(c), special,
-					      get_bool(t, "normalized", !special), get_bool(t, "lstrip", false),
-					      get_bool(t, "rstrip", false), get_bool(t, "single_word", false));
+			return error("%s: %s.content must be a string", path, field);
 		json_t *jid = json_object_get(t, "id");
-		if (id >= 0 && json_is_integer(jid) && json_integer_value(jid) != id)
-			warning("%s: added token '%s' was expected to have id %lld but gets %d (as in Hugging Face)",
-				path, json_string_value(c), (long long)json_integer_value(jid), (int)id);
+		if (!json_is_integer(jid) || json_integer_value(jid) < 0)
+			return error("%s: %s.id must be a non-negative integer", path, field);
+		bool special, normalized, lstrip, rstrip, single_word;
+		if (get_bool(t, "special", false, &special, path, field) ||
+		    get_bool(t, "normalized", !special, &normalized, path, field) ||
+		    get_bool(t, "lstrip", false, &lstrip, path, field) || get_bool(t, "rstrip", false, &rstrip, path, field) ||
+		    get_bool(t, "single_word", false, &single_word, path, field))
+			return -1;
+		int32_t id = tok_hf_add_token(h, json_string_value(c), json_string_length(c), special, normalized, lstrip,
+					      rstrip, single_word);
+		if (id >= 0 && json_integer_value(jid) != id) {
+			char *q = tok_bpe_quote(json_string_value(c), json_string_length(c), 80);
+			warning("%s: added token %s was expected to have id %lld but gets %d (as in Hugging Face)", path,
+				q, (long long)json_integer_value(jid), (int)id);
+			free(q);
+		}
 	}
 	return 0;
 }
@@ -381,6 +575,52 @@ struct cfg_files {
 	json_t *map;    /* special_tokens_map.json, or NULL */
 };
 
+static const char *const cfg_keys[] = { "bos_token", "eos_token", "unk_token",	"sep_token",
+					"pad_token", "cls_token", "mask_token", "additional_special_tokens" };
+
+/* A special token in the configs: a string or {"content": ...}, with the
+ * AddedToken flags; field names it in messages. */
+static int check_cfg_token(const json_t *v, const char *path, const char *field)
+{
+	const json_t *c = json_is_object(v) ? json_object_get(v, "content") : v;
+	if (!json_is_string(c))
+		return error("%s: %s must be a string or an object with \"content\"", path, field);
+	if (strlen(json_string_value(c)) != json_string_length(c))
+		return error("%s: %s contains a NUL character", path, field);
+	static const char *const flags[] = { "normalized", "lstrip", "rstrip", "single_word", "special" };
+	bool b;
+	for (size_t i = 0; json_is_object(v) && i < sizeof(flags) / sizeof(flags[0]); i++)
+		if (get_bool(v, flags[i], false, &b, path, field))
+			return -1;
+	return 0;
+}
+
+/* The members megac reads, type-checked. */
+static int check_cfg(const json_t *j, const char *path)
+{
+	if (!json_is_object(j))
+		return error("%s: not a JSON object", path);
+	for (size_t k = 0; k < sizeof(cfg_keys) / sizeof(cfg_keys[0]); k++) {
+		const json_t *v = json_object_get(j, cfg_keys[k]);
+		if (!v || json_is_null(v))
+			continue;
+		if (strcmp(cfg_keys[k], "additional_special_tokens")) {
+			if (check_cfg_token(v, path, cfg_keys[k]))
+				return -1;
+			continue;
+		}
+		if (!json_is_array(v))
+			return error("%s: %s must be an array", path, cfg_keys[k]);
+		for (size_t i = 0; i < json_array_size(v); i++) {
+			char field[64];
+			snprintf(field, sizeof(field), "%s[%zu]", cfg_keys[k], i);
+			if (check_cfg_token(json_array_get(v, i), path, field))
+				return -1;
+		}
+	}
+	return 0;
+}
+
 static int load_optional_json(const char *dir, const char *name, json_t **out)
 {
 	char *p = xasprintf("%s/%s", dir, name);
@@ -389,14 +629,14 @@ static int load_optional_json(const char *dir, const char *name, json_t **out)
 	int r = 0;
 	if (stat(p, &st) == 0) {
 		*out = jsonio_load_file(p);
-		if (!*out)
+		if (!*out || check_cfg(*out, p))
 			r = -1;
 	}
 	free(p);
 	return r;
 }
 
-/* A special token in the configs: a string or {"content": ...}. */
+/* A checked special token: a string or {"content": ...}. */
 static const char *cfg_token(const json_t *v)
 {
 	if (json_is_string(v))
@@ -404,6 +644,11 @@ static const char *cfg_token(const json_t *v)
 	if (json_is_object(v))
 		return jsonio_get_str(v, "content");
 	return NULL;
+}
+
+static bool cfg_flag(const json_t *v, const char *key)
+{
+	return json_is_true(json_object_get(v, key));
 }
 
 static const json_t *cfg_get(const struct cfg_files *c, const char *key)
@@ -418,19 +663,16 @@ static const json_t *cfg_get(const struct cfg_files *c, const char *key)
  * tokenizer does not know them yet. */
 static void add_config_specials(struct tok_hf *h, const struct cfg_files *c)
 {
-	static const char *const keys[] = { "bos_token", "eos_token", "unk_token",  "sep_token",
-					    "pad_token", "cls_token", "mask_token", "additional_special_tokens" };
-	for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++) {
-		const json_t *v = cfg_get(c, keys[k]);
+	for (size_t k = 0; k < sizeof(cfg_keys) / sizeof(cfg_keys[0]); k++) {
+		const json_t *v = cfg_get(c, cfg_keys[k]);
 		size_t n = json_is_array(v) ? json_array_size(v) : 1;
 		for (size_t i = 0; v && i < n; i++) {
 			const json_t *e = json_is_array(v) ? json_array_get(v, i) : v;
 			const char *s = cfg_token(e);
 			if (!s || !*s || tok_hf_token_id(h, s, strlen(s)) >= 0)
 				continue;
-			tok_hf_add_token(h, s, strlen(s), true, get_bool(e, "normalized", false),
-					 get_bool(e, "lstrip", false), get_bool(e, "rstrip", false),
-					 get_bool(e, "single_word", false));
+			tok_hf_add_token(h, s, strlen(s), true, cfg_flag(e, "normalized"), cfg_flag(e, "lstrip"),
+					 cfg_flag(e, "rstrip"), cfg_flag(e, "single_word"));
 		}
 	}
 }
@@ -478,6 +720,7 @@ struct tok_hf *tok_hf_load(const char *model, char *const *special, int n_specia
 	}
 	struct tok_hf *h = NULL;
 	struct cfg_files cfg = { NULL, NULL };
+	struct tmpl_refs refs = { 0 };
 	json_t *root = jsonio_load_file(path);
 	if (!root)
 		goto fail;
@@ -490,9 +733,9 @@ struct tok_hf *tok_hf_load(const char *model, char *const *special, int n_specia
 		goto fail;
 	h = tok_hf_new(m);
 	bool bytelevel = false;
-	if (load_normalizer(h, json_object_get(root, "normalizer"), path) ||
-	    load_pretok(h, json_object_get(root, "pre_tokenizer"), path, &bytelevel) ||
-	    load_post(h, json_object_get(root, "post_processor"), path) ||
+	if (load_normalizer(h, json_object_get(root, "normalizer"), path, "normalizer") ||
+	    load_pretok(h, json_object_get(root, "pre_tokenizer"), path, "pre_tokenizer", &bytelevel) ||
+	    load_post(h, json_object_get(root, "post_processor"), path, "post_processor", &refs) ||
 	    load_added(h, json_object_get(root, "added_tokens"), path))
 		goto fail;
 	if (!bytelevel) {
@@ -507,8 +750,9 @@ struct tok_hf *tok_hf_load(const char *model, char *const *special, int n_specia
 	for (int i = 0; i < n_special; i++)
 		tok_hf_add_token(h, special[i], strlen(special[i]), true, false, false, false, false);
 	*eod = find_eod(h, &cfg, path);
-	if (tok_hf_finish(h))
+	if (tok_hf_finish(h) || check_template_ids(h, &refs, path))
 		goto fail;
+	tmpl_refs_free(&refs);
 	json_decref(root);
 	json_decref(cfg.config);
 	json_decref(cfg.map);
@@ -516,6 +760,7 @@ struct tok_hf *tok_hf_load(const char *model, char *const *special, int n_specia
 	*path_out = path;
 	return h;
 fail:
+	tmpl_refs_free(&refs);
 	tok_hf_free(h);
 	json_decref(root);
 	json_decref(cfg.config);

@@ -13,6 +13,7 @@
 
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <utf8proc.h>
 
@@ -95,16 +96,17 @@ int tok_null_encode(int64_t vocab_size, const char *text, size_t len, struct tok
 		size_t e = sp ? (size_t)(sp - text) : len;
 		int64_t v;
 		int r = parse_piece(text + i, e - i, &v);
-		int shown = (int)(e - i > 40 ? 40 : e - i);
-		if (r == -1) {
-			snprintf(err, errlen, "NullTokenizer: '%.*s'%s is not an integer (the text must be ids separated "
-				 "by single spaces)", shown, text + i, e - i > 40 ? "..." : "");
-		} else if (r == -2 || v < 0 || v >= vocab_size) {
-			snprintf(err, errlen, "NullTokenizer: id '%.*s'%s is outside the vocabulary [0, %" PRId64 ")",
-				 shown, text + i, e - i > 40 ? "..." : "", vocab_size);
-			r = -1;
-		}
-		if (r) {
+		if (r == 0 && (v < 0 || v >= vocab_size))
+			r = -2;
+		if (r) { /* the piece, escaped and cut on a character boundary */
+			char *q = tok_bpe_quote(text + i, e - i, 40);
+			if (r == -1)
+				snprintf(err, errlen, "NullTokenizer: %s is not an integer (the text must be ids "
+					 "separated by single spaces)", q);
+			else
+				snprintf(err, errlen, "NullTokenizer: id %s is outside the vocabulary [0, %" PRId64 ")",
+					 q, vocab_size);
+			free(q);
 			out->n = start;
 			return -1;
 		}

@@ -89,8 +89,45 @@ grep -q "x_text_document.bin/.idx: 11 documents" "$ERR" && ok "good lines writte
 rm -f "$O"/*
 
 # SIGTERM in the middle of a run removes the temporary files
-( while gzip -dc examples/data/kjv.jsonl.gz; do :; done ) 2>/dev/null | $P --input - >/dev/null 2>&1 &
-sleep 1
-pkill -TERM -f "preprocess_data .*--output-prefix $O/x" 2>/dev/null
-wait 2>/dev/null
+( while gzip -dc examples/data/kjv.jsonl.gz; do :; done ) 2>/dev/null | $P --input - >/dev/null 2>"$ERR" &
+pid=$!
+n=0
+while [ -z "$(ls -A "$O")" ] && [ $n -lt 100 ]; do sleep 0.05; n=$((n + 1)); done
+[ -n "$(ls -A "$O")" ] && ok "temporary files exist while writing" || notok "temporary files exist while writing"
+sleep 0.3
+pkill -TERM -f "preprocess_data .*--output-prefix $O/x"
+wait $pid
+rc=$?
+[ "$rc" -eq 143 ] && ok "SIGTERM ends the run (exit 143)" || notok "SIGTERM: exit $rc, wanted 143"
 empty_dir "SIGTERM leaves nothing behind" "$O"
+
+# inputs read more than once must be re-readable
+mkfifo "$W/fifo"
+( cat "$W/k.jsonl" >"$W/fifo" ) 2>/dev/null &
+expect_fail "--partitions refuses a pipe" "is not a regular file (a pipe or device can be read only once)" $P --input "$W/fifo" --partitions 2
+kill $! 2>/dev/null
+( exec 3<>"$W/fifo" ) 2>/dev/null
+expect_fail "--find-optimal-num-workers refuses stdin" "standard input can be read only once" $P --input - --find-optimal-num-workers </dev/null
+empty_dir "nothing left by refused multi-pass runs" "$O"
+
+# an EOD id the token dtype cannot hold is refused before anything is read
+expect_fail "EOD id too large for uint16" "does not fit the uint16 tokens" $BIN/preprocess_data --tokenizer-type NullTokenizer \
+	--vocab-size 100 --null-tokenizer-eod-id 70000 --append-eod --input "$W/null.jsonl" --output-prefix "$O/x"
+
+# more output keys than the temporary-file table holds: a clean error, nothing left
+keys=$(i=0; while [ $i -lt 600 ]; do printf 'k%d ' $i; i=$((i + 1)); done)
+expect_fail "600 --json-keys" "output files open at once" $P --input "$W/k.jsonl" --json-keys $keys
+empty_dir "nothing left after too many keys" "$O"
+
+# a bad first line ends the run at once even if stdin then stalls
+mkfifo "$W/slow"
+( printf '{"txt": 1}\n'; head -n 30 "$W/k.jsonl"; sleep 8 ) >"$W/slow" &
+producer=$!
+start=$(date +%s)
+$P --input - <"$W/slow" >"$OUT_LOG" 2>"$ERR"
+rc=$?
+took=$(($(date +%s) - start))
+kill $producer 2>/dev/null
+[ "$rc" -eq 128 ] && [ "$took" -lt 5 ] && ok "a stalled stdin does not delay the error (${took}s)" \
+	|| { notok "a stalled stdin delayed the error: exit $rc after ${took}s"; show "$ERR"; }
+empty_dir "nothing left after the stalled-stdin error" "$O"

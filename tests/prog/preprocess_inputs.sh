@@ -66,3 +66,23 @@ expect_ok "--find-optimal-num-workers" $P --input "$W/kjv.jsonl" --output-prefix
 grep -q "The most optimal num of workers is [12] with avg. preprocessed docs/s" "$OUT_LOG" \
 	&& ok "a ranking is printed" || { notok "a ranking is printed"; show "$OUT_LOG"; }
 empty_dir "benchmark mode writes no dataset" "$W/opt"
+
+# hundreds of small files read by many workers in tiny work items (the
+# reader registers new file names while workers name theirs)
+mkdir -p "$W/many"
+i=0
+while [ $i -lt 300 ]; do
+	printf '{"text": "file %d line one"}\n{"text": "file %d, line two"}\n' $i $i >"$W/many/f$(printf %03d $i).jsonl"
+	i=$((i + 1))
+done
+cat "$W"/many/*.jsonl >"$W/many.all"
+expect_ok "300 small files, 8 workers" env MEGAC_CHUNK_BYTES=10 $P --input "$W/many" --output-prefix "$W/many8" --workers 8
+expect_ok "the same lines as one file" $P --input "$W/many.all" --output-prefix "$W/many1"
+same_dataset "300 files equal their concatenation" "$W/many1_text_document" "$W/many8_text_document"
+
+# a symlink loop inside an input directory is skipped, not followed forever
+mkdir -p "$W/loop/sub"
+cp "$W/kjv.jsonl" "$W/loop/sub/a.jsonl"
+ln -s .. "$W/loop/sub/up"
+expect_ok "a directory with a symlink loop" $P --input "$W/loop" --output-prefix "$W/loop_out"
+same_dataset "the loop is read once" "$W/w1_text_document" "$W/loop_out_text_document"

@@ -11,6 +11,7 @@
 #include "base/error.h"
 #include "base/jsonio.h"
 #include "base/sbuf.h"
+#include "base/utf8.h"
 #include "base/xalloc.h"
 #include "data/tok.h"
 #include "data/tok_bpe.h"
@@ -20,6 +21,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #define FIX "tests/fixtures/tokenizers"
 #define GPT2_VOCAB "examples/tokenizers/gpt2/gpt2-vocab.json"
@@ -612,7 +614,7 @@ static void expect_fail(struct tok_config *c, const char *a, const char *b)
 	if (b)
 		CHECK(msg && strstr(msg, b));
 	if (!msg || !strstr(msg, a) || (b && !strstr(msg, b)))
-		printf("#   message was: %s", msg ? msg : "(none)\n");
+		printf("#   message was: %s", msg && *msg ? msg : "(none)\n");
 	free(msg);
 	tok_free(t);
 }
@@ -879,6 +881,502 @@ static void test_threads(void)
 	tok_free(q);
 }
 
+/* ---- hardening: crafted files and flags ------------------------------- */
+
+/* A folder under the scratch directory holding tokenizer.json (and
+ * tokenizer_config.json when config is not NULL); caller frees. */
+static char *tok_dir(const char *name, const char *json, const char *config)
+{
+	char *dir = tmp_path(name);
+	mkdir(dir, 0755);
+	char *f = xasprintf("%s/tokenizer.json", dir);
+	write_file(f, json, strlen(json));
+	free(f);
+	f = xasprintf("%s/tokenizer_config.json", dir);
+	if (config)
+		write_file(f, config, strlen(config));
+	else
+		unlink(f);
+	free(f);
+	return dir;
+}
+
+/* The GPT-2 tokenizer.json with its pre_tokenizer replaced; caller frees. */
+static char *gpt2_with_pretok(const char *name, const char *pretok_json)
+{
+	json_error_t je;
+	char *base_path = xasprintf("%s/tokenizer.json", g_gpt2_dir);
+	json_t *root = json_load_file(base_path, 0, &je);
+	free(base_path);
+	json_t *pre = json_loads(pretok_json, 0, &je);
+	if (!root || !pre) {
+		printf("#   bad test JSON: %s\n", je.text);
+		abort();
+	}
+	json_object_set_new(root, "pre_tokenizer", pre);
+	char *dir = tmp_path(name);
+	mkdir(dir, 0755);
+	char *f = xasprintf("%s/tokenizer.json", dir);
+	CHECK_INT(json_dump_file(root, f, JSON_COMPACT), 0);
+	free(f);
+	json_decref(root);
+	return dir;
+}
+
+/* Encode and decode s; true when the ids give the text back. */
+static bool roundtrips(struct tokenizer *t, const char *s)
+{
+	struct tok_session *ss = tok_session_new(t);
+	struct tok_ids ids = { 0 };
+	struct sbuf sb = SBUF_INIT;
+	bool ok = tok_encode(ss, s, strlen(s), &ids) == 0 && tok_decode(t, ids.v, ids.n, &sb) == 0 &&
+		  sb.len == strlen(s) && !memcmp(sb.buf, s, sb.len);
+	sbuf_release(&sb);
+	tok_ids_free(&ids);
+	tok_session_free(ss);
+	return ok;
+}
+
+/* \C matches one byte even in UTF mode: a Split on it cut characters in
+ * half, and later stages (which skip PCRE2's UTF-8 check) read past the
+ * piece. Such a file is refused; \X alone still works. */
+static void test_regex_backslash_c(void)
+{
+	static const char text[] = "h\xc3\xa9llo \xe4\xb8\xad\xe6\x96\x87 \xf0\x9f\x98\x80";
+	char *dir = gpt2_with_pretok("split-C", "{\"type\": \"Sequence\", \"pretokenizers\": ["
+						"{\"type\": \"Split\", \"pattern\": {\"Regex\": \"\\\\C\"}, "
+						"\"behavior\": \"Isolated\", \"invert\": false},"
+						"{\"type\": \"Split\", \"pattern\": {\"Regex\": \"\\\\X\"}, "
+						"\"behavior\": \"Isolated\", \"invert\": false},"
+						"{\"type\": \"ByteLevel\", \"add_prefix_space\": false}]}");
+	char *msg, *file = xasprintf("%s/tokenizer.json", dir);
+	struct tokenizer *t = load_hf(dir, false, &msg);
+	CHECK(t == NULL);
+	CHECK(msg && strstr(msg, file) && strstr(msg, "'\\C'"));
+	if (!msg || !strstr(msg, "'\\C'"))
+		printf("#   message was: %s", msg ? msg : "(none)\n");
+	if (t) /* before the fix: ASan reports a heap-buffer-overflow here */
+		CHECK(roundtrips(t, text));
+	tok_free(t);
+	free(msg);
+	free(file);
+	free(dir);
+
+	/* inside a class, after other text, and a literal "\C" string is fine */
+	dir = gpt2_with_pretok("split-C2", "{\"type\": \"Sequence\", \"pretokenizers\": ["
+					   "{\"type\": \"Split\", \"pattern\": {\"Regex\": \"a|(?:\\\\C\\\\C)\"}, "
+					   "\"behavior\": \"Isolated\", \"invert\": false},"
+					   "{\"type\": \"ByteLevel\", \"add_prefix_space\": false}]}");
+	t = load_hf(dir, false, &msg);
+	CHECK(t == NULL);
+	CHECK(msg && strstr(msg, "a|(?:\\C\\C)"));
+	tok_free(t);
+	free(msg);
+	free(dir);
+	dir = gpt2_with_pretok("split-C3", "{\"type\": \"Sequence\", \"pretokenizers\": ["
+					   "{\"type\": \"Split\", \"pattern\": {\"String\": \"\\\\C\"}, "
+					   "\"behavior\": \"Isolated\", \"invert\": false},"
+					   "{\"type\": \"ByteLevel\", \"add_prefix_space\": false}]}");
+	t = load_hf(dir, false, NULL);
+	CHECK(t != NULL);
+	if (t) {
+		CHECK(roundtrips(t, text));
+		CHECK(roundtrips(t, "a\\Cb\\C"));
+	}
+	tok_free(t);
+	free(dir);
+
+	/* \X (grapheme clusters), then ByteLevel: every piece stays whole */
+	dir = gpt2_with_pretok("split-X", "{\"type\": \"Sequence\", \"pretokenizers\": ["
+					  "{\"type\": \"Split\", \"pattern\": {\"Regex\": \"\\\\X\"}, "
+					  "\"behavior\": \"Isolated\", \"invert\": false},"
+					  "{\"type\": \"Split\", \"pattern\": {\"Regex\": \"(?<=\\\\p{L})\"}, "
+					  "\"behavior\": \"Isolated\", \"invert\": false},"
+					  "{\"type\": \"ByteLevel\", \"add_prefix_space\": false}]}");
+	t = load_hf(dir, false, NULL);
+	CHECK(t != NULL);
+	if (t) {
+		CHECK(roundtrips(t, text));
+		CHECK(roundtrips(t, "e\xcc\x81\xf0\x9f\x91\xa9\xe2\x80\x8d\xf0\x9f\x92\xbb x"));
+	}
+	tok_free(t);
+	free(dir);
+
+	/* and should a pattern still match inside a character (built here by
+	 * hand, past the loader), encoding stops with a reason, reading nothing
+	 * outside the text */
+	int64_t eod;
+	struct tok_hf *hf = tok_gpt2_load(GPT2_VOCAB, GPT2_MERGES, NULL, 0, &eod);
+	CHECK(hf != NULL);
+	if (hf) {
+		static const char *const pats[] = { "\\C", "\\X" };
+		hf->n_stages = 0;
+		for (int k = 0; k < 2; k++) {
+			int err;
+			PCRE2_SIZE off;
+			tok_hf_add_stage(hf, TOK_HF_STAGE_REGEX, TOK_HF_ISOLATED);
+			hf->stages[k].re = pcre2_compile((PCRE2_SPTR)pats[k], PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP,
+							 &err, &off, NULL);
+			CHECK(hf->stages[k].re != NULL);
+		}
+		tok_hf_add_stage(hf, TOK_HF_STAGE_GPT2, TOK_HF_ISOLATED);
+		struct tok_hf_session *hs = tok_hf_session_new(hf);
+		struct tok_ids ids = { 0 };
+		const char *why = NULL;
+		CHECK_INT(tok_hf_encode(hs, text, strlen(text), false, &ids, &why), -1);
+		CHECK(why && strstr(why, "inside a character"));
+		tok_ids_free(&ids);
+		tok_hf_session_free(hs);
+		tok_hf_free(hf);
+	}
+
+	/* --tokenizer-special-tokens that are not UTF-8 would match inside a
+	 * character: refused */
+	struct tok_config c = cfg_of("GPT2BPETokenizer");
+	char *bad[] = { "\x80" };
+	c.vocab_file = GPT2_VOCAB;
+	c.merge_file = GPT2_MERGES;
+	c.special_tokens = bad;
+	c.n_special_tokens = 1;
+	t = load_cfg(&c, &msg);
+	CHECK(t == NULL);
+	CHECK(msg && strstr(msg, "--tokenizer-special-tokens") && strstr(msg, "\\x80"));
+	tok_free(t);
+	free(msg);
+	c = cfg_of("HuggingFaceTokenizer");
+	c.model = g_gpt2_dir;
+	c.special_tokens = bad;
+	c.n_special_tokens = 1;
+	t = load_cfg(&c, &msg);
+	CHECK(t == NULL);
+	CHECK(msg && strstr(msg, "--tokenizer-special-tokens") && strstr(msg, "\\x80"));
+	tok_free(t);
+	free(msg);
+}
+
+static void test_null_eod_id(void)
+{
+	struct tok_config c = cfg_of("NullTokenizer");
+	c.vocab_size = 70000;
+	c.null_eod_id = 4294967297LL; /* was id 1 */
+	expect_fail(&c, "--null-tokenizer-eod-id", "4294967297");
+	c.null_eod_id = 2147483648LL; /* was -2147483648 */
+	expect_fail(&c, "--null-tokenizer-eod-id", "2147483648");
+	c.null_eod_id = -2; /* was the default */
+	expect_fail(&c, "--null-tokenizer-eod-id", "-2");
+	c.null_eod_id = INT64_MIN;
+	expect_fail(&c, "--null-tokenizer-eod-id", "-9223372036854775808");
+
+	c.null_eod_id = -1;
+	struct tokenizer *t = load_cfg(&c, NULL);
+	CHECK(t && tok_eod(t) == 69999);
+	tok_free(t);
+	c.null_eod_id = INT32_MAX;
+	t = load_cfg(&c, NULL);
+	CHECK(t && tok_eod(t) == INT32_MAX);
+	tok_free(t);
+	c.null_eod_id = 0;
+	t = load_cfg(&c, NULL);
+	CHECK(t && tok_eod(t) == 0);
+	tok_free(t);
+
+	c.null_eod_id = -1;
+	c.vocab_size = -5;
+	expect_fail(&c, "--vocab-size", "-5");
+	c.vocab_size = 2147483648LL;
+	expect_fail(&c, "--vocab-size", "2147483648");
+	c.vocab_size = INT32_MAX;
+	t = load_cfg(&c, NULL);
+	CHECK(t && tok_vocab_size(t) == INT32_MAX && tok_eod(t) == INT32_MAX - 1);
+	tok_free(t);
+	c.vocab_size = 1;
+	t = load_cfg(&c, NULL);
+	CHECK(t && tok_eod(t) == 0);
+	tok_free(t);
+}
+
+#define MINI_MODEL "\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2}, \"merges\": [\"a b\"]}"
+#define MINI_PRE "\"pre_tokenizer\": {\"type\": \"ByteLevel\"}"
+
+static void test_json_field_types(void)
+{
+	struct tok_config h = cfg_of("HuggingFaceTokenizer");
+	static const char *const cases[][2] = {
+		{ "{\"model\": {\"type\": 5, \"vocab\": {\"a\": 0}, \"merges\": []}, " MINI_PRE "}", "model.type" },
+		{ "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [], \"unk_token\": 0}, " MINI_PRE
+		  "}",
+		  "model.unk_token" },
+		{ "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [], \"ignore_merges\": \"yes\"}, "
+		  MINI_PRE "}",
+		  "model.ignore_merges" },
+		{ "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [], \"fuse_unk\": 1}, " MINI_PRE
+		  "}",
+		  "model.fuse_unk" },
+		{ "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [], \"byte_fallback\": \"true\"}, "
+		  MINI_PRE "}",
+		  "model.byte_fallback" },
+		{ "{" MINI_MODEL ", \"normalizer\": {\"type\": 3}, " MINI_PRE "}", "normalizer.type" },
+		{ "{" MINI_MODEL ", \"normalizer\": {\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"NFC\"}, 7]}, "
+		  MINI_PRE "}",
+		  "normalizer.normalizers[1]" },
+		{ "{" MINI_MODEL ", \"pre_tokenizer\": {\"type\": true}}", "pre_tokenizer.type" },
+		{ "{" MINI_MODEL ", \"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": \"false\"}}",
+		  "pre_tokenizer.add_prefix_space" },
+		{ "{" MINI_MODEL ", \"pre_tokenizer\": {\"type\": \"ByteLevel\", \"use_regex\": 0}}",
+		  "pre_tokenizer.use_regex" },
+		{ "{" MINI_MODEL ", \"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": "
+		  "\"Split\", \"pattern\": {\"Regex\": \"a\"}, \"behavior\": \"Isolated\", \"invert\": \"no\"}, "
+		  "{\"type\": \"ByteLevel\"}]}}",
+		  "pre_tokenizer.pretokenizers[0].invert" },
+		{ "{" MINI_MODEL ", \"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": "
+		  "\"Split\", \"pattern\": {\"Regex\": 5}, \"behavior\": \"Isolated\"}, {\"type\": \"ByteLevel\"}]}}",
+		  "pre_tokenizer.pretokenizers[0].pattern" },
+		{ "{" MINI_MODEL ", \"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": "
+		  "\"Digits\", \"individual_digits\": 1}, {\"type\": \"ByteLevel\"}]}}",
+		  "pre_tokenizer.pretokenizers[0].individual_digits" },
+		{ "{" MINI_MODEL ", " MINI_PRE ", \"post_processor\": {\"type\": [\"ByteLevel\"]}}",
+		  "post_processor.type" },
+		{ "{" MINI_MODEL ", " MINI_PRE ", \"added_tokens\": [{\"id\": \"3\", \"content\": \"<s>\"}]}",
+		  "added_tokens[0].id" },
+		{ "{" MINI_MODEL ", " MINI_PRE ", \"added_tokens\": [{\"id\": 3, \"content\": 5}]}",
+		  "added_tokens[0].content" },
+		{ "{" MINI_MODEL ", " MINI_PRE ", \"added_tokens\": [{\"id\": 3, \"content\": \"<s>\", \"special\": "
+		  "\"true\"}]}",
+		  "added_tokens[0].special" },
+		{ "{" MINI_MODEL ", " MINI_PRE ", \"added_tokens\": [{\"id\": 3, \"content\": \"<s>\", \"normalized\": "
+		  "null, \"lstrip\": 1}]}",
+		  "added_tokens[0].lstrip" },
+		{ "{" MINI_MODEL ", " MINI_PRE ", \"added_tokens\": [5]}", "added_tokens[0]" },
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char *dir = tok_dir("types", cases[i][0], NULL);
+		char *file = xasprintf("%s/tokenizer.json", dir);
+		h.model = dir;
+		expect_fail(&h, file, cases[i][1]);
+		free(file);
+		free(dir);
+	}
+
+	/* tokenizer_config.json */
+	static const char *const cfgs[][2] = {
+		{ "[]", "tokenizer_config.json: not a JSON object" },
+		{ "{\"eos_token\": 5}", "tokenizer_config.json: eos_token must be a string or an object with \"content\"" },
+		{ "{\"eos_token\": {\"content\": 5}}",
+		  "tokenizer_config.json: eos_token must be a string or an object with \"content\"" },
+		{ "{\"bos_token\": [\"<s>\"]}", "tokenizer_config.json: bos_token must be" },
+		{ "{\"additional_special_tokens\": \"<x>\"}",
+		  "tokenizer_config.json: additional_special_tokens must be an array" },
+		{ "{\"additional_special_tokens\": [\"<x>\", 5]}",
+		  "tokenizer_config.json: additional_special_tokens[1] must be a string or an object" },
+		{ "{\"eos_token\": {\"content\": \"<e>\", \"lstrip\": \"yes\"}}",
+		  "tokenizer_config.json: eos_token.lstrip" },
+	};
+	for (size_t i = 0; i < sizeof(cfgs) / sizeof(cfgs[0]); i++) {
+		char *dir = tok_dir("types-cfg", "{" MINI_MODEL ", " MINI_PRE "}", cfgs[i][0]);
+		h.model = dir;
+		expect_fail(&h, dir, cfgs[i][1]);
+		free(dir);
+	}
+	/* the well-typed forms load */
+	char *dir = tok_dir("types-ok",
+			    "{" MINI_MODEL ", \"normalizer\": null, \"pre_tokenizer\": {\"type\": \"ByteLevel\", "
+			    "\"add_prefix_space\": false, \"trim_offsets\": true, \"use_regex\": true}, "
+			    "\"added_tokens\": [{\"id\": 3, \"content\": \"<e>\", \"special\": true, \"normalized\": "
+			    "false, \"lstrip\": false, \"rstrip\": false, \"single_word\": false}]}",
+			    "{\"eos_token\": {\"content\": \"<e>\", \"lstrip\": false, \"__type\": \"AddedToken\"}, "
+			    "\"bos_token\": null, \"pad_token\": \"<e>\", \"additional_special_tokens\": [\"<x>\"]}");
+	h.model = dir;
+	char *msg;
+	struct tokenizer *t = load_cfg(&h, &msg);
+	CHECK(t && tok_eod(t) == 3 && tok_vocab_size(t) == 5);
+	if (!t)
+		printf("#   message was: %s", msg ? msg : "(none)\n");
+	free(msg);
+	tok_free(t);
+	free(dir);
+}
+
+static void test_template_ids(void)
+{
+	struct tok_config h = cfg_of("HuggingFaceTokenizer");
+	static const char *const cases[][2] = {
+		/* id past the vocabulary */
+		{ "{" MINI_MODEL ", " MINI_PRE ", \"post_processor\": {\"type\": \"TemplateProcessing\", \"single\": "
+		  "[{\"SpecialToken\": {\"id\": \"<s>\", \"type_id\": 0}}, {\"Sequence\": {\"id\": \"A\", "
+		  "\"type_id\": 0}}], \"special_tokens\": {\"<s>\": {\"id\": \"<s>\", \"ids\": [70000], "
+		  "\"tokens\": [\"<s>\"]}}}}",
+		  "special token '<s>' has id 70000, which is past the vocabulary (3 tokens)" },
+		/* id inside the range but not a token (the vocabulary skips 1) */
+		{ "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 2}, \"merges\": []}, " MINI_PRE
+		  ", \"post_processor\": {\"type\": \"TemplateProcessing\", \"single\": \"$A <e>\", "
+		  "\"special_tokens\": {\"<e>\": {\"id\": \"<e>\", \"ids\": [1], \"tokens\": [\"<e>\"]}}}}",
+		  "special token '<e>' has id 1, which is not in the vocabulary" },
+		/* inside a Sequence of processors, just past the end */
+		{ "{" MINI_MODEL ", " MINI_PRE ", \"post_processor\": {\"type\": \"Sequence\", \"processors\": "
+		  "[{\"type\": \"ByteLevel\"}, {\"type\": \"TemplateProcessing\", \"single\": \"<s> $A\", "
+		  "\"special_tokens\": {\"<s>\": {\"id\": \"<s>\", \"ids\": [3], \"tokens\": [\"<s>\"]}}}]}}",
+		  "special token '<s>' has id 3, which is past the vocabulary" },
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char *dir = tok_dir("tmpl", cases[i][0], NULL);
+		char *file = xasprintf("%s/tokenizer.json", dir);
+		h.model = dir;
+		expect_fail(&h, file, cases[i][1]);
+		free(file);
+		free(dir);
+	}
+	/* an added token's id is fine */
+	char *dir = tok_dir("tmpl-ok",
+			    "{" MINI_MODEL ", " MINI_PRE ", \"added_tokens\": [{\"id\": 3, \"content\": \"<s>\", "
+			    "\"special\": true}], \"post_processor\": {\"type\": \"TemplateProcessing\", \"single\": "
+			    "\"<s> $A\", \"special_tokens\": {\"<s>\": {\"id\": \"<s>\", \"ids\": [3], \"tokens\": "
+			    "[\"<s>\"]}}}}",
+			    NULL);
+	h.model = dir;
+	struct tokenizer *t = load_cfg(&h, NULL);
+	CHECK(t != NULL);
+	if (t) {
+		struct tok_session *s = tok_session_new(t);
+		struct tok_ids ids = { 0 };
+		CHECK_INT(tok_encode(s, "ab", 2, &ids), 0);
+		CHECK(ids.n == 2 && ids.v[0] == 3 && ids.v[1] == 2);
+		tok_ids_free(&ids);
+		tok_session_free(s);
+	}
+	tok_free(t);
+	free(dir);
+}
+
+/* A message is one line of valid UTF-8. */
+static bool one_line(const char *m)
+{
+	size_t n = strlen(m);
+	if (n && m[n - 1] == '\n')
+		n--;
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)m[i] < 0x20 || m[i] == 0x7f)
+			return false;
+	return utf8_valid(m, n, NULL);
+}
+
+static void test_messages_one_line(void)
+{
+	struct tok_config c = cfg_of("NullTokenizer");
+	c.vocab_size = 1000;
+	struct tokenizer *t = load_cfg(&c, NULL);
+	CHECK(t != NULL);
+	if (!t)
+		return;
+	struct tok_session *s = tok_session_new(t);
+	struct tok_ids ids = { 0 };
+	CHECK_INT(tok_encode(s, "1 x\ny\r\x01\x7f", 8, &ids), -1);
+	CHECK(one_line(tok_session_error(s)));
+	CHECK(strstr(tok_session_error(s), "'x\\ny\\r\\x01\\x7f' is not an integer") != NULL);
+	printf("#   %s\n", tok_session_error(s));
+	/* 39 ASCII bytes then a 2-byte character: the excerpt stops before it */
+	char long_piece[64];
+	memset(long_piece, 'z', 39);
+	memcpy(long_piece + 39, "\xc3\xa9zzzz", 7);
+	CHECK_INT(tok_encode(s, long_piece, 46, &ids), -1);
+	CHECK(one_line(tok_session_error(s)));
+	CHECK(strstr(tok_session_error(s), "zzz'... is not") != NULL);
+	printf("#   %s\n", tok_session_error(s));
+	/* a 3-byte character across the cut, and a tab */
+	memset(long_piece, '\t', 38);
+	memcpy(long_piece + 38, "q\xe4\xb8\xadzz", 6);
+	CHECK_INT(tok_encode(s, long_piece, 44, &ids), -1);
+	CHECK(one_line(tok_session_error(s)));
+	CHECK(strstr(tok_session_error(s), "\\tq'...") != NULL);
+	/* too large: the same excerpt */
+	CHECK_INT(tok_encode(s, "12345678901234567890123456789012345678901234567890", 50, &ids), -1);
+	CHECK(strstr(tok_session_error(s), "'1234567890123456789012345678901234567890'... is outside") != NULL);
+	tok_ids_free(&ids);
+	tok_session_free(s);
+	tok_free(t);
+
+	/* merges files: control characters and invalid bytes as escapes */
+	struct tok_config g = cfg_of("GPT2BPETokenizer");
+	g.vocab_file = GPT2_VOCAB;
+	char *m = tmp_path("merges-ctl.txt");
+	g.merge_file = m;
+	static const char *const bad[][2] = {
+		{ "#version: 0.2\n\xc4\xa0 t\na\tb c d\n", "'a\\tb c d'" },
+		{ "#version: 0.2\n\xc4\xa0 t\n\xff\xfe x\n", "'\\xff\\xfe x'" },
+		{ "#version: 0.2\n\xc4\xa0 t\na\x1b[31m b\n", "'a\\x1b[31m b'" },
+		{ "#version: 0.2\n\xc4\xa0 t\nab\rc d e\n", "'ab\\rc d e'" },
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		write_file(m, bad[i][0], strlen(bad[i][0]));
+		char *msg;
+		t = load_cfg(&g, &msg);
+		CHECK(t == NULL);
+		CHECK(msg && one_line(msg) && strstr(msg, bad[i][1]) && strstr(msg, ":3:"));
+		printf("#   %s", msg ? msg : "(none)\n");
+		free(msg);
+		tok_free(t);
+	}
+	/* a long line: cut at a character boundary */
+	struct sbuf sb = SBUF_INIT;
+	sbuf_addstr(&sb, "#version: 0.2\n");
+	for (int i = 0; i < 79; i++)
+		sbuf_addch(&sb, 'a');
+	sbuf_addstr(&sb, "\xc4\xa0 b c\n");
+	write_file(m, sb.buf, sb.len);
+	sbuf_release(&sb);
+	char *msg;
+	t = load_cfg(&g, &msg);
+	CHECK(t == NULL);
+	CHECK(msg && one_line(msg) && strstr(msg, "aaa'..."));
+	free(msg);
+	tok_free(t);
+	free(m);
+
+	/* tokenizer.json strings echoed in messages */
+	struct tok_config h = cfg_of("HuggingFaceTokenizer");
+	char *dir = tok_dir("ctl", "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [], "
+				   "\"unk_token\": \"x\\ny\"}, " MINI_PRE "}",
+			    NULL);
+	h.model = dir;
+	t = load_cfg(&h, &msg);
+	CHECK(t == NULL);
+	CHECK(msg && one_line(msg) && strstr(msg, "'x\\ny'"));
+	free(msg);
+	tok_free(t);
+	free(dir);
+}
+
+/* Loading many added tokens stays fast (the lookups are hashed). */
+static void test_many_added_tokens(void)
+{
+	enum { N = 50000 };
+	struct sbuf sb = SBUF_INIT;
+	sbuf_addstr(&sb, "{" MINI_MODEL ", " MINI_PRE ", \"added_tokens\": [");
+	for (int i = 0; i < N; i++)
+		sbuf_addf(&sb, "%s{\"id\": %d, \"content\": \"<|tok_%d|>\", \"special\": true}", i ? ", " : "", 3 + i, i);
+	sbuf_addstr(&sb, "]}");
+	char *dir = tok_dir("many-added", sb.buf, "{\"eos_token\": \"<|tok_49999|>\"}");
+	sbuf_release(&sb);
+	struct timespec a, b;
+	clock_gettime(CLOCK_MONOTONIC, &a);
+	struct tokenizer *t = load_hf(dir, false, NULL);
+	clock_gettime(CLOCK_MONOTONIC, &b);
+	double sec = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9;
+	printf("#   %d added tokens loaded in %.3f s\n", N, sec);
+	CHECK(t && tok_vocab_size(t) == 3 + N && tok_eod(t) == 3 + N - 1);
+	/* quadratic lookups took 2.6 s (-O2); hashed 0.09 s, 0.35 s with ASan */
+	CHECK(sec < (getenv("MEGAC_SANITIZE") ? 2.5 : 1.0));
+	if (t) {
+		struct tok_session *s = tok_session_new(t);
+		struct tok_ids ids = { 0 };
+		CHECK_INT(tok_encode(s, "ab<|tok_7|>a<|tok_12345|>", 25, &ids), 0);
+		CHECK(ids.n == 4 && ids.v[0] == 2 && ids.v[1] == 10 && ids.v[2] == 0 && ids.v[3] == 12348);
+		tok_ids_free(&ids);
+		tok_session_free(s);
+	}
+	tok_free(t);
+	free(dir);
+}
+
 int main(void)
 {
 	g_tmp = test_tmpdir("tok");
@@ -904,6 +1402,12 @@ int main(void)
 	RUN(test_encode_decode_edges);
 	RUN(test_special_tokens_flag);
 	RUN(test_threads);
+	RUN(test_null_eod_id);
+	RUN(test_json_field_types);
+	RUN(test_template_ids);
+	RUN(test_messages_one_line);
+	RUN(test_many_added_tokens);
+	RUN(test_regex_backslash_c);
 	free(g_tmp);
 	return test_summary();
 }
