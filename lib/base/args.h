@@ -29,6 +29,7 @@ enum prog_id {
 	PROG_MEMCALC = 1u << 4,
 	PROG_INFER = 1u << 5,
 	PROG_DATAINFO = 1u << 6,
+	PROG_GPTINDEX = 1u << 7,
 };
 
 struct strlist {
@@ -81,8 +82,56 @@ struct args {
 	int64_t document;
 	int64_t max_tokens;
 
+	/* model (train) */
+	int64_t num_layers;
+	int64_t hidden_size;
+	int64_t ffn_hidden_size;
+	int64_t num_attention_heads;
+	int64_t kv_channels;
+	bool group_query_attention;
+	int64_t num_query_groups;
+	int64_t max_position_embeddings;
+	char *position_embedding_type;
+	int64_t rotary_base;
+	double rotary_percent;
+	char *normalization;
+	double norm_epsilon;
+	bool swiglu;
+	bool disable_bias_linear;
+	bool untie_embeddings_and_output_weights;
+	double init_method_std;
+	double hidden_dropout;
+	double attention_dropout;
+
+	/* batch, iterations, evaluation */
+	int64_t micro_batch_size;
+	int64_t global_batch_size;
+	int64_t train_iters;
+	int64_t train_samples;
+	int64_t eval_iters;
+	int64_t eval_interval;
+	bool full_validation;
+	bool skip_train;
+
+	/* data (Megatron's "data and dataloader" group) */
+	struct strlist data_path;
+	char *split;
+	struct strlist train_data_path;
+	struct strlist valid_data_path;
+	struct strlist test_data_path;
+	char *data_cache_path;
+	bool mock_data;
+	int64_t seed;
+	int64_t seq_length;
+	bool eod_mask_loss;
+	bool reset_position_ids;
+	bool reset_attention_mask;
+	double mid_level_dataset_surplus;
+	struct intlist show_samples;
+
 	/* bookkeeping: which table rows were given on the command line */
 	unsigned char given[512];
+	unsigned char ignored[512]; /* given, but for a program in prog_info.ignore */
 };
 
 enum flag_kind {
@@ -117,6 +166,8 @@ struct prog_info {
 	unsigned id;          /* PROG_* */
 	const char *summary;  /* one paragraph for --help */
 	const char *example;  /* one example command line */
+	unsigned ignore;      /* PROG_* whose flags are accepted and ignored (e.g.
+			       * build_gpt_index takes a whole train command line) */
 };
 
 /*
@@ -130,6 +181,8 @@ void args_free(struct args *a);
 void strlist_free(struct strlist *l);
 /* Was the flag named `name` given on the command line? */
 bool args_given(const struct args *a, const char *name);
+/* "--num-layers --hidden-size": the given flags this program ignores; NULL if none. */
+char *args_ignored(const struct args *a);
 
 /*
  * The whole main() of a program: log prefix, flags, then cmd. Returns the

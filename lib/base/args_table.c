@@ -8,7 +8,9 @@
 #include <stddef.h>
 
 #define F(field) offsetof(struct args, field)
-#define TOKPROGS (PROG_PREPROCESS | PROG_TRAIN | PROG_CONVERT | PROG_INFER | PROG_DATAINFO)
+#define TOKPROGS (PROG_PREPROCESS | PROG_TRAIN | PROG_CONVERT | PROG_INFER | PROG_DATAINFO | PROG_GPTINDEX)
+#define TR PROG_TRAIN
+#define DATA (PROG_TRAIN | PROG_GPTINDEX)
 #define PP PROG_PREPROCESS
 #define MG PROG_MERGE
 
@@ -19,7 +21,7 @@ static const char tokenizer_types[] =
 
 const struct flag_def args_table[] = {
 	/* ---- tokenizer ---- */
-	{ "--tokenizer-type", FK_STR, F(tokenizer_type), TOKPROGS, PP, "tokenizer", NULL,
+	{ "--tokenizer-type", FK_STR, F(tokenizer_type), TOKPROGS, PP | PROG_GPTINDEX, "tokenizer", NULL,
 	  tokenizer_types, "TYPE",
 	  "tokenizer; megac implements GPT2BPETokenizer, HuggingFaceTokenizer and NullTokenizer" },
 	{ "--vocab-file", FK_STR, F(vocab_file), TOKPROGS, 0, "tokenizer", NULL, NULL, "PATH",
@@ -110,6 +112,87 @@ const struct flag_def args_table[] = {
 	  "directory holding the .bin/.idx pairs to merge (merged in sorted name order)" },
 	{ "--multimodal", FK_BOOL, F(multimodal), MG | PROG_DATAINFO, 0, "input data", NULL, NULL, NULL,
 	  "datasets carry the per-sequence modes array" },
+
+	/* ---- model (train) ---- */
+	{ "--num-layers", FK_INT, F(num_layers), TR, TR, "model", "-1", NULL, "L", "transformer layers" },
+	{ "--hidden-size", FK_INT, F(hidden_size), TR, TR, "model", "-1", NULL, "H", "hidden size" },
+	{ "--ffn-hidden-size", FK_INT, F(ffn_hidden_size), TR, 0, "model", "-1", NULL, "F",
+	  "MLP inner size (default 4H; with --swiglu int(8H/3/64)*64)" },
+	{ "--num-attention-heads", FK_INT, F(num_attention_heads), TR, TR, "model", "-1", NULL, "A",
+	  "attention heads" },
+	{ "--kv-channels", FK_INT, F(kv_channels), TR, 0, "model", "-1", NULL, "D", "head dimension (default H/A)" },
+	{ "--group-query-attention", FK_BOOL, F(group_query_attention), TR, 0, "model", NULL, NULL, NULL,
+	  "grouped-query attention (with --num-query-groups)" },
+	{ "--num-query-groups", FK_INT, F(num_query_groups), TR, 0, "model", "1", NULL, "G", "key/value groups" },
+	{ "--max-position-embeddings", FK_INT, F(max_position_embeddings), TR, TR, "model", "-1", NULL, "N",
+	  "size of the learned position table (>= --seq-length)" },
+	{ "--position-embedding-type", FK_STR, F(position_embedding_type), TR, 0, "model", "learned_absolute",
+	  "learned_absolute|rope", "TYPE", "position embedding" },
+	{ "--rotary-base", FK_INT, F(rotary_base), TR, 0, "model", "10000", NULL, "N", "RoPE theta" },
+	{ "--rotary-percent", FK_FLOAT, F(rotary_percent), TR, 0, "model", "1.0", NULL, "P",
+	  "fraction of the head dimension rotated" },
+	{ "--normalization", FK_STR, F(normalization), TR, 0, "model", "LayerNorm", "LayerNorm|RMSNorm", "NORM",
+	  "normalization" },
+	{ "--norm-epsilon", FK_FLOAT, F(norm_epsilon), TR, 0, "model", "1e-05", NULL, "EPS", "norm epsilon" },
+	{ "--swiglu", FK_BOOL, F(swiglu), TR, 0, "model", NULL, NULL, NULL, "SwiGLU MLP ([gate; up] in fc1)" },
+	{ "--disable-bias-linear", FK_BOOL, F(disable_bias_linear), TR, 0, "model", NULL, NULL, NULL,
+	  "no biases in the linear layers" },
+	{ "--untie-embeddings-and-output-weights", FK_BOOL, F(untie_embeddings_and_output_weights), TR, 0, "model",
+	  NULL, NULL, NULL, "a separate output layer" },
+	{ "--init-method-std", FK_FLOAT, F(init_method_std), TR, 0, "model", "0.02", NULL, "STD",
+	  "weight init standard deviation" },
+	{ "--hidden-dropout", FK_FLOAT, F(hidden_dropout), TR, 0, "model", "0.1", NULL, "P", "hidden dropout" },
+	{ "--attention-dropout", FK_FLOAT, F(attention_dropout), TR, 0, "model", "0.1", NULL, "P",
+	  "attention dropout" },
+
+	/* ---- batch and iterations ---- */
+	{ "--micro-batch-size", FK_INT, F(micro_batch_size), DATA, TR, "training", "-1", NULL, "N",
+	  "samples per forward/backward" },
+	{ "--global-batch-size", FK_INT, F(global_batch_size), DATA, 0, "training", "-1", NULL, "N",
+	  "samples per iteration (default micro-batch x data-parallel size)" },
+	{ "--train-iters", FK_INT, F(train_iters), DATA, 0, "training", "-1", NULL, "N", "training iterations" },
+	{ "--train-samples", FK_INT, F(train_samples), DATA, 0, "training", "-1", NULL, "N",
+	  "training samples (instead of --train-iters)" },
+	{ "--eval-iters", FK_INT, F(eval_iters), DATA, 0, "validation", "100", NULL, "N",
+	  "batches per evaluation (0 disables)" },
+	{ "--eval-interval", FK_INT, F(eval_interval), DATA, 0, "validation", "-1", NULL, "N",
+	  "evaluate every N iterations" },
+	{ "--full-validation", FK_BOOL, F(full_validation), DATA, 0, "validation", NULL, NULL, NULL,
+	  "one full pass over the validation set each time" },
+	{ "--skip-train", FK_BOOL, F(skip_train), DATA, 0, "validation", NULL, NULL, NULL, "only evaluate" },
+
+	/* ---- data and dataloader ---- */
+	{ "--data-path", FK_STRS, F(data_path), DATA, 0, "data and dataloader", NULL, NULL, "[W] PREFIX",
+	  "dataset prefixes, optionally weighted: 0.3 A 0.7 B" },
+	{ "--split", FK_STR, F(split), DATA, 0, "data and dataloader", NULL, NULL, "T,V,T",
+	  "train/valid/test proportions of --data-path (default 969, 30, 1)" },
+	{ "--train-data-path", FK_STRS, F(train_data_path), DATA, 0, "data and dataloader", NULL, NULL,
+	  "[W] PREFIX", "an independent training blend" },
+	{ "--valid-data-path", FK_STRS, F(valid_data_path), DATA, 0, "data and dataloader", NULL, NULL,
+	  "[W] PREFIX", "an independent validation blend" },
+	{ "--test-data-path", FK_STRS, F(test_data_path), DATA, 0, "data and dataloader", NULL, NULL,
+	  "[W] PREFIX", "an independent test blend" },
+	{ "--data-cache-path", FK_STR, F(data_cache_path), DATA, 0, "data and dataloader", NULL, NULL, "DIR",
+	  "where index caches go (default: PREFIX/cache/GPTDataset_indices for each dataset)" },
+	{ "--mock-data", FK_BOOL, F(mock_data), DATA, 0, "data and dataloader", NULL, NULL, NULL,
+	  "Megatron's synthetic dataset" },
+	{ "--seed", FK_INT, F(seed), DATA, 0, "data and dataloader", "1234", NULL, "N", "random seed" },
+	{ "--seq-length", FK_INT, F(seq_length), DATA, DATA, "data and dataloader", "-1", NULL, "S",
+	  "tokens per sample" },
+	{ "--eod-mask-loss", FK_BOOL, F(eod_mask_loss), DATA, 0, "data and dataloader", NULL, NULL, NULL,
+	  "no loss where the input token is EOD" },
+	{ "--reset-position-ids", FK_BOOL, F(reset_position_ids), DATA, 0, "data and dataloader", NULL, NULL,
+	  NULL, "restart position ids after each EOD" },
+	{ "--reset-attention-mask", FK_BOOL, F(reset_attention_mask), DATA, 0, "data and dataloader", NULL, NULL,
+	  NULL, "no attention across EOD" },
+	{ "--mid-level-dataset-surplus", FK_FLOAT, F(mid_level_dataset_surplus), DATA, 0, "data and dataloader",
+	  "0.005", NULL, "F", "extra samples built per blended dataset" },
+	{ "--data-args-path", FK_UNSUPPORTED, 0, DATA, 0, "data and dataloader", NULL, NULL, "PATH",
+	  "reading --data-path from a file is not implemented yet; pass the list on the command line" },
+	{ "--per-split-data-args-path", FK_UNSUPPORTED, 0, DATA, 0, "data and dataloader", NULL, NULL, "PATH",
+	  "reading per-split data paths from a file is not implemented yet" },
+	{ "--show-samples", FK_INTS, F(show_samples), PROG_GPTINDEX, 0, "output", NULL, NULL, "I",
+	  "(megac) print these samples of each split (negative: from the end) as JSON lines" },
 
 	/* ---- dataset_info (megac) ---- */
 	{ "--input", FK_STRS, F(input), PROG_DATAINFO, PROG_DATAINFO, "input data", NULL, NULL, "PREFIX",

@@ -212,7 +212,7 @@ static const struct flag_def *find_flag(const struct prog_info *p, const char *n
 		const struct flag_def *d = &args_table[i];
 		if (strlen(d->name) != len || strncmp(d->name, name, len))
 			continue;
-		if (d->progs & p->id)
+		if (d->progs & (p->id | p->ignore))
 			return d;
 		*other = d;
 	}
@@ -229,6 +229,7 @@ static const char *prog_name_of(unsigned progs)
 		{ PROG_MEMCALC, "report_memory" },
 		{ PROG_INFER, "text_gen_server" },
 		{ PROG_DATAINFO, "dataset_info" },
+		{ PROG_GPTINDEX, "build_gpt_index" },
 	};
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
 		if (progs & names[i].id)
@@ -295,6 +296,8 @@ int args_parse(struct args *a, const struct prog_info *p, int argc, char **argv)
 		if (d->kind == FK_UNSUPPORTED)
 			return error("%s is a Megatron flag that megac does not support: %s", d->name, d->help);
 		a->given[d - args_table] = 1;
+		if (!(d->progs & p->id))
+			a->ignored[d - args_table] = 1;
 		if (!takes_value(d)) {
 			if (eq)
 				return error("%s takes no value (got '%s')", d->name, eq + 1);
@@ -330,6 +333,16 @@ int args_parse(struct args *a, const struct prog_info *p, int argc, char **argv)
 				     d->metavar ? " " : "", d->metavar ? d->metavar : "", p->name);
 	}
 	return 0;
+}
+
+/* The flags given that this program ignores, as one string (caller frees), or NULL. */
+char *args_ignored(const struct args *a)
+{
+	struct sbuf sb = SBUF_INIT;
+	for (size_t i = 0; i < args_table_len; i++)
+		if (a->ignored[i])
+			sbuf_addf(&sb, "%s%s", sb.len ? " " : "", args_table[i].name);
+	return sb.len ? sbuf_detach(&sb, NULL) : NULL;
 }
 
 bool args_given(const struct args *a, const char *name)

@@ -95,6 +95,32 @@ char *path_dirname(const char *path)
 	return xstrndup(path, (size_t)(slash - path));
 }
 
+int mkdir_p(const char *path)
+{
+	char *p = xstrdup(path);
+	for (char *q = p + 1;; q++) {
+		if (*q != '/' && *q)
+			continue;
+		char c = *q;
+		*q = 0;
+		if (mkdir(p, 0777) < 0 && errno != EEXIST) {
+			int e = errno;
+			struct stat st;
+			if (stat(p, &st) < 0 || !S_ISDIR(st.st_mode)) {
+				errno = e;
+				error_errno("cannot create directory '%s'", p);
+				free(p);
+				return -1;
+			}
+		}
+		*q = c;
+		if (!c)
+			break;
+	}
+	free(p);
+	return 0;
+}
+
 int fsync_dir(const char *dir)
 {
 	int fd = open(dir, O_RDONLY | O_DIRECTORY);

@@ -40,6 +40,8 @@ FILE *scratch_file(const char *dir);
 
 /* Parent directory of path ("." when it has none); caller frees. */
 char *path_dirname(const char *path);
+/* mkdir -p: create path and its missing parents. error() and -1 on failure. */
+int mkdir_p(const char *path);
 /* fsync a directory so a rename inside it is durable. */
 int fsync_dir(const char *dir);
 

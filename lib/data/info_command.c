@@ -20,6 +20,7 @@ const struct prog_info info_prog_info = {
 	"flags are given.",
 	"dataset_info --input data/my_text_document --document 0 --tokenizer-type GPT2BPETokenizer "
 	"--vocab-file gpt2-vocab.json --merge-file gpt2-merges.txt",
+	0,
 };
 
 static int64_t token_at(const struct idx_reader *r, const void *p, size_t i)

@@ -20,6 +20,7 @@ const struct prog_info merge_prog_info = {
 	"Concatenate every indexed dataset (.bin/.idx pair) in a directory into one, in sorted name\n"
 	"order, byte-identical to Megatron's tools/merge_datasets.py.",
 	"merge_datasets --input shards/ --output-prefix data/all_text_document",
+	0,
 };
 
 static int cmp_str(const void *x, const void *y)

@@ -27,6 +27,7 @@ const struct prog_info prep_prog_info = {
 	"globs or - (stdin); several inputs form one dataset, in the order given.",
 	"preprocess_data --input corpus.jsonl.zst --output-prefix data/my --tokenizer-type GPT2BPETokenizer "
 	"--vocab-file gpt2-vocab.json --merge-file gpt2-merges.txt --append-eod --workers 8",
+	0,
 };
 
 struct tok_config tok_config_from_args(const struct args *a)

@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
-static const struct prog_info pp = { "preprocess_data", PROG_PREPROCESS, "summary", "example" };
+static const struct prog_info pp = { "preprocess_data", PROG_PREPROCESS, "summary", "example", 0 };
 
 /* Run args_parse with stderr captured; returns its result, *msg the output. */
 static int parse_capture(struct args *a, const struct prog_info *p, char **argv, char **msg)
