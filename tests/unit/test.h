@@ -125,6 +125,42 @@ static inline char *test_capture_end(struct test_capture *c)
 	return text;
 }
 
+/*
+ * Run a Python script with /usr/bin/python3 (Debian's, which has numpy; the
+ * python3 on PATH may not): `prelude` and `script` are written to
+ * dir/script.py, which runs with argv[1] = dir. Returns its stdout (caller
+ * frees; "" when silent) or NULL, with the output shown, when it failed.
+ */
+static inline char *test_python(const char *dir, const char *prelude, const char *script)
+{
+	char path[4200], cmd[9000];
+	snprintf(path, sizeof(path), "%s/script.py", dir);
+	FILE *f = fopen(path, "w");
+	if (!f)
+		return NULL;
+	fputs(prelude, f);
+	fputs(script, f);
+	fclose(f);
+	snprintf(cmd, sizeof(cmd), "/usr/bin/python3 '%s' '%s'", path, dir);
+	FILE *p = popen(cmd, "r");
+	if (!p)
+		return NULL;
+	size_t cap = 4096, len = 0, n;
+	char *out = malloc(cap);
+	while ((n = fread(out + len, 1, cap - len - 1, p)) > 0) {
+		len += n;
+		if (cap - len < 2048)
+			out = realloc(out, cap *= 2);
+	}
+	out[len] = 0;
+	if (pclose(p) != 0) {
+		printf("#   python failed:\n%s\n", out);
+		free(out);
+		return NULL;
+	}
+	return out;
+}
+
 /* Read a whole file; returns malloc'd bytes (NUL-terminated) and its length. */
 static inline char *test_read_file(const char *path, size_t *len)
 {

@@ -13,35 +13,10 @@
 
 static char *scratch;
 
-/* Run a Python script with /usr/bin/python3 (numpy's interpreter); returns
- * its stdout (caller frees) or NULL when it failed. */
+/* Run a Python script with numpy's interpreter (test.h: test_python). */
 static char *py(const char *script)
 {
-	char path[4200], cmd[4300];
-	snprintf(path, sizeof(path), "%s/script.py", scratch);
-	FILE *f = fopen(path, "w");
-	if (!f)
-		return NULL;
-	fputs("import sys, hashlib\nimport numpy as np\n", f);
-	fputs(script, f);
-	fclose(f);
-	snprintf(cmd, sizeof(cmd), "/usr/bin/python3 '%s'", path);
-	FILE *p = popen(cmd, "r");
-	if (!p)
-		return NULL;
-	struct sbuf out = SBUF_INIT;
-	char buf[4096];
-	size_t n;
-	while ((n = fread(buf, 1, sizeof(buf), p)) > 0)
-		sbuf_add(&out, buf, n);
-	if (pclose(p) != 0) {
-		printf("#   python failed:\n%s\n", out.buf ? out.buf : "");
-		sbuf_release(&out);
-		return NULL;
-	}
-	if (!out.buf)
-		sbuf_addstr(&out, "");
-	return sbuf_detach(&out, NULL);
+	return test_python(scratch, "import sys, hashlib\nimport numpy as np\n", script);
 }
 
 /* Compare our text with numpy's, showing the first differing line. */

@@ -28,33 +28,10 @@ static int write_bytes(const char *path, const void *b, size_t n)
 	return fclose(f) | bad ? -1 : 0;
 }
 
-/* Run a python script (numpy's interpreter) with the scratch directory as
- * argv[1]; returns its stdout or NULL when it failed. */
+/* Run a Python script with numpy's interpreter (test.h: test_python). */
 static char *py(const char *script)
 {
-	char *path = path_in("script.py");
-	FILE *f = fopen(path, "w");
-	if (!f)
-		abort();
-	fputs("import sys, os\nimport numpy as np\nD = sys.argv[1]\n", f);
-	fputs(script, f);
-	fclose(f);
-	char cmd[9000];
-	snprintf(cmd, sizeof(cmd), "/usr/bin/python3 '%s' '%s'", path, dir);
-	free(path);
-	FILE *p = popen(cmd, "r");
-	struct sbuf out = SBUF_INIT;
-	char buf[4096];
-	size_t n;
-	while (p && (n = fread(buf, 1, sizeof(buf), p)) > 0)
-		sbuf_add(&out, buf, n);
-	if (!p || pclose(p) != 0) {
-		printf("#   python failed:\n%s\n", out.buf ? out.buf : "");
-		sbuf_release(&out);
-		return NULL;
-	}
-	sbuf_addstr(&out, "");
-	return sbuf_detach(&out, NULL);
+	return test_python(dir, "import sys, os\nimport numpy as np\nD = sys.argv[1]\n", script);
 }
 
 /* h holds a whole header whose dictionary text is dict: preamble, text,

@@ -13,31 +13,10 @@
 
 static char *dir;
 
-/* Run a python script with argv[1] = the scratch dir; returns its stdout. */
+/* Run a Python script with numpy's interpreter (test.h: test_python). */
 static char *py(const char *script)
 {
-	char path[4200], cmd[9000];
-	snprintf(path, sizeof(path), "%s/script.py", dir);
-	FILE *f = fopen(path, "w");
-	if (!f)
-		abort();
-	fputs("import sys, os, json, struct\nD = sys.argv[1]\n", f);
-	fputs(script, f);
-	fclose(f);
-	snprintf(cmd, sizeof(cmd), "/usr/bin/python3 '%s' '%s'", path, dir);
-	FILE *p = popen(cmd, "r");
-	struct sbuf out = SBUF_INIT;
-	char buf[4096];
-	size_t n;
-	while (p && (n = fread(buf, 1, sizeof(buf), p)) > 0)
-		sbuf_add(&out, buf, n);
-	if (!p || pclose(p) != 0) {
-		printf("#   python failed:\n%s\n", out.buf ? out.buf : "");
-		sbuf_release(&out);
-		return NULL;
-	}
-	sbuf_addstr(&out, "");
-	return sbuf_detach(&out, NULL);
+	return test_python(dir, "import sys, os, json, struct\nD = sys.argv[1]\n", script);
 }
 
 static void check_same_text(const char *what, const char *ours, const char *ref)
