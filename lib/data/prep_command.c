@@ -165,7 +165,7 @@ int prep_command(const struct args *a)
 	struct tok_config tc = tok_config_from_args(a);
 	if (!(tok = tok_load(&tc)))
 		goto out;
-	if (a->append_eod && tok_eod(tok) < 0) {
+	if (a->append_eod && tok_eod(tok) < 0) { /* before any output file exists */
 		error("--append-eod: tokenizer %s has no end-of-document token", tok_describe(tok));
 		goto out;
 	}

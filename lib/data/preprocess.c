@@ -376,7 +376,7 @@ int prep_run(const struct prep_config *cfg, struct prep_stats *st)
 {
 	memset(st, 0, sizeof(*st));
 	if (tok_eod(cfg->tok) < 0 && cfg->append_eod)
-		return error("--append-eod: tokenizer %s has no end-of-document token", tok_describe(cfg->tok));
+		BUG("prep_run with --append-eod and no EOD id; the caller checks this first");
 	struct pipe p;
 	memset(&p, 0, sizeof(p));
 	p.cfg = cfg;

@@ -199,6 +199,52 @@ static int unsupported(const char *path, const char *what, const char *type, con
 	return -1;
 }
 
+/*
+ * A Sequence of normalizers, pre-tokenizers or post-processors: load each
+ * member of node[key] with fn (which recurses for nested Sequences); ctx is
+ * passed through.
+ */
+typedef int (*node_loader)(struct tok_hf *h, const json_t *node, const char *path, const char *field, void *ctx);
+
+static int load_sequence(struct tok_hf *h, const json_t *node, const char *path, const char *field, const char *what,
+			 const char *key, node_loader fn, void *ctx)
+{
+	json_t *list = json_object_get(node, key);
+	if (!json_is_array(list))
+		return error("%s: %s: %s Sequence without a \"%s\" list", path, field, what, key);
+	for (size_t i = 0; i < json_array_size(list); i++) {
+		char *sub = xasprintf("%s.%s[%zu]", field, key, i);
+		int r = json_is_null(json_array_get(list, i)) ? error("%s: %s must be an object", path, sub)
+							       : fn(h, json_array_get(list, i), path, sub, ctx);
+		free(sub);
+		if (r)
+			return -1;
+	}
+	return 0;
+}
+
+static int load_normalizer(struct tok_hf *h, const json_t *node, const char *path, const char *field);
+static int load_pretok(struct tok_hf *h, const json_t *node, const char *path, const char *field, bool *bytelevel);
+struct tmpl_refs;
+static int load_post(struct tok_hf *h, const json_t *node, const char *path, const char *field,
+		     struct tmpl_refs *refs);
+
+static int norm_item(struct tok_hf *h, const json_t *node, const char *path, const char *field, void *ctx)
+{
+	(void)ctx;
+	return load_normalizer(h, node, path, field);
+}
+
+static int pretok_item(struct tok_hf *h, const json_t *node, const char *path, const char *field, void *ctx)
+{
+	return load_pretok(h, node, path, field, ctx);
+}
+
+static int post_item(struct tok_hf *h, const json_t *node, const char *path, const char *field, void *ctx)
+{
+	return load_post(h, node, path, field, ctx);
+}
+
 static int load_normalizer(struct tok_hf *h, const json_t *node, const char *path, const char *field)
 {
 	const json_t *n;
@@ -221,21 +267,8 @@ static int load_normalizer(struct tok_hf *h, const json_t *node, const char *pat
 			tok_hf_add_norm(h, simple[i].kind);
 			return 0;
 		}
-	if (!strcmp(type, "Sequence")) {
-		json_t *list = json_object_get(n, "normalizers");
-		if (!json_is_array(list))
-			return error("%s: %s: normalizer Sequence without a \"normalizers\" list", path, field);
-		for (size_t i = 0; i < json_array_size(list); i++) {
-			char *sub = xasprintf("%s.normalizers[%zu]", field, i);
-			int r = json_is_null(json_array_get(list, i))
-					? error("%s: %s must be an object", path, sub)
-					: load_normalizer(h, json_array_get(list, i), path, sub);
-			free(sub);
-			if (r)
-				return -1;
-		}
-		return 0;
-	}
+	if (!strcmp(type, "Sequence"))
+		return load_sequence(h, n, path, field, "normalizer", "normalizers", norm_item, NULL);
 	return unsupported(path, "normalizer", type, "NFC, NFD, NFKC, NFKD, Lowercase and Sequence");
 }
 
@@ -297,21 +330,8 @@ static int load_pretok(struct tok_hf *h, const json_t *node, const char *path, c
 		return 0;
 	if (get_type(p, &type, path, field))
 		return -1;
-	if (!strcmp(type, "Sequence")) {
-		json_t *list = json_object_get(p, "pretokenizers");
-		if (!json_is_array(list))
-			return error("%s: %s: pre_tokenizer Sequence without a \"pretokenizers\" list", path, field);
-		for (size_t i = 0; i < json_array_size(list); i++) {
-			char *sub = xasprintf("%s.pretokenizers[%zu]", field, i);
-			int r = json_is_null(json_array_get(list, i))
-					? error("%s: %s must be an object", path, sub)
-					: load_pretok(h, json_array_get(list, i), path, sub, bytelevel);
-			free(sub);
-			if (r)
-				return -1;
-		}
-		return 0;
-	}
+	if (!strcmp(type, "Sequence"))
+		return load_sequence(h, p, path, field, "pre_tokenizer", "pretokenizers", pretok_item, bytelevel);
 	if (*bytelevel) { /* later steps would see the byte-mapped text */
 		char *q = tok_bpe_quote(type, strlen(type), 80);
 		error("%s: pre_tokenizer %s after ByteLevel is not supported (ByteLevel must come last)", path, q);
@@ -467,21 +487,8 @@ static int load_post(struct tok_hf *h, const json_t *node, const char *path, con
 			       ? -1
 			       : 0;
 	}
-	if (!strcmp(type, "Sequence")) {
-		json_t *list = json_object_get(p, "processors");
-		if (!json_is_array(list))
-			return error("%s: %s: post_processor Sequence without a \"processors\" list", path, field);
-		for (size_t i = 0; i < json_array_size(list); i++) {
-			char *sub = xasprintf("%s.processors[%zu]", field, i);
-			int r = json_is_null(json_array_get(list, i))
-					? error("%s: %s must be an object", path, sub)
-					: load_post(h, json_array_get(list, i), path, sub, refs);
-			free(sub);
-			if (r)
-				return -1;
-		}
-		return 0;
-	}
+	if (!strcmp(type, "Sequence"))
+		return load_sequence(h, p, path, field, "post_processor", "processors", post_item, refs);
 	if (strcmp(type, "TemplateProcessing"))
 		return unsupported(path, "post_processor", type, "ByteLevel, TemplateProcessing and Sequence");
 	json_t *specials = json_object_get(p, "special_tokens");
