@@ -103,6 +103,90 @@ struct args {
 	double hidden_dropout;
 	double attention_dropout;
 
+	bool bias_gelu_fusion;
+	bool openai_gelu;
+	bool attention_softmax_in_fp32;
+
+	/* parallelism (single process until the distributed issue lands) */
+	int64_t tensor_model_parallel_size;
+	int64_t pipeline_model_parallel_size;
+	int64_t context_parallel_size;
+	int64_t expert_model_parallel_size;
+	bool sequence_parallel;
+
+	/* mixed precision */
+	bool fp16;
+	bool bf16;
+	double loss_scale;             /* -1: dynamic */
+	double initial_loss_scale;
+	double min_loss_scale;
+	int64_t loss_scale_window;
+	int64_t hysteresis;
+	bool accumulate_allreduce_grads_in_fp32;
+
+	/* activation recomputation */
+	char *recompute_granularity;
+	char *recompute_method;
+	int64_t recompute_num_layers;
+	bool recompute_activations;
+
+	/* optimizer and learning-rate schedule */
+	char *optimizer;
+	double lr;                     /* -1: not given */
+	double min_lr;
+	double adam_beta1;
+	double adam_beta2;
+	double adam_eps;
+	double weight_decay;
+	double start_weight_decay;     /* -1: not given */
+	double end_weight_decay;       /* -1: not given */
+	char *weight_decay_incr_style;
+	double clip_grad;
+	char *lr_decay_style;
+	int64_t lr_decay_iters;        /* -1: not given */
+	int64_t lr_decay_samples;
+	int64_t lr_warmup_iters;
+	int64_t lr_warmup_samples;
+	double lr_warmup_fraction;     /* -1: not given */
+	double lr_warmup_init;
+	char *lr_wsd_decay_style;
+	int64_t lr_wsd_decay_iters;
+	int64_t lr_wsd_decay_samples;
+	bool override_opt_param_scheduler;
+	bool use_checkpoint_opt_param_scheduler;
+
+	/* checkpointing */
+	char *save;
+	int64_t save_interval;
+	char *load;
+	bool finetune;
+	bool no_load_optim;
+	bool no_load_rng;
+	bool no_save_optim;
+	bool no_save_rng;
+	int64_t ckpt_step;
+	bool exit_on_missing_checkpoint;
+	char *ckpt_format;
+
+	/* logging */
+	int64_t train_log_interval;
+	bool log_throughput;
+	bool log_params_norm;
+	int64_t log_memory_interval;
+	char *tensorboard_dir;
+	int64_t tensorboard_log_interval;
+	bool log_validation_ppl_to_tensorboard;
+	char *metrics_file;
+
+	/* exit */
+	int64_t exit_interval;
+	double exit_duration_in_mins;
+	bool exit_signal_handler;
+
+	/* options Megatron has only for speed; results do not change, megac accepts them */
+	bool perf_flag;
+	char *transformer_impl;
+
 	/* batch, iterations, evaluation */
 	int64_t micro_batch_size;
 	int64_t global_batch_size;

@@ -1,0 +1,926 @@
+/*
+ * ckpt.c - checkpoint transactions over an iteration directory and their
+ * reader, see ckpt.h; the on-disk rules are in docs/checkpoint-format.md.
+ */
+#include "ckpt/ckpt.h"
+#include "ckpt/h5io.h"
+
+#include "base/error.h"
+#include "base/tempfile.h"
+#include "base/xalloc.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Written on every file's root; readers refuse files with a larger one. */
+#define CKPT_FORMAT_VERSION 1
+#define FORMAT_ATTR "megac_format_version"
+#define TRACKER "latest_checkpointed_iteration.txt"
+
+/* ---- element types --------------------------------------------------------- */
+
+static const char *const dtype_names[CKPT_NDTYPES] = {
+	[CKPT_F32] = "float32",
+	[CKPT_BF16] = "bfloat16",
+	[CKPT_F16] = "float16",
+	[CKPT_I64] = "int64",
+};
+
+static void check_dtype(enum ckpt_dtype dt)
+{
+	if ((unsigned)dt >= CKPT_NDTYPES)
+		BUG("invalid checkpoint dtype %d", (int)dt);
+}
+
+const char *ckpt_dtype_name(enum ckpt_dtype dt)
+{
+	check_dtype(dt);
+	return dtype_names[dt];
+}
+
+size_t ckpt_dtype_size(enum ckpt_dtype dt)
+{
+	check_dtype(dt);
+	return dt == CKPT_F32 ? 4 : dt == CKPT_I64 ? 8 : 2;
+}
+
+/* The HDF5 type a dtype is stored as (and read into: little-endian hosts
+ * only, so no conversion ever happens). Not a table: HDF5's type ids are
+ * run-time values. */
+static hid_t dtype_h5type(enum ckpt_dtype dt)
+{
+	switch (dt) {
+	case CKPT_F32: return H5T_IEEE_F32LE;
+	case CKPT_BF16:
+	case CKPT_F16: return H5T_STD_U16LE;
+	case CKPT_I64: return H5T_STD_I64LE;
+	default: BUG("invalid checkpoint dtype %d", (int)dt);
+	}
+}
+
+/* ---- paths and files -------------------------------------------------------- */
+
+static int valid_iteration(int64_t it)
+{
+	return it >= 0 || it == CKPT_RELEASE;
+}
+
+/* "iter_0000500" or "release"; caller frees. */
+static char *iter_name(int64_t it)
+{
+	if (!valid_iteration(it))
+		BUG("invalid checkpoint iteration %lld", (long long)it);
+	return it == CKPT_RELEASE ? xstrdup("release") : xasprintf("iter_%07lld", (long long)it);
+}
+
+char *ckpt_iter_path(const char *dir, int64_t iteration)
+{
+	char *name = iter_name(iteration);
+	char *p = xasprintf("%s/%s", dir, name);
+	free(name);
+	return p;
+}
+
+/* A file name inside an iteration directory: no path, nothing hidden. */
+static int valid_file_name(const char *name)
+{
+	return name && *name && *name != '.' && !strchr(name, '/');
+}
+
+/* HDF5 never fsyncs; after H5Fclose the data is in the page cache only. */
+static int fsync_path(const char *path, const char *display)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return error_errno("cannot open '%s' to sync it", display);
+	if (fsync(fd) < 0) {
+		int e = errno;
+		close(fd);
+		errno = e;
+		return error_errno("cannot sync '%s'", display);
+	}
+	close(fd);
+	return 0;
+}
+
+/* rm -rf of a directory of ours (a transaction, or an old iteration being
+ * replaced). Symbolic links are removed, never followed. */
+static int remove_tree(const char *path)
+{
+	struct stat st;
+	if (lstat(path, &st) < 0)
+		return errno == ENOENT ? 0 : error_errno("cannot remove '%s'", path);
+	if (!S_ISDIR(st.st_mode)) {
+		if (unlink(path) < 0 && errno != ENOENT)
+			return error_errno("cannot remove '%s'", path);
+		return 0;
+	}
+	DIR *d = opendir(path);
+	if (!d)
+		return error_errno("cannot remove directory '%s'", path);
+	int r = 0;
+	struct dirent *e;
+	while (r == 0 && (e = readdir(d))) {
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+			continue;
+		char *sub = xasprintf("%s/%s", path, e->d_name);
+		r = remove_tree(sub);
+		free(sub);
+	}
+	closedir(d);
+	if (r == 0 && rmdir(path) < 0)
+		r = error_errno("cannot remove directory '%s'", path);
+	return r;
+}
+
+/* A killed writer's transaction directory is left behind empty (the
+ * cleanup registry unlinks files, not directories): remove such leftovers.
+ * rmdir only ever removes empty directories, so a transaction with data in
+ * it (another writer's, or a crash's evidence) is never touched. */
+static void sweep_empty_transactions(const char *save_dir)
+{
+	DIR *d = opendir(save_dir);
+	if (!d)
+		return;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		if ((strncmp(e->d_name, ".iter_", 6) && strncmp(e->d_name, ".release.", 9)) ||
+		    !strstr(e->d_name, ".tmp-"))
+			continue;
+		char *p = xasprintf("%s/%s", save_dir, e->d_name);
+		rmdir(p);
+		free(p);
+	}
+	closedir(d);
+}
+
+/* Create "<save>/.<base>.<tag>-<pid>-<n>" with the first free n, so that
+ * the name is unique even where every job runs as the same pid (containers). */
+static char *make_unique_dir(const char *save_dir, const char *base, const char *tag)
+{
+	for (int n = 0; n < 1000; n++) {
+		char *p = xasprintf("%s/.%s.%s-%ld-%d", save_dir, base, tag, (long)getpid(), n);
+		if (mkdir(p, 0777) == 0)
+			return p;
+		if (errno != EEXIST) {
+			error_errno("cannot create directory '%s'", p);
+			free(p);
+			return NULL;
+		}
+		free(p);
+	}
+	error("cannot create a temporary directory in '%s': 1000 names taken", save_dir);
+	return NULL;
+}
+
+/* ---- writer ---------------------------------------------------------------- */
+
+struct ckpt_wfile {
+	char *name;      /* "model.h5" */
+	char *display;   /* "<save>/iter_0000500/model.h5", where it will be: for messages */
+	struct afile af; /* the temporary name in the transaction, registered for cleanup */
+	hid_t fid;       /* open file, -1 once closed */
+};
+
+struct ckpt_writer {
+	char *save_dir;
+	char *name;      /* "iter_0000500" */
+	char *final_dir; /* "<save>/iter_0000500" */
+	char *tmp_dir;   /* "<save>/.iter_0000500.tmp-<pid>-<n>" */
+	int64_t iteration;
+	int failed; /* some call failed: the transaction must not be committed */
+	struct ckpt_wfile *files;
+	size_t nfiles, cap;
+	struct h5io_crc32 crc;
+};
+
+struct ckpt_writer *ckpt_begin(const char *save_dir, int64_t iteration)
+{
+	if (!valid_iteration(iteration)) {
+		error("cannot save a checkpoint of iteration %lld in '%s'", (long long)iteration, save_dir);
+		return NULL;
+	}
+	if (mkdir_p(save_dir) < 0)
+		return NULL;
+	h5io_init();
+	sweep_empty_transactions(save_dir);
+	struct ckpt_writer *w = xcalloc(1, sizeof(*w));
+	w->save_dir = xstrdup(save_dir);
+	w->iteration = iteration;
+	w->name = iter_name(iteration);
+	w->final_dir = xasprintf("%s/%s", save_dir, w->name);
+	w->tmp_dir = make_unique_dir(save_dir, w->name, "tmp");
+	if (!w->tmp_dir) {
+		free(w->name);
+		free(w->final_dir);
+		free(w->save_dir);
+		free(w);
+		return NULL;
+	}
+	h5io_crc32_init(&w->crc);
+	return w;
+}
+
+static struct ckpt_wfile *wfile(struct ckpt_writer *w, int file)
+{
+	if (!w)
+		BUG("checkpoint writer is NULL");
+	if (file < 0 || (size_t)file >= w->nfiles || w->files[file].fid < 0)
+		BUG("invalid or closed checkpoint file handle %d", file);
+	return &w->files[file];
+}
+
+/* The stored result of a writer call: a failure poisons the transaction. */
+static int wresult(struct ckpt_writer *w, int r)
+{
+	if (r < 0)
+		w->failed = 1;
+	return r;
+}
+
+int ckpt_file_create(struct ckpt_writer *w, const char *name)
+{
+	if (!valid_file_name(name))
+		return wresult(w, error("'%s': invalid checkpoint file name '%s'", w->final_dir, name ? name : ""));
+	for (size_t i = 0; i < w->nfiles; i++)
+		if (!strcmp(w->files[i].name, name))
+			return wresult(w, error("'%s/%s' is created twice", w->final_dir, name));
+	xgrow(&w->files, &w->cap, w->nfiles + 1, sizeof(*w->files));
+	struct ckpt_wfile *f = &w->files[w->nfiles];
+	memset(f, 0, sizeof(*f));
+	f->fid = -1;
+	f->name = xstrdup(name);
+	f->display = xasprintf("%s/%s", w->final_dir, name);
+	char *path = xasprintf("%s/%s", w->tmp_dir, name);
+	/* The afile gives a registered temporary name; HDF5 then writes the
+	 * file under that name itself. */
+	int r = afile_open(&f->af, path);
+	free(path);
+	if (r == 0 && (r = afile_finish(&f->af)) == 0) {
+		hid_t fapl = h5io_fapl(f->display, 1), fcpl = fapl < 0 ? -1 : h5io_fcpl(f->display);
+		if (fcpl < 0 ||
+		    H5IO_SET(f->fid, H5Fcreate(f->af.tmp, H5F_ACC_TRUNC, fcpl, fapl), "cannot create '%s'",
+			     f->display) ||
+		    h5io_put_i64(f->fid, ".", FORMAT_ATTR, CKPT_FORMAT_VERSION, f->display) < 0)
+			r = -1;
+		h5io_close_quiet(fapl);
+		h5io_close_quiet(fcpl);
+	}
+	if (r < 0) {
+		h5io_close_quiet(f->fid);
+		afile_abort(&f->af);
+		free(f->name);
+		free(f->display);
+		return wresult(w, -1);
+	}
+	return (int)w->nfiles++;
+}
+
+static int wfile_close(struct ckpt_wfile *f)
+{
+	hid_t fid = f->fid;
+	f->fid = -1;
+	if (H5IO_OK(H5Fclose(fid), "cannot close '%s'", f->display))
+		return -1;
+	return fsync_path(f->af.tmp, f->display);
+}
+
+int ckpt_file_close(struct ckpt_writer *w, int file)
+{
+	return wresult(w, wfile_close(wfile(w, file)));
+}
+
+/* Element count of a shape, or -1 after error() when it is negative or its
+ * byte size overflows. */
+static int64_t shape_count(const char *display, const char *name, int ndim, const int64_t *shape, size_t elem)
+{
+	if (ndim < 0 || ndim > CKPT_MAX_NDIM)
+		return error("'%s': tensor '%s' has %d dimensions (at most %d)", display, name, ndim,
+			     CKPT_MAX_NDIM);
+	int64_t n = 1;
+	for (int i = 0; i < ndim; i++) {
+		if (shape[i] < 0)
+			return error("'%s': tensor '%s' has a negative dimension (%lld)", display, name,
+				     (long long)shape[i]);
+		if (shape[i] && n > (INT64_MAX / (int64_t)elem) / shape[i])
+			return error("'%s': tensor '%s' is too large", display, name);
+		n *= shape[i];
+	}
+	return n;
+}
+
+static void format_shape(char *buf, size_t n, int ndim, const int64_t *shape)
+{
+	size_t len = (size_t)snprintf(buf, n, "[");
+	for (int i = 0; i < ndim && len < n; i++)
+		len += (size_t)snprintf(buf + len, n - len, "%s%lld", i ? ", " : "", (long long)shape[i]);
+	if (len < n)
+		snprintf(buf + len, n - len, "]");
+}
+
+static int put_tensor(struct ckpt_writer *w, struct ckpt_wfile *f, const char *name, enum ckpt_dtype dt, int ndim,
+		      const int64_t *shape, const void *data)
+{
+	check_dtype(dt);
+	if (!h5io_valid_path(name))
+		return error("'%s': invalid tensor name '%s'", f->display, name ? name : "");
+	size_t elem = ckpt_dtype_size(dt);
+	int64_t count = shape_count(f->display, name, ndim, shape, elem);
+	if (count < 0)
+		return -1;
+	int ex = h5io_exists(f->fid, name, H5I_BADID, f->display);
+	if (ex != 0)
+		return ex < 0 ? -1 : error("'%s': tensor '%s' is stored twice", f->display, name);
+	if (h5io_make_parents(f->fid, name, f->display) < 0)
+		return -1;
+
+	hsize_t dims[CKPT_MAX_NDIM];
+	for (int i = 0; i < ndim; i++)
+		dims[i] = (hsize_t)shape[i];
+	hid_t type = dtype_h5type(dt), space = -1, dcpl = -1, dset = -1;
+	int r = -1;
+	if (H5IO_SET(space, ndim ? H5Screate_simple(ndim, dims, NULL) : H5Screate(H5S_SCALAR),
+		     "cannot store tensor '%s' in '%s'", name, f->display) ||
+	    (dcpl = h5io_dcpl(f->display)) < 0 ||
+	    H5IO_SET(dset, H5Dcreate2(f->fid, name, type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT),
+		     "cannot create tensor '%s' in '%s'", name, f->display))
+		goto out;
+	/* An empty dataset gets no storage at all; HDF5 is not asked to write
+	 * zero bytes from a possibly NULL pointer. */
+	if (count > 0 && H5IO_OK(H5Dwrite(dset, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data),
+				 "cannot write tensor '%s' to '%s'", name, f->display))
+		goto out;
+	uint32_t crc = count > 0 ? h5io_crc32(&w->crc, 0, data, (size_t)count * elem) : 0;
+	if (h5io_put_str(f->fid, name, "dtype", dtype_names[dt], f->display) < 0 ||
+	    h5io_put_u32(f->fid, name, "crc32", crc, f->display) < 0)
+		goto out;
+	r = 0;
+out:
+	if (dset >= 0 && H5IO_OK(H5Dclose(dset), "cannot write tensor '%s' to '%s'", name, f->display))
+		r = -1;
+	h5io_close_quiet(dcpl);
+	h5io_close_quiet(space);
+	return r;
+}
+
+int ckpt_put_tensor(struct ckpt_writer *w, int file, const char *name, enum ckpt_dtype dt, int ndim,
+		    const int64_t *shape, const void *data)
+{
+	return wresult(w, put_tensor(w, wfile(w, file), name, dt, ndim, shape, data));
+}
+
+/* The HDF5 object name of obj ("." for the root) after checking it may take
+ * the attribute, or NULL after error(). */
+static const char *attr_target(struct ckpt_wfile *f, const char *obj, const char *name)
+{
+	if (!name || !*name) {
+		error("'%s': empty attribute name", f->display);
+		return NULL;
+	}
+	if (!obj || !*obj) {
+		if (!strcmp(name, FORMAT_ATTR)) {
+			error("'%s': attribute name '%s' is reserved", f->display, name);
+			return NULL;
+		}
+		return ".";
+	}
+	if (!h5io_valid_path(obj)) {
+		error("'%s': invalid object name '%s'", f->display, obj);
+		return NULL;
+	}
+	int ex = h5io_exists(f->fid, obj, H5I_BADID, f->display);
+	if (ex <= 0) {
+		if (ex == 0)
+			error("'%s': cannot set attribute '%s' of '%s': no such tensor or group", f->display, name,
+			      obj);
+		return NULL;
+	}
+	if (!strcmp(name, "dtype") || !strcmp(name, "crc32")) {
+		error("'%s': attribute name '%s' is reserved on tensors", f->display, name);
+		return NULL;
+	}
+	return obj;
+}
+
+int ckpt_put_attr_i64(struct ckpt_writer *w, int file, const char *obj, const char *name, int64_t v)
+{
+	struct ckpt_wfile *f = wfile(w, file);
+	const char *o = attr_target(f, obj, name);
+	return wresult(w, o ? h5io_put_i64(f->fid, o, name, v, f->display) : -1);
+}
+
+int ckpt_put_attr_f64(struct ckpt_writer *w, int file, const char *obj, const char *name, double v)
+{
+	struct ckpt_wfile *f = wfile(w, file);
+	const char *o = attr_target(f, obj, name);
+	return wresult(w, o ? h5io_put_f64(f->fid, o, name, v, f->display) : -1);
+}
+
+int ckpt_put_attr_str(struct ckpt_writer *w, int file, const char *obj, const char *name, const char *v)
+{
+	struct ckpt_wfile *f = wfile(w, file);
+	const char *o = attr_target(f, obj, name);
+	if (o && !v)
+		BUG("NULL string for attribute '%s' of '%s'", name, f->display);
+	return wresult(w, o ? h5io_put_str(f->fid, o, name, v, f->display) : -1);
+}
+
+static void free_writer(struct ckpt_writer *w)
+{
+	for (size_t i = 0; i < w->nfiles; i++) {
+		h5io_close_quiet(w->files[i].fid);
+		afile_abort(&w->files[i].af); /* unlinks it unless published */
+		free(w->files[i].name);
+		free(w->files[i].display);
+	}
+	free(w->files);
+	free(w->save_dir);
+	free(w->name);
+	free(w->final_dir);
+	free(w->tmp_dir);
+	free(w);
+}
+
+void ckpt_abort(struct ckpt_writer *w)
+{
+	if (!w)
+		return;
+	for (size_t i = 0; i < w->nfiles; i++) {
+		h5io_close_quiet(w->files[i].fid);
+		w->files[i].fid = -1;
+	}
+	if (remove_tree(w->tmp_dir) < 0)
+		warning("the incomplete checkpoint '%s' is left behind", w->tmp_dir);
+	free_writer(w);
+}
+
+/*
+ * Put the finished transaction directory in place of <save>/<name>. When
+ * that exists, it is swapped with the transaction in one renameat2
+ * (RENAME_EXCHANGE), so <save>/<name> is a complete checkpoint at every
+ * moment; *old then names the directory holding the replaced one, for the
+ * caller to delete. File systems without the exchange get two renames with
+ * the old one moved aside first (a crash between them leaves it there,
+ * complete, under a dot-name).
+ */
+static int install_dir(struct ckpt_writer *w, char **old)
+{
+	*old = NULL;
+	if (rename(w->tmp_dir, w->final_dir) == 0)
+		return 0;
+	if (errno != ENOTEMPTY && errno != EEXIST)
+		return error_errno("cannot rename '%s' to '%s'", w->tmp_dir, w->final_dir);
+#ifdef RENAME_EXCHANGE
+	if (renameat2(AT_FDCWD, w->tmp_dir, AT_FDCWD, w->final_dir, RENAME_EXCHANGE) == 0) {
+		*old = xstrdup(w->tmp_dir);
+		return 0;
+	}
+	if (errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP)
+		return error_errno("cannot replace '%s' with '%s'", w->final_dir, w->tmp_dir);
+#endif
+	char *aside = make_unique_dir(w->save_dir, w->name, "old");
+	if (!aside)
+		return -1;
+	/* rename(2) replaces the empty directory just made, atomically. */
+	if (rename(w->final_dir, aside) < 0) {
+		error_errno("cannot move '%s' aside to '%s'", w->final_dir, aside);
+		rmdir(aside);
+		free(aside);
+		return -1;
+	}
+	if (rename(w->tmp_dir, w->final_dir) < 0) {
+		error_errno("cannot rename '%s' to '%s'", w->tmp_dir, w->final_dir);
+		if (rename(aside, w->final_dir) < 0)
+			warning("the previous '%s' is now '%s'", w->final_dir, aside);
+		free(aside);
+		return -1;
+	}
+	*old = aside;
+	return 0;
+}
+
+static int write_tracker(const char *save_dir, int64_t iteration)
+{
+	char *path = xasprintf("%s/%s", save_dir, TRACKER);
+	struct afile af;
+	int r = afile_open(&af, path);
+	free(path);
+	if (r < 0)
+		return -1;
+	/* Megatron's text: the number (or "release") and no newline. */
+	if (iteration == CKPT_RELEASE)
+		fputs("release", af.fp);
+	else
+		fprintf(af.fp, "%lld", (long long)iteration);
+	if (afile_commit(&af) < 0) {
+		afile_abort(&af);
+		return -1;
+	}
+	return 0;
+}
+
+int ckpt_commit(struct ckpt_writer *w)
+{
+	if (!w)
+		BUG("checkpoint writer is NULL");
+	if (w->failed) {
+		error("not saving the checkpoint '%s': writing it failed (see above)", w->final_dir);
+		goto abort;
+	}
+	for (size_t i = 0; i < w->nfiles; i++)
+		if (w->files[i].fid >= 0 && wfile_close(&w->files[i]) < 0)
+			goto abort;
+	/* Each file gets its final name inside the transaction (afile_publish
+	 * fsyncs the directory after each rename). */
+	for (size_t i = 0; i < w->nfiles; i++)
+		if (afile_publish(&w->files[i].af) < 0)
+			goto abort;
+	if (fsync_dir(w->tmp_dir) < 0)
+		goto abort;
+
+	char *old;
+	if (install_dir(w, &old) < 0)
+		goto abort;
+	/* From here on the new checkpoint is in place; a failure below leaves
+	 * it valid but possibly not yet named by the tracker. */
+	int r = fsync_dir(w->save_dir);
+	if (old && remove_tree(old) < 0)
+		warning("could not delete the replaced checkpoint, now '%s'", old);
+	free(old);
+	if (r == 0)
+		r = write_tracker(w->save_dir, w->iteration);
+	if (r < 0)
+		error("checkpoint '%s' is written but '%s/%s' was not updated", w->final_dir, w->save_dir, TRACKER);
+	free_writer(w);
+	return r;
+
+abort:
+	ckpt_abort(w);
+	return -1;
+}
+
+/* ---- tracker ---------------------------------------------------------------- */
+
+int ckpt_latest(const char *dir, int64_t *iteration)
+{
+	char *path = xasprintf("%s/%s", dir, TRACKER);
+	int r = -1;
+	FILE *fp = fopen(path, "rb");
+	if (!fp) {
+		if (errno == ENOENT || errno == ENOTDIR)
+			r = 1; /* Megatron: no tracker, no checkpoint (start from scratch) */
+		else
+			error_errno("cannot open '%s'", path);
+		free(path);
+		return r;
+	}
+	char buf[64];
+	size_t n = fread(buf, 1, sizeof(buf) - 1, fp);
+	int bad_read = ferror(fp);
+	int too_long = n == sizeof(buf) - 1 && fgetc(fp) != EOF;
+	fclose(fp);
+	if (bad_read) {
+		error_errno("cannot read '%s'", path);
+		goto out;
+	}
+	buf[n] = 0;
+	char *s = buf, *e = buf + n;
+	while (s < e && strchr(" \t\r\n", *s))
+		s++;
+	while (e > s && strchr(" \t\r\n", e[-1]))
+		*--e = 0;
+	if (!too_long && (size_t)(e - s) == strlen(s)) { /* no NUL bytes inside */
+		if (!strcmp(s, "release")) {
+			*iteration = CKPT_RELEASE;
+			r = 0;
+		} else if (s < e && strspn(s, "0123456789") == (size_t)(e - s) && e - s <= 18) {
+			*iteration = strtoll(s, NULL, 10);
+			r = 0;
+		}
+	}
+	if (r < 0) {
+		/* Show what is there, printable and short. */
+		char shown[80];
+		size_t k = 0;
+		for (char *p = buf; p < buf + n && k + 5 < sizeof(shown); p++)
+			k += (size_t)snprintf(shown + k, sizeof(shown) - k, (*p >= 0x20 && *p < 0x7f) ? "%c" : "\\x%02x",
+					      (unsigned char)*p);
+		error("'%s': expected an iteration number or 'release', found \"%s\"%s", path, shown,
+		      too_long || k + 5 >= sizeof(shown) ? "..." : "");
+	}
+out:
+	free(path);
+	return r;
+}
+
+/* ---- reader ------------------------------------------------------------------ */
+
+struct ckpt_rfile {
+	char *name;
+	char *path; /* "<dir>/iter_0000500/model.h5" */
+	hid_t fid;
+};
+
+struct ckpt_reader {
+	char *dir; /* "<dir>/iter_0000500" */
+	struct ckpt_rfile *files;
+	size_t nfiles, cap;
+	struct h5io_crc32 crc;
+};
+
+struct ckpt_reader *ckpt_open(const char *dir, int64_t iteration)
+{
+	if (!valid_iteration(iteration)) {
+		error("cannot load a checkpoint of iteration %lld from '%s'", (long long)iteration, dir);
+		return NULL;
+	}
+	char *path = ckpt_iter_path(dir, iteration);
+	struct stat st;
+	errno = 0;
+	if (stat(path, &st) < 0 || !S_ISDIR(st.st_mode)) {
+		if (errno == ENOENT)
+			error("'%s': no such checkpoint directory", path);
+		else if (errno)
+			error_errno("cannot open checkpoint directory '%s'", path);
+		else
+			error("'%s' is not a directory", path);
+		free(path);
+		return NULL;
+	}
+	h5io_init();
+	struct ckpt_reader *r = xcalloc(1, sizeof(*r));
+	r->dir = path;
+	h5io_crc32_init(&r->crc);
+	return r;
+}
+
+const char *ckpt_reader_dir(const struct ckpt_reader *r)
+{
+	return r->dir;
+}
+
+static struct ckpt_rfile *rfile(struct ckpt_reader *r, int file)
+{
+	if (!r)
+		BUG("checkpoint reader is NULL");
+	if (file < 0 || (size_t)file >= r->nfiles)
+		BUG("invalid checkpoint file handle %d", file);
+	return &r->files[file];
+}
+
+int ckpt_file_open(struct ckpt_reader *r, const char *name)
+{
+	if (!valid_file_name(name))
+		return error("'%s': invalid checkpoint file name '%s'", r->dir, name ? name : "");
+	for (size_t i = 0; i < r->nfiles; i++)
+		if (!strcmp(r->files[i].name, name))
+			return (int)i;
+	char *path = xasprintf("%s/%s", r->dir, name);
+	struct stat st;
+	errno = 0;
+	if (stat(path, &st) < 0 || !S_ISREG(st.st_mode)) {
+		if (errno == ENOENT)
+			error("'%s': no such file in the checkpoint", path);
+		else if (errno)
+			error_errno("cannot open '%s'", path);
+		else
+			error("'%s' is not a regular file", path);
+		free(path);
+		return -1;
+	}
+	hid_t fapl = h5io_fapl(path, 0), fid = -1;
+	int64_t version = 0;
+	int has;
+	if (fapl < 0 ||
+	    H5IO_SET(fid, H5Fopen(path, H5F_ACC_RDONLY, fapl), "'%s': not a readable HDF5 file (truncated or corrupt?)",
+		     path) ||
+	    (has = h5io_has_attr(fid, ".", FORMAT_ATTR, path)) < 0 ||
+	    (has && h5io_get_i64(fid, ".", FORMAT_ATTR, &version, path) < 0))
+		goto fail;
+	if (version > CKPT_FORMAT_VERSION) {
+		error("'%s' is in checkpoint format version %lld; this megac reads versions up to %d", path,
+		      (long long)version, CKPT_FORMAT_VERSION);
+		goto fail;
+	}
+	h5io_close_quiet(fapl);
+	xgrow(&r->files, &r->cap, r->nfiles + 1, sizeof(*r->files));
+	r->files[r->nfiles] = (struct ckpt_rfile){ xstrdup(name), path, fid };
+	return (int)r->nfiles++;
+fail:
+	h5io_close_quiet(fid);
+	h5io_close_quiet(fapl);
+	free(path);
+	return -1;
+}
+
+int ckpt_has_tensor(struct ckpt_reader *r, int file, const char *name)
+{
+	struct ckpt_rfile *f = rfile(r, file);
+	if (!h5io_valid_path(name))
+		return error("'%s': invalid tensor name '%s'", f->path, name ? name : "");
+	return h5io_exists(f->fid, name, H5I_DATASET, f->path);
+}
+
+/* Open tensor `name` of f and find its dtype and shape. *dt is
+ * CKPT_NDTYPES for a type we do not read, described in found[]. Returns the
+ * dataset or -1 after error() (a missing tensor included). */
+static hid_t open_tensor(struct ckpt_reader *r, struct ckpt_rfile *f, const char *name, int *dt, int *ndim,
+			 int64_t *shape, char *found, size_t nfound)
+{
+	int ex = ckpt_has_tensor(r, (int)(f - r->files), name);
+	if (ex <= 0) {
+		if (ex == 0)
+			error("'%s': no tensor '%s'", f->path, name);
+		return -1;
+	}
+	hid_t d = -1, type = -1, space = -1;
+	int n;
+	char *attr = NULL;
+	if (H5IO_SET(d, H5Dopen2(f->fid, name, H5P_DEFAULT), "cannot open tensor '%s' in '%s'", name, f->path) ||
+	    H5IO_SET(type, H5Dget_type(d), "cannot read tensor '%s' in '%s'", name, f->path) ||
+	    H5IO_SET(space, H5Dget_space(d), "cannot read tensor '%s' in '%s'", name, f->path) ||
+	    H5IO_SET(n, H5Sget_simple_extent_ndims(space), "cannot read tensor '%s' in '%s'", name, f->path))
+		goto fail;
+	if (n > CKPT_MAX_NDIM) {
+		error("'%s': tensor '%s' has %d dimensions (at most %d)", f->path, name, n, CKPT_MAX_NDIM);
+		goto fail;
+	}
+	hsize_t dims[CKPT_MAX_NDIM];
+	if (H5IO_OK(H5Sget_simple_extent_dims(space, dims, NULL), "cannot read tensor '%s' in '%s'", name, f->path))
+		goto fail;
+	*ndim = n;
+	for (int i = 0; i < n; i++)
+		shape[i] = (int64_t)dims[i];
+
+	/* Which dtype the storage type can be. */
+	H5T_class_t cls = H5Tget_class(type);
+	size_t size = H5Tget_size(type);
+	int le = H5Tget_order(type) == H5T_ORDER_LE;
+	int sgn = cls == H5T_INTEGER && H5Tget_sign(type) == H5T_SGN_2;
+	int is_f32 = cls == H5T_FLOAT && size == 4 && le;
+	int is_u16 = cls == H5T_INTEGER && size == 2 && le && !sgn;
+	int is_i64 = cls == H5T_INTEGER && size == 8 && le && sgn;
+	char tname[64];
+	h5io_type_name(type, tname, sizeof(tname));
+
+	int has = h5io_has_attr(f->fid, name, "dtype", f->path);
+	if (has < 0 || (has && h5io_get_str(f->fid, name, "dtype", &attr, f->path) < 0))
+		goto fail;
+	*dt = CKPT_NDTYPES;
+	if (attr) {
+		for (int i = 0; i < CKPT_NDTYPES; i++)
+			if (!strcmp(attr, dtype_names[i]))
+				*dt = i;
+		if (*dt == CKPT_NDTYPES) {
+			snprintf(found, nfound, "'%s' (dtype attribute)", attr);
+		} else if (!(*dt == CKPT_F32 ? is_f32 : *dt == CKPT_I64 ? is_i64 : is_u16)) {
+			error("'%s': tensor '%s' says dtype '%s' but is stored as %s", f->path, name, attr, tname);
+			goto fail;
+		} else {
+			snprintf(found, nfound, "%s", attr);
+		}
+	} else {
+		/* Written by another tool: the storage type alone decides, and
+		 * 16-bit floats cannot be told apart without the attribute. */
+		*dt = is_f32 ? CKPT_F32 : is_i64 ? CKPT_I64 : CKPT_NDTYPES;
+		snprintf(found, nfound, "%s%s", tname, is_u16 ? " without a dtype attribute" : "");
+	}
+	free(attr);
+	H5Tclose(type);
+	H5Sclose(space);
+	return d;
+fail:
+	free(attr);
+	h5io_close_quiet(type);
+	h5io_close_quiet(space);
+	h5io_close_quiet(d);
+	return -1;
+}
+
+int ckpt_tensor_info(struct ckpt_reader *r, int file, const char *name, enum ckpt_dtype *dt, int *ndim,
+		     int64_t *shape)
+{
+	struct ckpt_rfile *f = rfile(r, file);
+	char found[96];
+	int t;
+	hid_t d = open_tensor(r, f, name, &t, ndim, shape, found, sizeof(found));
+	if (d < 0)
+		return -1;
+	H5Dclose(d);
+	if (t == CKPT_NDTYPES)
+		return error("'%s': tensor '%s' is %s, not a checkpoint dtype", f->path, name, found);
+	*dt = (enum ckpt_dtype)t;
+	return 0;
+}
+
+int ckpt_get_tensor(struct ckpt_reader *r, int file, const char *name, enum ckpt_dtype dt, int ndim,
+		    const int64_t *shape, void *out)
+{
+	struct ckpt_rfile *f = rfile(r, file);
+	check_dtype(dt);
+	size_t elem = ckpt_dtype_size(dt);
+	int64_t count = shape_count(f->path, name, ndim, shape, elem);
+	if (count < 0)
+		return -1;
+	char found[96];
+	int got_dt, got_ndim;
+	int64_t got[CKPT_MAX_NDIM];
+	hid_t d = open_tensor(r, f, name, &got_dt, &got_ndim, got, found, sizeof(found));
+	if (d < 0)
+		return -1;
+	int r_ = -1;
+	if (got_dt != (int)dt) {
+		error("'%s': tensor '%s' is %s, expected %s", f->path, name, found, dtype_names[dt]);
+		goto out;
+	}
+	if (got_ndim != ndim || memcmp(got, shape, (size_t)ndim * sizeof(*shape))) {
+		char want_s[160], got_s[160];
+		format_shape(want_s, sizeof(want_s), ndim, shape);
+		format_shape(got_s, sizeof(got_s), got_ndim, got);
+		error("'%s': tensor '%s' has shape %s, expected %s", f->path, name, got_s, want_s);
+		goto out;
+	}
+	uint32_t stored;
+	if (!h5io_has_attr(f->fid, name, "crc32", f->path)) {
+		error("'%s': tensor '%s' has no crc32 attribute, so it cannot be verified", f->path, name);
+		goto out;
+	}
+	if (h5io_get_u32(f->fid, name, "crc32", &stored, f->path) < 0)
+		goto out;
+	if (count > 0 && H5IO_OK(H5Dread(d, dtype_h5type(dt), H5S_ALL, H5S_ALL, H5P_DEFAULT, out),
+				 "cannot read tensor '%s' from '%s'", name, f->path))
+		goto out;
+	uint32_t crc = count > 0 ? h5io_crc32(&r->crc, 0, out, (size_t)count * elem) : 0;
+	if (crc != stored) {
+		error("'%s': tensor '%s' is corrupt: its data has crc32 %08x, the stored checksum is %08x", f->path,
+		      name, crc, stored);
+		goto out;
+	}
+	r_ = 0;
+out:
+	H5Dclose(d);
+	return r_;
+}
+
+/* obj as an HDF5 name ("." for the root), or NULL after error() when the
+ * object does not exist. */
+static const char *attr_source(struct ckpt_rfile *f, const char *obj)
+{
+	if (!obj || !*obj)
+		return ".";
+	int ex = h5io_valid_path(obj) ? h5io_exists(f->fid, obj, H5I_BADID, f->path) : 0;
+	if (ex <= 0) {
+		if (ex == 0)
+			error("'%s': no tensor or group '%s'", f->path, obj);
+		return NULL;
+	}
+	return obj;
+}
+
+int ckpt_has_attr(struct ckpt_reader *r, int file, const char *obj, const char *name)
+{
+	struct ckpt_rfile *f = rfile(r, file);
+	const char *o = attr_source(f, obj);
+	return o ? h5io_has_attr(f->fid, o, name, f->path) : -1;
+}
+
+int ckpt_get_attr_i64(struct ckpt_reader *r, int file, const char *obj, const char *name, int64_t *v)
+{
+	struct ckpt_rfile *f = rfile(r, file);
+	const char *o = attr_source(f, obj);
+	return o ? h5io_get_i64(f->fid, o, name, v, f->path) : -1;
+}
+
+int ckpt_get_attr_f64(struct ckpt_reader *r, int file, const char *obj, const char *name, double *v)
+{
+	struct ckpt_rfile *f = rfile(r, file);
+	const char *o = attr_source(f, obj);
+	return o ? h5io_get_f64(f->fid, o, name, v, f->path) : -1;
+}
+
+int ckpt_get_attr_str(struct ckpt_reader *r, int file, const char *obj, const char *name, char **v)
+{
+	struct ckpt_rfile *f = rfile(r, file);
+	const char *o = attr_source(f, obj);
+	return o ? h5io_get_str(f->fid, o, name, v, f->path) : -1;
+}
+
+void ckpt_close(struct ckpt_reader *r)
+{
+	if (!r)
+		return;
+	for (size_t i = 0; i < r->nfiles; i++) {
+		h5io_close_quiet(r->files[i].fid);
+		free(r->files[i].name);
+		free(r->files[i].path);
+	}
+	free(r->files);
+	free(r->dir);
+	free(r);
+}

@@ -1,0 +1,140 @@
+/*
+ * ckpt.h - checkpoint directories of HDF5 files, written as transactions.
+ *
+ * A checkpoint is Megatron's layout with HDF5 files inside
+ * (docs/checkpoint-format.md):
+ *
+ *   <save>/latest_checkpointed_iteration.txt   "500" (or "release"), no newline
+ *   <save>/iter_0000500/model.h5 ...           files named by the caller
+ *
+ * Writing: ckpt_begin() opens a transaction that fills a hidden temporary
+ * directory <save>/.iter_0000500.tmp-<pid>-<n>; each file in it is written
+ * under a temporary name registered with base/tempfile.h, so die(), SIGINT,
+ * SIGTERM (Slurm's time limit) and friends delete the data on the way out.
+ * ckpt_commit() fsyncs everything, moves the directory to iter_0000500 in one
+ * rename (replacing an existing one atomically), and only then rewrites the
+ * tracker file. A reader therefore never sees a partial iteration through the
+ * tracker; what a crash can leave behind is a dot-directory, which readers
+ * never look at (an empty one from a killed run is removed by the next
+ * ckpt_begin in the same <save>).
+ *
+ * Each tensor is one HDF5 dataset, stored contiguously with its global shape
+ * under its Megatron name, and carries two attributes: "dtype" (its element
+ * type, see enum ckpt_dtype) and "crc32" (zlib's CRC-32 of its raw
+ * little-endian bytes), which the reader verifies on every load.
+ *
+ * Errors: every function reports through error() (naming the directory, file
+ * and object) and returns -1 or NULL; misuse of handles is a BUG(). Not
+ * thread-safe (HDF5 is not): one thread at a time.
+ */
+#ifndef MEGAC_CKPT_CKPT_H
+#define MEGAC_CKPT_CKPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The iteration of Megatron's "release" checkpoints (directory "release/",
+ * tracker text "release"): ckpt_latest returns it, ckpt_begin and ckpt_open
+ * accept it. Such a checkpoint loads like --finetune. */
+#define CKPT_RELEASE INT64_C(-1)
+
+#define CKPT_MAX_NDIM 8
+
+/* Element types. The 16-bit float types are stored as uint16 datasets (HDF5
+ * and numpy have no bfloat16); their "dtype" attribute says which. */
+enum ckpt_dtype {
+	CKPT_F32,  /* "float32",  HDF5 IEEE F32LE */
+	CKPT_BF16, /* "bfloat16", HDF5 U16LE */
+	CKPT_F16,  /* "float16",  HDF5 U16LE */
+	CKPT_I64,  /* "int64",    HDF5 I64LE */
+	CKPT_NDTYPES
+};
+
+const char *ckpt_dtype_name(enum ckpt_dtype dt);
+size_t ckpt_dtype_size(enum ckpt_dtype dt);
+
+/* "<dir>/iter_0000500" (or "<dir>/release"); caller frees. */
+char *ckpt_iter_path(const char *dir, int64_t iteration);
+
+/* ---- writing -------------------------------------------------------------- */
+
+struct ckpt_writer;
+
+/* Start writing iteration `iteration` (>= 0, or CKPT_RELEASE) under save_dir,
+ * which is created if missing. NULL after error(). */
+struct ckpt_writer *ckpt_begin(const char *save_dir, int64_t iteration);
+
+/* Create the HDF5 file `name` (a plain file name such as "model.h5") in the
+ * transaction. Returns its handle (>= 0) for the calls below, or -1. Every
+ * file carries the root attribute megac_format_version. */
+int ckpt_file_create(struct ckpt_writer *w, const char *name);
+/* Close (and fsync) a file before the commit, to free its resources; optional. */
+int ckpt_file_close(struct ckpt_writer *w, int file);
+
+/* Store a tensor: `data` holds prod(shape) elements of dt, C order. `name`
+ * is a Megatron name ("decoder.layers.0.mlp.linear_fc1.weight", dots are
+ * plain characters) or a path with groups ("exp_avg/decoder.layers.0...."),
+ * which are created as needed. ndim 0 is a scalar. Storing a name twice is
+ * an error. */
+int ckpt_put_tensor(struct ckpt_writer *w, int file, const char *name, enum ckpt_dtype dt, int ndim,
+		    const int64_t *shape, const void *data);
+
+/* Scalar attributes on the object `obj` of a file: NULL (or "") means the
+ * file's root group, otherwise a tensor or group path. Strings are UTF-8 of
+ * any length (a whole config as JSON is fine). "dtype" and "crc32" on
+ * tensors are reserved. */
+int ckpt_put_attr_i64(struct ckpt_writer *w, int file, const char *obj, const char *name, int64_t v);
+int ckpt_put_attr_f64(struct ckpt_writer *w, int file, const char *obj, const char *name, double v);
+int ckpt_put_attr_str(struct ckpt_writer *w, int file, const char *obj, const char *name, const char *v);
+
+/* Close every file, fsync them and the directory, install it as
+ * <save>/iter_NNNNNNN (replacing an existing one: the old one is deleted
+ * only once the new one is in place), fsync <save>, then rewrite the tracker.
+ * Refuses (and aborts) when any earlier call on w failed, so a checkpoint
+ * with a missing tensor is never committed. Frees w in every case. */
+int ckpt_commit(struct ckpt_writer *w);
+/* Drop the transaction: close and delete everything it wrote; frees w. */
+void ckpt_abort(struct ckpt_writer *w);
+
+/* ---- reading -------------------------------------------------------------- */
+
+/* Read <dir>/latest_checkpointed_iteration.txt: 0 and *iteration (which is
+ * CKPT_RELEASE for "release"), 1 when there is no tracker (no checkpoint;
+ * *iteration untouched), -1 after error() naming the file when it cannot be
+ * read or holds anything else (surrounding whitespace is allowed). */
+int ckpt_latest(const char *dir, int64_t *iteration);
+
+struct ckpt_reader;
+
+/* Open <dir>/iter_NNNNNNN (or release/); NULL after error() when it is not
+ * a directory. Files are opened by ckpt_file_open. */
+struct ckpt_reader *ckpt_open(const char *dir, int64_t iteration);
+/* Open the file `name` of the checkpoint; returns its handle (the same one
+ * when opened twice), or -1 after error() when it is missing, truncated or
+ * not HDF5, or written by a newer format version. */
+int ckpt_file_open(struct ckpt_reader *r, const char *name);
+
+/* 1 when the file has a tensor (dataset) called name, 0 when not, -1. */
+int ckpt_has_tensor(struct ckpt_reader *r, int file, const char *name);
+/* A stored tensor's dtype and shape (shape has room for CKPT_MAX_NDIM). */
+int ckpt_tensor_info(struct ckpt_reader *r, int file, const char *name, enum ckpt_dtype *dt, int *ndim,
+		     int64_t *shape);
+/* Read a tensor into out (prod(shape) elements of dt) and verify its CRC.
+ * Errors name the directory, file and tensor: missing, different dtype or
+ * shape (expected vs found), or a checksum mismatch. */
+int ckpt_get_tensor(struct ckpt_reader *r, int file, const char *name, enum ckpt_dtype dt, int ndim,
+		    const int64_t *shape, void *out);
+
+/* Attributes as written by ckpt_put_attr_* (obj NULL = root). Integers of
+ * any HDF5 integer type and floats of any float type are accepted;
+ * *v is a malloc'd copy for strings. */
+int ckpt_has_attr(struct ckpt_reader *r, int file, const char *obj, const char *name);
+int ckpt_get_attr_i64(struct ckpt_reader *r, int file, const char *obj, const char *name, int64_t *v);
+int ckpt_get_attr_f64(struct ckpt_reader *r, int file, const char *obj, const char *name, double *v);
+int ckpt_get_attr_str(struct ckpt_reader *r, int file, const char *obj, const char *name, char **v);
+
+/* The checkpoint directory being read ("<dir>/iter_0000500"). */
+const char *ckpt_reader_dir(const struct ckpt_reader *r);
+void ckpt_close(struct ckpt_reader *r);
+
+#endif

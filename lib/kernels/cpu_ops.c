@@ -1,0 +1,297 @@
+/*
+ * cpu_ops.c - the CPU backend of the op table (ops.h): host memory, the
+ * linear layer (OpenBLAS sgemm), the vector helpers, half-precision rounding
+ * and AdamW, plus the table itself. The layer ops live in cpu_nn.c, the
+ * attention path in cpu_attn.c, the random numbers in cpu_rand.c.
+ *
+ * Threading: OpenMP over rows or elements. Every output element is computed
+ * by one thread in a fixed order, and every reduction across threads
+ * (parameter-grad column sums, sumsq) uses a partition that does not depend
+ * on the thread count, so results are bit-identical for any OMP_NUM_THREADS.
+ * sgemm's own threads split the output, never the summed dimension, so they
+ * do not change results either.
+ */
+#include "kernels/cpu.h"
+#include "kernels/ops.h"
+#include "base/error.h"
+#include "base/xalloc.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- memory: plain host memory ---- */
+
+static void *cpu_alloc(size_t bytes)
+{
+	return xcalloc(bytes, 1);
+}
+
+static void cpu_free(void *p)
+{
+	free(p);
+}
+
+static void cpu_copy(void *dst, const void *src, size_t bytes)
+{
+	if (bytes)
+		memcpy(dst, src, bytes);
+}
+
+static void cpu_zero(float *x, size_t n)
+{
+	if (n)
+		memset(x, 0, n * sizeof(float));
+}
+
+/* ---- linear: out[N,OC] = inp[N,IC] . weight[OC,IC]^T + bias ---- */
+
+static void cpu_linear_forward(float *out, const float *inp, const float *weight,
+			       const float *bias, int N, int IC, int OC)
+{
+	if (N <= 0 || OC <= 0)
+		return;
+	/* Start from the bias and let sgemm add onto it (beta = 1): the same one
+	 * pass over out that beta = 0 would spend zeroing it. */
+	float beta = 0.0f;
+	if (bias) {
+#pragma omp parallel for if ((size_t)N * OC >= CPU_PAR_MIN)
+		for (int n = 0; n < N; n++)
+			memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(float));
+		beta = 1.0f;
+	} else if (IC == 0) {
+		memset(out, 0, (size_t)N * OC * sizeof(float));
+	}
+	if (IC > 0)
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, IC, 1.0f, inp, IC,
+			    weight, IC, beta, out, OC);
+}
+
+/* dbias[o] += sum_n dout[n,o]. Each thread owns a range of columns and sums
+ * its rows in order n = 0..N-1 (in double), so the result does not depend on
+ * the thread count; the inner loop runs along a row, contiguous. */
+static void cpu_colsum_add(float *dst, const float *x, int N, int C)
+{
+	int nchunks = (C + CPU_COLS - 1) / CPU_COLS;
+#pragma omp parallel for schedule(static) if ((size_t)N * C >= CPU_PAR_MIN)
+	for (int ch = 0; ch < nchunks; ch++) {
+		int c0 = ch * CPU_COLS, nc = C - c0 < CPU_COLS ? C - c0 : CPU_COLS;
+		double acc[CPU_COLS] = { 0 };
+		for (int n = 0; n < N; n++) {
+			const float *row = x + (size_t)n * C + c0;
+#pragma omp simd
+			for (int j = 0; j < nc; j++)
+				acc[j] += row[j];
+		}
+		for (int j = 0; j < nc; j++)
+			dst[c0 + j] += (float)acc[j];
+	}
+}
+
+static void cpu_linear_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+				const float *inp, const float *weight, int N, int IC, int OC)
+{
+	if (N <= 0 || OC <= 0 || IC <= 0) {
+		if (dinp && N > 0 && IC > 0)
+			memset(dinp, 0, (size_t)N * IC * sizeof(float));
+		if (dbias && N > 0 && OC > 0)
+			cpu_colsum_add(dbias, dout, N, OC);
+		return;
+	}
+	/* dinp[N,IC] = dout[N,OC] . weight[OC,IC] */
+	if (dinp)
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, OC,
+			    weight, IC, 0.0f, dinp, IC);
+	/* dweight[OC,IC] += dout^T . inp (beta = 1 accumulates) */
+	if (dweight)
+		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp,
+			    IC, 1.0f, dweight, IC);
+	if (dbias)
+		cpu_colsum_add(dbias, dout, N, OC);
+}
+
+/* ---- vector helpers ---- */
+
+static void cpu_add(float *out, const float *a, const float *b, size_t n)
+{
+#pragma omp parallel for simd if (n >= CPU_PAR_MIN)
+	for (size_t i = 0; i < n; i++)
+		out[i] = a[i] + b[i];
+}
+
+static void cpu_scale(float *x, float s, size_t n)
+{
+#pragma omp parallel for simd if (n >= CPU_PAR_MIN)
+	for (size_t i = 0; i < n; i++)
+		x[i] *= s;
+}
+
+/* Sum of squares in double. Fixed chunks, each summed by one thread, then
+ * the chunk sums added in chunk order: the same result for any thread count. */
+#define CPU_SUM_CHUNK 65536
+static double cpu_sumsq(const float *x, size_t n)
+{
+	size_t nch = (n + CPU_SUM_CHUNK - 1) / CPU_SUM_CHUNK;
+	if (nch == 0)
+		return 0.0;
+	double one, *part = nch == 1 ? &one : xmalloc(nch * sizeof(double));
+#pragma omp parallel for schedule(static) if (nch > 1)
+	for (size_t ch = 0; ch < nch; ch++) {
+		size_t i0 = ch * CPU_SUM_CHUNK, i1 = i0 + CPU_SUM_CHUNK < n ? i0 + CPU_SUM_CHUNK : n;
+		double acc = 0.0;
+#pragma omp simd reduction(+ : acc)
+		for (size_t i = i0; i < i1; i++)
+			acc += (double)x[i] * x[i];
+		part[ch] = acc;
+	}
+	double total = 0.0;
+	for (size_t ch = 0; ch < nch; ch++)
+		total += part[ch];
+	if (part != &one)
+		free(part);
+	return total;
+}
+
+/* Any inf or NaN: all exponent bits set. */
+static int cpu_nonfinite(const float *x, size_t n)
+{
+	int bad = 0;
+#pragma omp parallel for simd reduction(| : bad) if (n >= CPU_PAR_MIN)
+	for (size_t i = 0; i < n; i++)
+		bad |= (cpu_float_to_bits(x[i]) & 0x7f800000u) == 0x7f800000u;
+	return bad;
+}
+
+/* ---- rounding to half precision and back ---- */
+
+/* bfloat16 keeps the top 16 bits of a float: add half of the dropped part
+ * (minus one unless the kept part is odd: ties to even) and truncate. Inf
+ * stays inf, the largest floats round up to inf; a NaN is quieted (so its
+ * payload cannot truncate to inf), sign kept. */
+static inline float cpu_round_bf16(float x)
+{
+	uint32_t u = cpu_float_to_bits(x);
+	uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+	uint32_t quiet_nan = (u | 0x00400000u) & 0xffff0000u;
+	return cpu_bits_to_float((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
+}
+
+/* IEEE half: 5 exponent bits (normal from 2^-14, largest 65504), 10
+ * mantissa bits. Every case is computed and the right one picked on the
+ * integer bits, so the loop has no branch and vectorises. */
+static inline float cpu_round_fp16(float x)
+{
+	uint32_t u = cpu_float_to_bits(x);
+	uint32_t sign = u & 0x80000000u, a = u & 0x7fffffffu;
+	/* |x| >= 2^-14, a normal half: keep 10 of the 23 mantissa bits, ties to even */
+	uint32_t normal = sign | ((a + 0x0fffu + ((a >> 13) & 1u)) & ~0x1fffu);
+	/* Below 2^-14 halves are subnormal, multiples of 2^-24. That is the ulp
+	 * of floats in [0.5, 1), so adding 0.5 rounds |x| to it (to nearest
+	 * even, the default rounding mode) and subtracting 0.5 again is exact. */
+	uint32_t subnormal = sign | cpu_float_to_bits((cpu_bits_to_float(a) + 0.5f) - 0.5f);
+	float r = cpu_selectf(a >= 0x38800000u, cpu_bits_to_float(normal), cpu_bits_to_float(subnormal));
+	/* |x| >= 65520 = 65504 + half an ulp: the tie goes to the even 2^16, i.e. inf */
+	r = cpu_selectf(a >= 0x477ff000u, cpu_bits_to_float(sign | 0x7f800000u), r);
+	/* NaN stays NaN (quieted) */
+	return cpu_selectf(a > 0x7f800000u, cpu_bits_to_float(u | 0x00400000u), r);
+}
+
+static void cpu_round(float *out, const float *x, size_t n, enum kops_round kind)
+{
+	if (kind == KOPS_ROUND_BF16) {
+#pragma omp parallel for simd if (n >= CPU_PAR_MIN)
+		for (size_t i = 0; i < n; i++)
+			out[i] = cpu_round_bf16(x[i]);
+	} else if (kind == KOPS_ROUND_FP16) {
+#pragma omp parallel for simd if (n >= CPU_PAR_MIN)
+		for (size_t i = 0; i < n; i++)
+			out[i] = cpu_round_fp16(x[i]);
+	} else {
+		BUG("unknown rounding kind %d", (int)kind);
+	}
+}
+
+/* ---- AdamW ----
+ * torch.optim.AdamW (foreach=False, torch 2.x) step by step, in the same
+ * order and precision:
+ *   param.mul_(1 - lr*wd)
+ *   exp_avg.lerp_(grad, 1 - beta1)
+ *   exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+ *   denom = (exp_avg_sq.sqrt() / sqrt(bias_correction2)).add_(eps)
+ *   param.addcdiv_(exp_avg, denom, value=-lr/bias_correction1)
+ * The per-step scalars are Python floats (double) that torch rounds to fp32
+ * when it applies them to fp32 tensors, so they are computed in double here
+ * and rounded once. torch's CPU kernels (AVX2 build) and nvcc contract
+ * "a + b*c" into one fused multiply-add, so lerp and addcmul round once:
+ * fmaf below gives the same bits (checked against torch in test_ops).
+ * torch 1.13 still updated exp_avg as mul_(beta1).add_(grad, alpha=1-beta1),
+ * which differs from lerp by an ulp now and then. */
+static void cpu_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1,
+		      float b2, float eps, float wd, int step)
+{
+	if (step < 1)
+		BUG("adamw step %d < 1", step);
+	const float decay = (float)(1.0 - (double)lr * (double)wd);
+	const float w1 = (float)(1.0 - (double)b1);     /* lerp weight */
+	const float w1c = 1.0f - w1;                     /* torch's lerp: opmath 1 - weight */
+	const float w2 = (float)(1.0 - (double)b2);
+	const double bc1 = 1.0 - pow((double)b1, (double)step);
+	const double bc2 = 1.0 - pow((double)b2, (double)step);
+	const float neg_step_size = (float)-((double)lr / bc1);
+	const float bc2_sqrt = (float)sqrt(bc2);
+#pragma omp parallel for if (n >= CPU_PAR_MIN)
+	for (size_t i = 0; i < n; i++) {
+		float gi = g[i], mi = m[i], vi = v[i];
+		float pi = p[i] * decay;
+		/* torch's lerp(self, end, w): self + w (end - self) for |w| < 0.5,
+		 * else end - (end - self)(1 - w) */
+		mi = w1 < 0.5f ? fmaf(w1, gi - mi, mi) : fmaf(-(gi - mi), w1c, gi);
+		vi = fmaf(w2 * gi, gi, vi * b2);
+		float denom = sqrtf(vi) / bc2_sqrt + eps;
+		pi = pi + (neg_step_size * mi) / denom;
+		p[i] = pi, m[i] = mi, v[i] = vi;
+	}
+}
+
+/* ---- the table ---- */
+
+static const struct kops cpu_ops = {
+	.name = "cpu",
+	.alloc = cpu_alloc,
+	.free = cpu_free,
+	.to_host = cpu_copy,
+	.to_device = cpu_copy,
+	.zero = cpu_zero,
+	.linear_forward = cpu_linear_forward,
+	.linear_backward = cpu_linear_backward,
+	.embedding_forward = cpu_embedding_forward,
+	.embedding_backward = cpu_embedding_backward,
+	.layernorm_forward = cpu_layernorm_forward,
+	.layernorm_backward = cpu_layernorm_backward,
+	.rmsnorm_forward = cpu_rmsnorm_forward,
+	.rmsnorm_backward = cpu_rmsnorm_backward,
+	.gelu_forward = cpu_gelu_forward,
+	.gelu_backward = cpu_gelu_backward,
+	.swiglu_forward = cpu_swiglu_forward,
+	.swiglu_backward = cpu_swiglu_backward,
+	.qkv_split_forward = cpu_qkv_split_forward,
+	.qkv_split_backward = cpu_qkv_split_backward,
+	.attention_forward = cpu_attention_forward,
+	.attention_backward = cpu_attention_backward,
+	.dropout_add_forward = cpu_dropout_add_forward,
+	.dropout_backward = cpu_dropout_backward,
+	.xent_forward = cpu_xent_forward,
+	.xent_backward = cpu_xent_backward,
+	.add = cpu_add,
+	.scale = cpu_scale,
+	.sumsq = cpu_sumsq,
+	.nonfinite = cpu_nonfinite,
+	.round = cpu_round,
+	.adamw = cpu_adamw,
+};
+
+const struct kops *kops_cpu(void)
+{
+	return &cpu_ops;
+}

@@ -1,0 +1,167 @@
+/*
+ * ops.h - the compute op table: every piece of arithmetic the model, the
+ * optimizer and the training loop do on tensors goes through one of these
+ * function pointers (DESIGN decision 2). The CPU backend (cpu_*.c, OpenBLAS +
+ * OpenMP) is the reference; a CUDA backend fills the same table with the same
+ * semantics later, so nothing above lib/kernels knows which device it runs on.
+ *
+ * Conventions, for every op:
+ *   - fp32, row-major, contiguous. "N" is a row count (tokens = B*T), "C" a
+ *     row width. Activations are [B, T, ...] (batch-major).
+ *   - Forward and backward sit side by side, as in llm.c.
+ *   - Gradients of PARAMETERS (dweight, dbias, dwte, ...) ACCUMULATE (+=), so
+ *     micro-batches add into the same grad buffer.
+ *   - Gradients of INPUTS (dinp, dq, dqkv, ...) are OVERWRITTEN (=). A NULL
+ *     input-gradient pointer means "not needed" and skips that work.
+ *   - Buffers marked "may alias" may be the same pointer; all others must not
+ *     overlap.
+ *   - Random ops (dropout) are counter based: the mask is a pure function of
+ *     (seed, offset + element index), so backward regenerates it instead of
+ *     storing it, results do not depend on thread count, and a resumed run
+ *     draws the same masks.
+ */
+#ifndef MEGAC_KERNELS_OPS_H
+#define MEGAC_KERNELS_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum kops_gelu {
+	KOPS_GELU_TANH, /* 0.5x(1+tanh(0.79788456 x (1+0.044715 x^2))), Megatron's bias-gelu fusion */
+	KOPS_GELU_ERF,  /* 0.5x(1+erf(x/sqrt2)), exact; Megatron with --disable-bias-linear */
+};
+
+enum kops_round {
+	KOPS_ROUND_BF16, /* round-to-nearest-even to bfloat16 */
+	KOPS_ROUND_FP16, /* round-to-nearest-even to IEEE half (overflow -> inf) */
+};
+
+struct kops {
+	const char *name; /* "cpu", "cuda" */
+
+	/* ---- memory (device memory for this backend; host memory on the CPU) ---- */
+	void *(*alloc)(size_t bytes);          /* zero-filled; dies on failure */
+	void (*free)(void *p);
+	void (*to_host)(void *dst, const void *src, size_t bytes);
+	void (*to_device)(void *dst, const void *src, size_t bytes);
+	void (*zero)(float *x, size_t n);
+
+	/* ---- linear layer: out[N,OC] = inp[N,IC] . weight[OC,IC]^T (+ bias[OC]) ----
+	 * bias may be NULL. Backward: dinp = dout . weight; dweight += dout^T . inp;
+	 * dbias += column sums of dout. dinp, dbias may be NULL. */
+	void (*linear_forward)(float *out, const float *inp, const float *weight, const float *bias,
+			       int N, int IC, int OC);
+	void (*linear_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
+				const float *inp, const float *weight, int N, int IC, int OC);
+
+	/* ---- embedding: out[n] = wte[tokens[n]] (+ wpe[positions[n]]) ----
+	 * wpe/positions may be NULL (RoPE models). Token ids are in [0, V). */
+	void (*embedding_forward)(float *out, const int32_t *tokens, const int32_t *positions,
+				  const float *wte, const float *wpe, int N, int C);
+	void (*embedding_backward)(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
+				   const int32_t *positions, int N, int C);
+
+	/* ---- LayerNorm over the last dim: out = (x-mean)*rstd*w + b ----
+	 * mean[N], rstd[N] are saved for backward. b may be NULL (then db ignored). */
+	void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
+				  const float *w, const float *b, int N, int C, float eps);
+	void (*layernorm_backward)(float *dinp, float *dw, float *db, const float *dout,
+				   const float *inp, const float *w, const float *mean,
+				   const float *rstd, int N, int C);
+
+	/* ---- RMSNorm: out = x * rstd * w, rstd = 1/sqrt(mean(x^2)+eps) ---- */
+	void (*rmsnorm_forward)(float *out, float *rstd, const float *inp, const float *w, int N,
+				int C, float eps);
+	void (*rmsnorm_backward)(float *dinp, float *dw, const float *dout, const float *inp,
+				 const float *w, const float *rstd, int N, int C);
+
+	/* ---- GELU, elementwise over n values. out may alias inp. ---- */
+	void (*gelu_forward)(float *out, const float *inp, size_t n, enum kops_gelu kind);
+	/* dinp may alias dout. */
+	void (*gelu_backward)(float *dinp, const float *dout, const float *inp, size_t n,
+			      enum kops_gelu kind);
+
+	/* ---- SwiGLU: inp[N, 2F] = [gate | up] per row; out[N,F] = silu(gate) * up ---- */
+	void (*swiglu_forward)(float *out, const float *inp, int N, int F);
+	void (*swiglu_backward)(float *dinp, const float *dout, const float *inp, int N, int F);
+
+	/* ---- fused QKV split (+ RoPE) ----
+	 * qkv[B,T,(a+2g)*k] holds, per token, g query groups, each [m query heads; key; value]
+	 * with m = a/g heads and k channels per head (Megatron's layout). Writes
+	 * q[B,a,T,k], kk[B,g,T,k], v[B,g,T,k]. When rot > 0, RoPE (rotate-half) is applied
+	 * to the first rot channels of every q and k head using cos/sin tables of shape
+	 * [T, rot] (see rope_table). Backward is the exact inverse map: it writes all of
+	 * dqkv from dq, dk, dv. */
+	void (*qkv_split_forward)(float *q, float *kk, float *v, const float *qkv, const float *cos,
+				  const float *sin, int B, int T, int a, int g, int k, int rot);
+	void (*qkv_split_backward)(float *dqkv, const float *dq, const float *dk, const float *dv,
+				   const float *cos, const float *sin, int B, int T, int a, int g,
+				   int k, int rot);
+
+	/* ---- causal self-attention with grouped K/V ----
+	 * q[B,a,T,k], kk/v[B,g,T,k] -> out[B,T,a*k] (heads major within a token, ready
+	 * for linear_proj). Query head h uses K/V group h/(a/g). scores = q.k^T * scale,
+	 * causal mask (key position <= query position), and when doc is not NULL also
+	 * doc[b,tq] == doc[b,tk] (Megatron's --reset-attention-mask). softmax in fp32;
+	 * probs[B,a,T,T] (pre-dropout) are saved for backward. With dropout_p > 0 each
+	 * prob is dropped with probability p and the survivors scaled by 1/(1-p), the
+	 * mask drawn from (seed, offset + ((b*a+h)*T+tq)*T+tk). */
+	void (*attention_forward)(float *out, float *probs, const float *q, const float *kk,
+				  const float *v, const int32_t *doc, int B, int T, int a, int g,
+				  int k, float scale, float dropout_p, uint64_t seed,
+				  uint64_t offset);
+	void (*attention_backward)(float *dq, float *dk, float *dv, const float *dout,
+				   const float *q, const float *kk, const float *v,
+				   const float *probs, int B, int T, int a, int g, int k, float scale,
+				   float dropout_p, uint64_t seed, uint64_t offset);
+
+	/* ---- residual: out = residual + dropout(x), n values ----
+	 * Element i is kept with probability 1-p (mask from (seed, offset+i)); kept values
+	 * are scaled by 1/(1-p). p == 0 is a plain add. out may alias residual or x. */
+	void (*dropout_add_forward)(float *out, const float *residual, const float *x, size_t n,
+				    float p, uint64_t seed, uint64_t offset);
+	/* dx = dropout mask applied to dout (the residual's grad is dout itself).
+	 * dx may alias dout. */
+	void (*dropout_backward)(float *dx, const float *dout, size_t n, float p, uint64_t seed,
+				 uint64_t offset);
+
+	/* ---- softmax cross-entropy over V classes per row ----
+	 * losses[n] = logsumexp(logits[n]) - logits[n][targets[n]]; lse[n] is saved.
+	 * Backward: dlogits[n] = (softmax(logits[n]) - onehot(targets[n])) * dloss[n];
+	 * dlogits may alias logits (the usual case: logits are not needed afterwards). */
+	void (*xent_forward)(float *losses, float *lse, const float *logits,
+			     const int32_t *targets, int N, int V);
+	void (*xent_backward)(float *dlogits, const float *logits, const float *lse,
+			      const int32_t *targets, const float *dloss, int N, int V);
+
+	/* ---- vector helpers ---- */
+	void (*add)(float *out, const float *a, const float *b, size_t n);      /* may alias */
+	void (*scale)(float *x, float s, size_t n);                             /* x *= s */
+	double (*sumsq)(const float *x, size_t n);        /* sum of squares, in double */
+	int (*nonfinite)(const float *x, size_t n);       /* 1 if any inf/NaN */
+	/* out = x rounded to bf16/fp16 and back to fp32 (the half-precision model copy). */
+	void (*round)(float *out, const float *x, size_t n, enum kops_round kind);
+
+	/* ---- AdamW (Megatron/torch semantics, decoupled weight decay) ----
+	 * For each i: p *= 1 - lr*wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+	 * p -= lr * (m / (1-b1^step)) / (sqrt(v / (1-b2^step)) + eps). step >= 1. */
+	void (*adamw)(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1,
+		      float b2, float eps, float wd, int step);
+};
+
+/* The CPU backend (always present). */
+const struct kops *kops_cpu(void);
+
+/* RoPE tables for positions 0..T-1: cos/sin[t, j] for j < rot, with
+ * inv_freq[i] = base^(-2i/rot) and the frequencies repeated [f, f] across the
+ * rot channels (Megatron's non-interleaved layout). Host memory, fp32. */
+void kops_rope_table(float *cos, float *sin, int T, int rot, float base);
+
+/* The counter-based uniform draw in [0,1) that dropout uses: exposed so tests
+ * and reference scripts can reproduce masks. */
+float kops_uniform(uint64_t seed, uint64_t counter);
+
+/* Normal(0, 1) draw from the same counter-based generator (parameter init). */
+float kops_normal(uint64_t seed, uint64_t counter);
+
+#endif

@@ -1,0 +1,538 @@
+/*
+ * gpt.c - see gpt.h. The layer is Megatron Core's TransformerLayer with the
+ * TE spec: the input norm is fused into linear_qkv and the pre-MLP norm into
+ * linear_fc1 (hence their parameter names), pre-norm residuals, bias-dropout-
+ * add after linear_proj and linear_fc2. Activations are batch-major
+ * [B, S, h]; Megatron's [S, B, h] only changes the order of independent rows.
+ *
+ * Dropout masks are a pure function of (micro-batch seed, site, element):
+ * site 3l is layer l's attention probabilities, 3l+1 its attention output,
+ * 3l+2 its MLP output, 3L the embedding. So recomputation and resumed runs
+ * draw the same masks without storing them.
+ */
+#include "model/gpt.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "base/xalloc.h"
+
+#define SITE_SHIFT 40 /* 2^40 counters per dropout site: more than B*a*S*S ever reaches */
+
+static uint64_t site_offset(int site)
+{
+	return (uint64_t)site << SITE_SHIFT;
+}
+
+float *gpt_param(struct gpt_model *m, int idx)
+{
+	return idx < 0 ? NULL : m->work + m->reg.p[idx].offset;
+}
+
+float *gpt_grad(struct gpt_model *m, int idx)
+{
+	return idx < 0 ? NULL : m->reg.grad + m->reg.p[idx].offset;
+}
+
+/* ---- registration ---- */
+
+static int reg1(struct gpt_model *m, const char *name, int64_t n, int tp_axis, enum param_init init, float std)
+{
+	int64_t shape[1] = { n };
+	return params_add(&m->reg, name, 1, shape, tp_axis, 1, 0, 0, init, std);
+}
+
+static int reg2(struct gpt_model *m, const char *name, int64_t r, int64_t c, int tp_axis, float std)
+{
+	int64_t shape[2] = { r, c };
+	return params_add(&m->reg, name, 2, shape, tp_axis, 1, 0, 0, PARAM_INIT_NORMAL, std);
+}
+
+static void register_params(struct gpt_model *m)
+{
+	const struct gpt_config *c = &m->c;
+	char name[PARAM_NAME_MAX];
+	float std = c->init_std, out_std = c->init_std / sqrtf(2.0f * (float)c->L);
+	int64_t qkv = (int64_t)(c->a + 2 * c->g) * c->k, ak = (int64_t)c->a * c->k;
+	int64_t f1 = c->swiglu ? 2 * (int64_t)c->f : c->f;
+
+	m->wte = reg2(m, "embedding.word_embeddings.weight", c->Vp, c->h, 0, std);
+	m->wpe = c->rope ? -1 : reg2(m, "embedding.position_embeddings.weight", c->P, c->h, -1, std);
+	m->lp = xcalloc((size_t)c->L, sizeof(*m->lp));
+	for (int l = 0; l < c->L; l++) {
+		struct gpt_layer_params *p = &m->lp[l];
+#define NAME(fmt) (snprintf(name, sizeof(name), "decoder.layers.%d." fmt, l), name)
+		p->ln1_w = reg1(m, NAME("self_attention.linear_qkv.layer_norm_weight"), c->h, -1, PARAM_INIT_ONE, 0);
+		p->ln1_b = c->rmsnorm ? -1 :
+			reg1(m, NAME("self_attention.linear_qkv.layer_norm_bias"), c->h, -1, PARAM_INIT_ZERO, 0);
+		p->qkv_w = reg2(m, NAME("self_attention.linear_qkv.weight"), qkv, c->h, 0, std);
+		p->qkv_b = c->bias ? reg1(m, NAME("self_attention.linear_qkv.bias"), qkv, 0, PARAM_INIT_ZERO, 0) : -1;
+		p->proj_w = reg2(m, NAME("self_attention.linear_proj.weight"), c->h, ak, 1, out_std);
+		p->proj_b = c->bias ? reg1(m, NAME("self_attention.linear_proj.bias"), c->h, -1, PARAM_INIT_ZERO, 0) : -1;
+		p->ln2_w = reg1(m, NAME("mlp.linear_fc1.layer_norm_weight"), c->h, -1, PARAM_INIT_ONE, 0);
+		p->ln2_b = c->rmsnorm ? -1 : reg1(m, NAME("mlp.linear_fc1.layer_norm_bias"), c->h, -1, PARAM_INIT_ZERO, 0);
+		p->fc1_w = reg2(m, NAME("mlp.linear_fc1.weight"), f1, c->h, 0, std);
+		p->fc1_b = c->bias ? reg1(m, NAME("mlp.linear_fc1.bias"), f1, 0, PARAM_INIT_ZERO, 0) : -1;
+		p->fc2_w = reg2(m, NAME("mlp.linear_fc2.weight"), c->h, c->f, 1, out_std);
+		p->fc2_b = c->bias ? reg1(m, NAME("mlp.linear_fc2.bias"), c->h, -1, PARAM_INIT_ZERO, 0) : -1;
+#undef NAME
+	}
+	m->lnf_w = reg1(m, "decoder.final_layernorm.weight", c->h, -1, PARAM_INIT_ONE, 0);
+	m->lnf_b = c->rmsnorm ? -1 : reg1(m, "decoder.final_layernorm.bias", c->h, -1, PARAM_INIT_ZERO, 0);
+	if (c->untied) {
+		m->out_w = reg2(m, "output_layer.weight", c->Vp, c->h, 0, std);
+	} else {
+		m->out_w = m->wte;
+		m->reg.p[m->wte].flags |= PARAM_TIED;
+	}
+}
+
+/* ---- buffers ---- */
+
+static float *take(struct gpt_model *m, size_t n)
+{
+	m->act_bytes += n * sizeof(float);
+	return mem_alloc_f32(m->mem, n);
+}
+
+static void alloc_layer_acts(struct gpt_model *m, struct gpt_layer_acts *A, bool probs)
+{
+	const struct gpt_config *c = &m->c;
+	size_t BT = (size_t)m->B * c->S, h = c->h;
+	size_t f1 = c->swiglu ? 2 * (size_t)c->f : (size_t)c->f;
+	A->ln1 = take(m, BT * h);
+	A->ln1_mean = take(m, BT);
+	A->ln1_rstd = take(m, BT);
+	A->q = take(m, BT * c->a * c->k);
+	A->kk = take(m, BT * c->g * c->k);
+	A->v = take(m, BT * c->g * c->k);
+	A->probs = probs ? take(m, (size_t)m->B * c->a * c->S * c->S) : NULL;
+	A->atty = take(m, BT * c->a * c->k);
+	A->res1 = take(m, BT * h);
+	A->ln2 = take(m, BT * h);
+	A->ln2_mean = take(m, BT);
+	A->ln2_rstd = take(m, BT);
+	A->fc1 = take(m, BT * f1);
+	A->act = take(m, BT * c->f);
+}
+
+static void free_layer_acts(struct gpt_model *m, struct gpt_layer_acts *A)
+{
+	const struct gpt_config *c = &m->c;
+	size_t BT = (size_t)m->B * c->S, h = c->h, f1 = c->swiglu ? 2 * (size_t)c->f : (size_t)c->f;
+	struct mem_pool *mp = m->mem;
+	mem_free(mp, A->ln1, BT * h * 4);
+	mem_free(mp, A->ln1_mean, BT * 4);
+	mem_free(mp, A->ln1_rstd, BT * 4);
+	mem_free(mp, A->q, BT * c->a * c->k * 4);
+	mem_free(mp, A->kk, BT * c->g * c->k * 4);
+	mem_free(mp, A->v, BT * c->g * c->k * 4);
+	mem_free(mp, A->probs, (size_t)m->B * c->a * c->S * c->S * 4);
+	mem_free(mp, A->atty, BT * c->a * c->k * 4);
+	mem_free(mp, A->res1, BT * h * 4);
+	mem_free(mp, A->ln2, BT * h * 4);
+	mem_free(mp, A->ln2_mean, BT * 4);
+	mem_free(mp, A->ln2_rstd, BT * 4);
+	mem_free(mp, A->fc1, BT * f1 * 4);
+	mem_free(mp, A->act, BT * c->f * 4);
+}
+
+/* Which layers are recomputed whole: uniform = all (Megatron recomputes every
+ * chunk of N layers from its input), block = the first N. */
+static bool layer_recomputed(const struct gpt_config *c, int l)
+{
+	if (c->recompute != GPT_RECOMPUTE_FULL)
+		return false;
+	return c->recompute_block ? l < c->recompute_layers : true;
+}
+
+int gpt_init(struct gpt_model *m, const struct gpt_config *c, const struct kops *k, struct mem_pool *mem,
+	     int B, enum gpt_precision precision)
+{
+	memset(m, 0, sizeof(*m));
+	m->c = *c;
+	m->k = k;
+	m->mem = mem;
+	m->B = B;
+	m->precision = precision;
+	register_params(m);
+	m->reg.data = mem_alloc_f32(mem, m->reg.total);
+	m->reg.grad = mem_alloc_f32(mem, m->reg.total);
+	m->work = precision == GPT_FP32 ? m->reg.data : mem_alloc_f32(mem, m->reg.total);
+
+	size_t BT = (size_t)B * c->S, h = c->h;
+	size_t qkv = (size_t)(c->a + 2 * c->g) * c->k, ak = (size_t)c->a * c->k;
+	size_t f1 = c->swiglu ? 2 * (size_t)c->f : (size_t)c->f;
+	m->resid = take(m, (size_t)(c->L + 1) * BT * h);
+	m->acts = xcalloc((size_t)c->L + 1, sizeof(*m->acts));
+	m->recomputed = xcalloc((size_t)c->L, sizeof(*m->recomputed));
+	bool probs_shared = c->recompute == GPT_RECOMPUTE_SELECTIVE;
+	bool any_rc = false;
+	for (int l = 0; l < c->L; l++) {
+		m->recomputed[l] = layer_recomputed(c, l);
+		if (m->recomputed[l])
+			any_rc = true;
+		else
+			alloc_layer_acts(m, &m->acts[l], !probs_shared);
+	}
+	/* acts[L]: the scratch set recomputed layers share (and the shared probs) */
+	if (any_rc)
+		alloc_layer_acts(m, &m->acts[c->L], true);
+	else if (probs_shared)
+		m->acts[c->L].probs = take(m, (size_t)B * c->a * c->S * c->S);
+	for (int l = 0; l < c->L; l++) {
+		if (m->recomputed[l])
+			m->acts[l] = m->acts[c->L];
+		else if (probs_shared)
+			m->acts[l].probs = m->acts[c->L].probs;
+	}
+	m->lnf = take(m, BT * h);
+	m->lnf_mean = take(m, BT);
+	m->lnf_rstd = take(m, BT);
+	m->logits = take(m, BT * (size_t)c->Vp);
+	m->losses = take(m, BT);
+	m->lse = take(m, BT);
+	m->dloss = take(m, BT);
+	m->tokens = (int32_t *)take(m, BT);
+	m->targets = (int32_t *)take(m, BT);
+	m->positions = (int32_t *)take(m, BT);
+	m->doc = (int32_t *)take(m, BT);
+	if (c->rope) {
+		m->rope_cos = take(m, (size_t)c->S * c->rot);
+		m->rope_sin = take(m, (size_t)c->S * c->rot);
+		float *hc = xmalloc((size_t)c->S * c->rot * sizeof(float));
+		float *hs = xmalloc((size_t)c->S * c->rot * sizeof(float));
+		kops_rope_table(hc, hs, c->S, c->rot, c->rotary_base);
+		k->to_device(m->rope_cos, hc, (size_t)c->S * c->rot * sizeof(float));
+		k->to_device(m->rope_sin, hs, (size_t)c->S * c->rot * sizeof(float));
+		free(hc);
+		free(hs);
+	}
+	m->qkv = take(m, BT * qkv);
+	m->tmp = take(m, BT * h);
+	m->dres = take(m, BT * h);
+	m->dtmp = take(m, BT * h);
+	m->dln = take(m, BT * h);
+	m->datty = take(m, BT * ak);
+	m->dq = take(m, BT * ak);
+	m->dk = take(m, BT * c->g * c->k);
+	m->dv = take(m, BT * c->g * c->k);
+	m->dqkv = m->qkv; /* forward scratch, free by the time a layer's backward needs it */
+	m->dfc1 = take(m, BT * f1);
+	m->dact = take(m, BT * c->f);
+	return 0;
+}
+
+void gpt_free(struct gpt_model *m)
+{
+	if (!m->lp)
+		return;
+	const struct gpt_config *c = &m->c;
+	struct mem_pool *mp = m->mem;
+	size_t BT = (size_t)m->B * c->S, h = c->h;
+	size_t qkv = (size_t)(c->a + 2 * c->g) * c->k, ak = (size_t)c->a * c->k;
+	size_t f1 = c->swiglu ? 2 * (size_t)c->f : (size_t)c->f;
+	bool probs_shared = c->recompute == GPT_RECOMPUTE_SELECTIVE, any_rc = false;
+	for (int l = 0; l < c->L; l++) {
+		if (m->recomputed[l]) {
+			any_rc = true;
+			continue;
+		}
+		if (probs_shared)
+			m->acts[l].probs = NULL;
+		free_layer_acts(m, &m->acts[l]);
+	}
+	if (any_rc)
+		free_layer_acts(m, &m->acts[c->L]);
+	else if (probs_shared)
+		mem_free(mp, m->acts[c->L].probs, (size_t)m->B * c->a * c->S * c->S * 4);
+	mem_free(mp, m->resid, (size_t)(c->L + 1) * BT * h * 4);
+	mem_free(mp, m->lnf, BT * h * 4);
+	mem_free(mp, m->lnf_mean, BT * 4);
+	mem_free(mp, m->lnf_rstd, BT * 4);
+	mem_free(mp, m->logits, BT * (size_t)c->Vp * 4);
+	mem_free(mp, m->losses, BT * 4);
+	mem_free(mp, m->lse, BT * 4);
+	mem_free(mp, m->dloss, BT * 4);
+	mem_free(mp, m->tokens, BT * 4);
+	mem_free(mp, m->targets, BT * 4);
+	mem_free(mp, m->positions, BT * 4);
+	mem_free(mp, m->doc, BT * 4);
+	mem_free(mp, m->rope_cos, (size_t)c->S * c->rot * 4);
+	mem_free(mp, m->rope_sin, (size_t)c->S * c->rot * 4);
+	mem_free(mp, m->qkv, BT * qkv * 4);
+	mem_free(mp, m->tmp, BT * h * 4);
+	mem_free(mp, m->dres, BT * h * 4);
+	mem_free(mp, m->dtmp, BT * h * 4);
+	mem_free(mp, m->dln, BT * h * 4);
+	mem_free(mp, m->datty, BT * ak * 4);
+	mem_free(mp, m->dq, BT * ak * 4);
+	mem_free(mp, m->dk, BT * c->g * c->k * 4);
+	mem_free(mp, m->dv, BT * c->g * c->k * 4);
+	mem_free(mp, m->dfc1, BT * f1 * 4);
+	mem_free(mp, m->dact, BT * c->f * 4);
+	if (m->work != m->reg.data)
+		mem_free(mp, m->work, m->reg.total * 4);
+	mem_free(mp, m->reg.data, m->reg.total * 4);
+	mem_free(mp, m->reg.grad, m->reg.total * 4);
+	params_free(&m->reg);
+	free(m->lp);
+	free(m->acts);
+	free(m->recomputed);
+	memset(m, 0, sizeof(*m));
+}
+
+/* ---- init ---- */
+
+static uint64_t name_seed(uint64_t seed, const char *name)
+{
+	uint64_t hsh = 1469598103934665603ULL; /* FNV-1a */
+	for (const unsigned char *s = (const unsigned char *)name; *s; s++)
+		hsh = (hsh ^ *s) * 1099511628211ULL;
+	return hsh ^ (seed * 0x9E3779B97F4A7C15ULL);
+}
+
+void gpt_init_weights(struct gpt_model *m, uint64_t seed)
+{
+	for (int i = 0; i < m->reg.n; i++) {
+		const struct param *p = &m->reg.p[i];
+		float *host = xmalloc(p->numel * sizeof(float));
+		uint64_t s = name_seed(seed, p->name);
+		/* Counter = global element index, so a TP shard draws its slice of the
+		 * same global tensor. */
+		int64_t cols = p->ndim == 2 ? p->shape[1] : 1;
+		int64_t lcols = p->ndim == 2 ? p->local_shape[1] : 1;
+		for (size_t e = 0; e < p->numel; e++) {
+			int64_t r = (int64_t)e / lcols, col = (int64_t)e % lcols;
+			if (p->tp_axis == 0)
+				r += p->local_start;
+			else if (p->tp_axis == 1)
+				col += p->local_start;
+			uint64_t gidx = (uint64_t)(r * cols + col);
+			switch (p->init) {
+			case PARAM_INIT_NORMAL:
+				host[e] = p->init_std * kops_normal(s, gidx);
+				break;
+			case PARAM_INIT_ZERO:
+				host[e] = 0.0f;
+				break;
+			case PARAM_INIT_ONE:
+				host[e] = 1.0f;
+				break;
+			}
+		}
+		m->k->to_device(m->reg.data + p->offset, host, p->numel * sizeof(float));
+		free(host);
+	}
+	gpt_sync_work(m);
+}
+
+void gpt_sync_work(struct gpt_model *m)
+{
+	if (m->precision == GPT_FP32)
+		return;
+	m->k->round(m->work, m->reg.data, m->reg.total,
+		    m->precision == GPT_BF16 ? KOPS_ROUND_BF16 : KOPS_ROUND_FP16);
+}
+
+/* ---- building blocks ---- */
+
+/* Half precision: what a bf16/fp16 GEMM hands the next op is rounded. */
+static void round_half(struct gpt_model *m, float *x, size_t n)
+{
+	if (m->precision != GPT_FP32)
+		m->k->round(x, x, n, m->precision == GPT_BF16 ? KOPS_ROUND_BF16 : KOPS_ROUND_FP16);
+}
+
+static void linear_fwd(struct gpt_model *m, float *out, const float *inp, int w, int b, int N, int IC, int OC)
+{
+	m->k->linear_forward(out, inp, gpt_param(m, w), gpt_param(m, b), N, IC, OC);
+	round_half(m, out, (size_t)N * OC);
+}
+
+static void linear_bwd(struct gpt_model *m, float *dinp, const float *dout, const float *inp, int w, int b,
+		       int N, int IC, int OC)
+{
+	m->k->linear_backward(dinp, gpt_grad(m, w), gpt_grad(m, b), dout, inp, gpt_param(m, w), N, IC, OC);
+	if (dinp)
+		round_half(m, dinp, (size_t)N * IC);
+}
+
+static void norm_fwd(struct gpt_model *m, float *out, float *mean, float *rstd, const float *inp, int w, int b,
+		     int N)
+{
+	if (m->c.rmsnorm)
+		m->k->rmsnorm_forward(out, rstd, inp, gpt_param(m, w), N, m->c.h, m->c.eps);
+	else
+		m->k->layernorm_forward(out, mean, rstd, inp, gpt_param(m, w), gpt_param(m, b), N, m->c.h,
+					m->c.eps);
+	round_half(m, out, (size_t)N * m->c.h);
+}
+
+static void norm_bwd(struct gpt_model *m, float *dinp, const float *dout, const float *inp, int w, int b,
+		     const float *mean, const float *rstd, int N)
+{
+	if (m->c.rmsnorm)
+		m->k->rmsnorm_backward(dinp, gpt_grad(m, w), dout, inp, gpt_param(m, w), rstd, N, m->c.h);
+	else
+		m->k->layernorm_backward(dinp, gpt_grad(m, w), gpt_grad(m, b), dout, inp, gpt_param(m, w), mean,
+					 rstd, N, m->c.h);
+}
+
+/* ---- one layer ---- */
+
+static void layer_forward(struct gpt_model *m, int l, const float *x, float *y, bool train)
+{
+	const struct gpt_config *c = &m->c;
+	const struct kops *k = m->k;
+	const struct gpt_layer_params *p = &m->lp[l];
+	struct gpt_layer_acts *A = &m->acts[l];
+	int B = m->B, S = c->S, N = B * S, h = c->h;
+	int qkv = (c->a + 2 * c->g) * c->k, ak = c->a * c->k, f1 = c->swiglu ? 2 * c->f : c->f;
+	float pa = train ? c->attention_dropout : 0, ph = train ? c->hidden_dropout : 0;
+
+	norm_fwd(m, A->ln1, A->ln1_mean, A->ln1_rstd, x, p->ln1_w, p->ln1_b, N);
+	linear_fwd(m, m->qkv, A->ln1, p->qkv_w, p->qkv_b, N, h, qkv);
+	k->qkv_split_forward(A->q, A->kk, A->v, m->qkv, m->rope_cos, m->rope_sin, B, S, c->a, c->g, c->k, c->rot);
+	k->attention_forward(A->atty, A->probs, A->q, A->kk, A->v, m->use_doc ? m->doc : NULL, B, S, c->a, c->g,
+			     c->k, 1.0f / sqrtf((float)c->k), pa, m->drop_seed, site_offset(3 * l));
+	round_half(m, A->atty, (size_t)N * ak);
+	linear_fwd(m, m->tmp, A->atty, p->proj_w, p->proj_b, N, ak, h);
+	k->dropout_add_forward(A->res1, x, m->tmp, (size_t)N * h, ph, m->drop_seed, site_offset(3 * l + 1));
+	norm_fwd(m, A->ln2, A->ln2_mean, A->ln2_rstd, A->res1, p->ln2_w, p->ln2_b, N);
+	linear_fwd(m, A->fc1, A->ln2, p->fc1_w, p->fc1_b, N, h, f1);
+	if (c->swiglu)
+		k->swiglu_forward(A->act, A->fc1, N, c->f);
+	else
+		k->gelu_forward(A->act, A->fc1, (size_t)N * c->f, c->gelu);
+	round_half(m, A->act, (size_t)N * c->f);
+	linear_fwd(m, m->tmp, A->act, p->fc2_w, p->fc2_b, N, c->f, h);
+	k->dropout_add_forward(y, A->res1, m->tmp, (size_t)N * h, ph, m->drop_seed, site_offset(3 * l + 2));
+}
+
+/* dres: in = dL/d(layer output), out = dL/d(layer input). */
+static void layer_backward(struct gpt_model *m, int l, const float *x, float *dres)
+{
+	const struct gpt_config *c = &m->c;
+	const struct kops *k = m->k;
+	const struct gpt_layer_params *p = &m->lp[l];
+	struct gpt_layer_acts *A = &m->acts[l];
+	int B = m->B, S = c->S, N = B * S, h = c->h;
+	int qkv = (c->a + 2 * c->g) * c->k, ak = c->a * c->k, f1 = c->swiglu ? 2 * c->f : c->f;
+	float pa = c->attention_dropout, ph = c->hidden_dropout;
+	size_t nh = (size_t)N * h;
+
+	/* MLP: y = res1 + dropout(fc2(act(fc1(norm2(res1))))) */
+	const float *dmlp = dres;
+	if (ph > 0) {
+		k->dropout_backward(m->dtmp, dres, nh, ph, m->drop_seed, site_offset(3 * l + 2));
+		dmlp = m->dtmp;
+	}
+	linear_bwd(m, m->dact, dmlp, A->act, p->fc2_w, p->fc2_b, N, c->f, h);
+	if (c->swiglu)
+		k->swiglu_backward(m->dfc1, m->dact, A->fc1, N, c->f);
+	else
+		k->gelu_backward(m->dfc1, m->dact, A->fc1, (size_t)N * c->f, c->gelu);
+	linear_bwd(m, m->dln, m->dfc1, A->ln2, p->fc1_w, p->fc1_b, N, h, f1);
+	norm_bwd(m, m->dtmp, m->dln, A->res1, p->ln2_w, p->ln2_b, A->ln2_mean, A->ln2_rstd, N);
+	k->add(dres, dres, m->dtmp, nh); /* dres = dL/d res1 */
+
+	/* attention: res1 = x + dropout(proj(attn(qkv(norm1(x))))) */
+	const float *dattn = dres;
+	if (ph > 0) {
+		k->dropout_backward(m->dtmp, dres, nh, ph, m->drop_seed, site_offset(3 * l + 1));
+		dattn = m->dtmp;
+	}
+	linear_bwd(m, m->datty, dattn, A->atty, p->proj_w, p->proj_b, N, ak, h);
+	k->attention_backward(m->dq, m->dk, m->dv, m->datty, A->q, A->kk, A->v, A->probs, B, S, c->a, c->g, c->k,
+			      1.0f / sqrtf((float)c->k), pa, m->drop_seed, site_offset(3 * l));
+	k->qkv_split_backward(m->dqkv, m->dq, m->dk, m->dv, m->rope_cos, m->rope_sin, B, S, c->a, c->g, c->k,
+			      c->rot);
+	linear_bwd(m, m->dln, m->dqkv, A->ln1, p->qkv_w, p->qkv_b, N, h, qkv);
+	norm_bwd(m, m->dtmp, m->dln, x, p->ln1_w, p->ln1_b, A->ln1_mean, A->ln1_rstd, N);
+	k->add(dres, dres, m->dtmp, nh); /* dres = dL/dx */
+}
+
+/* ---- the model ---- */
+
+void gpt_forward(struct gpt_model *m, const int32_t *tokens, const int32_t *labels, const int32_t *positions,
+		 const int32_t *doc, uint64_t drop_seed, bool train, float *losses_host)
+{
+	const struct gpt_config *c = &m->c;
+	const struct kops *k = m->k;
+	int B = m->B, S = c->S, N = B * S, h = c->h;
+	size_t nh = (size_t)N * h;
+
+	for (int i = 0; i < N; i++)
+		if (tokens[i] < 0 || tokens[i] >= c->Vp || labels[i] < 0 || labels[i] >= c->Vp)
+			BUG("token id %d / label %d outside the vocabulary of %d", tokens[i], labels[i], c->Vp);
+	k->to_device(m->tokens, tokens, (size_t)N * 4);
+	k->to_device(m->targets, labels, (size_t)N * 4);
+	m->use_positions = !c->rope;
+	if (m->use_positions) {
+		if (positions) {
+			k->to_device(m->positions, positions, (size_t)N * 4);
+		} else {
+			int32_t *pos = xmalloc((size_t)N * 4);
+			for (int i = 0; i < N; i++)
+				pos[i] = i % S;
+			k->to_device(m->positions, pos, (size_t)N * 4);
+			free(pos);
+		}
+	}
+	m->use_doc = doc != NULL;
+	if (doc)
+		k->to_device(m->doc, doc, (size_t)N * 4);
+	m->drop_seed = drop_seed;
+
+	k->embedding_forward(m->resid, m->tokens, m->use_positions ? m->positions : NULL, gpt_param(m, m->wte),
+			     gpt_param(m, m->wpe), N, h);
+	if (train && c->hidden_dropout > 0) /* the embedding dropout; backward's mask op is the same map */
+		k->dropout_backward(m->resid, m->resid, nh, c->hidden_dropout, drop_seed, site_offset(3 * c->L));
+	round_half(m, m->resid, nh);
+	for (int l = 0; l < c->L; l++)
+		layer_forward(m, l, m->resid + (size_t)l * nh, m->resid + (size_t)(l + 1) * nh, train);
+	norm_fwd(m, m->lnf, m->lnf_mean, m->lnf_rstd, m->resid + (size_t)c->L * nh, m->lnf_w, m->lnf_b, N);
+	/* Logits over the whole padded vocabulary, as Megatron (the pad rows are real parameters). */
+	linear_fwd(m, m->logits, m->lnf, m->out_w, -1, N, h, c->Vp);
+	k->xent_forward(m->losses, m->lse, m->logits, m->targets, N, c->Vp);
+	k->to_host(losses_host, m->losses, (size_t)N * 4);
+}
+
+void gpt_backward(struct gpt_model *m, const float *dloss_host)
+{
+	const struct gpt_config *c = &m->c;
+	const struct kops *k = m->k;
+	int B = m->B, S = c->S, N = B * S, h = c->h;
+	size_t nh = (size_t)N * h;
+	bool train = true;
+
+	k->to_device(m->dloss, dloss_host, (size_t)N * 4);
+	k->xent_backward(m->logits, m->logits, m->lse, m->targets, m->dloss, N, c->Vp);
+	linear_bwd(m, m->dln, m->logits, m->lnf, m->out_w, -1, N, h, c->Vp);
+	norm_bwd(m, m->dres, m->dln, m->resid + (size_t)c->L * nh, m->lnf_w, m->lnf_b, m->lnf_mean, m->lnf_rstd,
+		 N);
+	for (int l = c->L - 1; l >= 0; l--) {
+		const float *x = m->resid + (size_t)l * nh;
+		if (m->recomputed[l]) {
+			layer_forward(m, l, x, m->resid + (size_t)(l + 1) * nh, train);
+		} else if (c->recompute == GPT_RECOMPUTE_SELECTIVE) {
+			struct gpt_layer_acts *A = &m->acts[l];
+			k->attention_forward(A->atty, A->probs, A->q, A->kk, A->v, m->use_doc ? m->doc : NULL, B, S,
+					     c->a, c->g, c->k, 1.0f / sqrtf((float)c->k), c->attention_dropout,
+					     m->drop_seed, site_offset(3 * l));
+			round_half(m, A->atty, (size_t)N * c->a * c->k);
+		}
+		layer_backward(m, l, x, m->dres);
+	}
+	const float *demb = m->dres;
+	if (c->hidden_dropout > 0) {
+		k->dropout_backward(m->dtmp, m->dres, nh, c->hidden_dropout, m->drop_seed, site_offset(3 * c->L));
+		demb = m->dtmp;
+	}
+	k->embedding_backward(gpt_grad(m, m->wte), gpt_grad(m, m->wpe), demb, m->tokens,
+			      m->use_positions ? m->positions : NULL, N, h);
+}

@@ -1,0 +1,108 @@
+/*
+ * gpt.h - the GPT/Llama decoder (Megatron Core's GPTModel with the
+ * Transformer Engine layer spec) with explicit forward and backward passes
+ * (DESIGN decision 1). Parameters live in a param_registry under Megatron
+ * Core names; every activation backward needs is kept in buffers allocated
+ * once for the micro-batch size; recomputation reruns a layer's forward (or
+ * just its core attention) right before its backward. All arithmetic goes
+ * through the op table, so the same code runs on any backend.
+ *
+ * One micro-batch: gpt_forward() (losses per token), then gpt_backward()
+ * with the per-token loss gradients; parameter grads accumulate in
+ * reg.grad until the caller zeroes them.
+ */
+#ifndef MEGAC_MODEL_GPT_H
+#define MEGAC_MODEL_GPT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kernels/ops.h"
+#include "model/gpt_config.h"
+#include "model/params.h"
+#include "tensor/mem.h"
+
+struct gpt_layer_params {
+	int ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b; /* -1 when absent */
+	int ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b;
+};
+
+/* What one layer's backward needs, [B*T, ...] row-major. */
+struct gpt_layer_acts {
+	float *ln1, *ln1_mean, *ln1_rstd; /* input norm: out, stats */
+	float *q, *kk, *v;                /* [B,a,T,k], [B,g,T,k] x2, after RoPE */
+	float *probs;                     /* [B,a,T,T] softmax, pre-dropout */
+	float *atty;                      /* [B*T, a*k] attention output */
+	float *res1;                      /* residual after attention */
+	float *ln2, *ln2_mean, *ln2_rstd;
+	float *fc1;                       /* [B*T, f or 2f] pre-activation */
+	float *act;                       /* [B*T, f] */
+};
+
+enum gpt_precision { GPT_FP32, GPT_BF16, GPT_FP16 };
+
+struct gpt_model {
+	struct gpt_config c;
+	const struct kops *k;
+	struct mem_pool *mem;
+	struct param_registry reg;
+	enum gpt_precision precision;
+	float *work;        /* weights the layers use: reg.data, or its bf16/fp16-rounded copy */
+	int B;              /* micro-batch size the buffers are sized for */
+
+	int wte, wpe, lnf_w, lnf_b, out_w; /* registry indices; -1 when absent */
+	struct gpt_layer_params *lp;
+
+	/* activations */
+	float *resid;          /* [(L+1), B*T, h]: embedding output, then every layer's output */
+	struct gpt_layer_acts *acts;  /* per layer; recomputed layers share one scratch set */
+	bool *recomputed;      /* per layer: full recompute */
+	float *lnf, *lnf_mean, *lnf_rstd;
+	float *logits;         /* [B*T, Vp]; becomes dlogits in backward */
+	float *losses, *lse;   /* [B*T] */
+	float *rope_cos, *rope_sin;
+	/* inputs on the device */
+	int32_t *tokens, *positions, *targets, *doc;
+	float *dloss;
+	bool use_doc, use_positions;
+	/* scratch */
+	float *qkv, *tmp, *dres, *dtmp, *dln, *datty, *dq, *dk, *dv, *dqkv, *dfc1, *dact;
+	size_t act_bytes;      /* activation + scratch bytes, for the memory log */
+
+	/* dropout seed of the current micro-batch (set by gpt_forward) */
+	uint64_t drop_seed;
+};
+
+/* Register parameters, allocate weights, grads and the activation buffers for
+ * micro-batches of B samples. error() and -1 on failure. */
+int gpt_init(struct gpt_model *m, const struct gpt_config *c, const struct kops *k, struct mem_pool *mem,
+	     int B, enum gpt_precision precision);
+void gpt_free(struct gpt_model *m);
+
+/* Megatron's init from the seed: N(0, std) weights, N(0, std/sqrt(2L)) for the
+ * output projections (linear_proj, linear_fc2), zero biases, unit norms. Each
+ * tensor's values depend only on (seed, its name, element index), not on the
+ * order of registration or the parallel layout. */
+void gpt_init_weights(struct gpt_model *m, uint64_t seed);
+
+/* After the master weights change: refresh the bf16/fp16 working copy. */
+void gpt_sync_work(struct gpt_model *m);
+
+/*
+ * Forward one micro-batch. Host arrays of B*S: tokens, labels, position ids
+ * (used for learned position embeddings only; NULL = 0..S-1), document ids
+ * for --reset-attention-mask (NULL = plain causal). drop_seed keys every
+ * dropout mask of this micro-batch; train=false disables dropout. Per-token
+ * losses (unmasked) are copied to losses_host.
+ */
+void gpt_forward(struct gpt_model *m, const int32_t *tokens, const int32_t *labels,
+		 const int32_t *positions, const int32_t *doc, uint64_t drop_seed, bool train,
+		 float *losses_host);
+/* Backward of the last forward with dL/dloss per token (host, B*S). */
+void gpt_backward(struct gpt_model *m, const float *dloss_host);
+
+/* Pointers into the registry buffers. */
+float *gpt_param(struct gpt_model *m, int idx);
+float *gpt_grad(struct gpt_model *m, int idx);
+
+#endif

@@ -1,0 +1,157 @@
+/*
+ * gpt_config.c - see gpt_config.h.
+ */
+#include "model/gpt_config.h"
+
+#include <string.h>
+
+#include "base/error.h"
+
+int64_t gpt_padded_vocab(int64_t vocab, int64_t divisible_by, int64_t tp)
+{
+	int64_t multiple = divisible_by * tp;
+	if (multiple <= 0)
+		return vocab;
+	return (vocab + multiple - 1) / multiple * multiple;
+}
+
+int gpt_config_from_args(struct gpt_config *c, const struct args *a, int64_t vocab_size)
+{
+	memset(c, 0, sizeof(*c));
+	if (a->num_layers < 1)
+		return error("--num-layers must be at least 1 (got %lld)", (long long)a->num_layers);
+	if (a->hidden_size < 1)
+		return error("--hidden-size must be at least 1 (got %lld)", (long long)a->hidden_size);
+	if (a->num_attention_heads < 1)
+		return error("--num-attention-heads must be at least 1 (got %lld)",
+			     (long long)a->num_attention_heads);
+	c->L = (int)a->num_layers;
+	c->h = (int)a->hidden_size;
+	c->a = (int)a->num_attention_heads;
+	if (a->kv_channels > 0) {
+		c->k = (int)a->kv_channels;
+	} else {
+		if (c->h % c->a)
+			return error("--hidden-size %d is not divisible by --num-attention-heads %d "
+				     "(give --kv-channels to choose the head size)", c->h, c->a);
+		c->k = c->h / c->a;
+	}
+	c->swiglu = a->swiglu;
+	if (a->ffn_hidden_size > 0)
+		c->f = (int)a->ffn_hidden_size;
+	else if (c->swiglu)
+		c->f = (int)((int64_t)(4.0 * c->h * 2 / 3) / 64 * 64); /* Megatron's int((4h*2/3)/64)*64 */
+	else
+		c->f = 4 * c->h;
+	if (c->f < 1)
+		return error("--ffn-hidden-size works out to %d; give a larger --hidden-size or "
+			     "--ffn-hidden-size", c->f);
+	c->g = c->a;
+	if (a->group_query_attention) {
+		if (a->num_query_groups < 1 || c->a % a->num_query_groups)
+			return error("--num-query-groups %lld must divide --num-attention-heads %d",
+				     (long long)a->num_query_groups, c->a);
+		c->g = (int)a->num_query_groups;
+	}
+	if (a->seq_length < 1)
+		return error("--seq-length must be at least 1");
+	c->S = (int)a->seq_length;
+	c->rope = !strcmp(a->position_embedding_type, "rope");
+	if (!c->rope) {
+		if (a->max_position_embeddings < c->S)
+			return error("--max-position-embeddings %lld is smaller than --seq-length %d",
+				     (long long)a->max_position_embeddings, c->S);
+		c->P = (int)a->max_position_embeddings;
+	} else {
+		c->P = (int)a->max_position_embeddings;
+		if (a->rotary_percent <= 0 || a->rotary_percent > 1)
+			return error("--rotary-percent must be in (0, 1] (got %g)", a->rotary_percent);
+		c->rot = (int)(c->k * a->rotary_percent);
+		if (c->rot < 2 || c->rot % 2)
+			return error("--rotary-percent %g of --kv-channels %d gives %d rotated channels; "
+				     "it must be even and at least 2", a->rotary_percent, c->k, c->rot);
+		c->rotary_base = (float)a->rotary_base;
+	}
+	c->rmsnorm = !strcmp(a->normalization, "RMSNorm");
+	c->eps = (float)a->norm_epsilon;
+	c->bias = !a->disable_bias_linear;
+	c->untied = a->untie_embeddings_and_output_weights;
+	/* Megatron: the fused bias-GELU (tanh form) unless biases are off or the fusion is disabled. */
+	c->gelu = (c->bias && a->bias_gelu_fusion) ? KOPS_GELU_TANH : KOPS_GELU_ERF;
+	c->init_std = (float)a->init_method_std;
+	if (a->hidden_dropout < 0 || a->hidden_dropout >= 1)
+		return error("--hidden-dropout must be in [0, 1) (got %g)", a->hidden_dropout);
+	if (a->attention_dropout < 0 || a->attention_dropout >= 1)
+		return error("--attention-dropout must be in [0, 1) (got %g)", a->attention_dropout);
+	c->hidden_dropout = (float)a->hidden_dropout;
+	c->attention_dropout = (float)a->attention_dropout;
+
+	const char *gran = a->recompute_granularity;
+	if (a->recompute_activations)
+		gran = "selective";
+	if (!gran) {
+		if (a->recompute_method)
+			return error("--recompute-method needs --recompute-granularity full");
+		c->recompute = GPT_RECOMPUTE_NONE;
+	} else if (!strcmp(gran, "selective")) {
+		if (a->recompute_method)
+			return error("--recompute-method is for --recompute-granularity full, not selective");
+		c->recompute = GPT_RECOMPUTE_SELECTIVE;
+	} else {
+		c->recompute = GPT_RECOMPUTE_FULL;
+		if (!a->recompute_method)
+			return error("--recompute-granularity full needs --recompute-method uniform or block");
+		c->recompute_block = !strcmp(a->recompute_method, "block");
+		c->recompute_layers = a->recompute_num_layers > 0 ? (int)a->recompute_num_layers : 1;
+		if (c->recompute_layers > c->L)
+			return error("--recompute-num-layers %d is more than --num-layers %d",
+				     c->recompute_layers, c->L);
+	}
+
+	c->V = (int)vocab_size;
+	if (a->padded_vocab_size > 0) {
+		if (a->padded_vocab_size < vocab_size)
+			return error("--padded-vocab-size %lld is smaller than the tokenizer's %lld tokens",
+				     (long long)a->padded_vocab_size, (long long)vocab_size);
+		c->Vp = (int)a->padded_vocab_size;
+	} else if (a->pad_vocab_size) {
+		c->Vp = (int)gpt_padded_vocab(vocab_size, a->make_vocab_size_divisible_by,
+					      a->tensor_model_parallel_size);
+		info(" > padded vocab (size: %lld) with %lld dummy tokens (new size: %d)",
+		     (long long)vocab_size, (long long)(c->Vp - vocab_size), c->Vp);
+	} else {
+		c->Vp = (int)vocab_size;
+	}
+	return 0;
+}
+
+int64_t gpt_num_params(const struct gpt_config *c)
+{
+	int64_t h = c->h, qkv = (int64_t)(c->a + 2 * c->g) * c->k, ak = (int64_t)c->a * c->k;
+	int64_t f1 = c->swiglu ? 2 * (int64_t)c->f : c->f;
+	int64_t norm = c->rmsnorm ? h : 2 * h;
+	int64_t layer = norm + qkv * h + ak * h + norm + f1 * h + (int64_t)c->f * h;
+	if (c->bias)
+		layer += qkv + h + f1 + h;
+	int64_t n = (int64_t)c->Vp * h + c->L * layer + norm;
+	if (!c->rope)
+		n += (int64_t)c->P * h;
+	if (c->untied)
+		n += (int64_t)c->Vp * h;
+	return n;
+}
+
+double gpt_flops_per_iteration(const struct gpt_config *c, int64_t batch_size)
+{
+	/* Megatron's formula, dense layers only: 6 flops per weight element per token
+	 * (forward + 2 backward GEMMs, multiply-add), plus the quadratic attention term. */
+	double h = c->h, s = c->S, L = c->L, f = c->f, V = c->Vp;
+	double F = c->swiglu ? 3 : 2;
+	double Q = (double)c->k * c->a, KV = (double)c->k * c->g;
+	double tokens = (double)batch_size * s, sq = (double)batch_size * s * s;
+	double mlp = 6 * h * (f * F * L);
+	double attn = 6 * (h * (Q + KV + KV) + Q * h) * L;
+	double logits = 6 * h * V;
+	double core = 6 * Q;
+	return tokens * (mlp + attn + logits) + sq * core * L;
+}

@@ -1,0 +1,64 @@
+/*
+ * gpt_config.h - the shape and numerics of a GPT/Llama model, derived from
+ * Megatron's flags with Megatron's defaults and validation rules
+ * (spec/training-args.md sections 1, 11): ffn size defaults, kv channels,
+ * query groups only with --group-query-attention, the GELU flavour rule,
+ * RoPE dimensions, vocab padding.
+ */
+#ifndef MEGAC_MODEL_GPT_CONFIG_H
+#define MEGAC_MODEL_GPT_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/args.h"
+#include "kernels/ops.h"
+
+enum gpt_recompute {
+	GPT_RECOMPUTE_NONE,
+	GPT_RECOMPUTE_SELECTIVE, /* core attention (the [a, S, S] probabilities) */
+	GPT_RECOMPUTE_FULL,      /* whole layers from their input */
+};
+
+struct gpt_config {
+	int L;           /* --num-layers */
+	int h;           /* --hidden-size */
+	int f;           /* --ffn-hidden-size (per half with SwiGLU) */
+	int a;           /* --num-attention-heads */
+	int g;           /* query groups (= a without --group-query-attention) */
+	int k;           /* --kv-channels */
+	int S;           /* --seq-length */
+	int P;           /* --max-position-embeddings */
+	int V;           /* tokenizer vocabulary */
+	int Vp;          /* padded vocabulary: the embedding's rows */
+	bool rope;       /* --position-embedding-type rope */
+	int rot;         /* rotated channels per head (0 without RoPE) */
+	float rotary_base;
+	bool rmsnorm;    /* --normalization RMSNorm */
+	float eps;       /* --norm-epsilon */
+	bool swiglu;
+	bool bias;       /* not --disable-bias-linear */
+	bool untied;     /* --untie-embeddings-and-output-weights */
+	enum kops_gelu gelu;
+	float init_std;
+	float hidden_dropout, attention_dropout;
+	enum gpt_recompute recompute;
+	bool recompute_block;  /* --recompute-method block (else uniform) */
+	int recompute_layers;  /* --recompute-num-layers */
+};
+
+/* Fill c from the flags and the tokenizer's vocabulary size. error() naming
+ * the flag and -1 on an invalid combination. Logs the padded vocab line. */
+int gpt_config_from_args(struct gpt_config *c, const struct args *a, int64_t vocab_size);
+
+/* Megatron's padded vocabulary (make_vocab_size_divisible_by x TP). */
+int64_t gpt_padded_vocab(int64_t vocab, int64_t divisible_by, int64_t tp);
+
+/* Parameters in the model (counting a tied embedding once). */
+int64_t gpt_num_params(const struct gpt_config *c);
+
+/* Megatron's num_floating_point_operations for one iteration of
+ * batch_size samples (spec/memory-formula.md section 7). */
+double gpt_flops_per_iteration(const struct gpt_config *c, int64_t batch_size);
+
+#endif

@@ -1,0 +1,71 @@
+/*
+ * params.c - see params.h. Registration only assigns names, shapes and
+ * offsets; the model allocates the flat buffers once every tensor is known,
+ * so one allocation holds every parameter (and one every gradient).
+ */
+#include "model/params.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "base/xalloc.h"
+
+int params_add(struct param_registry *r, const char *name, int ndim, const int64_t *shape,
+	       int tp_axis, int tp_size, int tp_rank, unsigned flags, enum param_init init,
+	       float init_std)
+{
+	if (ndim < 1 || ndim > PARAM_MAX_DIM)
+		BUG("parameter %s has %d dims", name, ndim);
+	if (strlen(name) >= PARAM_NAME_MAX)
+		BUG("parameter name too long: %s", name);
+	if (params_find(r, name) >= 0)
+		BUG("parameter %s registered twice", name);
+	if (r->data)
+		BUG("parameter %s registered after the buffers were allocated", name);
+	size_t cap = (size_t)r->cap;
+	xgrow(&r->p, &cap, (size_t)r->n + 1, sizeof(*r->p));
+	r->cap = (int)cap;
+	struct param *p = &r->p[r->n];
+	memset(p, 0, sizeof(*p));
+	strcpy(p->name, name);
+	p->ndim = ndim;
+	p->tp_axis = tp_axis;
+	p->numel = 1;
+	for (int d = 0; d < ndim; d++) {
+		p->shape[d] = shape[d];
+		p->local_shape[d] = shape[d];
+		if (d == tp_axis) {
+			if (shape[d] % tp_size)
+				BUG("%s: dim %d (%lld) not divisible by TP %d", name, d,
+				    (long long)shape[d], tp_size);
+			p->local_shape[d] = shape[d] / tp_size;
+			p->local_start = p->local_shape[d] * tp_rank;
+		}
+		p->numel *= (size_t)p->local_shape[d];
+	}
+	/* Megatron's rule: biases and every 1-D tensor (norm weights) get no weight decay. */
+	size_t len = strlen(name);
+	if (ndim == 1 || (len >= 5 && !strcmp(name + len - 5, ".bias")))
+		flags |= PARAM_NO_WD;
+	p->flags = flags;
+	p->init = init;
+	p->init_std = init_std;
+	p->offset = r->total;
+	r->total += p->numel;
+	return r->n++;
+}
+
+int params_find(const struct param_registry *r, const char *name)
+{
+	for (int i = 0; i < r->n; i++)
+		if (!strcmp(r->p[i].name, name))
+			return i;
+	return -1;
+}
+
+void params_free(struct param_registry *r)
+{
+	free(r->p);
+	memset(r, 0, sizeof(*r));
+}

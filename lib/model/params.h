@@ -1,0 +1,61 @@
+/*
+ * params.h - the flat parameter registry (DESIGN decision 3). Every parameter
+ * of this rank lives in one contiguous fp32 buffer and its gradient in a
+ * second buffer with the same layout; each named tensor is a view carrying
+ * its Megatron Core name, its global (unsharded) shape, how tensor
+ * parallelism splits it, and flags. The optimizer, grad norm, checkpointing,
+ * resharding and HF conversion all walk this list; none keeps its own.
+ */
+#ifndef MEGAC_MODEL_PARAMS_H
+#define MEGAC_MODEL_PARAMS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define PARAM_NAME_MAX 96
+#define PARAM_MAX_DIM 2
+
+enum param_flags {
+	PARAM_NO_WD = 1 << 0, /* weight-decay multiplier 0 (biases and 1-D tensors) */
+	PARAM_TIED = 1 << 1,  /* also used as the output layer (tied embeddings) */
+};
+
+enum param_init {
+	PARAM_INIT_NORMAL, /* N(0, std) */
+	PARAM_INIT_ZERO,
+	PARAM_INIT_ONE,
+};
+
+struct param {
+	char name[PARAM_NAME_MAX]; /* decoder.layers.3.self_attention.linear_qkv.weight */
+	int ndim;
+	int64_t shape[PARAM_MAX_DIM];   /* global shape */
+	int tp_axis;                    /* -1 replicated, else the axis TP splits */
+	int64_t local_shape[PARAM_MAX_DIM];
+	int64_t local_start;            /* first index along tp_axis held by this rank */
+	size_t offset;                  /* into the flat buffers, in elements */
+	size_t numel;                   /* local element count */
+	unsigned flags;
+	enum param_init init;
+	float init_std;
+};
+
+struct param_registry {
+	struct param *p;
+	int n, cap;
+	size_t total;  /* local elements */
+	float *data;   /* [total], backend memory: the fp32 (master) parameters */
+	float *grad;   /* [total], same layout */
+};
+
+/* Register a tensor; returns its index. Offsets are assigned in call order.
+ * Names must be unique (BUG otherwise). Shapes are global; tp_size/tp_rank
+ * give the local slice along tp_axis (which must divide evenly). */
+int params_add(struct param_registry *r, const char *name, int ndim, const int64_t *shape,
+	       int tp_axis, int tp_size, int tp_rank, unsigned flags, enum param_init init,
+	       float init_std);
+/* Index of a name, or -1. */
+int params_find(const struct param_registry *r, const char *name);
+void params_free(struct param_registry *r);
+
+#endif

@@ -1,0 +1,262 @@
+/*
+ * train_ckpt.c - what a training checkpoint holds and how a run resumes
+ * from one (docs/checkpoint-format.md). Per iteration directory:
+ *
+ *   model.h5  every parameter under its Megatron Core name, global shape,
+ *             fp32 master values; root attributes: iteration, consumed and
+ *             skipped samples, FLOPs so far, the RNG seed, the config (JSON)
+ *   optim.h5  exp_avg/<name>, exp_avg_sq/<name>; attributes: Adam's step,
+ *             the scheduler fields Megatron keeps, the loss-scaler state
+ *
+ * Resume is bit-exact because these are all the state there is: dropout
+ * masks and data order are pure functions of (seed, iteration, sample).
+ */
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "base/xalloc.h"
+#include "ckpt/ckpt.h"
+#include "train/trainer.h"
+
+/* The model-shaping flags under Megatron's argument names, so tools (and
+ * ckpt_convert) can rebuild the model from the checkpoint alone. */
+static char *config_json(const struct trainer *t)
+{
+	const struct gpt_config *c = &t->cfg;
+	const struct args *a = t->a;
+	json_t *o = json_object();
+	json_object_set_new(o, "num_layers", json_integer(c->L));
+	json_object_set_new(o, "hidden_size", json_integer(c->h));
+	json_object_set_new(o, "ffn_hidden_size", json_integer(c->f));
+	json_object_set_new(o, "num_attention_heads", json_integer(c->a));
+	json_object_set_new(o, "num_query_groups", json_integer(c->g));
+	json_object_set_new(o, "group_query_attention", json_boolean(c->g != c->a));
+	json_object_set_new(o, "kv_channels", json_integer(c->k));
+	json_object_set_new(o, "seq_length", json_integer(c->S));
+	json_object_set_new(o, "max_position_embeddings", json_integer(c->P));
+	json_object_set_new(o, "position_embedding_type", json_string(c->rope ? "rope" : "learned_absolute"));
+	json_object_set_new(o, "rotary_base", json_integer((json_int_t)c->rotary_base));
+	json_object_set_new(o, "rotary_percent", json_real(a->rotary_percent));
+	json_object_set_new(o, "normalization", json_string(c->rmsnorm ? "RMSNorm" : "LayerNorm"));
+	json_object_set_new(o, "norm_epsilon", json_real(c->eps));
+	json_object_set_new(o, "swiglu", json_boolean(c->swiglu));
+	json_object_set_new(o, "add_bias_linear", json_boolean(c->bias));
+	json_object_set_new(o, "bias_gelu_fusion", json_boolean(c->gelu == KOPS_GELU_TANH));
+	json_object_set_new(o, "untie_embeddings_and_output_weights", json_boolean(c->untied));
+	json_object_set_new(o, "vocab_size", json_integer(c->V));
+	json_object_set_new(o, "padded_vocab_size", json_integer(c->Vp));
+	json_object_set_new(o, "init_method_std", json_real(c->init_std));
+	json_object_set_new(o, "hidden_dropout", json_real(c->hidden_dropout));
+	json_object_set_new(o, "attention_dropout", json_real(c->attention_dropout));
+	json_object_set_new(o, "fp16", json_boolean(a->fp16));
+	json_object_set_new(o, "bf16", json_boolean(a->bf16));
+	json_object_set_new(o, "micro_batch_size", json_integer(t->mbs));
+	json_object_set_new(o, "global_batch_size", json_integer(t->gbs));
+	json_object_set_new(o, "train_iters", json_integer(t->train_iters));
+	json_object_set_new(o, "seed", json_integer(a->seed));
+	json_object_set_new(o, "tokenizer_type", json_string(a->tokenizer_type ? a->tokenizer_type : ""));
+	char *s = json_dumps(o, JSON_SORT_KEYS | JSON_INDENT(1));
+	json_decref(o);
+	return s;
+}
+
+static int put_tensors(struct ckpt_writer *w, int file, const struct trainer *t, const char *group,
+		       const float *base)
+{
+	const struct param_registry *reg = &t->model.reg;
+	char name[PARAM_NAME_MAX + 32];
+	int ret = 0;
+	size_t cap = 0;
+	float *host = NULL;
+	for (int i = 0; i < reg->n && !ret; i++) {
+		const struct param *p = &reg->p[i];
+		xgrow(&host, &cap, p->numel, sizeof(float));
+		t->k->to_host(host, base + p->offset, p->numel * sizeof(float));
+		snprintf(name, sizeof(name), "%s%s%s", group ? group : "", group ? "/" : "", p->name);
+		ret = ckpt_put_tensor(w, file, name, CKPT_F32, p->ndim, p->local_shape, host);
+	}
+	free(host);
+	return ret;
+}
+
+int train_ckpt_save(struct trainer *t)
+{
+	const struct args *a = t->a;
+	struct ckpt_writer *w = ckpt_begin(a->save, t->iteration);
+	if (!w)
+		return -1;
+	int mf = ckpt_file_create(w, "model.h5");
+	if (mf < 0)
+		goto fail;
+	char *cfg = config_json(t);
+	int r = put_tensors(w, mf, t, NULL, t->model.reg.data);
+	r |= ckpt_put_attr_i64(w, mf, NULL, "iteration", t->iteration);
+	r |= ckpt_put_attr_f64(w, mf, NULL, "checkpoint_version", 3.0);
+	r |= ckpt_put_attr_i64(w, mf, NULL, "consumed_train_samples", t->consumed_train);
+	r |= ckpt_put_attr_i64(w, mf, NULL, "consumed_valid_samples", t->consumed_valid);
+	r |= ckpt_put_attr_i64(w, mf, NULL, "skipped_train_samples", t->skipped_train);
+	r |= ckpt_put_attr_f64(w, mf, NULL, "num_floating_point_operations_so_far", t->flops_so_far);
+	if (!a->no_save_rng)
+		r |= ckpt_put_attr_i64(w, mf, NULL, "rng_seed", (int64_t)t->seed);
+	r |= ckpt_put_attr_str(w, mf, NULL, "config", cfg);
+	free(cfg);
+	if (r)
+		goto fail;
+	if (!a->no_save_optim) {
+		int of = ckpt_file_create(w, "optim.h5");
+		if (of < 0)
+			goto fail;
+		const struct lr_sched *s = &t->sched;
+		r = put_tensors(w, of, t, "exp_avg", t->opt.exp_avg);
+		r |= put_tensors(w, of, t, "exp_avg_sq", t->opt.exp_avg_sq);
+		r |= ckpt_put_attr_i64(w, of, NULL, "step", t->opt.step);
+		r |= ckpt_put_attr_f64(w, of, NULL, "max_lr", s->max_lr);
+		r |= ckpt_put_attr_f64(w, of, NULL, "min_lr", s->min_lr);
+		r |= ckpt_put_attr_f64(w, of, NULL, "lr_warmup_steps", s->warmup_steps);
+		r |= ckpt_put_attr_i64(w, of, NULL, "num_steps", s->num_steps);
+		r |= ckpt_put_attr_str(w, of, NULL, "lr_decay_style", lr_sched_style_name(s->style));
+		r |= ckpt_put_attr_i64(w, of, NULL, "lr_decay_steps", s->decay_steps);
+		r |= ckpt_put_attr_f64(w, of, NULL, "start_wd", s->start_wd);
+		r |= ckpt_put_attr_f64(w, of, NULL, "end_wd", s->end_wd);
+		r |= ckpt_put_attr_str(w, of, NULL, "wd_incr_style", lr_sched_wd_style_name(s->wd_style));
+		r |= ckpt_put_attr_i64(w, of, NULL, "wd_incr_steps", s->wd_incr_steps);
+		r |= ckpt_put_attr_f64(w, of, NULL, "loss_scale", (double)t->scaler.scale);
+		r |= ckpt_put_attr_i64(w, of, NULL, "growth_tracker", t->scaler.growth_tracker);
+		r |= ckpt_put_attr_i64(w, of, NULL, "hysteresis_tracker", t->scaler.hysteresis_tracker);
+		if (r)
+			goto fail;
+	}
+	if (ckpt_commit(w) < 0)
+		return -1;
+	t->last_saved = t->iteration;
+	info("saved checkpoint at iteration %7lld to %s", (long long)t->iteration, a->save);
+	return 0;
+fail:
+	ckpt_abort(w);
+	return error("could not save the checkpoint of iteration %lld in %s", (long long)t->iteration, a->save);
+}
+
+static int get_tensors(struct ckpt_reader *r, int file, struct trainer *t, const char *group, float *base)
+{
+	const struct param_registry *reg = &t->model.reg;
+	char name[PARAM_NAME_MAX + 32];
+	size_t cap = 0;
+	float *host = NULL;
+	int ret = 0;
+	for (int i = 0; i < reg->n && !ret; i++) {
+		const struct param *p = &reg->p[i];
+		xgrow(&host, &cap, p->numel, sizeof(float));
+		snprintf(name, sizeof(name), "%s%s%s", group ? group : "", group ? "/" : "", p->name);
+		ret = ckpt_get_tensor(r, file, name, CKPT_F32, p->ndim, p->local_shape, host);
+		if (!ret)
+			t->k->to_device(base + p->offset, host, p->numel * sizeof(float));
+	}
+	free(host);
+	return ret;
+}
+
+/* Megatron asserts the checkpoint's scheduler equals the flags unless told
+ * which one wins. */
+static int check_sched(struct trainer *t, struct ckpt_reader *r, int of)
+{
+	struct lr_sched *s = &t->sched;
+	double max_lr, min_lr, warm;
+	int64_t decay, num;
+	if (ckpt_get_attr_f64(r, of, NULL, "max_lr", &max_lr) < 0 ||
+	    ckpt_get_attr_f64(r, of, NULL, "min_lr", &min_lr) < 0 ||
+	    ckpt_get_attr_f64(r, of, NULL, "lr_warmup_steps", &warm) < 0 ||
+	    ckpt_get_attr_i64(r, of, NULL, "lr_decay_steps", &decay) < 0 ||
+	    ckpt_get_attr_i64(r, of, NULL, "num_steps", &num) < 0)
+		return -1;
+	s->num_steps = num;
+	if (t->a->override_opt_param_scheduler)
+		return 0;
+	if (t->a->use_checkpoint_opt_param_scheduler) {
+		s->max_lr = max_lr;
+		s->min_lr = min_lr;
+		s->warmup_steps = warm;
+		s->decay_steps = decay;
+		return 0;
+	}
+	const char *what = max_lr != s->max_lr ? "--lr" : min_lr != s->min_lr ? "--min-lr" :
+			   warm != s->warmup_steps ? "the warmup" : decay != s->decay_steps ? "the decay length" : NULL;
+	if (what)
+		return error("%s differs from the checkpoint's learning-rate schedule; pass "
+			     "--override-opt-param-scheduler to use the flags or "
+			     "--use-checkpoint-opt-param-scheduler to keep the checkpoint's", what);
+	return 0;
+}
+
+int train_ckpt_load(struct trainer *t)
+{
+	const struct args *a = t->a;
+	int64_t it;
+	int found = ckpt_latest(a->load, &it);
+	if (found < 0)
+		return -1;
+	if (a->ckpt_step >= 0) {
+		it = a->ckpt_step;
+		found = 0;
+	}
+	if (found == 1) {
+		if (a->exit_on_missing_checkpoint)
+			return error("--load %s: no checkpoint there (no latest_checkpointed_iteration.txt)", a->load);
+		warning("--load %s: no checkpoint found, training from scratch", a->load);
+		return 1;
+	}
+	struct ckpt_reader *r = ckpt_open(a->load, it);
+	if (!r)
+		return -1;
+	bool finetune = a->finetune || it == CKPT_RELEASE;
+	int ret = -1;
+	int mf = ckpt_file_open(r, "model.h5");
+	if (mf < 0 || get_tensors(r, mf, t, NULL, t->model.reg.data) < 0)
+		goto out;
+	if (!finetune) {
+		if (ckpt_get_attr_i64(r, mf, NULL, "iteration", &t->iteration) < 0 ||
+		    ckpt_get_attr_i64(r, mf, NULL, "consumed_train_samples", &t->consumed_train) < 0 ||
+		    ckpt_get_attr_i64(r, mf, NULL, "consumed_valid_samples", &t->consumed_valid) < 0 ||
+		    ckpt_get_attr_i64(r, mf, NULL, "skipped_train_samples", &t->skipped_train) < 0 ||
+		    ckpt_get_attr_f64(r, mf, NULL, "num_floating_point_operations_so_far", &t->flops_so_far) < 0)
+			goto out;
+		if (!a->no_load_rng) {
+			int64_t seed;
+			if (ckpt_has_attr(r, mf, NULL, "rng_seed") == 1) {
+				if (ckpt_get_attr_i64(r, mf, NULL, "rng_seed", &seed) < 0)
+					goto out;
+				t->seed = (uint64_t)seed;
+			}
+		}
+		if (!a->no_load_optim) {
+			int of = ckpt_file_open(r, "optim.h5");
+			int64_t step, growth, hyst;
+			double scale;
+			if (of < 0 || get_tensors(r, of, t, "exp_avg", t->opt.exp_avg) < 0 ||
+			    get_tensors(r, of, t, "exp_avg_sq", t->opt.exp_avg_sq) < 0 ||
+			    ckpt_get_attr_i64(r, of, NULL, "step", &step) < 0 || check_sched(t, r, of) < 0 ||
+			    ckpt_get_attr_f64(r, of, NULL, "loss_scale", &scale) < 0 ||
+			    ckpt_get_attr_i64(r, of, NULL, "growth_tracker", &growth) < 0 ||
+			    ckpt_get_attr_i64(r, of, NULL, "hysteresis_tracker", &hyst) < 0)
+				goto out;
+			t->opt.step = step;
+			if (t->scaler.mode == GRAD_SCALER_DYNAMIC) {
+				t->scaler.scale = (float)scale;
+				t->scaler.growth_tracker = growth;
+				t->scaler.hysteresis_tracker = (int)hyst;
+			}
+		} else {
+			/* Megatron without the optimizer state still knows how far the schedule went */
+			t->sched.num_steps = t->consumed_train;
+		}
+	}
+	gpt_sync_work(&t->model);
+	info("loaded checkpoint from %s at iteration %lld%s", ckpt_reader_dir(r), (long long)t->iteration,
+	     finetune ? " (weights only)" : "");
+	ret = 0;
+out:
+	ckpt_close(r);
+	return ret;
+}

@@ -1,0 +1,230 @@
+/*
+ * train_command.c - the train program: builds a trainer from Megatron's
+ * pretrain_gpt.py flags (tokenizer, datasets, model, optimizer, schedule,
+ * loss scaler, checkpoint to resume), then runs it. Everything here is
+ * set-up and validation; the loop is trainer.c.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "base/xalloc.h"
+#include "data/commands.h"
+#include "train/train_command.h"
+#include "train/trainer.h"
+
+const struct prog_info train_prog_info = {
+	"train",
+	PROG_TRAIN,
+	"Pretrain a GPT or Llama-style model with Megatron-LM's flags, data pipeline, optimizer and\n"
+	"schedules, logging Megatron's iteration lines and saving HDF5 checkpoints that h5py reads.",
+	"train --num-layers 4 --hidden-size 256 --num-attention-heads 4 --seq-length 64 "
+	"--max-position-embeddings 64 --micro-batch-size 4 --global-batch-size 8 --train-iters 100 "
+	"--lr 3e-4 --lr-decay-style cosine --lr-warmup-iters 10 --data-path data/kjv_text_document "
+	"--split 98,2,0 --eval-interval 50 --eval-iters 5 --tokenizer-type GPT2BPETokenizer "
+	"--vocab-file gpt2/vocab.json --merge-file gpt2/merges.txt --save ckpt --save-interval 50",
+	0,
+};
+
+static int check_parallel(const struct args *a)
+{
+	static const struct {
+		const char *flag;
+		size_t off;
+	} sizes[] = {
+		{ "--tensor-model-parallel-size", offsetof(struct args, tensor_model_parallel_size) },
+		{ "--pipeline-model-parallel-size", offsetof(struct args, pipeline_model_parallel_size) },
+		{ "--context-parallel-size", offsetof(struct args, context_parallel_size) },
+		{ "--expert-model-parallel-size", offsetof(struct args, expert_model_parallel_size) },
+	};
+	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+		int64_t v = *(const int64_t *)((const char *)a + sizes[i].off);
+		if (v != 1)
+			return error("%s %lld: this megac build trains on one process; parallel training is not "
+				     "implemented yet", sizes[i].flag, (long long)v);
+	}
+	if (a->sequence_parallel)
+		return error("--sequence-parallel needs --tensor-model-parallel-size > 1");
+	return 0;
+}
+
+static int setup_schedule(struct trainer *t)
+{
+	const struct args *a = t->a;
+	struct lr_sched_flags f = LR_SCHED_FLAGS_INIT;
+	if (args_given(a, "--train-iters"))
+		f.train_iters = a->train_iters;
+	if (args_given(a, "--train-samples"))
+		f.train_samples = a->train_samples;
+	f.global_batch_size = t->gbs;
+	f.lr_decay_iters = a->lr_decay_iters;
+	f.lr_decay_samples = a->lr_decay_samples;
+	if (args_given(a, "--lr-warmup-iters"))
+		f.lr_warmup_iters = a->lr_warmup_iters;
+	if (args_given(a, "--lr-warmup-samples"))
+		f.lr_warmup_samples = a->lr_warmup_samples;
+	if (args_given(a, "--lr-warmup-fraction"))
+		f.lr_warmup_fraction = a->lr_warmup_fraction;
+	f.lr_wsd_decay_iters = a->lr_wsd_decay_iters;
+	f.lr_wsd_decay_samples = a->lr_wsd_decay_samples;
+	struct lr_sched_steps st;
+	if (lr_sched_derive_steps(&f, &st) < 0)
+		return -1;
+	struct lr_sched p;
+	memset(&p, 0, sizeof(p));
+	p.max_lr = a->lr;
+	p.min_lr = a->min_lr;
+	p.init_lr = a->lr_warmup_init;
+	p.warmup_steps = st.warmup_steps;
+	p.decay_steps = st.decay_steps;
+	p.wsd_decay_steps = st.wsd_decay_steps;
+	p.wd_incr_steps = st.wd_incr_steps;
+	if (lr_sched_parse_style(a->lr_decay_style, &p.style) < 0 ||
+	    lr_sched_parse_wsd_style(a->lr_wsd_decay_style, &p.wsd_style) < 0 ||
+	    lr_sched_parse_wd_style(a->weight_decay_incr_style, &p.wd_style) < 0)
+		return -1;
+	if (p.wd_style == LR_SCHED_WD_CONSTANT) {
+		p.start_wd = p.end_wd = a->weight_decay;
+	} else {
+		if (a->start_weight_decay < 0 || a->end_weight_decay < 0)
+			return error("--weight-decay-incr-style %s needs --start-weight-decay and --end-weight-decay",
+				     a->weight_decay_incr_style);
+		p.start_wd = a->start_weight_decay;
+		p.end_wd = a->end_weight_decay;
+	}
+	return lr_sched_init(&t->sched, p);
+}
+
+static int setup_scaler(struct trainer *t)
+{
+	const struct args *a = t->a;
+	struct grad_scaler_flags f = GRAD_SCALER_FLAGS_INIT;
+	f.fp16 = a->fp16;
+	f.bf16 = a->bf16;
+	f.loss_scale = a->loss_scale > 0 ? a->loss_scale : 0;
+	f.initial_loss_scale = a->initial_loss_scale;
+	f.min_loss_scale = a->min_loss_scale;
+	f.loss_scale_window = (double)a->loss_scale_window;
+	f.hysteresis = (int)a->hysteresis;
+	return grad_scaler_init_flags(&t->scaler, &f);
+}
+
+static void trainer_free(struct trainer *t)
+{
+	if (t->have_tb)
+		tboard_close(&t->tb);
+	if (t->have_mx)
+		metrics_close(&t->mx);
+	batch_free(&t->batch);
+	free(t->losses);
+	free(t->dloss);
+	adam_free(&t->opt);
+	gpt_free(&t->model);
+	gpt_data_free(&t->data);
+	json_decref(t->dcfg.tokenizer_ident);
+	if (t->tok)
+		tok_free(t->tok);
+}
+
+static int setup(struct trainer *t, const struct args *a)
+{
+	memset(t, 0, sizeof(*t));
+	t->a = a;
+	t->last_saved = -1;
+	if (check_parallel(a) < 0)
+		return -1;
+	if (a->fp16 && a->bf16)
+		return error("--fp16 and --bf16 are mutually exclusive");
+	if (a->seed <= 0)
+		return error("--seed must be positive (got %lld)", (long long)a->seed);
+	if (a->full_validation)
+		return error("--full-validation is not implemented yet; use --eval-iters");
+	if (a->skip_train)
+		return error("--skip-train is not implemented yet");
+	t->seed = (uint64_t)a->seed;
+	t->mbs = a->micro_batch_size;
+	if (t->mbs < 1)
+		return error("--micro-batch-size must be at least 1");
+	t->gbs = a->global_batch_size > 0 ? a->global_batch_size : t->mbs;
+	if (t->gbs % t->mbs)
+		return error("--global-batch-size %lld is not divisible by --micro-batch-size %lld x data-parallel "
+			     "size 1", (long long)t->gbs, (long long)t->mbs);
+	t->num_micro = t->gbs / t->mbs;
+	bool iters = args_given(a, "--train-iters"), samples = args_given(a, "--train-samples");
+	if (iters == samples)
+		return error("give exactly one of --train-iters and --train-samples");
+	t->train_iters = iters ? a->train_iters : a->train_samples / t->gbs;
+	if (t->train_iters < 0)
+		return error("--train-iters must not be negative");
+	if (t->train_iters > 0 && a->lr <= 0)
+		return error("--lr is required for training (a positive peak learning rate)");
+
+	struct tok_config tc = tok_config_from_args(a);
+	t->tok = tok_load(&tc);
+	if (!t->tok)
+		return -1;
+	if (gpt_config_from_args(&t->cfg, a, tok_vocab_size(t->tok)) < 0)
+		return -1;
+	if (t->train_iters > 0) {
+		if (gpt_data_config_from_args(a, t->tok, &t->dcfg) < 0)
+			return -1;
+		if (gpt_data_build(&t->dcfg, &t->data) < 0)
+			return -1;
+	}
+	t->k = kops_cpu();
+	mem_pool_init(&t->mem, t->k);
+	enum gpt_precision prec = a->bf16 ? GPT_BF16 : a->fp16 ? GPT_FP16 : GPT_FP32;
+	if (gpt_init(&t->model, &t->cfg, t->k, &t->mem, (int)t->mbs, prec) < 0)
+		return -1;
+	gpt_init_weights(&t->model, t->seed);
+	adam_init(&t->opt, &t->model.reg, t->k, &t->mem, (float)a->adam_beta1, (float)a->adam_beta2,
+		  (float)a->adam_eps);
+	if (t->train_iters > 0 && setup_schedule(t) < 0)
+		return -1;
+	if (setup_scaler(t) < 0)
+		return -1;
+	batch_init(&t->batch, (int)t->mbs, t->cfg.S, a->reset_attention_mask);
+	t->losses = xmalloc((size_t)t->mbs * t->cfg.S * sizeof(float));
+	t->dloss = xmalloc((size_t)t->mbs * t->cfg.S * sizeof(float));
+	info("model: %d layers, hidden %d, %d heads (%d query groups, %d channels), ffn %d%s, vocab %d, "
+	     "%.2f M parameters; %lld micro-batches of %lld per iteration",
+	     t->cfg.L, t->cfg.h, t->cfg.a, t->cfg.g, t->cfg.k, t->cfg.f, t->cfg.swiglu ? " (SwiGLU)" : "",
+	     t->cfg.Vp, gpt_num_params(&t->cfg) / 1e6, (long long)t->num_micro, (long long)t->mbs);
+	return 0;
+}
+
+int train_command(const struct args *a)
+{
+	struct trainer t;
+	int ret = -1;
+	if (setup(&t, a) < 0)
+		goto out;
+	if (a->load) {
+		int r = train_ckpt_load(&t);
+		if (r < 0)
+			goto out;
+	}
+	if (a->tensorboard_dir) {
+		if (tboard_open(&t.tb, a->tensorboard_dir) < 0)
+			goto out;
+		t.have_tb = true;
+	}
+	if (a->metrics_file) {
+		if (metrics_open(&t.mx, a->metrics_file) < 0)
+			goto out;
+		t.have_mx = true;
+	}
+	if (t.train_iters == 0) {
+		/* --train-iters 0 --save DIR: write the initialised model as iteration 0 */
+		if (a->save && train_ckpt_save(&t) < 0)
+			goto out;
+		ret = 0;
+		goto out;
+	}
+	ret = trainer_run(&t);
+out:
+	trainer_free(&t);
+	return ret;
+}

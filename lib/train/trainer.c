@@ -1,0 +1,331 @@
+/*
+ * trainer.c - the training loop (see trainer.h). One iteration is
+ * Megatron's train_step: num_micro forward/backward passes accumulate
+ * gradients, then unscale + overflow check (fp16), grad norm, clip, Adam,
+ * scheduler step. Then, in Megatron's order: log, evaluate, save, exit checks.
+ */
+#include "train/trainer.h"
+
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "base/sbuf.h"
+#include "train/trainlog.h"
+
+/* SIGTERM arrival for --exit-signal-handler. A signal handler can only talk
+ * through a global; this is the one piece of global mutable state. */
+static volatile sig_atomic_t trainer_got_signal;
+
+static void on_sigterm(int sig)
+{
+	(void)sig;
+	trainer_got_signal = 1;
+}
+
+static double secs_since(const struct timespec *t0)
+{
+	struct timespec now;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return (double)(now.tv_sec - t0->tv_sec) + 1e-9 * (double)(now.tv_nsec - t0->tv_nsec);
+}
+
+/* Dropout key of one micro-batch: a function of (seed, iteration, micro-batch)
+ * only, so a resumed run draws the same masks. splitmix64 finaliser. */
+static uint64_t micro_seed(uint64_t seed, int64_t iteration, int64_t micro)
+{
+	uint64_t z = seed * 0x9E3779B97F4A7C15ULL + (uint64_t)iteration * 0xD1B54A32D192ED03ULL + (uint64_t)micro;
+	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+	z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+	return z ^ (z >> 31);
+}
+
+/* Forward (and with dloss, backward) of one micro-batch; returns the masked
+ * loss sum and the mask sum. */
+static int run_micro(struct trainer *t, int split, uint64_t first, int64_t micro, bool train, double scale,
+		     double *num, double *den)
+{
+	struct batch *b = &t->batch;
+	if (batch_get(b, &t->data, split, first, t->cfg.Vp) < 0)
+		return -1;
+	size_t n = (size_t)b->B * b->S;
+	gpt_forward(&t->model, b->tokens, b->labels, t->a->reset_position_ids ? b->positions : NULL, b->doc,
+		    micro_seed(t->seed, t->iteration, micro), train, t->losses);
+	/* Megatron sums loss*mask and mask in fp32 on the device; double here. */
+	double lsum = 0, msum = 0;
+	for (size_t i = 0; i < n; i++) {
+		lsum += (double)t->losses[i] * b->loss_mask[i];
+		msum += b->loss_mask[i];
+	}
+	*num += lsum;
+	*den += msum;
+	if (train) {
+		/* The gradient is the mean over micro-batches of each micro-batch's
+		 * token-mean loss (spec section 8), times the loss scale. */
+		double w = scale / (fmax(1.0, msum) * (double)t->num_micro);
+		for (size_t i = 0; i < n; i++)
+			t->dloss[i] = (float)(b->loss_mask[i] * w);
+		gpt_backward(&t->model, t->dloss);
+	}
+	return 0;
+}
+
+/* One iteration. *loss is the iteration's lm loss; *skipped when the fp16
+ * scaler found an overflow; *gnorm the pre-clip grad norm (NAN if skipped). */
+static int train_step(struct trainer *t, double *loss, bool *skipped, double *gnorm)
+{
+	const struct kops *k = t->k;
+	struct param_registry *reg = &t->model.reg;
+	k->zero(reg->grad, reg->total);
+	double scale = grad_scaler_scale(&t->scaler);
+	double num = 0, den = 0;
+	for (int64_t mb = 0; mb < t->num_micro; mb++)
+		if (run_micro(t, GPT_TRAIN, (uint64_t)(t->consumed_train + mb * t->mbs), mb, true, scale, &num,
+			      &den) < 0)
+			return -1;
+	*loss = num / den;
+	if (scale != 1.0)
+		k->scale(reg->grad, grad_scaler_inv_scale(&t->scaler), reg->total);
+	*skipped = false;
+	*gnorm = NAN;
+	if (grad_scaler_checks_overflow(&t->scaler)) {
+		bool found_inf = k->nonfinite(reg->grad, reg->total) != 0;
+		grad_scaler_update(&t->scaler, found_inf);
+		if (found_inf) {
+			*skipped = true;
+			return 0;
+		}
+	}
+	double norm = adam_grad_norm(&t->opt);
+	if (!isfinite(norm) || !isfinite(*loss))
+		return error("iteration %lld: the %s is %s (a too high --lr, or a bad batch?); stopping as "
+			     "Megatron's NaN check does",
+			     (long long)t->iteration + 1, isfinite(*loss) ? "gradient norm" : "loss",
+			     isnan(isfinite(*loss) ? norm : *loss) ? "NaN" : "infinite");
+	*gnorm = norm;
+	adam_clip(&t->opt, norm, t->a->clip_grad);
+	adam_step(&t->opt, lr_sched_current_lr(&t->sched), lr_sched_current_wd(&t->sched));
+	gpt_sync_work(&t->model);
+	lr_sched_step(&t->sched, t->gbs);
+	return 0;
+}
+
+double trainer_evaluate(struct trainer *t, int split, int64_t *consumed)
+{
+	double num = 0, den = 0;
+	for (int64_t it = 0; it < t->a->eval_iters; it++) {
+		for (int64_t mb = 0; mb < t->num_micro; mb++)
+			if (run_micro(t, split, (uint64_t)(*consumed + mb * t->mbs), mb, false, 1.0, &num, &den) < 0)
+				return NAN;
+		*consumed += t->gbs;
+	}
+	return num / den;
+}
+
+static int eval_and_print(struct trainer *t, int split, const char *prefix, int64_t *consumed)
+{
+	if (!t->data.splits[split].present || t->a->eval_iters <= 0)
+		return 0;
+	double loss = trainer_evaluate(t, split, consumed);
+	if (isnan(loss) && !t->data.splits[split].len)
+		return -1;
+	struct sbuf sb = SBUF_INIT;
+	trainlog_eval_lines(&sb, prefix, loss);
+	fputs(sb.buf, stdout);
+	fflush(stdout);
+	sbuf_release(&sb);
+	if (split == GPT_VALID && t->have_tb) {
+		tboard_add_scalar(&t->tb, "lm loss validation", t->iteration, loss);
+		tboard_add_scalar(&t->tb, "lm loss validation vs samples", t->consumed_train, loss);
+		if (t->a->log_validation_ppl_to_tensorboard)
+			tboard_add_scalar(&t->tb, "lm loss validation ppl", t->iteration, exp(fmin(20.0, loss)));
+		tboard_flush(&t->tb);
+	}
+	if (t->have_mx) {
+		struct metrics_field f[] = {
+			METRICS_D(split == GPT_VALID ? "validation lm loss" : "test lm loss", loss),
+			METRICS_D(split == GPT_VALID ? "validation lm loss PPL" : "test lm loss PPL",
+				  exp(fmin(20.0, loss))),
+			METRICS_I("consumed samples", t->consumed_train),
+		};
+		if (metrics_write(&t->mx, t->iteration, f, 3) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+static int log_iteration(struct trainer *t, double lr, double gnorm, bool force)
+{
+	const struct args *a = t->a;
+	int64_t interval = a->train_log_interval > 0 ? a->train_log_interval : 1;
+	bool due = t->iteration % interval == 0 || force;
+	if (!due)
+		return 0;
+	int iters = t->advanced + t->skipped_iters;
+	double elapsed = secs_since(&t->interval_start);
+	double per_iter = iters ? elapsed / iters : 0;
+	double avg = t->advanced ? t->loss_sum / t->advanced : -1;
+	struct trainlog_iter it = {
+		.iteration = t->iteration,
+		.train_iters = t->train_iters,
+		.consumed_samples = t->consumed_train,
+		.skipped_samples = t->skipped_train,
+		.elapsed_ms = per_iter * 1000.0,
+		.tflops = a->log_throughput && per_iter > 0
+				  ? gpt_flops_per_iteration(&t->cfg, t->gbs) / (per_iter * 1e12)
+				  : -1,
+		.learning_rate = lr,
+		.global_batch_size = t->gbs,
+		.lm_loss = t->advanced ? avg : -1,
+		.loss_scale = grad_scaler_scale(&t->scaler),
+		.grad_norm = gnorm,
+		.params_norm = a->log_params_norm ? adam_params_norm(&t->opt) : NAN,
+		.skipped_iters = t->skipped_iters,
+		.nan_iters = t->nan_iters,
+	};
+	struct sbuf sb = SBUF_INIT;
+	trainlog_iteration_line(&sb, &it);
+	puts(sb.buf);
+	sbuf_reset(&sb);
+	bool mem_due = a->log_memory_interval > 0 && t->iteration % a->log_memory_interval == 0;
+	if (!t->first_log_done || mem_due) {
+		trainlog_memory_line(&sb, 0, t->iteration, t->mem.cur, t->mem.peak);
+		puts(sb.buf);
+	}
+	fflush(stdout);
+	sbuf_release(&sb);
+	if (t->have_mx) {
+		struct metrics_field f[10];
+		size_t n = 0;
+		f[n++] = METRICS_I("consumed samples", t->consumed_train);
+		f[n++] = METRICS_D("elapsed time per iteration (ms)", per_iter * 1000.0);
+		f[n++] = METRICS_D("learning rate", lr);
+		f[n++] = METRICS_I("global batch size", t->gbs);
+		if (t->advanced)
+			f[n++] = METRICS_D("lm loss", avg);
+		f[n++] = METRICS_D("loss scale", grad_scaler_scale(&t->scaler));
+		if (!isnan(gnorm))
+			f[n++] = METRICS_D("grad norm", gnorm);
+		f[n++] = METRICS_I("number of skipped iterations", t->skipped_iters);
+		f[n++] = METRICS_I("number of nan iterations", t->nan_iters);
+		f[n++] = METRICS_I("max allocated bytes", (int64_t)t->mem.peak);
+		if (metrics_write(&t->mx, t->iteration, f, n) < 0)
+			return -1;
+	}
+	t->first_log_done = true;
+	t->loss_sum = 0;
+	t->advanced = t->skipped_iters = t->nan_iters = 0;
+	clock_gettime(CLOCK_MONOTONIC, &t->interval_start);
+	return 0;
+}
+
+static void tensorboard_iteration(struct trainer *t, double loss, double lr, double gnorm, bool skipped)
+{
+	int64_t every = t->a->tensorboard_log_interval > 0 ? t->a->tensorboard_log_interval : 1;
+	if (!t->have_tb || t->iteration % every)
+		return;
+	struct tboard *tb = &t->tb;
+	tboard_add_scalar(tb, "learning-rate", t->iteration, lr);
+	tboard_add_scalar(tb, "learning-rate vs samples", t->consumed_train, lr);
+	tboard_add_scalar(tb, "batch-size", t->iteration, (double)t->gbs);
+	if (!skipped) {
+		tboard_add_scalar(tb, "lm loss", t->iteration, loss);
+		tboard_add_scalar(tb, "lm loss vs samples", t->consumed_train, loss);
+	}
+	tboard_add_scalar(tb, "loss-scale", t->iteration, grad_scaler_scale(&t->scaler));
+	if (!isnan(gnorm))
+		tboard_add_scalar(tb, "grad-norm", t->iteration, gnorm);
+	tboard_flush(tb);
+}
+
+int trainer_run(struct trainer *t)
+{
+	const struct args *a = t->a;
+	if (a->exit_signal_handler) {
+		struct sigaction sa;
+		memset(&sa, 0, sizeof(sa));
+		sa.sa_handler = on_sigterm;
+		sigaction(SIGTERM, &sa, NULL);
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t->train_start);
+	clock_gettime(CLOCK_MONOTONIC, &t->interval_start);
+	int64_t start_iter = t->iteration;
+	double lr = lr_sched_current_lr(&t->sched), gnorm = NAN;
+	while (t->iteration < t->train_iters) {
+		double loss;
+		bool skipped;
+		if (train_step(t, &loss, &skipped, &gnorm) < 0)
+			return -1;
+		t->iteration++;
+		t->consumed_train += t->gbs;
+		t->flops_so_far += gpt_flops_per_iteration(&t->cfg, t->gbs);
+		if (skipped) {
+			t->skipped_iters++;
+			t->total_skipped++;
+			if (!isfinite(loss))
+				t->nan_iters++;
+		} else {
+			t->advanced++;
+			t->loss_sum += (float)loss;
+		}
+		lr = lr_sched_current_lr(&t->sched);
+		tensorboard_iteration(t, loss, lr, gnorm, skipped);
+		if (log_iteration(t, lr, gnorm, t->iteration == start_iter + 1) < 0)
+			return -1;
+
+		if (a->eval_interval > 0 && t->iteration % a->eval_interval == 0 && a->eval_iters > 0) {
+			char prefix[64];
+			snprintf(prefix, sizeof(prefix), "iteration %lld", (long long)t->iteration);
+			if (eval_and_print(t, GPT_VALID, prefix, &t->consumed_valid) < 0)
+				return -1;
+			clock_gettime(CLOCK_MONOTONIC, &t->interval_start); /* Megatron stops its timer too */
+		}
+
+		/* exit checks, in Megatron's order */
+		bool saved = false;
+		if (a->exit_signal_handler && trainer_got_signal) {
+			if (a->save && train_ckpt_save(t) < 0)
+				return -1;
+			info("exiting program after receiving SIGTERM.");
+			return 0;
+		}
+		if (a->save && a->save_interval > 0 && t->iteration % a->save_interval == 0) {
+			if (train_ckpt_save(t) < 0)
+				return -1;
+			saved = true;
+		}
+		if (a->exit_duration_in_mins > 0) {
+			double minutes = secs_since(&t->train_start) / 60.0;
+			if (minutes > a->exit_duration_in_mins) {
+				if (a->save && !saved && train_ckpt_save(t) < 0)
+					return -1;
+				info("exiting program after %f minutes", minutes);
+				return 0;
+			}
+		}
+		if (a->exit_interval > 0 && t->iteration % a->exit_interval == 0) {
+			if (a->save && !saved && train_ckpt_save(t) < 0)
+				return -1;
+			info("exiting program at iteration %lld", (long long)t->iteration);
+			return 0;
+		}
+	}
+	/* the end of training: a final save unless that iteration was just saved,
+	 * then validation and test once more */
+	if (a->save && t->last_saved != t->iteration && train_ckpt_save(t) < 0)
+		return -1;
+	char prefix[96];
+	if (a->eval_iters > 0) {
+		snprintf(prefix, sizeof(prefix), "iteration %lld on validation set", (long long)t->iteration);
+		int64_t consumed = t->consumed_valid;
+		if (eval_and_print(t, GPT_VALID, prefix, &consumed) < 0)
+			return -1;
+		snprintf(prefix, sizeof(prefix), "iteration %lld on test set", (long long)t->iteration);
+		consumed = 0;
+		if (eval_and_print(t, GPT_TEST, prefix, &consumed) < 0)
+			return -1;
+	}
+	return 0;
+}

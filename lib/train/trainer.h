@@ -1,0 +1,78 @@
+/*
+ * trainer.h - GPT pretraining on one process: Megatron's pretrain() loop
+ * (training.py) with its data order, gradient accumulation, loss averaging,
+ * optimizer step, schedules, loss scaling, evaluation, logging, exit rules
+ * and checkpoints. The command (train_command.c) builds a trainer from the
+ * flags; train_ckpt.c saves and restores its state.
+ */
+#ifndef MEGAC_TRAIN_TRAINER_H
+#define MEGAC_TRAIN_TRAINER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "base/args.h"
+#include "data/gpt_data.h"
+#include "data/tok.h"
+#include "model/gpt.h"
+#include "optim/adam.h"
+#include "optim/grad_scaler.h"
+#include "optim/lr_sched.h"
+#include "tensor/mem.h"
+#include "train/batch.h"
+#include "train/metrics.h"
+#include "train/tboard.h"
+
+struct trainer {
+	const struct args *a;
+	const struct kops *k;
+	struct mem_pool mem;
+	struct tokenizer *tok;
+	struct gpt_data_config dcfg;
+	struct gpt_data data;
+	struct gpt_config cfg;
+	struct gpt_model model;
+	struct adam opt;
+	struct lr_sched sched;
+	struct grad_scaler scaler;
+	struct batch batch;
+	float *losses, *dloss; /* host, [mbs * S] */
+
+	int64_t mbs, gbs, num_micro; /* micro-batch, global batch, micro-batches per iteration */
+	int64_t train_iters;
+	uint64_t seed;
+
+	/* state that checkpoints carry */
+	int64_t iteration;
+	int64_t consumed_train, consumed_valid, skipped_train;
+	double flops_so_far;
+
+	/* logging interval accumulators */
+	double loss_sum;      /* sum of per-iteration lm losses over advanced iterations */
+	int advanced, skipped_iters, nan_iters, total_skipped;
+	struct timespec interval_start, train_start;
+	bool first_log_done;
+	struct tboard tb;
+	bool have_tb;
+	struct metrics mx;
+	bool have_mx;
+	int64_t last_saved; /* iteration of the last save, -1 none */
+};
+
+/* The train program: flags in, exit status out (0, or -1 after error()). */
+int train_command(const struct args *a);
+
+/* Run the loop from t->iteration to t->train_iters (or an exit condition). */
+int trainer_run(struct trainer *t);
+
+/* One evaluation pass over eval_iters global batches of split; returns the
+ * token-weighted mean lm loss (Megatron's evaluate). */
+double trainer_evaluate(struct trainer *t, int split, int64_t *consumed);
+
+/* Checkpoints (train_ckpt.c). */
+int train_ckpt_save(struct trainer *t);
+/* Load from --load: 0 loaded, 1 nothing to load (fresh start), -1 error. */
+int train_ckpt_load(struct trainer *t);
+
+#endif

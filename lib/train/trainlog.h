@@ -1,0 +1,39 @@
+/*
+ * trainlog.h - the text train prints, field for field as Megatron's
+ * training_log / evaluate_and_print_results (spec/training-args.md sections
+ * 7 and 9, memory-formula.md section 5), so log scrapers written for
+ * Megatron keep working. Pure formatting: the trainer supplies the numbers.
+ */
+#ifndef MEGAC_TRAIN_TRAINLOG_H
+#define MEGAC_TRAIN_TRAINLOG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/sbuf.h"
+
+struct trainlog_iter {
+	int64_t iteration, train_iters;
+	int64_t consumed_samples, skipped_samples;
+	double elapsed_ms;       /* per iteration over the interval */
+	double tflops;           /* < 0: not printed (no --log-throughput) */
+	double learning_rate;    /* NAN: not printed */
+	int64_t global_batch_size;
+	double lm_loss;          /* < 0 (or NAN): not printed, as Megatron omits negative averages */
+	double loss_scale;
+	double grad_norm;        /* NAN: not printed (skipped iteration) */
+	double params_norm;      /* NAN: not printed */
+	int skipped_iters, nan_iters;
+};
+
+/* " [YYYY-MM-DD HH:MM:SS.ffffff] iteration ... |" (no newline); the time is local wall time now. */
+void trainlog_iteration_line(struct sbuf *out, const struct trainlog_iter *it);
+
+/* The three evaluation lines (dashes, text, dashes), each ending in "\n":
+ * prefix is e.g. "iteration 100" or "iteration 100 on validation set". */
+void trainlog_eval_lines(struct sbuf *out, const char *prefix, double lm_loss);
+
+/* "[Rank 0] (after N iterations) memory (MB) | allocated: ... | max allocated: ... | ..." */
+void trainlog_memory_line(struct sbuf *out, int rank, int64_t iteration, size_t allocated, size_t max_allocated);
+
+#endif

@@ -1,0 +1,96 @@
+# train_reference.sh - train against an independent PyTorch implementation
+# of Megatron's math (tests/prog/py/torch_ref.py): from our iteration-0
+# model.h5 and our .npy index caches, the reference assembles the same
+# batches and must reproduce every iteration's lm loss and grad norm
+# (rtol 1e-5), for a GPT-2-style and a Llama-style model. Also: model.h5
+# names and shapes as h5py sees them, and the reference's own self-test.
+. tests/prog_lib.sh
+W=$(new_tmp train_ref)
+OUT_LOG=$W/out.log
+ERR=$W/err.log
+PY=/usr/bin/python3
+export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
+
+expect_ok "reference self-test (fused vs per-head forward, float64 finite differences)" \
+	$PY tests/prog/py/torch_ref.py --self-test
+expect_ok "preprocess the bundled corpus" $BIN/preprocess_data --input examples/data/kjv.jsonl.gz \
+	--output-prefix "$W/kjv" $GPT2 --append-eod --workers 1 --log-interval 0
+
+COMMON="--seq-length 32 --max-position-embeddings 32 --micro-batch-size 2 --global-batch-size 4"
+COMMON="$COMMON --hidden-dropout 0 --attention-dropout 0 --lr 2e-3 --lr-decay-style cosine"
+COMMON="$COMMON --lr-warmup-iters 2 --min-lr 1e-4 --weight-decay 0.1 --clip-grad 1.0"
+COMMON="$COMMON --data-path $W/kjv_text_document --split 98,2,0 --eval-interval 4 --eval-iters 1"
+COMMON="$COMMON --seed 1234 --log-interval 1 $GPT2"
+GPT2ARGS="--num-layers 2 --hidden-size 64 --num-attention-heads 4"
+LLAMA="--num-layers 2 --hidden-size 64 --num-attention-heads 4 --group-query-attention"
+LLAMA="$LLAMA --num-query-groups 2 --position-embedding-type rope --rotary-base 10000"
+LLAMA="$LLAMA --normalization RMSNorm --swiglu --ffn-hidden-size 96 --disable-bias-linear"
+LLAMA="$LLAMA --untie-embeddings-and-output-weights --eod-mask-loss --reset-position-ids"
+LLAMA="$LLAMA --reset-attention-mask"
+
+# compare NAME OURS.jsonl REF.jsonl ITERS
+compare() {
+	if $PY - "$2" "$3" "$4" >"$W/cmp.log" 2>&1 <<'EOF'; then
+import json, sys
+ours = [json.loads(l) for l in open(sys.argv[1])]
+ref = [json.loads(l) for l in open(sys.argv[2])]
+n = int(sys.argv[3])
+ours = [o for o in ours if "lm loss" in o]
+assert len(ours) == n and len(ref) == n, (len(ours), len(ref))
+worst = 0.0
+for o, r in zip(ours, ref):
+    assert o["iteration"] == r["iteration"]
+    for key in ("lm loss", "grad norm", "learning rate"):
+        rel = abs(o[key] - r[key]) / abs(r[key])
+        worst = max(worst, rel)
+        assert rel <= 1e-5, (o["iteration"], key, o[key], r[key], rel)
+assert ours[-1]["lm loss"] < ours[0]["lm loss"] - 0.05, "loss did not fall"
+print("worst relative difference %.2e over %d iterations" % (worst, n))
+EOF
+		ok "$1: $(cat "$W/cmp.log")"
+	else
+		notok "$1"
+		show "$W/cmp.log" 12
+	fi
+}
+
+for model in gpt2 llama; do
+	if [ $model = gpt2 ]; then ARGS="$GPT2ARGS $COMMON"; else ARGS="$LLAMA $COMMON"; fi
+	D=$W/$model
+	expect_ok "$model: --train-iters 0 --save writes the initial model" \
+		$BIN/train $ARGS --train-iters 0 --save "$D/init" --data-cache-path "$D/cache"
+	expect_ok "$model: 8 iterations" $BIN/train $ARGS --train-iters 8 --data-cache-path "$D/cache" \
+		--metrics-file "$D/ours.jsonl"
+	expect_ok "$model: the PyTorch reference from the same model.h5 and index caches" \
+		sh -c "$PY tests/prog/py/torch_ref.py $ARGS --train-iters 8 --data-cache-path $D/cache \
+		--ref-model $D/init/iter_0000000/model.h5 >$D/ref.jsonl"
+	compare "$model: lm loss, grad norm and learning rate match the reference (rtol 1e-5)" \
+		"$D/ours.jsonl" "$D/ref.jsonl" 8
+done
+
+# model.h5 as h5py sees it: Megatron Core names, global shapes, nothing else
+if $PY - "$W/llama/init/iter_0000000/model.h5" >"$W/h5.log" 2>&1 <<'EOF'; then
+import h5py, sys
+f = h5py.File(sys.argv[1], "r")
+h, a, g, k, ff, V = 64, 4, 2, 16, 96, 50304
+want = {"embedding.word_embeddings.weight": (V, h), "decoder.final_layernorm.weight": (h,),
+        "output_layer.weight": (V, h)}
+for l in range(2):
+    p = "decoder.layers.%d." % l
+    want[p + "self_attention.linear_qkv.layer_norm_weight"] = (h,)
+    want[p + "self_attention.linear_qkv.weight"] = ((a + 2 * g) * k, h)
+    want[p + "self_attention.linear_proj.weight"] = (h, a * k)
+    want[p + "mlp.linear_fc1.layer_norm_weight"] = (h,)
+    want[p + "mlp.linear_fc1.weight"] = (2 * ff, h)
+    want[p + "mlp.linear_fc2.weight"] = (h, ff)
+have = {n: f[n].shape for n in f.keys()}
+assert have == want, sorted(set(have.items()) ^ set(want.items()))
+assert f.attrs["iteration"] == 0
+for n in want:
+    assert f[n].dtype == "float32"
+EOF
+	ok "model.h5: h5py finds every tensor under its Megatron Core name with its global shape"
+else
+	notok "model.h5 names and shapes"
+	show "$W/h5.log"
+fi

@@ -1,0 +1,154 @@
+# train_resume.sh - checkpoints and the training loop's promises: 2N
+# iterations straight print the same loss lines as N, stop, resume, N more
+# (dropout on); recomputation gives the same lines with less memory; a
+# damaged checkpoint is refused naming the file; --finetune, --no-load-optim,
+# --exit-interval, the tracker file, the metrics and TensorBoard files, the
+# half-precision modes, and Megatron's flag rules.
+. tests/prog_lib.sh
+W=$(new_tmp train_resume)
+OUT_LOG=$W/out.log
+ERR=$W/err.log
+PY=/usr/bin/python3
+export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
+
+expect_ok "preprocess the bundled corpus" $BIN/preprocess_data --input examples/data/kjv.jsonl.gz \
+	--output-prefix "$W/kjv" $GPT2 --append-eod --workers 1 --log-interval 0
+
+ARGS="--num-layers 3 --hidden-size 48 --num-attention-heads 4 --seq-length 32"
+ARGS="$ARGS --max-position-embeddings 32 --micro-batch-size 2 --global-batch-size 4 --lr 2e-3"
+ARGS="$ARGS --lr-decay-style cosine --lr-warmup-iters 2 --train-iters 6 --data-path $W/kjv_text_document"
+ARGS="$ARGS --split 90,10,0 --eval-interval 3 --eval-iters 2 --log-interval 1 --data-cache-path $W/cache"
+ARGS="$ARGS $GPT2"
+T="$BIN/train $ARGS"
+
+# lines LOG: the iteration and validation lines without wall-clock fields
+lines() {
+	grep -E "^ \[.*iteration|validation loss" "$1" |
+		sed -e 's/^ \[[^]]*\]//' -e 's/ elapsed time per iteration (ms): [0-9.]* |//'
+}
+
+expect_ok "6 iterations straight, saving every 3" sh -c "$T --save $W/a --save-interval 3 >$W/straight.log"
+expect_ok "3 iterations, then --exit-interval 3 stops" sh -c "$T --save $W/b --save-interval 3 --exit-interval 3 >$W/half1.log"
+if grep -q "exiting program at iteration 3" "$ERR" && [ "$(cat "$W/b/latest_checkpointed_iteration.txt")" = 3 ] &&
+	[ -d "$W/b/iter_0000003" ] && ! ls -A "$W/b" | grep -q '^\.'; then
+	ok "--exit-interval saved iteration 3, wrote the tracker, left no temporary directory"
+else
+	notok "--exit-interval state"
+	ls -la "$W/b" | sed 's/^/#   /'
+fi
+expect_ok "resume from iteration 3 to 6" sh -c "$T --load $W/b --save $W/b --save-interval 3 >$W/half2.log"
+lines "$W/straight.log" >"$W/s.txt"
+{ lines "$W/half1.log"; lines "$W/half2.log"; } >"$W/r.txt"
+if [ "$(grep -c iteration "$W/s.txt")" -ge 8 ] && cmp -s "$W/s.txt" "$W/r.txt"; then
+	ok "resumed run prints the same loss, grad norm and lr lines as the straight run (dropout on)"
+else
+	notok "resume is not bit-exact"
+	diff "$W/s.txt" "$W/r.txt" | head -6 | sed 's/^/#   /'
+fi
+if cmp -s "$W/a/iter_0000006/model.h5" "$W/b/iter_0000006/model.h5" ||
+	$PY -c "
+import h5py, sys, numpy as np
+a = h5py.File('$W/a/iter_0000006/model.h5'); b = h5py.File('$W/b/iter_0000006/model.h5')
+assert sorted(a) == sorted(b)
+for n in a: assert np.array_equal(a[n][()], b[n][()]), n
+" 2>"$W/py.err"; then
+	ok "the final weights are bit-identical"
+else
+	notok "final weights differ"
+	show "$W/py.err"
+fi
+
+# recompute: identical lines, lower peak memory
+expect_ok "full recompute (uniform, 1 layer)" sh -c "$T --recompute-granularity full --recompute-method uniform --recompute-num-layers 1 >$W/full.log"
+expect_ok "selective recompute" sh -c "$T --recompute-activations >$W/sel.log"
+maxalloc() { grep -o "max allocated: [0-9.]*" "$1" | head -1 | cut -d' ' -f3; }
+for v in full sel; do
+	lines "$W/$v.log" >"$W/$v.txt"
+	if cmp -s "$W/s.txt" "$W/$v.txt" && $PY -c "import sys; sys.exit(not float('$(maxalloc "$W/$v.log")') < float('$(maxalloc "$W/straight.log")'))"; then
+		ok "$v recompute: same lines, max allocated $(maxalloc "$W/$v.log") MB < $(maxalloc "$W/straight.log") MB"
+	else
+		notok "$v recompute"
+		diff "$W/s.txt" "$W/$v.txt" | head -4 | sed 's/^/#   /'
+	fi
+done
+
+# damaged checkpoints are refused, naming the file
+cp -r "$W/b" "$W/c"
+$PY - "$W/c/iter_0000006/model.h5" <<'EOF'
+import h5py, sys
+name = "decoder.layers.1.mlp.linear_fc2.weight"
+with h5py.File(sys.argv[1], "r") as f:
+    off = f[name].id.get_offset()
+with open(sys.argv[1], "r+b") as f:
+    f.seek(off + 10)
+    b = f.read(1)
+    f.seek(off + 10)
+    f.write(bytes([b[0] ^ 0x40]))
+EOF
+expect_fail "a flipped byte in model.h5 is refused" "linear_fc2.weight" $T --load "$W/c"
+cp -r "$W/b" "$W/d"
+truncate -s 5000 "$W/d/iter_0000006/optim.h5"
+expect_fail "a truncated optim.h5 is refused" "optim.h5" $T --load "$W/d"
+cp -r "$W/b" "$W/e"
+rm "$W/e/iter_0000006/optim.h5"
+expect_fail "a missing optim.h5 is refused" "optim.h5" $T --load "$W/e"
+expect_ok "--no-load-optim loads without it" $T --load "$W/e" --no-load-optim --train-iters 7
+echo garbage >"$W/e/latest_checkpointed_iteration.txt"
+expect_fail "a garbage tracker is refused" "latest_checkpointed_iteration.txt" $T --load "$W/e"
+expect_fail "--exit-on-missing-checkpoint" "no checkpoint" $T --load "$W/nothing" --exit-on-missing-checkpoint
+expect_ok "a missing checkpoint otherwise starts from scratch" sh -c "$T --load $W/nothing --train-iters 3 >$W/scratch.log"
+expect_ok "--finetune loads weights and starts at iteration 0" sh -c "$T --load $W/b --finetune --train-iters 3 >$W/ft.log"
+if grep -q "iteration        1/       3" "$W/ft.log"; then ok "--finetune restarted the iteration count"; else notok "--finetune iteration"; fi
+expect_fail "a changed --lr against the checkpoint's schedule" "--override-opt-param-scheduler" \
+	$T --load "$W/b" --lr 1e-3 --train-iters 8
+expect_ok "--override-opt-param-scheduler takes the flags" $T --load "$W/b" --lr 1e-3 --train-iters 7 --override-opt-param-scheduler
+
+# metrics JSONL and TensorBoard
+expect_ok "metrics and TensorBoard files" $T --metrics-file "$W/m/metrics.jsonl" --tensorboard-dir "$W/tb" --train-iters 3
+if $PY - "$W/m/metrics.jsonl" "$W/tb" <<'EOF' 2>"$W/py.err"; then
+import json, os, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+it = [r for r in rows if "lm loss" in r]
+assert [r["iteration"] for r in it] == [1, 2, 3], it
+assert any("validation lm loss" in r for r in rows)
+ev = os.listdir(sys.argv[2])
+assert len(ev) == 1 and ev[0].startswith("events.out.tfevents."), ev
+data = open(os.path.join(sys.argv[2], ev[0]), "rb").read()
+assert b"lm loss" in data and b"learning-rate" in data and b"grad-norm" in data
+EOF
+	ok "metrics.jsonl has one object per iteration and the validation loss; an event file has the scalars"
+else
+	notok "metrics / TensorBoard"
+	show "$W/py.err"
+fi
+
+# half precision: the real loss-scaling logic
+expect_ok "--bf16" sh -c "$T --bf16 >$W/bf16.log"
+expect_ok "--fp16 with dynamic loss scaling" sh -c "$T --fp16 --initial-loss-scale 65536 --loss-scale-window 2 >$W/fp16.log"
+if $PY - "$W/straight.log" "$W/bf16.log" "$W/fp16.log" <<'EOF' 2>"$W/py.err"; then
+import re, sys
+def losses(p):
+    return [float(x) for x in re.findall(r"lm loss: ([0-9.E+-]+)", open(p).read())]
+def scales(p):
+    return [float(x) for x in re.findall(r"loss scale: ([0-9.]+)", open(p).read())]
+ref, bf, fp = losses(sys.argv[1]), losses(sys.argv[2]), losses(sys.argv[3])
+assert len(bf) == 6, bf
+assert max(abs(a - b) / a for a, b in zip(ref, bf)) < 0.02, (ref, bf)
+assert bf != ref[:6], "bf16 rounding had no effect"
+assert scales(sys.argv[2]) == [1.0] * 6
+s = scales(sys.argv[3])
+assert s[0] == 65536.0 and max(s) >= 65536.0 * 2, s   # window 2: the scale grows
+assert all(abs(a - b) / a < 0.02 for a, b in zip(ref, fp)), (ref, fp)
+EOF
+	ok "bf16 and fp16 losses track fp32 within 2%; bf16 logs loss scale 1.0; fp16's dynamic scale grows"
+else
+	notok "half precision"
+	show "$W/py.err"
+fi
+
+# Megatron's flag rules
+expect_fail "--fp16 with --bf16" "mutually exclusive" $T --fp16 --bf16
+expect_fail "tensor parallelism is not here yet" "--tensor-model-parallel-size 2" $T --tensor-model-parallel-size 2
+expect_fail "--global-batch-size not a multiple" "not divisible" $T --global-batch-size 5
+expect_fail "no --lr" "--lr is required" $BIN/train $(echo "$ARGS" | sed 's/--lr 2e-3//')
+expect_fail "an unsupported Megatron flag" "not implemented" $T --qk-layernorm

@@ -1,0 +1,266 @@
+/*
+ * test_gpt.c - the whole GPT model: backward against central finite
+ * differences of the forward loss for every parameter tensor, on tiny
+ * GPT-2-style and Llama-style configs (with dropout, document masks and
+ * position resets too); recomputation gives bit-identical gradients with
+ * less memory; registry names and shapes are Megatron Core's; init follows
+ * Megatron's rules; FLOPs match the spec's worked example.
+ */
+#include "test.h"
+
+#include <math.h>
+
+#include "base/xalloc.h"
+#include "kernels/ops.h"
+#include "model/gpt.h"
+#include "tensor/mem.h"
+
+static struct gpt_config tiny(bool llama)
+{
+	struct gpt_config c;
+	memset(&c, 0, sizeof(c));
+	c.L = 2;
+	c.h = 8;
+	c.a = 2;
+	c.g = llama ? 1 : 2;
+	c.k = 4;
+	c.f = llama ? 12 : 32;
+	c.S = 6;
+	c.P = 8;
+	c.V = 13;
+	c.Vp = 16;
+	c.rope = llama;
+	c.rot = llama ? 4 : 0;
+	c.rotary_base = 10000;
+	c.rmsnorm = llama;
+	c.eps = 1e-5f;
+	c.swiglu = llama;
+	c.bias = !llama;
+	c.untied = llama;
+	c.gelu = llama ? KOPS_GELU_ERF : KOPS_GELU_TANH;
+	c.init_std = 0.3f;
+	return c;
+}
+
+struct fixture {
+	int32_t tok[12], lab[12], pos[12], doc[12];
+	float w[12];
+};
+
+static void make_inputs(struct fixture *f, const struct gpt_config *c, int B)
+{
+	for (int i = 0; i < B * c->S; i++) {
+		f->tok[i] = (i * 7 + 3) % c->V;
+		f->lab[i] = (i * 5 + 1) % c->V;
+		f->pos[i] = i % c->S < 3 ? i % c->S : i % c->S - 3; /* a reset at t=3 */
+		f->doc[i] = i % c->S < 3 ? 0 : 1;
+		f->w[i] = 0.1f + 0.05f * (float)(i % 5);
+	}
+}
+
+static double loss_of(struct gpt_model *m, struct fixture *f, bool use_pos, bool use_doc, uint64_t seed)
+{
+	int N = m->B * m->c.S;
+	float losses[12];
+	gpt_forward(m, f->tok, f->lab, use_pos ? f->pos : NULL, use_doc ? f->doc : NULL, seed, true, losses);
+	double L = 0;
+	for (int i = 0; i < N; i++)
+		L += (double)losses[i] * f->w[i];
+	return L;
+}
+
+/* Analytic grads vs central differences for every parameter element. */
+static void gradcheck(bool llama, float hdrop, float adrop, bool use_pos, bool use_doc, const char *what)
+{
+	struct gpt_config c = tiny(llama);
+	c.hidden_dropout = hdrop;
+	c.attention_dropout = adrop;
+	const struct kops *k = kops_cpu();
+	struct mem_pool mp;
+	mem_pool_init(&mp, k);
+	struct gpt_model m;
+	int B = 2;
+	CHECK_INT(gpt_init(&m, &c, k, &mp, B, GPT_FP32), 0);
+	gpt_init_weights(&m, 42);
+	struct fixture f;
+	make_inputs(&f, &c, B);
+	uint64_t seed = 777;
+	k->zero(m.reg.grad, m.reg.total);
+	loss_of(&m, &f, use_pos, use_doc, seed);
+	gpt_backward(&m, f.w);
+	double worst = 0;
+	const char *worst_name = "";
+	for (int p = 0; p < m.reg.n; p++) {
+		const struct param *pp = &m.reg.p[p];
+		double num = 0, den = 0;
+		for (size_t e = 0; e < pp->numel; e++) {
+			float *x = m.reg.data + pp->offset + e;
+			float x0 = *x, eps = 1e-2f;
+			*x = x0 + eps;
+			double lp = loss_of(&m, &f, use_pos, use_doc, seed);
+			*x = x0 - eps;
+			double lm = loss_of(&m, &f, use_pos, use_doc, seed);
+			*x = x0;
+			double fd = (lp - lm) / (2.0 * eps);
+			double g = m.reg.grad[pp->offset + e];
+			num += (g - fd) * (g - fd);
+			den += fd * fd;
+		}
+		double rel = sqrt(num) / (sqrt(den) + 1e-6);
+		if (rel > worst) {
+			worst = rel;
+			worst_name = pp->name;
+		}
+		CHECK(den > 0 || !strstr(pp->name, "weight")); /* every weight gets gradient */
+	}
+	if (worst > 2e-2)
+		printf("#   %s: worst relative gradient error %.3g in %s\n", what, worst, worst_name);
+	CHECK(worst < 2e-2);
+	gpt_free(&m);
+	CHECK_INT(mp.cur, 0);
+}
+
+static void test_gradcheck_gpt2(void)
+{
+	gradcheck(false, 0, 0, false, false, "gpt2");
+}
+
+static void test_gradcheck_llama(void)
+{
+	gradcheck(true, 0, 0, false, false, "llama");
+}
+
+static void test_gradcheck_dropout(void)
+{
+	gradcheck(false, 0.2f, 0.3f, false, false, "gpt2+dropout");
+	gradcheck(true, 0.2f, 0.3f, false, false, "llama+dropout");
+}
+
+static void test_gradcheck_resets(void)
+{
+	gradcheck(false, 0, 0, true, true, "gpt2+reset position ids+document mask");
+	gradcheck(true, 0, 0, false, true, "llama+document mask");
+}
+
+/* Recompute: the same losses and bit-identical grads, with fewer bytes held. */
+static void run_grads(struct gpt_config c, float **grads, size_t *n, size_t *peak, float *losses)
+{
+	const struct kops *k = kops_cpu();
+	struct mem_pool mp;
+	mem_pool_init(&mp, k);
+	struct gpt_model m;
+	c.L = 4;
+	c.S = 6;
+	c.hidden_dropout = 0.1f;
+	c.attention_dropout = 0.1f;
+	CHECK_INT(gpt_init(&m, &c, k, &mp, 2, GPT_FP32), 0);
+	gpt_init_weights(&m, 5);
+	struct fixture f;
+	make_inputs(&f, &c, 2);
+	k->zero(m.reg.grad, m.reg.total);
+	gpt_forward(&m, f.tok, f.lab, NULL, f.doc, 99, true, losses);
+	gpt_backward(&m, f.w);
+	*n = m.reg.total;
+	*grads = xmalloc(*n * sizeof(float));
+	memcpy(*grads, m.reg.grad, *n * sizeof(float));
+	*peak = mp.peak;
+	gpt_free(&m);
+}
+
+static void test_recompute_identical(void)
+{
+	for (int llama = 0; llama < 2; llama++) {
+		struct gpt_config base = tiny(llama);
+		float *g0, *g1;
+		size_t n0, n1, p0, p1;
+		float l0[12], l1[12];
+		run_grads(base, &g0, &n0, &p0, l0);
+		struct gpt_config v[4] = { base, base, base, base };
+		v[0].recompute = GPT_RECOMPUTE_SELECTIVE;
+		v[1].recompute = GPT_RECOMPUTE_FULL, v[1].recompute_layers = 1;
+		v[2].recompute = GPT_RECOMPUTE_FULL, v[2].recompute_block = true, v[2].recompute_layers = 2;
+		v[3].recompute = GPT_RECOMPUTE_FULL, v[3].recompute_layers = 2;
+		for (int i = 0; i < 4; i++) {
+			run_grads(v[i], &g1, &n1, &p1, l1);
+			CHECK_INT(n1, n0);
+			CHECK(!memcmp(l0, l1, sizeof(l0)));
+			if (memcmp(g0, g1, n0 * sizeof(float))) {
+				double md = 0;
+				for (size_t e = 0; e < n0; e++)
+					md = fmax(md, fabs(g0[e] - g1[e]));
+				printf("#   %s, recompute variant %d: grads differ by up to %g\n", llama ? "llama" : "gpt2", i, md);
+			}
+			CHECK(!memcmp(g0, g1, n0 * sizeof(float)));
+			if (p1 >= p0)
+				printf("#   recompute variant %d: peak %zu bytes, without recompute %zu\n", i, p1, p0);
+			CHECK(p1 < p0);
+			free(g1);
+		}
+		free(g0);
+	}
+}
+
+static void test_names_and_init(void)
+{
+	struct gpt_config c = tiny(true);
+	c.g = 1;
+	const struct kops *k = kops_cpu();
+	struct mem_pool mp;
+	mem_pool_init(&mp, k);
+	struct gpt_model m;
+	CHECK_INT(gpt_init(&m, &c, k, &mp, 1, GPT_FP32), 0);
+	gpt_init_weights(&m, 1234);
+	/* Llama: no biases, no position table, RMSNorm weights only, untied output */
+	CHECK(params_find(&m.reg, "embedding.word_embeddings.weight") == 0);
+	CHECK(params_find(&m.reg, "embedding.position_embeddings.weight") < 0);
+	CHECK(params_find(&m.reg, "decoder.layers.0.self_attention.linear_qkv.bias") < 0);
+	CHECK(params_find(&m.reg, "decoder.layers.1.self_attention.linear_qkv.layer_norm_bias") < 0);
+	CHECK(params_find(&m.reg, "output_layer.weight") == m.reg.n - 1);
+	int qkv = params_find(&m.reg, "decoder.layers.1.self_attention.linear_qkv.weight");
+	CHECK(qkv > 0);
+	CHECK_INT(m.reg.p[qkv].shape[0], (2 + 2 * 1) * 4); /* (a + 2g) k */
+	CHECK_INT(m.reg.p[qkv].shape[1], 8);
+	int fc1 = params_find(&m.reg, "decoder.layers.0.mlp.linear_fc1.weight");
+	CHECK_INT(m.reg.p[fc1].shape[0], 24); /* [gate; up] */
+	int ln = params_find(&m.reg, "decoder.layers.0.mlp.linear_fc1.layer_norm_weight");
+	CHECK(m.reg.p[ln].flags & PARAM_NO_WD);
+	CHECK(!(m.reg.p[fc1].flags & PARAM_NO_WD));
+	CHECK_INT(m.reg.total, (size_t)gpt_num_params(&c));
+	/* init: unit norms, N(0, std) weights, N(0, std/sqrt(2L)) output projections */
+	CHECK(m.reg.data[m.reg.p[ln].offset] == 1.0f);
+	int fc2 = params_find(&m.reg, "decoder.layers.0.mlp.linear_fc2.weight");
+	double s1 = 0, s2 = 0;
+	for (size_t e = 0; e < m.reg.p[fc1].numel; e++)
+		s1 += pow(m.reg.data[m.reg.p[fc1].offset + e], 2);
+	for (size_t e = 0; e < m.reg.p[fc2].numel; e++)
+		s2 += pow(m.reg.data[m.reg.p[fc2].offset + e], 2);
+	double std1 = sqrt(s1 / m.reg.p[fc1].numel), std2 = sqrt(s2 / m.reg.p[fc2].numel);
+	CHECK(fabs(std1 - 0.3) < 0.06);
+	CHECK(fabs(std2 - 0.3 / 2.0) < 0.04);
+	gpt_free(&m);
+}
+
+static void test_flops(void)
+{
+	/* spec/memory-formula.md section 7: L=24 h=1024 a=16 f=4096 V=50304 s=1024, batch 512 */
+	struct gpt_config c;
+	memset(&c, 0, sizeof(c));
+	c.L = 24, c.h = 1024, c.a = 16, c.g = 16, c.k = 64, c.f = 4096, c.Vp = 50304, c.S = 1024;
+	CHECK(fabs(gpt_flops_per_iteration(&c, 512) / 1.191183409741824e15 - 1) < 1e-12);
+	/* Llama-3-8B shape, one sample: 4.21645529382912e14 */
+	c.L = 32, c.h = 4096, c.a = 32, c.g = 8, c.k = 128, c.f = 14336, c.swiglu = true, c.Vp = 128256,
+	c.S = 8192;
+	CHECK(fabs(gpt_flops_per_iteration(&c, 1) / 4.21645529382912e14 - 1) < 1e-12);
+}
+
+int main(void)
+{
+	RUN(test_gradcheck_gpt2);
+	RUN(test_gradcheck_llama);
+	RUN(test_gradcheck_dropout);
+	RUN(test_gradcheck_resets);
+	RUN(test_recompute_identical);
+	RUN(test_names_and_init);
+	RUN(test_flops);
+	return test_summary();
+}
