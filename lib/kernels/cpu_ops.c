@@ -8,8 +8,8 @@
  * by one thread in a fixed order, and every reduction across threads
  * (parameter-grad column sums, sumsq) uses a partition that does not depend
  * on the thread count, so results are bit-identical for any OMP_NUM_THREADS.
- * sgemm's own threads split the output, never the summed dimension, so they
- * do not change results either.
+ * Large sgemms are split over the same team by output blocks (cpu_sgemm),
+ * never along the summed dimension, so they do not change results either.
  */
 #include "kernels/cpu.h"
 #include "kernels/ops.h"
@@ -45,6 +45,61 @@ static void cpu_zero(float *x, size_t n)
 		memset(x, 0, n * sizeof(float));
 }
 
+/* ---- sgemm split over our OpenMP team ----
+ *
+ * Debian's OpenBLAS is the pthreads build: it keeps a thread pool of its own
+ * beside OpenMP's, and with both spinning on 2 cores every handover costs
+ * (measured: 327 ms/step against 194 ms with OMP_WAIT_POLICY=passive on the
+ * small benchmark). So large products are split here instead, into blocks
+ * of output columns (or rows) that each OpenMP thread computes with a serial
+ * sgemm: one pool, no handovers. Every output element is still one dot
+ * product over the whole K in OpenBLAS's order, so results do not depend on
+ * the thread count.
+ */
+#include <omp.h>
+#include <stdbool.h>
+
+#define CPU_GEMM_PAR_MIN (1 << 21) /* M*N*K below this: one call */
+#define CPU_GEMM_BLOCKS 8          /* blocks per product: enough to balance 2-8 threads */
+
+static void cpu_sgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha,
+		      const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc)
+{
+	bool split_n = N >= M;
+	int len = split_n ? N : M;
+	/* The blocks depend on the shape only, never on the thread count, so one
+	 * thread computes exactly the same calls as many. */
+	int chunk = (len + CPU_GEMM_BLOCKS - 1) / CPU_GEMM_BLOCKS;
+	chunk = chunk < 32 ? 32 : (chunk + 31) / 32 * 32;
+	if (omp_in_parallel() || (double)M * N * K < CPU_GEMM_PAR_MIN || len <= chunk) {
+		cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+		return;
+	}
+	int saved = 0;
+	if (openblas_get_parallel() == 1) { /* pthreads build: keep its pool out of the way */
+		saved = openblas_get_num_threads();
+		if (saved > 1)
+			openblas_set_num_threads(1);
+	}
+	int nchunks = (len + chunk - 1) / chunk;
+#pragma omp parallel for schedule(dynamic, 1)
+	for (int c = 0; c < nchunks; c++) {
+		int s0 = c * chunk, n = len - s0 < chunk ? len - s0 : chunk;
+		if (split_n) {
+			/* C[:, s0:s0+n] = op(A) . op(B)[:, s0:s0+n] */
+			const float *b = tb == CblasNoTrans ? B + s0 : B + (size_t)s0 * ldb;
+			cblas_sgemm(CblasRowMajor, ta, tb, M, n, K, alpha, A, lda, b, ldb, beta, C + s0, ldc);
+		} else {
+			/* C[s0:s0+n, :] = op(A)[s0:s0+n, :] . op(B) */
+			const float *a = ta == CblasNoTrans ? A + (size_t)s0 * lda : A + s0;
+			cblas_sgemm(CblasRowMajor, ta, tb, n, N, K, alpha, a, lda, B, ldb, beta,
+				    C + (size_t)s0 * ldc, ldc);
+		}
+	}
+	if (saved > 1)
+		openblas_set_num_threads(saved);
+}
+
 /* ---- linear: out[N,OC] = inp[N,IC] . weight[OC,IC]^T + bias ---- */
 
 static void cpu_linear_forward(float *out, const float *inp, const float *weight,
@@ -64,8 +119,7 @@ static void cpu_linear_forward(float *out, const float *inp, const float *weight
 		memset(out, 0, (size_t)N * OC * sizeof(float));
 	}
 	if (IC > 0)
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, IC, 1.0f, inp, IC,
-			    weight, IC, beta, out, OC);
+		cpu_sgemm(CblasNoTrans, CblasTrans, N, OC, IC, 1.0f, inp, IC, weight, IC, beta, out, OC);
 }
 
 /* dbias[o] += sum_n dout[n,o]. Each thread owns a range of columns and sums
@@ -101,12 +155,10 @@ static void cpu_linear_backward(float *dinp, float *dweight, float *dbias, const
 	}
 	/* dinp[N,IC] = dout[N,OC] . weight[OC,IC] */
 	if (dinp)
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, OC,
-			    weight, IC, 0.0f, dinp, IC);
+		cpu_sgemm(CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, OC, weight, IC, 0.0f, dinp, IC);
 	/* dweight[OC,IC] += dout^T . inp (beta = 1 accumulates) */
 	if (dweight)
-		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp,
-			    IC, 1.0f, dweight, IC);
+		cpu_sgemm(CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dweight, IC);
 	if (dbias)
 		cpu_colsum_add(dbias, dout, N, OC);
 }
