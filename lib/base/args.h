@@ -120,7 +120,7 @@ struct args {
 	double loss_scale;             /* -1: dynamic */
 	double initial_loss_scale;
 	double min_loss_scale;
-	int64_t loss_scale_window;
+	double loss_scale_window;
 	int64_t hysteresis;
 	bool accumulate_allreduce_grads_in_fp32;
 

@@ -380,6 +380,7 @@ static void norm_bwd(struct gpt_model *m, float *dinp, const float *dout, const 
 	else
 		m->k->layernorm_backward(dinp, gpt_grad(m, w), gpt_grad(m, b), dout, inp, gpt_param(m, w), mean,
 					 rstd, N, m->c.h);
+	round_half(m, dinp, (size_t)N * m->c.h);
 }
 
 /* ---- one layer ---- */
@@ -402,6 +403,7 @@ static void layer_forward(struct gpt_model *m, int l, const float *x, float *y, 
 	round_half(m, A->atty, (size_t)N * ak);
 	linear_fwd(m, m->tmp, A->atty, p->proj_w, p->proj_b, N, ak, h);
 	k->dropout_add_forward(A->res1, x, m->tmp, (size_t)N * h, ph, m->drop_seed, site_offset(3 * l + 1));
+	round_half(m, A->res1, (size_t)N * h); /* the residual stream is half precision too */
 	norm_fwd(m, A->ln2, A->ln2_mean, A->ln2_rstd, A->res1, p->ln2_w, p->ln2_b, N);
 	linear_fwd(m, A->fc1, A->ln2, p->fc1_w, p->fc1_b, N, h, f1);
 	if (c->swiglu)
@@ -411,6 +413,7 @@ static void layer_forward(struct gpt_model *m, int l, const float *x, float *y, 
 	round_half(m, A->act, (size_t)N * c->f);
 	linear_fwd(m, m->tmp, A->act, p->fc2_w, p->fc2_b, N, c->f, h);
 	k->dropout_add_forward(y, A->res1, m->tmp, (size_t)N * h, ph, m->drop_seed, site_offset(3 * l + 2));
+	round_half(m, y, (size_t)N * h);
 }
 
 /* dres: in = dL/d(layer output), out = dL/d(layer input). */
@@ -439,6 +442,7 @@ static void layer_backward(struct gpt_model *m, int l, const float *x, float *dr
 	linear_bwd(m, m->dln, m->dfc1, A->ln2, p->fc1_w, p->fc1_b, N, h, f1);
 	norm_bwd(m, m->dtmp, m->dln, A->res1, p->ln2_w, p->ln2_b, A->ln2_mean, A->ln2_rstd, N);
 	k->add(dres, dres, m->dtmp, nh); /* dres = dL/d res1 */
+	round_half(m, dres, nh);
 
 	/* attention: res1 = x + dropout(proj(attn(qkv(norm1(x))))) */
 	const float *dattn = dres;
@@ -454,6 +458,7 @@ static void layer_backward(struct gpt_model *m, int l, const float *x, float *dr
 	linear_bwd(m, m->dln, m->dqkv, A->ln1, p->qkv_w, p->qkv_b, N, h, qkv);
 	norm_bwd(m, m->dtmp, m->dln, x, p->ln1_w, p->ln1_b, A->ln1_mean, A->ln1_rstd, N);
 	k->add(dres, dres, m->dtmp, nh); /* dres = dL/dx */
+	round_half(m, dres, nh);
 }
 
 /* ---- the model ---- */

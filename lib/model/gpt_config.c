@@ -57,13 +57,11 @@ int gpt_config_from_args(struct gpt_config *c, const struct args *a, int64_t voc
 		return error("--seq-length must be at least 1");
 	c->S = (int)a->seq_length;
 	c->rope = !strcmp(a->position_embedding_type, "rope");
-	if (!c->rope) {
-		if (a->max_position_embeddings < c->S)
-			return error("--max-position-embeddings %lld is smaller than --seq-length %d",
-				     (long long)a->max_position_embeddings, c->S);
-		c->P = (int)a->max_position_embeddings;
-	} else {
-		c->P = (int)a->max_position_embeddings;
+	if (a->max_position_embeddings < c->S) /* Megatron asserts this for every position type */
+		return error("--max-position-embeddings %lld is smaller than --seq-length %d",
+			     (long long)a->max_position_embeddings, c->S);
+	c->P = (int)a->max_position_embeddings;
+	if (c->rope) {
 		if (a->rotary_percent <= 0 || a->rotary_percent > 1)
 			return error("--rotary-percent must be in (0, 1] (got %g)", a->rotary_percent);
 		c->rot = (int)(c->k * a->rotary_percent);
@@ -94,15 +92,16 @@ int gpt_config_from_args(struct gpt_config *c, const struct args *a, int64_t voc
 			return error("--recompute-method needs --recompute-granularity full");
 		c->recompute = GPT_RECOMPUTE_NONE;
 	} else if (!strcmp(gran, "selective")) {
-		if (a->recompute_method)
-			return error("--recompute-method is for --recompute-granularity full, not selective");
+		if (a->recompute_num_layers > 0)
+			return error("--recompute-num-layers is for --recompute-granularity full, not selective");
 		c->recompute = GPT_RECOMPUTE_SELECTIVE;
 	} else {
 		c->recompute = GPT_RECOMPUTE_FULL;
-		if (!a->recompute_method)
-			return error("--recompute-granularity full needs --recompute-method uniform or block");
+		if (!a->recompute_method || a->recompute_num_layers <= 0)
+			return error("--recompute-granularity full needs --recompute-method uniform|block and "
+				     "--recompute-num-layers N");
 		c->recompute_block = !strcmp(a->recompute_method, "block");
-		c->recompute_layers = a->recompute_num_layers > 0 ? (int)a->recompute_num_layers : 1;
+		c->recompute_layers = (int)a->recompute_num_layers;
 		if (c->recompute_layers > c->L)
 			return error("--recompute-num-layers %d is more than --num-layers %d",
 				     c->recompute_layers, c->L);

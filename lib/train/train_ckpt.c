@@ -158,36 +158,60 @@ static int get_tensors(struct ckpt_reader *r, int file, struct trainer *t, const
 	return ret;
 }
 
-/* Megatron asserts the checkpoint's scheduler equals the flags unless told
- * which one wins. */
+/* Megatron's OptimizerParamScheduler.load_state_dict: every field must equal
+ * the flags unless --override-opt-param-scheduler (take the flags) or
+ * --use-checkpoint-opt-param-scheduler (take the checkpoint) says which wins. */
 static int check_sched(struct trainer *t, struct ckpt_reader *r, int of)
 {
-	struct lr_sched *s = &t->sched;
-	double max_lr, min_lr, warm;
-	int64_t decay, num;
-	if (ckpt_get_attr_f64(r, of, NULL, "max_lr", &max_lr) < 0 ||
-	    ckpt_get_attr_f64(r, of, NULL, "min_lr", &min_lr) < 0 ||
-	    ckpt_get_attr_f64(r, of, NULL, "lr_warmup_steps", &warm) < 0 ||
-	    ckpt_get_attr_i64(r, of, NULL, "lr_decay_steps", &decay) < 0 ||
+	struct lr_sched *s = &t->sched, c = *s;
+	char *style = NULL, *wd_style = NULL;
+	int64_t num;
+	int ret = -1;
+	if (ckpt_get_attr_f64(r, of, NULL, "max_lr", &c.max_lr) < 0 ||
+	    ckpt_get_attr_f64(r, of, NULL, "min_lr", &c.min_lr) < 0 ||
+	    ckpt_get_attr_f64(r, of, NULL, "lr_warmup_steps", &c.warmup_steps) < 0 ||
+	    ckpt_get_attr_i64(r, of, NULL, "lr_decay_steps", &c.decay_steps) < 0 ||
+	    ckpt_get_attr_str(r, of, NULL, "lr_decay_style", &style) < 0 ||
+	    ckpt_get_attr_f64(r, of, NULL, "start_wd", &c.start_wd) < 0 ||
+	    ckpt_get_attr_f64(r, of, NULL, "end_wd", &c.end_wd) < 0 ||
+	    ckpt_get_attr_i64(r, of, NULL, "wd_incr_steps", &c.wd_incr_steps) < 0 ||
+	    ckpt_get_attr_str(r, of, NULL, "wd_incr_style", &wd_style) < 0 ||
 	    ckpt_get_attr_i64(r, of, NULL, "num_steps", &num) < 0)
-		return -1;
-	s->num_steps = num;
-	if (t->a->override_opt_param_scheduler)
-		return 0;
-	if (t->a->use_checkpoint_opt_param_scheduler) {
-		s->max_lr = max_lr;
-		s->min_lr = min_lr;
-		s->warmup_steps = warm;
-		s->decay_steps = decay;
-		return 0;
+		goto out;
+	if (lr_sched_parse_style(style, &c.style) < 0 || lr_sched_parse_wd_style(wd_style, &c.wd_style) < 0)
+		goto out;
+	if (t->a->override_opt_param_scheduler) {
+		/* Megatron then also realigns the step with the samples consumed */
+		s->num_steps = num != t->consumed_train ? t->consumed_train : num;
+		ret = 0;
+		goto out;
 	}
-	const char *what = max_lr != s->max_lr ? "--lr" : min_lr != s->min_lr ? "--min-lr" :
-			   warm != s->warmup_steps ? "the warmup" : decay != s->decay_steps ? "the decay length" : NULL;
-	if (what)
-		return error("%s differs from the checkpoint's learning-rate schedule; pass "
-			     "--override-opt-param-scheduler to use the flags or "
-			     "--use-checkpoint-opt-param-scheduler to keep the checkpoint's", what);
-	return 0;
+	c.num_steps = num;
+	if (t->a->use_checkpoint_opt_param_scheduler) {
+		*s = c;
+		ret = 0;
+		goto out;
+	}
+	const char *what = c.max_lr != s->max_lr ? "--lr" : c.min_lr != s->min_lr ? "--min-lr" :
+			   c.warmup_steps != s->warmup_steps ? "the warmup length" :
+			   c.decay_steps != s->decay_steps ? "the decay length" :
+			   c.style != s->style ? "--lr-decay-style" :
+			   c.start_wd != s->start_wd ? "the (start) weight decay" :
+			   c.end_wd != s->end_wd ? "the (end) weight decay" :
+			   c.wd_incr_steps != s->wd_incr_steps ? "the weight-decay ramp length" :
+			   c.wd_style != s->wd_style ? "--weight-decay-incr-style" : NULL;
+	if (what) {
+		error("%s differs from the checkpoint's optimizer schedule; pass "
+		      "--override-opt-param-scheduler to use the flags or "
+		      "--use-checkpoint-opt-param-scheduler to keep the checkpoint's", what);
+		goto out;
+	}
+	s->num_steps = num;
+	ret = 0;
+out:
+	free(style);
+	free(wd_style);
+	return ret;
 }
 
 int train_ckpt_load(struct trainer *t)
@@ -247,10 +271,8 @@ int train_ckpt_load(struct trainer *t)
 				t->scaler.growth_tracker = growth;
 				t->scaler.hysteresis_tracker = (int)hyst;
 			}
-		} else {
-			/* Megatron without the optimizer state still knows how far the schedule went */
-			t->sched.num_steps = t->consumed_train;
 		}
+		/* --no-load-optim: like Megatron, the schedule starts over (num_steps 0) */
 	}
 	gpt_sync_work(&t->model);
 	info("loaded checkpoint from %s at iteration %lld%s", ckpt_reader_dir(r), (long long)t->iteration,

@@ -86,6 +86,9 @@ static int setup_schedule(struct trainer *t)
 	    lr_sched_parse_wd_style(a->weight_decay_incr_style, &p.wd_style) < 0)
 		return -1;
 	if (p.wd_style == LR_SCHED_WD_CONSTANT) {
+		if (a->start_weight_decay >= 0 || a->end_weight_decay >= 0)
+			return error("--start-weight-decay and --end-weight-decay need --weight-decay-incr-style "
+				     "linear or cosine (constant uses --weight-decay)");
 		p.start_wd = p.end_wd = a->weight_decay;
 	} else {
 		if (a->start_weight_decay < 0 || a->end_weight_decay < 0)
@@ -106,7 +109,7 @@ static int setup_scaler(struct trainer *t)
 	f.loss_scale = a->loss_scale > 0 ? a->loss_scale : 0;
 	f.initial_loss_scale = a->initial_loss_scale;
 	f.min_loss_scale = a->min_loss_scale;
-	f.loss_scale_window = (double)a->loss_scale_window;
+	f.loss_scale_window = a->loss_scale_window;
 	f.hysteresis = (int)a->hysteresis;
 	return grad_scaler_init_flags(&t->scaler, &f);
 }
@@ -131,6 +134,7 @@ static void trainer_free(struct trainer *t)
 static int setup(struct trainer *t, const struct args *a)
 {
 	memset(t, 0, sizeof(*t));
+	clock_gettime(CLOCK_MONOTONIC, &t->train_start); /* --exit-duration-in-mins counts set-up too */
 	t->a = a;
 	t->last_saved = -1;
 	if (check_parallel(a) < 0)
@@ -160,6 +164,11 @@ static int setup(struct trainer *t, const struct args *a)
 		return error("--train-iters must not be negative");
 	if (t->train_iters > 0 && a->lr <= 0)
 		return error("--lr is required for training (a positive peak learning rate)");
+	if (a->save && t->train_iters > 0 && a->save_interval <= 0)
+		return error("--save needs --save-interval N (as in Megatron)");
+	if (a->log_memory_interval > 0 && a->log_memory_interval % (a->train_log_interval > 0 ? a->train_log_interval : 1))
+		return error("--log-memory-interval %lld must be a multiple of --log-interval %lld",
+			     (long long)a->log_memory_interval, (long long)a->train_log_interval);
 
 	struct tok_config tc = tok_config_from_args(a);
 	t->tok = tok_load(&tc);

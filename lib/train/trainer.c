@@ -10,8 +10,10 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/time.h>
 
 #include "base/error.h"
+#include "base/pyjson.h"
 #include "base/sbuf.h"
 #include "train/trainlog.h"
 
@@ -85,7 +87,8 @@ static int train_step(struct trainer *t, double *loss, bool *skipped, double *gn
 		if (run_micro(t, GPT_TRAIN, (uint64_t)(t->consumed_train + mb * t->mbs), mb, true, scale, &num,
 			      &den) < 0)
 			return -1;
-	*loss = num / den;
+	/* A global batch with every token masked has no loss (Megatron: 0/0). */
+	*loss = den > 0 ? num / den : NAN;
 	if (scale != 1.0)
 		k->scale(reg->grad, grad_scaler_inv_scale(&t->scaler), reg->total);
 	*skipped = false;
@@ -99,11 +102,13 @@ static int train_step(struct trainer *t, double *loss, bool *skipped, double *gn
 		}
 	}
 	double norm = adam_grad_norm(&t->opt);
-	if (!isfinite(norm) || !isfinite(*loss))
+	/* Megatron's check_for_nan_in_loss_and_grad (on unless fp16 scales dynamically):
+	 * the summed loss and the gradients must be finite. */
+	if (!isfinite(norm) || !isfinite(num))
 		return error("iteration %lld: the %s is %s (a too high --lr, or a bad batch?); stopping as "
 			     "Megatron's NaN check does",
-			     (long long)t->iteration + 1, isfinite(*loss) ? "gradient norm" : "loss",
-			     isnan(isfinite(*loss) ? norm : *loss) ? "NaN" : "infinite");
+			     (long long)t->iteration + 1, isfinite(num) ? "gradient norm" : "loss",
+			     isnan(isfinite(num) ? norm : num) ? "NaN" : "infinite");
 	*gnorm = norm;
 	adam_clip(&t->opt, norm, t->a->clip_grad);
 	adam_step(&t->opt, lr_sched_current_lr(&t->sched), lr_sched_current_wd(&t->sched));
@@ -112,24 +117,26 @@ static int train_step(struct trainer *t, double *loss, bool *skipped, double *gn
 	return 0;
 }
 
-double trainer_evaluate(struct trainer *t, int split, int64_t *consumed)
+int trainer_evaluate(struct trainer *t, int split, int64_t *consumed, double *loss)
 {
 	double num = 0, den = 0;
 	for (int64_t it = 0; it < t->a->eval_iters; it++) {
 		for (int64_t mb = 0; mb < t->num_micro; mb++)
 			if (run_micro(t, split, (uint64_t)(*consumed + mb * t->mbs), mb, false, 1.0, &num, &den) < 0)
-				return NAN;
+				return -1;
 		*consumed += t->gbs;
 	}
-	return num / den;
+	/* A global batch with every token masked has no loss (Megatron: 0/0). */
+	*loss = den > 0 ? num / den : NAN;
+	return 0;
 }
 
 static int eval_and_print(struct trainer *t, int split, const char *prefix, int64_t *consumed)
 {
 	if (!t->data.splits[split].present || t->a->eval_iters <= 0)
 		return 0;
-	double loss = trainer_evaluate(t, split, consumed);
-	if (isnan(loss) && !t->data.splits[split].len)
+	double loss;
+	if (trainer_evaluate(t, split, consumed, &loss) < 0)
 		return -1;
 	struct sbuf sb = SBUF_INIT;
 	trainlog_eval_lines(&sb, prefix, loss);
@@ -156,15 +163,18 @@ static int eval_and_print(struct trainer *t, int split, const char *prefix, int6
 	return 0;
 }
 
-static int log_iteration(struct trainer *t, double lr, double gnorm, bool force)
+/* Megatron's training_log: a line every --log-interval iterations and after
+ * the first iteration of a run. That first line does not reset the interval
+ * (loss sums, counters, timer), so the next line covers iterations 1..N. */
+static int log_iteration(struct trainer *t, double loss, bool skipped, double lr, double gnorm, bool first)
 {
 	const struct args *a = t->a;
 	int64_t interval = a->train_log_interval > 0 ? a->train_log_interval : 1;
-	bool due = t->iteration % interval == 0 || force;
+	bool due = t->iteration % interval == 0 || first;
 	if (!due)
 		return 0;
 	int iters = t->advanced + t->skipped_iters;
-	double elapsed = secs_since(&t->interval_start);
+	double elapsed = secs_since(&t->interval_start) - t->paused;
 	double per_iter = iters ? elapsed / iters : 0;
 	double avg = t->advanced ? t->loss_sum / t->advanced : -1;
 	struct trainlog_iter it = {
@@ -189,15 +199,20 @@ static int log_iteration(struct trainer *t, double lr, double gnorm, bool force)
 	trainlog_iteration_line(&sb, &it);
 	puts(sb.buf);
 	sbuf_reset(&sb);
+	/* Megatron reports memory at logged iterations until one past the first of
+	 * the run (so that the optimizer state is in it), then every
+	 * --log-memory-interval. */
 	bool mem_due = a->log_memory_interval > 0 && t->iteration % a->log_memory_interval == 0;
-	if (!t->first_log_done || mem_due) {
+	if (t->report_memory || mem_due) {
 		trainlog_memory_line(&sb, 0, t->iteration, t->mem.cur, t->mem.peak);
 		puts(sb.buf);
+		if (t->iteration > t->start_iteration + 1)
+			t->report_memory = false;
 	}
 	fflush(stdout);
 	sbuf_release(&sb);
 	if (t->have_mx) {
-		struct metrics_field f[10];
+		struct metrics_field f[12];
 		size_t n = 0;
 		f[n++] = METRICS_I("consumed samples", t->consumed_train);
 		f[n++] = METRICS_D("elapsed time per iteration (ms)", per_iter * 1000.0);
@@ -205,6 +220,8 @@ static int log_iteration(struct trainer *t, double lr, double gnorm, bool force)
 		f[n++] = METRICS_I("global batch size", t->gbs);
 		if (t->advanced)
 			f[n++] = METRICS_D("lm loss", avg);
+		if (!skipped)
+			f[n++] = METRICS_D("lm loss of the iteration", loss);
 		f[n++] = METRICS_D("loss scale", grad_scaler_scale(&t->scaler));
 		if (!isnan(gnorm))
 			f[n++] = METRICS_D("grad norm", gnorm);
@@ -214,11 +231,47 @@ static int log_iteration(struct trainer *t, double lr, double gnorm, bool force)
 		if (metrics_write(&t->mx, t->iteration, f, n) < 0)
 			return -1;
 	}
-	t->first_log_done = true;
+	if (first && t->iteration % interval)
+		return 0;
 	t->loss_sum = 0;
 	t->advanced = t->skipped_iters = t->nan_iters = 0;
+	t->paused = 0;
 	clock_gettime(CLOCK_MONOTONIC, &t->interval_start);
 	return 0;
+}
+
+/* Evaluation and checkpoint saves stop the interval timer, as Megatron's
+ * timers('interval-time').stop()/start() around them. */
+static void pause_begin(struct timespec *t0)
+{
+	clock_gettime(CLOCK_MONOTONIC, t0);
+}
+
+static void pause_end(struct trainer *t, const struct timespec *t0)
+{
+	t->paused += secs_since(t0);
+}
+
+static int save_timed(struct trainer *t)
+{
+	struct timespec t0;
+	pause_begin(&t0);
+	int r = train_ckpt_save(t);
+	pause_end(t, &t0);
+	return r;
+}
+
+/* Megatron's print_datetime: "[what] datetime: YYYY-MM-DD HH:MM:SS.ffffff " on stdout. */
+static void print_datetime(const char *what)
+{
+	struct timeval tv;
+	struct tm tm;
+	char when[32];
+	gettimeofday(&tv, NULL);
+	localtime_r(&tv.tv_sec, &tm);
+	strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", &tm);
+	printf("[%s] datetime: %s.%06ld \n", what, when, (long)tv.tv_usec);
+	fflush(stdout);
 }
 
 static void tensorboard_iteration(struct trainer *t, double loss, double lr, double gnorm, bool skipped)
@@ -249,9 +302,10 @@ int trainer_run(struct trainer *t)
 		sa.sa_handler = on_sigterm;
 		sigaction(SIGTERM, &sa, NULL);
 	}
-	clock_gettime(CLOCK_MONOTONIC, &t->train_start);
 	clock_gettime(CLOCK_MONOTONIC, &t->interval_start);
-	int64_t start_iter = t->iteration;
+	t->paused = 0;
+	t->start_iteration = t->iteration;
+	t->report_memory = true;
 	double lr = lr_sched_current_lr(&t->sched), gnorm = NAN;
 	while (t->iteration < t->train_iters) {
 		double loss;
@@ -272,49 +326,56 @@ int trainer_run(struct trainer *t)
 		}
 		lr = lr_sched_current_lr(&t->sched);
 		tensorboard_iteration(t, loss, lr, gnorm, skipped);
-		if (log_iteration(t, lr, gnorm, t->iteration == start_iter + 1) < 0)
+		if (log_iteration(t, loss, skipped, lr, gnorm, t->iteration == t->start_iteration + 1) < 0)
 			return -1;
 
 		if (a->eval_interval > 0 && t->iteration % a->eval_interval == 0 && a->eval_iters > 0) {
 			char prefix[64];
 			snprintf(prefix, sizeof(prefix), "iteration %lld", (long long)t->iteration);
+			struct timespec t0;
+			pause_begin(&t0);
 			if (eval_and_print(t, GPT_VALID, prefix, &t->consumed_valid) < 0)
 				return -1;
-			clock_gettime(CLOCK_MONOTONIC, &t->interval_start); /* Megatron stops its timer too */
+			pause_end(t, &t0);
 		}
 
 		/* exit checks, in Megatron's order */
 		bool saved = false;
 		if (a->exit_signal_handler && trainer_got_signal) {
-			if (a->save && train_ckpt_save(t) < 0)
+			if (a->save && save_timed(t) < 0)
 				return -1;
-			info("exiting program after receiving SIGTERM.");
+			print_datetime("exiting program after receiving SIGTERM.");
 			return 0;
 		}
 		if (a->save && a->save_interval > 0 && t->iteration % a->save_interval == 0) {
-			if (train_ckpt_save(t) < 0)
+			if (save_timed(t) < 0)
 				return -1;
 			saved = true;
 		}
 		if (a->exit_duration_in_mins > 0) {
 			double minutes = secs_since(&t->train_start) / 60.0;
 			if (minutes > a->exit_duration_in_mins) {
-				if (a->save && !saved && train_ckpt_save(t) < 0)
+				if (a->save && !saved && save_timed(t) < 0)
 					return -1;
-				info("exiting program after %f minutes", minutes);
+				char msg[64 + PYJSON_FLOAT_MAX], num[PYJSON_FLOAT_MAX];
+				pyjson_float_repr(minutes, num); /* Python's str(float), as Megatron prints it */
+				snprintf(msg, sizeof(msg), "exiting program after %s minutes", num);
+				print_datetime(msg);
 				return 0;
 			}
 		}
 		if (a->exit_interval > 0 && t->iteration % a->exit_interval == 0) {
-			if (a->save && !saved && train_ckpt_save(t) < 0)
+			if (a->save && !saved && save_timed(t) < 0)
 				return -1;
-			info("exiting program at iteration %lld", (long long)t->iteration);
+			char msg[64];
+			snprintf(msg, sizeof(msg), "exiting program at iteration %lld", (long long)t->iteration);
+			print_datetime(msg);
 			return 0;
 		}
 	}
-	/* the end of training: a final save unless that iteration was just saved,
-	 * then validation and test once more */
-	if (a->save && t->last_saved != t->iteration && train_ckpt_save(t) < 0)
+	/* the end of training: Megatron's final save (unless the interval just
+	 * saved it), then validation and test once more */
+	if (a->save && t->iteration != 0 && t->iteration % a->save_interval != 0 && train_ckpt_save(t) < 0)
 		return -1;
 	char prefix[96];
 	if (a->eval_iters > 0) {

@@ -51,8 +51,10 @@ struct trainer {
 	/* logging interval accumulators */
 	double loss_sum;      /* sum of per-iteration lm losses over advanced iterations */
 	int advanced, skipped_iters, nan_iters, total_skipped;
-	struct timespec interval_start, train_start;
-	bool first_log_done;
+	struct timespec interval_start, train_start; /* train_start: process set-up, as Megatron */
+	double paused;          /* seconds of evaluation and saving in this interval */
+	int64_t start_iteration; /* iteration the run started (or resumed) at */
+	bool report_memory;
 	struct tboard tb;
 	bool have_tb;
 	struct metrics mx;
@@ -66,9 +68,10 @@ int train_command(const struct args *a);
 /* Run the loop from t->iteration to t->train_iters (or an exit condition). */
 int trainer_run(struct trainer *t);
 
-/* One evaluation pass over eval_iters global batches of split; returns the
- * token-weighted mean lm loss (Megatron's evaluate). */
-double trainer_evaluate(struct trainer *t, int split, int64_t *consumed);
+/* One evaluation pass over eval_iters global batches of split, from sample
+ * *consumed on (advanced): the token-weighted mean lm loss, as Megatron's
+ * evaluate. -1 after error() when a batch cannot be read. */
+int trainer_evaluate(struct trainer *t, int split, int64_t *consumed, double *loss);
 
 /* Checkpoints (train_ckpt.c). */
 int train_ckpt_save(struct trainer *t);

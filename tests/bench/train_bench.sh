@@ -10,7 +10,7 @@
 # llm.c, peak memory no higher than PyTorch's.
 set -eu
 cd "$(dirname "$0")/../.."
-make --no-print-directory all >/dev/null
+[ -n "${SKIP_BUILD:-}" ] || make --no-print-directory all >/dev/null
 W=build/bench-train
 rm -rf "$W"
 mkdir -p "$W"

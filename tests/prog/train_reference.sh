@@ -35,11 +35,12 @@ import json, sys
 ours = [json.loads(l) for l in open(sys.argv[1])]
 ref = [json.loads(l) for l in open(sys.argv[2])]
 n = int(sys.argv[3])
-ours = [o for o in ours if "lm loss" in o]
+ours = [o for o in ours if "lm loss of the iteration" in o]
 assert len(ours) == n and len(ref) == n, (len(ours), len(ref))
 worst = 0.0
 for o, r in zip(ours, ref):
     assert o["iteration"] == r["iteration"]
+    o["lm loss"] = o["lm loss of the iteration"]
     for key in ("lm loss", "grad norm", "learning rate"):
         rel = abs(o[key] - r[key]) / abs(r[key])
         worst = max(worst, rel)

@@ -17,19 +17,21 @@ expect_ok "preprocess the bundled corpus" $BIN/preprocess_data --input examples/
 ARGS="--num-layers 3 --hidden-size 48 --num-attention-heads 4 --seq-length 32"
 ARGS="$ARGS --max-position-embeddings 32 --micro-batch-size 2 --global-batch-size 4 --lr 2e-3"
 ARGS="$ARGS --lr-decay-style cosine --lr-warmup-iters 2 --train-iters 6 --data-path $W/kjv_text_document"
-ARGS="$ARGS --split 90,10,0 --eval-interval 3 --eval-iters 2 --log-interval 1 --data-cache-path $W/cache"
+ARGS="$ARGS --split 90,10,0 --eval-interval 3 --eval-iters 2 --log-interval 3 --data-cache-path $W/cache"
 ARGS="$ARGS $GPT2"
 T="$BIN/train $ARGS"
 
-# lines LOG: the iteration and validation lines without wall-clock fields
+# lines LOG: the iteration lines at log-interval boundaries (3, 6: a resumed
+# run's first line covers only its own first iteration, as in Megatron) and
+# the validation lines, without wall-clock fields
 lines() {
-	grep -E "^ \[.*iteration|validation loss" "$1" |
+	grep -E "^ \[.*iteration +[36]/|validation loss" "$1" |
 		sed -e 's/^ \[[^]]*\]//' -e 's/ elapsed time per iteration (ms): [0-9.]* |//'
 }
 
 expect_ok "6 iterations straight, saving every 3" sh -c "$T --save $W/a --save-interval 3 >$W/straight.log"
 expect_ok "3 iterations, then --exit-interval 3 stops" sh -c "$T --save $W/b --save-interval 3 --exit-interval 3 >$W/half1.log"
-if grep -q "exiting program at iteration 3" "$ERR" && [ "$(cat "$W/b/latest_checkpointed_iteration.txt")" = 3 ] &&
+if grep -q "^\[exiting program at iteration 3\] datetime: " "$W/half1.log" && [ "$(cat "$W/b/latest_checkpointed_iteration.txt")" = 3 ] &&
 	[ -d "$W/b/iter_0000003" ] && ! ls -A "$W/b" | grep -q '^\.'; then
 	ok "--exit-interval saved iteration 3, wrote the tracker, left no temporary directory"
 else
@@ -39,7 +41,7 @@ fi
 expect_ok "resume from iteration 3 to 6" sh -c "$T --load $W/b --save $W/b --save-interval 3 >$W/half2.log"
 lines "$W/straight.log" >"$W/s.txt"
 { lines "$W/half1.log"; lines "$W/half2.log"; } >"$W/r.txt"
-if [ "$(grep -c iteration "$W/s.txt")" -ge 8 ] && cmp -s "$W/s.txt" "$W/r.txt"; then
+if [ "$(grep -c iteration "$W/s.txt")" -ge 5 ] && cmp -s "$W/s.txt" "$W/r.txt"; then
 	ok "resumed run prints the same loss, grad norm and lr lines as the straight run (dropout on)"
 else
 	notok "resume is not bit-exact"
@@ -92,7 +94,13 @@ expect_fail "a truncated optim.h5 is refused" "optim.h5" $T --load "$W/d"
 cp -r "$W/b" "$W/e"
 rm "$W/e/iter_0000006/optim.h5"
 expect_fail "a missing optim.h5 is refused" "optim.h5" $T --load "$W/e"
-expect_ok "--no-load-optim loads without it" $T --load "$W/e" --no-load-optim --train-iters 7
+expect_ok "--no-load-optim loads without it" sh -c "$T --load $W/e --no-load-optim --train-iters 7 >$W/nlo.log"
+if grep -q "iteration        7/       7 .*learning rate: 1.000000E-03" "$W/nlo.log"; then
+	ok "--no-load-optim restarts the LR schedule, as Megatron (warmup again)"
+else
+	notok "--no-load-optim schedule"
+	grep "iteration" "$W/nlo.log" | head -2 | sed 's/^/#   /'
+fi
 echo garbage >"$W/e/latest_checkpointed_iteration.txt"
 expect_fail "a garbage tracker is refused" "latest_checkpointed_iteration.txt" $T --load "$W/e"
 expect_fail "--exit-on-missing-checkpoint" "no checkpoint" $T --load "$W/nothing" --exit-on-missing-checkpoint
@@ -101,6 +109,8 @@ expect_ok "--finetune loads weights and starts at iteration 0" sh -c "$T --load 
 if grep -q "iteration        1/       3" "$W/ft.log"; then ok "--finetune restarted the iteration count"; else notok "--finetune iteration"; fi
 expect_fail "a changed --lr against the checkpoint's schedule" "--override-opt-param-scheduler" \
 	$T --load "$W/b" --lr 1e-3 --train-iters 8
+expect_fail "a changed --lr-decay-style against the checkpoint's" "--lr-decay-style" \
+	$T --load "$W/b" --lr-decay-style linear
 expect_ok "--override-opt-param-scheduler takes the flags" $T --load "$W/b" --lr 1e-3 --train-iters 7 --override-opt-param-scheduler
 
 # metrics JSONL and TensorBoard
@@ -109,7 +119,7 @@ if $PY - "$W/m/metrics.jsonl" "$W/tb" <<'EOF' 2>"$W/py.err"; then
 import json, os, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 it = [r for r in rows if "lm loss" in r]
-assert [r["iteration"] for r in it] == [1, 2, 3], it
+assert [r["iteration"] for r in it] == [1, 3], it
 assert any("validation lm loss" in r for r in rows)
 ev = os.listdir(sys.argv[2])
 assert len(ev) == 1 and ev[0].startswith("events.out.tfevents."), ev
@@ -132,10 +142,10 @@ def losses(p):
 def scales(p):
     return [float(x) for x in re.findall(r"loss scale: ([0-9.]+)", open(p).read())]
 ref, bf, fp = losses(sys.argv[1]), losses(sys.argv[2]), losses(sys.argv[3])
-assert len(bf) == 6, bf
+assert len(bf) == 3, bf
 assert max(abs(a - b) / a for a, b in zip(ref, bf)) < 0.02, (ref, bf)
 assert bf != ref[:6], "bf16 rounding had no effect"
-assert scales(sys.argv[2]) == [1.0] * 6
+assert scales(sys.argv[2]) == [1.0] * 3
 s = scales(sys.argv[3])
 assert s[0] == 65536.0 and max(s) >= 65536.0 * 2, s   # window 2: the scale grows
 assert all(abs(a - b) / a < 0.02 for a, b in zip(ref, fp)), (ref, fp)
@@ -152,3 +162,8 @@ expect_fail "tensor parallelism is not here yet" "--tensor-model-parallel-size 2
 expect_fail "--global-batch-size not a multiple" "not divisible" $T --global-batch-size 5
 expect_fail "no --lr" "--lr is required" $BIN/train $(echo "$ARGS" | sed 's/--lr 2e-3//')
 expect_fail "an unsupported Megatron flag" "not implemented" $T --qk-layernorm
+expect_fail "--save without --save-interval" "--save-interval" $T --save "$W/x"
+expect_fail "full recompute without --recompute-num-layers" "--recompute-num-layers" \
+	$T --recompute-granularity full --recompute-method block
+expect_fail "a dataset with ids beyond the tokenizer's vocabulary" "outside the model's vocabulary" \
+	$BIN/train $(echo "$ARGS" | sed "s|$GPT2||") --tokenizer-type NullTokenizer --vocab-size 1000
