@@ -143,11 +143,14 @@ static int eval_and_print(struct trainer *t, int split, const char *prefix, int6
 	fputs(sb.buf, stdout);
 	fflush(stdout);
 	sbuf_release(&sb);
-	if (split == GPT_VALID && t->have_tb) {
+	if (t->have_tb) { /* Megatron writes the test pass under the same tags */
+		double ppl = exp(fmin(20.0, loss));
 		tboard_add_scalar(&t->tb, "lm loss validation", t->iteration, loss);
 		tboard_add_scalar(&t->tb, "lm loss validation vs samples", t->consumed_train, loss);
-		if (t->a->log_validation_ppl_to_tensorboard)
-			tboard_add_scalar(&t->tb, "lm loss validation ppl", t->iteration, exp(fmin(20.0, loss)));
+		if (t->a->log_validation_ppl_to_tensorboard) {
+			tboard_add_scalar(&t->tb, "lm loss validation ppl", t->iteration, ppl);
+			tboard_add_scalar(&t->tb, "lm loss validation ppl vs samples", t->consumed_train, ppl);
+		}
 		tboard_flush(&t->tb);
 	}
 	if (t->have_mx) {
@@ -274,22 +277,32 @@ static void print_datetime(const char *what)
 	fflush(stdout);
 }
 
-static void tensorboard_iteration(struct trainer *t, double loss, double lr, double gnorm, bool skipped)
+/* Megatron's scalars (training_log), each also "vs samples". */
+static void tensorboard_iteration(struct trainer *t, double loss, double lr, double gnorm)
 {
 	int64_t every = t->a->tensorboard_log_interval > 0 ? t->a->tensorboard_log_interval : 1;
 	if (!t->have_tb || t->iteration % every)
 		return;
 	struct tboard *tb = &t->tb;
-	tboard_add_scalar(tb, "learning-rate", t->iteration, lr);
-	tboard_add_scalar(tb, "learning-rate vs samples", t->consumed_train, lr);
-	tboard_add_scalar(tb, "batch-size", t->iteration, (double)t->gbs);
-	if (!skipped) {
-		tboard_add_scalar(tb, "lm loss", t->iteration, loss);
-		tboard_add_scalar(tb, "lm loss vs samples", t->consumed_train, loss);
+	int64_t it = t->iteration, n = t->consumed_train;
+	double scale = grad_scaler_scale(&t->scaler);
+	tboard_add_scalar(tb, "learning-rate", it, lr);
+	tboard_add_scalar(tb, "learning-rate vs samples", n, lr);
+	tboard_add_scalar(tb, "batch-size", it, (double)t->gbs);
+	tboard_add_scalar(tb, "batch-size vs samples", n, (double)t->gbs);
+	tboard_add_scalar(tb, "lm loss", it, loss);
+	tboard_add_scalar(tb, "lm loss vs samples", n, loss);
+	tboard_add_scalar(tb, "loss-scale", it, scale);
+	tboard_add_scalar(tb, "loss-scale vs samples", n, scale);
+	if (!isnan(gnorm)) {
+		tboard_add_scalar(tb, "grad-norm", it, gnorm);
+		tboard_add_scalar(tb, "grad-norm vs samples", n, gnorm);
 	}
-	tboard_add_scalar(tb, "loss-scale", t->iteration, grad_scaler_scale(&t->scaler));
-	if (!isnan(gnorm))
-		tboard_add_scalar(tb, "grad-norm", t->iteration, gnorm);
+	if (t->a->log_params_norm) {
+		double pn = adam_params_norm(&t->opt);
+		tboard_add_scalar(tb, "params-norm", it, pn);
+		tboard_add_scalar(tb, "params-norm vs samples", n, pn);
+	}
 	tboard_flush(tb);
 }
 
@@ -325,7 +338,7 @@ int trainer_run(struct trainer *t)
 			t->loss_sum += (float)loss;
 		}
 		lr = lr_sched_current_lr(&t->sched);
-		tensorboard_iteration(t, loss, lr, gnorm, skipped);
+		tensorboard_iteration(t, loss, lr, gnorm);
 		if (log_iteration(t, loss, skipped, lr, gnorm, t->iteration == t->start_iteration + 1) < 0)
 			return -1;
 

@@ -74,6 +74,51 @@ for v in full sel; do
 	fi
 done
 
+# recompute where activations dominate (long sequences, small vocabulary)
+M="$BIN/train --num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 256"
+M="$M --max-position-embeddings 256 --micro-batch-size 4 --lr 1e-3 --train-iters 2 --mock-data"
+M="$M --tokenizer-type NullTokenizer --vocab-size 512 --eval-iters 0 --eval-interval 10 --log-interval 1"
+M="$M --data-cache-path $W/mockcache"
+expect_ok "activation-heavy model" sh -c "$M >$W/m0.log"
+expect_ok "the same with full recompute" sh -c "$M --recompute-granularity full --recompute-method uniform --recompute-num-layers 1 >$W/m1.log"
+expect_ok "the same with selective recompute" sh -c "$M --recompute-activations >$W/m2.log"
+# every iteration line, without wall-clock fields
+lines_all() { grep -E "^ \[.*iteration" "$1" | sed -e 's/^ \[[^]]*\]//' -e 's/ elapsed time per iteration (ms): [0-9.]* |//'; }
+lines_all "$W/m0.log" >"$W/m0.txt"
+for v in 1 2; do
+	lines_all "$W/m$v.log" >"$W/m$v.txt"
+	if [ -s "$W/m0.txt" ] && cmp -s "$W/m0.txt" "$W/m$v.txt" &&
+		$PY -c "import sys; sys.exit(not float('$(maxalloc "$W/m$v.log")') < 0.8 * float('$(maxalloc "$W/m0.log")'))"; then
+		ok "recompute variant $v: identical lines, max allocated $(maxalloc "$W/m$v.log") MB vs $(maxalloc "$W/m0.log") MB"
+	else
+		notok "recompute variant $v on the activation-heavy model"
+		diff "$W/m0.txt" "$W/m$v.txt" | head -4 | sed 's/^/#   /'
+	fi
+done
+
+# exits that save first
+expect_ok "--exit-duration-in-mins" sh -c "$T --exit-duration-in-mins 0.00001 --save $W/dur --save-interval 100 --train-iters 100 >$W/dur.log"
+if grep -q "^\[exiting program after [0-9.e-]* minutes\] datetime: " "$W/dur.log" &&
+	[ "$(cat "$W/dur/latest_checkpointed_iteration.txt")" = 1 ]; then
+	ok "--exit-duration-in-mins saved iteration 1 and said why it stopped"
+else
+	notok "--exit-duration-in-mins"
+	tail -3 "$W/dur.log" | sed 's/^/#   /'
+fi
+$T --exit-signal-handler --save "$W/sig" --save-interval 1000 --train-iters 100000 >"$W/sig.log" 2>&1 &
+pid=$!
+for i in 1 2 3 4 5 6 7 8 9 10; do grep -q "iteration        1/" "$W/sig.log" && break; sleep 1; done
+kill -TERM $pid
+wait $pid
+rc=$?
+if [ $rc -eq 0 ] && grep -q "exiting program after receiving SIGTERM" "$W/sig.log" &&
+	[ -f "$W/sig/latest_checkpointed_iteration.txt" ]; then
+	ok "--exit-signal-handler: SIGTERM saves iteration $(cat "$W/sig/latest_checkpointed_iteration.txt") and exits 0"
+else
+	notok "--exit-signal-handler (exit $rc)"
+	tail -3 "$W/sig.log" | sed 's/^/#   /'
+fi
+
 # damaged checkpoints are refused, naming the file
 cp -r "$W/b" "$W/c"
 $PY - "$W/c/iter_0000006/model.h5" <<'EOF'
