@@ -274,7 +274,7 @@ int gpt_data_config_from_args(const struct args *a, const struct tokenizer *tok,
 	c->surplus = a->mid_level_dataset_surplus;
 	c->vocab_size = tok_vocab_size(tok);
 	c->sample.eod = tok_eod(tok);
-	c->sample.pad = !strcmp(a->tokenizer_type, "NullTokenizer") ? a->null_tokenizer_pad_id : -1;
+	c->sample.pad = !strcmp(a->tokenizer_type, "NullTokenizer") ? a->null_tokenizer_pad_id : tok_pad(tok);
 	if (c->sample.pad >= 0 && c->sample.pad == c->sample.eod)
 		c->sample.pad = -1; /* Megatron: a pad id that is another special id is no pad */
 	c->sample.eod_mask_loss = a->eod_mask_loss;

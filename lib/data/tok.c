@@ -24,6 +24,7 @@ struct tokenizer {
 	struct tok_hf *hf;
 	bool with_template; /* HF: apply the post-processor */
 	int64_t vocab_size, eod;
+	int64_t pad; /* -1: none */
 	char *describe;
 };
 
@@ -65,6 +66,7 @@ struct tokenizer *tok_load(const struct tok_config *cfg)
 		return NULL;
 	}
 	struct tokenizer *t = xcalloc(1, sizeof(*t));
+	t->pad = -1;
 	if (!strcmp(type, "GPT2BPETokenizer")) {
 		t->kind = TOK_GPT2;
 		if (check_special_tokens(cfg))
@@ -79,7 +81,7 @@ struct tokenizer *tok_load(const struct tok_config *cfg)
 		t->kind = TOK_HF;
 		if (check_special_tokens(cfg))
 			goto fail;
-		t->hf = tok_hf_load(cfg->model, cfg->special_tokens, cfg->n_special_tokens, &t->eod, &path);
+		t->hf = tok_hf_load(cfg->model, cfg->special_tokens, cfg->n_special_tokens, &t->eod, &t->pad, &path);
 		if (!t->hf)
 			goto fail;
 		t->with_template = !cfg->no_include_special;
@@ -144,6 +146,11 @@ int64_t tok_vocab_size(const struct tokenizer *t)
 int64_t tok_eod(const struct tokenizer *t)
 {
 	return t->eod;
+}
+
+int64_t tok_pad(const struct tokenizer *t)
+{
+	return t->pad;
 }
 
 const char *tok_describe(const struct tokenizer *t)

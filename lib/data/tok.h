@@ -53,6 +53,9 @@ void tok_free(struct tokenizer *t);
 int64_t tok_vocab_size(const struct tokenizer *t);
 /* End-of-document id appended by --append-eod; -1 when there is none. */
 int64_t tok_eod(const struct tokenizer *t);
+/* The pad id Megatron's tokenizer reports: HF pad_token's id; -1 for none (GPT-2, and
+ * NullTokenizer, whose pad comes from --null-tokenizer-pad-id in the data config). */
+int64_t tok_pad(const struct tokenizer *t);
 /* One line for logs, e.g. "GPT2BPETokenizer (vocab 50257, eod 50256)". */
 const char *tok_describe(const struct tokenizer *t);
 

@@ -150,7 +150,9 @@ int tok_hf_vocab_from_json(struct tok_bpe *m, const struct json_t *vocab, const 
  * token with its id, a new one gets the next id. */
 struct tok_hf *tok_gpt2_load(const char *vocab_file, const char *merge_file, char *const *special, int n_special,
 			     int64_t *eod);
-struct tok_hf *tok_hf_load(const char *model, char *const *special, int n_special, int64_t *eod, char **path);
+/* *pad: the id of tokenizer_config's pad_token, -1 without one. */
+struct tok_hf *tok_hf_load(const char *model, char *const *special, int n_special, int64_t *eod, int64_t *pad,
+			   char **path);
 
 /* NullTokenizer (tok_null.c). err gets a message on -1. */
 int tok_null_encode(int64_t vocab_size, const char *text, size_t len, struct tok_ids *out, char *err,

@@ -703,7 +703,8 @@ static int64_t find_eod(const struct tok_hf *h, const struct cfg_files *c, const
 
 /* ---- entry ------------------------------------------------------------ */
 
-struct tok_hf *tok_hf_load(const char *model, char *const *special, int n_special, int64_t *eod, char **path_out)
+struct tok_hf *tok_hf_load(const char *model, char *const *special, int n_special, int64_t *eod, int64_t *pad,
+			   char **path_out)
 {
 	if (!model || !*model) {
 		error("HuggingFaceTokenizer needs --tokenizer-model (a tokenizer.json or the folder holding it)");
@@ -757,6 +758,9 @@ struct tok_hf *tok_hf_load(const char *model, char *const *special, int n_specia
 	for (int i = 0; i < n_special; i++)
 		tok_hf_add_token(h, special[i], strlen(special[i]), true, false, false, false, false);
 	*eod = find_eod(h, &cfg, path);
+	/* Megatron's HF wrapper: pad_id is the id of pad_token, None without one. */
+	const char *pad_tok = cfg_token(cfg_get(&cfg, "pad_token"));
+	*pad = pad_tok ? tok_hf_token_id(h, pad_tok, strlen(pad_tok)) : -1;
 	if (tok_hf_finish(h) || check_template_ids(h, &refs, path))
 		goto fail;
 	tmpl_refs_free(&refs);

@@ -254,7 +254,7 @@ int train_ckpt_load(struct trainer *t)
 				t->seed = (uint64_t)seed;
 			}
 		}
-		if (!a->no_load_optim) {
+		if (!a->no_load_optim && !a->skip_train) {
 			int of = ckpt_file_open(r, "optim.h5");
 			int64_t step, growth, hyst;
 			double scale;

@@ -145,8 +145,6 @@ static int setup(struct trainer *t, const struct args *a)
 		return error("--seed must be positive (got %lld)", (long long)a->seed);
 	if (a->full_validation)
 		return error("--full-validation is not implemented yet; use --eval-iters");
-	if (a->skip_train)
-		return error("--skip-train is not implemented yet");
 	t->seed = (uint64_t)a->seed;
 	t->mbs = a->micro_batch_size;
 	if (t->mbs < 1)
@@ -162,9 +160,10 @@ static int setup(struct trainer *t, const struct args *a)
 	t->train_iters = iters ? a->train_iters : a->train_samples / t->gbs;
 	if (t->train_iters < 0)
 		return error("--train-iters must not be negative");
-	if (t->train_iters > 0 && a->lr <= 0)
+	bool training = t->train_iters > 0 && !a->skip_train;
+	if (training && a->lr <= 0)
 		return error("--lr is required for training (a positive peak learning rate)");
-	if (a->save && t->train_iters > 0 && a->save_interval <= 0)
+	if (a->save && training && a->save_interval <= 0)
 		return error("--save needs --save-interval N (as in Megatron)");
 	if (a->log_memory_interval > 0 && a->log_memory_interval % (a->train_log_interval > 0 ? a->train_log_interval : 1))
 		return error("--log-memory-interval %lld must be a multiple of --log-interval %lld",
@@ -190,7 +189,7 @@ static int setup(struct trainer *t, const struct args *a)
 	gpt_init_weights(&t->model, t->seed);
 	adam_init(&t->opt, &t->model.reg, t->k, &t->mem, (float)a->adam_beta1, (float)a->adam_beta2,
 		  (float)a->adam_eps);
-	if (t->train_iters > 0 && setup_schedule(t) < 0)
+	if (training && setup_schedule(t) < 0)
 		return -1;
 	if (setup_scaler(t) < 0)
 		return -1;
@@ -224,6 +223,12 @@ int train_command(const struct args *a)
 		if (metrics_open(&t.mx, a->metrics_file) < 0)
 			goto out;
 		t.have_mx = true;
+	}
+	if (a->skip_train) {
+		/* Megatron's --skip-train: only the final validation and test passes */
+		info("skipping training (--skip-train is on)");
+		ret = trainer_evaluate_final(&t);
+		goto out;
 	}
 	if (t.train_iters == 0) {
 		/* --train-iters 0 --save DIR: write the initialised model as iteration 0 */

@@ -390,6 +390,12 @@ int trainer_run(struct trainer *t)
 	 * saved it), then validation and test once more */
 	if (a->save && t->iteration != 0 && t->iteration % a->save_interval != 0 && train_ckpt_save(t) < 0)
 		return -1;
+	return trainer_evaluate_final(t);
+}
+
+int trainer_evaluate_final(struct trainer *t)
+{
+	const struct args *a = t->a;
 	char prefix[96];
 	if (a->eval_iters > 0) {
 		snprintf(prefix, sizeof(prefix), "iteration %lld on validation set", (long long)t->iteration);

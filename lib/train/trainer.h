@@ -73,6 +73,10 @@ int trainer_run(struct trainer *t);
  * evaluate. -1 after error() when a batch cannot be read. */
 int trainer_evaluate(struct trainer *t, int split, int64_t *consumed, double *loss);
 
+/* The end of training: validation (continuing its sample stream) and test,
+ * as Megatron prints them ("iteration N on validation set"). */
+int trainer_evaluate_final(struct trainer *t);
+
 /* Checkpoints (train_ckpt.c). */
 int train_ckpt_save(struct trainer *t);
 /* Load from --load: 0 loaded, 1 nothing to load (fresh start), -1 error. */

@@ -74,6 +74,16 @@ for v in full sel; do
 	fi
 done
 
+# --skip-train: only the final evaluation, from the checkpoint's state
+expect_ok "--skip-train from the final checkpoint" sh -c "$BIN/train $(echo "$ARGS" | sed 's/--lr 2e-3//') --load $W/b --skip-train >$W/skip.log"
+if grep "on validation set\|on test set" "$W/straight.log" >"$W/sv.txt" && [ -s "$W/sv.txt" ] &&
+	grep "on validation set\|on test set" "$W/skip.log" | cmp -s - "$W/sv.txt" && ! grep -q "iteration  " "$W/skip.log"; then
+	ok "--skip-train prints the straight run's final validation line and trains nothing"
+else
+	notok "--skip-train"
+	tail -4 "$W/skip.log" | sed 's/^/#   /'
+fi
+
 # recompute where activations dominate (long sequences, small vocabulary)
 M="$BIN/train --num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 256"
 M="$M --max-position-embeddings 256 --micro-batch-size 4 --lr 1e-3 --train-iters 2 --mock-data"

@@ -247,6 +247,7 @@ static void test_hf_gpt2_reference(void)
 		return;
 	CHECK_INT(tok_vocab_size(t), 50257);
 	CHECK_INT(tok_eod(t), 50256);
+	CHECK_INT(tok_pad(t), -1);
 	check_refs(t, "gpt2_hf", true);
 	tok_free(t);
 }
@@ -259,6 +260,7 @@ static void test_qwen3_reference(void)
 		return;
 	CHECK_INT(tok_vocab_size(t), 151669);
 	CHECK_INT(tok_eod(t), 151645);
+	CHECK_INT(tok_pad(t), 151643); /* tokenizer_config pad_token <|endoftext|> */
 	CHECK(strstr(tok_describe(t), "HuggingFaceTokenizer (") && strstr(tok_describe(t), "vocab 151669, eod 151645)"));
 	check_refs(t, "qwen3", false);
 	tok_free(t);
