@@ -10,7 +10,6 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/time.h>
 
 #include "base/error.h"
 #include "base/pyjson.h"
@@ -264,19 +263,15 @@ static int save_timed(struct trainer *t)
 	return r;
 }
 
-/* Megatron's print_datetime: "[what] datetime: YYYY-MM-DD HH:MM:SS.ffffff " on stdout. */
+/* Megatron's print_datetime, on stdout. */
 static void print_datetime(const char *what)
 {
-	struct timeval tv;
-	struct tm tm;
-	char when[32];
-	gettimeofday(&tv, NULL);
-	localtime_r(&tv.tv_sec, &tm);
-	strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", &tm);
-	printf("[%s] datetime: %s.%06ld \n", what, when, (long)tv.tv_usec);
+	struct sbuf sb = SBUF_INIT;
+	trainlog_datetime(&sb, what);
+	puts(sb.buf);
 	fflush(stdout);
+	sbuf_release(&sb);
 }
-
 /* Megatron's scalars (training_log), each also "vs samples". */
 static void tensorboard_iteration(struct trainer *t, double loss, double lr, double gnorm)
 {

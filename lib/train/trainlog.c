@@ -6,10 +6,11 @@
 #include "train/trainlog.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <sys/time.h>
 #include <time.h>
 
-void trainlog_iteration_line(struct sbuf *out, const struct trainlog_iter *it)
+void trainlog_now(char out[TRAINLOG_TIME_MAX])
 {
 	struct timeval tv;
 	struct tm tm;
@@ -17,7 +18,21 @@ void trainlog_iteration_line(struct sbuf *out, const struct trainlog_iter *it)
 	gettimeofday(&tv, NULL);
 	localtime_r(&tv.tv_sec, &tm);
 	strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", &tm);
-	sbuf_addf(out, " [%s.%06ld]", when, (long)tv.tv_usec);
+	snprintf(out, TRAINLOG_TIME_MAX, "%s.%06ld", when, (long)tv.tv_usec);
+}
+
+void trainlog_datetime(struct sbuf *out, const char *what)
+{
+	char now[TRAINLOG_TIME_MAX];
+	trainlog_now(now);
+	sbuf_addf(out, "[%s] datetime: %s ", what, now);
+}
+
+void trainlog_iteration_line(struct sbuf *out, const struct trainlog_iter *it)
+{
+	char now[TRAINLOG_TIME_MAX];
+	trainlog_now(now);
+	sbuf_addf(out, " [%s]", now);
 	sbuf_addf(out, " iteration %8lld/%8lld |", (long long)it->iteration, (long long)it->train_iters);
 	sbuf_addf(out, " consumed samples: %12lld |", (long long)it->consumed_samples);
 	if (it->skipped_samples > 0)

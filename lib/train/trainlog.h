@@ -26,6 +26,12 @@ struct trainlog_iter {
 	int skipped_iters, nan_iters;
 };
 
+#define TRAINLOG_TIME_MAX 40
+/* Local wall time now as Python's datetime.now() prints it: "YYYY-MM-DD HH:MM:SS.ffffff". */
+void trainlog_now(char out[TRAINLOG_TIME_MAX]);
+/* Megatron's print_datetime: "[what] datetime: <now> " (no newline). */
+void trainlog_datetime(struct sbuf *out, const char *what);
+
 /* " [YYYY-MM-DD HH:MM:SS.ffffff] iteration ... |" (no newline); the time is local wall time now. */
 void trainlog_iteration_line(struct sbuf *out, const struct trainlog_iter *it);
 
