@@ -199,6 +199,8 @@ struct args {
 
 	/* data (Megatron's "data and dataloader" group) */
 	struct strlist data_path;
+	char *data_args_path;
+	char *per_split_data_args_path;
 	char *split;
 	struct strlist train_data_path;
 	struct strlist valid_data_path;

@@ -1,5 +1,6 @@
 /* sbuf.c - see sbuf.h. */
 #include "sbuf.h"
+#include "error.h"
 #include "xalloc.h"
 
 #include <stdarg.h>
@@ -72,4 +73,20 @@ char *sbuf_detach(struct sbuf *sb, size_t *len)
 	sb->buf = NULL;
 	sb->len = sb->cap = 0;
 	return p;
+}
+
+int sbuf_read_file(struct sbuf *sb, const char *path)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return error_errno("cannot open '%s'", path);
+	char chunk[65536];
+	size_t n;
+	while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0)
+		sbuf_add(sb, chunk, n);
+	int bad = ferror(f);
+	fclose(f);
+	if (bad)
+		return error("cannot read '%s'", path);
+	return 0;
 }

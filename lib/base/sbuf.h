@@ -25,5 +25,7 @@ void sbuf_reset(struct sbuf *sb);
 void sbuf_release(struct sbuf *sb);
 /* Detach the buffer: caller owns the returned string; sb is empty again. */
 char *sbuf_detach(struct sbuf *sb, size_t *len);
+/* Append a whole file; error() naming it and -1 when it cannot be read. */
+int sbuf_read_file(struct sbuf *sb, const char *path);
 
 #endif

@@ -15,6 +15,7 @@
  */
 #include "gpt_data.h"
 #include "base/error.h"
+#include "base/jsonio.h"
 #include "base/md5.h"
 #include "base/pyjson.h"
 #include "base/sbuf.h"
@@ -23,6 +24,7 @@
 #include "data/np_random.h"
 #include "data/npy.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -209,6 +211,81 @@ static json_t *tokenizer_identifiers(const struct args *a)
 	return t;
 }
 
+/* Whitespace-separated words of text appended to l (Python's str.split()). */
+static void split_words(const char *text, struct strlist *l)
+{
+	const char *p = text;
+	while (*p) {
+		while (*p && isspace((unsigned char)*p))
+			p++;
+		const char *w = p;
+		while (*p && !isspace((unsigned char)*p))
+			p++;
+		if (p > w) {
+			l->v = xrealloc(l->v, (size_t)(l->n + 1) * sizeof(*l->v));
+			l->v[l->n++] = xstrndup(w, (size_t)(p - w));
+		}
+	}
+}
+
+/* --data-args-path: the --data-path list, read from a file (Megatron: f.read().split()). */
+static int read_blend_file(const char *path, struct strlist *out)
+{
+	struct sbuf sb = SBUF_INIT;
+	if (sbuf_read_file(&sb, path) < 0) {
+		sbuf_release(&sb);
+		return -1;
+	}
+	sbuf_addch(&sb, 0);
+	split_words(sb.buf, out);
+	sbuf_release(&sb);
+	if (!out->n)
+		return error("--data-args-path %s: the file lists no dataset", path);
+	return 0;
+}
+
+/* --per-split-data-args-path: JSON {"train": ..., "valid": ..., "test": ...},
+ * each a list of words or one string of them (Megatron splits strings). */
+static int read_per_split_file(const char *path, struct strlist out[GPT_NSPLITS])
+{
+	json_t *j = jsonio_load_file(path);
+	if (!j)
+		return -1;
+	int ret = 0;
+	if (!json_is_object(j))
+		ret = error("--per-split-data-args-path %s: expected a JSON object with \"train\", \"valid\" and "
+			    "\"test\"", path);
+	for (int s = 0; s < GPT_NSPLITS && !ret; s++) {
+		json_t *v = json_object_get(j, gpt_split_names[s]);
+		if (json_is_string(v)) {
+			split_words(json_string_value(v), &out[s]);
+		} else if (json_is_array(v)) {
+			size_t i;
+			json_t *e;
+			json_array_foreach(v, i, e) {
+				if (!json_is_string(e)) {
+					ret = error("%s: \"%s\"[%zu] must be a string", path, gpt_split_names[s], i);
+					break;
+				}
+				split_words(json_string_value(e), &out[s]);
+			}
+		} else {
+			ret = error("%s: \"%s\" must be a list of dataset prefixes (with optional weights) or a "
+				    "string of them", path, gpt_split_names[s]);
+		}
+	}
+	json_decref(j);
+	return ret;
+}
+
+void gpt_data_config_release(struct gpt_data_config *cfg)
+{
+	json_decref(cfg->tokenizer_ident);
+	cfg->tokenizer_ident = NULL;
+	for (int i = 0; i <= GPT_NSPLITS; i++)
+		strlist_free(&cfg->owned[i]);
+}
+
 int gpt_data_config_from_args(const struct args *a, const struct tokenizer *tok, struct gpt_data_config *c)
 {
 	memset(c, 0, sizeof(*c));
@@ -255,12 +332,32 @@ int gpt_data_config_from_args(const struct args *a, const struct tokenizer *tok,
 	c->split_blend[GPT_TEST] = a->test_data_path.v;
 	c->n_split_blend[GPT_TEST] = a->test_data_path.n;
 	bool per_split = a->train_data_path.n || a->valid_data_path.n || a->test_data_path.n;
-	if (per_split && a->data_path.n)
+	if (a->data_args_path) {
+		if (a->data_path.n)
+			return error("--data-args-path and --data-path are mutually exclusive");
+		if (read_blend_file(a->data_args_path, &c->owned[GPT_NSPLITS]) < 0)
+			return -1;
+		c->blend = c->owned[GPT_NSPLITS].v;
+		c->n_blend = c->owned[GPT_NSPLITS].n;
+	}
+	if (a->per_split_data_args_path) {
+		if (per_split)
+			return error("--per-split-data-args-path excludes --train-data-path/--valid-data-path/"
+				     "--test-data-path");
+		if (read_per_split_file(a->per_split_data_args_path, c->owned) < 0)
+			return -1;
+		for (int s = 0; s < GPT_NSPLITS; s++) {
+			c->split_blend[s] = c->owned[s].v;
+			c->n_split_blend[s] = c->owned[s].n;
+		}
+		per_split = true;
+	}
+	if (per_split && c->n_blend)
 		return error("--data-path excludes --train-data-path/--valid-data-path/--test-data-path");
 	if (per_split && a->split)
 		return error("--split applies to --data-path, not to per-split data paths");
-	c->mock = a->mock_data || (!per_split && !a->data_path.n);
-	if (c->mock && (a->data_path.n || per_split))
+	c->mock = a->mock_data || (!per_split && !c->n_blend);
+	if (c->mock && (c->n_blend || per_split))
 		return error("--mock-data excludes --data-path and the per-split data paths");
 	if (c->mock)
 		c->split = "1,1,1";

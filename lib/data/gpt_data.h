@@ -41,6 +41,7 @@ struct gpt_data_config {
 	struct gpt_sample_opts sample;  /* eod, pad and the mask flags */
 	json_t *tokenizer_ident;        /* Megatron's tokenizer unique_identifiers (borrowed) */
 	bool write_cache;               /* rank 0 writes; others only read */
+	struct strlist owned[GPT_NSPLITS + 1]; /* lists read from --data-args-path / --per-split-data-args-path */
 };
 
 /*
@@ -49,6 +50,8 @@ struct gpt_data_config {
  * cfg->tokenizer_ident is a new reference the caller json_decref()s.
  */
 int gpt_data_config_from_args(const struct args *a, const struct tokenizer *tok, struct gpt_data_config *cfg);
+/* What gpt_data_config_from_args allocated (safe on a zeroed config). */
+void gpt_data_config_release(struct gpt_data_config *cfg);
 
 struct gpt_low;     /* a prefix's indexed dataset (or the mock one) */
 

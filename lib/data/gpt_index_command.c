@@ -147,7 +147,7 @@ int gpt_index_command(const struct args *a)
 	ret = 0;
 out:
 	gpt_data_free(&d);
-	json_decref(cfg.tokenizer_ident);
+	gpt_data_config_release(&cfg);
 out_tok:
 	tok_free(tok);
 	return ret;

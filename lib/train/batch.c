@@ -49,7 +49,12 @@ int batch_get(struct batch *b, const struct gpt_data *d, int split, uint64_t fir
 		return error("the %s split has no samples", gpt_split_names[split]);
 	int S = b->S;
 	for (int i = 0; i < b->B; i++) {
-		uint64_t k = (first + (uint64_t)i) % sp->len;
+		uint64_t k = first + (uint64_t)i;
+		if (k >= sp->len) /* Megatron's sampler asserts too: never reuse samples silently */
+			return error("the %s split has %llu samples and sample %llu is needed: the run asks for more "
+				     "data than the split was built for (were --train-iters, --eval-interval, "
+				     "--eval-iters or the batch size changed since the checkpoint?)",
+				     gpt_split_names[split], (unsigned long long)sp->len, (unsigned long long)k);
 		int dataset_id;
 		uint64_t n = gpt_data_text(d, split, k, b->text, &dataset_id);
 		gpt_sample_build(b->text, n, S, &d->cfg.sample, b->tok64, b->lab64, b->loss_mask + (size_t)i * S,

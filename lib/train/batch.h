@@ -25,9 +25,9 @@ struct batch {
 
 void batch_init(struct batch *b, int B, int S, bool doc_ids);
 void batch_free(struct batch *b);
-/* Fill b with samples first..first+B-1 of split (wrapping around the split's
- * length, as a cyclic loader would). error() and -1 when a token id is not
- * below vocab (a dataset made with another tokenizer). */
+/* Fill b with samples first..first+B-1 of split. error() and -1 when they
+ * are beyond the split's length, or when a token id is not below vocab (a
+ * dataset made with another tokenizer). */
 int batch_get(struct batch *b, const struct gpt_data *d, int split, uint64_t first, int64_t vocab);
 
 #endif

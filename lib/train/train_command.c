@@ -126,7 +126,7 @@ static void trainer_free(struct trainer *t)
 	adam_free(&t->opt);
 	gpt_free(&t->model);
 	gpt_data_free(&t->data);
-	json_decref(t->dcfg.tokenizer_ident);
+	gpt_data_config_release(&t->dcfg);
 	if (t->tok)
 		tok_free(t->tok);
 }

@@ -44,6 +44,33 @@ while read -r name argv; do
 	fi
 done <"$W/cases"
 
+# the same blends read from files (--data-args-path, --per-split-data-args-path) find the same caches
+args=$(grep '^blend_weighted ' "$W/cases" | cut -d' ' -f2- | sed 's| --data-path 0.3 data/kjv_text_document 0.7 data/fortunes_text_document||')
+printf '0.3 data/kjv_text_document\n  0.7\tdata/fortunes_text_document\n' >"$W/blend.txt"
+idx=$($CHECK indices $M/manifest.json blend_weighted)
+( cd "$W" && $BIN/build_gpt_index $args --data-args-path blend.txt --show-samples $idx >blendfile.samples 2>"$ERR" )
+if cmp -s "$W/blendfile.samples" "$W/blend_weighted.samples" && grep -q "loaded from cache" "$ERR" && ! grep -q "), built (" "$ERR"; then
+	ok "--data-args-path: the blend from a file loads the same caches and yields the same samples"
+else
+	notok "--data-args-path"
+	show "$ERR"
+fi
+args=$(grep '^per_split ' "$W/cases" | cut -d' ' -f2- | sed 's| --train-data-path .* --train-iters| --train-iters|')
+echo '{"train": ["0.5", "data/kjv_text_document", "0.5 data/fortunes_text_document"], "valid": "data/fortunes_text_document", "test": ["data/kjv_text_document"]}' >"$W/splits.json"
+idx=$($CHECK indices $M/manifest.json per_split)
+( cd "$W" && $BIN/build_gpt_index $args --per-split-data-args-path splits.json --show-samples $idx >splitfile.samples 2>"$ERR" )
+if cmp -s "$W/splitfile.samples" "$W/per_split.samples" && grep -q "loaded from cache" "$ERR" && ! grep -q "), built (" "$ERR"; then
+	ok "--per-split-data-args-path: per-split blends from JSON load the same caches and yield the same samples"
+else
+	notok "--per-split-data-args-path"
+	show "$ERR"
+fi
+echo '{"train": 5}' >"$W/bad.json"
+expect_fail "--per-split-data-args-path with a bad entry names the file and key" '"train" must be a list' \
+	sh -c "cd $W && $BIN/build_gpt_index $args --per-split-data-args-path bad.json"
+expect_fail "--data-args-path and --data-path together" "mutually exclusive" \
+	sh -c "cd $W && $BIN/build_gpt_index $args --data-args-path blend.txt --data-path data/kjv_text_document"
+
 # without --data-cache-path the GPTDataset caches go next to the dataset, as Megatron puts them
 args=$(grep '^k_s128 ' "$W/cases" | cut -d' ' -f2- | sed 's/ --data-cache-path [^ ]*//')
 ( cd "$W" && $BIN/build_gpt_index $args >/dev/null 2>"$ERR" )
