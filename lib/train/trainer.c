@@ -394,7 +394,8 @@ int trainer_evaluate_final(struct trainer *t)
 	char prefix[96];
 	if (a->eval_iters > 0) {
 		snprintf(prefix, sizeof(prefix), "iteration %lld on validation set", (long long)t->iteration);
-		int64_t consumed = t->consumed_valid;
+		/* Megatron's --skip-train validation loader starts at sample 0 */
+		int64_t consumed = a->skip_train ? 0 : t->consumed_valid;
 		if (eval_and_print(t, GPT_VALID, prefix, &consumed) < 0)
 			return -1;
 		snprintf(prefix, sizeof(prefix), "iteration %lld on test set", (long long)t->iteration);

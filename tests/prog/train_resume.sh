@@ -74,13 +74,14 @@ for v in full sel; do
 	fi
 done
 
-# --skip-train: only the final evaluation, from the checkpoint's state
-expect_ok "--skip-train from the final checkpoint" sh -c "$BIN/train $(echo "$ARGS" | sed 's/--lr 2e-3//') --load $W/b --skip-train >$W/skip.log"
-if grep "on validation set\|on test set" "$W/straight.log" >"$W/sv.txt" && [ -s "$W/sv.txt" ] &&
-	grep "on validation set\|on test set" "$W/skip.log" | cmp -s - "$W/sv.txt" && ! grep -q "iteration  " "$W/skip.log"; then
-	ok "--skip-train prints the straight run's final validation line and trains nothing"
+# --skip-train: only the final evaluation, from sample 0 of the validation split (Megatron)
+expect_ok "--skip-train from the iteration-3 checkpoint" sh -c "$BIN/train $(echo "$ARGS" | sed 's/--lr 2e-3//') --load $W/b --ckpt-step 3 --skip-train >$W/skip.log"
+v_straight=$(grep -o "validation loss at iteration 3 | lm loss value: [^|]*" "$W/straight.log" | sed 's/.*value: //')
+v_skip=$(grep -o "validation loss at iteration 3 on validation set | lm loss value: [^|]*" "$W/skip.log" | sed 's/.*value: //')
+if [ -n "$v_skip" ] && [ "$v_skip" = "$v_straight" ] && ! grep -q "iteration  " "$W/skip.log"; then
+	ok "--skip-train evaluates the checkpoint on the same validation samples as the run did at iteration 3 ($v_skip)"
 else
-	notok "--skip-train"
+	notok "--skip-train: '$v_skip' vs '$v_straight'"
 	tail -4 "$W/skip.log" | sed 's/^/#   /'
 fi
 
