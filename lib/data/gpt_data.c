@@ -286,14 +286,15 @@ void gpt_data_config_release(struct gpt_data_config *cfg)
 		strlist_free(&cfg->owned[i]);
 }
 
-int gpt_data_config_from_args(const struct args *a, const struct tokenizer *tok, struct gpt_data_config *c)
+int gpt_data_config_from_args(const struct args *a, const struct tokenizer *tok, int dp, struct gpt_data_config *c)
 {
 	memset(c, 0, sizeof(*c));
 	if (a->seq_length < 1)
 		return error("--seq-length must be at least 1");
 	if (a->seed < 0 || a->seed > UINT32_MAX)
 		return error("--seed %lld: numpy's RandomState takes 0 to 2^32-1", (long long)a->seed);
-	int64_t gbs = a->global_batch_size > 0 ? a->global_batch_size : a->micro_batch_size;
+	/* Megatron's default global batch: one micro-batch per data-parallel rank */
+	int64_t gbs = a->global_batch_size > 0 ? a->global_batch_size : a->micro_batch_size * dp;
 	if (gbs < 1)
 		return error("--global-batch-size (or --micro-batch-size) is needed to count samples");
 	int64_t train_iters = a->train_iters;

@@ -45,11 +45,12 @@ struct gpt_data_config {
 };
 
 /*
- * Fill cfg from the shared flags and the loaded tokenizer; computes the
+ * Fill cfg from the shared flags and the loaded tokenizer (dp: the data-parallel
+ * size, which sets the default global batch); computes the
  * per-split sample counts as Megatron's get_train_valid_test_num_samples.
- * cfg->tokenizer_ident is a new reference the caller json_decref()s.
+ * The caller releases it with gpt_data_config_release().
  */
-int gpt_data_config_from_args(const struct args *a, const struct tokenizer *tok, struct gpt_data_config *cfg);
+int gpt_data_config_from_args(const struct args *a, const struct tokenizer *tok, int dp, struct gpt_data_config *cfg);
 /* What gpt_data_config_from_args allocated (safe on a zeroed config). */
 void gpt_data_config_release(struct gpt_data_config *cfg);
 

@@ -102,7 +102,7 @@ int gpt_index_command(const struct args *a)
 	struct gpt_data d;
 	int ret = -1;
 	memset(&d, 0, sizeof(d));
-	if (gpt_data_config_from_args(a, tok, &cfg) < 0)
+	if (gpt_data_config_from_args(a, tok, 1, &cfg) < 0)
 		goto out_tok;
 	struct progress pr;
 	progress_start(&pr);

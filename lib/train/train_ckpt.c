@@ -82,7 +82,9 @@ static int put_tensors(struct ckpt_writer *w, int file, const struct trainer *t,
 	return ret;
 }
 
-int train_ckpt_save(struct trainer *t)
+/* Every data-parallel replica holds the same state, so rank 0 writes it all
+ * (decision 5: the files do not depend on the layout). */
+static int save_rank0(struct trainer *t)
 {
 	const struct args *a = t->a;
 	struct ckpt_writer *w = ckpt_begin(a->save, t->iteration);
@@ -131,12 +133,25 @@ int train_ckpt_save(struct trainer *t)
 	}
 	if (ckpt_commit(w) < 0)
 		return -1;
-	t->last_saved = t->iteration;
 	info("saved checkpoint at iteration %7lld to %s", (long long)t->iteration, a->save);
 	return 0;
 fail:
 	ckpt_abort(w);
 	return error("could not save the checkpoint of iteration %lld in %s", (long long)t->iteration, a->save);
+}
+
+int train_ckpt_save(struct trainer *t)
+{
+	double failed = 0;
+	if (t->dist.rank == 0)
+		failed = save_rank0(t) < 0;
+	/* the others wait, and learn whether it worked */
+	dist_allreduce_max_f64(&t->dist.world_g, &failed, 1);
+	if (failed)
+		return t->dist.rank == 0 ? -1 : error("rank 0 could not save the checkpoint of iteration %lld",
+							 (long long)t->iteration);
+	t->last_saved = t->iteration;
+	return 0;
 }
 
 static int get_tensors(struct ckpt_reader *r, int file, struct trainer *t, const char *group, float *base)

@@ -28,25 +28,39 @@ const struct prog_info train_prog_info = {
 	0,
 };
 
-static int check_parallel(const struct args *a)
+/* The layout on the ranks of this job: Megatron's checks, then what megac
+ * does not do yet. */
+static int setup_parallel(struct trainer *t)
 {
-	static const struct {
-		const char *flag;
-		size_t off;
-	} sizes[] = {
-		{ "--tensor-model-parallel-size", offsetof(struct args, tensor_model_parallel_size) },
-		{ "--pipeline-model-parallel-size", offsetof(struct args, pipeline_model_parallel_size) },
-		{ "--context-parallel-size", offsetof(struct args, context_parallel_size) },
-		{ "--expert-model-parallel-size", offsetof(struct args, expert_model_parallel_size) },
-	};
-	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
-		int64_t v = *(const int64_t *)((const char *)a + sizes[i].off);
-		if (v != 1)
-			return error("%s %lld: this megac build trains on one process; parallel training is not "
-				     "implemented yet", sizes[i].flag, (long long)v);
+	const struct args *a = t->a;
+	struct dist_layout l;
+	if (dist_layout_from_args(&l, a, t->dist.world) < 0)
+		return -1;
+	if (l.tp > 1 || l.pp > 1 || l.cp > 1)
+		return error("tensor, pipeline and context parallelism (TP %d, PP %d, CP %d) are not implemented yet; "
+			     "megac trains data-parallel over any number of ranks",
+			     l.tp, l.pp, l.cp);
+	return dist_setup(&t->dist, &l);
+}
+
+/* Rank 0 builds the index caches while the others wait (as Megatron), then
+ * the others load them; a failure on rank 0 stops every rank. */
+static int setup_data(struct trainer *t)
+{
+	const struct args *a = t->a;
+	if (gpt_data_config_from_args(a, t->tok, t->dist.dp.size, &t->dcfg) < 0)
+		return -1;
+	double failed = 0;
+	if (t->dist.rank == 0)
+		failed = gpt_data_build(&t->dcfg, &t->data) < 0;
+	dist_allreduce_max_f64(&t->dist.world_g, &failed, 1);
+	if (failed)
+		return t->dist.rank == 0 ? -1 : error("rank 0 could not build the datasets");
+	if (t->dist.rank != 0) {
+		t->dcfg.write_cache = false;
+		if (gpt_data_build(&t->dcfg, &t->data) < 0)
+			return -1;
 	}
-	if (a->sequence_parallel)
-		return error("--sequence-parallel needs --tensor-model-parallel-size > 1");
 	return 0;
 }
 
@@ -137,7 +151,7 @@ static int setup(struct trainer *t, const struct args *a)
 	clock_gettime(CLOCK_MONOTONIC, &t->train_start); /* --exit-duration-in-mins counts set-up too */
 	t->a = a;
 	t->last_saved = -1;
-	if (check_parallel(a) < 0)
+	if (dist_init(&t->dist, "train") < 0 || setup_parallel(t) < 0)
 		return -1;
 	if (a->fp16 && a->bf16)
 		return error("--fp16 and --bf16 are mutually exclusive");
@@ -149,11 +163,12 @@ static int setup(struct trainer *t, const struct args *a)
 	t->mbs = a->micro_batch_size;
 	if (t->mbs < 1)
 		return error("--micro-batch-size must be at least 1");
-	t->gbs = a->global_batch_size > 0 ? a->global_batch_size : t->mbs;
-	if (t->gbs % t->mbs)
+	int64_t dp = t->dist.dp.size;
+	t->gbs = a->global_batch_size > 0 ? a->global_batch_size : t->mbs * dp;
+	if (t->gbs % (t->mbs * dp))
 		return error("--global-batch-size %lld is not divisible by --micro-batch-size %lld x data-parallel "
-			     "size 1", (long long)t->gbs, (long long)t->mbs);
-	t->num_micro = t->gbs / t->mbs;
+			     "size %lld", (long long)t->gbs, (long long)t->mbs, (long long)dp);
+	t->num_micro = t->gbs / (t->mbs * dp); /* micro-batches per replica per iteration */
 	bool iters = args_given(a, "--train-iters"), samples = args_given(a, "--train-samples");
 	if (iters == samples)
 		return error("give exactly one of --train-iters and --train-samples");
@@ -175,12 +190,8 @@ static int setup(struct trainer *t, const struct args *a)
 		return -1;
 	if (gpt_config_from_args(&t->cfg, a, tok_vocab_size(t->tok)) < 0)
 		return -1;
-	if (t->train_iters > 0) {
-		if (gpt_data_config_from_args(a, t->tok, &t->dcfg) < 0)
-			return -1;
-		if (gpt_data_build(&t->dcfg, &t->data) < 0)
-			return -1;
-	}
+	if (t->train_iters > 0 && setup_data(t) < 0)
+		return -1;
 	t->k = kops_cpu();
 	mem_pool_init(&t->mem, t->k);
 	enum gpt_precision prec = a->bf16 ? GPT_BF16 : a->fp16 ? GPT_FP16 : GPT_FP32;
@@ -196,10 +207,12 @@ static int setup(struct trainer *t, const struct args *a)
 	batch_init(&t->batch, (int)t->mbs, t->cfg.S, a->reset_attention_mask);
 	t->losses = xmalloc((size_t)t->mbs * t->cfg.S * sizeof(float));
 	t->dloss = xmalloc((size_t)t->mbs * t->cfg.S * sizeof(float));
-	info("model: %d layers, hidden %d, %d heads (%d query groups, %d channels), ffn %d%s, vocab %d, "
-	     "%.2f M parameters; %lld micro-batches of %lld per iteration",
-	     t->cfg.L, t->cfg.h, t->cfg.a, t->cfg.g, t->cfg.k, t->cfg.f, t->cfg.swiglu ? " (SwiGLU)" : "",
-	     t->cfg.Vp, gpt_num_params(&t->cfg) / 1e6, (long long)t->num_micro, (long long)t->mbs);
+	if (t->dist.rank == 0)
+		info("model: %d layers, hidden %d, %d heads (%d query groups, %d channels), ffn %d%s, vocab %d, "
+		     "%.2f M parameters; %d data-parallel rank(s), %lld micro-batches of %lld per rank per iteration",
+		     t->cfg.L, t->cfg.h, t->cfg.a, t->cfg.g, t->cfg.k, t->cfg.f, t->cfg.swiglu ? " (SwiGLU)" : "",
+		     t->cfg.Vp, gpt_num_params(&t->cfg) / 1e6, t->dist.dp.size, (long long)t->num_micro,
+		     (long long)t->mbs);
 	return 0;
 }
 
@@ -214,12 +227,13 @@ int train_command(const struct args *a)
 		if (r < 0)
 			goto out;
 	}
-	if (a->tensorboard_dir) {
+	/* TensorBoard and the metrics file belong to the rank that prints the log line */
+	if (a->tensorboard_dir && dist_is_last(&t.dist)) {
 		if (tboard_open(&t.tb, a->tensorboard_dir) < 0)
 			goto out;
 		t.have_tb = true;
 	}
-	if (a->metrics_file) {
+	if (a->metrics_file && dist_is_last(&t.dist)) {
 		if (metrics_open(&t.mx, a->metrics_file) < 0)
 			goto out;
 		t.have_mx = true;
@@ -240,5 +254,8 @@ int train_command(const struct args *a)
 	ret = trainer_run(&t);
 out:
 	trainer_free(&t);
+	if (ret == 0)
+		dist_finalize(&t.dist);
+	/* on failure this rank exits without MPI_Finalize, and the launcher ends the others */
 	return ret;
 }

@@ -43,6 +43,21 @@ static uint64_t micro_seed(uint64_t seed, int64_t iteration, int64_t micro)
 	return z ^ (z >> 31);
 }
 
+/* Megatron's pretraining sampler: each global batch is cut into micro-batches
+ * of mbs x dp consecutive samples, and data-parallel rank r takes the r-th
+ * mbs of each. Dropout is keyed by that global micro-batch number, so any
+ * data-parallel size draws the masks a single rank would. */
+static uint64_t micro_first(const struct trainer *t, int64_t consumed, int64_t mb)
+{
+	int64_t dp = t->dist.dp.size, r = t->dist.dp.rank;
+	return (uint64_t)(consumed + (mb * dp + r) * t->mbs);
+}
+
+static int64_t micro_global(const struct trainer *t, int64_t mb)
+{
+	return mb * t->dist.dp.size + t->dist.dp.rank;
+}
+
 /* Forward (and with dloss, backward) of one micro-batch; returns the masked
  * loss sum and the mask sum. */
 static int run_micro(struct trainer *t, int split, uint64_t first, int64_t micro, bool train, double scale,
@@ -83,9 +98,20 @@ static int train_step(struct trainer *t, double *loss, bool *skipped, double *gn
 	double scale = grad_scaler_scale(&t->scaler);
 	double num = 0, den = 0;
 	for (int64_t mb = 0; mb < t->num_micro; mb++)
-		if (run_micro(t, GPT_TRAIN, (uint64_t)(t->consumed_train + mb * t->mbs), mb, true, scale, &num,
-			      &den) < 0)
+		if (run_micro(t, GPT_TRAIN, micro_first(t, t->consumed_train, mb), micro_global(t, mb), true, scale,
+			      &num, &den) < 0)
 			return -1;
+	/* data parallelism: the loss sums and the gradients of all replicas; each
+	 * replica's gradient is a mean over its micro-batches, so the sum over dp
+	 * is scaled by 1/dp (Megatron's DDP gradient_scaling_factor) */
+	double sums[2] = { num, den };
+	dist_allreduce_sum_f64(&t->dist.dp, sums, 2);
+	num = sums[0];
+	den = sums[1];
+	if (t->dist.dp.size > 1) {
+		dist_allreduce_sum_f32(&t->dist.dp, reg->grad, reg->total);
+		k->scale(reg->grad, 1.0f / (float)t->dist.dp.size, reg->total);
+	}
 	/* A global batch with every token masked has no loss (Megatron: 0/0). */
 	*loss = den > 0 ? num / den : NAN;
 	if (scale != 1.0)
@@ -121,10 +147,15 @@ int trainer_evaluate(struct trainer *t, int split, int64_t *consumed, double *lo
 	double num = 0, den = 0;
 	for (int64_t it = 0; it < t->a->eval_iters; it++) {
 		for (int64_t mb = 0; mb < t->num_micro; mb++)
-			if (run_micro(t, split, (uint64_t)(*consumed + mb * t->mbs), mb, false, 1.0, &num, &den) < 0)
+			if (run_micro(t, split, micro_first(t, *consumed, mb), micro_global(t, mb), false, 1.0, &num,
+				      &den) < 0)
 				return -1;
 		*consumed += t->gbs;
 	}
+	double sums[2] = { num, den };
+	dist_allreduce_sum_f64(&t->dist.dp, sums, 2);
+	num = sums[0];
+	den = sums[1];
 	/* A global batch with every token masked has no loss (Megatron: 0/0). */
 	*loss = den > 0 ? num / den : NAN;
 	return 0;
@@ -137,11 +168,13 @@ static int eval_and_print(struct trainer *t, int split, const char *prefix, int6
 	double loss;
 	if (trainer_evaluate(t, split, consumed, &loss) < 0)
 		return -1;
-	struct sbuf sb = SBUF_INIT;
-	trainlog_eval_lines(&sb, prefix, loss);
-	fputs(sb.buf, stdout);
-	fflush(stdout);
-	sbuf_release(&sb);
+	if (dist_is_last(&t->dist)) { /* Megatron's print_rank_last */
+		struct sbuf sb = SBUF_INIT;
+		trainlog_eval_lines(&sb, prefix, loss);
+		fputs(sb.buf, stdout);
+		fflush(stdout);
+		sbuf_release(&sb);
+	}
 	if (t->have_tb) { /* Megatron writes the test pass under the same tags */
 		double ppl = exp(fmin(20.0, loss));
 		tboard_add_scalar(&t->tb, "lm loss validation", t->iteration, loss);
@@ -198,16 +231,20 @@ static int log_iteration(struct trainer *t, double loss, bool skipped, double lr
 		.nan_iters = t->nan_iters,
 	};
 	struct sbuf sb = SBUF_INIT;
-	trainlog_iteration_line(&sb, &it);
-	puts(sb.buf);
-	sbuf_reset(&sb);
+	if (dist_is_last(&t->dist)) { /* the iteration line: print_rank_last */
+		trainlog_iteration_line(&sb, &it);
+		puts(sb.buf);
+		sbuf_reset(&sb);
+	}
 	/* Megatron reports memory at logged iterations until one past the first of
 	 * the run (so that the optimizer state is in it), then every
-	 * --log-memory-interval. */
+	 * --log-memory-interval; each data-parallel rank 0 prints its own. */
 	bool mem_due = a->log_memory_interval > 0 && t->iteration % a->log_memory_interval == 0;
 	if (t->report_memory || mem_due) {
-		trainlog_memory_line(&sb, 0, t->iteration, t->mem.cur, t->mem.peak);
-		puts(sb.buf);
+		if (t->dist.dp.rank == 0) {
+			trainlog_memory_line(&sb, t->dist.rank, t->iteration, t->mem.cur, t->mem.peak);
+			puts(sb.buf);
+		}
 		if (t->iteration > t->start_iteration + 1)
 			t->report_memory = false;
 	}
@@ -263,9 +300,11 @@ static int save_timed(struct trainer *t)
 	return r;
 }
 
-/* Megatron's print_datetime, on stdout. */
-static void print_datetime(const char *what)
+/* Megatron's print_datetime, on stdout of rank 0. */
+static void print_datetime(const struct trainer *t, const char *what)
 {
+	if (t->dist.rank != 0)
+		return;
 	struct sbuf sb = SBUF_INIT;
 	trainlog_datetime(&sb, what);
 	puts(sb.buf);
@@ -349,10 +388,14 @@ int trainer_run(struct trainer *t)
 
 		/* exit checks, in Megatron's order */
 		bool saved = false;
-		if (a->exit_signal_handler && trainer_got_signal) {
+		/* every rank must take the same decision: a signal anywhere stops all */
+		double got = a->exit_signal_handler ? (double)trainer_got_signal : 0.0;
+		if (a->exit_signal_handler)
+			dist_allreduce_max_f64(&t->dist.world_g, &got, 1);
+		if (got > 0) {
 			if (a->save && save_timed(t) < 0)
 				return -1;
-			print_datetime("exiting program after receiving SIGTERM.");
+			print_datetime(t, "exiting program after receiving SIGTERM.");
 			return 0;
 		}
 		if (a->save && a->save_interval > 0 && t->iteration % a->save_interval == 0) {
@@ -362,13 +405,14 @@ int trainer_run(struct trainer *t)
 		}
 		if (a->exit_duration_in_mins > 0) {
 			double minutes = secs_since(&t->train_start) / 60.0;
+			dist_allreduce_max_f64(&t->dist.world_g, &minutes, 1);
 			if (minutes > a->exit_duration_in_mins) {
 				if (a->save && !saved && save_timed(t) < 0)
 					return -1;
 				char msg[64 + PYJSON_FLOAT_MAX], num[PYJSON_FLOAT_MAX];
 				pyjson_float_repr(minutes, num); /* Python's str(float), as Megatron prints it */
 				snprintf(msg, sizeof(msg), "exiting program after %s minutes", num);
-				print_datetime(msg);
+				print_datetime(t, msg);
 				return 0;
 			}
 		}
@@ -377,7 +421,7 @@ int trainer_run(struct trainer *t)
 				return -1;
 			char msg[64];
 			snprintf(msg, sizeof(msg), "exiting program at iteration %lld", (long long)t->iteration);
-			print_datetime(msg);
+			print_datetime(t, msg);
 			return 0;
 		}
 	}

@@ -15,6 +15,7 @@
 #include "base/args.h"
 #include "data/gpt_data.h"
 #include "data/tok.h"
+#include "dist/dist.h"
 #include "model/gpt.h"
 #include "optim/adam.h"
 #include "optim/grad_scaler.h"
@@ -26,6 +27,7 @@
 
 struct trainer {
 	const struct args *a;
+	struct dist dist;
 	const struct kops *k;
 	struct mem_pool mem;
 	struct tokenizer *tok;

@@ -1,0 +1,195 @@
+/*
+ * dist.c - see dist.h. MPI errors are returned, not fatal by default, so a
+ * failing call dies with this rank, the call and MPI's reason; mpirun then
+ * ends the other ranks.
+ */
+#include "dist/dist.h"
+
+#include <limits.h>
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "base/xalloc.h"
+
+#define DIST_CHECK(call)                                                                     \
+	do {                                                                                 \
+		int dist_rc_ = (call);                                                       \
+		if (dist_rc_ != MPI_SUCCESS) {                                               \
+			char dist_msg_[MPI_MAX_ERROR_STRING];                                \
+			int dist_len_ = 0;                                                   \
+			MPI_Error_string(dist_rc_, dist_msg_, &dist_len_);                   \
+			die("%s failed (%s:%d): %s", #call, __FILE__, __LINE__, dist_msg_);  \
+		}                                                                            \
+	} while (0)
+
+#define COMM(g) ((MPI_Comm)(g)->comm)
+
+/* A launcher (OpenMPI's mpirun, Slurm's srun with PMIx or PMI2, MPICH's
+ * hydra) leaves one of these in the environment. */
+static bool launched(void)
+{
+	static const char *const vars[] = { "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE" };
+	for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
+		if (getenv(vars[i]))
+			return true;
+	return false;
+}
+
+static void group_single(struct dist_group *g, const char *name)
+{
+	memset(g, 0, sizeof(*g));
+	g->name = name;
+	g->size = 1;
+}
+
+int dist_init(struct dist *d, const char *prog)
+{
+	memset(d, 0, sizeof(*d));
+	d->world = 1;
+	group_single(&d->world_g, "world");
+	if (launched()) {
+		int provided;
+		if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+			return error("MPI_Init_thread failed");
+		d->mpi = true;
+		MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+		DIST_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &d->rank));
+		DIST_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &d->world));
+		d->world_g.comm = (void *)MPI_COMM_WORLD;
+		d->world_g.rank = d->rank;
+		d->world_g.size = d->world;
+	}
+	log_init(prog, d->rank, d->world);
+	return 0;
+}
+
+/* The group of this rank for a token, as its own communicator. Every rank
+ * calls this for every token in the same order (MPI_Comm_split is collective). */
+static int make_group(struct dist *d, struct dist_group *g, const char *name, unsigned axes,
+		      const struct rank_gen *rg)
+{
+	group_single(g, name);
+	if (!d->mpi)
+		return 0;
+	int size, n, *groups = NULL;
+	if (rank_gen_groups(rg, axes, &groups, &size, &n) < 0)
+		return -1;
+	int color = -1, key = 0;
+	for (int gi = 0; gi < n && color < 0; gi++)
+		for (int j = 0; j < size; j++)
+			if (groups[gi * size + j] == d->rank) {
+				color = gi;
+				key = j;
+				break;
+			}
+	free(groups);
+	if (color < 0)
+		BUG("rank %d is in no %s group", d->rank, name);
+	MPI_Comm c;
+	DIST_CHECK(MPI_Comm_split(MPI_COMM_WORLD, color, key, &c));
+	MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
+	g->comm = (void *)c;
+	DIST_CHECK(MPI_Comm_rank(c, &g->rank));
+	DIST_CHECK(MPI_Comm_size(c, &g->size));
+	if (g->rank != key || g->size != size)
+		BUG("%s group: MPI placed rank %d at %d of %d, Megatron's layout at %d of %d", name, d->rank, g->rank,
+		    g->size, key, size);
+	return 0;
+}
+
+int dist_setup(struct dist *d, const struct dist_layout *l)
+{
+	d->layout = *l;
+	struct rank_gen rg;
+	if (rank_gen_init(&rg, l->tp, 1, l->dp, l->pp, l->cp, "tp-cp-ep-dp-pp") < 0)
+		return -1;
+	rank_gen_coords(&rg, d->rank, d->coords);
+	unsigned TP = 1u << DIST_TP, CP = 1u << DIST_CP, DP = 1u << DIST_DP, PP = 1u << DIST_PP;
+	/* Megatron's creation order (parallel-state.md section 5) */
+	if (make_group(d, &d->dp_cp, "data-parallel with context-parallel", DP | CP, &rg) < 0 ||
+	    make_group(d, &d->dp, "data-parallel", DP, &rg) < 0 ||
+	    make_group(d, &d->cp, "context-parallel", CP, &rg) < 0 ||
+	    make_group(d, &d->mp, "model-parallel", TP | PP, &rg) < 0 ||
+	    make_group(d, &d->tp, "tensor-model-parallel", TP, &rg) < 0 ||
+	    make_group(d, &d->pp, "pipeline-model-parallel", PP, &rg) < 0)
+		return -1;
+	/* the embedding group is formed when pipeline parallelism arrives; alone here */
+	group_single(&d->emb, "embedding");
+	return 0;
+}
+
+static void free_group(struct dist_group *g)
+{
+	if (g->comm) {
+		MPI_Comm c = COMM(g);
+		MPI_Comm_free(&c);
+		g->comm = NULL;
+	}
+}
+
+void dist_finalize(struct dist *d)
+{
+	if (!d->mpi)
+		return;
+	struct dist_group *gs[] = { &d->tp, &d->cp, &d->dp, &d->dp_cp, &d->pp, &d->mp, &d->emb };
+	for (size_t i = 0; i < sizeof(gs) / sizeof(gs[0]); i++)
+		free_group(gs[i]);
+	MPI_Finalize();
+	d->mpi = false;
+}
+
+bool dist_is_last(const struct dist *d)
+{
+	return d->rank == d->world - 1;
+}
+
+/* Large buffers go in pieces: MPI counts are ints. */
+#define DIST_PIECE ((size_t)1 << 28)
+
+static void allreduce(struct dist_group *g, void *buf, size_t n, size_t elem, MPI_Datatype t, MPI_Op op)
+{
+	if (g->size <= 1 || !n)
+		return;
+	for (size_t off = 0; off < n; off += DIST_PIECE) {
+		size_t m = n - off < DIST_PIECE ? n - off : DIST_PIECE;
+		DIST_CHECK(MPI_Allreduce(MPI_IN_PLACE, (char *)buf + off * elem, (int)m, t, op, COMM(g)));
+	}
+	g->bytes += 2 * (uint64_t)(g->size - 1) * n * elem / (uint64_t)g->size;
+	g->calls++;
+}
+
+void dist_allreduce_sum_f32(struct dist_group *g, float *buf, size_t n)
+{
+	allreduce(g, buf, n, sizeof(float), MPI_FLOAT, MPI_SUM);
+}
+
+void dist_allreduce_sum_f64(struct dist_group *g, double *buf, size_t n)
+{
+	allreduce(g, buf, n, sizeof(double), MPI_DOUBLE, MPI_SUM);
+}
+
+void dist_allreduce_max_f64(struct dist_group *g, double *buf, size_t n)
+{
+	allreduce(g, buf, n, sizeof(double), MPI_DOUBLE, MPI_MAX);
+}
+
+void dist_barrier(struct dist_group *g)
+{
+	if (g->size > 1)
+		DIST_CHECK(MPI_Barrier(COMM(g)));
+}
+
+void dist_bcast(struct dist_group *g, void *buf, size_t n, int root)
+{
+	if (g->size <= 1 || !n)
+		return;
+	for (size_t off = 0; off < n; off += DIST_PIECE) {
+		size_t m = n - off < DIST_PIECE ? n - off : DIST_PIECE;
+		DIST_CHECK(MPI_Bcast((char *)buf + off, (int)m, MPI_BYTE, root, COMM(g)));
+	}
+	if (g->rank == root)
+		g->bytes += n;
+	g->calls++;
+}

@@ -1,0 +1,58 @@
+/*
+ * dist.h - the ranks of a job and their process groups (DESIGN decision 6):
+ * every byte that moves between ranks goes through these calls, which wrap
+ * MPI for host buffers (NCCL for device buffers later) and count what each
+ * group sends.
+ *
+ * A program started without an MPI launcher (no mpirun/srun environment)
+ * runs as a single rank without initialising MPI at all: every group has
+ * size 1 and every collective is a no-op, so one-process runs pay nothing.
+ *
+ * Byte counts follow the usual ring-algorithm volumes per rank: all-reduce of
+ * n bytes over p ranks sends 2(p-1)/p n, all-gather and reduce-scatter
+ * (p-1)/p n of the full buffer, broadcast n (root), point-to-point n.
+ */
+#ifndef MEGAC_DIST_DIST_H
+#define MEGAC_DIST_DIST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dist/layout.h"
+
+struct dist_group {
+	const char *name;   /* Megatron's name: "data-parallel", "tensor-model-parallel", ... */
+	void *comm;         /* the MPI communicator (NULL without MPI) */
+	int rank, size;     /* this rank's index in the group, and the group's size */
+	uint64_t bytes;     /* bytes this rank sent in the group's collectives */
+	uint64_t calls;
+};
+
+struct dist {
+	bool mpi;           /* MPI initialised (launched by mpirun, srun, ...) */
+	int rank, world;
+	struct dist_layout layout;
+	int coords[DIST_NAXES];
+	struct dist_group world_g, tp, cp, dp, dp_cp, pp, mp, emb;
+};
+
+/* Join the job: MPI when a launcher started us, else one rank. Sets the
+ * log prefix ("[rank R] train: ") when world > 1. error() and -1 on failure. */
+int dist_init(struct dist *d, const char *prog);
+/* Build every group of the layout (collective over the world). */
+int dist_setup(struct dist *d, const struct dist_layout *l);
+void dist_finalize(struct dist *d);
+
+/* In-place sums over a group. */
+void dist_allreduce_sum_f32(struct dist_group *g, float *buf, size_t n);
+void dist_allreduce_sum_f64(struct dist_group *g, double *buf, size_t n);
+void dist_allreduce_max_f64(struct dist_group *g, double *buf, size_t n);
+void dist_barrier(struct dist_group *g);
+/* Broadcast n bytes from group rank root. */
+void dist_bcast(struct dist_group *g, void *buf, size_t n, int root);
+
+/* "Last rank" of Megatron's print_rank_last. */
+bool dist_is_last(const struct dist *d);
+
+#endif
