@@ -88,3 +88,21 @@ expect_fail "heads not divisible by TP" "--num-attention-heads" \
 	$MPI -np 2 $BIN/train $ARGS --num-attention-heads 3 --hidden-size 33 --tensor-model-parallel-size 2
 expect_fail "tensor parallelism (not yet)" "not implemented yet" \
 	$MPI -np 2 $BIN/train $ARGS --tensor-model-parallel-size 2
+
+# a rank that dies ends the job, with the launcher naming it, well within a minute
+$MPI -np 4 $BIN/train $(echo "$ARGS" | sed 's/--train-iters 8/--train-iters 1000000/') --eval-interval 1000000 \
+	--log-interval 100 >"$W/kill.log" 2>&1 &
+job=$!
+for i in $(seq 1 60); do grep -q "iteration *100/" "$W/kill.log" && break; sleep 0.5; done
+victim=$(pgrep -f "^$BIN/train --num-layers" | sed -n 2p)
+kill -9 "$victim"
+t0=$(date +%s)
+wait $job
+rc=$?
+dt=$(($(date +%s) - t0))
+if [ $rc -ne 0 ] && [ $dt -lt 60 ] && grep -q "process rank [0-9]* .*exited on signal 9" "$W/kill.log"; then
+	ok "a killed rank ends the job in ${dt}s: $(grep -o 'process rank [0-9]*' "$W/kill.log" | head -1) named"
+else
+	notok "killed rank: exit $rc after ${dt}s"
+	tail -4 "$W/kill.log" | sed 's/^/#   /'
+fi
