@@ -113,6 +113,7 @@ struct args {
 	int64_t context_parallel_size;
 	int64_t expert_model_parallel_size;
 	bool sequence_parallel;
+	bool use_distributed_optimizer;
 
 	/* mixed precision */
 	bool fp16;

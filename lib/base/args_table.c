@@ -179,6 +179,9 @@ const struct flag_def args_table[] = {
 	  "E", "expert-parallel size (megac: 1 until MoE lands)" },
 	{ "--sequence-parallel", FK_BOOL, F(sequence_parallel), TR, 0, "distributed", NULL, NULL, NULL,
 	  "sequence parallelism (needs tensor parallelism)" },
+	{ "--use-distributed-optimizer", FK_BOOL, F(use_distributed_optimizer), TR, 0, "distributed", NULL, NULL,
+	  NULL, "shard Adam's state over the data-parallel ranks (ZeRO-1): reduce-scatter the gradients, "
+	  "all-gather the parameters" },
 
 	/* ---- mixed precision ---- */
 	{ "--fp16", FK_BOOL, F(fp16), TR, 0, "mixed precision", NULL, NULL, NULL,
@@ -314,8 +317,7 @@ const struct flag_def args_table[] = {
 	  "accepted; no effect on one process" },
 	{ "--overlap-param-gather", FK_BOOL, F(perf_flag), TR, 0, "speed options (accepted)", NULL, NULL, NULL,
 	  "accepted; no effect on one process" },
-	{ "--use-distributed-optimizer", FK_BOOL, F(perf_flag), TR, 0, "speed options (accepted)", NULL, NULL,
-	  NULL, "accepted; no effect on one process" },
+
 
 	/* ---- batch and iterations ---- */
 	{ "--micro-batch-size", FK_INT, F(micro_batch_size), DATA, TR, "training", "-1", NULL, "N",

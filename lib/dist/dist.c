@@ -193,3 +193,66 @@ void dist_bcast(struct dist_group *g, void *buf, size_t n, int root)
 		g->bytes += n;
 	g->calls++;
 }
+
+void dist_shard(size_t n, int size, int rank, size_t *lo, size_t *hi)
+{
+	*lo = n / (size_t)size * (size_t)rank + (n % (size_t)size < (size_t)rank ? n % (size_t)size : (size_t)rank);
+	*hi = *lo + n / (size_t)size + ((size_t)rank < n % (size_t)size ? 1 : 0);
+}
+
+/* MPI's v-collectives count in ints. */
+static void shard_counts(const struct dist_group *g, size_t n, int *counts, int *displs)
+{
+	for (int r = 0; r < g->size; r++) {
+		size_t lo, hi;
+		dist_shard(n, g->size, r, &lo, &hi);
+		if (hi - lo > INT_MAX || lo > INT_MAX)
+			die("a shard of %zu elements over %d ranks is beyond MPI's int counts", n, g->size);
+		counts[r] = (int)(hi - lo);
+		displs[r] = (int)lo;
+	}
+}
+
+void dist_reduce_scatter_sum_f32(struct dist_group *g, float *buf, size_t n, float *scratch)
+{
+	if (g->size <= 1 || !n)
+		return;
+	int *counts = xmalloc((size_t)g->size * sizeof(int)), *displs = xmalloc((size_t)g->size * sizeof(int));
+	shard_counts(g, n, counts, displs);
+	DIST_CHECK(MPI_Reduce_scatter(buf, scratch, counts, MPI_FLOAT, MPI_SUM, COMM(g)));
+	memcpy(buf + displs[g->rank], scratch, (size_t)counts[g->rank] * sizeof(float));
+	free(counts);
+	free(displs);
+	g->bytes += (uint64_t)(g->size - 1) * n * sizeof(float) / (uint64_t)g->size;
+	g->calls++;
+}
+
+void dist_allgather_f32(struct dist_group *g, float *buf, size_t n)
+{
+	if (g->size <= 1 || !n)
+		return;
+	int *counts = xmalloc((size_t)g->size * sizeof(int)), *displs = xmalloc((size_t)g->size * sizeof(int));
+	shard_counts(g, n, counts, displs);
+	DIST_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, MPI_FLOAT, COMM(g)));
+	free(counts);
+	free(displs);
+	g->bytes += (uint64_t)(g->size - 1) * n * sizeof(float) / (uint64_t)g->size;
+	g->calls++;
+}
+
+void dist_gather_f32(struct dist_group *g, float *buf, size_t n)
+{
+	if (g->size <= 1 || !n)
+		return;
+	int *counts = xmalloc((size_t)g->size * sizeof(int)), *displs = xmalloc((size_t)g->size * sizeof(int));
+	shard_counts(g, n, counts, displs);
+	if (g->rank == 0)
+		DIST_CHECK(MPI_Gatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, MPI_FLOAT, 0, COMM(g)));
+	else
+		DIST_CHECK(MPI_Gatherv(buf + displs[g->rank], counts[g->rank], MPI_FLOAT, NULL, NULL, NULL, MPI_FLOAT,
+				       0, COMM(g)));
+	g->bytes += (uint64_t)counts[g->rank] * sizeof(float) * (g->rank != 0);
+	g->calls++;
+	free(counts);
+	free(displs);
+}

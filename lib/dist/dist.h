@@ -52,6 +52,18 @@ void dist_barrier(struct dist_group *g);
 /* Broadcast n bytes from group rank root. */
 void dist_bcast(struct dist_group *g, void *buf, size_t n, int root);
 
+/* The shard [lo, hi) of n elements that group rank `rank` of `size` owns
+ * (contiguous, sizes differing by at most one). */
+void dist_shard(size_t n, int size, int rank, size_t *lo, size_t *hi);
+/* Sum buf[0..n) over the group, leaving this rank's shard of the sum in
+ * buf[lo..hi) (the rest of buf is unchanged); scratch holds hi - lo floats. */
+void dist_reduce_scatter_sum_f32(struct dist_group *g, float *buf, size_t n, float *scratch);
+/* Every rank's shard of buf copied to every rank (the distributed optimizer's
+ * parameter all-gather). */
+void dist_allgather_f32(struct dist_group *g, float *buf, size_t n);
+/* Every rank's shard of buf[0..n) collected into group rank 0's buf. */
+void dist_gather_f32(struct dist_group *g, float *buf, size_t n);
+
 /* "Last rank" of Megatron's print_rank_last. */
 bool dist_is_last(const struct dist *d);
 

@@ -1,22 +1,29 @@
 /*
- * adam.c - see adam.h. One adamw op call per parameter tensor, so each
- * tensor gets its own weight-decay multiplier; the arithmetic lives in the
- * op table.
+ * adam.c - see adam.h. One adamw op call per (piece of a) parameter tensor
+ * inside [lo, hi), so each tensor keeps its own weight-decay multiplier
+ * even when a data-parallel shard boundary cuts through it; the arithmetic
+ * lives in the op table.
  */
 #include "optim/adam.h"
 
 #include <math.h>
 #include <string.h>
 
+#include "base/error.h"
+
 void adam_init(struct adam *o, struct param_registry *reg, const struct kops *k, struct mem_pool *mem,
-	       float beta1, float beta2, float eps)
+	       float beta1, float beta2, float eps, size_t lo, size_t hi)
 {
+	if (lo > hi || hi > reg->total)
+		BUG("adam shard [%zu, %zu) outside %zu parameters", lo, hi, reg->total);
 	memset(o, 0, sizeof(*o));
 	o->k = k;
 	o->mem = mem;
 	o->reg = reg;
-	o->exp_avg = mem_alloc_f32(mem, reg->total);
-	o->exp_avg_sq = mem_alloc_f32(mem, reg->total);
+	o->lo = lo;
+	o->hi = hi;
+	o->exp_avg = mem_alloc_f32(mem, hi - lo);
+	o->exp_avg_sq = mem_alloc_f32(mem, hi - lo);
 	o->beta1 = beta1;
 	o->beta2 = beta2;
 	o->eps = eps;
@@ -26,25 +33,19 @@ void adam_free(struct adam *o)
 {
 	if (!o->reg)
 		return;
-	mem_free(o->mem, o->exp_avg, o->reg->total * sizeof(float));
-	mem_free(o->mem, o->exp_avg_sq, o->reg->total * sizeof(float));
+	mem_free(o->mem, o->exp_avg, (o->hi - o->lo) * sizeof(float));
+	mem_free(o->mem, o->exp_avg_sq, (o->hi - o->lo) * sizeof(float));
 	memset(o, 0, sizeof(*o));
 }
 
-double adam_grad_norm(const struct adam *o)
+double adam_grad_sumsq(const struct adam *o)
 {
-	double ss = 0;
-	for (int i = 0; i < o->reg->n; i++)
-		ss += o->k->sumsq(o->reg->grad + o->reg->p[i].offset, o->reg->p[i].numel);
-	return sqrt(ss);
+	return o->k->sumsq(o->reg->grad + o->lo, o->hi - o->lo);
 }
 
-double adam_params_norm(const struct adam *o)
+double adam_params_sumsq(const struct adam *o)
 {
-	double ss = 0;
-	for (int i = 0; i < o->reg->n; i++)
-		ss += o->k->sumsq(o->reg->data + o->reg->p[i].offset, o->reg->p[i].numel);
-	return sqrt(ss);
+	return o->k->sumsq(o->reg->data + o->lo, o->hi - o->lo);
 }
 
 void adam_clip(struct adam *o, double norm, double clip)
@@ -53,7 +54,7 @@ void adam_clip(struct adam *o, double norm, double clip)
 		return;
 	double coeff = clip / (norm + 1.0e-6);
 	if (coeff < 1.0)
-		o->k->scale(o->reg->grad, (float)coeff, o->reg->total);
+		o->k->scale(o->reg->grad + o->lo, (float)coeff, o->hi - o->lo);
 }
 
 void adam_step(struct adam *o, double lr, double wd)
@@ -61,9 +62,12 @@ void adam_step(struct adam *o, double lr, double wd)
 	o->step++;
 	for (int i = 0; i < o->reg->n; i++) {
 		const struct param *p = &o->reg->p[i];
+		size_t a = p->offset > o->lo ? p->offset : o->lo;
+		size_t b = p->offset + p->numel < o->hi ? p->offset + p->numel : o->hi;
+		if (a >= b)
+			continue;
 		double pwd = (p->flags & PARAM_NO_WD) ? 0.0 : wd;
-		o->k->adamw(o->reg->data + p->offset, o->reg->grad + p->offset, o->exp_avg + p->offset,
-			    o->exp_avg_sq + p->offset, p->numel, (float)lr, o->beta1, o->beta2, o->eps,
-			    (float)pwd, (int)o->step);
+		o->k->adamw(o->reg->data + a, o->reg->grad + a, o->exp_avg + (a - o->lo), o->exp_avg_sq + (a - o->lo),
+			    b - a, (float)lr, o->beta1, o->beta2, o->eps, (float)pwd, (int)o->step);
 	}
 }

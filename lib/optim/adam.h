@@ -2,13 +2,19 @@
  * adam.h - Megatron's "adam" optimizer (AdamW: Adam with decoupled weight
  * decay) over a parameter registry, with Megatron's parameter groups (no
  * weight decay for biases and 1-D tensors, from the registry's flags), the
- * global gradient L2 norm and clipping (spec/training-args.md section 3).
- * The state tensors (exp_avg, exp_avg_sq) share the registry's layout, so
- * checkpoints store them per parameter name.
+ * gradient L2 norm and clipping (spec/training-args.md section 3).
+ *
+ * The optimizer owns the elements [lo, hi) of the registry's flat buffers:
+ * all of them normally, one data-parallel shard with the distributed
+ * optimizer (--use-distributed-optimizer, ZeRO-1: each rank keeps Adam's
+ * state for its shard only and updates only it). Its state tensors hold
+ * hi - lo elements, element e belonging to registry element lo + e.
+ * Norms are this shard's sums of squares; the caller adds the shards up.
  */
 #ifndef MEGAC_OPTIM_ADAM_H
 #define MEGAC_OPTIM_ADAM_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "kernels/ops.h"
@@ -19,21 +25,24 @@ struct adam {
 	const struct kops *k;
 	struct mem_pool *mem;
 	struct param_registry *reg;
-	float *exp_avg, *exp_avg_sq; /* [reg->total] */
+	size_t lo, hi;               /* the registry elements this optimizer updates */
+	float *exp_avg, *exp_avg_sq; /* [hi - lo] */
 	int64_t step;                /* successful steps taken (torch's state['step']) */
 	float beta1, beta2, eps;
 };
 
 void adam_init(struct adam *o, struct param_registry *reg, const struct kops *k, struct mem_pool *mem,
-	       float beta1, float beta2, float eps);
+	       float beta1, float beta2, float eps, size_t lo, size_t hi);
 void adam_free(struct adam *o);
-/* L2 norm of all gradients (each tensor once, tied ones included once). */
-double adam_grad_norm(const struct adam *o);
-/* Megatron's clip: if clip > 0 and clip/(norm+1e-6) < 1, scale every grad by it. */
+/* Sum of squares of the gradients in [lo, hi) (each tensor once, tied ones once). */
+double adam_grad_sumsq(const struct adam *o);
+/* Sum of squares of the parameters in [lo, hi) (--log-params-norm). */
+double adam_params_sumsq(const struct adam *o);
+/* Megatron's clip of the grads in [lo, hi): if clip > 0 and clip/(norm+1e-6) < 1,
+ * scale them by it. norm is the global norm. */
 void adam_clip(struct adam *o, double norm, double clip);
-/* One step with learning rate lr and weight decay wd (times each group's multiplier). */
+/* One step over [lo, hi) with learning rate lr and weight decay wd (times
+ * each tensor's multiplier). */
 void adam_step(struct adam *o, double lr, double wd);
-/* L2 norm of the parameters (--log-params-norm). */
-double adam_params_norm(const struct adam *o);
 
 #endif

@@ -13,6 +13,7 @@
  */
 #include <jansson.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -63,8 +64,10 @@ static char *config_json(const struct trainer *t)
 	return s;
 }
 
+/* Every parameter's slice of base (a registry-sized buffer: device memory,
+ * or host memory when on_host) under group/<name>. */
 static int put_tensors(struct ckpt_writer *w, int file, const struct trainer *t, const char *group,
-		       const float *base)
+		       const float *base, bool on_host)
 {
 	const struct param_registry *reg = &t->model.reg;
 	char name[PARAM_NAME_MAX + 32];
@@ -73,18 +76,35 @@ static int put_tensors(struct ckpt_writer *w, int file, const struct trainer *t,
 	float *host = NULL;
 	for (int i = 0; i < reg->n && !ret; i++) {
 		const struct param *p = &reg->p[i];
-		xgrow(&host, &cap, p->numel, sizeof(float));
-		t->k->to_host(host, base + p->offset, p->numel * sizeof(float));
+		const float *src = base + p->offset;
+		if (!on_host) {
+			xgrow(&host, &cap, p->numel, sizeof(float));
+			t->k->to_host(host, src, p->numel * sizeof(float));
+			src = host;
+		}
 		snprintf(name, sizeof(name), "%s%s%s", group ? group : "", group ? "/" : "", p->name);
-		ret = ckpt_put_tensor(w, file, name, CKPT_F32, p->ndim, p->local_shape, host);
+		ret = ckpt_put_tensor(w, file, name, CKPT_F32, p->ndim, p->local_shape, src);
 	}
 	free(host);
 	return ret;
 }
 
+/* Adam's state for the whole registry in host memory: this rank's, or with
+ * the distributed optimizer every data-parallel shard gathered (on every
+ * rank, since the gather is collective; only rank 0's copy is complete). */
+static float *optim_state_full(struct trainer *t, const float *state)
+{
+	size_t total = t->model.reg.total, lo = t->opt.lo, hi = t->opt.hi;
+	float *full = xcalloc(total ? total : 1, sizeof(float));
+	t->k->to_host(full + lo, state, (hi - lo) * sizeof(float));
+	if (hi - lo != total)
+		dist_gather_f32(&t->dist.dp, full, total);
+	return full;
+}
+
 /* Every data-parallel replica holds the same state, so rank 0 writes it all
  * (decision 5: the files do not depend on the layout). */
-static int save_rank0(struct trainer *t)
+static int save_rank0(struct trainer *t, const float *m, const float *v)
 {
 	const struct args *a = t->a;
 	struct ckpt_writer *w = ckpt_begin(a->save, t->iteration);
@@ -94,7 +114,7 @@ static int save_rank0(struct trainer *t)
 	if (mf < 0)
 		goto fail;
 	char *cfg = config_json(t);
-	int r = put_tensors(w, mf, t, NULL, t->model.reg.data);
+	int r = put_tensors(w, mf, t, NULL, t->model.reg.data, false);
 	r |= ckpt_put_attr_i64(w, mf, NULL, "iteration", t->iteration);
 	r |= ckpt_put_attr_f64(w, mf, NULL, "checkpoint_version", 3.0);
 	r |= ckpt_put_attr_i64(w, mf, NULL, "consumed_train_samples", t->consumed_train);
@@ -112,8 +132,8 @@ static int save_rank0(struct trainer *t)
 		if (of < 0)
 			goto fail;
 		const struct lr_sched *s = &t->sched;
-		r = put_tensors(w, of, t, "exp_avg", t->opt.exp_avg);
-		r |= put_tensors(w, of, t, "exp_avg_sq", t->opt.exp_avg_sq);
+		r = put_tensors(w, of, t, "exp_avg", m, true);
+		r |= put_tensors(w, of, t, "exp_avg_sq", v, true);
 		r |= ckpt_put_attr_i64(w, of, NULL, "step", t->opt.step);
 		r |= ckpt_put_attr_f64(w, of, NULL, "max_lr", s->max_lr);
 		r |= ckpt_put_attr_f64(w, of, NULL, "min_lr", s->min_lr);
@@ -143,8 +163,15 @@ fail:
 int train_ckpt_save(struct trainer *t)
 {
 	double failed = 0;
+	float *m = NULL, *v = NULL;
+	if (!t->a->no_save_optim) {
+		m = optim_state_full(t, t->opt.exp_avg);
+		v = optim_state_full(t, t->opt.exp_avg_sq);
+	}
 	if (t->dist.rank == 0)
-		failed = save_rank0(t) < 0;
+		failed = save_rank0(t, m, v) < 0;
+	free(m);
+	free(v);
 	/* the others wait, and learn whether it worked */
 	dist_allreduce_max_f64(&t->dist.world_g, &failed, 1);
 	if (failed)
@@ -154,7 +181,10 @@ int train_ckpt_save(struct trainer *t)
 	return 0;
 }
 
-static int get_tensors(struct ckpt_reader *r, int file, struct trainer *t, const char *group, float *base)
+/* Every parameter under group/<name> into base, a registry-sized buffer of
+ * device memory, or host memory when on_host. */
+static int get_tensors(struct ckpt_reader *r, int file, struct trainer *t, const char *group, float *base,
+		       bool on_host)
 {
 	const struct param_registry *reg = &t->model.reg;
 	char name[PARAM_NAME_MAX + 32];
@@ -163,13 +193,29 @@ static int get_tensors(struct ckpt_reader *r, int file, struct trainer *t, const
 	int ret = 0;
 	for (int i = 0; i < reg->n && !ret; i++) {
 		const struct param *p = &reg->p[i];
-		xgrow(&host, &cap, p->numel, sizeof(float));
+		float *dst = base + p->offset;
+		if (!on_host) {
+			xgrow(&host, &cap, p->numel, sizeof(float));
+			dst = host;
+		}
 		snprintf(name, sizeof(name), "%s%s%s", group ? group : "", group ? "/" : "", p->name);
-		ret = ckpt_get_tensor(r, file, name, CKPT_F32, p->ndim, p->local_shape, host);
-		if (!ret)
+		ret = ckpt_get_tensor(r, file, name, CKPT_F32, p->ndim, p->local_shape, dst);
+		if (!ret && !on_host)
 			t->k->to_device(base + p->offset, host, p->numel * sizeof(float));
 	}
 	free(host);
+	return ret;
+}
+
+/* Adam's state: the whole tensors read, this rank's [lo, hi) kept. */
+static int get_optim_state(struct ckpt_reader *r, int file, struct trainer *t, const char *group, float *state)
+{
+	size_t total = t->model.reg.total;
+	float *full = xcalloc(total ? total : 1, sizeof(float));
+	int ret = get_tensors(r, file, t, group, full, true);
+	if (!ret)
+		t->k->to_device(state, full + t->opt.lo, (t->opt.hi - t->opt.lo) * sizeof(float));
+	free(full);
 	return ret;
 }
 
@@ -252,7 +298,7 @@ int train_ckpt_load(struct trainer *t)
 	bool finetune = a->finetune || it == CKPT_RELEASE;
 	int ret = -1;
 	int mf = ckpt_file_open(r, "model.h5");
-	if (mf < 0 || get_tensors(r, mf, t, NULL, t->model.reg.data) < 0)
+	if (mf < 0 || get_tensors(r, mf, t, NULL, t->model.reg.data, false) < 0)
 		goto out;
 	if (!finetune) {
 		if (ckpt_get_attr_i64(r, mf, NULL, "iteration", &t->iteration) < 0 ||
@@ -273,8 +319,8 @@ int train_ckpt_load(struct trainer *t)
 			int of = ckpt_file_open(r, "optim.h5");
 			int64_t step, growth, hyst;
 			double scale;
-			if (of < 0 || get_tensors(r, of, t, "exp_avg", t->opt.exp_avg) < 0 ||
-			    get_tensors(r, of, t, "exp_avg_sq", t->opt.exp_avg_sq) < 0 ||
+			if (of < 0 || get_optim_state(r, of, t, "exp_avg", t->opt.exp_avg) < 0 ||
+			    get_optim_state(r, of, t, "exp_avg_sq", t->opt.exp_avg_sq) < 0 ||
 			    ckpt_get_attr_i64(r, of, NULL, "step", &step) < 0 || check_sched(t, r, of) < 0 ||
 			    ckpt_get_attr_f64(r, of, NULL, "loss_scale", &scale) < 0 ||
 			    ckpt_get_attr_i64(r, of, NULL, "growth_tracker", &growth) < 0 ||

@@ -137,6 +137,7 @@ static void trainer_free(struct trainer *t)
 	batch_free(&t->batch);
 	free(t->losses);
 	free(t->dloss);
+	mem_free(&t->mem, t->rs_scratch, (t->opt.hi - t->opt.lo) * sizeof(float));
 	adam_free(&t->opt);
 	gpt_free(&t->model);
 	gpt_data_free(&t->data);
@@ -198,8 +199,14 @@ static int setup(struct trainer *t, const struct args *a)
 	if (gpt_init(&t->model, &t->cfg, t->k, &t->mem, (int)t->mbs, prec) < 0)
 		return -1;
 	gpt_init_weights(&t->model, t->seed);
+	/* --use-distributed-optimizer: Adam's state sharded over data-parallel ranks */
+	size_t lo = 0, hi = t->model.reg.total;
+	if (a->use_distributed_optimizer && t->dist.dp.size > 1) {
+		dist_shard(t->model.reg.total, t->dist.dp.size, t->dist.dp.rank, &lo, &hi);
+		t->rs_scratch = mem_alloc_f32(&t->mem, hi - lo);
+	}
 	adam_init(&t->opt, &t->model.reg, t->k, &t->mem, (float)a->adam_beta1, (float)a->adam_beta2,
-		  (float)a->adam_eps);
+		  (float)a->adam_eps, lo, hi);
 	if (training && setup_schedule(t) < 0)
 		return -1;
 	if (setup_scaler(t) < 0)

@@ -43,6 +43,15 @@ static uint64_t micro_seed(uint64_t seed, int64_t iteration, int64_t micro)
 	return z ^ (z >> 31);
 }
 
+/* L2 norm of all parameters (the shards' sums of squares added up). */
+static double trainer_params_norm(struct trainer *t)
+{
+	double ss = adam_params_sumsq(&t->opt);
+	if (t->opt.hi - t->opt.lo != t->model.reg.total)
+		dist_allreduce_sum_f64(&t->dist.dp, &ss, 1);
+	return sqrt(ss);
+}
+
 /* Megatron's pretraining sampler: each global batch is cut into micro-batches
  * of mbs x dp consecutive samples, and data-parallel rank r takes the r-th
  * mbs of each. Dropout is keyed by that global micro-batch number, so any
@@ -108,25 +117,38 @@ static int train_step(struct trainer *t, double *loss, bool *skipped, double *gn
 	dist_allreduce_sum_f64(&t->dist.dp, sums, 2);
 	num = sums[0];
 	den = sums[1];
+	/* From here on only the optimizer's elements [lo, hi) matter: all of them,
+	 * or this rank's shard with the distributed optimizer, whose gradients a
+	 * reduce-scatter delivers (ZeRO-1). */
+	size_t lo = t->opt.lo, n = t->opt.hi - t->opt.lo;
+	bool sharded = n != reg->total;
 	if (t->dist.dp.size > 1) {
-		dist_allreduce_sum_f32(&t->dist.dp, reg->grad, reg->total);
-		k->scale(reg->grad, 1.0f / (float)t->dist.dp.size, reg->total);
+		if (sharded)
+			dist_reduce_scatter_sum_f32(&t->dist.dp, reg->grad, reg->total, t->rs_scratch);
+		else
+			dist_allreduce_sum_f32(&t->dist.dp, reg->grad, reg->total);
+		k->scale(reg->grad + lo, 1.0f / (float)t->dist.dp.size, n);
 	}
 	/* A global batch with every token masked has no loss (Megatron: 0/0). */
 	*loss = den > 0 ? num / den : NAN;
 	if (scale != 1.0)
-		k->scale(reg->grad, grad_scaler_inv_scale(&t->scaler), reg->total);
+		k->scale(reg->grad + lo, grad_scaler_inv_scale(&t->scaler), n);
 	*skipped = false;
 	*gnorm = NAN;
 	if (grad_scaler_checks_overflow(&t->scaler)) {
-		bool found_inf = k->nonfinite(reg->grad, reg->total) != 0;
-		grad_scaler_update(&t->scaler, found_inf);
-		if (found_inf) {
+		double found = k->nonfinite(reg->grad + lo, n) != 0;
+		if (sharded)
+			dist_allreduce_max_f64(&t->dist.dp, &found, 1);
+		grad_scaler_update(&t->scaler, found > 0);
+		if (found > 0) {
 			*skipped = true;
 			return 0;
 		}
 	}
-	double norm = adam_grad_norm(&t->opt);
+	double ss = adam_grad_sumsq(&t->opt);
+	if (sharded)
+		dist_allreduce_sum_f64(&t->dist.dp, &ss, 1);
+	double norm = sqrt(ss);
 	/* Megatron's check_for_nan_in_loss_and_grad (on unless fp16 scales dynamically):
 	 * the summed loss and the gradients must be finite. */
 	if (!isfinite(norm) || !isfinite(num))
@@ -137,6 +159,8 @@ static int train_step(struct trainer *t, double *loss, bool *skipped, double *gn
 	*gnorm = norm;
 	adam_clip(&t->opt, norm, t->a->clip_grad);
 	adam_step(&t->opt, lr_sched_current_lr(&t->sched), lr_sched_current_wd(&t->sched));
+	if (sharded) /* every rank's updated shard to every rank */
+		dist_allgather_f32(&t->dist.dp, reg->data, reg->total);
 	gpt_sync_work(&t->model);
 	lr_sched_step(&t->sched, t->gbs);
 	return 0;
@@ -226,7 +250,7 @@ static int log_iteration(struct trainer *t, double loss, bool skipped, double lr
 		.lm_loss = t->advanced ? avg : -1,
 		.loss_scale = grad_scaler_scale(&t->scaler),
 		.grad_norm = gnorm,
-		.params_norm = a->log_params_norm ? adam_params_norm(&t->opt) : NAN,
+		.params_norm = a->log_params_norm ? trainer_params_norm(t) : NAN,
 		.skipped_iters = t->skipped_iters,
 		.nan_iters = t->nan_iters,
 	};
@@ -333,7 +357,7 @@ static void tensorboard_iteration(struct trainer *t, double loss, double lr, dou
 		tboard_add_scalar(tb, "grad-norm vs samples", n, gnorm);
 	}
 	if (t->a->log_params_norm) {
-		double pn = adam_params_norm(&t->opt);
+		double pn = trainer_params_norm(t);
 		tboard_add_scalar(tb, "params-norm", it, pn);
 		tboard_add_scalar(tb, "params-norm vs samples", n, pn);
 	}

@@ -40,6 +40,7 @@ struct trainer {
 	struct grad_scaler scaler;
 	struct batch batch;
 	float *losses, *dloss; /* host, [mbs * S] */
+	float *rs_scratch;     /* the distributed optimizer's reduce-scatter target (a shard) */
 
 	int64_t mbs, gbs, num_micro; /* micro-batch, global batch, micro-batches per iteration */
 	int64_t train_iters;

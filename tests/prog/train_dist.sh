@@ -22,6 +22,8 @@ ARGS="$ARGS --log-interval 1 --data-cache-path $W/cache $GPT2"
 expect_ok "1 rank" sh -c "$BIN/train $ARGS --metrics-file $W/r1.jsonl >$W/r1.log"
 expect_ok "2 data-parallel ranks" sh -c "$MPI -np 2 $BIN/train $ARGS --metrics-file $W/r2.jsonl >$W/r2.log"
 expect_ok "4 data-parallel ranks" sh -c "$MPI -np 4 $BIN/train $ARGS --metrics-file $W/r4.jsonl >$W/r4.log"
+expect_ok "8 data-parallel ranks, distributed optimizer" \
+	sh -c "$MPI -np 8 $BIN/train $ARGS --use-distributed-optimizer --metrics-file $W/r8d.jsonl >$W/r8d.log"
 
 # compare NAME A.jsonl B.jsonl
 compare() {
@@ -47,6 +49,15 @@ EOF
 }
 compare "DP2 equals one rank (lm loss, grad norm, lr)" "$W/r1.jsonl" "$W/r2.jsonl"
 compare "DP4 equals one rank (lm loss, grad norm, lr)" "$W/r1.jsonl" "$W/r4.jsonl"
+compare "DP8 with the distributed optimizer equals one rank" "$W/r1.jsonl" "$W/r8d.jsonl"
+maxalloc() { grep -o "max allocated: [0-9.]*" "$1" | head -1 | cut -d' ' -f3; }
+m1=$(maxalloc "$W/r1.log")
+m8=$(maxalloc "$W/r8d.log")
+if [ -n "$m8" ] && $PY -c "import sys; sys.exit(not $m8 < $m1 - 0.7 * 2 * 4 * 1.6e6 / 2**20)"; then
+	ok "the distributed optimizer holds 1/8 of Adam's state: max allocated $m8 MB per rank, $m1 MB on one rank"
+else
+	notok "distributed optimizer memory: $m8 MB vs $m1 MB"
+fi
 valid() { grep "validation loss" "$1" | sed 's/PPL: [^|]*|//'; }
 if [ "$(valid "$W/r1.log" | wc -l)" -eq 3 ] && [ "$(valid "$W/r1.log")" = "$(valid "$W/r4.log")" ]; then
 	ok "DP4 prints the one-rank run's validation losses"
@@ -80,6 +91,30 @@ else
 	notok "DP2 -> 1 rank resume"
 	show "$W/cmp.log"
 fi
+
+# the distributed optimizer's sharded Adam state is saved whole: DP4 -> DP2 with it, and -> 1 rank
+expect_ok "DP4, distributed optimizer: 4 iterations, save" \
+	sh -c "$MPI -np 4 $BIN/train $ARGS --use-distributed-optimizer --save $W/dck --save-interval 4 --exit-interval 4 >$W/c.log"
+expect_ok "resume on DP2 with the distributed optimizer" \
+	sh -c "$MPI -np 2 $BIN/train $ARGS --use-distributed-optimizer --load $W/dck --metrics-file $W/dres2.jsonl >$W/d.log"
+expect_ok "resume on 1 rank" sh -c "$BIN/train $ARGS --load $W/dck --metrics-file $W/dres1.jsonl >$W/e.log"
+for f in dres2 dres1; do
+	if $PY - "$W/r1.jsonl" "$W/$f.jsonl" >"$W/cmp.log" 2>&1 <<'EOF'; then
+import json, sys
+def rows(p):
+    return {r["iteration"]: r for r in (json.loads(l) for l in open(p)) if "lm loss of the iteration" in r}
+a, b = rows(sys.argv[1]), rows(sys.argv[2])
+assert sorted(b) == [5, 6, 7, 8], sorted(b)
+for i in b:
+    for k in ("lm loss of the iteration", "grad norm"):
+        assert abs(a[i][k] - b[i][k]) <= 1e-5 * abs(a[i][k]), (i, k, a[i][k], b[i][k])
+EOF
+		ok "distributed-optimizer checkpoint resumed ($f) continues the uninterrupted run"
+	else
+		notok "distributed-optimizer resume ($f)"
+		show "$W/cmp.log"
+	fi
+done
 
 # Megatron's layout rules, before anything runs
 expect_fail "global batch not divisible by micro batch x DP" "data-parallel size 4" \
