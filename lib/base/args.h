@@ -178,6 +178,7 @@ struct args {
 	int64_t tensorboard_log_interval;
 	bool log_validation_ppl_to_tensorboard;
 	char *metrics_file;
+	bool log_comm;
 
 	/* exit */
 	int64_t exit_interval;

@@ -293,6 +293,9 @@ const struct flag_def args_table[] = {
 	  NULL, NULL, NULL, "also write validation perplexity" },
 	{ "--metrics-file", FK_STR, F(metrics_file), TR, 0, "logging", NULL, NULL, "PATH",
 	  "(megac) append one JSON object per logged iteration and evaluation to PATH" },
+	{ "--log-comm", FK_BOOL, F(log_comm), TR, 0, "logging", NULL, NULL, NULL,
+	  "(megac) with each iteration line, the bytes each process group sent per iteration "
+	  "(docs/parallel.md has the expected volumes)" },
 
 	/* ---- exit ---- */
 	{ "--exit-interval", FK_INT, F(exit_interval), TR, 0, "exit", "-1", NULL, "N",

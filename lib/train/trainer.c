@@ -222,6 +222,32 @@ static int eval_and_print(struct trainer *t, int split, const char *prefix, int6
 	return 0;
 }
 
+/* --log-comm: bytes per iteration each group sent since the last line. */
+#define COMM_GROUPS(t) { &(t)->dist.dp, &(t)->dist.dp_cp, &(t)->dist.tp, &(t)->dist.pp, &(t)->dist.cp, \
+			  &(t)->dist.world_g }
+
+/* Start counting --log-comm volumes from now (set-up traffic excluded). */
+static void trainer_comm_mark(struct trainer *t)
+{
+	struct dist_group *gs[] = COMM_GROUPS(t);
+	for (size_t i = 0; i < sizeof(gs) / sizeof(gs[0]); i++)
+		t->comm_last[i] = gs[i]->bytes;
+	t->comm_iteration = t->iteration;
+}
+
+/* --log-comm: bytes per iteration each group sent since the last such line. */
+static void trainer_comm_line(struct trainer *t, struct sbuf *sb)
+{
+	struct dist_group *gs[] = COMM_GROUPS(t);
+	uint64_t iters = (uint64_t)(t->iteration - t->comm_iteration);
+	sbuf_addf(sb, "[Rank %d] communication per iteration (bytes sent by this rank)", t->dist.rank);
+	for (size_t i = 0; i < sizeof(gs) / sizeof(gs[0]); i++)
+		sbuf_addf(sb, " | %s: %llu", gs[i]->name,
+			  (unsigned long long)((gs[i]->bytes - t->comm_last[i]) / (iters ? iters : 1)));
+	sbuf_addstr(sb, " |");
+	trainer_comm_mark(t);
+}
+
 /* Megatron's training_log: a line every --log-interval iterations and after
  * the first iteration of a run. That first line does not reset the interval
  * (loss sums, counters, timer), so the next line covers iterations 1..N. */
@@ -271,6 +297,11 @@ static int log_iteration(struct trainer *t, double loss, bool skipped, double lr
 		}
 		if (t->iteration > t->start_iteration + 1)
 			t->report_memory = false;
+	}
+	if (a->log_comm && t->dist.rank == 0) {
+		sbuf_reset(&sb);
+		trainer_comm_line(t, &sb);
+		puts(sb.buf);
 	}
 	fflush(stdout);
 	sbuf_release(&sb);
@@ -377,6 +408,7 @@ int trainer_run(struct trainer *t)
 	t->paused = 0;
 	t->start_iteration = t->iteration;
 	t->report_memory = true;
+	trainer_comm_mark(t);
 	double lr = lr_sched_current_lr(&t->sched), gnorm = NAN;
 	while (t->iteration < t->train_iters) {
 		double loss;

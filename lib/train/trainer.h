@@ -63,6 +63,8 @@ struct trainer {
 	struct metrics mx;
 	bool have_mx;
 	int64_t last_saved; /* iteration of the last save, -1 none */
+	uint64_t comm_last[8]; /* --log-comm: group byte counters at the last line */
+	int64_t comm_iteration; /* ... and the iteration then */
 };
 
 /* The train program: flags in, exit status out (0, or -1 after error()). */

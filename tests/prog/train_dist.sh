@@ -73,6 +73,38 @@ else
 	head -5 "$W/r4.log" | sed 's/^/#   /'
 fi
 
+# --log-comm: bytes per iteration per group equal the analytic volumes (docs/parallel.md)
+expect_ok "DP2 with --log-comm" sh -c "$MPI -np 2 $BIN/train $ARGS --log-comm --log-interval 4 --eval-interval 1000 >$W/c2.log"
+expect_ok "DP4 distributed optimizer with --log-comm" \
+	sh -c "$MPI -np 4 $BIN/train $ARGS --log-comm --log-interval 4 --eval-interval 1000 --use-distributed-optimizer >$W/c4.log"
+if $PY - "$W/c2.log" "$W/c4.log" >"$W/cmp.log" 2>&1 <<'EOF'; then
+import re, sys
+h, L, V, S = 32, 2, 50304, 32
+P = V * h + S * h + L * (12 * h * h + 13 * h) + 2 * h    # GPT-2 style: LayerNorm, biases, tied
+def lines(path):
+    out = []
+    for l in open(path):
+        if "communication per iteration" in l:
+            out.append({k: int(v) for k, v in re.findall(r"\| ([a-z -]+): (\d+)", l)})
+    return out
+def ring(p, n):          # all-reduce, per rank
+    return 2 * (p - 1) * n // p
+c2, c4 = lines(sys.argv[1]), lines(sys.argv[2])
+assert len(c2) >= 2 and len(c4) >= 2, (c2, c4)
+want2 = ring(2, 4 * P) + ring(2, 16)                       # grads + the two loss sums
+want4 = 2 * (3 * 4 * P // 4) + ring(4, 16) + ring(4, 8)    # reduce-scatter + all-gather, sums, norm
+for c in c2[1:]:
+    assert c["data-parallel"] == want2 and c["tensor-model-parallel"] == 0, (c, want2)
+for c in c4[1:]:
+    assert c["data-parallel"] == want4, (c, want4)
+print("DP2 %d bytes (all-reduce), DP4 distributed optimizer %d bytes per iteration, %d parameters" % (want2, want4, P))
+EOF
+	ok "--log-comm volumes equal the analytic ones: $(cat "$W/cmp.log")"
+else
+	notok "--log-comm volumes"
+	show "$W/cmp.log"
+fi
+
 # a checkpoint written by 2 ranks resumes on 1 (and the other way round)
 expect_ok "DP2: 4 iterations, save, exit" sh -c "$MPI -np 2 $BIN/train $ARGS --save $W/ck --save-interval 4 --exit-interval 4 >$W/a.log"
 expect_ok "resume on 1 rank" sh -c "$BIN/train $ARGS --load $W/ck --metrics-file $W/res.jsonl >$W/b.log"
