@@ -114,6 +114,7 @@ struct args {
 	int64_t expert_model_parallel_size;
 	bool sequence_parallel;
 	bool use_distributed_optimizer;
+	double distributed_timeout_minutes;
 
 	/* mixed precision */
 	bool fp16;

@@ -179,6 +179,8 @@ const struct flag_def args_table[] = {
 	  "E", "expert-parallel size (megac: 1 until MoE lands)" },
 	{ "--sequence-parallel", FK_BOOL, F(sequence_parallel), TR, 0, "distributed", NULL, NULL, NULL,
 	  "sequence parallelism (needs tensor parallelism)" },
+	{ "--distributed-timeout-minutes", FK_FLOAT, F(distributed_timeout_minutes), TR, 0, "distributed", "10",
+	  NULL, "M", "a collective waiting longer than this ends the job with a message naming the rank" },
 	{ "--use-distributed-optimizer", FK_BOOL, F(use_distributed_optimizer), TR, 0, "distributed", NULL, NULL,
 	  NULL, "shard Adam's state over the data-parallel ranks (ZeRO-1): reduce-scatter the gradients, "
 	  "all-gather the parameters" },

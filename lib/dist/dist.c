@@ -7,8 +7,13 @@
 
 #include <limits.h>
 #include <mpi.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "base/error.h"
 #include "base/xalloc.h"
@@ -25,6 +30,82 @@
 	} while (0)
 
 #define COMM(g) ((MPI_Comm)(g)->comm)
+
+/* ---- the stall watchdog ----
+ * The collective wrappers note when this rank entered a call; a thread
+ * checks twice a second and ends the process when one has waited past the
+ * timeout (a rank that died without the launcher noticing, a deadlock, a
+ * hung network). The process exits rather than calling MPI from a second
+ * thread; the launcher then ends the others. */
+struct dist_watch {
+	pthread_t thread;
+	atomic_llong since_ms;            /* 0: not in a collective */
+	_Atomic(const char *) call, group;
+	atomic_bool stop;
+	double timeout_s;
+};
+
+static long long now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void *watch_main(void *arg)
+{
+	struct dist_watch *w = arg;
+	while (!atomic_load(&w->stop)) {
+		struct timespec nap = { 0, 500 * 1000 * 1000 };
+		nanosleep(&nap, NULL);
+		long long since = atomic_load(&w->since_ms);
+		if (since && (double)(now_ms() - since) / 1000.0 > w->timeout_s) {
+			/* log_prog() is the message prefix, "[rank R] train: " */
+			fprintf(stderr,
+				"%serror: %s on the %s group has waited %.0f s "
+				"(--distributed-timeout-minutes %g): another rank is stuck or gone; ending the job\n",
+				log_prog(), atomic_load(&w->call), atomic_load(&w->group),
+				(double)(now_ms() - since) / 1000.0, w->timeout_s / 60.0);
+			fflush(stderr);
+			_exit(DIE_EXIT_CODE);
+		}
+	}
+	return NULL;
+}
+
+void dist_watchdog_start(struct dist *d, double minutes)
+{
+	if (!d->mpi || minutes <= 0 || d->watch)
+		return;
+	struct dist_watch *w = xcalloc(1, sizeof(*w));
+	w->timeout_s = minutes * 60.0;
+	atomic_store(&w->call, "");
+	atomic_store(&w->group, "");
+	if (pthread_create(&w->thread, NULL, watch_main, w)) {
+		warning("could not start the --distributed-timeout-minutes watchdog");
+		free(w);
+		return;
+	}
+	d->watch = w;
+	struct dist_group *gs[] = { &d->world_g, &d->tp, &d->cp, &d->dp, &d->dp_cp, &d->pp, &d->mp, &d->emb };
+	for (size_t i = 0; i < sizeof(gs) / sizeof(gs[0]); i++)
+		gs[i]->watch = w;
+}
+
+static void watch_begin(struct dist_group *g, const char *call)
+{
+	if (!g->watch)
+		return;
+	atomic_store(&g->watch->call, call);
+	atomic_store(&g->watch->group, g->name);
+	atomic_store(&g->watch->since_ms, now_ms());
+}
+
+static void watch_end(struct dist_group *g)
+{
+	if (g->watch)
+		atomic_store(&g->watch->since_ms, 0);
+}
 
 /* A launcher (OpenMPI's mpirun, Slurm's srun with PMIx or PMI2, MPICH's
  * hydra) leaves one of these in the environment. */
@@ -131,6 +212,12 @@ static void free_group(struct dist_group *g)
 
 void dist_finalize(struct dist *d)
 {
+	if (d->watch) {
+		atomic_store(&d->watch->stop, true);
+		pthread_join(d->watch->thread, NULL);
+		free(d->watch);
+		d->watch = NULL;
+	}
 	if (!d->mpi)
 		return;
 	struct dist_group *gs[] = { &d->tp, &d->cp, &d->dp, &d->dp_cp, &d->pp, &d->mp, &d->emb };
@@ -154,7 +241,9 @@ static void allreduce(struct dist_group *g, void *buf, size_t n, size_t elem, MP
 		return;
 	for (size_t off = 0; off < n; off += DIST_PIECE) {
 		size_t m = n - off < DIST_PIECE ? n - off : DIST_PIECE;
+		watch_begin(g, "all-reduce");
 		DIST_CHECK(MPI_Allreduce(MPI_IN_PLACE, (char *)buf + off * elem, (int)m, t, op, COMM(g)));
+		watch_end(g);
 	}
 	g->bytes += 2 * (uint64_t)(g->size - 1) * n * elem / (uint64_t)g->size;
 	g->calls++;
@@ -177,8 +266,11 @@ void dist_allreduce_max_f64(struct dist_group *g, double *buf, size_t n)
 
 void dist_barrier(struct dist_group *g)
 {
-	if (g->size > 1)
-		DIST_CHECK(MPI_Barrier(COMM(g)));
+	if (g->size <= 1)
+		return;
+	watch_begin(g, "barrier");
+	DIST_CHECK(MPI_Barrier(COMM(g)));
+	watch_end(g);
 }
 
 void dist_bcast(struct dist_group *g, void *buf, size_t n, int root)
@@ -187,7 +279,9 @@ void dist_bcast(struct dist_group *g, void *buf, size_t n, int root)
 		return;
 	for (size_t off = 0; off < n; off += DIST_PIECE) {
 		size_t m = n - off < DIST_PIECE ? n - off : DIST_PIECE;
+		watch_begin(g, "broadcast");
 		DIST_CHECK(MPI_Bcast((char *)buf + off, (int)m, MPI_BYTE, root, COMM(g)));
+		watch_end(g);
 	}
 	if (g->rank == root)
 		g->bytes += n;
@@ -219,7 +313,9 @@ void dist_reduce_scatter_sum_f32(struct dist_group *g, float *buf, size_t n, flo
 		return;
 	int *counts = xmalloc((size_t)g->size * sizeof(int)), *displs = xmalloc((size_t)g->size * sizeof(int));
 	shard_counts(g, n, counts, displs);
+	watch_begin(g, "reduce-scatter");
 	DIST_CHECK(MPI_Reduce_scatter(buf, scratch, counts, MPI_FLOAT, MPI_SUM, COMM(g)));
+	watch_end(g);
 	memcpy(buf + displs[g->rank], scratch, (size_t)counts[g->rank] * sizeof(float));
 	free(counts);
 	free(displs);
@@ -233,7 +329,9 @@ void dist_allgather_f32(struct dist_group *g, float *buf, size_t n)
 		return;
 	int *counts = xmalloc((size_t)g->size * sizeof(int)), *displs = xmalloc((size_t)g->size * sizeof(int));
 	shard_counts(g, n, counts, displs);
+	watch_begin(g, "all-gather");
 	DIST_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, MPI_FLOAT, COMM(g)));
+	watch_end(g);
 	free(counts);
 	free(displs);
 	g->bytes += (uint64_t)(g->size - 1) * n * sizeof(float) / (uint64_t)g->size;
@@ -246,11 +344,13 @@ void dist_gather_f32(struct dist_group *g, float *buf, size_t n)
 		return;
 	int *counts = xmalloc((size_t)g->size * sizeof(int)), *displs = xmalloc((size_t)g->size * sizeof(int));
 	shard_counts(g, n, counts, displs);
+	watch_begin(g, "gather");
 	if (g->rank == 0)
 		DIST_CHECK(MPI_Gatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, MPI_FLOAT, 0, COMM(g)));
 	else
 		DIST_CHECK(MPI_Gatherv(buf + displs[g->rank], counts[g->rank], MPI_FLOAT, NULL, NULL, NULL, MPI_FLOAT,
 				       0, COMM(g)));
+	watch_end(g);
 	g->bytes += (uint64_t)counts[g->rank] * sizeof(float) * (g->rank != 0);
 	g->calls++;
 	free(counts);

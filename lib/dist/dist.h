@@ -21,8 +21,11 @@
 
 #include "dist/layout.h"
 
+struct dist_watch; /* the stall watchdog (dist.c) */
+
 struct dist_group {
 	const char *name;   /* Megatron's name: "data-parallel", "tensor-model-parallel", ... */
+	struct dist_watch *watch; /* NULL: not watched */
 	void *comm;         /* the MPI communicator (NULL without MPI) */
 	int rank, size;     /* this rank's index in the group, and the group's size */
 	uint64_t bytes;     /* bytes this rank sent in the group's collectives */
@@ -35,6 +38,7 @@ struct dist {
 	struct dist_layout layout;
 	int coords[DIST_NAXES];
 	struct dist_group world_g, tp, cp, dp, dp_cp, pp, mp, emb;
+	struct dist_watch *watch;
 };
 
 /* Join the job: MPI when a launcher started us, else one rank. Sets the
@@ -43,6 +47,11 @@ int dist_init(struct dist *d, const char *prog);
 /* Build every group of the layout (collective over the world). */
 int dist_setup(struct dist *d, const struct dist_layout *l);
 void dist_finalize(struct dist *d);
+/* --distributed-timeout-minutes: a collective of this rank that waits longer
+ * than `minutes` ends the process (exit 128) with a message naming the rank,
+ * the call and the group, and the launcher then ends the job. A watchdog
+ * thread; nothing to do without MPI. */
+void dist_watchdog_start(struct dist *d, double minutes);
 
 /* In-place sums over a group. */
 void dist_allreduce_sum_f32(struct dist_group *g, float *buf, size_t n);

@@ -40,7 +40,10 @@ static int setup_parallel(struct trainer *t)
 		return error("tensor, pipeline and context parallelism (TP %d, PP %d, CP %d) are not implemented yet; "
 			     "megac trains data-parallel over any number of ranks",
 			     l.tp, l.pp, l.cp);
-	return dist_setup(&t->dist, &l);
+	if (dist_setup(&t->dist, &l) < 0)
+		return -1;
+	dist_watchdog_start(&t->dist, a->distributed_timeout_minutes);
+	return 0;
 }
 
 /* Rank 0 builds the index caches while the others wait (as Megatron), then

@@ -160,7 +160,7 @@ expect_fail "tensor parallelism (not yet)" "not implemented yet" \
 $MPI -np 4 $BIN/train $(echo "$ARGS" | sed 's/--train-iters 8/--train-iters 1000000/') --eval-interval 1000000 \
 	--log-interval 100 >"$W/kill.log" 2>&1 &
 job=$!
-for i in $(seq 1 60); do grep -q "iteration *100/" "$W/kill.log" && break; sleep 0.5; done
+for i in $(seq 1 60); do grep -q "iteration *100/" "$W/kill.log" 2>/dev/null && break; sleep 0.5; done
 victim=$(pgrep -f "^$BIN/train --num-layers" | sed -n 2p)
 kill -9 "$victim"
 t0=$(date +%s)
@@ -172,4 +172,23 @@ if [ $rc -ne 0 ] && [ $dt -lt 60 ] && grep -q "process rank [0-9]* .*exited on s
 else
 	notok "killed rank: exit $rc after ${dt}s"
 	tail -4 "$W/kill.log" | sed 's/^/#   /'
+fi
+
+# a rank that stalls (stopped, not dead) ends the job after --distributed-timeout-minutes
+$MPI -np 2 $BIN/train $(echo "$ARGS" | sed 's/--train-iters 8/--train-iters 1000000/') --eval-interval 1000000 \
+	--log-interval 100 --distributed-timeout-minutes 0.05 >"$W/stall.log" 2>&1 &
+job=$!
+for i in $(seq 1 60); do grep -q "iteration *100/" "$W/stall.log" 2>/dev/null && break; sleep 0.5; done
+victim=$(pgrep -f "^$BIN/train --num-layers" | sed -n 2p)
+kill -STOP "$victim"
+t0=$(date +%s)
+wait $job
+rc=$?
+dt=$(($(date +%s) - t0))
+kill -KILL "$victim" 2>/dev/null
+if [ $rc -ne 0 ] && [ $dt -lt 60 ] && grep -q "^\[rank [01]\] train: error: all-reduce on the .* group has waited [0-9]* s (--distributed-timeout-minutes 0.05)" "$W/stall.log"; then
+	ok "a stalled rank: the others end the job after the timeout (${dt}s): $(grep -o '^\[rank [01]\] train: error: all-reduce on the [a-z -]* group' "$W/stall.log" | head -1)"
+else
+	notok "stalled rank: exit $rc after ${dt}s"
+	tail -4 "$W/stall.log" | sed 's/^/#   /'
 fi
