@@ -259,6 +259,11 @@ void dist_allreduce_sum_f64(struct dist_group *g, double *buf, size_t n)
 	allreduce(g, buf, n, sizeof(double), MPI_DOUBLE, MPI_SUM);
 }
 
+void dist_allreduce_max_f32(struct dist_group *g, float *buf, size_t n)
+{
+	allreduce(g, buf, n, sizeof(float), MPI_FLOAT, MPI_MAX);
+}
+
 void dist_allreduce_max_f64(struct dist_group *g, double *buf, size_t n)
 {
 	allreduce(g, buf, n, sizeof(double), MPI_DOUBLE, MPI_MAX);
@@ -355,4 +360,19 @@ void dist_gather_f32(struct dist_group *g, float *buf, size_t n)
 	g->calls++;
 	free(counts);
 	free(displs);
+}
+
+void dist_gather_equal_f32(struct dist_group *g, const float *in, size_t n, float *out)
+{
+	if (g->size <= 1) {
+		memcpy(out, in, n * sizeof(float));
+		return;
+	}
+	if (n > INT_MAX)
+		die("a gather of %zu elements is beyond MPI's int counts", n);
+	watch_begin(g, "gather");
+	DIST_CHECK(MPI_Gather(in, (int)n, MPI_FLOAT, out, (int)n, MPI_FLOAT, 0, COMM(g)));
+	watch_end(g);
+	g->bytes += g->rank ? n * sizeof(float) : 0;
+	g->calls++;
 }

@@ -57,6 +57,7 @@ void dist_watchdog_start(struct dist *d, double minutes);
 void dist_allreduce_sum_f32(struct dist_group *g, float *buf, size_t n);
 void dist_allreduce_sum_f64(struct dist_group *g, double *buf, size_t n);
 void dist_allreduce_max_f64(struct dist_group *g, double *buf, size_t n);
+void dist_allreduce_max_f32(struct dist_group *g, float *buf, size_t n);
 void dist_barrier(struct dist_group *g);
 /* Broadcast n bytes from group rank root. */
 void dist_bcast(struct dist_group *g, void *buf, size_t n, int root);
@@ -70,6 +71,8 @@ void dist_reduce_scatter_sum_f32(struct dist_group *g, float *buf, size_t n, flo
 /* Every rank's shard of buf copied to every rank (the distributed optimizer's
  * parameter all-gather). */
 void dist_allgather_f32(struct dist_group *g, float *buf, size_t n);
+/* n floats from every rank into group rank 0's out[size * n], in rank order. */
+void dist_gather_equal_f32(struct dist_group *g, const float *in, size_t n, float *out);
 /* Every rank's shard of buf[0..n) collected into group rank 0's buf. */
 void dist_gather_f32(struct dist_group *g, float *buf, size_t n);
 

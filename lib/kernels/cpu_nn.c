@@ -46,6 +46,13 @@ void cpu_embedding_forward(float *out, const int32_t *tokens, const int32_t *pos
 #pragma omp parallel for if ((size_t)N * C >= CPU_PAR_MIN)
 	for (int n = 0; n < N; n++) {
 		float *o = out + (size_t)n * C;
+		if (tokens[n] < 0) { /* a token of another vocabulary shard: zero (plus position) */
+			if (wpe && positions)
+				memcpy(o, wpe + (size_t)positions[n] * C, (size_t)C * sizeof(float));
+			else
+				memset(o, 0, (size_t)C * sizeof(float));
+			continue;
+		}
 		const float *te = wte + (size_t)tokens[n] * C;
 		if (wpe && positions) {
 			const float *pe = wpe + (size_t)positions[n] * C;
@@ -70,10 +77,12 @@ void cpu_embedding_backward(float *dwte, float *dwpe, const float *dout, const i
 		int nc = C - c0 < CPU_COLS ? C - c0 : CPU_COLS;
 		for (int n = 0; n < N; n++) {
 			const float *d = dout + (size_t)n * C + c0;
-			float *te = dwte + (size_t)tokens[n] * C + c0;
+			if (dwte && tokens[n] >= 0) {
+				float *te = dwte + (size_t)tokens[n] * C + c0;
 #pragma omp simd
-			for (int j = 0; j < nc; j++)
-				te[j] += d[j];
+				for (int j = 0; j < nc; j++)
+					te[j] += d[j];
+			}
 			if (pos) {
 				float *pe = dwpe + (size_t)positions[n] * C + c0;
 #pragma omp simd
@@ -406,8 +415,8 @@ void cpu_xent_forward(float *losses, float *lse, const float *logits, const int3
 	for (int n = 0; n < N; n++) {
 		const float *x = logits + (size_t)n * V;
 		int t = targets[n];
-		if (t < 0 || t >= V)
-			BUG("cross-entropy target %d outside [0, %d)", t, V);
+		if (t < -1 || t >= V)
+			BUG("cross-entropy target %d outside [-1, %d)", t, V);
 		/* subtract the row max so no exp overflows; a NaN logit makes the sum NaN */
 		float mx = -INFINITY;
 #pragma omp simd reduction(max : mx)
@@ -419,7 +428,7 @@ void cpu_xent_forward(float *losses, float *lse, const float *logits, const int3
 			sum += cpu_expf(x[j] - mx);
 		float l = mx + (float)log(sum);
 		lse[n] = l;
-		losses[n] = l - x[t];
+		losses[n] = t >= 0 ? l - x[t] : l; /* -1: the target is in another vocabulary shard */
 	}
 }
 
@@ -436,10 +445,11 @@ void cpu_xent_backward(float *dlogits, const float *logits, const float *lse,
 		float *dx = dlogits + (size_t)n * V;
 		const float l = lse[n], dl = dloss[n];
 		const int t = targets[n];
-		const float pt = cpu_expf(x[t] - l);
+		const float pt = t >= 0 ? cpu_expf(x[t] - l) : 0.0f;
 #pragma omp simd
 		for (int j = 0; j < V; j++)
 			dx[j] = cpu_expf(x[j] - l) * dl;
-		dx[t] = (pt - 1.0f) * dl;
+		if (t >= 0)
+			dx[t] = (pt - 1.0f) * dl;
 	}
 }

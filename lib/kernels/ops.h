@@ -55,7 +55,9 @@ struct kops {
 				const float *inp, const float *weight, int N, int IC, int OC);
 
 	/* ---- embedding: out[n] = wte[tokens[n]] (+ wpe[positions[n]]) ----
-	 * wpe/positions may be NULL (RoPE models). Token ids are in [0, V). */
+	 * wpe/positions may be NULL (RoPE models). Token ids are in [0, V), or -1
+	 * for a token outside this rank's vocabulary shard (a zero row; no grad).
+	 * dwte may be NULL. */
 	void (*embedding_forward)(float *out, const int32_t *tokens, const int32_t *positions,
 				  const float *wte, const float *wpe, int N, int C);
 	void (*embedding_backward)(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
@@ -127,8 +129,11 @@ struct kops {
 
 	/* ---- softmax cross-entropy over V classes per row ----
 	 * losses[n] = logsumexp(logits[n]) - logits[n][targets[n]]; lse[n] is saved.
-	 * Backward: dlogits[n] = (softmax(logits[n]) - onehot(targets[n])) * dloss[n];
-	 * dlogits may alias logits (the usual case: logits are not needed afterwards). */
+	 * Backward: dlogits[n] = (softmax(logits[n]) - onehot(targets[n])) * dloss[n]
+	 * with softmax taken against the given lse; dlogits may alias logits.
+	 * Vocabulary-parallel use: a target of -1 (in another rank's shard) gives
+	 * losses[n] = lse[n] and no one-hot; the caller combines the shards' lse
+	 * and passes the global one to backward. */
 	void (*xent_forward)(float *losses, float *lse, const float *logits,
 			     const int32_t *targets, int N, int V);
 	void (*xent_backward)(float *dlogits, const float *logits, const float *lse,

@@ -42,18 +42,18 @@ float *gpt_grad(struct gpt_model *m, int idx)
 static int reg1(struct gpt_model *m, const char *name, int64_t n, int tp_axis, enum param_init init, float std)
 {
 	int64_t shape[1] = { n };
-	return params_add(&m->reg, name, 1, shape, tp_axis, 1, 0, 0, init, std);
+	return params_add(&m->reg, name, 1, shape, tp_axis, m->tp_size, m->tp_rank, 0, init, std);
 }
 
 static int reg2(struct gpt_model *m, const char *name, int64_t r, int64_t c, int tp_axis, float std)
 {
 	int64_t shape[2] = { r, c };
-	return params_add(&m->reg, name, 2, shape, tp_axis, 1, 0, 0, PARAM_INIT_NORMAL, std);
+	return params_add(&m->reg, name, 2, shape, tp_axis, m->tp_size, m->tp_rank, 0, PARAM_INIT_NORMAL, std);
 }
 
 static void register_params(struct gpt_model *m)
 {
-	const struct gpt_config *c = &m->c;
+	const struct gpt_config *c = &m->c; /* global shapes; the registry derives each rank's slice */
 	char name[PARAM_NAME_MAX];
 	float std = c->init_std, out_std = c->init_std / sqrtf(2.0f * (float)c->L);
 	int64_t qkv = (int64_t)(c->a + 2 * c->g) * c->k, ak = (int64_t)c->a * c->k;
@@ -76,6 +76,11 @@ static void register_params(struct gpt_model *m)
 		p->ln2_b = c->rmsnorm ? -1 : reg1(m, NAME("mlp.linear_fc1.layer_norm_bias"), c->h, -1, PARAM_INIT_ZERO, 0);
 		p->fc1_w = reg2(m, NAME("mlp.linear_fc1.weight"), f1, c->h, 0, std);
 		p->fc1_b = c->bias ? reg1(m, NAME("mlp.linear_fc1.bias"), f1, 0, PARAM_INIT_ZERO, 0) : -1;
+		if (c->swiglu) { /* each rank holds [gate_r; up_r] of the global [W_gate; W_up] */
+			m->reg.p[p->fc1_w].flags |= PARAM_GLU;
+			if (p->fc1_b >= 0)
+				m->reg.p[p->fc1_b].flags |= PARAM_GLU;
+		}
 		p->fc2_w = reg2(m, NAME("mlp.linear_fc2.weight"), c->h, c->f, 1, out_std);
 		p->fc2_b = c->bias ? reg1(m, NAME("mlp.linear_fc2.bias"), c->h, -1, PARAM_INIT_ZERO, 0) : -1;
 #undef NAME
@@ -100,7 +105,7 @@ static float *take(struct gpt_model *m, size_t n)
 
 static void alloc_layer_acts(struct gpt_model *m, struct gpt_layer_acts *A, bool probs)
 {
-	const struct gpt_config *c = &m->c;
+	const struct gpt_config *c = &m->lc;
 	size_t BT = (size_t)m->B * c->S, h = c->h;
 	size_t f1 = c->swiglu ? 2 * (size_t)c->f : (size_t)c->f;
 	A->ln1 = take(m, BT * h);
@@ -121,7 +126,7 @@ static void alloc_layer_acts(struct gpt_model *m, struct gpt_layer_acts *A, bool
 
 static void free_layer_acts(struct gpt_model *m, struct gpt_layer_acts *A)
 {
-	const struct gpt_config *c = &m->c;
+	const struct gpt_config *c = &m->lc;
 	size_t BT = (size_t)m->B * c->S, h = c->h, f1 = c->swiglu ? 2 * (size_t)c->f : (size_t)c->f;
 	struct mem_pool *mp = m->mem;
 	mem_free(mp, A->ln1, BT * h * 4);
@@ -150,7 +155,7 @@ static bool layer_recomputed(const struct gpt_config *c, int l)
 }
 
 int gpt_init(struct gpt_model *m, const struct gpt_config *c, const struct kops *k, struct mem_pool *mem,
-	     int B, enum gpt_precision precision)
+	     int B, enum gpt_precision precision, struct dist_group *tp)
 {
 	memset(m, 0, sizeof(*m));
 	m->c = *c;
@@ -158,7 +163,23 @@ int gpt_init(struct gpt_model *m, const struct gpt_config *c, const struct kops 
 	m->mem = mem;
 	m->B = B;
 	m->precision = precision;
+	m->tp = tp && tp->size > 1 ? tp : NULL;
+	m->tp_size = m->tp ? tp->size : 1;
+	m->tp_rank = m->tp ? tp->rank : 0;
+	int t = m->tp_size;
+	if (c->g % t || c->f % t || c->Vp % t)
+		return error("tensor parallelism %d needs query groups (%d), ffn size (%d) and padded vocabulary (%d) "
+			     "divisible by it%s", t, c->g, c->f, c->Vp,
+			     c->g % t ? " (fewer query groups than TP ranks is not implemented yet)" : "");
+	/* what this rank computes: its heads, groups, ffn columns and vocabulary rows */
+	m->lc = *c;
+	m->lc.a /= t;
+	m->lc.g /= t;
+	m->lc.f /= t;
+	m->lc.Vp /= t;
+	m->vstart = m->tp_rank * m->lc.Vp;
 	register_params(m);
+	c = &m->lc;
 	m->reg.data = mem_alloc_f32(mem, m->reg.total);
 	m->reg.grad = mem_alloc_f32(mem, m->reg.total);
 	m->work = precision == GPT_FP32 ? m->reg.data : mem_alloc_f32(mem, m->reg.total);
@@ -230,7 +251,7 @@ void gpt_free(struct gpt_model *m)
 {
 	if (!m->lp)
 		return;
-	const struct gpt_config *c = &m->c;
+	const struct gpt_config *c = &m->lc;
 	struct mem_pool *mp = m->mem;
 	size_t BT = (size_t)m->B * c->S, h = c->h;
 	size_t qkv = (size_t)(c->a + 2 * c->g) * c->k, ak = (size_t)c->a * c->k;
@@ -304,13 +325,9 @@ void gpt_init_weights(struct gpt_model *m, uint64_t seed)
 		/* Counter = global element index, so a TP shard draws its slice of the
 		 * same global tensor. */
 		int64_t cols = p->ndim == 2 ? p->shape[1] : 1;
-		int64_t lcols = p->ndim == 2 ? p->local_shape[1] : 1;
 		for (size_t e = 0; e < p->numel; e++) {
-			int64_t r = (int64_t)e / lcols, col = (int64_t)e % lcols;
-			if (p->tp_axis == 0)
-				r += p->local_start;
-			else if (p->tp_axis == 1)
-				col += p->local_start;
+			int64_t r, col;
+			params_global_pos(p, e, &r, &col);
 			uint64_t gidx = (uint64_t)(r * cols + col);
 			switch (p->init) {
 			case PARAM_INIT_NORMAL:
@@ -361,6 +378,25 @@ static void linear_bwd(struct gpt_model *m, float *dinp, const float *dout, cons
 		round_half(m, dinp, (size_t)N * IC);
 }
 
+/* Tensor parallelism's conjugate pair (Megatron's reduce_from / copy_to
+ * tensor-parallel region): the sum over TP ranks of a row-parallel output in
+ * forward, or of a column-parallel input gradient in backward. */
+static void tp_sum(struct gpt_model *m, float *x, size_t n)
+{
+	if (m->tp) {
+		dist_allreduce_sum_f32(m->tp, x, n);
+		round_half(m, x, n);
+	}
+}
+
+/* A row-parallel linear (linear_proj, linear_fc2): partial products summed
+ * over TP; the bias, replicated, is added once (by TP rank 0). */
+static void linear_fwd_row(struct gpt_model *m, float *out, const float *inp, int w, int b, int N, int IC, int OC)
+{
+	linear_fwd(m, out, inp, w, m->tp_rank == 0 ? b : -1, N, IC, OC);
+	tp_sum(m, out, (size_t)N * OC);
+}
+
 static void norm_fwd(struct gpt_model *m, float *out, float *mean, float *rstd, const float *inp, int w, int b,
 		     int N)
 {
@@ -387,7 +423,7 @@ static void norm_bwd(struct gpt_model *m, float *dinp, const float *dout, const 
 
 static void layer_forward(struct gpt_model *m, int l, const float *x, float *y, bool train)
 {
-	const struct gpt_config *c = &m->c;
+	const struct gpt_config *c = &m->lc;
 	const struct kops *k = m->k;
 	const struct gpt_layer_params *p = &m->lp[l];
 	struct gpt_layer_acts *A = &m->acts[l];
@@ -401,7 +437,7 @@ static void layer_forward(struct gpt_model *m, int l, const float *x, float *y, 
 	k->attention_forward(A->atty, A->probs, A->q, A->kk, A->v, m->use_doc ? m->doc : NULL, B, S, c->a, c->g,
 			     c->k, 1.0f / sqrtf((float)c->k), pa, m->drop_seed, site_offset(3 * l));
 	round_half(m, A->atty, (size_t)N * ak);
-	linear_fwd(m, m->tmp, A->atty, p->proj_w, p->proj_b, N, ak, h);
+	linear_fwd_row(m, m->tmp, A->atty, p->proj_w, p->proj_b, N, ak, h);
 	k->dropout_add_forward(A->res1, x, m->tmp, (size_t)N * h, ph, m->drop_seed, site_offset(3 * l + 1));
 	round_half(m, A->res1, (size_t)N * h); /* the residual stream is half precision too */
 	norm_fwd(m, A->ln2, A->ln2_mean, A->ln2_rstd, A->res1, p->ln2_w, p->ln2_b, N);
@@ -411,7 +447,7 @@ static void layer_forward(struct gpt_model *m, int l, const float *x, float *y, 
 	else
 		k->gelu_forward(A->act, A->fc1, (size_t)N * c->f, c->gelu);
 	round_half(m, A->act, (size_t)N * c->f);
-	linear_fwd(m, m->tmp, A->act, p->fc2_w, p->fc2_b, N, c->f, h);
+	linear_fwd_row(m, m->tmp, A->act, p->fc2_w, p->fc2_b, N, c->f, h);
 	k->dropout_add_forward(y, A->res1, m->tmp, (size_t)N * h, ph, m->drop_seed, site_offset(3 * l + 2));
 	round_half(m, y, (size_t)N * h);
 }
@@ -419,7 +455,7 @@ static void layer_forward(struct gpt_model *m, int l, const float *x, float *y, 
 /* dres: in = dL/d(layer output), out = dL/d(layer input). */
 static void layer_backward(struct gpt_model *m, int l, const float *x, float *dres)
 {
-	const struct gpt_config *c = &m->c;
+	const struct gpt_config *c = &m->lc;
 	const struct kops *k = m->k;
 	const struct gpt_layer_params *p = &m->lp[l];
 	struct gpt_layer_acts *A = &m->acts[l];
@@ -440,6 +476,7 @@ static void layer_backward(struct gpt_model *m, int l, const float *x, float *dr
 	else
 		k->gelu_backward(m->dfc1, m->dact, A->fc1, (size_t)N * c->f, c->gelu);
 	linear_bwd(m, m->dln, m->dfc1, A->ln2, p->fc1_w, p->fc1_b, N, h, f1);
+	tp_sum(m, m->dln, nh); /* column-parallel fc1: every rank's share of dL/d norm2 */
 	norm_bwd(m, m->dtmp, m->dln, A->res1, p->ln2_w, p->ln2_b, A->ln2_mean, A->ln2_rstd, N);
 	k->add(dres, dres, m->dtmp, nh); /* dres = dL/d res1 */
 	round_half(m, dres, nh);
@@ -456,6 +493,7 @@ static void layer_backward(struct gpt_model *m, int l, const float *x, float *dr
 	k->qkv_split_backward(m->dqkv, m->dq, m->dk, m->dv, m->rope_cos, m->rope_sin, B, S, c->a, c->g, c->k,
 			      c->rot);
 	linear_bwd(m, m->dln, m->dqkv, A->ln1, p->qkv_w, p->qkv_b, N, h, qkv);
+	tp_sum(m, m->dln, nh);
 	norm_bwd(m, m->dtmp, m->dln, x, p->ln1_w, p->ln1_b, A->ln1_mean, A->ln1_rstd, N);
 	k->add(dres, dres, m->dtmp, nh); /* dres = dL/dx */
 	round_half(m, dres, nh);
@@ -463,19 +501,53 @@ static void layer_backward(struct gpt_model *m, int l, const float *x, float *dr
 
 /* ---- the model ---- */
 
+/* Vocabulary-parallel cross-entropy (Megatron's vocab_parallel_cross_entropy):
+ * each rank has the log-sum-exp of its logits and, where the target is in
+ * its shard, lse - target logit. The global lse is m + log sum exp(lse_r - m)
+ * with m the max over ranks, the target logit the sum of the owners' values;
+ * the global lse goes back to the device for backward's softmax. Row sums
+ * of a few floats per token: done on the host. */
+static void xent_combine(struct gpt_model *m, float *losses, int N)
+{
+	float *lse = xmalloc((size_t)N * 3 * sizeof(float)), *mx = lse + N, *xt = lse + 2 * N;
+	m->k->to_host(lse, m->lse, (size_t)N * sizeof(float));
+	for (int i = 0; i < N; i++) {
+		mx[i] = lse[i];
+		xt[i] = lse[i] - losses[i]; /* the target logit here, 0 where the target is elsewhere */
+	}
+	dist_allreduce_max_f32(m->tp, mx, (size_t)N);
+	dist_allreduce_sum_f32(m->tp, xt, (size_t)N);
+	for (int i = 0; i < N; i++)
+		lse[i] = expf(lse[i] - mx[i]);
+	dist_allreduce_sum_f32(m->tp, lse, (size_t)N);
+	for (int i = 0; i < N; i++) {
+		lse[i] = mx[i] + logf(lse[i]);
+		losses[i] = lse[i] - xt[i];
+	}
+	m->k->to_device(m->lse, lse, (size_t)N * sizeof(float));
+	free(lse);
+}
+
 void gpt_forward(struct gpt_model *m, const int32_t *tokens, const int32_t *labels, const int32_t *positions,
 		 const int32_t *doc, uint64_t drop_seed, bool train, float *losses_host)
 {
-	const struct gpt_config *c = &m->c;
+	const struct gpt_config *c = &m->lc;
 	const struct kops *k = m->k;
 	int B = m->B, S = c->S, N = B * S, h = c->h;
 	size_t nh = (size_t)N * h;
 
-	for (int i = 0; i < N; i++)
-		if (tokens[i] < 0 || tokens[i] >= c->Vp || labels[i] < 0 || labels[i] >= c->Vp)
-			BUG("token id %d / label %d outside the vocabulary of %d", tokens[i], labels[i], c->Vp);
-	k->to_device(m->tokens, tokens, (size_t)N * 4);
-	k->to_device(m->targets, labels, (size_t)N * 4);
+	/* ids local to this rank's vocabulary shard, -1 for the other shards' */
+	int32_t *local = xmalloc((size_t)N * 2 * sizeof(int32_t));
+	for (int i = 0; i < N; i++) {
+		if (tokens[i] < 0 || tokens[i] >= m->c.Vp || labels[i] < 0 || labels[i] >= m->c.Vp)
+			BUG("token id %d / label %d outside the vocabulary of %d", tokens[i], labels[i], m->c.Vp);
+		int32_t tl = tokens[i] - m->vstart, ll = labels[i] - m->vstart;
+		local[i] = tl >= 0 && tl < c->Vp ? tl : -1;
+		local[N + i] = ll >= 0 && ll < c->Vp ? ll : -1;
+	}
+	k->to_device(m->tokens, local, (size_t)N * 4);
+	k->to_device(m->targets, local + N, (size_t)N * 4);
+	free(local);
 	m->use_positions = !c->rope;
 	if (m->use_positions) {
 		if (positions) {
@@ -493,8 +565,11 @@ void gpt_forward(struct gpt_model *m, const int32_t *tokens, const int32_t *labe
 		k->to_device(m->doc, doc, (size_t)N * 4);
 	m->drop_seed = drop_seed;
 
+	/* vocabulary-parallel embedding: each rank looks up its rows, the sum over
+	 * TP ranks is the embedding; the (replicated) positions are added once */
 	k->embedding_forward(m->resid, m->tokens, m->use_positions ? m->positions : NULL, gpt_param(m, m->wte),
-			     gpt_param(m, m->wpe), N, h);
+			     m->tp_rank == 0 ? gpt_param(m, m->wpe) : NULL, N, h);
+	tp_sum(m, m->resid, nh);
 	if (train && c->hidden_dropout > 0) /* the embedding dropout; backward's mask op is the same map */
 		k->dropout_backward(m->resid, m->resid, nh, c->hidden_dropout, drop_seed, site_offset(3 * c->L));
 	round_half(m, m->resid, nh);
@@ -505,11 +580,13 @@ void gpt_forward(struct gpt_model *m, const int32_t *tokens, const int32_t *labe
 	linear_fwd(m, m->logits, m->lnf, m->out_w, -1, N, h, c->Vp);
 	k->xent_forward(m->losses, m->lse, m->logits, m->targets, N, c->Vp);
 	k->to_host(losses_host, m->losses, (size_t)N * 4);
+	if (m->tp)
+		xent_combine(m, losses_host, N);
 }
 
 void gpt_backward(struct gpt_model *m, const float *dloss_host)
 {
-	const struct gpt_config *c = &m->c;
+	const struct gpt_config *c = &m->lc;
 	const struct kops *k = m->k;
 	int B = m->B, S = c->S, N = B * S, h = c->h;
 	size_t nh = (size_t)N * h;
@@ -518,6 +595,7 @@ void gpt_backward(struct gpt_model *m, const float *dloss_host)
 	k->to_device(m->dloss, dloss_host, (size_t)N * 4);
 	k->xent_backward(m->logits, m->logits, m->lse, m->targets, m->dloss, N, c->Vp);
 	linear_bwd(m, m->dln, m->logits, m->lnf, m->out_w, -1, N, h, c->Vp);
+	tp_sum(m, m->dln, nh); /* the output layer is column-parallel over the vocabulary */
 	norm_bwd(m, m->dres, m->dln, m->resid + (size_t)c->L * nh, m->lnf_w, m->lnf_b, m->lnf_mean, m->lnf_rstd,
 		 N);
 	for (int l = c->L - 1; l >= 0; l--) {

@@ -17,6 +17,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "dist/dist.h"
 #include "kernels/ops.h"
 #include "model/gpt_config.h"
 #include "model/params.h"
@@ -42,7 +43,11 @@ struct gpt_layer_acts {
 enum gpt_precision { GPT_FP32, GPT_BF16, GPT_FP16 };
 
 struct gpt_model {
-	struct gpt_config c;
+	struct gpt_config c;    /* the model */
+	struct gpt_config lc;   /* this rank's part: heads, groups, ffn and vocabulary divided by TP */
+	struct dist_group *tp;  /* tensor-parallel group, NULL without TP */
+	int tp_size, tp_rank;
+	int vstart;             /* first vocabulary row of this rank's shard */
 	const struct kops *k;
 	struct mem_pool *mem;
 	struct param_registry reg;
@@ -62,7 +67,7 @@ struct gpt_model {
 	float *losses, *lse;   /* [B*T] */
 	float *rope_cos, *rope_sin;
 	/* inputs on the device */
-	int32_t *tokens, *positions, *targets, *doc;
+	int32_t *tokens, *positions, *targets, *doc; /* tokens and targets as shard-local ids, -1 elsewhere */
 	float *dloss;
 	bool use_doc, use_positions;
 	/* scratch */
@@ -74,9 +79,11 @@ struct gpt_model {
 };
 
 /* Register parameters, allocate weights, grads and the activation buffers for
- * micro-batches of B samples. error() and -1 on failure. */
+ * micro-batches of B samples; with a tensor-parallel group (NULL: none) this
+ * rank holds and computes its shard (Megatron's column/row-parallel linears,
+ * vocabulary-parallel embedding and cross-entropy). error() and -1 on failure. */
 int gpt_init(struct gpt_model *m, const struct gpt_config *c, const struct kops *k, struct mem_pool *mem,
-	     int B, enum gpt_precision precision);
+	     int B, enum gpt_precision precision, struct dist_group *tp);
 void gpt_free(struct gpt_model *m);
 
 /* Megatron's init from the seed: N(0, std) weights, N(0, std/sqrt(2L)) for the

@@ -56,6 +56,31 @@ int params_add(struct param_registry *r, const char *name, int ndim, const int64
 	return r->n++;
 }
 
+void params_global_pos_rank(const struct param *p, int rank, size_t e, int64_t *row, int64_t *col)
+{
+	int64_t lcols = p->ndim == 2 ? p->local_shape[1] : 1;
+	int64_t r = (int64_t)e / lcols, c = (int64_t)e % lcols;
+	if (p->tp_axis == 0 && (p->flags & PARAM_GLU)) {
+		/* local [gate_r; up_r] -> global [gate_0 .. gate_t-1; up_0 .. up_t-1] */
+		int64_t half = p->local_shape[0] / 2, ghalf = p->shape[0] / 2;
+		r = r < half ? rank * half + r : ghalf + rank * half + (r - half);
+	} else if (p->tp_axis == 0) {
+		r += p->local_shape[0] * rank;
+	} else if (p->tp_axis == 1) {
+		c += p->local_shape[1] * rank;
+	}
+	*row = r;
+	*col = c;
+}
+
+void params_global_pos(const struct param *p, size_t e, int64_t *row, int64_t *col)
+{
+	int rank = 0;
+	if (p->tp_axis >= 0 && p->local_shape[p->tp_axis])
+		rank = (int)(p->local_start / p->local_shape[p->tp_axis]);
+	params_global_pos_rank(p, rank, e, row, col);
+}
+
 int params_find(const struct param_registry *r, const char *name)
 {
 	for (int i = 0; i < r->n; i++)

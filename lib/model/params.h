@@ -18,6 +18,7 @@
 enum param_flags {
 	PARAM_NO_WD = 1 << 0, /* weight-decay multiplier 0 (biases and 1-D tensors) */
 	PARAM_TIED = 1 << 1,  /* also used as the output layer (tied embeddings) */
+	PARAM_GLU = 1 << 2,   /* rows are [gate; up]; TP splits each half (SwiGLU fc1, Megatron's layout) */
 };
 
 enum param_init {
@@ -54,6 +55,12 @@ struct param_registry {
 int params_add(struct param_registry *r, const char *name, int ndim, const int64_t *shape,
 	       int tp_axis, int tp_size, int tp_rank, unsigned flags, enum param_init init,
 	       float init_std);
+/* Where local element e of p sits in the global tensor: row and column (a
+ * 1-D tensor is one column). Follows the TP split, [gate; up] halves included. */
+void params_global_pos(const struct param *p, size_t e, int64_t *row, int64_t *col);
+/* The same for the slice TP rank `rank` holds (same local shape). */
+void params_global_pos_rank(const struct param *p, int rank, size_t e, int64_t *row, int64_t *col);
+
 /* Index of a name, or -1. */
 int params_find(const struct param_registry *r, const char *name);
 void params_free(struct param_registry *r);

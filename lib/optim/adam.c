@@ -38,14 +38,32 @@ void adam_free(struct adam *o)
 	memset(o, 0, sizeof(*o));
 }
 
-double adam_grad_sumsq(const struct adam *o)
+/* Sum of squares of buf over [lo, hi), tensor by tensor; with
+ * replicated = false the tensors every TP rank holds whole are left out (TP
+ * rank 0 counts them), so summing over the TP group counts each once. */
+static double sumsq_range(const struct adam *o, const float *buf, bool replicated)
 {
-	return o->k->sumsq(o->reg->grad + o->lo, o->hi - o->lo);
+	double ss = 0;
+	for (int i = 0; i < o->reg->n; i++) {
+		const struct param *p = &o->reg->p[i];
+		if (!replicated && p->tp_axis < 0)
+			continue;
+		size_t a = p->offset > o->lo ? p->offset : o->lo;
+		size_t b = p->offset + p->numel < o->hi ? p->offset + p->numel : o->hi;
+		if (a < b)
+			ss += o->k->sumsq(buf + a, b - a);
+	}
+	return ss;
 }
 
-double adam_params_sumsq(const struct adam *o)
+double adam_grad_sumsq(const struct adam *o, bool replicated)
 {
-	return o->k->sumsq(o->reg->data + o->lo, o->hi - o->lo);
+	return sumsq_range(o, o->reg->grad, replicated);
+}
+
+double adam_params_sumsq(const struct adam *o, bool replicated)
+{
+	return sumsq_range(o, o->reg->data, replicated);
 }
 
 void adam_clip(struct adam *o, double norm, double clip)

@@ -14,6 +14,7 @@
 #ifndef MEGAC_OPTIM_ADAM_H
 #define MEGAC_OPTIM_ADAM_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -34,10 +35,12 @@ struct adam {
 void adam_init(struct adam *o, struct param_registry *reg, const struct kops *k, struct mem_pool *mem,
 	       float beta1, float beta2, float eps, size_t lo, size_t hi);
 void adam_free(struct adam *o);
-/* Sum of squares of the gradients in [lo, hi) (each tensor once, tied ones once). */
-double adam_grad_sumsq(const struct adam *o);
-/* Sum of squares of the parameters in [lo, hi) (--log-params-norm). */
-double adam_params_sumsq(const struct adam *o);
+/* Sum of squares of the gradients in [lo, hi) (each tensor once, tied ones
+ * once); replicated = false leaves out the tensors tensor parallelism does not
+ * split (all TP ranks but 0 pass false, so the TP sum counts them once). */
+double adam_grad_sumsq(const struct adam *o, bool replicated);
+/* The same for the parameters (--log-params-norm). */
+double adam_params_sumsq(const struct adam *o, bool replicated);
 /* Megatron's clip of the grads in [lo, hi): if clip > 0 and clip/(norm+1e-6) < 1,
  * scale them by it. norm is the global norm. */
 void adam_clip(struct adam *o, double norm, double clip);

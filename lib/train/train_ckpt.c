@@ -64,28 +64,66 @@ static char *config_json(const struct trainer *t)
 	return s;
 }
 
-/* Every parameter's slice of base (a registry-sized buffer: device memory,
- * or host memory when on_host) under group/<name>. */
+/* Elements of all parameters at their global shapes, one after another. */
+static size_t global_total(const struct param_registry *reg)
+{
+	size_t n = 0;
+	for (int i = 0; i < reg->n; i++)
+		n += (size_t)reg->p[i].shape[0] * (size_t)(reg->p[i].ndim == 2 ? reg->p[i].shape[1] : 1);
+	return n;
+}
+
+static size_t global_numel(const struct param *p)
+{
+	return (size_t)p->shape[0] * (size_t)(p->ndim == 2 ? p->shape[1] : 1);
+}
+
+/* A registry-sized host array of this rank's slices -> every parameter's
+ * global tensor (concatenated), complete on tensor-parallel rank 0: the TP
+ * ranks' slices are gathered and put where params_global_pos says. */
+static float *to_global(struct trainer *t, const float *local)
+{
+	const struct param_registry *reg = &t->model.reg;
+	struct dist_group *tp = &t->dist.tp;
+	float *global = xcalloc(global_total(reg) + 1, sizeof(float));
+	float *all = tp->size > 1 ? xmalloc(sizeof(float) * (size_t)tp->size * 1) : NULL;
+	size_t cap = 0, off = 0;
+	for (int i = 0; i < reg->n; i++) {
+		const struct param *p = &reg->p[i];
+		int64_t cols = p->ndim == 2 ? p->shape[1] : 1;
+		if (p->tp_axis < 0 || tp->size == 1) {
+			memcpy(global + off, local + p->offset, p->numel * sizeof(float));
+		} else {
+			xgrow(&all, &cap, p->numel * (size_t)tp->size, sizeof(float));
+			dist_gather_equal_f32(tp, local + p->offset, p->numel, all);
+			for (int r = 0; tp->rank == 0 && r < tp->size; r++)
+				for (size_t e = 0; e < p->numel; e++) {
+					int64_t row, col;
+					params_global_pos_rank(p, r, e, &row, &col);
+					global[off + (size_t)(row * cols + col)] = all[(size_t)r * p->numel + e];
+				}
+		}
+		off += global_numel(p);
+	}
+	free(all);
+	return global;
+}
+
+/* Every parameter's global tensor from global[] (to_global's layout) under
+ * group/<name>. */
 static int put_tensors(struct ckpt_writer *w, int file, const struct trainer *t, const char *group,
-		       const float *base, bool on_host)
+		       const float *global)
 {
 	const struct param_registry *reg = &t->model.reg;
 	char name[PARAM_NAME_MAX + 32];
 	int ret = 0;
-	size_t cap = 0;
-	float *host = NULL;
+	size_t off = 0;
 	for (int i = 0; i < reg->n && !ret; i++) {
 		const struct param *p = &reg->p[i];
-		const float *src = base + p->offset;
-		if (!on_host) {
-			xgrow(&host, &cap, p->numel, sizeof(float));
-			t->k->to_host(host, src, p->numel * sizeof(float));
-			src = host;
-		}
 		snprintf(name, sizeof(name), "%s%s%s", group ? group : "", group ? "/" : "", p->name);
-		ret = ckpt_put_tensor(w, file, name, CKPT_F32, p->ndim, p->local_shape, src);
+		ret = ckpt_put_tensor(w, file, name, CKPT_F32, p->ndim, p->shape, global + off);
+		off += global_numel(p);
 	}
-	free(host);
 	return ret;
 }
 
@@ -104,7 +142,7 @@ static float *optim_state_full(struct trainer *t, const float *state)
 
 /* Every data-parallel replica holds the same state, so rank 0 writes it all
  * (decision 5: the files do not depend on the layout). */
-static int save_rank0(struct trainer *t, const float *m, const float *v)
+static int save_rank0(struct trainer *t, const float *model, const float *m, const float *v)
 {
 	const struct args *a = t->a;
 	struct ckpt_writer *w = ckpt_begin(a->save, t->iteration);
@@ -114,7 +152,7 @@ static int save_rank0(struct trainer *t, const float *m, const float *v)
 	if (mf < 0)
 		goto fail;
 	char *cfg = config_json(t);
-	int r = put_tensors(w, mf, t, NULL, t->model.reg.data, false);
+	int r = put_tensors(w, mf, t, NULL, model);
 	r |= ckpt_put_attr_i64(w, mf, NULL, "iteration", t->iteration);
 	r |= ckpt_put_attr_f64(w, mf, NULL, "checkpoint_version", 3.0);
 	r |= ckpt_put_attr_i64(w, mf, NULL, "consumed_train_samples", t->consumed_train);
@@ -132,8 +170,8 @@ static int save_rank0(struct trainer *t, const float *m, const float *v)
 		if (of < 0)
 			goto fail;
 		const struct lr_sched *s = &t->sched;
-		r = put_tensors(w, of, t, "exp_avg", m, true);
-		r |= put_tensors(w, of, t, "exp_avg_sq", v, true);
+		r = put_tensors(w, of, t, "exp_avg", m);
+		r |= put_tensors(w, of, t, "exp_avg_sq", v);
 		r |= ckpt_put_attr_i64(w, of, NULL, "step", t->opt.step);
 		r |= ckpt_put_attr_f64(w, of, NULL, "max_lr", s->max_lr);
 		r |= ckpt_put_attr_f64(w, of, NULL, "min_lr", s->min_lr);
@@ -162,14 +200,26 @@ fail:
 
 int train_ckpt_save(struct trainer *t)
 {
+	/* every tensor at its global shape: shards gathered over DP (the
+	 * distributed optimizer's state) and TP, so the files do not depend on
+	 * the layout that wrote them */
 	double failed = 0;
-	float *m = NULL, *v = NULL;
+	size_t total = t->model.reg.total;
+	float *local = xmalloc((total ? total : 1) * sizeof(float));
+	t->k->to_host(local, t->model.reg.data, total * sizeof(float));
+	float *model = to_global(t, local), *m = NULL, *v = NULL;
+	free(local);
 	if (!t->a->no_save_optim) {
-		m = optim_state_full(t, t->opt.exp_avg);
-		v = optim_state_full(t, t->opt.exp_avg_sq);
+		local = optim_state_full(t, t->opt.exp_avg);
+		m = to_global(t, local);
+		free(local);
+		local = optim_state_full(t, t->opt.exp_avg_sq);
+		v = to_global(t, local);
+		free(local);
 	}
 	if (t->dist.rank == 0)
-		failed = save_rank0(t, m, v) < 0;
+		failed = save_rank0(t, model, m, v) < 0;
+	free(model);
 	free(m);
 	free(v);
 	/* the others wait, and learn whether it worked */
@@ -181,29 +231,40 @@ int train_ckpt_save(struct trainer *t)
 	return 0;
 }
 
-/* Every parameter under group/<name> into base, a registry-sized buffer of
- * device memory, or host memory when on_host. */
-static int get_tensors(struct ckpt_reader *r, int file, struct trainer *t, const char *group, float *base,
-		       bool on_host)
+/* Every parameter under group/<name>, read at its global shape; this rank's
+ * slice goes to local, a registry-sized host array. */
+static int get_tensors(struct ckpt_reader *r, int file, struct trainer *t, const char *group, float *local)
 {
 	const struct param_registry *reg = &t->model.reg;
 	char name[PARAM_NAME_MAX + 32];
 	size_t cap = 0;
-	float *host = NULL;
+	float *global = NULL;
 	int ret = 0;
 	for (int i = 0; i < reg->n && !ret; i++) {
 		const struct param *p = &reg->p[i];
-		float *dst = base + p->offset;
-		if (!on_host) {
-			xgrow(&host, &cap, p->numel, sizeof(float));
-			dst = host;
-		}
+		int64_t cols = p->ndim == 2 ? p->shape[1] : 1;
+		xgrow(&global, &cap, global_numel(p), sizeof(float));
 		snprintf(name, sizeof(name), "%s%s%s", group ? group : "", group ? "/" : "", p->name);
-		ret = ckpt_get_tensor(r, file, name, CKPT_F32, p->ndim, p->local_shape, dst);
-		if (!ret && !on_host)
-			t->k->to_device(base + p->offset, host, p->numel * sizeof(float));
+		ret = ckpt_get_tensor(r, file, name, CKPT_F32, p->ndim, p->shape, global);
+		for (size_t e = 0; !ret && e < p->numel; e++) {
+			int64_t row, col;
+			params_global_pos(p, e, &row, &col);
+			local[p->offset + e] = global[row * cols + col];
+		}
 	}
-	free(host);
+	free(global);
+	return ret;
+}
+
+/* The model's weights into the registry. */
+static int get_model(struct ckpt_reader *r, int file, struct trainer *t)
+{
+	size_t total = t->model.reg.total;
+	float *local = xmalloc((total ? total : 1) * sizeof(float));
+	int ret = get_tensors(r, file, t, NULL, local);
+	if (!ret)
+		t->k->to_device(t->model.reg.data, local, total * sizeof(float));
+	free(local);
 	return ret;
 }
 
@@ -212,7 +273,7 @@ static int get_optim_state(struct ckpt_reader *r, int file, struct trainer *t, c
 {
 	size_t total = t->model.reg.total;
 	float *full = xcalloc(total ? total : 1, sizeof(float));
-	int ret = get_tensors(r, file, t, group, full, true);
+	int ret = get_tensors(r, file, t, group, full);
 	if (!ret)
 		t->k->to_device(state, full + t->opt.lo, (t->opt.hi - t->opt.lo) * sizeof(float));
 	free(full);
@@ -298,7 +359,7 @@ int train_ckpt_load(struct trainer *t)
 	bool finetune = a->finetune || it == CKPT_RELEASE;
 	int ret = -1;
 	int mf = ckpt_file_open(r, "model.h5");
-	if (mf < 0 || get_tensors(r, mf, t, NULL, t->model.reg.data, false) < 0)
+	if (mf < 0 || get_model(r, mf, t) < 0)
 		goto out;
 	if (!finetune) {
 		if (ckpt_get_attr_i64(r, mf, NULL, "iteration", &t->iteration) < 0 ||

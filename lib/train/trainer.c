@@ -46,9 +46,10 @@ static uint64_t micro_seed(uint64_t seed, int64_t iteration, int64_t micro)
 /* L2 norm of all parameters (the shards' sums of squares added up). */
 static double trainer_params_norm(struct trainer *t)
 {
-	double ss = adam_params_sumsq(&t->opt);
+	double ss = adam_params_sumsq(&t->opt, t->dist.tp.rank == 0);
 	if (t->opt.hi - t->opt.lo != t->model.reg.total)
 		dist_allreduce_sum_f64(&t->dist.dp, &ss, 1);
+	dist_allreduce_sum_f64(&t->dist.tp, &ss, 1);
 	return sqrt(ss);
 }
 
@@ -139,15 +140,18 @@ static int train_step(struct trainer *t, double *loss, bool *skipped, double *gn
 		double found = k->nonfinite(reg->grad + lo, n) != 0;
 		if (sharded)
 			dist_allreduce_max_f64(&t->dist.dp, &found, 1);
+		dist_allreduce_max_f64(&t->dist.tp, &found, 1);
 		grad_scaler_update(&t->scaler, found > 0);
 		if (found > 0) {
 			*skipped = true;
 			return 0;
 		}
 	}
-	double ss = adam_grad_sumsq(&t->opt);
+	/* the global norm: shards over DP (distributed optimizer), slices over TP */
+	double ss = adam_grad_sumsq(&t->opt, t->dist.tp.rank == 0);
 	if (sharded)
 		dist_allreduce_sum_f64(&t->dist.dp, &ss, 1);
+	dist_allreduce_sum_f64(&t->dist.tp, &ss, 1);
 	double norm = sqrt(ss);
 	/* Megatron's check_for_nan_in_loss_and_grad (on unless fp16 scales dynamically):
 	 * the summed loss and the gradients must be finite. */
