@@ -177,6 +177,52 @@ compare "TP4 equals one rank" "$W/t1.jsonl" "$W/t4.jsonl"
 compare "TP2 x DP2 with the distributed optimizer equals one rank" "$W/t1.jsonl" "$W/t22.jsonl"
 compare "Llama-style TP2 equals one rank" "$W/l1.jsonl" "$W/l2.jsonl"
 
+# --log-comm under tensor parallelism: Megatron's conjugate all-reduces, counted
+expect_ok "TP2 x DP2 with --log-comm" \
+	sh -c "$MPI -np 4 $BIN/train $T2 --log-comm --log-interval 4 --eval-interval 1000 >$W/ct.log"
+if $PY - "$W/ct.log" >"$W/cmp.log" 2>&1 <<'EOF'; then
+import re, sys
+h, L, S, mbs, gbs, t, dp, V = 32, 2, 32, 1, 8, 2, 2, 50304
+N, M = mbs * S, gbs // (mbs * dp)
+def ring(p, n):
+    return 2 * (p - 1) * n // p
+# per micro-batch: forward embedding + 2 per layer (proj, fc2), backward output layer + 2 per
+# layer (fc1, qkv input grads), each N x h floats; the vocabulary-parallel loss, 3 x N floats
+tp = M * ring(t, (4 * L + 2) * 4 * N * h + 3 * 4 * N) + ring(t, 8)      # + the grad-norm sum
+# data parallel: this rank's slice of the parameters
+P = V // t * h + S * h + L * (2 * h + 3 * h * h // t + 3 * h // t + h * h // t + h + 2 * h
+                              + 4 * h * h // t + 4 * h // t + 4 * h * h // t + h) + 2 * h
+dpb = ring(dp, 4 * P) + ring(dp, 16)
+for l in open(sys.argv[1]):
+    if "communication per iteration" in l and "tensor-model-parallel: 0 " not in l:
+        c = {k: int(v) for k, v in re.findall(r"\| ([a-z -]+): (\d+)", l)}
+last = c
+assert last["tensor-model-parallel"] == tp and last["data-parallel"] == dpb, (last, tp, dpb)
+print("tensor-parallel %d, data-parallel %d bytes per iteration" % (tp, dpb))
+EOF
+	ok "--log-comm TP2 x DP2 volumes equal the analytic ones: $(cat "$W/cmp.log")"
+else
+	notok "--log-comm TP2 x DP2 volumes"
+	show "$W/cmp.log"
+fi
+
+# initial weights are drawn per global element: the Llama-style model saved at TP2
+# (fused QKV per query group, SwiGLU [gate; up]) is bit-identical to the one-rank model
+expect_ok "Llama-style init, 1 rank" $BIN/train $T1 $LL --train-iters 0 --save "$W/i1"
+expect_ok "Llama-style init, TP2" $MPI -np 2 $BIN/train $T2 $LL --train-iters 0 --save "$W/i2"
+if $PY -c "
+import h5py, numpy as np
+a = h5py.File('$W/i1/iter_0000000/model.h5'); b = h5py.File('$W/i2/iter_0000000/model.h5')
+assert sorted(a) == sorted(b) and len(a) > 10
+for n in a:
+    assert a[n].shape == b[n].shape and np.array_equal(a[n][()], b[n][()]), n
+" 2>"$W/py.err"; then
+	ok "a TP2 checkpoint equals the one-rank checkpoint tensor for tensor (GQA QKV, SwiGLU fc1 reassembled)"
+else
+	notok "TP2 vs one-rank initial checkpoint"
+	show "$W/py.err"
+fi
+
 # a TP2 x DP2 checkpoint (global tensors) resumes on one rank and as TP4 x DP2
 expect_ok "TP2 x DP2: 4 iterations, save" \
 	sh -c "$MPI -np 4 $BIN/train $T2 --save $W/tck --save-interval 4 --exit-interval 4 >$W/tck.log"
