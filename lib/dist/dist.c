@@ -39,18 +39,17 @@
  * thread; the launcher then ends the others. */
 struct dist_watch {
 	pthread_t thread;
-	atomic_llong since_ms;            /* 0: not in a collective */
+	/* Time is counted in the watchdog's own half-second ticks, not the wall
+	 * clock, so a job suspended as a whole (Slurm's scontrol suspend,
+	 * preemption) does not look stalled when it resumes. */
+	atomic_llong ticks;
+	atomic_llong since_tick;          /* -1: not in a collective */
 	_Atomic(const char *) call, group;
-	atomic_bool stop;
+	atomic_bool stop, paused;
 	double timeout_s;
 };
 
-static long long now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
+#define WATCH_TICK_S 0.5
 
 static void *watch_main(void *arg)
 {
@@ -58,19 +57,30 @@ static void *watch_main(void *arg)
 	while (!atomic_load(&w->stop)) {
 		struct timespec nap = { 0, 500 * 1000 * 1000 };
 		nanosleep(&nap, NULL);
-		long long since = atomic_load(&w->since_ms);
-		if (since && (double)(now_ms() - since) / 1000.0 > w->timeout_s) {
+		long long now = atomic_fetch_add(&w->ticks, 1) + 1;
+		long long since = atomic_load(&w->since_tick);
+		double waited = (double)(now - since) * WATCH_TICK_S;
+		if (since >= 0 && !atomic_load(&w->paused) && waited > w->timeout_s) {
 			/* log_prog() is the message prefix, "[rank R] train: " */
 			fprintf(stderr,
 				"%serror: %s on the %s group has waited %.0f s "
 				"(--distributed-timeout-minutes %g): another rank is stuck or gone; ending the job\n",
-				log_prog(), atomic_load(&w->call), atomic_load(&w->group),
-				(double)(now_ms() - since) / 1000.0, w->timeout_s / 60.0);
+				log_prog(), atomic_load(&w->call), atomic_load(&w->group), waited, w->timeout_s / 60.0);
 			fflush(stderr);
 			_exit(DIE_EXIT_CODE);
 		}
 	}
 	return NULL;
+}
+
+void dist_watchdog_pause(struct dist *d, bool pause)
+{
+	if (!d->watch)
+		return;
+	if (!pause) /* a wait that was excused starts its count afresh */
+		atomic_store(&d->watch->since_tick, atomic_load(&d->watch->since_tick) >= 0 ?
+							    atomic_load(&d->watch->ticks) : -1);
+	atomic_store(&d->watch->paused, pause);
 }
 
 void dist_watchdog_start(struct dist *d, double minutes)
@@ -81,6 +91,7 @@ void dist_watchdog_start(struct dist *d, double minutes)
 	w->timeout_s = minutes * 60.0;
 	atomic_store(&w->call, "");
 	atomic_store(&w->group, "");
+	atomic_store(&w->since_tick, -1);
 	if (pthread_create(&w->thread, NULL, watch_main, w)) {
 		warning("could not start the --distributed-timeout-minutes watchdog");
 		free(w);
@@ -98,13 +109,13 @@ static void watch_begin(struct dist_group *g, const char *call)
 		return;
 	atomic_store(&g->watch->call, call);
 	atomic_store(&g->watch->group, g->name);
-	atomic_store(&g->watch->since_ms, now_ms());
+	atomic_store(&g->watch->since_tick, atomic_load(&g->watch->ticks));
 }
 
 static void watch_end(struct dist_group *g)
 {
 	if (g->watch)
-		atomic_store(&g->watch->since_ms, 0);
+		atomic_store(&g->watch->since_tick, -1);
 }
 
 /* A launcher (OpenMPI's mpirun, Slurm's srun with PMIx or PMI2, MPICH's

@@ -52,6 +52,10 @@ void dist_finalize(struct dist *d);
  * the call and the group, and the launcher then ends the job. A watchdog
  * thread; nothing to do without MPI. */
 void dist_watchdog_start(struct dist *d, double minutes);
+/* Excuse the waits that follow (ranks waiting while rank 0 alone builds the
+ * index caches or writes a checkpoint, which may take longer than the
+ * timeout), or watch again. */
+void dist_watchdog_pause(struct dist *d, bool pause);
 
 /* In-place sums over a group. */
 void dist_allreduce_sum_f32(struct dist_group *g, float *buf, size_t n);

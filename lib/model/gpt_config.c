@@ -116,8 +116,6 @@ int gpt_config_from_args(struct gpt_config *c, const struct args *a, int64_t voc
 	} else if (a->pad_vocab_size) {
 		c->Vp = (int)gpt_padded_vocab(vocab_size, a->make_vocab_size_divisible_by,
 					      a->tensor_model_parallel_size);
-		info(" > padded vocab (size: %lld) with %lld dummy tokens (new size: %d)",
-		     (long long)vocab_size, (long long)(c->Vp - vocab_size), c->Vp);
 	} else {
 		c->Vp = (int)vocab_size;
 	}

@@ -48,7 +48,7 @@ struct gpt_config {
 };
 
 /* Fill c from the flags and the tokenizer's vocabulary size. error() naming
- * the flag and -1 on an invalid combination. Logs the padded vocab line. */
+ * the flag and -1 on an invalid combination. */
 int gpt_config_from_args(struct gpt_config *c, const struct args *a, int64_t vocab_size);
 
 /* Megatron's padded vocabulary (make_vocab_size_divisible_by x TP). */

@@ -205,18 +205,25 @@ int train_ckpt_save(struct trainer *t)
 	 * the layout that wrote them */
 	double failed = 0;
 	size_t total = t->model.reg.total;
-	float *local = xmalloc((total ? total : 1) * sizeof(float));
-	t->k->to_host(local, t->model.reg.data, total * sizeof(float));
-	float *model = to_global(t, local), *m = NULL, *v = NULL;
-	free(local);
-	if (!t->a->no_save_optim) {
-		local = optim_state_full(t, t->opt.exp_avg);
-		m = to_global(t, local);
-		free(local);
-		local = optim_state_full(t, t->opt.exp_avg_sq);
-		v = to_global(t, local);
+	/* only the data-parallel-rank-0 replica assembles global tensors (world rank
+	 * 0 writes them); the other replicas take part in the DP gather only */
+	bool assemble = t->dist.dp.rank == 0;
+	float *local = NULL, *model = NULL, *m = NULL, *v = NULL;
+	if (assemble) {
+		local = xmalloc((total ? total : 1) * sizeof(float));
+		t->k->to_host(local, t->model.reg.data, total * sizeof(float));
+		model = to_global(t, local);
 		free(local);
 	}
+	if (!t->a->no_save_optim) {
+		local = optim_state_full(t, t->opt.exp_avg);
+		m = assemble ? to_global(t, local) : NULL;
+		free(local);
+		local = optim_state_full(t, t->opt.exp_avg_sq);
+		v = assemble ? to_global(t, local) : NULL;
+		free(local);
+	}
+	dist_watchdog_pause(&t->dist, true); /* the others wait while rank 0 writes */
 	if (t->dist.rank == 0)
 		failed = save_rank0(t, model, m, v) < 0;
 	free(model);
@@ -224,6 +231,7 @@ int train_ckpt_save(struct trainer *t)
 	free(v);
 	/* the others wait, and learn whether it worked */
 	dist_allreduce_max_f64(&t->dist.world_g, &failed, 1);
+	dist_watchdog_pause(&t->dist, false);
 	if (failed)
 		return t->dist.rank == 0 ? -1 : error("rank 0 could not save the checkpoint of iteration %lld",
 							 (long long)t->iteration);
@@ -336,13 +344,35 @@ out:
 	return ret;
 }
 
+static int load_here(struct trainer *t);
+
+/* Every rank loads; all learn whether all succeeded. */
 int train_ckpt_load(struct trainer *t)
 {
+	int r = load_here(t);
+	double failed = r < 0;
+	dist_allreduce_max_f64(&t->dist.world_g, &failed, 1);
+	if (failed && r >= 0)
+		return error("another rank could not load the checkpoint from %s", t->a->load);
+	return failed ? -1 : r;
+}
+
+static int load_here(struct trainer *t)
+{
 	const struct args *a = t->a;
-	int64_t it;
-	int found = ckpt_latest(a->load, &it);
+	/* rank 0 reads the tracker and every rank loads what it found (as
+	 * Megatron agrees on the iteration), so node-local directories or a
+	 * tracker changing under a running job cannot split the ranks */
+	int64_t it = 0;
+	int found = 0;
+	if (t->dist.rank == 0)
+		found = ckpt_latest(a->load, &it);
+	int64_t pick[2] = { found, it };
+	dist_bcast(&t->dist.world_g, pick, sizeof(pick), 0);
+	found = (int)pick[0];
+	it = pick[1];
 	if (found < 0)
-		return -1;
+		return t->dist.rank == 0 ? -1 : error("rank 0 could not read the checkpoint tracker in %s", a->load);
 	if (a->ckpt_step >= 0) {
 		it = a->ckpt_step;
 		found = 0;
@@ -350,7 +380,8 @@ int train_ckpt_load(struct trainer *t)
 	if (found == 1) {
 		if (a->exit_on_missing_checkpoint)
 			return error("--load %s: no checkpoint there (no latest_checkpointed_iteration.txt)", a->load);
-		warning("--load %s: no checkpoint found, training from scratch", a->load);
+		if (t->dist.rank == 0)
+			warning("--load %s: no checkpoint found, training from scratch", a->load);
 		return 1;
 	}
 	struct ckpt_reader *r = ckpt_open(a->load, it);
@@ -397,8 +428,9 @@ int train_ckpt_load(struct trainer *t)
 		/* --no-load-optim: like Megatron, the schedule starts over (num_steps 0) */
 	}
 	gpt_sync_work(&t->model);
-	info("loaded checkpoint from %s at iteration %lld%s", ckpt_reader_dir(r), (long long)t->iteration,
-	     finetune ? " (weights only)" : "");
+	if (t->dist.rank == 0)
+		info("loaded checkpoint from %s at iteration %lld%s", ckpt_reader_dir(r), (long long)t->iteration,
+		     finetune ? " (weights only)" : "");
 	ret = 0;
 out:
 	ckpt_close(r);

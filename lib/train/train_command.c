@@ -55,9 +55,11 @@ static int setup_data(struct trainer *t)
 	if (gpt_data_config_from_args(a, t->tok, t->dist.dp.size, &t->dcfg) < 0)
 		return -1;
 	double failed = 0;
+	dist_watchdog_pause(&t->dist, true); /* rank 0 alone may build for a long time */
 	if (t->dist.rank == 0)
 		failed = gpt_data_build(&t->dcfg, &t->data) < 0;
 	dist_allreduce_max_f64(&t->dist.world_g, &failed, 1);
+	dist_watchdog_pause(&t->dist, false);
 	if (failed)
 		return t->dist.rank == 0 ? -1 : error("rank 0 could not build the datasets");
 	if (t->dist.rank != 0) {
@@ -195,6 +197,9 @@ static int setup(struct trainer *t, const struct args *a)
 		return -1;
 	if (gpt_config_from_args(&t->cfg, a, tok_vocab_size(t->tok)) < 0)
 		return -1;
+	if (t->dist.rank == 0 && t->cfg.Vp != t->cfg.V) /* Megatron's line */
+		info(" > padded vocab (size: %d) with %d dummy tokens (new size: %d)", t->cfg.V, t->cfg.Vp - t->cfg.V,
+		     t->cfg.Vp);
 	if (t->train_iters > 0 && setup_data(t) < 0)
 		return -1;
 	t->k = kops_cpu();
@@ -251,7 +256,8 @@ int train_command(const struct args *a)
 	}
 	if (a->skip_train) {
 		/* Megatron's --skip-train: only the final validation and test passes */
-		info("skipping training (--skip-train is on)");
+		if (t.dist.rank == 0)
+			info("skipping training (--skip-train is on)");
 		ret = trainer_evaluate_final(&t);
 		goto out;
 	}

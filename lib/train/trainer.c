@@ -280,7 +280,7 @@ static int log_iteration(struct trainer *t, double loss, bool skipped, double lr
 		.lm_loss = t->advanced ? avg : -1,
 		.loss_scale = grad_scaler_scale(&t->scaler),
 		.grad_norm = gnorm,
-		.params_norm = a->log_params_norm ? trainer_params_norm(t) : NAN,
+		.params_norm = t->params_norm,
 		.skipped_iters = t->skipped_iters,
 		.nan_iters = t->nan_iters,
 	};
@@ -392,7 +392,7 @@ static void tensorboard_iteration(struct trainer *t, double loss, double lr, dou
 		tboard_add_scalar(tb, "grad-norm vs samples", n, gnorm);
 	}
 	if (t->a->log_params_norm) {
-		double pn = trainer_params_norm(t);
+		double pn = t->params_norm;
 		tboard_add_scalar(tb, "params-norm", it, pn);
 		tboard_add_scalar(tb, "params-norm vs samples", n, pn);
 	}
@@ -432,6 +432,8 @@ int trainer_run(struct trainer *t)
 			t->loss_sum += (float)loss;
 		}
 		lr = lr_sched_current_lr(&t->sched);
+		/* collective: every rank computes it, whoever prints it */
+		t->params_norm = a->log_params_norm ? trainer_params_norm(t) : NAN;
 		tensorboard_iteration(t, loss, lr, gnorm);
 		if (log_iteration(t, loss, skipped, lr, gnorm, t->iteration == t->start_iteration + 1) < 0)
 			return -1;

@@ -56,6 +56,7 @@ struct trainer {
 	int advanced, skipped_iters, nan_iters, total_skipped;
 	struct timespec interval_start, train_start; /* train_start: process set-up, as Megatron */
 	double paused;          /* seconds of evaluation and saving in this interval */
+	double params_norm;     /* --log-params-norm: this iteration's, NAN otherwise */
 	int64_t start_iteration; /* iteration the run started (or resumed) at */
 	bool report_memory;
 	struct tboard tb;
