@@ -213,10 +213,12 @@ static void cpu_softmax_row(float *row, int tq, int T, const int32_t *doc)
 	memset(row + n, 0, (size_t)(T - n) * sizeof(float));
 }
 
-/* Dropout counter of prob (b*a+h, tq, tk = 0) (ops.h). */
-static inline uint64_t cpu_attn_counter(uint64_t offset, int bh, int T, int tq)
+/* Dropout counter of prob (head h, sample b, tq, tk = 0) (ops.h): head-major,
+ * so a tensor-parallel rank's heads continue the numbering by an offset. */
+static inline uint64_t cpu_attn_counter(uint64_t offset, int bh, int a, int B, int T, int tq)
 {
-	return offset + ((uint64_t)bh * T + tq) * (uint64_t)T;
+	uint64_t b = (uint64_t)(bh / a), h = (uint64_t)(bh % a);
+	return offset + ((h * (uint64_t)B + b) * (uint64_t)T + (uint64_t)tq) * (uint64_t)T;
 }
 
 void cpu_attention_forward(float *out, float *probs, const float *q, const float *kk,
@@ -254,7 +256,7 @@ void cpu_attention_forward(float *out, float *probs, const float *q, const float
 					float *d = drop + (size_t)r * nk;
 					const float *p = P + (size_t)r * T;
 					cpu_dropout_scales(d, (size_t)nk, dropout_p, seed,
-							   cpu_attn_counter(offset, bh, T, t0 + r));
+							   cpu_attn_counter(offset, bh, a, B, T, t0 + r));
 #pragma omp simd
 					for (int tk = 0; tk < nk; tk++)
 						d[tk] *= p[tk];
@@ -322,7 +324,7 @@ void cpu_attention_backward(float *dq, float *dk, float *dv, const float *dout, 
 							float *s = sc + (size_t)r * nk, *d = drop + (size_t)r * nk;
 							const float *p = P + (size_t)r * T;
 							cpu_dropout_scales(s, (size_t)nk, dropout_p, seed,
-									   cpu_attn_counter(offset, bh, T, t0 + r));
+									   cpu_attn_counter(offset, bh, a, B, T, t0 + r));
 #pragma omp simd
 							for (int tk = 0; tk < nk; tk++)
 								d[tk] = p[tk] * s[tk];

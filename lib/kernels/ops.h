@@ -107,7 +107,9 @@ struct kops {
 	 * doc[b,tq] == doc[b,tk] (Megatron's --reset-attention-mask). softmax in fp32;
 	 * probs[B,a,T,T] (pre-dropout) are saved for backward. With dropout_p > 0 each
 	 * prob is dropped with probability p and the survivors scaled by 1/(1-p), the
-	 * mask drawn from (seed, offset + ((b*a+h)*T+tq)*T+tk). */
+	 * mask drawn from (seed, offset + ((h*B+b)*T+tq)*T+tk): head-major, so a rank
+	 * holding heads h0.. of a tensor-parallel model passes offset + h0*B*T*T and
+	 * draws the masks the whole model would. */
 	void (*attention_forward)(float *out, float *probs, const float *q, const float *kk,
 				  const float *v, const int32_t *doc, int B, int T, int a, int g,
 				  int k, float scale, float dropout_p, uint64_t seed,

@@ -27,6 +27,14 @@ static uint64_t site_offset(int site)
 	return (uint64_t)site << SITE_SHIFT;
 }
 
+/* Layer l's attention-dropout counters, continued past the heads of the lower
+ * tensor-parallel ranks so that any TP size draws the one-rank masks. */
+static uint64_t attn_offset(const struct gpt_model *m, int l)
+{
+	return site_offset(3 * l) + (uint64_t)m->tp_rank * (uint64_t)m->lc.a * (uint64_t)m->B *
+					    (uint64_t)m->lc.S * (uint64_t)m->lc.S;
+}
+
 float *gpt_param(struct gpt_model *m, int idx)
 {
 	return idx < 0 ? NULL : m->work + m->reg.p[idx].offset;
@@ -435,7 +443,7 @@ static void layer_forward(struct gpt_model *m, int l, const float *x, float *y, 
 	linear_fwd(m, m->qkv, A->ln1, p->qkv_w, p->qkv_b, N, h, qkv);
 	k->qkv_split_forward(A->q, A->kk, A->v, m->qkv, m->rope_cos, m->rope_sin, B, S, c->a, c->g, c->k, c->rot);
 	k->attention_forward(A->atty, A->probs, A->q, A->kk, A->v, m->use_doc ? m->doc : NULL, B, S, c->a, c->g,
-			     c->k, 1.0f / sqrtf((float)c->k), pa, m->drop_seed, site_offset(3 * l));
+			     c->k, 1.0f / sqrtf((float)c->k), pa, m->drop_seed, attn_offset(m, l));
 	round_half(m, A->atty, (size_t)N * ak);
 	linear_fwd_row(m, m->tmp, A->atty, p->proj_w, p->proj_b, N, ak, h);
 	k->dropout_add_forward(A->res1, x, m->tmp, (size_t)N * h, ph, m->drop_seed, site_offset(3 * l + 1));
@@ -489,7 +497,7 @@ static void layer_backward(struct gpt_model *m, int l, const float *x, float *dr
 	}
 	linear_bwd(m, m->datty, dattn, A->atty, p->proj_w, p->proj_b, N, ak, h);
 	k->attention_backward(m->dq, m->dk, m->dv, m->datty, A->q, A->kk, A->v, A->probs, B, S, c->a, c->g, c->k,
-			      1.0f / sqrtf((float)c->k), pa, m->drop_seed, site_offset(3 * l));
+			      1.0f / sqrtf((float)c->k), pa, m->drop_seed, attn_offset(m, l));
 	k->qkv_split_backward(m->dqkv, m->dq, m->dk, m->dv, m->rope_cos, m->rope_sin, B, S, c->a, c->g, c->k,
 			      c->rot);
 	linear_bwd(m, m->dln, m->dqkv, A->ln1, p->qkv_w, p->qkv_b, N, h, qkv);
@@ -606,7 +614,7 @@ void gpt_backward(struct gpt_model *m, const float *dloss_host)
 			struct gpt_layer_acts *A = &m->acts[l];
 			k->attention_forward(A->atty, A->probs, A->q, A->kk, A->v, m->use_doc ? m->doc : NULL, B, S,
 					     c->a, c->g, c->k, 1.0f / sqrtf((float)c->k), c->attention_dropout,
-					     m->drop_seed, site_offset(3 * l));
+					     m->drop_seed, attn_offset(m, l));
 			round_half(m, A->atty, (size_t)N * c->a * c->k);
 		}
 		layer_backward(m, l, x, m->dres);

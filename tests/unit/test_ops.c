@@ -665,7 +665,7 @@ static void attn_reference(const struct attn_case *c, double *out)
 				for (int tk = 0; tk <= tq; tk++) {
 					double pr = s[tk] / sum;
 					if (c->p > 0) {
-						uint64_t ctr = c->off + (((uint64_t)b * a + h) * T + tq) * T + tk;
+						uint64_t ctr = c->off + (((uint64_t)h * c->B + b) * T + tq) * T + tk; /* head-major (ops.h) */
 						pr = kops_uniform(c->seed, ctr) >= c->p ? pr * (1.0f / (1.0f - c->p)) : 0;
 					}
 					const float *vr = c->v + (((size_t)b * g + h / m) * T + tk) * k;
