@@ -141,10 +141,16 @@ int dist_init(struct dist *d, const char *prog)
 	memset(d, 0, sizeof(*d));
 	d->world = 1;
 	group_single(&d->world_g, "world");
+	const char *ntasks = getenv("SLURM_STEP_NUM_TASKS");
+	if (!launched() && ntasks && atoi(ntasks) > 1)
+		return error("Slurm started %s tasks without MPI (srun --mpi=none?): each would train alone and "
+			     "write the same files; launch with srun --mpi=pmix (or pmi2), or mpirun", ntasks);
 	if (launched()) {
 		int provided;
 		if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
 			return error("MPI_Init_thread failed");
+		if (provided < MPI_THREAD_FUNNELED) /* OpenMP threads run between MPI calls */
+			warning("this MPI gives thread level %d, less than MPI_THREAD_FUNNELED", provided);
 		d->mpi = true;
 		MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
 		DIST_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &d->rank));

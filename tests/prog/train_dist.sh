@@ -314,3 +314,7 @@ else
 	notok "stalled rank: exit $rc after ${dt}s"
 	tail -4 "$W/stall.log" | sed 's/^/#   /'
 fi
+
+# srun --mpi=none would start independent copies that overwrite each other's files
+expect_fail "several Slurm tasks without MPI are refused" "without MPI" \
+	env SLURM_STEP_NUM_TASKS=4 $BIN/train $ARGS
