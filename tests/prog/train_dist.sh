@@ -51,6 +51,25 @@ EOF
 		show "$W/cmp.log"
 	fi
 }
+# resumed NAME STRAIGHT.jsonl RESUMED.jsonl: iterations 5-8 of a run resumed from
+# iteration 4 equal the uninterrupted run's (rtol 1e-5)
+resumed() {
+	if $PY - "$2" "$3" >"$W/cmp.log" 2>&1 <<'EOF'; then
+import json, sys
+def rows(p):
+    return {r["iteration"]: r for r in (json.loads(l) for l in open(p)) if "lm loss of the iteration" in r}
+a, b = rows(sys.argv[1]), rows(sys.argv[2])
+assert sorted(b) == [5, 6, 7, 8], sorted(b)
+for i in b:
+    for k in ("lm loss of the iteration", "grad norm"):
+        assert abs(a[i][k] - b[i][k]) <= 1e-5 * abs(a[i][k]), (i, k, a[i][k], b[i][k])
+EOF
+		ok "$1"
+	else
+		notok "$1"
+		show "$W/cmp.log"
+	fi
+}
 compare "DP2 equals one rank (lm loss, grad norm, lr)" "$W/r1.jsonl" "$W/r2.jsonl"
 compare "DP4 equals one rank (lm loss, grad norm, lr)" "$W/r1.jsonl" "$W/r4.jsonl"
 compare "DP8 with the distributed optimizer equals one rank" "$W/r1.jsonl" "$W/r8d.jsonl"
@@ -112,21 +131,7 @@ fi
 # a checkpoint written by 2 ranks resumes on 1 (and the other way round)
 expect_ok "DP2: 4 iterations, save, exit" sh -c "$MPI -np 2 $BIN/train $ARGS --save $W/ck --save-interval 4 --exit-interval 4 >$W/a.log"
 expect_ok "resume on 1 rank" sh -c "$BIN/train $ARGS --load $W/ck --metrics-file $W/res.jsonl >$W/b.log"
-if $PY - "$W/r1.jsonl" "$W/res.jsonl" >"$W/cmp.log" 2>&1 <<'EOF'; then
-import json, sys
-def rows(p):
-    return {r["iteration"]: r for r in (json.loads(l) for l in open(p)) if "lm loss of the iteration" in r}
-a, b = rows(sys.argv[1]), rows(sys.argv[2])
-assert sorted(b) == [5, 6, 7, 8], sorted(b)
-for i in b:
-    for k in ("lm loss of the iteration", "grad norm"):
-        assert abs(a[i][k] - b[i][k]) <= 1e-5 * abs(a[i][k]), (i, k, a[i][k], b[i][k])
-EOF
-	ok "a DP2 checkpoint resumed on 1 rank continues the uninterrupted run (rtol 1e-5)"
-else
-	notok "DP2 -> 1 rank resume"
-	show "$W/cmp.log"
-fi
+resumed "a DP2 checkpoint resumed on 1 rank continues the uninterrupted run (rtol 1e-5)" "$W/r1.jsonl" "$W/res.jsonl"
 
 # the distributed optimizer's sharded Adam state is saved whole: DP4 -> DP2 with it, and -> 1 rank
 expect_ok "DP4, distributed optimizer: 4 iterations, save" \
@@ -135,21 +140,7 @@ expect_ok "resume on DP2 with the distributed optimizer" \
 	sh -c "$MPI -np 2 $BIN/train $ARGS --use-distributed-optimizer --load $W/dck --metrics-file $W/dres2.jsonl >$W/d.log"
 expect_ok "resume on 1 rank" sh -c "$BIN/train $ARGS --load $W/dck --metrics-file $W/dres1.jsonl >$W/e.log"
 for f in dres2 dres1; do
-	if $PY - "$W/r1.jsonl" "$W/$f.jsonl" >"$W/cmp.log" 2>&1 <<'EOF'; then
-import json, sys
-def rows(p):
-    return {r["iteration"]: r for r in (json.loads(l) for l in open(p)) if "lm loss of the iteration" in r}
-a, b = rows(sys.argv[1]), rows(sys.argv[2])
-assert sorted(b) == [5, 6, 7, 8], sorted(b)
-for i in b:
-    for k in ("lm loss of the iteration", "grad norm"):
-        assert abs(a[i][k] - b[i][k]) <= 1e-5 * abs(a[i][k]), (i, k, a[i][k], b[i][k])
-EOF
-		ok "distributed-optimizer checkpoint resumed ($f) continues the uninterrupted run"
-	else
-		notok "distributed-optimizer resume ($f)"
-		show "$W/cmp.log"
-	fi
+	resumed "distributed-optimizer checkpoint resumed ($f) continues the uninterrupted run" "$W/r1.jsonl" "$W/$f.jsonl"
 done
 
 # Megatron's layout rules, before anything runs
@@ -261,21 +252,7 @@ expect_ok "resume on 1 rank" sh -c "$BIN/train $T1 --load $W/tck --metrics-file 
 expect_ok "resume as TP4 x DP2" \
 	sh -c "$MPI -np 8 $BIN/train $T4 --load $W/tck --metrics-file $W/tr4.jsonl >$W/tr4.log"
 for f in tr1 tr4; do
-	if $PY - "$W/t1.jsonl" "$W/$f.jsonl" >"$W/cmp.log" 2>&1 <<'EOF'; then
-import json, sys
-def rows(p):
-    return {r["iteration"]: r for r in (json.loads(l) for l in open(p)) if "lm loss of the iteration" in r}
-a, b = rows(sys.argv[1]), rows(sys.argv[2])
-assert sorted(b) == [5, 6, 7, 8], sorted(b)
-for i in b:
-    for k in ("lm loss of the iteration", "grad norm"):
-        assert abs(a[i][k] - b[i][k]) <= 1e-5 * abs(a[i][k]), (i, k, a[i][k], b[i][k])
-EOF
-		ok "the TP2 x DP2 checkpoint resumed ($f) continues the uninterrupted run (rtol 1e-5)"
-	else
-		notok "TP2 x DP2 checkpoint resumed ($f)"
-		show "$W/cmp.log"
-	fi
+	resumed "the TP2 x DP2 checkpoint resumed ($f) continues the uninterrupted run (rtol 1e-5)" "$W/t1.jsonl" "$W/$f.jsonl"
 done
 
 # a rank that dies ends the job, with the launcher naming it, well within a minute
