@@ -64,72 +64,65 @@ static char *config_json(const struct trainer *t)
 	return s;
 }
 
-/* Elements of all parameters at their global shapes, one after another. */
-static size_t global_total(const struct param_registry *reg)
-{
-	size_t n = 0;
-	for (int i = 0; i < reg->n; i++)
-		n += (size_t)reg->p[i].shape[0] * (size_t)(reg->p[i].ndim == 2 ? reg->p[i].shape[1] : 1);
-	return n;
-}
-
 static size_t global_numel(const struct param *p)
 {
 	return (size_t)p->shape[0] * (size_t)(p->ndim == 2 ? p->shape[1] : 1);
 }
 
-/* A registry-sized host array of this rank's slices -> every parameter's
- * global tensor (concatenated), complete on tensor-parallel rank 0: the TP
- * ranks' slices are gathered and put where params_global_pos says. */
-static float *to_global(struct trainer *t, const float *local)
+/* One parameter's global tensor from this rank's slice (local: its elements),
+ * complete on tensor-parallel rank 0: the TP ranks' slices are gathered and
+ * put where params_global_pos_rank says. Collective over the TP group. */
+static void param_global(struct trainer *t, const struct param *p, const float *local, float *global,
+			 float *scratch)
 {
-	const struct param_registry *reg = &t->model.reg;
 	struct dist_group *tp = &t->dist.tp;
-	float *global = xcalloc(global_total(reg) + 1, sizeof(float));
-	float *all = tp->size > 1 ? xmalloc(sizeof(float) * (size_t)tp->size * 1) : NULL;
-	size_t cap = 0, off = 0;
-	for (int i = 0; i < reg->n; i++) {
-		const struct param *p = &reg->p[i];
-		int64_t cols = p->ndim == 2 ? p->shape[1] : 1;
-		if (p->tp_axis < 0 || tp->size == 1) {
-			memcpy(global + off, local + p->offset, p->numel * sizeof(float));
-		} else {
-			xgrow(&all, &cap, p->numel * (size_t)tp->size, sizeof(float));
-			dist_gather_equal_f32(tp, local + p->offset, p->numel, all);
-			for (int r = 0; tp->rank == 0 && r < tp->size; r++)
-				for (size_t e = 0; e < p->numel; e++) {
-					int64_t row, col;
-					params_global_pos_rank(p, r, e, &row, &col);
-					global[off + (size_t)(row * cols + col)] = all[(size_t)r * p->numel + e];
-				}
-		}
-		off += global_numel(p);
+	if (p->tp_axis < 0 || tp->size == 1) {
+		memcpy(global, local, p->numel * sizeof(float));
+		return;
 	}
-	free(all);
-	return global;
+	dist_gather_equal_f32(tp, local, p->numel, scratch);
+	int64_t cols = p->ndim == 2 ? p->shape[1] : 1;
+	for (int r = 0; tp->rank == 0 && r < tp->size; r++)
+		for (size_t e = 0; e < p->numel; e++) {
+			int64_t row, col;
+			params_global_pos_rank(p, r, e, &row, &col);
+			global[(size_t)(row * cols + col)] = scratch[(size_t)r * p->numel + e];
+		}
 }
 
-/* Every parameter's global tensor from global[] (to_global's layout) under
- * group/<name>. */
-static int put_tensors(struct ckpt_writer *w, int file, const struct trainer *t, const char *group,
-		       const float *global)
+/*
+ * Every parameter of a registry-sized host array (this rank's slices) under
+ * group/<name> at its global shape, one tensor at a time, so no rank ever
+ * holds more than one global tensor beside its own slices. Ranks of the
+ * data-parallel-rank-0 replica take part (TP gathers); world rank 0 (w not
+ * NULL) writes. A write error stops the writing, not the collectives.
+ */
+static int stream_tensors(struct trainer *t, struct ckpt_writer *w, int file, const char *group,
+			  const float *local)
 {
 	const struct param_registry *reg = &t->model.reg;
 	char name[PARAM_NAME_MAX + 32];
+	size_t gcap = 0, scap = 0;
+	float *global = NULL, *scratch = NULL;
 	int ret = 0;
-	size_t off = 0;
-	for (int i = 0; i < reg->n && !ret; i++) {
+	for (int i = 0; i < reg->n; i++) {
 		const struct param *p = &reg->p[i];
-		snprintf(name, sizeof(name), "%s%s%s", group ? group : "", group ? "/" : "", p->name);
-		ret = ckpt_put_tensor(w, file, name, CKPT_F32, p->ndim, p->shape, global + off);
-		off += global_numel(p);
+		xgrow(&global, &gcap, global_numel(p), sizeof(float));
+		xgrow(&scratch, &scap, p->numel * (size_t)t->dist.tp.size, sizeof(float));
+		param_global(t, p, local + p->offset, global, scratch);
+		if (w && !ret) {
+			snprintf(name, sizeof(name), "%s%s%s", group ? group : "", group ? "/" : "", p->name);
+			ret = ckpt_put_tensor(w, file, name, CKPT_F32, p->ndim, p->shape, global);
+		}
 	}
+	free(global);
+	free(scratch);
 	return ret;
 }
 
 /* Adam's state for the whole registry in host memory: this rank's, or with
  * the distributed optimizer every data-parallel shard gathered (on every
- * rank, since the gather is collective; only rank 0's copy is complete). */
+ * rank, since the gather is collective; only DP rank 0's copy is complete). */
 static float *optim_state_full(struct trainer *t, const float *state)
 {
 	size_t total = t->model.reg.total, lo = t->opt.lo, hi = t->opt.hi;
@@ -140,20 +133,11 @@ static float *optim_state_full(struct trainer *t, const float *state)
 	return full;
 }
 
-/* Every data-parallel replica holds the same state, so rank 0 writes it all
- * (decision 5: the files do not depend on the layout). */
-static int save_rank0(struct trainer *t, const float *model, const float *m, const float *v)
+static int put_state_attrs(struct trainer *t, struct ckpt_writer *w, int mf, int of)
 {
 	const struct args *a = t->a;
-	struct ckpt_writer *w = ckpt_begin(a->save, t->iteration);
-	if (!w)
-		return -1;
-	int mf = ckpt_file_create(w, "model.h5");
-	if (mf < 0)
-		goto fail;
 	char *cfg = config_json(t);
-	int r = put_tensors(w, mf, t, NULL, model);
-	r |= ckpt_put_attr_i64(w, mf, NULL, "iteration", t->iteration);
+	int r = ckpt_put_attr_i64(w, mf, NULL, "iteration", t->iteration);
 	r |= ckpt_put_attr_f64(w, mf, NULL, "checkpoint_version", 3.0);
 	r |= ckpt_put_attr_i64(w, mf, NULL, "consumed_train_samples", t->consumed_train);
 	r |= ckpt_put_attr_i64(w, mf, NULL, "consumed_valid_samples", t->consumed_valid);
@@ -163,15 +147,8 @@ static int save_rank0(struct trainer *t, const float *model, const float *m, con
 		r |= ckpt_put_attr_i64(w, mf, NULL, "rng_seed", (int64_t)t->seed);
 	r |= ckpt_put_attr_str(w, mf, NULL, "config", cfg);
 	free(cfg);
-	if (r)
-		goto fail;
-	if (!a->no_save_optim) {
-		int of = ckpt_file_create(w, "optim.h5");
-		if (of < 0)
-			goto fail;
+	if (of >= 0) {
 		const struct lr_sched *s = &t->sched;
-		r = put_tensors(w, of, t, "exp_avg", m);
-		r |= put_tensors(w, of, t, "exp_avg_sq", v);
 		r |= ckpt_put_attr_i64(w, of, NULL, "step", t->opt.step);
 		r |= ckpt_put_attr_f64(w, of, NULL, "max_lr", s->max_lr);
 		r |= ckpt_put_attr_f64(w, of, NULL, "min_lr", s->min_lr);
@@ -186,55 +163,62 @@ static int save_rank0(struct trainer *t, const float *model, const float *m, con
 		r |= ckpt_put_attr_f64(w, of, NULL, "loss_scale", (double)t->scaler.scale);
 		r |= ckpt_put_attr_i64(w, of, NULL, "growth_tracker", t->scaler.growth_tracker);
 		r |= ckpt_put_attr_i64(w, of, NULL, "hysteresis_tracker", t->scaler.hysteresis_tracker);
-		if (r)
-			goto fail;
 	}
-	if (ckpt_commit(w) < 0)
-		return -1;
-	info("saved checkpoint at iteration %7lld to %s", (long long)t->iteration, a->save);
-	return 0;
-fail:
-	ckpt_abort(w);
-	return error("could not save the checkpoint of iteration %lld in %s", (long long)t->iteration, a->save);
+	return r ? -1 : 0;
 }
 
+/* Every tensor at its global shape (decision 5: the files do not depend on
+ * the layout that wrote them): the distributed optimizer's shards gathered
+ * over DP, TP slices gathered tensor by tensor; world rank 0 writes while the
+ * others wait. */
 int train_ckpt_save(struct trainer *t)
 {
-	/* every tensor at its global shape: shards gathered over DP (the
-	 * distributed optimizer's state) and TP, so the files do not depend on
-	 * the layout that wrote them */
-	double failed = 0;
-	size_t total = t->model.reg.total;
-	/* only the data-parallel-rank-0 replica assembles global tensors (world rank
-	 * 0 writes them); the other replicas take part in the DP gather only */
-	bool assemble = t->dist.dp.rank == 0;
-	float *local = NULL, *model = NULL, *m = NULL, *v = NULL;
-	if (assemble) {
-		local = xmalloc((total ? total : 1) * sizeof(float));
-		t->k->to_host(local, t->model.reg.data, total * sizeof(float));
-		model = to_global(t, local);
-		free(local);
-	}
-	if (!t->a->no_save_optim) {
-		local = optim_state_full(t, t->opt.exp_avg);
-		m = assemble ? to_global(t, local) : NULL;
-		free(local);
-		local = optim_state_full(t, t->opt.exp_avg_sq);
-		v = assemble ? to_global(t, local) : NULL;
-		free(local);
-	}
+	const struct args *a = t->a;
+	bool writer = t->dist.rank == 0, assemble = t->dist.dp.rank == 0, optim = !a->no_save_optim;
+	struct ckpt_writer *w = NULL;
+	int mf = -1, of = -1, bad = 0;
 	dist_watchdog_pause(&t->dist, true); /* the others wait while rank 0 writes */
-	if (t->dist.rank == 0)
-		failed = save_rank0(t, model, m, v) < 0;
-	free(model);
-	free(m);
-	free(v);
-	/* the others wait, and learn whether it worked */
+	if (writer) {
+		w = ckpt_begin(a->save, t->iteration);
+		if (!w || (mf = ckpt_file_create(w, "model.h5")) < 0 ||
+		    (optim && (of = ckpt_file_create(w, "optim.h5")) < 0))
+			bad = -1;
+	}
+	struct ckpt_writer *ww = bad ? NULL : w;
+	size_t total = t->model.reg.total;
+	if (assemble) {
+		float *local = xmalloc((total ? total : 1) * sizeof(float));
+		t->k->to_host(local, t->model.reg.data, total * sizeof(float));
+		bad |= stream_tensors(t, ww, mf, NULL, local);
+		free(local);
+	}
+	const float *states[2] = { t->opt.exp_avg, t->opt.exp_avg_sq };
+	const char *groups[2] = { "exp_avg", "exp_avg_sq" };
+	for (int s = 0; optim && s < 2; s++) {
+		float *local = optim_state_full(t, states[s]); /* collective over DP */
+		if (assemble)
+			bad |= stream_tensors(t, bad ? NULL : ww, of, groups[s], local);
+		free(local);
+	}
+	if (writer) {
+		if (!bad && put_state_attrs(t, w, mf, of) < 0)
+			bad = -1;
+		if (!bad)
+			bad = ckpt_commit(w); /* frees w, and refuses if any write failed */
+		else if (w)
+			ckpt_abort(w);
+		if (bad)
+			error("could not save the checkpoint of iteration %lld in %s", (long long)t->iteration, a->save);
+		else
+			info("saved checkpoint at iteration %7lld to %s", (long long)t->iteration, a->save);
+	}
+	/* the others learn whether it worked */
+	double failed = bad != 0;
 	dist_allreduce_max_f64(&t->dist.world_g, &failed, 1);
 	dist_watchdog_pause(&t->dist, false);
 	if (failed)
-		return t->dist.rank == 0 ? -1 : error("rank 0 could not save the checkpoint of iteration %lld",
-							 (long long)t->iteration);
+		return writer ? -1 : error("rank 0 could not save the checkpoint of iteration %lld",
+					   (long long)t->iteration);
 	t->last_saved = t->iteration;
 	return 0;
 }
