@@ -72,7 +72,6 @@ struct gpt_model {
 	bool use_doc, use_positions;
 	/* scratch */
 	float *qkv, *tmp, *dres, *dtmp, *dln, *datty, *dq, *dk, *dv, *dqkv, *dfc1, *dact;
-	size_t act_bytes;      /* activation + scratch bytes, for the memory log */
 
 	/* dropout seed of the current micro-batch (set by gpt_forward) */
 	uint64_t drop_seed;

@@ -219,7 +219,6 @@ int train_ckpt_save(struct trainer *t)
 	if (failed)
 		return writer ? -1 : error("rank 0 could not save the checkpoint of iteration %lld",
 					   (long long)t->iteration);
-	t->last_saved = t->iteration;
 	return 0;
 }
 

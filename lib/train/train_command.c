@@ -157,7 +157,6 @@ static int setup(struct trainer *t, const struct args *a)
 	memset(t, 0, sizeof(*t));
 	clock_gettime(CLOCK_MONOTONIC, &t->train_start); /* --exit-duration-in-mins counts set-up too */
 	t->a = a;
-	t->last_saved = -1;
 	if (dist_init(&t->dist, "train") < 0 || setup_parallel(t) < 0)
 		return -1;
 	if (a->fp16 && a->bf16)

@@ -424,7 +424,6 @@ int trainer_run(struct trainer *t)
 		t->flops_so_far += gpt_flops_per_iteration(&t->cfg, t->gbs);
 		if (skipped) {
 			t->skipped_iters++;
-			t->total_skipped++;
 			if (!isfinite(loss))
 				t->nan_iters++;
 		} else {

@@ -53,7 +53,7 @@ struct trainer {
 
 	/* logging interval accumulators */
 	double loss_sum;      /* sum of per-iteration lm losses over advanced iterations */
-	int advanced, skipped_iters, nan_iters, total_skipped;
+	int advanced, skipped_iters, nan_iters;
 	struct timespec interval_start, train_start; /* train_start: process set-up, as Megatron */
 	double paused;          /* seconds of evaluation and saving in this interval */
 	double params_norm;     /* --log-params-norm: this iteration's, NAN otherwise */
@@ -63,7 +63,6 @@ struct trainer {
 	bool have_tb;
 	struct metrics mx;
 	bool have_mx;
-	int64_t last_saved; /* iteration of the last save, -1 none */
 	uint64_t comm_last[8]; /* --log-comm: group byte counters at the last line */
 	int64_t comm_iteration; /* ... and the iteration then */
 };
