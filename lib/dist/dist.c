@@ -393,3 +393,33 @@ void dist_gather_equal_f32(struct dist_group *g, const float *in, size_t n, floa
 	g->bytes += g->rank ? n * sizeof(float) : 0;
 	g->calls++;
 }
+
+void dist_allgather_equal_f32(struct dist_group *g, const float *in, size_t n, float *out)
+{
+	if (g->size <= 1) {
+		memcpy(out, in, n * sizeof(float));
+		return;
+	}
+	if (n > INT_MAX)
+		die("an all-gather of %zu elements per rank is beyond MPI's int counts", n);
+	watch_begin(g, "all-gather");
+	DIST_CHECK(MPI_Allgather(in, (int)n, MPI_FLOAT, out, (int)n, MPI_FLOAT, COMM(g)));
+	watch_end(g);
+	g->bytes += (uint64_t)(g->size - 1) * n * sizeof(float);
+	g->calls++;
+}
+
+void dist_reduce_scatter_equal_f32(struct dist_group *g, const float *in, size_t n, float *out)
+{
+	if (g->size <= 1) {
+		memcpy(out, in, n * sizeof(float));
+		return;
+	}
+	if (n > INT_MAX)
+		die("a reduce-scatter of %zu elements per rank is beyond MPI's int counts", n);
+	watch_begin(g, "reduce-scatter");
+	DIST_CHECK(MPI_Reduce_scatter_block(in, out, (int)n, MPI_FLOAT, MPI_SUM, COMM(g)));
+	watch_end(g);
+	g->bytes += (uint64_t)(g->size - 1) * n * sizeof(float);
+	g->calls++;
+}

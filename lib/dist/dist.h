@@ -75,6 +75,10 @@ void dist_reduce_scatter_sum_f32(struct dist_group *g, float *buf, size_t n, flo
 /* Every rank's shard of buf copied to every rank (the distributed optimizer's
  * parameter all-gather). */
 void dist_allgather_f32(struct dist_group *g, float *buf, size_t n);
+/* n floats from every rank into every rank's out[size * n], in rank order. */
+void dist_allgather_equal_f32(struct dist_group *g, const float *in, size_t n, float *out);
+/* in[size * n] summed over the group; this rank's n (block `rank`) into out. */
+void dist_reduce_scatter_equal_f32(struct dist_group *g, const float *in, size_t n, float *out);
 /* n floats from every rank into group rank 0's out[size * n], in rank order. */
 void dist_gather_equal_f32(struct dist_group *g, const float *in, size_t n, float *out);
 /* Every rank's shard of buf[0..n) collected into group rank 0's buf. */

@@ -101,6 +101,11 @@ static void register_params(struct gpt_model *m)
 		m->out_w = m->wte;
 		m->reg.p[m->wte].flags |= PARAM_TIED;
 	}
+	/* Under SP the norms see only this rank's positions: their gradients are
+	 * summed over TP (Megatron's sequence_parallel parameters). */
+	for (int i = 0; m->sp && i < m->reg.n; i++)
+		if (strstr(m->reg.p[i].name, "layer_norm_") || strstr(m->reg.p[i].name, "final_layernorm"))
+			m->reg.p[i].flags |= PARAM_SP;
 }
 
 /* ---- buffers ---- */
@@ -115,18 +120,19 @@ static void alloc_layer_acts(struct gpt_model *m, struct gpt_layer_acts *A, bool
 	const struct gpt_config *c = &m->lc;
 	size_t BT = (size_t)m->B * c->S, h = c->h;
 	size_t f1 = c->swiglu ? 2 * (size_t)c->f : (size_t)c->f;
+	size_t BTl = (size_t)m->Nl; /* rows of this rank's sequence shard (all rows without SP) */
 	A->ln1 = take(m, BT * h);
-	A->ln1_mean = take(m, BT);
-	A->ln1_rstd = take(m, BT);
+	A->ln1_mean = take(m, BTl);
+	A->ln1_rstd = take(m, BTl);
 	A->q = take(m, BT * c->a * c->k);
 	A->kk = take(m, BT * c->g * c->k);
 	A->v = take(m, BT * c->g * c->k);
 	A->probs = probs ? take(m, (size_t)m->B * c->a * c->S * c->S) : NULL;
 	A->atty = take(m, BT * c->a * c->k);
-	A->res1 = take(m, BT * h);
+	A->res1 = take(m, BTl * h);
 	A->ln2 = take(m, BT * h);
-	A->ln2_mean = take(m, BT);
-	A->ln2_rstd = take(m, BT);
+	A->ln2_mean = take(m, BTl);
+	A->ln2_rstd = take(m, BTl);
 	A->fc1 = take(m, BT * f1);
 	A->act = take(m, BT * c->f);
 }
@@ -136,18 +142,19 @@ static void free_layer_acts(struct gpt_model *m, struct gpt_layer_acts *A)
 	const struct gpt_config *c = &m->lc;
 	size_t BT = (size_t)m->B * c->S, h = c->h, f1 = c->swiglu ? 2 * (size_t)c->f : (size_t)c->f;
 	struct mem_pool *mp = m->mem;
+	size_t BTl = (size_t)m->Nl;
 	mem_free(mp, A->ln1, BT * h * 4);
-	mem_free(mp, A->ln1_mean, BT * 4);
-	mem_free(mp, A->ln1_rstd, BT * 4);
+	mem_free(mp, A->ln1_mean, BTl * 4);
+	mem_free(mp, A->ln1_rstd, BTl * 4);
 	mem_free(mp, A->q, BT * c->a * c->k * 4);
 	mem_free(mp, A->kk, BT * c->g * c->k * 4);
 	mem_free(mp, A->v, BT * c->g * c->k * 4);
 	mem_free(mp, A->probs, (size_t)m->B * c->a * c->S * c->S * 4);
 	mem_free(mp, A->atty, BT * c->a * c->k * 4);
-	mem_free(mp, A->res1, BT * h * 4);
+	mem_free(mp, A->res1, BTl * h * 4);
 	mem_free(mp, A->ln2, BT * h * 4);
-	mem_free(mp, A->ln2_mean, BT * 4);
-	mem_free(mp, A->ln2_rstd, BT * 4);
+	mem_free(mp, A->ln2_mean, BTl * 4);
+	mem_free(mp, A->ln2_rstd, BTl * 4);
 	mem_free(mp, A->fc1, BT * f1 * 4);
 	mem_free(mp, A->act, BT * c->f * 4);
 }
@@ -162,7 +169,7 @@ static bool layer_recomputed(const struct gpt_config *c, int l)
 }
 
 int gpt_init(struct gpt_model *m, const struct gpt_config *c, const struct kops *k, struct mem_pool *mem,
-	     int B, enum gpt_precision precision, struct dist_group *tp)
+	     int B, enum gpt_precision precision, struct dist_group *tp, bool sp)
 {
 	memset(m, 0, sizeof(*m));
 	m->c = *c;
@@ -185,6 +192,11 @@ int gpt_init(struct gpt_model *m, const struct gpt_config *c, const struct kops 
 	m->lc.f /= t;
 	m->lc.Vp /= t;
 	m->vstart = m->tp_rank * m->lc.Vp;
+	m->sp = sp && m->tp;
+	if (m->sp && c->S % t)
+		return error("--sequence-parallel needs --seq-length %d divisible by --tensor-model-parallel-size %d",
+			     c->S, t);
+	m->Nl = B * (m->sp ? c->S / t : c->S);
 	register_params(m);
 	c = &m->lc;
 	m->reg.data = mem_alloc_f32(mem, m->reg.total);
@@ -194,7 +206,8 @@ int gpt_init(struct gpt_model *m, const struct gpt_config *c, const struct kops 
 	size_t BT = (size_t)B * c->S, h = c->h;
 	size_t qkv = (size_t)(c->a + 2 * c->g) * c->k, ak = (size_t)c->a * c->k;
 	size_t f1 = c->swiglu ? 2 * (size_t)c->f : (size_t)c->f;
-	m->resid = take(m, (size_t)(c->L + 1) * BT * h);
+	size_t BTl = (size_t)m->Nl;
+	m->resid = take(m, (size_t)(c->L + 1) * BTl * h);
 	m->acts = xcalloc((size_t)c->L + 1, sizeof(*m->acts));
 	m->recomputed = xcalloc((size_t)c->L, sizeof(*m->recomputed));
 	bool probs_shared = c->recompute == GPT_RECOMPUTE_SELECTIVE;
@@ -218,8 +231,8 @@ int gpt_init(struct gpt_model *m, const struct gpt_config *c, const struct kops 
 			m->acts[l].probs = m->acts[c->L].probs;
 	}
 	m->lnf = take(m, BT * h);
-	m->lnf_mean = take(m, BT);
-	m->lnf_rstd = take(m, BT);
+	m->lnf_mean = take(m, BTl);
+	m->lnf_rstd = take(m, BTl);
 	m->logits = take(m, BT * (size_t)c->Vp);
 	m->losses = take(m, BT);
 	m->lse = take(m, BT);
@@ -241,7 +254,11 @@ int gpt_init(struct gpt_model *m, const struct gpt_config *c, const struct kops 
 	}
 	m->qkv = take(m, BT * qkv);
 	m->tmp = take(m, BT * h);
-	m->dres = take(m, BT * h);
+	m->dres = take(m, BTl * h);
+	if (m->sp) {
+		m->shard = take(m, BTl * h);
+		m->perm = take(m, BT * h);
+	}
 	m->dtmp = take(m, BT * h);
 	m->dln = take(m, BT * h);
 	m->datty = take(m, BT * ak);
@@ -277,10 +294,11 @@ void gpt_free(struct gpt_model *m)
 		free_layer_acts(m, &m->acts[c->L]);
 	else if (probs_shared)
 		mem_free(mp, m->acts[c->L].probs, (size_t)m->B * c->a * c->S * c->S * 4);
-	mem_free(mp, m->resid, (size_t)(c->L + 1) * BT * h * 4);
+	size_t BTl = (size_t)m->Nl;
+	mem_free(mp, m->resid, (size_t)(c->L + 1) * BTl * h * 4);
 	mem_free(mp, m->lnf, BT * h * 4);
-	mem_free(mp, m->lnf_mean, BT * 4);
-	mem_free(mp, m->lnf_rstd, BT * 4);
+	mem_free(mp, m->lnf_mean, BTl * 4);
+	mem_free(mp, m->lnf_rstd, BTl * 4);
 	mem_free(mp, m->logits, BT * (size_t)c->Vp * 4);
 	mem_free(mp, m->losses, BT * 4);
 	mem_free(mp, m->lse, BT * 4);
@@ -293,7 +311,9 @@ void gpt_free(struct gpt_model *m)
 	mem_free(mp, m->rope_sin, (size_t)c->S * c->rot * 4);
 	mem_free(mp, m->qkv, BT * qkv * 4);
 	mem_free(mp, m->tmp, BT * h * 4);
-	mem_free(mp, m->dres, BT * h * 4);
+	mem_free(mp, m->dres, BTl * h * 4);
+	mem_free(mp, m->shard, BTl * h * 4);
+	mem_free(mp, m->perm, BT * h * 4);
 	mem_free(mp, m->dtmp, BT * h * 4);
 	mem_free(mp, m->dln, BT * h * 4);
 	mem_free(mp, m->datty, BT * ak * 4);
@@ -396,12 +416,99 @@ static void tp_sum(struct gpt_model *m, float *x, size_t n)
 	}
 }
 
-/* A row-parallel linear (linear_proj, linear_fc2): partial products summed
- * over TP; the bias, replicated, is added once (by TP rank 0). */
-static void linear_fwd_row(struct gpt_model *m, float *out, const float *inp, int w, int b, int N, int IC, int OC)
+/* ---- sequence parallelism ----
+ * Rank r holds positions [r*S/t, (r+1)*S/t) of every sample: the rows
+ * b*S + r*S/t ... of the [B*S, h] activations, stored as [B, S/t, h]. An
+ * all-gather rebuilds [B, S, h] before the column-parallel linears; a
+ * reduce-scatter sums the row-parallel outputs and keeps this rank's rows
+ * (Megatron's gather/reduce-scatter to the sequence-parallel region). MPI
+ * moves rank-major blocks, [t][B][S/t][h]; perm is where they are reordered. */
+static void sp_gather(struct gpt_model *m, float *full, const float *shard)
 {
-	linear_fwd(m, out, inp, w, m->tp_rank == 0 ? b : -1, N, IC, OC);
-	tp_sum(m, out, (size_t)N * OC);
+	int t = m->tp_size, B = m->B;
+	size_t blk = (size_t)(m->lc.S / t) * m->c.h;
+	dist_allgather_equal_f32(m->tp, shard, (size_t)B * blk, m->perm);
+	for (int r = 0; r < t; r++)
+		for (int b = 0; b < B; b++)
+			memcpy(full + ((size_t)b * t + r) * blk, m->perm + ((size_t)r * B + b) * blk, blk * sizeof(float));
+}
+
+static void sp_reduce_scatter(struct gpt_model *m, float *shard, const float *full)
+{
+	int t = m->tp_size, B = m->B;
+	size_t blk = (size_t)(m->lc.S / t) * m->c.h;
+	for (int r = 0; r < t; r++)
+		for (int b = 0; b < B; b++)
+			memcpy(m->perm + ((size_t)r * B + b) * blk, full + ((size_t)b * t + r) * blk, blk * sizeof(float));
+	dist_reduce_scatter_equal_f32(m->tp, m->perm, (size_t)B * blk, shard);
+	round_half(m, shard, (size_t)B * blk);
+}
+
+/* The dropout counters of this rank's rows: element (row, c) of the whole
+ * [B*S, h] tensor is counter row*h + c, so every layout draws the same mask. */
+static void seq_dropout_add(struct gpt_model *m, float *out, const float *res, const float *x, float p, int site)
+{
+	size_t h = (size_t)m->c.h;
+	if (!m->sp) {
+		m->k->dropout_add_forward(out, res, x, (size_t)m->Nl * h, p, m->drop_seed, site_offset(site));
+		return;
+	}
+	size_t Sl = (size_t)m->lc.S / (size_t)m->tp_size, blk = Sl * h;
+	for (int b = 0; b < m->B; b++) {
+		uint64_t first = ((uint64_t)b * (uint64_t)m->lc.S + (uint64_t)m->tp_rank * Sl) * h;
+		m->k->dropout_add_forward(out + b * blk, res + b * blk, x + b * blk, blk, p, m->drop_seed,
+					  site_offset(site) + first);
+	}
+}
+
+static void seq_dropout_mask(struct gpt_model *m, float *dx, const float *dout, float p, int site)
+{
+	size_t h = (size_t)m->c.h;
+	if (!m->sp) {
+		m->k->dropout_backward(dx, dout, (size_t)m->Nl * h, p, m->drop_seed, site_offset(site));
+		return;
+	}
+	size_t Sl = (size_t)m->lc.S / (size_t)m->tp_size, blk = Sl * h;
+	for (int b = 0; b < m->B; b++) {
+		uint64_t first = ((uint64_t)b * (uint64_t)m->lc.S + (uint64_t)m->tp_rank * Sl) * h;
+		m->k->dropout_backward(dx + b * blk, dout + b * blk, blk, p, m->drop_seed, site_offset(site) + first);
+	}
+}
+
+/* A row-parallel linear's output where the residual stream lives: summed
+ * over TP (all rows), or reduce-scattered onto this rank's rows with SP.
+ * Returns the [Nl, h] result. */
+static const float *row_parallel(struct gpt_model *m, const float *inp, int w, int b, int N, int IC)
+{
+	int h = m->c.h;
+	linear_fwd(m, m->tmp, inp, w, m->tp_rank == 0 ? b : -1, N, IC, h); /* replicated bias counted once */
+	if (!m->sp) {
+		tp_sum(m, m->tmp, (size_t)N * h);
+		return m->tmp;
+	}
+	sp_reduce_scatter(m, m->shard, m->tmp);
+	return m->shard;
+}
+
+/* The input gradient of a column-parallel linear (dln: all rows, this rank's
+ * share): summed over TP, or reduce-scattered onto this rank's rows. */
+static const float *column_input_grad(struct gpt_model *m, float *dln, int N)
+{
+	if (!m->sp) {
+		tp_sum(m, dln, (size_t)N * m->c.h);
+		return dln;
+	}
+	sp_reduce_scatter(m, m->shard, dln);
+	return m->shard;
+}
+
+void gpt_sp_sync_grads(struct gpt_model *m)
+{
+	if (!m->sp)
+		return;
+	for (int i = 0; i < m->reg.n; i++)
+		if (m->reg.p[i].flags & PARAM_SP)
+			dist_allreduce_sum_f32(m->tp, gpt_grad(m, i), m->reg.p[i].numel);
 }
 
 static void norm_fwd(struct gpt_model *m, float *out, float *mean, float *rstd, const float *inp, int w, int b,
@@ -428,82 +535,95 @@ static void norm_bwd(struct gpt_model *m, float *dinp, const float *dout, const 
 
 /* ---- one layer ---- */
 
+/* x, y: this rank's rows of the residual stream ([Nl, h]). */
 static void layer_forward(struct gpt_model *m, int l, const float *x, float *y, bool train)
 {
 	const struct gpt_config *c = &m->lc;
 	const struct kops *k = m->k;
 	const struct gpt_layer_params *p = &m->lp[l];
 	struct gpt_layer_acts *A = &m->acts[l];
-	int B = m->B, S = c->S, N = B * S, h = c->h;
+	int B = m->B, S = c->S, N = B * S, h = c->h, Nl = m->Nl;
 	int qkv = (c->a + 2 * c->g) * c->k, ak = c->a * c->k, f1 = c->swiglu ? 2 * c->f : c->f;
 	float pa = train ? c->attention_dropout : 0, ph = train ? c->hidden_dropout : 0;
 
-	norm_fwd(m, A->ln1, A->ln1_mean, A->ln1_rstd, x, p->ln1_w, p->ln1_b, N);
+	norm_fwd(m, m->sp ? m->shard : A->ln1, A->ln1_mean, A->ln1_rstd, x, p->ln1_w, p->ln1_b, Nl);
+	if (m->sp)
+		sp_gather(m, A->ln1, m->shard);
 	linear_fwd(m, m->qkv, A->ln1, p->qkv_w, p->qkv_b, N, h, qkv);
 	k->qkv_split_forward(A->q, A->kk, A->v, m->qkv, m->rope_cos, m->rope_sin, B, S, c->a, c->g, c->k, c->rot);
 	k->attention_forward(A->atty, A->probs, A->q, A->kk, A->v, m->use_doc ? m->doc : NULL, B, S, c->a, c->g,
 			     c->k, 1.0f / sqrtf((float)c->k), pa, m->drop_seed, attn_offset(m, l));
 	round_half(m, A->atty, (size_t)N * ak);
-	linear_fwd_row(m, m->tmp, A->atty, p->proj_w, p->proj_b, N, ak, h);
-	k->dropout_add_forward(A->res1, x, m->tmp, (size_t)N * h, ph, m->drop_seed, site_offset(3 * l + 1));
-	round_half(m, A->res1, (size_t)N * h); /* the residual stream is half precision too */
-	norm_fwd(m, A->ln2, A->ln2_mean, A->ln2_rstd, A->res1, p->ln2_w, p->ln2_b, N);
+	const float *proj = row_parallel(m, A->atty, p->proj_w, p->proj_b, N, ak);
+	seq_dropout_add(m, A->res1, x, proj, ph, 3 * l + 1);
+	round_half(m, A->res1, (size_t)Nl * h); /* the residual stream is half precision too */
+	norm_fwd(m, m->sp ? m->shard : A->ln2, A->ln2_mean, A->ln2_rstd, A->res1, p->ln2_w, p->ln2_b, Nl);
+	if (m->sp)
+		sp_gather(m, A->ln2, m->shard);
 	linear_fwd(m, A->fc1, A->ln2, p->fc1_w, p->fc1_b, N, h, f1);
 	if (c->swiglu)
 		k->swiglu_forward(A->act, A->fc1, N, c->f);
 	else
 		k->gelu_forward(A->act, A->fc1, (size_t)N * c->f, c->gelu);
 	round_half(m, A->act, (size_t)N * c->f);
-	linear_fwd_row(m, m->tmp, A->act, p->fc2_w, p->fc2_b, N, c->f, h);
-	k->dropout_add_forward(y, A->res1, m->tmp, (size_t)N * h, ph, m->drop_seed, site_offset(3 * l + 2));
-	round_half(m, y, (size_t)N * h);
+	const float *fc2 = row_parallel(m, A->act, p->fc2_w, p->fc2_b, N, c->f);
+	seq_dropout_add(m, y, A->res1, fc2, ph, 3 * l + 2);
+	round_half(m, y, (size_t)Nl * h);
 }
 
-/* dres: in = dL/d(layer output), out = dL/d(layer input). */
+/* The gradient of a row-parallel output for its linear's backward: this
+ * rank's rows of dres through the dropout mask, gathered to all rows with SP. */
+static const float *row_output_grad(struct gpt_model *m, const float *dres, float p, int site)
+{
+	float *d = m->sp ? m->shard : m->dtmp;
+	const float *src = dres;
+	if (p > 0) {
+		seq_dropout_mask(m, d, dres, p, site);
+		src = d;
+	}
+	if (!m->sp)
+		return src;
+	sp_gather(m, m->dtmp, src);
+	return m->dtmp;
+}
+
+/* dres: in = dL/d(layer output), out = dL/d(layer input); this rank's rows. */
 static void layer_backward(struct gpt_model *m, int l, const float *x, float *dres)
 {
 	const struct gpt_config *c = &m->lc;
 	const struct kops *k = m->k;
 	const struct gpt_layer_params *p = &m->lp[l];
 	struct gpt_layer_acts *A = &m->acts[l];
-	int B = m->B, S = c->S, N = B * S, h = c->h;
+	int B = m->B, S = c->S, N = B * S, h = c->h, Nl = m->Nl;
 	int qkv = (c->a + 2 * c->g) * c->k, ak = c->a * c->k, f1 = c->swiglu ? 2 * c->f : c->f;
 	float pa = c->attention_dropout, ph = c->hidden_dropout;
-	size_t nh = (size_t)N * h;
+	size_t nhl = (size_t)Nl * h;
 
 	/* MLP: y = res1 + dropout(fc2(act(fc1(norm2(res1))))) */
-	const float *dmlp = dres;
-	if (ph > 0) {
-		k->dropout_backward(m->dtmp, dres, nh, ph, m->drop_seed, site_offset(3 * l + 2));
-		dmlp = m->dtmp;
-	}
+	const float *dmlp = row_output_grad(m, dres, ph, 3 * l + 2);
 	linear_bwd(m, m->dact, dmlp, A->act, p->fc2_w, p->fc2_b, N, c->f, h);
 	if (c->swiglu)
 		k->swiglu_backward(m->dfc1, m->dact, A->fc1, N, c->f);
 	else
 		k->gelu_backward(m->dfc1, m->dact, A->fc1, (size_t)N * c->f, c->gelu);
 	linear_bwd(m, m->dln, m->dfc1, A->ln2, p->fc1_w, p->fc1_b, N, h, f1);
-	tp_sum(m, m->dln, nh); /* column-parallel fc1: every rank's share of dL/d norm2 */
-	norm_bwd(m, m->dtmp, m->dln, A->res1, p->ln2_w, p->ln2_b, A->ln2_mean, A->ln2_rstd, N);
-	k->add(dres, dres, m->dtmp, nh); /* dres = dL/d res1 */
-	round_half(m, dres, nh);
+	const float *dn2 = column_input_grad(m, m->dln, N); /* every rank's share of dL/d norm2 */
+	norm_bwd(m, m->dtmp, dn2, A->res1, p->ln2_w, p->ln2_b, A->ln2_mean, A->ln2_rstd, Nl);
+	k->add(dres, dres, m->dtmp, nhl); /* dres = dL/d res1 */
+	round_half(m, dres, nhl);
 
 	/* attention: res1 = x + dropout(proj(attn(qkv(norm1(x))))) */
-	const float *dattn = dres;
-	if (ph > 0) {
-		k->dropout_backward(m->dtmp, dres, nh, ph, m->drop_seed, site_offset(3 * l + 1));
-		dattn = m->dtmp;
-	}
+	const float *dattn = row_output_grad(m, dres, ph, 3 * l + 1);
 	linear_bwd(m, m->datty, dattn, A->atty, p->proj_w, p->proj_b, N, ak, h);
 	k->attention_backward(m->dq, m->dk, m->dv, m->datty, A->q, A->kk, A->v, A->probs, B, S, c->a, c->g, c->k,
 			      1.0f / sqrtf((float)c->k), pa, m->drop_seed, attn_offset(m, l));
 	k->qkv_split_backward(m->dqkv, m->dq, m->dk, m->dv, m->rope_cos, m->rope_sin, B, S, c->a, c->g, c->k,
 			      c->rot);
 	linear_bwd(m, m->dln, m->dqkv, A->ln1, p->qkv_w, p->qkv_b, N, h, qkv);
-	tp_sum(m, m->dln, nh);
-	norm_bwd(m, m->dtmp, m->dln, x, p->ln1_w, p->ln1_b, A->ln1_mean, A->ln1_rstd, N);
-	k->add(dres, dres, m->dtmp, nh); /* dres = dL/dx */
-	round_half(m, dres, nh);
+	const float *dn1 = column_input_grad(m, m->dln, N);
+	norm_bwd(m, m->dtmp, dn1, x, p->ln1_w, p->ln1_b, A->ln1_mean, A->ln1_rstd, Nl);
+	k->add(dres, dres, m->dtmp, nhl); /* dres = dL/dx */
+	round_half(m, dres, nhl);
 }
 
 /* ---- the model ---- */
@@ -573,16 +693,24 @@ void gpt_forward(struct gpt_model *m, const int32_t *tokens, const int32_t *labe
 	m->drop_seed = drop_seed;
 
 	/* vocabulary-parallel embedding: each rank looks up its rows, the sum over
-	 * TP ranks is the embedding; the (replicated) positions are added once */
-	k->embedding_forward(m->resid, m->tokens, m->use_positions ? m->positions : NULL, gpt_param(m, m->wte),
-			     m->tp_rank == 0 ? gpt_param(m, m->wpe) : NULL, N, h);
-	tp_sum(m, m->resid, nh);
+	 * TP ranks is the embedding (reduce-scattered onto the sequence shards with
+	 * SP); the (replicated) positions are added once */
+	size_t nhl = (size_t)m->Nl * h;
+	k->embedding_forward(m->sp ? m->tmp : m->resid, m->tokens, m->use_positions ? m->positions : NULL,
+			     gpt_param(m, m->wte), m->tp_rank == 0 ? gpt_param(m, m->wpe) : NULL, N, h);
+	if (m->sp)
+		sp_reduce_scatter(m, m->resid, m->tmp);
+	else
+		tp_sum(m, m->resid, nh);
 	if (train && c->hidden_dropout > 0) /* the embedding dropout; backward's mask op is the same map */
-		k->dropout_backward(m->resid, m->resid, nh, c->hidden_dropout, drop_seed, site_offset(3 * c->L));
-	round_half(m, m->resid, nh);
+		seq_dropout_mask(m, m->resid, m->resid, c->hidden_dropout, 3 * c->L);
+	round_half(m, m->resid, nhl);
 	for (int l = 0; l < c->L; l++)
-		layer_forward(m, l, m->resid + (size_t)l * nh, m->resid + (size_t)(l + 1) * nh, train);
-	norm_fwd(m, m->lnf, m->lnf_mean, m->lnf_rstd, m->resid + (size_t)c->L * nh, m->lnf_w, m->lnf_b, N);
+		layer_forward(m, l, m->resid + (size_t)l * nhl, m->resid + (size_t)(l + 1) * nhl, train);
+	norm_fwd(m, m->sp ? m->shard : m->lnf, m->lnf_mean, m->lnf_rstd, m->resid + (size_t)c->L * nhl, m->lnf_w,
+		 m->lnf_b, m->Nl);
+	if (m->sp)
+		sp_gather(m, m->lnf, m->shard);
 	/* Logits over the whole padded vocabulary, as Megatron (the pad rows are real parameters). */
 	linear_fwd(m, m->logits, m->lnf, m->out_w, -1, N, h, c->Vp);
 	k->xent_forward(m->losses, m->lse, m->logits, m->targets, N, c->Vp);
@@ -596,19 +724,20 @@ void gpt_backward(struct gpt_model *m, const float *dloss_host)
 	const struct gpt_config *c = &m->lc;
 	const struct kops *k = m->k;
 	int B = m->B, S = c->S, N = B * S, h = c->h;
-	size_t nh = (size_t)N * h;
 	bool train = true;
 
 	k->to_device(m->dloss, dloss_host, (size_t)N * 4);
+	size_t nhl = (size_t)m->Nl * h;
 	k->xent_backward(m->logits, m->logits, m->lse, m->targets, m->dloss, N, c->Vp);
 	linear_bwd(m, m->dln, m->logits, m->lnf, m->out_w, -1, N, h, c->Vp);
-	tp_sum(m, m->dln, nh); /* the output layer is column-parallel over the vocabulary */
-	norm_bwd(m, m->dres, m->dln, m->resid + (size_t)c->L * nh, m->lnf_w, m->lnf_b, m->lnf_mean, m->lnf_rstd,
-		 N);
+	/* the output layer is column-parallel over the vocabulary */
+	const float *dlnf = column_input_grad(m, m->dln, N);
+	norm_bwd(m, m->dres, dlnf, m->resid + (size_t)c->L * nhl, m->lnf_w, m->lnf_b, m->lnf_mean, m->lnf_rstd,
+		 m->Nl);
 	for (int l = c->L - 1; l >= 0; l--) {
-		const float *x = m->resid + (size_t)l * nh;
+		const float *x = m->resid + (size_t)l * nhl;
 		if (m->recomputed[l]) {
-			layer_forward(m, l, x, m->resid + (size_t)(l + 1) * nh, train);
+			layer_forward(m, l, x, m->resid + (size_t)(l + 1) * nhl, train);
 		} else if (c->recompute == GPT_RECOMPUTE_SELECTIVE) {
 			struct gpt_layer_acts *A = &m->acts[l];
 			k->attention_forward(A->atty, A->probs, A->q, A->kk, A->v, m->use_doc ? m->doc : NULL, B, S,
@@ -618,11 +747,7 @@ void gpt_backward(struct gpt_model *m, const float *dloss_host)
 		}
 		layer_backward(m, l, x, m->dres);
 	}
-	const float *demb = m->dres;
-	if (c->hidden_dropout > 0) {
-		k->dropout_backward(m->dtmp, m->dres, nh, c->hidden_dropout, m->drop_seed, site_offset(3 * c->L));
-		demb = m->dtmp;
-	}
+	const float *demb = row_output_grad(m, m->dres, c->hidden_dropout, 3 * c->L);
 	k->embedding_backward(gpt_grad(m, m->wte), gpt_grad(m, m->wpe), demb, m->tokens,
 			      m->use_positions ? m->positions : NULL, N, h);
 }

@@ -48,6 +48,8 @@ struct gpt_model {
 	struct dist_group *tp;  /* tensor-parallel group, NULL without TP */
 	int tp_size, tp_rank;
 	int vstart;             /* first vocabulary row of this rank's shard */
+	bool sp;                /* sequence parallelism: norms, dropout and residuals on S/t of each sample */
+	int Nl;                 /* rows this rank holds of the residual stream: B*S, or B*S/t with SP */
 	const struct kops *k;
 	struct mem_pool *mem;
 	struct param_registry reg;
@@ -72,6 +74,7 @@ struct gpt_model {
 	bool use_doc, use_positions;
 	/* scratch */
 	float *qkv, *tmp, *dres, *dtmp, *dln, *datty, *dq, *dk, *dv, *dqkv, *dfc1, *dact;
+	float *shard, *perm;   /* SP: a sequence shard [Nl, h], and the collectives' reordering space [B*S, h] */
 
 	/* dropout seed of the current micro-batch (set by gpt_forward) */
 	uint64_t drop_seed;
@@ -82,7 +85,11 @@ struct gpt_model {
  * rank holds and computes its shard (Megatron's column/row-parallel linears,
  * vocabulary-parallel embedding and cross-entropy). error() and -1 on failure. */
 int gpt_init(struct gpt_model *m, const struct gpt_config *c, const struct kops *k, struct mem_pool *mem,
-	     int B, enum gpt_precision precision, struct dist_group *tp);
+	     int B, enum gpt_precision precision, struct dist_group *tp, bool sp);
+/* With sequence parallelism the norms' parameter gradients are partial sums
+ * over each rank's sequence shard: add them up over TP (once per iteration,
+ * after the last micro-batch). No-op otherwise. */
+void gpt_sp_sync_grads(struct gpt_model *m);
 void gpt_free(struct gpt_model *m);
 
 /* Megatron's init from the seed: N(0, std) weights, N(0, std/sqrt(2L)) for the

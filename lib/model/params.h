@@ -19,6 +19,7 @@ enum param_flags {
 	PARAM_NO_WD = 1 << 0, /* weight-decay multiplier 0 (biases and 1-D tensors) */
 	PARAM_TIED = 1 << 1,  /* also used as the output layer (tied embeddings) */
 	PARAM_GLU = 1 << 2,   /* rows are [gate; up]; TP splits each half (SwiGLU fc1, Megatron's layout) */
+	PARAM_SP = 1 << 3,    /* replicated, but its gradient comes from a sequence shard (norms under SP) */
 };
 
 enum param_init {

@@ -39,8 +39,6 @@ static int setup_parallel(struct trainer *t)
 	if (l.pp > 1 || l.cp > 1)
 		return error("pipeline and context parallelism (PP %d, CP %d) are not implemented yet; megac trains "
 			     "with tensor and data parallelism", l.pp, l.cp);
-	if (l.sp)
-		return error("--sequence-parallel is not implemented yet (tensor parallelism without it is)");
 	if (dist_setup(&t->dist, &l) < 0)
 		return -1;
 	dist_watchdog_start(&t->dist, a->distributed_timeout_minutes);
@@ -204,7 +202,7 @@ static int setup(struct trainer *t, const struct args *a)
 	t->k = kops_cpu();
 	mem_pool_init(&t->mem, t->k);
 	enum gpt_precision prec = a->bf16 ? GPT_BF16 : a->fp16 ? GPT_FP16 : GPT_FP32;
-	if (gpt_init(&t->model, &t->cfg, t->k, &t->mem, (int)t->mbs, prec, &t->dist.tp) < 0)
+	if (gpt_init(&t->model, &t->cfg, t->k, &t->mem, (int)t->mbs, prec, &t->dist.tp, t->dist.layout.sp) < 0)
 		return -1;
 	gpt_init_weights(&t->model, t->seed);
 	/* --use-distributed-optimizer: Adam's state sharded over data-parallel ranks */

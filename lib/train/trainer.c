@@ -111,6 +111,7 @@ static int train_step(struct trainer *t, double *loss, bool *skipped, double *gn
 		if (run_micro(t, GPT_TRAIN, micro_first(t, t->consumed_train, mb), micro_global(t, mb), true, scale,
 			      &num, &den) < 0)
 			return -1;
+	gpt_sp_sync_grads(&t->model); /* sequence parallelism: the norms' shard gradients */
 	/* data parallelism: the loss sums and the gradients of all replicas; each
 	 * replica's gradient is a mean over its micro-batches, so the sum over dp
 	 * is scaled by 1/dp (Megatron's DDP gradient_scaling_factor) */

@@ -150,8 +150,8 @@ expect_fail "heads not divisible by TP" "--num-attention-heads" \
 	$MPI -np 2 $BIN/train $ARGS --num-attention-heads 3 --hidden-size 33 --tensor-model-parallel-size 2
 expect_fail "pipeline parallelism (not yet)" "not implemented yet" \
 	$MPI -np 2 $BIN/train $ARGS --pipeline-model-parallel-size 2
-expect_fail "sequence parallelism (not yet)" "--sequence-parallel" \
-	$MPI -np 2 $BIN/train $ARGS --tensor-model-parallel-size 2 --sequence-parallel
+expect_fail "sequence parallelism needs the sequence divisible by TP" "--seq-length 30 divisible" \
+	$MPI -np 4 $BIN/train $ARGS --tensor-model-parallel-size 4 --sequence-parallel --seq-length 30 --max-position-embeddings 32
 
 # tensor parallelism: the same padded vocabulary (Megatron pads by divisible-by x TP);
 # dropout on: attention-dropout masks are numbered by global head, so any TP size
@@ -168,10 +168,18 @@ expect_ok "TP2 x DP2, distributed optimizer" \
 	sh -c "$MPI -np 4 $BIN/train $T2 --use-distributed-optimizer --metrics-file $W/t22.jsonl >$W/t22.log"
 expect_ok "Llama-style, 1 rank" sh -c "$BIN/train $T1 $LL --metrics-file $W/l1.jsonl >$W/l1.log"
 expect_ok "Llama-style (GQA, SwiGLU, RoPE, untied), TP2" sh -c "$MPI -np 2 $BIN/train $T2 $LL --metrics-file $W/l2.jsonl >$W/l2.log"
+expect_ok "TP2 with sequence parallelism" sh -c "$MPI -np 2 $BIN/train $T2 --sequence-parallel --metrics-file $W/s2.jsonl >$W/s2.log"
+expect_ok "TP4 with sequence parallelism, full recompute" \
+	sh -c "$MPI -np 4 $BIN/train $T4 --sequence-parallel --recompute-granularity full --recompute-method uniform --recompute-num-layers 1 --metrics-file $W/s4.jsonl >$W/s4.log"
+expect_ok "Llama-style TP2 x DP2 with SP and the distributed optimizer" \
+	sh -c "$MPI -np 4 $BIN/train $T2 $LL --sequence-parallel --use-distributed-optimizer --metrics-file $W/ls22.jsonl >$W/ls22.log"
 compare "TP2 equals one rank" "$W/t1.jsonl" "$W/t2.jsonl"
 compare "TP4 equals one rank" "$W/t1.jsonl" "$W/t4.jsonl"
 compare "TP2 x DP2 with the distributed optimizer equals one rank" "$W/t1.jsonl" "$W/t22.jsonl"
 compare "Llama-style TP2 equals one rank" "$W/l1.jsonl" "$W/l2.jsonl"
+compare "TP2 + SP equals one rank" "$W/t1.jsonl" "$W/s2.jsonl"
+compare "TP4 + SP with full recompute equals one rank" "$W/t1.jsonl" "$W/s4.jsonl"
+compare "Llama-style TP2 x DP2 + SP, distributed optimizer, equals one rank" "$W/l1.jsonl" "$W/ls22.jsonl"
 
 # --log-params-norm with TensorBoard on TP2 x DP2 (distributed optimizer): every rank
 # takes part in the norm's collectives although only the last one writes events

@@ -80,7 +80,7 @@ static void gradcheck(bool llama, float hdrop, float adrop, bool use_pos, bool u
 	mem_pool_init(&mp, k);
 	struct gpt_model m;
 	int B = 2;
-	CHECK_INT(gpt_init(&m, &c, k, &mp, B, GPT_FP32, NULL), 0);
+	CHECK_INT(gpt_init(&m, &c, k, &mp, B, GPT_FP32, NULL, false), 0);
 	gpt_init_weights(&m, 42);
 	struct fixture f;
 	make_inputs(&f, &c, B);
@@ -153,7 +153,7 @@ static void run_grads(struct gpt_config c, float **grads, size_t *n, size_t *pea
 	c.S = 6;
 	c.hidden_dropout = 0.1f;
 	c.attention_dropout = 0.1f;
-	CHECK_INT(gpt_init(&m, &c, k, &mp, 2, GPT_FP32, NULL), 0);
+	CHECK_INT(gpt_init(&m, &c, k, &mp, 2, GPT_FP32, NULL, false), 0);
 	gpt_init_weights(&m, 5);
 	struct fixture f;
 	make_inputs(&f, &c, 2);
@@ -208,7 +208,7 @@ static void test_names_and_init(void)
 	struct mem_pool mp;
 	mem_pool_init(&mp, k);
 	struct gpt_model m;
-	CHECK_INT(gpt_init(&m, &c, k, &mp, 1, GPT_FP32, NULL), 0);
+	CHECK_INT(gpt_init(&m, &c, k, &mp, 1, GPT_FP32, NULL, false), 0);
 	gpt_init_weights(&m, 1234);
 	/* Llama: no biases, no position table, RMSNorm weights only, untied output */
 	CHECK(params_find(&m.reg, "embedding.word_embeddings.weight") == 0);
