@@ -223,6 +223,29 @@ else
 	show "$W/cmp.log"
 fi
 
+expect_ok "TP2 + SP with --log-comm" \
+	sh -c "$MPI -np 2 $BIN/train $T2 --sequence-parallel --log-comm --log-interval 4 --eval-interval 1000 >$W/csp.log"
+if $PY - "$W/csp.log" >"$W/cmp.log" 2>&1 <<'EOF'; then
+import re, sys
+h, L, S, mbs, gbs, t = 32, 2, 32, 1, 8, 2
+N, M = mbs * S, gbs // mbs
+def ring(p, n):
+    return 2 * (p - 1) * n // p
+shard = 4 * N * h // t
+# per micro-batch: (8L + 4) all-gathers / reduce-scatters of a [N, h] tensor (each sends
+# (t-1) shards), the vocabulary-parallel loss; per iteration: the grad-norm sum and the
+# LayerNorm gradients (weight and bias, 2 per layer + the final one) summed over TP
+want = M * ((8 * L + 4) * (t - 1) * shard + ring(t, 3 * 4 * N)) + ring(t, 8) + ring(t, 4 * (L * 2 * 2 * h + 2 * h))
+got = [int(x) for x in re.findall(r"tensor-model-parallel: (\d+)", open(sys.argv[1]).read())]
+assert got[-1] == want, (got, want)
+print("%d bytes per iteration" % want)
+EOF
+	ok "--log-comm TP2 + SP volume equals the analytic one: $(cat "$W/cmp.log")"
+else
+	notok "--log-comm TP2 + SP volume"
+	show "$W/cmp.log"
+fi
+
 # initial weights are drawn per global element: the Llama-style model saved at TP2
 # (fused QKV per query group, SwiGLU [gate; up]) is bit-identical to the one-rank model
 expect_ok "Llama-style init, 1 rank" $BIN/train $T1 $LL --train-iters 0 --save "$W/i1"
