@@ -121,7 +121,7 @@ static void alloc_layer_acts(struct gpt_model *m, struct gpt_layer_acts *A, bool
 	size_t BT = (size_t)m->B * c->S, h = c->h;
 	size_t f1 = c->swiglu ? 2 * (size_t)c->f : (size_t)c->f;
 	size_t BTl = (size_t)m->Nl; /* rows of this rank's sequence shard (all rows without SP) */
-	A->ln1 = take(m, BT * h);
+	A->ln1 = take(m, BTl * h); /* with SP the shard; backward gathers it again, as Megatron */
 	A->ln1_mean = take(m, BTl);
 	A->ln1_rstd = take(m, BTl);
 	A->q = take(m, BT * c->a * c->k);
@@ -130,7 +130,7 @@ static void alloc_layer_acts(struct gpt_model *m, struct gpt_layer_acts *A, bool
 	A->probs = probs ? take(m, (size_t)m->B * c->a * c->S * c->S) : NULL;
 	A->atty = take(m, BT * c->a * c->k);
 	A->res1 = take(m, BTl * h);
-	A->ln2 = take(m, BT * h);
+	A->ln2 = take(m, BTl * h);
 	A->ln2_mean = take(m, BTl);
 	A->ln2_rstd = take(m, BTl);
 	A->fc1 = take(m, BT * f1);
@@ -143,7 +143,7 @@ static void free_layer_acts(struct gpt_model *m, struct gpt_layer_acts *A)
 	size_t BT = (size_t)m->B * c->S, h = c->h, f1 = c->swiglu ? 2 * (size_t)c->f : (size_t)c->f;
 	struct mem_pool *mp = m->mem;
 	size_t BTl = (size_t)m->Nl;
-	mem_free(mp, A->ln1, BT * h * 4);
+	mem_free(mp, A->ln1, BTl * h * 4);
 	mem_free(mp, A->ln1_mean, BTl * 4);
 	mem_free(mp, A->ln1_rstd, BTl * 4);
 	mem_free(mp, A->q, BT * c->a * c->k * 4);
@@ -152,7 +152,7 @@ static void free_layer_acts(struct gpt_model *m, struct gpt_layer_acts *A)
 	mem_free(mp, A->probs, (size_t)m->B * c->a * c->S * c->S * 4);
 	mem_free(mp, A->atty, BT * c->a * c->k * 4);
 	mem_free(mp, A->res1, BTl * h * 4);
-	mem_free(mp, A->ln2, BT * h * 4);
+	mem_free(mp, A->ln2, BTl * h * 4);
 	mem_free(mp, A->ln2_mean, BTl * 4);
 	mem_free(mp, A->ln2_rstd, BTl * 4);
 	mem_free(mp, A->fc1, BT * f1 * 4);
@@ -258,6 +258,7 @@ int gpt_init(struct gpt_model *m, const struct gpt_config *c, const struct kops 
 	if (m->sp) {
 		m->shard = take(m, BTl * h);
 		m->perm = take(m, BT * h);
+		m->gath = take(m, BT * h);
 	}
 	m->dtmp = take(m, BT * h);
 	m->dln = take(m, BT * h);
@@ -314,6 +315,7 @@ void gpt_free(struct gpt_model *m)
 	mem_free(mp, m->dres, BTl * h * 4);
 	mem_free(mp, m->shard, BTl * h * 4);
 	mem_free(mp, m->perm, BT * h * 4);
+	mem_free(mp, m->gath, BT * h * 4);
 	mem_free(mp, m->dtmp, BT * h * 4);
 	mem_free(mp, m->dln, BT * h * 4);
 	mem_free(mp, m->datty, BT * ak * 4);
@@ -475,6 +477,16 @@ static void seq_dropout_mask(struct gpt_model *m, float *dx, const float *dout, 
 	}
 }
 
+/* All rows of a norm output kept per sequence shard: gathered into m->gath
+ * under SP (forward, and again in backward for the weight gradient). */
+static const float *seq_full(struct gpt_model *m, const float *ln)
+{
+	if (!m->sp)
+		return ln;
+	sp_gather(m, m->gath, ln);
+	return m->gath;
+}
+
 /* A row-parallel linear's output where the residual stream lives: summed
  * over TP (all rows), or reduce-scattered onto this rank's rows with SP.
  * Returns the [Nl, h] result. */
@@ -546,10 +558,8 @@ static void layer_forward(struct gpt_model *m, int l, const float *x, float *y, 
 	int qkv = (c->a + 2 * c->g) * c->k, ak = c->a * c->k, f1 = c->swiglu ? 2 * c->f : c->f;
 	float pa = train ? c->attention_dropout : 0, ph = train ? c->hidden_dropout : 0;
 
-	norm_fwd(m, m->sp ? m->shard : A->ln1, A->ln1_mean, A->ln1_rstd, x, p->ln1_w, p->ln1_b, Nl);
-	if (m->sp)
-		sp_gather(m, A->ln1, m->shard);
-	linear_fwd(m, m->qkv, A->ln1, p->qkv_w, p->qkv_b, N, h, qkv);
+	norm_fwd(m, A->ln1, A->ln1_mean, A->ln1_rstd, x, p->ln1_w, p->ln1_b, Nl);
+	linear_fwd(m, m->qkv, seq_full(m, A->ln1), p->qkv_w, p->qkv_b, N, h, qkv);
 	k->qkv_split_forward(A->q, A->kk, A->v, m->qkv, m->rope_cos, m->rope_sin, B, S, c->a, c->g, c->k, c->rot);
 	k->attention_forward(A->atty, A->probs, A->q, A->kk, A->v, m->use_doc ? m->doc : NULL, B, S, c->a, c->g,
 			     c->k, 1.0f / sqrtf((float)c->k), pa, m->drop_seed, attn_offset(m, l));
@@ -557,10 +567,8 @@ static void layer_forward(struct gpt_model *m, int l, const float *x, float *y, 
 	const float *proj = row_parallel(m, A->atty, p->proj_w, p->proj_b, N, ak);
 	seq_dropout_add(m, A->res1, x, proj, ph, 3 * l + 1);
 	round_half(m, A->res1, (size_t)Nl * h); /* the residual stream is half precision too */
-	norm_fwd(m, m->sp ? m->shard : A->ln2, A->ln2_mean, A->ln2_rstd, A->res1, p->ln2_w, p->ln2_b, Nl);
-	if (m->sp)
-		sp_gather(m, A->ln2, m->shard);
-	linear_fwd(m, A->fc1, A->ln2, p->fc1_w, p->fc1_b, N, h, f1);
+	norm_fwd(m, A->ln2, A->ln2_mean, A->ln2_rstd, A->res1, p->ln2_w, p->ln2_b, Nl);
+	linear_fwd(m, A->fc1, seq_full(m, A->ln2), p->fc1_w, p->fc1_b, N, h, f1);
 	if (c->swiglu)
 		k->swiglu_forward(A->act, A->fc1, N, c->f);
 	else
@@ -606,7 +614,7 @@ static void layer_backward(struct gpt_model *m, int l, const float *x, float *dr
 		k->swiglu_backward(m->dfc1, m->dact, A->fc1, N, c->f);
 	else
 		k->gelu_backward(m->dfc1, m->dact, A->fc1, (size_t)N * c->f, c->gelu);
-	linear_bwd(m, m->dln, m->dfc1, A->ln2, p->fc1_w, p->fc1_b, N, h, f1);
+	linear_bwd(m, m->dln, m->dfc1, seq_full(m, A->ln2), p->fc1_w, p->fc1_b, N, h, f1);
 	const float *dn2 = column_input_grad(m, m->dln, N); /* every rank's share of dL/d norm2 */
 	norm_bwd(m, m->dtmp, dn2, A->res1, p->ln2_w, p->ln2_b, A->ln2_mean, A->ln2_rstd, Nl);
 	k->add(dres, dres, m->dtmp, nhl); /* dres = dL/d res1 */
@@ -619,7 +627,7 @@ static void layer_backward(struct gpt_model *m, int l, const float *x, float *dr
 			      1.0f / sqrtf((float)c->k), pa, m->drop_seed, attn_offset(m, l));
 	k->qkv_split_backward(m->dqkv, m->dq, m->dk, m->dv, m->rope_cos, m->rope_sin, B, S, c->a, c->g, c->k,
 			      c->rot);
-	linear_bwd(m, m->dln, m->dqkv, A->ln1, p->qkv_w, p->qkv_b, N, h, qkv);
+	linear_bwd(m, m->dln, m->dqkv, seq_full(m, A->ln1), p->qkv_w, p->qkv_b, N, h, qkv);
 	const float *dn1 = column_input_grad(m, m->dln, N);
 	norm_bwd(m, m->dtmp, dn1, x, p->ln1_w, p->ln1_b, A->ln1_mean, A->ln1_rstd, Nl);
 	k->add(dres, dres, m->dtmp, nhl); /* dres = dL/dx */

@@ -30,7 +30,7 @@ struct gpt_layer_params {
 
 /* What one layer's backward needs, [B*T, ...] row-major. */
 struct gpt_layer_acts {
-	float *ln1, *ln1_mean, *ln1_rstd; /* input norm: out, stats */
+	float *ln1, *ln1_mean, *ln1_rstd; /* input norm: out (this rank's rows with SP), stats */
 	float *q, *kk, *v;                /* [B,a,T,k], [B,g,T,k] x2, after RoPE */
 	float *probs;                     /* [B,a,T,T] softmax, pre-dropout */
 	float *atty;                      /* [B*T, a*k] attention output */
@@ -75,6 +75,7 @@ struct gpt_model {
 	/* scratch */
 	float *qkv, *tmp, *dres, *dtmp, *dln, *datty, *dq, *dk, *dv, *dqkv, *dfc1, *dact;
 	float *shard, *perm;   /* SP: a sequence shard [Nl, h], and the collectives' reordering space [B*S, h] */
+	float *gath;           /* SP: a norm output gathered to all rows [B*S, h] */
 
 	/* dropout seed of the current micro-batch (set by gpt_forward) */
 	uint64_t drop_seed;

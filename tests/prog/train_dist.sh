@@ -232,10 +232,11 @@ N, M = mbs * S, gbs // mbs
 def ring(p, n):
     return 2 * (p - 1) * n // p
 shard = 4 * N * h // t
-# per micro-batch: (8L + 4) all-gathers / reduce-scatters of a [N, h] tensor (each sends
-# (t-1) shards), the vocabulary-parallel loss; per iteration: the grad-norm sum and the
-# LayerNorm gradients (weight and bias, 2 per layer + the final one) summed over TP
-want = M * ((8 * L + 4) * (t - 1) * shard + ring(t, 3 * 4 * N)) + ring(t, 8) + ring(t, 4 * (L * 2 * 2 * h + 2 * h))
+# per micro-batch: (10L + 4) all-gathers / reduce-scatters of a [N, h] tensor (each sends
+# (t-1) shards: the 8L + 4 that replace TP's all-reduces, and 2L gathers of the norm
+# outputs again in backward), the vocabulary-parallel loss; per iteration: the grad-norm
+# sum and the LayerNorm gradients (weight and bias, 2 per layer + the final one)
+want = M * ((10 * L + 4) * (t - 1) * shard + ring(t, 3 * 4 * N)) + ring(t, 8) + ring(t, 4 * (L * 2 * 2 * h + 2 * h))
 got = [int(x) for x in re.findall(r"tensor-model-parallel: (\d+)", open(sys.argv[1]).read())]
 assert got[-1] == want, (got, want)
 print("%d bytes per iteration" % want)
