@@ -365,6 +365,30 @@ void cpu_swiglu_backward(float *dinp, const float *dout, const float *inp, int N
  * split, like the mask, does not depend on the thread count. */
 #define CPU_DROP_CHUNK 4096
 
+/* out = (residual +) x * mask/(1-p), chunk by chunk; residual may be NULL.
+ * The one loop behind both dropout ops, so forward and backward cannot
+ * draw different masks. */
+static void cpu_dropout_apply(float *out, const float *residual, const float *x, size_t n, float p,
+			      uint64_t seed, uint64_t offset)
+{
+	size_t nch = (n + CPU_DROP_CHUNK - 1) / CPU_DROP_CHUNK;
+#pragma omp parallel for if (n >= CPU_PAR_MIN)
+	for (size_t ch = 0; ch < nch; ch++) {
+		size_t i0 = ch * CPU_DROP_CHUNK, len = n - i0 < CPU_DROP_CHUNK ? n - i0 : CPU_DROP_CHUNK;
+		float s[CPU_DROP_CHUNK];
+		cpu_dropout_scales(s, len, p, seed, offset + i0);
+		if (residual) {
+#pragma omp simd
+			for (size_t j = 0; j < len; j++)
+				out[i0 + j] = residual[i0 + j] + x[i0 + j] * s[j];
+		} else {
+#pragma omp simd
+			for (size_t j = 0; j < len; j++)
+				out[i0 + j] = x[i0 + j] * s[j];
+		}
+	}
+}
+
 void cpu_dropout_add_forward(float *out, const float *residual, const float *x, size_t n, float p,
 			     uint64_t seed, uint64_t offset)
 {
@@ -374,16 +398,7 @@ void cpu_dropout_add_forward(float *out, const float *residual, const float *x, 
 			out[i] = residual[i] + x[i];
 		return;
 	}
-	size_t nch = (n + CPU_DROP_CHUNK - 1) / CPU_DROP_CHUNK;
-#pragma omp parallel for if (n >= CPU_PAR_MIN)
-	for (size_t ch = 0; ch < nch; ch++) {
-		size_t i0 = ch * CPU_DROP_CHUNK, len = n - i0 < CPU_DROP_CHUNK ? n - i0 : CPU_DROP_CHUNK;
-		float s[CPU_DROP_CHUNK];
-		cpu_dropout_scales(s, len, p, seed, offset + i0);
-#pragma omp simd
-		for (size_t j = 0; j < len; j++)
-			out[i0 + j] = residual[i0 + j] + x[i0 + j] * s[j];
-	}
+	cpu_dropout_apply(out, residual, x, n, p, seed, offset);
 }
 
 void cpu_dropout_backward(float *dx, const float *dout, size_t n, float p, uint64_t seed,
@@ -394,16 +409,7 @@ void cpu_dropout_backward(float *dx, const float *dout, size_t n, float p, uint6
 			memcpy(dx, dout, n * sizeof(float));
 		return;
 	}
-	size_t nch = (n + CPU_DROP_CHUNK - 1) / CPU_DROP_CHUNK;
-#pragma omp parallel for if (n >= CPU_PAR_MIN)
-	for (size_t ch = 0; ch < nch; ch++) {
-		size_t i0 = ch * CPU_DROP_CHUNK, len = n - i0 < CPU_DROP_CHUNK ? n - i0 : CPU_DROP_CHUNK;
-		float s[CPU_DROP_CHUNK];
-		cpu_dropout_scales(s, len, p, seed, offset + i0);
-#pragma omp simd
-		for (size_t j = 0; j < len; j++)
-			dx[i0 + j] = dout[i0 + j] * s[j];
-	}
+	cpu_dropout_apply(dx, NULL, dout, n, p, seed, offset);
 }
 
 /* ---- softmax cross-entropy ---- */

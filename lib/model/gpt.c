@@ -447,33 +447,21 @@ static void sp_reduce_scatter(struct gpt_model *m, float *shard, const float *fu
 }
 
 /* The dropout counters of this rank's rows: element (row, c) of the whole
- * [B*S, h] tensor is counter row*h + c, so every layout draws the same mask. */
-static void seq_dropout_add(struct gpt_model *m, float *out, const float *res, const float *x, float p, int site)
+ * [B*S, h] tensor is counter row*h + c, so every layout draws the same mask.
+ * Without SP that is one call over all rows; with SP one per sample, whose
+ * block starts at row b*S + r*S/t. res NULL: the mask alone (dropout_backward). */
+static void seq_dropout(struct gpt_model *m, float *out, const float *res, const float *x, float p, int site)
 {
-	size_t h = (size_t)m->c.h;
-	if (!m->sp) {
-		m->k->dropout_add_forward(out, res, x, (size_t)m->Nl * h, p, m->drop_seed, site_offset(site));
-		return;
-	}
-	size_t Sl = (size_t)m->lc.S / (size_t)m->tp_size, blk = Sl * h;
-	for (int b = 0; b < m->B; b++) {
-		uint64_t first = ((uint64_t)b * (uint64_t)m->lc.S + (uint64_t)m->tp_rank * Sl) * h;
-		m->k->dropout_add_forward(out + b * blk, res + b * blk, x + b * blk, blk, p, m->drop_seed,
-					  site_offset(site) + first);
-	}
-}
-
-static void seq_dropout_mask(struct gpt_model *m, float *dx, const float *dout, float p, int site)
-{
-	size_t h = (size_t)m->c.h;
-	if (!m->sp) {
-		m->k->dropout_backward(dx, dout, (size_t)m->Nl * h, p, m->drop_seed, site_offset(site));
-		return;
-	}
-	size_t Sl = (size_t)m->lc.S / (size_t)m->tp_size, blk = Sl * h;
-	for (int b = 0; b < m->B; b++) {
-		uint64_t first = ((uint64_t)b * (uint64_t)m->lc.S + (uint64_t)m->tp_rank * Sl) * h;
-		m->k->dropout_backward(dx + b * blk, dout + b * blk, blk, p, m->drop_seed, site_offset(site) + first);
+	size_t h = (size_t)m->c.h, Sl = (size_t)m->lc.S / (size_t)m->tp_size;
+	size_t blk = m->sp ? Sl * h : (size_t)m->Nl * h;
+	int blocks = m->sp ? m->B : 1;
+	for (int b = 0; b < blocks; b++) {
+		uint64_t first = m->sp ? ((uint64_t)b * (uint64_t)m->lc.S + (uint64_t)m->tp_rank * Sl) * h : 0;
+		size_t o = (size_t)b * blk;
+		if (res)
+			m->k->dropout_add_forward(out + o, res + o, x + o, blk, p, m->drop_seed, site_offset(site) + first);
+		else
+			m->k->dropout_backward(out + o, x + o, blk, p, m->drop_seed, site_offset(site) + first);
 	}
 }
 
@@ -565,7 +553,7 @@ static void layer_forward(struct gpt_model *m, int l, const float *x, float *y, 
 			     c->k, 1.0f / sqrtf((float)c->k), pa, m->drop_seed, attn_offset(m, l));
 	round_half(m, A->atty, (size_t)N * ak);
 	const float *proj = row_parallel(m, A->atty, p->proj_w, p->proj_b, N, ak);
-	seq_dropout_add(m, A->res1, x, proj, ph, 3 * l + 1);
+	seq_dropout(m, A->res1, x, proj, ph, 3 * l + 1);
 	round_half(m, A->res1, (size_t)Nl * h); /* the residual stream is half precision too */
 	norm_fwd(m, A->ln2, A->ln2_mean, A->ln2_rstd, A->res1, p->ln2_w, p->ln2_b, Nl);
 	linear_fwd(m, A->fc1, seq_full(m, A->ln2), p->fc1_w, p->fc1_b, N, h, f1);
@@ -575,7 +563,7 @@ static void layer_forward(struct gpt_model *m, int l, const float *x, float *y, 
 		k->gelu_forward(A->act, A->fc1, (size_t)N * c->f, c->gelu);
 	round_half(m, A->act, (size_t)N * c->f);
 	const float *fc2 = row_parallel(m, A->act, p->fc2_w, p->fc2_b, N, c->f);
-	seq_dropout_add(m, y, A->res1, fc2, ph, 3 * l + 2);
+	seq_dropout(m, y, A->res1, fc2, ph, 3 * l + 2);
 	round_half(m, y, (size_t)Nl * h);
 }
 
@@ -586,7 +574,7 @@ static const float *row_output_grad(struct gpt_model *m, const float *dres, floa
 	float *d = m->sp ? m->shard : m->dtmp;
 	const float *src = dres;
 	if (p > 0) {
-		seq_dropout_mask(m, d, dres, p, site);
+		seq_dropout(m, d, NULL, dres, p, site);
 		src = d;
 	}
 	if (!m->sp)
@@ -711,7 +699,7 @@ void gpt_forward(struct gpt_model *m, const int32_t *tokens, const int32_t *labe
 	else
 		tp_sum(m, m->resid, nh);
 	if (train && c->hidden_dropout > 0) /* the embedding dropout; backward's mask op is the same map */
-		seq_dropout_mask(m, m->resid, m->resid, c->hidden_dropout, 3 * c->L);
+		seq_dropout(m, m->resid, NULL, m->resid, c->hidden_dropout, 3 * c->L);
 	round_half(m, m->resid, nhl);
 	for (int l = 0; l < c->L; l++)
 		layer_forward(m, l, m->resid + (size_t)l * nhl, m->resid + (size_t)(l + 1) * nhl, train);

@@ -31,20 +31,7 @@ expect_ok "8 data-parallel ranks, distributed optimizer" \
 
 # compare NAME A.jsonl B.jsonl
 compare() {
-	if $PY - "$2" "$3" >"$W/cmp.log" 2>&1 <<'EOF'; then
-import json, sys
-def rows(p):
-    return [r for r in (json.loads(l) for l in open(p)) if "lm loss of the iteration" in r]
-a, b = rows(sys.argv[1]), rows(sys.argv[2])
-assert len(a) == len(b) == 8, (len(a), len(b))
-worst = 0.0
-for x, y in zip(a, b):
-    for k in ("lm loss of the iteration", "grad norm", "learning rate"):
-        rel = abs(x[k] - y[k]) / max(abs(x[k]), 1e-12)
-        worst = max(worst, rel)
-        assert rel <= 1e-5, (x["iteration"], k, x[k], y[k])
-print("worst relative difference %.1e over 8 iterations" % worst)
-EOF
+	if $PY tests/prog/py/compare_metrics.py same "$2" "$3" 8 >"$W/cmp.log" 2>&1; then
 		ok "$1: $(cat "$W/cmp.log")"
 	else
 		notok "$1"
@@ -54,16 +41,7 @@ EOF
 # resumed NAME STRAIGHT.jsonl RESUMED.jsonl: iterations 5-8 of a run resumed from
 # iteration 4 equal the uninterrupted run's (rtol 1e-5)
 resumed() {
-	if $PY - "$2" "$3" >"$W/cmp.log" 2>&1 <<'EOF'; then
-import json, sys
-def rows(p):
-    return {r["iteration"]: r for r in (json.loads(l) for l in open(p)) if "lm loss of the iteration" in r}
-a, b = rows(sys.argv[1]), rows(sys.argv[2])
-assert sorted(b) == [5, 6, 7, 8], sorted(b)
-for i in b:
-    for k in ("lm loss of the iteration", "grad norm"):
-        assert abs(a[i][k] - b[i][k]) <= 1e-5 * abs(a[i][k]), (i, k, a[i][k], b[i][k])
-EOF
+	if $PY tests/prog/py/compare_metrics.py tail "$2" "$3" 5 8 >"$W/cmp.log" 2>&1; then
 		ok "$1"
 	else
 		notok "$1"

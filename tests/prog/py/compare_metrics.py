@@ -1,0 +1,61 @@
+"""compare_metrics.py - the checks the train tests make on --metrics-file output.
+
+    compare_metrics.py same  A.jsonl B.jsonl N   B's first N iterations equal A's
+    compare_metrics.py tail  A.jsonl B.jsonl I J B holds iterations I..J, equal to A's
+    compare_metrics.py ref   OURS.jsonl REF.jsonl N   against torch_ref.py's lines,
+                                                  whose key is "lm loss"
+
+"Equal" is rtol 1e-5 on the iteration's lm loss, grad norm and learning rate
+(all three where both sides have them). Prints the worst relative difference.
+"""
+import json
+import sys
+
+LOSS = "lm loss of the iteration"
+
+
+def rows(path, loss_key=LOSS):
+    out = []
+    for line in open(path):
+        r = json.loads(line)
+        if loss_key in r:
+            r = dict(r)
+            r["lm loss"] = r[loss_key]
+            out.append(r)
+    return out
+
+
+def check(a, b):
+    worst = 0.0
+    for x, y in zip(a, b):
+        assert x["iteration"] == y["iteration"], (x["iteration"], y["iteration"])
+        for k in ("lm loss", "grad norm", "learning rate"):
+            if k not in x or k not in y:
+                continue
+            rel = abs(x[k] - y[k]) / max(abs(x[k]), 1e-12)
+            worst = max(worst, rel)
+            assert rel <= 1e-5, (x["iteration"], k, x[k], y[k], rel)
+    return worst
+
+
+mode = sys.argv[1]
+if mode == "same":
+    n = int(sys.argv[4])
+    a, b = rows(sys.argv[2]), rows(sys.argv[3])
+    assert len(a) == n and len(b) == n, (len(a), len(b), n)
+    print("worst relative difference %.1e over %d iterations" % (check(a, b), n))
+elif mode == "tail":
+    lo, hi = int(sys.argv[4]), int(sys.argv[5])
+    a = {r["iteration"]: r for r in rows(sys.argv[2])}
+    b = rows(sys.argv[3])
+    assert [r["iteration"] for r in b] == list(range(lo, hi + 1)), [r["iteration"] for r in b]
+    print("worst relative difference %.1e over iterations %d-%d" % (check([a[r["iteration"]] for r in b], b), lo, hi))
+elif mode == "ref":
+    n = int(sys.argv[4])
+    ours, ref = rows(sys.argv[2]), rows(sys.argv[3], "lm loss")
+    assert len(ours) == n and len(ref) == n, (len(ours), len(ref))
+    worst = check(ref, ours)
+    assert ours[-1]["lm loss"] < ours[0]["lm loss"] - 0.05, "loss did not fall"
+    print("worst relative difference %.2e over %d iterations" % (worst, n))
+else:
+    sys.exit("unknown mode " + mode)
