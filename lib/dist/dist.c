@@ -423,3 +423,67 @@ void dist_reduce_scatter_equal_f32(struct dist_group *g, const float *in, size_t
 	g->bytes += (uint64_t)(g->size - 1) * n * sizeof(float);
 	g->calls++;
 }
+
+/* ---- point-to-point ---- */
+
+static int p2p_count(size_t n, const char *what)
+{
+	if (n > INT_MAX)
+		die("a %s of %zu elements is beyond MPI's int counts", what, n);
+	return (int)n;
+}
+
+void dist_isend_f32(struct dist_group *g, const float *buf, size_t n, int dest, int tag, struct dist_req *r)
+{
+	r->req = NULL;
+	r->g = g;
+	r->what = "send";
+	if (g->size <= 1 || !n)
+		return;
+	MPI_Request *q = xmalloc(sizeof(*q));
+	DIST_CHECK(MPI_Isend(buf, p2p_count(n, "send"), MPI_FLOAT, dest, tag, COMM(g), q));
+	r->req = q;
+	g->bytes += n * sizeof(float);
+	g->calls++;
+}
+
+void dist_irecv_f32(struct dist_group *g, float *buf, size_t n, int src, int tag, struct dist_req *r)
+{
+	r->req = NULL;
+	r->g = g;
+	r->what = "receive";
+	if (g->size <= 1 || !n)
+		return;
+	MPI_Request *q = xmalloc(sizeof(*q));
+	DIST_CHECK(MPI_Irecv(buf, p2p_count(n, "receive"), MPI_FLOAT, src, tag, COMM(g), q));
+	r->req = q;
+}
+
+void dist_wait(struct dist_req *r)
+{
+	if (!r->req)
+		return;
+	MPI_Request *q = r->req;
+	watch_begin(r->g, r->what);
+	DIST_CHECK(MPI_Wait(q, MPI_STATUS_IGNORE));
+	watch_end(r->g);
+	free(q);
+	r->req = NULL;
+}
+
+void dist_sendrecv_f32(struct dist_group *g, const float *send, size_t ns, int dest, float *recv, size_t nr,
+		       int src, int tag)
+{
+	if (g->size <= 1) {
+		if (ns != nr)
+			BUG("send of %zu to myself received as %zu", ns, nr);
+		memmove(recv, send, ns * sizeof(float));
+		return;
+	}
+	watch_begin(g, "send-receive");
+	DIST_CHECK(MPI_Sendrecv(send, p2p_count(ns, "send"), MPI_FLOAT, dest, tag, recv, p2p_count(nr, "receive"),
+				MPI_FLOAT, src, tag, COMM(g), MPI_STATUS_IGNORE));
+	watch_end(g);
+	g->bytes += ns * sizeof(float);
+	g->calls++;
+}

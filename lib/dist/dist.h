@@ -84,6 +84,24 @@ void dist_gather_equal_f32(struct dist_group *g, const float *in, size_t n, floa
 /* Every rank's shard of buf[0..n) collected into group rank 0's buf. */
 void dist_gather_f32(struct dist_group *g, float *buf, size_t n);
 
+/* ---- point-to-point (pipeline stages, the context-parallel ring) ----
+ * Ranks are group ranks; messages between two ranks with the same tag
+ * arrive in the order sent. Bytes sent count for the group. */
+struct dist_req {
+	void *req;               /* the MPI_Request, NULL when none is pending */
+	struct dist_group *g;
+	const char *what;        /* "send" or "receive", for the watchdog */
+};
+/* Start sending / receiving n floats; buf must stay untouched until
+ * dist_wait(). With a group of one rank nothing happens. */
+void dist_isend_f32(struct dist_group *g, const float *buf, size_t n, int dest, int tag, struct dist_req *r);
+void dist_irecv_f32(struct dist_group *g, float *buf, size_t n, int src, int tag, struct dist_req *r);
+/* Complete a started transfer (no-op for an empty request). */
+void dist_wait(struct dist_req *r);
+/* Send ns floats to dest while receiving nr from src (a ring step). */
+void dist_sendrecv_f32(struct dist_group *g, const float *send, size_t ns, int dest, float *recv, size_t nr,
+		       int src, int tag);
+
 /* "Last rank" of Megatron's print_rank_last. */
 bool dist_is_last(const struct dist *d);
 
