@@ -59,47 +59,65 @@ static int reg2(struct gpt_model *m, const char *name, int64_t r, int64_t c, int
 	return params_add(&m->reg, name, 2, shape, tp_axis, m->tp_size, m->tp_rank, 0, PARAM_INIT_NORMAL, std);
 }
 
-static void register_params(struct gpt_model *m)
+static void register_layer(struct gpt_model *m, int l)
 {
 	const struct gpt_config *c = &m->c; /* global shapes; the registry derives each rank's slice */
 	char name[PARAM_NAME_MAX];
 	float std = c->init_std, out_std = c->init_std / sqrtf(2.0f * (float)c->L);
 	int64_t qkv = (int64_t)(c->a + 2 * c->g) * c->k, ak = (int64_t)c->a * c->k;
 	int64_t f1 = c->swiglu ? 2 * (int64_t)c->f : c->f;
-
-	m->wte = reg2(m, "embedding.word_embeddings.weight", c->Vp, c->h, 0, std);
-	m->wpe = c->rope ? -1 : reg2(m, "embedding.position_embeddings.weight", c->P, c->h, -1, std);
-	m->lp = xcalloc((size_t)c->L, sizeof(*m->lp));
-	for (int l = 0; l < c->L; l++) {
-		struct gpt_layer_params *p = &m->lp[l];
+	struct gpt_layer_params *p = &m->lp[l];
 #define NAME(fmt) (snprintf(name, sizeof(name), "decoder.layers.%d." fmt, l), name)
-		p->ln1_w = reg1(m, NAME("self_attention.linear_qkv.layer_norm_weight"), c->h, -1, PARAM_INIT_ONE, 0);
-		p->ln1_b = c->rmsnorm ? -1 :
-			reg1(m, NAME("self_attention.linear_qkv.layer_norm_bias"), c->h, -1, PARAM_INIT_ZERO, 0);
-		p->qkv_w = reg2(m, NAME("self_attention.linear_qkv.weight"), qkv, c->h, 0, std);
-		p->qkv_b = c->bias ? reg1(m, NAME("self_attention.linear_qkv.bias"), qkv, 0, PARAM_INIT_ZERO, 0) : -1;
-		p->proj_w = reg2(m, NAME("self_attention.linear_proj.weight"), c->h, ak, 1, out_std);
-		p->proj_b = c->bias ? reg1(m, NAME("self_attention.linear_proj.bias"), c->h, -1, PARAM_INIT_ZERO, 0) : -1;
-		p->ln2_w = reg1(m, NAME("mlp.linear_fc1.layer_norm_weight"), c->h, -1, PARAM_INIT_ONE, 0);
-		p->ln2_b = c->rmsnorm ? -1 : reg1(m, NAME("mlp.linear_fc1.layer_norm_bias"), c->h, -1, PARAM_INIT_ZERO, 0);
-		p->fc1_w = reg2(m, NAME("mlp.linear_fc1.weight"), f1, c->h, 0, std);
-		p->fc1_b = c->bias ? reg1(m, NAME("mlp.linear_fc1.bias"), f1, 0, PARAM_INIT_ZERO, 0) : -1;
-		if (c->swiglu) { /* each rank holds [gate_r; up_r] of the global [W_gate; W_up] */
-			m->reg.p[p->fc1_w].flags |= PARAM_GLU;
-			if (p->fc1_b >= 0)
-				m->reg.p[p->fc1_b].flags |= PARAM_GLU;
-		}
-		p->fc2_w = reg2(m, NAME("mlp.linear_fc2.weight"), c->h, c->f, 1, out_std);
-		p->fc2_b = c->bias ? reg1(m, NAME("mlp.linear_fc2.bias"), c->h, -1, PARAM_INIT_ZERO, 0) : -1;
-#undef NAME
+	p->ln1_w = reg1(m, NAME("self_attention.linear_qkv.layer_norm_weight"), c->h, -1, PARAM_INIT_ONE, 0);
+	p->ln1_b = c->rmsnorm ? -1 :
+		reg1(m, NAME("self_attention.linear_qkv.layer_norm_bias"), c->h, -1, PARAM_INIT_ZERO, 0);
+	p->qkv_w = reg2(m, NAME("self_attention.linear_qkv.weight"), qkv, c->h, 0, std);
+	p->qkv_b = c->bias ? reg1(m, NAME("self_attention.linear_qkv.bias"), qkv, 0, PARAM_INIT_ZERO, 0) : -1;
+	p->proj_w = reg2(m, NAME("self_attention.linear_proj.weight"), c->h, ak, 1, out_std);
+	p->proj_b = c->bias ? reg1(m, NAME("self_attention.linear_proj.bias"), c->h, -1, PARAM_INIT_ZERO, 0) : -1;
+	p->ln2_w = reg1(m, NAME("mlp.linear_fc1.layer_norm_weight"), c->h, -1, PARAM_INIT_ONE, 0);
+	p->ln2_b = c->rmsnorm ? -1 : reg1(m, NAME("mlp.linear_fc1.layer_norm_bias"), c->h, -1, PARAM_INIT_ZERO, 0);
+	p->fc1_w = reg2(m, NAME("mlp.linear_fc1.weight"), f1, c->h, 0, std);
+	p->fc1_b = c->bias ? reg1(m, NAME("mlp.linear_fc1.bias"), f1, 0, PARAM_INIT_ZERO, 0) : -1;
+	if (c->swiglu) { /* each rank holds [gate_r; up_r] of the global [W_gate; W_up] */
+		m->reg.p[p->fc1_w].flags |= PARAM_GLU;
+		if (p->fc1_b >= 0)
+			m->reg.p[p->fc1_b].flags |= PARAM_GLU;
 	}
-	m->lnf_w = reg1(m, "decoder.final_layernorm.weight", c->h, -1, PARAM_INIT_ONE, 0);
-	m->lnf_b = c->rmsnorm ? -1 : reg1(m, "decoder.final_layernorm.bias", c->h, -1, PARAM_INIT_ZERO, 0);
-	if (c->untied) {
-		m->out_w = reg2(m, "output_layer.weight", c->Vp, c->h, 0, std);
-	} else {
-		m->out_w = m->wte;
-		m->reg.p[m->wte].flags |= PARAM_TIED;
+	p->fc2_w = reg2(m, NAME("mlp.linear_fc2.weight"), c->h, c->f, 1, out_std);
+	p->fc2_b = c->bias ? reg1(m, NAME("mlp.linear_fc2.bias"), c->h, -1, PARAM_INIT_ZERO, 0) : -1;
+#undef NAME
+}
+
+/* In Megatron's order, chunk by chunk: embedding, layers, final norm and
+ * output layer, each where its chunk has it. */
+static void register_params(struct gpt_model *m)
+{
+	const struct gpt_config *c = &m->c;
+	m->wte = m->wpe = m->lnf_w = m->lnf_b = m->out_w = -1;
+	for (int v = 0; v < m->nchunks; v++) {
+		const struct gpt_chunk *ch = &m->chunks[v];
+		if (ch->pre) {
+			m->wte = reg2(m, "embedding.word_embeddings.weight", c->Vp, c->h, 0, c->init_std);
+			m->wpe = c->rope ? -1 : reg2(m, "embedding.position_embeddings.weight", c->P, c->h, -1, c->init_std);
+		}
+		for (int l = ch->l0; l < ch->l0 + ch->nl; l++)
+			register_layer(m, l);
+		if (!ch->post)
+			continue;
+		m->lnf_w = reg1(m, "decoder.final_layernorm.weight", c->h, -1, PARAM_INIT_ONE, 0);
+		m->lnf_b = c->rmsnorm ? -1 : reg1(m, "decoder.final_layernorm.bias", c->h, -1, PARAM_INIT_ZERO, 0);
+		if (c->untied) {
+			m->out_w = reg2(m, "output_layer.weight", c->Vp, c->h, 0, c->init_std);
+		} else if (m->wte >= 0) {
+			m->out_w = m->wte;
+			m->reg.p[m->wte].flags |= PARAM_TIED;
+		} else {
+			/* the last stage's copy of the first stage's word embeddings: same
+			 * name, so it initialises and loads to the same values */
+			m->out_w = reg2(m, "embedding.word_embeddings.weight", c->Vp, c->h, 0, c->init_std);
+			m->reg.p[m->out_w].flags |= PARAM_TIED | PARAM_SHARED;
+		}
 	}
 	/* Under SP the norms see only this rank's positions: their gradients are
 	 * summed over TP (Megatron's sequence_parallel parameters). */
@@ -110,9 +128,23 @@ static void register_params(struct gpt_model *m)
 
 /* ---- buffers ---- */
 
+/* Every buffer is noted, so gpt_free gives back exactly what was taken. */
+static void *take_bytes(struct gpt_model *m, size_t bytes)
+{
+	void *p = mem_alloc(m->mem, bytes);
+	if (!p)
+		return NULL;
+	if (m->nallocs == m->cap_allocs)
+		xgrow(&m->allocs, &m->cap_allocs, m->nallocs + 1, sizeof(*m->allocs));
+	m->allocs[m->nallocs].p = p;
+	m->allocs[m->nallocs].bytes = bytes;
+	m->nallocs++;
+	return p;
+}
+
 static float *take(struct gpt_model *m, size_t n)
 {
-	return mem_alloc_f32(m->mem, n);
+	return take_bytes(m, n * sizeof(float));
 }
 
 static void alloc_layer_acts(struct gpt_model *m, struct gpt_layer_acts *A, bool probs)
@@ -137,39 +169,82 @@ static void alloc_layer_acts(struct gpt_model *m, struct gpt_layer_acts *A, bool
 	A->act = take(m, BT * c->f);
 }
 
-static void free_layer_acts(struct gpt_model *m, struct gpt_layer_acts *A)
-{
-	const struct gpt_config *c = &m->lc;
-	size_t BT = (size_t)m->B * c->S, h = c->h, f1 = c->swiglu ? 2 * (size_t)c->f : (size_t)c->f;
-	struct mem_pool *mp = m->mem;
-	size_t BTl = (size_t)m->Nl;
-	mem_free(mp, A->ln1, BTl * h * 4);
-	mem_free(mp, A->ln1_mean, BTl * 4);
-	mem_free(mp, A->ln1_rstd, BTl * 4);
-	mem_free(mp, A->q, BT * c->a * c->k * 4);
-	mem_free(mp, A->kk, BT * c->g * c->k * 4);
-	mem_free(mp, A->v, BT * c->g * c->k * 4);
-	mem_free(mp, A->probs, (size_t)m->B * c->a * c->S * c->S * 4);
-	mem_free(mp, A->atty, BT * c->a * c->k * 4);
-	mem_free(mp, A->res1, BTl * h * 4);
-	mem_free(mp, A->ln2, BTl * h * 4);
-	mem_free(mp, A->ln2_mean, BTl * 4);
-	mem_free(mp, A->ln2_rstd, BTl * 4);
-	mem_free(mp, A->fc1, BT * f1 * 4);
-	mem_free(mp, A->act, BT * c->f * 4);
-}
-
 /* Which layers are recomputed whole: uniform = all (Megatron recomputes every
- * chunk of N layers from its input), block = the first N. */
-static bool layer_recomputed(const struct gpt_config *c, int l)
+ * chunk of N layers from its input), block = the first N of each model chunk
+ * (Megatron counts them per pipeline stage and virtual stage). li: the
+ * layer's index in its chunk. */
+static bool layer_recomputed(const struct gpt_config *c, int li)
 {
 	if (c->recompute != GPT_RECOMPUTE_FULL)
 		return false;
-	return c->recompute_block ? l < c->recompute_layers : true;
+	return c->recompute_block ? li < c->recompute_layers : true;
+}
+
+/* One micro-batch's activations for chunk ch. */
+static void alloc_slot(struct gpt_model *m, const struct gpt_chunk *ch, struct gpt_slot *sl)
+{
+	const struct gpt_config *c = &m->lc;
+	size_t BT = (size_t)m->B * c->S, BTl = (size_t)m->Nl, h = c->h;
+	bool probs_own = c->recompute != GPT_RECOMPUTE_SELECTIVE;
+	sl->resid = take(m, (size_t)(ch->nl + 1) * BTl * h);
+	sl->acts = xcalloc((size_t)ch->nl + 1, sizeof(*sl->acts));
+	for (int li = 0; li < ch->nl; li++) {
+		if (m->recomputed[ch->l0 + li]) {
+			sl->acts[li] = m->rc_acts;
+			continue;
+		}
+		alloc_layer_acts(m, &sl->acts[li], probs_own);
+		if (!probs_own)
+			sl->acts[li].probs = m->probs_shared;
+	}
+	if (ch->post) {
+		sl->lnf = take(m, BT * h);
+		sl->lnf_mean = take(m, BTl);
+		sl->lnf_rstd = take(m, BTl);
+		sl->logits = take(m, BT * (size_t)c->Vp);
+		sl->losses = take(m, BT);
+		sl->lse = take(m, BT);
+	}
+	sl->tokens = take_bytes(m, BT * sizeof(int32_t));
+	sl->targets = take_bytes(m, BT * sizeof(int32_t));
+	sl->positions = take_bytes(m, BT * sizeof(int32_t));
+	sl->doc = take_bytes(m, BT * sizeof(int32_t));
+}
+
+/* Point the model's working pointers at slot s of chunk v. */
+static void bind(struct gpt_model *m, int v, int s)
+{
+	if (v < 0 || v >= m->nchunks || s < 0 || s >= m->chunks[v].nslots)
+		BUG("chunk %d slot %d of %d chunks", v, s, m->nchunks);
+	const struct gpt_chunk *ch = &m->chunks[v];
+	struct gpt_slot *sl = &ch->slots[s];
+	m->l0 = ch->l0;
+	m->resid = sl->resid;
+	m->acts = sl->acts;
+	m->lnf = sl->lnf;
+	m->lnf_mean = sl->lnf_mean;
+	m->lnf_rstd = sl->lnf_rstd;
+	m->logits = sl->logits;
+	m->losses = sl->losses;
+	m->lse = sl->lse;
+	m->tokens = sl->tokens;
+	m->targets = sl->targets;
+	m->positions = sl->positions;
+	m->doc = sl->doc;
+	m->use_doc = sl->use_doc;
+	m->use_positions = sl->use_positions;
+	m->drop_seed = sl->drop_seed;
 }
 
 int gpt_init(struct gpt_model *m, const struct gpt_config *c, const struct kops *k, struct mem_pool *mem,
 	     int B, enum gpt_precision precision, struct dist_group *tp, bool sp)
+{
+	struct gpt_pipe one = { 1, 0, 1, NULL };
+	return gpt_init_pipe(m, c, k, mem, B, precision, tp, sp, &one);
+}
+
+int gpt_init_pipe(struct gpt_model *m, const struct gpt_config *c, const struct kops *k, struct mem_pool *mem,
+		  int B, enum gpt_precision precision, struct dist_group *tp, bool sp, const struct gpt_pipe *pipe)
 {
 	memset(m, 0, sizeof(*m));
 	m->c = *c;
@@ -185,6 +260,9 @@ int gpt_init(struct gpt_model *m, const struct gpt_config *c, const struct kops 
 		return error("tensor parallelism %d needs query groups (%d), ffn size (%d) and padded vocabulary (%d) "
 			     "divisible by it%s", t, c->g, c->f, c->Vp,
 			     c->g % t ? " (fewer query groups than TP ranks is not implemented yet)" : "");
+	if (pipe->pp < 1 || pipe->vpp < 1 || c->L % (pipe->pp * pipe->vpp))
+		return error("%d layers do not split into %d pipeline stages x %d model chunks", c->L, pipe->pp,
+			     pipe->vpp);
 	/* what this rank computes: its heads, groups, ffn columns and vocabulary rows */
 	m->lc = *c;
 	m->lc.a /= t;
@@ -197,50 +275,47 @@ int gpt_init(struct gpt_model *m, const struct gpt_config *c, const struct kops 
 		return error("--sequence-parallel needs --seq-length %d divisible by --tensor-model-parallel-size %d",
 			     c->S, t);
 	m->Nl = B * (m->sp ? c->S / t : c->S);
+	m->nchunks = pipe->vpp;
+	m->chunks = xcalloc((size_t)m->nchunks, sizeof(*m->chunks));
+	m->lp = xcalloc((size_t)c->L, sizeof(*m->lp));
+	m->recomputed = xcalloc((size_t)c->L, sizeof(*m->recomputed));
+	bool any_rc = false;
+	for (int v = 0; v < m->nchunks; v++) {
+		struct gpt_chunk *ch = &m->chunks[v];
+		dist_stage_layers(c->L, pipe->pp, pipe->vpp, pipe->stage, v, &ch->l0, &ch->nl);
+		ch->pre = pipe->stage == 0 && v == 0;
+		ch->post = pipe->stage == pipe->pp - 1 && v == pipe->vpp - 1;
+		ch->nslots = pipe->nslots ? pipe->nslots[v] : 1;
+		if (ch->nslots < 1)
+			BUG("chunk %d with %d slots", v, ch->nslots);
+		for (int li = 0; li < ch->nl; li++) {
+			m->recomputed[ch->l0 + li] = layer_recomputed(c, li);
+			any_rc |= m->recomputed[ch->l0 + li];
+		}
+	}
 	register_params(m);
 	c = &m->lc;
-	m->reg.data = mem_alloc_f32(mem, m->reg.total);
-	m->reg.grad = mem_alloc_f32(mem, m->reg.total);
-	m->work = precision == GPT_FP32 ? m->reg.data : mem_alloc_f32(mem, m->reg.total);
+	m->reg.data = take(m, m->reg.total);
+	m->reg.grad = take(m, m->reg.total);
+	m->work = precision == GPT_FP32 ? m->reg.data : take(m, m->reg.total);
 
 	size_t BT = (size_t)B * c->S, h = c->h;
 	size_t qkv = (size_t)(c->a + 2 * c->g) * c->k, ak = (size_t)c->a * c->k;
 	size_t f1 = c->swiglu ? 2 * (size_t)c->f : (size_t)c->f;
 	size_t BTl = (size_t)m->Nl;
-	m->resid = take(m, (size_t)(c->L + 1) * BTl * h);
-	m->acts = xcalloc((size_t)c->L + 1, sizeof(*m->acts));
-	m->recomputed = xcalloc((size_t)c->L, sizeof(*m->recomputed));
-	bool probs_shared = c->recompute == GPT_RECOMPUTE_SELECTIVE;
-	bool any_rc = false;
-	for (int l = 0; l < c->L; l++) {
-		m->recomputed[l] = layer_recomputed(c, l);
-		if (m->recomputed[l])
-			any_rc = true;
-		else
-			alloc_layer_acts(m, &m->acts[l], !probs_shared);
-	}
-	/* acts[L]: the scratch set recomputed layers share (and the shared probs) */
+	/* the scratch set recomputed layers share, and the probs every layer
+	 * shares under selective recompute */
 	if (any_rc)
-		alloc_layer_acts(m, &m->acts[c->L], true);
-	else if (probs_shared)
-		m->acts[c->L].probs = take(m, (size_t)B * c->a * c->S * c->S);
-	for (int l = 0; l < c->L; l++) {
-		if (m->recomputed[l])
-			m->acts[l] = m->acts[c->L];
-		else if (probs_shared)
-			m->acts[l].probs = m->acts[c->L].probs;
+		alloc_layer_acts(m, &m->rc_acts, true);
+	if (c->recompute == GPT_RECOMPUTE_SELECTIVE)
+		m->probs_shared = take(m, (size_t)B * c->a * c->S * c->S);
+	for (int v = 0; v < m->nchunks; v++) {
+		struct gpt_chunk *ch = &m->chunks[v];
+		ch->slots = xcalloc((size_t)ch->nslots, sizeof(*ch->slots));
+		for (int s = 0; s < ch->nslots; s++)
+			alloc_slot(m, ch, &ch->slots[s]);
 	}
-	m->lnf = take(m, BT * h);
-	m->lnf_mean = take(m, BTl);
-	m->lnf_rstd = take(m, BTl);
-	m->logits = take(m, BT * (size_t)c->Vp);
-	m->losses = take(m, BT);
-	m->lse = take(m, BT);
 	m->dloss = take(m, BT);
-	m->tokens = (int32_t *)take(m, BT);
-	m->targets = (int32_t *)take(m, BT);
-	m->positions = (int32_t *)take(m, BT);
-	m->doc = (int32_t *)take(m, BT);
 	if (c->rope) {
 		m->rope_cos = take(m, (size_t)c->S * c->rot);
 		m->rope_sin = take(m, (size_t)c->S * c->rot);
@@ -269,68 +344,25 @@ int gpt_init(struct gpt_model *m, const struct gpt_config *c, const struct kops 
 	m->dqkv = m->qkv; /* forward scratch, free by the time a layer's backward needs it */
 	m->dfc1 = take(m, BT * f1);
 	m->dact = take(m, BT * c->f);
+	bind(m, 0, 0);
 	return 0;
 }
 
 void gpt_free(struct gpt_model *m)
 {
-	if (!m->lp)
+	if (!m->chunks)
 		return;
-	const struct gpt_config *c = &m->lc;
-	struct mem_pool *mp = m->mem;
-	size_t BT = (size_t)m->B * c->S, h = c->h;
-	size_t qkv = (size_t)(c->a + 2 * c->g) * c->k, ak = (size_t)c->a * c->k;
-	size_t f1 = c->swiglu ? 2 * (size_t)c->f : (size_t)c->f;
-	bool probs_shared = c->recompute == GPT_RECOMPUTE_SELECTIVE, any_rc = false;
-	for (int l = 0; l < c->L; l++) {
-		if (m->recomputed[l]) {
-			any_rc = true;
-			continue;
-		}
-		if (probs_shared)
-			m->acts[l].probs = NULL;
-		free_layer_acts(m, &m->acts[l]);
+	for (size_t i = m->nallocs; i-- > 0;)
+		mem_free(m->mem, m->allocs[i].p, m->allocs[i].bytes);
+	free(m->allocs);
+	for (int v = 0; v < m->nchunks; v++) {
+		for (int s = 0; s < m->chunks[v].nslots; s++)
+			free(m->chunks[v].slots[s].acts);
+		free(m->chunks[v].slots);
 	}
-	if (any_rc)
-		free_layer_acts(m, &m->acts[c->L]);
-	else if (probs_shared)
-		mem_free(mp, m->acts[c->L].probs, (size_t)m->B * c->a * c->S * c->S * 4);
-	size_t BTl = (size_t)m->Nl;
-	mem_free(mp, m->resid, (size_t)(c->L + 1) * BTl * h * 4);
-	mem_free(mp, m->lnf, BT * h * 4);
-	mem_free(mp, m->lnf_mean, BTl * 4);
-	mem_free(mp, m->lnf_rstd, BTl * 4);
-	mem_free(mp, m->logits, BT * (size_t)c->Vp * 4);
-	mem_free(mp, m->losses, BT * 4);
-	mem_free(mp, m->lse, BT * 4);
-	mem_free(mp, m->dloss, BT * 4);
-	mem_free(mp, m->tokens, BT * 4);
-	mem_free(mp, m->targets, BT * 4);
-	mem_free(mp, m->positions, BT * 4);
-	mem_free(mp, m->doc, BT * 4);
-	mem_free(mp, m->rope_cos, (size_t)c->S * c->rot * 4);
-	mem_free(mp, m->rope_sin, (size_t)c->S * c->rot * 4);
-	mem_free(mp, m->qkv, BT * qkv * 4);
-	mem_free(mp, m->tmp, BT * h * 4);
-	mem_free(mp, m->dres, BTl * h * 4);
-	mem_free(mp, m->shard, BTl * h * 4);
-	mem_free(mp, m->perm, BT * h * 4);
-	mem_free(mp, m->gath, BT * h * 4);
-	mem_free(mp, m->dtmp, BT * h * 4);
-	mem_free(mp, m->dln, BT * h * 4);
-	mem_free(mp, m->datty, BT * ak * 4);
-	mem_free(mp, m->dq, BT * ak * 4);
-	mem_free(mp, m->dk, BT * c->g * c->k * 4);
-	mem_free(mp, m->dv, BT * c->g * c->k * 4);
-	mem_free(mp, m->dfc1, BT * f1 * 4);
-	mem_free(mp, m->dact, BT * c->f * 4);
-	if (m->work != m->reg.data)
-		mem_free(mp, m->work, m->reg.total * 4);
-	mem_free(mp, m->reg.data, m->reg.total * 4);
-	mem_free(mp, m->reg.grad, m->reg.total * 4);
+	free(m->chunks);
 	params_free(&m->reg);
 	free(m->lp);
-	free(m->acts);
 	free(m->recomputed);
 	memset(m, 0, sizeof(*m));
 }
@@ -541,7 +573,7 @@ static void layer_forward(struct gpt_model *m, int l, const float *x, float *y, 
 	const struct gpt_config *c = &m->lc;
 	const struct kops *k = m->k;
 	const struct gpt_layer_params *p = &m->lp[l];
-	struct gpt_layer_acts *A = &m->acts[l];
+	struct gpt_layer_acts *A = &m->acts[l - m->l0];
 	int B = m->B, S = c->S, N = B * S, h = c->h, Nl = m->Nl;
 	int qkv = (c->a + 2 * c->g) * c->k, ak = c->a * c->k, f1 = c->swiglu ? 2 * c->f : c->f;
 	float pa = train ? c->attention_dropout : 0, ph = train ? c->hidden_dropout : 0;
@@ -589,7 +621,7 @@ static void layer_backward(struct gpt_model *m, int l, const float *x, float *dr
 	const struct gpt_config *c = &m->lc;
 	const struct kops *k = m->k;
 	const struct gpt_layer_params *p = &m->lp[l];
-	struct gpt_layer_acts *A = &m->acts[l];
+	struct gpt_layer_acts *A = &m->acts[l - m->l0];
 	int B = m->B, S = c->S, N = B * S, h = c->h, Nl = m->Nl;
 	int qkv = (c->a + 2 * c->g) * c->k, ak = c->a * c->k, f1 = c->swiglu ? 2 * c->f : c->f;
 	float pa = c->attention_dropout, ph = c->hidden_dropout;
@@ -651,15 +683,14 @@ static void xent_combine(struct gpt_model *m, float *losses, int N)
 	free(lse);
 }
 
-void gpt_forward(struct gpt_model *m, const int32_t *tokens, const int32_t *labels, const int32_t *positions,
-		 const int32_t *doc, uint64_t drop_seed, bool train, float *losses_host)
+/* The micro-batch's inputs into the bound slot: ids local to this rank's
+ * vocabulary shard (-1 for the other shards'), positions, documents. */
+static void load_inputs(struct gpt_model *m, struct gpt_slot *sl, const int32_t *tokens, const int32_t *labels,
+			const int32_t *positions, const int32_t *doc, uint64_t drop_seed)
 {
 	const struct gpt_config *c = &m->lc;
 	const struct kops *k = m->k;
-	int B = m->B, S = c->S, N = B * S, h = c->h;
-	size_t nh = (size_t)N * h;
-
-	/* ids local to this rank's vocabulary shard, -1 for the other shards' */
+	int S = c->S, N = m->B * S;
 	int32_t *local = xmalloc((size_t)N * 2 * sizeof(int32_t));
 	for (int i = 0; i < N; i++) {
 		if (tokens[i] < 0 || tokens[i] >= m->c.Vp || labels[i] < 0 || labels[i] >= m->c.Vp)
@@ -668,43 +699,72 @@ void gpt_forward(struct gpt_model *m, const int32_t *tokens, const int32_t *labe
 		local[i] = tl >= 0 && tl < c->Vp ? tl : -1;
 		local[N + i] = ll >= 0 && ll < c->Vp ? ll : -1;
 	}
-	k->to_device(m->tokens, local, (size_t)N * 4);
-	k->to_device(m->targets, local + N, (size_t)N * 4);
+	k->to_device(sl->tokens, local, (size_t)N * 4);
+	k->to_device(sl->targets, local + N, (size_t)N * 4);
 	free(local);
-	m->use_positions = !c->rope;
-	if (m->use_positions) {
+	sl->use_positions = !c->rope;
+	if (sl->use_positions) {
 		if (positions) {
-			k->to_device(m->positions, positions, (size_t)N * 4);
+			k->to_device(sl->positions, positions, (size_t)N * 4);
 		} else {
 			int32_t *pos = xmalloc((size_t)N * 4);
 			for (int i = 0; i < N; i++)
 				pos[i] = i % S;
-			k->to_device(m->positions, pos, (size_t)N * 4);
+			k->to_device(sl->positions, pos, (size_t)N * 4);
 			free(pos);
 		}
 	}
-	m->use_doc = doc != NULL;
+	sl->use_doc = doc != NULL;
 	if (doc)
-		k->to_device(m->doc, doc, (size_t)N * 4);
-	m->drop_seed = drop_seed;
+		k->to_device(sl->doc, doc, (size_t)N * 4);
+	sl->drop_seed = drop_seed;
+}
 
-	/* vocabulary-parallel embedding: each rank looks up its rows, the sum over
-	 * TP ranks is the embedding (reduce-scattered onto the sequence shards with
-	 * SP); the (replicated) positions are added once */
-	size_t nhl = (size_t)m->Nl * h;
-	k->embedding_forward(m->sp ? m->tmp : m->resid, m->tokens, m->use_positions ? m->positions : NULL,
-			     gpt_param(m, m->wte), m->tp_rank == 0 ? gpt_param(m, m->wpe) : NULL, N, h);
-	if (m->sp)
-		sp_reduce_scatter(m, m->resid, m->tmp);
-	else
-		tp_sum(m, m->resid, nh);
-	if (train && c->hidden_dropout > 0) /* the embedding dropout; backward's mask op is the same map */
-		seq_dropout(m, m->resid, NULL, m->resid, c->hidden_dropout, 3 * c->L);
-	round_half(m, m->resid, nhl);
-	for (int l = 0; l < c->L; l++)
-		layer_forward(m, l, m->resid + (size_t)l * nhl, m->resid + (size_t)(l + 1) * nhl, train);
-	norm_fwd(m, m->sp ? m->shard : m->lnf, m->lnf_mean, m->lnf_rstd, m->resid + (size_t)c->L * nhl, m->lnf_w,
-		 m->lnf_b, m->Nl);
+float *gpt_chunk_input(struct gpt_model *m, int v, int s)
+{
+	if (v < 0 || v >= m->nchunks || s < 0 || s >= m->chunks[v].nslots)
+		BUG("chunk %d slot %d of %d chunks", v, s, m->nchunks);
+	return m->chunks[v].slots[s].resid;
+}
+
+float *gpt_chunk_grad_input(struct gpt_model *m)
+{
+	return m->dres;
+}
+
+const float *gpt_forward_chunk(struct gpt_model *m, int v, int s, const int32_t *tokens, const int32_t *labels,
+			       const int32_t *positions, const int32_t *doc, uint64_t drop_seed, bool train,
+			       float *losses_host)
+{
+	const struct gpt_config *c = &m->lc;
+	const struct kops *k = m->k;
+	const struct gpt_chunk *ch = &m->chunks[v];
+	int B = m->B, S = c->S, N = B * S, h = c->h;
+	size_t nh = (size_t)N * h, nhl = (size_t)m->Nl * h;
+
+	load_inputs(m, &ch->slots[s], tokens, labels, positions, doc, drop_seed);
+	bind(m, v, s);
+	if (ch->pre) {
+		/* vocabulary-parallel embedding: each rank looks up its rows, the sum
+		 * over TP ranks is the embedding (reduce-scattered onto the sequence
+		 * shards with SP); the (replicated) positions are added once */
+		k->embedding_forward(m->sp ? m->tmp : m->resid, m->tokens, m->use_positions ? m->positions : NULL,
+				     gpt_param(m, m->wte), m->tp_rank == 0 ? gpt_param(m, m->wpe) : NULL, N, h);
+		if (m->sp)
+			sp_reduce_scatter(m, m->resid, m->tmp);
+		else
+			tp_sum(m, m->resid, nh);
+		if (train && c->hidden_dropout > 0) /* the embedding dropout; backward's mask op is the same map */
+			seq_dropout(m, m->resid, NULL, m->resid, c->hidden_dropout, 3 * c->L);
+		round_half(m, m->resid, nhl);
+	}
+	for (int l = ch->l0; l < ch->l0 + ch->nl; l++)
+		layer_forward(m, l, m->resid + (size_t)(l - ch->l0) * nhl, m->resid + (size_t)(l - ch->l0 + 1) * nhl,
+			      train);
+	if (!ch->post)
+		return m->resid + (size_t)ch->nl * nhl;
+	norm_fwd(m, m->sp ? m->shard : m->lnf, m->lnf_mean, m->lnf_rstd, m->resid + (size_t)ch->nl * nhl,
+		 m->lnf_w, m->lnf_b, m->Nl);
 	if (m->sp)
 		sp_gather(m, m->lnf, m->shard);
 	/* Logits over the whole padded vocabulary, as Megatron (the pad rows are real parameters). */
@@ -713,29 +773,34 @@ void gpt_forward(struct gpt_model *m, const int32_t *tokens, const int32_t *labe
 	k->to_host(losses_host, m->losses, (size_t)N * 4);
 	if (m->tp)
 		xent_combine(m, losses_host, N);
+	return NULL;
 }
 
-void gpt_backward(struct gpt_model *m, const float *dloss_host)
+const float *gpt_backward_chunk(struct gpt_model *m, int v, int s, const float *dloss_host)
 {
 	const struct gpt_config *c = &m->lc;
 	const struct kops *k = m->k;
+	const struct gpt_chunk *ch = &m->chunks[v];
 	int B = m->B, S = c->S, N = B * S, h = c->h;
+	size_t nhl = (size_t)m->Nl * h;
 	bool train = true;
 
-	k->to_device(m->dloss, dloss_host, (size_t)N * 4);
-	size_t nhl = (size_t)m->Nl * h;
-	k->xent_backward(m->logits, m->logits, m->lse, m->targets, m->dloss, N, c->Vp);
-	linear_bwd(m, m->dln, m->logits, m->lnf, m->out_w, -1, N, h, c->Vp);
-	/* the output layer is column-parallel over the vocabulary */
-	const float *dlnf = column_input_grad(m, m->dln, N);
-	norm_bwd(m, m->dres, dlnf, m->resid + (size_t)c->L * nhl, m->lnf_w, m->lnf_b, m->lnf_mean, m->lnf_rstd,
-		 m->Nl);
-	for (int l = c->L - 1; l >= 0; l--) {
-		const float *x = m->resid + (size_t)l * nhl;
+	bind(m, v, s);
+	if (ch->post) {
+		k->to_device(m->dloss, dloss_host, (size_t)N * 4);
+		k->xent_backward(m->logits, m->logits, m->lse, m->targets, m->dloss, N, c->Vp);
+		linear_bwd(m, m->dln, m->logits, m->lnf, m->out_w, -1, N, h, c->Vp);
+		/* the output layer is column-parallel over the vocabulary */
+		const float *dlnf = column_input_grad(m, m->dln, N);
+		norm_bwd(m, m->dres, dlnf, m->resid + (size_t)ch->nl * nhl, m->lnf_w, m->lnf_b, m->lnf_mean,
+			 m->lnf_rstd, m->Nl);
+	}
+	for (int l = ch->l0 + ch->nl - 1; l >= ch->l0; l--) {
+		const float *x = m->resid + (size_t)(l - ch->l0) * nhl;
 		if (m->recomputed[l]) {
-			layer_forward(m, l, x, m->resid + (size_t)(l + 1) * nhl, train);
+			layer_forward(m, l, x, m->resid + (size_t)(l - ch->l0 + 1) * nhl, train);
 		} else if (c->recompute == GPT_RECOMPUTE_SELECTIVE) {
-			struct gpt_layer_acts *A = &m->acts[l];
+			struct gpt_layer_acts *A = &m->acts[l - ch->l0];
 			k->attention_forward(A->atty, A->probs, A->q, A->kk, A->v, m->use_doc ? m->doc : NULL, B, S,
 					     c->a, c->g, c->k, 1.0f / sqrtf((float)c->k), c->attention_dropout,
 					     m->drop_seed, attn_offset(m, l));
@@ -743,7 +808,23 @@ void gpt_backward(struct gpt_model *m, const float *dloss_host)
 		}
 		layer_backward(m, l, x, m->dres);
 	}
+	if (!ch->pre)
+		return m->dres;
 	const float *demb = row_output_grad(m, m->dres, c->hidden_dropout, 3 * c->L);
 	k->embedding_backward(gpt_grad(m, m->wte), gpt_grad(m, m->wpe), demb, m->tokens,
 			      m->use_positions ? m->positions : NULL, N, h);
+	return NULL;
+}
+
+void gpt_forward(struct gpt_model *m, const int32_t *tokens, const int32_t *labels, const int32_t *positions,
+		 const int32_t *doc, uint64_t drop_seed, bool train, float *losses_host)
+{
+	if (m->nchunks != 1 || !m->chunks[0].pre || !m->chunks[0].post)
+		BUG("gpt_forward on a pipeline stage; use gpt_forward_chunk");
+	gpt_forward_chunk(m, 0, 0, tokens, labels, positions, doc, drop_seed, train, losses_host);
+}
+
+void gpt_backward(struct gpt_model *m, const float *dloss_host)
+{
+	gpt_backward_chunk(m, 0, 0, dloss_host);
 }

@@ -42,6 +42,35 @@ struct gpt_layer_acts {
 
 enum gpt_precision { GPT_FP32, GPT_BF16, GPT_FP16 };
 
+/* One micro-batch in flight through one model chunk: what its backward needs. */
+struct gpt_slot {
+	float *resid;                /* [(nl+1), Nl, h]: the chunk's input, then every layer's output */
+	struct gpt_layer_acts *acts; /* [nl]; recomputed layers point at the shared scratch set */
+	float *lnf, *lnf_mean, *lnf_rstd; /* the chunk with the head: final norm */
+	float *logits;               /* [B*T, Vp]; becomes dlogits in backward */
+	float *losses, *lse;         /* [B*T] */
+	int32_t *tokens, *positions, *targets, *doc; /* tokens and targets as shard-local ids, -1 elsewhere */
+	bool use_doc, use_positions;
+	uint64_t drop_seed;          /* keys every dropout mask of the micro-batch */
+};
+
+/* A model chunk: the layers one pipeline stage runs in one pass (one chunk
+ * per rank, or vpp with the interleaved schedule: Megatron's model list). */
+struct gpt_chunk {
+	int l0, nl;     /* transformer layers [l0, l0 + nl), global numbers */
+	bool pre;       /* holds the embedding (the first chunk of the first stage) */
+	bool post;      /* holds the final norm, the output layer and the loss (the last chunk of the last stage) */
+	int nslots;     /* micro-batches it can hold at once */
+	struct gpt_slot *slots;
+};
+
+/* This rank's place in the pipeline. nslots[v]: micro-batches chunk v holds
+ * at once (the schedule's most in flight); NULL: one each. */
+struct gpt_pipe {
+	int pp, stage, vpp;
+	const int *nslots;
+};
+
 struct gpt_model {
 	struct gpt_config c;    /* the model */
 	struct gpt_config lc;   /* this rank's part: heads, groups, ffn and vocabulary divided by TP */
@@ -57,28 +86,34 @@ struct gpt_model {
 	float *work;        /* weights the layers use: reg.data, or its bf16/fp16-rounded copy */
 	int B;              /* micro-batch size the buffers are sized for */
 
-	int wte, wpe, lnf_w, lnf_b, out_w; /* registry indices; -1 when absent */
-	struct gpt_layer_params *lp;
+	int wte, wpe, lnf_w, lnf_b, out_w; /* registry indices; -1 when absent on this rank */
+	struct gpt_layer_params *lp;       /* [L], filled for this rank's layers */
+	bool *recomputed;      /* [L]: full recompute of that layer */
 
-	/* activations */
-	float *resid;          /* [(L+1), B*T, h]: embedding output, then every layer's output */
-	struct gpt_layer_acts *acts;  /* per layer; recomputed layers share one scratch set */
-	bool *recomputed;      /* per layer: full recompute */
-	float *lnf, *lnf_mean, *lnf_rstd;
-	float *logits;         /* [B*T, Vp]; becomes dlogits in backward */
-	float *losses, *lse;   /* [B*T] */
-	float *rope_cos, *rope_sin;
-	/* inputs on the device */
-	int32_t *tokens, *positions, *targets, *doc; /* tokens and targets as shard-local ids, -1 elsewhere */
-	float *dloss;
+	int nchunks;
+	struct gpt_chunk *chunks;
+	struct gpt_layer_acts rc_acts; /* the scratch set recomputed layers share */
+	float *probs_shared;   /* selective recompute: one probs buffer for every layer */
+
+	/* the bound (chunk, slot): gpt_forward/backward_chunk point these at it */
+	int l0;                /* first layer of the bound chunk */
+	float *resid;
+	struct gpt_layer_acts *acts;
+	float *lnf, *lnf_mean, *lnf_rstd, *logits, *losses, *lse;
+	int32_t *tokens, *positions, *targets, *doc;
 	bool use_doc, use_positions;
+	uint64_t drop_seed;
+
+	float *rope_cos, *rope_sin;
+	float *dloss;
 	/* scratch */
 	float *qkv, *tmp, *dres, *dtmp, *dln, *datty, *dq, *dk, *dv, *dqkv, *dfc1, *dact;
 	float *shard, *perm;   /* SP: a sequence shard [Nl, h], and the collectives' reordering space [B*S, h] */
 	float *gath;           /* SP: a norm output gathered to all rows [B*S, h] */
 
-	/* dropout seed of the current micro-batch (set by gpt_forward) */
-	uint64_t drop_seed;
+	/* every buffer taken from mem, to give back in gpt_free */
+	struct { void *p; size_t bytes; } *allocs;
+	size_t nallocs, cap_allocs;
 };
 
 /* Register parameters, allocate weights, grads and the activation buffers for
@@ -87,6 +122,13 @@ struct gpt_model {
  * vocabulary-parallel embedding and cross-entropy). error() and -1 on failure. */
 int gpt_init(struct gpt_model *m, const struct gpt_config *c, const struct kops *k, struct mem_pool *mem,
 	     int B, enum gpt_precision precision, struct dist_group *tp, bool sp);
+/* The same for one pipeline stage: only the layers of this rank's chunks
+ * (dist_stage_layers), the embedding on the first stage, the final norm and
+ * output layer on the last, and the activations of pipe->nslots micro-batches
+ * per chunk. With tied embeddings the last stage holds a copy of the word
+ * embeddings (PARAM_SHARED) that the embedding group keeps equal. */
+int gpt_init_pipe(struct gpt_model *m, const struct gpt_config *c, const struct kops *k, struct mem_pool *mem,
+		  int B, enum gpt_precision precision, struct dist_group *tp, bool sp, const struct gpt_pipe *pipe);
 /* With sequence parallelism the norms' parameter gradients are partial sums
  * over each rank's sequence shard: add them up over TP (once per iteration,
  * after the last micro-batch). No-op otherwise. */
@@ -114,6 +156,28 @@ void gpt_forward(struct gpt_model *m, const int32_t *tokens, const int32_t *labe
 		 float *losses_host);
 /* Backward of the last forward with dL/dloss per token (host, B*S). */
 void gpt_backward(struct gpt_model *m, const float *dloss_host);
+
+/*
+ * The pipeline's pieces: the forward of chunk v on one micro-batch, kept in
+ * slot s until its backward. The inputs are as gpt_forward's (tokens only
+ * matter on the chunk with the embedding, labels on the one with the head,
+ * doc everywhere). A chunk without the embedding starts from its input
+ * hidden state, which the caller writes to gpt_chunk_input() first ([Nl, h],
+ * this rank's rows). Returns the chunk's output hidden state (valid until
+ * the slot's backward), or NULL on the chunk with the head, which writes the
+ * per-token losses to losses_host instead.
+ */
+float *gpt_chunk_input(struct gpt_model *m, int v, int s);
+const float *gpt_forward_chunk(struct gpt_model *m, int v, int s, const int32_t *tokens, const int32_t *labels,
+			       const int32_t *positions, const int32_t *doc, uint64_t drop_seed, bool train,
+			       float *losses_host);
+/* Where the gradient of a chunk's output goes before its backward ([Nl, h]). */
+float *gpt_chunk_grad_input(struct gpt_model *m);
+/* Backward of slot s of chunk v, from dL/dloss (the chunk with the head) or
+ * from the output gradient in gpt_chunk_grad_input(). Returns the gradient
+ * of the chunk's input (valid until the next backward), or NULL on the chunk
+ * with the embedding. */
+const float *gpt_backward_chunk(struct gpt_model *m, int v, int s, const float *dloss_host);
 
 /* Pointers into the registry buffers. */
 float *gpt_param(struct gpt_model *m, int idx);

@@ -20,6 +20,8 @@ enum param_flags {
 	PARAM_TIED = 1 << 1,  /* also used as the output layer (tied embeddings) */
 	PARAM_GLU = 1 << 2,   /* rows are [gate; up]; TP splits each half (SwiGLU fc1, Megatron's layout) */
 	PARAM_SP = 1 << 3,    /* replicated, but its gradient comes from a sequence shard (norms under SP) */
+	PARAM_SHARED = 1 << 4, /* a copy of a tensor another pipeline stage owns (the last stage's tied
+				* embedding): left out of norms and checkpoints, Megatron's param.shared */
 };
 
 enum param_init {

@@ -46,7 +46,7 @@ static double sumsq_range(const struct adam *o, const float *buf, bool replicate
 	double ss = 0;
 	for (int i = 0; i < o->reg->n; i++) {
 		const struct param *p = &o->reg->p[i];
-		if (!replicated && p->tp_axis < 0)
+		if ((!replicated && p->tp_axis < 0) || (p->flags & PARAM_SHARED))
 			continue;
 		size_t a = p->offset > o->lo ? p->offset : o->lo;
 		size_t b = p->offset + p->numel < o->hi ? p->offset + p->numel : o->hi;
