@@ -107,11 +107,14 @@ struct args {
 	bool openai_gelu;
 	bool attention_softmax_in_fp32;
 
-	/* parallelism (single process until the distributed issue lands) */
+	/* parallelism */
 	int64_t tensor_model_parallel_size;
 	int64_t pipeline_model_parallel_size;
 	int64_t context_parallel_size;
 	int64_t expert_model_parallel_size;
+	int64_t num_layers_per_virtual_pipeline_stage;  /* -1: not given */
+	int64_t num_virtual_stages_per_pipeline_rank;   /* -1: not given */
+	int64_t microbatch_group_size_per_vp_stage;     /* -1: the pipeline size */
 	bool sequence_parallel;
 	bool use_distributed_optimizer;
 	double distributed_timeout_minutes;

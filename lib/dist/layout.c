@@ -276,8 +276,35 @@ int dist_layout_from_args(struct dist_layout *l, const struct args *a, int world
 			     "--expert-model-parallel-size %d * --pipeline-model-parallel-size %d = %lld",
 			     world, l->etp, l->ep, l->pp, (long long)expert);
 	l->edp = (int)(world / expert);
-	/* No flag chooses interleaving yet; 1 = Megatron's None. */
+	/* Interleaving: chunks per pipeline rank, from the layers per virtual
+	 * stage or given directly (Megatron's validate_args; 1 = its None). */
 	l->vpp = 1;
+	int64_t nlv = a->num_layers_per_virtual_pipeline_stage, nvs = a->num_virtual_stages_per_pipeline_rank;
+	if (nlv > 0 && nvs > 0)
+		return error("give at most one of --num-layers-per-virtual-pipeline-stage and "
+			     "--num-virtual-stages-per-pipeline-rank");
+	if ((nlv != -1 && nlv < 1) || (nvs != -1 && nvs < 1))
+		return error("--num-layers-per-virtual-pipeline-stage and --num-virtual-stages-per-pipeline-rank must "
+			     "be positive");
+	if (nlv > 0 && a->num_layers > 0) {
+		int64_t per_stage = a->num_layers % l->pp ? 0 : a->num_layers / l->pp;
+		if (per_stage && per_stage % nlv)
+			return error("--num-layers %lld / --pipeline-model-parallel-size %d = %lld layers per stage is "
+				     "not divisible by --num-layers-per-virtual-pipeline-stage %lld",
+				     (long long)a->num_layers, l->pp, (long long)per_stage, (long long)nlv);
+		if (per_stage)
+			l->vpp = (int)(per_stage / nlv);
+	}
+	if (nvs > 0) {
+		if (nvs > (1 << 20))
+			return error("--num-virtual-stages-per-pipeline-rank %lld is too large", (long long)nvs);
+		l->vpp = (int)nvs;
+	}
+	if (l->vpp > 1 && l->pp == 1)
+		return error("the interleaved schedule (virtual pipeline stages) needs --pipeline-model-parallel-size > 1");
+	if (l->vpp > 1 && a->num_layers > 0 && a->num_layers % ((int64_t)l->pp * l->vpp))
+		return error("--num-layers %lld is not divisible by --pipeline-model-parallel-size %d x %d virtual "
+			     "stages per rank", (long long)a->num_layers, l->pp, l->vpp);
 
 	if (a->num_layers > 0 && a->num_layers % l->pp)
 		return error("--num-layers %lld is not divisible by --pipeline-model-parallel-size %d "

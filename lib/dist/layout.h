@@ -92,7 +92,7 @@ int rank_gen_group_of(const struct rank_gen *g, unsigned axes, int rank, int *me
  * The parallel layout of one training run: world = tp·pp·cp·dp for the dense
  * part, world = etp·ep·pp·edp for the expert part (etp = tp; megac has no
  * --expert-tensor-parallel-size). vpp is the number of virtual pipeline
- * stages per rank, 1 = no interleaving (no flag sets it yet). sp is
+ * stages per rank (model chunks), 1 = no interleaving. sp is
  * --sequence-parallel after Megatron's tp == 1 rule.
  */
 struct dist_layout {
