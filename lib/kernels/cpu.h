@@ -65,6 +65,17 @@ void cpu_attention_backward(float *dq, float *dk, float *dv, const float *dout, 
 			    int a, int g, int k, float scale, float dropout_p, uint64_t seed,
 			    uint64_t offset);
 
+/* ---- cpu_attn_block.c ---- */
+void cpu_attention_block_forward(float *out, float *lse, const float *q, const float *kk,
+				 const float *v, const int32_t *qpos, const int32_t *kpos, int B, int Tq,
+				 int Tk, int a, int g, int k, int S, float scale, float dropout_p,
+				 uint64_t seed, uint64_t offset, int accumulate);
+void cpu_attention_block_backward(float *dq, float *dk, float *dv, const float *dout,
+				  const float *out, const float *lse, const float *q, const float *kk,
+				  const float *v, const int32_t *qpos, const int32_t *kpos, int B,
+				  int Tq, int Tk, int a, int g, int k, int S, float scale,
+				  float dropout_p, uint64_t seed, uint64_t offset);
+
 /* ---- cpu_rand.c ---- */
 
 /* Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2,

@@ -341,6 +341,8 @@ static const struct kops cpu_ops = {
 	.nonfinite = cpu_nonfinite,
 	.round = cpu_round,
 	.adamw = cpu_adamw,
+	.attention_block_forward = cpu_attention_block_forward,
+	.attention_block_backward = cpu_attention_block_backward,
 };
 
 const struct kops *kops_cpu(void)

@@ -154,6 +154,40 @@ struct kops {
 	 * p -= lr * (m / (1-b1^step)) / (sqrt(v / (1-b2^step)) + eps). step >= 1. */
 	void (*adamw)(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1,
 		      float b2, float eps, float wd, int step);
+
+	/* ---- one block of causal attention on global positions (context parallelism) ----
+	 * Queries q[B,a,Tq,k] sit at global positions qpos[Tq], keys and values
+	 * kk/v[B,g,Tk,k] at kpos[Tk] (int32, this backend's memory; each list
+	 * strictly increasing, all below S, the whole sequence's length). Query tq
+	 * sees key tk when kpos[tk] <= qpos[tq]; GQA and scale as attention_forward.
+	 * Blocks of a query range whose keys are all in its future cost nothing.
+	 *
+	 * Forward merges this key block into out[B,Tq,a*k] and lse[B,a,Tq] (the
+	 * log-sum-exp of each row's scaled scores over the keys merged so far).
+	 * accumulate 0: both are overwritten by this block alone (a row that sees
+	 * no key gets out 0, lse -inf). accumulate 1: the online-softmax rule
+	 *   lse' = log(e^lse + e^lse_blk),  out' = out e^(lse-lse') + out_blk e^(lse_blk-lse'),
+	 * so running it over key blocks that partition a row's keys gives the out
+	 * attention_forward gives, and the row's full log-sum-exp.
+	 * Dropout: prob (h, b, tq, tk) is dropped by the draw at counter
+	 *   offset + ((h*B+b)*S + qpos[tq])*S + kpos[tk],
+	 * the one attention_forward uses on the whole sequence (T = S).
+	 *
+	 * Backward takes the finished out and lse of forward and ADDS this block's
+	 * share to dq[B,a,Tq,k], dk and dv[B,g,Tk,k] (unlike attention_backward,
+	 * which overwrites): the probs are recomputed from q, kk and lse, and
+	 * rowsum(P * dP) is taken as rowsum(dout * out) (flash attention), which
+	 * needs no other block. A NULL grad skips its work. */
+	void (*attention_block_forward)(float *out, float *lse, const float *q, const float *kk,
+					const float *v, const int32_t *qpos, const int32_t *kpos, int B,
+					int Tq, int Tk, int a, int g, int k, int S, float scale,
+					float dropout_p, uint64_t seed, uint64_t offset, int accumulate);
+	void (*attention_block_backward)(float *dq, float *dk, float *dv, const float *dout,
+					 const float *out, const float *lse, const float *q,
+					 const float *kk, const float *v, const int32_t *qpos,
+					 const int32_t *kpos, int B, int Tq, int Tk, int a, int g, int k,
+					 int S, float scale, float dropout_p, uint64_t seed,
+					 uint64_t offset);
 };
 
 /* The CPU backend (always present). */
