@@ -197,6 +197,39 @@ static int make_group(struct dist *d, struct dist_group *g, const char *name, un
 	return 0;
 }
 
+/* Megatron's embedding group: the first and last stage of each pipeline
+ * (pretrain_gpt's rule with tied embeddings), which sum the word-embedding
+ * gradients of their two copies. Stages in between, and every rank without
+ * pipeline parallelism, are alone in it. */
+static int make_embedding_group(struct dist *d, const struct rank_gen *rg)
+{
+	group_single(&d->emb, "embedding");
+	if (!d->mpi)
+		return 0;
+	int size, n, *groups = NULL;
+	if (rank_gen_groups(rg, 1u << DIST_PP, &groups, &size, &n) < 0)
+		return -1;
+	int color = MPI_UNDEFINED, key = 0;
+	for (int gi = 0; gi < n; gi++) {
+		int members[2], k = dist_embedding_ranks(groups + (size_t)gi * size, size, true, members);
+		for (int j = 0; k > 1 && j < k; j++)
+			if (members[j] == d->rank) {
+				color = gi;
+				key = j;
+			}
+	}
+	free(groups);
+	MPI_Comm c;
+	DIST_CHECK(MPI_Comm_split(MPI_COMM_WORLD, color, key, &c));
+	if (c == MPI_COMM_NULL)
+		return 0;
+	MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
+	d->emb.comm = (void *)c;
+	DIST_CHECK(MPI_Comm_rank(c, &d->emb.rank));
+	DIST_CHECK(MPI_Comm_size(c, &d->emb.size));
+	return 0;
+}
+
 int dist_setup(struct dist *d, const struct dist_layout *l)
 {
 	d->layout = *l;
@@ -213,9 +246,7 @@ int dist_setup(struct dist *d, const struct dist_layout *l)
 	    make_group(d, &d->tp, "tensor-model-parallel", TP, &rg) < 0 ||
 	    make_group(d, &d->pp, "pipeline-model-parallel", PP, &rg) < 0)
 		return -1;
-	/* the embedding group is formed when pipeline parallelism arrives; alone here */
-	group_single(&d->emb, "embedding");
-	return 0;
+	return make_embedding_group(d, &rg);
 }
 
 static void free_group(struct dist_group *g)
@@ -469,6 +500,19 @@ void dist_wait(struct dist_req *r)
 	watch_end(r->g);
 	free(q);
 	r->req = NULL;
+}
+
+bool dist_test(struct dist_req *r)
+{
+	if (!r->req)
+		return true;
+	int done = 0;
+	DIST_CHECK(MPI_Test((MPI_Request *)r->req, &done, MPI_STATUS_IGNORE));
+	if (done) {
+		free(r->req);
+		r->req = NULL;
+	}
+	return done != 0;
 }
 
 void dist_sendrecv_f32(struct dist_group *g, const float *send, size_t ns, int dest, float *recv, size_t nr,

@@ -98,6 +98,8 @@ void dist_isend_f32(struct dist_group *g, const float *buf, size_t n, int dest, 
 void dist_irecv_f32(struct dist_group *g, float *buf, size_t n, int src, int tag, struct dist_req *r);
 /* Complete a started transfer (no-op for an empty request). */
 void dist_wait(struct dist_req *r);
+/* Whether a started transfer has completed (then the request is empty). */
+bool dist_test(struct dist_req *r);
 /* Send ns floats to dest while receiving nr from src (a ring step). */
 void dist_sendrecv_f32(struct dist_group *g, const float *send, size_t ns, int dest, float *recv, size_t nr,
 		       int src, int tag);
