@@ -99,6 +99,8 @@ static void register_params(struct gpt_model *m)
 		const struct gpt_chunk *ch = &m->chunks[v];
 		if (ch->pre) {
 			m->wte = reg2(m, "embedding.word_embeddings.weight", c->Vp, c->h, 0, c->init_std);
+			if (!c->untied) /* the output layer too, here or as the last stage's copy */
+				m->reg.p[m->wte].flags |= PARAM_TIED;
 			m->wpe = c->rope ? -1 : reg2(m, "embedding.position_embeddings.weight", c->P, c->h, -1, c->init_std);
 		}
 		for (int l = ch->l0; l < ch->l0 + ch->nl; l++)
@@ -111,7 +113,6 @@ static void register_params(struct gpt_model *m)
 			m->out_w = reg2(m, "output_layer.weight", c->Vp, c->h, 0, c->init_std);
 		} else if (m->wte >= 0) {
 			m->out_w = m->wte;
-			m->reg.p[m->wte].flags |= PARAM_TIED;
 		} else {
 			/* the last stage's copy of the first stage's word embeddings: same
 			 * name, so it initialises and loads to the same values */

@@ -36,9 +36,9 @@ static int setup_parallel(struct trainer *t)
 	struct dist_layout l;
 	if (dist_layout_from_args(&l, a, t->dist.world) < 0)
 		return -1;
-	if (l.pp > 1 || l.cp > 1)
-		return error("pipeline and context parallelism (PP %d, CP %d) are not implemented yet; megac trains "
-			     "with tensor and data parallelism", l.pp, l.cp);
+	if (l.cp > 1)
+		return error("context parallelism (CP %d) is not implemented yet; megac trains with tensor, pipeline "
+			     "and data parallelism", l.cp);
 	if (dist_setup(&t->dist, &l) < 0)
 		return -1;
 	dist_watchdog_start(&t->dist, a->distributed_timeout_minutes);
@@ -139,8 +139,13 @@ static void trainer_free(struct trainer *t)
 	if (t->have_mx)
 		metrics_close(&t->mx);
 	batch_free(&t->batch);
+	for (int i = 0; i < t->pp_ndloss; i++)
+		free(t->pp_dloss[i]);
+	free(t->pp_dloss);
+	free(t->sends);
+	pp_sched_free(&t->pp_train);
+	pp_sched_free(&t->pp_eval);
 	free(t->losses);
-	free(t->dloss);
 	mem_free(&t->mem, t->rs_scratch, (t->opt.hi - t->opt.lo) * sizeof(float));
 	adam_free(&t->opt);
 	gpt_free(&t->model);
@@ -202,7 +207,17 @@ static int setup(struct trainer *t, const struct args *a)
 	t->k = kops_cpu();
 	mem_pool_init(&t->mem, t->k);
 	enum gpt_precision prec = a->bf16 ? GPT_BF16 : a->fp16 ? GPT_FP16 : GPT_FP32;
-	if (gpt_init(&t->model, &t->cfg, t->k, &t->mem, (int)t->mbs, prec, &t->dist.tp, t->dist.layout.sp) < 0)
+	/* this rank's pipeline schedules; each model chunk holds as many
+	 * micro-batches as the training schedule has in flight on it */
+	const struct dist_layout *lay = &t->dist.layout;
+	int group = a->microbatch_group_size_per_vp_stage > 0 ? (int)a->microbatch_group_size_per_vp_stage : -1;
+	if (t->num_micro > (1 << 24))
+		return error("%lld micro-batches per iteration is more than megac schedules", (long long)t->num_micro);
+	if (pp_sched_init(&t->pp_train, lay->pp, t->dist.pp.rank, lay->vpp, (int)t->num_micro, group, false) < 0 ||
+	    pp_sched_init(&t->pp_eval, lay->pp, t->dist.pp.rank, lay->vpp, (int)t->num_micro, group, true) < 0)
+		return -1;
+	struct gpt_pipe pipe = { lay->pp, t->dist.pp.rank, lay->vpp, t->pp_train.inflight };
+	if (gpt_init_pipe(&t->model, &t->cfg, t->k, &t->mem, (int)t->mbs, prec, &t->dist.tp, lay->sp, &pipe) < 0)
 		return -1;
 	gpt_init_weights(&t->model, t->seed);
 	/* --use-distributed-optimizer: Adam's state sharded over data-parallel ranks */
@@ -219,7 +234,11 @@ static int setup(struct trainer *t, const struct args *a)
 		return -1;
 	batch_init(&t->batch, (int)t->mbs, t->cfg.S, a->reset_attention_mask);
 	t->losses = xmalloc((size_t)t->mbs * t->cfg.S * sizeof(float));
-	t->dloss = xmalloc((size_t)t->mbs * t->cfg.S * sizeof(float));
+	const struct gpt_chunk *last = &t->model.chunks[t->model.nchunks - 1];
+	t->pp_ndloss = last->post ? last->nslots : 0;
+	t->pp_dloss = xcalloc((size_t)t->pp_ndloss + 1, sizeof(float *));
+	for (int i = 0; i < t->pp_ndloss; i++)
+		t->pp_dloss[i] = xmalloc((size_t)t->mbs * t->cfg.S * sizeof(float));
 	if (t->dist.rank == 0)
 		info("model: %d layers, hidden %d, %d heads (%d query groups, %d channels), ffn %d%s, vocab %d, "
 		     "%.2f M parameters; %d data-parallel rank(s), %lld micro-batches of %lld per rank per iteration",

@@ -14,6 +14,7 @@
 #include "base/error.h"
 #include "base/pyjson.h"
 #include "base/sbuf.h"
+#include "train/pipeline.h"
 #include "train/trainlog.h"
 
 /* SIGTERM arrival for --exit-signal-handler. A signal handler can only talk
@@ -33,16 +34,6 @@ static double secs_since(const struct timespec *t0)
 	return (double)(now.tv_sec - t0->tv_sec) + 1e-9 * (double)(now.tv_nsec - t0->tv_nsec);
 }
 
-/* Dropout key of one micro-batch: a function of (seed, iteration, micro-batch)
- * only, so a resumed run draws the same masks. splitmix64 finaliser. */
-static uint64_t micro_seed(uint64_t seed, int64_t iteration, int64_t micro)
-{
-	uint64_t z = seed * 0x9E3779B97F4A7C15ULL + (uint64_t)iteration * 0xD1B54A32D192ED03ULL + (uint64_t)micro;
-	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-	z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-	return z ^ (z >> 31);
-}
-
 /* L2 norm of all parameters (the shards' sums of squares added up). */
 static double trainer_params_norm(struct trainer *t)
 {
@@ -50,52 +41,8 @@ static double trainer_params_norm(struct trainer *t)
 	if (t->opt.hi - t->opt.lo != t->model.reg.total)
 		dist_allreduce_sum_f64(&t->dist.dp, &ss, 1);
 	dist_allreduce_sum_f64(&t->dist.tp, &ss, 1);
+	dist_allreduce_sum_f64(&t->dist.pp, &ss, 1);
 	return sqrt(ss);
-}
-
-/* Megatron's pretraining sampler: each global batch is cut into micro-batches
- * of mbs x dp consecutive samples, and data-parallel rank r takes the r-th
- * mbs of each. Dropout is keyed by that global micro-batch number, so any
- * data-parallel size draws the masks a single rank would. */
-static uint64_t micro_first(const struct trainer *t, int64_t consumed, int64_t mb)
-{
-	int64_t dp = t->dist.dp.size, r = t->dist.dp.rank;
-	return (uint64_t)(consumed + (mb * dp + r) * t->mbs);
-}
-
-static int64_t micro_global(const struct trainer *t, int64_t mb)
-{
-	return mb * t->dist.dp.size + t->dist.dp.rank;
-}
-
-/* Forward (and with dloss, backward) of one micro-batch; returns the masked
- * loss sum and the mask sum. */
-static int run_micro(struct trainer *t, int split, uint64_t first, int64_t micro, bool train, double scale,
-		     double *num, double *den)
-{
-	struct batch *b = &t->batch;
-	if (batch_get(b, &t->data, split, first, t->cfg.Vp) < 0)
-		return -1;
-	size_t n = (size_t)b->B * b->S;
-	gpt_forward(&t->model, b->tokens, b->labels, t->a->reset_position_ids ? b->positions : NULL, b->doc,
-		    micro_seed(t->seed, t->iteration, micro), train, t->losses);
-	/* Megatron sums loss*mask and mask in fp32 on the device; double here. */
-	double lsum = 0, msum = 0;
-	for (size_t i = 0; i < n; i++) {
-		lsum += (double)t->losses[i] * b->loss_mask[i];
-		msum += b->loss_mask[i];
-	}
-	*num += lsum;
-	*den += msum;
-	if (train) {
-		/* The gradient is the mean over micro-batches of each micro-batch's
-		 * token-mean loss (spec section 8), times the loss scale. */
-		double w = scale / (fmax(1.0, msum) * (double)t->num_micro);
-		for (size_t i = 0; i < n; i++)
-			t->dloss[i] = (float)(b->loss_mask[i] * w);
-		gpt_backward(&t->model, t->dloss);
-	}
-	return 0;
 }
 
 /* One iteration. *loss is the iteration's lm loss; *skipped when the fp16
@@ -107,16 +54,25 @@ static int train_step(struct trainer *t, double *loss, bool *skipped, double *gn
 	k->zero(reg->grad, reg->total);
 	double scale = grad_scaler_scale(&t->scaler);
 	double num = 0, den = 0;
-	for (int64_t mb = 0; mb < t->num_micro; mb++)
-		if (run_micro(t, GPT_TRAIN, micro_first(t, t->consumed_train, mb), micro_global(t, mb), true, scale,
-			      &num, &den) < 0)
-			return -1;
+	int r = pipeline_run(t, &t->pp_train, GPT_TRAIN, t->consumed_train, true, scale, &num, &den);
+	pipeline_drain(t);
+	if (r < 0)
+		return -1;
 	gpt_sp_sync_grads(&t->model); /* sequence parallelism: the norms' shard gradients */
+	/* tied embeddings over a pipeline: the first stage's word embeddings and
+	 * the last stage's copy get the sum of both gradients (Megatron's
+	 * _allreduce_word_embedding_grads), so the two stay equal */
+	for (int i = 0; t->dist.emb.size > 1 && i < reg->n; i++)
+		if (reg->p[i].flags & PARAM_TIED)
+			dist_allreduce_sum_f32(&t->dist.emb, gpt_grad(&t->model, i), reg->p[i].numel);
 	/* data parallelism: the loss sums and the gradients of all replicas; each
 	 * replica's gradient is a mean over its micro-batches, so the sum over dp
-	 * is scaled by 1/dp (Megatron's DDP gradient_scaling_factor) */
+	 * is scaled by 1/dp (Megatron's DDP gradient_scaling_factor). The loss
+	 * lives on the last pipeline stage; the sum over pp gives every rank the
+	 * same verdict on it. */
 	double sums[2] = { num, den };
 	dist_allreduce_sum_f64(&t->dist.dp, sums, 2);
+	dist_allreduce_sum_f64(&t->dist.pp, sums, 2);
 	num = sums[0];
 	den = sums[1];
 	/* From here on only the optimizer's elements [lo, hi) matter: all of them,
@@ -142,17 +98,20 @@ static int train_step(struct trainer *t, double *loss, bool *skipped, double *gn
 		if (sharded)
 			dist_allreduce_max_f64(&t->dist.dp, &found, 1);
 		dist_allreduce_max_f64(&t->dist.tp, &found, 1);
+		dist_allreduce_max_f64(&t->dist.pp, &found, 1);
 		grad_scaler_update(&t->scaler, found > 0);
 		if (found > 0) {
 			*skipped = true;
 			return 0;
 		}
 	}
-	/* the global norm: shards over DP (distributed optimizer), slices over TP */
+	/* the global norm: shards over DP (distributed optimizer), slices over
+	 * TP, stages over PP (each tensor once: the tied copy is left out) */
 	double ss = adam_grad_sumsq(&t->opt, t->dist.tp.rank == 0);
 	if (sharded)
 		dist_allreduce_sum_f64(&t->dist.dp, &ss, 1);
 	dist_allreduce_sum_f64(&t->dist.tp, &ss, 1);
+	dist_allreduce_sum_f64(&t->dist.pp, &ss, 1);
 	double norm = sqrt(ss);
 	/* Megatron's check_for_nan_in_loss_and_grad (on unless fp16 scales dynamically):
 	 * the summed loss and the gradients must be finite. */
@@ -175,14 +134,15 @@ int trainer_evaluate(struct trainer *t, int split, int64_t *consumed, double *lo
 {
 	double num = 0, den = 0;
 	for (int64_t it = 0; it < t->a->eval_iters; it++) {
-		for (int64_t mb = 0; mb < t->num_micro; mb++)
-			if (run_micro(t, split, micro_first(t, *consumed, mb), micro_global(t, mb), false, 1.0, &num,
-				      &den) < 0)
-				return -1;
+		int r = pipeline_run(t, &t->pp_eval, split, *consumed, false, 1.0, &num, &den);
+		pipeline_drain(t);
+		if (r < 0)
+			return -1;
 		*consumed += t->gbs;
 	}
 	double sums[2] = { num, den };
 	dist_allreduce_sum_f64(&t->dist.dp, sums, 2);
+	dist_allreduce_sum_f64(&t->dist.pp, sums, 2);
 	num = sums[0];
 	den = sums[1];
 	/* A global batch with every token masked has no loss (Megatron: 0/0). */
@@ -229,7 +189,7 @@ static int eval_and_print(struct trainer *t, int split, const char *prefix, int6
 
 /* --log-comm: bytes per iteration each group sent since the last line. */
 #define COMM_GROUPS(t) { &(t)->dist.dp, &(t)->dist.dp_cp, &(t)->dist.tp, &(t)->dist.pp, &(t)->dist.cp, \
-			  &(t)->dist.world_g }
+			  &(t)->dist.emb, &(t)->dist.world_g }
 
 /* Start counting --log-comm volumes from now (set-up traffic excluded). */
 static void trainer_comm_mark(struct trainer *t)

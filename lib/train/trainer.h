@@ -23,6 +23,7 @@
 #include "tensor/mem.h"
 #include "train/batch.h"
 #include "train/metrics.h"
+#include "train/pp_sched.h"
 #include "train/tboard.h"
 
 struct trainer {
@@ -39,8 +40,13 @@ struct trainer {
 	struct lr_sched sched;
 	struct grad_scaler scaler;
 	struct batch batch;
-	float *losses, *dloss; /* host, [mbs * S] */
+	float *losses;         /* host, [mbs * S] */
 	float *rs_scratch;     /* the distributed optimizer's reduce-scatter target (a shard) */
+	struct pp_sched pp_train, pp_eval; /* this rank's order of passes (pipeline.h) */
+	float **pp_dloss;      /* per slot of the chunk with the head: dL/dloss kept for its backward */
+	int pp_ndloss;
+	struct trainer_send { struct dist_req req; float *buf; } *sends; /* pipeline sends in flight */
+	size_t nsends, cap_sends;
 
 	int64_t mbs, gbs, num_micro; /* micro-batch, global batch, micro-batches per iteration */
 	int64_t train_iters;

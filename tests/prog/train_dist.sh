@@ -126,8 +126,11 @@ expect_fail "global batch not divisible by micro batch x DP" "data-parallel size
 	$MPI -np 4 $BIN/train $ARGS --global-batch-size 6
 expect_fail "heads not divisible by TP" "--num-attention-heads" \
 	$MPI -np 2 $BIN/train $ARGS --num-attention-heads 3 --hidden-size 33 --tensor-model-parallel-size 2
-expect_fail "pipeline parallelism (not yet)" "not implemented yet" \
-	$MPI -np 2 $BIN/train $ARGS --pipeline-model-parallel-size 2
+expect_fail "layers not divisible by PP x virtual stages" "2 virtual stages per rank" \
+	$MPI -np 2 $BIN/train $ARGS --pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2
+expect_fail "interleaved schedule: micro-batches not a multiple of the group" "multiple of 2 micro-batches" \
+	$MPI -np 2 $BIN/train $ARGS --num-layers 4 --pipeline-model-parallel-size 2 \
+	--num-virtual-stages-per-pipeline-rank 2 --global-batch-size 3
 expect_fail "sequence parallelism needs the sequence divisible by TP" "--seq-length 30 divisible" \
 	$MPI -np 4 $BIN/train $ARGS --tensor-model-parallel-size 4 --sequence-parallel --seq-length 30 --max-position-embeddings 32
 

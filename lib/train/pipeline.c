@@ -1,0 +1,158 @@
+/*
+ * pipeline.c - see pipeline.h.
+ */
+#include "train/pipeline.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "base/xalloc.h"
+#include "train/trainer.h"
+
+/* Dropout key of one micro-batch: a function of (seed, iteration, micro-batch)
+ * only, so a resumed run draws the same masks. splitmix64 finaliser. */
+static uint64_t micro_seed(uint64_t seed, int64_t iteration, int64_t micro)
+{
+	uint64_t z = seed * 0x9E3779B97F4A7C15ULL + (uint64_t)iteration * 0xD1B54A32D192ED03ULL + (uint64_t)micro;
+	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+	z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+	return z ^ (z >> 31);
+}
+
+/* Megatron's pretraining sampler: each global batch is cut into micro-batches
+ * of mbs x dp consecutive samples, and data-parallel rank r takes the r-th
+ * mbs of each. Dropout is keyed by that global micro-batch number, so any
+ * data-parallel size draws the masks a single rank would. */
+static uint64_t micro_first(const struct trainer *t, int64_t consumed, int64_t mb)
+{
+	int64_t dp = t->dist.dp.size, r = t->dist.dp.rank;
+	return (uint64_t)(consumed + (mb * dp + r) * t->mbs);
+}
+
+static int64_t micro_global(const struct trainer *t, int64_t mb)
+{
+	return mb * t->dist.dp.size + t->dist.dp.rank;
+}
+
+/* Message tags: what kind, for which chunk of the receiving rank. Between two
+ * ranks, messages of one tag arrive in the order sent, and both sides run a
+ * chunk's micro-batches in increasing order. */
+static int tag_of(int kind, int chunk)
+{
+	return 2 * chunk + kind;
+}
+
+/* Finished sends give their copies back. */
+static void reap(struct trainer *t, bool wait)
+{
+	size_t keep = 0;
+	for (size_t i = 0; i < t->nsends; i++) {
+		if (wait)
+			dist_wait(&t->sends[i].req);
+		if (wait || dist_test(&t->sends[i].req)) {
+			free(t->sends[i].buf);
+			continue;
+		}
+		t->sends[keep++] = t->sends[i];
+	}
+	t->nsends = keep;
+}
+
+void pipeline_drain(struct trainer *t)
+{
+	reap(t, true);
+}
+
+/* A copy of x goes to pipeline rank dest: the source may be overwritten
+ * (the next backward's gradient, a reused slot) before the receiver takes it. */
+static void send_copy(struct trainer *t, const float *x, size_t n, int dest, int tag)
+{
+	reap(t, false);
+	if (t->nsends == t->cap_sends)
+		xgrow(&t->sends, &t->cap_sends, t->nsends + 1, sizeof(*t->sends));
+	float *buf = xmalloc(n * sizeof(float));
+	t->k->to_host(buf, x, n * sizeof(float));
+	t->sends[t->nsends].buf = buf;
+	dist_isend_f32(&t->dist.pp, buf, n, dest, tag, &t->sends[t->nsends].req);
+	t->nsends++;
+}
+
+static void recv_into(struct trainer *t, float *x, size_t n, int src, int tag)
+{
+	struct dist_req r;
+	dist_irecv_f32(&t->dist.pp, x, n, src, tag, &r);
+	dist_wait(&r);
+}
+
+static int forward(struct trainer *t, const struct pp_sched *s, const struct pp_op *o, int split,
+		   int64_t consumed, bool train, double scale, double *num, double *den)
+{
+	struct gpt_model *m = &t->model;
+	struct batch *b = &t->batch;
+	const struct gpt_chunk *ch = &m->chunks[o->chunk];
+	int slot = o->micro % ch->nslots;
+	size_t nh = (size_t)m->Nl * m->c.h;
+	int peer, pv;
+	if (batch_get(b, &t->data, split, micro_first(t, consumed, o->micro), t->cfg.Vp) < 0)
+		return -1;
+	if (pp_sched_prev(s, o->chunk, &peer, &pv))
+		recv_into(t, gpt_chunk_input(m, o->chunk, slot), nh, peer, tag_of(0, o->chunk));
+	const float *out = gpt_forward_chunk(m, o->chunk, slot, b->tokens, b->labels,
+					     t->a->reset_position_ids ? b->positions : NULL, b->doc,
+					     micro_seed(t->seed, t->iteration, micro_global(t, o->micro)), train,
+					     t->losses);
+	if (!ch->post) {
+		if (pp_sched_next(s, o->chunk, &peer, &pv))
+			send_copy(t, out, nh, peer, tag_of(0, pv));
+		return 0;
+	}
+	/* Megatron sums loss*mask and mask in fp32 on the device; double here. */
+	size_t n = (size_t)b->B * b->S;
+	double lsum = 0, msum = 0;
+	for (size_t i = 0; i < n; i++) {
+		lsum += (double)t->losses[i] * b->loss_mask[i];
+		msum += b->loss_mask[i];
+	}
+	*num += lsum;
+	*den += msum;
+	if (train) {
+		/* The gradient is the mean over micro-batches of each micro-batch's
+		 * token-mean loss (spec section 8), times the loss scale; kept for
+		 * the slot's backward. */
+		double w = scale / (fmax(1.0, msum) * (double)t->num_micro);
+		float *dl = t->pp_dloss[slot];
+		for (size_t i = 0; i < n; i++)
+			dl[i] = (float)(b->loss_mask[i] * w);
+	}
+	return 0;
+}
+
+static void backward(struct trainer *t, const struct pp_sched *s, const struct pp_op *o)
+{
+	struct gpt_model *m = &t->model;
+	const struct gpt_chunk *ch = &m->chunks[o->chunk];
+	int slot = o->micro % ch->nslots;
+	size_t nh = (size_t)m->Nl * m->c.h;
+	int peer, pc;
+	if (!ch->post && pp_sched_next(s, o->chunk, &peer, &pc))
+		recv_into(t, gpt_chunk_grad_input(m), nh, peer, tag_of(1, o->chunk));
+	const float *din = gpt_backward_chunk(m, o->chunk, slot, ch->post ? t->pp_dloss[slot] : NULL);
+	if (din && pp_sched_prev(s, o->chunk, &peer, &pc))
+		send_copy(t, din, nh, peer, tag_of(1, pc));
+}
+
+int pipeline_run(struct trainer *t, const struct pp_sched *s, int split, int64_t consumed, bool train,
+		 double scale, double *num, double *den)
+{
+	for (int i = 0; i < s->nops; i++) {
+		const struct pp_op *o = &s->ops[i];
+		if (o->kind == PP_FORWARD) {
+			if (forward(t, s, o, split, consumed, train, scale, num, den) < 0)
+				return -1;
+		} else {
+			backward(t, s, o);
+		}
+	}
+	return 0;
+}
