@@ -32,7 +32,12 @@ static uint64_t site_offset(int site)
 static uint64_t attn_offset(const struct gpt_model *m, int l)
 {
 	return site_offset(3 * l) + (uint64_t)m->tp_rank * (uint64_t)m->lc.a * (uint64_t)m->B *
-					    (uint64_t)m->lc.S * (uint64_t)m->lc.S;
+					    (uint64_t)m->c.S * (uint64_t)m->c.S;
+}
+
+int gpt_global_pos(const struct gpt_model *m, int j)
+{
+	return m->cp ? ring_attn_global_pos(&m->ring, j) : j;
 }
 
 float *gpt_param(struct gpt_model *m, int idx)
@@ -160,7 +165,8 @@ static void alloc_layer_acts(struct gpt_model *m, struct gpt_layer_acts *A, bool
 	A->q = take(m, BT * c->a * c->k);
 	A->kk = take(m, BT * c->g * c->k);
 	A->v = take(m, BT * c->g * c->k);
-	A->probs = probs ? take(m, (size_t)m->B * c->a * c->S * c->S) : NULL;
+	A->probs = probs && !m->cp ? take(m, (size_t)m->B * c->a * c->S * c->S) : NULL;
+	A->alse = m->cp ? take(m, (size_t)m->B * c->a * c->S) : NULL;
 	A->atty = take(m, BT * c->a * c->k);
 	A->res1 = take(m, BTl * h);
 	A->ln2 = take(m, BTl * h);
@@ -240,7 +246,7 @@ static void bind(struct gpt_model *m, int v, int s)
 int gpt_init(struct gpt_model *m, const struct gpt_config *c, const struct kops *k, struct mem_pool *mem,
 	     int B, enum gpt_precision precision, struct dist_group *tp, bool sp)
 {
-	struct gpt_pipe one = { 1, 0, 1, NULL };
+	struct gpt_pipe one = { 1, 0, 1, NULL, NULL };
 	return gpt_init_pipe(m, c, k, mem, B, precision, tp, sp, &one);
 }
 
@@ -272,10 +278,21 @@ int gpt_init_pipe(struct gpt_model *m, const struct gpt_config *c, const struct 
 	m->lc.Vp /= t;
 	m->vstart = m->tp_rank * m->lc.Vp;
 	m->sp = sp && m->tp;
-	if (m->sp && c->S % t)
-		return error("--sequence-parallel needs --seq-length %d divisible by --tensor-model-parallel-size %d",
-			     c->S, t);
-	m->Nl = B * (m->sp ? c->S / t : c->S);
+	m->cp = pipe->cp && pipe->cp->size > 1 ? pipe->cp : NULL;
+	m->cp_size = m->cp ? m->cp->size : 1;
+	m->cp_rank = m->cp ? m->cp->rank : 0;
+	if (m->cp) {
+		if (c->S % (2 * m->cp_size))
+			return error("--context-parallel-size %d needs --seq-length %d divisible by 2 x %d (two chunks "
+				     "per rank)", m->cp_size, c->S, m->cp_size);
+		if (ring_attn_init(&m->ring, mem, m->cp, B, c->S, m->lc.a, m->lc.g, c->k) < 0)
+			return -1;
+		m->lc.S = c->S / m->cp_size;
+	}
+	if (m->sp && m->lc.S % t)
+		return error("--sequence-parallel needs --seq-length %d%s divisible by --tensor-model-parallel-size %d",
+			     c->S, m->cp ? " / --context-parallel-size" : "", t);
+	m->Nl = B * (m->sp ? m->lc.S / t : m->lc.S);
 	m->nchunks = pipe->vpp;
 	m->chunks = xcalloc((size_t)m->nchunks, sizeof(*m->chunks));
 	m->lp = xcalloc((size_t)c->L, sizeof(*m->lp));
@@ -308,7 +325,7 @@ int gpt_init_pipe(struct gpt_model *m, const struct gpt_config *c, const struct 
 	 * shares under selective recompute */
 	if (any_rc)
 		alloc_layer_acts(m, &m->rc_acts, true);
-	if (c->recompute == GPT_RECOMPUTE_SELECTIVE)
+	if (c->recompute == GPT_RECOMPUTE_SELECTIVE && !m->cp)
 		m->probs_shared = take(m, (size_t)B * c->a * c->S * c->S);
 	for (int v = 0; v < m->nchunks; v++) {
 		struct gpt_chunk *ch = &m->chunks[v];
@@ -318,13 +335,18 @@ int gpt_init_pipe(struct gpt_model *m, const struct gpt_config *c, const struct 
 	}
 	m->dloss = take(m, BT);
 	if (c->rope) {
-		m->rope_cos = take(m, (size_t)c->S * c->rot);
-		m->rope_sin = take(m, (size_t)c->S * c->rot);
-		float *hc = xmalloc((size_t)c->S * c->rot * sizeof(float));
-		float *hs = xmalloc((size_t)c->S * c->rot * sizeof(float));
-		kops_rope_table(hc, hs, c->S, c->rot, c->rotary_base);
-		k->to_device(m->rope_cos, hc, (size_t)c->S * c->rot * sizeof(float));
-		k->to_device(m->rope_sin, hs, (size_t)c->S * c->rot * sizeof(float));
+		/* the table rows of this rank's positions (all of them without CP) */
+		int S = m->c.S, T = c->S, rot = c->rot;
+		m->rope_cos = take(m, (size_t)T * rot);
+		m->rope_sin = take(m, (size_t)T * rot);
+		float *hc = xmalloc((size_t)S * rot * sizeof(float));
+		float *hs = xmalloc((size_t)S * rot * sizeof(float));
+		kops_rope_table(hc, hs, S, rot, c->rotary_base);
+		for (int j = 0; j < T; j++) {
+			size_t g = (size_t)gpt_global_pos(m, j) * rot;
+			k->to_device(m->rope_cos + (size_t)j * rot, hc + g, (size_t)rot * sizeof(float));
+			k->to_device(m->rope_sin + (size_t)j * rot, hs + g, (size_t)rot * sizeof(float));
+		}
 		free(hc);
 		free(hs);
 	}
@@ -356,6 +378,8 @@ void gpt_free(struct gpt_model *m)
 	for (size_t i = m->nallocs; i-- > 0;)
 		mem_free(m->mem, m->allocs[i].p, m->allocs[i].bytes);
 	free(m->allocs);
+	if (m->cp)
+		ring_attn_free(&m->ring);
 	for (int v = 0; v < m->nchunks; v++) {
 		for (int s = 0; s < m->chunks[v].nslots; s++)
 			free(m->chunks[v].slots[s].acts);
@@ -481,21 +505,64 @@ static void sp_reduce_scatter(struct gpt_model *m, float *shard, const float *fu
 
 /* The dropout counters of this rank's rows: element (row, c) of the whole
  * [B*S, h] tensor is counter row*h + c, so every layout draws the same mask.
- * Without SP that is one call over all rows; with SP one per sample, whose
- * block starts at row b*S + r*S/t. res NULL: the mask alone (dropout_backward). */
+ * This rank holds, of each sample, local positions [j0, j1) (all T, or its
+ * T/t with SP), stored sample after sample; each run of them that is
+ * contiguous in the sequence (CP's two chunks are not) is one call. Without
+ * SP or CP that is one call over all rows. res NULL: the mask alone
+ * (dropout_backward). */
 static void seq_dropout(struct gpt_model *m, float *out, const float *res, const float *x, float p, int site)
 {
-	size_t h = (size_t)m->c.h, Sl = (size_t)m->lc.S / (size_t)m->tp_size;
-	size_t blk = m->sp ? Sl * h : (size_t)m->Nl * h;
-	int blocks = m->sp ? m->B : 1;
-	for (int b = 0; b < blocks; b++) {
-		uint64_t first = m->sp ? ((uint64_t)b * (uint64_t)m->lc.S + (uint64_t)m->tp_rank * Sl) * h : 0;
-		size_t o = (size_t)b * blk;
+	size_t h = (size_t)m->c.h;
+	int T = m->lc.S, rows = m->sp ? T / m->tp_size : T;
+	int j0 = m->sp ? m->tp_rank * rows : 0, j1 = j0 + rows;
+	if (!m->sp && !m->cp) { /* everything is one run */
 		if (res)
-			m->k->dropout_add_forward(out + o, res + o, x + o, blk, p, m->drop_seed, site_offset(site) + first);
+			m->k->dropout_add_forward(out, res, x, (size_t)m->Nl * h, p, m->drop_seed, site_offset(site));
 		else
-			m->k->dropout_backward(out + o, x + o, blk, p, m->drop_seed, site_offset(site) + first);
+			m->k->dropout_backward(out, x, (size_t)m->Nl * h, p, m->drop_seed, site_offset(site));
+		return;
 	}
+	for (int b = 0; b < m->B; b++)
+		for (int j = j0; j < j1;) {
+			int g = gpt_global_pos(m, j), e = j + 1;
+			while (e < j1 && gpt_global_pos(m, e) == g + (e - j))
+				e++;
+			uint64_t first = ((uint64_t)b * (uint64_t)m->c.S + (uint64_t)g) * h;
+			size_t o = ((size_t)b * rows + (size_t)(j - j0)) * h, n = (size_t)(e - j) * h;
+			if (res)
+				m->k->dropout_add_forward(out + o, res + o, x + o, n, p, m->drop_seed,
+							  site_offset(site) + first);
+			else
+				m->k->dropout_backward(out + o, x + o, n, p, m->drop_seed, site_offset(site) + first);
+			j = e;
+		}
+}
+
+/* Core attention of layer l: the one-rank op, or ring attention over the
+ * context-parallel group (which keeps the rows' log-sum-exp, not probs). */
+static void attn_fwd(struct gpt_model *m, struct gpt_layer_acts *A, int l, float p)
+{
+	const struct gpt_config *c = &m->lc;
+	float scale = 1.0f / sqrtf((float)c->k);
+	if (m->cp)
+		ring_attn_forward(&m->ring, A->atty, A->alse, A->q, A->kk, A->v, scale, p, m->drop_seed,
+				  attn_offset(m, l));
+	else
+		m->k->attention_forward(A->atty, A->probs, A->q, A->kk, A->v, m->use_doc ? m->doc : NULL, m->B, c->S,
+					c->a, c->g, c->k, scale, p, m->drop_seed, attn_offset(m, l));
+	round_half(m, A->atty, (size_t)m->B * c->S * c->a * c->k);
+}
+
+static void attn_bwd(struct gpt_model *m, struct gpt_layer_acts *A, int l, const float *datty)
+{
+	const struct gpt_config *c = &m->lc;
+	float scale = 1.0f / sqrtf((float)c->k);
+	if (m->cp)
+		ring_attn_backward(&m->ring, m->dq, m->dk, m->dv, datty, A->atty, A->alse, A->q, A->kk, A->v, scale,
+				   c->attention_dropout, m->drop_seed, attn_offset(m, l));
+	else
+		m->k->attention_backward(m->dq, m->dk, m->dv, datty, A->q, A->kk, A->v, A->probs, m->B, c->S, c->a,
+					 c->g, c->k, scale, c->attention_dropout, m->drop_seed, attn_offset(m, l));
 }
 
 /* All rows of a norm output kept per sequence shard: gathered into m->gath
@@ -582,9 +649,7 @@ static void layer_forward(struct gpt_model *m, int l, const float *x, float *y, 
 	norm_fwd(m, A->ln1, A->ln1_mean, A->ln1_rstd, x, p->ln1_w, p->ln1_b, Nl);
 	linear_fwd(m, m->qkv, seq_full(m, A->ln1), p->qkv_w, p->qkv_b, N, h, qkv);
 	k->qkv_split_forward(A->q, A->kk, A->v, m->qkv, m->rope_cos, m->rope_sin, B, S, c->a, c->g, c->k, c->rot);
-	k->attention_forward(A->atty, A->probs, A->q, A->kk, A->v, m->use_doc ? m->doc : NULL, B, S, c->a, c->g,
-			     c->k, 1.0f / sqrtf((float)c->k), pa, m->drop_seed, attn_offset(m, l));
-	round_half(m, A->atty, (size_t)N * ak);
+	attn_fwd(m, A, l, pa);
 	const float *proj = row_parallel(m, A->atty, p->proj_w, p->proj_b, N, ak);
 	seq_dropout(m, A->res1, x, proj, ph, 3 * l + 1);
 	round_half(m, A->res1, (size_t)Nl * h); /* the residual stream is half precision too */
@@ -625,7 +690,7 @@ static void layer_backward(struct gpt_model *m, int l, const float *x, float *dr
 	struct gpt_layer_acts *A = &m->acts[l - m->l0];
 	int B = m->B, S = c->S, N = B * S, h = c->h, Nl = m->Nl;
 	int qkv = (c->a + 2 * c->g) * c->k, ak = c->a * c->k, f1 = c->swiglu ? 2 * c->f : c->f;
-	float pa = c->attention_dropout, ph = c->hidden_dropout;
+	float ph = c->hidden_dropout;
 	size_t nhl = (size_t)Nl * h;
 
 	/* MLP: y = res1 + dropout(fc2(act(fc1(norm2(res1))))) */
@@ -644,8 +709,7 @@ static void layer_backward(struct gpt_model *m, int l, const float *x, float *dr
 	/* attention: res1 = x + dropout(proj(attn(qkv(norm1(x))))) */
 	const float *dattn = row_output_grad(m, dres, ph, 3 * l + 1);
 	linear_bwd(m, m->datty, dattn, A->atty, p->proj_w, p->proj_b, N, ak, h);
-	k->attention_backward(m->dq, m->dk, m->dv, m->datty, A->q, A->kk, A->v, A->probs, B, S, c->a, c->g, c->k,
-			      1.0f / sqrtf((float)c->k), pa, m->drop_seed, attn_offset(m, l));
+	attn_bwd(m, A, l, m->datty);
 	k->qkv_split_backward(m->dqkv, m->dq, m->dk, m->dv, m->rope_cos, m->rope_sin, B, S, c->a, c->g, c->k,
 			      c->rot);
 	linear_bwd(m, m->dln, m->dqkv, seq_full(m, A->ln1), p->qkv_w, p->qkv_b, N, h, qkv);
@@ -710,7 +774,7 @@ static void load_inputs(struct gpt_model *m, struct gpt_slot *sl, const int32_t 
 		} else {
 			int32_t *pos = xmalloc((size_t)N * 4);
 			for (int i = 0; i < N; i++)
-				pos[i] = i % S;
+				pos[i] = gpt_global_pos(m, i % S);
 			k->to_device(sl->positions, pos, (size_t)N * 4);
 			free(pos);
 		}
@@ -801,11 +865,7 @@ const float *gpt_backward_chunk(struct gpt_model *m, int v, int s, const float *
 		if (m->recomputed[l]) {
 			layer_forward(m, l, x, m->resid + (size_t)(l - ch->l0 + 1) * nhl, train);
 		} else if (c->recompute == GPT_RECOMPUTE_SELECTIVE) {
-			struct gpt_layer_acts *A = &m->acts[l - ch->l0];
-			k->attention_forward(A->atty, A->probs, A->q, A->kk, A->v, m->use_doc ? m->doc : NULL, B, S,
-					     c->a, c->g, c->k, 1.0f / sqrtf((float)c->k), c->attention_dropout,
-					     m->drop_seed, attn_offset(m, l));
-			round_half(m, A->atty, (size_t)N * c->a * c->k);
+			attn_fwd(m, &m->acts[l - ch->l0], l, c->attention_dropout);
 		}
 		layer_backward(m, l, x, m->dres);
 	}

@@ -21,6 +21,7 @@
 #include "kernels/ops.h"
 #include "model/gpt_config.h"
 #include "model/params.h"
+#include "model/ring_attn.h"
 #include "tensor/mem.h"
 
 struct gpt_layer_params {
@@ -32,7 +33,8 @@ struct gpt_layer_params {
 struct gpt_layer_acts {
 	float *ln1, *ln1_mean, *ln1_rstd; /* input norm: out (this rank's rows with SP), stats */
 	float *q, *kk, *v;                /* [B,a,T,k], [B,g,T,k] x2, after RoPE */
-	float *probs;                     /* [B,a,T,T] softmax, pre-dropout */
+	float *probs;                     /* [B,a,T,T] softmax, pre-dropout (NULL with CP) */
+	float *alse;                      /* CP: [B,a,T] the attention rows' log-sum-exp */
 	float *atty;                      /* [B*T, a*k] attention output */
 	float *res1;                      /* residual after attention */
 	float *ln2, *ln2_mean, *ln2_rstd;
@@ -69,16 +71,21 @@ struct gpt_chunk {
 struct gpt_pipe {
 	int pp, stage, vpp;
 	const int *nslots;
+	struct dist_group *cp; /* context-parallel group (NULL: none) */
 };
 
 struct gpt_model {
 	struct gpt_config c;    /* the model */
-	struct gpt_config lc;   /* this rank's part: heads, groups, ffn and vocabulary divided by TP */
+	struct gpt_config lc;   /* this rank's part: heads, groups, ffn and vocabulary divided by TP,
+				 * lc.S = T the positions it holds (S / cp) */
 	struct dist_group *tp;  /* tensor-parallel group, NULL without TP */
 	int tp_size, tp_rank;
 	int vstart;             /* first vocabulary row of this rank's shard */
 	bool sp;                /* sequence parallelism: norms, dropout and residuals on S/t of each sample */
-	int Nl;                 /* rows this rank holds of the residual stream: B*S, or B*S/t with SP */
+	int Nl;                 /* rows this rank holds of the residual stream: B*T, or B*T/t with SP */
+	struct dist_group *cp;  /* context parallelism: this rank holds T = S/cp positions of each sample */
+	int cp_size, cp_rank;
+	struct ring_attn ring;  /* CP: the attention over the whole sequence */
 	const struct kops *k;
 	struct mem_pool *mem;
 	struct param_registry reg;
@@ -145,8 +152,10 @@ void gpt_init_weights(struct gpt_model *m, uint64_t seed);
 void gpt_sync_work(struct gpt_model *m);
 
 /*
- * Forward one micro-batch. Host arrays of B*S: tokens, labels, position ids
- * (used for learned position embeddings only; NULL = 0..S-1), document ids
+ * Forward one micro-batch. Host arrays of B*T (T = S, or this rank's S/cp
+ * positions with context parallelism, gpt_global_pos): tokens, labels,
+ * position ids (used for learned position embeddings only; NULL = the
+ * positions in the sequence), document ids
  * for --reset-attention-mask (NULL = plain causal). drop_seed keys every
  * dropout mask of this micro-batch; train=false disables dropout. Per-token
  * losses (unmasked) are copied to losses_host.
@@ -178,6 +187,10 @@ float *gpt_chunk_grad_input(struct gpt_model *m);
  * of the chunk's input (valid until the next backward), or NULL on the chunk
  * with the embedding. */
 const float *gpt_backward_chunk(struct gpt_model *m, int v, int s, const float *dloss_host);
+
+/* The position in the sequence of this rank's local position j: j, or with
+ * context parallelism ring_attn's load-balanced chunks. */
+int gpt_global_pos(const struct gpt_model *m, int j);
 
 /* Pointers into the registry buffers. */
 float *gpt_param(struct gpt_model *m, int idx);

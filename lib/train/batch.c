@@ -84,3 +84,21 @@ int batch_get(struct batch *b, const struct gpt_data *d, int split, uint64_t fir
 	}
 	return 0;
 }
+
+void batch_slice(struct batch *local, const struct batch *full, int (*pos)(const void *ctx, int j),
+		 const void *ctx)
+{
+	int T = local->S, S = full->S;
+	if (local->B != full->B || (full->doc && !local->doc))
+		BUG("batch slice of %dx%d into %dx%d", full->B, S, local->B, T);
+	for (int b = 0; b < full->B; b++)
+		for (int j = 0; j < T; j++) {
+			size_t i = (size_t)b * T + j, g = (size_t)b * S + (size_t)pos(ctx, j);
+			local->tokens[i] = full->tokens[g];
+			local->labels[i] = full->labels[g];
+			local->positions[i] = full->positions[g];
+			local->loss_mask[i] = full->loss_mask[g];
+			if (full->doc)
+				local->doc[i] = full->doc[g];
+		}
+}

@@ -30,4 +30,10 @@ void batch_free(struct batch *b);
  * dataset made with another tokenizer). */
 int batch_get(struct batch *b, const struct gpt_data *d, int split, uint64_t first, int64_t vocab);
 
+/* Context parallelism: this rank's positions of every sample of full into
+ * local (made by batch_init with T = S/cp positions): local position j is
+ * full position pos(j), gpt_global_pos's map. */
+void batch_slice(struct batch *local, const struct batch *full, int (*pos)(const void *ctx, int j),
+		 const void *ctx);
+
 #endif

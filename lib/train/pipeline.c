@@ -85,6 +85,11 @@ static void recv_into(struct trainer *t, float *x, size_t n, int src, int tag)
 	dist_wait(&r);
 }
 
+static int model_pos(const void *m, int j)
+{
+	return gpt_global_pos(m, j);
+}
+
 static int forward(struct trainer *t, const struct pp_sched *s, const struct pp_op *o, int split,
 		   int64_t consumed, bool train, double scale, double *num, double *den)
 {
@@ -96,6 +101,16 @@ static int forward(struct trainer *t, const struct pp_sched *s, const struct pp_
 	int peer, pv;
 	if (batch_get(b, &t->data, split, micro_first(t, consumed, o->micro), t->cfg.Vp) < 0)
 		return -1;
+	/* the micro-batch's mask sum: the loss gradient's denominator covers
+	 * every position, those of the other context-parallel ranks too */
+	size_t nfull = (size_t)b->B * b->S;
+	double mfull = 0;
+	for (size_t i = 0; i < nfull; i++)
+		mfull += b->loss_mask[i];
+	if (m->cp) {
+		batch_slice(&t->cp_batch, b, model_pos, m);
+		b = &t->cp_batch;
+	}
 	if (pp_sched_prev(s, o->chunk, &peer, &pv))
 		recv_into(t, gpt_chunk_input(m, o->chunk, slot), nh, peer, tag_of(0, o->chunk));
 	const float *out = gpt_forward_chunk(m, o->chunk, slot, b->tokens, b->labels,
@@ -120,7 +135,7 @@ static int forward(struct trainer *t, const struct pp_sched *s, const struct pp_
 		/* The gradient is the mean over micro-batches of each micro-batch's
 		 * token-mean loss (spec section 8), times the loss scale; kept for
 		 * the slot's backward. */
-		double w = scale / (fmax(1.0, msum) * (double)t->num_micro);
+		double w = scale / (fmax(1.0, mfull) * (double)t->num_micro);
 		float *dl = t->pp_dloss[slot];
 		for (size_t i = 0; i < n; i++)
 			dl[i] = (float)(b->loss_mask[i] * w);

@@ -36,11 +36,12 @@ static int setup_parallel(struct trainer *t)
 	struct dist_layout l;
 	if (dist_layout_from_args(&l, a, t->dist.world) < 0)
 		return -1;
-	if (l.cp > 1)
-		return error("context parallelism (CP %d) is not implemented yet; megac trains with tensor, pipeline "
-			     "and data parallelism", l.cp);
+	if (l.cp > 1 && a->reset_attention_mask)
+		return error("--reset-attention-mask with --context-parallel-size %d is not supported (Megatron needs "
+			     "the packed THD format for it, which megac does not have)", l.cp);
 	if (dist_setup(&t->dist, &l) < 0)
 		return -1;
+	t->gdp = l.cp > 1 ? &t->dist.dp_cp : &t->dist.dp;
 	dist_watchdog_start(&t->dist, a->distributed_timeout_minutes);
 	return 0;
 }
@@ -139,6 +140,7 @@ static void trainer_free(struct trainer *t)
 	if (t->have_mx)
 		metrics_close(&t->mx);
 	batch_free(&t->batch);
+	batch_free(&t->cp_batch);
 	for (int i = 0; i < t->pp_ndloss; i++)
 		free(t->pp_dloss[i]);
 	free(t->pp_dloss);
@@ -216,14 +218,14 @@ static int setup(struct trainer *t, const struct args *a)
 	if (pp_sched_init(&t->pp_train, lay->pp, t->dist.pp.rank, lay->vpp, (int)t->num_micro, group, false) < 0 ||
 	    pp_sched_init(&t->pp_eval, lay->pp, t->dist.pp.rank, lay->vpp, (int)t->num_micro, group, true) < 0)
 		return -1;
-	struct gpt_pipe pipe = { lay->pp, t->dist.pp.rank, lay->vpp, t->pp_train.inflight };
+	struct gpt_pipe pipe = { lay->pp, t->dist.pp.rank, lay->vpp, t->pp_train.inflight, &t->dist.cp };
 	if (gpt_init_pipe(&t->model, &t->cfg, t->k, &t->mem, (int)t->mbs, prec, &t->dist.tp, lay->sp, &pipe) < 0)
 		return -1;
 	gpt_init_weights(&t->model, t->seed);
 	/* --use-distributed-optimizer: Adam's state sharded over data-parallel ranks */
 	size_t lo = 0, hi = t->model.reg.total;
-	if (a->use_distributed_optimizer && t->dist.dp.size > 1) {
-		dist_shard(t->model.reg.total, t->dist.dp.size, t->dist.dp.rank, &lo, &hi);
+	if (a->use_distributed_optimizer && t->gdp->size > 1) {
+		dist_shard(t->model.reg.total, t->gdp->size, t->gdp->rank, &lo, &hi);
 		t->rs_scratch = mem_alloc_f32(&t->mem, hi - lo);
 	}
 	adam_init(&t->opt, &t->model.reg, t->k, &t->mem, (float)a->adam_beta1, (float)a->adam_beta2,
@@ -233,6 +235,8 @@ static int setup(struct trainer *t, const struct args *a)
 	if (setup_scaler(t) < 0)
 		return -1;
 	batch_init(&t->batch, (int)t->mbs, t->cfg.S, a->reset_attention_mask);
+	if (lay->cp > 1)
+		batch_init(&t->cp_batch, (int)t->mbs, t->model.lc.S, false);
 	t->losses = xmalloc((size_t)t->mbs * t->cfg.S * sizeof(float));
 	const struct gpt_chunk *last = &t->model.chunks[t->model.nchunks - 1];
 	t->pp_ndloss = last->post ? last->nslots : 0;

@@ -39,7 +39,7 @@ static double trainer_params_norm(struct trainer *t)
 {
 	double ss = adam_params_sumsq(&t->opt, t->dist.tp.rank == 0);
 	if (t->opt.hi - t->opt.lo != t->model.reg.total)
-		dist_allreduce_sum_f64(&t->dist.dp, &ss, 1);
+		dist_allreduce_sum_f64(t->gdp, &ss, 1);
 	dist_allreduce_sum_f64(&t->dist.tp, &ss, 1);
 	dist_allreduce_sum_f64(&t->dist.pp, &ss, 1);
 	return sqrt(ss);
@@ -67,11 +67,13 @@ static int train_step(struct trainer *t, double *loss, bool *skipped, double *gn
 			dist_allreduce_sum_f32(&t->dist.emb, gpt_grad(&t->model, i), reg->p[i].numel);
 	/* data parallelism: the loss sums and the gradients of all replicas; each
 	 * replica's gradient is a mean over its micro-batches, so the sum over dp
-	 * is scaled by 1/dp (Megatron's DDP gradient_scaling_factor). The loss
+	 * is scaled by 1/dp (Megatron's DDP gradient_scaling_factor). With context
+	 * parallelism the CP ranks' gradients and loss sums are parts of the same
+	 * micro-batches: everything sums over dp x cp, still scaled by 1/dp. The loss
 	 * lives on the last pipeline stage; the sum over pp gives every rank the
 	 * same verdict on it. */
 	double sums[2] = { num, den };
-	dist_allreduce_sum_f64(&t->dist.dp, sums, 2);
+	dist_allreduce_sum_f64(t->gdp, sums, 2);
 	dist_allreduce_sum_f64(&t->dist.pp, sums, 2);
 	num = sums[0];
 	den = sums[1];
@@ -80,11 +82,11 @@ static int train_step(struct trainer *t, double *loss, bool *skipped, double *gn
 	 * reduce-scatter delivers (ZeRO-1). */
 	size_t lo = t->opt.lo, n = t->opt.hi - t->opt.lo;
 	bool sharded = n != reg->total;
-	if (t->dist.dp.size > 1) {
+	if (t->gdp->size > 1) {
 		if (sharded)
-			dist_reduce_scatter_sum_f32(&t->dist.dp, reg->grad, reg->total, t->rs_scratch);
+			dist_reduce_scatter_sum_f32(t->gdp, reg->grad, reg->total, t->rs_scratch);
 		else
-			dist_allreduce_sum_f32(&t->dist.dp, reg->grad, reg->total);
+			dist_allreduce_sum_f32(t->gdp, reg->grad, reg->total);
 		k->scale(reg->grad + lo, 1.0f / (float)t->dist.dp.size, n);
 	}
 	/* A global batch with every token masked has no loss (Megatron: 0/0). */
@@ -96,7 +98,7 @@ static int train_step(struct trainer *t, double *loss, bool *skipped, double *gn
 	if (grad_scaler_checks_overflow(&t->scaler)) {
 		double found = k->nonfinite(reg->grad + lo, n) != 0;
 		if (sharded)
-			dist_allreduce_max_f64(&t->dist.dp, &found, 1);
+			dist_allreduce_max_f64(t->gdp, &found, 1);
 		dist_allreduce_max_f64(&t->dist.tp, &found, 1);
 		dist_allreduce_max_f64(&t->dist.pp, &found, 1);
 		grad_scaler_update(&t->scaler, found > 0);
@@ -109,7 +111,7 @@ static int train_step(struct trainer *t, double *loss, bool *skipped, double *gn
 	 * TP, stages over PP (each tensor once: the tied copy is left out) */
 	double ss = adam_grad_sumsq(&t->opt, t->dist.tp.rank == 0);
 	if (sharded)
-		dist_allreduce_sum_f64(&t->dist.dp, &ss, 1);
+		dist_allreduce_sum_f64(t->gdp, &ss, 1);
 	dist_allreduce_sum_f64(&t->dist.tp, &ss, 1);
 	dist_allreduce_sum_f64(&t->dist.pp, &ss, 1);
 	double norm = sqrt(ss);
@@ -124,7 +126,7 @@ static int train_step(struct trainer *t, double *loss, bool *skipped, double *gn
 	adam_clip(&t->opt, norm, t->a->clip_grad);
 	adam_step(&t->opt, lr_sched_current_lr(&t->sched), lr_sched_current_wd(&t->sched));
 	if (sharded) /* every rank's updated shard to every rank */
-		dist_allgather_f32(&t->dist.dp, reg->data, reg->total);
+		dist_allgather_f32(t->gdp, reg->data, reg->total);
 	gpt_sync_work(&t->model);
 	lr_sched_step(&t->sched, t->gbs);
 	return 0;
@@ -141,7 +143,7 @@ int trainer_evaluate(struct trainer *t, int split, int64_t *consumed, double *lo
 		*consumed += t->gbs;
 	}
 	double sums[2] = { num, den };
-	dist_allreduce_sum_f64(&t->dist.dp, sums, 2);
+	dist_allreduce_sum_f64(t->gdp, sums, 2);
 	dist_allreduce_sum_f64(&t->dist.pp, sums, 2);
 	num = sums[0];
 	den = sums[1];

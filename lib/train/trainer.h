@@ -29,6 +29,7 @@
 struct trainer {
 	const struct args *a;
 	struct dist dist;
+	struct dist_group *gdp; /* where gradients are reduced: data-parallel (with context-parallel under CP) */
 	const struct kops *k;
 	struct mem_pool mem;
 	struct tokenizer *tok;
@@ -40,6 +41,7 @@ struct trainer {
 	struct lr_sched sched;
 	struct grad_scaler scaler;
 	struct batch batch;
+	struct batch cp_batch; /* context parallelism: this rank's positions of batch */
 	float *losses;         /* host, [mbs * S] */
 	float *rs_scratch;     /* the distributed optimizer's reduce-scatter target (a shard) */
 	struct pp_sched pp_train, pp_eval; /* this rank's order of passes (pipeline.h) */
