@@ -1,0 +1,111 @@
+# train_pipe.sh - pipeline and context parallelism (issue 4) on 8 ranks: the
+# layouts TP2xPP2xDP2, TP4+SP xDP2, PP2 with two virtual stages xDP4, CP2xTP2xDP2
+# and DP8 with the distributed optimizer, for a GPT-2-style and a Llama-style
+# model with dropout on, give the lm loss and grad norm of the one-rank run at
+# every iteration (rtol 1e-5); --log-comm's bytes per group equal the analytic
+# volumes of tests/prog/py/comm_volume.py (docs/parallel.md); a TP2xPP2xDP2
+# checkpoint resumes on 1 rank and as TP4xDP2 with the uninterrupted losses.
+. tests/prog_lib.sh
+W=$(new_tmp train_pipe)
+OUT_LOG=$W/out.log
+ERR=$W/err.log
+PY=/usr/bin/python3
+export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 OMPI_MCA_mpi_yield_when_idle=1
+MPI="mpirun --allow-run-as-root --oversubscribe"
+if [ -n "${MEGAC_SANITIZE:-}" ]; then export ASAN_OPTIONS=detect_leaks=0; fi
+
+expect_ok "preprocess the bundled corpus" $BIN/preprocess_data --input examples/data/kjv.jsonl.gz \
+	--output-prefix "$W/kjv" $GPT2 --append-eod --workers 1 --log-interval 0
+
+# The vocabulary is padded to a multiple of 64 in every layout (Megatron pads to
+# divisible-by x TP), so that all runs train the same model.
+ARGS="--num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 32 --max-position-embeddings 32"
+ARGS="$ARGS --micro-batch-size 1 --global-batch-size 8 --lr 2e-3 --lr-decay-style cosine --lr-warmup-iters 2"
+ARGS="$ARGS --train-iters 8 --data-path $W/kjv_text_document --split 98,2,0 --eval-interval 4 --eval-iters 2"
+ARGS="$ARGS --log-interval 1 --data-cache-path $W/cache $GPT2 --hidden-dropout 0.1 --attention-dropout 0.1"
+ARGS="$ARGS --distributed-timeout-minutes 1"
+LL="--position-embedding-type rope --normalization RMSNorm --swiglu --num-attention-heads 8 --group-query-attention"
+LL="$LL --num-query-groups 4"
+LL="$LL --untie-embeddings-and-output-weights --disable-bias-linear"
+V64="--make-vocab-size-divisible-by"
+v64() { echo "$V64 $((64 / $1))"; } # v64 TP
+
+# name flags...: a run's metrics in $W/name.jsonl, its log in $W/name.log
+run() {
+	_n=$1
+	shift
+	expect_ok "$_n" sh -c "$* --metrics-file $W/$_n.jsonl >$W/$_n.log"
+}
+compare() {
+	if $PY tests/prog/py/compare_metrics.py same "$2" "$3" 8 >"$W/cmp.log" 2>&1; then
+		ok "$1: $(cat "$W/cmp.log")"
+	else
+		notok "$1"
+		show "$W/cmp.log"
+	fi
+}
+# volume NAME LOG key=value...: --log-comm lines against the analytic volumes
+volume() {
+	_n=$1
+	_l=$2
+	shift 2
+	if $PY tests/prog/py/comm_volume.py "$_l" h=32 L=4 S=32 V=50304 mbs=1 gbs=8 "$@" >"$W/vol.log" 2>&1; then
+		ok "$_n: bytes per iteration as analysed ($(cat "$W/vol.log"))"
+	else
+		notok "$_n: --log-comm volumes"
+		show "$W/vol.log"
+	fi
+}
+
+run g1 $BIN/train $ARGS $(v64 1)
+run l1 $BIN/train $ARGS $LL $(v64 1)
+for m in g l; do
+	M=""
+	LLAMA=0
+	if [ $m = l ]; then M=$LL; LLAMA=1; fi
+	# the Llama-style model: 8 heads of 4 channels in 4 groups, SwiGLU of 64 (Megatron's 2/3 x 4h rounded down to 64)
+	ML="llama=$LLAMA heads=$([ $m = l ] && echo 8 || echo 4) groups=4 ffn=$([ $m = l ] && echo 64 || echo 128)"
+	run ${m}_tp2pp2dp2 $MPI -np 8 $BIN/train $ARGS $M $(v64 2) --log-comm \
+		--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2
+	run ${m}_tp4spdp2 $MPI -np 8 $BIN/train $ARGS $M $(v64 4) --log-comm \
+		--tensor-model-parallel-size 4 --sequence-parallel
+	run ${m}_pp2v2dp4 $MPI -np 8 $BIN/train $ARGS $M $(v64 1) --log-comm \
+		--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1
+	run ${m}_cp2tp2dp2 $MPI -np 8 $BIN/train $ARGS $M $(v64 2) --log-comm \
+		--context-parallel-size 2 --tensor-model-parallel-size 2
+	run ${m}_dp8 $MPI -np 8 $BIN/train $ARGS $M $(v64 1) --log-comm --use-distributed-optimizer
+	for lay in tp2pp2dp2 tp4spdp2 pp2v2dp4 cp2tp2dp2 dp8; do
+		compare "$m $lay equals one rank (lm loss, grad norm, lr)" "$W/${m}1.jsonl" "$W/${m}_$lay.jsonl"
+	done
+	volume "$m TP2xPP2xDP2" "$W/${m}_tp2pp2dp2.log" $ML tp=2 pp=2 dp=2
+	volume "$m TP4+SP xDP2" "$W/${m}_tp4spdp2.log" $ML tp=4 sp=1 dp=2
+	volume "$m PP2 (2 virtual stages) xDP4" "$W/${m}_pp2v2dp4.log" $ML pp=2 vpp=2 dp=4
+	volume "$m CP2xTP2xDP2" "$W/${m}_cp2tp2dp2.log" $ML cp=2 tp=2 dp=2
+	volume "$m DP8, distributed optimizer" "$W/${m}_dp8.log" $ML dp=8 distopt=1
+done
+
+# more schedules: PP4 with full recompute (one layer per stage), PP2 interleaved
+# with a larger micro-batch group, CP4
+run pp4rc $MPI -np 4 $BIN/train $ARGS $(v64 1) --pipeline-model-parallel-size 4 --recompute-granularity full \
+	--recompute-method uniform --recompute-num-layers 1
+compare "PP4 with full recompute equals one rank" "$W/g1.jsonl" "$W/pp4rc.jsonl"
+run pp2g4 $MPI -np 2 $BIN/train $ARGS $(v64 1) --pipeline-model-parallel-size 2 \
+	--num-virtual-stages-per-pipeline-rank 2 --microbatch-group-size-per-virtual-pipeline-stage 4
+compare "PP2 interleaved, micro-batch groups of 4, equals one rank" "$W/g1.jsonl" "$W/pp2g4.jsonl"
+run cp4 $MPI -np 4 $BIN/train $ARGS $LL $(v64 1) --context-parallel-size 4
+compare "Llama CP4 equals one rank" "$W/l1.jsonl" "$W/cp4.jsonl"
+if [ "$(grep -c "iteration .*/ *8 |" "$W/g_tp2pp2dp2.log")" -eq 8 ] &&
+	[ "$(grep -c "validation loss at iteration" "$W/g_tp2pp2dp2.log")" -eq 3 ]; then
+	ok "TP2xPP2xDP2: one iteration line per iteration and the validation lines, from the last rank"
+else
+	notok "TP2xPP2xDP2 log lines"
+	show "$W/g_tp2pp2dp2.log"
+fi
+
+# Megatron's pipeline rules, before anything runs
+expect_fail "context parallelism refuses --reset-attention-mask" "--reset-attention-mask" \
+	$MPI -np 2 $BIN/train $ARGS --context-parallel-size 2 --reset-attention-mask
+expect_fail "context parallelism needs the sequence in 2 x CP chunks" "not a multiple of 2 * --context-parallel-size 4" \
+	$MPI -np 4 $BIN/train $ARGS --context-parallel-size 4 --seq-length 28 --max-position-embeddings 32
+expect_fail "interleaving needs pipeline parallelism" "needs --pipeline-model-parallel-size > 1" \
+	$BIN/train $ARGS --num-virtual-stages-per-pipeline-rank 2
