@@ -183,6 +183,8 @@ struct args {
 	bool log_validation_ppl_to_tensorboard;
 	char *metrics_file;
 	bool log_comm;
+	int64_t timing_log_level;
+	char *timing_log_option;
 
 	/* exit */
 	int64_t exit_interval;

@@ -311,6 +311,11 @@ const struct flag_def args_table[] = {
 	  NULL, NULL, NULL, "also write validation perplexity" },
 	{ "--metrics-file", FK_STR, F(metrics_file), TR, 0, "logging", NULL, NULL, "PATH",
 	  "(megac) append one JSON object per logged iteration and evaluation to PATH" },
+	{ "--timing-log-level", FK_INT, F(timing_log_level), TR, 0, "logging", "0", "0|1|2", "L",
+	  "Megatron's timers with the iteration line: 1 forward-backward, gradient syncs and optimizer; 2 also "
+	  "the pipeline's compute, sends and receives" },
+	{ "--timing-log-option", FK_STR, F(timing_log_option), TR, 0, "logging", "minmax", "max|minmax|all",
+	  "OPT", "how timers are reported across ranks" },
 	{ "--log-comm", FK_BOOL, F(log_comm), TR, 0, "logging", NULL, NULL, NULL,
 	  "(megac) with each iteration line, the bytes each process group sent per iteration "
 	  "(docs/parallel.md has the expected volumes)" },

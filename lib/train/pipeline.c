@@ -99,7 +99,10 @@ static int forward(struct trainer *t, const struct pp_sched *s, const struct pp_
 	int slot = o->micro % ch->nslots;
 	size_t nh = (size_t)m->Nl * m->c.h;
 	int peer, pv;
-	if (batch_get(b, &t->data, split, micro_first(t, consumed, o->micro), t->cfg.Vp) < 0)
+	timers_start(&t->timers, "batch-generator", 2);
+	int got = batch_get(b, &t->data, split, micro_first(t, consumed, o->micro), t->cfg.Vp);
+	timers_stop(&t->timers, "batch-generator");
+	if (got < 0)
 		return -1;
 	/* the micro-batch's mask sum: the loss gradient's denominator covers
 	 * every position, those of the other context-parallel ranks too */
@@ -111,15 +114,23 @@ static int forward(struct trainer *t, const struct pp_sched *s, const struct pp_
 		batch_slice(&t->cp_batch, b, model_pos, m);
 		b = &t->cp_batch;
 	}
-	if (pp_sched_prev(s, o->chunk, &peer, &pv))
+	if (pp_sched_prev(s, o->chunk, &peer, &pv)) {
+		timers_start(&t->timers, "forward-recv", 2);
 		recv_into(t, gpt_chunk_input(m, o->chunk, slot), nh, peer, tag_of(0, o->chunk));
+		timers_stop(&t->timers, "forward-recv");
+	}
+	timers_start(&t->timers, "forward-compute", 2);
 	const float *out = gpt_forward_chunk(m, o->chunk, slot, b->tokens, b->labels,
 					     t->a->reset_position_ids ? b->positions : NULL, b->doc,
 					     micro_seed(t->seed, t->iteration, micro_global(t, o->micro)), train,
 					     t->losses);
+	timers_stop(&t->timers, "forward-compute");
 	if (!ch->post) {
-		if (pp_sched_next(s, o->chunk, &peer, &pv))
+		if (pp_sched_next(s, o->chunk, &peer, &pv)) {
+			timers_start(&t->timers, "forward-send", 2);
 			send_copy(t, out, nh, peer, tag_of(0, pv));
+			timers_stop(&t->timers, "forward-send");
+		}
 		return 0;
 	}
 	/* Megatron sums loss*mask and mask in fp32 on the device; double here. */
@@ -150,11 +161,19 @@ static void backward(struct trainer *t, const struct pp_sched *s, const struct p
 	int slot = o->micro % ch->nslots;
 	size_t nh = (size_t)m->Nl * m->c.h;
 	int peer, pc;
-	if (!ch->post && pp_sched_next(s, o->chunk, &peer, &pc))
+	if (!ch->post && pp_sched_next(s, o->chunk, &peer, &pc)) {
+		timers_start(&t->timers, "backward-recv", 2);
 		recv_into(t, gpt_chunk_grad_input(m), nh, peer, tag_of(1, o->chunk));
+		timers_stop(&t->timers, "backward-recv");
+	}
+	timers_start(&t->timers, "backward-compute", 2);
 	const float *din = gpt_backward_chunk(m, o->chunk, slot, ch->post ? t->pp_dloss[slot] : NULL);
-	if (din && pp_sched_prev(s, o->chunk, &peer, &pc))
+	timers_stop(&t->timers, "backward-compute");
+	if (din && pp_sched_prev(s, o->chunk, &peer, &pc)) {
+		timers_start(&t->timers, "backward-send", 2);
 		send_copy(t, din, nh, peer, tag_of(1, pc));
+		timers_stop(&t->timers, "backward-send");
+	}
 }
 
 int pipeline_run(struct trainer *t, const struct pp_sched *s, int split, int64_t consumed, bool train,

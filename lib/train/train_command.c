@@ -166,6 +166,8 @@ static int setup(struct trainer *t, const struct args *a)
 		return -1;
 	if (a->fp16 && a->bf16)
 		return error("--fp16 and --bf16 are mutually exclusive");
+	if (timers_init(&t->timers, (int)a->timing_log_level, a->timing_log_option) < 0)
+		return -1;
 	if (a->seed <= 0)
 		return error("--seed must be positive (got %lld)", (long long)a->seed);
 	if (a->full_validation)

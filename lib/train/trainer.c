@@ -54,17 +54,23 @@ static int train_step(struct trainer *t, double *loss, bool *skipped, double *gn
 	k->zero(reg->grad, reg->total);
 	double scale = grad_scaler_scale(&t->scaler);
 	double num = 0, den = 0;
+	timers_start(&t->timers, "forward-backward", 1);
 	int r = pipeline_run(t, &t->pp_train, GPT_TRAIN, t->consumed_train, true, scale, &num, &den);
 	pipeline_drain(t);
+	timers_stop(&t->timers, "forward-backward");
 	if (r < 0)
 		return -1;
+	timers_start(&t->timers, "layernorm-grads-all-reduce", 1);
 	gpt_sp_sync_grads(&t->model); /* sequence parallelism: the norms' shard gradients */
+	timers_stop(&t->timers, "layernorm-grads-all-reduce");
+	timers_start(&t->timers, "embedding-grads-all-reduce", 1);
 	/* tied embeddings over a pipeline: the first stage's word embeddings and
 	 * the last stage's copy get the sum of both gradients (Megatron's
 	 * _allreduce_word_embedding_grads), so the two stay equal */
 	for (int i = 0; t->dist.emb.size > 1 && i < reg->n; i++)
 		if (reg->p[i].flags & PARAM_TIED)
 			dist_allreduce_sum_f32(&t->dist.emb, gpt_grad(&t->model, i), reg->p[i].numel);
+	timers_stop(&t->timers, "embedding-grads-all-reduce");
 	/* data parallelism: the loss sums and the gradients of all replicas; each
 	 * replica's gradient is a mean over its micro-batches, so the sum over dp
 	 * is scaled by 1/dp (Megatron's DDP gradient_scaling_factor). With context
@@ -82,6 +88,7 @@ static int train_step(struct trainer *t, double *loss, bool *skipped, double *gn
 	 * reduce-scatter delivers (ZeRO-1). */
 	size_t lo = t->opt.lo, n = t->opt.hi - t->opt.lo;
 	bool sharded = n != reg->total;
+	timers_start(&t->timers, "all-grads-sync", 1);
 	if (t->gdp->size > 1) {
 		if (sharded)
 			dist_reduce_scatter_sum_f32(t->gdp, reg->grad, reg->total, t->rs_scratch);
@@ -89,8 +96,10 @@ static int train_step(struct trainer *t, double *loss, bool *skipped, double *gn
 			dist_allreduce_sum_f32(t->gdp, reg->grad, reg->total);
 		k->scale(reg->grad + lo, 1.0f / (float)t->dist.dp.size, n);
 	}
+	timers_stop(&t->timers, "all-grads-sync");
 	/* A global batch with every token masked has no loss (Megatron: 0/0). */
 	*loss = den > 0 ? num / den : NAN;
+	timers_start(&t->timers, "optimizer", 1);
 	if (scale != 1.0)
 		k->scale(reg->grad + lo, grad_scaler_inv_scale(&t->scaler), n);
 	*skipped = false;
@@ -104,6 +113,7 @@ static int train_step(struct trainer *t, double *loss, bool *skipped, double *gn
 		grad_scaler_update(&t->scaler, found > 0);
 		if (found > 0) {
 			*skipped = true;
+			timers_stop(&t->timers, "optimizer");
 			return 0;
 		}
 	}
@@ -125,8 +135,11 @@ static int train_step(struct trainer *t, double *loss, bool *skipped, double *gn
 	*gnorm = norm;
 	adam_clip(&t->opt, norm, t->a->clip_grad);
 	adam_step(&t->opt, lr_sched_current_lr(&t->sched), lr_sched_current_wd(&t->sched));
+	timers_stop(&t->timers, "optimizer");
+	timers_start(&t->timers, "params-all-gather", 1);
 	if (sharded) /* every rank's updated shard to every rank */
 		dist_allgather_f32(t->gdp, reg->data, reg->total);
+	timers_stop(&t->timers, "params-all-gather");
 	gpt_sync_work(&t->model);
 	lr_sched_step(&t->sched, t->gbs);
 	return 0;
@@ -264,6 +277,12 @@ static int log_iteration(struct trainer *t, double loss, bool skipped, double lr
 		}
 		if (t->iteration > t->start_iteration + 1)
 			t->report_memory = false;
+	}
+	if (t->iteration % interval == 0) { /* Megatron's timers.log, normalised by the interval */
+		sbuf_reset(&sb);
+		timers_report(&t->timers, &t->dist, (double)interval, &sb);
+		if (sb.len)
+			puts(sb.buf);
 	}
 	if (a->log_comm && t->dist.rank == 0) {
 		sbuf_reset(&sb);

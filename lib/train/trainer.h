@@ -25,6 +25,7 @@
 #include "train/metrics.h"
 #include "train/pp_sched.h"
 #include "train/tboard.h"
+#include "train/timers.h"
 
 struct trainer {
 	const struct args *a;
@@ -70,6 +71,7 @@ struct trainer {
 	struct tboard tb;
 	bool have_tb;
 	struct metrics mx;
+	struct timers timers;  /* --timing-log-level */
 	bool have_mx;
 	uint64_t comm_last[8]; /* --log-comm: group byte counters at the last line */
 	int64_t comm_iteration; /* ... and the iteration then */
