@@ -104,6 +104,12 @@ bool dist_test(struct dist_req *r);
 void dist_sendrecv_f32(struct dist_group *g, const float *send, size_t ns, int dest, float *recv, size_t nr,
 		       int src, int tag);
 
+/* Blocking transfers of n bytes, sent in pieces MPI's int counts allow
+ * (the receiver must ask for the same n: a different size is a BUG). With a
+ * group of one rank nothing happens. Bytes sent count for the group. */
+void dist_send_bytes(struct dist_group *g, const void *buf, size_t n, int dest, int tag);
+void dist_recv_bytes(struct dist_group *g, void *buf, size_t n, int src, int tag);
+
 /* "Last rank" of Megatron's print_rank_last. */
 bool dist_is_last(const struct dist *d);
 

@@ -14,6 +14,7 @@
 #include <jansson.h>
 #include <math.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -91,45 +92,134 @@ static void param_global(struct trainer *t, const struct param *p, const float *
 }
 
 /*
+ * Pipeline parallelism: each stage's registry holds only its own tensors, so
+ * world rank 0 (stage 0) writes its stage's tensors and then receives the
+ * others', stage by stage, from the leaders of the stages (tensor-, data- and
+ * context-parallel rank 0: the other members of rank 0's pipeline group, at
+ * group rank = stage). Per tensor a leader sends a header, then the global
+ * tensor's floats; a header with end set closes its stage's stream. Blocking
+ * transfers on the pipeline group, with tags of their own so that they
+ * cannot match the schedule's activations.
+ */
+#define CKPT_TAG_HEAD 32512
+#define CKPT_TAG_DATA 32513
+
+struct tensor_head {
+	char name[PARAM_NAME_MAX];
+	int64_t end; /* 1: no more tensors from this stage */
+	int64_t ndim;
+	int64_t shape[PARAM_MAX_DIM];
+};
+
+/* One global tensor to `file` as group/<name>; nothing when w is NULL (a
+ * failed save that still takes part in the transfers). */
+static int put_global(struct ckpt_writer *w, int file, const char *group, const char *pname, int ndim,
+		      const int64_t *shape, const float *global)
+{
+	char name[PARAM_NAME_MAX + 32];
+	if (!w)
+		return 0;
+	snprintf(name, sizeof(name), "%s%s%s", group ? group : "", group ? "/" : "", pname);
+	return ckpt_put_tensor(w, file, name, CKPT_F32, ndim, shape, global);
+}
+
+/* World rank 0: the tensors of stages 1 .. pp-1, in stage order, written
+ * (or, once a write failed or with w NULL, received and dropped, so that
+ * every sender finishes). *global grows to the largest tensor. */
+static int receive_stages(struct trainer *t, struct ckpt_writer *w, int file, const char *group, float **global,
+			  size_t *gcap)
+{
+	struct dist_group *pp = &t->dist.pp;
+	int ret = 0;
+	for (int s = 1; s < pp->size; s++)
+		for (;;) {
+			struct tensor_head h;
+			dist_recv_bytes(pp, &h, sizeof(h), s, CKPT_TAG_HEAD);
+			if (h.end)
+				break;
+			size_t n = 1;
+			if (!memchr(h.name, 0, sizeof(h.name)) || h.ndim < 1 || h.ndim > PARAM_MAX_DIM)
+				BUG("pipeline stage %d sent a bad checkpoint tensor header", s);
+			for (int d = 0; d < h.ndim; d++) {
+				if (h.shape[d] < 0 || (h.shape[d] && n > SIZE_MAX / sizeof(float) / (size_t)h.shape[d]))
+					BUG("pipeline stage %d sent a bad shape for %s", s, h.name);
+				n *= (size_t)h.shape[d];
+			}
+			xgrow(global, gcap, n, sizeof(float));
+			dist_recv_bytes(pp, *global, n * sizeof(float), s, CKPT_TAG_DATA);
+			if (!ret)
+				ret = put_global(w, file, group, h.name, (int)h.ndim, h.shape, *global);
+		}
+	return ret;
+}
+
+/*
  * Every parameter of a registry-sized host array (this rank's slices) under
  * group/<name> at its global shape, one tensor at a time, so no rank ever
- * holds more than one global tensor beside its own slices. Ranks of the
- * data-parallel-rank-0 replica take part (TP gathers); world rank 0 (w not
- * NULL) writes. A write error stops the writing, not the collectives.
+ * holds more than one global tensor beside its own slices. Called on the
+ * ranks of each stage's data- and context-parallel-rank-0 replica, which
+ * take part in the TP gathers; world rank 0 (writer) writes through w (NULL:
+ * drop), the other stages' leaders send to it. The last stage's copy of tied
+ * embeddings (PARAM_SHARED) is left out: the first stage's is written. A
+ * write error stops the writing, not the collectives or the transfers.
  */
-static int stream_tensors(struct trainer *t, struct ckpt_writer *w, int file, const char *group,
+static int stream_tensors(struct trainer *t, bool writer, struct ckpt_writer *w, int file, const char *group,
 			  const float *local)
 {
 	const struct param_registry *reg = &t->model.reg;
-	char name[PARAM_NAME_MAX + 32];
+	struct dist_group *pp = &t->dist.pp;
+	/* a member of world rank 0's pipeline group, other than rank 0 */
+	bool sender = pp->size > 1 && pp->rank > 0 && t->dist.tp.rank == 0 && t->dist.dp.rank == 0 &&
+		      t->dist.cp.rank == 0;
 	size_t gcap = 0, scap = 0;
 	float *global = NULL, *scratch = NULL;
 	int ret = 0;
 	for (int i = 0; i < reg->n; i++) {
 		const struct param *p = &reg->p[i];
+		if (p->flags & PARAM_SHARED)
+			continue;
 		xgrow(&global, &gcap, global_numel(p), sizeof(float));
 		xgrow(&scratch, &scap, p->numel * (size_t)t->dist.tp.size, sizeof(float));
 		param_global(t, p, local + p->offset, global, scratch);
-		if (w && !ret) {
-			snprintf(name, sizeof(name), "%s%s%s", group ? group : "", group ? "/" : "", p->name);
-			ret = ckpt_put_tensor(w, file, name, CKPT_F32, p->ndim, p->shape, global);
+		if (writer) {
+			if (!ret)
+				ret = put_global(w, file, group, p->name, p->ndim, p->shape, global);
+		} else if (sender) {
+			struct tensor_head h;
+			memset(&h, 0, sizeof(h));
+			snprintf(h.name, sizeof(h.name), "%s", p->name);
+			h.ndim = p->ndim;
+			for (int d = 0; d < p->ndim; d++)
+				h.shape[d] = p->shape[d];
+			dist_send_bytes(pp, &h, sizeof(h), 0, CKPT_TAG_HEAD);
+			dist_send_bytes(pp, global, global_numel(p) * sizeof(float), 0, CKPT_TAG_DATA);
 		}
 	}
-	free(global);
 	free(scratch);
+	if (sender) {
+		struct tensor_head h;
+		memset(&h, 0, sizeof(h));
+		h.end = 1;
+		dist_send_bytes(pp, &h, sizeof(h), 0, CKPT_TAG_HEAD);
+	}
+	if (writer)
+		ret |= receive_stages(t, ret ? NULL : w, file, group, &global, &gcap);
+	free(global);
 	return ret;
 }
 
 /* Adam's state for the whole registry in host memory: this rank's, or with
- * the distributed optimizer every data-parallel shard gathered (on every
- * rank, since the gather is collective; only DP rank 0's copy is complete). */
+ * the distributed optimizer every shard gathered over the group it is
+ * sharded over (data-parallel, with context-parallel under CP; called on
+ * every rank, since the gather is collective; only the copy of that group's
+ * rank 0, data- and context-parallel rank 0, is complete). */
 static float *optim_state_full(struct trainer *t, const float *state)
 {
 	size_t total = t->model.reg.total, lo = t->opt.lo, hi = t->opt.hi;
 	float *full = xcalloc(total ? total : 1, sizeof(float));
 	t->k->to_host(full + lo, state, (hi - lo) * sizeof(float));
 	if (hi - lo != total)
-		dist_gather_f32(&t->dist.dp, full, total);
+		dist_gather_f32(t->gdp, full, total);
 	return full;
 }
 
@@ -169,12 +259,15 @@ static int put_state_attrs(struct trainer *t, struct ckpt_writer *w, int mf, int
 
 /* Every tensor at its global shape (decision 5: the files do not depend on
  * the layout that wrote them): the distributed optimizer's shards gathered
- * over DP, TP slices gathered tensor by tensor; world rank 0 writes while the
- * others wait. */
+ * over DP (x CP), TP slices gathered tensor by tensor within each pipeline stage,
+ * the other stages' tensors sent to world rank 0, which writes while the
+ * others wait. Only the data- and context-parallel-rank-0 replica of each
+ * stage assembles tensors (the others hold the same values). */
 int train_ckpt_save(struct trainer *t)
 {
 	const struct args *a = t->a;
-	bool writer = t->dist.rank == 0, assemble = t->dist.dp.rank == 0, optim = !a->no_save_optim;
+	bool writer = t->dist.rank == 0, optim = !a->no_save_optim;
+	bool assemble = t->dist.dp.rank == 0 && t->dist.cp.rank == 0;
 	struct ckpt_writer *w = NULL;
 	int mf = -1, of = -1, bad = 0;
 	dist_watchdog_pause(&t->dist, true); /* the others wait while rank 0 writes */
@@ -189,15 +282,15 @@ int train_ckpt_save(struct trainer *t)
 	if (assemble) {
 		float *local = xmalloc((total ? total : 1) * sizeof(float));
 		t->k->to_host(local, t->model.reg.data, total * sizeof(float));
-		bad |= stream_tensors(t, ww, mf, NULL, local);
+		bad |= stream_tensors(t, writer, ww, mf, NULL, local);
 		free(local);
 	}
 	const float *states[2] = { t->opt.exp_avg, t->opt.exp_avg_sq };
 	const char *groups[2] = { "exp_avg", "exp_avg_sq" };
 	for (int s = 0; optim && s < 2; s++) {
-		float *local = optim_state_full(t, states[s]); /* collective over DP */
+		float *local = optim_state_full(t, states[s]); /* collective over t->gdp */
 		if (assemble)
-			bad |= stream_tensors(t, bad ? NULL : ww, of, groups[s], local);
+			bad |= stream_tensors(t, writer, bad ? NULL : ww, of, groups[s], local);
 		free(local);
 	}
 	if (writer) {
