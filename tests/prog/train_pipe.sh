@@ -4,7 +4,8 @@
 # model with dropout on, give the lm loss and grad norm of the one-rank run at
 # every iteration (rtol 1e-5); --log-comm's bytes per group equal the analytic
 # volumes of tests/prog/py/comm_volume.py (docs/parallel.md); a TP2xPP2xDP2
-# checkpoint resumes on 1 rank and as TP4xDP2 with the uninterrupted losses.
+# checkpoint resumes on 1 rank and as TP4xDP2 with the uninterrupted losses, and
+# checkpoints are the same files whatever layout wrote them.
 . tests/prog_lib.sh
 W=$(new_tmp train_pipe)
 OUT_LOG=$W/out.log
@@ -109,3 +110,53 @@ expect_fail "context parallelism needs the sequence in 2 x CP chunks" "not a mul
 	$MPI -np 4 $BIN/train $ARGS --context-parallel-size 4 --seq-length 28 --max-position-embeddings 32
 expect_fail "interleaving needs pipeline parallelism" "needs --pipeline-model-parallel-size > 1" \
 	$BIN/train $ARGS --num-virtual-stages-per-pipeline-rank 2
+
+# Checkpoints do not depend on the layout that wrote them (pipeline stages send
+# their tensors to rank 0): the initial model saved as TP2xPP2xDP2 is the
+# one-rank file bit for bit; a TP2xPP2xDP2 checkpoint of iteration 4 resumes on
+# one rank and as TP4xDP2 with the straight run's iterations 5-8; a one-rank
+# checkpoint loaded as PP2 (interleaved, distributed optimizer) and saved again
+# is unchanged.
+ckpt_cmp() { # NAME MODE A B
+	if $PY tests/prog/py/ckpt_compare.py "$2" "$3" "$4" >"$W/cmp.log" 2>&1; then
+		ok "$1: $(cat "$W/cmp.log")"
+	else
+		notok "$1"
+		show "$W/cmp.log"
+	fi
+}
+resumed() {
+	if $PY tests/prog/py/compare_metrics.py tail "$2" "$3" 5 8 >"$W/cmp.log" 2>&1; then
+		ok "$1"
+	else
+		notok "$1"
+		show "$W/cmp.log"
+	fi
+}
+for m in g l; do
+	M=""
+	[ $m = l ] && M=$LL
+	expect_ok "$m: initial model, 1 rank" sh -c "$BIN/train $ARGS $M $(v64 1) --train-iters 0 --save $W/${m}i1 >$W/${m}i1.log"
+	expect_ok "$m: initial model, TP2xPP2xDP2" sh -c "$MPI -np 8 $BIN/train $ARGS $M $(v64 2) --train-iters 0 \
+		--save $W/${m}i8 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 >$W/${m}i8.log"
+	ckpt_cmp "$m: the TP2xPP2xDP2 initial checkpoint is the one-rank one" exact $W/${m}i1/iter_0000000 \
+		$W/${m}i8/iter_0000000
+	expect_ok "$m: 1 rank, save at 4 and 8" sh -c "$BIN/train $ARGS $M $(v64 1) --save $W/${m}c1 --save-interval 4 \
+		--metrics-file $W/${m}s1.jsonl >$W/${m}s1.log"
+	expect_ok "$m: TP2xPP2xDP2, 4 iterations, save" sh -c "$MPI -np 8 $BIN/train $ARGS $M $(v64 2) --save $W/${m}c8 \
+		--save-interval 4 --exit-interval 4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 >$W/${m}c8.log"
+	ckpt_cmp "$m: TP2xPP2xDP2 iteration 4 matches one rank's" close $W/${m}c1/iter_0000004 $W/${m}c8/iter_0000004
+	expect_ok "$m: resume on 1 rank" sh -c "$BIN/train $ARGS $M $(v64 1) --load $W/${m}c8 \
+		--metrics-file $W/${m}r1.jsonl >$W/${m}r1.log"
+	expect_ok "$m: resume as TP4xDP2" sh -c "$MPI -np 8 $BIN/train $ARGS $M $(v64 4) --load $W/${m}c8 \
+		--tensor-model-parallel-size 4 --metrics-file $W/${m}r4.jsonl >$W/${m}r4.log"
+	resumed "$m: the TP2xPP2xDP2 checkpoint resumed on 1 rank continues the straight run (rtol 1e-5)" \
+		$W/${m}s1.jsonl $W/${m}r1.jsonl
+	resumed "$m: the TP2xPP2xDP2 checkpoint resumed as TP4xDP2 continues the straight run (rtol 1e-5)" \
+		$W/${m}s1.jsonl $W/${m}r4.jsonl
+	expect_ok "$m: load the one-rank iteration 8 as PP2 interleaved, distributed optimizer, save" sh -c "$MPI -np 8 \
+		$BIN/train $ARGS $M $(v64 1) --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 \
+		--use-distributed-optimizer --eval-iters 0 --load $W/${m}c1 --save $W/${m}rt --save-interval 3 \
+		--use-checkpoint-opt-param-scheduler >$W/${m}rt.log"
+	ckpt_cmp "$m: saved again by PP2 interleaved, it is unchanged" exact $W/${m}c1/iter_0000008 $W/${m}rt/iter_0000008
+done
