@@ -117,6 +117,8 @@ struct args {
 	int64_t microbatch_group_size_per_vp_stage;     /* -1: the pipeline size */
 	bool sequence_parallel;
 	bool use_distributed_optimizer;
+	bool overlap_grad_reduce;
+	int64_t ddp_bucket_size;
 	double distributed_timeout_minutes;
 
 	/* mixed precision */

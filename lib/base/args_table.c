@@ -339,10 +339,12 @@ const struct flag_def args_table[] = {
 	  NULL, NULL, "accepted; no effect" },
 	{ "--use-mcore-models", FK_BOOL, F(perf_flag), TR, 0, "speed options (accepted)", NULL, NULL, NULL,
 	  "accepted; megac's model is Megatron Core's" },
-	{ "--overlap-grad-reduce", FK_BOOL, F(perf_flag), TR, 0, "speed options (accepted)", NULL, NULL, NULL,
-	  "accepted; no effect on one process" },
+	{ "--overlap-grad-reduce", FK_BOOL, F(overlap_grad_reduce), TR, 0, "distributed", NULL, NULL, NULL,
+	  "reduce gradients in buckets while backward runs (non-blocking collectives)" },
+	{ "--ddp-bucket-size", FK_INT, F(ddp_bucket_size), TR, 0, "distributed", "-1", NULL, "N",
+	  "parameters per gradient bucket with --overlap-grad-reduce (Megatron: max(4e7, 1e6 x DP))" },
 	{ "--overlap-param-gather", FK_BOOL, F(perf_flag), TR, 0, "speed options (accepted)", NULL, NULL, NULL,
-	  "accepted; no effect on one process" },
+	  "accepted; the distributed optimizer's parameter all-gather runs after its step (not overlapped yet)" },
 
 
 	/* ---- batch and iterations ---- */

@@ -467,6 +467,7 @@ static int p2p_count(size_t n, const char *what)
 void dist_isend_f32(struct dist_group *g, const float *buf, size_t n, int dest, int tag, struct dist_req *r)
 {
 	r->req = NULL;
+	r->extra = NULL;
 	r->g = g;
 	r->what = "send";
 	if (g->size <= 1 || !n)
@@ -481,6 +482,7 @@ void dist_isend_f32(struct dist_group *g, const float *buf, size_t n, int dest, 
 void dist_irecv_f32(struct dist_group *g, float *buf, size_t n, int src, int tag, struct dist_req *r)
 {
 	r->req = NULL;
+	r->extra = NULL;
 	r->g = g;
 	r->what = "receive";
 	if (g->size <= 1 || !n)
@@ -509,7 +511,9 @@ void dist_wait(struct dist_req *r)
 	}
 	watch_end(r->g);
 	free(q);
+	free(r->extra);
 	r->req = NULL;
+	r->extra = NULL;
 }
 
 bool dist_test(struct dist_req *r)
@@ -520,7 +524,9 @@ bool dist_test(struct dist_req *r)
 	DIST_CHECK(MPI_Test((MPI_Request *)r->req, &done, MPI_STATUS_IGNORE));
 	if (done) {
 		free(r->req);
+		free(r->extra);
 		r->req = NULL;
+		r->extra = NULL;
 	}
 	return done != 0;
 }
@@ -574,4 +580,45 @@ void dist_recv_bytes(struct dist_group *g, void *buf, size_t n, int src, int tag
 			BUG("%s group: a receive of %zu bytes from rank %d (tag %d) got a message of %d", g->name, m,
 			    src, tag, got);
 	}
+}
+
+/* ---- non-blocking collectives ---- */
+
+void dist_iallreduce_sum_f32(struct dist_group *g, float *buf, size_t n, struct dist_req *r)
+{
+	*r = (struct dist_req){ .g = g, .what = "all-reduce" };
+	if (g->size <= 1 || !n)
+		return;
+	MPI_Request *q = xmalloc(sizeof(*q));
+	DIST_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, p2p_count(n, "bucket all-reduce"), MPI_FLOAT, MPI_SUM, COMM(g),
+				  q));
+	r->req = q;
+	g->bytes += 2 * (uint64_t)(g->size - 1) * n * sizeof(float) / (uint64_t)g->size;
+	g->calls++;
+}
+
+void dist_ireduce_scatter_range_f32(struct dist_group *g, const float *buf, size_t total, size_t a, size_t b,
+				    float *scratch, struct dist_req *r)
+{
+	*r = (struct dist_req){ .g = g, .what = "reduce-scatter" };
+	if (g->size <= 1 || a >= b)
+		return;
+	int *counts = xmalloc((size_t)g->size * sizeof(int));
+	size_t mylo = 0, myhi = 0;
+	for (int k = 0; k < g->size; k++) {
+		size_t lo, hi;
+		dist_shard(total, g->size, k, &lo, &hi);
+		size_t x = lo > a ? lo : a, y = hi < b ? hi : b;
+		counts[k] = p2p_count(y > x ? y - x : 0, "bucket reduce-scatter");
+		if (k == g->rank) {
+			dist_shard(total, g->size, k, &mylo, &myhi);
+			mylo = x > mylo ? x - mylo : 0; /* where my part starts in my shard */
+		}
+	}
+	MPI_Request *q = xmalloc(sizeof(*q));
+	DIST_CHECK(MPI_Ireduce_scatter(buf + a, scratch + mylo, counts, MPI_FLOAT, MPI_SUM, COMM(g), q));
+	r->req = q;
+	r->extra = counts; /* MPI reads it until the operation completes */
+	g->bytes += (uint64_t)(g->size - 1) * (b - a) * sizeof(float) / (uint64_t)g->size;
+	g->calls++;
 }

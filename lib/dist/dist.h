@@ -91,6 +91,7 @@ struct dist_req {
 	void *req;               /* the MPI_Request, NULL when none is pending */
 	struct dist_group *g;
 	const char *what;        /* "send" or "receive", for the watchdog */
+	void *extra;             /* memory the transfer needs until it completes (freed then) */
 };
 /* Start sending / receiving n floats; buf must stay untouched until
  * dist_wait(). With a group of one rank nothing happens. */
@@ -103,6 +104,15 @@ bool dist_test(struct dist_req *r);
 /* Send ns floats to dest while receiving nr from src (a ring step). */
 void dist_sendrecv_f32(struct dist_group *g, const float *send, size_t ns, int dest, float *recv, size_t nr,
 		       int src, int tag);
+
+/* Non-blocking collectives (the bucketed gradient reduction), completed by
+ * dist_wait/dist_test like the transfers above. In-place sum of buf[0..n). */
+void dist_iallreduce_sum_f32(struct dist_group *g, float *buf, size_t n, struct dist_req *r);
+/* Sum the range [a, b) of buf[0..total) over the group and leave this rank's
+ * part of it, the intersection with its dist_shard() of total, at the
+ * matching place of scratch (which holds the rank's whole shard). */
+void dist_ireduce_scatter_range_f32(struct dist_group *g, const float *buf, size_t total, size_t a, size_t b,
+				    float *scratch, struct dist_req *r);
 
 /* Blocking transfers of n bytes, sent in pieces MPI's int counts allow
  * (the receiver must ask for the same n: a different size is a BUG). With a

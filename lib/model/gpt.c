@@ -859,6 +859,13 @@ const float *gpt_backward_chunk(struct gpt_model *m, int v, int s, const float *
 		const float *dlnf = column_input_grad(m, m->dln, N);
 		norm_bwd(m, m->dres, dlnf, m->resid + (size_t)ch->nl * nhl, m->lnf_w, m->lnf_b, m->lnf_mean,
 			 m->lnf_rstd, m->Nl);
+		if (m->grad_ready) { /* a tied output layer is the embedding: final only after it */
+			m->grad_ready(m->grad_ctx, m->lnf_w);
+			if (m->lnf_b >= 0)
+				m->grad_ready(m->grad_ctx, m->lnf_b);
+			if (m->out_w != m->wte)
+				m->grad_ready(m->grad_ctx, m->out_w);
+		}
 	}
 	for (int l = ch->l0 + ch->nl - 1; l >= ch->l0; l--) {
 		const float *x = m->resid + (size_t)(l - ch->l0) * nhl;
@@ -868,12 +875,23 @@ const float *gpt_backward_chunk(struct gpt_model *m, int v, int s, const float *
 			attn_fwd(m, &m->acts[l - ch->l0], l, c->attention_dropout);
 		}
 		layer_backward(m, l, x, m->dres);
+		const struct gpt_layer_params *p = &m->lp[l];
+		int ids[] = { p->ln1_w, p->ln1_b, p->qkv_w, p->qkv_b, p->proj_w, p->proj_b,
+			      p->ln2_w, p->ln2_b, p->fc1_w, p->fc1_b, p->fc2_w, p->fc2_b };
+		for (size_t i = 0; m->grad_ready && i < sizeof(ids) / sizeof(ids[0]); i++)
+			if (ids[i] >= 0)
+				m->grad_ready(m->grad_ctx, ids[i]);
 	}
 	if (!ch->pre)
 		return m->dres;
 	const float *demb = row_output_grad(m, m->dres, c->hidden_dropout, 3 * c->L);
 	k->embedding_backward(gpt_grad(m, m->wte), gpt_grad(m, m->wpe), demb, m->tokens,
 			      m->use_positions ? m->positions : NULL, N, h);
+	if (m->grad_ready) {
+		m->grad_ready(m->grad_ctx, m->wte);
+		if (m->wpe >= 0)
+			m->grad_ready(m->grad_ctx, m->wpe);
+	}
 	return NULL;
 }
 

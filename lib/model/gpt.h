@@ -118,6 +118,12 @@ struct gpt_model {
 	float *shard, *perm;   /* SP: a sequence shard [Nl, h], and the collectives' reordering space [B*S, h] */
 	float *gath;           /* SP: a norm output gathered to all rows [B*S, h] */
 
+	/* Set by the caller around a chunk's last backward of an iteration:
+	 * called with each parameter as its gradient becomes final (the
+	 * bucketed data-parallel reduction starts on it). */
+	void (*grad_ready)(void *ctx, int param);
+	void *grad_ctx;
+
 	/* every buffer taken from mem, to give back in gpt_free */
 	struct { void *p; size_t bytes; } *allocs;
 	size_t nallocs, cap_allocs;

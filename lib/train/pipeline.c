@@ -154,7 +154,14 @@ static int forward(struct trainer *t, const struct pp_sched *s, const struct pp_
 	return 0;
 }
 
-static void backward(struct trainer *t, const struct pp_sched *s, const struct pp_op *o)
+static void grad_ready(void *ctx, int param)
+{
+	grad_sync_param_ready(ctx, param);
+}
+
+/* last: this is the chunk's last backward of the iteration, which makes its
+ * parameters' gradients final */
+static void backward(struct trainer *t, const struct pp_sched *s, const struct pp_op *o, bool last)
 {
 	struct gpt_model *m = &t->model;
 	const struct gpt_chunk *ch = &m->chunks[o->chunk];
@@ -167,7 +174,10 @@ static void backward(struct trainer *t, const struct pp_sched *s, const struct p
 		timers_stop(&t->timers, "backward-recv");
 	}
 	timers_start(&t->timers, "backward-compute", 2);
+	m->grad_ready = last ? grad_ready : NULL;
+	m->grad_ctx = &t->gs;
 	const float *din = gpt_backward_chunk(m, o->chunk, slot, ch->post ? t->pp_dloss[slot] : NULL);
+	m->grad_ready = NULL;
 	timers_stop(&t->timers, "backward-compute");
 	if (din && pp_sched_prev(s, o->chunk, &peer, &pc)) {
 		timers_start(&t->timers, "backward-send", 2);
@@ -179,13 +189,20 @@ static void backward(struct trainer *t, const struct pp_sched *s, const struct p
 int pipeline_run(struct trainer *t, const struct pp_sched *s, int split, int64_t consumed, bool train,
 		 double scale, double *num, double *den)
 {
+	/* each chunk's last backward */
+	int last[64], nlast = s->vpp < 64 ? s->vpp : 64;
+	for (int v = 0; v < nlast; v++)
+		last[v] = -1;
+	for (int i = 0; i < s->nops; i++)
+		if (s->ops[i].kind == PP_BACKWARD && s->ops[i].chunk < nlast)
+			last[s->ops[i].chunk] = i;
 	for (int i = 0; i < s->nops; i++) {
 		const struct pp_op *o = &s->ops[i];
 		if (o->kind == PP_FORWARD) {
 			if (forward(t, s, o, split, consumed, train, scale, num, den) < 0)
 				return -1;
 		} else {
-			backward(t, s, o);
+			backward(t, s, o, o->chunk >= nlast || last[o->chunk] == i);
 		}
 	}
 	return 0;

@@ -149,6 +149,7 @@ static void trainer_free(struct trainer *t)
 	pp_sched_free(&t->pp_eval);
 	free(t->losses);
 	mem_free(&t->mem, t->rs_scratch, (t->opt.hi - t->opt.lo) * sizeof(float));
+	grad_sync_free(&t->gs);
 	adam_free(&t->opt);
 	gpt_free(&t->model);
 	gpt_data_free(&t->data);
@@ -232,6 +233,14 @@ static int setup(struct trainer *t, const struct args *a)
 	}
 	adam_init(&t->opt, &t->model.reg, t->k, &t->mem, (float)a->adam_beta1, (float)a->adam_beta2,
 		  (float)a->adam_eps, lo, hi);
+	/* gradient buckets (Megatron's default size; one bucket without overlap) */
+	int64_t bucket = a->ddp_bucket_size > 0 ? a->ddp_bucket_size :
+			 (40000000 > 1000000 * (int64_t)t->gdp->size ? 40000000 : 1000000 * (int64_t)t->gdp->size);
+	if (bucket > (1 << 28))
+		bucket = 1 << 28; /* MPI counts are ints */
+	unsigned late = (lay->sp ? PARAM_SP : 0) | (t->dist.emb.size > 1 ? PARAM_TIED : 0);
+	grad_sync_init(&t->gs, &t->model.reg, t->gdp, lo, hi, hi - lo != t->model.reg.total, t->rs_scratch,
+		       (size_t)bucket, a->overlap_grad_reduce && t->gdp->size > 1, late);
 	if (training && setup_schedule(t) < 0)
 		return -1;
 	if (setup_scaler(t) < 0)

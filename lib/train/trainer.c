@@ -54,6 +54,7 @@ static int train_step(struct trainer *t, double *loss, bool *skipped, double *gn
 	k->zero(reg->grad, reg->total);
 	double scale = grad_scaler_scale(&t->scaler);
 	double num = 0, den = 0;
+	grad_sync_begin(&t->gs);
 	timers_start(&t->timers, "forward-backward", 1);
 	int r = pipeline_run(t, &t->pp_train, GPT_TRAIN, t->consumed_train, true, scale, &num, &den);
 	pipeline_drain(t);
@@ -88,14 +89,13 @@ static int train_step(struct trainer *t, double *loss, bool *skipped, double *gn
 	 * reduce-scatter delivers (ZeRO-1). */
 	size_t lo = t->opt.lo, n = t->opt.hi - t->opt.lo;
 	bool sharded = n != reg->total;
+	/* the buckets not started during backward, then those that waited for
+	 * the sums above (grad_sync.h) */
 	timers_start(&t->timers, "all-grads-sync", 1);
-	if (t->gdp->size > 1) {
-		if (sharded)
-			dist_reduce_scatter_sum_f32(t->gdp, reg->grad, reg->total, t->rs_scratch);
-		else
-			dist_allreduce_sum_f32(t->gdp, reg->grad, reg->total);
+	grad_sync_finish(&t->gs);
+	grad_sync_late(&t->gs);
+	if (t->gdp->size > 1)
 		k->scale(reg->grad + lo, 1.0f / (float)t->dist.dp.size, n);
-	}
 	timers_stop(&t->timers, "all-grads-sync");
 	/* A global batch with every token masked has no loss (Megatron: 0/0). */
 	*loss = den > 0 ? num / den : NAN;

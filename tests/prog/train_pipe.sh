@@ -95,6 +95,18 @@ run pp2g4 $MPI -np 2 $BIN/train $ARGS $(v64 1) --pipeline-model-parallel-size 2 
 compare "PP2 interleaved, micro-batch groups of 4, equals one rank" "$W/g1.jsonl" "$W/pp2g4.jsonl"
 run cp4 $MPI -np 4 $BIN/train $ARGS $LL $(v64 1) --context-parallel-size 4
 compare "Llama CP4 equals one rank" "$W/l1.jsonl" "$W/cp4.jsonl"
+# gradients reduced in buckets of 5000 parameters while backward runs
+# (--overlap-grad-reduce): all-reduce, and reduce-scatter for the distributed
+# optimizer, with the late buckets of SP norms and tied embeddings
+O="--overlap-grad-reduce --ddp-bucket-size 5000"
+run ov1 $MPI -np 8 $BIN/train $ARGS $(v64 2) $O --use-distributed-optimizer --tensor-model-parallel-size 2 \
+	--pipeline-model-parallel-size 2 --sequence-parallel
+compare "overlapped buckets, TP2xPP2xDP2 + SP, distributed optimizer, equal one rank" "$W/g1.jsonl" "$W/ov1.jsonl"
+run ov2 $MPI -np 8 $BIN/train $ARGS $LL $(v64 2) $O --context-parallel-size 2 --tensor-model-parallel-size 2
+compare "overlapped buckets, Llama CP2xTP2xDP2, equal one rank" "$W/l1.jsonl" "$W/ov2.jsonl"
+run ov3 $MPI -np 8 $BIN/train $ARGS $(v64 1) $O --pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2
+compare "overlapped buckets, PP2 interleaved xDP4, equal one rank" "$W/g1.jsonl" "$W/ov3.jsonl"
+
 if [ "$(grep -c "iteration .*/ *8 |" "$W/g_tp2pp2dp2.log")" -eq 8 ] &&
 	[ "$(grep -c "validation loss at iteration" "$W/g_tp2pp2dp2.log")" -eq 3 ]; then
 	ok "TP2xPP2xDP2: one iteration line per iteration and the validation lines, from the last rank"

@@ -1,0 +1,108 @@
+/*
+ * grad_sync.c - see grad_sync.h.
+ */
+#include "train/grad_sync.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "base/xalloc.h"
+
+void grad_sync_init(struct grad_sync *s, struct param_registry *reg, struct dist_group *g, size_t lo, size_t hi,
+		    bool sharded, float *scratch, size_t bucket_elems, bool overlap, unsigned late_flags)
+{
+	memset(s, 0, sizeof(*s));
+	s->g = g;
+	s->reg = reg;
+	s->lo = lo;
+	s->hi = hi;
+	s->sharded = sharded;
+	s->scratch = scratch;
+	s->overlap = overlap;
+	s->bucket_of = xcalloc((size_t)reg->n + 1, sizeof(int));
+	if (!overlap)
+		bucket_elems = (size_t)-1; /* Megatron: no overlap, one bucket */
+	size_t cap = 0;
+	/* From the last parameter back: backward finishes them roughly in that
+	 * order. A bucket is a run of adjacent parameters, all late or none. */
+	for (int i = reg->n - 1; i >= 0; i--) {
+		const struct param *p = &reg->p[i];
+		bool late = overlap && (p->flags & late_flags);
+		struct grad_bucket *cur = s->nb ? &s->b[s->nb - 1] : NULL;
+		bool fits = cur && cur->late == late && cur->lo == p->offset + p->numel &&
+			    cur->hi - p->offset <= bucket_elems;
+		if (!fits) {
+			xgrow(&s->b, &cap, (size_t)s->nb + 1, sizeof(*s->b));
+			cur = &s->b[s->nb++];
+			memset(cur, 0, sizeof(*cur));
+			cur->hi = p->offset + p->numel;
+			cur->late = late;
+		}
+		cur->lo = p->offset;
+		s->bucket_of[i] = s->nb - 1;
+	}
+}
+
+void grad_sync_free(struct grad_sync *s)
+{
+	free(s->b);
+	free(s->bucket_of);
+	memset(s, 0, sizeof(*s));
+}
+
+void grad_sync_begin(struct grad_sync *s)
+{
+	for (int i = 0; i < s->nb; i++) {
+		s->b[i].pending = 0;
+		s->b[i].started = false;
+	}
+	for (int i = 0; i < s->reg->n; i++)
+		s->b[s->bucket_of[i]].pending++;
+}
+
+static void start(struct grad_sync *s, struct grad_bucket *b)
+{
+	b->started = true;
+	if (s->g->size <= 1)
+		return;
+	float *grad = s->reg->grad;
+	if (s->sharded)
+		dist_ireduce_scatter_range_f32(s->g, grad, s->reg->total, b->lo, b->hi, s->scratch, &b->req);
+	else
+		dist_iallreduce_sum_f32(s->g, grad + b->lo, b->hi - b->lo, &b->req);
+}
+
+void grad_sync_param_ready(struct grad_sync *s, int idx)
+{
+	if (!s->overlap || idx < 0)
+		return;
+	struct grad_bucket *b = &s->b[s->bucket_of[idx]];
+	if (--b->pending == 0 && !b->late)
+		start(s, b);
+	/* give the collectives in flight a chance to progress */
+	for (int i = 0; i < s->nb; i++)
+		if (s->b[i].started)
+			dist_test(&s->b[i].req);
+}
+
+void grad_sync_finish(struct grad_sync *s)
+{
+	for (int i = 0; i < s->nb; i++)
+		if (!s->b[i].late && !s->b[i].started)
+			start(s, &s->b[i]);
+	for (int i = 0; i < s->nb; i++)
+		if (!s->b[i].late)
+			dist_wait(&s->b[i].req);
+}
+
+void grad_sync_late(struct grad_sync *s)
+{
+	for (int i = 0; i < s->nb; i++)
+		if (s->b[i].late) {
+			start(s, &s->b[i]);
+			dist_wait(&s->b[i].req);
+		}
+	if (s->sharded && s->g->size > 1)
+		memcpy(s->reg->grad + s->lo, s->scratch, (s->hi - s->lo) * sizeof(float));
+}

@@ -1,0 +1,66 @@
+/*
+ * grad_sync.h - the data-parallel gradient reduction in buckets (Megatron's
+ * DistributedDataParallel with --overlap-grad-reduce): the flat gradient
+ * buffer is cut into buckets of whole parameters, each summed over the group
+ * (all-reduce, or reduce-scatter onto each rank's optimizer shard with the
+ * distributed optimizer). With overlap, a bucket's non-blocking collective
+ * starts as soon as the last micro-batch's backward has finished every
+ * parameter in it, and runs while backward goes on; without, one bucket
+ * covers everything and is reduced after backward, as before.
+ *
+ * Parameters that other groups still have to sum first (the norms under
+ * sequence parallelism, the tied embeddings over a pipeline) are kept out of
+ * the overlapped buckets: they form "late" buckets that grad_sync_late()
+ * reduces after those sums, since a reduce-scatter leaves only this rank's
+ * shard of a tensor valid.
+ */
+#ifndef MEGAC_TRAIN_GRAD_SYNC_H
+#define MEGAC_TRAIN_GRAD_SYNC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "dist/dist.h"
+#include "model/params.h"
+
+struct grad_bucket {
+	size_t lo, hi;   /* elements of the flat buffer */
+	int pending;     /* parameters whose gradient is not final yet */
+	bool late;       /* reduced by grad_sync_late() */
+	bool started;
+	struct dist_req req;
+};
+
+struct grad_sync {
+	struct dist_group *g;
+	struct param_registry *reg;
+	size_t lo, hi;        /* this rank's optimizer shard ([0, total) when not sharded) */
+	bool sharded;
+	float *scratch;       /* the shard, where reduce-scatters land */
+	bool overlap;
+	int nb;
+	struct grad_bucket *b;
+	int *bucket_of;       /* [reg->n] */
+};
+
+/*
+ * Buckets of at most bucket_elems elements (a parameter larger than that is
+ * a bucket of its own), in backward order (from the end of the buffer).
+ * late_flags: parameter flags that make a parameter late. scratch: hi - lo
+ * floats when sharded.
+ */
+void grad_sync_init(struct grad_sync *s, struct param_registry *reg, struct dist_group *g, size_t lo, size_t hi,
+		    bool sharded, float *scratch, size_t bucket_elems, bool overlap, unsigned late_flags);
+void grad_sync_free(struct grad_sync *s);
+/* Start of an iteration's backward passes: every bucket pending again. */
+void grad_sync_begin(struct grad_sync *s);
+/* Parameter idx has its final gradient (overlap only; ignored otherwise). */
+void grad_sync_param_ready(struct grad_sync *s, int idx);
+/* After backward: start what has not started (all non-late buckets) and
+ * wait for them. */
+void grad_sync_finish(struct grad_sync *s);
+/* The late buckets, after the other groups' sums; then the shard lands in
+ * reg->grad[lo, hi). */
+void grad_sync_late(struct grad_sync *s);
+
+#endif
