@@ -27,7 +27,20 @@ static herr_t take_innermost(unsigned n, const H5E_error2_t *e, void *data)
 	(void)n;
 	if (!e->desc || !*e->desc)
 		return 0;
-	snprintf(r->text, sizeof(r->text), "%s", e->desc);
+	/* A failed system call comes as "file write failed: time = ..., filename
+	 * = ..., errno = 27, error message = 'File too large', buf = ...": keep
+	 * the first words and the system's message. */
+	const char *msg = strstr(e->desc, "error message = '");
+	if (msg) {
+		msg += strlen("error message = '");
+		size_t head = strcspn(e->desc, ":"), len = strcspn(msg, "'");
+		snprintf(r->text, sizeof(r->text), "%.*s: %.*s", (int)head, e->desc, (int)len, msg);
+	} else {
+		snprintf(r->text, sizeof(r->text), "%s", e->desc);
+	}
+	for (char *c = r->text; *c; c++) /* one line */
+		if (*c == '\n')
+			*c = ' ';
 	return 1; /* stop the walk */
 }
 
@@ -56,6 +69,13 @@ int h5io_fail(const char *src, int line, const char *call, const char *fmt, ...)
 
 void h5io_init(void)
 {
+	/* No library clean-up at exit: after a failed write (disk full, file
+	 * size limit) HDF5 cannot close the file, and its exit handler then
+	 * crashes trying again (signal 11 instead of our exit status 128).
+	 * Every file megac writes is closed and fsynced explicitly before it
+	 * counts, so there is nothing for that handler to save. Must come
+	 * before any other HDF5 call. */
+	H5dont_atexit();
 	/* HDF5 would print its whole error stack to stderr on every failed
 	 * call, including the ones we expect (probing for a name); our
 	 * messages replace it. */

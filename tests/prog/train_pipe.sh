@@ -172,3 +172,18 @@ for m in g l; do
 		--use-checkpoint-opt-param-scheduler >$W/${m}rt.log"
 	ckpt_cmp "$m: saved again by PP2 interleaved, it is unchanged" exact $W/${m}c1/iter_0000008 $W/${m}rt/iter_0000008
 done
+
+# a save whose writes fail on rank 0 only (its disk fills up) ends every rank
+# of a TP2xPP2xDP2 job with the error, quickly, and publishes nothing
+start=$(date +%s)
+expect_fail "TP2xPP2xDP2: rank 0's save fails, every rank stops" "could not save the checkpoint" \
+	$MPI -np 8 sh -c 'if [ "$OMPI_COMM_WORLD_RANK" = 0 ]; then trap "" XFSZ; ulimit -f 2000; fi; exec "$0" "$@"' \
+	$BIN/train $ARGS $(v64 2) --train-iters 0 --save $W/full --tensor-model-parallel-size 2 \
+	--pipeline-model-parallel-size 2
+took=$(($(date +%s) - start))
+if [ -z "$(ls -A "$W/full" 2>/dev/null)" ] && [ $took -lt 30 ] && ! grep -q "signal 11" "$ERR"; then
+	ok "the failed PP save left nothing behind and took ${took}s"
+else
+	notok "failed PP save: ${took}s, left $(ls -A "$W/full" 2>/dev/null)"
+	show "$ERR"
+fi

@@ -223,3 +223,14 @@ expect_fail "full recompute without --recompute-num-layers" "--recompute-num-lay
 	$T --recompute-granularity full --recompute-method block
 expect_fail "a dataset with ids beyond the tokenizer's vocabulary" "outside the model's vocabulary" \
 	$BIN/train $(echo "$ARGS" | sed "s|$GPT2||") --tokenizer-type NullTokenizer --vocab-size 1000
+
+# a disk that fills up during a save (here a file-size limit, with SIGXFSZ
+# ignored so writes fail with EFBIG as on a full disk): exit 128 with the
+# system's reason, and nothing published (no iteration directory, no tracker)
+expect_fail "a save that runs out of space fails cleanly" "File too large" \
+	sh -c "trap '' XFSZ; ulimit -f 2000; exec $T --train-iters 0 --save $W/full"
+if [ -z "$(ls -A "$W/full" 2>/dev/null)" ]; then
+	ok "the failed save left nothing behind"
+else
+	notok "the failed save left: $(ls -A "$W/full")"
+fi
