@@ -31,8 +31,8 @@ MODEL="$MODEL --micro-batch-size 1 --lr 1e-4 --mock-data --tokenizer-type NullTo
 MODEL="$MODEL --hidden-dropout 0 --attention-dropout 0 --eval-iters 0 --eval-interval 100000"
 MODEL="$MODEL --train-iters $ITERS --log-interval $((ITERS / 2)) --timing-log-level 2 --timing-log-option all"
 
-printf '%-22s %4s %4s %7s | %8s %8s %8s %8s | %8s %8s\n' layout m v "ms/it" compute comm bubble other \
-	replayed theory
+printf '%-22s %4s %4s %7s | %8s %8s %8s %8s | %8s %8s %9s\n' layout m v "ms/it" compute comm bubble other \
+	replayed theory "stage max/min"
 bench() { # name pp vpp gbs
 	name=$1 pp=$2 vpp=$3 gbs=$4
 	flags="--pipeline-model-parallel-size $pp --global-batch-size $gbs --data-cache-path $W/cache"
@@ -88,12 +88,12 @@ def schedule(r):
 
 # replay on dedicated cores: a pass starts when its rank is free and its input
 # (the previous stage's forward, the next stage's backward) is done
-def replay():
+def replay(equal=False):
     stage = [r * (8 // p) for r in range(p)]  # world ranks of one pipeline (pp is the outermost axis)
     def per_pass(name, r):
         return timers.get(name, {}).get(r, 0.0) / (m * v)
-    fwd = [per_pass("forward-compute", rr) for rr in stage]
-    bwd = [per_pass("backward-compute", rr) for rr in stage]
+    fwd = [1.0 if equal else per_pass("forward-compute", rr) for rr in stage]
+    bwd = [2.0 if equal else per_pass("backward-compute", rr) for rr in stage]
     ops = [schedule(r) for r in range(p)]
     done, pc, free = {}, [0] * p, [0.0] * p
     while any(pc[r] < len(ops[r]) for r in range(p)):
@@ -115,12 +115,15 @@ def replay():
             moved = True
         assert moved, "the replay deadlocked"
     span = max(free)
-    return sum(span - (m * v) * (fwd[r] + bwd[r]) for r in range(p)) / (p * span)
+    busy = [fwd[r] + bwd[r] for r in range(p)]
+    return sum(span - (m * v) * busy[r] for r in range(p)) / (p * span), max(busy) / max(min(busy), 1e-9)
 
-rep = replay() if p > 1 else 0.0
-print("%-22s %4d %4d %7.1f | %7.1f%% %7.1f%% %7.1f%% %7.1f%% | %7.1f%% %7.1f%%" % (
+rep, imbalance = replay() if p > 1 else (0.0, 1.0)
+# the replay itself: with equal stages it must give the theory's fraction
+assert p == 1 or abs(replay(equal=True)[0] - theory) < 1e-9, (replay(equal=True), theory)
+print("%-22s %4d %4d %7.1f | %7.1f%% %7.1f%% %7.1f%% %7.1f%% | %7.1f%% %7.1f%% %9.2f" % (
     name, m, v, ms, 100 * compute / ms, 100 * comm / ms, 100 * bubble / ms, 100 * other / ms,
-    100 * rep, 100 * theory))
+    100 * rep, 100 * theory, imbalance))
 PYEOF
 }
 bench "DP8" 1 1 8
