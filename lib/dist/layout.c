@@ -283,9 +283,7 @@ int dist_layout_from_args(struct dist_layout *l, const struct args *a, int world
 	if (nlv > 0 && nvs > 0)
 		return error("give at most one of --num-layers-per-virtual-pipeline-stage and "
 			     "--num-virtual-stages-per-pipeline-rank");
-	if ((nlv != -1 && nlv < 1) || (nvs != -1 && nvs < 1))
-		return error("--num-layers-per-virtual-pipeline-stage and --num-virtual-stages-per-pipeline-rank must "
-			     "be positive");
+	/* (not given: -1 from the flag table, 0 from a zeroed struct args) */
 	if (nlv > 0 && a->num_layers > 0) {
 		int64_t per_stage = a->num_layers % l->pp ? 0 : a->num_layers / l->pp;
 		if (per_stage && per_stage % nlv)

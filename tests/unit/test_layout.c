@@ -768,6 +768,42 @@ static void test_groups_properties(void)
 	free(c);
 }
 
+/* Interleaving: chunks per rank from --num-layers-per-virtual-pipeline-stage
+ * (layers per stage / n) or --num-virtual-stages-per-pipeline-rank, as
+ * Megatron's validate_args derives them, and its refusals. */
+static void test_virtual_stages(void)
+{
+	struct args a = make_args(1, 2, 1); /* 8 layers, 4 per stage */
+	struct dist_layout l;
+	CHECK_INT(dist_layout_from_args(&l, &a, 2), 0);
+	CHECK_INT(l.vpp, 1);
+	a.num_layers_per_virtual_pipeline_stage = 1;
+	CHECK_INT(dist_layout_from_args(&l, &a, 2), 0);
+	CHECK_INT(l.vpp, 4);
+	a.num_layers_per_virtual_pipeline_stage = 2;
+	CHECK_INT(dist_layout_from_args(&l, &a, 4), 0);
+	CHECK_INT(l.vpp, 2);
+	CHECK_INT(l.dp, 2);
+	a.num_layers_per_virtual_pipeline_stage = 4; /* the whole stage: no interleaving */
+	CHECK_INT(dist_layout_from_args(&l, &a, 2), 0);
+	CHECK_INT(l.vpp, 1);
+	a.num_layers_per_virtual_pipeline_stage = 3;
+	expect_refusal(&a, 2, (const char *const[]){ "4 layers per stage", "--num-layers-per-virtual-pipeline-stage 3",
+						     NULL });
+	a.num_layers_per_virtual_pipeline_stage = -1;
+	a.num_virtual_stages_per_pipeline_rank = 2;
+	CHECK_INT(dist_layout_from_args(&l, &a, 2), 0);
+	CHECK_INT(l.vpp, 2);
+	a.num_virtual_stages_per_pipeline_rank = 3; /* 8 layers over 2 x 3 chunks */
+	expect_refusal(&a, 2, (const char *const[]){ "--num-layers 8", "2 x 3 virtual stages", NULL });
+	a.num_virtual_stages_per_pipeline_rank = 2;
+	a.num_layers_per_virtual_pipeline_stage = 2;
+	expect_refusal(&a, 2, (const char *const[]){ "at most one of", NULL });
+	a = make_args(1, 1, 1);
+	a.num_virtual_stages_per_pipeline_rank = 2;
+	expect_refusal(&a, 1, (const char *const[]){ "needs --pipeline-model-parallel-size > 1", NULL });
+}
+
 int main(void)
 {
 	log_init("test_layout", 0, 1);
@@ -777,6 +813,7 @@ int main(void)
 	RUN(test_dp_cp_order);
 	RUN(test_stage_layers);
 	RUN(test_constraints);
+	RUN(test_virtual_stages);
 	RUN(test_check_order);
 	RUN(test_rank_gen_init);
 	RUN(test_embedding_ranks);
