@@ -475,6 +475,7 @@ void dist_isend_f32(struct dist_group *g, const float *buf, size_t n, int dest, 
 	MPI_Request *q = xmalloc(sizeof(*q));
 	DIST_CHECK(MPI_Isend(buf, p2p_count(n, "send"), MPI_FLOAT, dest, tag, COMM(g), q));
 	r->req = q;
+	r->nreq = 1;
 	g->bytes += n * sizeof(float);
 	g->calls++;
 }
@@ -490,30 +491,37 @@ void dist_irecv_f32(struct dist_group *g, float *buf, size_t n, int src, int tag
 	MPI_Request *q = xmalloc(sizeof(*q));
 	DIST_CHECK(MPI_Irecv(buf, p2p_count(n, "receive"), MPI_FLOAT, src, tag, COMM(g), q));
 	r->req = q;
+	r->nreq = 1;
+}
+
+static void req_done(struct dist_req *r)
+{
+	free(r->req);
+	free(r->extra);
+	r->req = NULL;
+	r->extra = NULL;
+	r->nreq = 0;
 }
 
 void dist_wait(struct dist_req *r)
 {
 	if (!r->req)
 		return;
-	MPI_Request *q = r->req;
 	watch_begin(r->g, r->what);
 	/* Spin a little, then poll with short naps: a stage waiting out the
 	 * pipeline bubble leaves its core to the ranks that compute (nodes with
-	 * more ranks than cores, CI), and answers at most ~50 us late. */
+	 * more ranks than cores, CI), at the price of answering up to ~0.1 ms
+	 * late. (Non-blocking collectives also progress only inside MPI_Test.) */
 	int done = 0;
 	for (long i = 0; !done; i++) {
-		DIST_CHECK(MPI_Test(q, &done, MPI_STATUS_IGNORE));
+		DIST_CHECK(MPI_Testall(r->nreq, r->req, &done, MPI_STATUSES_IGNORE));
 		if (!done && i >= 2000) {
 			struct timespec nap = { 0, 50 * 1000 };
 			nanosleep(&nap, NULL);
 		}
 	}
 	watch_end(r->g);
-	free(q);
-	free(r->extra);
-	r->req = NULL;
-	r->extra = NULL;
+	req_done(r);
 }
 
 bool dist_test(struct dist_req *r)
@@ -521,13 +529,9 @@ bool dist_test(struct dist_req *r)
 	if (!r->req)
 		return true;
 	int done = 0;
-	DIST_CHECK(MPI_Test((MPI_Request *)r->req, &done, MPI_STATUS_IGNORE));
-	if (done) {
-		free(r->req);
-		free(r->extra);
-		r->req = NULL;
-		r->extra = NULL;
-	}
+	DIST_CHECK(MPI_Testall(r->nreq, r->req, &done, MPI_STATUSES_IGNORE));
+	if (done)
+		req_done(r);
 	return done != 0;
 }
 
@@ -589,10 +593,15 @@ void dist_iallreduce_sum_f32(struct dist_group *g, float *buf, size_t n, struct 
 	*r = (struct dist_req){ .g = g, .what = "all-reduce" };
 	if (g->size <= 1 || !n)
 		return;
-	MPI_Request *q = xmalloc(sizeof(*q));
-	DIST_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, p2p_count(n, "bucket all-reduce"), MPI_FLOAT, MPI_SUM, COMM(g),
-				  q));
+	/* in pieces MPI's int counts can express */
+	int k = (int)((n + DIST_PIECE - 1) / DIST_PIECE);
+	MPI_Request *q = xmalloc((size_t)k * sizeof(*q));
+	for (int i = 0; i < k; i++) {
+		size_t off = (size_t)i * DIST_PIECE, m = n - off < DIST_PIECE ? n - off : DIST_PIECE;
+		DIST_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf + off, (int)m, MPI_FLOAT, MPI_SUM, COMM(g), &q[i]));
+	}
 	r->req = q;
+	r->nreq = k;
 	g->bytes += 2 * (uint64_t)(g->size - 1) * n * sizeof(float) / (uint64_t)g->size;
 	g->calls++;
 }
@@ -603,22 +612,29 @@ void dist_ireduce_scatter_range_f32(struct dist_group *g, const float *buf, size
 	*r = (struct dist_req){ .g = g, .what = "reduce-scatter" };
 	if (g->size <= 1 || a >= b)
 		return;
-	int *counts = xmalloc((size_t)g->size * sizeof(int));
-	size_t mylo = 0, myhi = 0;
-	for (int k = 0; k < g->size; k++) {
-		size_t lo, hi;
-		dist_shard(total, g->size, k, &lo, &hi);
-		size_t x = lo > a ? lo : a, y = hi < b ? hi : b;
-		counts[k] = p2p_count(y > x ? y - x : 0, "bucket reduce-scatter");
-		if (k == g->rank) {
-			dist_shard(total, g->size, k, &mylo, &myhi);
-			mylo = x > mylo ? x - mylo : 0; /* where my part starts in my shard */
+	size_t mylo, myhi;
+	dist_shard(total, g->size, g->rank, &mylo, &myhi);
+	/* pieces of at most DIST_PIECE elements, so every count fits an int;
+	 * MPI reads each piece's counts until it completes */
+	int k = (int)((b - a + DIST_PIECE - 1) / DIST_PIECE);
+	int *counts = xmalloc((size_t)k * (size_t)g->size * sizeof(int));
+	MPI_Request *q = xmalloc((size_t)k * sizeof(*q));
+	for (int i = 0; i < k; i++) {
+		size_t pa = a + (size_t)i * DIST_PIECE, pb = b - pa < DIST_PIECE ? b : pa + DIST_PIECE;
+		int *c = counts + (size_t)i * g->size;
+		for (int j = 0; j < g->size; j++) {
+			size_t lo, hi;
+			dist_shard(total, g->size, j, &lo, &hi);
+			size_t x = lo > pa ? lo : pa, y = hi < pb ? hi : pb;
+			c[j] = (int)(y > x ? y - x : 0);
 		}
+		size_t mine = mylo > pa ? mylo : pa; /* where my part of the piece starts */
+		float *dst = scratch + (mine > mylo ? mine - mylo : 0);
+		DIST_CHECK(MPI_Ireduce_scatter(buf + pa, dst, c, MPI_FLOAT, MPI_SUM, COMM(g), &q[i]));
 	}
-	MPI_Request *q = xmalloc(sizeof(*q));
-	DIST_CHECK(MPI_Ireduce_scatter(buf + a, scratch + mylo, counts, MPI_FLOAT, MPI_SUM, COMM(g), q));
 	r->req = q;
-	r->extra = counts; /* MPI reads it until the operation completes */
+	r->nreq = k;
+	r->extra = counts;
 	g->bytes += (uint64_t)(g->size - 1) * (b - a) * sizeof(float) / (uint64_t)g->size;
 	g->calls++;
 }

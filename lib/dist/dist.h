@@ -88,9 +88,10 @@ void dist_gather_f32(struct dist_group *g, float *buf, size_t n);
  * Ranks are group ranks; messages between two ranks with the same tag
  * arrive in the order sent. Bytes sent count for the group. */
 struct dist_req {
-	void *req;               /* the MPI_Request, NULL when none is pending */
+	void *req;               /* nreq MPI_Requests (a large buffer goes in pieces), NULL when none is pending */
+	int nreq;
 	struct dist_group *g;
-	const char *what;        /* "send" or "receive", for the watchdog */
+	const char *what;        /* "send", "receive", ..., for the watchdog */
 	void *extra;             /* memory the transfer needs until it completes (freed then) */
 };
 /* Start sending / receiving n floats; buf must stay untouched until

@@ -283,7 +283,9 @@ int dist_layout_from_args(struct dist_layout *l, const struct args *a, int world
 	if (nlv > 0 && nvs > 0)
 		return error("give at most one of --num-layers-per-virtual-pipeline-stage and "
 			     "--num-virtual-stages-per-pipeline-rank");
-	/* (not given: -1 from the flag table, 0 from a zeroed struct args) */
+	if ((nlv != -1 && nlv < 1) || (nvs != -1 && nvs < 1))
+		return error("--num-layers-per-virtual-pipeline-stage and --num-virtual-stages-per-pipeline-rank must "
+			     "be positive");
 	if (nlv > 0 && a->num_layers > 0) {
 		int64_t per_stage = a->num_layers % l->pp ? 0 : a->num_layers / l->pp;
 		if (per_stage && per_stage % nlv)
@@ -342,6 +344,10 @@ int dist_layout_from_args(struct dist_layout *l, const struct args *a, int world
 		warning("Disabling sequence parallelism because tensor model parallelism is disabled");
 		l->sp = false;
 	}
+	/* each rank's positions (S, or S/cp) split over the TP ranks */
+	if (l->sp && a->seq_length > 0 && (a->seq_length / l->cp) % l->tp)
+		return error("--sequence-parallel needs --seq-length %lld%s divisible by --tensor-model-parallel-size %d",
+			     (long long)a->seq_length, l->cp > 1 ? " / --context-parallel-size" : "", l->tp);
 	return 0;
 }
 

@@ -293,6 +293,13 @@ int gpt_init_pipe(struct gpt_model *m, const struct gpt_config *c, const struct 
 		return error("--sequence-parallel needs --seq-length %d%s divisible by --tensor-model-parallel-size %d",
 			     c->S, m->cp ? " / --context-parallel-size" : "", t);
 	m->Nl = B * (m->sp ? m->lc.S / t : m->lc.S);
+	/* every dropout site numbers its elements below 2^SITE_SHIFT */
+	uint64_t attn_counters = (uint64_t)c->a * (uint64_t)B * (uint64_t)c->S * (uint64_t)c->S;
+	uint64_t hidden_counters = (uint64_t)B * (uint64_t)c->S * (uint64_t)c->h;
+	if ((c->attention_dropout > 0 && attn_counters >> SITE_SHIFT) || (c->hidden_dropout > 0 && hidden_counters >> SITE_SHIFT))
+		return error("dropout on %d heads x micro-batch %d x sequence %d^2 needs more than 2^%d mask counters per "
+			     "layer; use --attention-dropout 0 (usual for long sequences) or a smaller micro-batch",
+			     c->a, B, c->S, SITE_SHIFT);
 	m->nchunks = pipe->vpp;
 	m->chunks = xcalloc((size_t)m->nchunks, sizeof(*m->chunks));
 	m->lp = xcalloc((size_t)c->L, sizeof(*m->lp));

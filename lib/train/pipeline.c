@@ -85,6 +85,14 @@ static void recv_into(struct trainer *t, float *x, size_t n, int src, int tag)
 	dist_wait(&r);
 }
 
+/* The schedule's timers count training passes only (Megatron drops its
+ * timers during evaluate); the batch generator's counts always. */
+static void tstart(struct trainer *t, const char *name, bool train)
+{
+	if (train)
+		timers_start(&t->timers, name, 2);
+}
+
 static int model_pos(const void *m, int j)
 {
 	return gpt_global_pos(m, j);
@@ -115,11 +123,11 @@ static int forward(struct trainer *t, const struct pp_sched *s, const struct pp_
 		b = &t->cp_batch;
 	}
 	if (pp_sched_prev(s, o->chunk, &peer, &pv)) {
-		timers_start(&t->timers, "forward-recv", 2);
+		tstart(t, "forward-recv", train);
 		recv_into(t, gpt_chunk_input(m, o->chunk, slot), nh, peer, tag_of(0, o->chunk));
 		timers_stop(&t->timers, "forward-recv");
 	}
-	timers_start(&t->timers, "forward-compute", 2);
+	tstart(t, "forward-compute", train);
 	const float *out = gpt_forward_chunk(m, o->chunk, slot, b->tokens, b->labels,
 					     t->a->reset_position_ids ? b->positions : NULL, b->doc,
 					     micro_seed(t->seed, t->iteration, micro_global(t, o->micro)), train,
@@ -127,7 +135,7 @@ static int forward(struct trainer *t, const struct pp_sched *s, const struct pp_
 	timers_stop(&t->timers, "forward-compute");
 	if (!ch->post) {
 		if (pp_sched_next(s, o->chunk, &peer, &pv)) {
-			timers_start(&t->timers, "forward-send", 2);
+			tstart(t, "forward-send", train);
 			send_copy(t, out, nh, peer, tag_of(0, pv));
 			timers_stop(&t->timers, "forward-send");
 		}
@@ -189,20 +197,13 @@ static void backward(struct trainer *t, const struct pp_sched *s, const struct p
 int pipeline_run(struct trainer *t, const struct pp_sched *s, int split, int64_t consumed, bool train,
 		 double scale, double *num, double *den)
 {
-	/* each chunk's last backward */
-	int last[64], nlast = s->vpp < 64 ? s->vpp : 64;
-	for (int v = 0; v < nlast; v++)
-		last[v] = -1;
-	for (int i = 0; i < s->nops; i++)
-		if (s->ops[i].kind == PP_BACKWARD && s->ops[i].chunk < nlast)
-			last[s->ops[i].chunk] = i;
 	for (int i = 0; i < s->nops; i++) {
 		const struct pp_op *o = &s->ops[i];
 		if (o->kind == PP_FORWARD) {
 			if (forward(t, s, o, split, consumed, train, scale, num, den) < 0)
 				return -1;
 		} else {
-			backward(t, s, o, o->chunk >= nlast || last[o->chunk] == i);
+			backward(t, s, o, s->last_bwd[o->chunk] == i);
 		}
 	}
 	return 0;

@@ -100,6 +100,12 @@ int pp_sched_init(struct pp_sched *s, int pp, int rank, int vpp, int m, int grou
 		}
 	}
 	free(now);
+	s->last_bwd = xmalloc((size_t)vpp * sizeof(int));
+	for (int v = 0; v < vpp; v++)
+		s->last_bwd[v] = -1;
+	for (int i = 0; i < s->nops; i++)
+		if (s->ops[i].kind == PP_BACKWARD)
+			s->last_bwd[s->ops[i].chunk] = i;
 	return 0;
 }
 
@@ -107,8 +113,10 @@ void pp_sched_free(struct pp_sched *s)
 {
 	free(s->ops);
 	free(s->inflight);
+	free(s->last_bwd);
 	s->ops = NULL;
 	s->inflight = NULL;
+	s->last_bwd = NULL;
 }
 
 bool pp_sched_prev(const struct pp_sched *s, int chunk, int *rank, int *prev_chunk)

@@ -26,6 +26,7 @@ struct pp_sched {
 	int nops;
 	struct pp_op *ops; /* 2·m·vpp passes (m·vpp when forward_only) */
 	int *inflight;     /* [vpp]: most micro-batches a chunk holds at once */
+	int *last_bwd;     /* [vpp]: index in ops of the chunk's last backward (-1: none) */
 };
 
 /*

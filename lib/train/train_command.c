@@ -198,6 +198,18 @@ static int setup(struct trainer *t, const struct args *a)
 		return error("--log-memory-interval %lld must be a multiple of --log-interval %lld",
 			     (long long)a->log_memory_interval, (long long)a->train_log_interval);
 
+	/* this rank's pipeline schedules (refusals before the data build); each
+	 * model chunk holds as many micro-batches as the training schedule has in
+	 * flight on it */
+	int group = a->microbatch_group_size_per_vp_stage > 0 ? (int)a->microbatch_group_size_per_vp_stage : -1;
+	if (t->num_micro > (1 << 24))
+		return error("%lld micro-batches per iteration is more than megac schedules", (long long)t->num_micro);
+	if (pp_sched_init(&t->pp_train, t->dist.layout.pp, t->dist.pp.rank, t->dist.layout.vpp, (int)t->num_micro,
+			  group, false) < 0 ||
+	    pp_sched_init(&t->pp_eval, t->dist.layout.pp, t->dist.pp.rank, t->dist.layout.vpp, (int)t->num_micro,
+			  group, true) < 0)
+		return -1;
+
 	struct tok_config tc = tok_config_from_args(a);
 	t->tok = tok_load(&tc);
 	if (!t->tok)
@@ -212,15 +224,7 @@ static int setup(struct trainer *t, const struct args *a)
 	t->k = kops_cpu();
 	mem_pool_init(&t->mem, t->k);
 	enum gpt_precision prec = a->bf16 ? GPT_BF16 : a->fp16 ? GPT_FP16 : GPT_FP32;
-	/* this rank's pipeline schedules; each model chunk holds as many
-	 * micro-batches as the training schedule has in flight on it */
 	const struct dist_layout *lay = &t->dist.layout;
-	int group = a->microbatch_group_size_per_vp_stage > 0 ? (int)a->microbatch_group_size_per_vp_stage : -1;
-	if (t->num_micro > (1 << 24))
-		return error("%lld micro-batches per iteration is more than megac schedules", (long long)t->num_micro);
-	if (pp_sched_init(&t->pp_train, lay->pp, t->dist.pp.rank, lay->vpp, (int)t->num_micro, group, false) < 0 ||
-	    pp_sched_init(&t->pp_eval, lay->pp, t->dist.pp.rank, lay->vpp, (int)t->num_micro, group, true) < 0)
-		return -1;
 	struct gpt_pipe pipe = { lay->pp, t->dist.pp.rank, lay->vpp, t->pp_train.inflight, &t->dist.cp };
 	if (gpt_init_pipe(&t->model, &t->cfg, t->k, &t->mem, (int)t->mbs, prec, &t->dist.tp, lay->sp, &pipe) < 0)
 		return -1;

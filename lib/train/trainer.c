@@ -56,11 +56,12 @@ static int train_step(struct trainer *t, double *loss, bool *skipped, double *gn
 	double num = 0, den = 0;
 	grad_sync_begin(&t->gs);
 	timers_start(&t->timers, "forward-backward", 1);
-	int r = pipeline_run(t, &t->pp_train, GPT_TRAIN, t->consumed_train, true, scale, &num, &den);
+	/* on a failure this rank stops without waiting for its sends: a peer
+	 * that failed too would never take them */
+	if (pipeline_run(t, &t->pp_train, GPT_TRAIN, t->consumed_train, true, scale, &num, &den) < 0)
+		return -1;
 	pipeline_drain(t);
 	timers_stop(&t->timers, "forward-backward");
-	if (r < 0)
-		return -1;
 	timers_start(&t->timers, "layernorm-grads-all-reduce", 1);
 	gpt_sp_sync_grads(&t->model); /* sequence parallelism: the norms' shard gradients */
 	timers_stop(&t->timers, "layernorm-grads-all-reduce");
@@ -149,10 +150,9 @@ int trainer_evaluate(struct trainer *t, int split, int64_t *consumed, double *lo
 {
 	double num = 0, den = 0;
 	for (int64_t it = 0; it < t->a->eval_iters; it++) {
-		int r = pipeline_run(t, &t->pp_eval, split, *consumed, false, 1.0, &num, &den);
-		pipeline_drain(t);
-		if (r < 0)
+		if (pipeline_run(t, &t->pp_eval, split, *consumed, false, 1.0, &num, &den) < 0)
 			return -1;
+		pipeline_drain(t);
 		*consumed += t->gbs;
 	}
 	double sums[2] = { num, den };

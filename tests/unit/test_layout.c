@@ -82,6 +82,8 @@ static struct args make_args(int tp, int pp, int cp)
 	a.seq_length = 64;
 	a.micro_batch_size = 1;
 	a.global_batch_size = -1;
+	a.num_layers_per_virtual_pipeline_stage = -1; /* the flag table's "not given" */
+	a.num_virtual_stages_per_pipeline_rank = -1;
 	return a;
 }
 
@@ -802,6 +804,9 @@ static void test_virtual_stages(void)
 	a = make_args(1, 1, 1);
 	a.num_virtual_stages_per_pipeline_rank = 2;
 	expect_refusal(&a, 1, (const char *const[]){ "needs --pipeline-model-parallel-size > 1", NULL });
+	a = make_args(1, 2, 1);
+	a.num_virtual_stages_per_pipeline_rank = 0;
+	expect_refusal(&a, 2, (const char *const[]){ "must be positive", NULL });
 }
 
 int main(void)

@@ -7,8 +7,9 @@
  * each (chunk, micro-batch) forward once and its backward once, after it;
  * and, by simulating all ranks of a pipeline with sends that never block
  * (megac's execution model: isend, blocking receive), that the ranks cannot
- * deadlock and that no chunk ever holds more micro-batches than the
- * schedule's in-flight count, which sizes the activation slots.
+ * deadlock and that a forward never takes the activation slot
+ * (micro-batch mod the schedule's in-flight count) of a micro-batch still
+ * waiting for its backward.
  */
 #include <stdbool.h>
 
@@ -110,7 +111,7 @@ static int simulate(int pp, int vpp, int m, int group, bool fwd_only)
 	char *done = xcalloc(2 * cells, 1);
 #define DONE(kind, r, v, i) done[(size_t)(kind) * cells + ((size_t)(r) * vpp + (v)) * m + (i)]
 	int *pc = xcalloc((size_t)pp, sizeof(int));
-	int *held = xcalloc((size_t)pp * vpp, sizeof(int));
+	char *held = xcalloc((size_t)pp * vpp * m, 1); /* micro-batches in flight per rank and chunk */
 	int finished = 0, ret = 0;
 	while (finished < pp) {
 		bool moved = false;
@@ -130,11 +131,19 @@ static int simulate(int pp, int vpp, int m, int group, bool fwd_only)
 			if (DONE(o->kind, r, o->chunk, o->micro))
 				ret = -3; /* a pass twice */
 			DONE(o->kind, r, o->chunk, o->micro) = 1;
-			int *h = &held[r * vpp + o->chunk];
-			if (o->kind == PP_FORWARD && !fwd_only && ++*h > s[r].inflight[o->chunk])
-				ret = -4;
+			/* the activation slot (micro % inflight) of a forward must not
+			 * belong to another micro-batch of the chunk still waiting for
+			 * its backward */
+			int slots = s[r].inflight[o->chunk];
+			char *h = &held[((size_t)r * vpp + o->chunk) * m];
+			if (o->kind == PP_FORWARD && !fwd_only) {
+				for (int j = 0; j < m; j++)
+					if (h[j] && j % slots == o->micro % slots)
+						ret = -4;
+				h[o->micro] = 1;
+			}
 			if (o->kind == PP_BACKWARD)
-				--*h;
+				h[o->micro] = 0;
 			moved = true;
 			if (++pc[r] == s[r].nops)
 				finished++;

@@ -6,7 +6,9 @@
                                                   whose key is "lm loss"
 
 "Equal" is rtol 1e-5 on the iteration's lm loss, grad norm and learning rate
-(all three where both sides have them). Prints the worst relative difference.
+(all three where both sides have them). In "same" mode the evaluation lines
+(validation and test lm loss) must agree too: both files have the same ones.
+Prints the worst relative difference.
 """
 import json
 import sys
@@ -43,7 +45,17 @@ if mode == "same":
     n = int(sys.argv[4])
     a, b = rows(sys.argv[2]), rows(sys.argv[3])
     assert len(a) == n and len(b) == n, (len(a), len(b), n)
-    print("worst relative difference %.1e over %d iterations" % (check(a, b), n))
+    worst = check(a, b)
+    evals = 0
+    for key in ("validation lm loss", "test lm loss"):
+        ea, eb = rows(sys.argv[2], key), rows(sys.argv[3], key)
+        assert [r["iteration"] for r in ea] == [r["iteration"] for r in eb], (key, len(ea), len(eb))
+        for x, y in zip(ea, eb):
+            rel = abs(x[key] - y[key]) / max(abs(x[key]), 1e-12)
+            worst = max(worst, rel)
+            assert rel <= 1e-5, (key, x["iteration"], x[key], y[key], rel)
+        evals += len(ea)
+    print("worst relative difference %.1e over %d iterations and %d evaluations" % (worst, n, evals))
 elif mode == "tail":
     lo, hi = int(sys.argv[4]), int(sys.argv[5])
     a = {r["iteration"]: r for r in rows(sys.argv[2])}
