@@ -186,14 +186,16 @@ struct ckpt_wfile {
 	char *display;   /* "<save>/iter_0000500/model.h5", where it will be: for messages */
 	struct afile af; /* the temporary name in the transaction, registered for cleanup */
 	hid_t fid;       /* open file, -1 once closed */
+	int published;   /* a part's file, renamed to its final name in the transaction */
 };
 
 struct ckpt_writer {
-	char *save_dir;
-	char *name;      /* "iter_0000500" */
+	char *save_dir;  /* NULL in a part (ckpt_join) */
+	char *name;      /* "iter_0000500"; NULL in a part */
 	char *final_dir; /* "<save>/iter_0000500" */
 	char *tmp_dir;   /* "<save>/.iter_0000500.tmp-<pid>-<n>" */
 	int64_t iteration;
+	int part;   /* joined another process's transaction: finish, never commit */
 	int failed; /* some call failed: the transaction must not be committed */
 	struct ckpt_wfile *files;
 	size_t nfiles, cap;
@@ -227,6 +229,37 @@ struct ckpt_writer *ckpt_begin(const char *save_dir, int64_t iteration)
 	return w;
 }
 
+const char *ckpt_tmp_dir(const struct ckpt_writer *w)
+{
+	if (!w || w->part)
+		BUG("ckpt_tmp_dir needs the writer ckpt_begin returned");
+	return w->tmp_dir;
+}
+
+struct ckpt_writer *ckpt_join(const char *tmp_dir, const char *display_dir)
+{
+	struct stat st;
+	errno = 0;
+	if (stat(tmp_dir, &st) < 0 || !S_ISDIR(st.st_mode)) {
+		if (errno == ENOENT)
+			error("cannot write into the checkpoint being saved as '%s': its directory '%s' does not exist "
+			      "here (every writer needs the save directory on a shared file system)",
+			      display_dir, tmp_dir);
+		else if (errno)
+			error_errno("cannot write into the checkpoint directory '%s'", tmp_dir);
+		else
+			error("cannot write into the checkpoint directory '%s': not a directory", tmp_dir);
+		return NULL;
+	}
+	h5io_init();
+	struct ckpt_writer *w = xcalloc(1, sizeof(*w));
+	w->part = 1;
+	w->tmp_dir = xstrdup(tmp_dir);
+	w->final_dir = xstrdup(display_dir);
+	h5io_crc32_init(&w->crc);
+	return w;
+}
+
 static struct ckpt_wfile *wfile(struct ckpt_writer *w, int file)
 {
 	if (!w)
@@ -251,6 +284,13 @@ int ckpt_file_create(struct ckpt_writer *w, const char *name)
 	for (size_t i = 0; i < w->nfiles; i++)
 		if (!strcmp(w->files[i].name, name))
 			return wresult(w, error("'%s/%s' is created twice", w->final_dir, name));
+	/* another writer of the transaction (a part) may have made it */
+	char *final = xasprintf("%s/%s", w->tmp_dir, name);
+	struct stat st;
+	int taken = lstat(final, &st) == 0;
+	free(final);
+	if (taken)
+		return wresult(w, error("'%s/%s' is created twice (by another writer)", w->final_dir, name));
 	xgrow(&w->files, &w->cap, w->nfiles + 1, sizeof(*w->files));
 	struct ckpt_wfile *f = &w->files[w->nfiles];
 	memset(f, 0, sizeof(*f));
@@ -375,6 +415,35 @@ int ckpt_put_tensor(struct ckpt_writer *w, int file, const char *name, enum ckpt
 	return wresult(w, put_tensor(w, wfile(w, file), name, dt, ndim, shape, data));
 }
 
+static int put_link(struct ckpt_wfile *f, const char *name, const char *target_file, const char *target_name)
+{
+	if (!h5io_valid_path(name))
+		return error("'%s': invalid tensor name '%s'", f->display, name ? name : "");
+	if (!valid_file_name(target_file) || !strcmp(target_file, f->name))
+		return error("'%s': '%s' cannot link to a file named '%s'", f->display, name,
+			     target_file ? target_file : "");
+	if (!h5io_valid_path(target_name))
+		return error("'%s': '%s' cannot link to an object named '%s'", f->display, name,
+			     target_name ? target_name : "");
+	/* not h5io_exists: that would follow a link of the same name */
+	int ex = h5io_link_exists(f->fid, name, f->display);
+	if (ex != 0)
+		return ex < 0 ? -1 : error("'%s': tensor '%s' is stored twice", f->display, name);
+	if (h5io_make_parents(f->fid, name, f->display) < 0)
+		return -1;
+	char *target = xasprintf("/%s", target_name);
+	int r = H5IO_OK(H5Lcreate_external(target_file, target, f->fid, name, H5P_DEFAULT, H5P_DEFAULT),
+			"cannot link '%s' in '%s' to '%s' in '%s'", name, f->display, target, target_file);
+	free(target);
+	return r;
+}
+
+int ckpt_put_external_link(struct ckpt_writer *w, int file, const char *name, const char *target_file,
+			   const char *target_name)
+{
+	return wresult(w, put_link(wfile(w, file), name, target_file, target_name));
+}
+
 /* The HDF5 object name of obj ("." for the root) after checking it may take
  * the attribute, or NULL after error(). */
 static const char *attr_target(struct ckpt_wfile *f, const char *obj, const char *name)
@@ -451,6 +520,8 @@ void ckpt_abort(struct ckpt_writer *w)
 {
 	if (!w)
 		return;
+	if (w->part)
+		BUG("ckpt_abort on a part of a transaction (ckpt_part_abort)");
 	for (size_t i = 0; i < w->nfiles; i++) {
 		h5io_close_quiet(w->files[i].fid);
 		w->files[i].fid = -1;
@@ -529,6 +600,8 @@ int ckpt_commit(struct ckpt_writer *w)
 {
 	if (!w)
 		BUG("checkpoint writer is NULL");
+	if (w->part)
+		BUG("ckpt_commit on a part of a transaction (ckpt_part_finish)");
 	if (w->failed) {
 		error("not saving the checkpoint '%s': writing it failed (see above)", w->final_dir);
 		goto abort;
@@ -562,6 +635,54 @@ int ckpt_commit(struct ckpt_writer *w)
 
 abort:
 	ckpt_abort(w);
+	return -1;
+}
+
+void ckpt_part_abort(struct ckpt_writer *w)
+{
+	if (!w)
+		return;
+	if (!w->part)
+		BUG("ckpt_part_abort on the transaction's own writer (ckpt_abort)");
+	for (size_t i = 0; i < w->nfiles; i++) {
+		struct ckpt_wfile *f = &w->files[i];
+		h5io_close_quiet(f->fid);
+		f->fid = -1;
+		if (f->published) {
+			char *p = xasprintf("%s/%s", w->tmp_dir, f->name);
+			if (unlink(p) < 0 && errno != ENOENT)
+				warning("could not delete '%s': %s", p, strerror(errno));
+			free(p);
+		}
+	}
+	free_writer(w); /* unlinks the files still under temporary names */
+}
+
+int ckpt_part_finish(struct ckpt_writer *w)
+{
+	if (!w)
+		BUG("checkpoint writer is NULL");
+	if (!w->part)
+		BUG("ckpt_part_finish on the transaction's own writer (ckpt_commit)");
+	if (w->failed) {
+		error("not keeping the files written for '%s': writing them failed (see above)", w->final_dir);
+		goto abort;
+	}
+	for (size_t i = 0; i < w->nfiles; i++)
+		if (w->files[i].fid >= 0 && wfile_close(&w->files[i]) < 0)
+			goto abort;
+	/* the final names, inside the still hidden directory (afile_publish
+	 * fsyncs the directory after each rename) */
+	for (size_t i = 0; i < w->nfiles; i++) {
+		int r = afile_publish(&w->files[i].af);
+		w->files[i].published = !w->files[i].af.tmp; /* renamed, even if the fsync failed */
+		if (r < 0)
+			goto abort;
+	}
+	free_writer(w);
+	return 0;
+abort:
+	ckpt_part_abort(w);
 	return -1;
 }
 
@@ -719,26 +840,112 @@ fail:
 	return -1;
 }
 
+/*
+ * Where an object named in a file lives: there, or, when the name is an
+ * external link (ckpt_put_external_link: another pipeline stage's tensor),
+ * in the file the link names. That file is opened by ckpt_file_open from
+ * this checkpoint's directory, so it is found wherever the directory has
+ * been moved, its format version is checked, and it stays open for the
+ * next tensor. (HDF5's own traversal, which h5py uses, finds the same file,
+ * but tries $HDF5_EXT_PREFIX and the link-access prefix first.) The link's
+ * file must be a plain file name of the directory, and its target must not
+ * be a link again.
+ */
+struct where {
+	int file;        /* the file holding the object */
+	const char *obj; /* its name there: the name asked for, or owned */
+	char *owned;
+};
+
+static int locate(struct ckpt_reader *r, int file, const char *name, struct where *w)
+{
+	w->file = file;
+	w->obj = name;
+	w->owned = NULL;
+	char *tf, *to;
+	struct ckpt_rfile *f = rfile(r, file);
+	int k = h5io_external_link(f->fid, name, &tf, &to, f->path);
+	if (k <= 0)
+		return k;
+	char *from = xstrdup(f->path); /* f moves when ckpt_file_open grows r->files */
+	const char *t = to;
+	while (*t == '/')
+		t++;
+	int h = -1, ret = -1;
+	if (!valid_file_name(tf) || !h5io_valid_path(t)) {
+		error("'%s': '%s' is a link to '%s' in '%s', which is not an object of a file in the checkpoint "
+		      "directory", from, name, to, tf);
+	} else if ((h = ckpt_file_open(r, tf)) < 0) {
+		error("'%s': '%s' is stored in '%s' (an external link), which cannot be read", from, name, tf);
+	} else {
+		char *tf2, *to2;
+		struct ckpt_rfile *g = rfile(r, h);
+		int again = h5io_external_link(g->fid, t, &tf2, &to2, g->path);
+		if (again > 0) {
+			error("'%s': '%s' links to '%s' in '%s', which is a link again", from, name, t, tf);
+			free(tf2);
+			free(to2);
+		} else if (again == 0) {
+			w->file = h;
+			w->owned = xstrdup(t);
+			w->obj = w->owned;
+			ret = 0;
+		}
+	}
+	free(from);
+	free(tf);
+	free(to);
+	return ret;
+}
+
+/* 1 when the object w locates is a dataset, 0 when there is none, -1. A
+ * link to nothing is an error. */
+static int where_dataset(struct ckpt_reader *r, int file, const char *name, const struct where *w)
+{
+	struct ckpt_rfile *f = rfile(r, w->file);
+	int ex = h5io_exists(f->fid, w->obj, H5I_DATASET, f->path);
+	if (ex == 0 && w->file != file) {
+		error("'%s': '%s' links to '%s' in '%s', which has no such tensor", rfile(r, file)->path, name,
+		      w->obj, f->path);
+		return -1;
+	}
+	return ex;
+}
+
 int ckpt_has_tensor(struct ckpt_reader *r, int file, const char *name)
 {
 	struct ckpt_rfile *f = rfile(r, file);
 	if (!h5io_valid_path(name))
 		return error("'%s': invalid tensor name '%s'", f->path, name ? name : "");
-	return h5io_exists(f->fid, name, H5I_DATASET, f->path);
+	struct where w;
+	if (locate(r, file, name, &w) < 0)
+		return -1;
+	int ex = where_dataset(r, file, name, &w);
+	free(w.owned);
+	return ex;
 }
 
-/* Open tensor `name` of f and find its dtype and shape. *dt is
+/* Open tensor `name` of file (following an external link: *w says where
+ * it is, free w->owned after use) and find its dtype and shape. *dt is
  * CKPT_NDTYPES for a type we do not read, described in found[]. Returns the
  * dataset or -1 after error() (a missing tensor included). */
-static hid_t open_tensor(struct ckpt_reader *r, struct ckpt_rfile *f, const char *name, int *dt, int *ndim,
+static hid_t open_tensor(struct ckpt_reader *r, int file, const char *name, struct where *w, int *dt, int *ndim,
 			 int64_t *shape, char *found, size_t nfound)
 {
-	int ex = ckpt_has_tensor(r, (int)(f - r->files), name);
+	w->owned = NULL;
+	if (!h5io_valid_path(name))
+		return error("'%s': invalid tensor name '%s'", rfile(r, file)->path, name ? name : "");
+	if (locate(r, file, name, w) < 0)
+		return -1;
+	int ex = where_dataset(r, file, name, w);
 	if (ex <= 0) {
 		if (ex == 0)
-			error("'%s': no tensor '%s'", f->path, name);
+			error("'%s': no tensor '%s'", rfile(r, file)->path, name);
 		return -1;
 	}
+	/* from here on f and name are where the data and its attributes are */
+	struct ckpt_rfile *f = rfile(r, w->file);
+	name = w->obj;
 	hid_t d = -1, type = -1, space = -1;
 	int n;
 	char *attr = NULL;
@@ -806,34 +1013,43 @@ fail:
 int ckpt_tensor_info(struct ckpt_reader *r, int file, const char *name, enum ckpt_dtype *dt, int *ndim,
 		     int64_t *shape)
 {
-	struct ckpt_rfile *f = rfile(r, file);
 	char found[96];
 	int t;
-	hid_t d = open_tensor(r, f, name, &t, ndim, shape, found, sizeof(found));
-	if (d < 0)
-		return -1;
-	H5Dclose(d);
-	if (t == CKPT_NDTYPES)
-		return error("'%s': tensor '%s' is %s, not a checkpoint dtype", f->path, name, found);
-	*dt = (enum ckpt_dtype)t;
-	return 0;
+	struct where w;
+	hid_t d = open_tensor(r, file, name, &w, &t, ndim, shape, found, sizeof(found));
+	int ret = d < 0 ? -1 : 0;
+	if (d >= 0) {
+		H5Dclose(d);
+		if (t == CKPT_NDTYPES)
+			ret = error("'%s': tensor '%s' is %s, not a checkpoint dtype", rfile(r, w.file)->path, w.obj,
+				    found);
+		else
+			*dt = (enum ckpt_dtype)t;
+	}
+	free(w.owned);
+	return ret;
 }
 
 int ckpt_get_tensor(struct ckpt_reader *r, int file, const char *name, enum ckpt_dtype dt, int ndim,
 		    const int64_t *shape, void *out)
 {
-	struct ckpt_rfile *f = rfile(r, file);
 	check_dtype(dt);
 	size_t elem = ckpt_dtype_size(dt);
-	int64_t count = shape_count(f->path, name, ndim, shape, elem);
+	int64_t count = shape_count(rfile(r, file)->path, name, ndim, shape, elem);
 	if (count < 0)
 		return -1;
 	char found[96];
 	int got_dt, got_ndim;
 	int64_t got[CKPT_MAX_NDIM];
-	hid_t d = open_tensor(r, f, name, &got_dt, &got_ndim, got, found, sizeof(found));
-	if (d < 0)
+	struct where w;
+	hid_t d = open_tensor(r, file, name, &w, &got_dt, &got_ndim, got, found, sizeof(found));
+	if (d < 0) {
+		free(w.owned);
 		return -1;
+	}
+	/* messages name the file holding the data (a stage's, for a link) */
+	struct ckpt_rfile *f = rfile(r, w.file);
+	name = w.obj;
 	int r_ = -1;
 	if (got_dt != (int)dt) {
 		error("'%s': tensor '%s' is %s, expected %s", f->path, name, found, dtype_names[dt]);
@@ -865,50 +1081,79 @@ int ckpt_get_tensor(struct ckpt_reader *r, int file, const char *name, enum ckpt
 	r_ = 0;
 out:
 	H5Dclose(d);
+	free(w.owned);
 	return r_;
 }
 
-/* obj as an HDF5 name ("." for the root), or NULL after error() when the
- * object does not exist. */
-static const char *attr_source(struct ckpt_rfile *f, const char *obj)
+/* Where the attributes of obj are: the root (obj NULL or "") or the object,
+ * following an external link; *f is the file holding it. -1 after error()
+ * when it does not exist. */
+static int attr_source(struct ckpt_reader *r, int file, const char *obj, struct where *w, struct ckpt_rfile **f)
 {
+	w->file = file;
+	w->obj = ".";
+	w->owned = NULL;
+	*f = rfile(r, file);
 	if (!obj || !*obj)
-		return ".";
-	int ex = h5io_valid_path(obj) ? h5io_exists(f->fid, obj, H5I_BADID, f->path) : 0;
+		return 0;
+	const char *path = (*f)->path;
+	int ex = 0;
+	if (h5io_valid_path(obj) && (ex = locate(r, file, obj, w)) == 0) {
+		*f = rfile(r, w->file);
+		ex = h5io_exists((*f)->fid, w->obj, H5I_BADID, (*f)->path);
+	}
 	if (ex <= 0) {
 		if (ex == 0)
-			error("'%s': no tensor or group '%s'", f->path, obj);
-		return NULL;
+			error("'%s': no tensor or group '%s'", path, obj);
+		free(w->owned);
+		w->owned = NULL;
+		return -1;
 	}
-	return obj;
+	return 0;
 }
 
 int ckpt_has_attr(struct ckpt_reader *r, int file, const char *obj, const char *name)
 {
-	struct ckpt_rfile *f = rfile(r, file);
-	const char *o = attr_source(f, obj);
-	return o ? h5io_has_attr(f->fid, o, name, f->path) : -1;
+	struct where w;
+	struct ckpt_rfile *f;
+	if (attr_source(r, file, obj, &w, &f) < 0)
+		return -1;
+	int ret = h5io_has_attr(f->fid, w.obj, name, f->path);
+	free(w.owned);
+	return ret;
 }
 
 int ckpt_get_attr_i64(struct ckpt_reader *r, int file, const char *obj, const char *name, int64_t *v)
 {
-	struct ckpt_rfile *f = rfile(r, file);
-	const char *o = attr_source(f, obj);
-	return o ? h5io_get_i64(f->fid, o, name, v, f->path) : -1;
+	struct where w;
+	struct ckpt_rfile *f;
+	if (attr_source(r, file, obj, &w, &f) < 0)
+		return -1;
+	int ret = h5io_get_i64(f->fid, w.obj, name, v, f->path);
+	free(w.owned);
+	return ret;
 }
 
 int ckpt_get_attr_f64(struct ckpt_reader *r, int file, const char *obj, const char *name, double *v)
 {
-	struct ckpt_rfile *f = rfile(r, file);
-	const char *o = attr_source(f, obj);
-	return o ? h5io_get_f64(f->fid, o, name, v, f->path) : -1;
+	struct where w;
+	struct ckpt_rfile *f;
+	if (attr_source(r, file, obj, &w, &f) < 0)
+		return -1;
+	int ret = h5io_get_f64(f->fid, w.obj, name, v, f->path);
+	free(w.owned);
+	return ret;
 }
 
 int ckpt_get_attr_str(struct ckpt_reader *r, int file, const char *obj, const char *name, char **v)
 {
-	struct ckpt_rfile *f = rfile(r, file);
-	const char *o = attr_source(f, obj);
-	return o ? h5io_get_str(f->fid, o, name, v, f->path) : -1;
+	struct where w;
+	struct ckpt_rfile *f;
+	if (attr_source(r, file, obj, &w, &f) < 0)
+		return -1;
+	int ret = h5io_get_str(f->fid, w.obj, name, v, f->path);
+	free(w.owned);
+	return ret;
 }
 
 void ckpt_close(struct ckpt_reader *r)

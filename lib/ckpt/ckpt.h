@@ -96,6 +96,50 @@ int ckpt_commit(struct ckpt_writer *w);
 /* Drop the transaction: close and delete everything it wrote; frees w. */
 void ckpt_abort(struct ckpt_writer *w);
 
+/* ---- more writers of one transaction ---------------------------------------
+ *
+ * A transaction may be filled by several processes at once (one per
+ * pipeline stage; they must share the file system). The process that called
+ * ckpt_begin hands ckpt_tmp_dir() to the others, which ckpt_join it and
+ * write files of their own there with ckpt_file_create, ckpt_put_tensor and
+ * ckpt_put_attr_* as above (names must differ from every other writer's),
+ * then ckpt_part_finish. Only once every part is finished does the
+ * beginning process point at their tensors with ckpt_put_external_link and
+ * ckpt_commit; if any part failed it calls ckpt_abort, which deletes the
+ * whole directory, the parts' files included. A part's files get their
+ * final names inside the hidden directory when finished, so nothing of them
+ * is visible before the commit renames that directory.
+ */
+
+/* The transaction's hidden directory "<save>/.iter_0000500.tmp-<pid>-<n>"
+ * (owned by w). */
+const char *ckpt_tmp_dir(const struct ckpt_writer *w);
+
+/* A writer for more files in the open transaction whose directory is
+ * tmp_dir (what ckpt_tmp_dir gave the beginning process); display_dir is
+ * where the files will be after the commit ("<save>/iter_0000500"), for
+ * messages. NULL after error() when tmp_dir is not a directory here (the
+ * save directory is not on a shared file system). */
+struct ckpt_writer *ckpt_join(const char *tmp_dir, const char *display_dir);
+/* Close and fsync every file of a joined writer, give each its final name
+ * in the transaction directory and fsync the directory. Commits nothing.
+ * Refuses (deleting its files) when any earlier call on w failed. Frees w. */
+int ckpt_part_finish(struct ckpt_writer *w);
+/* Delete every file a joined writer created (finished or not); frees w.
+ * The transaction directory stays, for its owner to abort or commit. */
+void ckpt_part_abort(struct ckpt_writer *w);
+
+/* An HDF5 external link called `name` in `file` (groups on its path are
+ * created as needed) to the object target_name in target_file, another file
+ * of the same iteration directory. The file name is stored as given,
+ * relative, and resolved against the directory of the linking file when
+ * read, so the directory can be moved or renamed; h5py follows such links
+ * (f[name]) and ckpt_get_tensor reads through them. The target is not
+ * opened (it need not exist yet): link only to tensors a finished part
+ * wrote. */
+int ckpt_put_external_link(struct ckpt_writer *w, int file, const char *name, const char *target_file,
+			   const char *target_name);
+
 /* ---- reading -------------------------------------------------------------- */
 
 /* Read <dir>/latest_checkpointed_iteration.txt: 0 and *iteration (which is
@@ -113,6 +157,11 @@ struct ckpt_reader *ckpt_open(const char *dir, int64_t iteration);
  * when opened twice), or -1 after error() when it is missing, truncated or
  * not HDF5, or written by a newer format version. */
 int ckpt_file_open(struct ckpt_reader *r, const char *name);
+
+/* Tensors may be external links to datasets in other files of the
+ * checkpoint (ckpt_put_external_link): every call below follows them, reading
+ * the data and attributes (dtype, crc32) of the target dataset, whose file
+ * is opened like ckpt_file_open's, from this checkpoint's directory. */
 
 /* 1 when the file has a tensor (dataset) called name, 0 when not, -1. */
 int ckpt_has_tensor(struct ckpt_reader *r, int file, const char *name);

@@ -218,6 +218,50 @@ int h5io_exists(hid_t loc, const char *path, H5I_type_t type, const char *displa
 	return r;
 }
 
+int h5io_link_exists(hid_t loc, const char *path, const char *display)
+{
+	const char *last = strrchr(path, '/');
+	if (last) {
+		char *parent = xstrndup(path, (size_t)(last - path));
+		int ex = h5io_exists(loc, parent, H5I_GROUP, display);
+		free(parent);
+		if (ex <= 0)
+			return ex;
+	}
+	htri_t ex;
+	if (H5IO_SET(ex, H5Lexists(loc, path, H5P_DEFAULT), "cannot look up '%s' in '%s'", path, display))
+		return -1;
+	return ex > 0;
+}
+
+int h5io_external_link(hid_t loc, const char *path, char **file, char **obj, const char *display)
+{
+	*file = *obj = NULL;
+	int ex = h5io_link_exists(loc, path, display);
+	if (ex <= 0)
+		return ex;
+	/* H5L_info_t and H5Lget_info are the 1.10 names; HDF5 1.12 maps them
+	 * to H5L_info2_t and H5Lget_info2, with the same fields used here. */
+	H5L_info_t info;
+	if (H5IO_OK(H5Lget_info(loc, path, &info, H5P_DEFAULT), "cannot look up '%s' in '%s'", path, display))
+		return -1;
+	if (info.type != H5L_TYPE_EXTERNAL)
+		return 0;
+	size_t n = info.u.val_size;
+	char *buf = xmalloc(n ? n : 1);
+	unsigned flags;
+	const char *f = NULL, *o = NULL;
+	if (H5IO_OK(H5Lget_val(loc, path, buf, n, H5P_DEFAULT), "cannot read link '%s' in '%s'", path, display) ||
+	    H5IO_OK(H5Lunpack_elink_val(buf, n, &flags, &f, &o), "cannot read link '%s' in '%s'", path, display)) {
+		free(buf);
+		return -1;
+	}
+	*file = xstrdup(f ? f : "");
+	*obj = xstrdup(o ? o : "");
+	free(buf);
+	return 1;
+}
+
 int h5io_make_parents(hid_t loc, const char *path, const char *display)
 {
 	const char *last = strrchr(path, '/');

@@ -68,6 +68,14 @@ void h5io_close_quiet(hid_t id);
  * one is an object of kind `type` (H5I_DATASET, H5I_GROUP; H5I_BADID for
  * any kind), 0 when not, -1 after error(). */
 int h5io_exists(hid_t loc, const char *path, H5I_type_t type, const char *display);
+/* 1 when a link called path exists under loc (its parents being groups),
+ * whatever it points to: the link itself is not followed. 0 when not, -1
+ * after error(). */
+int h5io_link_exists(hid_t loc, const char *path, const char *display);
+/* 1 when path under loc is an external link: *file and *obj (malloc'd) are
+ * the file name and object path it stores, unresolved; 0 when path is
+ * missing or anything else (then *file and *obj are NULL); -1 after error(). */
+int h5io_external_link(hid_t loc, const char *path, char **file, char **obj, const char *display);
 /* Create the groups leading to path's last component ("a/b" for "a/b/c")
  * where missing. */
 int h5io_make_parents(hid_t loc, const char *path, const char *display);

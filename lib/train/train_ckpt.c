@@ -7,6 +7,10 @@
  *             skipped samples, FLOPs so far, the RNG seed, the config (JSON)
  *   optim.h5  exp_avg/<name>, exp_avg_sq/<name>; attributes: Adam's step,
  *             the scheduler fields Megatron keeps, the loss-scaler state
+ *   model.stage-SSS.h5, optim.stage-SSS.h5
+ *             with pipeline parallelism, stage SSS >= 1's tensors, written
+ *             by that stage and reached from model.h5 / optim.h5 through
+ *             external links under their names
  *
  * Resume is bit-exact because these are all the state there is: dropout
  * masks and data order are pure functions of (seed, iteration, sample).
@@ -92,27 +96,31 @@ static void param_global(struct trainer *t, const struct param *p, const float *
 }
 
 /*
- * Pipeline parallelism: each stage's registry holds only its own tensors, so
- * world rank 0 (stage 0) writes its stage's tensors and then receives the
- * others', stage by stage, from the leaders of the stages (tensor-, data- and
- * context-parallel rank 0: the other members of rank 0's pipeline group, at
- * group rank = stage). Per tensor a leader sends a header, then the global
- * tensor's floats; a header with end set closes its stage's stream. Blocking
- * transfers on the pipeline group, with tags of their own so that they
- * cannot match the schedule's activations.
+ * Pipeline parallelism: each stage's registry holds only its own tensors, and
+ * each stage's leader (tensor-, data- and context-parallel rank 0: the
+ * members of world rank 0's pipeline group, group rank = stage) writes them
+ * itself, in parallel with the others, into files of its own in the one
+ * transaction world rank 0 began: stage 0 into model.h5 and optim.h5, stage
+ * s into model.stage-SSS.h5 and optim.stage-SSS.h5. Once every leader has
+ * finished (closed, fsynced) its files, the others send rank 0 the names of
+ * the tensors they wrote, and rank 0 links each of them into model.h5 /
+ * optim.h5 under its own name, so those two stay the only entry points
+ * (docs/checkpoint-format.md). Only the directory name, the names and
+ * success flags travel; blocking transfers on the pipeline group, with tags
+ * of their own so that they cannot match the schedule's activations.
  */
-#define CKPT_TAG_HEAD 32512
-#define CKPT_TAG_DATA 32513
+#define CKPT_TAG_NAMES_LEN 32512
+#define CKPT_TAG_NAMES 32513
 
-struct tensor_head {
-	char name[PARAM_NAME_MAX];
-	int64_t end; /* 1: no more tensors from this stage */
-	int64_t ndim;
-	int64_t shape[PARAM_MAX_DIM];
-};
+/* A stage's file: "model.h5" for stage 0, "model.stage-001.h5" for stage 1. */
+static char *stage_file(const char *base, int stage)
+{
+	return stage ? xasprintf("%s.stage-%03d.h5", base, stage) : xasprintf("%s.h5", base);
+}
 
 /* One global tensor to `file` as group/<name>; nothing when w is NULL (a
- * failed save that still takes part in the transfers). */
+ * rank that does not write, or a failed save that still takes part in the
+ * gathers). */
 static int put_global(struct ckpt_writer *w, int file, const char *group, const char *pname, int ndim,
 		      const int64_t *shape, const float *global)
 {
@@ -123,54 +131,19 @@ static int put_global(struct ckpt_writer *w, int file, const char *group, const 
 	return ckpt_put_tensor(w, file, name, CKPT_F32, ndim, shape, global);
 }
 
-/* World rank 0: the tensors of stages 1 .. pp-1, in stage order, written
- * (or, once a write failed or with w NULL, received and dropped, so that
- * every sender finishes). *global grows to the largest tensor. */
-static int receive_stages(struct trainer *t, struct ckpt_writer *w, int file, const char *group, float **global,
-			  size_t *gcap)
-{
-	struct dist_group *pp = &t->dist.pp;
-	int ret = 0;
-	for (int s = 1; s < pp->size; s++)
-		for (;;) {
-			struct tensor_head h;
-			dist_recv_bytes(pp, &h, sizeof(h), s, CKPT_TAG_HEAD);
-			if (h.end)
-				break;
-			size_t n = 1;
-			if (!memchr(h.name, 0, sizeof(h.name)) || h.ndim < 1 || h.ndim > PARAM_MAX_DIM)
-				BUG("pipeline stage %d sent a bad checkpoint tensor header", s);
-			for (int d = 0; d < h.ndim; d++) {
-				if (h.shape[d] < 0 || (h.shape[d] && n > SIZE_MAX / sizeof(float) / (size_t)h.shape[d]))
-					BUG("pipeline stage %d sent a bad shape for %s", s, h.name);
-				n *= (size_t)h.shape[d];
-			}
-			xgrow(global, gcap, n, sizeof(float));
-			dist_recv_bytes(pp, *global, n * sizeof(float), s, CKPT_TAG_DATA);
-			if (!ret)
-				ret = put_global(w, file, group, h.name, (int)h.ndim, h.shape, *global);
-		}
-	return ret;
-}
-
 /*
  * Every parameter of a registry-sized host array (this rank's slices) under
  * group/<name> at its global shape, one tensor at a time, so no rank ever
  * holds more than one global tensor beside its own slices. Called on the
  * ranks of each stage's data- and context-parallel-rank-0 replica, which
- * take part in the TP gathers; world rank 0 (writer) writes through w (NULL:
- * drop), the other stages' leaders send to it. The last stage's copy of tied
- * embeddings (PARAM_SHARED) is left out: the first stage's is written. A
- * write error stops the writing, not the collectives or the transfers.
+ * take part in the TP gathers; the stage's leader writes through w (NULL:
+ * drop). The last stage's copy of tied embeddings (PARAM_SHARED) is left
+ * out: the first stage's is written. A write error stops the writing, not
+ * the gathers.
  */
-static int stream_tensors(struct trainer *t, bool writer, struct ckpt_writer *w, int file, const char *group,
-			  const float *local)
+static int stream_tensors(struct trainer *t, struct ckpt_writer *w, int file, const char *group, const float *local)
 {
 	const struct param_registry *reg = &t->model.reg;
-	struct dist_group *pp = &t->dist.pp;
-	/* a member of world rank 0's pipeline group, other than rank 0 */
-	bool sender = pp->size > 1 && pp->rank > 0 && t->dist.tp.rank == 0 && t->dist.dp.rank == 0 &&
-		      t->dist.cp.rank == 0;
 	size_t gcap = 0, scap = 0;
 	float *global = NULL, *scratch = NULL;
 	int ret = 0;
@@ -181,30 +154,119 @@ static int stream_tensors(struct trainer *t, bool writer, struct ckpt_writer *w,
 		xgrow(&global, &gcap, global_numel(p), sizeof(float));
 		xgrow(&scratch, &scap, p->numel * (size_t)t->dist.tp.size, sizeof(float));
 		param_global(t, p, local + p->offset, global, scratch);
-		if (writer) {
-			if (!ret)
-				ret = put_global(w, file, group, p->name, p->ndim, p->shape, global);
-		} else if (sender) {
-			struct tensor_head h;
-			memset(&h, 0, sizeof(h));
-			snprintf(h.name, sizeof(h.name), "%s", p->name);
-			h.ndim = p->ndim;
-			for (int d = 0; d < p->ndim; d++)
-				h.shape[d] = p->shape[d];
-			dist_send_bytes(pp, &h, sizeof(h), 0, CKPT_TAG_HEAD);
-			dist_send_bytes(pp, global, global_numel(p) * sizeof(float), 0, CKPT_TAG_DATA);
-		}
+		if (!ret)
+			ret = put_global(w, file, group, p->name, p->ndim, p->shape, global);
 	}
 	free(scratch);
-	if (sender) {
-		struct tensor_head h;
-		memset(&h, 0, sizeof(h));
-		h.end = 1;
-		dist_send_bytes(pp, &h, sizeof(h), 0, CKPT_TAG_HEAD);
-	}
-	if (writer)
-		ret |= receive_stages(t, ret ? NULL : w, file, group, &global, &gcap);
 	free(global);
+	return ret;
+}
+
+/* A stage leader's writer: world rank 0 begins the transaction and tells
+ * the other leaders its directory, which they join. *bad: this rank's own
+ * failure (a leader told that rank 0 could not begin writes nothing, and is
+ * not at fault). The stage's files are created in it: *mf, *of. */
+static struct ckpt_writer *open_stage(struct trainer *t, int *mf, int *of, int *bad)
+{
+	const struct args *a = t->a;
+	struct dist_group *pp = &t->dist.pp;
+	int stage = pp->rank;
+	struct ckpt_writer *w = NULL;
+	char *dir = NULL;
+	uint64_t len = 0;
+	if (stage == 0) {
+		w = ckpt_begin(a->save, t->iteration);
+		if (!w)
+			*bad = -1;
+		else
+			dir = xstrdup(ckpt_tmp_dir(w));
+		len = dir ? strlen(dir) + 1 : 0;
+	}
+	dist_bcast(pp, &len, sizeof(len), 0);
+	if (len) {
+		if (stage > 0)
+			dir = xmalloc(len);
+		dist_bcast(pp, dir, len, 0);
+		if (dir[len - 1])
+			BUG("a bad checkpoint directory name from pipeline stage 0");
+	}
+	if (stage > 0 && dir) {
+		char *display = ckpt_iter_path(a->save, t->iteration);
+		w = ckpt_join(dir, display);
+		free(display);
+		if (!w)
+			*bad = -1;
+	}
+	free(dir);
+	if (!w)
+		return NULL;
+	char *mname = stage_file("model", stage), *oname = stage_file("optim", stage);
+	if ((*mf = ckpt_file_create(w, mname)) < 0 || (!a->no_save_optim && (*of = ckpt_file_create(w, oname)) < 0))
+		*bad = -1;
+	/* for whoever opens a stage's file alone */
+	for (int k = 0; stage > 0 && !*bad && k < 2; k++) {
+		int f = k ? *of : *mf;
+		if (f >= 0 && (ckpt_put_attr_i64(w, f, NULL, "iteration", t->iteration) < 0 ||
+			       ckpt_put_attr_i64(w, f, NULL, "pipeline_stage", stage) < 0))
+			*bad = -1;
+	}
+	free(mname);
+	free(oname);
+	return w;
+}
+
+/* The names of the tensors this stage wrote, one per line. */
+static char *stage_names(const struct trainer *t)
+{
+	const struct param_registry *reg = &t->model.reg;
+	size_t len = 0;
+	for (int i = 0; i < reg->n; i++)
+		len += strlen(reg->p[i].name) + 1;
+	char *s = xmalloc(len + 1), *e = s;
+	for (int i = 0; i < reg->n; i++)
+		if (!(reg->p[i].flags & PARAM_SHARED))
+			e += sprintf(e, "%s\n", reg->p[i].name);
+	*e = 0;
+	return s;
+}
+
+/* World rank 0, once every stage's files are complete: each other stage's
+ * name list (all received first, so that no sender waits on a failure
+ * here), then for every name an external link in model.h5 and, with
+ * optimizer state, one in each group of optim.h5. */
+static int link_stages(struct trainer *t, struct ckpt_writer *w, int mf, int of)
+{
+	struct dist_group *pp = &t->dist.pp;
+	char **names = xcalloc((size_t)pp->size, sizeof(*names));
+	for (int s = 1; s < pp->size; s++) {
+		uint64_t len;
+		dist_recv_bytes(pp, &len, sizeof(len), s, CKPT_TAG_NAMES_LEN);
+		names[s] = xmalloc(len ? len : 1);
+		names[s][0] = 0;
+		dist_recv_bytes(pp, names[s], len, s, CKPT_TAG_NAMES);
+		if (len && names[s][len - 1])
+			BUG("pipeline stage %d sent a bad list of checkpoint tensors", s);
+	}
+	int ret = 0;
+	for (int s = 1; s < pp->size; s++) {
+		char *mname = stage_file("model", s), *oname = stage_file("optim", s);
+		for (char *n = names[s], *e; !ret && *n; n = e + 1) {
+			e = strchr(n, '\n');
+			if (!e)
+				BUG("pipeline stage %d sent a bad list of checkpoint tensors", s);
+			*e = 0;
+			ret = ckpt_put_external_link(w, mf, n, mname, n);
+			for (int g = 0; !ret && of >= 0 && g < 2; g++) {
+				char gn[PARAM_NAME_MAX + 32];
+				snprintf(gn, sizeof(gn), "%s/%s", g ? "exp_avg_sq" : "exp_avg", n);
+				ret = ckpt_put_external_link(w, of, gn, oname, gn);
+			}
+		}
+		free(mname);
+		free(oname);
+		free(names[s]);
+	}
+	free(names);
 	return ret;
 }
 
@@ -257,32 +319,44 @@ static int put_state_attrs(struct trainer *t, struct ckpt_writer *w, int mf, int
 	return r ? -1 : 0;
 }
 
-/* Every tensor at its global shape (decision 5: the files do not depend on
+/*
+ * Every tensor at its global shape (decision 5: the files do not depend on
  * the layout that wrote them): the distributed optimizer's shards gathered
- * over DP (x CP), TP slices gathered tensor by tensor within each pipeline stage,
- * the other stages' tensors sent to world rank 0, which writes while the
- * others wait. Only the data- and context-parallel-rank-0 replica of each
- * stage assembles tensors (the others hold the same values). */
+ * over DP (x CP), TP slices gathered tensor by tensor within each pipeline
+ * stage, each stage's leader writing its stage's tensors. Only the data- and
+ * context-parallel-rank-0 replica of each stage assembles tensors (the others
+ * hold the same values). The commit:
+ *
+ *   1. rank 0 begins the transaction; the leaders join it and write;
+ *   2. each leader of a stage s > 0 closes, fsyncs and names its files
+ *      (ckpt_part_finish), or deletes them after a failure;
+ *   3. the leaders learn which stages failed (all-reduce over the pipeline
+ *      group); only if none did, the others send rank 0 their tensor names,
+ *      and rank 0 links them, writes the attributes and commits (tracker
+ *      last); otherwise rank 0 deletes the whole directory;
+ *   4. every rank learns the outcome (all-reduce over the world).
+ *
+ * A rank that dies on the way never leaves a committed partial checkpoint:
+ * nothing is renamed into place before step 3 has heard from every stage.
+ */
 int train_ckpt_save(struct trainer *t)
 {
 	const struct args *a = t->a;
-	bool writer = t->dist.rank == 0, optim = !a->no_save_optim;
+	struct dist_group *pp = &t->dist.pp;
+	bool optim = !a->no_save_optim;
 	bool assemble = t->dist.dp.rank == 0 && t->dist.cp.rank == 0;
+	bool leader = assemble && t->dist.tp.rank == 0; /* a member of world rank 0's pipeline group */
+	int stage = pp->rank;
 	struct ckpt_writer *w = NULL;
 	int mf = -1, of = -1, bad = 0;
-	dist_watchdog_pause(&t->dist, true); /* the others wait while rank 0 writes */
-	if (writer) {
-		w = ckpt_begin(a->save, t->iteration);
-		if (!w || (mf = ckpt_file_create(w, "model.h5")) < 0 ||
-		    (optim && (of = ckpt_file_create(w, "optim.h5")) < 0))
-			bad = -1;
-	}
-	struct ckpt_writer *ww = bad ? NULL : w;
+	dist_watchdog_pause(&t->dist, true); /* the others wait while the leaders write */
+	if (leader)
+		w = open_stage(t, &mf, &of, &bad);
 	size_t total = t->model.reg.total;
 	if (assemble) {
 		float *local = xmalloc((total ? total : 1) * sizeof(float));
 		t->k->to_host(local, t->model.reg.data, total * sizeof(float));
-		bad |= stream_tensors(t, writer, ww, mf, NULL, local);
+		bad |= stream_tensors(t, bad ? NULL : w, mf, NULL, local);
 		free(local);
 	}
 	const float *states[2] = { t->opt.exp_avg, t->opt.exp_avg_sq };
@@ -290,29 +364,67 @@ int train_ckpt_save(struct trainer *t)
 	for (int s = 0; optim && s < 2; s++) {
 		float *local = optim_state_full(t, states[s]); /* collective over t->gdp */
 		if (assemble)
-			bad |= stream_tensors(t, writer, bad ? NULL : ww, of, groups[s], local);
+			bad |= stream_tensors(t, bad ? NULL : w, of, groups[s], local);
 		free(local);
 	}
-	if (writer) {
-		if (!bad && put_state_attrs(t, w, mf, of) < 0)
-			bad = -1;
-		if (!bad)
-			bad = ckpt_commit(w); /* frees w, and refuses if any write failed */
-		else if (w)
-			ckpt_abort(w);
-		if (bad)
-			error("could not save the checkpoint of iteration %lld in %s", (long long)t->iteration, a->save);
-		else
-			info("saved checkpoint at iteration %7lld to %s", (long long)t->iteration, a->save);
+	/* 0: saved; 1 + s: pipeline stage s failed (the lowest one) */
+	double code = 0;
+	if (leader) {
+		if (stage > 0 && w) {
+			if (bad)
+				ckpt_part_abort(w);
+			else
+				bad = ckpt_part_finish(w);
+			w = NULL;
+		}
+		double *failed = xcalloc((size_t)pp->size, sizeof(double));
+		failed[stage] = bad != 0;
+		dist_allreduce_max_f64(pp, failed, (size_t)pp->size);
+		int first = -1;
+		for (int s = pp->size - 1; s >= 0; s--)
+			if (failed[s])
+				first = s;
+		free(failed);
+		if (first < 0 && stage > 0) {
+			char *names = stage_names(t);
+			uint64_t len = strlen(names) + 1;
+			dist_send_bytes(pp, &len, sizeof(len), 0, CKPT_TAG_NAMES_LEN);
+			dist_send_bytes(pp, names, len, 0, CKPT_TAG_NAMES);
+			free(names);
+		}
+		if (stage == 0) {
+			if (first < 0) {
+				if (link_stages(t, w, mf, of) < 0 || put_state_attrs(t, w, mf, of) < 0)
+					bad = -1;
+				if (bad)
+					ckpt_abort(w);
+				else
+					bad = ckpt_commit(w); /* frees w, and refuses if any write failed */
+				if (bad)
+					first = 0;
+			} else if (w) {
+				ckpt_abort(w); /* the other stages' files included */
+			}
+			if (!bad && first < 0)
+				info("saved checkpoint at iteration %7lld to %s", (long long)t->iteration, a->save);
+		}
+		code = first < 0 ? 0 : first + 1;
 	}
-	/* the others learn whether it worked */
-	double failed = bad != 0;
-	dist_allreduce_max_f64(&t->dist.world_g, &failed, 1);
+	dist_allreduce_max_f64(&t->dist.world_g, &code, 1);
 	dist_watchdog_pause(&t->dist, false);
-	if (failed)
-		return writer ? -1 : error("rank 0 could not save the checkpoint of iteration %lld",
-					   (long long)t->iteration);
-	return 0;
+	if (!code)
+		return 0;
+	/* Every rank says which stage failed: mpirun ends the others once the
+	 * first rank exits, so any one of these lines may be the only one. */
+	int s = (int)code - 1;
+	if (pp->size == 1)
+		return bad ? error("could not save the checkpoint of iteration %lld in %s", (long long)t->iteration,
+				   a->save) :
+			     error("could not save the checkpoint of iteration %lld in %s: rank 0 could not write it",
+				   (long long)t->iteration, a->save);
+	return error("could not save the checkpoint of iteration %lld in %s: the writer of pipeline stage %d "
+		     "failed%s, so nothing was saved", (long long)t->iteration, a->save, s,
+		     !bad ? "" : stage == s ? " (this rank, see above)" : " (and this rank's, see above)");
 }
 
 /* Every parameter under group/<name>, read at its global shape; this rank's
