@@ -364,6 +364,36 @@ static void format_shape(char *buf, size_t n, int ndim, const int64_t *shape)
 		snprintf(buf + len, n - len, "]");
 }
 
+/* Rows per checksum block: about CKPT_CRC_BLOCK bytes, at least one row. */
+#define CKPT_CRC_BLOCK ((size_t)1 << 20)
+
+static int64_t block_rows(size_t row_bytes)
+{
+	return row_bytes >= CKPT_CRC_BLOCK ? 1 : (int64_t)(CKPT_CRC_BLOCK / row_bytes);
+}
+
+/* A CRC per block of rows ("crc32_blocks", "crc32_block_rows" rows each), so
+ * that a reader taking some rows (its tensor-parallel slice) verifies what
+ * it read without reading the rest. */
+static int put_block_crcs(struct ckpt_writer *w, struct ckpt_wfile *f, const char *name, size_t elem, int ndim,
+			  const int64_t *shape, int64_t count, const void *data)
+{
+	if (ndim < 1 || count <= 0)
+		return 0;
+	size_t row = (size_t)(count / shape[0]) * elem;
+	int64_t R = block_rows(row), nb = (shape[0] + R - 1) / R;
+	uint32_t *crcs = xmalloc((size_t)nb * sizeof(uint32_t));
+	for (int64_t b = 0; b < nb; b++) {
+		int64_t rows = shape[0] - b * R < R ? shape[0] - b * R : R;
+		crcs[b] = h5io_crc32(&w->crc, 0, (const char *)data + (size_t)(b * R) * row, (size_t)rows * row);
+	}
+	int r = h5io_put_i64(f->fid, name, "crc32_block_rows", R, f->display) < 0 ||
+			h5io_put_u32_array(f->fid, name, "crc32_blocks", crcs, (size_t)nb, f->display) < 0 ?
+		-1 : 0;
+	free(crcs);
+	return r;
+}
+
 static int put_tensor(struct ckpt_writer *w, struct ckpt_wfile *f, const char *name, enum ckpt_dtype dt, int ndim,
 		      const int64_t *shape, const void *data)
 {
@@ -398,7 +428,8 @@ static int put_tensor(struct ckpt_writer *w, struct ckpt_wfile *f, const char *n
 		goto out;
 	uint32_t crc = count > 0 ? h5io_crc32(&w->crc, 0, data, (size_t)count * elem) : 0;
 	if (h5io_put_str(f->fid, name, "dtype", dtype_names[dt], f->display) < 0 ||
-	    h5io_put_u32(f->fid, name, "crc32", crc, f->display) < 0)
+	    h5io_put_u32(f->fid, name, "crc32", crc, f->display) < 0 ||
+	    put_block_crcs(w, f, name, elem, ndim, shape, count, data) < 0)
 		goto out;
 	r = 0;
 out:
@@ -470,7 +501,8 @@ static const char *attr_target(struct ckpt_wfile *f, const char *obj, const char
 			      obj);
 		return NULL;
 	}
-	if (!strcmp(name, "dtype") || !strcmp(name, "crc32")) {
+	if (!strcmp(name, "dtype") || !strcmp(name, "crc32") || !strcmp(name, "crc32_block_rows") ||
+	    !strcmp(name, "crc32_blocks")) {
 		error("'%s': attribute name '%s' is reserved on tensors", f->display, name);
 		return NULL;
 	}
@@ -1083,6 +1115,112 @@ out:
 	H5Dclose(d);
 	free(w.owned);
 	return r_;
+}
+
+int ckpt_get_tensor_rows(struct ckpt_reader *r, int file, const char *name, enum ckpt_dtype dt, int ndim,
+			 const int64_t *shape, int64_t row0, int64_t nrows, void *out)
+{
+	check_dtype(dt);
+	if (ndim < 1 || row0 < 0 || nrows < 0 || row0 + nrows > shape[0])
+		BUG("rows [%lld, %lld) of a %d-dimensional tensor of %lld rows", (long long)row0,
+		    (long long)(row0 + nrows), ndim, ndim ? (long long)shape[0] : 0LL);
+	size_t elem = ckpt_dtype_size(dt);
+	int64_t count = shape_count(rfile(r, file)->path, name, ndim, shape, elem);
+	if (count < 0)
+		return -1;
+	if (nrows == 0)
+		return 0;
+	size_t row = (size_t)(count / shape[0]) * elem;
+	char found[96];
+	int got_dt, got_ndim;
+	int64_t got[CKPT_MAX_NDIM];
+	struct where w;
+	const char *asked = name;
+	hid_t d = open_tensor(r, file, name, &w, &got_dt, &got_ndim, got, found, sizeof(found));
+	if (d < 0) {
+		free(w.owned);
+		return -1;
+	}
+	struct ckpt_rfile *f = rfile(r, w.file);
+	name = w.obj;
+	int ret = -1;
+	char *buf = NULL;
+	uint32_t *crcs = NULL;
+	hid_t fspace = -1, mspace = -1;
+	if (got_dt != (int)dt) {
+		error("'%s': tensor '%s' is %s, expected %s", f->path, name, found, dtype_names[dt]);
+		goto out;
+	}
+	if (got_ndim != ndim || memcmp(got, shape, (size_t)ndim * sizeof(*shape))) {
+		char want_s[160], got_s[160];
+		format_shape(want_s, sizeof(want_s), ndim, shape);
+		format_shape(got_s, sizeof(got_s), got_ndim, got);
+		error("'%s': tensor '%s' has shape %s, expected %s", f->path, name, got_s, want_s);
+		goto out;
+	}
+	int has = h5io_has_attr(f->fid, name, "crc32_blocks", f->path);
+	if (has < 0)
+		goto out;
+	if (!has) { /* an older file: the whole tensor, against its crc32 */
+		buf = xmalloc((size_t)count * elem);
+		H5Dclose(d);
+		d = -1;
+		if (ckpt_get_tensor(r, file, asked, dt, ndim, shape, buf) < 0)
+			goto out;
+		memcpy(out, buf + (size_t)row0 * row, (size_t)nrows * row);
+		ret = 0;
+		goto out;
+	}
+	/* the blocks holding the rows, read and verified whole */
+	int64_t R, nb = 0;
+	if (h5io_get_i64(f->fid, name, "crc32_block_rows", &R, f->path) < 0)
+		goto out;
+	if (R != block_rows(row)) {
+		error("'%s': tensor '%s' has checksum blocks of %lld rows, expected %lld", f->path, name, (long long)R,
+		      (long long)block_rows(row));
+		goto out;
+	}
+	nb = (shape[0] + R - 1) / R;
+	crcs = xmalloc((size_t)nb * sizeof(uint32_t));
+	if (h5io_get_u32_array(f->fid, name, "crc32_blocks", crcs, (size_t)nb, f->path) < 0)
+		goto out;
+	int64_t b0 = row0 / R, b1 = (row0 + nrows + R - 1) / R;
+	int64_t first = b0 * R, last = b1 * R < shape[0] ? b1 * R : shape[0];
+	buf = xmalloc((size_t)(last - first) * row);
+	hsize_t start[CKPT_MAX_NDIM] = { 0 }, cnt[CKPT_MAX_NDIM];
+	for (int i = 0; i < ndim; i++)
+		cnt[i] = (hsize_t)shape[i];
+	start[0] = (hsize_t)first;
+	cnt[0] = (hsize_t)(last - first);
+	if (H5IO_SET(fspace, H5Dget_space(d), "cannot read tensor '%s' from '%s'", name, f->path) ||
+	    H5IO_OK(H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start, NULL, cnt, NULL),
+		    "cannot read tensor '%s' from '%s'", name, f->path) ||
+	    H5IO_SET(mspace, H5Screate_simple(ndim, cnt, NULL), "cannot read tensor '%s' from '%s'", name, f->path) ||
+	    H5IO_OK(H5Dread(d, dtype_h5type(dt), mspace, fspace, H5P_DEFAULT, buf), "cannot read tensor '%s' from '%s'",
+		    name, f->path))
+		goto out;
+	for (int64_t b = b0; b < b1; b++) {
+		int64_t rows = shape[0] - b * R < R ? shape[0] - b * R : R;
+		uint32_t crc = h5io_crc32(&r->crc, 0, buf + (size_t)((b - b0) * R) * row, (size_t)rows * row);
+		if (crc != crcs[b]) {
+			error("'%s': tensor '%s' is corrupt: rows %lld-%lld have crc32 %08x, the stored checksum is %08x",
+			      f->path, name, (long long)(b * R), (long long)(b * R + rows - 1), crc, crcs[b]);
+			goto out;
+		}
+	}
+	memcpy(out, buf + (size_t)(row0 - first) * row, (size_t)nrows * row);
+	ret = 0;
+out:
+	if (mspace >= 0)
+		H5Sclose(mspace);
+	if (fspace >= 0)
+		H5Sclose(fspace);
+	if (d >= 0)
+		H5Dclose(d);
+	free(buf);
+	free(crcs);
+	free(w.owned);
+	return ret;
 }
 
 /* Where the attributes of obj are: the root (obj NULL or "") or the object,

@@ -174,6 +174,13 @@ int ckpt_tensor_info(struct ckpt_reader *r, int file, const char *name, enum ckp
 int ckpt_get_tensor(struct ckpt_reader *r, int file, const char *name, enum ckpt_dtype dt, int ndim,
 		    const int64_t *shape, void *out);
 
+/* Rows [row0, row0 + nrows) of a tensor of the given dtype and (whole) shape
+ * into out (nrows rows of C-order data), reading only the checksum blocks
+ * that hold them (a tensor-parallel rank's slice) and verifying each block's
+ * CRC; a tensor written without block checksums is read whole and checked
+ * against its crc32. */
+int ckpt_get_tensor_rows(struct ckpt_reader *r, int file, const char *name, enum ckpt_dtype dt, int ndim,
+			 const int64_t *shape, int64_t row0, int64_t nrows, void *out);
 /* Attributes as written by ckpt_put_attr_* (obj NULL = root). Integers of
  * any HDF5 integer type and floats of any float type are accepted;
  * *v is a malloc'd copy for strings. */

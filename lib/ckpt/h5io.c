@@ -618,3 +618,64 @@ uint32_t h5io_crc32(const struct h5io_crc32 *c, uint32_t crc, const void *buf, s
 		crc = c->t[0][(crc ^ *p++) & 0xff] ^ (crc >> 8);
 	return ~crc;
 }
+
+int h5io_put_u32_array(hid_t loc, const char *obj, const char *name, const uint32_t *v, size_t n,
+		       const char *display)
+{
+	hsize_t dims[1] = { (hsize_t)n };
+	hid_t space = -1, attr = -1;
+	int r = -1;
+	if (H5IO_SET(space, H5Screate_simple(1, dims, NULL), "cannot write attribute '%s' in '%s'", name, display) ||
+	    H5IO_SET(attr, H5Acreate_by_name(loc, obj, name, H5T_STD_U32LE, space, H5P_DEFAULT, H5P_DEFAULT,
+					     H5P_DEFAULT),
+		     "cannot create attribute '%s' of '%s' in '%s'", name, objname(obj), display) ||
+	    H5IO_OK(H5Awrite(attr, H5T_NATIVE_UINT32, v), "cannot write attribute '%s' of '%s' in '%s'", name,
+		    objname(obj), display))
+		goto out;
+	r = 0;
+out:
+	if (attr >= 0 && H5IO_OK(H5Aclose(attr), "cannot write attribute '%s' of '%s' in '%s'", name,
+				 objname(obj), display))
+		r = -1;
+	if (space >= 0)
+		H5Sclose(space);
+	return r;
+}
+
+int h5io_get_u32_array(hid_t loc, const char *obj, const char *name, uint32_t *v, size_t n,
+		       const char *display)
+{
+	hid_t attr, space = -1, type = -1;
+	if (H5IO_SET(attr, H5Aopen_by_name(loc, obj, name, H5P_DEFAULT, H5P_DEFAULT),
+		     "cannot open attribute '%s' of '%s' in '%s'", name, objname(obj), display))
+		return -1;
+	int r = -1;
+	hssize_t npoints;
+	if (H5IO_SET(space, H5Aget_space(attr), "cannot read attribute '%s' of '%s' in '%s'", name, objname(obj),
+		     display) ||
+	    H5IO_SET(npoints, H5Sget_simple_extent_npoints(space), "cannot read attribute '%s' of '%s' in '%s'",
+		     name, objname(obj), display) ||
+	    H5IO_SET(type, H5Aget_type(attr), "cannot read attribute '%s' of '%s' in '%s'", name, objname(obj),
+		     display))
+		goto out;
+	if ((size_t)npoints != n) {
+		error("'%s': attribute '%s' of '%s' holds %lld values, expected %zu", display, name, objname(obj),
+		      (long long)npoints, n);
+		goto out;
+	}
+	if (H5Tget_class(type) != H5T_INTEGER || H5Tget_size(type) != 4 || H5Tget_sign(type) != H5T_SGN_NONE) {
+		wrong_type(type, obj, name, "uint32 values", display);
+		goto out;
+	}
+	if (H5IO_OK(H5Aread(attr, H5T_NATIVE_UINT32, v), "cannot read attribute '%s' of '%s' in '%s'", name,
+		    objname(obj), display))
+		goto out;
+	r = 0;
+out:
+	if (type >= 0)
+		H5Tclose(type);
+	if (space >= 0)
+		H5Sclose(space);
+	H5Aclose(attr);
+	return r;
+}

@@ -103,6 +103,12 @@ int h5io_has_attr(hid_t loc, const char *obj, const char *name, const char *disp
  * error naming the file, the object and what was found. */
 int h5io_get_i64(hid_t loc, const char *obj, const char *name, int64_t *v, const char *display);
 int h5io_get_u32(hid_t loc, const char *obj, const char *name, uint32_t *v, const char *display);
+/* A one-dimensional attribute of n uint32 values; the getter checks the
+ * count (n) and the type. */
+int h5io_put_u32_array(hid_t loc, const char *obj, const char *name, const uint32_t *v, size_t n,
+		       const char *display);
+int h5io_get_u32_array(hid_t loc, const char *obj, const char *name, uint32_t *v, size_t n,
+		       const char *display);
 int h5io_get_f64(hid_t loc, const char *obj, const char *name, double *v, const char *display);
 int h5io_get_str(hid_t loc, const char *obj, const char *name, char **out, const char *display);
 

@@ -937,6 +937,52 @@ static void test_writer_refusals(void)
 	free(save);
 }
 
+/* Row reads: a tensor of 3 checksum blocks (a row of 2 floats: 131072 rows
+ * a block); rows inside one block and across a block boundary equal the
+ * written data; a flipped byte in the last block fails only the reads that
+ * touch that block, naming its rows. */
+static void test_rows(void)
+{
+	char *save = path_in("rows");
+	int64_t shape[2] = { 300000, 2 };
+	size_t n = 600000;
+	float *data = malloc(n * sizeof(float)), *buf = malloc(n * sizeof(float));
+	for (size_t i = 0; i < n; i++)
+		data[i] = (float)i * 0.5f;
+	struct ckpt_writer *w = ckpt_begin(save, 1);
+	int f = w ? ckpt_file_create(w, "model.h5") : -1;
+	CHECK(f >= 0);
+	CHECK_INT(ckpt_put_tensor(w, f, "big", CKPT_F32, 2, shape, data), 0);
+	CHECK_INT(ckpt_commit(w), 0);
+	struct ckpt_reader *r = ckpt_open(save, 1);
+	int fm = r ? ckpt_file_open(r, "model.h5") : -1;
+	CHECK(fm >= 0);
+	CHECK_INT(ckpt_get_tensor_rows(r, fm, "big", CKPT_F32, 2, shape, 100, 200, buf), 0);
+	CHECK(!memcmp(buf, data + 200, 400 * sizeof(float)));
+	CHECK_INT(ckpt_get_tensor_rows(r, fm, "big", CKPT_F32, 2, shape, 131000, 300, buf), 0);
+	CHECK(!memcmp(buf, data + 262000, 600 * sizeof(float)));
+	CHECK_INT(ckpt_get_tensor_rows(r, fm, "big", CKPT_F32, 2, shape, 0, 300000, buf), 0);
+	CHECK(!memcmp(buf, data, n * sizeof(float)));
+	ckpt_close(r);
+	char *model = join(save, "iter_0000001/model.h5");
+	CHECK_INT(flip_byte(model, "big", 270000 * 8 + 3), 0); /* row 270000: the third block */
+	r = ckpt_open(save, 1);
+	fm = r ? ckpt_file_open(r, "model.h5") : -1;
+	CHECK_INT(ckpt_get_tensor_rows(r, fm, "big", CKPT_F32, 2, shape, 1000, 5000, buf), 0);
+	CHECK(!memcmp(buf, data + 2000, 10000 * sizeof(float)));
+	struct test_capture cap;
+	test_capture_begin(&cap, 2);
+	CHECK_INT(ckpt_get_tensor_rows(r, fm, "big", CKPT_F32, 2, shape, 262140, 10, buf), -1);
+	char *msg = capture_err(&cap);
+	CHECK(contains_all(msg, "model.h5", "'big' is corrupt", "rows 262144-299999", NULL));
+	free(msg);
+	ckpt_close(r);
+	free(model);
+	free(data);
+	free(buf);
+	free(save);
+}
+
 int main(void)
 {
 	log_init("test_ckpt", 0, 1);
@@ -950,6 +996,7 @@ int main(void)
 	RUN(test_overwrite);
 	RUN(test_tracker_contents);
 	RUN(test_errors);
+	RUN(test_rows);
 	RUN(test_foreign_file);
 	RUN(test_writer_refusals);
 	return test_summary();
