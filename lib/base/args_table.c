@@ -343,8 +343,8 @@ const struct flag_def args_table[] = {
 	  "reduce gradients in buckets while backward runs (non-blocking collectives)" },
 	{ "--ddp-bucket-size", FK_INT, F(ddp_bucket_size), TR, 0, "distributed", "-1", NULL, "N",
 	  "parameters per gradient bucket with --overlap-grad-reduce (Megatron: max(4e7, 1e6 x DP))" },
-	{ "--overlap-param-gather", FK_BOOL, F(perf_flag), TR, 0, "speed options (accepted)", NULL, NULL, NULL,
-	  "accepted; the distributed optimizer's parameter all-gather runs after its step (not overlapped yet)" },
+	{ "--overlap-param-gather", FK_BOOL, F(overlap_param_gather), TR, 0, "distributed", NULL, NULL, NULL,
+	  "with the distributed optimizer: gather the updated parameters in buckets behind the next forward" },
 
 
 	/* ---- batch and iterations ---- */

@@ -638,3 +638,34 @@ void dist_ireduce_scatter_range_f32(struct dist_group *g, const float *buf, size
 	g->bytes += (uint64_t)(g->size - 1) * (b - a) * sizeof(float) / (uint64_t)g->size;
 	g->calls++;
 }
+
+void dist_iallgather_range_f32(struct dist_group *g, float *buf, size_t total, size_t a, size_t b,
+			       struct dist_req *r)
+{
+	*r = (struct dist_req){ .g = g, .what = "all-gather" };
+	if (g->size <= 1 || a >= b)
+		return;
+	/* pieces of at most DIST_PIECE elements; per piece the counts and
+	 * displacements (relative to the piece) of every rank's part */
+	int k = (int)((b - a + DIST_PIECE - 1) / DIST_PIECE);
+	int *cd = xmalloc((size_t)k * 2 * (size_t)g->size * sizeof(int));
+	MPI_Request *q = xmalloc((size_t)k * sizeof(*q));
+	for (int i = 0; i < k; i++) {
+		size_t pa = a + (size_t)i * DIST_PIECE, pb = b - pa < DIST_PIECE ? b : pa + DIST_PIECE;
+		int *counts = cd + (size_t)i * 2 * g->size, *displs = counts + g->size;
+		for (int j = 0; j < g->size; j++) {
+			size_t lo, hi;
+			dist_shard(total, g->size, j, &lo, &hi);
+			size_t x = lo > pa ? lo : pa, y = hi < pb ? hi : pb;
+			counts[j] = (int)(y > x ? y - x : 0);
+			displs[j] = (int)(y > x ? x - pa : 0);
+		}
+		DIST_CHECK(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf + pa, counts, displs, MPI_FLOAT,
+					   COMM(g), &q[i]));
+	}
+	r->req = q;
+	r->nreq = k;
+	r->extra = cd;
+	g->bytes += (uint64_t)(g->size - 1) * (b - a) * sizeof(float) / (uint64_t)g->size;
+	g->calls++;
+}

@@ -115,6 +115,11 @@ void dist_iallreduce_sum_f32(struct dist_group *g, float *buf, size_t n, struct 
 void dist_ireduce_scatter_range_f32(struct dist_group *g, const float *buf, size_t total, size_t a, size_t b,
 				    float *scratch, struct dist_req *r);
 
+/* Every rank's part of the range [a, b) of buf[0..total) (the intersection
+ * with its dist_shard() of total) to every rank, in place. */
+void dist_iallgather_range_f32(struct dist_group *g, float *buf, size_t total, size_t a, size_t b,
+			       struct dist_req *r);
+
 /* Blocking transfers of n bytes, sent in pieces MPI's int counts allow
  * (the receiver must ask for the same n: a different size is a BUG). With a
  * group of one rank nothing happens. Bytes sent count for the group. */

@@ -440,12 +440,34 @@ void gpt_init_weights(struct gpt_model *m, uint64_t seed)
 	gpt_sync_work(m);
 }
 
+void gpt_sync_work_range(struct gpt_model *m, size_t lo, size_t hi)
+{
+	if (m->precision == GPT_FP32 || lo >= hi)
+		return;
+	m->k->round(m->work + lo, m->reg.data + lo, hi - lo,
+		    m->precision == GPT_BF16 ? KOPS_ROUND_BF16 : KOPS_ROUND_FP16);
+}
+
 void gpt_sync_work(struct gpt_model *m)
 {
-	if (m->precision == GPT_FP32)
-		return;
-	m->k->round(m->work, m->reg.data, m->reg.total,
-		    m->precision == GPT_BF16 ? KOPS_ROUND_BF16 : KOPS_ROUND_FP16);
+	gpt_sync_work_range(m, 0, m->reg.total);
+}
+
+/* The overlapped parameter gather's hook (gpt.h): a layer's parameters, or
+ * single ones (-1: none). */
+static void need_param(struct gpt_model *m, int idx)
+{
+	if (m->param_needed && idx >= 0)
+		m->param_needed(m->param_ctx, idx);
+}
+
+static void need_layer(struct gpt_model *m, int l)
+{
+	const struct gpt_layer_params *p = &m->lp[l];
+	int ids[] = { p->ln1_w, p->ln1_b, p->qkv_w, p->qkv_b, p->proj_w, p->proj_b,
+		      p->ln2_w, p->ln2_b, p->fc1_w, p->fc1_b, p->fc2_w, p->fc2_b };
+	for (size_t i = 0; m->param_needed && i < sizeof(ids) / sizeof(ids[0]); i++)
+		need_param(m, ids[i]);
 }
 
 /* ---- building blocks ---- */
@@ -817,6 +839,8 @@ const float *gpt_forward_chunk(struct gpt_model *m, int v, int s, const int32_t 
 	load_inputs(m, &ch->slots[s], tokens, labels, positions, doc, drop_seed);
 	bind(m, v, s);
 	if (ch->pre) {
+		need_param(m, m->wte);
+		need_param(m, m->wpe);
 		/* vocabulary-parallel embedding: each rank looks up its rows, the sum
 		 * over TP ranks is the embedding (reduce-scattered onto the sequence
 		 * shards with SP); the (replicated) positions are added once */
@@ -830,11 +854,16 @@ const float *gpt_forward_chunk(struct gpt_model *m, int v, int s, const int32_t 
 			seq_dropout(m, m->resid, NULL, m->resid, c->hidden_dropout, 3 * c->L);
 		round_half(m, m->resid, nhl);
 	}
-	for (int l = ch->l0; l < ch->l0 + ch->nl; l++)
+	for (int l = ch->l0; l < ch->l0 + ch->nl; l++) {
+		need_layer(m, l);
 		layer_forward(m, l, m->resid + (size_t)(l - ch->l0) * nhl, m->resid + (size_t)(l - ch->l0 + 1) * nhl,
 			      train);
+	}
 	if (!ch->post)
 		return m->resid + (size_t)ch->nl * nhl;
+	need_param(m, m->lnf_w);
+	need_param(m, m->lnf_b);
+	need_param(m, m->out_w);
 	norm_fwd(m, m->sp ? m->shard : m->lnf, m->lnf_mean, m->lnf_rstd, m->resid + (size_t)ch->nl * nhl,
 		 m->lnf_w, m->lnf_b, m->Nl);
 	if (m->sp)

@@ -123,6 +123,11 @@ struct gpt_model {
 	 * bucketed data-parallel reduction starts on it). */
 	void (*grad_ready)(void *ctx, int param);
 	void *grad_ctx;
+	/* Set around a chunk's first forward of an iteration: called with each
+	 * parameter before its first use (the overlapped parameter gather waits
+	 * for it). */
+	void (*param_needed)(void *ctx, int param);
+	void *param_ctx;
 
 	/* every buffer taken from mem, to give back in gpt_free */
 	struct { void *p; size_t bytes; } *allocs;
@@ -154,8 +159,10 @@ void gpt_free(struct gpt_model *m);
  * order of registration or the parallel layout. */
 void gpt_init_weights(struct gpt_model *m, uint64_t seed);
 
-/* After the master weights change: refresh the bf16/fp16 working copy. */
+/* After the master weights change: refresh the bf16/fp16 working copy (of
+ * the elements [lo, hi) of the flat buffer). */
 void gpt_sync_work(struct gpt_model *m);
+void gpt_sync_work_range(struct gpt_model *m, size_t lo, size_t hi);
 
 /*
  * Forward one micro-batch. Host arrays of B*T (T = S, or this rank's S/cp

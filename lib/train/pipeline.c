@@ -162,6 +162,11 @@ static int forward(struct trainer *t, const struct pp_sched *s, const struct pp_
 	return 0;
 }
 
+static void param_needed(void *ctx, int param)
+{
+	param_gather_need(ctx, param);
+}
+
 static void grad_ready(void *ctx, int param)
 {
 	grad_sync_param_ready(ctx, param);
@@ -200,7 +205,12 @@ int pipeline_run(struct trainer *t, const struct pp_sched *s, int split, int64_t
 	for (int i = 0; i < s->nops; i++) {
 		const struct pp_op *o = &s->ops[i];
 		if (o->kind == PP_FORWARD) {
-			if (forward(t, s, o, split, consumed, train, scale, num, den) < 0)
+			/* a chunk's first forward waits for its parameters' gathers */
+			t->model.param_needed = o->micro == 0 ? param_needed : NULL;
+			t->model.param_ctx = &t->pg;
+			int r = forward(t, s, o, split, consumed, train, scale, num, den);
+			t->model.param_needed = NULL;
+			if (r < 0)
 				return -1;
 		} else {
 			backward(t, s, o, s->last_bwd[o->chunk] == i);

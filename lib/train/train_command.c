@@ -150,6 +150,7 @@ static void trainer_free(struct trainer *t)
 	free(t->losses);
 	mem_free(&t->mem, t->rs_scratch, (t->opt.hi - t->opt.lo) * sizeof(float));
 	grad_sync_free(&t->gs);
+	param_gather_free(&t->pg);
 	adam_free(&t->opt);
 	gpt_free(&t->model);
 	gpt_data_free(&t->data);
@@ -245,6 +246,7 @@ static int setup(struct trainer *t, const struct args *a)
 	unsigned late = (lay->sp ? PARAM_SP : 0) | (t->dist.emb.size > 1 ? PARAM_TIED : 0);
 	grad_sync_init(&t->gs, &t->model.reg, t->gdp, lo, hi, hi - lo != t->model.reg.total, t->rs_scratch,
 		       (size_t)bucket, a->overlap_grad_reduce && t->gdp->size > 1, late);
+	param_gather_init(&t->pg, &t->model, t->gdp, (size_t)bucket, a->overlap_param_gather && t->gdp->size > 1);
 	if (training && setup_schedule(t) < 0)
 		return -1;
 	if (setup_scaler(t) < 0)

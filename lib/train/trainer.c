@@ -62,6 +62,7 @@ static int train_step(struct trainer *t, double *loss, bool *skipped, double *gn
 		return -1;
 	pipeline_drain(t);
 	timers_stop(&t->timers, "forward-backward");
+	param_gather_finish(&t->pg); /* a rank without forward work still owes its gathers */
 	timers_start(&t->timers, "layernorm-grads-all-reduce", 1);
 	gpt_sp_sync_grads(&t->model); /* sequence parallelism: the norms' shard gradients */
 	timers_stop(&t->timers, "layernorm-grads-all-reduce");
@@ -138,10 +139,11 @@ static int train_step(struct trainer *t, double *loss, bool *skipped, double *gn
 	adam_step(&t->opt, lr_sched_current_lr(&t->sched), lr_sched_current_wd(&t->sched));
 	timers_stop(&t->timers, "optimizer");
 	timers_start(&t->timers, "params-all-gather", 1);
-	if (sharded) /* every rank's updated shard to every rank */
-		dist_allgather_f32(t->gdp, reg->data, reg->total);
+	if (sharded) /* every rank's updated shard to every rank (or started, to land during the next forward) */
+		param_gather_start(&t->pg);
+	else
+		gpt_sync_work(&t->model);
 	timers_stop(&t->timers, "params-all-gather");
-	gpt_sync_work(&t->model);
 	lr_sched_step(&t->sched, t->gbs);
 	return 0;
 }
@@ -413,6 +415,13 @@ int trainer_run(struct trainer *t)
 			t->loss_sum += (float)loss;
 		}
 		lr = lr_sched_current_lr(&t->sched);
+		/* the overlapped parameter gather lands before anything reads the
+		 * weights outside the next forward */
+		if (a->log_params_norm || (a->eval_interval > 0 && t->iteration % a->eval_interval == 0) ||
+		    (a->save && a->save_interval > 0 && t->iteration % a->save_interval == 0) || a->exit_signal_handler ||
+		    a->exit_duration_in_mins > 0 || (a->exit_interval > 0 && t->iteration % a->exit_interval == 0) ||
+		    t->iteration >= t->train_iters)
+			param_gather_finish(&t->pg);
 		/* collective: every rank computes it, whoever prints it */
 		t->params_norm = a->log_params_norm ? trainer_params_norm(t) : NAN;
 		tensorboard_iteration(t, loss, lr, gnorm);

@@ -24,6 +24,7 @@
 #include "train/batch.h"
 #include "train/grad_sync.h"
 #include "train/metrics.h"
+#include "train/param_gather.h"
 #include "train/pp_sched.h"
 #include "train/tboard.h"
 #include "train/timers.h"
@@ -48,6 +49,7 @@ struct trainer {
 	float *rs_scratch;     /* the distributed optimizer's reduce-scatter target (a shard) */
 	struct pp_sched pp_train, pp_eval; /* this rank's order of passes (pipeline.h) */
 	struct grad_sync gs;   /* the data-parallel gradient reduction, in buckets */
+	struct param_gather pg; /* the distributed optimizer's parameter all-gather, in buckets */
 	float **pp_dloss;      /* per slot of the chunk with the head: dL/dloss kept for its backward */
 	int pp_ndloss;
 	struct trainer_send { struct dist_req req; float *buf; } *sends; /* pipeline sends in flight */

@@ -1,0 +1,78 @@
+/*
+ * param_gather.c - see param_gather.h.
+ */
+#include "train/param_gather.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/xalloc.h"
+
+void param_gather_init(struct param_gather *s, struct gpt_model *m, struct dist_group *g, size_t bucket_elems,
+		       bool overlap)
+{
+	memset(s, 0, sizeof(*s));
+	s->g = g;
+	s->m = m;
+	s->overlap = overlap;
+	const struct param_registry *reg = &m->reg;
+	s->bucket_of = xcalloc((size_t)reg->n + 1, sizeof(int));
+	size_t cap = 0;
+	if (!overlap)
+		bucket_elems = (size_t)-1;
+	for (int i = 0; i < reg->n; i++) {
+		const struct param *p = &reg->p[i];
+		struct pg_bucket *cur = s->nb ? &s->b[s->nb - 1] : NULL;
+		if (!cur || cur->hi != p->offset || p->offset + p->numel - cur->lo > bucket_elems) {
+			xgrow(&s->b, &cap, (size_t)s->nb + 1, sizeof(*s->b));
+			cur = &s->b[s->nb++];
+			memset(cur, 0, sizeof(*cur));
+			cur->lo = p->offset;
+		}
+		cur->hi = p->offset + p->numel;
+		s->bucket_of[i] = s->nb - 1;
+	}
+}
+
+void param_gather_free(struct param_gather *s)
+{
+	free(s->b);
+	free(s->bucket_of);
+	memset(s, 0, sizeof(*s));
+}
+
+static void land(struct param_gather *s, struct pg_bucket *b)
+{
+	dist_wait(&b->req);
+	gpt_sync_work_range(s->m, b->lo, b->hi);
+	b->pending = false;
+}
+
+void param_gather_start(struct param_gather *s)
+{
+	float *data = s->m->reg.data;
+	size_t total = s->m->reg.total;
+	for (int i = 0; i < s->nb; i++) {
+		struct pg_bucket *b = &s->b[i];
+		dist_iallgather_range_f32(s->g, data, total, b->lo, b->hi, &b->req);
+		b->pending = true;
+		if (!s->overlap)
+			land(s, b);
+	}
+}
+
+void param_gather_need(struct param_gather *s, int idx)
+{
+	if (idx < 0)
+		return;
+	struct pg_bucket *b = &s->b[s->bucket_of[idx]];
+	if (b->pending)
+		land(s, b);
+}
+
+void param_gather_finish(struct param_gather *s)
+{
+	for (int i = 0; i < s->nb; i++)
+		if (s->b[i].pending)
+			land(s, &s->b[i]);
+}

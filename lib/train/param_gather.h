@@ -1,0 +1,46 @@
+/*
+ * param_gather.h - the distributed optimizer's parameter all-gather
+ * (Megatron's --overlap-param-gather): after the step each rank holds the
+ * updated fp32 values of its shard only; every bucket of parameters is
+ * gathered back to all ranks. With overlap the gathers are started right
+ * after the step and each is waited for only when the next forward first
+ * needs a parameter in it, so they run behind the forward of the layers
+ * before; without, everything is gathered at once after the step.
+ * After its gather, a bucket's half-precision working copy is refreshed.
+ */
+#ifndef MEGAC_TRAIN_PARAM_GATHER_H
+#define MEGAC_TRAIN_PARAM_GATHER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "dist/dist.h"
+#include "model/gpt.h"
+
+struct param_gather {
+	struct dist_group *g;
+	struct gpt_model *m;
+	bool overlap;
+	int nb;
+	struct pg_bucket {
+		size_t lo, hi;
+		bool pending;   /* gathered values not yet in place */
+		struct dist_req req;
+	} *b;
+	int *bucket_of;     /* [reg.n] */
+};
+
+/* Buckets of about bucket_elems elements of whole parameters, in registry
+ * (forward) order. */
+void param_gather_init(struct param_gather *s, struct gpt_model *m, struct dist_group *g, size_t bucket_elems,
+		       bool overlap);
+void param_gather_free(struct param_gather *s);
+/* After the optimizer step: gather (and refresh the working copy) at once,
+ * or with overlap start every bucket's gather. */
+void param_gather_start(struct param_gather *s);
+/* Parameter idx is about to be used: its bucket must be in place. */
+void param_gather_need(struct param_gather *s, int idx);
+/* Everything in place (before evaluation, checkpoints, norms, the backward). */
+void param_gather_finish(struct param_gather *s);
+
+#endif
