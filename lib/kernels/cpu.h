@@ -24,6 +24,15 @@
  * order, by one thread, so the result does not depend on the thread count. */
 #define CPU_COLS 64
 
+/* Query rows per attention task (cpu_attn.c, cpu_attn_block.c). */
+#define CPU_QB 64
+
+/* Around sgemms issued from inside our OpenMP team: a pthreads OpenBLAS
+ * runs one thread of its own meanwhile (the reasoning is in cpu_attn.c).
+ * begin returns what end restores. */
+int cpu_blas_serial_begin(void);
+void cpu_blas_serial_end(int saved);
+
 /* ---- cpu_nn.c ---- */
 void cpu_embedding_forward(float *out, const int32_t *tokens, const int32_t *positions,
 			   const float *wte, const float *wpe, int N, int C);

@@ -18,8 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Query rows per attention block. */
-#define CPU_QB 64
 
 /*
  * The attention sgemms run inside our OpenMP team, one call per thread. A
@@ -30,7 +28,7 @@
  * team), so it is left alone. The op table is driven from one thread, so
  * the temporary setting cannot leak into a concurrent call.
  */
-static int cpu_blas_serial_begin(void)
+int cpu_blas_serial_begin(void)
 {
 	if (openblas_get_parallel() != 1) /* 1: OPENBLAS_THREAD, the pthreads build */
 		return 0;
@@ -40,7 +38,7 @@ static int cpu_blas_serial_begin(void)
 	return n;
 }
 
-static void cpu_blas_serial_end(int saved)
+void cpu_blas_serial_end(int saved)
 {
 	if (saved > 1)
 		openblas_set_num_threads(saved);

@@ -25,27 +25,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Query rows per task, as cpu_attn.c. */
-#define CPU_QB 64
-
-/* One sgemm per OpenMP thread: keep a pthreads OpenBLAS to one thread of its
- * own meanwhile (the reasoning is at cpu_blas_serial_begin in cpu_attn.c). */
-static int block_blas_serial_begin(void)
-{
-	if (openblas_get_parallel() != 1) /* 1: OPENBLAS_THREAD, the pthreads build */
-		return 0;
-	int n = openblas_get_num_threads();
-	if (n > 1)
-		openblas_set_num_threads(1);
-	return n;
-}
-
-static void block_blas_serial_end(int saved)
-{
-	if (saved > 1)
-		openblas_set_num_threads(saved);
-}
-
 static void block_check(const int32_t *qpos, const int32_t *kpos, int Tq, int Tk, int a, int g,
 			int S)
 {
@@ -117,7 +96,7 @@ void cpu_attention_block_forward(float *out, float *lse, const float *q, const f
 	const int m = a / g, nblk = (Tq + CPU_QB - 1) / CPU_QB;
 	const int ntask = B * a * nblk;
 	const size_t ldo = (size_t)a * k; /* out is [B, Tq, a*k] */
-	const int blas_threads = block_blas_serial_begin();
+	const int blas_threads = cpu_blas_serial_begin();
 #pragma omp parallel if (ntask > 1)
 	{
 		float *P = Tk ? xmalloc((size_t)CPU_QB * Tk * sizeof(float)) : NULL;
@@ -203,7 +182,7 @@ void cpu_attention_block_forward(float *out, float *lse, const float *q, const f
 		free(P);
 		free(sc);
 	}
-	block_blas_serial_end(blas_threads);
+	cpu_blas_serial_end(blas_threads);
 }
 
 /*
@@ -228,7 +207,7 @@ void cpu_attention_block_backward(float *dq, float *dk, float *dv, const float *
 	const int m = a / g, nblk = (Tq + CPU_QB - 1) / CPU_QB;
 	const int ntask = B * g;
 	const size_t ldo = (size_t)a * k;
-	const int blas_threads = block_blas_serial_begin();
+	const int blas_threads = cpu_blas_serial_begin();
 #pragma omp parallel if (ntask > 1)
 	{
 		const size_t blk_elems = (size_t)CPU_QB * Tk;
@@ -318,5 +297,5 @@ void cpu_attention_block_backward(float *dq, float *dk, float *dv, const float *
 		free(sc);
 		free(drop);
 	}
-	block_blas_serial_end(blas_threads);
+	cpu_blas_serial_end(blas_threads);
 }

@@ -268,79 +268,58 @@ for f in tr1 tr4; do
 	resumed "the TP2 x DP2 checkpoint resumed ($f) continues the uninterrupted run (rtol 1e-5)" "$W/t1.jsonl" "$W/$f.jsonl"
 done
 
-# a rank that dies ends the job, with the launcher naming it, well within a minute
-$MPI -np 4 $BIN/train $(echo "$ARGS" | sed 's/--train-iters 8/--train-iters 1000000/') --eval-interval 1000000 \
-	--log-interval 100 >"$W/kill.log" 2>&1 &
-job=$!
-for i in $(seq 1 60); do grep -q "iteration *100/" "$W/kill.log" 2>/dev/null && break; sleep 0.5; done
-victim=$(pgrep -f "^$BIN/train --num-layers" | sed -n 2p)
-kill -9 "$victim"
-t0=$(date +%s)
-wait $job
-rc=$?
-dt=$(($(date +%s) - t0))
-if [ $rc -ne 0 ] && [ $dt -lt 60 ] && grep -q "process rank [0-9]* .*exited on signal 9" "$W/kill.log"; then
-	ok "a killed rank ends the job in ${dt}s: $(grep -o 'process rank [0-9]*' "$W/kill.log" | head -1) named"
-else
-	notok "killed rank: exit $rc after ${dt}s"
-	tail -4 "$W/kill.log" | sed 's/^/#   /'
-fi
-
-# a rank that stalls (stopped, not dead) ends the job after --distributed-timeout-minutes
-$MPI -np 2 $BIN/train $(echo "$ARGS" | sed 's/--train-iters 8/--train-iters 1000000/') --eval-interval 1000000 \
-	--log-interval 100 --distributed-timeout-minutes 0.05 >"$W/stall.log" 2>&1 &
-job=$!
-for i in $(seq 1 60); do grep -q "iteration *100/" "$W/stall.log" 2>/dev/null && break; sleep 0.5; done
-victim=$(pgrep -f "^$BIN/train --num-layers" | sed -n 2p)
-kill -STOP "$victim"
-t0=$(date +%s)
-wait $job
-rc=$?
-dt=$(($(date +%s) - t0))
-kill -KILL "$victim" 2>/dev/null
-if [ $rc -ne 0 ] && [ $dt -lt 60 ] && grep -q "^\[rank [01]\] train: error: all-reduce on the .* group has waited [0-9]* s (--distributed-timeout-minutes 0.05)" "$W/stall.log"; then
-	ok "a stalled rank: the others end the job after the timeout (${dt}s): $(grep -o '^\[rank [01]\] train: error: all-reduce on the [a-z -]* group' "$W/stall.log" | head -1)"
-else
-	notok "stalled rank: exit $rc after ${dt}s"
-	tail -4 "$W/stall.log" | sed 's/^/#   /'
-fi
-
-# the same under pipeline parallelism (PP2 x DP2, and PP2):
-# a killed stage ends the job; a stopped stage is caught by the ranks waiting
-# for its activations or gradients
-PARGS="$(echo "$ARGS" | sed 's/--train-iters 8/--train-iters 1000000/') --eval-interval 1000000 --log-interval 100"
-$MPI -np 4 $BIN/train $PARGS --pipeline-model-parallel-size 2 >"$W/pkill.log" 2>&1 &
-job=$!
-for i in $(seq 1 60); do grep -q "iteration *100/" "$W/pkill.log" 2>/dev/null && break; sleep 0.5; done
-victim=$(pgrep -f "^$BIN/train --num-layers" | sed -n 3p)
-kill -9 "$victim"
-t0=$(date +%s)
-wait $job
-rc=$?
-dt=$(($(date +%s) - t0))
-if [ $rc -ne 0 ] && [ $dt -lt 60 ] && grep -q "process rank [0-9]* .*exited on signal 9" "$W/pkill.log"; then
-	ok "PP2 x DP2: a killed stage ends the job in ${dt}s: $(grep -o 'process rank [0-9]*' "$W/pkill.log" | head -1) named"
-else
-	notok "PP2 x DP2 killed rank: exit $rc after ${dt}s"
-	tail -4 "$W/pkill.log" | sed 's/^/#   /'
-fi
-$MPI -np 2 $BIN/train $PARGS --pipeline-model-parallel-size 2 --distributed-timeout-minutes 0.05 >"$W/pstall.log" 2>&1 &
-job=$!
-for i in $(seq 1 60); do grep -q "iteration *100/" "$W/pstall.log" 2>/dev/null && break; sleep 0.5; done
-victim=$(pgrep -f "^$BIN/train --num-layers" | sed -n 2p)
-kill -STOP "$victim"
-t0=$(date +%s)
-wait $job
-rc=$?
-dt=$(($(date +%s) - t0))
-kill -KILL "$victim" 2>/dev/null
-if [ $rc -ne 0 ] && [ $dt -lt 60 ] &&
-	grep -q "^\[rank [01]\] train: error: [a-z -]* on the [a-z -]* group has waited [0-9]* s" "$W/pstall.log"; then
-	ok "PP2: a stopped stage is caught after the timeout (${dt}s): $(grep -o '^\[rank [01]\] train: error: [a-z -]* on the [a-z -]* group' "$W/pstall.log" | head -1)"
-else
-	notok "PP2 stalled rank: exit $rc after ${dt}s"
-	tail -4 "$W/pstall.log" | sed 's/^/#   /'
-fi
+# killed NAME NP FLAGS...: a rank killed mid-run ends the job, with the launcher
+# naming it, well within a minute
+LONG="$(echo "$ARGS" | sed 's/--train-iters 8/--train-iters 1000000/') --eval-interval 1000000 --log-interval 100"
+killed() {
+	_n=$1
+	_np=$2
+	shift 2
+	$MPI -np "$_np" $BIN/train $LONG "$@" >"$W/kill.log" 2>&1 &
+	job=$!
+	for i in $(seq 1 60); do grep -q "iteration *100/" "$W/kill.log" 2>/dev/null && break; sleep 0.5; done
+	victim=$(pgrep -f "^$BIN/train --num-layers" | sed -n "$_np"p)
+	kill -9 "$victim"
+	t0=$(date +%s)
+	wait $job
+	rc=$?
+	dt=$(($(date +%s) - t0))
+	if [ $rc -ne 0 ] && [ $dt -lt 60 ] && grep -q "process rank [0-9]* .*exited on signal 9" "$W/kill.log"; then
+		ok "$_n: a killed rank ends the job in ${dt}s: $(grep -o 'process rank [0-9]*' "$W/kill.log" | head -1) named"
+	else
+		notok "$_n: killed rank: exit $rc after ${dt}s"
+		tail -4 "$W/kill.log" | sed 's/^/#   /'
+	fi
+}
+# stalled NAME NP FLAGS...: a rank that stops (not dead) ends the job after
+# --distributed-timeout-minutes, the waiting rank naming its call and group
+stalled() {
+	_n=$1
+	_np=$2
+	shift 2
+	$MPI -np "$_np" $BIN/train $LONG --distributed-timeout-minutes 0.05 "$@" >"$W/stall.log" 2>&1 &
+	job=$!
+	for i in $(seq 1 60); do grep -q "iteration *100/" "$W/stall.log" 2>/dev/null && break; sleep 0.5; done
+	victim=$(pgrep -f "^$BIN/train --num-layers" | sed -n 2p)
+	kill -STOP "$victim"
+	t0=$(date +%s)
+	wait $job
+	rc=$?
+	dt=$(($(date +%s) - t0))
+	kill -KILL "$victim" 2>/dev/null
+	pat="^\[rank [01]\] train: error: [a-z -]* on the [a-z -]* group has waited [0-9]* s (--distributed-timeout-minutes 0.05)"
+	if [ $rc -ne 0 ] && [ $dt -lt 60 ] && grep -q "$pat" "$W/stall.log"; then
+		ok "$_n: a stalled rank: the others end the job after the timeout (${dt}s): $(grep -o '^\[rank [01]\] train: error: [a-z -]* on the [a-z -]* group' "$W/stall.log" | head -1)"
+	else
+		notok "$_n: stalled rank: exit $rc after ${dt}s"
+		tail -4 "$W/stall.log" | sed 's/^/#   /'
+	fi
+}
+killed "DP4" 4
+stalled "DP2" 2
+# under pipeline parallelism the waits are receives of activations and gradients
+killed "PP2 x DP2" 4 --pipeline-model-parallel-size 2
+stalled "PP2" 2 --pipeline-model-parallel-size 2
 
 # srun --mpi=none would start independent copies that overwrite each other's files
 expect_fail "several Slurm tasks without MPI are refused" "without MPI" \
