@@ -226,6 +226,23 @@ struct args {
 	double mid_level_dataset_surplus;
 	struct intlist show_samples;
 
+	/* report_memory (megac) and the MoE / MLA / MTP model flags it takes */
+	int64_t world_size;            /* -1: not given */
+	bool json;
+	int64_t num_experts;           /* -1: no MoE */
+	int64_t moe_router_topk;
+	int64_t moe_ffn_hidden_size;   /* -1: --ffn-hidden-size */
+	int64_t moe_shared_expert_intermediate_size; /* -1: none */
+	char *moe_layer_freq;
+	int64_t expert_tensor_parallel_size; /* -1: the tensor-parallel size */
+	bool multi_latent_attention;
+	int64_t q_lora_rank;           /* -1: none */
+	int64_t kv_lora_rank;
+	int64_t qk_head_dim;
+	int64_t qk_pos_emb_head_dim;
+	int64_t v_head_dim;
+	int64_t mtp_num_layers;        /* -1: none */
+
 	/* bookkeeping: which table rows were given on the command line */
 	unsigned char given[512];
 	unsigned char ignored[512]; /* given, but for a program in prog_info.ignore */

@@ -8,9 +8,11 @@
 #include <stddef.h>
 
 #define F(field) offsetof(struct args, field)
-#define TOKPROGS (PROG_PREPROCESS | PROG_TRAIN | PROG_CONVERT | PROG_INFER | PROG_DATAINFO | PROG_GPTINDEX)
-#define TR PROG_TRAIN
-#define DATA (PROG_TRAIN | PROG_GPTINDEX)
+#define TOKPROGS (PROG_PREPROCESS | PROG_TRAIN | PROG_CONVERT | PROG_INFER | PROG_DATAINFO | PROG_GPTINDEX | PROG_MEMCALC)
+/* report_memory (PROG_MEMCALC) takes train's whole command line */
+#define TR (PROG_TRAIN | PROG_MEMCALC)
+#define DATA (PROG_TRAIN | PROG_GPTINDEX | PROG_MEMCALC)
+#define MEM PROG_MEMCALC
 #define PP PROG_PREPROCESS
 #define MG PROG_MERGE
 
@@ -165,7 +167,7 @@ const struct flag_def args_table[] = {
 	{ "--use-rope-scaling", FK_UNSUPPORTED, 0, TR, 0, "model", NULL, NULL, NULL,
 	  "Llama 3.x RoPE scaling is not implemented yet" },
 	{ "--squared-relu", FK_UNSUPPORTED, 0, TR, 0, "model", NULL, NULL, NULL, "squared ReLU is not implemented yet" },
-	{ "--num-experts", FK_UNSUPPORTED, 0, TR, 0, "model", NULL, NULL, "E",
+	{ "--num-experts", FK_UNSUPPORTED, 0, PROG_TRAIN, 0, "model", NULL, NULL, "E",
 	  "mixture of experts is not implemented yet" },
 
 	/* ---- parallelism ---- */
@@ -193,7 +195,7 @@ const struct flag_def args_table[] = {
 	  "uneven pipeline stages are not implemented yet" },
 	{ "--decoder-last-pipeline-num-layers", FK_UNSUPPORTED, 0, TR, 0, "distributed", NULL, NULL, "N",
 	  "uneven pipeline stages are not implemented yet" },
-	{ "--expert-tensor-parallel-size", FK_UNSUPPORTED, 0, TR, 0, "distributed", NULL, NULL, "N",
+	{ "--expert-tensor-parallel-size", FK_UNSUPPORTED, 0, PROG_TRAIN, 0, "distributed", NULL, NULL, "N",
 	  "mixture of experts is not implemented yet" },
 	{ "--distributed-timeout-minutes", FK_FLOAT, F(distributed_timeout_minutes), TR, 0, "distributed", "10",
 	  NULL, "M", "a collective waiting longer than this ends the job with a message naming the rank" },
@@ -403,6 +405,37 @@ const struct flag_def args_table[] = {
 	  "print document N (its ids, and its text when tokenizer flags are given)" },
 	{ "--max-tokens", FK_INT, F(max_tokens), PROG_DATAINFO, 0, "output", "200", NULL, "N",
 	  "print at most N tokens of the document" },
+
+	/* ---- report_memory (megac): the world it plans for, its output, and the
+	 * MoE / MLA / MTP model flags train refuses (rows for train above) ---- */
+	{ "--world-size", FK_INT, F(world_size), MEM, MEM, "report_memory", "-1", NULL, "N",
+	  "(megac) the number of ranks (GPUs) of the planned job, as mpirun -np / srun -n" },
+	{ "--json", FK_BOOL, F(json), MEM, 0, "report_memory", NULL, NULL, NULL,
+	  "(megac) print the report as one JSON object (docs/report-memory.md)" },
+	{ "--num-experts", FK_INT, F(num_experts), MEM, 0, "model", "-1", NULL, "E",
+	  "routed experts per MoE layer (mixture of experts)" },
+	{ "--moe-router-topk", FK_INT, F(moe_router_topk), MEM, 0, "model", "2", NULL, "K",
+	  "experts each token is routed to" },
+	{ "--moe-ffn-hidden-size", FK_INT, F(moe_ffn_hidden_size), MEM, 0, "model", "-1", NULL, "F",
+	  "MLP inner size of one expert (default --ffn-hidden-size)" },
+	{ "--moe-shared-expert-intermediate-size", FK_INT, F(moe_shared_expert_intermediate_size), MEM, 0, "model",
+	  "-1", NULL, "F", "MLP inner size of the shared experts (all of them together)" },
+	{ "--moe-layer-freq", FK_STR, F(moe_layer_freq), MEM, 0, "model", "1", NULL, "Q",
+	  "MoE layer pattern: every Q-th layer (0, Q, 2Q...), or a list such as [1,0,1,0] (1 = MoE)" },
+	{ "--expert-tensor-parallel-size", FK_INT, F(expert_tensor_parallel_size), MEM, 0, "distributed", "-1",
+	  NULL, "N", "tensor-parallel size of the experts (default --tensor-model-parallel-size)" },
+	{ "--multi-latent-attention", FK_BOOL, F(multi_latent_attention), MEM, 0, "model", NULL, NULL, NULL,
+	  "multi-latent attention (DeepSeek's MLA)" },
+	{ "--q-lora-rank", FK_INT, F(q_lora_rank), MEM, 0, "model", "-1", NULL, "R",
+	  "MLA query low-rank size (default: no query compression)" },
+	{ "--kv-lora-rank", FK_INT, F(kv_lora_rank), MEM, 0, "model", "32", NULL, "R", "MLA key/value low-rank size" },
+	{ "--qk-head-dim", FK_INT, F(qk_head_dim), MEM, 0, "model", "128", NULL, "D",
+	  "MLA query/key head size (without the position part)" },
+	{ "--qk-pos-emb-head-dim", FK_INT, F(qk_pos_emb_head_dim), MEM, 0, "model", "64", NULL, "D",
+	  "MLA query/key position-embedding head size" },
+	{ "--v-head-dim", FK_INT, F(v_head_dim), MEM, 0, "model", "128", NULL, "D", "MLA value head size" },
+	{ "--mtp-num-layers", FK_INT, F(mtp_num_layers), MEM, 0, "model", "-1", NULL, "M",
+	  "multi-token-prediction layers" },
 };
 
 const size_t args_table_len = sizeof(args_table) / sizeof(args_table[0]);

@@ -1,0 +1,79 @@
+# report_memory.sh - report_memory reproduces Megatron's theoretical memory
+# report: for each of the 81 configurations of tests/fixtures/megatron_mem/
+# (GPT-3 175B TP8·PP8, Llama-3 8B/70B, Mixtral 8x7B with EP, an MLA+MoE+MTP
+# model, SP on/off, distributed optimizer on/off, virtual pipeline, several
+# micro-batch sizes, 60 random ones), the --json MB figures match what
+# Megatron's own theoretical_memory_usage.py returned, and the table holds the
+# lines it printed verbatim. Then the vocabulary paths and the error cases.
+. tests/prog_lib.sh
+W=$(new_tmp report_memory)
+OUT_LOG=$W/out.log
+ERR=$W/err.log
+R=$BIN/report_memory
+
+/usr/bin/python3 tests/prog/py/check_megatron_mem.py "$R" tests/fixtures/megatron_mem/megatron_mem.json
+
+# spec §6 row 1 (GPT 350M) from the vocabulary three ways: padded by hand,
+# --vocab-size 50257 padded to 50304 as train pads it, and the GPT-2 tokenizer
+M="--world-size 8 --num-layers 24 --hidden-size 1024 --num-attention-heads 16 --seq-length 1024
+   --max-position-embeddings 1024 --micro-batch-size 4"
+LINE="Theoretical memory footprints: weight and optimizer=6069.97 MB, activation=3852.48 MB, total=9922.46 MB"
+for v in "--padded-vocab-size 50304" "--vocab-size 50257" "$GPT2"; do
+	# shellcheck disable=SC2086
+	if $R $M $v >"$OUT_LOG" 2>"$ERR" && grep -qxF "$LINE" "$OUT_LOG"; then
+		ok "GPT 350M with $v: Megatron's line"
+	else
+		notok "GPT 350M with $v: Megatron's line"
+		show "$OUT_LOG"
+		show "$ERR"
+	fi
+done
+# --json is one JSON object with the report under megatron_formula
+# shellcheck disable=SC2086
+$R $M --vocab-size 50257 --use-distributed-optimizer --json >"$OUT_LOG" 2>"$ERR"
+if /usr/bin/python3 -c '
+import json, sys
+m = json.load(open(sys.argv[1]))["megatron_formula"]
+assert round(m["weight_and_optimizer_MB"], 2) == 2529.16 and round(m["total_MB"], 2) == 6381.64, m
+assert m["num_parameters_on_most_loaded_shard"] == 353601536 and m["bytes_per_parameter"] == 7.5, m
+assert m["num_microbatches"] == 1 and m["inputs"]["dp"] == 8 and m["inputs"]["padded_vocab_size"] == 50304, m
+' "$OUT_LOG"; then ok "--json: spec §6 row 2 (distributed optimizer)"; else notok "--json: spec §6 row 2"; show "$OUT_LOG"; fi
+
+# errors: exit 128 naming the flags at fault
+# shellcheck disable=SC2086
+expect_fail "world not divisible by TP x PP" "--tensor-model-parallel-size 4" \
+	$R $M --vocab-size 50257 --world-size 6 --tensor-model-parallel-size 4
+# shellcheck disable=SC2086
+expect_fail "layers not divisible by PP" "--pipeline-model-parallel-size 5" \
+	$R $M --vocab-size 50257 --world-size 10 --pipeline-model-parallel-size 5
+# shellcheck disable=SC2086
+expect_fail "global batch not divisible" "--global-batch-size 12" \
+	$R $M --vocab-size 50257 --global-batch-size 12
+# shellcheck disable=SC2086
+expect_fail "experts not divisible by EP" "--num-experts 6 is not divisible by --expert-model-parallel-size 4" \
+	$R $M --vocab-size 50257 --num-experts 6 --expert-model-parallel-size 4
+# shellcheck disable=SC2086
+expect_fail "world not divisible by ETP x EP x PP" "--expert-model-parallel-size 8" \
+	$R $M --vocab-size 50257 --world-size 4 --num-experts 8 --expert-model-parallel-size 8
+# shellcheck disable=SC2086
+expect_fail "EP without experts" "needs mixture-of-experts layers" \
+	$R $M --vocab-size 50257 --expert-model-parallel-size 2
+# shellcheck disable=SC2086
+expect_fail "bad --moe-layer-freq" "--moe-layer-freq" \
+	$R $M --vocab-size 50257 --num-experts 4 --moe-layer-freq "[1,0]"
+expect_fail "missing --world-size" "missing required flag --world-size" \
+	$R --num-layers 2 --hidden-size 8 --num-attention-heads 2 --seq-length 4 --max-position-embeddings 4 \
+	--micro-batch-size 1 --vocab-size 32
+expect_fail "missing --num-layers" "missing required flag --num-layers" \
+	$R --world-size 1 --hidden-size 8 --num-attention-heads 2 --seq-length 4 --max-position-embeddings 4 \
+	--micro-batch-size 1 --vocab-size 32
+# shellcheck disable=SC2086
+expect_fail "no vocabulary" "needs the vocabulary size" $R $M
+# train keeps refusing the MoE flags report_memory takes
+expect_fail "train refuses --num-experts" "megac does not support" $BIN/train --num-experts 8
+expect_fail "train refuses --moe-router-topk" "belongs to report_memory" $BIN/train --moe-router-topk 2
+# report_memory takes train's flags (a whole train command line)
+# shellcheck disable=SC2086
+expect_ok "a train command line" $R $M --vocab-size 50257 --train-iters 10 --lr 3e-4 --data-path x \
+	--save ckpt --log-interval 1 --bf16 --position-embedding-type rope
+rm -rf "$W"
