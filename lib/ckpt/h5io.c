@@ -34,7 +34,9 @@ static herr_t take_innermost(unsigned n, const H5E_error2_t *e, void *data)
 	if (msg) {
 		msg += strlen("error message = '");
 		size_t head = strcspn(e->desc, ":"), len = strcspn(msg, "'");
-		snprintf(r->text, sizeof(r->text), "%.*s: %.*s", (int)head, e->desc, (int)len, msg);
+		/* a longer reason is cut at the buffer's end, on purpose */
+		if (snprintf(r->text, sizeof(r->text), "%.*s: %.*s", (int)head, e->desc, (int)len, msg) < 0)
+			r->text[0] = 0;
 	} else {
 		snprintf(r->text, sizeof(r->text), "%s", e->desc);
 	}
@@ -50,6 +52,8 @@ int h5io_fail(const char *src, int line, const char *call, const char *fmt, ...)
 	H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, take_innermost, &reason);
 	H5Eclear2(H5E_DEFAULT);
 
+	if (!fmt) /* (also tells GCC's format checks under the sanitizers so) */
+		BUG("h5io_fail without a message");
 	va_list ap, ap2;
 	va_start(ap, fmt);
 	va_copy(ap2, ap);
