@@ -4,6 +4,7 @@
  * own per-rank prediction is not implemented yet.
  */
 #include "memcalc/memcalc_command.h"
+#include "memcalc/megac_mem.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -78,7 +79,7 @@ int memcalc_moe_pattern(const char *spec, int64_t L, unsigned char *out)
 
 /* The vocabulary size before padding: the tokenizer's, --vocab-size, or the
  * --padded-vocab-size itself. */
-static int vocab_size_of(const struct args *a, int64_t *vocab)
+int memcalc_vocab_size(const struct args *a, int64_t *vocab)
 {
 	if (a->tokenizer_type) {
 		struct tok_config tc = tok_config_from_args(a);
@@ -138,7 +139,7 @@ int memcalc_config_from_args(struct mm_config *c, const struct args *a, unsigned
 			     (long long)a->world_size, (long long)etp, (long long)ep, l.pp, (long long)(etp * ep * l.pp));
 
 	int64_t vocab = 0;
-	if (vocab_size_of(a, &vocab) < 0)
+	if (memcalc_vocab_size(a, &vocab) < 0)
 		return -1;
 	struct gpt_config g;
 	if (gpt_config_from_args(&g, a, vocab) < 0)
@@ -245,6 +246,58 @@ static void print_table(const struct args *a, const struct mm_config *c, const s
 				  : "the no-SP case as a 5% overhead on a per-layer estimate");
 }
 
+/* megac's own prediction, for what train can run: 1 and *st filled, or 0
+ * when it does not apply (MoE, MLA, MTP), or when train would refuse the
+ * configuration (the reason went to stderr; Megatron's part still stands). */
+static int megac_part(const struct args *a, const struct mm_config *c, struct megac_stage_mem **st, int *n)
+{
+	*st = NULL;
+	*n = 0;
+	if (c->num_experts > 0 || c->mla || a->mtp_num_layers > 0)
+		return 0;
+	int64_t vocab;
+	if (memcalc_vocab_size(a, &vocab) < 0 || megac_mem_predict(a, vocab, st, n) < 0) {
+		warning("so megac has no prediction of its own for this configuration (train would refuse it)");
+		return 0;
+	}
+	return 1;
+}
+
+#define MIB (1024.0 * 1024.0)
+
+static void print_megac(const struct megac_stage_mem *st, int n)
+{
+	printf("\nmegac's own prediction (train's allocations, per rank; every rank of a pipeline stage alike):\n");
+	printf("  %-6s %-10s %10s %10s %10s %10s %10s %12s %10s\n", "stage", "from rank", "params", "grads", "half copy",
+	       "optimizer", "opt scratch", "activations", "peak MB");
+	for (int i = 0; i < n; i++)
+		printf("  %-6d %-10d %10.2f %10.2f %10.2f %10.2f %10.2f %12.2f %10.2f\n", st[i].pp_stage,
+		       st[i].first_rank, st[i].params / MIB, st[i].grads / MIB, st[i].half_weights / MIB,
+		       st[i].optimizer / MIB, st[i].optimizer_scratch / MIB, st[i].activations / MIB, st[i].peak / MIB);
+}
+
+static json_t *megac_json(const struct megac_stage_mem *st, int n)
+{
+	json_t *ranks = json_array();
+	for (int i = 0; i < n; i++) {
+		json_t *e = json_object(), *b = json_object();
+		json_object_set_new(e, "rank", json_integer(st[i].first_rank));
+		json_object_set_new(e, "pp_stage", json_integer(st[i].pp_stage));
+		json_object_set_new(e, "peak_MB", json_real(st[i].peak / MIB));
+		json_object_set_new(b, "parameters_MB", json_real(st[i].params / MIB));
+		json_object_set_new(b, "gradients_MB", json_real(st[i].grads / MIB));
+		json_object_set_new(b, "half_precision_weights_MB", json_real(st[i].half_weights / MIB));
+		json_object_set_new(b, "optimizer_states_MB", json_real(st[i].optimizer / MIB));
+		json_object_set_new(b, "optimizer_scratch_MB", json_real(st[i].optimizer_scratch / MIB));
+		json_object_set_new(b, "activations_and_workspaces_MB", json_real(st[i].activations / MIB));
+		json_object_set_new(e, "breakdown", b);
+		json_array_append_new(ranks, e);
+	}
+	json_t *o = json_object();
+	json_object_set_new(o, "ranks", ranks);
+	return o;
+}
+
 static int print_json(const struct args *a, const struct mm_config *c, const struct mm_report *r)
 {
 	json_t *m = json_object();
@@ -283,6 +336,14 @@ static int print_json(const struct args *a, const struct mm_config *c, const str
 	json_object_set_new(m, "inputs", lay);
 	json_t *o = json_object();
 	json_object_set_new(o, "megatron_formula", m);
+	struct megac_stage_mem *st;
+	int n, have = megac_part(a, c, &st, &n);
+	if (have < 0) {
+		json_decref(o);
+		return -1;
+	}
+	json_object_set_new(o, "megac", have ? megac_json(st, n) : json_null());
+	free(st);
 	char *s = json_dumps(o, JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
 	json_decref(o);
 	if (!s)
@@ -305,6 +366,16 @@ int memcalc_command(const struct args *a)
 			rc = print_json(a, &c, &r);
 		} else {
 			print_table(a, &c, &r);
+			struct megac_stage_mem *st;
+			int n, have = megac_part(a, &c, &st, &n);
+			if (have < 0)
+				rc = -1;
+			else if (have)
+				print_megac(st, n);
+			else
+				printf("\nmegac's own prediction: none (train does not run this configuration: mixture of "
+				       "experts, MLA and MTP are not there yet, or see the message above)\n");
+			free(st);
 			if (fflush(stdout))
 				rc = error_errno("writing the report");
 		}

@@ -26,4 +26,8 @@ int memcalc_moe_pattern(const char *spec, int64_t L, unsigned char *out);
  * --num-layers entries (caller frees *pattern). Returns 0 or -1 after error(). */
 int memcalc_config_from_args(struct mm_config *c, const struct args *a, unsigned char **pattern);
 
+/* The vocabulary before padding: the tokenizer's, --vocab-size, or
+ * --padded-vocab-size itself. 0 or -1 after error(). */
+int memcalc_vocab_size(const struct args *a, int64_t *vocab);
+
 #endif

@@ -76,4 +76,62 @@ expect_fail "train refuses --moe-router-topk" "belongs to report_memory" $BIN/tr
 # shellcheck disable=SC2086
 expect_ok "a train command line" $R $M --vocab-size 50257 --train-iters 10 --lr 3e-4 --data-path x \
 	--save ckpt --log-interval 1 --bf16 --position-embedding-type rope
+
+# megac's own prediction against train's measured peak ("max allocated" of every
+# rank's memory line), within 5% (it is train's own allocation plan, so in fact
+# equal): GPT and Llama on one rank, Llama with full recompute, TP2 x PP2 with the
+# distributed optimizer on 4 ranks, and TP2 x PP2 x DP2 interleaved, bf16, with
+# the distributed optimizer on 8
+export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 OMPI_MCA_mpi_yield_when_idle=1
+MPI="mpirun --allow-run-as-root --oversubscribe"
+T="--num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 32 --max-position-embeddings 32"
+T="$T --micro-batch-size 2 --global-batch-size 8 --lr 2e-3 --train-iters 2 --mock-data --eval-interval 100"
+T="$T --eval-iters 0 --log-interval 1 --data-cache-path $W/cache $GPT2 --make-vocab-size-divisible-by 64"
+LL="--position-embedding-type rope --normalization RMSNorm --swiglu --num-attention-heads 8 --group-query-attention"
+LL="$LL --num-query-groups 4 --untie-embeddings-and-output-weights --disable-bias-linear"
+# measured NAME NP FLAGS...
+measured() {
+	_n=$1
+	_np=$2
+	shift 2
+	if [ "$_np" = 1 ]; then _run="$BIN/train"; else _run="$MPI -np $_np $BIN/train"; fi
+	# shellcheck disable=SC2086
+	if $_run "$@" >"$W/$_n.train" 2>"$W/$_n.err" &&
+		$R "$@" --world-size "$_np" --json >"$W/$_n.json" 2>>"$W/$_n.err" &&
+		/usr/bin/python3 - "$W/$_n.train" "$W/$_n.json" >"$W/$_n.cmp" 2>&1 <<'PYEOF'; then
+import json, re, sys
+peaks = {}
+for line in open(sys.argv[1]):
+    m = re.match(r"\[Rank (\d+)\] \(after \d+ iterations\) memory \(MB\) .*max allocated: ([0-9.]+)", line)
+    if m:
+        peaks[int(m.group(1))] = max(peaks.get(int(m.group(1)), 0.0), float(m.group(2)))
+pred = json.load(open(sys.argv[2]))["megac"]["ranks"]
+lay = json.load(open(sys.argv[2]))["megatron_formula"]["inputs"]
+per_stage = lay["tp"] * lay["cp"] * lay["dp"]
+assert peaks, "no memory lines"
+worst = 0.0
+for rank, got in sorted(peaks.items()):
+    want = pred[rank // per_stage]["peak_MB"]
+    rel = abs(got - want) / got
+    worst = max(worst, rel)
+    assert rel <= 0.05, (rank, got, want)
+print("%d ranks, predicted %s MB, worst difference %.2f%%" % (
+    len(peaks), "/".join("%.2f" % p["peak_MB"] for p in pred), 100 * worst))
+PYEOF
+		ok "$_n: megac's prediction equals train's measured peak ($(cat "$W/$_n.cmp"))"
+	else
+		notok "$_n: prediction vs measured peak"
+		show "$W/$_n.cmp"
+		show "$W/$_n.err"
+	fi
+}
+measured "GPT, 1 rank" 1 $T
+measured "Llama, 1 rank" 1 $T $LL
+measured "Llama, full recompute" 1 $T $LL --recompute-granularity full --recompute-method uniform \
+	--recompute-num-layers 1
+measured "TP2 x PP2, distributed optimizer" 4 $T --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
+	--use-distributed-optimizer
+measured "Llama TP2 x PP2 x DP2 interleaved, bf16, distributed optimizer" 8 $T $LL --tensor-model-parallel-size 2 \
+	--pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2 --bf16 --use-distributed-optimizer
+measured "Llama CP2 x DP2, SP off" 4 $T $LL --context-parallel-size 2
 rm -rf "$W"

@@ -1,0 +1,116 @@
+/*
+ * megac_mem.c - see megac_mem.h.
+ */
+#include "memcalc/megac_mem.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "base/xalloc.h"
+#include "dist/layout.h"
+#include "model/gpt.h"
+#include "optim/adam.h"
+#include "tensor/mem.h"
+#include "train/pp_sched.h"
+
+/* The counting backend: set-up only allocates and copies tables in, so
+ * these five are all it needs; every buffer is the same unused address
+ * (nothing reads or writes through it). */
+static char plan_byte;
+
+static void *plan_alloc(size_t bytes)
+{
+	(void)bytes;
+	return &plan_byte;
+}
+
+static void plan_free(void *p)
+{
+	(void)p;
+}
+
+static void plan_copy(void *dst, const void *src, size_t bytes)
+{
+	(void)dst, (void)src, (void)bytes;
+}
+
+static void plan_zero(float *x, size_t n)
+{
+	(void)x, (void)n;
+}
+
+static const struct kops plan_ops = {
+	.name = "plan",
+	.alloc = plan_alloc,
+	.free = plan_free,
+	.to_host = plan_copy,
+	.to_device = plan_copy,
+	.zero = plan_zero,
+};
+
+int megac_mem_predict(const struct args *a, int64_t vocab, struct megac_stage_mem **out, int *n)
+{
+	*out = NULL;
+	*n = 0;
+	struct dist_layout l;
+	if (dist_layout_from_args(&l, a, (int)a->world_size) < 0)
+		return -1;
+	struct gpt_config cfg;
+	if (gpt_config_from_args(&cfg, a, vocab) < 0)
+		return -1;
+	int64_t mbs = a->micro_batch_size, dp = l.dp;
+	int64_t gbs = a->global_batch_size > 0 ? a->global_batch_size : mbs * dp;
+	if (mbs < 1 || gbs % (mbs * dp))
+		return error("--global-batch-size %lld is not divisible by --micro-batch-size %lld x data-parallel "
+			     "size %lld", (long long)gbs, (long long)mbs, (long long)dp);
+	int64_t m = gbs / (mbs * dp);
+	if (m > (1 << 24))
+		return error("%lld micro-batches per iteration is more than megac schedules", (long long)m);
+	int group = a->microbatch_group_size_per_vp_stage > 0 ? (int)a->microbatch_group_size_per_vp_stage : -1;
+	enum gpt_precision prec = a->bf16 ? GPT_BF16 : a->fp16 ? GPT_FP16 : GPT_FP32;
+	struct megac_stage_mem *st = xcalloc((size_t)l.pp, sizeof(*st));
+	for (int s = 0; s < l.pp; s++) {
+		struct pp_sched ps;
+		if (pp_sched_init(&ps, l.pp, s, l.vpp, (int)m, group, false) < 0) {
+			free(st);
+			return -1;
+		}
+		/* groups with their sizes only: set-up communicates nothing */
+		struct dist_group tp = { .name = "tensor-model-parallel", .size = l.tp };
+		struct dist_group cp = { .name = "context-parallel", .size = l.cp };
+		struct gpt_pipe pipe = { l.pp, s, l.vpp, ps.inflight, &cp };
+		struct mem_pool pool;
+		mem_pool_init(&pool, &plan_ops);
+		struct gpt_model model;
+		int r = gpt_init_pipe(&model, &cfg, &plan_ops, &pool, (int)mbs, prec, &tp, l.sp, &pipe);
+		pp_sched_free(&ps);
+		if (r < 0) {
+			free(st);
+			return -1;
+		}
+		size_t total = model.reg.total, lo = 0, hi = total, scratch = 0;
+		int64_t ddp = dp * l.cp; /* the distributed optimizer shards over data x context parallel */
+		if (a->use_distributed_optimizer && ddp > 1) {
+			dist_shard(total, (int)ddp, 0, &lo, &hi);
+			scratch = (hi - lo) * sizeof(float);
+			mem_alloc(&pool, scratch);
+		}
+		struct adam opt;
+		adam_init(&opt, &model.reg, &plan_ops, &pool, 0.9f, 0.999f, 1e-8f, lo, hi);
+		struct megac_stage_mem *e = &st[s];
+		e->pp_stage = s;
+		e->first_rank = s * l.tp * l.cp * (int)dp;
+		e->params = e->grads = total * sizeof(float);
+		e->half_weights = prec == GPT_FP32 ? 0 : total * sizeof(float);
+		e->optimizer = 2 * (hi - lo) * sizeof(float);
+		e->optimizer_scratch = scratch;
+		e->peak = pool.peak;
+		e->activations = pool.peak - e->params - e->grads - e->half_weights - e->optimizer - scratch;
+		adam_free(&opt);
+		gpt_free(&model);
+	}
+	*out = st;
+	*n = l.pp;
+	return 0;
+}
