@@ -1062,6 +1062,35 @@ int ckpt_tensor_info(struct ckpt_reader *r, int file, const char *name, enum ckp
 	return ret;
 }
 
+/* Open the dataset behind name (following a stage file's link) and check it
+ * holds dt at the given shape; *f is the file holding the data, which the
+ * messages name. The dataset, or -1 after error(); the caller frees
+ * w->owned either way. */
+static hid_t open_expected(struct ckpt_reader *r, int file, const char *name, enum ckpt_dtype dt, int ndim,
+			   const int64_t *shape, struct where *w, struct ckpt_rfile **f)
+{
+	char found[96];
+	int got_dt, got_ndim;
+	int64_t got[CKPT_MAX_NDIM];
+	hid_t d = open_tensor(r, file, name, w, &got_dt, &got_ndim, got, found, sizeof(found));
+	if (d < 0)
+		return -1;
+	*f = rfile(r, w->file);
+	name = w->obj;
+	if (got_dt != (int)dt) {
+		error("'%s': tensor '%s' is %s, expected %s", (*f)->path, name, found, dtype_names[dt]);
+	} else if (got_ndim != ndim || memcmp(got, shape, (size_t)ndim * sizeof(*shape))) {
+		char want_s[160], got_s[160];
+		format_shape(want_s, sizeof(want_s), ndim, shape);
+		format_shape(got_s, sizeof(got_s), got_ndim, got);
+		error("'%s': tensor '%s' has shape %s, expected %s", (*f)->path, name, got_s, want_s);
+	} else {
+		return d;
+	}
+	H5Dclose(d);
+	return -1;
+}
+
 int ckpt_get_tensor(struct ckpt_reader *r, int file, const char *name, enum ckpt_dtype dt, int ndim,
 		    const int64_t *shape, void *out)
 {
@@ -1070,30 +1099,16 @@ int ckpt_get_tensor(struct ckpt_reader *r, int file, const char *name, enum ckpt
 	int64_t count = shape_count(rfile(r, file)->path, name, ndim, shape, elem);
 	if (count < 0)
 		return -1;
-	char found[96];
-	int got_dt, got_ndim;
-	int64_t got[CKPT_MAX_NDIM];
 	struct where w;
-	hid_t d = open_tensor(r, file, name, &w, &got_dt, &got_ndim, got, found, sizeof(found));
+	struct ckpt_rfile *f;
+	hid_t d = open_expected(r, file, name, dt, ndim, shape, &w, &f);
 	if (d < 0) {
 		free(w.owned);
 		return -1;
 	}
 	/* messages name the file holding the data (a stage's, for a link) */
-	struct ckpt_rfile *f = rfile(r, w.file);
 	name = w.obj;
 	int r_ = -1;
-	if (got_dt != (int)dt) {
-		error("'%s': tensor '%s' is %s, expected %s", f->path, name, found, dtype_names[dt]);
-		goto out;
-	}
-	if (got_ndim != ndim || memcmp(got, shape, (size_t)ndim * sizeof(*shape))) {
-		char want_s[160], got_s[160];
-		format_shape(want_s, sizeof(want_s), ndim, shape);
-		format_shape(got_s, sizeof(got_s), got_ndim, got);
-		error("'%s': tensor '%s' has shape %s, expected %s", f->path, name, got_s, want_s);
-		goto out;
-	}
 	uint32_t stored;
 	if (!h5io_has_attr(f->fid, name, "crc32", f->path)) {
 		error("'%s': tensor '%s' has no crc32 attribute, so it cannot be verified", f->path, name);
@@ -1131,33 +1146,19 @@ int ckpt_get_tensor_rows(struct ckpt_reader *r, int file, const char *name, enum
 	if (nrows == 0)
 		return 0;
 	size_t row = (size_t)(count / shape[0]) * elem;
-	char found[96];
-	int got_dt, got_ndim;
-	int64_t got[CKPT_MAX_NDIM];
 	struct where w;
+	struct ckpt_rfile *f;
 	const char *asked = name;
-	hid_t d = open_tensor(r, file, name, &w, &got_dt, &got_ndim, got, found, sizeof(found));
+	hid_t d = open_expected(r, file, name, dt, ndim, shape, &w, &f);
 	if (d < 0) {
 		free(w.owned);
 		return -1;
 	}
-	struct ckpt_rfile *f = rfile(r, w.file);
 	name = w.obj;
 	int ret = -1;
 	char *buf = NULL;
 	uint32_t *crcs = NULL;
 	hid_t fspace = -1, mspace = -1;
-	if (got_dt != (int)dt) {
-		error("'%s': tensor '%s' is %s, expected %s", f->path, name, found, dtype_names[dt]);
-		goto out;
-	}
-	if (got_ndim != ndim || memcmp(got, shape, (size_t)ndim * sizeof(*shape))) {
-		char want_s[160], got_s[160];
-		format_shape(want_s, sizeof(want_s), ndim, shape);
-		format_shape(got_s, sizeof(got_s), got_ndim, got);
-		error("'%s': tensor '%s' has shape %s, expected %s", f->path, name, got_s, want_s);
-		goto out;
-	}
 	int has = h5io_has_attr(f->fid, name, "crc32_blocks", f->path);
 	if (has < 0)
 		goto out;

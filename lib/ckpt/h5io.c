@@ -319,8 +319,10 @@ static const char *objname(const char *obj)
 	return !strcmp(obj, ".") ? "/" : obj;
 }
 
-static int put_attr(hid_t loc, const char *obj, const char *name, hid_t ftype, hid_t mtype, const void *buf,
-		    const char *display)
+/* An attribute of n values (n 0: a scalar) of file type ftype from buf
+ * (memory type mtype); refuses one that is already set. */
+static int put_attr_n(hid_t loc, const char *obj, const char *name, hid_t ftype, hid_t mtype, const void *buf,
+		      size_t n, const char *display)
 {
 	htri_t ex;
 	if (H5IO_SET(ex, H5Aexists_by_name(loc, obj, name, H5P_DEFAULT),
@@ -328,9 +330,11 @@ static int put_attr(hid_t loc, const char *obj, const char *name, hid_t ftype, h
 		return -1;
 	if (ex)
 		return error("'%s': attribute '%s' of '%s' is already set", display, name, objname(obj));
+	hsize_t dims[1] = { (hsize_t)n };
 	hid_t space = -1, attr = -1;
 	int r = -1;
-	if (H5IO_SET(space, H5Screate(H5S_SCALAR), "cannot write attribute '%s' in '%s'", name, display) ||
+	if (H5IO_SET(space, n ? H5Screate_simple(1, dims, NULL) : H5Screate(H5S_SCALAR),
+		     "cannot write attribute '%s' in '%s'", name, display) ||
 	    H5IO_SET(attr, H5Acreate_by_name(loc, obj, name, ftype, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
 		     "cannot create attribute '%s' of '%s' in '%s'", name, objname(obj), display) ||
 	    H5IO_OK(H5Awrite(attr, mtype, buf), "cannot write attribute '%s' of '%s' in '%s'", name,
@@ -344,6 +348,12 @@ out:
 	if (space >= 0)
 		H5Sclose(space);
 	return r;
+}
+
+static int put_attr(hid_t loc, const char *obj, const char *name, hid_t ftype, hid_t mtype, const void *buf,
+		    const char *display)
+{
+	return put_attr_n(loc, obj, name, ftype, mtype, buf, 0, display);
 }
 
 int h5io_put_i64(hid_t loc, const char *obj, const char *name, int64_t v, const char *display)
@@ -626,24 +636,9 @@ uint32_t h5io_crc32(const struct h5io_crc32 *c, uint32_t crc, const void *buf, s
 int h5io_put_u32_array(hid_t loc, const char *obj, const char *name, const uint32_t *v, size_t n,
 		       const char *display)
 {
-	hsize_t dims[1] = { (hsize_t)n };
-	hid_t space = -1, attr = -1;
-	int r = -1;
-	if (H5IO_SET(space, H5Screate_simple(1, dims, NULL), "cannot write attribute '%s' in '%s'", name, display) ||
-	    H5IO_SET(attr, H5Acreate_by_name(loc, obj, name, H5T_STD_U32LE, space, H5P_DEFAULT, H5P_DEFAULT,
-					     H5P_DEFAULT),
-		     "cannot create attribute '%s' of '%s' in '%s'", name, objname(obj), display) ||
-	    H5IO_OK(H5Awrite(attr, H5T_NATIVE_UINT32, v), "cannot write attribute '%s' of '%s' in '%s'", name,
-		    objname(obj), display))
-		goto out;
-	r = 0;
-out:
-	if (attr >= 0 && H5IO_OK(H5Aclose(attr), "cannot write attribute '%s' of '%s' in '%s'", name,
-				 objname(obj), display))
-		r = -1;
-	if (space >= 0)
-		H5Sclose(space);
-	return r;
+	if (!n)
+		BUG("an empty attribute array '%s' in '%s'", name, display);
+	return put_attr_n(loc, obj, name, H5T_STD_U32LE, H5T_NATIVE_UINT32, v, n, display);
 }
 
 int h5io_get_u32_array(hid_t loc, const char *obj, const char *name, uint32_t *v, size_t n,

@@ -1,7 +1,7 @@
 /*
  * memcalc_command.c - the report_memory program: see memcalc_command.h.
- * This slice prints Megatron's theoretical report (megatron_mem.c); megac's
- * own per-rank prediction is not implemented yet.
+ * It prints Megatron's theoretical report (megatron_mem.c) and megac's own
+ * per-stage prediction (megac_mem.c); --advise is still to come (issue 5).
  */
 #include "memcalc/memcalc_command.h"
 #include "memcalc/megac_mem.h"

@@ -8,6 +8,8 @@
 #define MEGAC_TEST_H
 
 #include <inttypes.h>
+#include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -181,6 +183,37 @@ static inline char *test_read_file(const char *path, size_t *len)
 	if (len)
 		*len = (size_t)n;
 	return buf;
+}
+
+/* The message must contain every needle (NULL-terminated list); says which
+ * one it lacks. */
+static inline int contains_all(const char *msg, ...)
+{
+	va_list ap;
+	va_start(ap, msg);
+	int ok = msg != NULL;
+	for (const char *n; ok && (n = va_arg(ap, const char *));)
+		if (!strstr(msg, n)) {
+			printf("#   message lacks \"%s\": %s", n, msg);
+			ok = 0;
+		}
+	va_end(ap);
+	return ok;
+}
+
+/* Deterministic test data: n float32 values with varied bit patterns
+ * (xorshift from seed); caller frees. */
+static inline float *make_f32(int64_t n, int seed)
+{
+	float *v = malloc((size_t)(n ? n : 1) * sizeof(float));
+	uint32_t x = 2463534242u + (uint32_t)seed;
+	for (int64_t i = 0; i < n; i++) {
+		x ^= x << 13;
+		x ^= x >> 17;
+		x ^= x << 5;
+		v[i] = ((float)(x % 2000001) - 1000000.0f) / 3.0e4f;
+	}
+	return v;
 }
 
 #endif

@@ -60,32 +60,7 @@ static int entries(const char *d, const char *prefix)
 	return n;
 }
 
-static int contains_all(const char *msg, ...)
-{
-	va_list ap;
-	va_start(ap, msg);
-	int ok = msg != NULL;
-	for (const char *n; ok && (n = va_arg(ap, const char *));)
-		if (!strstr(msg, n)) {
-			printf("#   message lacks \"%s\": %s", n, msg);
-			ok = 0;
-		}
-	va_end(ap);
-	return ok;
-}
 
-static float *make_f32(int64_t n, int seed)
-{
-	float *v = malloc((size_t)(n ? n : 1) * sizeof(float));
-	uint32_t x = 2463534242u + (uint32_t)seed;
-	for (int64_t i = 0; i < n; i++) {
-		x ^= x << 13;
-		x ^= x >> 17;
-		x ^= x << 5;
-		v[i] = ((float)(x % 2000001) - 1000000.0f) / 3.0e4f;
-	}
-	return v;
-}
 
 /* ---- a checkpoint of two "stages" ----------------------------------------- */
 
