@@ -229,6 +229,14 @@ struct args {
 	/* report_memory (megac) and the MoE / MLA / MTP model flags it takes */
 	int64_t world_size;            /* -1: not given */
 	bool json;
+	bool advise;
+	char *gpu_memory;              /* "80GiB" */
+	int64_t gpus_per_node;
+	double gpu_tflops;
+	double intra_node_bandwidth;   /* GB/s */
+	double inter_node_bandwidth;   /* GB/s */
+	double link_latency_us;
+	int64_t advise_top;
 	int64_t num_experts;           /* -1: no MoE */
 	int64_t moe_router_topk;
 	int64_t moe_ffn_hidden_size;   /* -1: --ffn-hidden-size */

@@ -12,6 +12,9 @@
 #include <unistd.h>
 
 static char log_prefix[96] = "megac: ";
+static char *capture_buf;   /* log_capture(): the first error goes here */
+static size_t capture_size;
+static int capture_errors;
 
 void log_init(const char *prog, int rank, int world_size)
 {
@@ -29,8 +32,25 @@ const char *log_prog(void)
 	return log_prefix;
 }
 
+void log_capture(char *buf, size_t size)
+{
+	capture_buf = size ? buf : NULL;
+	capture_size = size;
+	capture_errors = 0;
+	if (capture_buf)
+		capture_buf[0] = 0;
+}
+
 static void vreport(const char *kind, const char *fmt, va_list ap, int errnum)
 {
+	if (capture_buf) {
+		if (!strcmp(kind, "error: ") && capture_errors++ == 0) {
+			int k = vsnprintf(capture_buf, capture_size, fmt, ap);
+			if (errnum && k >= 0 && (size_t)k < capture_size)
+				snprintf(capture_buf + k, capture_size - (size_t)k, ": %s", strerror(errnum));
+		}
+		return;
+	}
 	char buf[4096];
 	size_t n = (size_t)snprintf(buf, sizeof(buf), "%s%s", log_prefix, kind);
 	if (n < sizeof(buf)) {
@@ -49,6 +69,7 @@ static void vreport(const char *kind, const char *fmt, va_list ap, int errnum)
 
 void die(const char *fmt, ...)
 {
+	capture_buf = NULL; /* fatal messages are always printed */
 	va_list ap;
 	va_start(ap, fmt);
 	vreport("error: ", fmt, ap, 0);
@@ -59,6 +80,7 @@ void die(const char *fmt, ...)
 void die_errno(const char *fmt, ...)
 {
 	int e = errno;
+	capture_buf = NULL;
 	va_list ap;
 	va_start(ap, fmt);
 	vreport("error: ", fmt, ap, e);
@@ -104,6 +126,7 @@ void info(const char *fmt, ...)
 void bug_fl(const char *file, int line, const char *fmt, ...)
 {
 	char where[256];
+	capture_buf = NULL;
 	snprintf(where, sizeof(where), "BUG: %s:%d: ", file, line);
 	va_list ap;
 	va_start(ap, fmt);

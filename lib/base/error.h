@@ -22,6 +22,7 @@
 #define MEGAC_BASE_ERROR_H
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdnoreturn.h>
 
 #define MC_PRINTF(a, b) __attribute__((format(printf, a, b)))
@@ -30,6 +31,13 @@
  * world_size > 1. Call once, early in main(). */
 void log_init(const char *prog, int rank, int world_size);
 const char *log_prog(void);
+
+/* Collects messages instead of printing them, for callers that try many
+ * inputs through the same checks (report_memory --advise runs train's set-up
+ * on every candidate layout): while a buffer is set, error(), warning() and
+ * info() write nothing and the first error's text (without prefix) goes
+ * into buf. log_capture(NULL, 0) prints again. Single-threaded use only. */
+void log_capture(char *buf, size_t size);
 
 noreturn void die(const char *fmt, ...) MC_PRINTF(1, 2);
 noreturn void die_errno(const char *fmt, ...) MC_PRINTF(1, 2);

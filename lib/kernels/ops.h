@@ -23,6 +23,7 @@
 #ifndef MEGAC_KERNELS_OPS_H
 #define MEGAC_KERNELS_OPS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -38,6 +39,8 @@ enum kops_round {
 
 struct kops {
 	const char *name; /* "cpu", "cuda" */
+	bool counts_only; /* report_memory's plan: buffers are counted, none holds data,
+			   * so set-up skips filling its tables */
 
 	/* ---- memory (device memory for this backend; host memory on the CPU) ---- */
 	void *(*alloc)(size_t bytes);          /* zero-filled; dies on failure */

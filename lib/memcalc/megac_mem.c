@@ -42,6 +42,7 @@ static void plan_zero(float *x, size_t n)
 
 static const struct kops plan_ops = {
 	.name = "plan",
+	.counts_only = true,
 	.alloc = plan_alloc,
 	.free = plan_free,
 	.to_host = plan_copy,

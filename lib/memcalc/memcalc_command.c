@@ -1,9 +1,11 @@
 /*
  * memcalc_command.c - the report_memory program: see memcalc_command.h.
  * It prints Megatron's theoretical report (megatron_mem.c) and megac's own
- * per-stage prediction (megac_mem.c); --advise is still to come (issue 5).
+ * per-stage prediction (megac_mem.c), or with --advise the layouts that
+ * fit (advise.c).
  */
 #include "memcalc/memcalc_command.h"
+#include "memcalc/advise.h"
 #include "memcalc/megac_mem.h"
 
 #include <jansson.h>
@@ -24,7 +26,10 @@ const struct prog_info memcalc_prog_info = {
 	"Memory per GPU before launch: takes train's command line plus --world-size and prints\n"
 	"Megatron's theoretical memory report (theoretical_memory_usage.py) for it: parameter counts,\n"
 	"weight-and-optimizer, activation and total MB on the most loaded rank, with the number of\n"
-	"micro-batches from the global batch size. Also takes the MoE, MLA and MTP model flags.",
+	"micro-batches from the global batch size, then megac's own per-stage prediction of what train\n"
+	"allocates. Also takes the MoE, MLA and MTP model flags. With --advise --gpu-memory SIZE: every\n"
+	"layout of --world-size ranks that fits, fastest first by the step-time model of\n"
+	"docs/report-memory.md, with the train flags for each.",
 	"report_memory --world-size 64 --num-layers 80 --hidden-size 8192 --num-attention-heads 64 "
 	"--group-query-attention --num-query-groups 8 --ffn-hidden-size 28672 --swiglu --normalization RMSNorm "
 	"--untie-embeddings-and-output-weights --disable-bias-linear --position-embedding-type rope "
@@ -355,6 +360,12 @@ static int print_json(const struct args *a, const struct mm_config *c, const str
 
 int memcalc_command(const struct args *a)
 {
+	if (a->advise) {
+		int64_t vocab;
+		if (a->world_size < 1)
+			return error("--world-size %lld: give the number of ranks", (long long)a->world_size);
+		return memcalc_vocab_size(a, &vocab) < 0 ? -1 : advise_command(a, vocab);
+	}
 	struct mm_config c;
 	unsigned char *pattern;
 	int rc = memcalc_config_from_args(&c, a, &pattern);

@@ -346,16 +346,18 @@ int gpt_init_pipe(struct gpt_model *m, const struct gpt_config *c, const struct 
 		int S = m->c.S, T = c->S, rot = c->rot;
 		m->rope_cos = take(m, (size_t)T * rot);
 		m->rope_sin = take(m, (size_t)T * rot);
-		float *hc = xmalloc((size_t)S * rot * sizeof(float));
-		float *hs = xmalloc((size_t)S * rot * sizeof(float));
-		kops_rope_table(hc, hs, S, rot, c->rotary_base);
-		for (int j = 0; j < T; j++) {
-			size_t g = (size_t)gpt_global_pos(m, j) * rot;
-			k->to_device(m->rope_cos + (size_t)j * rot, hc + g, (size_t)rot * sizeof(float));
-			k->to_device(m->rope_sin + (size_t)j * rot, hs + g, (size_t)rot * sizeof(float));
+		if (!k->counts_only) {
+			float *hc = xmalloc((size_t)S * rot * sizeof(float));
+			float *hs = xmalloc((size_t)S * rot * sizeof(float));
+			kops_rope_table(hc, hs, S, rot, c->rotary_base);
+			for (int j = 0; j < T; j++) {
+				size_t g = (size_t)gpt_global_pos(m, j) * rot;
+				k->to_device(m->rope_cos + (size_t)j * rot, hc + g, (size_t)rot * sizeof(float));
+				k->to_device(m->rope_sin + (size_t)j * rot, hs + g, (size_t)rot * sizeof(float));
+			}
+			free(hc);
+			free(hs);
 		}
-		free(hc);
-		free(hs);
 	}
 	m->qkv = take(m, BT * qkv);
 	m->tmp = take(m, BT * h);

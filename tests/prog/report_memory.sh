@@ -136,4 +136,98 @@ measured "TP2 x PP2, distributed optimizer" 4 $T --tensor-model-parallel-size 2 
 measured "Llama TP2 x PP2 x DP2 interleaved, bf16, distributed optimizer" 8 $T $LL --tensor-model-parallel-size 2 \
 	--pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2 --bf16 --use-distributed-optimizer
 measured "Llama CP2 x DP2, SP off" 4 $T $LL --context-parallel-size 2
+# --advise: every layout it lists fits the budget by megac's prediction, the
+# list is exactly the fitting part of the whole list (same run, a budget that
+# fits all), ordered by the step-time model, whose terms (bytes per group as
+# train --log-comm counts them, Megatron's FLOPs) check_advise.py restates;
+# each listed layout's peak is what report_memory predicts for its flags; and
+# the first suggestions run in train within the budget
+# advise NAME NP BUDGET_MiB PYKEYS RATE_FLAGS FLAGS...
+advise() {
+	_n=$1
+	_np=$2
+	_mib=$3
+	_keys=$4
+	_rates=$5
+	shift 5
+	# shellcheck disable=SC2086
+	if $R "$@" $_rates --world-size "$_np" --advise --gpu-memory 1TiB --advise-top 0 --json >"$W/all.json" \
+		2>"$W/adv.err" &&
+		$R "$@" $_rates --world-size "$_np" --advise --gpu-memory "${_mib}MiB" --advise-top 0 --json >"$W/adv.json" \
+			2>>"$W/adv.err" &&
+		/usr/bin/python3 tests/prog/py/check_advise.py "$W/adv.json" $((_mib * 1048576)) "$W/all.json" $_keys \
+			>"$W/adv.cmp" 2>&1; then
+		ok "$_n: --advise lists only what fits, ranked by the model ($(cat "$W/adv.cmp"))"
+	else
+		notok "$_n: --advise"
+		show "$W/adv.cmp"
+		show "$W/adv.err"
+		return
+	fi
+	# the listed peaks are report_memory's own prediction for those flags (the
+	# first three and the last)
+	/usr/bin/python3 -c '
+import json, sys
+l = json.load(open(sys.argv[1]))["advise"]["layouts"]
+for x in l[:3] + l[-1:]:
+    print("%.6f %s" % (x["peak_MB"], x["flags"]))' "$W/adv.json" >"$W/adv.some"
+	_bad=0
+	while read -r _peak _flags; do
+		# shellcheck disable=SC2086
+		_got=$($R "$@" $_flags --world-size "$_np" --json 2>>"$W/adv.err" | /usr/bin/python3 -c '
+import json, sys
+print("%.6f" % max(r["peak_MB"] for r in json.load(sys.stdin)["megac"]["ranks"]))')
+		if [ "$_got" != "$_peak" ]; then
+			echo "# $_flags: --advise says $_peak MB, report_memory $_got MB"
+			_bad=1
+		fi
+	done <"$W/adv.some"
+	if [ $_bad = 0 ]; then ok "$_n: listed peaks equal report_memory's for those flags"; else notok "$_n: listed peaks"; fi
+	# the two fastest run in train, and their measured peaks fit
+	for _i in 0 1; do
+		_flags=$(/usr/bin/python3 -c 'import json, sys
+print(json.load(open(sys.argv[1]))["advise"]["layouts"][int(sys.argv[2])]["flags"])' "$W/adv.json" $_i)
+		# shellcheck disable=SC2086
+		if $MPI -np "$_np" $BIN/train "$@" $_flags >"$W/adv.train" 2>"$W/adv.err" &&
+			_max=$(sed -n 's/.*max allocated: \([0-9.]*\).*/\1/p' "$W/adv.train" | sort -g | tail -n 1) &&
+			[ -n "$_max" ] && awk -v m="$_max" -v b="$_mib" 'BEGIN { exit !(m <= b) }'; then
+			ok "$_n: suggestion $((_i + 1)) runs in train, measured peak $_max MB <= $_mib MiB ($_flags)"
+		else
+			notok "$_n: suggestion $((_i + 1)) in train ($_flags)"
+			show "$W/adv.err"
+		fi
+	done
+}
+advise "GPT, 4 ranks" 4 30 "h=32 L=4 S=32 V=50257 heads=4 groups=4 ffn=128" "" $T
+advise "Llama, 8 ranks, 2 GPUs per node" 8 20 "h=32 L=4 S=32 V=50257 heads=8 groups=4 ffn=64 llama=1 swiglu=1" \
+	"--gpus-per-node 2 --gpu-tflops 100 --intra-node-bandwidth 200 --inter-node-bandwidth 10 --link-latency-us 2" \
+	$T $LL
+
+# the table: the header with the counts, and train's flags for each layout
+# shellcheck disable=SC2086
+if $R $T --world-size 4 --advise --gpu-memory 30MiB --advise-top 3 >"$OUT_LOG" 2>"$ERR" &&
+	grep -q "^report_memory --advise: 4 ranks, 30.00 MiB (0.03 GiB) per GPU; 195 of 306 layouts fit" "$OUT_LOG" &&
+	[ "$(grep -c -- '--tensor-model-parallel-size' "$OUT_LOG")" = 3 ]; then
+	ok "--advise table"
+else
+	notok "--advise table"
+	show "$OUT_LOG" 20
+	show "$ERR"
+fi
+# shellcheck disable=SC2086
+expect_fail "--advise without --gpu-memory" "--advise needs --gpu-memory" $R $T --world-size 4 --advise
+# shellcheck disable=SC2086
+expect_fail "--advise, a bad size" "--gpu-memory '80XB'" $R $T --world-size 4 --advise --gpu-memory 80XB
+# shellcheck disable=SC2086
+expect_fail "--advise, no global batch" "--advise needs --global-batch-size" \
+	$R $T --global-batch-size -1 --world-size 4 --advise --gpu-memory 80GiB
+# shellcheck disable=SC2086
+expect_fail "--advise with experts" "no mixture of experts" \
+	$R $T --world-size 4 --advise --gpu-memory 80GiB --num-experts 4
+# shellcheck disable=SC2086
+expect_fail "--advise, nothing fits" "no layout of 4 ranks fits in 5.00 MiB per GPU: the smallest predicted peak is" \
+	$R $T --world-size 4 --advise --gpu-memory 5MiB
+# shellcheck disable=SC2086
+expect_fail "--advise, bad bandwidth" "--inter-node-bandwidth 0 must be a positive number" \
+	$R $T --world-size 4 --advise --gpu-memory 80GiB --inter-node-bandwidth 0
 rm -rf "$W"

@@ -240,6 +240,39 @@ static void test_device_probe(void)
 	CHECK(strlen(device_describe(buf, sizeof(buf))) > 0);
 }
 
+/* log_capture: the first error's text lands in the buffer, nothing reaches
+ * stderr, and printing resumes afterwards. */
+static void test_log_capture(void)
+{
+	char *dir = test_tmpdir("log_capture");
+	char path[4200], why[64];
+	snprintf(path, sizeof(path), "%s/stderr", dir);
+	int saved = dup(2), fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	CHECK(saved >= 0 && fd >= 0);
+	dup2(fd, 2);
+	log_capture(why, sizeof(why));
+	CHECK_INT(error("--tensor-model-parallel-size %d does not divide %d heads", 3, 4), -1);
+	CHECK_INT(error("a second reason"), -1);
+	warning("a warning");
+	info("a line");
+	log_capture(NULL, 0);
+	CHECK(!strcmp(why, "--tensor-model-parallel-size 3 does not divide 4 heads"));
+	log_capture(why, 16); /* cut to the buffer */
+	error("a reason longer than sixteen bytes");
+	log_capture(NULL, 0);
+	CHECK(!strcmp(why, "a reason longer"));
+	error("printed again");
+	fflush(stderr);
+	dup2(saved, 2);
+	close(saved);
+	close(fd);
+	struct sbuf sb = SBUF_INIT;
+	CHECK_INT(sbuf_read_file(&sb, path), 0);
+	CHECK(strstr(sb.buf, "error: printed again\n") && !strstr(sb.buf, "reason") && !strstr(sb.buf, "warning"));
+	sbuf_release(&sb);
+	free(dir);
+}
+
 int main(void)
 {
 	RUN(test_defaults_and_values);
@@ -253,5 +286,6 @@ int main(void)
 	RUN(test_afile_die_cleans_up);
 	RUN(test_sbuf);
 	RUN(test_device_probe);
+	RUN(test_log_capture);
 	return test_summary();
 }

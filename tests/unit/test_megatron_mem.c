@@ -8,6 +8,7 @@
 #include <math.h>
 
 #include "base/error.h"
+#include "memcalc/advise.h"
 #include "memcalc/megatron_mem.h"
 #include "memcalc/memcalc_command.h"
 #include "test.h"
@@ -193,6 +194,27 @@ static void test_moe_layer_freq(void)
 	CHECK_INT(memcalc_moe_pattern("[1,1,1,1]x", 4, p), -1);
 }
 
+/* --gpu-memory sizes: decimal and binary units, any case, plain bytes */
+static void test_advise_sizes(void)
+{
+	double b;
+	CHECK_INT(advise_parse_size("80GiB", &b), 0);
+	CHECK(b == 80.0 * 1024 * 1024 * 1024);
+	CHECK_INT(advise_parse_size("141GB", &b), 0);
+	CHECK(b == 141e9);
+	CHECK_INT(advise_parse_size("1.5 tib", &b), 0);
+	CHECK(b == 1.5 * 1024.0 * 1024 * 1024 * 1024);
+	CHECK_INT(advise_parse_size("512MiB", &b), 0);
+	CHECK(b == 512.0 * 1024 * 1024);
+	CHECK_INT(advise_parse_size("123456", &b), 0);
+	CHECK(b == 123456);
+	CHECK_INT(advise_parse_size("80XB", &b), -1);
+	CHECK_INT(advise_parse_size("GiB", &b), -1);
+	CHECK_INT(advise_parse_size("-3GiB", &b), -1);
+	CHECK_INT(advise_parse_size("0", &b), -1);
+	CHECK_INT(advise_parse_size("", &b), -1);
+}
+
 int main(void)
 {
 	log_init("test_megatron_mem", 0, 1);
@@ -204,5 +226,6 @@ int main(void)
 	RUN(test_tiny_moe);
 	RUN(test_printed_lines);
 	RUN(test_moe_layer_freq);
+	RUN(test_advise_sizes);
 	return test_summary();
 }
