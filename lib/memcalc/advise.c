@@ -1,9 +1,9 @@
 /*
- * advise.c - see advise.h. Enumeration is exhaustive over divisors (a few
- * thousand layouts for a thousand GPUs); each costs one run of train's
- * set-up against the byte-counting op table, about a millisecond per stage.
- * Refusals are collected with log_capture() so that the user sees counts,
- * not thousands of messages.
+ * advise.c - see advise.h. Enumeration is exhaustive over divisors (some
+ * 90,000 layouts for a 70B model on 1024 ranks); each costs one run of
+ * train's set-up against the byte-counting op table, about 0.1 ms, so
+ * seconds in all. Refusals are collected with log_capture() so that the
+ * user sees counts, not thousands of messages.
  */
 #include "memcalc/advise.h"
 
@@ -18,6 +18,7 @@
 #include "base/error.h"
 #include "base/xalloc.h"
 #include "memcalc/megac_mem.h"
+#include "train/train_command.h"
 
 #define MIB (1024.0 * 1024.0)
 
@@ -55,8 +56,8 @@ int advise_opts_from_args(struct advise_opts *o, const struct args *a)
 		return error("--advise needs --gpu-memory SIZE, the memory of one GPU (such as 80GiB)");
 	if (advise_parse_size(a->gpu_memory, &o->gpu_bytes) < 0)
 		return -1;
-	if (a->gpus_per_node < 1)
-		return error("--gpus-per-node %lld must be at least 1", (long long)a->gpus_per_node);
+	if (a->gpus_per_node < 1 || a->gpus_per_node > (1 << 24))
+		return error("--gpus-per-node %lld: give 1 to %d", (long long)a->gpus_per_node, 1 << 24);
 	struct {
 		const char *flag;
 		double v;
@@ -90,7 +91,6 @@ void advise_layout_args(const struct args *base, const struct advise_layout *l, 
 	out->context_parallel_size = l->cp;
 	out->num_layers_per_virtual_pipeline_stage = -1;
 	out->num_virtual_stages_per_pipeline_rank = l->vpp > 1 ? l->vpp : -1;
-	out->microbatch_group_size_per_vp_stage = -1;
 	out->micro_batch_size = l->mbs;
 	out->sequence_parallel = l->sp;
 	out->use_distributed_optimizer = l->dist_opt;
@@ -105,6 +105,8 @@ void advise_layout_flags(const struct advise_layout *l, struct sbuf *out)
 	sbuf_addf(out, "--tensor-model-parallel-size %d --pipeline-model-parallel-size %d", l->tp, l->pp);
 	if (l->vpp > 1)
 		sbuf_addf(out, " --num-virtual-stages-per-pipeline-rank %d", l->vpp);
+	if (l->vpp > 1 && l->mb_group > 0) /* the command line's, kept: it shapes the schedule */
+		sbuf_addf(out, " --microbatch-group-size-per-virtual-pipeline-stage %lld", (long long)l->mb_group);
 	sbuf_addf(out, " --context-parallel-size %d --micro-batch-size %lld", l->cp, (long long)l->mbs);
 	if (l->sp)
 		sbuf_addstr(out, " --sequence-parallel");
@@ -116,13 +118,28 @@ void advise_layout_flags(const struct advise_layout *l, struct sbuf *out)
 		sbuf_addstr(out, " --use-distributed-optimizer");
 }
 
-/* Divisors of n in increasing order (n < 2^24 here). */
-static int divisors(int64_t n, int *out, int cap)
+/* Divisors of n in increasing order (*out is malloc'd): the small ones up
+ * to sqrt(n), then their partners n / d in reverse. */
+static int divisors(int64_t n, int **out)
 {
-	int k = 0;
-	for (int64_t i = 1; i <= n && k < cap; i++)
-		if (n % i == 0)
-			out[k++] = (int)i;
+	int k = 0, cap = 16;
+	int *d = xmalloc((size_t)cap * sizeof(*d));
+	for (int64_t i = 1; i * i <= n; i++) {
+		if (n % i)
+			continue;
+		if (k == cap)
+			d = xrealloc(d, (size_t)(cap *= 2) * sizeof(*d));
+		d[k++] = (int)i;
+	}
+	for (int small = k - 1; small >= 0; small--) {
+		int64_t q = n / d[small];
+		if (q == d[small])
+			continue;
+		if (k == cap)
+			d = xrealloc(d, (size_t)(cap *= 2) * sizeof(*d));
+		d[k++] = (int)q;
+	}
+	*out = d;
 	return k;
 }
 
@@ -137,11 +154,8 @@ static int try_layout(const struct args *base, int64_t vocab, const struct advis
 	log_capture(why, sizeof(why));
 	struct gpt_config cfg;
 	struct megac_stage_mem *st = NULL;
-	int n = 0, rc = 0;
-	if (l->cp > 1 && a.reset_attention_mask)
-		rc = error("--reset-attention-mask with --context-parallel-size %d is not supported", l->cp);
-	if (rc == 0)
-		rc = gpt_config_from_args(&cfg, &a, vocab);
+	int n = 0;
+	int rc = gpt_config_from_args(&cfg, &a, vocab);
 	if (rc == 0)
 		rc = megac_mem_predict(&a, vocab, &st, &n);
 	log_capture(NULL, 0);
@@ -169,10 +183,9 @@ static int try_layout(const struct args *base, int64_t vocab, const struct advis
 	return 1;
 }
 
-/* Fastest first; times within a millionth of the fastest layout's time are
- * one time (the model's differences there are a few bytes, as the
- * distributed optimizer's extra norm reduction), and then the smaller peak
- * goes first. */
+/* Fastest first, on a grid of a millionth of the fastest layout's time:
+ * times in one step of it are one time (differences of a few bytes), and
+ * then the smaller peak goes first. */
 static int by_time(const void *pa, const void *pb)
 {
 	const struct advise_layout *a = pa, *b = pb;
@@ -180,11 +193,13 @@ static int by_time(const void *pa, const void *pb)
 		return a->order < b->order ? -1 : 1;
 	if (a->peak != b->peak)
 		return a->peak < b->peak ? -1 : 1;
-	return 0;
+	return a->seq < b->seq ? -1 : a->seq > b->seq; /* the enumeration's order: stable output */
 }
 
 static void sort_fits(struct advise_result *r)
 {
+	if (!r->nfit)
+		return;
 	double best = INFINITY;
 	for (size_t i = 0; i < r->nfit; i++)
 		best = fmin(best, r->fit[i].est.total_s);
@@ -194,55 +209,76 @@ static void sort_fits(struct advise_result *r)
 	qsort(r->fit, r->nfit, sizeof(*r->fit), by_time);
 }
 
+/* Every micro-batch size, sequence parallelism, recompute and optimizer
+ * choice of one TP x CP x PP x VPP. */
+static void try_variants(const struct args *a, int64_t vocab, const struct advise_opts *o, struct advise_layout l,
+			 struct advise_result *r, size_t *cap)
+{
+	static const enum gpt_recompute recs[] = { GPT_RECOMPUTE_NONE, GPT_RECOMPUTE_SELECTIVE, GPT_RECOMPUTE_FULL };
+	int64_t per_replica = a->global_batch_size / l.dp;
+	for (l.mbs = 1; l.mbs <= per_replica && per_replica % l.mbs == 0; l.mbs *= 2)
+		for (int sp = 0; sp <= (l.tp > 1); sp++)
+			for (int rc = 0; rc < 3; rc++)
+				for (int d = 0; d <= ((int64_t)l.dp * l.cp > 1); d++) {
+					l.sp = sp;
+					l.recompute = recs[rc];
+					l.dist_opt = d;
+					l.seq = (int64_t)r->considered;
+					if (try_layout(a, vocab, o, &l, r) <= 0)
+						continue;
+					if (r->nfit == *cap) {
+						*cap = *cap ? 2 * *cap : 64;
+						r->fit = xrealloc(r->fit, *cap * sizeof(*r->fit));
+					}
+					r->fit[r->nfit++] = l;
+				}
+}
+
 int advise_run(const struct args *a, int64_t vocab, const struct advise_opts *o, struct advise_result *r)
 {
 	memset(r, 0, sizeof(*r));
 	if (a->num_experts != -1 || a->multi_latent_attention || a->mtp_num_layers != -1)
 		return error("--advise plans the layouts train runs, and train has no mixture of experts, MLA or MTP "
 			     "yet: drop those flags, or use report_memory without --advise for Megatron's formula");
+	if (a->world_size < 1 || a->world_size > (1 << 24))
+		return error("--world-size %lld: give the number of ranks, 1 to %d", (long long)a->world_size, 1 << 24);
 	if (a->global_batch_size <= 0)
 		return error("--advise needs --global-batch-size: the batch stays the same while the layout changes");
-	int64_t world = a->world_size, gbs = a->global_batch_size;
-	static const enum gpt_recompute recs[] = { GPT_RECOMPUTE_NONE, GPT_RECOMPUTE_SELECTIVE, GPT_RECOMPUTE_FULL };
-	int tps[64], cps[64], pps[64], vs[64];
+	/* what train refuses whatever the layout: said once, not per layout */
+	if (train_check_flags(a) < 0)
+		return -1;
+	int64_t world = a->world_size;
 	size_t cap = 0;
-	int ntp = divisors(world, tps, 64);
+	int *tps, *cps, *pps, *vs;
+	int ntp = divisors(world, &tps);
 	for (int i = 0; i < ntp; i++) {
-		int ncp = divisors(world / tps[i], cps, 64);
+		int ncp = divisors(world / tps[i], &cps);
 		for (int j = 0; j < ncp; j++) {
-			int npp = divisors(world / tps[i] / cps[j], pps, 64);
+			int npp = divisors(world / tps[i] / cps[j], &pps);
 			for (int q = 0; q < npp; q++) {
-				int tp = tps[i], cp = cps[j], pp = pps[q];
-				int dp = (int)(world / ((int64_t)tp * cp * pp));
-				if (gbs % dp)
+				struct advise_layout l = { .tp = tps[i], .cp = cps[j], .pp = pps[q] };
+				l.dp = (int)(world / ((int64_t)l.tp * l.cp * l.pp));
+				l.mb_group = a->microbatch_group_size_per_vp_stage;
+				if (a->global_batch_size % l.dp)
 					continue; /* no micro-batch size gives this global batch */
-				int nv = pp > 1 && a->num_layers % pp == 0 ? divisors(a->num_layers / pp, vs, 64) : 1;
-				if (nv == 1)
+				int nv = 1;
+				if (l.pp > 1 && a->num_layers > 0 && a->num_layers % l.pp == 0) {
+					nv = divisors(a->num_layers / l.pp, &vs);
+				} else {
+					vs = xmalloc(sizeof(*vs));
 					vs[0] = 1;
-				for (int w = 0; w < nv; w++)
-					for (int64_t mbs = 1; mbs <= gbs / dp; mbs *= 2) {
-						if ((gbs / dp) % mbs)
-							break;
-						for (int sp = 0; sp <= (tp > 1); sp++)
-							for (int rc = 0; rc < 3; rc++)
-								for (int d = 0; d <= ((int64_t)dp * cp > 1); d++) {
-									struct advise_layout l = {
-										.tp = tp, .pp = pp, .vpp = vs[w], .cp = cp,
-										.dp = dp, .mbs = mbs, .sp = sp, .dist_opt = d,
-										.recompute = recs[rc]
-									};
-									if (try_layout(a, vocab, o, &l, r) <= 0)
-										continue;
-									if (r->nfit == cap) {
-										cap = cap ? 2 * cap : 64;
-										r->fit = xrealloc(r->fit, cap * sizeof(*r->fit));
-									}
-									r->fit[r->nfit++] = l;
-								}
-					}
+				}
+				for (int w = 0; w < nv; w++) {
+					l.vpp = vs[w];
+					try_variants(a, vocab, o, l, r, &cap);
+				}
+				free(vs);
 			}
+			free(pps);
 		}
+		free(cps);
 	}
+	free(tps);
 	sort_fits(r);
 	return 0;
 }

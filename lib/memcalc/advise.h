@@ -28,12 +28,14 @@ struct advise_opts {
 struct advise_layout {
 	int tp, pp, vpp, cp, dp;
 	int64_t mbs;
+	int64_t mb_group; /* --microbatch-group-size-per-virtual-pipeline-stage, the command line's */
 	bool sp, dist_opt;
 	enum gpt_recompute recompute;
 	double peak;    /* bytes, the largest stage's predicted peak */
 	int peak_stage;
 	struct step_estimate est;
 	int64_t order;  /* the step time in millionths of the fastest one's: the sort key */
+	int64_t seq;    /* place in the enumeration: the last tie-break */
 };
 
 struct advise_result {

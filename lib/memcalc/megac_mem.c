@@ -13,6 +13,7 @@
 #include "optim/adam.h"
 #include "tensor/mem.h"
 #include "train/pp_sched.h"
+#include "train/train_command.h"
 
 /* The counting backend: set-up only allocates and copies tables in, so
  * these five are all it needs; every buffer is the same unused address
@@ -55,7 +56,8 @@ int megac_mem_predict(const struct args *a, int64_t vocab, struct megac_stage_me
 	*out = NULL;
 	*n = 0;
 	struct dist_layout l;
-	if (dist_layout_from_args(&l, a, (int)a->world_size) < 0)
+	if (train_check_flags(a) < 0 || dist_layout_from_args(&l, a, (int)a->world_size) < 0 ||
+	    train_check_layout(a, &l) < 0)
 		return -1;
 	struct gpt_config cfg;
 	if (gpt_config_from_args(&cfg, a, vocab) < 0)

@@ -362,8 +362,6 @@ int memcalc_command(const struct args *a)
 {
 	if (a->advise) {
 		int64_t vocab;
-		if (a->world_size < 1)
-			return error("--world-size %lld: give the number of ranks", (long long)a->world_size);
 		return memcalc_vocab_size(a, &vocab) < 0 ? -1 : advise_command(a, vocab);
 	}
 	struct mm_config c;

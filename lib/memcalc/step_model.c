@@ -48,23 +48,28 @@ static void volumes(const struct gpt_config *c, const struct step_layout *l, str
 	int64_t norms = Ll * 2 * norm + post * norm;
 
 	if (t > 1) {
-		int64_t per, coll;
+		/* messages: 2(t-1) ring steps per all-reduce, t-1 per all-gather or
+		 * reduce-scatter; per micro-batch the layers' collectives and the
+		 * loss's three all-reduces (max, target logit, sum), per iteration
+		 * the grad-norm sum and with SP one all-reduce per norm tensor */
+		int64_t per, ring_steps, sp_tensors = 0;
 		if (l->sp) { /* all-gathers and reduce-scatters of the sequence-parallel rows */
 			per = (10 * Ll + 2 * pre + 2 * post) * (t - 1) * hid / t;
-			coll = 10 * Ll + 2 * pre + 2 * post;
+			sp_tensors = Ll * (c->rmsnorm ? 2 : 4) + post * (c->rmsnorm ? 1 : 2);
+			ring_steps = m * (10 * Ll + 2 * pre + 2 * post) * (t - 1) +
+				     (m * 3 * post + 1 + sp_tensors) * 2 * (t - 1);
 		} else {
 			per = (4 * Ll + pre + post) * ring(t, hid);
-			coll = 4 * Ll + pre + post;
+			ring_steps = (m * (4 * Ll + pre + post + 3 * post) + 1) * 2 * (t - 1);
 		}
 		per += post * ring(t, 3 * WORD * N); /* the vocabulary-parallel cross-entropy */
-		coll += 3 * post;
 		e->bytes[SM_TP] = m * per + ring(t, 2 * WORD) + (l->sp ? ring(t, WORD * norms) : 0);
-		e->messages[SM_TP] = (double)(m * coll + 2) * 2 * (double)(t - 1);
+		e->messages[SM_TP] = (double)ring_steps;
 	}
 	if (p > 1) {
 		int64_t sends = 2 * v - 1; /* the first chunk of the first stage sends no gradient */
 		e->bytes[SM_PP] = m * sends * WORD * Nl * h + ring(p, 4 * WORD) + ring(p, 2 * WORD);
-		e->messages[SM_PP] = (double)(m * sends) + 4.0 * (double)(p - 1);
+		e->messages[SM_PP] = (double)(m * sends) + 4.0 * (double)(p - 1); /* + two all-reduces */
 		if (!c->untied) { /* the tied embedding's gradient, first and last stage */
 			e->bytes[SM_EMB] = ring(2, WORD * (int64_t)c->Vp / t * h);
 			e->messages[SM_EMB] = 2;
@@ -73,7 +78,7 @@ static void volumes(const struct gpt_config *c, const struct step_layout *l, str
 	if (cp > 1) { /* ring attention: K/V forward, K/V and dK/dV backward */
 		int64_t g = c->g / t;
 		e->bytes[SM_CP] = m * Ll * 6 * WORD * (cp - 1) * l->mbs * g * c->k * c->S / cp;
-		e->messages[SM_CP] = (double)(m * Ll * 3 * (cp - 1));
+		e->messages[SM_CP] = (double)(m * Ll * 3 * (cp - 1)); /* K/V forward, K/V and dK/dV backward */
 	}
 	int64_t n = d * cp, P = l->rank0_params;
 	if (n > 1) {
@@ -81,7 +86,9 @@ static void volumes(const struct gpt_config *c, const struct step_layout *l, str
 			e->bytes[SM_DP] = 2 * ((n - 1) * WORD * P / n) + ring(n, 4 * WORD) + ring(n, 2 * WORD);
 		else
 			e->bytes[SM_DP] = ring(n, WORD * P) + ring(n, 4 * WORD);
-		e->messages[SM_DP] = 3.0 * 2 * (double)(n - 1);
+		/* two all-reduces; with the distributed optimizer a reduce-scatter,
+		 * an all-gather and two all-reduces */
+		e->messages[SM_DP] = (l->dist_opt ? 6.0 : 4.0) * (double)(n - 1);
 	}
 }
 

@@ -28,17 +28,38 @@ const struct prog_info train_prog_info = {
 	0,
 };
 
+int train_check_layout(const struct args *a, const struct dist_layout *l)
+{
+	if (l->cp > 1 && a->reset_attention_mask)
+		return error("--reset-attention-mask with --context-parallel-size %d is not supported (Megatron needs "
+			     "the packed THD format for it, which megac does not have)", l->cp);
+	return 0;
+}
+
+int train_check_flags(const struct args *a)
+{
+	if (a->fp16 && a->bf16)
+		return error("--fp16 and --bf16 are mutually exclusive");
+	if (a->seed <= 0)
+		return error("--seed must be positive (got %lld)", (long long)a->seed);
+	if (a->full_validation)
+		return error("--full-validation is not implemented yet; use --eval-iters");
+	if (a->micro_batch_size < 1)
+		return error("--micro-batch-size must be at least 1");
+	if (a->log_memory_interval > 0 && a->log_memory_interval % (a->train_log_interval > 0 ? a->train_log_interval : 1))
+		return error("--log-memory-interval %lld must be a multiple of --log-interval %lld",
+			     (long long)a->log_memory_interval, (long long)a->train_log_interval);
+	return 0;
+}
+
 /* The layout on the ranks of this job: Megatron's checks, then what megac
  * does not do yet. */
 static int setup_parallel(struct trainer *t)
 {
 	const struct args *a = t->a;
 	struct dist_layout l;
-	if (dist_layout_from_args(&l, a, t->dist.world) < 0)
+	if (dist_layout_from_args(&l, a, t->dist.world) < 0 || train_check_layout(a, &l) < 0)
 		return -1;
-	if (l.cp > 1 && a->reset_attention_mask)
-		return error("--reset-attention-mask with --context-parallel-size %d is not supported (Megatron needs "
-			     "the packed THD format for it, which megac does not have)", l.cp);
 	if (dist_setup(&t->dist, &l) < 0)
 		return -1;
 	t->gdp = l.cp > 1 ? &t->dist.dp_cp : &t->dist.dp;
@@ -166,18 +187,11 @@ static int setup(struct trainer *t, const struct args *a)
 	t->a = a;
 	if (dist_init(&t->dist, "train") < 0 || setup_parallel(t) < 0)
 		return -1;
-	if (a->fp16 && a->bf16)
-		return error("--fp16 and --bf16 are mutually exclusive");
-	if (timers_init(&t->timers, (int)a->timing_log_level, a->timing_log_option) < 0)
+	if (train_check_flags(a) < 0 ||
+	    timers_init(&t->timers, (int)a->timing_log_level, a->timing_log_option) < 0)
 		return -1;
-	if (a->seed <= 0)
-		return error("--seed must be positive (got %lld)", (long long)a->seed);
-	if (a->full_validation)
-		return error("--full-validation is not implemented yet; use --eval-iters");
 	t->seed = (uint64_t)a->seed;
 	t->mbs = a->micro_batch_size;
-	if (t->mbs < 1)
-		return error("--micro-batch-size must be at least 1");
 	int64_t dp = t->dist.dp.size;
 	t->gbs = a->global_batch_size > 0 ? a->global_batch_size : t->mbs * dp;
 	if (t->gbs % (t->mbs * dp))
@@ -195,9 +209,6 @@ static int setup(struct trainer *t, const struct args *a)
 		return error("--lr is required for training (a positive peak learning rate)");
 	if (a->save && training && a->save_interval <= 0)
 		return error("--save needs --save-interval N (as in Megatron)");
-	if (a->log_memory_interval > 0 && a->log_memory_interval % (a->train_log_interval > 0 ? a->train_log_interval : 1))
-		return error("--log-memory-interval %lld must be a multiple of --log-interval %lld",
-			     (long long)a->log_memory_interval, (long long)a->train_log_interval);
 
 	/* this rank's pipeline schedules (refusals before the data build); each
 	 * model chunk holds as many micro-batches as the training schedule has in

@@ -198,8 +198,8 @@ print(json.load(open(sys.argv[1]))["advise"]["layouts"][int(sys.argv[2])]["flags
 		fi
 	done
 }
-advise "GPT, 4 ranks" 4 30 "h=32 L=4 S=32 V=50257 heads=4 groups=4 ffn=128" "" $T
-advise "Llama, 8 ranks, 2 GPUs per node" 8 20 "h=32 L=4 S=32 V=50257 heads=8 groups=4 ffn=64 llama=1 swiglu=1" \
+advise "GPT, 4 ranks" 4 30 "h=32 L=4 S=32 V=50257 gbs=8 heads=4 groups=4 ffn=128" "" $T
+advise "Llama, 8 ranks, 2 GPUs per node" 8 20 "h=32 L=4 S=32 V=50257 gbs=8 heads=8 groups=4 ffn=64 llama=1 swiglu=1" \
 	"--gpus-per-node 2 --gpu-tflops 100 --intra-node-bandwidth 200 --inter-node-bandwidth 10 --link-latency-us 2" \
 	$T $LL
 
@@ -227,6 +227,12 @@ expect_fail "--advise with experts" "no mixture of experts" \
 # shellcheck disable=SC2086
 expect_fail "--advise, nothing fits" "no layout of 4 ranks fits in 5.00 MiB per GPU: the smallest predicted peak is" \
 	$R $T --world-size 4 --advise --gpu-memory 5MiB
+# shellcheck disable=SC2086
+expect_fail "--advise, a flag train refuses whatever the layout" "--fp16 and --bf16 are mutually exclusive" \
+	$R $T --world-size 4 --advise --gpu-memory 80GiB --fp16 --bf16
+# shellcheck disable=SC2086
+expect_fail "--advise, a world too large" "--world-size 4294967296: give the number of ranks, 1 to 16777216" \
+	$R $T --world-size 4294967296 --advise --gpu-memory 80GiB
 # shellcheck disable=SC2086
 expect_fail "--advise, bad bandwidth" "--inter-node-bandwidth 0 must be a positive number" \
 	$R $T --world-size 4 --advise --gpu-memory 80GiB --inter-node-bandwidth 0

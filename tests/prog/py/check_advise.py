@@ -3,13 +3,14 @@ of docs/report-memory.md, restated here independently.
 
 usage: check_advise.py ADVISE.json BUDGET_BYTES [ALL.json] key=value ...
   keys: h L S V heads groups ffn llama swiglu (model; V unpadded, padded as
-  train pads it to 64 x TP), tflops intra inter latency gpn (rates)
+  train pads it to 64 x TP), gbs (the global batch)
 
 Checks: every listed layout's peak fits the budget; the list is ordered by
 step time; the counts add up; with ALL.json (the same run with a budget that
 fits everything) the list is exactly ALL's layouts whose peak fits; for each
 layout the bytes per group equal comm_volume.py's table (the one train
---log-comm is tested against), and compute, bubble and comm seconds equal
+--log-comm is tested against), the messages per group the documented
+count of ring steps and sends, and compute, bubble and comm seconds equal
 the model's terms recomputed from Megatron's FLOPs formula (spec
 memory-formula.md section 7).
 """
@@ -34,6 +35,32 @@ def flops(h, L, S, Vp, heads, groups, ffn, swiglu, gbs):
     return tokens * (mlp + attn + logits) + sq * core, tokens * logits, sq * core
 
 
+def messages(L, m, t, p, v, c, d, sp, distopt, llama):
+    """Ring steps and sends of world rank 0 per group: 2(p-1) per all-reduce,
+    p-1 per all-gather or reduce-scatter, one per point-to-point send."""
+    Ll, pre, post = L // p, 1, int(p == 1)
+    out = {}
+    if t > 1:
+        allreduce = 2 * (t - 1)
+        if sp:
+            norm_tensors = Ll * (2 if llama else 4) + post * (1 if llama else 2)
+            out["tensor-model-parallel"] = (m * (10 * Ll + 2 * pre + 2 * post) * (t - 1)
+                                            + (3 * m * post + 1 + norm_tensors) * allreduce)
+        else:
+            out["tensor-model-parallel"] = (m * (4 * Ll + pre + post + 3 * post) + 1) * allreduce
+    if p > 1:
+        out["pipeline-model-parallel"] = m * (2 * v - 1) + 2 * 2 * (p - 1)
+        if not llama:
+            out["embedding"] = 2
+    if c > 1:
+        out["context-parallel"] = m * Ll * 3 * (c - 1)
+    n = d * c
+    if n > 1:
+        key = "data-parallel with context-parallel" if c > 1 else "data-parallel"
+        out[key] = (2 * (n - 1) + 2 * 2 * (n - 1)) if distopt else 2 * 2 * (n - 1)
+    return out
+
+
 def main():
     adv = json.load(open(sys.argv[1]))["advise"]
     budget = float(sys.argv[2])
@@ -43,11 +70,10 @@ def main():
         every = json.load(open(rest[0]))["advise"]
         rest = rest[1:]
     kw = {a.split("=")[0]: float(a.split("=")[1]) for a in rest}
-    h, L, S, V = int(kw["h"]), int(kw["L"]), int(kw["S"]), int(kw["V"])
+    h, L, S, V, gbs = int(kw["h"]), int(kw["L"]), int(kw["S"]), int(kw["V"]), int(kw["gbs"])
     heads, groups, ffn = int(kw["heads"]), int(kw["groups"]), int(kw["ffn"])
     llama, swiglu = int(kw.get("llama", 0)), int(kw.get("swiglu", 0))
     rates = adv["assumptions"]
-    gbs = None
     lays = adv["layouts"]
     assert lays, "no layouts"
     assert adv["layouts_considered"] == adv["layouts_refused"] + adv["layouts_too_large"] + adv["layouts_fitting"], adv
@@ -59,14 +85,16 @@ def main():
         assert l["peak_MB"] * 2**20 <= budget, (l["flags"], l["peak_MB"])
         t, p, v, c, d, mbs = l["tp"], l["pp"], l["vpp"], l["cp"], l["dp"], l["micro_batch_size"]
         assert t * p * c * d == adv["world_size"], l
-        gbs = l["num_microbatches"] * mbs * d
-        m = l["num_microbatches"]
+        m = gbs // (mbs * d)
+        assert m * mbs * d == gbs and l["num_microbatches"] == m, (l["flags"], gbs)
         Vp = -(-V // (64 * t)) * 64 * t
         want = comm_volume.expected(h, L, S, Vp, mbs, gbs, tp=t, pp=p, vpp=v, cp=c, dp=d,
                                     sp=int(l["sequence_parallel"]), distopt=int(l["distributed_optimizer"]),
                                     llama=llama, heads=heads, groups=groups, ffn=ffn)
         want = {g: n for g, n in want.items() if n}
         assert want == l["comm_bytes"], (l["flags"], want, l["comm_bytes"])
+        msgs = messages(L, m, t, p, v, c, d, l["sequence_parallel"], l["distributed_optimizer"], llama)
+        assert msgs == l["comm_messages"], (l["flags"], msgs, l["comm_messages"])
         total, logits, core = flops(h, L, S, Vp, heads, groups, ffn, swiglu, gbs)
         layers = total - logits
         layers += {"none": 0, "selective": core / 3, "full": layers / 3}[l["recompute"]]
