@@ -226,6 +226,13 @@ struct args {
 	double mid_level_dataset_surplus;
 	struct intlist show_samples;
 
+	/* ckpt_convert (megac) */
+	char *convert_to, *convert_from;
+	int64_t target_tensor_parallel_size, target_pipeline_parallel_size, target_num_virtual_stages;
+	int64_t iteration;
+	bool no_optim, verify;
+	char *dtype, *max_shard_size;
+
 	/* report_memory (megac) and the MoE / MLA / MTP model flags it takes */
 	int64_t world_size;            /* -1: not given */
 	bool json;

@@ -275,12 +275,14 @@ const struct flag_def args_table[] = {
 	  "learning rate", NULL, NULL, NULL, "on resume, take the schedule from the checkpoint" },
 
 	/* ---- checkpointing ---- */
-	{ "--save", FK_STR, F(save), TR, 0, "checkpointing", NULL, NULL, "DIR", "save checkpoints here" },
+	{ "--save", FK_STR, F(save), TR | PROG_CONVERT, PROG_CONVERT, "checkpointing", NULL, NULL, "DIR",
+	  "save checkpoints here (ckpt_convert: the new checkpoint or Hugging Face folder)" },
 	{ "--save-interval", FK_INT, F(save_interval), TR, 0, "checkpointing", "-1", NULL, "N",
 	  "save every N iterations (and at the end)" },
 	{ "--persistent-save-interval", FK_INT, F(save_interval), TR, 0, "checkpointing", "-1", NULL, "N",
 	  "same as --save-interval" },
-	{ "--load", FK_STR, F(load), TR, 0, "checkpointing", NULL, NULL, "DIR", "resume from the latest checkpoint here" },
+	{ "--load", FK_STR, F(load), TR | PROG_CONVERT, PROG_CONVERT, "checkpointing", NULL, NULL, "DIR",
+	  "resume from the latest checkpoint here (ckpt_convert: the checkpoint or Hugging Face folder to convert)" },
 	{ "--finetune", FK_BOOL, F(finetune), TR, 0, "checkpointing", NULL, NULL, NULL,
 	  "load only the weights; start at iteration 0" },
 	{ "--no-load-optim", FK_BOOL, F(no_load_optim), TR, 0, "checkpointing", NULL, NULL, NULL,
@@ -405,6 +407,28 @@ const struct flag_def args_table[] = {
 	  "print document N (its ids, and its text when tokenizer flags are given)" },
 	{ "--max-tokens", FK_INT, F(max_tokens), PROG_DATAINFO, 0, "output", "200", NULL, "N",
 	  "print at most N tokens of the document" },
+
+	/* ---- ckpt_convert (megac) ---- */
+	{ "--to", FK_STR, F(convert_to), PROG_CONVERT, 0, "conversion", "megac", "megac|hf", "FORMAT",
+	  "(megac) hf: write a Hugging Face folder (config.json, safetensors)" },
+	{ "--from", FK_STR, F(convert_from), PROG_CONVERT, 0, "conversion", "megac", "megac|hf", "FORMAT",
+	  "(megac) hf: --load is a Hugging Face folder (GPT2LMHeadModel, LlamaForCausalLM)" },
+	{ "--target-tensor-parallel-size", FK_INT, F(target_tensor_parallel_size), PROG_CONVERT, 0, "conversion", "1",
+	  NULL, "T", "the layout the checkpoint is for: checked against the model, vocabulary padded for it" },
+	{ "--target-pipeline-parallel-size", FK_INT, F(target_pipeline_parallel_size), PROG_CONVERT, 0, "conversion",
+	  "1", NULL, "P", "one file per pipeline stage, as train writes them" },
+	{ "--target-num-virtual-stages-per-pipeline-rank", FK_INT, F(target_num_virtual_stages), PROG_CONVERT, 0,
+	  "conversion", "1", NULL, "V", "interleaved stages: which stage holds which layers" },
+	{ "--iteration", FK_INT, F(iteration), PROG_CONVERT, 0, "conversion", "-1", NULL, "N",
+	  "(megac) convert iteration N instead of the latest" },
+	{ "--no-optim", FK_BOOL, F(no_optim), PROG_CONVERT, 0, "conversion", NULL, NULL, NULL,
+	  "(megac) leave the optimizer state out" },
+	{ "--dtype", FK_STR, F(dtype), PROG_CONVERT, 0, "conversion", NULL, "fp32|bf16|fp16", "T",
+	  "(megac) element type written (default: the source's; fp32 for Hugging Face output)" },
+	{ "--max-shard-size", FK_STR, F(max_shard_size), PROG_CONVERT, 0, "conversion", "5GB", NULL, "SIZE",
+	  "(megac) --to hf: safetensors shards up to SIZE, with model.safetensors.index.json" },
+	{ "--verify", FK_BOOL, F(verify), PROG_CONVERT, 0, "conversion", NULL, NULL, NULL,
+	  "(megac) re-read every tensor written and compare it with its source" },
 
 	/* ---- report_memory (megac): the world it plans for, its output, and the
 	 * MoE / MLA / MTP model flags train refuses (rows for train above) ---- */

@@ -957,6 +957,25 @@ int ckpt_has_tensor(struct ckpt_reader *r, int file, const char *name)
 	return ex;
 }
 
+int ckpt_list_tensors(struct ckpt_reader *r, int file, char ***names, size_t *n)
+{
+	struct ckpt_rfile *f = rfile(r, file);
+	return h5io_list_tensors(f->fid, names, n, f->path);
+}
+
+int ckpt_list_attrs(struct ckpt_reader *r, int file, char ***names, char **kinds, size_t *n)
+{
+	struct ckpt_rfile *f = rfile(r, file);
+	return h5io_list_attrs(f->fid, names, kinds, n, f->path);
+}
+
+void ckpt_free_names(char **names, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(names[i]);
+	free(names);
+}
+
 /* Open tensor `name` of file (following an external link: *w says where
  * it is, free w->owned after use) and find its dtype and shape. *dt is
  * CKPT_NDTYPES for a type we do not read, described in found[]. Returns the

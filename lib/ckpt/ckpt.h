@@ -165,6 +165,14 @@ int ckpt_file_open(struct ckpt_reader *r, const char *name);
 
 /* 1 when the file has a tensor (dataset) called name, 0 when not, -1. */
 int ckpt_has_tensor(struct ckpt_reader *r, int file, const char *name);
+/* The names of every tensor of the file (datasets and links to them,
+ * "exp_avg/..." with their groups), in name order; *names and its strings
+ * are malloc'd (free with ckpt_free_names). */
+int ckpt_list_tensors(struct ckpt_reader *r, int file, char ***names, size_t *n);
+void ckpt_free_names(char **names, size_t n);
+/* The root attributes of the file and their kinds ('i', 'f', 's', '?'). */
+int ckpt_list_attrs(struct ckpt_reader *r, int file, char ***names, char **kinds, size_t *n);
+
 /* A stored tensor's dtype and shape (shape has room for CKPT_MAX_NDIM). */
 int ckpt_tensor_info(struct ckpt_reader *r, int file, const char *name, enum ckpt_dtype *dt, int *ndim,
 		     int64_t *shape);

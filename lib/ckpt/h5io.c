@@ -266,6 +266,126 @@ int h5io_external_link(hid_t loc, const char *path, char **file, char **obj, con
 	return 1;
 }
 
+struct list_ctx {
+	char **names;
+	size_t n, cap;
+	const char *prefix;
+	const char *display;
+	int failed;
+};
+
+static herr_t list_one(hid_t g, const char *name, const H5L_info_t *info, void *data)
+{
+	struct list_ctx *c = data;
+	size_t lp = strlen(c->prefix);
+	char *path = xmalloc(lp + strlen(name) + 2);
+	sprintf(path, "%s%s%s", c->prefix, lp ? "/" : "", name);
+	int add = info->type == H5L_TYPE_EXTERNAL;
+	if (info->type == H5L_TYPE_HARD) {
+		H5O_info_t oi;
+		/* H5Oget_info_by_name: the 1.10 name (1.12 maps it, fields unchanged) */
+		if (H5IO_OK(H5Oget_info_by_name(g, name, &oi, H5P_DEFAULT), "cannot look up '%s' in '%s'", path,
+			    c->display)) {
+			c->failed = 1;
+			free(path);
+			return -1;
+		}
+		if (oi.type == H5O_TYPE_DATASET) {
+			add = 1;
+		} else if (oi.type == H5O_TYPE_GROUP) {
+			struct list_ctx sub = *c;
+			sub.prefix = path;
+			hsize_t idx = 0;
+			herr_t rc = H5Literate_by_name(g, name, H5_INDEX_NAME, H5_ITER_INC, &idx, list_one, &sub,
+						       H5P_DEFAULT);
+			c->names = sub.names, c->n = sub.n, c->cap = sub.cap;
+			if (rc < 0 || sub.failed) {
+				if (!sub.failed)
+					error("cannot list group '%s' of '%s'", path, c->display);
+				c->failed = 1;
+				free(path);
+				return -1;
+			}
+		}
+	}
+	if (!add) {
+		free(path);
+		return 0;
+	}
+	if (c->n == c->cap) {
+		c->cap = c->cap ? 2 * c->cap : 64;
+		c->names = xrealloc(c->names, c->cap * sizeof(*c->names));
+	}
+	c->names[c->n++] = path;
+	return 0;
+}
+
+int h5io_list_tensors(hid_t loc, char ***names, size_t *n, const char *display)
+{
+	struct list_ctx c = { NULL, 0, 0, "", display, 0 };
+	hsize_t idx = 0;
+	herr_t rc = H5Literate(loc, H5_INDEX_NAME, H5_ITER_INC, &idx, list_one, &c);
+	if (rc < 0 || c.failed) {
+		if (!c.failed)
+			error("cannot list the tensors of '%s'", display);
+		for (size_t i = 0; i < c.n; i++)
+			free(c.names[i]);
+		free(c.names);
+		return -1;
+	}
+	*names = c.names;
+	*n = c.n;
+	return 0;
+}
+
+struct attr_ctx {
+	char **names;
+	char *kinds;
+	size_t n, cap;
+};
+
+static herr_t attr_one(hid_t loc, const char *name, const H5A_info_t *info, void *data)
+{
+	(void)info;
+	struct attr_ctx *c = data;
+	char kind = '?';
+	hid_t at = H5Aopen(loc, name, H5P_DEFAULT);
+	if (at >= 0) {
+		hid_t ty = H5Aget_type(at);
+		if (ty >= 0) {
+			H5T_class_t cl = H5Tget_class(ty);
+			kind = cl == H5T_INTEGER ? 'i' : cl == H5T_FLOAT ? 'f' : cl == H5T_STRING ? 's' : '?';
+			H5Tclose(ty);
+		}
+		H5Aclose(at);
+	}
+	if (c->n == c->cap) {
+		c->cap = c->cap ? 2 * c->cap : 32;
+		c->names = xrealloc(c->names, c->cap * sizeof(*c->names));
+		c->kinds = xrealloc(c->kinds, c->cap);
+	}
+	c->names[c->n] = xstrdup(name);
+	c->kinds[c->n++] = kind;
+	return 0;
+}
+
+int h5io_list_attrs(hid_t loc, char ***names, char **kinds, size_t *n, const char *display)
+{
+	struct attr_ctx c = { NULL, NULL, 0, 0 };
+	hsize_t idx = 0;
+	if (H5Aiterate2(loc, H5_INDEX_NAME, H5_ITER_INC, &idx, attr_one, &c) < 0) {
+		for (size_t i = 0; i < c.n; i++)
+			free(c.names[i]);
+		free(c.names);
+		free(c.kinds);
+		return error("cannot list the attributes of '%s'", display);
+	}
+	*names = c.names;
+	*kinds = c.kinds;
+	*n = c.n;
+	return 0;
+}
+
 int h5io_make_parents(hid_t loc, const char *path, const char *display)
 {
 	const char *last = strrchr(path, '/');

@@ -78,6 +78,16 @@ int h5io_link_exists(hid_t loc, const char *path, const char *display);
 int h5io_external_link(hid_t loc, const char *path, char **file, char **obj, const char *display);
 /* Create the groups leading to path's last component ("a/b" for "a/b/c")
  * where missing. */
+/* Every dataset and external link below group `loc` (recursing into real
+ * groups), as paths relative to it ("exp_avg/decoder.layers.0...."), in name
+ * order; *names and each string are malloc'd. -1 after error(). */
+int h5io_list_tensors(hid_t loc, char ***names, size_t *n, const char *display);
+
+/* The names of the attributes of the object at `loc` and the kind of each:
+ * 'i' integer, 'f' float, 's' string, '?' anything else (arrays included
+ * as their element's kind). *names, *kinds and each name are malloc'd. */
+int h5io_list_attrs(hid_t loc, char ***names, char **kinds, size_t *n, const char *display);
+
 int h5io_make_parents(hid_t loc, const char *path, const char *display);
 /* A valid object path: non-empty components separated by single '/', none
  * of them "." or "..", no leading or trailing '/'. */

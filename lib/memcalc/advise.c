@@ -16,45 +16,19 @@
 #include <strings.h>
 
 #include "base/error.h"
+#include "base/size.h"
 #include "base/xalloc.h"
 #include "memcalc/megac_mem.h"
 #include "train/train_command.h"
 
 #define MIB (1024.0 * 1024.0)
 
-int advise_parse_size(const char *s, double *bytes)
-{
-	static const struct {
-		const char *unit;
-		double scale;
-	} units[] = {
-		{ "", 1 },	     { "B", 1 },	  { "KB", 1e3 },	{ "MB", 1e6 },	 { "GB", 1e9 },
-		{ "TB", 1e12 },	     { "KiB", 1024.0 },	  { "MiB", MIB },	{ "GiB", MIB * 1024 },
-		{ "TiB", MIB * MIB },
-	};
-	char *end;
-	double x = s ? strtod(s, &end) : 0;
-	if (!s || end == s || !(x > 0) || !isfinite(x))
-		goto bad;
-	while (*end == ' ')
-		end++;
-	for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
-		if (!strcasecmp(end, units[i].unit)) {
-			*bytes = x * units[i].scale;
-			return 0;
-		}
-	}
-bad:
-	return error("--gpu-memory '%s': give a size such as 80GiB, 141GB, 512MiB or a number of bytes",
-		     s ? s : "");
-}
-
 int advise_opts_from_args(struct advise_opts *o, const struct args *a)
 {
 	memset(o, 0, sizeof(*o));
 	if (!a->gpu_memory)
 		return error("--advise needs --gpu-memory SIZE, the memory of one GPU (such as 80GiB)");
-	if (advise_parse_size(a->gpu_memory, &o->gpu_bytes) < 0)
+	if (size_parse(a->gpu_memory, "--gpu-memory", &o->gpu_bytes) < 0)
 		return -1;
 	if (a->gpus_per_node < 1 || a->gpus_per_node > (1 << 24))
 		return error("--gpus-per-node %lld: give 1 to %d", (long long)a->gpus_per_node, 1 << 24);

@@ -46,9 +46,6 @@ struct advise_result {
 	char refusal[512];             /* one of the refusals, as train words it */
 };
 
-/* "80GiB", "141GB", "512MiB", "1.5TiB", "123456": bytes. -1 after error(). */
-int advise_parse_size(const char *s, double *bytes);
-
 /* The --advise flags; error() and -1 when one is missing or out of range. */
 int advise_opts_from_args(struct advise_opts *o, const struct args *a);
 

@@ -25,38 +25,19 @@
 #include "base/error.h"
 #include "base/xalloc.h"
 #include "ckpt/ckpt.h"
+#include "model/gpt_ckpt.h"
 #include "train/trainer.h"
 
 /* The model-shaping flags under Megatron's argument names, so tools (and
  * ckpt_convert) can rebuild the model from the checkpoint alone. */
 static char *config_json(const struct trainer *t)
 {
-	const struct gpt_config *c = &t->cfg;
 	const struct args *a = t->a;
-	json_t *o = json_object();
-	json_object_set_new(o, "num_layers", json_integer(c->L));
-	json_object_set_new(o, "hidden_size", json_integer(c->h));
-	json_object_set_new(o, "ffn_hidden_size", json_integer(c->f));
-	json_object_set_new(o, "num_attention_heads", json_integer(c->a));
-	json_object_set_new(o, "num_query_groups", json_integer(c->g));
-	json_object_set_new(o, "group_query_attention", json_boolean(c->g != c->a));
-	json_object_set_new(o, "kv_channels", json_integer(c->k));
-	json_object_set_new(o, "seq_length", json_integer(c->S));
-	json_object_set_new(o, "max_position_embeddings", json_integer(c->P));
-	json_object_set_new(o, "position_embedding_type", json_string(c->rope ? "rope" : "learned_absolute"));
-	json_object_set_new(o, "rotary_base", json_integer((json_int_t)c->rotary_base));
-	json_object_set_new(o, "rotary_percent", json_real(a->rotary_percent));
-	json_object_set_new(o, "normalization", json_string(c->rmsnorm ? "RMSNorm" : "LayerNorm"));
-	json_object_set_new(o, "norm_epsilon", json_real(c->eps));
-	json_object_set_new(o, "swiglu", json_boolean(c->swiglu));
-	json_object_set_new(o, "add_bias_linear", json_boolean(c->bias));
-	json_object_set_new(o, "bias_gelu_fusion", json_boolean(c->gelu == KOPS_GELU_TANH));
-	json_object_set_new(o, "untie_embeddings_and_output_weights", json_boolean(c->untied));
-	json_object_set_new(o, "vocab_size", json_integer(c->V));
-	json_object_set_new(o, "padded_vocab_size", json_integer(c->Vp));
-	json_object_set_new(o, "init_method_std", json_real(c->init_std));
-	json_object_set_new(o, "hidden_dropout", json_real(c->hidden_dropout));
-	json_object_set_new(o, "attention_dropout", json_real(c->attention_dropout));
+	char *model = gpt_config_to_json(&t->cfg, a->rotary_percent);
+	json_t *o = json_loads(model, 0, NULL);
+	free(model);
+	if (!o)
+		BUG("gpt_config_to_json wrote JSON jansson cannot read");
 	json_object_set_new(o, "fp16", json_boolean(a->fp16));
 	json_object_set_new(o, "bf16", json_boolean(a->bf16));
 	json_object_set_new(o, "micro_batch_size", json_integer(t->mbs));

@@ -8,7 +8,7 @@
 #include <math.h>
 
 #include "base/error.h"
-#include "memcalc/advise.h"
+#include "base/size.h"
 #include "memcalc/megatron_mem.h"
 #include "memcalc/memcalc_command.h"
 #include "test.h"
@@ -198,21 +198,21 @@ static void test_moe_layer_freq(void)
 static void test_advise_sizes(void)
 {
 	double b;
-	CHECK_INT(advise_parse_size("80GiB", &b), 0);
+	CHECK_INT(size_parse("80GiB", "--gpu-memory", &b), 0);
 	CHECK(b == 80.0 * 1024 * 1024 * 1024);
-	CHECK_INT(advise_parse_size("141GB", &b), 0);
+	CHECK_INT(size_parse("141GB", "--gpu-memory", &b), 0);
 	CHECK(b == 141e9);
-	CHECK_INT(advise_parse_size("1.5 tib", &b), 0);
+	CHECK_INT(size_parse("1.5 tib", "--gpu-memory", &b), 0);
 	CHECK(b == 1.5 * 1024.0 * 1024 * 1024 * 1024);
-	CHECK_INT(advise_parse_size("512MiB", &b), 0);
+	CHECK_INT(size_parse("512MiB", "--gpu-memory", &b), 0);
 	CHECK(b == 512.0 * 1024 * 1024);
-	CHECK_INT(advise_parse_size("123456", &b), 0);
+	CHECK_INT(size_parse("123456", "--gpu-memory", &b), 0);
 	CHECK(b == 123456);
-	CHECK_INT(advise_parse_size("80XB", &b), -1);
-	CHECK_INT(advise_parse_size("GiB", &b), -1);
-	CHECK_INT(advise_parse_size("-3GiB", &b), -1);
-	CHECK_INT(advise_parse_size("0", &b), -1);
-	CHECK_INT(advise_parse_size("", &b), -1);
+	CHECK_INT(size_parse("80XB", "--gpu-memory", &b), -1);
+	CHECK_INT(size_parse("GiB", "--gpu-memory", &b), -1);
+	CHECK_INT(size_parse("-3GiB", "--gpu-memory", &b), -1);
+	CHECK_INT(size_parse("0", "--gpu-memory", &b), -1);
+	CHECK_INT(size_parse("", "--gpu-memory", &b), -1);
 }
 
 int main(void)

@@ -1,0 +1,519 @@
+/*
+ * hf_map.c - see hf_map.h. The fused QKV keeps, per query group G of g, the
+ * m = a/g query heads' rows, then the group's key rows, then its value rows
+ * (k rows per head); Hugging Face keeps q, k and v apart, all heads in
+ * order. GPT-2's Conv1D stores [in, out], the transpose of a linear layer.
+ */
+#include "convert/hf_map.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "base/xalloc.h"
+
+const char *hf_arch_class(enum hf_arch arch)
+{
+	return arch == HF_GPT2 ? "GPT2LMHeadModel" : "LlamaForCausalLM";
+}
+
+int hf_arch_for(const struct gpt_config *c, enum hf_arch *arch)
+{
+	if (c->rope) {
+		*arch = HF_LLAMA;
+		if (!c->rmsnorm || !c->swiglu || c->bias || c->rot != c->k)
+			return error("a model with RoPE exports as LlamaForCausalLM, which needs RMSNorm, SwiGLU, no "
+				     "linear biases and RoPE on every channel; this one has %s, %s, %s and %d of %d "
+				     "channels rotated",
+				     c->rmsnorm ? "RMSNorm" : "LayerNorm", c->swiglu ? "SwiGLU" : "GELU",
+				     c->bias ? "biases" : "no biases", c->rot, c->k);
+		return 0;
+	}
+	*arch = HF_GPT2;
+	if (c->rmsnorm || c->swiglu || !c->bias || c->g != c->a || (int64_t)c->k * c->a != c->h)
+		return error("a model with learned positions exports as GPT2LMHeadModel, which needs LayerNorm, GELU, "
+			     "linear biases, one key/value head per query head and kv-channels x heads = hidden size; "
+			     "this one has %s, %s, %s, %d query groups for %d heads, %d x %d channels for hidden "
+			     "size %d",
+			     c->rmsnorm ? "RMSNorm" : "LayerNorm", c->swiglu ? "SwiGLU" : "GELU",
+			     c->bias ? "biases" : "no biases", c->g, c->a, c->k, c->a, c->h);
+	return 0;
+}
+
+static void add(struct hf_tensor **v, int *n, int *cap, const char *name, const char *src, enum hf_xform x,
+		int ndim, int64_t d0, int64_t d1, int64_t r0)
+{
+	if (*n == *cap) {
+		*cap = *cap ? 2 * *cap : 64;
+		*v = xrealloc(*v, (size_t)*cap * sizeof(**v));
+	}
+	struct hf_tensor *t = &(*v)[(*n)++];
+	memset(t, 0, sizeof(*t));
+	snprintf(t->name, sizeof(t->name), "%s", name);
+	snprintf(t->src, sizeof(t->src), "%s", src);
+	t->x = x;
+	t->ndim = ndim;
+	t->shape[0] = d0;
+	t->shape[1] = d1;
+	t->r0 = r0;
+}
+
+void hf_tensors(const struct gpt_config *c, enum hf_arch arch, struct hf_tensor **out, int *n)
+{
+	struct hf_tensor *v = NULL;
+	int cap = 0;
+	*n = 0;
+	int64_t h = c->h, V = c->V, f = c->f, qk = (int64_t)c->a * c->k, gk = (int64_t)c->g * c->k;
+	char hf[HF_NAME_MAX], mg[HF_NAME_MAX];
+#define ADD(x, nd, d0, d1, r0) add(&v, n, &cap, hf, mg, x, nd, d0, d1, r0)
+#define NAMES(h_, m_, ...) (snprintf(hf, sizeof(hf), h_, __VA_ARGS__), snprintf(mg, sizeof(mg), m_, __VA_ARGS__))
+	if (arch == HF_GPT2) {
+		NAMES("transformer.wte.weight%s", "embedding.word_embeddings.weight%s", "");
+		ADD(HF_VOCAB, 2, V, h, 0);
+		NAMES("transformer.wpe.weight%s", "embedding.position_embeddings.weight%s", "");
+		ADD(HF_COPY, 2, c->P, h, 0);
+		for (int l = 0; l < c->L; l++) {
+			NAMES("transformer.h.%d.ln_1.weight", "decoder.layers.%d.self_attention.linear_qkv.layer_norm_weight", l);
+			ADD(HF_COPY, 1, h, 0, 0);
+			NAMES("transformer.h.%d.ln_1.bias", "decoder.layers.%d.self_attention.linear_qkv.layer_norm_bias", l);
+			ADD(HF_COPY, 1, h, 0, 0);
+			NAMES("transformer.h.%d.attn.c_attn.weight", "decoder.layers.%d.self_attention.linear_qkv.weight", l);
+			ADD(HF_C_ATTN, 2, h, 3 * h, 0);
+			NAMES("transformer.h.%d.attn.c_attn.bias", "decoder.layers.%d.self_attention.linear_qkv.bias", l);
+			ADD(HF_C_ATTN, 1, 3 * h, 0, 0);
+			NAMES("transformer.h.%d.attn.c_proj.weight", "decoder.layers.%d.self_attention.linear_proj.weight", l);
+			ADD(HF_TRANSPOSE, 2, qk, h, 0);
+			NAMES("transformer.h.%d.attn.c_proj.bias", "decoder.layers.%d.self_attention.linear_proj.bias", l);
+			ADD(HF_COPY, 1, h, 0, 0);
+			NAMES("transformer.h.%d.ln_2.weight", "decoder.layers.%d.mlp.linear_fc1.layer_norm_weight", l);
+			ADD(HF_COPY, 1, h, 0, 0);
+			NAMES("transformer.h.%d.ln_2.bias", "decoder.layers.%d.mlp.linear_fc1.layer_norm_bias", l);
+			ADD(HF_COPY, 1, h, 0, 0);
+			NAMES("transformer.h.%d.mlp.c_fc.weight", "decoder.layers.%d.mlp.linear_fc1.weight", l);
+			ADD(HF_TRANSPOSE, 2, h, f, 0);
+			NAMES("transformer.h.%d.mlp.c_fc.bias", "decoder.layers.%d.mlp.linear_fc1.bias", l);
+			ADD(HF_COPY, 1, f, 0, 0);
+			NAMES("transformer.h.%d.mlp.c_proj.weight", "decoder.layers.%d.mlp.linear_fc2.weight", l);
+			ADD(HF_TRANSPOSE, 2, f, h, 0);
+			NAMES("transformer.h.%d.mlp.c_proj.bias", "decoder.layers.%d.mlp.linear_fc2.bias", l);
+			ADD(HF_COPY, 1, h, 0, 0);
+		}
+		NAMES("transformer.ln_f.weight%s", "decoder.final_layernorm.weight%s", "");
+		ADD(HF_COPY, 1, h, 0, 0);
+		NAMES("transformer.ln_f.bias%s", "decoder.final_layernorm.bias%s", "");
+		ADD(HF_COPY, 1, h, 0, 0);
+	} else {
+		NAMES("model.embed_tokens.weight%s", "embedding.word_embeddings.weight%s", "");
+		ADD(HF_VOCAB, 2, V, h, 0);
+		for (int l = 0; l < c->L; l++) {
+			NAMES("model.layers.%d.input_layernorm.weight",
+			      "decoder.layers.%d.self_attention.linear_qkv.layer_norm_weight", l);
+			ADD(HF_COPY, 1, h, 0, 0);
+			NAMES("model.layers.%d.self_attn.q_proj.weight", "decoder.layers.%d.self_attention.linear_qkv.weight", l);
+			ADD(HF_QKV_Q, 2, qk, h, 0);
+			NAMES("model.layers.%d.self_attn.k_proj.weight", "decoder.layers.%d.self_attention.linear_qkv.weight", l);
+			ADD(HF_QKV_K, 2, gk, h, 0);
+			NAMES("model.layers.%d.self_attn.v_proj.weight", "decoder.layers.%d.self_attention.linear_qkv.weight", l);
+			ADD(HF_QKV_V, 2, gk, h, 0);
+			NAMES("model.layers.%d.self_attn.o_proj.weight", "decoder.layers.%d.self_attention.linear_proj.weight",
+			      l);
+			ADD(HF_COPY, 2, h, qk, 0);
+			NAMES("model.layers.%d.post_attention_layernorm.weight",
+			      "decoder.layers.%d.mlp.linear_fc1.layer_norm_weight", l);
+			ADD(HF_COPY, 1, h, 0, 0);
+			NAMES("model.layers.%d.mlp.gate_proj.weight", "decoder.layers.%d.mlp.linear_fc1.weight", l);
+			ADD(HF_ROWS, 2, f, h, 0);
+			NAMES("model.layers.%d.mlp.up_proj.weight", "decoder.layers.%d.mlp.linear_fc1.weight", l);
+			ADD(HF_ROWS, 2, f, h, f);
+			NAMES("model.layers.%d.mlp.down_proj.weight", "decoder.layers.%d.mlp.linear_fc2.weight", l);
+			ADD(HF_COPY, 2, h, f, 0);
+		}
+		NAMES("model.norm.weight%s", "decoder.final_layernorm.weight%s", "");
+		ADD(HF_COPY, 1, h, 0, 0);
+	}
+	if (c->untied) {
+		NAMES("lm_head.weight%s", "output_layer.weight%s", "");
+		ADD(HF_VOCAB, 2, V, h, 0);
+	}
+#undef ADD
+#undef NAMES
+	*out = v;
+}
+
+void hf_src_shape(const struct gpt_config *c, const struct hf_tensor *t, int *ndim, int64_t *shape)
+{
+	int64_t rows_qkv = (int64_t)(c->a + 2 * c->g) * c->k;
+	*ndim = t->ndim;
+	shape[0] = t->shape[0];
+	shape[1] = t->shape[1];
+	switch (t->x) {
+	case HF_COPY:
+		break;
+	case HF_VOCAB:
+		shape[0] = c->Vp;
+		break;
+	case HF_ROWS:
+		shape[0] = 2 * (int64_t)c->f;
+		break;
+	case HF_TRANSPOSE:
+		shape[0] = t->shape[1];
+		shape[1] = t->shape[0];
+		break;
+	case HF_QKV_Q:
+	case HF_QKV_K:
+	case HF_QKV_V:
+		shape[0] = rows_qkv;
+		break;
+	case HF_C_ATTN:
+		shape[0] = rows_qkv;
+		if (t->ndim == 2)
+			shape[1] = c->h;
+		break;
+	}
+}
+
+/* The fused QKV's rows of part (0 q, 1 k, 2 v) of query group G: the
+ * first row and the count. */
+static void qkv_rows(const struct gpt_config *c, int part, int G, int64_t *row0, int64_t *nrows)
+{
+	int64_t m = c->a / c->g, k = c->k, block = (m + 2) * k;
+	*row0 = G * block + (part == 0 ? 0 : part == 1 ? m * k : (m + 1) * k);
+	*nrows = part == 0 ? m * k : k;
+}
+
+/* Copy rows between the fused QKV (fused) and part `part` of every group
+ * laid out one group after the other (parts): export when to_parts. */
+static void qkv_move(const struct gpt_config *c, int part, int64_t cols, const float *from, float *to, int to_parts)
+{
+	int64_t out_row = 0;
+	for (int G = 0; G < c->g; G++) {
+		int64_t r0, nr;
+		qkv_rows(c, part, G, &r0, &nr);
+		size_t bytes = (size_t)(nr * cols) * sizeof(float);
+		if (to_parts)
+			memcpy(to + out_row * cols, from + r0 * cols, bytes);
+		else
+			memcpy(to + r0 * cols, from + out_row * cols, bytes);
+		out_row += nr;
+	}
+}
+
+static void transpose(const float *in, int64_t rows, int64_t cols, float *out)
+{
+	for (int64_t r = 0; r < rows; r++)
+		for (int64_t j = 0; j < cols; j++)
+			out[j * rows + r] = in[r * cols + j];
+}
+
+void hf_export(const struct gpt_config *c, const struct hf_tensor *t, const float *src, float *out)
+{
+	int64_t cols = t->ndim == 2 ? t->shape[1] : 1;
+	size_t n = (size_t)(t->shape[0] * cols);
+	switch (t->x) {
+	case HF_COPY:
+	case HF_VOCAB: /* the first V rows */
+		memcpy(out, src, n * sizeof(float));
+		return;
+	case HF_ROWS:
+		memcpy(out, src + t->r0 * cols, n * sizeof(float));
+		return;
+	case HF_TRANSPOSE:
+		transpose(src, t->shape[1], t->shape[0], out);
+		return;
+	case HF_QKV_Q:
+	case HF_QKV_K:
+	case HF_QKV_V:
+		qkv_move(c, t->x - HF_QKV_Q, cols, src, out, 1);
+		return;
+	case HF_C_ATTN: {
+		/* [Q; K; V] of all heads, then transposed for the weight */
+		int64_t w = t->ndim == 2 ? c->h : 1, third = (int64_t)c->a * c->k * w;
+		float *qkv = t->ndim == 2 ? xmalloc(n * sizeof(float)) : out;
+		for (int part = 0; part < 3; part++)
+			qkv_move(c, part, w, src, qkv + part * third, 1);
+		if (t->ndim == 2) {
+			transpose(qkv, 3 * (int64_t)c->a * c->k, c->h, out);
+			free(qkv);
+		}
+		return;
+	}
+	}
+}
+
+void hf_import(const struct gpt_config *c, const struct hf_tensor *t, const float *in, float *dst)
+{
+	int64_t cols = t->ndim == 2 ? t->shape[1] : 1;
+	size_t n = (size_t)(t->shape[0] * cols);
+	switch (t->x) {
+	case HF_COPY:
+	case HF_VOCAB:
+		memcpy(dst, in, n * sizeof(float));
+		return;
+	case HF_ROWS:
+		memcpy(dst + t->r0 * cols, in, n * sizeof(float));
+		return;
+	case HF_TRANSPOSE:
+		transpose(in, t->shape[0], t->shape[1], dst);
+		return;
+	case HF_QKV_Q:
+	case HF_QKV_K:
+	case HF_QKV_V:
+		qkv_move(c, t->x - HF_QKV_Q, cols, in, dst, 0);
+		return;
+	case HF_C_ATTN: {
+		int64_t w = t->ndim == 2 ? c->h : 1, third = (int64_t)c->a * c->k * w;
+		float *qkv = (float *)in, *tmp = NULL;
+		if (t->ndim == 2) {
+			tmp = xmalloc(n * sizeof(float));
+			transpose(in, c->h, 3 * (int64_t)c->a * c->k, tmp);
+			qkv = tmp;
+		}
+		for (int part = 0; part < 3; part++)
+			qkv_move(c, part, w, qkv + part * third, dst, 0);
+		free(tmp);
+		return;
+	}
+	}
+}
+
+/* A float32 setting as the decimal a user wrote (1e-05, not 9.99999974e-06). */
+static json_t *f32(float x)
+{
+	char buf[32];
+	snprintf(buf, sizeof(buf), "%.7g", (double)x);
+	return json_real(strtod(buf, NULL));
+}
+
+static const char *torch_dtype(enum ckpt_dtype dt)
+{
+	return dt == CKPT_BF16 ? "bfloat16" : dt == CKPT_F16 ? "float16" : "float32";
+}
+
+static void set_ids(json_t *o, int64_t bos, int64_t eos)
+{
+	if (bos >= 0)
+		json_object_set_new(o, "bos_token_id", json_integer(bos));
+	if (eos >= 0)
+		json_object_set_new(o, "eos_token_id", json_integer(eos));
+}
+
+static char *dump(json_t *o)
+{
+	char *s = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
+	json_decref(o);
+	if (!s)
+		die("out of memory writing JSON");
+	return s;
+}
+
+char *hf_config_json(const struct gpt_config *c, enum hf_arch arch, enum ckpt_dtype dt, int64_t bos, int64_t eos)
+{
+	json_t *o = json_object();
+	json_t *archs = json_array();
+	json_array_append_new(archs, json_string(hf_arch_class(arch)));
+	json_object_set_new(o, "architectures", archs);
+	if (arch == HF_GPT2) {
+		json_object_set_new(o, "model_type", json_string("gpt2"));
+		json_object_set_new(o, "vocab_size", json_integer(c->V));
+		json_object_set_new(o, "n_positions", json_integer(c->P));
+		json_object_set_new(o, "n_embd", json_integer(c->h));
+		json_object_set_new(o, "n_layer", json_integer(c->L));
+		json_object_set_new(o, "n_head", json_integer(c->a));
+		json_object_set_new(o, "n_inner", json_integer(c->f));
+		json_object_set_new(o, "activation_function",
+				    json_string(c->gelu == KOPS_GELU_TANH ? "gelu_new" : "gelu"));
+		json_object_set_new(o, "layer_norm_epsilon", f32(c->eps));
+		json_object_set_new(o, "resid_pdrop", f32(c->hidden_dropout));
+		json_object_set_new(o, "embd_pdrop", f32(c->hidden_dropout));
+		json_object_set_new(o, "attn_pdrop", f32(c->attention_dropout));
+	} else {
+		json_object_set_new(o, "model_type", json_string("llama"));
+		json_object_set_new(o, "vocab_size", json_integer(c->V));
+		json_object_set_new(o, "hidden_size", json_integer(c->h));
+		json_object_set_new(o, "intermediate_size", json_integer(c->f));
+		json_object_set_new(o, "num_hidden_layers", json_integer(c->L));
+		json_object_set_new(o, "num_attention_heads", json_integer(c->a));
+		json_object_set_new(o, "num_key_value_heads", json_integer(c->g));
+		json_object_set_new(o, "head_dim", json_integer(c->k));
+		json_object_set_new(o, "hidden_act", json_string("silu"));
+		json_object_set_new(o, "max_position_embeddings", json_integer(c->P));
+		json_object_set_new(o, "rms_norm_eps", f32(c->eps));
+		json_object_set_new(o, "rope_theta", f32(c->rotary_base));
+		json_object_set_new(o, "rope_scaling", json_null());
+		json_object_set_new(o, "attention_bias", json_false());
+		json_object_set_new(o, "mlp_bias", json_false());
+		json_object_set_new(o, "attention_dropout", f32(c->attention_dropout));
+	}
+	json_object_set_new(o, "initializer_range", f32(c->init_std));
+	json_object_set_new(o, "tie_word_embeddings", json_boolean(!c->untied));
+	set_ids(o, bos, eos);
+	json_object_set_new(o, "torch_dtype", json_string(torch_dtype(dt)));
+	json_object_set_new(o, "use_cache", json_true());
+	return dump(o);
+}
+
+char *hf_generation_config_json(int64_t bos, int64_t eos)
+{
+	json_t *o = json_object();
+	json_object_set_new(o, "_from_model_config", json_true());
+	set_ids(o, bos, eos);
+	return dump(o);
+}
+
+/* ---- reading config.json ---- */
+
+struct cfg_reader {
+	json_t *o;
+	const char *path;
+	int failed;
+};
+
+static int64_t cfg_int(struct cfg_reader *r, const char *key, int64_t def, int64_t lo)
+{
+	json_t *v = json_object_get(r->o, key);
+	if (!v || json_is_null(v)) {
+		if (def == INT64_MIN) {
+			r->failed = error("'%s': \"%s\" is missing (an integer)", r->path, key);
+			return lo;
+		}
+		return def;
+	}
+	if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > INT32_MAX) {
+		r->failed = error("'%s': \"%s\" must be an integer of at least %lld", r->path, key, (long long)lo);
+		return lo;
+	}
+	return json_integer_value(v);
+}
+
+static double cfg_num(struct cfg_reader *r, const char *key, double def)
+{
+	json_t *v = json_object_get(r->o, key);
+	if (!v || json_is_null(v))
+		return def;
+	if (!json_is_number(v)) {
+		r->failed = error("'%s': \"%s\" must be a number", r->path, key);
+		return def;
+	}
+	return json_number_value(v);
+}
+
+static bool cfg_bool(struct cfg_reader *r, const char *key, bool def)
+{
+	json_t *v = json_object_get(r->o, key);
+	if (!v || json_is_null(v))
+		return def;
+	if (!json_is_boolean(v)) {
+		r->failed = error("'%s': \"%s\" must be true or false", r->path, key);
+		return def;
+	}
+	return json_is_true(v);
+}
+
+static const char *cfg_str(struct cfg_reader *r, const char *key, const char *def)
+{
+	json_t *v = json_object_get(r->o, key);
+	if (!v || json_is_null(v))
+		return def;
+	if (!json_is_string(v)) {
+		r->failed = error("'%s': \"%s\" must be a string", r->path, key);
+		return def;
+	}
+	return json_string_value(v);
+}
+
+#define REQUIRED INT64_MIN
+
+static void read_gpt2(struct cfg_reader *r, struct gpt_config *c)
+{
+	c->h = (int)cfg_int(r, "n_embd", REQUIRED, 1);
+	c->L = (int)cfg_int(r, "n_layer", REQUIRED, 1);
+	c->a = (int)cfg_int(r, "n_head", REQUIRED, 1);
+	c->g = c->a;
+	c->P = (int)cfg_int(r, "n_positions", REQUIRED, 1);
+	c->f = (int)cfg_int(r, "n_inner", 4 * (int64_t)c->h, 1);
+	const char *act = cfg_str(r, "activation_function", "gelu_new");
+	if (!strcmp(act, "gelu_new") || !strcmp(act, "gelu_pytorch_tanh") || !strcmp(act, "gelu_fast"))
+		c->gelu = KOPS_GELU_TANH;
+	else if (!strcmp(act, "gelu"))
+		c->gelu = KOPS_GELU_ERF;
+	else
+		r->failed = error("'%s': activation_function \"%s\": megac has GELU, exact (\"gelu\") or with tanh "
+				  "(\"gelu_new\")", r->path, act);
+	c->eps = (float)cfg_num(r, "layer_norm_epsilon", 1e-5);
+	c->hidden_dropout = (float)cfg_num(r, "resid_pdrop", 0.1);
+	c->attention_dropout = (float)cfg_num(r, "attn_pdrop", 0.1);
+	c->bias = true;
+	c->untied = !cfg_bool(r, "tie_word_embeddings", true);
+	if (c->h % c->a)
+		r->failed = error("'%s': n_embd %d is not divisible by n_head %d", r->path, c->h, c->a);
+	c->k = c->h / c->a;
+}
+
+static void read_llama(struct cfg_reader *r, struct gpt_config *c)
+{
+	c->h = (int)cfg_int(r, "hidden_size", REQUIRED, 1);
+	c->f = (int)cfg_int(r, "intermediate_size", REQUIRED, 1);
+	c->L = (int)cfg_int(r, "num_hidden_layers", REQUIRED, 1);
+	c->a = (int)cfg_int(r, "num_attention_heads", REQUIRED, 1);
+	c->g = (int)cfg_int(r, "num_key_value_heads", c->a, 1);
+	c->P = (int)cfg_int(r, "max_position_embeddings", REQUIRED, 1);
+	c->k = (int)cfg_int(r, "head_dim", c->a > 0 && c->h % c->a == 0 ? c->h / c->a : REQUIRED, 2);
+	const char *act = cfg_str(r, "hidden_act", "silu");
+	if (strcmp(act, "silu"))
+		r->failed = error("'%s': hidden_act \"%s\": megac's SwiGLU uses silu", r->path, act);
+	if (cfg_bool(r, "attention_bias", false) || cfg_bool(r, "mlp_bias", false))
+		r->failed = error("'%s': attention_bias/mlp_bias: megac's Llama-style models have no linear biases",
+				  r->path);
+	json_t *scaling = json_object_get(r->o, "rope_scaling");
+	if (scaling && !json_is_null(scaling))
+		r->failed = error("'%s': rope_scaling is set; megac has plain RoPE only", r->path);
+	c->eps = (float)cfg_num(r, "rms_norm_eps", 1e-6);
+	c->rotary_base = (float)cfg_num(r, "rope_theta", 10000);
+	c->attention_dropout = (float)cfg_num(r, "attention_dropout", 0);
+	c->hidden_dropout = 0;
+	c->rope = c->rmsnorm = c->swiglu = true;
+	c->rot = c->k;
+	c->untied = !cfg_bool(r, "tie_word_embeddings", false);
+	if (c->g < 1 || c->a % c->g)
+		r->failed = error("'%s': num_key_value_heads %d does not divide num_attention_heads %d", r->path, c->g,
+				  c->a);
+}
+
+int hf_config_read(const char *path, int64_t divisible_by, int64_t tp, struct gpt_config *c, enum hf_arch *arch)
+{
+	memset(c, 0, sizeof(*c));
+	json_error_t jerr;
+	json_t *o = json_load_file(path, 0, &jerr);
+	if (!json_is_object(o)) {
+		json_decref(o);
+		return error("'%s': not a JSON object (%s, line %d)", path, jerr.text, jerr.line);
+	}
+	struct cfg_reader r = { o, path, 0 };
+	json_t *archs = json_object_get(o, "architectures");
+	const char *name = json_is_array(archs) && json_array_size(archs) == 1
+				   ? json_string_value(json_array_get(archs, 0))
+				   : NULL;
+	if (name && !strcmp(name, "GPT2LMHeadModel")) {
+		*arch = HF_GPT2;
+		read_gpt2(&r, c);
+	} else if (name && !strcmp(name, "LlamaForCausalLM")) {
+		*arch = HF_LLAMA;
+		read_llama(&r, c);
+	} else {
+		json_decref(o);
+		return error("'%s': architectures %s: ckpt_convert reads GPT2LMHeadModel and LlamaForCausalLM", path,
+			     name ? name : "(missing, or more than one)");
+	}
+	c->V = (int)cfg_int(&r, "vocab_size", REQUIRED, 1);
+	c->init_std = (float)cfg_num(&r, "initializer_range", 0.02);
+	json_decref(o);
+	if (r.failed)
+		return -1;
+	c->S = c->P;
+	c->Vp = (int)gpt_padded_vocab(c->V, divisible_by, tp);
+	c->recompute = GPT_RECOMPUTE_NONE;
+	return 0;
+}

@@ -1,0 +1,71 @@
+/*
+ * hf_map.h - megac's tensors and Hugging Face's for GPT-2-style
+ * (GPT2LMHeadModel) and Llama-style (LlamaForCausalLM) models
+ * (spec/checkpoint.md section 7, docs/ckpt-convert.md): which HF tensors a
+ * model has, which megac tensor each one's values come from and how
+ * (vocabulary rows without the padding, transposes for GPT-2's Conv1D,
+ * the fused QKV per query group unfused, SwiGLU's [gate; up] split), the
+ * conversions both ways, and config.json.
+ */
+#ifndef MEGAC_CONVERT_HF_MAP_H
+#define MEGAC_CONVERT_HF_MAP_H
+
+#include <stdint.h>
+
+#include "ckpt/ckpt.h"
+#include "model/gpt_config.h"
+
+enum hf_arch { HF_GPT2, HF_LLAMA };
+
+enum hf_xform {
+	HF_COPY,      /* same shape */
+	HF_VOCAB,     /* rows [0, V) of the padded [Vp, h] */
+	HF_ROWS,      /* rows [r0, r0 + shape[0]) (SwiGLU's gate and up) */
+	HF_TRANSPOSE, /* GPT-2's Conv1D keeps [in, out] */
+	HF_QKV_Q,     /* the query rows of every query group of the fused QKV */
+	HF_QKV_K,
+	HF_QKV_V,
+	HF_C_ATTN,    /* GPT-2: [Q; K; V] of all heads, transposed for a weight */
+};
+
+#define HF_NAME_MAX 160
+
+struct hf_tensor {
+	char name[HF_NAME_MAX]; /* Hugging Face's */
+	char src[HF_NAME_MAX];  /* megac's (Megatron Core's) */
+	enum hf_xform x;
+	int ndim;
+	int64_t shape[2];       /* Hugging Face's shape */
+	int64_t r0;             /* HF_ROWS */
+};
+
+const char *hf_arch_class(enum hf_arch arch); /* "GPT2LMHeadModel" */
+
+/* The class that can hold c, or error() naming what neither can (biases
+ * with Llama, RoPE with GPT-2, ...). */
+int hf_arch_for(const struct gpt_config *c, enum hf_arch *arch);
+
+/* Every tensor of the Hugging Face model, in the order save_pretrained
+ * writes a state dict; *out is malloc'd. */
+void hf_tensors(const struct gpt_config *c, enum hf_arch arch, struct hf_tensor **out, int *n);
+
+/* The megac tensor's global shape (src of t) from the configuration. */
+void hf_src_shape(const struct gpt_config *c, const struct hf_tensor *t, int *ndim, int64_t *shape);
+
+/* HF tensor t's values (prod(t->shape) floats) from its megac tensor src. */
+void hf_export(const struct gpt_config *c, const struct hf_tensor *t, const float *src, float *out);
+/* The reverse: put HF tensor t's values where they belong in the megac
+ * tensor dst (which other HF tensors fill the rest of). */
+void hf_import(const struct gpt_config *c, const struct hf_tensor *t, const float *in, float *dst);
+
+/* config.json for c (torch_dtype from dt; bos/eos ids: -1 leaves them out).
+ * Caller frees. */
+char *hf_config_json(const struct gpt_config *c, enum hf_arch arch, enum ckpt_dtype dt, int64_t bos, int64_t eos);
+char *hf_generation_config_json(int64_t bos, int64_t eos);
+
+/* Read a config.json: the architecture and the model, the vocabulary padded
+ * to a multiple of divisible_by x tp as train pads it, seq_length the
+ * maximum positions. error() naming the file and the key. */
+int hf_config_read(const char *path, int64_t divisible_by, int64_t tp, struct gpt_config *c, enum hf_arch *arch);
+
+#endif

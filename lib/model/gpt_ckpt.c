@@ -1,0 +1,168 @@
+/*
+ * gpt_ckpt.c - see gpt_ckpt.h. The JSON keys are Megatron's argument names,
+ * as train_ckpt.c writes them.
+ */
+#include "model/gpt_ckpt.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+
+static int get_int(json_t *o, const char *key, const char *where, int64_t lo, int *out)
+{
+	json_t *v = json_object_get(o, key);
+	if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > INT32_MAX)
+		return error("%s: the model configuration needs \"%s\", an integer of at least %lld", where, key,
+			     (long long)lo);
+	*out = (int)json_integer_value(v);
+	return 0;
+}
+
+static int get_num(json_t *o, const char *key, const char *where, double *out)
+{
+	json_t *v = json_object_get(o, key);
+	if (!json_is_number(v))
+		return error("%s: the model configuration needs \"%s\", a number", where, key);
+	*out = json_number_value(v);
+	return 0;
+}
+
+static int get_bool(json_t *o, const char *key, const char *where, bool *out)
+{
+	json_t *v = json_object_get(o, key);
+	if (!json_is_boolean(v))
+		return error("%s: the model configuration needs \"%s\", true or false", where, key);
+	*out = json_is_true(v);
+	return 0;
+}
+
+static int get_choice(json_t *o, const char *key, const char *where, const char *a, const char *b, bool *is_b)
+{
+	const char *s = json_string_value(json_object_get(o, key));
+	if (!s || (strcmp(s, a) && strcmp(s, b)))
+		return error("%s: the model configuration needs \"%s\", \"%s\" or \"%s\"", where, key, a, b);
+	*is_b = !strcmp(s, b);
+	return 0;
+}
+
+int gpt_config_from_json(struct gpt_config *c, const char *json, const char *where)
+{
+	memset(c, 0, sizeof(*c));
+	json_error_t jerr;
+	json_t *o = json_loads(json, 0, &jerr);
+	if (!json_is_object(o)) {
+		json_decref(o);
+		return error("%s: the model configuration is not a JSON object (%s)", where, jerr.text);
+	}
+	double base = 0, pct = 1, eps = 0, std = 0, hd = 0, ad = 0;
+	bool learned = false, fusion = false;
+	int rc = 0;
+	rc |= get_int(o, "num_layers", where, 1, &c->L);
+	rc |= get_int(o, "hidden_size", where, 1, &c->h);
+	rc |= get_int(o, "ffn_hidden_size", where, 1, &c->f);
+	rc |= get_int(o, "num_attention_heads", where, 1, &c->a);
+	rc |= get_int(o, "num_query_groups", where, 1, &c->g);
+	rc |= get_int(o, "kv_channels", where, 1, &c->k);
+	rc |= get_int(o, "seq_length", where, 1, &c->S);
+	rc |= get_int(o, "max_position_embeddings", where, 1, &c->P);
+	rc |= get_int(o, "vocab_size", where, 1, &c->V);
+	rc |= get_int(o, "padded_vocab_size", where, 1, &c->Vp);
+	rc |= get_choice(o, "position_embedding_type", where, "rope", "learned_absolute", &learned);
+	rc |= get_choice(o, "normalization", where, "LayerNorm", "RMSNorm", &c->rmsnorm);
+	rc |= get_num(o, "norm_epsilon", where, &eps);
+	rc |= get_bool(o, "swiglu", where, &c->swiglu);
+	rc |= get_bool(o, "add_bias_linear", where, &c->bias);
+	rc |= get_bool(o, "bias_gelu_fusion", where, &fusion);
+	rc |= get_bool(o, "untie_embeddings_and_output_weights", where, &c->untied);
+	rc |= get_num(o, "init_method_std", where, &std);
+	rc |= get_num(o, "hidden_dropout", where, &hd);
+	rc |= get_num(o, "attention_dropout", where, &ad);
+	c->rope = !learned;
+	if (rc == 0 && c->rope) {
+		rc |= get_num(o, "rotary_base", where, &base);
+		rc |= get_num(o, "rotary_percent", where, &pct);
+	}
+	json_decref(o);
+	if (rc)
+		return -1;
+	if (c->a % c->g)
+		return error("%s: num_query_groups %d does not divide num_attention_heads %d", where, c->g, c->a);
+	if (c->Vp < c->V)
+		return error("%s: padded_vocab_size %d is smaller than vocab_size %d", where, c->Vp, c->V);
+	if (c->S > c->P)
+		return error("%s: seq_length %d is more than max_position_embeddings %d", where, c->S, c->P);
+	if (c->rope) {
+		c->rot = (int)(c->k * pct);
+		c->rotary_base = (float)base;
+		if (c->rot < 2 || c->rot % 2 || pct > 1)
+			return error("%s: rotary_percent %g of kv_channels %d is not an even number of channels", where,
+				     pct, c->k);
+	}
+	c->eps = (float)eps;
+	c->gelu = fusion ? KOPS_GELU_TANH : KOPS_GELU_ERF;
+	c->init_std = (float)std;
+	c->hidden_dropout = (float)hd;
+	c->attention_dropout = (float)ad;
+	c->recompute = GPT_RECOMPUTE_NONE;
+	return 0;
+}
+
+int gpt_config_from_ckpt(struct gpt_config *c, struct ckpt_reader *r, int file)
+{
+	char *json;
+	if (ckpt_get_attr_str(r, file, NULL, "config", &json) < 0)
+		return error("'%s': no model configuration (the \"config\" attribute train writes on model.h5)",
+			     ckpt_reader_dir(r));
+	char where[4200];
+	snprintf(where, sizeof(where), "'%s/model.h5'", ckpt_reader_dir(r));
+	int rc = gpt_config_from_json(c, json, where);
+	free(json);
+	return rc;
+}
+
+char *gpt_config_to_json(const struct gpt_config *c, double rotary_percent)
+{
+	json_t *o = json_object();
+	json_object_set_new(o, "num_layers", json_integer(c->L));
+	json_object_set_new(o, "hidden_size", json_integer(c->h));
+	json_object_set_new(o, "ffn_hidden_size", json_integer(c->f));
+	json_object_set_new(o, "num_attention_heads", json_integer(c->a));
+	json_object_set_new(o, "num_query_groups", json_integer(c->g));
+	json_object_set_new(o, "group_query_attention", json_boolean(c->g != c->a));
+	json_object_set_new(o, "kv_channels", json_integer(c->k));
+	json_object_set_new(o, "seq_length", json_integer(c->S));
+	json_object_set_new(o, "max_position_embeddings", json_integer(c->P));
+	json_object_set_new(o, "position_embedding_type", json_string(c->rope ? "rope" : "learned_absolute"));
+	json_object_set_new(o, "rotary_base", json_integer((json_int_t)c->rotary_base));
+	json_object_set_new(o, "rotary_percent", json_real(rotary_percent));
+	json_object_set_new(o, "normalization", json_string(c->rmsnorm ? "RMSNorm" : "LayerNorm"));
+	json_object_set_new(o, "norm_epsilon", json_real(c->eps));
+	json_object_set_new(o, "swiglu", json_boolean(c->swiglu));
+	json_object_set_new(o, "add_bias_linear", json_boolean(c->bias));
+	json_object_set_new(o, "bias_gelu_fusion", json_boolean(c->gelu == KOPS_GELU_TANH));
+	json_object_set_new(o, "untie_embeddings_and_output_weights", json_boolean(c->untied));
+	json_object_set_new(o, "vocab_size", json_integer(c->V));
+	json_object_set_new(o, "padded_vocab_size", json_integer(c->Vp));
+	json_object_set_new(o, "init_method_std", json_real(c->init_std));
+	json_object_set_new(o, "hidden_dropout", json_real(c->hidden_dropout));
+	json_object_set_new(o, "attention_dropout", json_real(c->attention_dropout));
+	char *s = json_dumps(o, JSON_SORT_KEYS | JSON_INDENT(1));
+	json_decref(o);
+	return s;
+}
+
+int gpt_load_weights(struct gpt_model *m, struct ckpt_reader *r, int file)
+{
+	for (int i = 0; i < m->reg.n; i++) {
+		const struct param *p = &m->reg.p[i];
+		if (p->tp_axis >= 0 && p->local_shape[p->tp_axis] != p->shape[p->tp_axis])
+			BUG("gpt_load_weights reads whole tensors: one rank, no tensor parallelism");
+		if (ckpt_get_tensor(r, file, p->name, CKPT_F32, p->ndim, p->shape, gpt_param(m, i)) < 0)
+			return -1;
+	}
+	gpt_sync_work(m);
+	return 0;
+}

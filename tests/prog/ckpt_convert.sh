@@ -1,0 +1,192 @@
+# ckpt_convert.sh - ckpt_convert (issue 6): GPT-2-style and Llama-style models
+# trained a few iterations as TP2xPP2 on 4 ranks; layout A -> B -> A and
+# megac -> Hugging Face -> megac are bitwise round trips; the exported folders
+# load in transformers (pinned in tests/py-env.sh, an independent reference)
+# and give megac's own logits (tests/tools/megac_logits) within 1e-4; folders
+# that transformers wrote itself (random GPT2LMHeadModel and a sharded
+# LlamaForCausalLM) import with transformers' logits, and train --finetune
+# runs from them; a TP2xPP2 checkpoint converted to TP4 trains on with the
+# losses of the original; bad input is refused with one message and leaves
+# nothing behind.
+. tests/prog_lib.sh
+W=$(new_tmp ckpt_convert)
+OUT_LOG=$W/out.log
+ERR=$W/err.log
+C=$BIN/ckpt_convert
+LOGITS=$MEGAC_BUILD/tools/megac_logits
+export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 OMPI_MCA_mpi_yield_when_idle=1
+MPI="mpirun --allow-run-as-root --oversubscribe"
+if [ -n "${MEGAC_SANITIZE:-}" ]; then export ASAN_OPTIONS=detect_leaks=0; fi
+
+if HF=$(sh tests/py-env.sh "$MEGAC_BUILD" 2>"$W/pyenv.log" | tail -n 1) && [ -x "$HF" ]; then
+	ok "the transformers reference environment ($HF)"
+else
+	notok "the transformers reference environment (tests/py-env.sh)"
+	show "$W/pyenv.log"
+	HF=false
+fi
+REF="$HF tests/prog/py/hf_ref.py"
+
+# The vocabulary is padded to 50304 in every layout (divisible-by x TP = 64).
+ARGS="--num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 32 --max-position-embeddings 32"
+ARGS="$ARGS --micro-batch-size 2 --global-batch-size 8 --lr 2e-3 --lr-decay-style cosine --lr-warmup-iters 2"
+ARGS="$ARGS --train-iters 8 --mock-data --eval-interval 100 --eval-iters 0 --log-interval 1"
+ARGS="$ARGS --data-cache-path $W/cache $GPT2 --distributed-timeout-minutes 1"
+LL="--position-embedding-type rope --normalization RMSNorm --swiglu --num-attention-heads 8 --group-query-attention"
+LL="$LL --num-query-groups 4 --untie-embeddings-and-output-weights --disable-bias-linear"
+v64() { echo "--make-vocab-size-divisible-by $((64 / $1))"; }
+
+ckpt_cmp() { # NAME MODE A B [PP]
+	if /usr/bin/python3 tests/prog/py/ckpt_compare.py "$2" "$3" "$4" ${5:-} >"$W/cmp.log" 2>&1; then
+		ok "$1: $(cat "$W/cmp.log")"
+	else
+		notok "$1"
+		show "$W/cmp.log"
+	fi
+}
+# close NAME A.npy B.npy TOL: two logits arrays agree
+close() {
+	if /usr/bin/python3 -c '
+import sys, numpy as np
+a, b, tol = np.load(sys.argv[1]), np.load(sys.argv[2]), float(sys.argv[3])
+assert a.shape == b.shape, (a.shape, b.shape)
+d = float(np.abs(a.astype(np.float64) - b).max())
+assert d <= tol, "max |difference| %.3g > %g" % (d, tol)
+assert float(np.abs(a).max()) > 0.05, "logits too small to tell anything"
+print("%s, max |difference| %.2g" % (list(a.shape), d))' "$2" "$3" "$4" >"$W/close.log" 2>&1; then
+		ok "$1 ($(cat "$W/close.log"))"
+	else
+		notok "$1"
+		show "$W/close.log"
+	fi
+}
+/usr/bin/python3 -c '
+import numpy as np
+np.save("'"$W"'/ids.npy", np.random.RandomState(0).randint(0, 50257, size=(2, 32)).astype(np.int64))
+np.save("'"$W"'/ids1k.npy", np.random.RandomState(1).randint(0, 1000, size=(3, 40)).astype(np.int64))'
+
+for m in g l; do
+	M=""
+	[ $m = l ] && M=$LL
+	expect_ok "$m: TP2xPP2, 8 iterations, save at 4 and 8" sh -c "$MPI -np 4 $BIN/train $ARGS $M $(v64 2) \
+		--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --save $W/${m}c --save-interval 4 \
+		--metrics-file $W/${m}s.jsonl >$W/${m}s.log 2>&1"
+
+	# layout A -> B -> A, bitwise; the TP2xPP2 files -> one file -> PP4 interleaved -> PP2
+	expect_ok "$m: to one file (iteration 4), verified" $C --load $W/${m}c --iteration 4 --save $W/${m}1 --verify
+	ckpt_cmp "$m: one file holds the TP2xPP2 checkpoint's tensors" exact $W/${m}c/iter_0000004 $W/${m}1/iter_0000004
+	expect_ok "$m: to PP2 with two virtual stages" $C --load $W/${m}1 --save $W/${m}v --target-pipeline-parallel-size 2 \
+		--target-num-virtual-stages-per-pipeline-rank 2 --verify
+	expect_ok "$m: back to PP2" $C --load $W/${m}v --save $W/${m}2 --target-pipeline-parallel-size 2
+	ckpt_cmp "$m: TP2xPP2 -> 1 -> PP2 interleaved -> PP2 is the original, bit for bit" exact \
+		$W/${m}c/iter_0000004 $W/${m}2/iter_0000004 2
+
+	# megac -> HF -> megac: every tensor bitwise (the vocabulary padding rows,
+	# which HF does not have, come back as zeros)
+	expect_ok "$m: export to Hugging Face" $C --load $W/${m}c --save $W/${m}hf --to hf --verify $GPT2
+	expect_ok "$m: import it again" $C --load $W/${m}hf --from hf --save $W/${m}back --verify $(v64 1)
+	if /usr/bin/python3 - "$W/${m}c/iter_0000008/model.h5" "$W/${m}back/iter_0000000/model.h5" >"$W/rt.log" 2>&1 <<'EOF'; then
+import sys, h5py, numpy as np
+a, b = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r")
+assert sorted(a.keys()) == sorted(b.keys()), (sorted(a.keys()), sorted(b.keys()))
+V = 50257
+for k in a.keys():
+    x, y = a[k][()], b[k][()]
+    assert x.shape == y.shape and x.dtype == y.dtype, k
+    if k in ("embedding.word_embeddings.weight", "output_layer.weight"):
+        assert np.array_equal(x[:V], y[:V]) and not y[V:].any(), k
+    else:
+        assert np.array_equal(x, y), k
+print("%d tensors bitwise" % len(a.keys()))
+EOF
+		ok "$m: megac -> HF -> megac round trip ($(cat "$W/rt.log"))"
+	else
+		notok "$m: megac -> HF -> megac round trip"
+		show "$W/rt.log"
+	fi
+	# the export loads in transformers and gives megac's logits
+	expect_ok "$m: transformers loads the export" $REF check $W/${m}hf
+	expect_ok "$m: megac's logits" $LOGITS $W/${m}c $W/ids.npy $W/${m}_megac.npy
+	expect_ok "$m: transformers' logits" $REF logits $W/${m}hf $W/ids.npy $W/${m}_hf.npy
+	close "$m: transformers' logits on the export equal megac's (1e-4)" $W/${m}_megac.npy $W/${m}_hf.npy 1e-4
+	expect_ok "$m: export as bf16, sharded" $C --load $W/${m}c --save $W/${m}hf16 --to hf --dtype bf16 \
+		--max-shard-size 200KB --verify
+	expect_ok "$m: transformers' logits of the bf16 export" $REF logits $W/${m}hf16 $W/ids.npy $W/${m}_hf16.npy
+	close "$m: the bf16 export's logits stay close (0.05)" $W/${m}_megac.npy $W/${m}_hf16.npy 0.05
+
+	# TP2xPP2 -> TP4: training on gives the original's losses
+	expect_ok "$m: TP2xPP2 iteration 4 to TP4" $C --load $W/${m}c --iteration 4 --save $W/${m}4 \
+		--target-tensor-parallel-size 4 --verify
+	expect_ok "$m: train on as TP4" sh -c "$MPI -np 4 $BIN/train $ARGS $M $(v64 4) --tensor-model-parallel-size 4 \
+		--load $W/${m}4 --metrics-file $W/${m}r4.jsonl >$W/${m}r4.log 2>&1"
+	if /usr/bin/python3 tests/prog/py/compare_metrics.py tail $W/${m}s.jsonl $W/${m}r4.jsonl 5 8 >"$W/cmp.log" 2>&1; then
+		ok "$m: the TP4 conversion trains on with the TP2xPP2 run's losses ($(cat "$W/cmp.log"))"
+	else
+		notok "$m: the TP4 conversion trains on with the TP2xPP2 run's losses"
+		show "$W/cmp.log"
+	fi
+done
+
+# folders written by transformers itself: a GPT-2 and a sharded Llama with GQA
+expect_ok "transformers writes a random GPT2LMHeadModel" $REF make gpt2 $W/rg --layers 2 --hidden 64 --heads 4 \
+	--vocab 1000 --positions 64 --seed 1
+expect_ok "transformers writes a random LlamaForCausalLM (GQA, untied, 5 shards)" $REF make llama $W/rl --layers 2 \
+	--hidden 64 --heads 8 --kv-heads 2 --ffn 96 --vocab 1000 --positions 64 --untie --seed 2 --shard-size 100000
+for m in rg rl; do
+	expect_ok "$m: import" $C --from hf --load $W/$m --save $W/${m}m --verify
+	expect_ok "$m: megac's logits" $LOGITS $W/${m}m $W/ids1k.npy $W/${m}_megac.npy
+	expect_ok "$m: transformers' logits" $REF logits $W/$m $W/ids1k.npy $W/${m}_hf.npy
+	close "$m: megac's logits on the import equal transformers' (1e-4)" $W/${m}_hf.npy $W/${m}_megac.npy 1e-4
+done
+# OpenAI's own GPT-2 files have no "transformer." prefix (and attn.bias mask
+# buffers): the same model stored that way imports to the same tensors
+mkdir -p $W/rgp
+cp $W/rg/config.json $W/rgp/
+if /usr/bin/python3 tests/prog/py/st_rename.py $W/rg/model.safetensors $W/rgp/model.safetensors transformer. \
+	h.0.attn.bias >"$W/rgp.log" 2>&1 && $C --from hf --load $W/rgp --save $W/rgpm >>"$W/rgp.log" 2>&1 &&
+	/usr/bin/python3 -c '
+import sys, h5py, numpy as np
+a, b = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r")
+assert sorted(a.keys()) == sorted(b.keys())
+assert all(np.array_equal(a[k][()], b[k][()]) for k in a.keys())
+print("%d tensors bitwise" % len(a.keys()))' $W/rgm/iter_0000000/model.h5 $W/rgpm/iter_0000000/model.h5 \
+		>>"$W/rgp.log" 2>&1; then
+	ok "GPT-2 tensors without the transformer. prefix import the same ($(tail -n 1 "$W/rgp.log"))"
+else
+	notok "GPT-2 tensors without the transformer. prefix"
+	show "$W/rgp.log"
+fi
+FT="--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 64 --max-position-embeddings 64"
+FT="$FT --micro-batch-size 1 --global-batch-size 2 --lr 1e-4 --train-iters 2 --mock-data --eval-iters 0 --eval-interval 100"
+FT="$FT --tokenizer-type NullTokenizer --vocab-size 1000 --data-cache-path $W/cache --log-interval 1"
+expect_ok "rg: train --finetune from the import" $BIN/train $FT --load $W/rgm --finetune
+expect_ok "rl: train --finetune from the import, as PP2" $MPI -np 2 $BIN/train $FT --num-layers 2 \
+	--num-attention-heads 8 --group-query-attention --num-query-groups 2 --ffn-hidden-size 96 --swiglu \
+	--normalization RMSNorm --position-embedding-type rope --untie-embeddings-and-output-weights \
+	--disable-bias-linear --norm-epsilon 1e-5 --pipeline-model-parallel-size 2 --load $W/rlm --finetune
+
+# bad input: one message, exit 128, nothing written
+nothing_at() { # NAME DIR
+	if [ -e "$2" ] || ls -a "$(dirname "$2")" | grep -q "^\.$(basename "$2")\.tmp"; then
+		notok "$1: something was left at $2"
+	else
+		ok "$1: nothing left behind"
+	fi
+}
+mkdir -p $W/bad
+cp -r $W/rg $W/bad/arch
+sed -i 's/GPT2LMHeadModel/BertForMaskedLM/' $W/bad/arch/config.json
+expect_fail "unknown architecture" "ckpt_convert reads GPT2LMHeadModel and LlamaForCausalLM" \
+	$C --from hf --load $W/bad/arch --save $W/bad/out1
+nothing_at "unknown architecture" $W/bad/out1
+cp -r $W/rg $W/bad/shape
+sed -i 's/"n_layer": 2/"n_layer": 3/; s/"n_inner": null/"n_inner": 128/' $W/bad/shape/config.json
+expect_fail "a layer missing, a shape wrong" "missing: transformer.h.2.ln_1.weight" \
+	$C --from hf --load $W/bad/shape --save $W/bad/out2
+nothing_at "a missing layer" $W/bad/out2
+expect_fail "heads not divisible by the target TP" "4 attention heads are not divisible by it" \
+	$C --load $W/gc --save $W/bad/out3 --target-tensor-parallel-size 8
+nothing_at "heads not divisible" $W/bad/out3
+expect_fail "Hugging Face output into an existing folder" "exists" $C --load $W/gc --save $W/rg --to hf
+expect_fail "no checkpoint" "no latest_checkpointed_iteration.txt" $C --load $W/bad --save $W/bad/out4
+[ -n "${KEEP:-}" ] || rm -rf "$W"

@@ -1,0 +1,341 @@
+"""Hugging Face transformers as an independent reference for ckpt_convert.
+
+Runs under the venv that tests/py-env.sh makes (Debian's torch 1.13 and the
+pinned transformers). Only local folders: the hub is switched off before
+transformers is imported, and nothing is downloaded.
+
+  make gpt2|llama OUTDIR [--seed S] [--layers L --hidden H --heads A
+       --kv-heads G --ffn F --vocab V --positions P] [--tie|--untie]
+       [--dtype float32|bfloat16] [--shard-size BYTES] [--std X] [--force]
+      A small random model saved with save_pretrained (safetensors, sharded
+      when the model is larger than --shard-size), with config.json and
+      generation_config.json. Every parameter is random: matrices and
+      embeddings N(0, std), biases N(0, std), LayerNorm/RMSNorm weights
+      U(0.5, 1.5), so a mapping error cannot hide behind ones or zeros.
+  logits HFDIR IDS.npy OUT.npy [--dtype float32|bfloat16]
+      Loads HFDIR, forwards the integer token ids [B, T] (no attention mask,
+      no padding) in eval mode and saves the logits [B, T, vocab] as float32.
+      One thread, so the logits do not depend on the number of cores (they
+      may on the processor, through the BLAS kernel it picks).
+  check HFDIR [--tensors]
+      Loads HFDIR and prints the class, the parameter count, a config summary
+      and whether lm_head shares the input embedding; --tensors also lists
+      the tensors stored in the folder's safetensors files.
+
+Loading fails (exit 1) when the folder's weights do not cover the model
+exactly: a missing, unexpected or mis-shaped tensor is an error here, where
+transformers would only warn and initialise the missing ones at random. So is
+a tied model whose folder also stores an lm_head.weight that differs from the
+embedding (transformers would silently load it over the shared tensor).
+Stored copies of non-persistent buffers (GPT-2's attn.bias/masked_bias,
+Llama's rotary_emb.inv_freq, as in older hub files) are ignored, as
+transformers ignores them.
+"""
+import argparse
+import json
+import os
+import sys
+
+# Before transformers is imported: no hub, no telemetry.
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
+os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+# One thread, torch's (OpenMP) and the BLAS's (Debian's torch calls libblas,
+# i.e. OpenBLAS): sums then do not depend on the core count, which changes
+# logits by ~1 ulp. The models here are tiny.
+os.environ["OMP_NUM_THREADS"] = "1"
+os.environ["OPENBLAS_NUM_THREADS"] = "1"
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import transformers  # noqa: E402
+from transformers import (  # noqa: E402
+    AutoModelForCausalLM,
+    GPT2Config,
+    GPT2LMHeadModel,
+    LlamaConfig,
+    LlamaForCausalLM,
+)
+
+transformers.logging.set_verbosity_error()
+transformers.logging.disable_progress_bar()
+torch.set_num_threads(1)
+
+PROG = "hf_ref"
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+# Files save_pretrained writes; --force removes only these.
+HF_FILES = ("config.json", "generation_config.json", "model.safetensors",
+            "model.safetensors.index.json", "pytorch_model.bin",
+            "pytorch_model.bin.index.json")
+
+
+class Fail(Exception):
+    pass
+
+
+def fail(msg):
+    raise Fail(msg)
+
+
+# ---------------------------------------------------------------- make
+
+def build_config(a):
+    L, H, A = a.layers, a.hidden, a.heads
+    G = a.kv_heads if a.kv_heads is not None else A
+    for name, v in (("--layers", L), ("--hidden", H), ("--heads", A),
+                    ("--kv-heads", G), ("--vocab", a.vocab),
+                    ("--positions", a.positions)):
+        if v <= 0:
+            fail(f"{name} must be positive, got {v}")
+    if H % A:
+        fail(f"--hidden {H} is not a multiple of --heads {A}")
+    if a.kind == "gpt2":
+        if G != A:
+            fail(f"gpt2 has no grouped-query attention: --kv-heads {G} != --heads {A}")
+        ffn = a.ffn if a.ffn is not None else 4 * H
+        tie = True if a.tie is None else a.tie
+        return GPT2Config(
+            n_layer=L, n_embd=H, n_head=A, n_inner=ffn, vocab_size=a.vocab,
+            n_positions=a.positions, activation_function="gelu_new",
+            layer_norm_epsilon=1e-5, resid_pdrop=0.0, embd_pdrop=0.0,
+            attn_pdrop=0.0, summary_first_dropout=0.0,
+            initializer_range=a.std, tie_word_embeddings=tie,
+            scale_attn_weights=True, scale_attn_by_inverse_layer_idx=False,
+            reorder_and_upcast_attn=False,
+            bos_token_id=a.vocab - 1, eos_token_id=a.vocab - 1)
+    if A % G:
+        fail(f"--heads {A} is not a multiple of --kv-heads {G}")
+    ffn = a.ffn if a.ffn is not None else 3 * H
+    tie = False if a.tie is None else a.tie
+    return LlamaConfig(
+        num_hidden_layers=L, hidden_size=H, num_attention_heads=A,
+        num_key_value_heads=G, intermediate_size=ffn, vocab_size=a.vocab,
+        max_position_embeddings=a.positions, hidden_act="silu",
+        rms_norm_eps=1e-5, rope_theta=10000.0, rope_scaling=None,
+        attention_bias=False, attention_dropout=0.0, mlp_bias=False,
+        pretraining_tp=1, initializer_range=a.std, tie_word_embeddings=tie,
+        bos_token_id=1 % a.vocab, eos_token_id=2 % a.vocab)
+
+
+def randomise(model, std, gen):
+    """Every parameter random, in named_parameters() order (tied ones once)."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            norm = name.endswith("weight") and p.dim() == 1
+            if norm:  # LayerNorm / RMSNorm gains
+                t = torch.rand(p.shape, generator=gen) + 0.5
+            else:  # matrices, embeddings, biases
+                t = torch.randn(p.shape, generator=gen) * std
+            p.copy_(t.to(p.dtype))
+
+
+def cmd_make(a):
+    out = a.outdir
+    if os.path.exists(out) and not os.path.isdir(out):
+        fail(f"{out} exists and is not a directory")
+    if os.path.isdir(out) and os.listdir(out):
+        if not a.force:
+            fail(f"{out} is not empty (use --force to replace a model there)")
+        for f in os.listdir(out):
+            if f in HF_FILES or (f.startswith("model-") and f.endswith(".safetensors")):
+                os.remove(os.path.join(out, f))
+    cfg = build_config(a)
+    torch.manual_seed(a.seed)
+    model = (GPT2LMHeadModel if a.kind == "gpt2" else LlamaForCausalLM)(cfg)
+    gen = torch.Generator().manual_seed(a.seed)
+    randomise(model, a.std, gen)
+    model.eval()
+    model.to(DTYPES[a.dtype])
+    os.makedirs(out, exist_ok=True)
+    shard = a.shard_size if a.shard_size is not None else "5GB"
+    model.save_pretrained(out, safe_serialization=True, max_shard_size=shard)
+    files = sorted(os.listdir(out))
+    n = sum(p.numel() for p in model.parameters())
+    print(f"{type(model).__name__} params={n} dtype={a.dtype} "
+          f"tie={cfg.tie_word_embeddings} files={' '.join(files)}")
+
+
+# ---------------------------------------------------------------- load
+
+def load(hfdir, dtype=torch.float32):
+    if not os.path.isdir(hfdir):
+        fail(f"{hfdir}: not a directory")
+    if not os.path.isfile(os.path.join(hfdir, "config.json")):
+        fail(f"{hfdir}: no config.json")
+    try:
+        model, info = AutoModelForCausalLM.from_pretrained(
+            hfdir, torch_dtype=dtype, local_files_only=True,
+            output_loading_info=True)
+    except Exception as e:  # transformers' own message says what
+        fail(f"{hfdir}: from_pretrained failed: {type(e).__name__}: {e}")
+    bad = []
+    for key in ("missing_keys", "unexpected_keys", "mismatched_keys", "error_msgs"):
+        if info.get(key):
+            bad.append(f"{key}: {list(info[key])}")
+    if bad:
+        fail(f"{hfdir}: weights do not match {type(model).__name__}: " + "; ".join(bad))
+    if tied(model):
+        check_tied_copy(hfdir, model)
+    model.eval()
+    return model
+
+
+def tied(model):
+    out, inp = model.get_output_embeddings(), model.get_input_embeddings()
+    return out is not None and out.weight is inp.weight
+
+
+def read_stored(hfdir, names):
+    """{name: tensor} for those of names stored in the folder's safetensors."""
+    from safetensors import safe_open
+    got = {}
+    for f in sorted(os.listdir(hfdir)):
+        if not f.endswith(".safetensors"):
+            continue
+        with safe_open(os.path.join(hfdir, f), framework="pt") as h:
+            for k in h.keys():
+                if k in names:
+                    got[k] = h.get_tensor(k)
+    return got
+
+
+def check_tied_copy(hfdir, model):
+    """A tied model whose folder also stores lm_head.weight: transformers loads
+    it into the shared tensor without a word, replacing the embedding. Refuse
+    a stored copy that differs from the stored embedding."""
+    emb = model.get_input_embeddings().weight
+    emb_name = next(n for n, p in model.named_parameters() if p is emb)
+    prefix = model.base_model_prefix + "."
+    names = {emb_name, "lm_head.weight"}
+    if emb_name.startswith(prefix):
+        names.add(emb_name[len(prefix):])
+    got = read_stored(hfdir, names)
+    head = got.pop("lm_head.weight", None)
+    if head is None:
+        return
+    for k, e in got.items():
+        if not torch.equal(head, e):
+            fail(f"{hfdir}: tie_word_embeddings is true but the stored lm_head.weight "
+                 f"differs from {k} (transformers would load lm_head over the embedding)")
+
+
+def cmd_logits(a):
+    try:
+        ids = np.load(a.ids, allow_pickle=False)
+    except Exception as e:
+        fail(f"{a.ids}: cannot read as .npy: {e}")
+    if ids.ndim != 2 or ids.size == 0:
+        fail(f"{a.ids}: token ids must be a non-empty [B, T] array, got shape {ids.shape}")
+    if ids.dtype.kind not in "iu":
+        fail(f"{a.ids}: token ids must be integers, got {ids.dtype}")
+    model = load(a.hfdir, DTYPES[a.dtype])
+    V, P = model.config.vocab_size, model.config.max_position_embeddings
+    if ids.min() < 0 or ids.max() >= V:
+        fail(f"{a.ids}: token ids must lie in [0, {V}), got [{ids.min()}, {ids.max()}]")
+    if ids.shape[1] > P:
+        fail(f"{a.ids}: {ids.shape[1]} tokens exceed max_position_embeddings {P}")
+    with torch.no_grad():
+        logits = model(input_ids=torch.from_numpy(ids.astype(np.int64)),
+                       use_cache=False).logits
+    out = logits.float().numpy()
+    np.save(a.out, out)
+    print(f"{type(model).__name__} logits {list(out.shape)} -> {a.out}")
+
+
+def stored_tensors(hfdir):
+    from safetensors import safe_open
+    files = sorted(f for f in os.listdir(hfdir) if f.endswith(".safetensors"))
+    rows = []
+    for f in files:
+        with safe_open(os.path.join(hfdir, f), framework="pt") as h:
+            for k in h.keys():
+                s = h.get_slice(k)
+                rows.append((k, list(s.get_shape()), s.get_dtype(), f))
+    return rows
+
+
+def cmd_check(a):
+    model = load(a.hfdir)
+    c = model.config
+    with open(os.path.join(a.hfdir, "config.json")) as f:
+        stored_dtype = json.load(f).get("torch_dtype")  # load() set float32
+    n = sum(p.numel() for p in model.parameters())
+    keys = [("model_type", "model_type"), ("layers", "num_hidden_layers"),
+            ("hidden", "hidden_size"), ("heads", "num_attention_heads"),
+            ("kv_heads", "num_key_value_heads"), ("ffn", "intermediate_size"),
+            ("ffn", "n_inner"), ("vocab", "vocab_size"),
+            ("positions", "max_position_embeddings"),
+            ("act", "hidden_act"), ("act", "activation_function"),
+            ("norm_eps", "rms_norm_eps"), ("norm_eps", "layer_norm_epsilon"),
+            ("rope_theta", "rope_theta"),
+            ("tie_word_embeddings", "tie_word_embeddings")]
+    summary = {}
+    for short, attr in keys:
+        if short not in summary and hasattr(c, attr) and getattr(c, attr) is not None:
+            v = getattr(c, attr)
+            summary[short] = v
+    summary["torch_dtype"] = stored_dtype
+    print(f"class {type(model).__name__}")
+    print(f"params {n}")
+    print("config " + json.dumps(summary))
+    print(f"lm_head_tied {'yes' if tied(model) else 'no'}")
+    if a.tensors:
+        for k, shape, dt, f in stored_tensors(a.hfdir):
+            print(f"tensor {k} {shape} {dt} {f}")
+
+
+# ---------------------------------------------------------------- main
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    m = sub.add_parser("make", help="save a small random GPT-2 or Llama")
+    m.add_argument("kind", choices=("gpt2", "llama"))
+    m.add_argument("outdir")
+    m.add_argument("--seed", type=int, default=1234)
+    m.add_argument("--layers", type=int, default=2)
+    m.add_argument("--hidden", type=int, default=64)
+    m.add_argument("--heads", type=int, default=4)
+    m.add_argument("--kv-heads", type=int, default=None,
+                   help="llama only (default --heads)")
+    m.add_argument("--ffn", type=int, default=None,
+                   help="default 4*hidden (gpt2), 3*hidden (llama)")
+    m.add_argument("--vocab", type=int, default=256)
+    m.add_argument("--positions", type=int, default=64)
+    t = m.add_mutually_exclusive_group()
+    t.add_argument("--tie", dest="tie", action="store_true", default=None,
+                   help="lm_head = word embeddings (gpt2's default)")
+    t.add_argument("--untie", dest="tie", action="store_false",
+                   help="separate lm_head (llama's default)")
+    m.add_argument("--dtype", choices=tuple(DTYPES), default="float32")
+    m.add_argument("--shard-size", type=int, default=None,
+                   help="max_shard_size in bytes (default 5GB: one file)")
+    m.add_argument("--std", type=float, default=0.02)
+    m.add_argument("--force", action="store_true",
+                   help="replace the model files already in OUTDIR")
+
+    lg = sub.add_parser("logits", help="forward token ids, save float32 logits")
+    lg.add_argument("hfdir")
+    lg.add_argument("ids")
+    lg.add_argument("out")
+    lg.add_argument("--dtype", choices=tuple(DTYPES), default="float32",
+                    help="dtype the model computes in (logits are saved as float32)")
+
+    c = sub.add_parser("check", help="load a folder and summarise it")
+    c.add_argument("hfdir")
+    c.add_argument("--tensors", action="store_true",
+                   help="list the stored tensors too")
+
+    a = p.parse_args(argv)
+    try:
+        {"make": cmd_make, "logits": cmd_logits, "check": cmd_check}[a.cmd](a)
+    except Fail as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
