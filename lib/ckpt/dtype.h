@@ -14,7 +14,7 @@
 
 /* n elements of dt at src into float32 (CKPT_I64 is not a float type: BUG). */
 void ckpt_to_f32(enum ckpt_dtype dt, const void *src, size_t n, float *dst);
-/* n float32 into dt. */
+/* n float32 into dt; dst may be src (16-bit values are packed in place). */
 void ckpt_from_f32(enum ckpt_dtype dt, const float *src, size_t n, void *dst);
 
 uint16_t ckpt_f32_to_bf16(float x);

@@ -388,6 +388,17 @@ const void *st_data(const struct st_file *f, int i, size_t *bytes)
 	return f->data + t->begin;
 }
 
+void st_release(const struct st_file *f, int i)
+{
+	/* whole pages inside the tensor only: its neighbours may still be in use */
+	const struct st_tensor *t = st_tensor(f, i);
+	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+	uintptr_t lo = ((uintptr_t)(f->data + t->begin) + page - 1) / page * page;
+	uintptr_t hi = (uintptr_t)(f->data + t->end) / page * page;
+	if (hi > lo)
+		madvise((void *)lo, hi - lo, MADV_DONTNEED); /* advice: failure changes nothing */
+}
+
 const char *st_metadata(const struct st_file *f, const char *key)
 {
 	return f->meta ? json_string_value(json_object_get(f->meta, key)) : NULL;

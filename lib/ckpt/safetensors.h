@@ -53,6 +53,10 @@ void st_info(const struct st_file *f, int i, enum ckpt_dtype *dt, int *ndim, int
  * Face's writer orders tensors by alignment; st_create keeps the caller's
  * order), so copy out with memcpy or check the address. */
 const void *st_data(const struct st_file *f, int i, size_t *bytes);
+/* Tensor i's data is no longer needed: its pages leave this process's
+ * resident set (they are read again from the file if touched), so a reader
+ * going through a large file tensor by tensor stays small. */
+void st_release(const struct st_file *f, int i);
 /* A "__metadata__" value, or NULL when the key is absent. */
 const char *st_metadata(const struct st_file *f, const char *key);
 const char *st_path(const struct st_file *f);

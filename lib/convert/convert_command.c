@@ -110,8 +110,37 @@ static int get_f32(struct ckpt_reader *r, int file, const char *name, int ndim, 
 
 /* ---- a folder that appears whole or not at all ---- */
 
+/* The highest missing directory on the way to path (NULL when path exists):
+ * what a failed conversion removes again, so that it leaves nothing. */
+static char *first_missing(const char *path)
+{
+	struct stat st;
+	if (stat(path, &st) == 0)
+		return NULL;
+	char *cur = xstrdup(path);
+	for (;;) {
+		char *up = path_dirname(cur);
+		if (!strcmp(up, cur) || stat(up, &st) == 0) {
+			free(up);
+			return cur;
+		}
+		free(cur);
+		cur = up;
+	}
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw);
+
+static void remove_tree(const char *path)
+{
+	if (path)
+		nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+
 struct out_dir {
 	char *final, *tmp, *parent;
+	char *created; /* the first directory we made for it, removed on failure */
 };
 
 static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
@@ -129,6 +158,7 @@ static int out_dir_begin(struct out_dir *d, const char *path)
 			     path);
 	d->final = xstrdup(path);
 	d->parent = path_dirname(path);
+	d->created = first_missing(d->parent);
 	if (mkdir_p(d->parent) < 0)
 		return -1;
 	const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
@@ -151,7 +181,10 @@ static int out_dir_commit(struct out_dir *d)
 static void out_dir_free(struct out_dir *d, int abort)
 {
 	if (abort && d->tmp)
-		nftw(d->tmp, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+		remove_tree(d->tmp);
+	if (abort)
+		remove_tree(d->created);
+	free(d->created);
 	free(d->final);
 	free(d->tmp);
 	free(d->parent);
@@ -315,7 +348,6 @@ static int to_hf(const struct args *a)
 	float *src = NULL, *out = NULL;
 	size_t src_cap = 0, out_cap = 0;
 	char have[HF_NAME_MAX] = "";
-	void *conv = NULL;
 	for (int s = 0; rc == 0 && s < ns; s++) {
 		struct st_tensor_decl *decl = xcalloc((size_t)sh[s].count, sizeof(*decl));
 		for (int j = 0; j < sh[s].count; j++) {
@@ -336,16 +368,14 @@ static int to_hf(const struct args *a)
 			size_t n = numel(t->ndim, t->shape);
 			if (n > out_cap) {
 				free(out);
-				free(conv);
 				out = xmalloc(n * sizeof(float));
-				conv = xmalloc(n * sizeof(float));
 				out_cap = n;
 			}
 			rc = load_src(r, mf, &c, t, have, &src, &src_cap);
 			if (rc == 0) {
 				hf_export(&c, t, src, out);
-				ckpt_from_f32(dt, out, n, conv);
-				rc = st_write(w, conv, n * ckpt_dtype_size(dt));
+				ckpt_from_f32(dt, out, n, out);
+				rc = st_write(w, out, n * ckpt_dtype_size(dt));
 			}
 		}
 		if (rc == 0)
@@ -391,11 +421,12 @@ static int to_hf(const struct args *a)
 			rc = load_src(r, mf, &c, t, have, &src, &src_cap);
 			if (rc == 0) {
 				hf_export(&c, t, src, out);
-				ckpt_from_f32(dt, out, n, conv);
+				ckpt_from_f32(dt, out, n, out);
 				const void *data = st_data(sf, idx, &bytes);
-				if (bytes != n * ckpt_dtype_size(dt) || memcmp(data, conv, bytes))
+				if (bytes != n * ckpt_dtype_size(dt) || memcmp(data, out, bytes))
 					rc = error("--verify: '%s' in '%s' differs from the checkpoint's values", t->name,
 						   st_path(sf));
+				st_release(sf, idx);
 			}
 		}
 		if (f)
@@ -411,7 +442,6 @@ static int to_hf(const struct args *a)
 	out_dir_free(&od, rc < 0);
 	free(src);
 	free(out);
-	free(conv);
 	free(sh);
 	free(ts);
 	ckpt_close(r);
@@ -526,6 +556,39 @@ static int put_model_attrs(struct ckpt_writer *w, int mf, int64_t iteration, con
 	return ckpt_put_attr_f64(w, mf, NULL, "num_floating_point_operations_so_far", 0);
 }
 
+/* A megac destination: never the source, never over an existing iteration,
+ * never moving a tracker back; *created is what to remove on failure. */
+static int megac_dest(const struct args *a, int64_t iter, char **created)
+{
+	*created = NULL;
+	if (a->dtype && strcmp(a->dtype, "fp32"))
+		return error("--dtype %s: megac checkpoints hold the fp32 master weights train reads; a 16-bit dtype "
+			     "is for --to hf", a->dtype);
+	char *src = a->load ? realpath(a->load, NULL) : NULL, *dst = realpath(a->save, NULL);
+	bool same = src && dst && !strcmp(src, dst);
+	free(src);
+	free(dst);
+	if (same)
+		return error("--save '%s' is the --load directory: write the converted checkpoint elsewhere", a->save);
+	char *it = ckpt_iter_path(a->save, iter);
+	struct stat st;
+	bool exists = stat(it, &st) == 0;
+	if (exists)
+		error("'%s' exists: ckpt_convert does not overwrite a checkpoint", it);
+	free(it);
+	if (exists)
+		return -1;
+	int64_t latest;
+	int k = ckpt_latest(a->save, &latest);
+	if (k < 0)
+		return -1;
+	if (k == 0 && latest != CKPT_RELEASE && latest > iter)
+		return error("'%s' already tracks iteration %lld, later than %lld: its tracker would move back", a->save,
+			     (long long)latest, (long long)iter);
+	*created = first_missing(a->save);
+	return 0;
+}
+
 /* ---- Hugging Face -> megac ---- */
 
 static bool ignorable(const char *name, const struct gpt_config *c)
@@ -612,6 +675,7 @@ static int import_tensor(struct st_folder *f, const struct gpt_config *c, const 
 		st_info(sf, idx, &dt, &nd, shape);
 		const void *data = st_data(sf, idx, &bytes);
 		ckpt_to_f32(dt, data, numel(nd, shape), tmp);
+		st_release(sf, idx);
 		hf_import(c, &ts[q], tmp, dst);
 	}
 	return 0;
@@ -651,7 +715,13 @@ static int from_hf(const struct args *a)
 		st_folder_close(f);
 		return -1;
 	}
-	enum ckpt_dtype dt = dtype_flag(a->dtype, CKPT_F32);
+	enum ckpt_dtype dt = CKPT_F32;
+	char *created;
+	if (megac_dest(a, 0, &created) < 0) {
+		free(ts);
+		st_folder_close(f);
+		return -1;
+	}
 	struct ckpt_writer *w = ckpt_begin(a->save, 0);
 	struct stage_writer sw;
 	rc = w ? stage_writer_init(&sw, w, "model", c.L, pp, vpp, 0) : -1;
@@ -671,17 +741,16 @@ static int from_hf(const struct args *a)
 		hf_src_shape(&c, &ts[i], &nd, shape);
 		size_t n = numel(nd, shape);
 		if (n > cap) {
-			free(dst), free(tmp), free(tmp2);
+			free(dst), free(tmp);
 			dst = xmalloc(n * sizeof(float));
 			tmp = xmalloc(n * sizeof(float));
-			tmp2 = xmalloc(n * sizeof(float));
 			cap = n;
 		}
 		rc = import_tensor(f, &c, ts, i, j, dst, n, tmp);
-		if (rc == 0 && dt != CKPT_F32)
-			ckpt_from_f32(dt, dst, n, tmp2);
-		if (rc == 0)
-			rc = stage_put(&sw, ts[i].src, dt, nd, shape, dt == CKPT_F32 ? (void *)dst : (void *)tmp2);
+		if (rc == 0) {
+			ckpt_from_f32(dt, dst, n, dst);
+			rc = stage_put(&sw, ts[i].src, dt, nd, shape, dst);
+		}
 		written++;
 		i = j;
 	}
@@ -691,6 +760,9 @@ static int from_hf(const struct args *a)
 		ckpt_abort(w);
 	if (w)
 		stage_writer_free(&sw);
+	if (rc < 0)
+		remove_tree(created);
+	free(created);
 	if (rc == 0 && a->verify) { /* read every tensor back through the reader train uses */
 		struct ckpt_reader *r = ckpt_open(a->save, 0);
 		int mf = r ? ckpt_file_open(r, "model.h5") : -1;
@@ -705,6 +777,7 @@ static int from_hf(const struct args *a)
 			size_t n = numel(nd, shape);
 			import_tensor(f, &c, ts, i, j, dst, n, tmp);
 			if (dt != CKPT_F32) { /* what was written: rounded */
+				tmp2 = xrealloc(tmp2, n * sizeof(float));
 				ckpt_from_f32(dt, dst, n, tmp2);
 				ckpt_to_f32(dt, tmp2, n, dst);
 			}
@@ -792,7 +865,6 @@ static int copy_tensors(struct ckpt_reader *r, int rf, struct stage_writer *sw, 
 		return -1;
 	int rc = 0;
 	float *buf = NULL;
-	void *conv = NULL;
 	size_t cap = 0;
 	for (size_t i = 0; rc == 0 && i < n; i++) {
 		enum ckpt_dtype dt;
@@ -814,9 +886,7 @@ static int copy_tensors(struct ckpt_reader *r, int rf, struct stage_writer *sw, 
 		size_t nin = numel(nd, shape), nout = numel(nd, out_shape), big = nin > nout ? nin : nout;
 		if (big > cap) {
 			free(buf);
-			free(conv);
 			buf = xmalloc(big * sizeof(float));
-			conv = xmalloc(big * sizeof(float));
 			cap = big;
 		}
 		rc = get_f32(r, rf, names[i], nd, shape, buf);
@@ -825,12 +895,11 @@ static int copy_tensors(struct ckpt_reader *r, int rf, struct stage_writer *sw, 
 		if (nout > nin) /* new padding rows: zero */
 			memset(buf + nin, 0, (nout - nin) * sizeof(float));
 		enum ckpt_dtype odt = dtype_flag(dtype_flag_s, dt);
-		ckpt_from_f32(odt, buf, nout, conv);
-		rc = stage_put(sw, names[i], odt, nd, out_shape, conv);
+		ckpt_from_f32(odt, buf, nout, buf);
+		rc = stage_put(sw, names[i], odt, nd, out_shape, buf);
 		(*count)++;
 	}
 	free(buf);
-	free(conv);
 	ckpt_free_names(names, n);
 	return rc;
 }
@@ -843,7 +912,7 @@ static int verify_copy(const struct args *a, struct ckpt_reader *src, const char
 	int sf = ckpt_file_open(src, file), df = dst ? ckpt_file_open(dst, file) : -1;
 	char **names;
 	size_t n;
-	if (df < 0 || ckpt_list_tensors(src, sf, &names, &n) < 0) {
+	if (sf < 0 || df < 0 || ckpt_list_tensors(src, sf, &names, &n) < 0) {
 		if (dst)
 			ckpt_close(dst);
 		return -1;
@@ -899,10 +968,23 @@ static int megac_to_megac(const struct args *a)
 		ckpt_close(r);
 		return -1;
 	}
-	/* the vocabulary padding train computes for the target TP */
+	/* the vocabulary padding train computes for the target TP: with a target
+	 * TP (or divisor) given, train's rule; otherwise the source's */
 	int new_vp = c.Vp;
-	if (args_given(a, "--make-vocab-size-divisible-by") || c.Vp % tp)
+	if (args_given(a, "--target-tensor-parallel-size") || args_given(a, "--make-vocab-size-divisible-by"))
 		new_vp = (int)gpt_padded_vocab(c.V, a->make_vocab_size_divisible_by, tp);
+	if (new_vp != c.Vp)
+		warning("the vocabulary is padded to %d rows instead of %d (%s x TP %d); the padding rows take part in "
+			"the softmax, so the losses of training on differ slightly from the source's (pass the source's "
+			"--make-vocab-size-divisible-by / TP to keep %d)",
+			new_vp, c.Vp, args_given(a, "--make-vocab-size-divisible-by") ? "--make-vocab-size-divisible-by"
+											: "the default divisor 128",
+			tp, c.Vp);
+	char *created;
+	if (megac_dest(a, iter, &created) < 0) {
+		ckpt_close(r);
+		return -1;
+	}
 	int of = -1;
 	bool optim = !a->no_optim;
 	if (optim) {
@@ -916,6 +998,8 @@ static int megac_to_megac(const struct args *a)
 	}
 	struct ckpt_writer *w = ckpt_begin(a->save, iter);
 	if (!w) {
+		remove_tree(created);
+		free(created);
 		ckpt_close(r);
 		return -1;
 	}
@@ -938,6 +1022,9 @@ static int megac_to_megac(const struct args *a)
 		rc = ckpt_commit(w);
 	else
 		ckpt_abort(w);
+	if (rc < 0)
+		remove_tree(created);
+	free(created);
 	stage_writer_free(&ms);
 	if (optim)
 		stage_writer_free(&os);
@@ -956,7 +1043,30 @@ static int megac_to_megac(const struct args *a)
 	return rc;
 }
 
-int convert_command(const struct args *a)
+static char *trim_slashes(const char *p)
+{
+	char *t = xstrdup(p);
+	size_t n = strlen(t);
+	while (n > 1 && t[n - 1] == '/')
+		t[--n] = 0;
+	return t;
+}
+
+static int convert(const struct args *a);
+
+int convert_command(const struct args *a0)
+{
+	struct args a = *a0;
+	char *save = a0->save ? trim_slashes(a0->save) : NULL, *load = a0->load ? trim_slashes(a0->load) : NULL;
+	a.save = save;
+	a.load = load;
+	int rc = convert(&a);
+	free(save);
+	free(load);
+	return rc;
+}
+
+static int convert(const struct args *a)
 {
 	const char *to = a->convert_to ? a->convert_to : "megac", *from = a->convert_from ? a->convert_from : "megac";
 	if (!strcmp(to, "hf") && !strcmp(from, "hf"))

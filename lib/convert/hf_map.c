@@ -292,12 +292,12 @@ static const char *torch_dtype(enum ckpt_dtype dt)
 	return dt == CKPT_BF16 ? "bfloat16" : dt == CKPT_F16 ? "float16" : "float32";
 }
 
+/* Unknown ids are written as null: left out, transformers would put its
+ * class defaults there (50256 for GPT-2, 1 and 2 for Llama). */
 static void set_ids(json_t *o, int64_t bos, int64_t eos)
 {
-	if (bos >= 0)
-		json_object_set_new(o, "bos_token_id", json_integer(bos));
-	if (eos >= 0)
-		json_object_set_new(o, "eos_token_id", json_integer(eos));
+	json_object_set_new(o, "bos_token_id", bos >= 0 ? json_integer(bos) : json_null());
+	json_object_set_new(o, "eos_token_id", eos >= 0 ? json_integer(eos) : json_null());
 }
 
 static char *dump(json_t *o)
@@ -442,6 +442,9 @@ static void read_gpt2(struct cfg_reader *r, struct gpt_config *c)
 	else
 		r->failed = error("'%s': activation_function \"%s\": megac has GELU, exact (\"gelu\") or with tanh "
 				  "(\"gelu_new\")", r->path, act);
+	if (!cfg_bool(r, "scale_attn_weights", true) || cfg_bool(r, "scale_attn_by_inverse_layer_idx", false))
+		r->failed = error("'%s': scale_attn_weights false or scale_attn_by_inverse_layer_idx: megac scales "
+				  "attention by 1/sqrt(head size) only", r->path);
 	c->eps = (float)cfg_num(r, "layer_norm_epsilon", 1e-5);
 	c->hidden_dropout = (float)cfg_num(r, "resid_pdrop", 0.1);
 	c->attention_dropout = (float)cfg_num(r, "attn_pdrop", 0.1);
@@ -471,7 +474,10 @@ static void read_llama(struct cfg_reader *r, struct gpt_config *c)
 	if (scaling && !json_is_null(scaling))
 		r->failed = error("'%s': rope_scaling is set; megac has plain RoPE only", r->path);
 	c->eps = (float)cfg_num(r, "rms_norm_eps", 1e-6);
-	c->rotary_base = (float)cfg_num(r, "rope_theta", 10000);
+	double theta = cfg_num(r, "rope_theta", 10000);
+	if (theta != floor(theta) || theta < 1)
+		r->failed = error("'%s': rope_theta %g: megac's --rotary-base is a whole number", r->path, theta);
+	c->rotary_base = (float)theta;
 	c->attention_dropout = (float)cfg_num(r, "attention_dropout", 0);
 	c->hidden_dropout = 0;
 	c->rope = c->rmsnorm = c->swiglu = true;

@@ -116,7 +116,7 @@ EOF
 
 	# TP2xPP2 -> TP4: training on gives the original's losses
 	expect_ok "$m: TP2xPP2 iteration 4 to TP4" $C --load $W/${m}c --iteration 4 --save $W/${m}4 \
-		--target-tensor-parallel-size 4 --verify
+		--target-tensor-parallel-size 4 $(v64 4) --verify
 	expect_ok "$m: train on as TP4" sh -c "$MPI -np 4 $BIN/train $ARGS $M $(v64 4) --tensor-model-parallel-size 4 \
 		--load $W/${m}4 --metrics-file $W/${m}r4.jsonl >$W/${m}r4.log 2>&1"
 	if /usr/bin/python3 tests/prog/py/compare_metrics.py tail $W/${m}s.jsonl $W/${m}r4.jsonl 5 8 >"$W/cmp.log" 2>&1; then
@@ -126,6 +126,17 @@ EOF
 		show "$W/cmp.log"
 	fi
 done
+
+# a target TP whose padding differs (train's default divisor 128 x TP 2 =
+# 50432 rows instead of 50304): said on stderr, and train loads the result
+# with its default flags and trains on
+expect_ok "to TP2 with the default divisor" $C --load $W/gc --save $W/g2p --target-tensor-parallel-size 2
+if grep -q "padded to 50432 rows instead of 50304" "$ERR"; then ok "the new padding is said"; else
+	notok "the new padding is said"
+	show "$ERR"
+fi
+expect_ok "train TP2 (default divisor) trains on from it" sh -c "$MPI -np 2 $BIN/train $ARGS \
+	--tensor-model-parallel-size 2 --load $W/g2p >$W/g2p.log 2>&1"
 
 # folders written by transformers itself: a GPT-2 and a sharded Llama with GQA
 expect_ok "transformers writes a random GPT2LMHeadModel" $REF make gpt2 $W/rg --layers 2 --hidden 64 --heads 4 \
@@ -189,4 +200,25 @@ expect_fail "heads not divisible by the target TP" "4 attention heads are not di
 nothing_at "heads not divisible" $W/bad/out3
 expect_fail "Hugging Face output into an existing folder" "exists" $C --load $W/gc --save $W/rg --to hf
 expect_fail "no checkpoint" "no latest_checkpointed_iteration.txt" $C --load $W/bad --save $W/bad/out4
+expect_fail "megac output in bf16" "megac checkpoints hold the fp32 master weights" \
+	$C --load $W/gc --save $W/bad/out5 --dtype bf16
+nothing_at "megac output in bf16" $W/bad/out5
+expect_fail "over an existing iteration" "exists: ckpt_convert does not overwrite a checkpoint" \
+	$C --load $W/gc --iteration 4 --save $W/g1
+expect_fail "into the source" "is the --load directory" $C --load $W/gc --save $W/gc/
+# a damaged tensor half way: the conversion stops and leaves nothing
+cp -r $W/g1 $W/bad/damaged
+/usr/bin/python3 -c '
+import sys, h5py
+with h5py.File(sys.argv[1], "r+") as f:
+    d = f["decoder.layers.2.mlp.linear_fc1.weight"]
+    d[0, 0] = d[0, 0] + 1.0' $W/bad/damaged/iter_0000004/model.h5
+expect_fail "a damaged tensor" "decoder.layers.2.mlp.linear_fc1.weight" \
+	$C --load $W/bad/damaged --save $W/bad/new/out6 --target-pipeline-parallel-size 2
+nothing_at "a damaged tensor" $W/bad/new
+expect_fail "a damaged tensor, to Hugging Face" "decoder.layers.2.mlp.linear_fc1.weight" \
+	$C --load $W/bad/damaged --save $W/bad/new2/hf --to hf
+nothing_at "a damaged tensor, to Hugging Face" $W/bad/new2
+expect_ok "--save with a trailing slash" $C --load $W/g1 --save $W/slash/ --to hf
+if [ -f $W/slash/config.json ]; then ok "the trailing slash names the folder"; else notok "the trailing slash"; fi
 [ -n "${KEEP:-}" ] || rm -rf "$W"

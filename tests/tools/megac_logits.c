@@ -41,7 +41,10 @@ int main(int argc, char **argv)
 		return DIE_EXIT_CODE;
 	if (ids.ndim != 2 || (ids.dtype != NPY_I4 && ids.dtype != NPY_I8) || ids.shape[1] > (uint64_t)c.S)
 		die("'%s': expected int32/int64 ids [B, T] with T <= %d", argv[2], c.S);
-	int B = (int)ids.shape[0], T = (int)ids.shape[1], S = c.S;
+	/* a model of T positions: the weights do not depend on seq_length (and
+	 * an imported model's seq_length is its longest context) */
+	c.S = (int)ids.shape[1];
+	int B = (int)ids.shape[0], T = c.S, S = c.S;
 	c.hidden_dropout = c.attention_dropout = 0;
 	const struct kops *k = kops_cpu();
 	struct mem_pool pool;
