@@ -127,6 +127,16 @@ EOF
 	fi
 done
 
+# --no-optim: the model alone, which train --finetune starts from
+expect_ok "--no-optim" $C --load $W/gc --save $W/gno --no-optim --verify
+if [ -f $W/gno/iter_0000008/model.h5 ] && [ ! -e $W/gno/iter_0000008/optim.h5 ]; then
+	ok "--no-optim writes model.h5 only"
+else
+	notok "--no-optim writes model.h5 only"
+fi
+expect_ok "train --finetune from the --no-optim checkpoint" sh -c "$MPI -np 2 $BIN/train $ARGS $(v64 1) \
+	--pipeline-model-parallel-size 2 --load $W/gno --finetune --train-iters 3 >$W/gno.log 2>&1"
+
 # a target TP whose padding differs (train's default divisor 128 x TP 2 =
 # 50432 rows instead of 50304): said on stderr, and train loads the result
 # with its default flags and trains on
