@@ -658,6 +658,18 @@ static int check_hf(struct st_folder *f, const char *dir, const struct gpt_confi
 	return rc;
 }
 
+/* The HF tensors [i, *j) that fill one megac tensor (they are listed
+ * together), that tensor's shape and element count. */
+static size_t src_group(const struct gpt_config *c, const struct hf_tensor *ts, int nt, int i, int *j, int *nd,
+			int64_t *shape)
+{
+	*j = i + 1;
+	while (*j < nt && !strcmp(ts[*j].src, ts[i].src))
+		(*j)++;
+	hf_src_shape(c, &ts[i], nd, shape);
+	return numel(*nd, shape);
+}
+
 /* One megac tensor from the HF tensors [i, j) that fill it. */
 static int import_tensor(struct st_folder *f, const struct gpt_config *c, const struct hf_tensor *ts, int i, int j,
 			 float *dst, size_t n, float *tmp)
@@ -715,7 +727,6 @@ static int from_hf(const struct args *a)
 		st_folder_close(f);
 		return -1;
 	}
-	enum ckpt_dtype dt = CKPT_F32;
 	char *created;
 	if (megac_dest(a, 0, &created) < 0) {
 		free(ts);
@@ -729,17 +740,13 @@ static int from_hf(const struct args *a)
 	if (rc == 0)
 		rc = put_model_attrs(w, sw.files[0], 0, config);
 	free(config);
-	float *dst = NULL, *tmp = NULL, *tmp2 = NULL;
+	float *dst = NULL, *tmp = NULL;
 	size_t cap = 0;
 	int written = 0;
-	for (int i = 0; rc == 0 && i < nt;) {
-		int j = i + 1;
-		while (j < nt && !strcmp(ts[j].src, ts[i].src))
-			j++;
+	for (int i = 0, j; rc == 0 && i < nt; i = j) {
 		int nd;
 		int64_t shape[2];
-		hf_src_shape(&c, &ts[i], &nd, shape);
-		size_t n = numel(nd, shape);
+		size_t n = src_group(&c, ts, nt, i, &j, &nd, shape);
 		if (n > cap) {
 			free(dst), free(tmp);
 			dst = xmalloc(n * sizeof(float));
@@ -747,12 +754,9 @@ static int from_hf(const struct args *a)
 			cap = n;
 		}
 		rc = import_tensor(f, &c, ts, i, j, dst, n, tmp);
-		if (rc == 0) {
-			ckpt_from_f32(dt, dst, n, dst);
-			rc = stage_put(&sw, ts[i].src, dt, nd, shape, dst);
-		}
+		if (rc == 0)
+			rc = stage_put(&sw, ts[i].src, CKPT_F32, nd, shape, dst);
 		written++;
-		i = j;
 	}
 	if (rc == 0)
 		rc = ckpt_commit(w);
@@ -767,24 +771,15 @@ static int from_hf(const struct args *a)
 		struct ckpt_reader *r = ckpt_open(a->save, 0);
 		int mf = r ? ckpt_file_open(r, "model.h5") : -1;
 		rc = mf < 0 ? -1 : 0;
-		for (int i = 0; rc == 0 && i < nt;) {
-			int j = i + 1;
-			while (j < nt && !strcmp(ts[j].src, ts[i].src))
-				j++;
+		for (int i = 0, j; rc == 0 && i < nt; i = j) {
 			int nd;
 			int64_t shape[2];
-			hf_src_shape(&c, &ts[i], &nd, shape);
-			size_t n = numel(nd, shape);
+			size_t n = src_group(&c, ts, nt, i, &j, &nd, shape);
 			import_tensor(f, &c, ts, i, j, dst, n, tmp);
-			if (dt != CKPT_F32) { /* what was written: rounded */
-				tmp2 = xrealloc(tmp2, n * sizeof(float));
-				ckpt_from_f32(dt, dst, n, tmp2);
-				ckpt_to_f32(dt, tmp2, n, dst);
-			}
 			rc = get_f32(r, mf, ts[i].src, nd, shape, tmp);
 			if (rc == 0 && memcmp(dst, tmp, n * sizeof(float)))
-				rc = error("--verify: '%s' differs from the Hugging Face tensors it came from", ts[i].src);
-			i = j;
+				rc = error("--verify: '%s' of '%s' differs from the Hugging Face tensors it came from",
+					   ts[i].src, a->save);
 		}
 		if (r)
 			ckpt_close(r);
@@ -795,7 +790,7 @@ static int from_hf(const struct args *a)
 		info("wrote iteration 0 of '%s' (%d tensors, TP %d x PP %d layout, vocabulary %d padded to %d) from "
 		     "%s '%s'; continue with train --load %s --finetune",
 		     a->save, written, tp, pp, c.V, c.Vp, hf_arch_class(arch), a->load, a->save);
-	free(dst), free(tmp), free(tmp2);
+	free(dst), free(tmp);
 	free(ts);
 	st_folder_close(f);
 	return rc;

@@ -127,6 +127,20 @@ static inline char *test_capture_end(struct test_capture *c)
 	return text;
 }
 
+/* Everything a stream gives until its end, NUL-terminated and malloc'd. */
+static inline char *test_read_stream(FILE *p)
+{
+	size_t cap = 4096, len = 0, n;
+	char *out = malloc(cap);
+	while ((n = fread(out + len, 1, cap - len - 1, p)) > 0) {
+		len += n;
+		if (cap - len < 2048)
+			out = realloc(out, cap *= 2);
+	}
+	out[len] = 0;
+	return out;
+}
+
 /*
  * Run a Python script with /usr/bin/python3 (Debian's, which has numpy; the
  * python3 on PATH may not): `prelude` and `script` are written to
@@ -147,14 +161,7 @@ static inline char *test_python(const char *dir, const char *prelude, const char
 	FILE *p = popen(cmd, "r");
 	if (!p)
 		return NULL;
-	size_t cap = 4096, len = 0, n;
-	char *out = malloc(cap);
-	while ((n = fread(out + len, 1, cap - len - 1, p)) > 0) {
-		len += n;
-		if (cap - len < 2048)
-			out = realloc(out, cap *= 2);
-	}
-	out[len] = 0;
+	char *out = test_read_stream(p);
 	if (pclose(p) != 0) {
 		printf("#   python failed:\n%s\n", out);
 		free(out);

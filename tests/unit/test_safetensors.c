@@ -52,15 +52,7 @@ static int run_check(const char *args, char **out)
 	*out = NULL;
 	if (!p)
 		return -1;
-	size_t cap = 4096, len = 0, n;
-	char *buf = malloc(cap);
-	while ((n = fread(buf + len, 1, cap - len - 1, p)) > 0) {
-		len += n;
-		if (cap - len < 2048)
-			buf = realloc(buf, cap *= 2);
-	}
-	buf[len] = 0;
-	*out = buf;
+	*out = test_read_stream(p);
 	int st = pclose(p);
 	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
