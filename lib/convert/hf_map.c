@@ -509,9 +509,10 @@ int hf_config_read(const char *path, int64_t divisible_by, int64_t tp, struct gp
 		*arch = HF_LLAMA;
 		read_llama(&r, c);
 	} else {
-		json_decref(o);
-		return error("'%s': architectures %s: ckpt_convert reads GPT2LMHeadModel and LlamaForCausalLM", path,
-			     name ? name : "(missing, or more than one)");
+		error("'%s': architectures %s: ckpt_convert reads GPT2LMHeadModel and LlamaForCausalLM", path,
+		      name ? name : "(missing, or more than one)");
+		json_decref(o); /* name lives in o */
+		return -1;
 	}
 	c->V = (int)cfg_int(&r, "vocab_size", REQUIRED, 1);
 	c->init_std = (float)cfg_num(&r, "initializer_range", 0.02);

@@ -243,6 +243,27 @@ def cmd_logits(a):
     print(f"{type(model).__name__} logits {list(out.shape)} -> {a.out}")
 
 
+def cmd_generate(a):
+    """Greedy continuation of each prompt by full forward passes (no cache,
+    no generate(): the plainest reference), and the log-probs of the whole
+    sequence from its second token."""
+    prompts = json.load(open(a.prompts))
+    model = load(a.hfdir)
+    out = []
+    with torch.no_grad():
+        for p in prompts:
+            ids = list(p)
+            for _ in range(a.max_new):
+                logits = model(input_ids=torch.tensor([ids]), use_cache=False).logits[0, -1]
+                ids.append(int(torch.argmax(logits)))
+            logits = model(input_ids=torch.tensor([ids]), use_cache=False).logits[0].float()
+            lp = torch.log_softmax(logits, dim=-1)
+            logprobs = [float(lp[j - 1, ids[j]]) for j in range(1, len(ids))]
+            out.append({"tokens": ids[len(p):], "logprobs": logprobs})
+    json.dump(out, open(a.out, "w"))
+    print(f"{type(model).__name__} greedy: {len(out)} prompts, {a.max_new} tokens each -> {a.out}")
+
+
 def stored_tensors(hfdir):
     from safetensors import safe_open
     files = sorted(f for f in os.listdir(hfdir) if f.endswith(".safetensors"))
@@ -323,6 +344,12 @@ def main(argv=None):
     lg.add_argument("--dtype", choices=tuple(DTYPES), default="float32",
                     help="dtype the model computes in (logits are saved as float32)")
 
+    g = sub.add_parser("generate", help="greedy continuations and log-probs, as JSON")
+    g.add_argument("hfdir")
+    g.add_argument("prompts", help="JSON: [[id, ...], ...]")
+    g.add_argument("max_new", type=int)
+    g.add_argument("out")
+
     c = sub.add_parser("check", help="load a folder and summarise it")
     c.add_argument("hfdir")
     c.add_argument("--tensors", action="store_true",
@@ -330,7 +357,7 @@ def main(argv=None):
 
     a = p.parse_args(argv)
     try:
-        {"make": cmd_make, "logits": cmd_logits, "check": cmd_check}[a.cmd](a)
+        {"make": cmd_make, "logits": cmd_logits, "check": cmd_check, "generate": cmd_generate}[a.cmd](a)
     except Fail as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 1

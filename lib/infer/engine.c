@@ -1,0 +1,181 @@
+/*
+ * engine.c - see engine.h. The layer is gpt.c's forward (the same ops in
+ * the same order: norm, fused QKV with RoPE, attention, projection,
+ * residual, norm, MLP, residual), without dropout, on the rows of a step
+ * instead of a [B, S] micro-batch.
+ */
+#include "infer/engine.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "base/xalloc.h"
+#include "model/gpt_ckpt.h"
+
+int infer_init(struct infer_engine *e, struct ckpt_reader *r, int mf, int max_seq, int max_req, int max_tokens)
+{
+	memset(e, 0, sizeof(*e));
+	if (gpt_config_from_ckpt(&e->c, r, mf) < 0)
+		return -1;
+	struct gpt_config *c = &e->c;
+	if (max_seq < 1 || (max_seq > c->P && !c->rope))
+		return error("--inference-max-seq-length %d: the model has %d learned positions", max_seq, c->P);
+	if (max_req < 1 || max_tokens < 1)
+		return error("the inference engine needs at least one request slot and one token per step");
+	c->hidden_dropout = c->attention_dropout = 0;
+	e->max_seq = max_seq;
+	e->max_req = max_req;
+	e->max_tokens = max_tokens;
+	e->k = kops_cpu();
+	mem_pool_init(&e->pool, e->k);
+	/* gpt_init sizes its own buffers for one sequence of one position: the
+	 * engine keeps its activations itself */
+	struct gpt_config small = *c;
+	small.S = 1;
+	if (gpt_init(&e->m, &small, e->k, &e->pool, 1, GPT_FP32, NULL, false) < 0 ||
+	    gpt_load_weights(&e->m, r, mf) < 0)
+		return -1;
+	size_t cache = (size_t)max_req * c->L * c->g * (size_t)max_seq * c->k;
+	e->kcache = xcalloc(cache, sizeof(float));
+	e->vcache = xcalloc(cache, sizeof(float));
+	if (c->rope) {
+		e->rope_cos = xmalloc((size_t)max_seq * c->rot * sizeof(float));
+		e->rope_sin = xmalloc((size_t)max_seq * c->rot * sizeof(float));
+		kops_rope_table(e->rope_cos, e->rope_sin, max_seq, c->rot, c->rotary_base);
+	}
+	e->kpos = xmalloc((size_t)max_seq * sizeof(int32_t));
+	for (int i = 0; i < max_seq; i++)
+		e->kpos[i] = i;
+	e->qpos = xmalloc((size_t)max_tokens * sizeof(int32_t));
+	e->pos = xmalloc((size_t)max_tokens * sizeof(int32_t));
+	size_t T = (size_t)max_tokens, h = (size_t)c->h, ak = (size_t)c->a * c->k, gk = (size_t)c->g * c->k;
+	size_t f1 = (size_t)c->f * (c->swiglu ? 2 : 1);
+	e->x = xmalloc(T * h * sizeof(float));
+	e->ln = xmalloc(T * h * sizeof(float));
+	e->y = xmalloc(T * h * sizeof(float));
+	e->mean = xmalloc(T * sizeof(float));
+	e->rstd = xmalloc(T * sizeof(float));
+	e->qkv = xmalloc(T * (ak + 2 * gk) * sizeof(float));
+	e->q = xmalloc(T * ak * sizeof(float));
+	e->kn = xmalloc(T * gk * sizeof(float));
+	e->vn = xmalloc(T * gk * sizeof(float));
+	e->att = xmalloc(T * ak * sizeof(float));
+	e->lse = xmalloc(T * (size_t)c->a * sizeof(float));
+	e->fc1 = xmalloc(T * f1 * sizeof(float));
+	e->act = xmalloc(T * (size_t)c->f * sizeof(float));
+	e->rows = xmalloc(T * (size_t)c->Vp * sizeof(float));
+	return 0;
+}
+
+void infer_free(struct infer_engine *e)
+{
+	gpt_free(&e->m);
+	free(e->kcache), free(e->vcache), free(e->rope_cos), free(e->rope_sin), free(e->kpos), free(e->qpos);
+	free(e->pos), free(e->x), free(e->ln), free(e->y), free(e->mean), free(e->rstd), free(e->qkv), free(e->q);
+	free(e->kn), free(e->vn), free(e->att), free(e->lse), free(e->fc1), free(e->act), free(e->rows);
+	memset(e, 0, sizeof(*e));
+}
+
+static void norm(struct infer_engine *e, float *out, const float *in, int w, int b, int N)
+{
+	struct gpt_model *m = &e->m;
+	if (e->c.rmsnorm)
+		e->k->rmsnorm_forward(out, e->rstd, in, gpt_param(m, w), N, e->c.h, e->c.eps);
+	else
+		e->k->layernorm_forward(out, e->mean, e->rstd, in, gpt_param(m, w), b >= 0 ? gpt_param(m, b) : NULL,
+					N, e->c.h, e->c.eps);
+}
+
+static const float *opt_param(struct gpt_model *m, int idx)
+{
+	return idx >= 0 ? gpt_param(m, idx) : NULL;
+}
+
+/* The cache of layer l of a slot: keys (or values) [g][max_seq][k]. */
+static float *cache_at(const struct infer_engine *e, float *base, int slot, int l)
+{
+	size_t per = (size_t)e->c.g * e->max_seq * e->c.k;
+	return base + ((size_t)slot * e->c.L + l) * per;
+}
+
+/* Attention of one sequence's n new tokens (rows r0..) against its cache. */
+static void attend(struct infer_engine *e, int l, int slot, int pos, int n, int r0)
+{
+	const struct gpt_config *c = &e->c;
+	const struct kops *k = e->k;
+	size_t ak = (size_t)c->a * c->k, gk = (size_t)c->g * c->k;
+	const float *qkv = e->qkv + (size_t)r0 * (ak + 2 * gk);
+	const float *cs = c->rope ? e->rope_cos + (size_t)pos * c->rot : NULL;
+	const float *sn = c->rope ? e->rope_sin + (size_t)pos * c->rot : NULL;
+	k->qkv_split_forward(e->q, e->kn, e->vn, qkv, cs, sn, 1, n, c->a, c->g, c->k, c->rope ? c->rot : 0);
+	float *K = cache_at(e, e->kcache, slot, l), *V = cache_at(e, e->vcache, slot, l);
+	for (int j = 0; j < c->g; j++) {
+		size_t to = ((size_t)j * e->max_seq + pos) * c->k, from = (size_t)j * n * c->k;
+		memcpy(K + to, e->kn + from, (size_t)n * c->k * sizeof(float));
+		memcpy(V + to, e->vn + from, (size_t)n * c->k * sizeof(float));
+	}
+	for (int t = 0; t < n; t++)
+		e->qpos[t] = pos + t;
+	k->attention_block_forward(e->att + (size_t)r0 * ak, e->lse, e->q, K, V, e->qpos, e->kpos, 1, n, e->max_seq,
+				   c->a, c->g, c->k, e->max_seq, 1.0f / sqrtf((float)c->k), 0, 0, 0, 0);
+}
+
+int infer_step(struct infer_engine *e, int nseq, const int *slot, const int *pos, const int *n,
+	       const int32_t *tokens, bool all_logits, float *logits)
+{
+	const struct gpt_config *c = &e->c;
+	const struct kops *k = e->k;
+	struct gpt_model *m = &e->m;
+	int N = 0;
+	for (int s = 0; s < nseq; s++) {
+		if (slot[s] < 0 || slot[s] >= e->max_req || n[s] < 1 || pos[s] < 0 || pos[s] + n[s] > e->max_seq)
+			return error("sequence %d: %d tokens at position %d do not fit the %d positions of a request slot",
+				     s, n[s], pos[s], e->max_seq);
+		for (int t = 0; t < n[s]; t++)
+			if (N + t < e->max_tokens)
+				e->pos[N + t] = pos[s] + t;
+		N += n[s];
+	}
+	if (N > e->max_tokens)
+		return error("%d tokens in one step: more than the engine's %d", N, e->max_tokens);
+	for (int i = 0; i < N; i++)
+		if (tokens[i] < 0 || tokens[i] >= c->V)
+			return error("token id %d is outside the vocabulary (0 to %d)", tokens[i], c->V - 1);
+	size_t h = (size_t)c->h, ak = (size_t)c->a * c->k, gk = (size_t)c->g * c->k;
+	k->embedding_forward(e->x, tokens, c->rope ? NULL : e->pos, gpt_param(m, m->wte),
+			     c->rope ? NULL : gpt_param(m, m->wpe), N, c->h);
+	for (int l = 0; l < c->L; l++) {
+		const struct gpt_layer_params *p = &m->lp[l];
+		norm(e, e->ln, e->x, p->ln1_w, p->ln1_b, N);
+		k->linear_forward(e->qkv, e->ln, gpt_param(m, p->qkv_w), opt_param(m, p->qkv_b), N, c->h,
+				  (int)(ak + 2 * gk));
+		for (int s = 0, r0 = 0; s < nseq; r0 += n[s], s++)
+			attend(e, l, slot[s], pos[s], n[s], r0);
+		k->linear_forward(e->y, e->att, gpt_param(m, p->proj_w), opt_param(m, p->proj_b), N, (int)ak, c->h);
+		k->add(e->x, e->x, e->y, (size_t)N * h);
+		norm(e, e->ln, e->x, p->ln2_w, p->ln2_b, N);
+		k->linear_forward(e->fc1, e->ln, gpt_param(m, p->fc1_w), opt_param(m, p->fc1_b), N, c->h,
+				  c->f * (c->swiglu ? 2 : 1));
+		if (c->swiglu)
+			k->swiglu_forward(e->act, e->fc1, N, c->f);
+		else
+			k->gelu_forward(e->act, e->fc1, (size_t)N * c->f, c->gelu);
+		k->linear_forward(e->y, e->act, gpt_param(m, p->fc2_w), opt_param(m, p->fc2_b), N, c->f, c->h);
+		k->add(e->x, e->x, e->y, (size_t)N * h);
+	}
+	/* the head on the rows asked for */
+	int R = 0;
+	if (all_logits) {
+		R = N;
+	} else {
+		for (int s = 0, r0 = 0; s < nseq; r0 += n[s], s++, R++)
+			memmove(e->x + (size_t)R * h, e->x + (size_t)(r0 + n[s] - 1) * h, h * sizeof(float));
+	}
+	norm(e, e->ln, e->x, m->lnf_w, m->lnf_b, R);
+	k->linear_forward(e->rows, e->ln, gpt_param(m, m->out_w), NULL, R, c->h, c->Vp);
+	for (int i = 0; i < R; i++)
+		memcpy(logits + (size_t)i * c->V, e->rows + (size_t)i * c->Vp, (size_t)c->V * sizeof(float));
+	return 0;
+}

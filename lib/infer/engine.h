@@ -1,0 +1,50 @@
+/*
+ * engine.h - the inference forward pass of text_gen_server (issue 7): a
+ * model from a checkpoint on one rank, a key/value cache of
+ * --inference-max-requests slots of --inference-max-seq-length positions,
+ * and steps that take new tokens of several sequences at once. The
+ * token-wise work (norms, every linear layer, the MLP) runs on all the
+ * step's tokens together, which is what batching buys; attention runs per
+ * sequence against its slot's cache (attention_block_forward, the kernel
+ * ring attention uses, with the cached keys at their positions). Prefill is
+ * a step whose sequences bring their whole prompt; decode brings one token.
+ */
+#ifndef MEGAC_INFER_ENGINE_H
+#define MEGAC_INFER_ENGINE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "ckpt/ckpt.h"
+#include "model/gpt.h"
+
+struct infer_engine {
+	struct gpt_model m;      /* the weights (and gpt's buffers, unused here) */
+	struct mem_pool pool;
+	const struct kops *k;
+	struct gpt_config c;
+	int max_seq, max_req, max_tokens;
+	float *kcache, *vcache;  /* [max_req][L][g][max_seq][k] */
+	float *rope_cos, *rope_sin; /* [max_seq, rot] */
+	int32_t *kpos, *qpos;    /* 0 .. max_seq-1; a step's query positions */
+	/* scratch for max_tokens tokens */
+	float *x, *ln, *mean, *rstd, *qkv, *q, *kn, *vn, *att, *lse, *y, *fc1, *act, *rows;
+	int32_t *pos;
+};
+
+/* Load the model of checkpoint file mf (model.h5) and size the cache;
+ * max_tokens: the most tokens one step takes (prompts of a prefill
+ * together). error() and -1. */
+int infer_init(struct infer_engine *e, struct ckpt_reader *r, int mf, int max_seq, int max_req, int max_tokens);
+void infer_free(struct infer_engine *e);
+
+/* One step over nseq sequences: sequence s lives in cache slot slot[s],
+ * already holds pos[s] positions there, and brings n[s] new tokens (all the
+ * step's tokens concatenated in tokens). Writes to logits the raw logits
+ * over the unpadded vocabulary, [rows, V]: for every new token when
+ * all_logits, else for each sequence's last new token. error() and -1 when
+ * a sequence would pass max_seq or the step max_tokens. */
+int infer_step(struct infer_engine *e, int nseq, const int *slot, const int *pos, const int *n,
+	       const int32_t *tokens, bool all_logits, float *logits);
+
+#endif

@@ -1,0 +1,37 @@
+/*
+ * generate.h - generation for a set of requests with continuous batching:
+ * every step's forward pass carries all the requests still running (their
+ * prompts first, then one token each), and a request that finishes (end of
+ * document, its token budget, the cache's length) leaves the batch while
+ * the others go on. The requests share nothing but the forward passes, so
+ * each gets the answer it would get alone.
+ */
+#ifndef MEGAC_INFER_GENERATE_H
+#define MEGAC_INFER_GENERATE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "infer/engine.h"
+#include "infer/sample.h"
+
+struct infer_request {
+	const int32_t *prompt;
+	int nprompt;            /* >= 1 */
+	int max_new;            /* tokens to generate, >= 0 */
+	struct infer_sampling sampling;
+	int32_t eod;            /* stop token (not kept in the output); -1: none */
+	bool want_logprobs;
+	/* results, allocated by infer_generate (free with infer_request_free) */
+	int32_t *out;           /* the generated tokens */
+	int nout;
+	float *logprobs;        /* with want_logprobs: nprompt - 1 + nout entries */
+	bool hit_eod;
+};
+
+/* Run the requests to completion; at most e->max_req at once (more wait for
+ * a slot). error() and -1 on a request the engine cannot take. */
+int infer_generate(struct infer_engine *e, struct infer_request *reqs, int nreq);
+void infer_request_free(struct infer_request *r);
+
+#endif
