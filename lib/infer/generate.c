@@ -13,7 +13,7 @@
 
 enum { WAITING, RUNNING, DONE };
 
-struct live {
+struct infer_live {
 	int state, slot, pos; /* pos: positions in the cache */
 	int32_t next;         /* the token this request brings to the next step */
 	uint64_t rng;
@@ -27,109 +27,155 @@ void infer_request_free(struct infer_request *r)
 	r->logprobs = NULL;
 }
 
-/* After a request's logits row: its next token, or it finishes. */
-static void advance(struct infer_engine *e, struct infer_request *q, struct live *s, const float *row, float *fs,
-		    int *is)
+void infer_sched_init(struct infer_sched *s, struct infer_engine *e)
 {
-	int V = e->c.V;
+	memset(s, 0, sizeof(*s));
+	s->e = e;
+	int V = e->c.V, R = e->max_req, T = e->max_tokens;
+	s->slot_used = xcalloc((size_t)R, sizeof(bool));
+	s->sl = xmalloc((size_t)T * sizeof(int)); /* a step has at most T sequences */
+	s->ps = xmalloc((size_t)T * sizeof(int));
+	s->nn = xmalloc((size_t)T * sizeof(int));
+	s->who = xmalloc((size_t)T * sizeof(int));
+	s->tok = xmalloc((size_t)T * sizeof(int32_t));
+	s->logits = xmalloc((size_t)T * V * sizeof(float));
+	s->fs = xmalloc((size_t)2 * V * sizeof(float));
+	s->is = xmalloc((size_t)V * sizeof(int));
+}
+
+void infer_sched_free(struct infer_sched *s)
+{
+	free(s->req), free(s->st), free(s->slot_used), free(s->sl), free(s->ps), free(s->nn), free(s->who);
+	free(s->tok), free(s->logits), free(s->fs), free(s->is);
+	memset(s, 0, sizeof(*s));
+}
+
+int infer_sched_add(struct infer_sched *s, struct infer_request *q)
+{
+	struct infer_engine *e = s->e;
+	if (q->nprompt < 1 || q->max_new < 0)
+		return error("an empty prompt, or a negative number of tokens to generate");
+	if (q->nprompt > e->max_tokens || q->nprompt + q->max_new > e->max_seq)
+		return error("%d prompt tokens + %d to generate exceed the %d positions of a request "
+			     "(--inference-max-seq-length)",
+			     q->nprompt, q->max_new, e->max_seq);
+	for (int t = 0; t < q->nprompt; t++)
+		if (q->prompt[t] < 0 || q->prompt[t] >= e->c.V)
+			return error("prompt token %d is outside the vocabulary (0 to %d)", q->prompt[t], e->c.V - 1);
+	if (infer_sampling_check(&q->sampling, e->c.V) < 0)
+		return -1;
+	q->out = xmalloc((size_t)(q->max_new ? q->max_new : 1) * sizeof(int32_t));
+	q->nout = 0;
+	q->hit_eod = q->finished = false;
+	q->logprobs = q->want_logprobs ? xcalloc((size_t)(q->nprompt - 1 + q->max_new + 1), sizeof(float)) : NULL;
+	if (s->n == s->cap) {
+		s->cap = s->cap ? 2 * s->cap : 16;
+		s->req = xrealloc(s->req, (size_t)s->cap * sizeof(*s->req));
+		s->st = xrealloc(s->st, (size_t)s->cap * sizeof(*s->st));
+	}
+	s->req[s->n] = q;
+	s->st[s->n] = (struct infer_live){ WAITING, -1, 0, 0, infer_rng_seed(q->sampling.seed) };
+	s->n++;
+	return 0;
+}
+
+/* After a request's logits row: its next token, or it ends. */
+static void advance(struct infer_sched *s, struct infer_request *q, struct infer_live *l, const float *row)
+{
 	if (q->nout >= q->max_new) {
-		s->state = DONE;
+		l->state = DONE;
 		return;
 	}
 	float lp;
-	int tok = infer_sample(row, V, &q->sampling, &s->rng, &lp, fs, is);
+	int tok = infer_sample(row, s->e->c.V, &q->sampling, &l->rng, &lp, s->fs, s->is);
 	if (tok == q->eod) {
 		q->hit_eod = true;
-		s->state = DONE;
+		l->state = DONE;
 		return;
 	}
 	q->out[q->nout] = tok;
 	if (q->want_logprobs)
 		q->logprobs[q->nprompt - 1 + q->nout] = lp;
 	q->nout++;
-	s->next = tok;
+	l->next = tok;
 	if (q->nout >= q->max_new)
-		s->state = DONE; /* the last token need not go through the model */
+		l->state = DONE; /* the last token need not go through the model */
+}
+
+int infer_sched_step(struct infer_sched *s)
+{
+	struct infer_engine *e = s->e;
+	int V = e->c.V, nseq = 0, N = 0;
+	bool all_logits = false;
+	/* the running requests, one token each */
+	for (int i = 0; i < s->n; i++)
+		if (s->st[i].state == RUNNING && N < e->max_tokens) {
+			s->who[nseq] = i, s->sl[nseq] = s->st[i].slot, s->ps[nseq] = s->st[i].pos, s->nn[nseq] = 1;
+			s->tok[N++] = s->st[i].next;
+			nseq++;
+		}
+	/* newcomers, in order of arrival, while a slot is free and the prompt fits */
+	for (int i = 0; i < s->n; i++) {
+		struct infer_request *q = s->req[i];
+		if (s->st[i].state != WAITING)
+			continue;
+		if (N + q->nprompt > e->max_tokens)
+			break;
+		int slot = 0;
+		while (slot < e->max_req && s->slot_used[slot])
+			slot++;
+		if (slot == e->max_req)
+			break;
+		s->slot_used[slot] = true;
+		s->st[i].state = RUNNING;
+		s->st[i].slot = slot;
+		s->st[i].pos = 0;
+		s->who[nseq] = i, s->sl[nseq] = slot, s->ps[nseq] = 0, s->nn[nseq] = q->nprompt;
+		memcpy(s->tok + N, q->prompt, (size_t)q->nprompt * sizeof(int32_t));
+		N += q->nprompt;
+		all_logits |= q->want_logprobs && q->nprompt > 1;
+		nseq++;
+	}
+	if (nseq == 0) /* add() admits only prompts a step holds, and a slot is free when none runs */
+		return s->n ? error("no request of %d could start", s->n) : 0;
+	if (infer_step(e, nseq, s->sl, s->ps, s->nn, s->tok, all_logits, s->logits) < 0)
+		return -1;
+	for (int j = 0, r0 = 0; j < nseq; r0 += s->nn[j], j++) {
+		int i = s->who[j];
+		struct infer_request *q = s->req[i];
+		const float *row = s->logits + (size_t)(all_logits ? r0 + s->nn[j] - 1 : j) * V;
+		if (all_logits && q->want_logprobs && s->ps[j] == 0) /* the prompt's own log-probs */
+			for (int t = 1; t < s->nn[j]; t++)
+				q->logprobs[t - 1] = infer_logprob(s->logits + (size_t)(r0 + t - 1) * V, V, s->tok[r0 + t]);
+		s->st[i].pos += s->nn[j];
+		advance(s, q, &s->st[i], row);
+	}
+	/* the finished leave, the others keep their order */
+	int k = 0;
+	for (int i = 0; i < s->n; i++) {
+		if (s->st[i].state == DONE) {
+			s->slot_used[s->st[i].slot] = false;
+			s->req[i]->finished = true;
+			continue;
+		}
+		s->req[k] = s->req[i];
+		s->st[k++] = s->st[i];
+	}
+	s->n = k;
+	return k;
 }
 
 int infer_generate(struct infer_engine *e, struct infer_request *reqs, int nreq)
 {
-	int V = e->c.V;
-	for (int i = 0; i < nreq; i++) {
-		struct infer_request *q = &reqs[i];
-		if (q->nprompt < 1 || q->max_new < 0)
-			return error("request %d: an empty prompt, or a negative number of tokens to generate", i);
-		if (q->nprompt > e->max_tokens || q->nprompt + q->max_new > e->max_seq)
-			return error("request %d: %d prompt tokens + %d to generate exceed the %d positions of a request "
-				     "(--inference-max-seq-length)",
-				     i, q->nprompt, q->max_new, e->max_seq);
-		if (infer_sampling_check(&q->sampling, V) < 0)
-			return -1;
-		q->out = xmalloc((size_t)(q->max_new ? q->max_new : 1) * sizeof(int32_t));
-		q->nout = 0;
-		q->hit_eod = false;
-		q->logprobs = q->want_logprobs ? xcalloc((size_t)(q->nprompt - 1 + q->max_new + 1), sizeof(float)) : NULL;
-	}
-	struct live *st = xcalloc((size_t)nreq, sizeof(*st));
-	bool *slot_used = xcalloc((size_t)e->max_req, sizeof(bool));
-	int *sl = xmalloc((size_t)nreq * sizeof(int)), *ps = xmalloc((size_t)nreq * sizeof(int));
-	int *nn = xmalloc((size_t)nreq * sizeof(int)), *who = xmalloc((size_t)nreq * sizeof(int));
-	int32_t *tok = xmalloc((size_t)e->max_tokens * sizeof(int32_t));
-	float *logits = xmalloc((size_t)e->max_tokens * V * sizeof(float));
-	float *fs = xmalloc((size_t)2 * V * sizeof(float));
-	int *is = xmalloc((size_t)V * sizeof(int));
-	for (int i = 0; i < nreq; i++)
-		st[i].rng = infer_rng_seed(reqs[i].sampling.seed);
-	int rc = 0, done = 0;
-	while (rc == 0 && done < nreq) {
-		int nseq = 0, N = 0;
-		bool all_logits = false;
-		/* the running requests, one token each */
-		for (int i = 0; i < nreq; i++)
-			if (st[i].state == RUNNING && N < e->max_tokens) {
-				who[nseq] = i, sl[nseq] = st[i].slot, ps[nseq] = st[i].pos, nn[nseq] = 1;
-				tok[N++] = st[i].next;
-				nseq++;
-			}
-		/* newcomers while a slot is free and their prompt fits the step */
-		for (int i = 0; i < nreq; i++) {
-			if (st[i].state != WAITING || N + reqs[i].nprompt > e->max_tokens)
-				continue;
-			int s = 0;
-			while (s < e->max_req && slot_used[s])
-				s++;
-			if (s == e->max_req)
-				break;
-			slot_used[s] = true;
-			st[i] = (struct live){ RUNNING, s, 0, 0, st[i].rng };
-			who[nseq] = i, sl[nseq] = s, ps[nseq] = 0, nn[nseq] = reqs[i].nprompt;
-			memcpy(tok + N, reqs[i].prompt, (size_t)reqs[i].nprompt * sizeof(int32_t));
-			N += reqs[i].nprompt;
-			all_logits |= reqs[i].want_logprobs && reqs[i].nprompt > 1;
-			nseq++;
-		}
-		if (nseq == 0) {
-			rc = error("no request fits a step of %d tokens", e->max_tokens);
-			break;
-		}
-		rc = infer_step(e, nseq, sl, ps, nn, tok, all_logits, logits);
-		for (int j = 0, r0 = 0; rc == 0 && j < nseq; r0 += nn[j], j++) {
-			int i = who[j];
-			struct infer_request *q = &reqs[i];
-			const float *row = logits + (size_t)(all_logits ? r0 + nn[j] - 1 : j) * V;
-			if (all_logits && q->want_logprobs && ps[j] == 0) /* the prompt's own log-probs */
-				for (int t = 1; t < nn[j]; t++)
-					q->logprobs[t - 1] = infer_logprob(logits + (size_t)(r0 + t - 1) * V, V, tok[r0 + t]);
-			st[i].pos += nn[j];
-			advance(e, q, &st[i], row, fs, is);
-			if (st[i].state == RUNNING && st[i].pos >= e->max_seq)
-				st[i].state = DONE;
-			if (st[i].state == DONE) {
-				slot_used[st[i].slot] = false;
-				done++;
-			}
-		}
-	}
-	free(st), free(slot_used), free(sl), free(ps), free(nn), free(who), free(tok), free(logits), free(fs), free(is);
+	struct infer_sched s;
+	infer_sched_init(&s, e);
+	int rc = 0;
+	for (int i = 0; rc == 0 && i < nreq; i++)
+		if (infer_sched_add(&s, &reqs[i]) < 0)
+			rc = error("request %d cannot be served", i);
+	while (rc == 0 && s.n > 0)
+		if (infer_sched_step(&s) < 0)
+			rc = -1;
+	infer_sched_free(&s);
 	return rc;
 }

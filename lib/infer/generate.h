@@ -27,7 +27,32 @@ struct infer_request {
 	int nout;
 	float *logprobs;        /* with want_logprobs: nprompt - 1 + nout entries */
 	bool hit_eod;
+	bool finished;
 };
+
+/* The requests in flight: new ones join between steps (a server's engine
+ * thread adds what arrived, steps, and hands back what finished). */
+struct infer_sched {
+	struct infer_engine *e;
+	struct infer_request **req; /* unfinished requests, in order of arrival */
+	struct infer_live *st;
+	int n, cap;
+	bool *slot_used;
+	int *sl, *ps, *nn, *who;
+	int32_t *tok;
+	float *logits, *fs;
+	int *is;
+};
+
+void infer_sched_init(struct infer_sched *s, struct infer_engine *e);
+void infer_sched_free(struct infer_sched *s);
+/* Check a request against the engine (prompt, budget, sampling) and queue
+ * it; its results are allocated here. error() and -1, nothing queued. */
+int infer_sched_add(struct infer_sched *s, struct infer_request *r);
+/* One forward step over the running requests and those that fit in; those
+ * that end get finished = true and leave. Returns how many remain, or -1
+ * after error(). */
+int infer_sched_step(struct infer_sched *s);
 
 /* Run the requests to completion; at most e->max_req at once (more wait for
  * a slot). error() and -1 on a request the engine cannot take. */
