@@ -226,6 +226,9 @@ struct args {
 	double mid_level_dataset_surplus;
 	struct intlist show_samples;
 
+	/* text_gen_server */
+	int64_t port, inference_max_requests, inference_max_seq_length, max_body_bytes;
+
 	/* ckpt_convert (megac) */
 	char *convert_to, *convert_from;
 	int64_t target_tensor_parallel_size, target_pipeline_parallel_size, target_num_virtual_stages;

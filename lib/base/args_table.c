@@ -281,7 +281,8 @@ const struct flag_def args_table[] = {
 	  "save every N iterations (and at the end)" },
 	{ "--persistent-save-interval", FK_INT, F(save_interval), TR, 0, "checkpointing", "-1", NULL, "N",
 	  "same as --save-interval" },
-	{ "--load", FK_STR, F(load), TR | PROG_CONVERT, PROG_CONVERT, "checkpointing", NULL, NULL, "DIR",
+	{ "--load", FK_STR, F(load), TR | PROG_CONVERT | PROG_INFER, PROG_CONVERT | PROG_INFER, "checkpointing", NULL, NULL,
+	  "DIR",
 	  "resume from the latest checkpoint here (ckpt_convert: the checkpoint or Hugging Face folder to convert)" },
 	{ "--finetune", FK_BOOL, F(finetune), TR, 0, "checkpointing", NULL, NULL, NULL,
 	  "load only the weights; start at iteration 0" },
@@ -407,6 +408,15 @@ const struct flag_def args_table[] = {
 	  "print document N (its ids, and its text when tokenizer flags are given)" },
 	{ "--max-tokens", FK_INT, F(max_tokens), PROG_DATAINFO, 0, "output", "200", NULL, "N",
 	  "print at most N tokens of the document" },
+
+	/* ---- text_gen_server ---- */
+	{ "--port", FK_INT, F(port), PROG_INFER, 0, "inference", "5000", NULL, "P", "HTTP port (on every address)" },
+	{ "--inference-max-requests", FK_INT, F(inference_max_requests), PROG_INFER, 0, "inference", "8", NULL, "N",
+	  "requests generating at once (the key/value cache's slots); more wait" },
+	{ "--inference-max-seq-length", FK_INT, F(inference_max_seq_length), PROG_INFER, 0, "inference", "2560", NULL,
+	  "N", "prompt plus generated tokens of one request" },
+	{ "--max-body-bytes", FK_INT, F(max_body_bytes), PROG_INFER, 0, "inference", "1048576", NULL, "B",
+	  "(megac) the largest request body accepted (413 above)" },
 
 	/* ---- ckpt_convert (megac) ---- */
 	{ "--to", FK_STR, F(convert_to), PROG_CONVERT, 0, "conversion", "megac", "megac|hf", "FORMAT",

@@ -1,0 +1,8 @@
+/* text_gen_server - HTTP text generation from a checkpoint. All logic is in lib/infer. */
+#include "base/args.h"
+#include "infer/server.h"
+
+int main(int argc, char **argv)
+{
+	return prog_main(argc, argv, &server_prog_info, server_command);
+}

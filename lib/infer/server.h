@@ -1,0 +1,20 @@
+/*
+ * server.h - the text_gen_server program (issue 7): HTTP (libmicrohttpd,
+ * a thread per connection) in front of one engine thread that runs the
+ * continuous-batching scheduler (generate.h). A request is checked and
+ * tokenized on its connection's thread, queued, and answered when the
+ * engine thread says its sequences have finished; requests that arrive
+ * while others generate join the next step. Megatron's PUT /api with its
+ * fields, defaults and messages, but every rejection a 4xx with a JSON
+ * {"error": message} body; GET /health. SIGTERM or SIGINT: no new
+ * connections, the requests in flight are answered, exit 0.
+ */
+#ifndef MEGAC_INFER_SERVER_H
+#define MEGAC_INFER_SERVER_H
+
+#include "base/args.h"
+
+extern const struct prog_info server_prog_info;
+int server_command(const struct args *a);
+
+#endif

@@ -1,0 +1,177 @@
+"""server_check.py SERVER_CMD... -- GEN CKPT: talks to text_gen_server over
+real HTTP on loopback and prints "ok - ..." / "not ok - ..." lines.
+
+Starts the server (SERVER_CMD plus --port P, a free port), waits for
+/health, then checks: greedy PUT /api answers equal lib/infer's own
+generation by the megac_generate tool (GEN) for the same prompt ids; 32
+concurrent clients each get the answer they get alone; Megatron's
+validation messages come back as HTTP 400 with {"error": ...}; a body over
+--max-body-bytes gets 413; an unknown path 404; a client that disconnects
+mid-request or mid-body does not disturb the next request; SIGTERM during a
+request lets it finish, and the server exits 0.
+"""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+
+sep = sys.argv.index("--")
+server_cmd, (gen, ckpt) = sys.argv[1:sep], sys.argv[sep + 1:]
+failed = 0
+
+
+def check(name, cond, why=""):
+    global failed
+    if cond:
+        print("ok - " + name)
+    else:
+        failed += 1
+        print("not ok - " + name)
+        if why:
+            print("#   " + str(why).replace("\n", "\n#   "))
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+port = free_port()
+log = tempfile.NamedTemporaryFile(prefix="server", suffix=".log", delete=False)
+proc = subprocess.Popen(server_cmd + ["--port", str(port)], stdout=log, stderr=subprocess.STDOUT)
+base = "http://127.0.0.1:%d" % port
+
+
+def call(method, path, body=None, raw=None, timeout=60):
+    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+    req = urllib.request.Request(base + path, data=data, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"null")
+
+
+for _ in range(300):
+    try:
+        if call("GET", "/health")[0] == 200:
+            break
+    except OSError:
+        time.sleep(0.1)
+check("the server answers /health", call("GET", "/health") == (200, {"status": "ok"}))
+
+# greedy answers against the engine's own generation
+prompts = ["In the beginning God created", "And the earth was", "Hello", "The Lord is my shepherd; I shall"]
+st, r = call("PUT", "/api", {"prompts": prompts, "tokens_to_generate": 8, "top_k": 1, "logprobs": True})
+ok = st == 200 and len(r["tokens"]) == 4
+first = r if ok else None
+check("PUT /api, greedy, 4 prompts", ok, (st, r))
+if ok:
+    ids = [t[:len(t) - 8] for t in r["tokens"]]
+    with tempfile.TemporaryDirectory() as d:
+        open(d + "/p.json", "w").write(json.dumps(ids))
+        subprocess.run([gen, ckpt, d + "/p.json", "8", d + "/g.json"], check=True)
+        want = json.load(open(d + "/g.json"))
+    check("the answers are the engine's greedy continuations, token for token",
+          all(t[len(i):] == w["tokens"] for t, i, w in zip(r["tokens"], ids, want)), (r["tokens"], want))
+    worst = max(abs(a - b) for x, w in zip(r["logprobs"], want) for a, b in zip(x, w["logprobs"]))
+    check("log-probs equal the engine's (%.2g)" % worst, worst < 1e-5)
+    check("text is the prompt plus the generated text",
+          all(t.startswith(p) and len(t) > len(p) for t, p in zip(r["text"], prompts)), r["text"])
+    check("segments: one piece per token, joining to the text",
+          all(len(sg) == len(tk) and "".join(sg) == tx for sg, tk, tx in zip(r["segments"], r["tokens"], r["text"])),
+          r["segments"])
+
+# 32 concurrent clients: each answer is the one it gets alone
+words = "light darkness waters heaven earth seas grass herb fruit seed stars sun moon night day beast".split()
+many = ["The %s and the %s" % (words[i % 16], words[(i * 7 + 3) % 16]) for i in range(32)]
+alone = [call("PUT", "/api", {"prompts": [p], "tokens_to_generate": 8, "top_k": 1})[1]["tokens"][0] for p in many]
+together = [None] * 32
+
+
+def client(i):
+    together[i] = call("PUT", "/api", {"prompts": [many[i]], "tokens_to_generate": 8, "top_k": 1})[1]["tokens"][0]
+
+
+t0 = time.time()
+threads = [threading.Thread(target=client, args=(i,)) for i in range(32)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+check("32 concurrent clients each get their answer alone (%.2f s)" % (time.time() - t0), together == alone,
+      [(a, b) for a, b in zip(alone, together) if a != b][:3])
+
+# validation: Megatron's messages, as 4xx
+bad = [
+    ({}, "prompts argument required"),
+    ({"prompts": ["a"], "max_len": 3}, "max_len is no longer used.  Replace with tokens_to_generate"),
+    ({"prompts": "a"}, "prompts is not a list of strings"),
+    ({"prompts": [1]}, "prompts is not a list of strings"),
+    ({"prompts": []}, "prompts is empty"),
+    ({"prompts": ["a"] * 129}, "Maximum number of prompts is 128"),
+    ({"prompts": ["a"], "tokens_to_generate": "x"}, "tokens_to_generate must be an integer greater than 0"),
+    ({"prompts": ["a"], "tokens_to_generate": -1},
+     "tokens_to_generate must be an integer greater than or equal to 0"),
+    ({"prompts": ["a"], "tokens_to_generate": 0}, "tokens_to_generate=0 implies logprobs should be True"),
+    ({"prompts": ["a"], "logprobs": "yes"}, "logprobs must be a boolean value"),
+    ({"prompts": ["a"], "temperature": 0}, "temperature must be a positive number less than or equal to 100.0"),
+    ({"prompts": ["a"], "top_k": 1001}, "top_k must be equal to or greater than 0 and less than or equal to 1000"),
+    ({"prompts": ["a"], "top_p": 1}, "top_p must be a positive float less than or equal to 1.0"),
+    ({"prompts": ["a"], "top_p": 0.5, "top_k": 2}, "cannot set both top-k and top-p samplings."),
+    ({"prompts": [""]}, "Empty prompts require add_BOS=true"),
+    ({"prompts": ["a"], "random_seed": -2}, "random_seed must be a positive integer"),
+    ({"prompts": ["a " * 40], "tokens_to_generate": 8}, "--inference-max-seq-length"),
+]
+for body, msg in bad:
+    st, r = call("PUT", "/api", body)
+    check("400 %s" % msg, st == 400 and isinstance(r, dict) and msg in r.get("error", ""), (st, r))
+st, r = call("PUT", "/api", raw=b'{"prompts": ["a"')
+check("malformed JSON: 400", st == 400 and "JSON" in r["error"], (st, r))
+st, r = call("PUT", "/api", raw=b'{"prompts": ["' + b"a" * 300000 + b'"]}')
+check("a body over --max-body-bytes: 413", st == 413 and "--max-body-bytes" in r["error"], (st, r))
+check("an unknown path: 404", call("GET", "/nope")[0] == 404)
+check("/api with GET: 405", call("GET", "/api")[0] == 405)
+st, r = call("PUT", "/api", {"prompts": [""], "add_BOS": True, "tokens_to_generate": 2, "top_k": 1})
+check("an empty prompt with add_BOS", st == 200 and len(r["tokens"][0]) == 3, (st, r))
+
+# clients that go away: in the middle of the body, and while generating
+for cut in (b'PUT /api HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"prompts": [',
+            b'PUT /api HTTP/1.1\r\nHost: x\r\nContent-Length: 55\r\n\r\n{"prompts": ["abc"], "tokens_to_generate": 20, "top_k":1}'):
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(cut)
+    time.sleep(0.05)
+    s.close()
+st, r = call("PUT", "/api", {"prompts": ["Hello"], "tokens_to_generate": 8, "top_k": 1})
+check("the next request after clients went away gets its answer",
+      st == 200 and first is not None and r["tokens"][0] == first["tokens"][2], (st, r))
+
+# SIGTERM while a request generates: it is answered, then the server exits 0
+result = {}
+
+
+def slow():
+    result["r"] = call("PUT", "/api", {"prompts": ["And God said"] * 8, "tokens_to_generate": 20, "top_k": 1})
+
+
+t = threading.Thread(target=slow)
+t.start()
+time.sleep(0.05)
+proc.send_signal(signal.SIGTERM)
+t.join()
+rc = proc.wait(timeout=60)
+st, r = result.get("r", (None, None))
+check("a request in flight at SIGTERM is answered", st == 200 and all(len(x) > 20 for x in r["tokens"]), (st, r))
+check("the server exits 0 after SIGTERM", rc == 0, open(log.name).read()[-2000:])
+os.unlink(log.name)
+sys.exit(1 if failed else 0)
