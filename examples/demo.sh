@@ -3,7 +3,8 @@
 # The King James Bible and the BSD fortunes (examples/data/) become one
 # GPT-2 token dataset, which is read back and decoded; then train pretrains
 # a small GPT on it for a few minutes (the loss falls from ~10.8 to ~5),
-# evaluating on the validation split and saving an HDF5 checkpoint.
+# evaluating on the validation split and saving an HDF5 checkpoint; last,
+# text_gen_server serves the checkpoint and answers one question over HTTP.
 # DEMO_ITERS sets the iterations (default 300).
 set -eu
 cd "$(dirname "$0")/.."
@@ -39,3 +40,32 @@ echo
 echo "== checkpoint: $OUT/checkpoints/iter_$(printf %07d "$(cat "$OUT/checkpoints/latest_checkpointed_iteration.txt")")"
 ls -l "$OUT/checkpoints/iter_$(printf %07d "$(cat "$OUT/checkpoints/latest_checkpointed_iteration.txt")")"
 echo "metrics: $OUT/metrics.jsonl; TensorBoard: tensorboard --logdir $OUT/tensorboard"
+
+echo
+echo "== text_gen_server: serve the checkpoint and ask it one question over HTTP"
+PORT=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+bin/text_gen_server --load "$OUT/checkpoints" --port "$PORT" --inference-max-seq-length 128 $GPT2 \
+	>"$OUT/server.log" 2>&1 &
+SERVER=$!
+i=0
+until /usr/bin/python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=1)' \
+	"http://127.0.0.1:$PORT/health" 2>/dev/null; do
+	i=$((i + 1))
+	if [ $i -gt 100 ] || ! kill -0 $SERVER 2>/dev/null; then
+		echo "the server did not come up:" >&2
+		cat "$OUT/server.log" >&2
+		exit 1
+	fi
+	sleep 0.1
+done
+echo "PUT /api {\"prompts\": [\"And God said\"], \"tokens_to_generate\": 40, \"top_k\": 1}"
+/usr/bin/python3 - "http://127.0.0.1:$PORT/api" <<'PYEOF'
+import json, sys, urllib.request
+body = json.dumps({"prompts": ["And God said"], "tokens_to_generate": 40, "top_k": 1}).encode()
+req = urllib.request.Request(sys.argv[1], data=body, method="PUT")
+with urllib.request.urlopen(req, timeout=120) as r:
+    print("answer:", json.loads(r.read())["text"][0])
+PYEOF
+kill -TERM $SERVER
+wait $SERVER
+echo "server stopped"

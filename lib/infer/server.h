@@ -6,8 +6,10 @@
  * engine thread says its sequences have finished; requests that arrive
  * while others generate join the next step. Megatron's PUT /api with its
  * fields, defaults and messages, but every rejection a 4xx with a JSON
- * {"error": message} body; GET /health. SIGTERM or SIGINT: no new
- * connections, the requests in flight are answered, exit 0.
+ * {"error": message} body (api_megatron.c); OpenAI's /v1/completions,
+ * /v1/chat/completions (streaming too) and /v1/models (api_openai.c); GET
+ * /health. SIGTERM or SIGINT: no new connections, the requests in flight
+ * are answered, exit 0.
  */
 #ifndef MEGAC_INFER_SERVER_H
 #define MEGAC_INFER_SERVER_H

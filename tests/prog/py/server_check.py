@@ -156,6 +156,80 @@ st, r = call("PUT", "/api", {"prompts": ["Hello"], "tokens_to_generate": 8, "top
 check("the next request after clients went away gets its answer",
       st == 200 and first is not None and r["tokens"][0] == first["tokens"][2], (st, r))
 
+# OpenAI's endpoints
+st, r = call("POST", "/v1/completions", {"prompt": "Hello", "max_tokens": 8, "temperature": 0, "logprobs": 1})
+greedy_text = first["text"][2][len("Hello"):] if first else None
+check("/v1/completions, temperature 0: the greedy text of /api",
+      st == 200 and r["object"] == "text_completion" and r["choices"][0]["text"] == greedy_text
+      and r["choices"][0]["finish_reason"] == "length", (st, r, greedy_text))
+check("/v1/completions: usage", st == 200 and r["usage"] == {"prompt_tokens": len(first["tokens"][2]) - 8,
+      "completion_tokens": 8, "total_tokens": len(first["tokens"][2])}, r.get("usage"))
+check("/v1/completions: log-probs of the chosen tokens equal /api's",
+      st == 200 and max(abs(a - b) for a, b in zip(r["choices"][0]["logprobs"]["token_logprobs"],
+                                                   first["logprobs"][2][-8:])) < 1e-6, r)
+cut = greedy_text[greedy_text.index(" ", 1):] if greedy_text and " " in greedy_text[1:] else None
+if cut:
+    st, r = call("POST", "/v1/completions", {"prompt": "Hello", "max_tokens": 8, "temperature": 0, "stop": [cut[:3]]})
+    check("stop: the text ends before the stop string, finish_reason stop",
+          st == 200 and r["choices"][0]["text"] == greedy_text[:greedy_text.index(cut[:3])]
+          and r["choices"][0]["finish_reason"] == "stop", (st, r, cut))
+body = {"prompt": ["The heaven", "The earth"], "max_tokens": 10, "temperature": 0.9, "top_p": 0.9, "n": 2, "seed": 5}
+st1, r1 = call("POST", "/v1/completions", body)
+st2, r2 = call("POST", "/v1/completions", body)
+check("n 2 of 2 prompts, seeded sampling: 4 choices, the same twice",
+      st1 == 200 and len(r1["choices"]) == 4 and [c["text"] for c in r1["choices"]] == [c["text"] for c in r2["choices"]],
+      (r1, r2))
+
+
+def stream(path, body):
+    req = urllib.request.Request(base + path, data=json.dumps(body).encode(), method="POST")
+    events = []
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        ctype = resp.headers.get("Content-Type")
+        for line in resp:
+            line = line.decode().strip()
+            if line.startswith("data: "):
+                events.append(line[6:])
+    return ctype, events
+
+
+ctype, ev = stream("/v1/completions", {"prompt": "Hello", "max_tokens": 8, "temperature": 0, "stream": True})
+chunks = [json.loads(e) for e in ev[:-1]]
+check("stream: server-sent events, text/event-stream, [DONE] last",
+      ctype == "text/event-stream" and ev and ev[-1] == "[DONE]" and len(chunks) >= 2, (ctype, ev))
+check("stream: the deltas make the whole text, finish_reason on the last chunk",
+      "".join(c["choices"][0]["text"] for c in chunks) == greedy_text
+      and chunks[-1]["choices"][0]["finish_reason"] == "length"
+      and all(c["choices"][0]["finish_reason"] is None for c in chunks[:-1]), chunks)
+st, r = call("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hello"}],
+                                             "max_tokens": 6, "temperature": 0})
+check("/v1/chat/completions: an assistant message", st == 200 and r["object"] == "chat.completion"
+      and r["choices"][0]["message"]["role"] == "assistant"
+      and isinstance(r["choices"][0]["message"]["content"], str), (st, r))
+ctype, ev = stream("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 6,
+                                            "temperature": 0, "stream": True})
+content = "".join(json.loads(e)["choices"][0]["delta"]["content"] for e in ev[:-1])
+check("/v1/chat/completions streamed: the same content", ev[-1] == "[DONE]" and content ==
+      r["choices"][0]["message"]["content"], (content, r))
+st, r = call("GET", "/v1/models")
+check("/v1/models lists the model", st == 200 and r["object"] == "list" and r["data"][0]["object"] == "model", r)
+for body, msg in [({"max_tokens": 3}, "prompt must be"), ({"prompt": "a", "max_tokens": -1}, "max_tokens"),
+                  ({"prompt": "a", "temperature": 3}, "temperature"), ({"prompt": "a", "n": 0}, "n must"),
+                  ({"prompt": "a", "stop": [1]}, "stop must"), ({"prompt": "a", "top_p": 0}, "top_p")]:
+    st, r = call("POST", "/v1/completions", body)
+    check("/v1/completions 400: %s" % msg, st == 400 and msg in r["error"], (st, r))
+st, r = call("POST", "/v1/chat/completions", {"messages": []})
+check("/v1/chat/completions 400: no messages", st == 400 and "messages" in r["error"], (st, r))
+# a streaming client that hangs up after the first event
+s = socket.create_connection(("127.0.0.1", port))
+b = json.dumps({"prompt": "And the", "max_tokens": 24, "temperature": 0, "stream": True}).encode()
+s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(b) + b)
+s.recv(200)
+s.close()
+st, r = call("PUT", "/api", {"prompts": ["Hello"], "tokens_to_generate": 8, "top_k": 1})
+check("the next request after a streaming client hung up", st == 200 and r["tokens"][0] == first["tokens"][2],
+      (st, r))
+
 # SIGTERM while a request generates: it is answered, then the server exits 0
 result = {}
 
