@@ -227,7 +227,7 @@ struct args {
 	struct intlist show_samples;
 
 	/* text_gen_server */
-	int64_t port, inference_max_requests, inference_max_seq_length, max_body_bytes;
+	int64_t port, inference_max_requests, inference_max_seq_length, max_body_bytes, max_concurrent_requests;
 
 	/* ckpt_convert (megac) */
 	char *convert_to, *convert_from;

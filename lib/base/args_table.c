@@ -417,6 +417,8 @@ const struct flag_def args_table[] = {
 	  "N", "prompt plus generated tokens of one request" },
 	{ "--max-body-bytes", FK_INT, F(max_body_bytes), PROG_INFER, 0, "inference", "1048576", NULL, "B",
 	  "(megac) the largest request body accepted (413 above)" },
+	{ "--max-concurrent-requests", FK_INT, F(max_concurrent_requests), PROG_INFER, 0, "inference", "256", NULL, "N",
+	  "(megac) HTTP requests handled at once, waiting ones included (429 above)" },
 
 	/* ---- ckpt_convert (megac) ---- */
 	{ "--to", FK_STR, F(convert_to), PROG_CONVERT, 0, "conversion", "megac", "megac|hf", "FORMAT",

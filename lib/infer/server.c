@@ -209,6 +209,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		b = xcalloc(1, sizeof(*b));
 		*con_cls = b;
 		pthread_mutex_lock(&s->mu);
+		b->over_limit = s->inflight >= s->max_concurrent;
 		s->inflight++;
 		pthread_mutex_unlock(&s->mu);
 		return MHD_YES;
@@ -236,6 +237,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		char msg[128];
 		snprintf(msg, sizeof(msg), "%s takes %s", routes[r].url, routes[r].method);
 		return srv_fail(c, 405, msg);
+	}
+	if (b->over_limit && r != 0) {
+		char msg[128];
+		snprintf(msg, sizeof(msg), "too many requests at once (--max-concurrent-requests %lld); try again",
+			 (long long)s->max_concurrent);
+		return srv_fail(c, 429, msg);
 	}
 	if (b->too_big) {
 		char msg[128];
@@ -285,9 +292,9 @@ int server_command(const struct args *a)
 	if (a->port < 0 || a->port > 65535)
 		return error("--port %lld: give 0 to 65535", (long long)a->port);
 	if (a->inference_max_requests < 1 || a->inference_max_requests > 4096 || a->inference_max_seq_length < 2 ||
-	    a->inference_max_seq_length > (1 << 20) || a->max_body_bytes < 1)
+	    a->inference_max_seq_length > (1 << 20) || a->max_body_bytes < 1 || a->max_concurrent_requests < 1)
 		return error("--inference-max-requests (1 to 4096), --inference-max-seq-length (2 to 2^20) and "
-			     "--max-body-bytes must be positive");
+			     "--max-body-bytes and --max-concurrent-requests must be positive");
 	struct tok_config tc = tok_config_from_args(a);
 	s.tok = tok_load(&tc);
 	if (!s.tok)
@@ -316,6 +323,7 @@ int server_command(const struct args *a)
 			     s.e.c.V);
 	}
 	s.max_body = a->max_body_bytes;
+	s.max_concurrent = a->max_concurrent_requests;
 	const char *slash = strrchr(a->load, '/');
 	s.model_name = slash && slash[1] ? slash + 1 : a->load;
 	infer_sched_init(&s.sched, &s.e);

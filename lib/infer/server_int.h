@@ -33,7 +33,7 @@ struct server {
 	struct infer_engine e;
 	struct infer_sched sched;
 	struct tokenizer *tok;
-	int64_t eod, max_body;
+	int64_t eod, max_body, max_concurrent;
 	const char *model_name;
 	pthread_mutex_t mu;
 	pthread_cond_t work, progress;
@@ -46,6 +46,7 @@ struct server {
 struct body {
 	struct sbuf data;
 	bool too_big;
+	bool over_limit;            /* came when --max-concurrent-requests were being handled */
 	void *stream;               /* a streaming response's state (api_openai.c) */
 };
 

@@ -18,6 +18,48 @@ expect_ok "train 4 iterations" sh -c "$BIN/train $ARGS --save $W/ck --save-inter
 /usr/bin/python3 tests/prog/py/server_check.py $BIN/text_gen_server --load $W/ck $GPT2 \
 	--inference-max-seq-length 32 --inference-max-requests 8 --max-body-bytes 200000 \
 	-- "$MEGAC_BUILD/tools/megac_generate" $W/ck
+# --max-concurrent-requests 1: a second request while one generates gets 429
+# naming the limit; /health still answers
+PORT=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+# shellcheck disable=SC2086
+$BIN/text_gen_server --load $W/ck $GPT2 --inference-max-seq-length 32 --max-concurrent-requests 1 --port "$PORT" \
+	>"$W/limit.log" 2>&1 &
+SRV=$!
+if /usr/bin/python3 - "$PORT" >"$W/limit.out" 2>&1 <<'EOF'; then
+import json, sys, threading, time, urllib.error, urllib.request
+base = "http://127.0.0.1:%s" % sys.argv[1]
+for _ in range(300):
+    try:
+        urllib.request.urlopen(base + "/health", timeout=1)
+        break
+    except OSError:
+        time.sleep(0.1)
+def put(prompts, n):
+    req = urllib.request.Request(base + "/api", data=json.dumps({"prompts": prompts, "tokens_to_generate": n,
+                                 "top_k": 1}).encode(), method="PUT")
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+slow = {}
+t = threading.Thread(target=lambda: slow.update(r=put(["And God said"] * 32, 28)))
+t.start()
+time.sleep(0.3)
+st, r = put(["Hello"], 2)
+t.join()
+assert st == 429 and "--max-concurrent-requests 1" in r["error"], (st, r)
+assert slow["r"][0] == 200, slow
+assert put(["Hello"], 2)[0] == 200
+print("429 while another request runs, then 200")
+EOF
+	ok "--max-concurrent-requests: $(cat "$W/limit.out")"
+else
+	notok "--max-concurrent-requests"
+	show "$W/limit.out"
+fi
+kill -TERM $SRV
+wait $SRV
 expect_fail "no tokenizer" "needs the tokenizer flags" $BIN/text_gen_server --load $W/ck
 expect_fail "no checkpoint" "no latest_checkpointed_iteration.txt" $BIN/text_gen_server --load $W $GPT2
 rm -rf "$W"
