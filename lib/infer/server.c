@@ -8,6 +8,7 @@
  */
 #include "infer/server.h"
 #include "infer/server_int.h"
+#include "infer/webpage.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -224,15 +225,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 	}
 	static const struct {
 		const char *url, *method;
-	} routes[] = { { "/health", "GET" }, { "/api", "PUT" }, { "/v1/completions", "POST" },
-		       { "/v1/chat/completions", "POST" }, { "/v1/models", "GET" } };
+	} routes[] = { { "/health", "GET" },	     { "/api", "PUT" }, { "/v1/completions", "POST" },
+		       { "/v1/chat/completions", "POST" }, { "/v1/models", "GET" }, { "/", "GET" } };
 	int r = -1;
 	for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++)
 		if (!strcmp(url, routes[i].url))
 			r = (int)i;
 	if (r < 0)
-		return srv_fail(c, 404, "no such endpoint (text_gen_server has PUT /api, POST /v1/completions, POST "
-					"/v1/chat/completions, GET /v1/models and GET /health)");
+		return srv_fail(c, 404, "no such endpoint (text_gen_server has GET /, PUT /api, POST /v1/completions, "
+					"POST /v1/chat/completions, GET /v1/models and GET /health)");
 	if (strcmp(method, routes[r].method)) {
 		char msg[128];
 		snprintf(msg, sizeof(msg), "%s takes %s", routes[r].url, routes[r].method);
@@ -257,8 +258,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 	case 2:
 	case 3:
 		return api_completions(s, c, b, r == 3);
-	default:
+	case 4:
 		return api_models(s, c);
+	default: {
+		struct MHD_Response *page = MHD_create_response_from_buffer(strlen(infer_webpage), (void *)infer_webpage,
+									    MHD_RESPMEM_PERSISTENT);
+		MHD_add_response_header(page, "Content-Type", "text/html; charset=utf-8");
+		enum MHD_Result rc = MHD_queue_response(c, 200, page);
+		MHD_destroy_response(page);
+		return rc;
+	}
 	}
 }
 

@@ -60,6 +60,34 @@ else
 fi
 kill -TERM $SRV
 wait $SRV
+# the web page at /, in headless Chromium: a prompt typed into the box, the
+# Generate button clicked, the streamed answer read from the page
+PORT=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+# shellcheck disable=SC2086
+$BIN/text_gen_server --load $W/ck $GPT2 --inference-max-seq-length 32 --port "$PORT" >"$W/web.log" 2>&1 &
+SRV=$!
+if /usr/bin/python3 - "$PORT" "$W/want.txt" >"$W/want.log" 2>&1 <<'EOF'; then
+import json, sys, time, urllib.request
+base = "http://127.0.0.1:%s" % sys.argv[1]
+for _ in range(300):
+    try:
+        urllib.request.urlopen(base + "/health", timeout=1)
+        break
+    except OSError:
+        time.sleep(0.1)
+page = urllib.request.urlopen(base + "/", timeout=10)
+assert page.headers["Content-Type"].startswith("text/html"), page.headers
+body = json.dumps({"prompt": "In the beginning God created", "max_tokens": 20, "temperature": 0}).encode()
+req = urllib.request.Request(base + "/v1/completions", data=body, method="POST")
+open(sys.argv[2], "w").write(json.loads(urllib.request.urlopen(req, timeout=60).read())["choices"][0]["text"])
+EOF
+	/usr/bin/python3 tests/prog/py/browser_check.py "http://127.0.0.1:$PORT" "$W/want.txt"
+else
+	notok "the web page's reference answer"
+	show "$W/want.log"
+fi
+kill -TERM $SRV
+wait $SRV
 expect_fail "no tokenizer" "needs the tokenizer flags" $BIN/text_gen_server --load $W/ck
 expect_fail "no checkpoint" "no latest_checkpointed_iteration.txt" $BIN/text_gen_server --load $W $GPT2
 rm -rf "$W"
