@@ -171,7 +171,7 @@ const struct flag_def args_table[] = {
 	  "mixture of experts is not implemented yet" },
 
 	/* ---- parallelism ---- */
-	{ "--tensor-model-parallel-size", FK_INT, F(tensor_model_parallel_size), TR, 0, "distributed", "1", NULL,
+	{ "--tensor-model-parallel-size", FK_INT, F(tensor_model_parallel_size), TR | PROG_INFER, 0, "distributed", "1", NULL,
 	  "T", "tensor-parallel size" },
 	{ "--pipeline-model-parallel-size", FK_INT, F(pipeline_model_parallel_size), TR, 0, "distributed", "1",
 	  NULL, "P", "pipeline-parallel size (the 1F1B schedule)" },

@@ -2,7 +2,11 @@
  * engine.c - see engine.h. The layer is gpt.c's forward (the same ops in
  * the same order: norm, fused QKV with RoPE, attention, projection,
  * residual, norm, MLP, residual), without dropout, on the rows of a step
- * instead of a [B, S] micro-batch.
+ * instead of a [B, S] micro-batch. With tensor parallelism each rank runs
+ * its heads and its part of the MLP on all rows, the row-parallel outputs
+ * are summed over the group (their bias added once, on rank 0), the
+ * vocabulary-parallel embedding is summed likewise and the head's logits
+ * are gathered.
  */
 #include "infer/engine.h"
 
@@ -14,16 +18,33 @@
 #include "base/xalloc.h"
 #include "model/gpt_ckpt.h"
 
-int infer_init(struct infer_engine *e, struct ckpt_reader *r, int mf, int max_seq, int max_req, int max_tokens)
+static int tp_size(const struct infer_engine *e)
+{
+	return e->tp ? e->tp->size : 1;
+}
+
+static int tp_rank(const struct infer_engine *e)
+{
+	return e->tp ? e->tp->rank : 0;
+}
+
+int infer_init(struct infer_engine *e, struct ckpt_reader *r, int mf, int max_seq, int max_req, int max_tokens,
+	       struct dist_group *tp)
 {
 	memset(e, 0, sizeof(*e));
+	e->tp = tp && tp->size > 1 ? tp : NULL;
 	if (gpt_config_from_ckpt(&e->c, r, mf) < 0)
 		return -1;
 	struct gpt_config *c = &e->c;
 	if (max_seq < 1 || (max_seq > c->P && !c->rope))
 		return error("--inference-max-seq-length %d: the model has %d learned positions", max_seq, c->P);
-	if (max_req < 1 || max_tokens < 1)
-		return error("the inference engine needs at least one request slot and one token per step");
+	if (max_req < 1 || max_tokens < max_req)
+		return error("the inference engine needs at least one request slot and a token per slot in a step");
+	int t = tp_size(e);
+	if (c->a % t || c->g % t || c->f % t || c->Vp % t)
+		return error("tensor-parallel size %d does not divide the model's %d heads, %d query groups, ffn size %d "
+			     "and padded vocabulary %d",
+			     t, c->a, c->g, c->f, c->Vp);
 	c->hidden_dropout = c->attention_dropout = 0;
 	e->max_seq = max_seq;
 	e->max_req = max_req;
@@ -34,10 +55,10 @@ int infer_init(struct infer_engine *e, struct ckpt_reader *r, int mf, int max_se
 	 * engine keeps its activations itself */
 	struct gpt_config small = *c;
 	small.S = 1;
-	if (gpt_init(&e->m, &small, e->k, &e->pool, 1, GPT_FP32, NULL, false) < 0 ||
-	    gpt_load_weights(&e->m, r, mf) < 0)
+	if (gpt_init(&e->m, &small, e->k, &e->pool, 1, GPT_FP32, e->tp, false) < 0 || gpt_load_weights(&e->m, r, mf) < 0)
 		return -1;
-	size_t cache = (size_t)max_req * c->L * c->g * (size_t)max_seq * c->k;
+	const struct gpt_config *lc = &e->m.lc; /* this rank's heads, groups, ffn and vocabulary */
+	size_t cache = (size_t)max_req * c->L * lc->g * (size_t)max_seq * c->k;
 	e->kcache = xcalloc(cache, sizeof(float));
 	e->vcache = xcalloc(cache, sizeof(float));
 	if (c->rope) {
@@ -48,10 +69,13 @@ int infer_init(struct infer_engine *e, struct ckpt_reader *r, int mf, int max_se
 	e->kpos = xmalloc((size_t)max_seq * sizeof(int32_t));
 	for (int i = 0; i < max_seq; i++)
 		e->kpos[i] = i;
-	e->qpos = xmalloc((size_t)max_tokens * sizeof(int32_t));
-	e->pos = xmalloc((size_t)max_tokens * sizeof(int32_t));
-	size_t T = (size_t)max_tokens, h = (size_t)c->h, ak = (size_t)c->a * c->k, gk = (size_t)c->g * c->k;
-	size_t f1 = (size_t)c->f * (c->swiglu ? 2 : 1);
+	size_t T = (size_t)max_tokens, h = (size_t)c->h, ak = (size_t)lc->a * c->k, gk = (size_t)lc->g * c->k;
+	size_t f1 = (size_t)lc->f * (c->swiglu ? 2 : 1);
+	e->qpos = xmalloc(T * sizeof(int32_t));
+	e->pos = xmalloc(T * sizeof(int32_t));
+	e->ltok = xmalloc(T * sizeof(int32_t));
+	e->hdr = xmalloc((3 * T + 3) * sizeof(int));
+	e->btok = xmalloc(T * sizeof(int32_t));
 	e->x = xmalloc(T * h * sizeof(float));
 	e->ln = xmalloc(T * h * sizeof(float));
 	e->y = xmalloc(T * h * sizeof(float));
@@ -62,10 +86,12 @@ int infer_init(struct infer_engine *e, struct ckpt_reader *r, int mf, int max_se
 	e->kn = xmalloc(T * gk * sizeof(float));
 	e->vn = xmalloc(T * gk * sizeof(float));
 	e->att = xmalloc(T * ak * sizeof(float));
-	e->lse = xmalloc(T * (size_t)c->a * sizeof(float));
+	e->lse = xmalloc(T * (size_t)lc->a * sizeof(float));
 	e->fc1 = xmalloc(T * f1 * sizeof(float));
-	e->act = xmalloc(T * (size_t)c->f * sizeof(float));
+	e->act = xmalloc(T * (size_t)lc->f * sizeof(float));
 	e->rows = xmalloc(T * (size_t)c->Vp * sizeof(float));
+	e->lrows = e->tp ? xmalloc(T * (size_t)lc->Vp * sizeof(float)) : NULL;
+	e->grows = e->tp ? xmalloc(T * (size_t)c->Vp * sizeof(float)) : NULL;
 	return 0;
 }
 
@@ -73,8 +99,9 @@ void infer_free(struct infer_engine *e)
 {
 	gpt_free(&e->m);
 	free(e->kcache), free(e->vcache), free(e->rope_cos), free(e->rope_sin), free(e->kpos), free(e->qpos);
-	free(e->pos), free(e->x), free(e->ln), free(e->y), free(e->mean), free(e->rstd), free(e->qkv), free(e->q);
-	free(e->kn), free(e->vn), free(e->att), free(e->lse), free(e->fc1), free(e->act), free(e->rows);
+	free(e->pos), free(e->ltok), free(e->hdr), free(e->btok), free(e->x), free(e->ln), free(e->y), free(e->mean);
+	free(e->rstd), free(e->qkv), free(e->q), free(e->kn), free(e->vn), free(e->att), free(e->lse), free(e->fc1);
+	free(e->act), free(e->rows), free(e->lrows), free(e->grows);
 	memset(e, 0, sizeof(*e));
 }
 
@@ -93,25 +120,26 @@ static const float *opt_param(struct gpt_model *m, int idx)
 	return idx >= 0 ? gpt_param(m, idx) : NULL;
 }
 
-/* The cache of layer l of a slot: keys (or values) [g][max_seq][k]. */
+/* The cache of layer l of a slot: keys (or values) [g][max_seq][k], this
+ * rank's query groups. */
 static float *cache_at(const struct infer_engine *e, float *base, int slot, int l)
 {
-	size_t per = (size_t)e->c.g * e->max_seq * e->c.k;
+	size_t per = (size_t)e->m.lc.g * e->max_seq * e->c.k;
 	return base + ((size_t)slot * e->c.L + l) * per;
 }
 
 /* Attention of one sequence's n new tokens (rows r0..) against its cache. */
 static void attend(struct infer_engine *e, int l, int slot, int pos, int n, int r0)
 {
-	const struct gpt_config *c = &e->c;
+	const struct gpt_config *c = &e->c, *lc = &e->m.lc;
 	const struct kops *k = e->k;
-	size_t ak = (size_t)c->a * c->k, gk = (size_t)c->g * c->k;
+	size_t ak = (size_t)lc->a * c->k, gk = (size_t)lc->g * c->k;
 	const float *qkv = e->qkv + (size_t)r0 * (ak + 2 * gk);
 	const float *cs = c->rope ? e->rope_cos + (size_t)pos * c->rot : NULL;
 	const float *sn = c->rope ? e->rope_sin + (size_t)pos * c->rot : NULL;
-	k->qkv_split_forward(e->q, e->kn, e->vn, qkv, cs, sn, 1, n, c->a, c->g, c->k, c->rope ? c->rot : 0);
+	k->qkv_split_forward(e->q, e->kn, e->vn, qkv, cs, sn, 1, n, lc->a, lc->g, c->k, c->rope ? c->rot : 0);
 	float *K = cache_at(e, e->kcache, slot, l), *V = cache_at(e, e->vcache, slot, l);
-	for (int j = 0; j < c->g; j++) {
+	for (int j = 0; j < lc->g; j++) {
 		size_t to = ((size_t)j * e->max_seq + pos) * c->k, from = (size_t)j * n * c->k;
 		memcpy(K + to, e->kn + from, (size_t)n * c->k * sizeof(float));
 		memcpy(V + to, e->vn + from, (size_t)n * c->k * sizeof(float));
@@ -119,33 +147,57 @@ static void attend(struct infer_engine *e, int l, int slot, int pos, int n, int 
 	for (int t = 0; t < n; t++)
 		e->qpos[t] = pos + t;
 	k->attention_block_forward(e->att + (size_t)r0 * ak, e->lse, e->q, K, V, e->qpos, e->kpos, 1, n, e->max_seq,
-				   c->a, c->g, c->k, e->max_seq, 1.0f / sqrtf((float)c->k), 0, 0, 0, 0);
+				   lc->a, lc->g, c->k, e->max_seq, 1.0f / sqrtf((float)c->k), 0, 0, 0, 0);
 }
 
-int infer_step(struct infer_engine *e, int nseq, const int *slot, const int *pos, const int *n,
-	       const int32_t *tokens, bool all_logits, float *logits)
+/* A row-parallel linear: this rank's partial product, summed over the
+ * group, the replicated bias counted once. */
+static void row_parallel(struct infer_engine *e, float *out, const float *in, int w, int b, int N, int IC)
 {
-	const struct gpt_config *c = &e->c;
-	const struct kops *k = e->k;
 	struct gpt_model *m = &e->m;
-	int N = 0;
+	e->k->linear_forward(out, in, gpt_param(m, w), tp_rank(e) == 0 ? opt_param(m, b) : NULL, N, IC, e->c.h);
+	if (e->tp)
+		dist_allreduce_sum_f32(e->tp, out, (size_t)N * e->c.h);
+}
+
+static int check_step(const struct infer_engine *e, int nseq, const int *slot, const int *pos, const int *n,
+		      const int32_t *tokens, int *N)
+{
+	*N = 0;
 	for (int s = 0; s < nseq; s++) {
 		if (slot[s] < 0 || slot[s] >= e->max_req || n[s] < 1 || pos[s] < 0 || pos[s] + n[s] > e->max_seq)
 			return error("sequence %d: %d tokens at position %d do not fit the %d positions of a request slot",
 				     s, n[s], pos[s], e->max_seq);
-		for (int t = 0; t < n[s]; t++)
-			if (N + t < e->max_tokens)
-				e->pos[N + t] = pos[s] + t;
-		N += n[s];
+		*N += n[s];
+		if (*N > e->max_tokens)
+			return error("more than the engine's %d tokens in one step", e->max_tokens);
 	}
-	if (N > e->max_tokens)
-		return error("%d tokens in one step: more than the engine's %d", N, e->max_tokens);
-	for (int i = 0; i < N; i++)
-		if (tokens[i] < 0 || tokens[i] >= c->V)
-			return error("token id %d is outside the vocabulary (0 to %d)", tokens[i], c->V - 1);
-	size_t h = (size_t)c->h, ak = (size_t)c->a * c->k, gk = (size_t)c->g * c->k;
-	k->embedding_forward(e->x, tokens, c->rope ? NULL : e->pos, gpt_param(m, m->wte),
-			     c->rope ? NULL : gpt_param(m, m->wpe), N, c->h);
+	for (int i = 0; i < *N; i++)
+		if (tokens[i] < 0 || tokens[i] >= e->c.V)
+			return error("token id %d is outside the vocabulary (0 to %d)", tokens[i], e->c.V - 1);
+	return 0;
+}
+
+/* The step itself, on every rank of the group alike. */
+static void run_step(struct infer_engine *e, int nseq, const int *slot, const int *pos, const int *n,
+		     const int32_t *tokens, int N, bool all_logits, float *logits)
+{
+	const struct gpt_config *c = &e->c, *lc = &e->m.lc;
+	const struct kops *k = e->k;
+	struct gpt_model *m = &e->m;
+	for (int s = 0, r = 0; s < nseq; s++)
+		for (int t = 0; t < n[s]; t++)
+			e->pos[r++] = pos[s] + t;
+	size_t h = (size_t)c->h, ak = (size_t)lc->a * c->k, gk = (size_t)lc->g * c->k;
+	/* the embedding: this rank's vocabulary shard, summed over the group */
+	for (int i = 0; i < N; i++) {
+		int32_t t = tokens[i] - m->vstart;
+		e->ltok[i] = t >= 0 && t < lc->Vp ? t : -1;
+	}
+	k->embedding_forward(e->x, e->ltok, c->rope ? NULL : e->pos, gpt_param(m, m->wte),
+			     c->rope || tp_rank(e) ? NULL : gpt_param(m, m->wpe), N, c->h);
+	if (e->tp)
+		dist_allreduce_sum_f32(e->tp, e->x, (size_t)N * h);
 	for (int l = 0; l < c->L; l++) {
 		const struct gpt_layer_params *p = &m->lp[l];
 		norm(e, e->ln, e->x, p->ln1_w, p->ln1_b, N);
@@ -153,16 +205,16 @@ int infer_step(struct infer_engine *e, int nseq, const int *slot, const int *pos
 				  (int)(ak + 2 * gk));
 		for (int s = 0, r0 = 0; s < nseq; r0 += n[s], s++)
 			attend(e, l, slot[s], pos[s], n[s], r0);
-		k->linear_forward(e->y, e->att, gpt_param(m, p->proj_w), opt_param(m, p->proj_b), N, (int)ak, c->h);
+		row_parallel(e, e->y, e->att, p->proj_w, p->proj_b, N, (int)ak);
 		k->add(e->x, e->x, e->y, (size_t)N * h);
 		norm(e, e->ln, e->x, p->ln2_w, p->ln2_b, N);
 		k->linear_forward(e->fc1, e->ln, gpt_param(m, p->fc1_w), opt_param(m, p->fc1_b), N, c->h,
-				  c->f * (c->swiglu ? 2 : 1));
+				  lc->f * (c->swiglu ? 2 : 1));
 		if (c->swiglu)
-			k->swiglu_forward(e->act, e->fc1, N, c->f);
+			k->swiglu_forward(e->act, e->fc1, N, lc->f);
 		else
-			k->gelu_forward(e->act, e->fc1, (size_t)N * c->f, c->gelu);
-		k->linear_forward(e->y, e->act, gpt_param(m, p->fc2_w), opt_param(m, p->fc2_b), N, c->f, c->h);
+			k->gelu_forward(e->act, e->fc1, (size_t)N * lc->f, c->gelu);
+		row_parallel(e, e->y, e->act, p->fc2_w, p->fc2_b, N, lc->f);
 		k->add(e->x, e->x, e->y, (size_t)N * h);
 	}
 	/* the head on the rows asked for */
@@ -174,8 +226,65 @@ int infer_step(struct infer_engine *e, int nseq, const int *slot, const int *pos
 			memmove(e->x + (size_t)R * h, e->x + (size_t)(r0 + n[s] - 1) * h, h * sizeof(float));
 	}
 	norm(e, e->ln, e->x, m->lnf_w, m->lnf_b, R);
-	k->linear_forward(e->rows, e->ln, gpt_param(m, m->out_w), NULL, R, c->h, c->Vp);
-	for (int i = 0; i < R; i++)
-		memcpy(logits + (size_t)i * c->V, e->rows + (size_t)i * c->Vp, (size_t)c->V * sizeof(float));
+	if (!e->tp) {
+		k->linear_forward(e->rows, e->ln, gpt_param(m, m->out_w), NULL, R, c->h, c->Vp);
+	} else { /* each rank's vocabulary columns, gathered: [rank][R][Vp/t] -> [R][Vp] */
+		int t = e->tp->size;
+		size_t lv = (size_t)lc->Vp;
+		k->linear_forward(e->lrows, e->ln, gpt_param(m, m->out_w), NULL, R, c->h, lc->Vp);
+		dist_allgather_equal_f32(e->tp, e->lrows, (size_t)R * lv, e->grows);
+		for (int q = 0; q < t; q++)
+			for (int i = 0; i < R; i++)
+				memcpy(e->rows + (size_t)i * c->Vp + (size_t)q * lv, e->grows + ((size_t)q * R + i) * lv,
+				       lv * sizeof(float));
+	}
+	if (logits)
+		for (int i = 0; i < R; i++)
+			memcpy(logits + (size_t)i * c->V, e->rows + (size_t)i * c->Vp, (size_t)c->V * sizeof(float));
+}
+
+/* hdr: [nseq, all_logits, N, slot[nseq], pos[nseq], n[nseq]]; nseq -1 stops */
+int infer_step(struct infer_engine *e, int nseq, const int *slot, const int *pos, const int *n,
+	       const int32_t *tokens, bool all_logits, float *logits)
+{
+	int N;
+	if (check_step(e, nseq, slot, pos, n, tokens, &N) < 0)
+		return -1;
+	if (e->tp) { /* the followers run the same step */
+		e->hdr[0] = nseq, e->hdr[1] = all_logits, e->hdr[2] = N;
+		dist_bcast(e->tp, e->hdr, 3 * sizeof(int), 0);
+		memcpy(e->hdr, slot, (size_t)nseq * sizeof(int));
+		memcpy(e->hdr + nseq, pos, (size_t)nseq * sizeof(int));
+		memcpy(e->hdr + 2 * nseq, n, (size_t)nseq * sizeof(int));
+		dist_bcast(e->tp, e->hdr, (size_t)3 * nseq * sizeof(int), 0);
+		dist_bcast(e->tp, (void *)tokens, (size_t)N * sizeof(int32_t), 0);
+	}
+	run_step(e, nseq, slot, pos, n, tokens, N, all_logits, logits);
 	return 0;
+}
+
+int infer_follow(struct infer_engine *e)
+{
+	for (;;) {
+		dist_bcast(e->tp, e->hdr, 3 * sizeof(int), 0);
+		int nseq = e->hdr[0], all_logits = e->hdr[1], N = e->hdr[2];
+		if (nseq < 0)
+			return 0;
+		if (nseq > e->max_tokens || N > e->max_tokens)
+			return error("rank 0 sent a step of %d sequences and %d tokens", nseq, N);
+		dist_bcast(e->tp, e->hdr, (size_t)3 * nseq * sizeof(int), 0);
+		dist_bcast(e->tp, e->btok, (size_t)N * sizeof(int32_t), 0);
+		int *slot = xmalloc((size_t)(nseq ? nseq : 1) * 3 * sizeof(int));
+		memcpy(slot, e->hdr, (size_t)3 * nseq * sizeof(int));
+		run_step(e, nseq, slot, slot + nseq, slot + 2 * nseq, e->btok, N, all_logits, NULL);
+		free(slot);
+	}
+}
+
+void infer_stop_followers(struct infer_engine *e)
+{
+	if (!e->tp)
+		return;
+	e->hdr[0] = -1, e->hdr[1] = e->hdr[2] = 0;
+	dist_bcast(e->tp, e->hdr, 3 * sizeof(int), 0);
 }

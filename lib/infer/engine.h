@@ -20,6 +20,7 @@
 
 struct infer_engine {
 	struct gpt_model m;      /* the weights (and gpt's buffers, unused here) */
+	struct dist_group *tp;   /* tensor parallelism: NULL or one rank without */
 	struct mem_pool pool;
 	const struct kops *k;
 	struct gpt_config c;
@@ -28,14 +29,21 @@ struct infer_engine {
 	float *rope_cos, *rope_sin; /* [max_seq, rot] */
 	int32_t *kpos, *qpos;    /* 0 .. max_seq-1; a step's query positions */
 	/* scratch for max_tokens tokens */
-	float *x, *ln, *mean, *rstd, *qkv, *q, *kn, *vn, *att, *lse, *y, *fc1, *act, *rows;
-	int32_t *pos;
+	float *x, *ln, *mean, *rstd, *qkv, *q, *kn, *vn, *att, *lse, *y, *fc1, *act, *rows, *lrows, *grows;
+	int32_t *pos, *ltok;
+	int *hdr;                /* a step's description as rank 0 broadcasts it */
+	int32_t *btok;
 };
 
 /* Load the model of checkpoint file mf (model.h5) and size the cache;
  * max_tokens: the most tokens one step takes (prompts of a prefill
- * together). error() and -1. */
-int infer_init(struct infer_engine *e, struct ckpt_reader *r, int mf, int max_seq, int max_req, int max_tokens);
+ * together). With a tensor-parallel group (NULL: none) this rank holds its
+ * slices of the weights and its heads' cache, as in training (Megatron's
+ * column- and row-parallel linears, vocabulary-parallel embedding and
+ * head); rank 0 of the group drives the steps (infer_step) and the others
+ * follow them (infer_follow). error() and -1. */
+int infer_init(struct infer_engine *e, struct ckpt_reader *r, int mf, int max_seq, int max_req, int max_tokens,
+	       struct dist_group *tp);
 void infer_free(struct infer_engine *e);
 
 /* One step over nseq sequences: sequence s lives in cache slot slot[s],
@@ -46,5 +54,10 @@ void infer_free(struct infer_engine *e);
  * a sequence would pass max_seq or the step max_tokens. */
 int infer_step(struct infer_engine *e, int nseq, const int *slot, const int *pos, const int *n,
 	       const int32_t *tokens, bool all_logits, float *logits);
+
+/* The other tensor-parallel ranks: run the steps rank 0 broadcasts, until
+ * it calls infer_stop_followers. 0, or -1 after error(). */
+int infer_follow(struct infer_engine *e);
+void infer_stop_followers(struct infer_engine *e);
 
 #endif

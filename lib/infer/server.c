@@ -1,10 +1,13 @@
 /*
  * server.c - see server.h. Threads: libmicrohttpd's (one per connection,
- * plus its listener), the engine thread, and main, which waits for SIGTERM
- * or SIGINT (blocked in every thread, taken with sigwait). Shared state is
- * under one mutex: the queue of new jobs, the jobs in flight and their
- * `done` flags; the requests' results are written by the engine thread and
- * read by the connection only after `done` (both under the mutex).
+ * plus its listener); main, which runs the engine loop (so that with
+ * tensor parallelism the thread talking to MPI is the one that initialised
+ * it); and one that takes SIGTERM or SIGINT with sigwait (blocked in every
+ * other thread). Shared state is under one mutex: the queue of new jobs,
+ * the jobs in flight and their progress and `done` flags; the requests'
+ * results are written by the engine loop and read by the connection only
+ * after `done` (or, streaming, up to the published counts), both under the
+ * mutex.
  */
 #include "infer/server.h"
 #include "infer/server_int.h"
@@ -27,6 +30,7 @@
 #include "ckpt/ckpt.h"
 #include "data/commands.h"
 #include "data/tok.h"
+#include "dist/dist.h"
 #include "infer/engine.h"
 #include "infer/generate.h"
 
@@ -43,7 +47,7 @@ const struct prog_info server_prog_info = {
 	0,
 };
 
-/* ---- the engine thread ---- */
+/* ---- the engine loop ---- */
 
 static void *engine_main(void *arg)
 {
@@ -290,6 +294,51 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
 	}
 }
 
+/* SIGTERM or SIGINT: no new connections; once every request begun has been
+ * answered, the engine loop (main's) ends. */
+struct sig_ctx {
+	struct server *s;
+	struct MHD_Daemon *d;
+	sigset_t sigs;
+};
+
+static void *signal_main(void *arg)
+{
+	struct sig_ctx *x = arg;
+	struct server *s = x->s;
+	int sig;
+	sigwait(&x->sigs, &sig);
+	if (sig == SIGUSR1) /* the engine stopped first (a failure): nothing to drain */
+		return NULL;
+	info("%s: answering the requests in flight, then stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+	MHD_quiesce_daemon(x->d);
+	pthread_mutex_lock(&s->mu);
+	while (s->inflight > 0)
+		pthread_cond_wait(&s->progress, &s->mu);
+	s->stopping = true;
+	pthread_cond_signal(&s->work);
+	pthread_mutex_unlock(&s->mu);
+	return NULL;
+}
+
+/* The layout of a serving job: tensor parallelism over every rank. */
+static int serving_layout(const struct args *a, struct dist *d)
+{
+	if (d->world == 1)
+		return 0;
+	if (a->tensor_model_parallel_size != d->world)
+		return error("text_gen_server on %d ranks serves tensor-parallel: give --tensor-model-parallel-size %d "
+			     "(no pipeline, context or data parallelism)",
+			     d->world, d->world);
+	struct args la = *a;
+	la.pipeline_model_parallel_size = la.context_parallel_size = la.expert_model_parallel_size = 1;
+	la.num_layers_per_virtual_pipeline_stage = la.num_virtual_stages_per_pipeline_rank = -1;
+	la.sequence_parallel = false;
+	la.global_batch_size = la.micro_batch_size = -1;
+	struct dist_layout l;
+	return dist_layout_from_args(&l, &la, d->world) < 0 || dist_setup(d, &l) < 0 ? -1 : 0;
+}
+
 int server_command(const struct args *a)
 {
 	struct server s;
@@ -304,33 +353,53 @@ int server_command(const struct args *a)
 	    a->inference_max_seq_length > (1 << 20) || a->max_body_bytes < 1 || a->max_concurrent_requests < 1)
 		return error("--inference-max-requests (1 to 4096), --inference-max-seq-length (2 to 2^20) and "
 			     "--max-body-bytes and --max-concurrent-requests must be positive");
+	/* SIGTERM and SIGINT are taken with sigwait by one thread of rank 0; they
+	 * are blocked before MPI starts its own threads, which inherit the mask
+	 * (a signal delivered to one of them would end the process) */
+	sigset_t stop_sigs;
+	sigemptyset(&stop_sigs);
+	sigaddset(&stop_sigs, SIGTERM);
+	sigaddset(&stop_sigs, SIGINT);
+	pthread_sigmask(SIG_BLOCK, &stop_sigs, NULL);
+	struct dist d;
+	if (dist_init(&d, "text_gen_server") < 0)
+		return -1;
+	if (serving_layout(a, &d) < 0) {
+		dist_finalize(&d);
+		return -1;
+	}
 	struct tok_config tc = tok_config_from_args(a);
 	s.tok = tok_load(&tc);
-	if (!s.tok)
-		return -1;
-	s.eod = tok_eod(s.tok);
 	int64_t iter;
-	int k = ckpt_latest(a->load, &iter);
-	if (k != 0) {
-		tok_free(s.tok);
-		return k > 0 ? error("'%s' has no latest_checkpointed_iteration.txt", a->load) : -1;
-	}
-	struct ckpt_reader *r = ckpt_open(a->load, iter);
+	int k = s.tok ? ckpt_latest(a->load, &iter) : -1;
+	if (k > 0)
+		error("'%s' has no latest_checkpointed_iteration.txt", a->load);
+	struct ckpt_reader *r = k == 0 ? ckpt_open(a->load, iter) : NULL;
 	int mf = r ? ckpt_file_open(r, "model.h5") : -1;
 	int max_seq = (int)a->inference_max_seq_length, max_req = (int)a->inference_max_requests;
-	if (mf < 0 || infer_init(&s.e, r, mf, max_seq, max_req, max_seq + max_req) < 0) {
-		if (r)
-			ckpt_close(r);
-		tok_free(s.tok);
-		return -1;
+	int rc = mf < 0 || infer_init(&s.e, r, mf, max_seq, max_req, max_seq + max_req, d.world > 1 ? &d.tp : NULL) < 0
+			 ? -1
+			 : 0;
+	if (r)
+		ckpt_close(r);
+	if (rc == 0 && tok_vocab_size(s.tok) > s.e.c.V)
+		rc = error("the tokenizer has %lld tokens; the model's vocabulary %d", (long long)tok_vocab_size(s.tok),
+			   s.e.c.V);
+	if (rc < 0) {
+		if (s.tok)
+			tok_free(s.tok);
+		die("cannot serve '%s'", a->load); /* every rank: the launcher ends the job */
 	}
-	ckpt_close(r);
-	if (tok_vocab_size(s.tok) > s.e.c.V) {
+	if (d.rank != 0) { /* the other tensor-parallel ranks follow rank 0's steps */
+		/* SIGTERM stays blocked here: a launcher that forwards it to every
+		 * rank leaves these to wait for rank 0 to drain and say stop */
+		rc = infer_follow(&s.e);
 		infer_free(&s.e);
 		tok_free(s.tok);
-		return error("the tokenizer has %lld tokens; the model's vocabulary %d", (long long)tok_vocab_size(s.tok),
-			     s.e.c.V);
+		dist_finalize(&d);
+		return rc;
 	}
+	s.eod = tok_eod(s.tok);
 	s.max_body = a->max_body_bytes;
 	s.max_concurrent = a->max_concurrent_requests;
 	const char *slash = strrchr(a->load, '/');
@@ -340,45 +409,38 @@ int server_command(const struct args *a)
 	pthread_cond_init(&s.work, NULL);
 	pthread_cond_init(&s.progress, NULL);
 
-	/* every thread started from here on has SIGTERM and SIGINT blocked */
-	sigset_t sigs;
-	sigemptyset(&sigs);
-	sigaddset(&sigs, SIGTERM);
-	sigaddset(&sigs, SIGINT);
-	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-	pthread_t engine;
-	pthread_create(&engine, NULL, engine_main, &s);
-	struct MHD_Daemon *d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-							MHD_USE_ERROR_LOG,
-						(uint16_t)a->port, NULL, NULL, on_request, &s, MHD_OPTION_NOTIFY_COMPLETED,
-						on_completed, &s, MHD_OPTION_CONNECTION_TIMEOUT, 600u, MHD_OPTION_END);
-	int rc = 0;
-	if (!d) {
+	/* every thread has SIGTERM and SIGINT blocked; one takes them with sigwait */
+	struct sig_ctx x = { .s = &s };
+	sigemptyset(&x.sigs);
+	sigaddset(&x.sigs, SIGTERM);
+	sigaddset(&x.sigs, SIGINT);
+	sigaddset(&x.sigs, SIGUSR1);
+	pthread_sigmask(SIG_BLOCK, &x.sigs, NULL);
+	x.d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG,
+			       (uint16_t)a->port, NULL, NULL, on_request, &s, MHD_OPTION_NOTIFY_COMPLETED, on_completed,
+			       &s, MHD_OPTION_CONNECTION_TIMEOUT, 600u, MHD_OPTION_END);
+	if (!x.d) {
 		rc = error("cannot listen on port %lld (in use?)", (long long)a->port);
 	} else {
-		info("serving iteration %lld of '%s' (%d layers, hidden %d, vocabulary %d) on port %lld: PUT /api, POST "
-		     "/v1/completions, /v1/chat/completions, GET /v1/models, /health; %d request slots of %d positions",
-		     (long long)iter, a->load, s.e.c.L, s.e.c.h, s.e.c.V, (long long)a->port, max_req, max_seq);
-		int sig;
-		sigwait(&sigs, &sig);
-		info("%s: answering the requests in flight, then stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
-		MHD_quiesce_daemon(d); /* no new connections */
-		pthread_mutex_lock(&s.mu);
-		while (s.inflight > 0)
-			pthread_cond_wait(&s.progress, &s.mu);
-		pthread_mutex_unlock(&s.mu);
-		MHD_stop_daemon(d);
+		info("serving iteration %lld of '%s' (%d layers, hidden %d, vocabulary %d%s) on port %lld: GET /, PUT "
+		     "/api, POST /v1/completions, /v1/chat/completions, GET /v1/models, /health; %d request slots of "
+		     "%d positions",
+		     (long long)iter, a->load, s.e.c.L, s.e.c.h, s.e.c.V, d.world > 1 ? ", tensor-parallel" : "",
+		     (long long)a->port, max_req, max_seq);
+		pthread_t sig;
+		pthread_create(&sig, NULL, signal_main, &x);
+		engine_main(&s); /* on this thread: the one that talks to MPI */
+		MHD_stop_daemon(x.d);
+		pthread_kill(sig, SIGUSR1); /* harmless once it has returned */
+		pthread_join(sig, NULL);
 	}
-	pthread_mutex_lock(&s.mu);
-	s.stopping = true;
-	pthread_cond_signal(&s.work);
-	pthread_mutex_unlock(&s.mu);
-	pthread_join(engine, NULL);
+	infer_stop_followers(&s.e);
 	infer_sched_free(&s.sched);
 	infer_free(&s.e);
 	tok_free(s.tok);
 	pthread_mutex_destroy(&s.mu);
 	pthread_cond_destroy(&s.work);
 	pthread_cond_destroy(&s.progress);
+	dist_finalize(&d);
 	return rc;
 }

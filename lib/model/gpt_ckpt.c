@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "base/xalloc.h"
 
 static int get_int(json_t *o, const char *key, const char *where, int64_t lo, int *out)
 {
@@ -154,13 +155,53 @@ char *gpt_config_to_json(const struct gpt_config *c, double rotary_percent)
 	return s;
 }
 
+/* (gpt_read_param) Reading only the rows this rank needs: a row-parallel slice is a run of
+ * rows (two for SwiGLU's [gate; up] halves), a column-parallel one takes
+ * columns of every row, read a block of rows at a time, so no rank holds a
+ * whole global tensor. */
+int gpt_read_param(struct ckpt_reader *r, int file, const char *name, const struct param *p, float *dst)
+{
+	int64_t rows = p->shape[0], cols = p->ndim == 2 ? p->shape[1] : 1;
+	int64_t lrows = p->local_shape[0], lcols = p->ndim == 2 ? p->local_shape[1] : 1;
+	if (p->tp_axis != 1) {
+		/* replicated, or row-parallel: local rows are runs of global rows */
+		int64_t r0, c0;
+		if (p->tp_axis == 0 && (p->flags & PARAM_GLU)) {
+			int64_t half = lrows / 2, up0;
+			params_global_pos(p, 0, &r0, &c0);
+			params_global_pos(p, (size_t)(half * lcols), &up0, &c0);
+			return ckpt_get_tensor_rows(r, file, name, CKPT_F32, p->ndim, p->shape, r0, half, dst) < 0 ||
+					       ckpt_get_tensor_rows(r, file, name, CKPT_F32, p->ndim, p->shape, up0, half,
+								    dst + (size_t)(half * lcols)) < 0 ?
+				       -1 : 0;
+		}
+		params_global_pos(p, 0, &r0, &c0);
+		return ckpt_get_tensor_rows(r, file, name, CKPT_F32, p->ndim, p->shape, r0, lrows, dst);
+	}
+	/* column-parallel: every row, this rank's columns [c0, c0 + lcols) */
+	int64_t r0, c0;
+	params_global_pos(p, 0, &r0, &c0);
+	int64_t step = (int64_t)((size_t)1 << 22) / cols; /* about 16 MB of rows at a time */
+	if (step < 1)
+		step = 1;
+	float *buf = xmalloc((size_t)(step < rows ? step : rows) * (size_t)cols * sizeof(float));
+	int ret = 0;
+	for (int64_t lo = 0; lo < rows && !ret; lo += step) {
+		int64_t n = rows - lo < step ? rows - lo : step;
+		ret = ckpt_get_tensor_rows(r, file, name, CKPT_F32, p->ndim, p->shape, lo, n, buf);
+		for (int64_t i = 0; !ret && i < n; i++)
+			memcpy(dst + (size_t)((lo + i) * lcols), buf + (size_t)(i * cols + c0),
+			       (size_t)lcols * sizeof(float));
+	}
+	free(buf);
+	return ret;
+}
+
 int gpt_load_weights(struct gpt_model *m, struct ckpt_reader *r, int file)
 {
 	for (int i = 0; i < m->reg.n; i++) {
 		const struct param *p = &m->reg.p[i];
-		if (p->tp_axis >= 0 && p->local_shape[p->tp_axis] != p->shape[p->tp_axis])
-			BUG("gpt_load_weights reads whole tensors: one rank, no tensor parallelism");
-		if (ckpt_get_tensor(r, file, p->name, CKPT_F32, p->ndim, p->shape, gpt_param(m, i)) < 0)
+		if (gpt_read_param(r, file, p->name, p, gpt_param(m, i)) < 0)
 			return -1;
 	}
 	gpt_sync_work(m);

@@ -2,8 +2,8 @@
  * gpt_ckpt.h - the model's side of a megac checkpoint for tools that run or
  * convert a model outside train (ckpt_convert, the logits tool of the tests,
  * later the inference server): the model configuration from the `config`
- * JSON train writes on model.h5 (docs/checkpoint-format.md), and the whole
- * weights of a one-rank model read by name.
+ * JSON train writes on model.h5 (docs/checkpoint-format.md), and a rank's
+ * slices of the weights read by name.
  */
 #ifndef MEGAC_MODEL_GPT_CKPT_H
 #define MEGAC_MODEL_GPT_CKPT_H
@@ -24,8 +24,14 @@ int gpt_config_from_ckpt(struct gpt_config *c, struct ckpt_reader *r, int file);
  * Caller frees. */
 char *gpt_config_to_json(const struct gpt_config *c, double rotary_percent);
 
-/* Read every parameter of a one-rank model (no TP, no PP) from `file`, by
- * name, as float32 at its global shape; then refresh the working copy. */
+/* This rank's slice of parameter p (its tensor-parallel part; the stored
+ * tensor is the global one, float32) from tensor `name` of file into dst
+ * in p's local layout, reading only the row blocks it needs. */
+int gpt_read_param(struct ckpt_reader *r, int file, const char *name, const struct param *p, float *dst);
+
+/* Read every parameter of the model (this rank's slices) from `file`, by
+ * name; then refresh the working copy. The model's memory is host memory
+ * (the CPU backend). */
 int gpt_load_weights(struct gpt_model *m, struct ckpt_reader *r, int file);
 
 #endif

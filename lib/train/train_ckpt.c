@@ -408,49 +408,6 @@ int train_ckpt_save(struct trainer *t)
 		     !bad ? "" : stage == s ? " (this rank, see above)" : " (and this rank's, see above)");
 }
 
-/* This rank's slice of one tensor of global shape into dst (its local
- * layout), reading only the rows it needs: a row-parallel slice is a run of
- * rows (two for SwiGLU's [gate; up] halves), a column-parallel one takes
- * columns of every row, read a block of rows at a time, so no rank holds a
- * whole global tensor. */
-static int get_slice(struct ckpt_reader *r, int file, const char *name, const struct param *p, float *dst)
-{
-	int64_t rows = p->shape[0], cols = p->ndim == 2 ? p->shape[1] : 1;
-	int64_t lrows = p->local_shape[0], lcols = p->ndim == 2 ? p->local_shape[1] : 1;
-	if (p->tp_axis != 1) {
-		/* replicated, or row-parallel: local rows are runs of global rows */
-		int64_t r0, c0;
-		if (p->tp_axis == 0 && (p->flags & PARAM_GLU)) {
-			int64_t half = lrows / 2, up0;
-			params_global_pos(p, 0, &r0, &c0);
-			params_global_pos(p, (size_t)(half * lcols), &up0, &c0);
-			return ckpt_get_tensor_rows(r, file, name, CKPT_F32, p->ndim, p->shape, r0, half, dst) < 0 ||
-					       ckpt_get_tensor_rows(r, file, name, CKPT_F32, p->ndim, p->shape, up0, half,
-								    dst + (size_t)(half * lcols)) < 0 ?
-				       -1 : 0;
-		}
-		params_global_pos(p, 0, &r0, &c0);
-		return ckpt_get_tensor_rows(r, file, name, CKPT_F32, p->ndim, p->shape, r0, lrows, dst);
-	}
-	/* column-parallel: every row, this rank's columns [c0, c0 + lcols) */
-	int64_t r0, c0;
-	params_global_pos(p, 0, &r0, &c0);
-	int64_t step = (int64_t)((size_t)1 << 22) / cols; /* about 16 MB of rows at a time */
-	if (step < 1)
-		step = 1;
-	float *buf = xmalloc((size_t)(step < rows ? step : rows) * (size_t)cols * sizeof(float));
-	int ret = 0;
-	for (int64_t lo = 0; lo < rows && !ret; lo += step) {
-		int64_t n = rows - lo < step ? rows - lo : step;
-		ret = ckpt_get_tensor_rows(r, file, name, CKPT_F32, p->ndim, p->shape, lo, n, buf);
-		for (int64_t i = 0; !ret && i < n; i++)
-			memcpy(dst + (size_t)((lo + i) * lcols), buf + (size_t)(i * cols + c0),
-			       (size_t)lcols * sizeof(float));
-	}
-	free(buf);
-	return ret;
-}
-
 /* Every parameter under group/<name>; this rank's slice goes to local, a
  * registry-sized host array. */
 static int get_tensors(struct ckpt_reader *r, int file, struct trainer *t, const char *group, float *local)
@@ -461,7 +418,7 @@ static int get_tensors(struct ckpt_reader *r, int file, struct trainer *t, const
 	for (int i = 0; i < reg->n && !ret; i++) {
 		const struct param *p = &reg->p[i];
 		snprintf(name, sizeof(name), "%s%s%s", group ? group : "", group ? "/" : "", p->name);
-		ret = get_slice(r, file, name, p, local + p->offset);
+		ret = gpt_read_param(r, file, name, p, local + p->offset);
 	}
 	return ret;
 }

@@ -88,6 +88,71 @@ else
 fi
 kill -TERM $SRV
 wait $SRV
+# tensor-parallel serving: TP2 under mpirun gives the one-rank server's greedy
+# answers and log-probs, for a GPT-2-style and a Llama-style model; SIGTERM to
+# rank 0 drains and every rank exits 0
+LL="--position-embedding-type rope --normalization RMSNorm --swiglu --num-attention-heads 8 --group-query-attention"
+LL="$LL --num-query-groups 4 --untie-embeddings-and-output-weights --disable-bias-linear"
+expect_ok "train a Llama-style model" sh -c "$BIN/train $ARGS $LL --save $W/lck --save-interval 4 >$W/ltrain.log 2>&1"
+MPI="mpirun --allow-run-as-root --oversubscribe"
+export OMPI_MCA_mpi_yield_when_idle=1
+for m in ck lck; do
+	P1=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+	P2=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+	# shellcheck disable=SC2086
+	$BIN/text_gen_server --load $W/$m $GPT2 --inference-max-seq-length 32 --port "$P1" >"$W/one.log" 2>&1 &
+	S1=$!
+	# shellcheck disable=SC2086
+	$MPI -np 2 $BIN/text_gen_server --load $W/$m $GPT2 --inference-max-seq-length 32 --port "$P2" \
+		--tensor-model-parallel-size 2 >"$W/tp.log" 2>&1 &
+	S2=$!
+	if /usr/bin/python3 - "$P1" "$P2" >"$W/tp.out" 2>&1 <<'EOF'; then
+import json, sys, threading, time, urllib.request
+def call(port, body):
+    base = "http://127.0.0.1:%s" % port
+    for _ in range(600):
+        try:
+            urllib.request.urlopen(base + "/health", timeout=1)
+            break
+        except OSError:
+            time.sleep(0.1)
+    req = urllib.request.Request(base + "/api", data=json.dumps(body).encode(), method="PUT")
+    return json.loads(urllib.request.urlopen(req, timeout=120).read())
+body = {"prompts": ["Hello world", "In the beginning God", "And the earth was without form"],
+        "tokens_to_generate": 12, "top_k": 1, "logprobs": True}
+a, b = call(sys.argv[1], body), call(sys.argv[2], body)
+assert a["tokens"] == b["tokens"], (a["tokens"], b["tokens"])
+worst = max(abs(x - y) for p, q in zip(a["logprobs"], b["logprobs"]) for x, y in zip(p, q))
+assert worst < 1e-5, worst
+print("3 prompts, 12 tokens: the same, log-probs within %.2g" % worst)
+EOF
+		ok "$m: TP2 serving gives the one-rank answers ($(cat "$W/tp.out"))"
+	else
+		notok "$m: TP2 serving gives the one-rank answers"
+		show "$W/tp.out"
+		show "$W/tp.log"
+	fi
+	kill -TERM $S1
+	wait $S1
+	# SIGTERM to rank 0, the HTTP rank: it drains, tells rank 1 to stop, and
+	# the job ends 0 (mpirun's own SIGTERM handling ends the job itself)
+	R0=""
+	for pid in $(pgrep -P "$S2" -f text_gen_server) $(pgrep -f "text_gen_server --load $W/$m"); do
+		if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=0"; then R0=$pid; fi
+	done
+	[ -n "$R0" ] && kill -TERM "$R0"
+	wait $S2
+	rc=$?
+	if [ -n "$R0" ] && [ $rc = 0 ] && grep -q "SIGTERM: answering" "$W/tp.log"; then
+		ok "$m: SIGTERM to rank 0: the TP2 server stops on every rank, exit 0"
+	else
+		notok "$m: SIGTERM to rank 0 (pid '$R0', exit $rc)"
+		show "$W/tp.log"
+		kill -KILL $S2 2>/dev/null
+	fi
+done
+expect_fail "TP on more ranks than --tensor-model-parallel-size" "give --tensor-model-parallel-size 2" \
+	$MPI -np 2 $BIN/text_gen_server --load $W/ck $GPT2 --port 0
 expect_fail "no tokenizer" "needs the tokenizer flags" $BIN/text_gen_server --load $W/ck
 expect_fail "no checkpoint" "no latest_checkpointed_iteration.txt" $BIN/text_gen_server --load $W $GPT2
 rm -rf "$W"
