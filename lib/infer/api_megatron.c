@@ -14,7 +14,7 @@
  * the request is good, else the message. */
 struct api_req {
 	json_t *prompts;
-	int64_t tokens_to_generate, top_k, random_seed;
+	int64_t tokens_to_generate, top_k, random_seed, stop_token;
 	bool logprobs, add_bos;
 	double temperature, top_p;
 };
@@ -122,8 +122,12 @@ static const char *check_api(json_t *o, struct api_req *q)
 			return "random_seed must be a positive integer";
 		q->random_seed = int_of(v);
 	}
-	if ((v = json_object_get(o, "stop_token")) && !is_int(v))
-		return "stop_token must be an integer";
+	q->stop_token = -1;
+	if ((v = json_object_get(o, "stop_token"))) {
+		if (!is_int(v))
+			return "stop_token must be an integer";
+		q->stop_token = int_of(v);
+	}
 	if ((v = json_object_get(o, "length_penalty")) && !json_is_number(v))
 		return "length_penalty must be a float";
 	return NULL;
@@ -166,7 +170,9 @@ enum MHD_Result api_megatron(struct server *s, struct MHD_Connection *c, const s
 		req[i] = (struct infer_request){ .prompt = ids, .nprompt = len, .max_new = (int)q.tokens_to_generate,
 						 .sampling = { (float)q.temperature, (int)q.top_k, (float)q.top_p,
 							       seed0 + (uint64_t)i },
-						 .eod = (int32_t)s->eod, .want_logprobs = q.logprobs };
+						 .eod = (int32_t)s->eod, .want_logprobs = q.logprobs,
+						 .has_stop_token = q.stop_token >= 0 && q.stop_token < s->e.c.V,
+						 .stop_token = (int32_t)q.stop_token };
 	}
 	enum MHD_Result rc;
 	if (*msg) {

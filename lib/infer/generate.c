@@ -88,7 +88,7 @@ static void advance(struct infer_sched *s, struct infer_request *q, struct infer
 	}
 	float lp;
 	int tok = infer_sample(row, s->e->c.V, &q->sampling, &l->rng, &lp, s->fs, s->is);
-	if (tok == q->eod) {
+	if (tok == q->eod || (q->has_stop_token && tok == q->stop_token)) {
 		q->hit_eod = true;
 		l->state = DONE;
 		return;

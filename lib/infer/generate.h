@@ -21,6 +21,8 @@ struct infer_request {
 	int max_new;            /* tokens to generate, >= 0 */
 	struct infer_sampling sampling;
 	int32_t eod;            /* stop token (not kept in the output); -1: none */
+	bool has_stop_token;    /* a second one (PUT /api's stop_token) */
+	int32_t stop_token;
 	bool want_logprobs;
 	/* results, allocated by infer_generate (free with infer_request_free) */
 	int32_t *out;           /* the generated tokens */

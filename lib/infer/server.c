@@ -44,8 +44,46 @@ const struct prog_info server_prog_info = {
 	"the tokenizer flags say how to read prompts. SIGTERM answers the requests in flight and exits 0.",
 	"text_gen_server --load ckpt --port 5000 --tokenizer-type GPT2BPETokenizer --vocab-file gpt2-vocab.json "
 	"--merge-file gpt2-merges.txt",
-	0,
+	PROG_TRAIN, /* a train command line is accepted: its model flags must agree with the checkpoint */
 };
+
+/* Megatron's model flags, when given, against the checkpoint's model: one
+ * message listing every disagreement. */
+static int check_model_flags(const struct args *a, const struct gpt_config *c)
+{
+	struct {
+		const char *flag;
+		long long given, ckpt;
+	} ints[] = {
+		{ "--num-layers", a->num_layers, c->L },
+		{ "--hidden-size", a->hidden_size, c->h },
+		{ "--num-attention-heads", a->num_attention_heads, c->a },
+		{ "--ffn-hidden-size", a->ffn_hidden_size, c->f },
+		{ "--num-query-groups", a->num_query_groups, c->g },
+		{ "--kv-channels", a->kv_channels, c->k },
+		{ "--max-position-embeddings", a->max_position_embeddings, c->P },
+		{ "--swiglu", a->swiglu, c->swiglu },
+		{ "--untie-embeddings-and-output-weights", a->untie_embeddings_and_output_weights, c->untied },
+		{ "--disable-bias-linear", a->disable_bias_linear, !c->bias },
+		{ "--group-query-attention", a->group_query_attention, c->g != c->a },
+	};
+	struct sbuf why = SBUF_INIT;
+	for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++)
+		if (args_given(a, ints[i].flag) && ints[i].given != ints[i].ckpt)
+			sbuf_addf(&why, "; %s %lld (the checkpoint has %lld)", ints[i].flag, ints[i].given, ints[i].ckpt);
+	if (args_given(a, "--normalization") && strcmp(a->normalization, c->rmsnorm ? "RMSNorm" : "LayerNorm"))
+		sbuf_addf(&why, "; --normalization %s (the checkpoint has %s)", a->normalization,
+			  c->rmsnorm ? "RMSNorm" : "LayerNorm");
+	if (args_given(a, "--position-embedding-type") &&
+	    strcmp(a->position_embedding_type, c->rope ? "rope" : "learned_absolute"))
+		sbuf_addf(&why, "; --position-embedding-type %s (the checkpoint has %s)", a->position_embedding_type,
+			  c->rope ? "rope" : "learned_absolute");
+	int rc = 0;
+	if (why.len)
+		rc = error("the model flags disagree with the checkpoint: %s", why.buf + 2);
+	sbuf_release(&why);
+	return rc;
+}
 
 /* ---- the engine loop ---- */
 
@@ -382,6 +420,8 @@ int server_command(const struct args *a)
 			 : 0;
 	if (r)
 		ckpt_close(r);
+	if (rc == 0)
+		rc = check_model_flags(a, &s.e.c);
 	if (rc == 0 && tok_vocab_size(s.tok) > s.e.c.V)
 		rc = error("the tokenizer has %lld tokens; the model's vocabulary %d", (long long)tok_vocab_size(s.tok),
 			   s.e.c.V);

@@ -15,7 +15,7 @@ ARGS="$ARGS --micro-batch-size 2 --global-batch-size 8 --lr 2e-3 --train-iters 4
 ARGS="$ARGS --eval-iters 0 --log-interval 1 --data-cache-path $W/cache $GPT2"
 expect_ok "train 4 iterations" sh -c "$BIN/train $ARGS --save $W/ck --save-interval 4 >$W/train.log 2>&1"
 # shellcheck disable=SC2086
-/usr/bin/python3 tests/prog/py/server_check.py $BIN/text_gen_server --load $W/ck $GPT2 \
+/usr/bin/python3 tests/prog/py/server_check.py $BIN/text_gen_server --load $W/ck $GPT2 --num-layers 4 --hidden-size 32 \
 	--inference-max-seq-length 32 --inference-max-requests 8 --max-body-bytes 200000 \
 	-- "$MEGAC_BUILD/tools/megac_generate" $W/ck
 # --max-concurrent-requests 1: a second request while one generates gets 429
@@ -153,6 +153,10 @@ EOF
 done
 expect_fail "TP on more ranks than --tensor-model-parallel-size" "give --tensor-model-parallel-size 2" \
 	$MPI -np 2 $BIN/text_gen_server --load $W/ck $GPT2 --port 0
+expect_fail "model flags that disagree with the checkpoint" \
+	"the model flags disagree with the checkpoint: --num-layers 6 (the checkpoint has 4); --swiglu 1" \
+	$BIN/text_gen_server --load $W/ck $GPT2 --num-layers 6 --swiglu --hidden-size 32 --lr 1e-4 \
+	--inference-max-seq-length 32
 expect_fail "no tokenizer" "needs the tokenizer flags" $BIN/text_gen_server --load $W/ck
 expect_fail "no checkpoint" "no latest_checkpointed_iteration.txt" $BIN/text_gen_server --load $W $GPT2
 rm -rf "$W"

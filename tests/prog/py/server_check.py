@@ -92,6 +92,14 @@ if ok:
           all(len(sg) == len(tk) and "".join(sg) == tx for sg, tk, tx in zip(r["segments"], r["tokens"], r["text"])),
           r["segments"])
 
+# stop_token: generation ends before the first generated token equal to it
+if first:
+    gen = first["tokens"][0][-8:]
+    stop = gen[2]
+    st, r = call("PUT", "/api", {"prompts": [prompts[0]], "tokens_to_generate": 8, "top_k": 1, "stop_token": stop})
+    want = first["tokens"][0][:len(first["tokens"][0]) - 8] + gen[:gen.index(stop)]
+    check("stop_token ends the generation before it", st == 200 and r["tokens"][0] == want, (r, want))
+
 # 32 concurrent clients: each answer is the one it gets alone
 words = "light darkness waters heaven earth seas grass herb fruit seed stars sun moon night day beast".split()
 many = ["The %s and the %s" % (words[i % 16], words[(i * 7 + 3) % 16]) for i in range(32)]
