@@ -93,10 +93,31 @@ static const char *check_api(json_t *o, struct api_req *q)
 		if (!json_is_real(v))
 			return "top_p must be a positive float less than or equal to 1.0";
 		q->top_p = json_real_value(v);
+		if (q->top_p < 0)
+			return "top_p must be a positive float less than or equal to 1.0";
 		if (q->top_p > 0 && q->top_k > 0)
 			return "cannot set both top-k and top-p samplings.";
 		if (q->top_p > 1)
 			return "top_p must be less than or equal to 1.0";
+	}
+	double decay = 0, bound = 0;
+	if ((v = json_object_get(o, "top_p_decay"))) {
+		if (!json_is_real(v) || json_real_value(v) < 0)
+			return "top_p_decay must be a positive float less than or equal to 1.0";
+		decay = json_real_value(v);
+		if (decay > 0 && q->top_p == 0)
+			return "top_p_decay cannot be set without top_p";
+		if (decay > 1)
+			return "top_p_decay must be less than or equal to 1.0";
+	}
+	if ((v = json_object_get(o, "top_p_bound"))) {
+		if (!json_is_real(v) || json_real_value(v) < 0)
+			return "top_p_bound must be a positive float less than or equal to top_p";
+		bound = json_real_value(v);
+		if (bound > 0 && q->top_p == 0)
+			return "top_p_bound cannot be set without top_p";
+		if (bound > 0 && bound > q->top_p)
+			return "top_p_bound must be greater than 0 and less than top_p";
 	}
 	q->add_bos = false;
 	if ((v = json_object_get(o, "add_BOS"))) {
@@ -128,7 +149,7 @@ static const char *check_api(json_t *o, struct api_req *q)
 			return "stop_token must be an integer";
 		q->stop_token = int_of(v);
 	}
-	if ((v = json_object_get(o, "length_penalty")) && !json_is_number(v))
+	if ((v = json_object_get(o, "length_penalty")) && !json_is_real(v))
 		return "length_penalty must be a float";
 	return NULL;
 }
@@ -160,7 +181,7 @@ enum MHD_Result api_megatron(struct server *s, struct MHD_Connection *c, const s
 		int32_t *ids = srv_tokenize(s, text, q.add_bos, &len, msg, sizeof(msg));
 		if (!ids)
 			break;
-		if ((int64_t)len + q.tokens_to_generate > s->e.max_seq)
+		if (q.tokens_to_generate > s->e.max_seq - len)
 			snprintf(msg, sizeof(msg),
 				 "prompt %d has %d tokens; with tokens_to_generate %lld that is more than "
 				 "--inference-max-seq-length %d",
@@ -173,15 +194,26 @@ enum MHD_Result api_megatron(struct server *s, struct MHD_Connection *c, const s
 						 .eod = (int32_t)s->eod, .want_logprobs = q.logprobs,
 						 .has_stop_token = q.stop_token >= 0 && q.stop_token < s->e.c.V,
 						 .stop_token = (int32_t)q.stop_token };
+		char why[256];
+		const char *refused = *msg ? NULL : infer_request_check(&s->e, &req[i], why, sizeof(why));
+		if (refused)
+			snprintf(msg, sizeof(msg), "prompt %d: %s", i, refused);
 	}
 	enum MHD_Result rc;
 	if (*msg) {
 		rc = srv_fail(c, 400, msg);
 	} else {
 		struct job j = { .req = req, .n = n };
-		srv_submit(s, &j);
+		if (srv_submit(s, &j) < 0) {
+			rc = srv_unavailable(c);
+			goto out;
+		}
 		srv_wait(s, &j);
 		free(j.seen);
+		if (j.failed) {
+			rc = srv_fail(c, 500, "the engine could not take the request (a bug: see the server's log)");
+			goto out;
+		}
 		json_t *text = json_array(), *tokens = json_array(), *lps = json_array(), *segs = json_array();
 		for (int i = 0; i < n; i++) {
 			struct infer_request *r = &req[i];
@@ -222,6 +254,7 @@ enum MHD_Result api_megatron(struct server *s, struct MHD_Connection *c, const s
 		json_object_set_new(out, "segments", segs);
 		rc = srv_reply(c, 200, out);
 	}
+out:
 	for (int i = 0; i < n; i++) {
 		free((void *)req[i].prompt);
 		infer_request_free(&req[i]);

@@ -264,6 +264,21 @@ void api_stream_free(void *p)
 	free(st);
 }
 
+/* The longest prefix of text[0..n) that does not end inside a UTF-8
+ * character: an incomplete last character (a lead byte and fewer
+ * continuation bytes than it announces) is cut off. */
+static size_t whole_chars(const char *text, size_t n)
+{
+	size_t i = n, cont = 0;
+	while (i > 0 && cont < 3 && ((unsigned char)text[i - 1] & 0xC0) == 0x80)
+		i--, cont++;
+	if (i == 0)
+		return n;
+	unsigned char lead = (unsigned char)text[i - 1];
+	size_t need = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+	return need > 1 && cont + 1 < need ? i - 1 : n;
+}
+
 /* Events for what the engine published since the last call. */
 static void stream_events(struct stream *st, const int *seen, bool done)
 {
@@ -284,8 +299,9 @@ static void stream_events(struct stream *st, const int *seen, bool done)
 		else if (!req_done) /* hold back what could still become a stop string, and a cut character */
 			upto = upto > (size_t)(longest_stop ? longest_stop - 1 : 0) ? upto - (longest_stop ? longest_stop - 1 : 0) : 0;
 		if (!req_done && cut < 0)
-			while (upto > st->sent_chars[i] && (text[upto - 1] & 0xC0) == 0x80)
-				upto--; /* not inside a UTF-8 character */
+			upto = whole_chars(text, upto); /* a character cut by a token waits for the rest */
+		if (upto < st->sent_chars[i])
+			upto = st->sent_chars[i];
 		bool finish = cut >= 0 || req_done;
 		if (upto > st->sent_chars[i] || finish) {
 			json_t *o = envelope(s, &st->q, st->q.chat ? "chat.completion.chunk" : "text_completion", st->id);
@@ -385,7 +401,7 @@ enum MHD_Result api_completions(struct server *s, struct MHD_Connection *c, stru
 			break;
 		if (len == 0)
 			snprintf(msg, sizeof(msg), "prompt %d is empty", i / (int)q.n);
-		else if ((int64_t)len + q.max_tokens > s->e.max_seq)
+		else if (q.max_tokens > s->e.max_seq - len)
 			snprintf(msg, sizeof(msg),
 				 "prompt %d has %d tokens; with max_tokens %lld that is more than "
 				 "--inference-max-seq-length %d",
@@ -396,6 +412,10 @@ enum MHD_Result api_completions(struct server *s, struct MHD_Connection *c, stru
 						 .want_logprobs = q.logprobs >= 0 };
 		if (i % q.n == 0)
 			prompt_tokens += len;
+		char why[256];
+		const char *bad2 = *msg ? NULL : infer_request_check(&s->e, &req[i], why, sizeof(why));
+		if (bad2)
+			snprintf(msg, sizeof(msg), "prompt %d: %s", i / (int)q.n, bad2);
 	}
 	if (*msg) {
 		enum MHD_Result rc = srv_fail(c, 400, msg);
@@ -412,8 +432,12 @@ enum MHD_Result api_completions(struct server *s, struct MHD_Connection *c, stru
 		st->j = (struct job){ .req = req, .n = n };
 		st->sent_chars = xcalloc((size_t)n, sizeof(size_t));
 		st->finished = xcalloc((size_t)n, sizeof(bool));
+		if (srv_submit(s, &st->j) < 0) {
+			st->j.done = true; /* nothing to wait for */
+			api_stream_free(st);
+			return srv_unavailable(c);
+		}
 		b->stream = st; /* freed when the request completes, whichever way */
-		srv_submit(s, &st->j);
 		struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, st, NULL);
 		MHD_add_response_header(r, "Content-Type", "text/event-stream");
 		MHD_add_response_header(r, "Cache-Control", "no-cache");
@@ -422,8 +446,23 @@ enum MHD_Result api_completions(struct server *s, struct MHD_Connection *c, stru
 		return rc;
 	}
 	struct job j = { .req = req, .n = n };
-	srv_submit(s, &j);
+	if (srv_submit(s, &j) < 0) {
+		for (int i = 0; i < n; i++)
+			free((void *)req[i].prompt);
+		free(req);
+		oa_free(&q);
+		return srv_unavailable(c);
+	}
 	srv_wait(s, &j);
+	if (j.failed) {
+		for (int i = 0; i < n; i++) {
+			free((void *)req[i].prompt);
+			infer_request_free(&req[i]);
+		}
+		free(req), free(j.seen);
+		oa_free(&q);
+		return srv_fail(c, 500, "the engine could not take the request (a bug: see the server's log)");
+	}
 	json_t *out = envelope(s, &q, chat ? "chat.completion" : "text_completion", id), *choices = json_array();
 	int completion_tokens = 0;
 	for (int i = 0; i < n; i++) {

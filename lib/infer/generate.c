@@ -5,6 +5,7 @@
  */
 #include "infer/generate.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,20 +51,35 @@ void infer_sched_free(struct infer_sched *s)
 	memset(s, 0, sizeof(*s));
 }
 
+const char *infer_request_check(const struct infer_engine *e, const struct infer_request *q, char *why,
+				size_t whysize)
+{
+	if (q->nprompt < 1)
+		return "the prompt is empty (no tokens)";
+	if (q->max_new < 0)
+		return "a negative number of tokens to generate";
+	if (q->nprompt > e->max_tokens || q->max_new > e->max_seq - q->nprompt) {
+		snprintf(why, whysize,
+			 "%d prompt tokens + %d to generate exceed the %d positions of a request "
+			 "(--inference-max-seq-length)",
+			 q->nprompt, q->max_new, e->max_seq);
+		return why;
+	}
+	for (int t = 0; t < q->nprompt; t++)
+		if (q->prompt[t] < 0 || q->prompt[t] >= e->c.V) {
+			snprintf(why, whysize, "prompt token %d is outside the vocabulary (0 to %d)", q->prompt[t],
+				 e->c.V - 1);
+			return why;
+		}
+	return infer_sampling_reason(&q->sampling, e->c.V, why, whysize);
+}
+
 int infer_sched_add(struct infer_sched *s, struct infer_request *q)
 {
-	struct infer_engine *e = s->e;
-	if (q->nprompt < 1 || q->max_new < 0)
-		return error("an empty prompt, or a negative number of tokens to generate");
-	if (q->nprompt > e->max_tokens || q->nprompt + q->max_new > e->max_seq)
-		return error("%d prompt tokens + %d to generate exceed the %d positions of a request "
-			     "(--inference-max-seq-length)",
-			     q->nprompt, q->max_new, e->max_seq);
-	for (int t = 0; t < q->nprompt; t++)
-		if (q->prompt[t] < 0 || q->prompt[t] >= e->c.V)
-			return error("prompt token %d is outside the vocabulary (0 to %d)", q->prompt[t], e->c.V - 1);
-	if (infer_sampling_check(&q->sampling, e->c.V) < 0)
-		return -1;
+	char why[256];
+	const char *bad = infer_request_check(s->e, q, why, sizeof(why));
+	if (bad)
+		return error("%s", bad);
 	q->out = xmalloc((size_t)(q->max_new ? q->max_new : 1) * sizeof(int32_t));
 	q->nout = 0;
 	q->hit_eod = q->finished = false;

@@ -10,6 +10,7 @@
 #define MEGAC_INFER_GENERATE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "infer/engine.h"
@@ -45,6 +46,12 @@ struct infer_sched {
 	float *logits, *fs;
 	int *is;
 };
+
+/* What the engine cannot take in request q (a reason, written to why), or
+ * NULL: the server checks every request with it on the connection's
+ * thread, so that the engine never refuses one. */
+const char *infer_request_check(const struct infer_engine *e, const struct infer_request *q, char *why,
+				size_t whysize);
 
 void infer_sched_init(struct infer_sched *s, struct infer_engine *e);
 void infer_sched_free(struct infer_sched *s);

@@ -5,6 +5,7 @@
 #include "infer/sample.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "base/error.h"
@@ -23,17 +24,26 @@ static double uniform(uint64_t *state)
 	return (double)(z >> 11) * 0x1p-53;
 }
 
+const char *infer_sampling_reason(const struct infer_sampling *s, int vocab, char *why, size_t whysize)
+{
+	if (!isnormal(s->temperature) || s->temperature < 0)
+		return "temperature must be a positive number (and not so small that it rounds to 0)";
+	if (s->top_k < 0 || s->top_k >= vocab) {
+		snprintf(why, whysize, "top_k must be between 0 and %d (the vocabulary size minus one)", vocab - 1);
+		return why;
+	}
+	if (!(s->top_p >= 0 && s->top_p <= 1))
+		return "top_p must be between 0 and 1";
+	if (s->top_k > 0 && s->top_p > 0)
+		return "cannot set both top-k and top-p samplings.";
+	return NULL;
+}
+
 int infer_sampling_check(const struct infer_sampling *s, int vocab)
 {
-	if (!(s->temperature > 0) || !isfinite(s->temperature))
-		return error("temperature must be a positive number");
-	if (s->top_k < 0 || s->top_k >= vocab)
-		return error("top_k must be between 0 and %d (the vocabulary size minus one)", vocab - 1);
-	if (s->top_p < 0 || s->top_p > 1)
-		return error("top_p must be between 0 and 1");
-	if (s->top_k > 0 && s->top_p > 0)
-		return error("cannot set both top-k and top-p samplings.");
-	return 0;
+	char why[128];
+	const char *bad = infer_sampling_reason(s, vocab, why, sizeof(why));
+	return bad ? error("%s", bad) : 0;
 }
 
 float infer_logprob(const float *logits, int V, int token)
@@ -65,9 +75,13 @@ int infer_sample(const float *logits, int V, const struct infer_sampling *s, uin
 			if (logits[i] > logits[tok])
 				tok = i;
 	} else {
-		float *z = scratch;
+		/* (l - max) / T: at most 0, so a small temperature gives -inf for
+		 * the others rather than +inf overflows */
+		float *z = scratch, lmax = logits[0];
+		for (int i = 1; i < V; i++)
+			lmax = logits[i] > lmax ? logits[i] : lmax;
 		for (int i = 0; i < V; i++)
-			z[i] = logits[i] / s->temperature;
+			z[i] = (logits[i] - lmax) / s->temperature;
 		if (s->top_k > 1 || s->top_p > 0) {
 			for (int i = 0; i < V; i++)
 				iscratch[i] = i;
@@ -110,6 +124,9 @@ int infer_sample(const float *logits, int V, const struct infer_sampling *s, uin
 			if (acc > u)
 				break;
 		}
+		if (tok < 0) /* cannot happen with finite logits: the maximum survives every cut */
+			for (int i = tok = 0; i < V; i++)
+				tok = logits[i] > logits[tok] ? i : tok;
 	}
 	if (logprob)
 		*logprob = infer_logprob(logits, V, tok);

@@ -11,6 +11,7 @@
 #ifndef MEGAC_INFER_SAMPLE_H
 #define MEGAC_INFER_SAMPLE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 struct infer_sampling {
@@ -20,9 +21,11 @@ struct infer_sampling {
 	uint64_t seed;
 };
 
-/* The sampling parameters as Megatron checks them; error() naming the
- * field and -1. */
+/* The sampling parameters as Megatron checks them (and a temperature that
+ * is a normal float): error() naming the field and -1; or the reason
+ * without a message (NULL when good). */
 int infer_sampling_check(const struct infer_sampling *s, int vocab);
+const char *infer_sampling_reason(const struct infer_sampling *s, int vocab, char *why, size_t whysize);
 
 /* The next token; *logprob gets log softmax(logits)[token] of the raw
  * (unscaled, unfiltered) logits. rng: the request's state (seed it with

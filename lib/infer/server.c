@@ -2,8 +2,10 @@
  * server.c - see server.h. Threads: libmicrohttpd's (one per connection,
  * plus its listener); main, which runs the engine loop (so that with
  * tensor parallelism the thread talking to MPI is the one that initialised
- * it); and one that takes SIGTERM or SIGINT with sigwait (blocked in every
- * other thread). Shared state is under one mutex: the queue of new jobs,
+ * it); and one that waits for SIGTERM or SIGINT. Their handler only writes
+ * the signal's number to a pipe that thread reads (whichever thread the
+ * kernel picks, OpenBLAS's and MPI's included, which start before main and
+ * so cannot all be given a blocked mask). Shared state is under one mutex: the queue of new jobs,
  * the jobs in flight and their progress and `done` flags; the requests'
  * results are written by the engine loop and read by the connection only
  * after `done` (or, streaming, up to the published counts), both under the
@@ -17,11 +19,14 @@
 #include <math.h>
 #include <microhttpd.h>
 #include <pthread.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "base/error.h"
 #include "base/sbuf.h"
@@ -95,9 +100,15 @@ static void *engine_main(void *arg)
 		while (s->queue) { /* checked on the connection's thread: add cannot fail but for a bug */
 			struct job *j = s->queue;
 			s->queue = j->next;
-			for (int i = 0; i < j->n; i++)
-				if (infer_sched_add(&s->sched, &j->req[i]) < 0)
-					BUG("a request checked by its connection was refused");
+			int added = 0;
+			for (; added < j->n; added++) /* checked on the connection's thread: cannot fail */
+				if (infer_sched_add(&s->sched, &j->req[added]) < 0)
+					break;
+			if (added < j->n) { /* a bug; the requests added run, unanswered, and the job fails */
+				j->failed = j->done = true;
+				pthread_cond_broadcast(&s->progress);
+				continue;
+			}
 			j->next = s->active;
 			s->active = j;
 		}
@@ -151,7 +162,7 @@ enum MHD_Result srv_reply(struct MHD_Connection *c, unsigned status, json_t *o)
 enum MHD_Result srv_fail(struct MHD_Connection *c, unsigned status, const char *msg)
 {
 	json_t *o = json_object();
-	json_object_set_new(o, "error", json_string(msg));
+	json_object_set_new(o, "error", srv_str(msg));
 	return srv_reply(c, status, o);
 }
 
@@ -204,14 +215,38 @@ uint64_t srv_next_id(struct server *s)
 	return v;
 }
 
-void srv_submit(struct server *s, struct job *j)
+int srv_submit(struct server *s, struct job *j)
 {
 	j->seen = xcalloc((size_t)j->n, sizeof(int));
 	pthread_mutex_lock(&s->mu);
-	j->next = s->queue;
-	s->queue = j;
+	if (s->stopping) {
+		pthread_mutex_unlock(&s->mu);
+		free(j->seen);
+		j->seen = NULL;
+		return -1;
+	}
+	j->next = NULL;
+	struct job **tail = &s->queue; /* first in, first out */
+	while (*tail)
+		tail = &(*tail)->next;
+	*tail = j;
 	pthread_cond_signal(&s->work);
 	pthread_mutex_unlock(&s->mu);
+	return 0;
+}
+
+enum MHD_Result srv_unavailable(struct MHD_Connection *c)
+{
+	json_t *o = json_object();
+	json_object_set_new(o, "error", json_string("the server is stopping"));
+	char *txt = json_dumps(o, JSON_COMPACT);
+	json_decref(o);
+	struct MHD_Response *r = MHD_create_response_from_buffer(strlen(txt), txt, MHD_RESPMEM_MUST_FREE);
+	MHD_add_response_header(r, "Content-Type", "application/json");
+	MHD_add_response_header(r, "Connection", "close");
+	enum MHD_Result rc = MHD_queue_response(c, 503, r);
+	MHD_destroy_response(r);
+	return rc;
 }
 
 void srv_wait(struct server *s, struct job *j)
@@ -292,6 +327,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		snprintf(msg, sizeof(msg), "the request body is larger than --max-body-bytes %lld", (long long)s->max_body);
 		return srv_fail(c, 413, msg);
 	}
+	pthread_mutex_lock(&s->mu);
+	bool draining = s->draining;
+	pthread_mutex_unlock(&s->mu);
+	if (draining && r != 0)
+		return srv_unavailable(c);
 	switch (r) {
 	case 0:
 		return srv_reply(c, 200, json_pack("{s:s}", "status", "ok"));
@@ -337,20 +377,53 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
 struct sig_ctx {
 	struct server *s;
 	struct MHD_Daemon *d;
-	sigset_t sigs;
+	int fd; /* the read end of the signal pipe */
 };
 
+/* The signal pipe: the one piece of process-wide state here, because a
+ * signal handler can reach nothing else. */
+static int stop_pipe[2] = { -1, -1 };
+
+static void on_stop_signal(int sig)
+{
+	int saved = errno;
+	unsigned char b = (unsigned char)sig;
+	ssize_t w = write(stop_pipe[1], &b, 1);
+	(void)w;
+	errno = saved;
+}
+
+static int catch_stop_signals(void)
+{
+	if (stop_pipe[0] < 0 && pipe2(stop_pipe, O_CLOEXEC) < 0)
+		return error_errno("cannot make the signal pipe");
+	struct sigaction sa;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_stop_signal;
+	sa.sa_flags = SA_RESTART;
+	sigemptyset(&sa.sa_mask);
+	if (sigaction(SIGTERM, &sa, NULL) < 0 || sigaction(SIGINT, &sa, NULL) < 0)
+		return error_errno("cannot catch SIGTERM");
+	return 0;
+}
+
+/* Byte 0 on the pipe: main says the engine loop has ended (no drain). */
 static void *signal_main(void *arg)
 {
 	struct sig_ctx *x = arg;
 	struct server *s = x->s;
-	int sig;
-	sigwait(&x->sigs, &sig);
-	if (sig == SIGUSR1) /* the engine stopped first (a failure): nothing to drain */
+	unsigned char sig = 0;
+	for (;;) {
+		ssize_t n = read(x->fd, &sig, 1);
+		if (n == 1 || (n < 0 && errno != EINTR))
+			break;
+	}
+	if (sig == 0)
 		return NULL;
 	info("%s: answering the requests in flight, then stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
 	MHD_quiesce_daemon(x->d);
 	pthread_mutex_lock(&s->mu);
+	s->draining = true; /* keep-alive connections get 503 and are closed */
 	while (s->inflight > 0)
 		pthread_cond_wait(&s->progress, &s->mu);
 	s->stopping = true;
@@ -391,14 +464,11 @@ int server_command(const struct args *a)
 	    a->inference_max_seq_length > (1 << 20) || a->max_body_bytes < 1 || a->max_concurrent_requests < 1)
 		return error("--inference-max-requests (1 to 4096), --inference-max-seq-length (2 to 2^20) and "
 			     "--max-body-bytes and --max-concurrent-requests must be positive");
-	/* SIGTERM and SIGINT are taken with sigwait by one thread of rank 0; they
-	 * are blocked before MPI starts its own threads, which inherit the mask
-	 * (a signal delivered to one of them would end the process) */
-	sigset_t stop_sigs;
-	sigemptyset(&stop_sigs);
-	sigaddset(&stop_sigs, SIGTERM);
-	sigaddset(&stop_sigs, SIGINT);
-	pthread_sigmask(SIG_BLOCK, &stop_sigs, NULL);
+	/* caught from here on: a SIGTERM while loading stops the server once it
+	 * serves; on the other tensor-parallel ranks it is caught and ignored
+	 * (they stop when rank 0 says) */
+	if (catch_stop_signals() < 0)
+		return -1;
 	struct dist d;
 	if (dist_init(&d, "text_gen_server") < 0)
 		return -1;
@@ -431,8 +501,8 @@ int server_command(const struct args *a)
 		die("cannot serve '%s'", a->load); /* every rank: the launcher ends the job */
 	}
 	if (d.rank != 0) { /* the other tensor-parallel ranks follow rank 0's steps */
-		/* SIGTERM stays blocked here: a launcher that forwards it to every
-		 * rank leaves these to wait for rank 0 to drain and say stop */
+		/* SIGTERM is caught and ignored here: a launcher that forwards it
+		 * to every rank leaves these to wait for rank 0 to drain and say stop */
 		rc = infer_follow(&s.e);
 		infer_free(&s.e);
 		tok_free(s.tok);
@@ -449,16 +519,10 @@ int server_command(const struct args *a)
 	pthread_cond_init(&s.work, NULL);
 	pthread_cond_init(&s.progress, NULL);
 
-	/* every thread has SIGTERM and SIGINT blocked; one takes them with sigwait */
-	struct sig_ctx x = { .s = &s };
-	sigemptyset(&x.sigs);
-	sigaddset(&x.sigs, SIGTERM);
-	sigaddset(&x.sigs, SIGINT);
-	sigaddset(&x.sigs, SIGUSR1);
-	pthread_sigmask(SIG_BLOCK, &x.sigs, NULL);
+	struct sig_ctx x = { .s = &s, .fd = stop_pipe[0] };
 	x.d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG,
 			       (uint16_t)a->port, NULL, NULL, on_request, &s, MHD_OPTION_NOTIFY_COMPLETED, on_completed,
-			       &s, MHD_OPTION_CONNECTION_TIMEOUT, 600u, MHD_OPTION_END);
+			       &s, MHD_OPTION_CONNECTION_TIMEOUT, 120u, MHD_OPTION_END);
 	if (!x.d) {
 		rc = error("cannot listen on port %lld (in use?)", (long long)a->port);
 	} else {
@@ -471,7 +535,9 @@ int server_command(const struct args *a)
 		pthread_create(&sig, NULL, signal_main, &x);
 		engine_main(&s); /* on this thread: the one that talks to MPI */
 		MHD_stop_daemon(x.d);
-		pthread_kill(sig, SIGUSR1); /* harmless once it has returned */
+		unsigned char zero = 0; /* wakes the signal thread if no signal came */
+		ssize_t w = write(stop_pipe[1], &zero, 1);
+		(void)w;
 		pthread_join(sig, NULL);
 	}
 	infer_stop_followers(&s.e);

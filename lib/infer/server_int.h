@@ -25,7 +25,7 @@ struct job {
 	int n;
 	int *seen;
 	uint64_t version;
-	bool done;
+	bool done, failed;
 	struct job *next;
 };
 
@@ -37,8 +37,8 @@ struct server {
 	const char *model_name;
 	pthread_mutex_t mu;
 	pthread_cond_t work, progress;
-	struct job *queue, *active; /* new jobs; jobs whose requests are in the scheduler */
-	bool stopping;
+	struct job *queue, *active; /* new jobs (first in first out); jobs whose requests are in the scheduler */
+	bool draining, stopping;    /* SIGTERM taken; every request begun is answered */
 	int inflight;               /* requests begun and not yet completed */
 	uint64_t seed_counter, id_counter;
 };
@@ -59,8 +59,11 @@ char *srv_decode(const struct tokenizer *t, const int32_t *ids, size_t n);
 /* A seed for a request without one; a fresh id number. */
 uint64_t srv_seed(struct server *s);
 uint64_t srv_next_id(struct server *s);
-/* Queue a job (its requests checked against the engine beforehand). */
-void srv_submit(struct server *s, struct job *j);
+/* Queue a job (its requests checked with infer_request_check beforehand);
+ * -1 when the server is stopping (answer srv_unavailable). */
+int srv_submit(struct server *s, struct job *j);
+/* 503 with Connection: close: the server is draining for SIGTERM. */
+enum MHD_Result srv_unavailable(struct MHD_Connection *c);
 /* Wait until the job is done. */
 void srv_wait(struct server *s, struct job *j);
 /* A prompt's ids (add_eod: the end-of-document id first); NULL and msg set
