@@ -52,3 +52,18 @@ same_dataset() {
 empty_dir() {
 	if [ -z "$(ls -A "$2")" ]; then ok "$1"; else notok "$1: left behind: $(ls -A "$2" | tr '\n' ' ')"; fi
 }
+
+# free_port: a TCP port nobody listens on now (for a server under test)
+free_port() { /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+# hf_env LOG: the python of tests/py-env.sh's venv (transformers as a
+# reference) in $HF, with an ok / not ok line; HF=false when it fails
+hf_env() {
+	if HF=$(sh tests/py-env.sh "$MEGAC_BUILD" 2>"$1" | tail -n 1) && [ -x "$HF" ]; then
+		ok "the transformers reference environment"
+	else
+		notok "the transformers reference environment (tests/py-env.sh)"
+		show "$1"
+		HF=false
+	fi
+}

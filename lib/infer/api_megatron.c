@@ -156,14 +156,10 @@ static const char *check_api(json_t *o, struct api_req *q)
 
 enum MHD_Result api_megatron(struct server *s, struct MHD_Connection *c, const struct body *b)
 {
-	json_error_t jerr;
-	json_t *o = json_loadb(b->data.buf ? b->data.buf : "", b->data.len, 0, &jerr);
-	if (!json_is_object(o)) {
-		json_decref(o);
-		char msg[256];
-		snprintf(msg, sizeof(msg), "the request body must be a JSON object (%s)", jerr.text);
-		return srv_fail(c, 400, msg);
-	}
+	enum MHD_Result bad_body;
+	json_t *o = srv_json_body(c, b, &bad_body);
+	if (!o)
+		return bad_body;
 	struct api_req q;
 	const char *bad = check_api(o, &q);
 	if (bad) {

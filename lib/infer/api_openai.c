@@ -371,14 +371,10 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 
 enum MHD_Result api_completions(struct server *s, struct MHD_Connection *c, struct body *b, bool chat)
 {
-	json_error_t jerr;
-	json_t *o = json_loadb(b->data.buf ? b->data.buf : "", b->data.len, 0, &jerr);
-	if (!json_is_object(o)) {
-		json_decref(o);
-		char msg[256];
-		snprintf(msg, sizeof(msg), "the request body must be a JSON object (%s)", jerr.text);
-		return srv_fail(c, 400, msg);
-	}
+	enum MHD_Result bad_body;
+	json_t *o = srv_json_body(c, b, &bad_body);
+	if (!o)
+		return bad_body;
 	struct oa_req q;
 	const char *bad = oa_parse(o, chat, &q);
 	q.root = o;

@@ -235,6 +235,19 @@ int srv_submit(struct server *s, struct job *j)
 	return 0;
 }
 
+json_t *srv_json_body(struct MHD_Connection *c, const struct body *b, enum MHD_Result *rc)
+{
+	json_error_t jerr;
+	json_t *o = json_loadb(b->data.buf ? b->data.buf : "", b->data.len, 0, &jerr);
+	if (json_is_object(o))
+		return o;
+	json_decref(o);
+	char msg[256];
+	snprintf(msg, sizeof(msg), "the request body must be a JSON object (%s)", jerr.text);
+	*rc = srv_fail(c, 400, msg);
+	return NULL;
+}
+
 enum MHD_Result srv_unavailable(struct MHD_Connection *c)
 {
 	json_t *o = json_object();

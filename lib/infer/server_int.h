@@ -51,6 +51,8 @@ struct body {
 };
 
 enum MHD_Result srv_reply(struct MHD_Connection *c, unsigned status, json_t *o);
+/* The request body as a JSON object; NULL after answering 400 (*rc). */
+json_t *srv_json_body(struct MHD_Connection *c, const struct body *b, enum MHD_Result *rc);
 enum MHD_Result srv_fail(struct MHD_Connection *c, unsigned status, const char *msg);
 /* A JSON string of text whose bytes may not all be UTF-8 (U+FFFD for each bad byte). */
 json_t *srv_str(const char *text);

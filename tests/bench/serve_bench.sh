@@ -27,12 +27,9 @@ run() { # SLOTS: prints "tokens seconds"
 	/usr/bin/python3 - "$port" <<'EOF'
 import json, sys, threading, time, urllib.request
 base = "http://127.0.0.1:%s" % sys.argv[1]
-for _ in range(300):
-    try:
-        urllib.request.urlopen(base + "/health", timeout=1)
-        break
-    except OSError:
-        time.sleep(0.1)
+sys.path.insert(0, "tests/prog/py")
+from tap import wait_health
+wait_health(base)
 words = "light darkness waters heaven earth seas grass herb fruit seed stars sun moon night day beast".split()
 out = [0] * 32
 def client(i):

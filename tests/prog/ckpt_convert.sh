@@ -18,13 +18,7 @@ export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 OMPI_MCA_mpi_yield_when_idle=1
 MPI="mpirun --allow-run-as-root --oversubscribe"
 if [ -n "${MEGAC_SANITIZE:-}" ]; then export ASAN_OPTIONS=detect_leaks=0; fi
 
-if HF=$(sh tests/py-env.sh "$MEGAC_BUILD" 2>"$W/pyenv.log" | tail -n 1) && [ -x "$HF" ]; then
-	ok "the transformers reference environment ($HF)"
-else
-	notok "the transformers reference environment (tests/py-env.sh)"
-	show "$W/pyenv.log"
-	HF=false
-fi
+hf_env "$W/pyenv.log"
 REF="$HF tests/prog/py/hf_ref.py"
 
 # The vocabulary is padded to 50304 in every layout (divisible-by x TP = 64).

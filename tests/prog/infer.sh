@@ -14,13 +14,7 @@ ERR=$W/err.log
 GEN=$MEGAC_BUILD/tools/megac_generate
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 if [ -n "${MEGAC_SANITIZE:-}" ]; then export ASAN_OPTIONS=detect_leaks=0; fi
-if HF=$(sh tests/py-env.sh "$MEGAC_BUILD" 2>"$W/pyenv.log" | tail -n 1) && [ -x "$HF" ]; then
-	ok "the transformers reference environment"
-else
-	notok "the transformers reference environment (tests/py-env.sh)"
-	show "$W/pyenv.log"
-	HF=false
-fi
+hf_env "$W/pyenv.log"
 REF="$HF tests/prog/py/hf_ref.py"
 
 ARGS="--num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 32 --max-position-embeddings 32"

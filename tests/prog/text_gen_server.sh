@@ -20,7 +20,7 @@ expect_ok "train 4 iterations" sh -c "$BIN/train $ARGS --save $W/ck --save-inter
 	-- "$MEGAC_BUILD/tools/megac_generate" $W/ck || notok "server_check.py exited $?"
 # --max-concurrent-requests 1: a second request while one generates gets 429
 # naming the limit; /health still answers
-PORT=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+PORT=$(free_port)
 # shellcheck disable=SC2086
 $BIN/text_gen_server --load $W/ck $GPT2 --inference-max-seq-length 32 --max-concurrent-requests 1 --port "$PORT" \
 	>"$W/limit.log" 2>&1 &
@@ -28,12 +28,9 @@ SRV=$!
 if /usr/bin/python3 - "$PORT" >"$W/limit.out" 2>&1 <<'EOF'; then
 import json, sys, threading, time, urllib.error, urllib.request
 base = "http://127.0.0.1:%s" % sys.argv[1]
-for _ in range(300):
-    try:
-        urllib.request.urlopen(base + "/health", timeout=1)
-        break
-    except OSError:
-        time.sleep(0.1)
+sys.path.insert(0, "tests/prog/py")
+from tap import wait_health
+wait_health(base)
 def put(prompts, n):
     req = urllib.request.Request(base + "/api", data=json.dumps({"prompts": prompts, "tokens_to_generate": n,
                                  "top_k": 1}).encode(), method="PUT")
@@ -62,19 +59,16 @@ kill -TERM $SRV
 wait $SRV
 # the web page at /, in headless Chromium: a prompt typed into the box, the
 # Generate button clicked, the streamed answer read from the page
-PORT=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+PORT=$(free_port)
 # shellcheck disable=SC2086
 $BIN/text_gen_server --load $W/ck $GPT2 --inference-max-seq-length 32 --port "$PORT" >"$W/web.log" 2>&1 &
 SRV=$!
 if /usr/bin/python3 - "$PORT" "$W/want.txt" >"$W/want.log" 2>&1 <<'EOF'; then
 import json, sys, time, urllib.request
 base = "http://127.0.0.1:%s" % sys.argv[1]
-for _ in range(300):
-    try:
-        urllib.request.urlopen(base + "/health", timeout=1)
-        break
-    except OSError:
-        time.sleep(0.1)
+sys.path.insert(0, "tests/prog/py")
+from tap import wait_health
+wait_health(base)
 page = urllib.request.urlopen(base + "/", timeout=10)
 assert page.headers["Content-Type"].startswith("text/html"), page.headers
 body = json.dumps({"prompt": "In the beginning God created", "max_tokens": 20, "temperature": 0}).encode()
@@ -98,8 +92,8 @@ expect_ok "train a Llama-style model" sh -c "$BIN/train $ARGS $LL --save $W/lck 
 MPI="mpirun --allow-run-as-root --oversubscribe"
 export OMPI_MCA_mpi_yield_when_idle=1
 for m in ck lck; do
-	P1=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-	P2=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+	P1=$(free_port)
+	P2=$(free_port)
 	# shellcheck disable=SC2086
 	$BIN/text_gen_server --load $W/$m $GPT2 --inference-max-seq-length 32 --port "$P1" >"$W/one.log" 2>&1 &
 	S1=$!
@@ -111,12 +105,9 @@ for m in ck lck; do
 import json, sys, threading, time, urllib.request
 def call(port, body):
     base = "http://127.0.0.1:%s" % port
-    for _ in range(600):
-        try:
-            urllib.request.urlopen(base + "/health", timeout=1)
-            break
-        except OSError:
-            time.sleep(0.1)
+    sys.path.insert(0, "tests/prog/py")
+    from tap import wait_health
+    wait_health(base)
     req = urllib.request.Request(base + "/api", data=json.dumps(body).encode(), method="PUT")
     return json.loads(urllib.request.urlopen(req, timeout=120).read())
 body = {"prompts": ["Hello world", "In the beginning God", "And the earth was without form"],
@@ -156,7 +147,7 @@ expect_fail "TP on more ranks than --tensor-model-parallel-size" "give --tensor-
 	$MPI -np 2 $BIN/text_gen_server --load $W/ck $GPT2 --port 0
 # SIGTERM while keep-alive clients keep sending; OpenBLAS's own threads
 # (started before main) allowed, which the signal may land on
-PORT=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+PORT=$(free_port)
 # shellcheck disable=SC2086
 env -u OPENBLAS_NUM_THREADS -u OMP_NUM_THREADS /usr/bin/python3 tests/prog/py/drain_check.py "$PORT" \
 	$BIN/text_gen_server --load $W/ck $GPT2 --inference-max-seq-length 32 || true

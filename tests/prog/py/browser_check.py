@@ -19,6 +19,9 @@ import tempfile
 import time
 import urllib.request
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tap import Tap  # noqa: E402
+
 base, expected_file = sys.argv[1], sys.argv[2]
 PROMPT = "In the beginning God created"
 MAX_TOKENS = "20"  # with temperature 0 (the page's default): greedy
@@ -101,16 +104,8 @@ def evaluate(ws, expr):
     return r.get("result", {}).get("value")
 
 
-failed = 0
-
-
-def check(name, cond, why=""):
-    global failed
-    print(("ok - " if cond else "not ok - ") + name)
-    if not cond:
-        failed += 1
-        if why:
-            print("#   " + str(why).replace("\n", "\n#   "))
+tap = Tap()
+check = tap.check
 
 
 browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
@@ -167,4 +162,4 @@ finally:
     except subprocess.TimeoutExpired:
         proc.kill()
     shutil.rmtree(profile, ignore_errors=True)
-sys.exit(1 if failed else 0)
+sys.exit(1 if tap.failed else 0)

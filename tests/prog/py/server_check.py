@@ -22,20 +22,13 @@ import time
 import urllib.error
 import urllib.request
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tap import Tap, wait_health  # noqa: E402
+
 sep = sys.argv.index("--")
 server_cmd, (gen, ckpt) = sys.argv[1:sep], sys.argv[sep + 1:]
-failed = 0
-
-
-def check(name, cond, why=""):
-    global failed
-    if cond:
-        print("ok - " + name)
-    else:
-        failed += 1
-        print("not ok - " + name)
-        if why:
-            print("#   " + str(why).replace("\n", "\n#   "))
+tap = Tap()
+check = tap.check
 
 
 def free_port():
@@ -70,10 +63,7 @@ def alive(name):
     check("the server is still running after " + name, proc.poll() is None, open(log.name).read()[-3000:])
 
 
-for _ in range(600):
-    if call("GET", "/health")[0] == 200:
-        break
-    time.sleep(0.1)
+wait_health(base)
 check("the server answers /health", call("GET", "/health") == (200, {"status": "ok"}))
 
 # greedy answers against the engine's own generation
@@ -291,4 +281,4 @@ check("a stream in flight at SIGTERM runs to [DONE] (%d events)" % len(events),
       len(events) > 4 and events[-1] == "[DONE]", events[-3:])
 check("the server exits 0 after SIGTERM", rc == 0, open(log.name).read()[-2000:])
 os.unlink(log.name)
-sys.exit(1 if failed else 0)
+sys.exit(1 if tap.failed else 0)
