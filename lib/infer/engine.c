@@ -16,6 +16,7 @@
 
 #include "base/error.h"
 #include "base/xalloc.h"
+#include "infer/sample.h"
 #include "model/gpt_ckpt.h"
 
 static int tp_size(const struct infer_engine *e)
@@ -89,9 +90,11 @@ int infer_init(struct infer_engine *e, struct ckpt_reader *r, int mf, int max_se
 	e->lse = xmalloc(T * (size_t)lc->a * sizeof(float));
 	e->fc1 = xmalloc(T * f1 * sizeof(float));
 	e->act = xmalloc(T * (size_t)lc->f * sizeof(float));
-	e->rows = xmalloc(T * (size_t)c->Vp * sizeof(float));
-	e->lrows = e->tp ? xmalloc(T * (size_t)lc->Vp * sizeof(float)) : NULL;
-	e->grows = e->tp ? xmalloc(T * (size_t)c->Vp * sizeof(float)) : NULL;
+	size_t H = INFER_HEAD_ROWS;
+	e->rows = xmalloc(H * (size_t)c->Vp * sizeof(float));
+	e->lrows = e->tp ? xmalloc(H * (size_t)lc->Vp * sizeof(float)) : NULL;
+	e->grows = e->tp ? xmalloc(H * (size_t)c->Vp * sizeof(float)) : NULL;
+	e->hrow = xmalloc(T * sizeof(int));
 	return 0;
 }
 
@@ -101,7 +104,7 @@ void infer_free(struct infer_engine *e)
 	free(e->kcache), free(e->vcache), free(e->rope_cos), free(e->rope_sin), free(e->kpos), free(e->qpos);
 	free(e->pos), free(e->ltok), free(e->hdr), free(e->btok), free(e->x), free(e->ln), free(e->y), free(e->mean);
 	free(e->rstd), free(e->qkv), free(e->q), free(e->kn), free(e->vn), free(e->att), free(e->lse), free(e->fc1);
-	free(e->act), free(e->rows), free(e->lrows), free(e->grows);
+	free(e->act), free(e->rows), free(e->lrows), free(e->grows), free(e->hrow);
 	memset(e, 0, sizeof(*e));
 }
 
@@ -160,6 +163,26 @@ static void row_parallel(struct infer_engine *e, float *out, const float *in, in
 		dist_allreduce_sum_f32(e->tp, out, (size_t)N * e->c.h);
 }
 
+/* Logits of R rows of normalised states x into e->rows [R, Vp]: with
+ * tensor parallelism each rank's vocabulary columns, gathered. */
+static void head(struct infer_engine *e, const float *x, int R)
+{
+	const struct gpt_config *c = &e->c, *lc = &e->m.lc;
+	struct gpt_model *m = &e->m;
+	if (!e->tp) {
+		e->k->linear_forward(e->rows, x, gpt_param(m, m->out_w), NULL, R, c->h, c->Vp);
+		return;
+	}
+	int t = e->tp->size;
+	size_t lv = (size_t)lc->Vp;
+	e->k->linear_forward(e->lrows, x, gpt_param(m, m->out_w), NULL, R, c->h, lc->Vp);
+	dist_allgather_equal_f32(e->tp, e->lrows, (size_t)R * lv, e->grows); /* [rank][R][Vp/t] */
+	for (int q = 0; q < t; q++)
+		for (int i = 0; i < R; i++)
+			memcpy(e->rows + (size_t)i * c->Vp + (size_t)q * lv, e->grows + ((size_t)q * R + i) * lv,
+			       lv * sizeof(float));
+}
+
 static int check_step(const struct infer_engine *e, int nseq, const int *slot, const int *pos, const int *n,
 		      const int32_t *tokens, int *N)
 {
@@ -180,7 +203,7 @@ static int check_step(const struct infer_engine *e, int nseq, const int *slot, c
 
 /* The step itself, on every rank of the group alike. */
 static void run_step(struct infer_engine *e, int nseq, const int *slot, const int *pos, const int *n,
-		     const int32_t *tokens, int N, bool all_logits, float *logits)
+		     const int32_t *tokens, int N, bool want_lp, float *last, float *prompt_lp)
 {
 	const struct gpt_config *c = &e->c, *lc = &e->m.lc;
 	const struct kops *k = e->k;
@@ -217,36 +240,39 @@ static void run_step(struct infer_engine *e, int nseq, const int *slot, const in
 		row_parallel(e, e->y, e->act, p->fc2_w, p->fc2_b, N, lc->f);
 		k->add(e->x, e->x, e->y, (size_t)N * h);
 	}
-	/* the head on the rows asked for */
+	/* the head, INFER_HEAD_ROWS rows at a time: every row with prompt
+	 * log-probs wanted, else each sequence's last; hrow[i] is the step row
+	 * of head row i */
 	int R = 0;
-	if (all_logits) {
-		R = N;
-	} else {
-		for (int s = 0, r0 = 0; s < nseq; r0 += n[s], s++, R++)
-			memmove(e->x + (size_t)R * h, e->x + (size_t)(r0 + n[s] - 1) * h, h * sizeof(float));
+	for (int s = 0, r0 = 0; s < nseq; r0 += n[s], s++)
+		for (int t = want_lp ? 0 : n[s] - 1; t < n[s]; t++)
+			e->hrow[R++] = r0 + t;
+	norm(e, e->ln, e->x, m->lnf_w, m->lnf_b, N);
+	for (int c0 = 0, seq = 0, seq_end = n[0]; c0 < R; c0 += INFER_HEAD_ROWS) {
+		int cr = R - c0 < INFER_HEAD_ROWS ? R - c0 : INFER_HEAD_ROWS;
+		for (int i = 0; i < cr; i++) /* the chunk's rows together (x is free now) */
+			memcpy(e->x + (size_t)i * h, e->ln + (size_t)e->hrow[c0 + i] * h, h * sizeof(float));
+		head(e, e->x, cr);
+		for (int i = 0; i < cr; i++) {
+			int row = e->hrow[c0 + i];
+			while (row >= seq_end) /* the sequence this row belongs to */
+				seq_end += n[++seq];
+			const float *lg = e->rows + (size_t)i * c->Vp;
+			if (row == seq_end - 1) {
+				if (last)
+					memcpy(last + (size_t)seq * c->V, lg, (size_t)c->V * sizeof(float));
+			} else if (prompt_lp) {
+				prompt_lp[row] = infer_logprob(lg, c->V, tokens[row + 1]);
+			}
+		}
 	}
-	norm(e, e->ln, e->x, m->lnf_w, m->lnf_b, R);
-	if (!e->tp) {
-		k->linear_forward(e->rows, e->ln, gpt_param(m, m->out_w), NULL, R, c->h, c->Vp);
-	} else { /* each rank's vocabulary columns, gathered: [rank][R][Vp/t] -> [R][Vp] */
-		int t = e->tp->size;
-		size_t lv = (size_t)lc->Vp;
-		k->linear_forward(e->lrows, e->ln, gpt_param(m, m->out_w), NULL, R, c->h, lc->Vp);
-		dist_allgather_equal_f32(e->tp, e->lrows, (size_t)R * lv, e->grows);
-		for (int q = 0; q < t; q++)
-			for (int i = 0; i < R; i++)
-				memcpy(e->rows + (size_t)i * c->Vp + (size_t)q * lv, e->grows + ((size_t)q * R + i) * lv,
-				       lv * sizeof(float));
-	}
-	if (logits)
-		for (int i = 0; i < R; i++)
-			memcpy(logits + (size_t)i * c->V, e->rows + (size_t)i * c->Vp, (size_t)c->V * sizeof(float));
 }
 
-/* hdr: [nseq, all_logits, N, slot[nseq], pos[nseq], n[nseq]]; nseq -1 stops */
+/* hdr: [nseq, want_lp, N, slot[nseq], pos[nseq], n[nseq]]; nseq -1 stops */
 int infer_step(struct infer_engine *e, int nseq, const int *slot, const int *pos, const int *n,
-	       const int32_t *tokens, bool all_logits, float *logits)
+	       const int32_t *tokens, float *last, float *prompt_lp)
 {
+	bool all_logits = prompt_lp != NULL;
 	int N;
 	if (check_step(e, nseq, slot, pos, n, tokens, &N) < 0)
 		return -1;
@@ -259,7 +285,7 @@ int infer_step(struct infer_engine *e, int nseq, const int *slot, const int *pos
 		dist_bcast(e->tp, e->hdr, (size_t)3 * nseq * sizeof(int), 0);
 		dist_bcast(e->tp, (void *)tokens, (size_t)N * sizeof(int32_t), 0);
 	}
-	run_step(e, nseq, slot, pos, n, tokens, N, all_logits, logits);
+	run_step(e, nseq, slot, pos, n, tokens, N, all_logits, last, prompt_lp);
 	return 0;
 }
 
@@ -276,7 +302,7 @@ int infer_follow(struct infer_engine *e)
 		dist_bcast(e->tp, e->btok, (size_t)N * sizeof(int32_t), 0);
 		int *slot = xmalloc((size_t)(nseq ? nseq : 1) * 3 * sizeof(int));
 		memcpy(slot, e->hdr, (size_t)3 * nseq * sizeof(int));
-		run_step(e, nseq, slot, slot + nseq, slot + 2 * nseq, e->btok, N, all_logits, NULL);
+		run_step(e, nseq, slot, slot + nseq, slot + 2 * nseq, e->btok, N, all_logits, NULL, NULL);
 		free(slot);
 	}
 }

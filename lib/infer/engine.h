@@ -31,6 +31,7 @@ struct infer_engine {
 	/* scratch for max_tokens tokens */
 	float *x, *ln, *mean, *rstd, *qkv, *q, *kn, *vn, *att, *lse, *y, *fc1, *act, *rows, *lrows, *grows;
 	int32_t *pos, *ltok;
+	int *hrow;               /* the step rows the head runs on */
 	int *hdr;                /* a step's description as rank 0 broadcasts it */
 	int32_t *btok;
 };
@@ -48,12 +49,16 @@ void infer_free(struct infer_engine *e);
 
 /* One step over nseq sequences: sequence s lives in cache slot slot[s],
  * already holds pos[s] positions there, and brings n[s] new tokens (all the
- * step's tokens concatenated in tokens). Writes to logits the raw logits
- * over the unpadded vocabulary, [rows, V]: for every new token when
- * all_logits, else for each sequence's last new token. error() and -1 when
- * a sequence would pass max_seq or the step max_tokens. */
+ * step's tokens concatenated in tokens). Writes to last the raw logits over
+ * the unpadded vocabulary of each sequence's last new token, [nseq, V];
+ * with prompt_lp (NULL: not wanted), for every new token i that is not its
+ * sequence's last, the log-probability of token i + 1 after it. The head
+ * runs on INFER_HEAD_ROWS rows at a time, so no step holds logits for all
+ * of its tokens. error() and -1 when a sequence would pass max_seq or the
+ * step max_tokens. */
+#define INFER_HEAD_ROWS 64
 int infer_step(struct infer_engine *e, int nseq, const int *slot, const int *pos, const int *n,
-	       const int32_t *tokens, bool all_logits, float *logits);
+	       const int32_t *tokens, float *last, float *prompt_lp);
 
 /* The other tensor-parallel ranks: run the steps rank 0 broadcasts, until
  * it calls infer_stop_followers. 0, or -1 after error(). */

@@ -39,7 +39,8 @@ void infer_sched_init(struct infer_sched *s, struct infer_engine *e)
 	s->nn = xmalloc((size_t)T * sizeof(int));
 	s->who = xmalloc((size_t)T * sizeof(int));
 	s->tok = xmalloc((size_t)T * sizeof(int32_t));
-	s->logits = xmalloc((size_t)T * V * sizeof(float));
+	s->logits = xmalloc((size_t)R * V * sizeof(float)); /* a step holds at most one sequence per slot */
+	s->plp = xmalloc((size_t)T * sizeof(float));
 	s->fs = xmalloc((size_t)2 * V * sizeof(float));
 	s->is = xmalloc((size_t)V * sizeof(int));
 }
@@ -47,7 +48,7 @@ void infer_sched_init(struct infer_sched *s, struct infer_engine *e)
 void infer_sched_free(struct infer_sched *s)
 {
 	free(s->req), free(s->st), free(s->slot_used), free(s->sl), free(s->ps), free(s->nn), free(s->who);
-	free(s->tok), free(s->logits), free(s->fs), free(s->is);
+	free(s->tok), free(s->logits), free(s->plp), free(s->fs), free(s->is);
 	memset(s, 0, sizeof(*s));
 }
 
@@ -154,15 +155,15 @@ int infer_sched_step(struct infer_sched *s)
 	}
 	if (nseq == 0) /* add() admits only prompts a step holds, and a slot is free when none runs */
 		return s->n ? error("no request of %d could start", s->n) : 0;
-	if (infer_step(e, nseq, s->sl, s->ps, s->nn, s->tok, all_logits, s->logits) < 0)
+	if (infer_step(e, nseq, s->sl, s->ps, s->nn, s->tok, s->logits, all_logits ? s->plp : NULL) < 0)
 		return -1;
 	for (int j = 0, r0 = 0; j < nseq; r0 += s->nn[j], j++) {
 		int i = s->who[j];
 		struct infer_request *q = s->req[i];
-		const float *row = s->logits + (size_t)(all_logits ? r0 + s->nn[j] - 1 : j) * V;
+		const float *row = s->logits + (size_t)j * V;
 		if (all_logits && q->want_logprobs && s->ps[j] == 0) /* the prompt's own log-probs */
 			for (int t = 1; t < s->nn[j]; t++)
-				q->logprobs[t - 1] = infer_logprob(s->logits + (size_t)(r0 + t - 1) * V, V, s->tok[r0 + t]);
+				q->logprobs[t - 1] = s->plp[r0 + t - 1];
 		s->st[i].pos += s->nn[j];
 		advance(s, q, &s->st[i], row);
 	}

@@ -43,7 +43,7 @@ struct infer_sched {
 	bool *slot_used;
 	int *sl, *ps, *nn, *who;
 	int32_t *tok;
-	float *logits, *fs;
+	float *logits, *plp, *fs; /* each sequence's last logits; the prompts' log-probs */
 	int *is;
 };
 

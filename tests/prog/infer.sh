@@ -65,6 +65,16 @@ expect_ok "megac generates" $GEN $W/rlm $W/p2.json 20 $W/rl.json
 expect_ok "transformers' continuation" $REF generate $W/rl $W/p2.json 20 $W/rl_ref.json
 same "GQA Llama: greedy generation equals transformers'" $W/rl_ref.json $W/rl.json 1e-4
 
+# long prompts batched together: the head runs on 64 rows at a time, so the
+# prompts' log-probs come from chunks that cut across sequences
+/usr/bin/python3 -c '
+import json, random
+r = random.Random(5)
+print(json.dumps([[r.randrange(1000) for _ in range(n)] for n in (40, 45, 50)]))' >$W/p3.json
+expect_ok "megac generates after long prompts" $GEN $W/rlm $W/p3.json 6 $W/rl3.json
+expect_ok "transformers on the long prompts" $REF generate $W/rl $W/p3.json 6 $W/rl3_ref.json
+same "long prompts: tokens and every prompt log-prob equal transformers'" $W/rl3_ref.json $W/rl3.json 1e-4
+
 # sampling (top-k 40, temperature 0.8): a request's tokens depend on its seed
 # only, not on the requests batched with it
 expect_ok "sampled, batched" $GEN $W/rlm $W/p2.json 20 $W/s3.json 40 0.8 7
