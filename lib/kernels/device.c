@@ -3,6 +3,7 @@
  * is the C side that every build has.
  */
 #include "device.h"
+#include "kernels/cuda_ops.h"
 
 #include <stdio.h>
 
@@ -44,3 +45,12 @@ const char *device_describe(char *buf, int len)
 	}
 	return buf;
 }
+
+#ifndef MEGAC_CUDA
+const struct kops *kops_cuda(const char **why)
+{
+	if (why)
+		*why = "this build has no CUDA backend (nvcc was not found)";
+	return NULL;
+}
+#endif
