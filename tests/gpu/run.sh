@@ -1,12 +1,22 @@
 #!/bin/sh
-# run.sh - on the device machine (carry bin and build, see README.md): what
-# our programs find there, the unit and training tests, and the CPU training
-# benchmark on its cores. Results under $OUT.
+# run.sh - on the device machine (carry bin and build, see README.md): the
+# CPU-vs-CUDA op table parity test first (build/gpu/parity, 'make gpu-tests'),
+# then what our programs find there, the unit and training tests, and the CPU
+# training benchmark on its cores. Results under $OUT.
 set -u
 OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH="$PWD/build/gpu-libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export OMPI_MCA_mpi_yield_when_idle=1
+# parity.txt: TAP lines and "N passed, M failed"; parity_timings.txt: ms per op on both tables
+if [ -x build/gpu/parity ]; then
+	timeout 300 build/gpu/parity >"$OUT/parity.txt" 2>"$OUT/parity_timings.txt"
+	rc=$?
+	echo "parity: exit $rc, $(tail -n 1 "$OUT/parity.txt")" | tee "$OUT/parity_summary.txt"
+	grep -A1 '^not ok' "$OUT/parity.txt" | head -n 60
+else
+	echo "parity: build/gpu/parity missing (build it here with 'make gpu-tests')" | tee "$OUT/parity_summary.txt"
+fi
 {
 	nvidia-smi -L 2>&1
 	nproc

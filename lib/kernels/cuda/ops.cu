@@ -1,0 +1,1262 @@
+/*
+ * ops.cu - the CUDA backend of the op table (ops.h, cuda_ops.h): the same
+ * semantics as the CPU twins in cpu_ops.c / cpu_nn.c / cpu_attn.c, on
+ * device memory. Written in the style of llm.c: each kernel's forward beside
+ * its backward, plain loops that read like the CPU code they mirror.
+ *
+ * Conventions:
+ *   - Everything runs on the legacy default stream (0), so ops are ordered
+ *     after one another and after to_device; to_host, sumsq and nonfinite
+ *     synchronise (cudaMemcpy to the host).
+ *   - No float atomics anywhere: every output element is written by one
+ *     thread in a fixed order, and parameter-grad reductions over rows go
+ *     through per-row-block partials reduced in block order (as the CPU
+ *     does), so results are bit-identical run to run.
+ *   - Scratch buffers (partials, flags) come from the stream-ordered pool
+ *     (cudaMallocAsync / cudaFreeAsync on stream 0): no device-wide sync.
+ *   - Every CUDA and cuBLAS call is checked; a failure prints what failed,
+ *     where, and aborts (the table contract has no error returns).
+ *
+ * Not implemented yet (NULL in the table; callers check): the attention ops
+ * attention_forward/backward and attention_block_forward/backward.
+ *
+ * Global state: the op table itself (static, filled once) and one cuBLAS
+ * handle created lazily under pthread_once. Both are a backend singleton,
+ * read-only after initialisation, the same for every caller; the op table is
+ * driven from one host thread anyway.
+ *
+ * nvcc is run without -Ilib, so ops.h is included by relative path; it is
+ * plain C, hence the extern "C" around it.
+ */
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+extern "C" {
+#include "../ops.h"
+const struct kops *kops_cuda(const char **why); /* cuda_ops.h (which needs -Ilib) */
+}
+
+/* ---- error checking ---- */
+
+static void cuda_check(cudaError_t e, const char *expr, const char *file, int line)
+{
+	if (e != cudaSuccess) {
+		fprintf(stderr, "megac: CUDA error \"%s\" at %s:%d in %s\n", cudaGetErrorString(e), file,
+			line, expr);
+		abort();
+	}
+}
+#define CUDA_CHECK(x) cuda_check((x), #x, __FILE__, __LINE__)
+/* after every kernel launch: catches bad launch configurations at once
+ * (errors inside the kernel surface at the next synchronising call) */
+#define KERNEL_CHECK() cuda_check(cudaGetLastError(), "kernel launch", __FILE__, __LINE__)
+
+static void cublas_check(cublasStatus_t s, const char *expr, const char *file, int line)
+{
+	if (s != CUBLAS_STATUS_SUCCESS) {
+		fprintf(stderr, "megac: cuBLAS error %d (%s) at %s:%d in %s\n", (int)s,
+			cublasGetStatusString(s), file, line, expr);
+		abort();
+	}
+}
+#define CUBLAS_CHECK(x) cublas_check((x), #x, __FILE__, __LINE__)
+
+/* a caller broke an op's contract (the CPU backend's BUG) */
+static void cuda_bug(const char *msg, const char *file, int line)
+{
+	fprintf(stderr, "megac: BUG at %s:%d: %s\n", file, line, msg);
+	abort();
+}
+#define CUDA_BUG(msg) cuda_bug((msg), __FILE__, __LINE__)
+
+/* ---- launch geometry ---- */
+
+#define THREADS 256
+#define WARP 32
+/* Parameter grads of the norms and the linear bias are summed over rows in
+ * blocks of this many rows (cpu_nn.c's CPU_ROWS), then over blocks in order. */
+#define ROWS 32
+
+/* Blocks for a grid-stride loop over n elements: enough to fill the GPU,
+ * never more than the elements need. */
+static unsigned grid_for(size_t n)
+{
+	size_t b = (n + THREADS - 1) / THREADS;
+	if (b > 65536 * 4)
+		b = 65536 * 4;
+	return b ? (unsigned)b : 1u;
+}
+
+#define GRID_STRIDE(i, n)                                                                  \
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);             \
+	     i += (size_t)gridDim.x * blockDim.x)
+
+static void *scratch_alloc(size_t bytes)
+{
+	void *p = NULL;
+	if (bytes)
+		CUDA_CHECK(cudaMallocAsync(&p, bytes, 0));
+	return p;
+}
+
+static void scratch_free(void *p)
+{
+	if (p)
+		CUDA_CHECK(cudaFreeAsync(p, 0));
+}
+
+/* ---- reductions within a warp / a block ---- */
+
+__device__ __forceinline__ float warp_sum(float v)
+{
+	for (int o = WARP / 2; o > 0; o >>= 1)
+		v += __shfl_xor_sync(0xffffffffu, v, o);
+	return v;
+}
+
+__device__ __forceinline__ double warp_sumd(double v)
+{
+	for (int o = WARP / 2; o > 0; o >>= 1)
+		v += __shfl_xor_sync(0xffffffffu, v, o);
+	return v;
+}
+
+/* max that ignores NaN the way the CPU's "x > m ? x : m" does */
+__device__ __forceinline__ float warp_max(float v)
+{
+	for (int o = WARP / 2; o > 0; o >>= 1) {
+		float u = __shfl_xor_sync(0xffffffffu, v, o);
+		v = u > v ? u : v;
+	}
+	return v;
+}
+
+/* Block-wide sums/max, the result in every thread. blockDim.x must be a
+ * multiple of 32 and at most 1024. */
+__device__ double block_sumd(double v)
+{
+	__shared__ double sh[WARP];
+	int lane = threadIdx.x % WARP, w = threadIdx.x / WARP, nw = blockDim.x / WARP;
+	v = warp_sumd(v);
+	__syncthreads(); /* sh may still be read by an earlier call */
+	if (lane == 0)
+		sh[w] = v;
+	__syncthreads();
+	v = lane < nw ? sh[lane] : 0.0;
+	return warp_sumd(v);
+}
+
+__device__ float block_max(float v)
+{
+	__shared__ float sh[WARP];
+	int lane = threadIdx.x % WARP, w = threadIdx.x / WARP, nw = blockDim.x / WARP;
+	v = warp_max(v);
+	__syncthreads();
+	if (lane == 0)
+		sh[w] = v;
+	__syncthreads();
+	v = lane < nw ? sh[lane] : -INFINITY;
+	return warp_max(v);
+}
+
+/* ---- memory ---- */
+
+static void *cuda_alloc(size_t bytes)
+{
+	void *p = NULL;
+	if (bytes == 0)
+		return NULL;
+	cudaError_t e = cudaMalloc(&p, bytes);
+	if (e != cudaSuccess) {
+		fprintf(stderr, "megac: cudaMalloc of %zu bytes failed: %s\n", bytes,
+			cudaGetErrorString(e));
+		abort();
+	}
+	CUDA_CHECK(cudaMemset(p, 0, bytes));
+	return p;
+}
+
+static void cuda_free(void *p)
+{
+	if (p)
+		CUDA_CHECK(cudaFree(p));
+}
+
+static void cuda_to_host(void *dst, const void *src, size_t bytes)
+{
+	if (bytes)
+		CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+}
+
+static void cuda_to_device(void *dst, const void *src, size_t bytes)
+{
+	if (bytes)
+		CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+}
+
+static void cuda_zero(float *x, size_t n)
+{
+	if (n)
+		CUDA_CHECK(cudaMemset(x, 0, n * sizeof(float)));
+}
+
+/* ---- cuBLAS handle: created once, on first use ---- */
+
+static cublasHandle_t blas_handle;
+static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
+
+static void blas_init(void)
+{
+	CUBLAS_CHECK(cublasCreate(&blas_handle));
+	/* plain fp32 (no TF32): the CPU reference is fp32 sgemm */
+	CUBLAS_CHECK(cublasSetMathMode(blas_handle, CUBLAS_DEFAULT_MATH));
+	CUBLAS_CHECK(cublasSetStream(blas_handle, 0));
+}
+
+static cublasHandle_t blas(void)
+{
+	pthread_once(&blas_once, blas_init);
+	return blas_handle;
+}
+
+/* ---- linear: out[N,OC] = inp[N,IC] . weight[OC,IC]^T + bias ----
+ *
+ * cuBLAS is column-major. A row-major matrix X[r][c] (leading dim c) is, read
+ * column-major, X^T of shape c x r with the same leading dim c. So:
+ *
+ * forward, out = inp . W^T (row-major N x OC)
+ *   <=> out^T (col-major OC x N, ld OC) = W (OC x IC) . inp^T (IC x N)
+ *   W as stored is col-major W^T (IC x OC, ld IC)  -> opA = T, lda = IC
+ *   inp as stored is col-major inp^T (IC x N, ld IC) -> opB = N, ldb = IC
+ *   m = OC, n = N, k = IC.
+ *
+ * backward, dinp = dout . W (row-major N x IC)
+ *   <=> dinp^T (IC x N, ld IC) = W^T (IC x OC) . dout^T (OC x N)
+ *   W as stored is W^T (ld IC) -> opA = N; dout as stored is dout^T (ld OC) -> opB = N
+ *   m = IC, n = N, k = OC, beta = 0.
+ *
+ * backward, dweight += dout^T . inp (row-major OC x IC)
+ *   <=> dweight^T (IC x OC, ld IC) += inp^T (IC x N) . dout (N x OC)
+ *   inp as stored is inp^T (ld IC) -> opA = N
+ *   dout as stored is dout^T (OC x N, ld OC); we need dout -> opB = T, ldb = OC
+ *   m = IC, n = OC, k = N, beta = 1 (accumulate).
+ */
+
+/* out[n, :] = bias, so sgemm with beta = 1 adds onto it (as the CPU does) */
+__global__ void bias_fill_kernel(float *out, const float *bias, int N, int OC)
+{
+	GRID_STRIDE(i, (size_t)N * OC)
+		out[i] = bias[i % OC];
+}
+
+/* dbias partials: part[blk][c] = sum over rows of block blk (in order) of dout[n][c], in double */
+__global__ void colsum_partial_kernel(double *part, const float *x, int N, int C, int nblk)
+{
+	int tiles = (C + THREADS - 1) / THREADS;
+	int blk = blockIdx.x / tiles, c = (blockIdx.x % tiles) * THREADS + threadIdx.x;
+	if (blk >= nblk || c >= C)
+		return;
+	int n0 = blk * ROWS, n1 = n0 + ROWS < N ? n0 + ROWS : N;
+	double acc = 0.0;
+	for (int n = n0; n < n1; n++)
+		acc += x[(size_t)n * C + c];
+	part[(size_t)blk * C + c] = acc;
+}
+
+/* dst[c] += sum over blocks (in order) of part[b*stride + c] */
+__global__ void reduce_blocks_d_kernel(float *dst, const double *part, int nblk, int C)
+{
+	int c = blockIdx.x * blockDim.x + threadIdx.x;
+	if (c >= C)
+		return;
+	double acc = 0.0;
+	for (int b = 0; b < nblk; b++)
+		acc += part[(size_t)b * C + c];
+	dst[c] += (float)acc;
+}
+
+__global__ void reduce_blocks_f_kernel(float *dst, const float *part, int nblk, int C,
+				       size_t stride)
+{
+	int c = blockIdx.x * blockDim.x + threadIdx.x;
+	if (c >= C)
+		return;
+	double acc = 0.0; /* cpu_reduce_blocks: block partials summed in double */
+	for (int b = 0; b < nblk; b++)
+		acc += part[(size_t)b * stride + c];
+	dst[c] += (float)acc;
+}
+
+/* dst[c] += column sums of x[N, C]; deterministic, no atomics */
+static void colsum_add(float *dst, const float *x, int N, int C)
+{
+	int nblk = (N + ROWS - 1) / ROWS, tiles = (C + THREADS - 1) / THREADS;
+	double *part = (double *)scratch_alloc((size_t)nblk * C * sizeof(double));
+	colsum_partial_kernel<<<(unsigned)nblk * tiles, THREADS>>>(part, x, N, C, nblk);
+	KERNEL_CHECK();
+	reduce_blocks_d_kernel<<<tiles, THREADS>>>(dst, part, nblk, C);
+	KERNEL_CHECK();
+	scratch_free(part);
+}
+
+static void cuda_linear_forward(float *out, const float *inp, const float *weight,
+				const float *bias, int N, int IC, int OC)
+{
+	if (N <= 0 || OC <= 0)
+		return;
+	float one = 1.0f, beta = 0.0f;
+	if (bias) {
+		bias_fill_kernel<<<grid_for((size_t)N * OC), THREADS>>>(out, bias, N, OC);
+		KERNEL_CHECK();
+		beta = 1.0f;
+	} else if (IC == 0) {
+		cuda_zero(out, (size_t)N * OC);
+	}
+	if (IC > 0)
+		CUBLAS_CHECK(cublasSgemm(blas(), CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, &one, weight, IC,
+					 inp, IC, &beta, out, OC));
+}
+
+static void cuda_linear_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+				 const float *inp, const float *weight, int N, int IC, int OC)
+{
+	if (N <= 0 || OC <= 0 || IC <= 0) {
+		if (dinp && N > 0 && IC > 0)
+			cuda_zero(dinp, (size_t)N * IC);
+		if (dbias && N > 0 && OC > 0)
+			colsum_add(dbias, dout, N, OC);
+		return;
+	}
+	float one = 1.0f, zero = 0.0f;
+	if (dinp)
+		CUBLAS_CHECK(cublasSgemm(blas(), CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, &one, weight, IC,
+					 dout, OC, &zero, dinp, IC));
+	if (dweight)
+		CUBLAS_CHECK(cublasSgemm(blas(), CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, &one, inp, IC,
+					 dout, OC, &one, dweight, IC));
+	if (dbias)
+		colsum_add(dbias, dout, N, OC);
+}
+
+/* ---- embedding: out[n] = wte[tokens[n]] (+ wpe[positions[n]]) ---- */
+
+__global__ void embedding_forward_kernel(float *out, const int32_t *tokens,
+					 const int32_t *positions, const float *wte,
+					 const float *wpe, int N, int C)
+{
+	GRID_STRIDE(i, (size_t)N * C) {
+		size_t n = i / C, c = i % C;
+		int tok = tokens[n];
+		/* a token of another vocabulary shard (-1) is a zero row (plus position) */
+		float te = tok >= 0 ? wte[(size_t)tok * C + c] : 0.0f;
+		if (wpe && positions) {
+			float pe = wpe[(size_t)positions[n] * C + c];
+			out[i] = tok >= 0 ? te + pe : pe;
+		} else {
+			out[i] = te;
+		}
+	}
+}
+
+/* One thread per channel c walks the rows n = 0..N-1 in order and adds into
+ * dwte[tokens[n]][c] (and dwpe[positions[n]][c]): a token may occur in many
+ * rows, and owning columns instead of rows needs no atomics and gives the
+ * CPU's summation order exactly. Parallelism is only C threads; good enough
+ * for now (a sort-by-token scheme would be the faster deterministic one). */
+__global__ void embedding_backward_kernel(float *dwte, float *dwpe, const float *dout,
+					  const int32_t *tokens, const int32_t *positions, int N,
+					  int C)
+{
+	int c = blockIdx.x * blockDim.x + threadIdx.x;
+	if (c >= C)
+		return;
+	bool pos = dwpe && positions;
+	for (int n = 0; n < N; n++) {
+		float d = dout[(size_t)n * C + c];
+		int tok = tokens[n];
+		if (dwte && tok >= 0)
+			dwte[(size_t)tok * C + c] += d;
+		if (pos)
+			dwpe[(size_t)positions[n] * C + c] += d;
+	}
+}
+
+static void cuda_embedding_forward(float *out, const int32_t *tokens, const int32_t *positions,
+				   const float *wte, const float *wpe, int N, int C)
+{
+	if (N <= 0 || C <= 0)
+		return;
+	embedding_forward_kernel<<<grid_for((size_t)N * C), THREADS>>>(out, tokens, positions, wte,
+								       wpe, N, C);
+	KERNEL_CHECK();
+}
+
+static void cuda_embedding_backward(float *dwte, float *dwpe, const float *dout,
+				    const int32_t *tokens, const int32_t *positions, int N, int C)
+{
+	if (N <= 0 || C <= 0 || (!dwte && !(dwpe && positions)))
+		return;
+	embedding_backward_kernel<<<(C + THREADS - 1) / THREADS, THREADS>>>(dwte, dwpe, dout, tokens,
+									     positions, N, C);
+	KERNEL_CHECK();
+}
+
+/* ---- LayerNorm: out = (x - mean) * rstd * w + b ----
+ * One warp per row; the mean and variance are summed in double, two passes
+ * (cpu_layernorm_forward). */
+
+#define ROWS_PER_BLOCK (THREADS / WARP)
+
+__global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd, const float *inp,
+					 const float *w, const float *b, int N, int C, float eps)
+{
+	int n = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / WARP, lane = threadIdx.x % WARP;
+	if (n >= N)
+		return;
+	const float *x = inp + (size_t)n * C;
+	float *o = out + (size_t)n * C;
+	double sum = 0.0;
+	for (int c = lane; c < C; c += WARP)
+		sum += x[c];
+	sum = warp_sumd(sum);
+	float m = (float)(sum / C);
+	double sq = 0.0;
+	for (int c = lane; c < C; c += WARP) {
+		float d = x[c] - m;
+		sq += (double)d * d;
+	}
+	sq = warp_sumd(sq);
+	float s = 1.0f / sqrtf((float)(sq / C) + eps);
+	for (int c = lane; c < C; c += WARP)
+		o[c] = b ? (x[c] - m) * s * w[c] + b[c] : (x[c] - m) * s * w[c];
+	if (lane == 0) {
+		mean[n] = m;
+		rstd[n] = s;
+	}
+}
+
+/*
+ * With xhat = (x - mean) * rstd and y = xhat * w + b:
+ *   dxhat = dout * w
+ *   dinp  = rstd * (dxhat - mean_c(dxhat) - xhat * mean_c(dxhat * xhat))
+ * one warp per row, sums in float (as the CPU).
+ */
+__global__ void layernorm_backward_dinp_kernel(float *dinp, const float *dout, const float *inp,
+					       const float *w, const float *mean,
+					       const float *rstd, int N, int C)
+{
+	int n = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / WARP, lane = threadIdx.x % WARP;
+	if (n >= N)
+		return;
+	const float *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
+	const float m = mean[n], s = rstd[n];
+	float sum_dxhat = 0.0f, sum_dxhat_xhat = 0.0f;
+	for (int c = lane; c < C; c += WARP) {
+		float xhat = (x[c] - m) * s, dxhat = dy[c] * w[c];
+		sum_dxhat += dxhat;
+		sum_dxhat_xhat += dxhat * xhat;
+	}
+	sum_dxhat = warp_sum(sum_dxhat);
+	sum_dxhat_xhat = warp_sum(sum_dxhat_xhat);
+	const float mean_dxhat = sum_dxhat / C, mean_dxhat_xhat = sum_dxhat_xhat / C;
+	float *dx = dinp + (size_t)n * C;
+	for (int c = lane; c < C; c += WARP) {
+		float xhat = (x[c] - m) * s, dxhat = dy[c] * w[c];
+		dx[c] = s * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat);
+	}
+}
+
+/* Per block of ROWS rows, one thread per column, rows in order, in float
+ * (cpu_layernorm_backward's partials): part[blk] = [dw partial | db partial]. */
+__global__ void layernorm_backward_partial_kernel(float *part, const float *dout,
+						  const float *inp, const float *mean,
+						  const float *rstd, int N, int C, int nblk)
+{
+	int tiles = (C + THREADS - 1) / THREADS;
+	int blk = blockIdx.x / tiles, c = (blockIdx.x % tiles) * THREADS + threadIdx.x;
+	if (blk >= nblk || c >= C)
+		return;
+	int n0 = blk * ROWS, n1 = n0 + ROWS < N ? n0 + ROWS : N;
+	float pw = 0.0f, pb = 0.0f;
+	for (int n = n0; n < n1; n++) {
+		float x = inp[(size_t)n * C + c], dy = dout[(size_t)n * C + c];
+		pw += dy * ((x - mean[n]) * rstd[n]);
+		pb += dy;
+	}
+	part[(size_t)blk * 2 * C + c] = pw;
+	part[(size_t)blk * 2 * C + C + c] = pb;
+}
+
+static void cuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+				   const float *w, const float *b, int N, int C, float eps)
+{
+	if (N <= 0)
+		return;
+	layernorm_forward_kernel<<<(N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK, THREADS>>>(
+		out, mean, rstd, inp, w, b, N, C, eps);
+	KERNEL_CHECK();
+}
+
+static void cuda_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
+				    const float *inp, const float *w, const float *mean,
+				    const float *rstd, int N, int C)
+{
+	if (N <= 0 || C <= 0)
+		return;
+	if (dinp) {
+		layernorm_backward_dinp_kernel<<<(N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK, THREADS>>>(
+			dinp, dout, inp, w, mean, rstd, N, C);
+		KERNEL_CHECK();
+	}
+	if (!dw && !db)
+		return;
+	int nblk = (N + ROWS - 1) / ROWS, tiles = (C + THREADS - 1) / THREADS;
+	float *part = (float *)scratch_alloc((size_t)nblk * 2 * C * sizeof(float));
+	layernorm_backward_partial_kernel<<<(unsigned)nblk * tiles, THREADS>>>(part, dout, inp, mean,
+									       rstd, N, C, nblk);
+	KERNEL_CHECK();
+	if (dw) {
+		reduce_blocks_f_kernel<<<tiles, THREADS>>>(dw, part, nblk, C, 2 * (size_t)C);
+		KERNEL_CHECK();
+	}
+	if (db) {
+		reduce_blocks_f_kernel<<<tiles, THREADS>>>(db, part + C, nblk, C, 2 * (size_t)C);
+		KERNEL_CHECK();
+	}
+	scratch_free(part);
+}
+
+/* ---- RMSNorm: out = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps) ---- */
+
+__global__ void rmsnorm_forward_kernel(float *out, float *rstd, const float *inp, const float *w,
+				       int N, int C, float eps)
+{
+	int n = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / WARP, lane = threadIdx.x % WARP;
+	if (n >= N)
+		return;
+	const float *x = inp + (size_t)n * C;
+	float *o = out + (size_t)n * C;
+	double sq = 0.0;
+	for (int c = lane; c < C; c += WARP)
+		sq += (double)x[c] * x[c];
+	sq = warp_sumd(sq);
+	float s = 1.0f / sqrtf((float)(sq / C) + eps);
+	for (int c = lane; c < C; c += WARP)
+		o[c] = x[c] * s * w[c];
+	if (lane == 0)
+		rstd[n] = s;
+}
+
+/*
+ * y_c = x_c r w_c with r = (mean(x^2) + eps)^-1/2:
+ *   dinp_j = r (dout_j w_j - x_j r^2 mean_c(dout_c w_c x_c))
+ */
+__global__ void rmsnorm_backward_dinp_kernel(float *dinp, const float *dout, const float *inp,
+					     const float *w, const float *rstd, int N, int C)
+{
+	int n = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / WARP, lane = threadIdx.x % WARP;
+	if (n >= N)
+		return;
+	const float *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
+	const float s = rstd[n];
+	float sum = 0.0f;
+	for (int c = lane; c < C; c += WARP)
+		sum += dy[c] * w[c] * x[c];
+	sum = warp_sum(sum);
+	const float k = s * s * (sum / C);
+	float *dx = dinp + (size_t)n * C;
+	for (int c = lane; c < C; c += WARP)
+		dx[c] = s * (dy[c] * w[c] - x[c] * k);
+}
+
+/* dw partials per ROWS-row block: part[blk][c] = sum_n dout * (x * r), in float */
+__global__ void rmsnorm_backward_partial_kernel(float *part, const float *dout, const float *inp,
+						const float *rstd, int N, int C, int nblk)
+{
+	int tiles = (C + THREADS - 1) / THREADS;
+	int blk = blockIdx.x / tiles, c = (blockIdx.x % tiles) * THREADS + threadIdx.x;
+	if (blk >= nblk || c >= C)
+		return;
+	int n0 = blk * ROWS, n1 = n0 + ROWS < N ? n0 + ROWS : N;
+	float pw = 0.0f;
+	for (int n = n0; n < n1; n++)
+		pw += dout[(size_t)n * C + c] * (inp[(size_t)n * C + c] * rstd[n]);
+	part[(size_t)blk * C + c] = pw;
+}
+
+static void cuda_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N,
+				 int C, float eps)
+{
+	if (N <= 0)
+		return;
+	rmsnorm_forward_kernel<<<(N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK, THREADS>>>(
+		out, rstd, inp, w, N, C, eps);
+	KERNEL_CHECK();
+}
+
+static void cuda_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,
+				  const float *w, const float *rstd, int N, int C)
+{
+	if (N <= 0 || C <= 0)
+		return;
+	if (dinp) {
+		rmsnorm_backward_dinp_kernel<<<(N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK, THREADS>>>(
+			dinp, dout, inp, w, rstd, N, C);
+		KERNEL_CHECK();
+	}
+	if (!dw)
+		return;
+	int nblk = (N + ROWS - 1) / ROWS, tiles = (C + THREADS - 1) / THREADS;
+	float *part = (float *)scratch_alloc((size_t)nblk * C * sizeof(float));
+	rmsnorm_backward_partial_kernel<<<(unsigned)nblk * tiles, THREADS>>>(part, dout, inp, rstd, N,
+									     C, nblk);
+	KERNEL_CHECK();
+	reduce_blocks_f_kernel<<<tiles, THREADS>>>(dw, part, nblk, C, (size_t)C);
+	KERNEL_CHECK();
+	scratch_free(part);
+}
+
+/* ---- GELU ---- */
+
+#define GELU_S 0.79788456f /* sqrt(2/pi), Megatron's literal */
+#define GELU_K 0.044715f
+
+/* Phi(x) = 0.5 erfc(-x/sqrt2) by the same Chebyshev fit (Numerical Recipes'
+ * erfcc, error < 1.2e-7) the CPU uses, so both backends compute the same
+ * function, not merely two close ones. */
+__device__ __forceinline__ float normal_cdf(float x)
+{
+	const float z = fabsf(x) * 0.70710678118654752f;
+	const float t = 1.0f / (1.0f + 0.5f * z);
+	float q = 0.17087277f;
+	q = q * t - 0.82215223f;
+	q = q * t + 1.48851587f;
+	q = q * t - 1.13520398f;
+	q = q * t + 0.27886807f;
+	q = q * t - 0.18628806f;
+	q = q * t + 0.09678418f;
+	q = q * t + 0.37409196f;
+	q = q * t + 1.00002368f;
+	q = q * t - 1.26551223f;
+	const float erfc_z = t * expf(q - z * z); /* erfc(|x|/sqrt2) */
+	return 0.5f * (x > 0.0f ? 2.0f - erfc_z : erfc_z);
+}
+
+/* tanh form as x sigmoid(2u) = x / (1 + e^-2u) (cpu_gelu_forward) */
+__global__ void gelu_forward_kernel(float *out, const float *inp, size_t n, int kind)
+{
+	GRID_STRIDE(i, n) {
+		float x = inp[i];
+		if (kind == KOPS_GELU_TANH) {
+			float u = GELU_S * x * (1.0f + GELU_K * x * x);
+			out[i] = x / (1.0f + expf(-2.0f * u));
+		} else {
+			out[i] = x * normal_cdf(x);
+		}
+	}
+}
+
+/* tanh: Megatron's bias_gelu_back, t = tanh(u) = 2 sigmoid(2u) - 1,
+ *   ff = 0.5x (1 - t^2)(0.79788456 + 0.1070322243 x^2) + 0.5 (1 + t)
+ * erf: d/dx [x Phi(x)] = Phi(x) + x phi(x) */
+__global__ void gelu_backward_kernel(float *dinp, const float *dout, const float *inp, size_t n,
+				     int kind)
+{
+	GRID_STRIDE(i, n) {
+		float x = inp[i];
+		if (kind == KOPS_GELU_TANH) {
+			float u = GELU_S * x * (1.0f + GELU_K * x * x);
+			float t = 2.0f / (1.0f + expf(-2.0f * u)) - 1.0f;
+			float ff = 0.5f * x * ((1.0f - t * t) * (GELU_S + 0.1070322243f * x * x)) +
+				   0.5f * (1.0f + t);
+			dinp[i] = ff * dout[i];
+		} else {
+			float pdf = 0.3989422804014327f * expf(-0.5f * x * x);
+			dinp[i] = dout[i] * (normal_cdf(x) + x * pdf);
+		}
+	}
+}
+
+static void cuda_gelu_forward(float *out, const float *inp, size_t n, enum kops_gelu kind)
+{
+	if (kind != KOPS_GELU_TANH && kind != KOPS_GELU_ERF)
+		CUDA_BUG("unknown gelu kind");
+	if (n == 0)
+		return;
+	gelu_forward_kernel<<<grid_for(n), THREADS>>>(out, inp, n, (int)kind);
+	KERNEL_CHECK();
+}
+
+static void cuda_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n,
+			       enum kops_gelu kind)
+{
+	if (kind != KOPS_GELU_TANH && kind != KOPS_GELU_ERF)
+		CUDA_BUG("unknown gelu kind");
+	if (n == 0)
+		return;
+	gelu_backward_kernel<<<grid_for(n), THREADS>>>(dinp, dout, inp, n, (int)kind);
+	KERNEL_CHECK();
+}
+
+/* ---- SwiGLU: inp[N, 2F] = [gate | up]; out = silu(gate) * up ---- */
+
+__global__ void swiglu_forward_kernel(float *out, const float *inp, int N, int F)
+{
+	GRID_STRIDE(i, (size_t)N * F) {
+		size_t n = i / F, j = i % F;
+		const float *gate = inp + n * 2 * F, *up = gate + F;
+		out[i] = gate[j] / (1.0f + expf(-gate[j])) * up[j];
+	}
+}
+
+/* dgate = dout * up * sig (1 + g (1 - sig)),  dup = dout * silu(g) */
+__global__ void swiglu_backward_kernel(float *dinp, const float *dout, const float *inp, int N,
+				       int F)
+{
+	GRID_STRIDE(i, (size_t)N * F) {
+		size_t n = i / F, j = i % F;
+		const float *gate = inp + n * 2 * F, *up = gate + F;
+		float *dgate = dinp + n * 2 * F, *dup = dgate + F;
+		float g = gate[j], sig = 1.0f / (1.0f + expf(-g)), dy = dout[i];
+		dgate[j] = dy * up[j] * (sig * (1.0f + g * (1.0f - sig)));
+		dup[j] = dy * (g * sig);
+	}
+}
+
+static void cuda_swiglu_forward(float *out, const float *inp, int N, int F)
+{
+	if (N <= 0 || F <= 0)
+		return;
+	swiglu_forward_kernel<<<grid_for((size_t)N * F), THREADS>>>(out, inp, N, F);
+	KERNEL_CHECK();
+}
+
+static void cuda_swiglu_backward(float *dinp, const float *dout, const float *inp, int N, int F)
+{
+	if (N <= 0 || F <= 0)
+		return;
+	swiglu_backward_kernel<<<grid_for((size_t)N * F), THREADS>>>(dinp, dout, inp, N, F);
+	KERNEL_CHECK();
+}
+
+/* ---- fused QKV split (+ RoPE, rotate-half) ----
+ * One thread per channel of a piece: qkv row bt holds, for each group G,
+ * pieces j = 0..m+1 ([m query heads | key | value], k channels each);
+ * piece p = G*(m+2) + j. Forward (cpu_rope_forward), with half = rot/2:
+ *   y[i]        = x[i] c[i] - x[i+half] s[i]            (i < half)
+ *   y[i]        = x[i] c[i] + x[i-half] s[i]            (half <= i < rot)
+ *   y[i]        = x[i]                                  (i >= rot, or values)
+ * Backward is the transpose (cpu_rope_backward):
+ *   dx[i]       = dy[i] c[i] + dy[i+half] s[i+half]     (i < half)
+ *   dx[i]       = dy[i] c[i] - dy[i-half] s[i-half]     (half <= i < rot)
+ */
+
+/* where piece p of token (b, t) lives in q/kk/v, and its rotary width */
+__device__ __forceinline__ size_t qkv_dest(int *which, int *r, int p, int b, int t, int T, int a,
+					   int g, int k, int m, int rot)
+{
+	int G = p / (m + 2), j = p % (m + 2);
+	*r = j <= m ? rot : 0; /* rotate queries and keys, not values */
+	if (j < m) {
+		*which = 0;
+		return (((size_t)b * a + G * m + j) * T + t) * k;
+	}
+	*which = j == m ? 1 : 2;
+	return (((size_t)b * g + G) * T + t) * k;
+}
+
+__global__ void qkv_split_forward_kernel(float *q, float *kk, float *v, const float *qkv,
+					 const float *cos, const float *sin, int B, int T, int a,
+					 int g, int k, int rot)
+{
+	const int m = a / g, P = a + 2 * g;
+	GRID_STRIDE(e, (size_t)B * T * P * k) {
+		int i = (int)(e % k);
+		int p = (int)((e / k) % P);
+		size_t bt = e / ((size_t)k * P);
+		int b = (int)(bt / T), t = (int)(bt % T);
+		int which, r;
+		size_t off = qkv_dest(&which, &r, p, b, t, T, a, g, k, m, rot);
+		float *y = (which == 0 ? q : which == 1 ? kk : v) + off;
+		const float *x = qkv + e - i; /* start of this piece */
+		float val;
+		if (i < r) {
+			const float *c = cos + (size_t)t * rot, *s = sin + (size_t)t * rot;
+			int half = r / 2;
+			if (i < half)
+				val = x[i] * c[i] - x[i + half] * s[i];
+			else
+				val = x[i] * c[i] + x[i - half] * s[i];
+		} else {
+			val = x[i];
+		}
+		y[i] = val;
+	}
+}
+
+__global__ void qkv_split_backward_kernel(float *dqkv, const float *dq, const float *dk,
+					  const float *dv, const float *cos, const float *sin, int B,
+					  int T, int a, int g, int k, int rot)
+{
+	const int m = a / g, P = a + 2 * g;
+	GRID_STRIDE(e, (size_t)B * T * P * k) {
+		int i = (int)(e % k);
+		int p = (int)((e / k) % P);
+		size_t bt = e / ((size_t)k * P);
+		int b = (int)(bt / T), t = (int)(bt % T);
+		int which, r;
+		size_t off = qkv_dest(&which, &r, p, b, t, T, a, g, k, m, rot);
+		const float *dy = (which == 0 ? dq : which == 1 ? dk : dv) + off;
+		float val;
+		if (i < r) {
+			const float *c = cos + (size_t)t * rot, *s = sin + (size_t)t * rot;
+			int half = r / 2;
+			if (i < half)
+				val = dy[i] * c[i] + dy[i + half] * s[i + half];
+			else
+				val = dy[i] * c[i] - dy[i - half] * s[i - half];
+		} else {
+			val = dy[i];
+		}
+		dqkv[e] = val;
+	}
+}
+
+static void qkv_check(int a, int g, int k, int rot)
+{
+	if (a <= 0 || g <= 0 || a % g != 0)
+		CUDA_BUG("attention: heads do not split into groups");
+	if (rot < 0 || rot > k || rot % 2 != 0)
+		CUDA_BUG("attention: rotary dim must be even and at most the head dim");
+}
+
+static void cuda_qkv_split_forward(float *q, float *kk, float *v, const float *qkv,
+				   const float *cos, const float *sin, int B, int T, int a, int g,
+				   int k, int rot)
+{
+	qkv_check(a, g, k, rot);
+	size_t n = (size_t)B * T * (a + 2 * g) * k;
+	if (n == 0)
+		return;
+	qkv_split_forward_kernel<<<grid_for(n), THREADS>>>(q, kk, v, qkv, cos, sin, B, T, a, g, k,
+							   rot);
+	KERNEL_CHECK();
+}
+
+static void cuda_qkv_split_backward(float *dqkv, const float *dq, const float *dk,
+				    const float *dv, const float *cos, const float *sin, int B,
+				    int T, int a, int g, int k, int rot)
+{
+	qkv_check(a, g, k, rot);
+	size_t n = (size_t)B * T * (a + 2 * g) * k;
+	if (n == 0)
+		return;
+	qkv_split_backward_kernel<<<grid_for(n), THREADS>>>(dqkv, dq, dk, dv, cos, sin, B, T, a, g,
+							    k, rot);
+	KERNEL_CHECK();
+}
+
+/* ---- counter-based random numbers (cpu_rand.c, ported exactly) ----
+ * block(seed, j) = Philox4x32-10, key (lo32(seed), hi32(seed)), counter
+ * (lo32(j), hi32(j), 0, 0); uniform(s, c) = (w[c mod 4] >> 8) * 2^-24 of
+ * block(s, c / 4). Each thread computes the whole block for its counter
+ * (4x redundant work, but simple and obviously the same draw). */
+
+#define PHILOX_M0 0xD2511F53u
+#define PHILOX_M1 0xCD9E8D57u
+#define PHILOX_W0 0x9E3779B9u
+#define PHILOX_W1 0xBB67AE85u
+
+__device__ __forceinline__ float philox_uniform(uint64_t seed, uint64_t counter)
+{
+	uint64_t j = counter >> 2;
+	uint32_t x0 = (uint32_t)j, x1 = (uint32_t)(j >> 32), x2 = 0, x3 = 0;
+	uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+	for (int round = 0; round < 10; round++) {
+		if (round > 0) { /* the key is bumped before every round but the first */
+			k0 += PHILOX_W0;
+			k1 += PHILOX_W1;
+		}
+		uint32_t hi0 = __umulhi(PHILOX_M0, x0), lo0 = PHILOX_M0 * x0;
+		uint32_t hi1 = __umulhi(PHILOX_M1, x2), lo1 = PHILOX_M1 * x2;
+		uint32_t y0 = hi1 ^ x1 ^ k0, y1 = lo1;
+		uint32_t y2 = hi0 ^ x3 ^ k1, y3 = lo0;
+		x0 = y0, x1 = y1, x2 = y2, x3 = y3;
+	}
+	unsigned w = (unsigned)(counter & 3);
+	uint32_t word = w == 0 ? x0 : w == 1 ? x1 : w == 2 ? x2 : x3;
+	return (float)(word >> 8) * 5.9604644775390625e-08f; /* 2^-24: exact */
+}
+
+/* ---- residual dropout: out = residual + dropout(x) ----
+ * Element i is kept when uniform(seed, offset + i) >= p and then scaled by
+ * keep_scale = 1.0f / (1.0f - p) (fp32, computed on the host as the CPU
+ * does). __fmul_rn keeps nvcc from fusing the scale into the add, so the
+ * rounding is the CPU's (x * s rounded, then added). residual may be NULL. */
+__global__ void dropout_apply_kernel(float *out, const float *residual, const float *x, size_t n,
+				     float p, float keep_scale, uint64_t seed, uint64_t offset)
+{
+	GRID_STRIDE(i, n) {
+		float s = philox_uniform(seed, offset + i) >= p ? keep_scale : 0.0f;
+		float y = __fmul_rn(x[i], s);
+		out[i] = residual ? residual[i] + y : y;
+	}
+}
+
+__global__ void add_kernel(float *out, const float *a, const float *b, size_t n)
+{
+	GRID_STRIDE(i, n)
+		out[i] = a[i] + b[i];
+}
+
+static void cuda_add(float *out, const float *a, const float *b, size_t n)
+{
+	if (n == 0)
+		return;
+	add_kernel<<<grid_for(n), THREADS>>>(out, a, b, n);
+	KERNEL_CHECK();
+}
+
+static void cuda_dropout_add_forward(float *out, const float *residual, const float *x, size_t n,
+				     float p, uint64_t seed, uint64_t offset)
+{
+	if (n == 0)
+		return;
+	if (p == 0.0f) {
+		cuda_add(out, residual, x, n);
+		return;
+	}
+	dropout_apply_kernel<<<grid_for(n), THREADS>>>(out, residual, x, n, p, 1.0f / (1.0f - p),
+						       seed, offset);
+	KERNEL_CHECK();
+}
+
+static void cuda_dropout_backward(float *dx, const float *dout, size_t n, float p, uint64_t seed,
+				  uint64_t offset)
+{
+	if (n == 0)
+		return;
+	if (p == 0.0f) {
+		if (dx != dout)
+			CUDA_CHECK(cudaMemcpy(dx, dout, n * sizeof(float), cudaMemcpyDeviceToDevice));
+		return;
+	}
+	dropout_apply_kernel<<<grid_for(n), THREADS>>>(dx, NULL, dout, n, p, 1.0f / (1.0f - p), seed,
+						       offset);
+	KERNEL_CHECK();
+}
+
+/* ---- softmax cross-entropy ----
+ * Forward: one block per row. Row max in float (NaN ignored by the max, as
+ * the CPU's "x > m ? x : m"; a NaN logit still makes the sum NaN), the sum of
+ * exp(x - max) in double, lse = max + (float)log(sum). A target outside
+ * [-1, V) is a caller bug: the CPU aborts, here the kernel prints and traps
+ * (the next CUDA call then aborts). */
+
+#define XENT_THREADS 512
+
+__global__ void xent_forward_kernel(float *losses, float *lse, const float *logits,
+				    const int32_t *targets, int N, int V)
+{
+	int n = blockIdx.x;
+	if (n >= N)
+		return;
+	const float *x = logits + (size_t)n * V;
+	float mx = -INFINITY;
+	for (int j = threadIdx.x; j < V; j += blockDim.x)
+		mx = x[j] > mx ? x[j] : mx;
+	mx = block_max(mx);
+	double sum = 0.0;
+	for (int j = threadIdx.x; j < V; j += blockDim.x)
+		sum += (double)expf(x[j] - mx);
+	sum = block_sumd(sum);
+	if (threadIdx.x == 0) {
+		int t = targets[n];
+		if (t < -1 || t >= V) {
+			printf("megac: BUG: cross-entropy target %d outside [-1, %d)\n", t, V);
+			__trap();
+		}
+		float l = mx + (float)log(sum);
+		lse[n] = l;
+		losses[n] = t >= 0 ? l - x[t] : l; /* -1: the target is in another shard */
+	}
+}
+
+/* dlogits = (exp(x - lse) - onehot) * dloss. Each element is read and then
+ * written by the same thread, so dlogits may alias logits. */
+__global__ void xent_backward_kernel(float *dlogits, const float *logits, const float *lse,
+				     const int32_t *targets, const float *dloss, int N, int V)
+{
+	int n = blockIdx.x;
+	if (n >= N)
+		return;
+	const float *x = logits + (size_t)n * V;
+	float *dx = dlogits + (size_t)n * V;
+	const float l = lse[n], dl = dloss[n];
+	const int t = targets[n];
+	for (int j = threadIdx.x; j < V; j += blockDim.x) {
+		float pj = expf(x[j] - l);
+		dx[j] = (j == t ? pj - 1.0f : pj) * dl;
+	}
+}
+
+static void cuda_xent_forward(float *losses, float *lse, const float *logits,
+			      const int32_t *targets, int N, int V)
+{
+	if (N <= 0)
+		return;
+	xent_forward_kernel<<<N, XENT_THREADS>>>(losses, lse, logits, targets, N, V);
+	KERNEL_CHECK();
+}
+
+static void cuda_xent_backward(float *dlogits, const float *logits, const float *lse,
+			       const int32_t *targets, const float *dloss, int N, int V)
+{
+	if (N <= 0 || V <= 0)
+		return;
+	xent_backward_kernel<<<N, XENT_THREADS>>>(dlogits, logits, lse, targets, dloss, N, V);
+	KERNEL_CHECK();
+}
+
+/* ---- vector helpers ---- */
+
+__global__ void scale_kernel(float *x, float s, size_t n)
+{
+	GRID_STRIDE(i, n)
+		x[i] *= s;
+}
+
+static void cuda_scale(float *x, float s, size_t n)
+{
+	if (n == 0)
+		return;
+	scale_kernel<<<grid_for(n), THREADS>>>(x, s, n);
+	KERNEL_CHECK();
+}
+
+/* Sum of squares in double: one block per chunk of SUM_CHUNK elements (the
+ * CPU's chunking), then the chunk sums added in chunk order on the host. */
+#define SUM_CHUNK 65536
+
+__global__ void sumsq_kernel(double *part, const float *x, size_t n)
+{
+	size_t i0 = (size_t)blockIdx.x * SUM_CHUNK;
+	size_t i1 = i0 + SUM_CHUNK < n ? i0 + SUM_CHUNK : n;
+	double acc = 0.0;
+	for (size_t i = i0 + threadIdx.x; i < i1; i += blockDim.x)
+		acc += (double)x[i] * x[i];
+	acc = block_sumd(acc);
+	if (threadIdx.x == 0)
+		part[blockIdx.x] = acc;
+}
+
+static double cuda_sumsq(const float *x, size_t n)
+{
+	size_t nch = (n + SUM_CHUNK - 1) / SUM_CHUNK;
+	if (nch == 0)
+		return 0.0;
+	if (nch > 0x7fffffffu)
+		CUDA_BUG("sumsq: too many elements");
+	double *part = (double *)scratch_alloc(nch * sizeof(double));
+	sumsq_kernel<<<(unsigned)nch, THREADS>>>(part, x, n);
+	KERNEL_CHECK();
+	double *host = (double *)malloc(nch * sizeof(double));
+	if (!host)
+		CUDA_BUG("sumsq: out of host memory");
+	CUDA_CHECK(cudaMemcpy(host, part, nch * sizeof(double), cudaMemcpyDeviceToHost));
+	scratch_free(part);
+	double total = 0.0;
+	for (size_t ch = 0; ch < nch; ch++)
+		total += host[ch];
+	free(host);
+	return total;
+}
+
+/* Any inf or NaN (all exponent bits set). Threads that find one store 1 into
+ * the flag: the same value from every writer, so no atomics are needed. */
+__global__ void nonfinite_kernel(int *flag, const float *x, size_t n)
+{
+	GRID_STRIDE(i, n) {
+		if ((__float_as_uint(x[i]) & 0x7f800000u) == 0x7f800000u)
+			*flag = 1;
+	}
+}
+
+static int cuda_nonfinite(const float *x, size_t n)
+{
+	if (n == 0)
+		return 0;
+	int *flag = (int *)scratch_alloc(sizeof(int)), host = 0;
+	CUDA_CHECK(cudaMemsetAsync(flag, 0, sizeof(int), 0));
+	nonfinite_kernel<<<grid_for(n), THREADS>>>(flag, x, n);
+	KERNEL_CHECK();
+	CUDA_CHECK(cudaMemcpy(&host, flag, sizeof(int), cudaMemcpyDeviceToHost));
+	scratch_free(flag);
+	return host != 0;
+}
+
+/* ---- rounding to half precision and back (cpu_round_bf16/fp16, bit for bit) ---- */
+
+/* bf16: add half of the dropped 16 bits (minus one unless the kept part is
+ * odd: ties to even) and truncate; a NaN is quieted, sign kept. */
+__device__ __forceinline__ float round_bf16(float x)
+{
+	uint32_t u = __float_as_uint(x);
+	uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+	uint32_t quiet_nan = (u | 0x00400000u) & 0xffff0000u;
+	return __uint_as_float((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
+}
+
+/* IEEE half: normals keep 10 mantissa bits (ties to even); below 2^-14 the
+ * halves are multiples of 2^-24, the ulp of [0.5, 1), so (|x| + 0.5) - 0.5
+ * rounds to them (__fadd_rn: never contracted or reassociated); |x| >= 65520
+ * goes to inf; NaN stays NaN (quieted). */
+__device__ __forceinline__ float round_fp16(float x)
+{
+	uint32_t u = __float_as_uint(x);
+	uint32_t sign = u & 0x80000000u, a = u & 0x7fffffffu;
+	if (a > 0x7f800000u)
+		return __uint_as_float(u | 0x00400000u);
+	if (a >= 0x477ff000u)
+		return __uint_as_float(sign | 0x7f800000u);
+	if (a >= 0x38800000u)
+		return __uint_as_float(sign | ((a + 0x0fffu + ((a >> 13) & 1u)) & ~0x1fffu));
+	float sub = __fadd_rn(__fadd_rn(__uint_as_float(a), 0.5f), -0.5f);
+	return __uint_as_float(sign | __float_as_uint(sub));
+}
+
+__global__ void round_kernel(float *out, const float *x, size_t n, int kind)
+{
+	GRID_STRIDE(i, n)
+		out[i] = kind == KOPS_ROUND_BF16 ? round_bf16(x[i]) : round_fp16(x[i]);
+}
+
+static void cuda_round(float *out, const float *x, size_t n, enum kops_round kind)
+{
+	if (kind != KOPS_ROUND_BF16 && kind != KOPS_ROUND_FP16)
+		CUDA_BUG("unknown rounding kind");
+	if (n == 0)
+		return;
+	round_kernel<<<grid_for(n), THREADS>>>(out, x, n, (int)kind);
+	KERNEL_CHECK();
+}
+
+/* ---- AdamW: cpu_adamw step for step (torch.optim.AdamW, foreach=False) ----
+ * The per-step scalars are computed on the host in double and rounded once;
+ * lerp and addcmul are explicit fmaf, as on the CPU; sqrtf and '/' are IEEE
+ * (nvcc's default -prec-sqrt/-prec-div), and p * decay is __fmul_rn so nvcc
+ * cannot fuse it into the final add (the CPU, ISO C, never contracts). */
+__global__ void adamw_kernel(float *p, const float *g, float *m, float *v, size_t n, float decay,
+			     float w1, float w1c, float w2, float b2, float eps,
+			     float neg_step_size, float bc2_sqrt)
+{
+	GRID_STRIDE(i, n) {
+		float gi = g[i], mi = m[i], vi = v[i];
+		float pi = __fmul_rn(p[i], decay); /* rounded here: not fused into the update below */
+		mi = w1 < 0.5f ? fmaf(w1, gi - mi, mi) : fmaf(-(gi - mi), w1c, gi);
+		vi = fmaf(w2 * gi, gi, vi * b2);
+		float denom = sqrtf(vi) / bc2_sqrt + eps;
+		pi = pi + (neg_step_size * mi) / denom;
+		p[i] = pi, m[i] = mi, v[i] = vi;
+	}
+}
+
+static void cuda_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1,
+		       float b2, float eps, float wd, int step)
+{
+	if (step < 1)
+		CUDA_BUG("adamw step < 1");
+	if (n == 0)
+		return;
+	const float decay = (float)(1.0 - (double)lr * (double)wd);
+	const float w1 = (float)(1.0 - (double)b1);
+	const float w1c = 1.0f - w1;
+	const float w2 = (float)(1.0 - (double)b2);
+	const double bc1 = 1.0 - pow((double)b1, (double)step);
+	const double bc2 = 1.0 - pow((double)b2, (double)step);
+	const float neg_step_size = (float)-((double)lr / bc1);
+	const float bc2_sqrt = (float)sqrt(bc2);
+	adamw_kernel<<<grid_for(n), THREADS>>>(p, g, m, v, n, decay, w1, w1c, w2, b2, eps,
+					       neg_step_size, bc2_sqrt);
+	KERNEL_CHECK();
+}
+
+/* ---- the table ---- */
+
+static struct kops cuda_table; /* filled once by table_init, read-only after */
+static pthread_once_t table_once = PTHREAD_ONCE_INIT;
+
+static void table_init(void)
+{
+	struct kops *t = &cuda_table;
+	t->name = "cuda";
+	t->counts_only = false;
+	t->alloc = cuda_alloc;
+	t->free = cuda_free;
+	t->to_host = cuda_to_host;
+	t->to_device = cuda_to_device;
+	t->zero = cuda_zero;
+	t->linear_forward = cuda_linear_forward;
+	t->linear_backward = cuda_linear_backward;
+	t->embedding_forward = cuda_embedding_forward;
+	t->embedding_backward = cuda_embedding_backward;
+	t->layernorm_forward = cuda_layernorm_forward;
+	t->layernorm_backward = cuda_layernorm_backward;
+	t->rmsnorm_forward = cuda_rmsnorm_forward;
+	t->rmsnorm_backward = cuda_rmsnorm_backward;
+	t->gelu_forward = cuda_gelu_forward;
+	t->gelu_backward = cuda_gelu_backward;
+	t->swiglu_forward = cuda_swiglu_forward;
+	t->swiglu_backward = cuda_swiglu_backward;
+	t->qkv_split_forward = cuda_qkv_split_forward;
+	t->qkv_split_backward = cuda_qkv_split_backward;
+	t->attention_forward = NULL;  /* not yet */
+	t->attention_backward = NULL; /* not yet */
+	t->dropout_add_forward = cuda_dropout_add_forward;
+	t->dropout_backward = cuda_dropout_backward;
+	t->xent_forward = cuda_xent_forward;
+	t->xent_backward = cuda_xent_backward;
+	t->add = cuda_add;
+	t->scale = cuda_scale;
+	t->sumsq = cuda_sumsq;
+	t->nonfinite = cuda_nonfinite;
+	t->round = cuda_round;
+	t->adamw = cuda_adamw;
+	t->attention_block_forward = NULL;  /* not yet */
+	t->attention_block_backward = NULL; /* not yet */
+}
+
+extern "C" const struct kops *kops_cuda(const char **why)
+{
+	int n = 0;
+	cudaError_t e = cudaGetDeviceCount(&n);
+	if (e != cudaSuccess) {
+		cudaGetLastError(); /* clear the sticky error for later callers */
+		if (why)
+			*why = cudaGetErrorString(e);
+		return NULL;
+	}
+	if (n <= 0) {
+		if (why)
+			*why = "no CUDA device is visible";
+		return NULL;
+	}
+	/* The build carries sm_80 and sm_90 code only: make sure this GPU can
+	 * run it (e.g. not an older card, nor a newer one without a matching image). */
+	cudaFuncAttributes attr;
+	e = cudaFuncGetAttributes(&attr, add_kernel);
+	if (e != cudaSuccess) {
+		cudaGetLastError();
+		if (why)
+			*why = cudaGetErrorString(e);
+		return NULL;
+	}
+	pthread_once(&table_once, table_init);
+	return &cuda_table;
+}

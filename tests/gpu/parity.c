@@ -1,0 +1,1073 @@
+/*
+ * parity.c - the CUDA op table against the CPU one (lib/kernels/ops.h).
+ *
+ * Every op of struct kops, forward and backward, runs on both tables with the
+ * same fresh random inputs (a seeded generator; sizes with ragged tails), and
+ * every output is compared with
+ *
+ *     err = max_i |gpu_i - cpu_i| / max(max_i |cpu_i|, 1e-30)
+ *
+ * (equal infinities count as equal, a NaN against a NaN too; any other
+ * non-finite mismatch is an error of inf) against a threshold per op.
+ * Dropout masks must match bit for bit (the counter RNG is shared). Output is
+ * TAP: "ok - op [config] (max rel err E)", "ok - op # SKIP not on the GPU yet"
+ * for ops the CUDA table leaves NULL, then "1..N" and "N passed, M failed";
+ * the exit status is 1 on failures. Timings of every config on both tables
+ * go to stderr as a table.
+ *
+ *   build/gpu/parity            CPU vs CUDA (prints "1..0 # SKIP why" without a GPU)
+ *   build/gpu/parity --self     CPU vs CPU: tests the harness; every error must be 0
+ *   build/gpu/parity --perturb  CPU vs a CPU table with planted faults (linear_forward's
+ *                               last element, dropout masks shifted, nonfinite missing the
+ *                               last element, adamw's lr off by 1e-3, gelu_forward absent):
+ *                               those must fail or skip, the rest pass
+ *   options: --seed N (default 1), --reps N (timing repetitions, default 3),
+ *            --no-big (leave out the larger timing-only-sized configs)
+ */
+#include "kernels/cuda_ops.h"
+#include "kernels/ops.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* thresholds (relative to the largest reference value of an output) */
+#define TOL_EXACT 0.0
+#define TOL_ADAM 1e-6
+#define TOL_EW 1e-5   /* elementwise */
+#define TOL_RED 1e-4  /* reductions, norms, softmax */
+#define TOL_GEMM 1e-4 /* fp32 GEMMs: TF32 (~1e-3) must not be on */
+
+static const struct kops *CPU, *GPU;
+static int n_pass, n_fail, n_skip, reps = 3, big = 1;
+static uint64_t seed0 = 1, test_no;
+
+/* ---- host random numbers: splitmix64 ---- */
+static uint64_t rs;
+static uint64_t rnext(void)
+{
+	uint64_t z = (rs += 0x9E3779B97F4A7C15ull);
+	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+	return z ^ (z >> 31);
+}
+static double runif(void) { return (double)(rnext() >> 11) * 0x1.0p-53; }
+static int rint_below(int n) { return (int)(rnext() % (uint64_t)n); }
+
+/* host arrays live until the current test is done */
+static void *arena[256];
+static int narena;
+static void *hnew(size_t bytes)
+{
+	void *p = calloc(1, bytes ? bytes : 1);
+	if (!p || narena == (int)(sizeof arena / sizeof *arena)) {
+		fprintf(stderr, "parity: out of host memory or arena slots\n");
+		exit(2);
+	}
+	return arena[narena++] = p;
+}
+static void hfree_all(void)
+{
+	while (narena)
+		free(arena[--narena]);
+}
+/* uniform in [-s, s] */
+static float *rvec(size_t n, float s)
+{
+	float *x = hnew(n * sizeof *x);
+	for (size_t i = 0; i < n; i++)
+		x[i] = (float)((2 * runif() - 1) * s);
+	return x;
+}
+/* uniform in [lo, hi] */
+static float *rpos(size_t n, float lo, float hi)
+{
+	float *x = hnew(n * sizeof *x);
+	for (size_t i = 0; i < n; i++)
+		x[i] = (float)(lo + runif() * (hi - lo));
+	return x;
+}
+/* token ids in [0, V), about a fraction neg of them -1 */
+static int32_t *rtok(size_t n, int V, double neg)
+{
+	int32_t *t = hnew(n * sizeof *t);
+	for (size_t i = 0; i < n; i++)
+		t[i] = runif() < neg ? -1 : rint_below(V);
+	return t;
+}
+/* a strictly increasing subset of [0, S) with n elements */
+static int32_t *rsubset(int n, int S)
+{
+	int32_t *p = hnew((size_t)n * sizeof *p);
+	int got = 0;
+	for (int i = 0; i < S && got < n; i++) /* selection sampling */
+		if ((double)(n - got) / (S - i) > runif())
+			p[got++] = i;
+	return p;
+}
+
+/* ---- one test: buffers, both tables, compare, time ---- */
+struct cfg {
+	int N, C, IC, OC, V, F, B, T, a, g, k, rot, Tq, Tk, S, acc, steps, kind, flags;
+	size_t n;
+	float p, eps, scale, s;
+	uint64_t seed, off;
+};
+enum { F_BIAS = 1, F_ALIAS = 2, F_NULL1 = 4, F_NULL2 = 8, F_WPE = 16, F_DOC = 32 };
+
+typedef void (*runfn)(const struct kops *k, void **d, const struct cfg *c, double *scal);
+
+#define MAXB 16
+struct buf {
+	const char *name; /* an output to compare, or NULL for an input */
+	size_t bytes;     /* 0: a NULL pointer */
+	const void *host; /* initial contents (NULL: zeros) */
+	double tol;
+	int mask; /* the zero pattern must match exactly (dropout masks) */
+};
+static struct buf tb[MAXB];
+static int ntb;
+
+static void tb_in(const void *host, size_t bytes) { tb[ntb++] = (struct buf){ NULL, bytes, host, 0, 0 }; }
+static void tb_out(const char *name, const void *init, size_t bytes, double tol)
+{
+	tb[ntb++] = (struct buf){ name, bytes, init, tol, 0 };
+}
+static void tb_mask(const char *name, const void *init, size_t bytes, double tol)
+{
+	tb[ntb++] = (struct buf){ name, bytes, init, tol, 1 };
+}
+
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+struct timing {
+	char op[32], label[128];
+	double cpu_ms, gpu_ms;
+};
+static struct timing timings[512];
+static int ntimings;
+
+static double relerr(const float *x, const float *y, size_t n, long *mask_mis)
+{
+	double md = 0, mb = 0;
+	for (size_t i = 0; i < n; i++) {
+		float a = x[i], b = y[i];
+		if (mask_mis && ((a == 0) != (b == 0)))
+			(*mask_mis)++;
+		if (isfinite(b) && fabs(b) > mb)
+			mb = fabs(b);
+		if (a == b || (isnan(a) && isnan(b)))
+			continue;
+		if (!isfinite(a) || !isfinite(b))
+			md = INFINITY;
+		else if (fabs((double)a - b) > md)
+			md = fabs((double)a - b);
+	}
+	return md / (mb > 1e-30 ? mb : 1e-30);
+}
+
+static const char *last_skip = "";
+
+/* Runs fn on both tables over the buffers tb[0..ntb) and compares the outputs
+ * (and the scalar result when scal_name is set). has: the CUDA table has the op. */
+static void run_test(const char *op, bool has, const char *label, runfn fn, const struct cfg *c,
+		     const char *scal_name, double scal_tol)
+{
+	if (!has) {
+		if (strcmp(op, last_skip)) {
+			printf("ok - %s # SKIP not on the GPU yet\n", op);
+			n_skip++;
+			last_skip = op;
+		}
+		ntb = 0;
+		hfree_all();
+		return;
+	}
+	const struct kops *side[2] = { CPU, GPU };
+	void *d[2][MAXB];
+	double scal[2] = { 0, 0 }, tm[2];
+	for (int s = 0; s < 2; s++) {
+		for (int i = 0; i < ntb; i++) {
+			d[s][i] = tb[i].bytes ? side[s]->alloc(tb[i].bytes) : NULL;
+			if (tb[i].bytes && tb[i].host)
+				side[s]->to_device(d[s][i], tb[i].host, tb[i].bytes);
+		}
+		fn(side[s], d[s], c, &scal[s]);
+	}
+	double maxe = 0; /* the largest error measured */
+	bool bad_any = false;
+	char detail[768];
+	int dl = 0;
+	detail[0] = 0;
+	for (int i = 0; i < ntb; i++) {
+		if (!tb[i].name || !tb[i].bytes)
+			continue;
+		size_t n = tb[i].bytes / sizeof(float);
+		float *h0 = malloc(tb[i].bytes), *h1 = malloc(tb[i].bytes);
+		if (!h0 || !h1) {
+			fprintf(stderr, "parity: out of host memory\n");
+			exit(2);
+		}
+		CPU->to_host(h0, d[0][i], tb[i].bytes);
+		GPU->to_host(h1, d[1][i], tb[i].bytes);
+		long mis = 0;
+		double e = relerr(h1, h0, n, tb[i].mask ? &mis : NULL);
+		bool bad = !(e <= tb[i].tol) || mis;
+		bad_any |= bad;
+		if (e > maxe || isnan(e))
+			maxe = e;
+		if (dl < (int)sizeof detail - 100)
+			dl += snprintf(detail + dl, sizeof detail - (size_t)dl, "%s%s %.2g (tol %.0g)%s",
+				       dl ? ", " : "", tb[i].name, e, tb[i].tol, bad ? " FAIL" : "");
+		if (mis && dl < (int)sizeof detail - 100)
+			dl += snprintf(detail + dl, sizeof detail - (size_t)dl, " [dropout mask differs in %ld of %zu]",
+				       mis, n);
+		free(h0);
+		free(h1);
+	}
+	if (scal_name) {
+		double e = scal[0] == scal[1] ? 0
+					      : fabs(scal[1] - scal[0]) / (fabs(scal[0]) > 1e-30 ? fabs(scal[0]) : 1e-30);
+		bool bad = !(e <= scal_tol);
+		bad_any |= bad;
+		if (e > maxe || isnan(e))
+			maxe = e;
+		if (dl < (int)sizeof detail - 100)
+			dl += snprintf(detail + dl, sizeof detail - (size_t)dl,
+				       "%s%s %.2g (cpu %.10g, gpu %.10g, tol %.0g)%s", dl ? ", " : "", scal_name, e,
+				       scal[0], scal[1], scal_tol, bad ? " FAIL" : "");
+	}
+	printf("%s - %s [%s] (max rel err %.2g)\n#   %s\n", bad_any ? "not ok" : "ok", op, label, maxe, detail);
+	bad_any ? n_fail++ : n_pass++;
+	fflush(stdout);
+
+	/* timing: the comparison run was the warm-up */
+	for (int s = 0; s < 2; s++) {
+		void *any = NULL;
+		for (int i = 0; i < ntb && !any; i++)
+			any = d[s][i];
+		float sink;
+		double t0 = now();
+		for (int r = 0; r < reps; r++)
+			fn(side[s], d[s], c, &scal[s]);
+		if (any) /* a blocking copy: waits for the device's queue */
+			side[s]->to_host(&sink, any, sizeof sink);
+		tm[s] = (now() - t0) * 1e3 / reps;
+	}
+	if (ntimings < (int)(sizeof timings / sizeof *timings)) {
+		struct timing *t = &timings[ntimings++];
+		snprintf(t->op, sizeof t->op, "%s", op);
+		snprintf(t->label, sizeof t->label, "%s", label);
+		t->cpu_ms = tm[0];
+		t->gpu_ms = tm[1];
+	}
+	for (int s = 0; s < 2; s++)
+		for (int i = 0; i < ntb; i++)
+			if (d[s][i])
+				side[s]->free(d[s][i]);
+	ntb = 0;
+	hfree_all();
+}
+
+/* a fresh, reproducible stream for every config */
+static void fresh(void) { rs = seed0 * 0x2545F4914F6CDD1Dull + ++test_no * 0x9E3779B97F4A7C15ull; }
+
+#define FL(n) ((size_t)(n) * sizeof(float))
+#define IN32(n) ((size_t)(n) * sizeof(int32_t))
+#define HAS(f) (GPU->f != NULL)
+static char lab[128];
+#define LABEL(...) (snprintf(lab, sizeof lab, __VA_ARGS__), lab)
+
+/* ================= memory ================= */
+static void r_zero(const struct kops *k, void **d, const struct cfg *c, double *s) { k->zero(d[0], c->n); }
+
+static void test_memory(void)
+{
+	/* round trip: to_device then to_host must give the bytes back */
+	fresh();
+	size_t n = 100003;
+	float *x = rvec(n, 3), *y = hnew(FL(n));
+	float *dx = GPU->alloc(FL(n));
+	GPU->to_device(dx, x, FL(n));
+	GPU->to_host(y, dx, FL(n));
+	float *z = hnew(FL(n));
+	float *dz = GPU->alloc(FL(n)); /* alloc zero-fills */
+	GPU->to_host(z, dz, FL(n));
+	GPU->free(dx);
+	GPU->free(dz);
+	bool ok1 = !memcmp(x, y, FL(n)), ok2 = true;
+	for (size_t i = 0; i < n; i++)
+		ok2 &= z[i] == 0;
+	printf("%s - memory round trip [n=%zu] (to_device/to_host %s, alloc zero-filled %s)\n",
+	       ok1 && ok2 ? "ok" : "not ok", n, ok1 ? "exact" : "DIFFERS", ok2 ? "yes" : "NO");
+	ok1 &&ok2 ? n_pass++ : n_fail++;
+	hfree_all();
+
+	size_t ns[] = { 37, 100003 };
+	for (int i = 0; i < 2; i++) {
+		fresh();
+		struct cfg c = { .n = ns[i] };
+		tb_out("x", rvec(c.n, 1), FL(c.n), TOL_EXACT);
+		run_test("zero", HAS(zero), LABEL("n=%zu", c.n), r_zero, &c, NULL, 0);
+	}
+}
+
+/* ================= linear ================= */
+static void r_linf(const struct kops *k, void **d, const struct cfg *c, double *s)
+{
+	k->linear_forward(d[0], d[1], d[2], d[3], c->N, c->IC, c->OC);
+}
+static void r_linb(const struct kops *k, void **d, const struct cfg *c, double *s)
+{
+	k->linear_backward(d[0], d[1], d[2], d[3], d[4], d[5], c->N, c->IC, c->OC);
+}
+
+static void test_linear(void)
+{
+	int cf[][4] = { /* N, IC, OC, flags */
+			{ 37, 96, 100, F_BIAS }, { 37, 100, 96, 0 }, { 5, 515, 37, F_BIAS },
+			{ 37, 96, 515, F_BIAS | F_NULL1 | F_NULL2 }, { 512, 768, 2304, F_BIAS } };
+	int ncf = big ? 5 : 4;
+	for (int i = 0; i < ncf; i++) {
+		struct cfg c = { .N = cf[i][0], .IC = cf[i][1], .OC = cf[i][2], .flags = cf[i][3] };
+		bool bias = c.flags & F_BIAS;
+		fresh();
+		tb_out("out", rvec((size_t)c.N * c.OC, 5), FL(c.N * c.OC), TOL_GEMM);
+		tb_in(rvec((size_t)c.N * c.IC, 1), FL(c.N * c.IC));
+		tb_in(rvec((size_t)c.OC * c.IC, 0.1f), FL(c.OC * c.IC));
+		tb_in(bias ? rvec(c.OC, 1) : NULL, bias ? FL(c.OC) : 0);
+		run_test("linear_forward", HAS(linear_forward),
+			 LABEL("N=%d IC=%d OC=%d%s", c.N, c.IC, c.OC, bias ? " bias" : ""), r_linf, &c, NULL, 0);
+
+		fresh();
+		bool nodinp = c.flags & F_NULL1, nodbias = (c.flags & F_NULL2) || !bias;
+		tb_out("dinp", nodinp ? NULL : rvec((size_t)c.N * c.IC, 7), nodinp ? 0 : FL(c.N * c.IC), TOL_GEMM);
+		tb_out("dweight", rvec((size_t)c.OC * c.IC, 1), FL(c.OC * c.IC), TOL_GEMM);
+		tb_out("dbias", nodbias ? NULL : rvec(c.OC, 1), nodbias ? 0 : FL(c.OC), TOL_RED);
+		tb_in(rvec((size_t)c.N * c.OC, 1), FL(c.N * c.OC));
+		tb_in(rvec((size_t)c.N * c.IC, 1), FL(c.N * c.IC));
+		tb_in(rvec((size_t)c.OC * c.IC, 0.1f), FL(c.OC * c.IC));
+		run_test("linear_backward", HAS(linear_backward),
+			 LABEL("N=%d IC=%d OC=%d%s%s", c.N, c.IC, c.OC, nodinp ? " dinp=NULL" : "",
+			       nodbias ? " dbias=NULL" : ""),
+			 r_linb, &c, NULL, 0);
+	}
+}
+
+/* ================= embedding ================= */
+static void r_embf(const struct kops *k, void **d, const struct cfg *c, double *s)
+{
+	k->embedding_forward(d[0], d[1], d[2], d[3], d[4], c->N, c->C);
+}
+static void r_embb(const struct kops *k, void **d, const struct cfg *c, double *s)
+{
+	k->embedding_backward(d[0], d[1], d[2], d[3], d[4], c->N, c->C);
+}
+
+static void test_embedding(void)
+{
+	int cf[][4] = { /* N, C, V, flags */
+			{ 37, 96, 515, F_WPE }, { 37, 100, 515, 0 }, { 200, 100, 7, F_WPE },
+			{ 37, 96, 515, F_WPE | F_NULL1 } };
+	for (int i = 0; i < 4; i++) {
+		struct cfg c = { .N = cf[i][0], .C = cf[i][1], .V = cf[i][2], .flags = cf[i][3] };
+		bool wpe = c.flags & F_WPE;
+		int P = 64; /* positions table rows */
+		fresh();
+		int32_t *tok = rtok(c.N, c.V, 0.15), *pos = hnew(IN32(c.N));
+		for (int n = 0; n < c.N; n++)
+			pos[n] = rint_below(P);
+		if (!(c.flags & F_NULL1)) {
+			tb_out("out", rvec((size_t)c.N * c.C, 9), FL(c.N * c.C), TOL_EW);
+			tb_in(tok, IN32(c.N));
+			tb_in(wpe ? pos : NULL, wpe ? IN32(c.N) : 0);
+			tb_in(rvec((size_t)c.V * c.C, 1), FL(c.V * c.C));
+			tb_in(wpe ? rvec((size_t)P * c.C, 1) : NULL, wpe ? FL(P * c.C) : 0);
+			run_test("embedding_forward", HAS(embedding_forward),
+				 LABEL("N=%d C=%d V=%d%s", c.N, c.C, c.V, wpe ? " wpe" : ""), r_embf, &c, NULL, 0);
+			fresh();
+			tok = rtok(c.N, c.V, 0.15);
+			pos = hnew(IN32(c.N));
+			for (int n = 0; n < c.N; n++)
+				pos[n] = rint_below(P);
+		}
+		bool nodwte = c.flags & F_NULL1;
+		tb_out("dwte", nodwte ? NULL : rvec((size_t)c.V * c.C, 1), nodwte ? 0 : FL(c.V * c.C), TOL_EW);
+		tb_out("dwpe", wpe ? rvec((size_t)P * c.C, 1) : NULL, wpe ? FL(P * c.C) : 0, TOL_EW);
+		tb_in(rvec((size_t)c.N * c.C, 1), FL(c.N * c.C));
+		tb_in(tok, IN32(c.N));
+		tb_in(wpe ? pos : NULL, wpe ? IN32(c.N) : 0);
+		run_test("embedding_backward", HAS(embedding_backward),
+			 LABEL("N=%d C=%d V=%d%s%s", c.N, c.C, c.V, wpe ? " wpe" : "", nodwte ? " dwte=NULL" : ""),
+			 r_embb, &c, NULL, 0);
+	}
+}
+
+/* ================= layernorm, rmsnorm ================= */
+static void r_lnf(const struct kops *k, void **d, const struct cfg *c, double *s)
+{
+	k->layernorm_forward(d[0], d[1], d[2], d[3], d[4], d[5], c->N, c->C, c->eps);
+}
+static void r_lnb(const struct kops *k, void **d, const struct cfg *c, double *s)
+{
+	k->layernorm_backward(d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], c->N, c->C);
+}
+static void r_rmsf(const struct kops *k, void **d, const struct cfg *c, double *s)
+{
+	k->rmsnorm_forward(d[0], d[1], d[2], d[3], c->N, c->C, c->eps);
+}
+static void r_rmsb(const struct kops *k, void **d, const struct cfg *c, double *s)
+{
+	k->rmsnorm_backward(d[0], d[1], d[2], d[3], d[4], d[5], c->N, c->C);
+}
+
+static void test_norms(void)
+{
+	int cf[][3] = { { 37, 96, F_BIAS }, { 37, 100, 0 }, { 3, 2050, F_BIAS }, { 4096, 1024, F_BIAS } };
+	int ncf = big ? 4 : 3;
+	for (int i = 0; i < ncf; i++) {
+		struct cfg c = { .N = cf[i][0], .C = cf[i][1], .flags = cf[i][2], .eps = 1e-5f };
+		size_t NC = (size_t)c.N * c.C;
+		bool b = c.flags & F_BIAS;
+		/* inputs with an offset, so the mean matters */
+		fresh();
+		float *x = rvec(NC, 2);
+		for (size_t j = 0; j < NC; j++)
+			x[j] += 0.5f;
+		float *w = rpos(c.C, 0.5f, 1.5f), *bb = b ? rvec(c.C, 0.5f) : NULL;
+		tb_out("out", rvec(NC, 3), FL(NC), TOL_RED);
+		tb_out("mean", rvec(c.N, 3), FL(c.N), TOL_RED);
+		tb_out("rstd", rvec(c.N, 3), FL(c.N), TOL_RED);
+		tb_in(x, FL(NC));
+		tb_in(w, FL(c.C));
+		tb_in(bb, b ? FL(c.C) : 0);
+		run_test("layernorm_forward", HAS(layernorm_forward),
+			 LABEL("N=%d C=%d%s", c.N, c.C, b ? " bias" : ""), r_lnf, &c, NULL, 0);
+
+		fresh();
+		x = rvec(NC, 2);
+		w = rpos(c.C, 0.5f, 1.5f);
+		float *mean = hnew(FL(c.N)), *rstd = hnew(FL(c.N)), *o = hnew(FL(NC));
+		kops_cpu()->layernorm_forward(o, mean, rstd, x, w, NULL, c.N, c.C, c.eps);
+		tb_out("dinp", rvec(NC, 5), FL(NC), TOL_RED);
+		tb_out("dw", rvec(c.C, 1), FL(c.C), TOL_RED);
+		tb_out("db", b ? rvec(c.C, 1) : NULL, b ? FL(c.C) : 0, TOL_RED);
+		tb_in(rvec(NC, 1), FL(NC));
+		tb_in(x, FL(NC));
+		tb_in(w, FL(c.C));
+		tb_in(mean, FL(c.N));
+		tb_in(rstd, FL(c.N));
+		run_test("layernorm_backward", HAS(layernorm_backward),
+			 LABEL("N=%d C=%d%s", c.N, c.C, b ? " bias" : " db=NULL"), r_lnb, &c, NULL, 0);
+
+		fresh();
+		c.eps = 1e-6f;
+		x = rvec(NC, 2);
+		w = rpos(c.C, 0.5f, 1.5f);
+		tb_out("out", rvec(NC, 3), FL(NC), TOL_RED);
+		tb_out("rstd", rvec(c.N, 3), FL(c.N), TOL_RED);
+		tb_in(x, FL(NC));
+		tb_in(w, FL(c.C));
+		run_test("rmsnorm_forward", HAS(rmsnorm_forward), LABEL("N=%d C=%d", c.N, c.C), r_rmsf, &c, NULL, 0);
+
+		fresh();
+		x = rvec(NC, 2);
+		w = rpos(c.C, 0.5f, 1.5f);
+		rstd = hnew(FL(c.N));
+		o = hnew(FL(NC));
+		kops_cpu()->rmsnorm_forward(o, rstd, x, w, c.N, c.C, c.eps);
+		tb_out("dinp", rvec(NC, 5), FL(NC), TOL_RED);
+		tb_out("dw", rvec(c.C, 1), FL(c.C), TOL_RED);
+		tb_in(rvec(NC, 1), FL(NC));
+		tb_in(x, FL(NC));
+		tb_in(w, FL(c.C));
+		tb_in(rstd, FL(c.N));
+		run_test("rmsnorm_backward", HAS(rmsnorm_backward), LABEL("N=%d C=%d", c.N, c.C), r_rmsb, &c, NULL, 0);
+	}
+}
+
+/* ================= gelu, swiglu ================= */
+static void r_gf(const struct kops *k, void **d, const struct cfg *c, double *s)
+{
+	k->gelu_forward(d[0], (c->flags & F_ALIAS) ? d[0] : d[1], c->n, (enum kops_gelu)c->kind);
+}
+static void r_gb(const struct kops *k, void **d, const struct cfg *c, double *s)
+{
+	k->gelu_backward(d[0], (c->flags & F_ALIAS) ? d[0] : d[1], d[2], c->n, (enum kops_gelu)c->kind);
+}
+static void r_sf(const struct kops *k, void **d, const struct cfg *c, double *s)
+{
+	k->swiglu_forward(d[0], d[1], c->N, c->F);
+}
+static void r_sb(const struct kops *k, void **d, const struct cfg *c, double *s)
+{
+	k->swiglu_backward(d[0], d[1], d[2], c->N, c->F);
+}
+
+static void test_gelu_swiglu(void)
+{
+	size_t ns[] = { 37 * 100 + 3, 1 << 22 };
+	const char *kn[] = { "tanh", "erf" };
+	for (int kind = 0; kind < 2; kind++)
+		for (int i = 0; i < (big ? 2 : 1); i++)
+			for (int alias = 0; alias < 2; alias++) {
+				if (alias && i)
+					continue;
+				struct cfg c = { .n = ns[i], .kind = kind, .flags = alias ? F_ALIAS : 0 };
+				fresh();
+				float *x = rvec(c.n, 6);
+				if (alias) {
+					tb_out("out", x, FL(c.n), TOL_EW);
+					tb_in(NULL, 0);
+				} else {
+					tb_out("out", rvec(c.n, 1), FL(c.n), TOL_EW);
+					tb_in(x, FL(c.n));
+				}
+				run_test("gelu_forward", HAS(gelu_forward),
+					 LABEL("%s n=%zu%s", kn[kind], c.n, alias ? " out=inp" : ""), r_gf, &c, NULL, 0);
+				fresh();
+				float *dout = rvec(c.n, 1);
+				if (alias) {
+					tb_out("dinp", dout, FL(c.n), TOL_EW);
+					tb_in(NULL, 0);
+				} else {
+					tb_out("dinp", rvec(c.n, 1), FL(c.n), TOL_EW);
+					tb_in(dout, FL(c.n));
+				}
+				tb_in(rvec(c.n, 6), FL(c.n));
+				run_test("gelu_backward", HAS(gelu_backward),
+					 LABEL("%s n=%zu%s", kn[kind], c.n, alias ? " dinp=dout" : ""), r_gb, &c, NULL, 0);
+			}
+	int cf[][2] = { { 37, 100 }, { 37, 96 }, { 1, 515 }, { 2048, 2816 } };
+	for (int i = 0; i < (big ? 4 : 3); i++) {
+		struct cfg c = { .N = cf[i][0], .F = cf[i][1] };
+		size_t NF = (size_t)c.N * c.F;
+		fresh();
+		tb_out("out", rvec(NF, 1), FL(NF), TOL_EW);
+		tb_in(rvec(2 * NF, 6), FL(2 * NF));
+		run_test("swiglu_forward", HAS(swiglu_forward), LABEL("N=%d F=%d", c.N, c.F), r_sf, &c, NULL, 0);
+		fresh();
+		tb_out("dinp", rvec(2 * NF, 1), FL(2 * NF), TOL_EW);
+		tb_in(rvec(NF, 1), FL(NF));
+		tb_in(rvec(2 * NF, 6), FL(2 * NF));
+		run_test("swiglu_backward", HAS(swiglu_backward), LABEL("N=%d F=%d", c.N, c.F), r_sb, &c, NULL, 0);
+	}
+}
+
+/* ================= dropout ================= */
+static void r_daf(const struct kops *k, void **d, const struct cfg *c, double *s)
+{
+	k->dropout_add_forward(d[0], (c->flags & F_ALIAS) ? d[0] : d[1], d[2], c->n, c->p, c->seed, c->off);
+}
+static void r_db(const struct kops *k, void **d, const struct cfg *c, double *s)
+{
+	k->dropout_backward(d[0], (c->flags & F_ALIAS) ? d[0] : d[1], c->n, c->p, c->seed, c->off);
+}
+
+static void test_dropout(void)
+{
+	/* residual 0 makes the mask visible in the output's zeros */
+	struct {
+		size_t n;
+		float p;
+		uint64_t off;
+		int flags, zero_res;
+	} cf[] = { { 37 * 96 + 5, 0.0f, 0, 0, 0 },
+		   { 37 * 96 + 5, 0.1f, 3, 0, 1 },
+		   { 37 * 96 + 5, 0.1f, 12345, 0, 0 },
+		   { 1001, 0.5f, (1ull << 32) - 7, F_ALIAS, 1 }, /* the counter crosses 2^32 */
+		   { 1001, 0.1f, 5ull << 40, F_ALIAS, 0 },
+		   { 1u << 22, 0.1f, 77, 0, 0 } };
+	int ncf = big ? 6 : 5;
+	for (int i = 0; i < ncf; i++) {
+		struct cfg c = { .n = cf[i].n, .p = cf[i].p, .off = cf[i].off, .flags = cf[i].flags,
+				 .seed = 0x1234567890abcdefull + (uint64_t)i };
+		bool alias = c.flags & F_ALIAS;
+		fresh();
+		float *res = cf[i].zero_res ? hnew(FL(c.n)) : rvec(c.n, 1), *x = rpos(c.n, 0.5f, 2.0f);
+		if (alias) {
+			tb_mask("out", res, FL(c.n), TOL_EW);
+			tb_in(NULL, 0);
+		} else {
+			tb_mask("out", rvec(c.n, 1), FL(c.n), TOL_EW);
+			tb_in(res, FL(c.n));
+		}
+		tb_in(x, FL(c.n));
+		run_test("dropout_add_forward", HAS(dropout_add_forward),
+			 LABEL("n=%zu p=%g offset=%llu%s%s", c.n, c.p, (unsigned long long)c.off,
+			       cf[i].zero_res ? " residual=0" : "", alias ? " out=residual" : ""),
+			 r_daf, &c, NULL, 0);
+		fresh();
+		float *dout = rpos(c.n, 0.5f, 2.0f);
+		if (alias) {
+			tb_mask("dx", dout, FL(c.n), TOL_EW);
+			tb_in(NULL, 0);
+		} else {
+			tb_mask("dx", rvec(c.n, 1), FL(c.n), TOL_EW);
+			tb_in(dout, FL(c.n));
+		}
+		run_test("dropout_backward", HAS(dropout_backward),
+			 LABEL("n=%zu p=%g offset=%llu%s", c.n, c.p, (unsigned long long)c.off, alias ? " dx=dout" : ""),
+			 r_db, &c, NULL, 0);
+	}
+}
+
+/* ================= vector helpers ================= */
+static void r_add(const struct kops *k, void **d, const struct cfg *c, double *s)
+{
+	k->add(d[0], (c->flags & F_ALIAS) ? d[0] : d[1], d[2], c->n);
+}
+static void r_scale(const struct kops *k, void **d, const struct cfg *c, double *s) { k->scale(d[0], c->s, c->n); }
+static void r_sumsq(const struct kops *k, void **d, const struct cfg *c, double *s) { *s = k->sumsq(d[0], c->n); }
+static void r_nonf(const struct kops *k, void **d, const struct cfg *c, double *s) { *s = k->nonfinite(d[0], c->n); }
+static void r_round(const struct kops *k, void **d, const struct cfg *c, double *s)
+{
+	k->round(d[0], d[1], c->n, (enum kops_round)c->kind);
+}
+
+static void test_vector(void)
+{
+	size_t ns[] = { 37, 37 * 100 + 3, 1000003 };
+	for (int i = 0; i < 3; i++) {
+		struct cfg c = { .n = ns[i], .flags = i == 1 ? F_ALIAS : 0, .s = 0.37f };
+		fresh();
+		float *a = rvec(c.n, 2);
+		if (c.flags & F_ALIAS) {
+			tb_out("out", a, FL(c.n), TOL_EW);
+			tb_in(NULL, 0);
+		} else {
+			tb_out("out", rvec(c.n, 1), FL(c.n), TOL_EW);
+			tb_in(a, FL(c.n));
+		}
+		tb_in(rvec(c.n, 2), FL(c.n));
+		run_test("add", HAS(add), LABEL("n=%zu%s", c.n, (c.flags & F_ALIAS) ? " out=a" : ""), r_add, &c, NULL, 0);
+		fresh();
+		tb_out("x", rvec(c.n, 2), FL(c.n), TOL_EW);
+		run_test("scale", HAS(scale), LABEL("n=%zu s=%g", c.n, c.s), r_scale, &c, NULL, 0);
+		fresh();
+		tb_in(rvec(c.n, 2), FL(c.n));
+		run_test("sumsq", HAS(sumsq), LABEL("n=%zu", c.n), r_sumsq, &c, "sumsq", TOL_RED);
+	}
+	/* nonfinite: all finite, +inf in the tail, NaN in the middle, -inf first */
+	struct {
+		size_t n, at;
+		float v;
+		const char *what;
+	} nf[] = { { 100003, 0, 0, "all finite" },   { 100003, 100002, INFINITY, "inf at n-1" },
+		   { 100003, 50001, NAN, "NaN at n/2" }, { 37, 0, -INFINITY, "-inf at 0" },
+		   { 37, 36, INFINITY, "inf at n-1" },   { 1, 0, 3.0e38f, "finite max" } };
+	for (int i = 0; i < 6; i++) {
+		struct cfg c = { .n = nf[i].n };
+		fresh();
+		float *x = rvec(c.n, 3.0e38f);
+		if (nf[i].v != 0)
+			x[nf[i].at] = nf[i].v;
+		tb_in(x, FL(c.n));
+		run_test("nonfinite", HAS(nonfinite), LABEL("n=%zu %s", c.n, nf[i].what), r_nonf, &c, "result", TOL_EXACT);
+	}
+	/* round: many magnitudes, ties, fp16 overflow and subnormals, infinities */
+	const char *rn[] = { "bf16", "fp16" };
+	for (int kind = 0; kind < 2; kind++) {
+		struct cfg c = { .n = 37 * 100 + 3, .kind = kind };
+		fresh();
+		float *x = hnew(FL(c.n));
+		for (size_t j = 0; j < c.n; j++) {
+			double m = 2 * runif() - 1;
+			int e = rint_below(60) - 40; /* 2^-40 .. 2^19 */
+			x[j] = (float)ldexp(m, e);
+		}
+		float sp[] = { 1.0f + 0x1p-8f, 1.0f + 0x1p-8f + 0x1p-23f, 1.0f + 3 * 0x1p-8f, 1.0f + 0x1p-11f,
+			       1.0f + 3 * 0x1p-11f, 65504.0f, 65519.0f, 65520.0f, 70000.0f, -65520.0f, 6e-8f,
+			       3e-8f, 1e-7f, 5.96e-8f, 2.98e-8f, 1e-40f, -0.0f, 0.0f, INFINITY, -INFINITY,
+			       3.4e38f, -3.39e38f, 0x1.fffffep127f };
+		for (size_t j = 0; j < sizeof sp / sizeof *sp; j++)
+			x[j * 7] = sp[j];
+		tb_out("out", rvec(c.n, 1), FL(c.n), TOL_EXACT);
+		tb_in(x, FL(c.n));
+		run_test("round", HAS(round), LABEL("%s n=%zu", rn[kind], c.n), r_round, &c, NULL, 0);
+	}
+}
+
+/* ================= adamw ================= */
+static void r_adamw(const struct kops *k, void **d, const struct cfg *c, double *s)
+{
+	for (int t = 1; t <= c->steps; t++)
+		k->adamw(d[0], (const float *)d[3] + (size_t)(t - 1) * c->n, d[1], d[2], c->n, 1e-3f, 0.9f,
+			 0.95f, 1e-8f, c->s, t);
+}
+
+static void test_adamw(void)
+{
+	size_t ns[] = { 37, 37 * 100 + 3, 1u << 22 };
+	float wds[] = { 0.1f, 0.0f, 0.1f };
+	for (int i = 0; i < (big ? 3 : 2); i++) {
+		struct cfg c = { .n = ns[i], .steps = i == 2 ? 2 : 5, .s = wds[i] };
+		fresh();
+		tb_out("p", rvec(c.n, 1), FL(c.n), TOL_ADAM);
+		tb_out("m", NULL, FL(c.n), TOL_ADAM);
+		tb_out("v", NULL, FL(c.n), TOL_ADAM);
+		tb_in(rvec(c.n * (size_t)c.steps, 0.01f), FL(c.n * (size_t)c.steps));
+		run_test("adamw", HAS(adamw), LABEL("n=%zu steps=%d wd=%g", c.n, c.steps, c.s), r_adamw, &c, NULL, 0);
+	}
+}
+
+/* ================= cross-entropy ================= */
+static void r_xf(const struct kops *k, void **d, const struct cfg *c, double *s)
+{
+	k->xent_forward(d[0], d[1], d[2], d[3], c->N, c->V);
+}
+static void r_xb(const struct kops *k, void **d, const struct cfg *c, double *s)
+{
+	k->xent_backward(d[0], (c->flags & F_ALIAS) ? d[0] : d[1], d[2], d[3], d[4], c->N, c->V);
+}
+
+static void test_xent(void)
+{
+	int cf[][3] = { { 37, 515, 0 }, { 37, 100, F_ALIAS }, { 3, 50257, 0 }, { 1024, 32000, 0 } };
+	for (int i = 0; i < (big ? 4 : 3); i++) {
+		struct cfg c = { .N = cf[i][0], .V = cf[i][1], .flags = cf[i][2] };
+		size_t NV = (size_t)c.N * c.V;
+		fresh();
+		float *logits = rvec(NV, 8);
+		int32_t *tgt = rtok(c.N, c.V, 0.2);
+		tb_out("losses", rvec(c.N, 1), FL(c.N), TOL_RED);
+		tb_out("lse", rvec(c.N, 1), FL(c.N), TOL_RED);
+		tb_in(logits, FL(NV));
+		tb_in(tgt, IN32(c.N));
+		run_test("xent_forward", HAS(xent_forward), LABEL("N=%d V=%d", c.N, c.V), r_xf, &c, NULL, 0);
+
+		fresh();
+		logits = rvec(NV, 8);
+		tgt = rtok(c.N, c.V, 0.2);
+		float *loss = hnew(FL(c.N)), *lse = hnew(FL(c.N));
+		kops_cpu()->xent_forward(loss, lse, logits, tgt, c.N, c.V);
+		for (int n = 0; n < c.N; n += 5) /* a "global" lse a bit above the shard's */
+			lse[n] += 0.25f;
+		bool alias = c.flags & F_ALIAS;
+		tb_out("dlogits", alias ? logits : rvec(NV, 1), FL(NV), TOL_RED);
+		tb_in(alias ? NULL : logits, alias ? 0 : FL(NV));
+		tb_in(lse, FL(c.N));
+		tb_in(tgt, IN32(c.N));
+		tb_in(rpos(c.N, 0.01f, 1.0f), FL(c.N));
+		run_test("xent_backward", HAS(xent_backward),
+			 LABEL("N=%d V=%d%s", c.N, c.V, alias ? " dlogits=logits" : ""), r_xb, &c, NULL, 0);
+	}
+}
+
+/* ================= qkv split + RoPE ================= */
+static void r_qf(const struct kops *k, void **d, const struct cfg *c, double *s)
+{
+	k->qkv_split_forward(d[0], d[1], d[2], d[3], d[4], d[5], c->B, c->T, c->a, c->g, c->k, c->rot);
+}
+static void r_qb(const struct kops *k, void **d, const struct cfg *c, double *s)
+{
+	k->qkv_split_backward(d[0], d[1], d[2], d[3], d[4], d[5], c->B, c->T, c->a, c->g, c->k, c->rot);
+}
+
+static void test_qkv(void)
+{
+	int cf[][6] = { /* B, T, a, g, k, rot */
+			{ 2, 37, 4, 2, 32, 32 }, { 2, 37, 4, 2, 32, 16 }, { 1, 13, 4, 4, 24, 0 },
+			{ 3, 5, 6, 1, 16, 8 },   { 2, 37, 2, 2, 64, 64 }, { 4, 512, 16, 4, 128, 128 } };
+	for (int i = 0; i < (big ? 6 : 5); i++) {
+		struct cfg c = { .B = cf[i][0], .T = cf[i][1], .a = cf[i][2], .g = cf[i][3], .k = cf[i][4], .rot = cf[i][5] };
+		size_t BT = (size_t)c.B * c.T, nq = BT * c.a * c.k, nkv = BT * c.g * c.k, nqkv = nq + 2 * nkv;
+		size_t nr = (size_t)c.T * c.rot;
+		float *cs = nr ? hnew(FL(nr)) : NULL, *sn = nr ? hnew(FL(nr)) : NULL;
+		if (nr)
+			kops_rope_table(cs, sn, c.T, c.rot, 10000.0f);
+		fresh();
+		tb_out("q", rvec(nq, 1), FL(nq), TOL_EW);
+		tb_out("k", rvec(nkv, 1), FL(nkv), TOL_EW);
+		tb_out("v", rvec(nkv, 1), FL(nkv), TOL_EW);
+		tb_in(rvec(nqkv, 2), FL(nqkv));
+		tb_in(cs, FL(nr));
+		tb_in(sn, FL(nr));
+		const char *l = LABEL("B=%d T=%d a=%d g=%d k=%d rot=%d", c.B, c.T, c.a, c.g, c.k, c.rot);
+		run_test("qkv_split_forward", HAS(qkv_split_forward), l, r_qf, &c, NULL, 0);
+
+		if (nr) { /* run_test freed the tables */
+			cs = hnew(FL(nr));
+			sn = hnew(FL(nr));
+			kops_rope_table(cs, sn, c.T, c.rot, 10000.0f);
+		}
+		fresh();
+		tb_out("dqkv", rvec(nqkv, 9), FL(nqkv), TOL_EW);
+		tb_in(rvec(nq, 1), FL(nq));
+		tb_in(rvec(nkv, 1), FL(nkv));
+		tb_in(rvec(nkv, 1), FL(nkv));
+		tb_in(cs, FL(nr));
+		tb_in(sn, FL(nr));
+		l = LABEL("B=%d T=%d a=%d g=%d k=%d rot=%d", c.B, c.T, c.a, c.g, c.k, c.rot);
+		run_test("qkv_split_backward", HAS(qkv_split_backward), l, r_qb, &c, NULL, 0);
+	}
+}
+
+/* ================= attention ================= */
+static void r_af(const struct kops *k, void **d, const struct cfg *c, double *s)
+{
+	k->attention_forward(d[0], d[1], d[2], d[3], d[4], d[5], c->B, c->T, c->a, c->g, c->k, c->scale, c->p,
+			     c->seed, c->off);
+}
+static void r_ab(const struct kops *k, void **d, const struct cfg *c, double *s)
+{
+	k->attention_backward(d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], c->B, c->T, c->a, c->g, c->k,
+			      c->scale, c->p, c->seed, c->off);
+}
+
+static void test_attention(void)
+{
+	struct {
+		int B, T, a, g, k, flags;
+		float p;
+	} cf[] = { { 2, 37, 4, 2, 32, 0, 0.0f },  { 2, 37, 4, 2, 32, 0, 0.1f }, { 2, 37, 4, 2, 24, F_DOC, 0.0f },
+		   { 1, 13, 4, 1, 16, F_DOC, 0.1f }, { 3, 37, 2, 2, 64, 0, 0.0f }, { 2, 256, 12, 4, 64, 0, 0.1f } };
+	for (int i = 0; i < (big ? 6 : 5); i++) {
+		struct cfg c = { .B = cf[i].B, .T = cf[i].T, .a = cf[i].a, .g = cf[i].g, .k = cf[i].k,
+				 .flags = cf[i].flags, .p = cf[i].p, .scale = 1.0f / sqrtf((float)cf[i].k),
+				 .seed = 42 + (uint64_t)i, .off = 1000 + 3 * (uint64_t)i };
+		size_t nq = (size_t)c.B * c.a * c.T * c.k, nkv = (size_t)c.B * c.g * c.T * c.k;
+		size_t np = (size_t)c.B * c.a * c.T * c.T;
+		bool doc = c.flags & F_DOC;
+		fresh();
+		float *q = rvec(nq, 2), *kk = rvec(nkv, 2), *v = rvec(nkv, 1);
+		int32_t *dc = NULL;
+		if (doc) {
+			dc = hnew(IN32((size_t)c.B * c.T));
+			for (int b = 0; b < c.B; b++)
+				for (int t = 0, id = 0; t < c.T; t++) {
+					if (t && runif() < 0.15)
+						id++;
+					dc[b * c.T + t] = id;
+				}
+		}
+		tb_out("out", rvec(nq, 1), FL(nq), TOL_RED);
+		tb_out("probs", rvec(np, 1), FL(np), TOL_RED);
+		tb_in(q, FL(nq));
+		tb_in(kk, FL(nkv));
+		tb_in(v, FL(nkv));
+		tb_in(dc, doc ? IN32((size_t)c.B * c.T) : 0);
+		const char *l = LABEL("B=%d T=%d a=%d g=%d k=%d p=%g%s", c.B, c.T, c.a, c.g, c.k, c.p, doc ? " doc" : "");
+		run_test("attention_forward", HAS(attention_forward), l, r_af, &c, NULL, 0);
+
+		fresh();
+		q = rvec(nq, 2);
+		kk = rvec(nkv, 2);
+		v = rvec(nkv, 1);
+		float *probs = hnew(FL(np)), *o = hnew(FL(nq));
+		kops_cpu()->attention_forward(o, probs, q, kk, v, NULL, c.B, c.T, c.a, c.g, c.k, c.scale, c.p, c.seed,
+					      c.off);
+		tb_out("dq", rvec(nq, 9), FL(nq), TOL_RED);
+		tb_out("dk", rvec(nkv, 9), FL(nkv), TOL_RED);
+		tb_out("dv", rvec(nkv, 9), FL(nkv), TOL_RED);
+		tb_in(rvec(nq, 1), FL(nq));
+		tb_in(q, FL(nq));
+		tb_in(kk, FL(nkv));
+		tb_in(v, FL(nkv));
+		tb_in(probs, FL(np));
+		l = LABEL("B=%d T=%d a=%d g=%d k=%d p=%g", c.B, c.T, c.a, c.g, c.k, c.p);
+		run_test("attention_backward", HAS(attention_backward), l, r_ab, &c, NULL, 0);
+	}
+}
+
+/* ================= attention_block (context parallelism) ================= */
+static void r_abf(const struct kops *k, void **d, const struct cfg *c, double *s)
+{
+	k->attention_block_forward(d[0], d[1], d[2], d[3], d[4], d[5], d[6], c->B, c->Tq, c->Tk, c->a, c->g, c->k,
+				   c->S, c->scale, c->p, c->seed, c->off, c->acc);
+}
+static void r_abb(const struct kops *k, void **d, const struct cfg *c, double *s)
+{
+	k->attention_block_backward(d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], d[10], c->B, c->Tq,
+				    c->Tk, c->a, c->g, c->k, c->S, c->scale, c->p, c->seed, c->off);
+}
+
+/* the keys of [0, S) not in kpos */
+static int32_t *complement(const int32_t *kpos, int Tk, int S, int *n)
+{
+	int32_t *o = hnew(IN32(S));
+	int m = 0, j = 0;
+	for (int i = 0; i < S; i++) {
+		if (j < Tk && kpos[j] == i)
+			j++;
+		else
+			o[m++] = i;
+	}
+	*n = m;
+	return o;
+}
+
+static void test_attention_block(void)
+{
+	struct {
+		int B, a, g, k, S, Tq, Tk, acc;
+		float p;
+	} cf[] = { { 2, 4, 2, 32, 37, 20, 15, 0, 0.0f }, { 2, 4, 2, 32, 37, 20, 15, 1, 0.0f },
+		   { 2, 4, 2, 32, 37, 20, 15, 0, 0.1f }, { 2, 4, 2, 32, 37, 20, 15, 1, 0.1f },
+		   { 1, 4, 1, 24, 37, 37, 37, 0, 0.0f }, { 2, 2, 2, 16, 13, 5, 9, 1, 0.1f },
+		   { 2, 12, 4, 64, 512, 256, 256, 1, 0.1f } };
+	for (int i = 0; i < (big ? 7 : 6); i++) {
+		struct cfg c = { .B = cf[i].B, .a = cf[i].a, .g = cf[i].g, .k = cf[i].k, .S = cf[i].S, .Tq = cf[i].Tq,
+				 .Tk = cf[i].Tk, .acc = cf[i].acc, .p = cf[i].p, .scale = 1.0f / sqrtf((float)cf[i].k),
+				 .seed = 7 + (uint64_t)i, .off = 11 * (uint64_t)i };
+		size_t nq = (size_t)c.B * c.a * c.Tq * c.k, nkv = (size_t)c.B * c.g * c.Tk * c.k;
+		size_t nl = (size_t)c.B * c.a * c.Tq;
+		for (int pass = 0; pass < 2; pass++) { /* forward, backward */
+			fresh();
+			int32_t *qpos = rsubset(c.Tq, c.S), *kpos = rsubset(c.Tk, c.S);
+			int Tk2;
+			int32_t *kpos2 = complement(kpos, c.Tk, c.S, &Tk2);
+			size_t nkv2 = (size_t)c.B * c.g * Tk2 * c.k;
+			float *q = rvec(nq, 2), *kk = rvec(nkv, 2), *v = rvec(nkv, 1);
+			float *kk2 = rvec(nkv2 ? nkv2 : 1, 2), *v2 = rvec(nkv2 ? nkv2 : 1, 1);
+			const struct kops *h = kops_cpu();
+			float *out = hnew(FL(nq)), *lse = hnew(FL(nl));
+			if (pass == 0 && c.acc) /* the running state: the other keys merged first */
+				h->attention_block_forward(out, lse, q, kk2, v2, qpos, kpos2, c.B, c.Tq, Tk2, c.a,
+							   c.g, c.k, c.S, c.scale, c.p, c.seed, c.off, 0);
+			if (pass == 1) { /* the finished forward: this block alone, or both */
+				if (c.acc)
+					h->attention_block_forward(out, lse, q, kk2, v2, qpos, kpos2, c.B, c.Tq, Tk2,
+								   c.a, c.g, c.k, c.S, c.scale, c.p, c.seed, c.off, 0);
+				h->attention_block_forward(out, lse, q, kk, v, qpos, kpos, c.B, c.Tq, c.Tk, c.a,
+							   c.g, c.k, c.S, c.scale, c.p, c.seed, c.off, c.acc);
+			}
+			const char *l = LABEL("B=%d a=%d g=%d k=%d S=%d Tq=%d Tk=%d p=%g %s", c.B, c.a, c.g, c.k, c.S,
+					      c.Tq, c.Tk, c.p,
+					      pass == 0 ? (c.acc ? "accumulate=1" : "accumulate=0")
+							: (c.acc ? "share of all keys" : "this block alone"));
+			if (pass == 0) {
+				tb_out("out", c.acc ? out : rvec(nq, 1), FL(nq), TOL_RED);
+				tb_out("lse", c.acc ? lse : rvec(nl, 1), FL(nl), TOL_RED);
+				tb_in(q, FL(nq));
+				tb_in(kk, FL(nkv));
+				tb_in(v, FL(nkv));
+				tb_in(qpos, IN32(c.Tq));
+				tb_in(kpos, IN32(c.Tk));
+				run_test("attention_block_forward", HAS(attention_block_forward), l, r_abf, &c, NULL, 0);
+			} else {
+				tb_out("dq", rvec(nq, 1), FL(nq), TOL_RED);
+				tb_out("dk", rvec(nkv, 1), FL(nkv), TOL_RED);
+				tb_out("dv", rvec(nkv, 1), FL(nkv), TOL_RED);
+				tb_in(rvec(nq, 1), FL(nq));
+				tb_in(out, FL(nq));
+				tb_in(lse, FL(nl));
+				tb_in(q, FL(nq));
+				tb_in(kk, FL(nkv));
+				tb_in(v, FL(nkv));
+				tb_in(qpos, IN32(c.Tq));
+				tb_in(kpos, IN32(c.Tk));
+				run_test("attention_block_backward", HAS(attention_block_backward), l, r_abb, &c, NULL, 0);
+			}
+		}
+	}
+}
+
+/* --perturb: the CPU table with planted faults, to see the harness catch them */
+static struct kops bad_table;
+static void bad_linear_forward(float *out, const float *inp, const float *weight, const float *bias, int N,
+			       int IC, int OC)
+{
+	kops_cpu()->linear_forward(out, inp, weight, bias, N, IC, OC);
+	out[(size_t)N * OC - 1] += 1e-3f; /* the last element: a missed tail */
+}
+static void bad_dropout_add_forward(float *out, const float *residual, const float *x, size_t n, float p,
+				    uint64_t seed, uint64_t offset)
+{
+	kops_cpu()->dropout_add_forward(out, residual, x, n, p, seed, offset + 1); /* masks shifted by one */
+}
+static int bad_nonfinite(const float *x, size_t n) { return kops_cpu()->nonfinite(x, n > 1 ? n - 1 : n); }
+static void bad_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2,
+		      float eps, float wd, int step)
+{
+	kops_cpu()->adamw(p, g, m, v, n, lr * 1.001f, b1, b2, eps, wd, step);
+}
+static const struct kops *perturbed(void)
+{
+	bad_table = *kops_cpu();
+	bad_table.name = "cpu-perturbed";
+	bad_table.linear_forward = bad_linear_forward;
+	bad_table.dropout_add_forward = bad_dropout_add_forward;
+	bad_table.nonfinite = bad_nonfinite;
+	bad_table.adamw = bad_adamw;
+	bad_table.gelu_forward = NULL; /* "not on the GPU yet" */
+	return &bad_table;
+}
+
+static void print_timings(void)
+{
+	fprintf(stderr, "\n# timings, ms per call (mean of %d after a warm-up; wall clock, %s vs %s)\n", reps,
+		CPU->name, GPU->name);
+	fprintf(stderr, "%-26s %-58s %10s %10s %8s\n", "op", "config", "cpu ms", "gpu ms", "speedup");
+	for (int i = 0; i < ntimings; i++) {
+		struct timing *t = &timings[i];
+		fprintf(stderr, "%-26s %-58s %10.3f %10.3f %8.1f\n", t->op, t->label, t->cpu_ms, t->gpu_ms,
+			t->gpu_ms > 0 ? t->cpu_ms / t->gpu_ms : 0.0);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	bool self = false, perturb = false;
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--self"))
+			self = true;
+		else if (!strcmp(argv[i], "--perturb"))
+			perturb = true;
+		else if (!strcmp(argv[i], "--no-big"))
+			big = 0;
+		else if (!strcmp(argv[i], "--seed") && i + 1 < argc)
+			seed0 = strtoull(argv[++i], NULL, 0);
+		else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+			reps = atoi(argv[++i]) > 0 ? atoi(argv[i]) : 1;
+		else {
+			fprintf(stderr, "usage: %s [--self | --perturb] [--no-big] [--seed N] [--reps N]\n", argv[0]);
+			return 2;
+		}
+	}
+	CPU = kops_cpu();
+	if (perturb)
+		GPU = perturbed();
+	else if (self)
+		GPU = kops_cpu();
+	else {
+		const char *why = NULL;
+		GPU = kops_cuda(&why);
+		if (!GPU) {
+			printf("1..0 # SKIP %s\n", why ? why : "no CUDA op table");
+			return 0;
+		}
+		if (!GPU->alloc || !GPU->free || !GPU->to_device || !GPU->to_host) {
+			printf("1..0 # SKIP the CUDA table has no memory ops yet\n");
+			return 0;
+		}
+	}
+	printf("# parity: %s vs %s, seed %llu\n", GPU->name, CPU->name, (unsigned long long)seed0);
+	test_memory();
+	test_linear();
+	test_embedding();
+	test_norms();
+	test_gelu_swiglu();
+	test_dropout();
+	test_vector();
+	test_adamw();
+	test_xent();
+	test_qkv();
+	test_attention();
+	test_attention_block();
+	print_timings();
+	printf("1..%d\n", n_pass + n_fail + n_skip);
+	if (n_skip)
+		printf("# %d ops skipped: not on the GPU yet\n", n_skip);
+	printf("%d passed, %d failed\n", n_pass, n_fail);
+	return n_fail ? 1 : 0;
+}
