@@ -12,7 +12,10 @@
 #include "kernels/ops.h"
 
 /* The table, or NULL when this build has no CUDA backend or no GPU is
- * usable (the reason, when there is one, goes to *why). */
+ * usable (the reason, when there is one, goes to *why). It works on the
+ * current device: choose it (cudaSetDevice) before the first call. The ops
+ * run on one host thread at a time. MEGAC_CUDA_SYNC=1 in the environment
+ * synchronises after every kernel, so a failing kernel is named. */
 const struct kops *kops_cuda(const char **why);
 
 #endif

@@ -10,7 +10,8 @@ export LD_LIBRARY_PATH="$PWD/build/gpu-libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export OMPI_MCA_mpi_yield_when_idle=1
 # parity.txt: TAP lines and "N passed, M failed"; parity_timings.txt: ms per op on both tables
 if [ -x build/gpu/parity ]; then
-	timeout 300 build/gpu/parity >"$OUT/parity.txt" 2>"$OUT/parity_timings.txt"
+	# MEGAC_CUDA_SYNC=1: a kernel that faults is named by the check after it
+	MEGAC_CUDA_SYNC=1 timeout 300 build/gpu/parity >"$OUT/parity.txt" 2>"$OUT/parity_timings.txt"
 	rc=$?
 	echo "parity: exit $rc, $(tail -n 1 "$OUT/parity.txt")" | tee "$OUT/parity_summary.txt"
 	grep -A1 '^not ok' "$OUT/parity.txt" | head -n 60

@@ -10,18 +10,22 @@
  *     synchronise (cudaMemcpy to the host).
  *   - No float atomics anywhere: every output element is written by one
  *     thread in a fixed order, and parameter-grad reductions over rows go
- *     through per-row-block partials reduced in block order (as the CPU
- *     does), so results are bit-identical run to run.
- *   - Scratch buffers (partials, flags) come from the stream-ordered pool
- *     (cudaMallocAsync / cudaFreeAsync on stream 0): no device-wide sync.
+ *     through per-row-block partials reduced in block order, so results are
+ *     bit-identical run to run (the order differs from the CPU's, which sums
+ *     dbias and sumsq in one pass in double: equal to within float
+ *     rounding).
+ *   - Scratch for partial sums and flags is one growing device buffer
+ *     (scratch_alloc), not a stream-ordered pool, which some virtualised
+ *     GPUs lack.
  *   - Every CUDA and cuBLAS call is checked; a failure prints what failed,
  *     where, and aborts (the table contract has no error returns).
  *
  * Not implemented yet (NULL in the table; callers check): the attention ops
  * attention_forward/backward and attention_block_forward/backward.
  *
- * Global state: the op table itself (static, filled once) and one cuBLAS
- * handle created lazily under pthread_once. Both are a backend singleton,
+ * Global state: the op table itself (static, filled once), one cuBLAS
+ * handle created lazily under pthread_once, the scratch buffer and the
+ * MEGAC_CUDA_SYNC switch. Both are a backend singleton,
  * read-only after initialisation, the same for every caller; the op table is
  * driven from one host thread anyway.
  *
@@ -53,9 +57,27 @@ static void cuda_check(cudaError_t e, const char *expr, const char *file, int li
 	}
 }
 #define CUDA_CHECK(x) cuda_check((x), #x, __FILE__, __LINE__)
-/* after every kernel launch: catches bad launch configurations at once
- * (errors inside the kernel surface at the next synchronising call) */
-#define KERNEL_CHECK() cuda_check(cudaGetLastError(), "kernel launch", __FILE__, __LINE__)
+/* After every kernel launch: catches bad launch configurations at once.
+ * Errors inside a kernel surface at the next synchronising call, which may
+ * be another op's; MEGAC_CUDA_SYNC=1 in the environment synchronises after
+ * every launch so the failing kernel is the one named (read once). */
+static int sync_each_launch(void)
+{
+	static int mode = -1; /* a debugging switch, set once, read-only after */
+	if (mode < 0) {
+		const char *v = getenv("MEGAC_CUDA_SYNC");
+		mode = v && *v && *v != '0';
+	}
+	return mode;
+}
+
+static void kernel_check(const char *file, int line)
+{
+	cuda_check(cudaGetLastError(), "kernel launch", file, line);
+	if (sync_each_launch())
+		cuda_check(cudaDeviceSynchronize(), "kernel (MEGAC_CUDA_SYNC)", file, line);
+}
+#define KERNEL_CHECK() kernel_check(__FILE__, __LINE__)
 
 static void cublas_check(cublasStatus_t s, const char *expr, const char *file, int line)
 {
@@ -80,7 +102,7 @@ static void cuda_bug(const char *msg, const char *file, int line)
 #define THREADS 256
 #define WARP 32
 /* Parameter grads of the norms and the linear bias are summed over rows in
- * blocks of this many rows (cpu_nn.c's CPU_ROWS), then over blocks in order. */
+ * blocks of this many rows, then over blocks in order. */
 #define ROWS 32
 
 /* Blocks for a grid-stride loop over n elements: enough to fill the GPU,
@@ -97,18 +119,31 @@ static unsigned grid_for(size_t n)
 	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);             \
 	     i += (size_t)gridDim.x * blockDim.x)
 
+/* Scratch for an op's partial sums: one device buffer that only grows
+ * (plain cudaMalloc: stream-ordered memory pools are missing on some
+ * virtualised GPUs). An op holds it from scratch_alloc to scratch_free and
+ * ops run one after another on one host thread, as the table's callers do;
+ * cudaFree of a smaller buffer synchronises the device first, so no kernel
+ * still reads it. */
+static void *scratch_buf;
+static size_t scratch_cap;
+
 static void *scratch_alloc(size_t bytes)
 {
-	void *p = NULL;
-	if (bytes)
-		CUDA_CHECK(cudaMallocAsync(&p, bytes, 0));
-	return p;
+	if (bytes > scratch_cap) {
+		if (scratch_buf)
+			CUDA_CHECK(cudaFree(scratch_buf));
+		scratch_buf = NULL;
+		scratch_cap = 0;
+		CUDA_CHECK(cudaMalloc(&scratch_buf, bytes));
+		scratch_cap = bytes;
+	}
+	return bytes ? scratch_buf : NULL;
 }
 
 static void scratch_free(void *p)
 {
-	if (p)
-		CUDA_CHECK(cudaFreeAsync(p, 0));
+	(void)p; /* kept for the next op */
 }
 
 /* ---- reductions within a warp / a block ---- */
