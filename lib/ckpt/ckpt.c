@@ -787,6 +787,14 @@ struct ckpt_reader {
 	struct h5io_crc32 crc;
 };
 
+struct ckpt_reader *ckpt_open_latest(const char *dir, int64_t *iteration)
+{
+	int k = ckpt_latest(dir, iteration);
+	if (k > 0)
+		error("'%s' has no latest_checkpointed_iteration.txt (no checkpoint there)", dir);
+	return k == 0 ? ckpt_open(dir, *iteration) : NULL;
+}
+
 struct ckpt_reader *ckpt_open(const char *dir, int64_t iteration)
 {
 	if (!valid_iteration(iteration)) {

@@ -150,6 +150,11 @@ int ckpt_latest(const char *dir, int64_t *iteration);
 
 struct ckpt_reader;
 
+/* Open the iteration <dir>'s tracker names (ckpt_latest, then ckpt_open),
+ * storing it in *iteration; NULL after error(), which says when there is
+ * no tracker. For the tools that read "the" checkpoint of a folder. */
+struct ckpt_reader *ckpt_open_latest(const char *dir, int64_t *iteration);
+
 /* Open <dir>/iter_NNNNNNN (or release/); NULL after error() when it is not
  * a directory. Files are opened by ckpt_file_open. */
 struct ckpt_reader *ckpt_open(const char *dir, int64_t iteration);

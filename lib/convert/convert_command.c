@@ -74,16 +74,9 @@ static struct ckpt_reader *open_source(const struct args *a, int64_t *iter)
 		error("--load DIR: the checkpoint to convert");
 		return NULL;
 	}
-	if (a->iteration >= 0) {
-		*iter = a->iteration;
-	} else {
-		int k = ckpt_latest(a->load, iter);
-		if (k != 0) {
-			if (k > 0)
-				error("'%s' has no latest_checkpointed_iteration.txt; give --iteration N", a->load);
-			return NULL;
-		}
-	}
+	if (a->iteration < 0)
+		return ckpt_open_latest(a->load, iter);
+	*iter = a->iteration;
 	return ckpt_open(a->load, *iter);
 }
 

@@ -492,10 +492,7 @@ int server_command(const struct args *a)
 	struct tok_config tc = tok_config_from_args(a);
 	s.tok = tok_load(&tc);
 	int64_t iter;
-	int k = s.tok ? ckpt_latest(a->load, &iter) : -1;
-	if (k > 0)
-		error("'%s' has no latest_checkpointed_iteration.txt", a->load);
-	struct ckpt_reader *r = k == 0 ? ckpt_open(a->load, iter) : NULL;
+	struct ckpt_reader *r = s.tok ? ckpt_open_latest(a->load, &iter) : NULL;
 	int mf = r ? ckpt_file_open(r, "model.h5") : -1;
 	int max_seq = (int)a->inference_max_seq_length, max_req = (int)a->inference_max_requests;
 	int rc = mf < 0 || infer_init(&s.e, r, mf, max_seq, max_req, max_seq + max_req, d.world > 1 ? &d.tp : NULL) < 0

@@ -48,9 +48,7 @@ int main(int argc, char **argv)
 		total += len;
 	}
 	int64_t iter;
-	if (ckpt_latest(argv[1], &iter) != 0)
-		die("'%s': no checkpoint", argv[1]);
-	struct ckpt_reader *r = ckpt_open(argv[1], iter);
+	struct ckpt_reader *r = ckpt_open_latest(argv[1], &iter);
 	int mf = r ? ckpt_file_open(r, "model.h5") : -1;
 	struct infer_engine e;
 	if (mf < 0 || infer_init(&e, r, mf, longest, max_req, total + n, NULL) < 0 || infer_generate(&e, rq, n) < 0)

@@ -29,9 +29,7 @@ int main(int argc, char **argv)
 	if (argc != 4)
 		die("usage: megac_logits CKPT_DIR IDS.npy OUT.npy");
 	int64_t iter;
-	if (ckpt_latest(argv[1], &iter) != 0)
-		die("'%s': no checkpoint", argv[1]);
-	struct ckpt_reader *r = ckpt_open(argv[1], iter);
+	struct ckpt_reader *r = ckpt_open_latest(argv[1], &iter);
 	int mf = r ? ckpt_file_open(r, "model.h5") : -1;
 	struct gpt_config c;
 	if (mf < 0 || gpt_config_from_ckpt(&c, r, mf) < 0)

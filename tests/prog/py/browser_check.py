@@ -20,19 +20,11 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tap import Tap  # noqa: E402
+from tap import Tap, free_port  # noqa: E402
 
 base, expected_file = sys.argv[1], sys.argv[2]
 PROMPT = "In the beginning God created"
 MAX_TOKENS = "20"  # with temperature 0 (the page's default): greedy
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 class WS:

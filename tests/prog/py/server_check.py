@@ -23,20 +23,12 @@ import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tap import Tap, wait_health  # noqa: E402
+from tap import Tap, free_port, wait_health  # noqa: E402
 
 sep = sys.argv.index("--")
 server_cmd, (gen, ckpt) = sys.argv[1:sep], sys.argv[sep + 1:]
 tap = Tap()
 check = tap.check
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 port = free_port()

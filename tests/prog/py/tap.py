@@ -1,5 +1,6 @@
 """tap.py - what the Python test drivers share: ok / not ok lines (the
 harness counts them) and waiting for a server under test to answer."""
+import socket
 import time
 import urllib.request
 
@@ -29,3 +30,12 @@ def wait_health(base, seconds=60):
             pass
         time.sleep(0.1)
     return False
+
+
+def free_port():
+    """A TCP port nobody listens on now."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
