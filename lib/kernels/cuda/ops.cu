@@ -29,95 +29,14 @@
  * read-only after initialisation, the same for every caller; the op table is
  * driven from one host thread anyway.
  *
- * nvcc is run without -Ilib, so ops.h is included by relative path; it is
- * plain C, hence the extern "C" around it.
+ * The helpers every file of the backend shares are in common.cuh; the
+ * attention ops are in attn.cu.
  */
-#include <cublas_v2.h>
-#include <cuda_runtime.h>
+#include "common.cuh"
 
-#include <math.h>
 #include <pthread.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
 
-extern "C" {
-#include "../ops.h"
-const struct kops *kops_cuda(const char **why); /* cuda_ops.h (which needs -Ilib) */
-}
-
-/* ---- error checking ---- */
-
-static void cuda_check(cudaError_t e, const char *expr, const char *file, int line)
-{
-	if (e != cudaSuccess) {
-		fprintf(stderr, "megac: CUDA error \"%s\" at %s:%d in %s\n", cudaGetErrorString(e), file,
-			line, expr);
-		abort();
-	}
-}
-#define CUDA_CHECK(x) cuda_check((x), #x, __FILE__, __LINE__)
-/* After every kernel launch: catches bad launch configurations at once.
- * Errors inside a kernel surface at the next synchronising call, which may
- * be another op's; MEGAC_CUDA_SYNC=1 in the environment synchronises after
- * every launch so the failing kernel is the one named (read once). */
-static int sync_each_launch(void)
-{
-	static int mode = -1; /* a debugging switch, set once, read-only after */
-	if (mode < 0) {
-		const char *v = getenv("MEGAC_CUDA_SYNC");
-		mode = v && *v && *v != '0';
-	}
-	return mode;
-}
-
-static void kernel_check(const char *file, int line)
-{
-	cuda_check(cudaGetLastError(), "kernel launch", file, line);
-	if (sync_each_launch())
-		cuda_check(cudaDeviceSynchronize(), "kernel (MEGAC_CUDA_SYNC)", file, line);
-}
-#define KERNEL_CHECK() kernel_check(__FILE__, __LINE__)
-
-static void cublas_check(cublasStatus_t s, const char *expr, const char *file, int line)
-{
-	if (s != CUBLAS_STATUS_SUCCESS) {
-		fprintf(stderr, "megac: cuBLAS error %d (%s) at %s:%d in %s\n", (int)s,
-			cublasGetStatusString(s), file, line, expr);
-		abort();
-	}
-}
-#define CUBLAS_CHECK(x) cublas_check((x), #x, __FILE__, __LINE__)
-
-/* a caller broke an op's contract (the CPU backend's BUG) */
-static void cuda_bug(const char *msg, const char *file, int line)
-{
-	fprintf(stderr, "megac: BUG at %s:%d: %s\n", file, line, msg);
-	abort();
-}
-#define CUDA_BUG(msg) cuda_bug((msg), __FILE__, __LINE__)
-
-/* ---- launch geometry ---- */
-
-#define THREADS 256
-#define WARP 32
-/* Parameter grads of the norms and the linear bias are summed over rows in
- * blocks of this many rows, then over blocks in order. */
-#define ROWS 32
-
-/* Blocks for a grid-stride loop over n elements: enough to fill the GPU,
- * never more than the elements need. */
-static unsigned grid_for(size_t n)
-{
-	size_t b = (n + THREADS - 1) / THREADS;
-	if (b > 65536 * 4)
-		b = 65536 * 4;
-	return b ? (unsigned)b : 1u;
-}
-
-#define GRID_STRIDE(i, n)                                                                  \
-	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);             \
-	     i += (size_t)gridDim.x * blockDim.x)
+extern "C" const struct kops *kops_cuda(const char **why); /* cuda_ops.h (which needs -Ilib) */
 
 /* Scratch for an op's partial sums: one device buffer that only grows
  * (plain cudaMalloc: stream-ordered memory pools are missing on some
@@ -128,7 +47,7 @@ static unsigned grid_for(size_t n)
 static void *scratch_buf;
 static size_t scratch_cap;
 
-static void *scratch_alloc(size_t bytes)
+void *scratch_alloc(size_t bytes)
 {
 	if (bytes > scratch_cap) {
 		if (scratch_buf)
@@ -141,63 +60,9 @@ static void *scratch_alloc(size_t bytes)
 	return bytes ? scratch_buf : NULL;
 }
 
-static void scratch_free(void *p)
+void scratch_free(void *p)
 {
 	(void)p; /* kept for the next op */
-}
-
-/* ---- reductions within a warp / a block ---- */
-
-__device__ __forceinline__ float warp_sum(float v)
-{
-	for (int o = WARP / 2; o > 0; o >>= 1)
-		v += __shfl_xor_sync(0xffffffffu, v, o);
-	return v;
-}
-
-__device__ __forceinline__ double warp_sumd(double v)
-{
-	for (int o = WARP / 2; o > 0; o >>= 1)
-		v += __shfl_xor_sync(0xffffffffu, v, o);
-	return v;
-}
-
-/* max that ignores NaN the way the CPU's "x > m ? x : m" does */
-__device__ __forceinline__ float warp_max(float v)
-{
-	for (int o = WARP / 2; o > 0; o >>= 1) {
-		float u = __shfl_xor_sync(0xffffffffu, v, o);
-		v = u > v ? u : v;
-	}
-	return v;
-}
-
-/* Block-wide sums/max, the result in every thread. blockDim.x must be a
- * multiple of 32 and at most 1024. */
-__device__ double block_sumd(double v)
-{
-	__shared__ double sh[WARP];
-	int lane = threadIdx.x % WARP, w = threadIdx.x / WARP, nw = blockDim.x / WARP;
-	v = warp_sumd(v);
-	__syncthreads(); /* sh may still be read by an earlier call */
-	if (lane == 0)
-		sh[w] = v;
-	__syncthreads();
-	v = lane < nw ? sh[lane] : 0.0;
-	return warp_sumd(v);
-}
-
-__device__ float block_max(float v)
-{
-	__shared__ float sh[WARP];
-	int lane = threadIdx.x % WARP, w = threadIdx.x / WARP, nw = blockDim.x / WARP;
-	v = warp_max(v);
-	__syncthreads();
-	if (lane == 0)
-		sh[w] = v;
-	__syncthreads();
-	v = lane < nw ? sh[lane] : -INFINITY;
-	return warp_max(v);
 }
 
 /* ---- memory ---- */
@@ -254,7 +119,7 @@ static void blas_init(void)
 	CUBLAS_CHECK(cublasSetStream(blas_handle, 0));
 }
 
-static cublasHandle_t blas(void)
+cublasHandle_t cuda_blas(void)
 {
 	pthread_once(&blas_once, blas_init);
 	return blas_handle;
@@ -354,7 +219,7 @@ static void cuda_linear_forward(float *out, const float *inp, const float *weigh
 		cuda_zero(out, (size_t)N * OC);
 	}
 	if (IC > 0)
-		CUBLAS_CHECK(cublasSgemm(blas(), CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, &one, weight, IC,
+		CUBLAS_CHECK(cublasSgemm(cuda_blas(), CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, &one, weight, IC,
 					 inp, IC, &beta, out, OC));
 }
 
@@ -370,10 +235,10 @@ static void cuda_linear_backward(float *dinp, float *dweight, float *dbias, cons
 	}
 	float one = 1.0f, zero = 0.0f;
 	if (dinp)
-		CUBLAS_CHECK(cublasSgemm(blas(), CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, &one, weight, IC,
+		CUBLAS_CHECK(cublasSgemm(cuda_blas(), CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, &one, weight, IC,
 					 dout, OC, &zero, dinp, IC));
 	if (dweight)
-		CUBLAS_CHECK(cublasSgemm(blas(), CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, &one, inp, IC,
+		CUBLAS_CHECK(cublasSgemm(cuda_blas(), CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, &one, inp, IC,
 					 dout, OC, &one, dweight, IC));
 	if (dbias)
 		colsum_add(dbias, dout, N, OC);
@@ -897,38 +762,6 @@ static void cuda_qkv_split_backward(float *dqkv, const float *dq, const float *d
 	KERNEL_CHECK();
 }
 
-/* ---- counter-based random numbers (cpu_rand.c, ported exactly) ----
- * block(seed, j) = Philox4x32-10, key (lo32(seed), hi32(seed)), counter
- * (lo32(j), hi32(j), 0, 0); uniform(s, c) = (w[c mod 4] >> 8) * 2^-24 of
- * block(s, c / 4). Each thread computes the whole block for its counter
- * (4x redundant work, but simple and obviously the same draw). */
-
-#define PHILOX_M0 0xD2511F53u
-#define PHILOX_M1 0xCD9E8D57u
-#define PHILOX_W0 0x9E3779B9u
-#define PHILOX_W1 0xBB67AE85u
-
-__device__ __forceinline__ float philox_uniform(uint64_t seed, uint64_t counter)
-{
-	uint64_t j = counter >> 2;
-	uint32_t x0 = (uint32_t)j, x1 = (uint32_t)(j >> 32), x2 = 0, x3 = 0;
-	uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
-	for (int round = 0; round < 10; round++) {
-		if (round > 0) { /* the key is bumped before every round but the first */
-			k0 += PHILOX_W0;
-			k1 += PHILOX_W1;
-		}
-		uint32_t hi0 = __umulhi(PHILOX_M0, x0), lo0 = PHILOX_M0 * x0;
-		uint32_t hi1 = __umulhi(PHILOX_M1, x2), lo1 = PHILOX_M1 * x2;
-		uint32_t y0 = hi1 ^ x1 ^ k0, y1 = lo1;
-		uint32_t y2 = hi0 ^ x3 ^ k1, y3 = lo0;
-		x0 = y0, x1 = y1, x2 = y2, x3 = y3;
-	}
-	unsigned w = (unsigned)(counter & 3);
-	uint32_t word = w == 0 ? x0 : w == 1 ? x1 : w == 2 ? x2 : x3;
-	return (float)(word >> 8) * 5.9604644775390625e-08f; /* 2^-24: exact */
-}
-
 /* ---- residual dropout: out = residual + dropout(x) ----
  * Element i is kept when uniform(seed, offset + i) >= p and then scaled by
  * keep_scale = 1.0f / (1.0f - p) (fp32, computed on the host as the CPU
@@ -1136,35 +969,7 @@ static int cuda_nonfinite(const float *x, size_t n)
 	return host != 0;
 }
 
-/* ---- rounding to half precision and back (cpu_round_bf16/fp16, bit for bit) ---- */
-
-/* bf16: add half of the dropped 16 bits (minus one unless the kept part is
- * odd: ties to even) and truncate; a NaN is quieted, sign kept. */
-__device__ __forceinline__ float round_bf16(float x)
-{
-	uint32_t u = __float_as_uint(x);
-	uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-	uint32_t quiet_nan = (u | 0x00400000u) & 0xffff0000u;
-	return __uint_as_float((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
-}
-
-/* IEEE half: normals keep 10 mantissa bits (ties to even); below 2^-14 the
- * halves are multiples of 2^-24, the ulp of [0.5, 1), so (|x| + 0.5) - 0.5
- * rounds to them (__fadd_rn: never contracted or reassociated); |x| >= 65520
- * goes to inf; NaN stays NaN (quieted). */
-__device__ __forceinline__ float round_fp16(float x)
-{
-	uint32_t u = __float_as_uint(x);
-	uint32_t sign = u & 0x80000000u, a = u & 0x7fffffffu;
-	if (a > 0x7f800000u)
-		return __uint_as_float(u | 0x00400000u);
-	if (a >= 0x477ff000u)
-		return __uint_as_float(sign | 0x7f800000u);
-	if (a >= 0x38800000u)
-		return __uint_as_float(sign | ((a + 0x0fffu + ((a >> 13) & 1u)) & ~0x1fffu));
-	float sub = __fadd_rn(__fadd_rn(__uint_as_float(a), 0.5f), -0.5f);
-	return __uint_as_float(sign | __float_as_uint(sub));
-}
+/* ---- rounding to half precision and back: round_bf16/round_fp16 (common.cuh) ---- */
 
 __global__ void round_kernel(float *out, const float *x, size_t n, int kind)
 {
@@ -1251,8 +1056,8 @@ static void table_init(void)
 	t->swiglu_backward = cuda_swiglu_backward;
 	t->qkv_split_forward = cuda_qkv_split_forward;
 	t->qkv_split_backward = cuda_qkv_split_backward;
-	t->attention_forward = NULL;  /* not yet */
-	t->attention_backward = NULL; /* not yet */
+	t->attention_forward = NULL; /* cuda_attn_fill */
+	t->attention_backward = NULL;
 	t->dropout_add_forward = cuda_dropout_add_forward;
 	t->dropout_backward = cuda_dropout_backward;
 	t->xent_forward = cuda_xent_forward;
@@ -1263,8 +1068,9 @@ static void table_init(void)
 	t->nonfinite = cuda_nonfinite;
 	t->round = cuda_round;
 	t->adamw = cuda_adamw;
-	t->attention_block_forward = NULL;  /* not yet */
-	t->attention_block_backward = NULL; /* not yet */
+	t->attention_block_forward = NULL;
+	t->attention_block_backward = NULL;
+	cuda_attn_fill(t);
 }
 
 extern "C" const struct kops *kops_cuda(const char **why)
