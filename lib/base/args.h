@@ -118,6 +118,8 @@ struct args {
 	bool sequence_parallel;
 	bool use_distributed_optimizer;
 	bool overlap_grad_reduce;
+	int64_t local_rank;
+	char *device;
 	bool overlap_param_gather;
 	int64_t ddp_bucket_size;
 	double distributed_timeout_minutes;

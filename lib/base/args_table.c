@@ -344,6 +344,11 @@ const struct flag_def args_table[] = {
 	  NULL, NULL, "accepted; no effect" },
 	{ "--use-mcore-models", FK_BOOL, F(perf_flag), TR, 0, "speed options (accepted)", NULL, NULL, NULL,
 	  "accepted; megac's model is Megatron Core's" },
+	{ "--local-rank", FK_INT, F(local_rank), TR, 0, "distributed", "-1", NULL, "N",
+	  "this process's rank on its node, which picks its GPU (local rank mod visible GPUs); default: the "
+	  "launcher's LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID or MPI_LOCALRANKID, else 0" },
+	{ "--device", FK_STR, F(device), TR, 0, "distributed", "auto", "auto|cpu|cuda", "D",
+	  "(megac) where to compute: a GPU when one is usable (auto), the CPU, or a GPU or nothing (cuda)" },
 	{ "--overlap-grad-reduce", FK_BOOL, F(overlap_grad_reduce), TR, 0, "distributed", NULL, NULL, NULL,
 	  "reduce gradients in buckets while backward runs (non-blocking collectives)" },
 	{ "--ddp-bucket-size", FK_INT, F(ddp_bucket_size), TR, 0, "distributed", "-1", NULL, "N",

@@ -9,7 +9,7 @@
 #ifndef MEGAC_KERNELS_CUDA_OPS_H
 #define MEGAC_KERNELS_CUDA_OPS_H
 
-#include "kernels/ops.h"
+#include "ops.h"
 
 /* The table, or NULL when this build has no CUDA backend or no GPU is
  * usable (the reason, when there is one, goes to *why). It works on the
@@ -17,5 +17,25 @@
  * run on one host thread at a time. MEGAC_CUDA_SYNC=1 in the environment
  * synchronises after every kernel, so a failing kernel is named. */
 const struct kops *kops_cuda(const char **why);
+
+/* The table for the --bf16/--fp16 modes (lib/kernels/cuda/gemm.cu):
+ * kops_cuda() except linear_forward/linear_backward, which convert their
+ * fp32 operands to bf16 (KOPS_ROUND_BF16) or fp16 (KOPS_ROUND_FP16), round
+ * to nearest even, and multiply them on the tensor cores with fp32
+ * accumulation into the same fp32 outputs. The model rounds every input of a
+ * linear layer to that format already, so the conversion is exact and the
+ * result is the fp32 GEMM's up to the order of the sums. Named "cuda-bf16" /
+ * "cuda-fp16"; NULL (reason in *why) when kops_cuda() is. */
+const struct kops *kops_cuda_half(enum kops_round kind, const char **why);
+
+/* What the backend took from the device so far: cudaMalloc calls and their
+ * bytes (buffers are taken at set-up: a count that grows during training
+ * means an allocation in the hot loop), cudaFree calls, and the scratch
+ * buffer's size. */
+struct kops_cuda_stats {
+	unsigned long mallocs, frees;
+	size_t bytes, scratch_bytes;
+};
+void kops_cuda_stats(struct kops_cuda_stats *st);
 
 #endif

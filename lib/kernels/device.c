@@ -6,9 +6,14 @@
 #include "kernels/cuda_ops.h"
 
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
 
 #ifdef MEGAC_CUDA
 int cuda_probe_device_count(int *err); /* cuda/probe.cu */
+int cuda_probe_select(int dev, char *name, int name_len, size_t *total_mem, const char **why);
 #endif
 
 bool device_cuda_built(void)
@@ -46,11 +51,93 @@ const char *device_describe(char *buf, int len)
 	return buf;
 }
 
+int device_local_rank(int flag)
+{
+	static const char *const vars[] = { "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID",
+					    "MPI_LOCALRANKID" };
+	if (flag >= 0)
+		return flag;
+	for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
+		const char *v = getenv(vars[i]);
+		char *end;
+		if (!v || !*v)
+			continue;
+		long r = strtol(v, &end, 10);
+		if (!*end && r >= 0 && r < (1L << 20))
+			return (int)r;
+	}
+	return 0;
+}
+
+static void choose_cpu(struct device_choice *d, const char *why)
+{
+	d->k = kops_cpu();
+	d->cuda_device = -1;
+	snprintf(d->what, sizeof(d->what), "the CPU (%s)", why);
+}
+
+int device_choose(struct device_choice *d, const char *want, int local_rank, enum device_precision prec)
+{
+	memset(d, 0, sizeof(*d));
+	if (!want || !*want)
+		want = "auto";
+	if (strcmp(want, "auto") && strcmp(want, "cpu") && strcmp(want, "cuda"))
+		return error("--device %s: expected auto, cpu or cuda", want);
+	if (!strcmp(want, "cpu")) {
+		choose_cpu(d, "--device cpu");
+		return 0;
+	}
+#ifdef MEGAC_CUDA
+	int err = 0, n = cuda_probe_device_count(&err);
+	if (err || n <= 0) {
+		const char *why = NULL;
+		kops_cuda(&why); /* the runtime's words for it */
+		if (!strcmp(want, "cuda"))
+			return error("--device cuda: no usable GPU (%s)", why ? why : "no CUDA device is visible");
+		choose_cpu(d, "no usable GPU");
+		return 0;
+	}
+	int dev = local_rank % n;
+	char name[128];
+	size_t mem = 0;
+	const char *why = NULL;
+	if (cuda_probe_select(dev, name, (int)sizeof(name), &mem, &why) < 0)
+		return error("GPU %d (local rank %d of %d visible GPUs) cannot be used: %s", dev, local_rank, n, why);
+	const struct kops *k = kops_cuda(&why); /* HALF_TABLE_PENDING */
+	(void)prec;
+	if (!k)
+		return error("the CUDA backend cannot run on GPU %d: %s", dev, why ? why : "unknown reason");
+	d->k = k;
+	d->cuda_device = dev;
+	snprintf(d->what, sizeof(d->what), "CUDA device %d of %d (%s, %.1f GiB; local rank %d), op table %s", dev,
+		 n, name, (double)mem / (1u << 30), local_rank, k->name);
+	return 0;
+#else
+	(void)local_rank;
+	(void)prec;
+	if (!strcmp(want, "cuda"))
+		return error("--device cuda: this build has no CUDA backend (nvcc was not found when it was built)");
+	choose_cpu(d, "this build has no CUDA backend");
+	return 0;
+#endif
+}
+
 #ifndef MEGAC_CUDA
 const struct kops *kops_cuda(const char **why)
 {
 	if (why)
 		*why = "this build has no CUDA backend (nvcc was not found)";
 	return NULL;
+}
+
+const struct kops *kops_cuda_half(enum kops_round kind, const char **why)
+{
+	(void)kind;
+	return kops_cuda(why);
+}
+
+void kops_cuda_stats(struct kops_cuda_stats *st)
+{
+	memset(st, 0, sizeof(*st));
 }
 #endif

@@ -41,6 +41,9 @@ struct kops {
 	const char *name; /* "cpu", "cuda" */
 	bool counts_only; /* report_memory's plan: buffers are counted, none holds data,
 			   * so set-up skips filling its tables */
+	bool flash;       /* attention_block_* is this backend's fast attention: a model
+			   * keeps each row's log-sum-exp instead of probs[B,a,T,T] where
+			   * it can (no document masks) */
 
 	/* ---- memory (device memory for this backend; host memory on the CPU) ---- */
 	void *(*alloc)(size_t bytes);          /* zero-filled; dies on failure */
@@ -48,6 +51,12 @@ struct kops {
 	void (*to_host)(void *dst, const void *src, size_t bytes);
 	void (*to_device)(void *dst, const void *src, size_t bytes);
 	void (*zero)(float *x, size_t n);
+	/* bytes from one buffer of this backend to another (not overlapping) */
+	void (*copy)(void *dst, const void *src, size_t bytes);
+	/* Host memory for staging transfers to and from this backend (page-locked
+	 * on a GPU, so copies run at full speed); zero-filled, dies on failure. */
+	void *(*host_alloc)(size_t bytes);
+	void (*host_free)(void *p);
 
 	/* ---- linear layer: out[N,OC] = inp[N,IC] . weight[OC,IC]^T (+ bias[OC]) ----
 	 * bias may be NULL. Backward: dinp = dout . weight; dweight += dout^T . inp;

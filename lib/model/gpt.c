@@ -165,8 +165,8 @@ static void alloc_layer_acts(struct gpt_model *m, struct gpt_layer_acts *A, bool
 	A->q = take(m, BT * c->a * c->k);
 	A->kk = take(m, BT * c->g * c->k);
 	A->v = take(m, BT * c->g * c->k);
-	A->probs = probs && !m->cp ? take(m, (size_t)m->B * c->a * c->S * c->S) : NULL;
-	A->alse = m->cp ? take(m, (size_t)m->B * c->a * c->S) : NULL;
+	A->probs = probs && !m->cp && !m->flash ? take(m, (size_t)m->B * c->a * c->S * c->S) : NULL;
+	A->alse = m->cp || m->flash ? take(m, (size_t)m->B * c->a * c->S) : NULL;
 	A->atty = take(m, BT * c->a * c->k);
 	A->res1 = take(m, BTl * h);
 	A->ln2 = take(m, BTl * h);
@@ -246,7 +246,7 @@ static void bind(struct gpt_model *m, int v, int s)
 int gpt_init(struct gpt_model *m, const struct gpt_config *c, const struct kops *k, struct mem_pool *mem,
 	     int B, enum gpt_precision precision, struct dist_group *tp, bool sp)
 {
-	struct gpt_pipe one = { 1, 0, 1, NULL, NULL };
+	struct gpt_pipe one = { 1, 0, 1, NULL, NULL, false };
 	return gpt_init_pipe(m, c, k, mem, B, precision, tp, sp, &one);
 }
 
@@ -289,6 +289,10 @@ int gpt_init_pipe(struct gpt_model *m, const struct gpt_config *c, const struct 
 			return -1;
 		m->lc.S = c->S / m->cp_size;
 	}
+	/* a GPU's flash-style attention, where the op table has one; its block
+	 * ops know no document masks, so those keep the probs path */
+	m->flash = k->flash && k->attention_block_forward && k->attention_block_backward && !m->cp &&
+		   !pipe->doc_masks;
 	if (m->sp && m->lc.S % t)
 		return error("--sequence-parallel needs --seq-length %d%s divisible by --tensor-model-parallel-size %d",
 			     c->S, m->cp ? " / --context-parallel-size" : "", t);
@@ -332,7 +336,7 @@ int gpt_init_pipe(struct gpt_model *m, const struct gpt_config *c, const struct 
 	 * shares under selective recompute */
 	if (any_rc)
 		alloc_layer_acts(m, &m->rc_acts, true);
-	if (c->recompute == GPT_RECOMPUTE_SELECTIVE && !m->cp)
+	if (c->recompute == GPT_RECOMPUTE_SELECTIVE && !m->cp && !m->flash)
 		m->probs_shared = take(m, (size_t)B * c->a * c->S * c->S);
 	for (int v = 0; v < m->nchunks; v++) {
 		struct gpt_chunk *ch = &m->chunks[v];
@@ -357,6 +361,16 @@ int gpt_init_pipe(struct gpt_model *m, const struct gpt_config *c, const struct 
 			}
 			free(hc);
 			free(hs);
+		}
+	}
+	if (m->flash) {
+		m->flash_pos = take_bytes(m, (size_t)c->S * sizeof(int32_t));
+		if (!k->counts_only) {
+			int32_t *pos = xmalloc((size_t)c->S * sizeof(int32_t));
+			for (int j = 0; j < c->S; j++)
+				pos[j] = j;
+			k->to_device(m->flash_pos, pos, (size_t)c->S * sizeof(int32_t));
+			free(pos);
 		}
 	}
 	m->qkv = take(m, BT * qkv);
@@ -520,7 +534,7 @@ static void sp_gather(struct gpt_model *m, float *full, const float *shard)
 	dist_allgather_equal_f32(m->tp, shard, (size_t)B * blk, m->perm);
 	for (int r = 0; r < t; r++)
 		for (int b = 0; b < B; b++)
-			memcpy(full + ((size_t)b * t + r) * blk, m->perm + ((size_t)r * B + b) * blk, blk * sizeof(float));
+			m->k->copy(full + ((size_t)b * t + r) * blk, m->perm + ((size_t)r * B + b) * blk, blk * sizeof(float));
 }
 
 static void sp_reduce_scatter(struct gpt_model *m, float *shard, const float *full)
@@ -529,7 +543,7 @@ static void sp_reduce_scatter(struct gpt_model *m, float *shard, const float *fu
 	size_t blk = (size_t)(m->lc.S / t) * m->c.h;
 	for (int r = 0; r < t; r++)
 		for (int b = 0; b < B; b++)
-			memcpy(m->perm + ((size_t)r * B + b) * blk, full + ((size_t)b * t + r) * blk, blk * sizeof(float));
+			m->k->copy(m->perm + ((size_t)r * B + b) * blk, full + ((size_t)b * t + r) * blk, blk * sizeof(float));
 	dist_reduce_scatter_equal_f32(m->tp, m->perm, (size_t)B * blk, shard);
 	round_half(m, shard, (size_t)B * blk);
 }
@@ -569,8 +583,11 @@ static void seq_dropout(struct gpt_model *m, float *out, const float *res, const
 		}
 }
 
-/* Core attention of layer l: the one-rank op, or ring attention over the
- * context-parallel group (which keeps the rows' log-sum-exp, not probs). */
+/* Core attention of layer l: the one-rank op, ring attention over the
+ * context-parallel group, or the flash-style block op over the whole
+ * sequence (the last two keep the rows' log-sum-exp, not probs). The block
+ * op on positions 0..S-1 with S = T draws the dropout masks of
+ * attention_forward. */
 static void attn_fwd(struct gpt_model *m, struct gpt_layer_acts *A, int l, float p)
 {
 	const struct gpt_config *c = &m->lc;
@@ -578,6 +595,10 @@ static void attn_fwd(struct gpt_model *m, struct gpt_layer_acts *A, int l, float
 	if (m->cp)
 		ring_attn_forward(&m->ring, A->atty, A->alse, A->q, A->kk, A->v, scale, p, m->drop_seed,
 				  attn_offset(m, l));
+	else if (m->flash)
+		m->k->attention_block_forward(A->atty, A->alse, A->q, A->kk, A->v, m->flash_pos, m->flash_pos, m->B,
+					      c->S, c->S, c->a, c->g, c->k, c->S, scale, p, m->drop_seed,
+					      attn_offset(m, l), 0);
 	else
 		m->k->attention_forward(A->atty, A->probs, A->q, A->kk, A->v, m->use_doc ? m->doc : NULL, m->B, c->S,
 					c->a, c->g, c->k, scale, p, m->drop_seed, attn_offset(m, l));
@@ -591,7 +612,16 @@ static void attn_bwd(struct gpt_model *m, struct gpt_layer_acts *A, int l, const
 	if (m->cp)
 		ring_attn_backward(&m->ring, m->dq, m->dk, m->dv, datty, A->atty, A->alse, A->q, A->kk, A->v, scale,
 				   c->attention_dropout, m->drop_seed, attn_offset(m, l));
-	else
+	else if (m->flash) {
+		/* the block op adds its share into the grads */
+		size_t nq = (size_t)m->B * c->a * c->S * c->k, nkv = (size_t)m->B * c->g * c->S * c->k;
+		m->k->zero(m->dq, nq);
+		m->k->zero(m->dk, nkv);
+		m->k->zero(m->dv, nkv);
+		m->k->attention_block_backward(m->dq, m->dk, m->dv, datty, A->atty, A->alse, A->q, A->kk, A->v,
+					       m->flash_pos, m->flash_pos, m->B, c->S, c->S, c->a, c->g, c->k, c->S,
+					       scale, c->attention_dropout, m->drop_seed, attn_offset(m, l));
+	} else
 		m->k->attention_backward(m->dq, m->dk, m->dv, datty, A->q, A->kk, A->v, A->probs, m->B, c->S, c->a,
 					 c->g, c->k, scale, c->attention_dropout, m->drop_seed, attn_offset(m, l));
 }
@@ -811,6 +841,8 @@ static void load_inputs(struct gpt_model *m, struct gpt_slot *sl, const int32_t 
 		}
 	}
 	sl->use_doc = doc != NULL;
+	if (doc && m->flash)
+		BUG("document ids for a model set up without document masks (gpt_pipe.doc_masks)");
 	if (doc)
 		k->to_device(sl->doc, doc, (size_t)N * 4);
 	sl->drop_seed = drop_seed;

@@ -72,6 +72,7 @@ struct gpt_pipe {
 	int pp, stage, vpp;
 	const int *nslots;
 	struct dist_group *cp; /* context-parallel group (NULL: none) */
+	bool doc_masks;        /* micro-batches may carry document ids (--reset-attention-mask) */
 };
 
 struct gpt_model {
@@ -86,6 +87,9 @@ struct gpt_model {
 	struct dist_group *cp;  /* context parallelism: this rank holds T = S/cp positions of each sample */
 	int cp_size, cp_rank;
 	struct ring_attn ring;  /* CP: the attention over the whole sequence */
+	bool flash;             /* one-rank attention through the op table's flash-style block
+				 * ops (kops.flash): rows keep their log-sum-exp (alse), no probs */
+	int32_t *flash_pos;     /* flash: positions 0..S-1, the block ops' qpos and kpos */
 	const struct kops *k;
 	struct mem_pool *mem;
 	struct param_registry reg;

@@ -9,10 +9,11 @@
 #include "base/error.h"
 #include "base/xalloc.h"
 
-void grad_sync_init(struct grad_sync *s, struct param_registry *reg, struct dist_group *g, size_t lo, size_t hi,
-		    bool sharded, float *scratch, size_t bucket_elems, bool overlap, unsigned late_flags)
+void grad_sync_init(struct grad_sync *s, const struct kops *k, struct param_registry *reg, struct dist_group *g,
+		    size_t lo, size_t hi, bool sharded, float *scratch, size_t bucket_elems, bool overlap, unsigned late_flags)
 {
 	memset(s, 0, sizeof(*s));
+	s->k = k;
 	s->g = g;
 	s->reg = reg;
 	s->lo = lo;
@@ -104,5 +105,5 @@ void grad_sync_late(struct grad_sync *s)
 			dist_wait(&s->b[i].req);
 		}
 	if (s->sharded && s->g->size > 1)
-		memcpy(s->reg->grad + s->lo, s->scratch, (s->hi - s->lo) * sizeof(float));
+		s->k->copy(s->reg->grad + s->lo, s->scratch, (s->hi - s->lo) * sizeof(float));
 }

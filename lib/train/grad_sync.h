@@ -21,6 +21,7 @@
 #include <stddef.h>
 
 #include "dist/dist.h"
+#include "kernels/ops.h"
 #include "model/params.h"
 
 struct grad_bucket {
@@ -32,6 +33,7 @@ struct grad_bucket {
 };
 
 struct grad_sync {
+	const struct kops *k; /* the backend holding the grads (copies of the shard) */
 	struct dist_group *g;
 	struct param_registry *reg;
 	size_t lo, hi;        /* this rank's optimizer shard ([0, total) when not sharded) */
@@ -49,8 +51,8 @@ struct grad_sync {
  * late_flags: parameter flags that make a parameter late. scratch: hi - lo
  * floats when sharded.
  */
-void grad_sync_init(struct grad_sync *s, struct param_registry *reg, struct dist_group *g, size_t lo, size_t hi,
-		    bool sharded, float *scratch, size_t bucket_elems, bool overlap, unsigned late_flags);
+void grad_sync_init(struct grad_sync *s, const struct kops *k, struct param_registry *reg, struct dist_group *g,
+		    size_t lo, size_t hi, bool sharded, float *scratch, size_t bucket_elems, bool overlap, unsigned late_flags);
 void grad_sync_free(struct grad_sync *s);
 /* Start of an iteration's backward passes: every bucket pending again. */
 void grad_sync_begin(struct grad_sync *s);

@@ -43,7 +43,7 @@ static int tag_of(int kind, int chunk)
 	return 2 * chunk + kind;
 }
 
-/* Finished sends give their copies back. */
+/* Finished sends give their staging copies back to the spares. */
 static void reap(struct trainer *t, bool wait)
 {
 	size_t keep = 0;
@@ -51,7 +51,9 @@ static void reap(struct trainer *t, bool wait)
 		if (wait)
 			dist_wait(&t->sends[i].req);
 		if (wait || dist_test(&t->sends[i].req)) {
-			free(t->sends[i].buf);
+			if (t->nspare == t->cap_spare)
+				xgrow(&t->spare, &t->cap_spare, t->nspare + 1, sizeof(*t->spare));
+			t->spare[t->nspare++] = t->sends[i];
 			continue;
 		}
 		t->sends[keep++] = t->sends[i];
@@ -64,15 +66,40 @@ void pipeline_drain(struct trainer *t)
 	reap(t, true);
 }
 
+/* Sends still in flight (a failed run stops without waiting for them) keep
+ * their buffers: the process is about to end. */
+void pipeline_free(struct trainer *t)
+{
+	for (size_t i = 0; i < t->nspare; i++)
+		t->k->free(t->spare[i].buf);
+	free(t->spare);
+	free(t->sends);
+	t->spare = NULL;
+	t->sends = NULL;
+	t->nspare = t->cap_spare = t->nsends = t->cap_sends = 0;
+}
+
 /* A copy of x goes to pipeline rank dest: the source may be overwritten
- * (the next backward's gradient, a reused slot) before the receiver takes it. */
+ * (the next backward's gradient, a reused slot) before the receiver takes it.
+ * The copy stays on the backend (device to device on a GPU, so the receiver,
+ * which takes it straight into backend memory, sees the same kind of buffer)
+ * in a staging buffer that finished sends hand on: every send of a run has
+ * one of a few sizes, so after the first iteration none allocates. */
 static void send_copy(struct trainer *t, const float *x, size_t n, int dest, int tag)
 {
 	reap(t, false);
 	if (t->nsends == t->cap_sends)
 		xgrow(&t->sends, &t->cap_sends, t->nsends + 1, sizeof(*t->sends));
-	float *buf = xmalloc(n * sizeof(float));
-	t->k->to_host(buf, x, n * sizeof(float));
+	float *buf = NULL;
+	for (size_t i = 0; i < t->nspare && !buf; i++)
+		if (t->spare[i].n == n) {
+			buf = t->spare[i].buf;
+			t->spare[i] = t->spare[--t->nspare];
+		}
+	if (!buf)
+		buf = t->k->alloc(n * sizeof(float));
+	t->k->copy(buf, x, n * sizeof(float));
+	t->sends[t->nsends].n = n;
 	t->sends[t->nsends].buf = buf;
 	dist_isend_f32(&t->dist.pp, buf, n, dest, tag, &t->sends[t->nsends].req);
 	t->nsends++;

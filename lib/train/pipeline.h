@@ -31,5 +31,7 @@ int pipeline_run(struct trainer *t, const struct pp_sched *s, int split, int64_t
 		 double scale, double *num, double *den);
 /* Wait for every send still in flight (end of the iteration) and free them. */
 void pipeline_drain(struct trainer *t);
+/* The staging buffers of pipeline sends, at the end of a run. */
+void pipeline_free(struct trainer *t);
 
 #endif

@@ -251,7 +251,8 @@ static int link_stages(struct trainer *t, struct ckpt_writer *w, int mf, int of)
 	return ret;
 }
 
-/* Adam's state for the whole registry in host memory: this rank's, or with
+/* Adam's state for the whole registry in host memory (the backend's
+ * staging memory: page-locked on a GPU; free with host_free): this rank's, or with
  * the distributed optimizer every shard gathered over the group it is
  * sharded over (data-parallel, with context-parallel under CP; called on
  * every rank, since the gather is collective; only the copy of that group's
@@ -259,7 +260,7 @@ static int link_stages(struct trainer *t, struct ckpt_writer *w, int mf, int of)
 static float *optim_state_full(struct trainer *t, const float *state)
 {
 	size_t total = t->model.reg.total, lo = t->opt.lo, hi = t->opt.hi;
-	float *full = xcalloc(total ? total : 1, sizeof(float));
+	float *full = t->k->host_alloc((total ? total : 1) * sizeof(float));
 	t->k->to_host(full + lo, state, (hi - lo) * sizeof(float));
 	if (hi - lo != total)
 		dist_gather_f32(t->gdp, full, total);
@@ -335,10 +336,10 @@ int train_ckpt_save(struct trainer *t)
 		w = open_stage(t, &mf, &of, &bad);
 	size_t total = t->model.reg.total;
 	if (assemble) {
-		float *local = xmalloc((total ? total : 1) * sizeof(float));
+		float *local = t->k->host_alloc((total ? total : 1) * sizeof(float));
 		t->k->to_host(local, t->model.reg.data, total * sizeof(float));
 		bad |= stream_tensors(t, bad ? NULL : w, mf, NULL, local);
-		free(local);
+		t->k->host_free(local);
 	}
 	const float *states[2] = { t->opt.exp_avg, t->opt.exp_avg_sq };
 	const char *groups[2] = { "exp_avg", "exp_avg_sq" };
@@ -346,7 +347,7 @@ int train_ckpt_save(struct trainer *t)
 		float *local = optim_state_full(t, states[s]); /* collective over t->gdp */
 		if (assemble)
 			bad |= stream_tensors(t, bad ? NULL : w, of, groups[s], local);
-		free(local);
+		t->k->host_free(local);
 	}
 	/* 0: saved; 1 + s: pipeline stage s failed (the lowest one) */
 	double code = 0;
@@ -427,11 +428,11 @@ static int get_tensors(struct ckpt_reader *r, int file, struct trainer *t, const
 static int get_model(struct ckpt_reader *r, int file, struct trainer *t)
 {
 	size_t total = t->model.reg.total;
-	float *local = xmalloc((total ? total : 1) * sizeof(float));
+	float *local = t->k->host_alloc((total ? total : 1) * sizeof(float));
 	int ret = get_tensors(r, file, t, NULL, local);
 	if (!ret)
 		t->k->to_device(t->model.reg.data, local, total * sizeof(float));
-	free(local);
+	t->k->host_free(local);
 	return ret;
 }
 
@@ -439,11 +440,11 @@ static int get_model(struct ckpt_reader *r, int file, struct trainer *t)
 static int get_optim_state(struct ckpt_reader *r, int file, struct trainer *t, const char *group, float *state)
 {
 	size_t total = t->model.reg.total;
-	float *full = xcalloc(total ? total : 1, sizeof(float));
+	float *full = t->k->host_alloc((total ? total : 1) * sizeof(float));
 	int ret = get_tensors(r, file, t, group, full);
 	if (!ret)
 		t->k->to_device(state, full + t->opt.lo, (t->opt.hi - t->opt.lo) * sizeof(float));
-	free(full);
+	t->k->host_free(full);
 	return ret;
 }
 

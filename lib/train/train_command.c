@@ -12,6 +12,8 @@
 #include "base/error.h"
 #include "base/xalloc.h"
 #include "data/commands.h"
+#include "kernels/device.h"
+#include "train/pipeline.h"
 #include "train/train_command.h"
 #include "train/trainer.h"
 
@@ -165,7 +167,7 @@ static void trainer_free(struct trainer *t)
 	for (int i = 0; i < t->pp_ndloss; i++)
 		free(t->pp_dloss[i]);
 	free(t->pp_dloss);
-	free(t->sends);
+	pipeline_free(t);
 	pp_sched_free(&t->pp_train);
 	pp_sched_free(&t->pp_eval);
 	free(t->losses);
@@ -178,6 +180,23 @@ static void trainer_free(struct trainer *t)
 	gpt_data_config_release(&t->dcfg);
 	if (t->tok)
 		tok_free(t->tok);
+}
+
+/* The op table: a GPU of this node (device.h) or the CPU, said in the log
+ * by every rank on a GPU (which GPU each rank took is what a user checks
+ * first when a job is slow) and by rank 0 on the CPU. */
+static int setup_device(struct trainer *t, enum gpt_precision prec)
+{
+	const struct args *a = t->a;
+	struct device_choice d;
+	enum device_precision dp = prec == GPT_BF16 ? DEVICE_BF16 : prec == GPT_FP16 ? DEVICE_FP16 : DEVICE_FP32;
+	if (device_choose(&d, a->device, device_local_rank((int)a->local_rank), dp) < 0)
+		return -1;
+	t->k = d.k;
+	t->cuda_device = d.cuda_device;
+	if (d.cuda_device >= 0 || t->dist.rank == 0)
+		info("compute on %s", d.what);
+	return 0;
 }
 
 static int setup(struct trainer *t, const struct args *a)
@@ -233,11 +252,13 @@ static int setup(struct trainer *t, const struct args *a)
 		     t->cfg.Vp);
 	if (t->train_iters > 0 && setup_data(t) < 0)
 		return -1;
-	t->k = kops_cpu();
-	mem_pool_init(&t->mem, t->k);
 	enum gpt_precision prec = a->bf16 ? GPT_BF16 : a->fp16 ? GPT_FP16 : GPT_FP32;
+	if (setup_device(t, prec) < 0)
+		return -1;
+	mem_pool_init(&t->mem, t->k);
 	const struct dist_layout *lay = &t->dist.layout;
-	struct gpt_pipe pipe = { lay->pp, t->dist.pp.rank, lay->vpp, t->pp_train.inflight, &t->dist.cp };
+	struct gpt_pipe pipe = { lay->pp, t->dist.pp.rank, lay->vpp, t->pp_train.inflight, &t->dist.cp,
+				 a->reset_attention_mask };
 	if (gpt_init_pipe(&t->model, &t->cfg, t->k, &t->mem, (int)t->mbs, prec, &t->dist.tp, lay->sp, &pipe) < 0)
 		return -1;
 	gpt_init_weights(&t->model, t->seed);
@@ -255,7 +276,7 @@ static int setup(struct trainer *t, const struct args *a)
 	if (bucket > (1 << 28))
 		bucket = 1 << 28; /* MPI counts are ints */
 	unsigned late = (lay->sp ? PARAM_SP : 0) | (t->dist.emb.size > 1 ? PARAM_TIED : 0);
-	grad_sync_init(&t->gs, &t->model.reg, t->gdp, lo, hi, hi - lo != t->model.reg.total, t->rs_scratch,
+	grad_sync_init(&t->gs, t->k, &t->model.reg, t->gdp, lo, hi, hi - lo != t->model.reg.total, t->rs_scratch,
 		       (size_t)bucket, a->overlap_grad_reduce && t->gdp->size > 1, late);
 	param_gather_init(&t->pg, &t->model, t->gdp, (size_t)bucket, a->overlap_param_gather && t->gdp->size > 1);
 	if (training && setup_schedule(t) < 0)

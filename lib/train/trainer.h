@@ -37,6 +37,7 @@ struct trainer {
 	struct mem_pool mem;
 	struct tokenizer *tok;
 	struct gpt_data_config dcfg;
+	int cuda_device;       /* the GPU this rank computes on, -1 on the CPU */
 	struct gpt_data data;
 	struct gpt_config cfg;
 	struct gpt_model model;
@@ -52,8 +53,10 @@ struct trainer {
 	struct param_gather pg; /* the distributed optimizer's parameter all-gather, in buckets */
 	float **pp_dloss;      /* per slot of the chunk with the head: dL/dloss kept for its backward */
 	int pp_ndloss;
-	struct trainer_send { struct dist_req req; float *buf; } *sends; /* pipeline sends in flight */
+	struct trainer_send { struct dist_req req; float *buf; size_t n; } *sends; /* pipeline sends in flight */
 	size_t nsends, cap_sends;
+	struct trainer_send *spare; /* staging buffers of finished sends, for the next ones */
+	size_t nspare, cap_spare;
 
 	int64_t mbs, gbs, num_micro; /* micro-batch, global batch, micro-batches per iteration */
 	int64_t train_iters;

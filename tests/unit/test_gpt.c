@@ -4,7 +4,8 @@
  * GPT-2-style and Llama-style configs (with dropout, document masks and
  * position resets too); recomputation gives bit-identical gradients with
  * less memory; registry names and shapes are Megatron Core's; init follows
- * Megatron's rules; FLOPs match the spec's worked example.
+ * Megatron's rules; FLOPs match the spec's worked example; the flash
+ * attention path (no probs) agrees with the probs path.
  */
 #include "test.h"
 
@@ -70,12 +71,12 @@ static double loss_of(struct gpt_model *m, struct fixture *f, bool use_pos, bool
 }
 
 /* Analytic grads vs central differences for every parameter element. */
-static void gradcheck(bool llama, float hdrop, float adrop, bool use_pos, bool use_doc, const char *what)
+static void gradcheck_with(const struct kops *k, bool llama, float hdrop, float adrop, bool use_pos, bool use_doc,
+			   const char *what)
 {
 	struct gpt_config c = tiny(llama);
 	c.hidden_dropout = hdrop;
 	c.attention_dropout = adrop;
-	const struct kops *k = kops_cpu();
 	struct mem_pool mp;
 	mem_pool_init(&mp, k);
 	struct gpt_model m;
@@ -120,6 +121,11 @@ static void gradcheck(bool llama, float hdrop, float adrop, bool use_pos, bool u
 	CHECK_INT(mp.cur, 0);
 }
 
+static void gradcheck(bool llama, float hdrop, float adrop, bool use_pos, bool use_doc, const char *what)
+{
+	gradcheck_with(kops_cpu(), llama, hdrop, adrop, use_pos, use_doc, what);
+}
+
 static void test_gradcheck_gpt2(void)
 {
 	gradcheck(false, 0, 0, false, false, "gpt2");
@@ -143,9 +149,9 @@ static void test_gradcheck_resets(void)
 }
 
 /* Recompute: the same losses and bit-identical grads, with fewer bytes held. */
-static void run_grads(struct gpt_config c, float **grads, size_t *n, size_t *peak, float *losses)
+static void run_grads_with(const struct kops *k, struct gpt_config c, bool use_doc, float **grads, size_t *n,
+			   size_t *peak, float *losses)
 {
-	const struct kops *k = kops_cpu();
 	struct mem_pool mp;
 	mem_pool_init(&mp, k);
 	struct gpt_model m;
@@ -158,13 +164,18 @@ static void run_grads(struct gpt_config c, float **grads, size_t *n, size_t *pea
 	struct fixture f;
 	make_inputs(&f, &c, 2);
 	k->zero(m.reg.grad, m.reg.total);
-	gpt_forward(&m, f.tok, f.lab, NULL, f.doc, 99, true, losses);
+	gpt_forward(&m, f.tok, f.lab, NULL, use_doc ? f.doc : NULL, 99, true, losses);
 	gpt_backward(&m, f.w);
 	*n = m.reg.total;
 	*grads = xmalloc(*n * sizeof(float));
 	memcpy(*grads, m.reg.grad, *n * sizeof(float));
 	*peak = mp.peak;
 	gpt_free(&m);
+}
+
+static void run_grads(struct gpt_config c, float **grads, size_t *n, size_t *peak, float *losses)
+{
+	run_grads_with(kops_cpu(), c, true, grads, n, peak, losses);
 }
 
 static void test_recompute_identical(void)
@@ -198,6 +209,55 @@ static void test_recompute_identical(void)
 		}
 		free(g0);
 	}
+}
+
+/* The flash path (kops.flash, the GPU's attention): the model runs the block
+ * ops on positions 0..S-1 and keeps each row's log-sum-exp instead of
+ * probs. Here on a copy of the CPU table with the hint set: finite
+ * differences hold, and losses and grads equal the probs path's within
+ * float rounding (the two attention algorithms round differently), with
+ * dropout, GQA and selective recompute, in less memory. */
+static void test_flash_path(void)
+{
+	struct kops flash = *kops_cpu();
+	flash.flash = true;
+	gradcheck_with(&flash, false, 0.2f, 0.3f, false, false, "gpt2+dropout, flash path");
+	gradcheck_with(&flash, true, 0.2f, 0.3f, false, false, "llama+dropout, flash path");
+	for (int llama = 0; llama < 2; llama++)
+		for (int rc = 0; rc < 2; rc++) {
+			struct gpt_config c = tiny(llama);
+			if (rc)
+				c.recompute = GPT_RECOMPUTE_SELECTIVE;
+			float *g0, *g1, l0[12], l1[12];
+			size_t n0, n1, p0, p1;
+			run_grads_with(kops_cpu(), c, false, &g0, &n0, &p0, l0);
+			run_grads_with(&flash, c, false, &g1, &n1, &p1, l1);
+			CHECK_INT(n1, n0);
+			double dl = 0, dg = 0, gmax = 0;
+			for (int i = 0; i < 12; i++)
+				dl = fmax(dl, fabs(l0[i] - l1[i]) / fabs(l0[i]));
+			for (size_t e = 0; e < n0; e++) {
+				dg = fmax(dg, fabs(g0[e] - g1[e]));
+				gmax = fmax(gmax, fabs(g0[e]));
+			}
+			if (dl > 1e-6 || dg > 1e-5 * gmax)
+				printf("#   %s rc=%d: losses differ by %.3g relative, grads by %.3g of %.3g\n",
+				       llama ? "llama" : "gpt2", rc, dl, dg, gmax);
+			CHECK(dl <= 1e-6);
+			CHECK(dg <= 1e-5 * gmax);
+			CHECK(p1 < p0); /* [B,a,S] log-sum-exps instead of [B,a,S,S] probs */
+			free(g0);
+			free(g1);
+		}
+	/* document masks keep the probs path (the block ops have none) */
+	struct gpt_config c = tiny(true);
+	struct mem_pool mp;
+	mem_pool_init(&mp, &flash);
+	struct gpt_model m;
+	struct gpt_pipe pipe = { 1, 0, 1, NULL, NULL, true };
+	CHECK_INT(gpt_init_pipe(&m, &c, &flash, &mp, 2, GPT_FP32, NULL, false, &pipe), 0);
+	CHECK(!m.flash);
+	gpt_free(&m);
 }
 
 static void test_names_and_init(void)
@@ -260,6 +320,7 @@ int main(void)
 	RUN(test_gradcheck_dropout);
 	RUN(test_gradcheck_resets);
 	RUN(test_recompute_identical);
+	RUN(test_flash_path);
 	RUN(test_names_and_init);
 	RUN(test_flops);
 	return test_summary();

@@ -1,9 +1,12 @@
 /*
- * probe.cu - the first file of the CUDA backend: asks the runtime how many
- * devices this process can use. Kept so that every build on a machine with
- * nvcc compiles and links CUDA code, and CI notices when that breaks.
+ * probe.cu - what the CUDA runtime says about this machine's devices, and
+ * the choice of one for this process (device.c is the C side every build
+ * has). Any runtime error means "no GPU here": a machine without a driver
+ * answers 35, one without a device 100.
  */
 #include <cuda_runtime.h>
+
+#include <stdio.h>
 
 extern "C" int cuda_probe_device_count(int *err)
 {
@@ -15,4 +18,24 @@ extern "C" int cuda_probe_device_count(int *err)
 		return 0;
 	}
 	return n;
+}
+
+/* Make device dev current for this process's host thread; its name and
+ * memory for the log. 0, or -1 with the runtime's reason in why. */
+extern "C" int cuda_probe_select(int dev, char *name, int name_len, size_t *total_mem, const char **why)
+{
+	cudaError_t e = cudaSetDevice(dev);
+	cudaDeviceProp prop;
+	if (e == cudaSuccess)
+		e = cudaGetDeviceProperties(&prop, dev);
+	if (e == cudaSuccess)
+		e = cudaFree(0); /* create the context now, so a broken device fails here */
+	if (e != cudaSuccess) {
+		cudaGetLastError();
+		*why = cudaGetErrorString(e);
+		return -1;
+	}
+	snprintf(name, (size_t)name_len, "%s", prop.name);
+	*total_mem = prop.totalGlobalMem;
+	return 0;
 }
