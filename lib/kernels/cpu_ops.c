@@ -306,6 +306,27 @@ static void cpu_adamw(float *p, const float *g, float *m, float *v, size_t n, fl
 	}
 }
 
+/* ---- whole-model ops: the per-tensor ops, segment after segment ---- */
+
+static double cpu_sumsq_segs(const float *x, const struct kops_seg *segs, int nsegs)
+{
+	double total = 0.0;
+	for (int i = 0; i < nsegs; i++)
+		total += cpu_sumsq(x + segs[i].off, segs[i].n);
+	return total;
+}
+
+static void cpu_adamw_segs(float *p, const float *g, float *m, float *v, size_t mv_base,
+			   const struct kops_seg *segs, int nsegs, float lr, float b1, float b2, float eps, float wd,
+			   int step)
+{
+	for (int i = 0; i < nsegs; i++) {
+		size_t o = segs[i].off;
+		cpu_adamw(p + o, g + o, m + (o - mv_base), v + (o - mv_base), segs[i].n, lr, b1, b2, eps,
+			  segs[i].decay ? wd : 0.0f, step);
+	}
+}
+
 /* ---- the table ---- */
 
 static const struct kops cpu_ops = {
@@ -344,6 +365,8 @@ static const struct kops cpu_ops = {
 	.nonfinite = cpu_nonfinite,
 	.round = cpu_round,
 	.adamw = cpu_adamw,
+	.sumsq_segs = cpu_sumsq_segs,
+	.adamw_segs = cpu_adamw_segs,
 	.attention_block_forward = cpu_attention_block_forward,
 	.attention_block_backward = cpu_attention_block_backward,
 };

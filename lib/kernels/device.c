@@ -103,8 +103,11 @@ int device_choose(struct device_choice *d, const char *want, int local_rank, enu
 	const char *why = NULL;
 	if (cuda_probe_select(dev, name, (int)sizeof(name), &mem, &why) < 0)
 		return error("GPU %d (local rank %d of %d visible GPUs) cannot be used: %s", dev, local_rank, n, why);
-	const struct kops *k = kops_cuda(&why); /* HALF_TABLE_PENDING */
-	(void)prec;
+	const struct kops *k = NULL;
+	if (prec == DEVICE_FP32)
+		k = kops_cuda(&why);
+	else
+		k = kops_cuda_half(prec == DEVICE_BF16 ? KOPS_ROUND_BF16 : KOPS_ROUND_FP16, &why);
 	if (!k)
 		return error("the CUDA backend cannot run on GPU %d: %s", dev, why ? why : "unknown reason");
 	d->k = k;

@@ -37,6 +37,13 @@ enum kops_round {
 	KOPS_ROUND_FP16, /* round-to-nearest-even to IEEE half (overflow -> inf) */
 };
 
+/* A run of elements of the flat parameter buffers, for the whole-model ops
+ * (sumsq_segs, adamw_segs): elements [off, off + n). */
+struct kops_seg {
+	size_t off, n;
+	bool decay; /* AdamW: weight decay applies to this run */
+};
+
 struct kops {
 	const char *name; /* "cpu", "cuda" */
 	bool counts_only; /* report_memory's plan: buffers are counted, none holds data,
@@ -166,6 +173,17 @@ struct kops {
 	 * p -= lr * (m / (1-b1^step)) / (sqrt(v / (1-b2^step)) + eps). step >= 1. */
 	void (*adamw)(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1,
 		      float b2, float eps, float wd, int step);
+
+	/* ---- the whole model in one call (the optimizer: one launch on a GPU
+	 * instead of one per tensor, and one host synchronisation per norm) ----
+	 * sumsq_segs: the sum over segments, in order, of sumsq(x + off, n).
+	 * adamw_segs: adamw on every segment of p and g, with Adam's state at
+	 * m + (off - mv_base), v + (off - mv_base), and weight decay wd on the
+	 * segments marked decay (0 on the others). */
+	double (*sumsq_segs)(const float *x, const struct kops_seg *segs, int nsegs);
+	void (*adamw_segs)(float *p, const float *g, float *m, float *v, size_t mv_base,
+			   const struct kops_seg *segs, int nsegs, float lr, float b1, float b2, float eps,
+			   float wd, int step);
 
 	/* ---- one block of causal attention on global positions (context parallelism) ----
 	 * Queries q[B,a,Tq,k] sit at global positions qpos[Tq], keys and values

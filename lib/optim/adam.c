@@ -1,15 +1,50 @@
 /*
- * adam.c - see adam.h. One adamw op call per (piece of a) parameter tensor
- * inside [lo, hi), so each tensor keeps its own weight-decay multiplier
- * even when a data-parallel shard boundary cuts through it; the arithmetic
+ * adam.c - see adam.h. The optimizer's work over [lo, hi) is cut into
+ * segments once, at set-up: the pieces of each parameter tensor inside the
+ * shard, so each keeps its own weight-decay multiplier even when a
+ * data-parallel shard boundary cuts through it. One whole-model op call
+ * (adamw_segs, sumsq_segs) then covers them all: one kernel launch and one
+ * host synchronisation on a GPU, instead of one per tensor. The arithmetic
  * lives in the op table.
  */
 #include "optim/adam.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/error.h"
+#include "base/xalloc.h"
+
+/* The pieces inside [lo, hi) of the tensors that pass the filter, in
+ * registry order. merge: join touching pieces with the same decay flag (the
+ * update is elementwise, so that changes nothing; the norms keep one piece
+ * per tensor, whose sums the CPU adds in the same order as ever). */
+static struct kops_seg *make_segs(const struct adam *o, int *n, bool norm, bool replicated, bool merge)
+{
+	struct kops_seg *segs = xcalloc((size_t)o->reg->n + 1, sizeof(*segs));
+	int ns = 0;
+	for (int i = 0; i < o->reg->n; i++) {
+		const struct param *p = &o->reg->p[i];
+		if (norm && ((!replicated && p->tp_axis < 0) || (p->flags & PARAM_SHARED)))
+			continue;
+		size_t a = p->offset > o->lo ? p->offset : o->lo;
+		size_t b = p->offset + p->numel < o->hi ? p->offset + p->numel : o->hi;
+		if (a >= b)
+			continue;
+		bool decay = !(p->flags & PARAM_NO_WD);
+		if (merge && ns > 0 && segs[ns - 1].off + segs[ns - 1].n == a && segs[ns - 1].decay == decay) {
+			segs[ns - 1].n += b - a;
+			continue;
+		}
+		segs[ns].off = a;
+		segs[ns].n = b - a;
+		segs[ns].decay = decay;
+		ns++;
+	}
+	*n = ns;
+	return segs;
+}
 
 void adam_init(struct adam *o, struct param_registry *reg, const struct kops *k, struct mem_pool *mem,
 	       float beta1, float beta2, float eps, size_t lo, size_t hi)
@@ -27,6 +62,9 @@ void adam_init(struct adam *o, struct param_registry *reg, const struct kops *k,
 	o->beta1 = beta1;
 	o->beta2 = beta2;
 	o->eps = eps;
+	o->step_segs = make_segs(o, &o->nstep_segs, false, false, true);
+	for (int r = 0; r < 2; r++)
+		o->norm_segs[r] = make_segs(o, &o->nnorm_segs[r], true, r, false);
 }
 
 void adam_free(struct adam *o)
@@ -35,6 +73,9 @@ void adam_free(struct adam *o)
 		return;
 	mem_free(o->mem, o->exp_avg, (o->hi - o->lo) * sizeof(float));
 	mem_free(o->mem, o->exp_avg_sq, (o->hi - o->lo) * sizeof(float));
+	free(o->step_segs);
+	free(o->norm_segs[0]);
+	free(o->norm_segs[1]);
 	memset(o, 0, sizeof(*o));
 }
 
@@ -43,17 +84,7 @@ void adam_free(struct adam *o)
  * rank 0 counts them), so summing over the TP group counts each once. */
 static double sumsq_range(const struct adam *o, const float *buf, bool replicated)
 {
-	double ss = 0;
-	for (int i = 0; i < o->reg->n; i++) {
-		const struct param *p = &o->reg->p[i];
-		if ((!replicated && p->tp_axis < 0) || (p->flags & PARAM_SHARED))
-			continue;
-		size_t a = p->offset > o->lo ? p->offset : o->lo;
-		size_t b = p->offset + p->numel < o->hi ? p->offset + p->numel : o->hi;
-		if (a < b)
-			ss += o->k->sumsq(buf + a, b - a);
-	}
-	return ss;
+	return o->k->sumsq_segs(buf, o->norm_segs[replicated], o->nnorm_segs[replicated]);
 }
 
 double adam_grad_sumsq(const struct adam *o, bool replicated)
@@ -78,14 +109,6 @@ void adam_clip(struct adam *o, double norm, double clip)
 void adam_step(struct adam *o, double lr, double wd)
 {
 	o->step++;
-	for (int i = 0; i < o->reg->n; i++) {
-		const struct param *p = &o->reg->p[i];
-		size_t a = p->offset > o->lo ? p->offset : o->lo;
-		size_t b = p->offset + p->numel < o->hi ? p->offset + p->numel : o->hi;
-		if (a >= b)
-			continue;
-		double pwd = (p->flags & PARAM_NO_WD) ? 0.0 : wd;
-		o->k->adamw(o->reg->data + a, o->reg->grad + a, o->exp_avg + (a - o->lo), o->exp_avg_sq + (a - o->lo),
-			    b - a, (float)lr, o->beta1, o->beta2, o->eps, (float)pwd, (int)o->step);
-	}
+	o->k->adamw_segs(o->reg->data, o->reg->grad, o->exp_avg, o->exp_avg_sq, o->lo, o->step_segs, o->nstep_segs,
+			 (float)lr, o->beta1, o->beta2, o->eps, (float)wd, (int)o->step);
 }

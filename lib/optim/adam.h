@@ -30,6 +30,9 @@ struct adam {
 	float *exp_avg, *exp_avg_sq; /* [hi - lo] */
 	int64_t step;                /* successful steps taken (torch's state['step']) */
 	float beta1, beta2, eps;
+	struct kops_seg *step_segs;  /* [lo, hi) in runs of one weight-decay flag */
+	struct kops_seg *norm_segs[2]; /* the norms' tensors: [0] without the replicated ones, [1] all */
+	int nstep_segs, nnorm_segs[2];
 };
 
 void adam_init(struct adam *o, struct param_registry *reg, const struct kops *k, struct mem_pool *mem,

@@ -14,6 +14,7 @@
 #include "base/error.h"
 #include "base/pyjson.h"
 #include "base/sbuf.h"
+#include "kernels/cuda_ops.h"
 #include "train/pipeline.h"
 #include "train/trainlog.h"
 
@@ -404,6 +405,8 @@ int trainer_run(struct trainer *t)
 		if (train_step(t, &loss, &skipped, &gnorm) < 0)
 			return -1;
 		t->iteration++;
+		if (t->cuda_device >= 0 && t->iteration == t->start_iteration + 1)
+			kops_cuda_stats(&t->cuda_first); /* what set-up and one iteration took */
 		t->consumed_train += t->gbs;
 		t->flops_so_far += gpt_flops_per_iteration(&t->cfg, t->gbs);
 		if (skipped) {

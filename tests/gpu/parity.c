@@ -45,6 +45,7 @@
 static const struct kops *CPU, *GPU;
 static int n_pass, n_fail, n_skip, reps = 3, big = 1;
 static uint64_t seed0 = 1, test_no;
+static const char *only; /* --only TEXT: just the ops whose name contains TEXT */
 
 /* ---- host random numbers: splitmix64 ---- */
 static uint64_t rs;
@@ -182,6 +183,11 @@ static const char *last_skip = "";
 static void run_test(const char *op, bool has, const char *label, runfn fn, const struct cfg *c,
 		     const char *scal_name, double scal_tol)
 {
+	if (only && !strstr(op, only)) {
+		ntb = 0;
+		hfree_all();
+		return;
+	}
 	if (!has) {
 		if (strcmp(op, last_skip)) {
 			printf("ok - %s # SKIP not on the GPU yet\n", op);
@@ -361,6 +367,86 @@ static void test_linear(void)
 			       nodbias ? " dbias=NULL" : ""),
 			 r_linb, &c, NULL, 0);
 	}
+}
+
+/* ================= linear on bf16/fp16 operands (kops_cuda_half) =================
+ * The half tables convert linear_forward/backward's operands to bf16/fp16 and
+ * multiply them on the tensor cores with fp32 accumulation into fp32 outputs.
+ * The inputs here are rounded to that format first (the CPU table's round, as
+ * the model does in --bf16/--fp16), so the conversion is exact and every
+ * product is exact in fp32 (8+8 or 11+11 significant bits): the two sides
+ * differ only in the order of the fp32 sums.
+ *
+ * TOL_GEMM_HALF, relative to the output's largest value like every test
+ * here (the rows of these random inputs are all of one size, so that is the
+ * row's magnitude too): the CPU's fp32 sums are off from exact by about
+ * 1e-6 of it at K = 2304, and a model of tensor cores that align each group
+ * of products to the largest exponent and truncate (Fasi et al., 2021, on
+ * V100/A100) stays under 5e-6 on these shapes. Real faults (a layout, a
+ * lost bias or accumulation, the other half format) are 1e-3 and up.
+ *
+ * For bf16, inp is scaled by 2^20 and the weight by 2^-30 (powers of two:
+ * the rounding and the relative errors are unchanged): values that an fp16
+ * conversion would overflow or flush to zero, so a bf16 table that used fp16
+ * fails. dbias goes through the same column sums as the fp32 table.
+ * In --self and --perturb the table under test stands in for the half ones. */
+#define TOL_GEMM_HALF 1e-5
+
+static float *rhalf(size_t n, float s, enum kops_round kind)
+{
+	float *x = rvec(n, s), *y = hnew(n * sizeof *y);
+	kops_cpu()->round(y, x, n, kind);
+	return y;
+}
+
+static void test_linear_half(bool stand_in)
+{
+	static const char *const opf[2] = { "linear_forward/bf16", "linear_forward/fp16" };
+	static const char *const opb[2] = { "linear_backward/bf16", "linear_backward/fp16" };
+	int cf[][4] = { /* N, IC, OC, flags */
+			{ 37, 96, 515, F_BIAS }, { 5, 515, 37, 0 }, { 37, 96, 515, F_BIAS | F_NULL1 | F_NULL2 },
+			{ 5, 515, 37, F_BIAS | F_NULL1 }, { 512, 768, 2304, F_BIAS } };
+	int ncf = big ? 5 : 4;
+	const struct kops *saved = GPU;
+	for (int kind = KOPS_ROUND_BF16; kind <= KOPS_ROUND_FP16; kind++) {
+		enum kops_round rk = (enum kops_round)kind;
+		const char *why = NULL;
+		const struct kops *h = stand_in ? saved : kops_cuda_half(rk, &why);
+		if (!h) {
+			printf("ok - %s # SKIP %s\n", opf[kind], why ? why : "no half-input table");
+			n_skip++;
+			continue;
+		}
+		GPU = h; /* run_test and HAS() use GPU */
+		float sx = rk == KOPS_ROUND_BF16 ? 0x1p20f : 1.0f, sw = rk == KOPS_ROUND_BF16 ? 0x1p-30f : 1.0f;
+		for (int i = 0; i < ncf; i++) {
+			struct cfg c = { .N = cf[i][0], .IC = cf[i][1], .OC = cf[i][2], .flags = cf[i][3] };
+			bool bias = c.flags & F_BIAS;
+			fresh();
+			tb_out("out", rvec((size_t)c.N * c.OC, 5 * sx * sw), FL(c.N * c.OC), TOL_GEMM_HALF);
+			tb_in(rhalf((size_t)c.N * c.IC, sx, rk), FL(c.N * c.IC));
+			tb_in(rhalf((size_t)c.OC * c.IC, 0.1f * sw, rk), FL(c.OC * c.IC));
+			tb_in(bias ? rhalf(c.OC, sx * sw, rk) : NULL, bias ? FL(c.OC) : 0);
+			run_test(opf[kind], HAS(linear_forward),
+				 LABEL("%s N=%d IC=%d OC=%d%s", h->name, c.N, c.IC, c.OC, bias ? " bias" : ""), r_linf,
+				 &c, NULL, 0);
+
+			fresh();
+			bool nodinp = c.flags & F_NULL1, nodbias = (c.flags & F_NULL2) || !bias;
+			tb_out("dinp", nodinp ? NULL : rvec((size_t)c.N * c.IC, 7 * sw), nodinp ? 0 : FL(c.N * c.IC),
+			       TOL_GEMM_HALF);
+			tb_out("dweight", rvec((size_t)c.OC * c.IC, sx), FL(c.OC * c.IC), TOL_GEMM_HALF);
+			tb_out("dbias", nodbias ? NULL : rvec(c.OC, 1), nodbias ? 0 : FL(c.OC), TOL_RED);
+			tb_in(rhalf((size_t)c.N * c.OC, 1, rk), FL(c.N * c.OC));
+			tb_in(rhalf((size_t)c.N * c.IC, sx, rk), FL(c.N * c.IC));
+			tb_in(rhalf((size_t)c.OC * c.IC, 0.1f * sw, rk), FL(c.OC * c.IC));
+			run_test(opb[kind], HAS(linear_backward),
+				 LABEL("%s N=%d IC=%d OC=%d%s%s", h->name, c.N, c.IC, c.OC, nodinp ? " dinp=NULL" : "",
+				       nodbias ? " dbias=NULL" : ""),
+				 r_linb, &c, NULL, 0);
+		}
+	}
+	GPU = saved;
 }
 
 /* ================= embedding ================= */
@@ -697,6 +783,51 @@ static void test_vector(void)
 	}
 }
 
+/* ================= whole-model ops (the optimizer's segments) ================= */
+/* Segments like a registry's: tensors of assorted sizes (some larger than a
+ * sum chunk of 65536), decay on the 2-D ones, one gap (another shard), a
+ * shard starting at mv_base. */
+static struct kops_seg segs_tab[8];
+static int nsegs_tab;
+static size_t segs_base;
+
+static void r_sumsq_segs(const struct kops *k, void **d, const struct cfg *c, double *s)
+{
+	*s = k->sumsq_segs(d[0], segs_tab, nsegs_tab);
+}
+static void r_adamw_segs(const struct kops *k, void **d, const struct cfg *c, double *s)
+{
+	for (int t = 1; t <= c->steps; t++)
+		k->adamw_segs(d[0], (const float *)d[3] + (size_t)(t - 1) * c->n, d[1], d[2], segs_base, segs_tab,
+			      nsegs_tab, 1e-3f, 0.9f, 0.95f, 1e-8f, c->s, t);
+}
+
+static void test_segs(void)
+{
+	size_t lens[] = { 768, 3, 200000, 65536, 1, 65537, 4096 };
+	segs_base = 5;
+	size_t at = segs_base;
+	nsegs_tab = 0;
+	for (int i = 0; i < 7; i++) {
+		if (i == 4)
+			at += 11; /* a gap: elements no segment covers stay as they were */
+		segs_tab[nsegs_tab++] = (struct kops_seg){ at, lens[i], lens[i] >= 768 };
+		at += lens[i];
+	}
+	struct cfg c = { .n = at, .steps = 3, .s = 0.1f };
+	fresh();
+	tb_out("p", rvec(c.n, 1), FL(c.n), TOL_ADAM);
+	tb_out("m", NULL, FL(c.n - segs_base), TOL_ADAM);
+	tb_out("v", NULL, FL(c.n - segs_base), TOL_ADAM);
+	tb_in(rvec(c.n * (size_t)c.steps, 0.01f), FL(c.n * (size_t)c.steps));
+	run_test("adamw_segs", HAS(adamw_segs), LABEL("%d segments n=%zu steps=%d wd=%g", nsegs_tab, c.n, c.steps, c.s),
+		 r_adamw_segs, &c, NULL, 0);
+	fresh();
+	tb_in(rvec(c.n, 2), FL(c.n));
+	run_test("sumsq_segs", HAS(sumsq_segs), LABEL("%d segments n=%zu", nsegs_tab, c.n), r_sumsq_segs, &c, "sumsq",
+		 TOL_RED);
+}
+
 /* ================= adamw ================= */
 static void r_adamw(const struct kops *k, void **d, const struct cfg *c, double *s)
 {
@@ -824,14 +955,39 @@ static void r_ab(const struct kops *k, void **d, const struct cfg *c, double *s)
 			      c->scale, c->p, c->seed, c->off);
 }
 
+/* document ids of [B, T]: a new document starts at each position with probability 0.15 */
+static int32_t *rdoc(int B, int T)
+{
+	int32_t *dc = hnew(IN32((size_t)B * T));
+	for (int b = 0; b < B; b++)
+		for (int t = 0, id = 0; t < T; t++) {
+			if (t && runif() < 0.15)
+				id++;
+			dc[b * T + t] = id;
+		}
+	return dc;
+}
+
 static void test_attention(void)
 {
+	/* Beyond the small cases, the CUDA kernels' tiles (64 queries x 32 keys, 32 x 32
+	 * for head dims above 128): T not a multiple of them, GQA with a/g = 4, head dims
+	 * padded up to the kernels' widths (40 -> 64, 200 -> 256), many documents, and
+	 * grads left NULL (nul: 1 dq, 2 dk, 4 dv). big: timing-sized, left out by --no-big. */
 	struct {
 		int B, T, a, g, k, flags;
 		float p;
-	} cf[] = { { 2, 37, 4, 2, 32, 0, 0.0f },  { 2, 37, 4, 2, 32, 0, 0.1f }, { 2, 37, 4, 2, 24, F_DOC, 0.0f },
-		   { 1, 13, 4, 1, 16, F_DOC, 0.1f }, { 3, 37, 2, 2, 64, 0, 0.0f }, { 2, 256, 12, 4, 64, 0, 0.1f } };
-	for (int i = 0; i < (big ? 6 : 5); i++) {
+		int nul, big;
+	} cf[] = { { 2, 37, 4, 2, 32, 0, 0.0f, 0, 0 },      { 2, 37, 4, 2, 32, 0, 0.1f, 0, 0 },
+		   { 2, 37, 4, 2, 24, F_DOC, 0.0f, 0, 0 },  { 1, 13, 4, 1, 16, F_DOC, 0.1f, 0, 0 },
+		   { 3, 37, 2, 2, 64, 0, 0.0f, 0, 0 },      { 2, 200, 8, 2, 64, F_DOC, 0.1f, 0, 0 },
+		   { 1, 333, 4, 1, 128, 0, 0.0f, 0, 0 },    { 2, 333, 8, 2, 128, F_DOC, 0.1f, 0, 0 },
+		   { 1, 77, 3, 3, 40, 0, 0.1f, 1, 0 },      { 2, 70, 4, 1, 200, F_DOC, 0.0f, 2, 0 },
+		   { 1, 150, 2, 2, 256, 0, 0.1f, 4, 0 },    { 2, 256, 12, 4, 64, 0, 0.1f, 0, 1 },
+		   { 2, 1024, 16, 4, 128, 0, 0.0f, 0, 1 } };
+	for (int i = 0; i < (int)(sizeof cf / sizeof *cf); i++) {
+		if (cf[i].big && !big)
+			continue;
 		struct cfg c = { .B = cf[i].B, .T = cf[i].T, .a = cf[i].a, .g = cf[i].g, .k = cf[i].k,
 				 .flags = cf[i].flags, .p = cf[i].p, .scale = 1.0f / sqrtf((float)cf[i].k),
 				 .seed = 42 + (uint64_t)i, .off = 1000 + 3 * (uint64_t)i };
@@ -840,16 +996,7 @@ static void test_attention(void)
 		bool doc = c.flags & F_DOC;
 		fresh();
 		float *q = rvec(nq, 2), *kk = rvec(nkv, 2), *v = rvec(nkv, 1);
-		int32_t *dc = NULL;
-		if (doc) {
-			dc = hnew(IN32((size_t)c.B * c.T));
-			for (int b = 0; b < c.B; b++)
-				for (int t = 0, id = 0; t < c.T; t++) {
-					if (t && runif() < 0.15)
-						id++;
-					dc[b * c.T + t] = id;
-				}
-		}
+		int32_t *dc = doc ? rdoc(c.B, c.T) : NULL;
 		tb_out("out", rvec(nq, 1), FL(nq), TOL_RED);
 		tb_out("probs", rvec(np, 1), FL(np), TOL_RED);
 		tb_in(q, FL(nq));
@@ -859,22 +1006,26 @@ static void test_attention(void)
 		const char *l = LABEL("B=%d T=%d a=%d g=%d k=%d p=%g%s", c.B, c.T, c.a, c.g, c.k, c.p, doc ? " doc" : "");
 		run_test("attention_forward", HAS(attention_forward), l, r_af, &c, NULL, 0);
 
+		/* the probs of the CPU forward (with the documents: zeros across them) */
 		fresh();
 		q = rvec(nq, 2);
 		kk = rvec(nkv, 2);
 		v = rvec(nkv, 1);
+		dc = doc ? rdoc(c.B, c.T) : NULL;
 		float *probs = hnew(FL(np)), *o = hnew(FL(nq));
-		kops_cpu()->attention_forward(o, probs, q, kk, v, NULL, c.B, c.T, c.a, c.g, c.k, c.scale, c.p, c.seed,
+		kops_cpu()->attention_forward(o, probs, q, kk, v, dc, c.B, c.T, c.a, c.g, c.k, c.scale, c.p, c.seed,
 					      c.off);
-		tb_out("dq", rvec(nq, 9), FL(nq), TOL_RED);
-		tb_out("dk", rvec(nkv, 9), FL(nkv), TOL_RED);
-		tb_out("dv", rvec(nkv, 9), FL(nkv), TOL_RED);
+		int nul = cf[i].nul;
+		tb_out("dq", nul & 1 ? NULL : rvec(nq, 9), nul & 1 ? 0 : FL(nq), TOL_RED);
+		tb_out("dk", nul & 2 ? NULL : rvec(nkv, 9), nul & 2 ? 0 : FL(nkv), TOL_RED);
+		tb_out("dv", nul & 4 ? NULL : rvec(nkv, 9), nul & 4 ? 0 : FL(nkv), TOL_RED);
 		tb_in(rvec(nq, 1), FL(nq));
 		tb_in(q, FL(nq));
 		tb_in(kk, FL(nkv));
 		tb_in(v, FL(nkv));
 		tb_in(probs, FL(np));
-		l = LABEL("B=%d T=%d a=%d g=%d k=%d p=%g", c.B, c.T, c.a, c.g, c.k, c.p);
+		l = LABEL("B=%d T=%d a=%d g=%d k=%d p=%g%s%s%s%s", c.B, c.T, c.a, c.g, c.k, c.p, doc ? " doc" : "",
+			  nul & 1 ? " dq=NULL" : "", nul & 2 ? " dk=NULL" : "", nul & 4 ? " dv=NULL" : "");
 		run_test("attention_backward", HAS(attention_backward), l, r_ab, &c, NULL, 0);
 	}
 }
@@ -906,24 +1057,84 @@ static int32_t *complement(const int32_t *kpos, int Tk, int S, int *n)
 	return o;
 }
 
+/* The positions in chunks ca and cb of [0, S) cut into nch chunks of S/nch
+ * (the last one takes the rest), the layout of Megatron's load-balanced
+ * context parallelism (rank r of cp holds chunks r and 2cp-1-r of 2cp).
+ * Returns their count; out may be NULL. */
+static int chunk_pos(int32_t *out, int S, int nch, int ca, int cb)
+{
+	int n = 0, len = S / nch;
+	for (int i = 0; i < S; i++) {
+		int ch = i / len < nch ? i / len : nch - 1;
+		if (ch == ca || ch == cb) {
+			if (out)
+				out[n] = i;
+			n++;
+		}
+	}
+	return n;
+}
+
 static void test_attention_block(void)
 {
+	/* Positions: nch = 0 draws random subsets of Tq and Tk positions; otherwise the
+	 * queries are chunks qa, qb and the keys chunks ka, kb of nch (nch = 1: all of
+	 * [0, S) for both, the whole causal sequence). The chunked blocks have query
+	 * tiles whose keys are all in their future, rows that see no key of the block
+	 * (accumulate=0: out 0, lse -inf) and rows whose running state has seen no key
+	 * yet (the diagonal block, accumulate=1). nul: grads left NULL (1 dq, 2 dk, 4 dv);
+	 * big: timing-sized, left out by --no-big. */
 	struct {
 		int B, a, g, k, S, Tq, Tk, acc;
 		float p;
-	} cf[] = { { 2, 4, 2, 32, 37, 20, 15, 0, 0.0f }, { 2, 4, 2, 32, 37, 20, 15, 1, 0.0f },
-		   { 2, 4, 2, 32, 37, 20, 15, 0, 0.1f }, { 2, 4, 2, 32, 37, 20, 15, 1, 0.1f },
-		   { 1, 4, 1, 24, 37, 37, 37, 0, 0.0f }, { 2, 2, 2, 16, 13, 5, 9, 1, 0.1f },
-		   { 2, 12, 4, 64, 512, 256, 256, 1, 0.1f } };
-	for (int i = 0; i < (big ? 7 : 6); i++) {
+		int nch, qa, qb, ka, kb, nul, big;
+	} cf[] = { { 2, 4, 2, 32, 37, 20, 15, 0, 0.0f, 0, 0, 0, 0, 0, 0, 0 },
+		   { 2, 4, 2, 32, 37, 20, 15, 1, 0.0f, 0, 0, 0, 0, 0, 0, 0 },
+		   { 2, 4, 2, 32, 37, 20, 15, 0, 0.1f, 0, 0, 0, 0, 0, 0, 0 },
+		   { 2, 4, 2, 32, 37, 20, 15, 1, 0.1f, 0, 0, 0, 0, 0, 0, 0 },
+		   { 1, 4, 1, 24, 37, 37, 37, 0, 0.0f, 0, 0, 0, 0, 0, 0, 0 },
+		   { 2, 2, 2, 16, 13, 5, 9, 1, 0.1f, 0, 0, 0, 0, 0, 0, 0 },
+		   { 2, 8, 2, 64, 400, 200, 200, 1, 0.1f, 0, 0, 0, 0, 0, 0, 0 },
+		   { 2, 8, 2, 64, 400, 200, 200, 0, 0.0f, 0, 0, 0, 0, 0, 1, 0 },
+		   { 1, 4, 1, 40, 100, 60, 70, 1, 0.0f, 0, 0, 0, 0, 0, 2, 0 },
+		   { 2, 4, 1, 128, 600, 0, 0, 1, 0.1f, 8, 1, 6, 3, 4, 0, 0 },
+		   { 1, 6, 2, 64, 600, 0, 0, 0, 0.1f, 8, 0, 7, 2, 5, 0, 0 },
+		   { 2, 4, 4, 32, 512, 0, 0, 1, 0.0f, 8, 0, 7, 0, 7, 0, 0 },
+		   { 2, 8, 2, 128, 333, 0, 0, 0, 0.1f, 1, 0, 0, 0, 0, 0, 0 },
+		   { 1, 2, 1, 256, 150, 0, 0, 0, 0.1f, 1, 0, 0, 0, 0, 4, 0 },
+		   { 2, 12, 4, 64, 512, 256, 256, 1, 0.1f, 0, 0, 0, 0, 0, 0, 1 },
+		   { 2, 16, 4, 128, 1024, 0, 0, 0, 0.0f, 1, 0, 0, 0, 0, 0, 1 } };
+	for (int i = 0; i < (int)(sizeof cf / sizeof *cf); i++) {
+		if (cf[i].big && !big)
+			continue;
 		struct cfg c = { .B = cf[i].B, .a = cf[i].a, .g = cf[i].g, .k = cf[i].k, .S = cf[i].S, .Tq = cf[i].Tq,
 				 .Tk = cf[i].Tk, .acc = cf[i].acc, .p = cf[i].p, .scale = 1.0f / sqrtf((float)cf[i].k),
 				 .seed = 7 + (uint64_t)i, .off = 11 * (uint64_t)i };
+		const int nch = cf[i].nch, nul = cf[i].nul;
+		char where[64] = "";
+		if (nch) {
+			c.Tq = chunk_pos(NULL, c.S, nch, cf[i].qa, cf[i].qb);
+			c.Tk = chunk_pos(NULL, c.S, nch, cf[i].ka, cf[i].kb);
+			if (nch == 1)
+				snprintf(where, sizeof where, " all positions");
+			else
+				snprintf(where, sizeof where, " q chunks %d,%d k chunks %d,%d of %d", cf[i].qa, cf[i].qb,
+					 cf[i].ka, cf[i].kb, nch);
+		}
 		size_t nq = (size_t)c.B * c.a * c.Tq * c.k, nkv = (size_t)c.B * c.g * c.Tk * c.k;
 		size_t nl = (size_t)c.B * c.a * c.Tq;
 		for (int pass = 0; pass < 2; pass++) { /* forward, backward */
 			fresh();
-			int32_t *qpos = rsubset(c.Tq, c.S), *kpos = rsubset(c.Tk, c.S);
+			int32_t *qpos, *kpos;
+			if (nch) {
+				qpos = hnew(IN32(c.Tq));
+				kpos = hnew(IN32(c.Tk));
+				chunk_pos(qpos, c.S, nch, cf[i].qa, cf[i].qb);
+				chunk_pos(kpos, c.S, nch, cf[i].ka, cf[i].kb);
+			} else {
+				qpos = rsubset(c.Tq, c.S);
+				kpos = rsubset(c.Tk, c.S);
+			}
 			int Tk2;
 			int32_t *kpos2 = complement(kpos, c.Tk, c.S, &Tk2);
 			size_t nkv2 = (size_t)c.B * c.g * Tk2 * c.k;
@@ -941,10 +1152,12 @@ static void test_attention_block(void)
 				h->attention_block_forward(out, lse, q, kk, v, qpos, kpos, c.B, c.Tq, c.Tk, c.a,
 							   c.g, c.k, c.S, c.scale, c.p, c.seed, c.off, c.acc);
 			}
-			const char *l = LABEL("B=%d a=%d g=%d k=%d S=%d Tq=%d Tk=%d p=%g %s", c.B, c.a, c.g, c.k, c.S,
-					      c.Tq, c.Tk, c.p,
+			const char *l = LABEL("B=%d a=%d g=%d k=%d S=%d Tq=%d Tk=%d p=%g%s %s%s%s%s", c.B, c.a, c.g, c.k,
+					      c.S, c.Tq, c.Tk, c.p, where,
 					      pass == 0 ? (c.acc ? "accumulate=1" : "accumulate=0")
-							: (c.acc ? "share of all keys" : "this block alone"));
+							: (c.acc ? "share of all keys" : "this block alone"),
+					      pass && nul & 1 ? " dq=NULL" : "", pass && nul & 2 ? " dk=NULL" : "",
+					      pass && nul & 4 ? " dv=NULL" : "");
 			if (pass == 0) {
 				tb_out("out", c.acc ? out : rvec(nq, 1), FL(nq), TOL_RED);
 				tb_out("lse", c.acc ? lse : rvec(nl, 1), FL(nl), TOL_RED);
@@ -955,9 +1168,9 @@ static void test_attention_block(void)
 				tb_in(kpos, IN32(c.Tk));
 				run_test("attention_block_forward", HAS(attention_block_forward), l, r_abf, &c, NULL, 0);
 			} else {
-				tb_out("dq", rvec(nq, 1), FL(nq), TOL_RED);
-				tb_out("dk", rvec(nkv, 1), FL(nkv), TOL_RED);
-				tb_out("dv", rvec(nkv, 1), FL(nkv), TOL_RED);
+				tb_out("dq", nul & 1 ? NULL : rvec(nq, 1), nul & 1 ? 0 : FL(nq), TOL_RED);
+				tb_out("dk", nul & 2 ? NULL : rvec(nkv, 1), nul & 2 ? 0 : FL(nkv), TOL_RED);
+				tb_out("dv", nul & 4 ? NULL : rvec(nkv, 1), nul & 4 ? 0 : FL(nkv), TOL_RED);
 				tb_in(rvec(nq, 1), FL(nq));
 				tb_in(out, FL(nq));
 				tb_in(lse, FL(nl));
@@ -1029,8 +1242,11 @@ int main(int argc, char **argv)
 			seed0 = strtoull(argv[++i], NULL, 0);
 		else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
 			reps = atoi(argv[++i]) > 0 ? atoi(argv[i]) : 1;
+		else if (!strcmp(argv[i], "--only") && i + 1 < argc)
+			only = argv[++i];
 		else {
-			fprintf(stderr, "usage: %s [--self | --perturb] [--no-big] [--seed N] [--reps N]\n", argv[0]);
+			fprintf(stderr, "usage: %s [--self | --perturb] [--no-big] [--seed N] [--reps N] [--only TEXT]\n",
+				argv[0]);
 			return 2;
 		}
 	}
@@ -1054,12 +1270,14 @@ int main(int argc, char **argv)
 	printf("# parity: %s vs %s, seed %llu\n", GPU->name, CPU->name, (unsigned long long)seed0);
 	test_memory();
 	test_linear();
+	test_linear_half(self || perturb);
 	test_embedding();
 	test_norms();
 	test_gelu_swiglu();
 	test_dropout();
 	test_vector();
 	test_adamw();
+	test_segs();
 	test_xent();
 	test_qkv();
 	test_attention();

@@ -53,7 +53,8 @@ static inline void kernel_check(const char *file, int line)
 {
 	cuda_check(cudaGetLastError(), "kernel launch", file, line);
 	if (sync_each_launch())
-		cuda_check(cudaDeviceSynchronize(), "kernel (MEGAC_CUDA_SYNC)", file, line);
+		/* the compute stream only: NCCL's streams may be waiting for a peer */
+		cuda_check(cudaStreamSynchronize(cudaStreamLegacy), "kernel (MEGAC_CUDA_SYNC)", file, line);
 }
 #define KERNEL_CHECK() kernel_check(__FILE__, __LINE__)
 
@@ -219,11 +220,43 @@ static __device__ __forceinline__ float round_fp16(float x)
 	return __uint_as_float(sign | __float_as_uint(sub));
 }
 
+/* ---- expf of the CPU backend (cpu.h's cpu_expf, Cephes' polynomial), step
+ * for step: CUDA's expf differs from it by up to 2 ulp, so the softmax,
+ * sigmoid and GELU kernels use this one and round as the CPU does. The
+ * __f*_rn intrinsics are never contracted into FMAs, whatever -fmad says
+ * (the CPU build, ISO C, never contracts). ---- */
+static __device__ __forceinline__ float megac_expf(float x)
+{
+	float xc = x > 88.8f ? 88.8f : x; /* NaN fails both tests and stays NaN */
+	xc = xc < -104.0f ? -104.0f : xc;
+	float n = __fsub_rn(__fadd_rn(__fmul_rn(xc, 1.44269504088896341f), 12582912.0f), 12582912.0f);
+	float r = __fsub_rn(xc, __fmul_rn(n, 0.693359375f));
+	r = __fsub_rn(r, __fmul_rn(n, -2.12194440e-4f));
+	float p = 1.9875691500e-4f;
+	p = __fadd_rn(__fmul_rn(p, r), 1.3981999507e-3f);
+	p = __fadd_rn(__fmul_rn(p, r), 8.3334519073e-3f);
+	p = __fadd_rn(__fmul_rn(p, r), 4.1665795894e-2f);
+	p = __fadd_rn(__fmul_rn(p, r), 1.6666665459e-1f);
+	p = __fadd_rn(__fmul_rn(p, r), 5.0000001201e-1f);
+	p = __fadd_rn(__fadd_rn(__fmul_rn(p, __fmul_rn(r, r)), r), 1.0f);
+	int ni = (int)(n > -200.0f ? n : 0.0f);
+	int n1 = ni / 2, n2 = ni - n1; /* both in [-75, 64]: normal powers of two */
+	float s1 = __uint_as_float((uint32_t)(n1 + 127) << 23);
+	float s2 = __uint_as_float((uint32_t)(n2 + 127) << 23);
+	return __fmul_rn(__fmul_rn(p, s1), s2);
+}
+
 /* The shared cuBLAS handle (ops.cu), on the legacy default stream. */
 cublasHandle_t cuda_blas(void);
 
 /* The other files of the backend put their ops into the table (called once
  * by ops.cu's table_init, after its own ops are in). */
 void cuda_attn_fill(struct kops *t); /* attn.cu: the four attention ops */
+
+/* gemm.cu: linear_forward/backward through cuBLASLt, on fp32 operands
+ * (kops_cuda) or on operands converted to bf16/fp16 with fp32 accumulation
+ * and outputs (kops_cuda_half). */
+enum gemm_precision { GEMM_F32, GEMM_BF16, GEMM_F16 };
+void cuda_gemm_fill(struct kops *t, enum gemm_precision prec);
 
 #endif

@@ -30,32 +30,51 @@
  * driven from one host thread anyway.
  *
  * The helpers every file of the backend shares are in common.cuh; the
- * attention ops are in attn.cu.
+ * attention ops are in attn.cu; the linear layers (cuBLASLt, fp32 here and
+ * bf16/fp16 operands in kops_cuda_half's tables) are in gemm.cu.
  */
 #include "common.cuh"
 
 #include <pthread.h>
+#include <string.h>
 
-extern "C" const struct kops *kops_cuda(const char **why); /* cuda_ops.h (which needs -Ilib) */
+extern "C" {
+#include "../cuda_ops.h"
+}
+
+/* Counts for kops_cuda_stats: the training tests check that no cudaMalloc
+ * happens after the first iteration (every buffer is taken at set-up). */
+static struct kops_cuda_stats alloc_stats;
 
 /* Scratch for an op's partial sums: one device buffer that only grows
  * (plain cudaMalloc: stream-ordered memory pools are missing on some
  * virtualised GPUs). An op holds it from scratch_alloc to scratch_free and
- * ops run one after another on one host thread, as the table's callers do;
- * cudaFree of a smaller buffer synchronises the device first, so no kernel
- * still reads it. */
+ * ops run one after another on one host thread, as the table's callers do.
+ * A buffer outgrown is retired, not freed: cudaFree waits for the whole
+ * device, NCCL transfers on their streams too, and one that waits for a
+ * peer still busy before its matching call would never finish (lib/dist).
+ * Growing by at least doubling keeps the retired ones below the live size;
+ * the first iteration finds the largest op, and nothing grows after it. */
 static void *scratch_buf;
 static size_t scratch_cap;
+#define RETIRED_MAX 64
+static void *scratch_retired[RETIRED_MAX];
+static int nretired;
 
 void *scratch_alloc(size_t bytes)
 {
 	if (bytes > scratch_cap) {
-		if (scratch_buf)
-			CUDA_CHECK(cudaFree(scratch_buf));
+		size_t cap = bytes > 2 * scratch_cap ? bytes : 2 * scratch_cap;
+		if (scratch_buf) {
+			if (nretired == RETIRED_MAX)
+				CUDA_BUG("scratch grew more than 64 times");
+			scratch_retired[nretired++] = scratch_buf;
+		}
 		scratch_buf = NULL;
-		scratch_cap = 0;
-		CUDA_CHECK(cudaMalloc(&scratch_buf, bytes));
-		scratch_cap = bytes;
+		CUDA_CHECK(cudaMalloc(&scratch_buf, cap));
+		scratch_cap = cap;
+		alloc_stats.mallocs++;
+		alloc_stats.bytes += cap;
 	}
 	return bytes ? scratch_buf : NULL;
 }
@@ -67,6 +86,7 @@ void scratch_free(void *p)
 
 /* ---- memory ---- */
 
+
 static void *cuda_alloc(size_t bytes)
 {
 	void *p = NULL;
@@ -74,18 +94,32 @@ static void *cuda_alloc(size_t bytes)
 		return NULL;
 	cudaError_t e = cudaMalloc(&p, bytes);
 	if (e != cudaSuccess) {
-		fprintf(stderr, "megac: cudaMalloc of %zu bytes failed: %s\n", bytes,
-			cudaGetErrorString(e));
-		abort();
+		size_t free_b = 0, total_b = 0;
+		int dev = -1;
+		cudaGetLastError();
+		cudaGetDevice(&dev);
+		cudaMemGetInfo(&free_b, &total_b);
+		fprintf(stderr,
+			"megac: out of GPU memory on device %d: a buffer of %.1f MiB does not fit (%.1f MiB "
+			"free of %.1f MiB; %.1f MiB taken by megac so far): %s\n"
+			"megac: report_memory with the same flags shows what each rank needs; a smaller "
+			"--micro-batch-size, --recompute-granularity or more model parallelism lowers it\n",
+			dev, bytes / 1048576.0, free_b / 1048576.0, total_b / 1048576.0,
+			alloc_stats.bytes / 1048576.0, cudaGetErrorString(e));
+		exit(128);
 	}
 	CUDA_CHECK(cudaMemset(p, 0, bytes));
+	alloc_stats.mallocs++;
+	alloc_stats.bytes += bytes;
 	return p;
 }
 
 static void cuda_free(void *p)
 {
-	if (p)
-		CUDA_CHECK(cudaFree(p));
+	if (!p)
+		return;
+	CUDA_CHECK(cudaFree(p));
+	alloc_stats.frees++;
 }
 
 static void cuda_to_host(void *dst, const void *src, size_t bytes)
@@ -104,6 +138,35 @@ static void cuda_zero(float *x, size_t n)
 {
 	if (n)
 		CUDA_CHECK(cudaMemset(x, 0, n * sizeof(float)));
+}
+
+static void cuda_copy(void *dst, const void *src, size_t bytes)
+{
+	if (bytes)
+		CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
+}
+
+/* Page-locked host memory: cudaMemcpy from and to it runs at the link's
+ * speed and without a bounce through a driver buffer. */
+static void *cuda_host_alloc(size_t bytes)
+{
+	void *p = NULL;
+	if (bytes == 0)
+		return NULL;
+	cudaError_t e = cudaMallocHost(&p, bytes);
+	if (e != cudaSuccess) {
+		fprintf(stderr, "megac: cudaMallocHost of %zu bytes failed: %s\n", bytes,
+			cudaGetErrorString(e));
+		abort();
+	}
+	memset(p, 0, bytes);
+	return p;
+}
+
+static void cuda_host_free(void *p)
+{
+	if (p)
+		CUDA_CHECK(cudaFreeHost(p));
 }
 
 /* ---- cuBLAS handle: created once, on first use ---- */
@@ -125,62 +188,7 @@ cublasHandle_t cuda_blas(void)
 	return blas_handle;
 }
 
-/* ---- linear: out[N,OC] = inp[N,IC] . weight[OC,IC]^T + bias ----
- *
- * cuBLAS is column-major. A row-major matrix X[r][c] (leading dim c) is, read
- * column-major, X^T of shape c x r with the same leading dim c. So:
- *
- * forward, out = inp . W^T (row-major N x OC)
- *   <=> out^T (col-major OC x N, ld OC) = W (OC x IC) . inp^T (IC x N)
- *   W as stored is col-major W^T (IC x OC, ld IC)  -> opA = T, lda = IC
- *   inp as stored is col-major inp^T (IC x N, ld IC) -> opB = N, ldb = IC
- *   m = OC, n = N, k = IC.
- *
- * backward, dinp = dout . W (row-major N x IC)
- *   <=> dinp^T (IC x N, ld IC) = W^T (IC x OC) . dout^T (OC x N)
- *   W as stored is W^T (ld IC) -> opA = N; dout as stored is dout^T (ld OC) -> opB = N
- *   m = IC, n = N, k = OC, beta = 0.
- *
- * backward, dweight += dout^T . inp (row-major OC x IC)
- *   <=> dweight^T (IC x OC, ld IC) += inp^T (IC x N) . dout (N x OC)
- *   inp as stored is inp^T (ld IC) -> opA = N
- *   dout as stored is dout^T (OC x N, ld OC); we need dout -> opB = T, ldb = OC
- *   m = IC, n = OC, k = N, beta = 1 (accumulate).
- */
-
-/* out[n, :] = bias, so sgemm with beta = 1 adds onto it (as the CPU does) */
-__global__ void bias_fill_kernel(float *out, const float *bias, int N, int OC)
-{
-	GRID_STRIDE(i, (size_t)N * OC)
-		out[i] = bias[i % OC];
-}
-
-/* dbias partials: part[blk][c] = sum over rows of block blk (in order) of dout[n][c], in double */
-__global__ void colsum_partial_kernel(double *part, const float *x, int N, int C, int nblk)
-{
-	int tiles = (C + THREADS - 1) / THREADS;
-	int blk = blockIdx.x / tiles, c = (blockIdx.x % tiles) * THREADS + threadIdx.x;
-	if (blk >= nblk || c >= C)
-		return;
-	int n0 = blk * ROWS, n1 = n0 + ROWS < N ? n0 + ROWS : N;
-	double acc = 0.0;
-	for (int n = n0; n < n1; n++)
-		acc += x[(size_t)n * C + c];
-	part[(size_t)blk * C + c] = acc;
-}
-
-/* dst[c] += sum over blocks (in order) of part[b*stride + c] */
-__global__ void reduce_blocks_d_kernel(float *dst, const double *part, int nblk, int C)
-{
-	int c = blockIdx.x * blockDim.x + threadIdx.x;
-	if (c >= C)
-		return;
-	double acc = 0.0;
-	for (int b = 0; b < nblk; b++)
-		acc += part[(size_t)b * C + c];
-	dst[c] += (float)acc;
-}
-
+/* dst[c] += sum over blocks (in order) of part[b*stride + c] (the norms' parameter grads) */
 __global__ void reduce_blocks_f_kernel(float *dst, const float *part, int nblk, int C,
 				       size_t stride)
 {
@@ -191,57 +199,6 @@ __global__ void reduce_blocks_f_kernel(float *dst, const float *part, int nblk, 
 	for (int b = 0; b < nblk; b++)
 		acc += part[(size_t)b * stride + c];
 	dst[c] += (float)acc;
-}
-
-/* dst[c] += column sums of x[N, C]; deterministic, no atomics */
-static void colsum_add(float *dst, const float *x, int N, int C)
-{
-	int nblk = (N + ROWS - 1) / ROWS, tiles = (C + THREADS - 1) / THREADS;
-	double *part = (double *)scratch_alloc((size_t)nblk * C * sizeof(double));
-	colsum_partial_kernel<<<(unsigned)nblk * tiles, THREADS>>>(part, x, N, C, nblk);
-	KERNEL_CHECK();
-	reduce_blocks_d_kernel<<<tiles, THREADS>>>(dst, part, nblk, C);
-	KERNEL_CHECK();
-	scratch_free(part);
-}
-
-static void cuda_linear_forward(float *out, const float *inp, const float *weight,
-				const float *bias, int N, int IC, int OC)
-{
-	if (N <= 0 || OC <= 0)
-		return;
-	float one = 1.0f, beta = 0.0f;
-	if (bias) {
-		bias_fill_kernel<<<grid_for((size_t)N * OC), THREADS>>>(out, bias, N, OC);
-		KERNEL_CHECK();
-		beta = 1.0f;
-	} else if (IC == 0) {
-		cuda_zero(out, (size_t)N * OC);
-	}
-	if (IC > 0)
-		CUBLAS_CHECK(cublasSgemm(cuda_blas(), CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, &one, weight, IC,
-					 inp, IC, &beta, out, OC));
-}
-
-static void cuda_linear_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-				 const float *inp, const float *weight, int N, int IC, int OC)
-{
-	if (N <= 0 || OC <= 0 || IC <= 0) {
-		if (dinp && N > 0 && IC > 0)
-			cuda_zero(dinp, (size_t)N * IC);
-		if (dbias && N > 0 && OC > 0)
-			colsum_add(dbias, dout, N, OC);
-		return;
-	}
-	float one = 1.0f, zero = 0.0f;
-	if (dinp)
-		CUBLAS_CHECK(cublasSgemm(cuda_blas(), CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, &one, weight, IC,
-					 dout, OC, &zero, dinp, IC));
-	if (dweight)
-		CUBLAS_CHECK(cublasSgemm(cuda_blas(), CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, &one, inp, IC,
-					 dout, OC, &one, dweight, IC));
-	if (dbias)
-		colsum_add(dbias, dout, N, OC);
 }
 
 /* ---- embedding: out[n] = wte[tokens[n]] (+ wpe[positions[n]]) ---- */
@@ -544,7 +501,7 @@ __device__ __forceinline__ float normal_cdf(float x)
 	q = q * t + 0.37409196f;
 	q = q * t + 1.00002368f;
 	q = q * t - 1.26551223f;
-	const float erfc_z = t * expf(q - z * z); /* erfc(|x|/sqrt2) */
+	const float erfc_z = t * megac_expf(q - z * z); /* erfc(|x|/sqrt2) */
 	return 0.5f * (x > 0.0f ? 2.0f - erfc_z : erfc_z);
 }
 
@@ -555,7 +512,7 @@ __global__ void gelu_forward_kernel(float *out, const float *inp, size_t n, int 
 		float x = inp[i];
 		if (kind == KOPS_GELU_TANH) {
 			float u = GELU_S * x * (1.0f + GELU_K * x * x);
-			out[i] = x / (1.0f + expf(-2.0f * u));
+			out[i] = x / (1.0f + megac_expf(-2.0f * u));
 		} else {
 			out[i] = x * normal_cdf(x);
 		}
@@ -572,12 +529,12 @@ __global__ void gelu_backward_kernel(float *dinp, const float *dout, const float
 		float x = inp[i];
 		if (kind == KOPS_GELU_TANH) {
 			float u = GELU_S * x * (1.0f + GELU_K * x * x);
-			float t = 2.0f / (1.0f + expf(-2.0f * u)) - 1.0f;
+			float t = 2.0f / (1.0f + megac_expf(-2.0f * u)) - 1.0f;
 			float ff = 0.5f * x * ((1.0f - t * t) * (GELU_S + 0.1070322243f * x * x)) +
 				   0.5f * (1.0f + t);
 			dinp[i] = ff * dout[i];
 		} else {
-			float pdf = 0.3989422804014327f * expf(-0.5f * x * x);
+			float pdf = 0.3989422804014327f * megac_expf(-0.5f * x * x);
 			dinp[i] = dout[i] * (normal_cdf(x) + x * pdf);
 		}
 	}
@@ -611,7 +568,7 @@ __global__ void swiglu_forward_kernel(float *out, const float *inp, int N, int F
 	GRID_STRIDE(i, (size_t)N * F) {
 		size_t n = i / F, j = i % F;
 		const float *gate = inp + n * 2 * F, *up = gate + F;
-		out[i] = gate[j] / (1.0f + expf(-gate[j])) * up[j];
+		out[i] = gate[j] / (1.0f + megac_expf(-gate[j])) * up[j];
 	}
 }
 
@@ -623,7 +580,7 @@ __global__ void swiglu_backward_kernel(float *dinp, const float *dout, const flo
 		size_t n = i / F, j = i % F;
 		const float *gate = inp + n * 2 * F, *up = gate + F;
 		float *dgate = dinp + n * 2 * F, *dup = dgate + F;
-		float g = gate[j], sig = 1.0f / (1.0f + expf(-g)), dy = dout[i];
+		float g = gate[j], sig = 1.0f / (1.0f + megac_expf(-g)), dy = dout[i];
 		dgate[j] = dy * up[j] * (sig * (1.0f + g * (1.0f - sig)));
 		dup[j] = dy * (g * sig);
 	}
@@ -842,7 +799,7 @@ __global__ void xent_forward_kernel(float *losses, float *lse, const float *logi
 	mx = block_max(mx);
 	double sum = 0.0;
 	for (int j = threadIdx.x; j < V; j += blockDim.x)
-		sum += (double)expf(x[j] - mx);
+		sum += (double)megac_expf(x[j] - mx);
 	sum = block_sumd(sum);
 	if (threadIdx.x == 0) {
 		int t = targets[n];
@@ -869,7 +826,7 @@ __global__ void xent_backward_kernel(float *dlogits, const float *logits, const 
 	const float l = lse[n], dl = dloss[n];
 	const int t = targets[n];
 	for (int j = threadIdx.x; j < V; j += blockDim.x) {
-		float pj = expf(x[j] - l);
+		float pj = megac_expf(x[j] - l);
 		dx[j] = (j == t ? pj - 1.0f : pj) * dl;
 	}
 }
@@ -1027,6 +984,145 @@ static void cuda_adamw(float *p, const float *g, float *m, float *v, size_t n, f
 	KERNEL_CHECK();
 }
 
+/* ---- whole-model ops: every segment in one launch ----
+ * The host cuts each segment into pieces of SUM_CHUNK elements (the CPU's
+ * chunking for the sums) and sends the piece table with the launch; block b
+ * takes piece b. The table and the sums' partials share the scratch buffer. */
+struct seg_piece {
+	size_t off;     /* first element in the parameter buffers */
+	unsigned n;     /* elements, at most SUM_CHUNK */
+	unsigned decay; /* AdamW: 1 when weight decay applies */
+};
+
+/* The pieces of segs into scratch (after `front` bytes kept for the
+ * caller); *np pieces, *seg_of[i] the segment of piece i (host, malloc'd)
+ * when seg_of is not NULL. Returns the device table. */
+static struct seg_piece *seg_pieces(const struct kops_seg *segs, int nsegs, size_t front, size_t *np,
+				    int **seg_of, void **scratch)
+{
+	size_t n = 0;
+	for (int i = 0; i < nsegs; i++)
+		n += (segs[i].n + SUM_CHUNK - 1) / SUM_CHUNK;
+	*np = n;
+	if (n == 0)
+		return NULL;
+	if (n > 0x7fffffffu)
+		CUDA_BUG("whole-model op: too many pieces");
+	struct seg_piece *host = (struct seg_piece *)malloc(n * sizeof(*host));
+	int *of = seg_of ? (int *)malloc(n * sizeof(int)) : NULL;
+	if (!host || (seg_of && !of))
+		CUDA_BUG("whole-model op: out of host memory");
+	size_t k = 0;
+	for (int i = 0; i < nsegs; i++)
+		for (size_t a = 0; a < segs[i].n; a += SUM_CHUNK, k++) {
+			host[k].off = segs[i].off + a;
+			host[k].n = (unsigned)(segs[i].n - a < SUM_CHUNK ? segs[i].n - a : SUM_CHUNK);
+			host[k].decay = segs[i].decay;
+			if (of)
+				of[k] = i;
+		}
+	front = (front + 15) / 16 * 16;
+	char *buf = (char *)scratch_alloc(front + n * sizeof(*host));
+	struct seg_piece *dev = (struct seg_piece *)(buf + front);
+	CUDA_CHECK(cudaMemcpy(dev, host, n * sizeof(*host), cudaMemcpyHostToDevice));
+	free(host);
+	if (seg_of)
+		*seg_of = of;
+	*scratch = buf;
+	return dev;
+}
+
+__global__ void sumsq_segs_kernel(double *part, const float *x, const struct seg_piece *tab)
+{
+	const struct seg_piece pc = tab[blockIdx.x];
+	double acc = 0.0;
+	for (unsigned i = threadIdx.x; i < pc.n; i += blockDim.x)
+		acc += (double)x[pc.off + i] * x[pc.off + i];
+	acc = block_sumd(acc);
+	if (threadIdx.x == 0)
+		part[blockIdx.x] = acc;
+}
+
+/* The pieces' sums come back in order and are added per segment, then
+ * segment by segment: cpu_sumsq_segs's association. */
+static double cuda_sumsq_segs(const float *x, const struct kops_seg *segs, int nsegs)
+{
+	size_t total_pieces = 0;
+	for (int i = 0; i < nsegs; i++)
+		total_pieces += (segs[i].n + SUM_CHUNK - 1) / SUM_CHUNK;
+	size_t np;
+	int *seg_of = NULL;
+	void *buf = NULL;
+	struct seg_piece *tab = seg_pieces(segs, nsegs, total_pieces * sizeof(double), &np, &seg_of, &buf);
+	if (np == 0)
+		return 0.0;
+	double *part = (double *)buf;
+	sumsq_segs_kernel<<<(unsigned)np, THREADS>>>(part, x, tab);
+	KERNEL_CHECK();
+	double *host = (double *)malloc(np * sizeof(double));
+	if (!host)
+		CUDA_BUG("sumsq_segs: out of host memory");
+	CUDA_CHECK(cudaMemcpy(host, part, np * sizeof(double), cudaMemcpyDeviceToHost));
+	scratch_free(buf);
+	double total = 0.0, seg = 0.0;
+	for (size_t i = 0; i < np; i++) {
+		seg += host[i];
+		if (i + 1 == np || seg_of[i + 1] != seg_of[i]) {
+			total += seg;
+			seg = 0.0;
+		}
+	}
+	free(host);
+	free(seg_of);
+	return total;
+}
+
+/* adamw_kernel's update, per piece; decay_on for decaying pieces, 1 for the others */
+__global__ void adamw_segs_kernel(float *p, const float *g, float *m, float *v, size_t mv_base,
+				  const struct seg_piece *tab, float decay_on, float w1, float w1c, float w2,
+				  float b2, float eps, float neg_step_size, float bc2_sqrt)
+{
+	const struct seg_piece pc = tab[blockIdx.x];
+	const float decay = pc.decay ? decay_on : 1.0f;
+	for (unsigned j = threadIdx.x; j < pc.n; j += blockDim.x) {
+		size_t i = pc.off + j, s = i - mv_base;
+		float gi = g[i], mi = m[s], vi = v[s];
+		float pi = __fmul_rn(p[i], decay);
+		mi = w1 < 0.5f ? fmaf(w1, gi - mi, mi) : fmaf(-(gi - mi), w1c, gi);
+		vi = fmaf(w2 * gi, gi, vi * b2);
+		float denom = sqrtf(vi) / bc2_sqrt + eps;
+		pi = pi + (neg_step_size * mi) / denom;
+		p[i] = pi, m[s] = mi, v[s] = vi;
+	}
+}
+
+static void cuda_adamw_segs(float *p, const float *g, float *m, float *v, size_t mv_base,
+			    const struct kops_seg *segs, int nsegs, float lr, float b1, float b2, float eps,
+			    float wd, int step)
+{
+	if (step < 1)
+		CUDA_BUG("adamw step < 1");
+	size_t np;
+	void *buf = NULL;
+	struct seg_piece *tab = seg_pieces(segs, nsegs, 0, &np, NULL, &buf);
+	if (np == 0)
+		return;
+	/* cuda_adamw's scalars; a segment without decay multiplies by
+	 * (float)(1.0 - lr * 0.0) = 1.0f, as cpu_adamw does with wd = 0 */
+	const float decay = (float)(1.0 - (double)lr * (double)wd);
+	const float w1 = (float)(1.0 - (double)b1);
+	const float w1c = 1.0f - w1;
+	const float w2 = (float)(1.0 - (double)b2);
+	const double bc1 = 1.0 - pow((double)b1, (double)step);
+	const double bc2 = 1.0 - pow((double)b2, (double)step);
+	const float neg_step_size = (float)-((double)lr / bc1);
+	const float bc2_sqrt = (float)sqrt(bc2);
+	adamw_segs_kernel<<<(unsigned)np, THREADS>>>(p, g, m, v, mv_base, tab, decay, w1, w1c, w2, b2, eps,
+						    neg_step_size, bc2_sqrt);
+	KERNEL_CHECK();
+	scratch_free(buf);
+}
+
 /* ---- the table ---- */
 
 static struct kops cuda_table; /* filled once by table_init, read-only after */
@@ -1042,8 +1138,11 @@ static void table_init(void)
 	t->to_host = cuda_to_host;
 	t->to_device = cuda_to_device;
 	t->zero = cuda_zero;
-	t->linear_forward = cuda_linear_forward;
-	t->linear_backward = cuda_linear_backward;
+	t->copy = cuda_copy;
+	t->host_alloc = cuda_host_alloc;
+	t->host_free = cuda_host_free;
+	t->linear_forward = NULL; /* cuda_gemm_fill */
+	t->linear_backward = NULL;
 	t->embedding_forward = cuda_embedding_forward;
 	t->embedding_backward = cuda_embedding_backward;
 	t->layernorm_forward = cuda_layernorm_forward;
@@ -1068,9 +1167,19 @@ static void table_init(void)
 	t->nonfinite = cuda_nonfinite;
 	t->round = cuda_round;
 	t->adamw = cuda_adamw;
+	t->sumsq_segs = cuda_sumsq_segs;
+	t->adamw_segs = cuda_adamw_segs;
 	t->attention_block_forward = NULL;
 	t->attention_block_backward = NULL;
 	cuda_attn_fill(t);
+	/* the block ops are flash-style on the GPU: no T x T probs in memory */
+	t->flash = t->attention_block_forward != NULL && t->attention_block_backward != NULL;
+}
+
+extern "C" void kops_cuda_stats(struct kops_cuda_stats *st)
+{
+	*st = alloc_stats;
+	st->scratch_bytes = scratch_cap;
 }
 
 extern "C" const struct kops *kops_cuda(const char **why)

@@ -1,0 +1,507 @@
+/*
+ * gemm.cu - the linear layers of the CUDA backend through cuBLASLt
+ * (cublasLtMatmul), with the semantics of ops.h and of the CPU twins in
+ * cpu_ops.c: out = inp . W^T (+ bias), dinp = dout . W (overwritten),
+ * dweight += dout^T . inp, dbias += column sums of dout.
+ *
+ * Two flavours fill op tables (cuda_gemm_fill, called by ops.cu's table_init
+ * and by kops_cuda_half below):
+ *   - GEMM_F32: fp32 operands, CUBLAS_COMPUTE_32F (plain fp32 FMA, never
+ *     TF32: the CPU reference is fp32 sgemm). kops_cuda() uses it.
+ *   - GEMM_BF16 / GEMM_F16: the fp32 operands are converted to bf16/fp16 into
+ *     scratch (round to nearest even; in the model's --bf16/--fp16 modes they
+ *     already hold such values, so the conversion is exact), then multiplied
+ *     on the tensor cores with fp32 accumulation (CUBLAS_COMPUTE_32F) into
+ *     fp32 outputs. A product of two bf16 (8-bit significands) or two fp16
+ *     (11-bit) values is exact in fp32, so the result is the fp32 GEMM of the
+ *     same inputs up to the order of the sums. kops_cuda_half() is the table.
+ *
+ * Layouts. cuBLASLt is column-major; a row-major X[r][c] with leading
+ * dimension c is, read column-major, X^T (c x r, same ld). So, with m x n the
+ * column-major D and k the summed dimension:
+ *   forward  out^T (OC x N)   = W (OC x IC) . inp^T (IC x N)
+ *            A = W as stored (IC x OC col-major), opA = T; B = inp (IC x N), opB = N
+ *            m = OC, n = N, k = IC; bias: CUBLASLT_EPILOGUE_BIAS (one value per row of D = per OC)
+ *   dinp     dinp^T (IC x N)  = W^T (IC x OC) . dout^T (OC x N), beta = 0
+ *            A = W (IC x OC), opA = N; B = dout (OC x N), opB = N; m = IC, n = N, k = OC
+ *   dweight  dweight^T (IC x OC) += inp^T (IC x N) . dout (N x OC), beta = 1
+ *            A = inp (IC x N), opA = N; B = dout (OC x N), opB = T; m = IC, n = OC, k = N
+ * In the half flavour the converted copies keep the row-major shapes, with
+ * rows padded to a multiple of 8 elements (16 bytes) so the fast tensor-core
+ * kernels (which need 16-byte aligned rows) apply to any width.
+ *
+ * dbias is NOT a cuBLASLt epilogue: BGRADA/BGRADB overwrite instead of adding
+ * (the table accumulates), exist only for some type/layout combinations and
+ * do not document their summation order. The column sums below sum each
+ * column over blocks of ROWS rows in double, then the blocks in order: no
+ * atomics, bit-identical run to run, and within float rounding of the CPU.
+ *
+ * Determinism. For each shape the algorithm is cuBLASLt's first heuristic
+ * answer, asked once and cached (plans below). The query holds only the
+ * shape, types, pointer alignments (fixed by the buffer layout) and the
+ * workspace size, and the heuristic answers a query the same way on the same
+ * GPU model and cuBLAS version, so every run picks the same algorithms (a
+ * different cuBLAS may pick others: bit-identical results hold within one
+ * installation). Split-K is allowed
+ * only with the workspace reduction schemes (partials in the workspace,
+ * reduced in a separate step in a fixed order): INPLACE (partials added into
+ * the output under counters) is masked off, and no scheme uses atomics.
+ * cuBLAS documents bit-wise reproducible results on one stream with a
+ * user-owned workspace on the same GPU model; everything here runs on the
+ * legacy default stream with one workspace.
+ *
+ * Global state: the cuBLASLt handle and the 32 MiB workspace (created once,
+ * under pthread_once, on first use), the plan cache, and the two half-input
+ * op tables. Like the scratch buffer they are a backend singleton; the ops
+ * run on one host thread at a time (cuda_ops.h), so the cache needs no lock.
+ */
+#include "common.cuh"
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <pthread.h>
+#include <string.h>
+
+extern "C" {
+#include "../cuda_ops.h"
+}
+
+/* cuBLASLt returns cublasStatus_t like cuBLAS: CUBLAS_CHECK names it. */
+
+/* ---- handle and workspace: created once, on first use ---- */
+
+/* 32 MiB: NVIDIA's recommended cuBLAS workspace on Hopper (4 MiB before);
+ * split-K partials and some kernels' scheduling state live here. */
+#define LT_WORKSPACE ((size_t)32 << 20)
+
+static cublasLtHandle_t lt_handle;
+static void *lt_workspace;
+static pthread_once_t lt_once = PTHREAD_ONCE_INIT;
+
+static void lt_init(void)
+{
+	CUBLAS_CHECK(cublasLtCreate(&lt_handle));
+	CUDA_CHECK(cudaMalloc(&lt_workspace, LT_WORKSPACE));
+}
+
+/* ---- plans: descriptors and the chosen algorithm, per shape ---- */
+
+enum gemm_op { OP_FWD, OP_DINP, OP_DWEIGHT };
+
+/* Everything the heuristic sees. Pointer alignments are part of it: the
+ * heuristic's algorithm may assume them (cuBLASLt's default is 256 bytes). */
+struct plan_key {
+	int op, prec, N, IC, OC, bias;
+	unsigned align[5]; /* A, B, C, D, bias: the largest power of two <= 256 dividing the address */
+};
+
+struct plan {
+	struct plan_key key;
+	cublasLtMatmulDesc_t desc;
+	cublasLtMatrixLayout_t a, b, c; /* c describes C and D (both fp32, same shape) */
+	cublasLtMatmulAlgo_t algo;
+	bool ok; /* the heuristic found an algorithm (a miss is remembered too) */
+};
+
+/* A model has a handful of linear shapes, times three GEMMs, times the
+ * precisions in use; past this many (unusual) the oldest plan is replaced. */
+#define PLANS 64
+static struct plan plans[PLANS];
+static int nplans, plan_next;
+
+static unsigned align_of(const void *p)
+{
+	uintptr_t a = (uintptr_t)p;
+	unsigned al = 256;
+	while (al > 1 && (a & (al - 1)))
+		al >>= 1;
+	return al;
+}
+
+static void plan_destroy(struct plan *p)
+{
+	CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->a));
+	CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->b));
+	CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->c));
+	CUBLAS_CHECK(cublasLtMatmulDescDestroy(p->desc));
+}
+
+/* One GEMM as cuBLASLt sees it (column-major, see the top of the file). */
+struct gemm_call {
+	cublasOperation_t ta, tb;
+	int m, n, k;
+	int64_t lda, ldb, ldc;
+	cudaDataType_t ab; /* type of A and B; C and D are fp32 */
+	const void *A, *B;
+	float *D; /* C = D */
+	const float *bias;
+	float beta;
+};
+
+static struct plan *plan_get(const struct plan_key *key, const struct gemm_call *g)
+{
+	for (int i = 0; i < nplans; i++)
+		if (!memcmp(&plans[i].key, key, sizeof *key))
+			return &plans[i];
+
+	struct plan *p;
+	if (nplans < PLANS) {
+		p = &plans[nplans++];
+	} else { /* replace the oldest; its descriptors are host objects, unused by queued work */
+		p = &plans[plan_next];
+		plan_next = (plan_next + 1) % PLANS;
+		plan_destroy(p);
+	}
+	p->key = *key;
+
+	CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+	int32_t ta = g->ta, tb = g->tb;
+	CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+	CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+	if (g->bias) {
+		uint32_t epi = CUBLASLT_EPILOGUE_BIAS;
+		CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
+							    sizeof epi));
+		/* bias type: D's (fp32), the default. The heuristic reads the
+		 * pointer for its alignment; each call sets its own. */
+		CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+							    &g->bias, sizeof g->bias));
+	}
+	/* stored shapes: op(A) is m x k, op(B) is k x n */
+	CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, g->ab, g->ta == CUBLAS_OP_N ? g->m : g->k,
+						 g->ta == CUBLAS_OP_N ? g->k : g->m, g->lda));
+	CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, g->ab, g->tb == CUBLAS_OP_N ? g->k : g->n,
+						 g->tb == CUBLAS_OP_N ? g->n : g->k, g->ldb));
+	CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, g->m, g->n, g->ldc));
+
+	cublasLtMatmulPreference_t pref;
+	CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+	uint64_t ws = LT_WORKSPACE;
+	CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+							  sizeof ws));
+	/* split-K only with a separate, fixed-order reduction of workspace partials */
+	uint32_t red = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE | CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE;
+	CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+							  &red, sizeof red));
+	const cublasLtMatmulPreferenceAttributes_t al_attr[4] = {
+		CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+		CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES
+	};
+	for (int i = 0; i < 4; i++) {
+		uint32_t al = key->align[i];
+		CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, al_attr[i], &al, sizeof al));
+	}
+	cublasLtMatmulHeuristicResult_t res;
+	int got = 0;
+	memset(&res, 0, sizeof res);
+	cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(lt_handle, p->desc, p->a, p->b, p->c, p->c, pref, 1,
+							  &res, &got);
+	CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+	p->ok = s == CUBLAS_STATUS_SUCCESS && got >= 1 && res.state == CUBLAS_STATUS_SUCCESS;
+	if (p->ok)
+		p->algo = res.algo;
+	else
+		fprintf(stderr,
+			"megac: cuBLASLt has no algorithm for linear %s (%s) N=%d IC=%d OC=%d%s "
+			"(status %d, %d results)%s\n",
+			key->op == OP_FWD ? "forward" : key->op == OP_DINP ? "dinp" : "dweight",
+			key->prec == GEMM_F32 ? "fp32" : key->prec == GEMM_BF16 ? "bf16" : "fp16", key->N,
+			key->IC, key->OC, key->bias ? " with the bias epilogue" : "", (int)s, got,
+			key->bias ? "; adding the bias separately" : "");
+	return p;
+}
+
+/* D = op(A) op(B) (+ bias) + beta C, through the shape's cached plan.
+ * Returns 0, having queued nothing, when cuBLASLt has no algorithm for it. */
+static int lt_matmul_try(int op, int prec, int N, int IC, int OC, const struct gemm_call *g)
+{
+	pthread_once(&lt_once, lt_init);
+	struct plan_key key;
+	memset(&key, 0, sizeof key); /* padding too: keys are compared with memcmp */
+	key.op = op;
+	key.prec = prec;
+	key.N = N;
+	key.IC = IC;
+	key.OC = OC;
+	key.bias = g->bias != NULL;
+	key.align[0] = align_of(g->A);
+	key.align[1] = align_of(g->B);
+	key.align[2] = key.align[3] = align_of(g->D);
+	key.align[4] = g->bias ? align_of(g->bias) : 0;
+	struct plan *p = plan_get(&key, g);
+	if (!p->ok)
+		return 0;
+	if (g->bias)
+		CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias,
+							    sizeof g->bias));
+	const float one = 1.0f;
+	CUBLAS_CHECK(cublasLtMatmul(lt_handle, p->desc, &one, g->A, p->a, g->B, p->b, &g->beta, g->D, p->c, g->D,
+				    p->c, &p->algo, lt_workspace, LT_WORKSPACE, 0));
+	KERNEL_CHECK(); /* MEGAC_CUDA_SYNC=1 names a faulting GEMM here */
+	return 1;
+}
+
+static void lt_matmul(int op, int prec, int N, int IC, int OC, const struct gemm_call *g)
+{
+	if (!lt_matmul_try(op, prec, N, IC, OC, g))
+		CUDA_BUG("cuBLASLt has no algorithm for this linear layer (above)");
+}
+
+/* ---- fp32 -> bf16/fp16 conversion into scratch ----
+ * dst[r][c] = src[r][c] rounded to nearest even, rows of cols values read
+ * with stride cols, written with stride pitch (>= cols; the padding is never
+ * read). x over columns, y over rows (grid-strided: rows may pass 65535). */
+
+static __device__ __forceinline__ void to_half(__nv_bfloat16 *d, float x) { *d = __float2bfloat16_rn(x); }
+static __device__ __forceinline__ void to_half(__half *d, float x) { *d = __float2half_rn(x); }
+
+template <typename T>
+static __global__ void to_half_kernel(T *dst, const float *src, int rows, int cols, int pitch)
+{
+	for (int r = blockIdx.y; r < rows; r += gridDim.y) {
+		const float *s = src + (size_t)r * cols;
+		T *d = dst + (size_t)r * pitch;
+		for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += gridDim.x * blockDim.x)
+			to_half(&d[c], s[c]);
+	}
+}
+
+/* row pitch of a converted operand: a multiple of 8 halves (16 bytes) */
+static int half_pitch(int cols) { return (cols + 7) & ~7; }
+
+/* bytes of a converted [rows, cols] operand, rounded up to 256 so the next
+ * one carved after it stays 256-byte aligned */
+static size_t half_bytes(int rows, int cols)
+{
+	size_t b = (size_t)rows * half_pitch(cols) * 2;
+	return (b + 255) & ~(size_t)255;
+}
+
+static void convert(void *dst, const float *src, int rows, int cols, int prec)
+{
+	int pitch = half_pitch(cols);
+	unsigned gx = (unsigned)((cols + THREADS - 1) / THREADS);
+	unsigned gy = rows < 65535 ? (unsigned)rows : 65535u;
+	dim3 grid(gx, gy);
+	if (prec == GEMM_BF16)
+		to_half_kernel<__nv_bfloat16><<<grid, THREADS>>>((__nv_bfloat16 *)dst, src, rows, cols, pitch);
+	else
+		to_half_kernel<__half><<<grid, THREADS>>>((__half *)dst, src, rows, cols, pitch);
+	KERNEL_CHECK();
+}
+
+/* ---- helpers kept from the cuBLAS version ---- */
+
+/* out[n, :] = bias: the forward of a zero-width input (IC == 0) */
+static __global__ void bias_fill_kernel(float *out, const float *bias, int N, int OC)
+{
+	GRID_STRIDE(i, (size_t)N * OC)
+		out[i] = bias[i % OC];
+}
+
+/* dbias partials: part[blk][c] = sum over rows of block blk (in order) of dout[n][c], in double */
+static __global__ void colsum_partial_kernel(double *part, const float *x, int N, int C, int nblk)
+{
+	int tiles = (C + THREADS - 1) / THREADS;
+	int blk = blockIdx.x / tiles, c = (blockIdx.x % tiles) * THREADS + threadIdx.x;
+	if (blk >= nblk || c >= C)
+		return;
+	int n0 = blk * ROWS, n1 = n0 + ROWS < N ? n0 + ROWS : N;
+	double acc = 0.0;
+	for (int n = n0; n < n1; n++)
+		acc += x[(size_t)n * C + c];
+	part[(size_t)blk * C + c] = acc;
+}
+
+/* dst[c] += sum over blocks (in order) of part[b*C + c] */
+static __global__ void reduce_blocks_d_kernel(float *dst, const double *part, int nblk, int C)
+{
+	int c = blockIdx.x * blockDim.x + threadIdx.x;
+	if (c >= C)
+		return;
+	double acc = 0.0;
+	for (int b = 0; b < nblk; b++)
+		acc += part[(size_t)b * C + c];
+	dst[c] += (float)acc;
+}
+
+/* dst[c] += column sums of x[N, C]; deterministic, no atomics. Takes the
+ * scratch buffer: call it after the GEMMs are done with their converted
+ * operands (a larger scratch_alloc frees the old buffer). */
+static void colsum_add(float *dst, const float *x, int N, int C)
+{
+	int nblk = (N + ROWS - 1) / ROWS, tiles = (C + THREADS - 1) / THREADS;
+	double *part = (double *)scratch_alloc((size_t)nblk * C * sizeof(double));
+	colsum_partial_kernel<<<(unsigned)nblk * tiles, THREADS>>>(part, x, N, C, nblk);
+	KERNEL_CHECK();
+	reduce_blocks_d_kernel<<<tiles, THREADS>>>(dst, part, nblk, C);
+	KERNEL_CHECK();
+	scratch_free(part);
+}
+
+/* ---- linear: out[N,OC] = inp[N,IC] . weight[OC,IC]^T + bias ---- */
+
+static void linear_forward(int prec, float *out, const float *inp, const float *weight, const float *bias,
+			   int N, int IC, int OC)
+{
+	if (N <= 0 || OC <= 0)
+		return;
+	if (IC <= 0) { /* an empty sum: the bias, or zeros */
+		if (bias) {
+			bias_fill_kernel<<<grid_for((size_t)N * OC), THREADS>>>(out, bias, N, OC);
+			KERNEL_CHECK();
+		} else {
+			CUDA_CHECK(cudaMemset(out, 0, (size_t)N * OC * sizeof(float)));
+		}
+		return;
+	}
+	struct gemm_call g = { CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, IC, IC, OC, CUDA_R_32F,
+			       weight, inp, out, bias, 0.0f };
+	void *buf = NULL;
+	if (prec != GEMM_F32) {
+		size_t bw = half_bytes(OC, IC);
+		buf = scratch_alloc(bw + half_bytes(N, IC));
+		void *wh = buf, *xh = (char *)buf + bw;
+		convert(wh, weight, OC, IC, prec);
+		convert(xh, inp, N, IC, prec);
+		g.A = wh;
+		g.B = xh;
+		g.lda = g.ldb = half_pitch(IC);
+		g.ab = prec == GEMM_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+	}
+	if (!lt_matmul_try(OP_FWD, prec, N, IC, OC, &g)) {
+		if (!bias)
+			CUDA_BUG("cuBLASLt has no algorithm for this linear layer (above)");
+		/* no algorithm with the bias epilogue (not expected; cuBLASLt's
+		 * answer is checked, not assumed): start from the bias, beta = 1,
+		 * as the CPU does */
+		bias_fill_kernel<<<grid_for((size_t)N * OC), THREADS>>>(out, bias, N, OC);
+		KERNEL_CHECK();
+		g.bias = NULL;
+		g.beta = 1.0f;
+		lt_matmul(OP_FWD, prec, N, IC, OC, &g);
+	}
+	if (buf)
+		scratch_free(buf);
+}
+
+static void linear_backward(int prec, float *dinp, float *dweight, float *dbias, const float *dout,
+			    const float *inp, const float *weight, int N, int IC, int OC)
+{
+	if (N <= 0 || OC <= 0 || IC <= 0) {
+		if (dinp && N > 0 && IC > 0)
+			CUDA_CHECK(cudaMemset(dinp, 0, (size_t)N * IC * sizeof(float)));
+		if (dbias && N > 0 && OC > 0)
+			colsum_add(dbias, dout, N, OC);
+		return;
+	}
+	/* dinp^T = W^T . dout^T (overwrite); dweight^T += inp^T . dout (accumulate) */
+	struct gemm_call gi = { CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, IC, OC, IC, CUDA_R_32F,
+				weight, dout, dinp, NULL, 0.0f };
+	struct gemm_call gw = { CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, IC, OC, IC, CUDA_R_32F,
+				inp, dout, dweight, NULL, 1.0f };
+	void *buf = NULL;
+	if (prec != GEMM_F32 && (dinp || dweight)) {
+		/* one scratch allocation carved in three: dout (both GEMMs), W (dinp), inp (dweight) */
+		size_t bd = half_bytes(N, OC), bw = dinp ? half_bytes(OC, IC) : 0;
+		size_t bx = dweight ? half_bytes(N, IC) : 0;
+		buf = scratch_alloc(bd + bw + bx);
+		void *dh = buf, *wh = (char *)buf + bd, *xh = (char *)buf + bd + bw;
+		cudaDataType_t t = prec == GEMM_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+		convert(dh, dout, N, OC, prec);
+		if (dinp) {
+			convert(wh, weight, OC, IC, prec);
+			gi.A = wh;
+			gi.B = dh;
+			gi.lda = half_pitch(IC);
+			gi.ldb = half_pitch(OC);
+			gi.ab = t;
+		}
+		if (dweight) {
+			convert(xh, inp, N, IC, prec);
+			gw.A = xh;
+			gw.B = dh;
+			gw.lda = half_pitch(IC);
+			gw.ldb = half_pitch(OC);
+			gw.ab = t;
+		}
+	}
+	if (dinp)
+		lt_matmul(OP_DINP, prec, N, IC, OC, &gi);
+	if (dweight)
+		lt_matmul(OP_DWEIGHT, prec, N, IC, OC, &gw);
+	if (buf)
+		scratch_free(buf); /* before colsum_add, which takes the scratch itself */
+	if (dbias)
+		colsum_add(dbias, dout, N, OC);
+}
+
+/* The table holds plain function pointers: one pair per precision. */
+#define LINEAR_PAIR(suffix, prec)                                                                  \
+	static void linear_forward_##suffix(float *out, const float *inp, const float *weight,     \
+					    const float *bias, int N, int IC, int OC)              \
+	{                                                                                          \
+		linear_forward(prec, out, inp, weight, bias, N, IC, OC);                           \
+	}                                                                                          \
+	static void linear_backward_##suffix(float *dinp, float *dweight, float *dbias,            \
+					     const float *dout, const float *inp,                  \
+					     const float *weight, int N, int IC, int OC)           \
+	{                                                                                          \
+		linear_backward(prec, dinp, dweight, dbias, dout, inp, weight, N, IC, OC);         \
+	}
+LINEAR_PAIR(f32, GEMM_F32)
+LINEAR_PAIR(bf16, GEMM_BF16)
+LINEAR_PAIR(f16, GEMM_F16)
+
+void cuda_gemm_fill(struct kops *t, enum gemm_precision prec)
+{
+	switch (prec) {
+	case GEMM_F32:
+		t->linear_forward = linear_forward_f32;
+		t->linear_backward = linear_backward_f32;
+		break;
+	case GEMM_BF16:
+		t->linear_forward = linear_forward_bf16;
+		t->linear_backward = linear_backward_bf16;
+		break;
+	case GEMM_F16:
+		t->linear_forward = linear_forward_f16;
+		t->linear_backward = linear_backward_f16;
+		break;
+	default:
+		CUDA_BUG("unknown GEMM precision");
+	}
+}
+
+/* ---- the half-input tables: kops_cuda() with bf16/fp16 linear layers ---- */
+
+static struct kops half_table[2]; /* [KOPS_ROUND_BF16], [KOPS_ROUND_FP16]; filled once, read-only after */
+static pthread_once_t half_once = PTHREAD_ONCE_INIT;
+static const struct kops *half_base; /* kops_cuda(), set before half_once runs */
+
+static void half_init(void)
+{
+	half_table[KOPS_ROUND_BF16] = *half_base;
+	half_table[KOPS_ROUND_BF16].name = "cuda-bf16";
+	cuda_gemm_fill(&half_table[KOPS_ROUND_BF16], GEMM_BF16);
+	half_table[KOPS_ROUND_FP16] = *half_base;
+	half_table[KOPS_ROUND_FP16].name = "cuda-fp16";
+	cuda_gemm_fill(&half_table[KOPS_ROUND_FP16], GEMM_F16);
+}
+
+extern "C" const struct kops *kops_cuda_half(enum kops_round kind, const char **why)
+{
+	if (kind != KOPS_ROUND_BF16 && kind != KOPS_ROUND_FP16) {
+		if (why)
+			*why = "unknown half-precision kind";
+		return NULL;
+	}
+	const struct kops *base = kops_cuda(why);
+	if (!base)
+		return NULL;
+	half_base = base; /* the same pointer on every call */
+	pthread_once(&half_once, half_init);
+	return &half_table[kind];
+}
