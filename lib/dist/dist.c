@@ -1,7 +1,9 @@
 /*
  * dist.c - see dist.h. MPI errors are returned, not fatal by default, so a
  * failing call dies with this rank, the call and MPI's reason; mpirun then
- * ends the other ranks.
+ * ends the other ranks. Each call decides here whether its buffer takes
+ * MPI or NCCL (route()); the NCCL side lives in nccl.c, and its waits are
+ * polled here so that the watchdog sees them like MPI's.
  */
 #include "dist/dist.h"
 
@@ -17,6 +19,7 @@
 
 #include "base/error.h"
 #include "base/xalloc.h"
+#include "dist/nccl.h"
 
 #define DIST_CHECK(call)                                                                     \
 	do {                                                                                 \
@@ -266,6 +269,11 @@ void dist_finalize(struct dist *d)
 		free(d->watch);
 		d->watch = NULL;
 	}
+	/* NCCL first: its communicators were made from the MPI ones (and a
+	 * test may have attached some to groups of one rank, without MPI) */
+	struct dist_group *all[] = { &d->world_g, &d->tp, &d->cp, &d->dp, &d->dp_cp, &d->pp, &d->mp, &d->emb };
+	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+		dist_nccl_group_free(all[i]);
 	if (!d->mpi)
 		return;
 	struct dist_group *gs[] = { &d->tp, &d->cp, &d->dp, &d->dp_cp, &d->pp, &d->mp, &d->emb };
@@ -273,6 +281,19 @@ void dist_finalize(struct dist *d)
 		free_group(gs[i]);
 	MPI_Finalize();
 	d->mpi = false;
+}
+
+int dist_use_device(struct dist *d)
+{
+	if (dist_nccl_enable() < 0)
+		return -1;
+	/* the same order on every rank (creation is collective); groups of one
+	 * rank, and ranks outside every embedding group, have nothing to make */
+	struct dist_group *gs[] = { &d->world_g, &d->dp_cp, &d->dp, &d->cp, &d->mp, &d->tp, &d->pp, &d->emb };
+	for (size_t i = 0; i < sizeof(gs) / sizeof(gs[0]); i++)
+		if (gs[i]->size > 1 && !gs[i]->nccl)
+			dist_nccl_group_init(gs[i], gs[i] == &d->cp || gs[i] == &d->pp);
+	return 0;
 }
 
 bool dist_is_last(const struct dist *d)
@@ -283,18 +304,85 @@ bool dist_is_last(const struct dist *d)
 /* Large buffers go in pieces: MPI counts are ints. */
 #define DIST_PIECE ((size_t)1 << 28)
 
+/* ---- which path a call takes ---- */
+
+enum route {
+	VIA_MPI,    /* host memory: MPI, as without a GPU */
+	VIA_NCCL,   /* device memory, the group has an NCCL communicator */
+	VIA_ALONE,  /* device memory in a group of one rank without one: copies on the device */
+};
+
+static enum route route(const struct dist_group *g, const void *buf, const char *call)
+{
+	if (!dist_nccl_active() || !dist_nccl_is_device(buf))
+		return VIA_MPI;
+	if (g->nccl)
+		return VIA_NCCL;
+	if (g->size <= 1)
+		return VIA_ALONE;
+	BUG("%s on the %s group: the buffer is device memory and the group has no NCCL communicator "
+	    "(dist_use_device() makes them)",
+	    call, g->name);
+}
+
+/* A call with a second buffer (NULL: not used on this rank) on the same side. */
+static enum route route2(const struct dist_group *g, const void *buf, const void *other, const char *call)
+{
+	enum route w = route(g, buf, call);
+	if (other && dist_nccl_active() && dist_nccl_is_device(other) != (w != VIA_MPI))
+		BUG("%s on the %s group with one buffer in host memory and the other in device memory", call,
+		    g->name);
+	return w;
+}
+
+/* Byte counts as the MPI path keeps them: groups of one rank count nothing. */
+static void count(struct dist_group *g, uint64_t bytes)
+{
+	if (g->size <= 1)
+		return;
+	g->bytes += bytes;
+	g->calls++;
+}
+
+/* Poll until done, with naps after a while (dist_wait's reasons). */
+static void nccl_spin(struct dist_nccl_op *op)
+{
+	for (long i = 0; !dist_nccl_poll(op, true); i++)
+		if (i >= 2000) {
+			struct timespec nap = { 0, 50 * 1000 };
+			nanosleep(&nap, NULL);
+		}
+}
+
+/* A blocking call's NCCL operation: wait for it where the watchdog sees. */
+static void nccl_finish(struct dist_group *g, const char *call, struct dist_nccl_op *op)
+{
+	watch_begin(g, call);
+	nccl_spin(op);
+	watch_end(g);
+	dist_nccl_free(op);
+}
+
 static void allreduce(struct dist_group *g, void *buf, size_t n, size_t elem, MPI_Datatype t, MPI_Op op)
 {
-	if (g->size <= 1 || !n)
+	if (!n)
 		return;
-	for (size_t off = 0; off < n; off += DIST_PIECE) {
-		size_t m = n - off < DIST_PIECE ? n - off : DIST_PIECE;
-		watch_begin(g, "all-reduce");
-		DIST_CHECK(MPI_Allreduce(MPI_IN_PLACE, (char *)buf + off * elem, (int)m, t, op, COMM(g)));
-		watch_end(g);
+	enum route w = route(g, buf, "all-reduce");
+	if (w == VIA_NCCL) {
+		nccl_finish(g, "all-reduce",
+			    dist_nccl_allreduce(g, buf, n, t == MPI_DOUBLE ? DIST_NCCL_F64 : DIST_NCCL_F32,
+						op == MPI_MAX ? DIST_NCCL_MAX : DIST_NCCL_SUM));
+	} else {
+		if (g->size <= 1)
+			return;
+		for (size_t off = 0; off < n; off += DIST_PIECE) {
+			size_t m = n - off < DIST_PIECE ? n - off : DIST_PIECE;
+			watch_begin(g, "all-reduce");
+			DIST_CHECK(MPI_Allreduce(MPI_IN_PLACE, (char *)buf + off * elem, (int)m, t, op, COMM(g)));
+			watch_end(g);
+		}
 	}
-	g->bytes += 2 * (uint64_t)(g->size - 1) * n * elem / (uint64_t)g->size;
-	g->calls++;
+	count(g, 2 * (uint64_t)(g->size - 1) * n * elem / (uint64_t)g->size);
 }
 
 void dist_allreduce_sum_f32(struct dist_group *g, float *buf, size_t n)
@@ -328,17 +416,22 @@ void dist_barrier(struct dist_group *g)
 
 void dist_bcast(struct dist_group *g, void *buf, size_t n, int root)
 {
-	if (g->size <= 1 || !n)
+	if (!n)
 		return;
-	for (size_t off = 0; off < n; off += DIST_PIECE) {
-		size_t m = n - off < DIST_PIECE ? n - off : DIST_PIECE;
-		watch_begin(g, "broadcast");
-		DIST_CHECK(MPI_Bcast((char *)buf + off, (int)m, MPI_BYTE, root, COMM(g)));
-		watch_end(g);
+	enum route w = route(g, buf, "broadcast");
+	if (w == VIA_NCCL) {
+		nccl_finish(g, "broadcast", dist_nccl_bcast(g, buf, n, root));
+	} else {
+		if (g->size <= 1)
+			return;
+		for (size_t off = 0; off < n; off += DIST_PIECE) {
+			size_t m = n - off < DIST_PIECE ? n - off : DIST_PIECE;
+			watch_begin(g, "broadcast");
+			DIST_CHECK(MPI_Bcast((char *)buf + off, (int)m, MPI_BYTE, root, COMM(g)));
+			watch_end(g);
+		}
 	}
-	if (g->rank == root)
-		g->bytes += n;
-	g->calls++;
+	count(g, g->rank == root ? n : 0);
 }
 
 void dist_shard(size_t n, int size, int rank, size_t *lo, size_t *hi)
@@ -362,7 +455,14 @@ static void shard_counts(const struct dist_group *g, size_t n, int *counts, int 
 
 void dist_reduce_scatter_sum_f32(struct dist_group *g, float *buf, size_t n, float *scratch)
 {
-	if (g->size <= 1 || !n)
+	if (!n)
+		return;
+	if (route2(g, buf, scratch, "reduce-scatter") == VIA_NCCL) {
+		nccl_finish(g, "reduce-scatter", dist_nccl_reduce_scatter_range(g, buf, n, 0, n, scratch, true));
+		count(g, (uint64_t)(g->size - 1) * n * sizeof(float) / (uint64_t)g->size);
+		return;
+	}
+	if (g->size <= 1)
 		return;
 	int *counts = xmalloc((size_t)g->size * sizeof(int)), *displs = xmalloc((size_t)g->size * sizeof(int));
 	shard_counts(g, n, counts, displs);
@@ -378,7 +478,14 @@ void dist_reduce_scatter_sum_f32(struct dist_group *g, float *buf, size_t n, flo
 
 void dist_allgather_f32(struct dist_group *g, float *buf, size_t n)
 {
-	if (g->size <= 1 || !n)
+	if (!n)
+		return;
+	if (route(g, buf, "all-gather") == VIA_NCCL) {
+		nccl_finish(g, "all-gather", dist_nccl_allgather_range(g, buf, n, 0, n));
+		count(g, (uint64_t)(g->size - 1) * n * sizeof(float) / (uint64_t)g->size);
+		return;
+	}
+	if (g->size <= 1)
 		return;
 	int *counts = xmalloc((size_t)g->size * sizeof(int)), *displs = xmalloc((size_t)g->size * sizeof(int));
 	shard_counts(g, n, counts, displs);
@@ -393,7 +500,16 @@ void dist_allgather_f32(struct dist_group *g, float *buf, size_t n)
 
 void dist_gather_f32(struct dist_group *g, float *buf, size_t n)
 {
-	if (g->size <= 1 || !n)
+	if (!n)
+		return;
+	if (route(g, buf, "gather") == VIA_NCCL) {
+		size_t lo, hi;
+		dist_shard(n, g->size, g->rank, &lo, &hi);
+		nccl_finish(g, "gather", dist_nccl_gather_shards(g, buf, n));
+		count(g, g->rank != 0 ? (hi - lo) * sizeof(float) : 0);
+		return;
+	}
+	if (g->size <= 1)
 		return;
 	int *counts = xmalloc((size_t)g->size * sizeof(int)), *displs = xmalloc((size_t)g->size * sizeof(int));
 	shard_counts(g, n, counts, displs);
@@ -412,8 +528,18 @@ void dist_gather_f32(struct dist_group *g, float *buf, size_t n)
 
 void dist_gather_equal_f32(struct dist_group *g, const float *in, size_t n, float *out)
 {
+	/* out is only used on the root */
+	enum route w = route2(g, in, g->rank == 0 ? out : NULL, "gather");
+	if (w == VIA_NCCL) {
+		nccl_finish(g, "gather", dist_nccl_gather_equal(g, in, n, out));
+		count(g, g->rank ? n * sizeof(float) : 0);
+		return;
+	}
 	if (g->size <= 1) {
-		memcpy(out, in, n * sizeof(float));
+		if (w == VIA_ALONE)
+			dist_nccl_copy(out, in, n * sizeof(float));
+		else
+			memcpy(out, in, n * sizeof(float));
 		return;
 	}
 	if (n > INT_MAX)
@@ -427,8 +553,17 @@ void dist_gather_equal_f32(struct dist_group *g, const float *in, size_t n, floa
 
 void dist_allgather_equal_f32(struct dist_group *g, const float *in, size_t n, float *out)
 {
+	enum route w = route2(g, in, out, "all-gather");
+	if (w == VIA_NCCL) {
+		nccl_finish(g, "all-gather", dist_nccl_allgather_equal(g, in, n, out));
+		count(g, (uint64_t)(g->size - 1) * n * sizeof(float));
+		return;
+	}
 	if (g->size <= 1) {
-		memcpy(out, in, n * sizeof(float));
+		if (w == VIA_ALONE)
+			dist_nccl_copy(out, in, n * sizeof(float));
+		else
+			memcpy(out, in, n * sizeof(float));
 		return;
 	}
 	if (n > INT_MAX)
@@ -442,8 +577,17 @@ void dist_allgather_equal_f32(struct dist_group *g, const float *in, size_t n, f
 
 void dist_reduce_scatter_equal_f32(struct dist_group *g, const float *in, size_t n, float *out)
 {
+	enum route w = route2(g, in, out, "reduce-scatter");
+	if (w == VIA_NCCL) {
+		nccl_finish(g, "reduce-scatter", dist_nccl_reduce_scatter_equal(g, in, n, out));
+		count(g, (uint64_t)(g->size - 1) * n * sizeof(float));
+		return;
+	}
 	if (g->size <= 1) {
-		memcpy(out, in, n * sizeof(float));
+		if (w == VIA_ALONE)
+			dist_nccl_copy(out, in, n * sizeof(float));
+		else
+			memcpy(out, in, n * sizeof(float));
 		return;
 	}
 	if (n > INT_MAX)
@@ -466,11 +610,15 @@ static int p2p_count(size_t n, const char *what)
 
 void dist_isend_f32(struct dist_group *g, const float *buf, size_t n, int dest, int tag, struct dist_req *r)
 {
-	r->req = NULL;
-	r->extra = NULL;
-	r->g = g;
-	r->what = "send";
-	if (g->size <= 1 || !n)
+	*r = (struct dist_req){ .g = g, .what = "send" };
+	if (!n)
+		return;
+	if (route(g, buf, "send") == VIA_NCCL) {
+		r->dev = dist_nccl_send(g, buf, n * sizeof(float), dest, tag);
+		count(g, n * sizeof(float));
+		return;
+	}
+	if (g->size <= 1)
 		return;
 	MPI_Request *q = xmalloc(sizeof(*q));
 	DIST_CHECK(MPI_Isend(buf, p2p_count(n, "send"), MPI_FLOAT, dest, tag, COMM(g), q));
@@ -482,11 +630,14 @@ void dist_isend_f32(struct dist_group *g, const float *buf, size_t n, int dest, 
 
 void dist_irecv_f32(struct dist_group *g, float *buf, size_t n, int src, int tag, struct dist_req *r)
 {
-	r->req = NULL;
-	r->extra = NULL;
-	r->g = g;
-	r->what = "receive";
-	if (g->size <= 1 || !n)
+	*r = (struct dist_req){ .g = g, .what = "receive" };
+	if (!n)
+		return;
+	if (route(g, buf, "receive") == VIA_NCCL) {
+		r->dev = dist_nccl_recv(g, buf, n * sizeof(float), src, tag);
+		return;
+	}
+	if (g->size <= 1)
 		return;
 	MPI_Request *q = xmalloc(sizeof(*q));
 	DIST_CHECK(MPI_Irecv(buf, p2p_count(n, "receive"), MPI_FLOAT, src, tag, COMM(g), q));
@@ -505,6 +656,13 @@ static void req_done(struct dist_req *r)
 
 void dist_wait(struct dist_req *r)
 {
+	if (r->dev) {
+		watch_begin(r->g, r->what);
+		nccl_spin(r->dev);
+		watch_end(r->g);
+		dist_nccl_free(r->dev);
+		r->dev = NULL;
+	}
 	if (!r->req)
 		return;
 	watch_begin(r->g, r->what);
@@ -526,6 +684,12 @@ void dist_wait(struct dist_req *r)
 
 bool dist_test(struct dist_req *r)
 {
+	if (r->dev) {
+		if (!dist_nccl_poll(r->dev, false))
+			return false;
+		dist_nccl_free(r->dev);
+		r->dev = NULL;
+	}
 	if (!r->req)
 		return true;
 	int done = 0;
@@ -538,10 +702,25 @@ bool dist_test(struct dist_req *r)
 void dist_sendrecv_f32(struct dist_group *g, const float *send, size_t ns, int dest, float *recv, size_t nr,
 		       int src, int tag)
 {
+	enum route w = route2(g, send, recv, "send-receive");
+	if (w == VIA_NCCL) {
+		/* two channels (or a matched pair to itself): neither waits for the other */
+		struct dist_nccl_op *s = ns ? dist_nccl_send(g, send, ns * sizeof(float), dest, tag) : NULL;
+		struct dist_nccl_op *q = nr ? dist_nccl_recv(g, recv, nr * sizeof(float), src, tag) : NULL;
+		if (q)
+			nccl_finish(g, "send-receive", q);
+		if (s)
+			nccl_finish(g, "send-receive", s);
+		count(g, ns * sizeof(float));
+		return;
+	}
 	if (g->size <= 1) {
 		if (ns != nr)
 			BUG("send of %zu to myself received as %zu", ns, nr);
-		memmove(recv, send, ns * sizeof(float));
+		if (w == VIA_ALONE)
+			dist_nccl_copy(recv, send, ns * sizeof(float));
+		else
+			memmove(recv, send, ns * sizeof(float));
 		return;
 	}
 	watch_begin(g, "send-receive");
@@ -556,7 +735,14 @@ void dist_sendrecv_f32(struct dist_group *g, const float *send, size_t ns, int d
 
 void dist_send_bytes(struct dist_group *g, const void *buf, size_t n, int dest, int tag)
 {
-	if (g->size <= 1 || !n)
+	if (!n)
+		return;
+	if (route(g, buf, "send") == VIA_NCCL) {
+		nccl_finish(g, "send", dist_nccl_send(g, buf, n, dest, tag));
+		count(g, n);
+		return;
+	}
+	if (g->size <= 1)
 		return;
 	for (size_t off = 0; off < n; off += DIST_PIECE) {
 		size_t m = n - off < DIST_PIECE ? n - off : DIST_PIECE;
@@ -570,7 +756,13 @@ void dist_send_bytes(struct dist_group *g, const void *buf, size_t n, int dest, 
 
 void dist_recv_bytes(struct dist_group *g, void *buf, size_t n, int src, int tag)
 {
-	if (g->size <= 1 || !n)
+	if (!n)
+		return;
+	if (route(g, buf, "receive") == VIA_NCCL) {
+		nccl_finish(g, "receive", dist_nccl_recv(g, buf, n, src, tag)); /* the size is checked there */
+		return;
+	}
+	if (g->size <= 1)
 		return;
 	for (size_t off = 0; off < n; off += DIST_PIECE) {
 		size_t m = n - off < DIST_PIECE ? n - off : DIST_PIECE;
@@ -591,7 +783,14 @@ void dist_recv_bytes(struct dist_group *g, void *buf, size_t n, int src, int tag
 void dist_iallreduce_sum_f32(struct dist_group *g, float *buf, size_t n, struct dist_req *r)
 {
 	*r = (struct dist_req){ .g = g, .what = "all-reduce" };
-	if (g->size <= 1 || !n)
+	if (!n)
+		return;
+	if (route(g, buf, "all-reduce") == VIA_NCCL) {
+		r->dev = dist_nccl_allreduce(g, buf, n, DIST_NCCL_F32, DIST_NCCL_SUM);
+		count(g, 2 * (uint64_t)(g->size - 1) * n * sizeof(float) / (uint64_t)g->size);
+		return;
+	}
+	if (g->size <= 1)
 		return;
 	/* in pieces MPI's int counts can express */
 	int k = (int)((n + DIST_PIECE - 1) / DIST_PIECE);
@@ -610,7 +809,14 @@ void dist_ireduce_scatter_range_f32(struct dist_group *g, const float *buf, size
 				    float *scratch, struct dist_req *r)
 {
 	*r = (struct dist_req){ .g = g, .what = "reduce-scatter" };
-	if (g->size <= 1 || a >= b)
+	if (a >= b)
+		return;
+	if (route2(g, buf, scratch, "reduce-scatter") == VIA_NCCL) {
+		r->dev = dist_nccl_reduce_scatter_range(g, buf, total, a, b, scratch, false);
+		count(g, (uint64_t)(g->size - 1) * (b - a) * sizeof(float) / (uint64_t)g->size);
+		return;
+	}
+	if (g->size <= 1)
 		return;
 	size_t mylo, myhi;
 	dist_shard(total, g->size, g->rank, &mylo, &myhi);
@@ -643,7 +849,14 @@ void dist_iallgather_range_f32(struct dist_group *g, float *buf, size_t total, s
 			       struct dist_req *r)
 {
 	*r = (struct dist_req){ .g = g, .what = "all-gather" };
-	if (g->size <= 1 || a >= b)
+	if (a >= b)
+		return;
+	if (route(g, buf, "all-gather") == VIA_NCCL) {
+		r->dev = dist_nccl_allgather_range(g, buf, total, a, b);
+		count(g, (uint64_t)(g->size - 1) * (b - a) * sizeof(float) / (uint64_t)g->size);
+		return;
+	}
+	if (g->size <= 1)
 		return;
 	/* pieces of at most DIST_PIECE elements; per piece the counts and
 	 * displacements (relative to the piece) of every rank's part */

@@ -1,8 +1,8 @@
 /*
  * dist.h - the ranks of a job and their process groups (DESIGN decision 6):
  * every byte that moves between ranks goes through these calls, which wrap
- * MPI for host buffers (NCCL for device buffers later) and count what each
- * group sends.
+ * MPI for host buffers and NCCL for device buffers (nccl.c), and count what
+ * each group sends.
  *
  * A program started without an MPI launcher (no mpirun/srun environment)
  * runs as a single rank without initialising MPI at all: every group has
@@ -10,7 +10,41 @@
  *
  * Byte counts follow the usual ring-algorithm volumes per rank: all-reduce of
  * n bytes over p ranks sends 2(p-1)/p n, all-gather and reduce-scatter
- * (p-1)/p n of the full buffer, broadcast n (root), point-to-point n.
+ * (p-1)/p n of the full buffer, broadcast n (root), point-to-point n. They
+ * are the same whichever path a call takes.
+ *
+ * Device buffers. A process that computes on a GPU calls dist_use_device()
+ * once, after dist_setup() (and after choosing its GPU). From then on every
+ * call asks CUDA where its buffer lives: host memory (malloc'd or pinned)
+ * goes through MPI exactly as before; device memory goes through the
+ * group's NCCL communicator; device memory in a group of more than one rank
+ * without one is a BUG, and a group of one rank copies on the device where
+ * it would memcpy(). Before dist_use_device(), and in every CPU run, no CUDA
+ * call is made and every buffer is taken for host memory. What changes for
+ * callers on device buffers:
+ *   - The calls keep their host semantics. A blocking call returns with the
+ *     result in place; dist_wait() returns, and dist_test() says true, once
+ *     the operation has completed on the GPU (the host waits for its event),
+ *     so the buffers may then be read, reused or freed, and kernels queued
+ *     after it see the result. (Making only the compute stream wait for the
+ *     operation, on the device, would not do for the callers: pipeline.c
+ *     frees a send's staging copy once dist_test() says done, grad_sync.c
+ *     copies the reduced shard after dist_wait(), ring_attn.c receives into
+ *     a buffer once the send that read it is waited for.) An operation
+ *     starts after the kernels queued before the call (on the legacy default
+ *     stream) and runs beside the ones queued after it: a non-blocking
+ *     operation's buffers must stay untouched, by kernels too, until it has
+ *     completed, as with MPI.
+ *   - Point-to-point transfers go between neighbours (rank + 1, rank - 1) of
+ *     the pipeline and context-parallel groups, or from a rank to itself.
+ *     Between two ranks, messages are matched in the order posted within
+ *     each tag parity (even tags, odd tags), not by tag: both ends must post
+ *     them in the same order, and a receive must ask for exactly the size
+ *     sent; both are checked (a BUG naming both). Both ends use device
+ *     memory, or both host memory. MPI tags 32700 and 32701 are taken.
+ *   - Nothing may synchronise the whole device (cudaDeviceSynchronize,
+ *     MEGAC_CUDA_SYNC=1, cudaFree) while a transfer waits for a peer: it
+ *     would wait for the transfer, which waits for the peer (nccl.c).
  */
 #ifndef MEGAC_DIST_DIST_H
 #define MEGAC_DIST_DIST_H
@@ -27,6 +61,7 @@ struct dist_group {
 	const char *name;   /* Megatron's name: "data-parallel", "tensor-model-parallel", ... */
 	struct dist_watch *watch; /* NULL: not watched */
 	void *comm;         /* the MPI communicator (NULL without MPI) */
+	void *nccl;         /* its NCCL communicators (nccl.c), NULL: none */
 	int rank, size;     /* this rank's index in the group, and the group's size */
 	uint64_t bytes;     /* bytes this rank sent in the group's collectives */
 	uint64_t calls;
@@ -46,6 +81,15 @@ struct dist {
 int dist_init(struct dist *d, const char *prog);
 /* Build every group of the layout (collective over the world). */
 int dist_setup(struct dist *d, const struct dist_layout *l);
+/* Device buffers from now on (see the top of this file): an NCCL
+ * communicator for every group of more than one rank, from MPI (collective
+ * over the world, every rank calls it), on the GPU the caller chose with
+ * cudaSetDevice(); the pipeline and context-parallel groups also get their
+ * point-to-point channels. Call it whenever this process computes on a GPU,
+ * a single rank too. error() and -1 in a build without CUDA or without a GPU;
+ * CUDA and NCCL failures die naming the call. */
+int dist_use_device(struct dist *d);
+/* Also frees the NCCL communicators. */
 void dist_finalize(struct dist *d);
 /* --distributed-timeout-minutes: a collective of this rank that waits longer
  * than `minutes` ends the process (exit 128) with a message naming the rank,
@@ -93,12 +137,14 @@ struct dist_req {
 	struct dist_group *g;
 	const char *what;        /* "send", "receive", ..., for the watchdog */
 	void *extra;             /* memory the transfer needs until it completes (freed then) */
+	void *dev;               /* an NCCL operation in flight (nccl.c), NULL when none */
 };
 /* Start sending / receiving n floats; buf must stay untouched until
  * dist_wait(). With a group of one rank nothing happens. */
 void dist_isend_f32(struct dist_group *g, const float *buf, size_t n, int dest, int tag, struct dist_req *r);
 void dist_irecv_f32(struct dist_group *g, float *buf, size_t n, int src, int tag, struct dist_req *r);
-/* Complete a started transfer (no-op for an empty request). */
+/* Complete a started transfer (no-op for an empty request). On device
+ * buffers the host waits until the GPU has finished it. */
 void dist_wait(struct dist_req *r);
 /* Whether a started transfer has completed (then the request is empty). */
 bool dist_test(struct dist_req *r);

@@ -196,6 +196,15 @@ static int setup_device(struct trainer *t, enum gpt_precision prec)
 	t->cuda_device = d.cuda_device;
 	if (d.cuda_device >= 0 || t->dist.rank == 0)
 		info("compute on %s", d.what);
+	/* every rank on a GPU or none: NCCL's set-up is collective, and a job
+	 * half on CPUs would be a misconfigured node, not a plan */
+	double on[2] = { d.cuda_device >= 0, d.cuda_device < 0 };
+	dist_allreduce_max_f64(&t->dist.world_g, on, 2);
+	if (on[0] > 0 && on[1] > 0)
+		return error("some ranks found a usable GPU and others did not (this rank: %s); give --device cpu, "
+			     "or check the nodes' GPUs and CUDA_VISIBLE_DEVICES", d.what);
+	if (d.cuda_device >= 0 && dist_use_device(&t->dist) < 0)
+		return -1;
 	return 0;
 }
 
@@ -338,6 +347,15 @@ int train_command(const struct args *a)
 		goto out;
 	}
 	ret = trainer_run(&t);
+	if (ret == 0 && t.cuda_device >= 0 && t.iteration > t.start_iteration) {
+		/* every device buffer is taken at set-up: a count that grows after the
+		 * first iteration is an allocation in the hot loop (tests/gpu checks it) */
+		struct kops_cuda_stats st;
+		kops_cuda_stats(&st);
+		info("GPU memory: %lu device allocations (%.1f MiB) up to the end of the first iteration, %lu after it; "
+		     "scratch %.1f MiB", t.cuda_first.mallocs, t.cuda_first.bytes / 1048576.0,
+		     st.mallocs - t.cuda_first.mallocs, st.scratch_bytes / 1048576.0);
+	}
 out:
 	trainer_free(&t);
 	if (ret == 0)

@@ -1,37 +1,91 @@
 #!/bin/sh
-# run.sh - on the device machine (carry bin and build, see README.md): the
-# CPU-vs-CUDA op table parity test first (build/gpu/parity, 'make gpu-tests'),
-# then what our programs find there, the unit and training tests, and the CPU
-# training benchmark on its cores. Results under $OUT.
+# run.sh - everything the device machine checks, in one command under ten
+# minutes (carry bin and build, see README.md), most important first, each
+# step with its own time limit; results under $OUT, a summary in
+# $OUT/summary.txt:
+#   1. parity: every op of the CUDA table against the CPU one (build/gpu/parity)
+#   2. nccl: lib/dist's device-buffer collectives through NCCL (build/gpu/nccl)
+#   3. train: tiny GPT and Llama runs on the GPU against the CPU, bf16,
+#      resume, allocations, a 124M-shaped reading (tests/gpu/train_parity.sh)
+#   4. the training reference test against PyTorch, now on the GPU
+#   5. compute-sanitizer racecheck and memcheck of the attention kernels,
+#      where the machine's runtime lets it run (Firecracker, not gVisor)
+#   6. the unit tests on that machine
 set -u
 OUT=${OUT:-/tmp/gpu-out}
-mkdir -p "$OUT"
+mkdir -p "$OUT" build/tmp
+START=$(date +%s)
 export LD_LIBRARY_PATH="$PWD/build/gpu-libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# libnccl (and, if the machine lacks them, cuBLAS/cuBLASLt) are not carried
+# (pack.sh): the machine's, else those of PyTorch's wheels
+for pkg in nccl cublas cuda_runtime; do
+	if ldd bin/train 2>/dev/null | grep -q "lib$(echo $pkg | sed 's/_runtime/rt/').*not found"; then
+		d=$(python3 -c "import os, nvidia.$pkg as m; print(os.path.join(list(m.__path__)[0], 'lib'))" 2>/dev/null)
+		[ -n "$d" ] && export LD_LIBRARY_PATH="$d:$LD_LIBRARY_PATH"
+	fi
+done
 export OMPI_MCA_mpi_yield_when_idle=1
-# parity.txt: TAP lines and "N passed, M failed"; parity_timings.txt: ms per op on both tables
-if [ -x build/gpu/parity ]; then
-	# MEGAC_CUDA_SYNC=1: a kernel that faults is named by the check after it
-	MEGAC_CUDA_SYNC=1 timeout 300 build/gpu/parity >"$OUT/parity.txt" 2>"$OUT/parity_timings.txt"
-	rc=$?
-	echo "parity: exit $rc, $(tail -n 1 "$OUT/parity.txt")" | tee "$OUT/parity_summary.txt"
-	grep -A1 '^not ok' "$OUT/parity.txt" | head -n 60
-else
-	echo "parity: build/gpu/parity missing (build it here with 'make gpu-tests')" | tee "$OUT/parity_summary.txt"
-fi
+elapsed() { echo $(($(date +%s) - START)); }
+say() { echo "$*" | tee -a "$OUT/summary.txt"; }
+
 {
+	date -u
 	nvidia-smi -L 2>&1
+	nvidia-smi --query-gpu=driver_version,memory.total,clocks.max.sm --format=csv 2>&1
 	nproc
 	grep -m1 'model name' /proc/cpuinfo
-	for f in bin/*; do echo "== ldd $f"; ldd "$f" | grep -i 'not found'; done
+	echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+	for f in bin/* build/gpu/*; do echo "== ldd $f"; ldd "$f" | grep -i 'not found'; done
 } >"$OUT/machine.txt" 2>&1
-for t in build/tests/test_*; do
-	OPENBLAS_NUM_THREADS=1 timeout 300 "$t" >"$OUT/$(basename "$t").log" 2>&1
-	echo "$(basename "$t"): exit $? $(grep -c '^ok' "$OUT/$(basename "$t").log") ok $(grep -c '^not ok' "$OUT/$(basename "$t").log") not ok"
-done | tee "$OUT/unit.txt"
-mkdir -p build/tmp
-MEGAC_BIN=$PWD/bin MEGAC_BUILD=$PWD/build timeout 300 sh tests/prog/train_reference.sh >"$OUT/train_reference.log" 2>&1
-grep -c '^ok' "$OUT/train_reference.log" | sed 's/^/train_reference ok: /' | tee -a "$OUT/unit.txt"
-for th in 1 4 16; do
-	SKIP_BUILD=1 THREADS=$th timeout 200 sh tests/bench/train_bench.sh >"$OUT/train_bench_$th.txt" 2>&1
-done
-cat "$OUT"/train_bench_*.txt
+
+# 1. op parity; MEGAC_CUDA_SYNC=1: a kernel that faults is named by the check after it
+if [ -x build/gpu/parity ]; then
+	MEGAC_CUDA_SYNC=1 timeout 200 build/gpu/parity >"$OUT/parity.txt" 2>"$OUT/parity_timings.txt"
+	say "parity: exit $?, $(tail -n 1 "$OUT/parity.txt") ($(elapsed) s)"
+	grep -A2 '^not ok' "$OUT/parity.txt" | head -n 60
+else
+	say "parity: build/gpu/parity missing (make gpu-tests)"
+fi
+
+# 2. NCCL, one-rank communicators (several ranks where the machine has GPUs and mpirun)
+if [ -x build/gpu/nccl ]; then
+	timeout 60 build/gpu/nccl >"$OUT/nccl.txt" 2>&1
+	say "nccl: exit $?, $(tail -n 1 "$OUT/nccl.txt") ($(elapsed) s)"
+	grep -A1 '^not ok' "$OUT/nccl.txt" | head -n 40
+fi
+
+# 3. training on the GPU against the CPU
+OPENBLAS_NUM_THREADS=8 OMP_NUM_THREADS=8 timeout 200 sh tests/gpu/train_parity.sh build/tmp/gpu-train \
+	>"$OUT/train_parity.txt" 2>&1
+say "train_parity: exit $?, $(tail -n 1 "$OUT/train_parity.txt") ($(elapsed) s)"
+grep -A3 '^not ok' "$OUT/train_parity.txt" | head -n 40
+grep '^#.*ms/iteration\|GPT-2 124M' "$OUT/train_parity.txt"
+cp build/tmp/gpu-train/*.log "$OUT/" 2>/dev/null
+
+# 4. the PyTorch reference test, on the GPU now (train's --device auto)
+if [ "$(elapsed)" -lt 420 ]; then
+	MEGAC_BIN=$PWD/bin MEGAC_BUILD=$PWD/build timeout 60 sh tests/prog/train_reference.sh \
+		>"$OUT/train_reference.log" 2>&1
+	say "train_reference: exit $?, $(grep -c '^ok' "$OUT/train_reference.log") ok," \
+		"$(grep -c '^not ok' "$OUT/train_reference.log") not ok ($(elapsed) s)"
+fi
+
+# 5. races and out-of-bounds accesses in the attention kernels
+if command -v compute-sanitizer >/dev/null && [ -x build/gpu/parity ] && [ "$(elapsed)" -lt 450 ]; then
+	for tool in racecheck memcheck; do
+		timeout 50 compute-sanitizer --tool $tool --print-limit 20 build/gpu/parity --no-big --only attention \
+			>"$OUT/sanitizer_$tool.txt" 2>&1
+		say "compute-sanitizer $tool: exit $?, $(grep -m1 'ERROR SUMMARY' "$OUT/sanitizer_$tool.txt") ($(elapsed) s)"
+	done
+fi
+
+# 6. the unit tests on that machine
+if [ "$(elapsed)" -lt 520 ]; then
+	for t in build/tests/test_*; do
+		OPENBLAS_NUM_THREADS=1 timeout 20 "$t" >"$OUT/$(basename "$t").log" 2>&1
+		echo "$(basename "$t"): exit $? $(grep -c '^ok' "$OUT/$(basename "$t").log") ok" \
+			"$(grep -c '^not ok' "$OUT/$(basename "$t").log") not ok"
+	done >"$OUT/unit.txt"
+	say "unit: $(grep -c 'exit 0' "$OUT/unit.txt") of $(wc -l <"$OUT/unit.txt") programs exit 0 ($(elapsed) s)"
+fi
+cat "$OUT/summary.txt"
