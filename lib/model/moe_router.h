@@ -1,0 +1,75 @@
+/*
+ * moe_router.h - the router of a mixture-of-experts layer (Megatron's
+ * TopKRouter, docs/moe-spec.md sections 2-5), on the host: from the router
+ * logits z[N, E] of N tokens, each token's top-k experts and their weights,
+ * the token dropping of a capacity factor, the order of the rows the experts
+ * see, and the auxiliary losses; backward turns the gradient of the weights,
+ * plus the auxiliary losses' own, into the gradient of z.
+ *
+ * Why the host: E and k are small (8-64 experts, 1-8 slots), the choice is a
+ * sort-like step per token, and the model copies z over and the plan back
+ * (N·E and N·k values per layer), so both backends route identically.
+ *
+ * Rows: the experts run on rows in expert-major order, tokens ascending
+ * within an expert (Megatron's permute). Row r belongs to token row_tok[r]
+ * and slot row_slot[r] (its rank in the token's top-k); expert e owns rows
+ * [exp_off[e], exp_off[e+1]). A token's rows, for the weighted sum back, are
+ * tok_rows[tok_rowptr[t] .. tok_rowptr[t+1]), in slot order.
+ *
+ * Tokens are numbered as the model holds them, [B, S] batch-major (Megatron
+ * is sequence-major: the difference shows only in which tokens "position"
+ * dropping keeps and in which tokens form a sequence for seq_aux_loss, and
+ * both follow the sample here, as Megatron's do). Ties in a top-k go to the
+ * lower expert index, ties in dropping to the earlier token (torch.topk
+ * leaves them unspecified).
+ */
+#ifndef MEGAC_MODEL_MOE_ROUTER_H
+#define MEGAC_MODEL_MOE_ROUTER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+enum moe_lb { MOE_LB_NONE, MOE_LB_AUX, MOE_LB_SEQ_AUX };
+
+struct moe_router_cfg {
+	int E, k;
+	bool sigmoid;      /* --moe-router-score-function sigmoid (else softmax) */
+	bool pre_softmax;  /* --moe-router-pre-softmax */
+	enum moe_lb lb;    /* --moe-router-load-balancing-type */
+	double aux_coeff;  /* --moe-aux-loss-coeff (0: no aux loss) */
+	double z_coeff;    /* --moe-z-loss-coeff (<= 0: none) */
+	double capacity;   /* --moe-expert-capacity-factor (<= 0: dropless) */
+	bool drop_position; /* --moe-token-drop-policy position (else probs) */
+};
+
+struct moe_route {
+	int N, E, k, R;          /* tokens, experts, slots, rows kept */
+	int cap;                 /* tokens an expert takes (N when dropless) */
+	int32_t *idx;            /* [N*k] expert of each slot, best first */
+	float *probs;            /* [N*k] its weight (0 when dropped) */
+	uint8_t *kept;           /* [N*k] */
+	int32_t *row_tok, *row_slot; /* [R] */
+	int32_t *exp_off;        /* [E+1] */
+	int32_t *tok_rowptr;     /* [N+1] */
+	int32_t *tok_rows;       /* [R] */
+	float *row_w;            /* [R] the weight of each row */
+	double aux;              /* the load-balancing loss / coeff (0 without one), Megatron's logged value */
+	double zsq;              /* mean over tokens of logsumexp(z)^2 (Megatron's logged z_loss) */
+	int cap_N;               /* allocation size in tokens */
+};
+
+void moe_route_free(struct moe_route *r);
+
+/* Route N tokens (z: host [N, E]); seq_len: tokens per sample (the groups
+ * of seq_aux_loss; N is a multiple of it). Reuses r's memory when it is
+ * large enough. */
+void moe_route_forward(struct moe_route *r, const struct moe_router_cfg *c, const float *z, int N, int seq_len);
+
+/* dz[N, E] (overwritten) from dprobs[N*k] (the gradient of each slot's
+ * weight; dropped slots' are ignored) plus `scale` times the gradient of the
+ * attached losses (aux_coeff · aux and z_coeff · mean lse², as Megatron
+ * injects them). */
+void moe_route_backward(const struct moe_route *r, const struct moe_router_cfg *c, const float *z,
+			const float *dprobs, int seq_len, double scale, float *dz);
+
+#endif

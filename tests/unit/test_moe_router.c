@@ -1,0 +1,166 @@
+/*
+ * test_moe_router.c - the MoE router on the host against the worked
+ * examples of docs/moe-spec.md (computed there with Megatron's own routing
+ * functions): weights for post-softmax, pre-softmax and sigmoid scoring,
+ * the load-balancing and z losses, dropping under both policies, the row
+ * order; and backward against central finite differences of the whole
+ * objective (the weights' share plus the injected losses).
+ */
+#include "test.h"
+
+#include <math.h>
+
+#include "model/moe_router.h"
+
+/* Example R: 4 tokens, 4 experts, top-2 */
+static const float R_Z[16] = { 1, 2, 0, -1, .5f, 2.5f, 1.5f, 0, 3, 0, 2, 1, 2.5f, 0, .5f, 1 };
+
+static bool near(double a, double b, double tol)
+{
+	return fabs(a - b) <= tol;
+}
+
+static void test_example_weights(void)
+{
+	struct moe_router_cfg c = { .E = 4, .k = 2, .lb = MOE_LB_AUX, .aux_coeff = 0.01 };
+	struct moe_route r = { 0 };
+	moe_route_forward(&r, &c, R_Z, 4, 4);
+	int want_idx[8] = { 1, 0, 1, 2, 0, 2, 0, 3 };
+	double post[8] = { .731059, .268941, .731059, .268941, .731059, .268941, .817574, .182426 };
+	for (int i = 0; i < 8; i++) {
+		CHECK_INT(r.idx[i], want_idx[i]);
+		CHECK(near(r.probs[i], post[i], 1e-6));
+	}
+	CHECK(near(r.aux, 1.166809, 1e-6));
+	CHECK(near(r.zsq, 8.690995, 1e-6));
+	/* rows: expert-major, tokens ascending: [0,2,3 | 0,1 | 1,2 | 3] */
+	int want_tok[8] = { 0, 2, 3, 0, 1, 1, 2, 3 };
+	CHECK_INT(r.R, 8);
+	for (int i = 0; i < 8; i++)
+		CHECK_INT(r.row_tok[i], want_tok[i]);
+	CHECK_INT(r.exp_off[1], 3);
+	CHECK_INT(r.exp_off[2], 5);
+	CHECK_INT(r.exp_off[3], 7);
+	c.pre_softmax = true;
+	moe_route_forward(&r, &c, R_Z, 4, 4);
+	double pre[8] = { .643914, .236883, .630795, .232057, .643914, .236883, .694179, .154892 };
+	for (int i = 0; i < 8; i++)
+		CHECK(near(r.probs[i], pre[i], 1e-6));
+	c.pre_softmax = false;
+	c.sigmoid = true;
+	moe_route_forward(&r, &c, R_Z, 4, 4);
+	double sig[8] = { .546449, .453551, .530593, .469407, .519575, .480425, .558326, .441674 };
+	for (int i = 0; i < 8; i++)
+		CHECK(near(r.probs[i], sig[i], 1e-6));
+	/* seq_aux_loss with sequences {t0, t2} and {t1, t3}: here a sample is
+	 * consecutive tokens, so the tokens go in the order t0 t2 t1 t3 */
+	float z2[16];
+	int order[4] = { 0, 2, 1, 3 };
+	for (int i = 0; i < 4; i++)
+		memcpy(z2 + 4 * i, R_Z + 4 * order[i], 4 * sizeof(float));
+	c.sigmoid = false;
+	c.lb = MOE_LB_SEQ_AUX;
+	moe_route_forward(&r, &c, z2, 4, 2);
+	CHECK(near(r.aux, 1.190399, 1e-6));
+	/* a zero coefficient: no loss (Megatron logs 0) */
+	c.aux_coeff = 0;
+	moe_route_forward(&r, &c, z2, 4, 2);
+	CHECK(r.aux == 0);
+	moe_route_free(&r);
+}
+
+static void test_example_dropping(void)
+{
+	struct moe_router_cfg c = { .E = 4, .k = 2, .capacity = 1.0 };
+	struct moe_route r = { 0 };
+	moe_route_forward(&r, &c, R_Z, 4, 4);
+	CHECK_INT(r.cap, 2);
+	/* e0 gets t0 (.2689), t2 (.7311), t3 (.8176): "probs" drops t0's slot */
+	CHECK(!r.kept[1] && r.probs[1] == 0);
+	CHECK(r.kept[0] && r.kept[4] && r.kept[6]);
+	CHECK_INT(r.R, 7);
+	CHECK_INT(r.tok_rowptr[1] - r.tok_rowptr[0], 1); /* t0 keeps only e1 */
+	c.drop_position = true;
+	moe_route_forward(&r, &c, R_Z, 4, 4);
+	CHECK(r.kept[1] && !r.kept[6]); /* "position": the earliest two, t0 and t2 */
+	CHECK_INT(r.R, 7);
+	/* numbers from the spec: 4 tokens, top-2, 4 experts, cf 1.1 -> 3; 4096 x 2 / 8 x 1.25 -> 1280 */
+	c.capacity = 1.1;
+	moe_route_forward(&r, &c, R_Z, 4, 4);
+	CHECK_INT(r.cap, 3);
+	moe_route_free(&r);
+}
+
+/* The objective backward differentiates: sum over kept slots of w * prob,
+ * plus scale * (aux_coeff * aux + z_coeff * zsq). */
+static double objective(struct moe_route *r, const struct moe_router_cfg *c, const float *z, int N, int S,
+			const float *w, double scale)
+{
+	moe_route_forward(r, c, z, N, S);
+	double o = 0;
+	for (int i = 0; i < N * c->k; i++)
+		o += (double)w[i] * r->probs[i];
+	return o + scale * (c->aux_coeff * r->aux + (c->z_coeff > 0 ? c->z_coeff * r->zsq : 0));
+}
+
+static void gradcheck(struct moe_router_cfg c, const char *what)
+{
+	enum { N = 12, S = 4 };
+	int E = c.E;
+	float z[N * 8], w[N * 8], dz[N * 8];
+	uint64_t s = 88172645463325252ull;
+	for (int i = 0; i < N * E; i++) {
+		s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+		z[i] = (float)((double)(s >> 11) / 9007199254740992.0 * 4 - 2);
+	}
+	for (int i = 0; i < N * c.k; i++)
+		w[i] = 0.3f + 0.1f * (float)(i % 7);
+	struct moe_route r = { 0 };
+	double scale = 0.7;
+	moe_route_forward(&r, &c, z, N, S);
+	moe_route_backward(&r, &c, z, w, S, scale, dz);
+	double worst = 0, gmax = 0;
+	for (int i = 0; i < N * E; i++) {
+		float z0 = z[i], eps = 1e-3f;
+		z[i] = z0 + eps;
+		double lp = objective(&r, &c, z, N, S, w, scale);
+		z[i] = z0 - eps;
+		double lm = objective(&r, &c, z, N, S, w, scale);
+		z[i] = z0;
+		double fd = (lp - lm) / (2.0 * eps);
+		worst = fmax(worst, fabs(fd - dz[i]));
+		gmax = fmax(gmax, fabs(fd));
+	}
+	if (worst > 1e-3 * gmax)
+		printf("#   %s: worst gradient error %.3g of %.3g\n", what, worst, gmax);
+	CHECK(worst <= 1e-3 * gmax);
+	CHECK(gmax > 0);
+	moe_route_free(&r);
+}
+
+static void test_backward(void)
+{
+	struct moe_router_cfg c = { .E = 8, .k = 2, .lb = MOE_LB_AUX, .aux_coeff = 0.1, .z_coeff = 0.01 };
+	gradcheck(c, "softmax, aux, z");
+	c.pre_softmax = true;
+	gradcheck(c, "pre-softmax");
+	c.pre_softmax = false;
+	c.sigmoid = true;
+	gradcheck(c, "sigmoid");
+	c.k = 1;
+	gradcheck(c, "sigmoid top-1");
+	c.sigmoid = false;
+	c.k = 3;
+	c.lb = MOE_LB_SEQ_AUX;
+	gradcheck(c, "seq_aux_loss, top-3");
+	c.capacity = 1.0; /* drops slots: their weights leave the objective */
+	gradcheck(c, "capacity 1.0");
+}
+
+int main(void)
+{
+	RUN(test_example_weights);
+	RUN(test_example_dropping);
+	RUN(test_backward);
+	return test_summary();
+}
