@@ -254,6 +254,16 @@ struct args {
 	int64_t moe_ffn_hidden_size;   /* -1: --ffn-hidden-size */
 	int64_t moe_shared_expert_intermediate_size; /* -1: none */
 	char *moe_layer_freq;
+	char *moe_router_score_function;
+	bool moe_router_pre_softmax;
+	char *moe_router_load_balancing_type;
+	double moe_aux_loss_coeff;
+	double moe_z_loss_coeff;          /* -1: none */
+	double moe_expert_capacity_factor; /* -1: dropless */
+	char *moe_token_drop_policy;
+	bool moe_pad_expert_input_to_capacity;
+	char *moe_token_dispatcher_type;
+	char *moe_router_dtype;
 	int64_t expert_tensor_parallel_size; /* -1: the tensor-parallel size */
 	bool multi_latent_attention;
 	int64_t q_lora_rank;           /* -1: none */

@@ -301,7 +301,9 @@ static int to_hf(const struct args *a)
 	struct gpt_config c;
 	enum hf_arch arch;
 	int mf = ckpt_file_open(r, "model.h5");
-	if (mf < 0 || gpt_config_from_ckpt(&c, r, mf) < 0 || hf_arch_for(&c, &arch) < 0) {
+	if (mf < 0 || gpt_config_from_ckpt(&c, r, mf) < 0 ||
+	    (c.E > 0 && error("exporting a mixture-of-experts checkpoint (MixtralForCausalLM) is not implemented yet") < 0) ||
+	    hf_arch_for(&c, &arch) < 0) {
 		ckpt_close(r);
 		return -1;
 	}
@@ -506,6 +508,8 @@ static void stage_writer_free(struct stage_writer *sw)
 /* The target layout's checks: what train would refuse for this model. */
 static int check_layout(const struct gpt_config *c, int tp, int pp, int vpp)
 {
+	if (c->E > 0)
+		return error("converting a mixture-of-experts checkpoint is not implemented yet");
 	struct sbuf why = SBUF_INIT;
 	if (c->a % tp)
 		sbuf_addf(&why, "; %d attention heads are not divisible by it", c->a);

@@ -37,6 +37,9 @@ int infer_init(struct infer_engine *e, struct ckpt_reader *r, int mf, int max_se
 	if (gpt_config_from_ckpt(&e->c, r, mf) < 0)
 		return -1;
 	struct gpt_config *c = &e->c;
+	if (c->E > 0)
+		return error("'%s' is a mixture-of-experts model: serving one is not implemented yet",
+			     ckpt_reader_dir(r));
 	if (max_seq < 1 || (max_seq > c->P && !c->rope))
 		return error("--inference-max-seq-length %d: the model has %d learned positions", max_seq, c->P);
 	if (max_req < 1 || max_tokens < max_req)

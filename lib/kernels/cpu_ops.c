@@ -306,6 +306,41 @@ static void cpu_adamw(float *p, const float *g, float *m, float *v, size_t n, fl
 	}
 }
 
+/* ---- mixture of experts: the weighted sum of the experts' rows ---- */
+
+static void cpu_moe_combine_forward(float *out, const float *y, const float *w, const int32_t *rowptr,
+				    const int32_t *rows, int N, int C)
+{
+#pragma omp parallel for schedule(static)
+	for (int t = 0; t < N; t++) {
+		float *o = out + (size_t)t * C;
+		for (int c = 0; c < C; c++)
+			o[c] = 0.0f;
+		for (int j = rowptr[t]; j < rowptr[t + 1]; j++) {
+			const float *yr = y + (size_t)rows[j] * C, wr = w[rows[j]];
+			for (int c = 0; c < C; c++)
+				o[c] += wr * yr[c];
+		}
+	}
+}
+
+static void cpu_moe_combine_backward(float *dy, float *dw, const float *dout, const float *y, const float *w,
+				     const int32_t *tok, int R, int C)
+{
+#pragma omp parallel for schedule(static)
+	for (int r = 0; r < R; r++) {
+		const float *d = dout + (size_t)tok[r] * C, *yr = y + (size_t)r * C;
+		double acc = 0.0;
+		for (int c = 0; c < C; c++)
+			acc += (double)d[c] * yr[c];
+		if (dw)
+			dw[r] = (float)acc;
+		if (dy)
+			for (int c = 0; c < C; c++)
+				dy[(size_t)r * C + c] = w[r] * d[c];
+	}
+}
+
 /* ---- whole-model ops: the per-tensor ops, segment after segment ---- */
 
 static double cpu_sumsq_segs(const float *x, const struct kops_seg *segs, int nsegs)
@@ -365,6 +400,8 @@ static const struct kops cpu_ops = {
 	.nonfinite = cpu_nonfinite,
 	.round = cpu_round,
 	.adamw = cpu_adamw,
+	.moe_combine_forward = cpu_moe_combine_forward,
+	.moe_combine_backward = cpu_moe_combine_backward,
 	.sumsq_segs = cpu_sumsq_segs,
 	.adamw_segs = cpu_adamw_segs,
 	.attention_block_forward = cpu_attention_block_forward,

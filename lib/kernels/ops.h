@@ -174,6 +174,17 @@ struct kops {
 	void (*adamw)(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1,
 		      float b2, float eps, float wd, int step);
 
+	/* ---- mixture of experts: the weighted sum of the experts' rows ----
+	 * out[t] = sum over j in [rowptr[t], rowptr[t+1]) of w[rows[j]] * y[rows[j]]
+	 * (in that order; out[t] = 0 for a token without rows), y[R, C], out[N, C].
+	 * Backward: dy[r] = w[r] * dout[tok[r]] and dw[r] = sum_c dout[tok[r], c] *
+	 * y[r, c] (summed in double), both overwritten; tok[r] is row r's token.
+	 * The index arrays are this backend's memory. */
+	void (*moe_combine_forward)(float *out, const float *y, const float *w, const int32_t *rowptr,
+				    const int32_t *rows, int N, int C);
+	void (*moe_combine_backward)(float *dy, float *dw, const float *dout, const float *y, const float *w,
+				     const int32_t *tok, int R, int C);
+
 	/* ---- the whole model in one call (the optimizer: one launch on a GPU
 	 * instead of one per tensor, and one host synchronisation per norm) ----
 	 * sumsq_segs: the sum over segments, in order, of sumsq(x + off, n).

@@ -39,48 +39,6 @@ const struct prog_info memcalc_prog_info = {
 	0,
 };
 
-int memcalc_moe_pattern(const char *spec, int64_t L, unsigned char *out)
-{
-	const char *p = spec;
-	while (*p == ' ')
-		p++;
-	if (*p != '[') {
-		char *end;
-		long long q = strtoll(p, &end, 10);
-		if (end == p || *end || q < 1)
-			return error("--moe-layer-freq '%s': give a positive integer or a list such as [1,0,1,0]", spec);
-		for (int64_t i = 0; i < L; i++)
-			out[i] = i % q == 0;
-		return 0;
-	}
-	int64_t n = 0;
-	p++;
-	for (;;) {
-		while (*p == ' ')
-			p++;
-		if (*p == ']' && n == 0)
-			break;
-		if ((*p != '0' && *p != '1') || n >= L)
-			return error("--moe-layer-freq '%s': a list holds --num-layers %lld entries, each 0 or 1", spec,
-				     (long long)L);
-		out[n++] = (unsigned char)(*p++ == '1');
-		while (*p == ' ')
-			p++;
-		if (*p == ',') {
-			p++;
-			continue;
-		}
-		if (*p != ']')
-			return error("--moe-layer-freq '%s': expected ',' or ']' after entry %lld", spec, (long long)n);
-		break;
-	}
-	if (p[1])
-		return error("--moe-layer-freq '%s': text after the list", spec);
-	if (n != L)
-		return error("--moe-layer-freq '%s' has %lld entries; --num-layers is %lld", spec, (long long)n,
-			     (long long)L);
-	return 0;
-}
 
 /* The vocabulary size before padding: the tokenizer's, --vocab-size, or the
  * --padded-vocab-size itself. */
@@ -114,10 +72,13 @@ int memcalc_config_from_args(struct mm_config *c, const struct args *a, unsigned
 	if (a->world_size < 1 || a->world_size > (1 << 24))
 		return error("--world-size %lld: give the number of ranks, 1 to %d", (long long)a->world_size, 1 << 24);
 
-	/* the dense layout exactly as train checks it; the expert axes below
-	 * (dist_layout_from_args refuses ep > 1: train has no MoE) */
+	/* the dense layout and model exactly as train checks them; the expert
+	 * axes and the MoE shape below are Megatron's formula's own (it takes
+	 * any MoE flags, also those megac cannot train yet) */
 	struct args dense = *a;
 	dense.expert_model_parallel_size = 1;
+	dense.expert_tensor_parallel_size = -1;
+	dense.num_experts = -1;
 	struct dist_layout l;
 	if (dist_layout_from_args(&l, &dense, (int)a->world_size) < 0)
 		return -1;
@@ -147,7 +108,7 @@ int memcalc_config_from_args(struct mm_config *c, const struct args *a, unsigned
 	if (memcalc_vocab_size(a, &vocab) < 0)
 		return -1;
 	struct gpt_config g;
-	if (gpt_config_from_args(&g, a, vocab) < 0)
+	if (gpt_config_from_args(&g, &dense, vocab) < 0)
 		return -1;
 
 	c->L = g.L;
@@ -173,7 +134,7 @@ int memcalc_config_from_args(struct mm_config *c, const struct args *a, unsigned
 		if (c->moe_ffn < 1 || c->shared_ffn < 0)
 			return error("--moe-ffn-hidden-size and --moe-shared-expert-intermediate-size must be positive");
 		*pattern = xmalloc((size_t)c->L);
-		if (memcalc_moe_pattern(a->moe_layer_freq, c->L, *pattern) < 0)
+		if (gpt_moe_pattern(a->moe_layer_freq, c->L, *pattern) < 0)
 			return -1;
 		c->moe_pattern = *pattern;
 	}

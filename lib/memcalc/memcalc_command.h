@@ -13,13 +13,6 @@ extern const struct prog_info memcalc_prog_info;
 
 int memcalc_command(const struct args *a);
 
-/*
- * Megatron's --moe-layer-freq: an integer q (layer i is MoE iff i mod q == 0)
- * or a list "[1,0,1,0]" of L entries (1 = MoE). Fills out[0..L). Returns 0,
- * or -1 after error() naming the flag.
- */
-int memcalc_moe_pattern(const char *spec, int64_t L, unsigned char *out);
-
 /* The report's inputs from the flags: the layout checks train makes (with
  * a->world_size ranks), the model after Megatron's defaults, the vocabulary
  * (tokenizer, --vocab-size or --padded-vocab-size). pattern holds room for

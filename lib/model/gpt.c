@@ -64,6 +64,45 @@ static int reg2(struct gpt_model *m, const char *name, int64_t r, int64_t c, int
 	return params_add(&m->reg, name, 2, shape, tp_axis, m->tp_size, m->tp_rank, 0, PARAM_INIT_NORMAL, std);
 }
 
+/* A MoE layer's MLP (docs/moe-spec.md section 5): its own pre-MLP norm,
+ * the router, E experts and an optional shared expert; the attention part
+ * is register_layer's. Experts split over TP as the dense MLP does. */
+static void register_moe(struct gpt_model *m, int l)
+{
+	const struct gpt_config *c = &m->c;
+	char name[PARAM_NAME_MAX];
+	float std = c->init_std, out_std = c->init_std / sqrtf(2.0f * (float)c->L);
+	int64_t f1 = c->swiglu ? 2 * (int64_t)c->moe_f : c->moe_f;
+	int64_t s1 = c->swiglu ? 2 * (int64_t)c->shared_f : c->shared_f;
+	struct gpt_layer_params *p = &m->lp[l];
+#define NAME(...) (snprintf(name, sizeof(name), __VA_ARGS__), name)
+	p->moe = true;
+	p->fc1_w = p->fc1_b = p->fc2_w = p->fc2_b = -1;
+	p->ln2_w = reg1(m, NAME("decoder.layers.%d.pre_mlp_layernorm.weight", l), c->h, -1, PARAM_INIT_ONE, 0);
+	p->ln2_b = c->rmsnorm ? -1 :
+		reg1(m, NAME("decoder.layers.%d.pre_mlp_layernorm.bias", l), c->h, -1, PARAM_INIT_ZERO, 0);
+	p->router_w = reg2(m, NAME("decoder.layers.%d.mlp.router.weight", l), c->E, c->h, -1, std);
+	p->efc1_w = xcalloc((size_t)c->E, sizeof(int));
+	p->efc2_w = xcalloc((size_t)c->E, sizeof(int));
+	for (int e = 0; e < c->E; e++) {
+		p->efc1_w[e] = reg2(m, NAME("decoder.layers.%d.mlp.experts.local_experts.%d.linear_fc1.weight", l, e), f1,
+				    c->h, 0, std);
+		if (c->swiglu)
+			m->reg.p[p->efc1_w[e]].flags |= PARAM_GLU;
+		p->efc2_w[e] = reg2(m, NAME("decoder.layers.%d.mlp.experts.local_experts.%d.linear_fc2.weight", l, e),
+				    c->h, c->moe_f, 1, out_std);
+	}
+	p->sfc1_w = p->sfc2_w = -1;
+	if (c->shared_f > 0) {
+		p->sfc1_w = reg2(m, NAME("decoder.layers.%d.mlp.shared_experts.linear_fc1.weight", l), s1, c->h, 0, std);
+		if (c->swiglu)
+			m->reg.p[p->sfc1_w].flags |= PARAM_GLU;
+		p->sfc2_w = reg2(m, NAME("decoder.layers.%d.mlp.shared_experts.linear_fc2.weight", l), c->h, c->shared_f,
+				 1, out_std);
+	}
+#undef NAME
+}
+
 static void register_layer(struct gpt_model *m, int l)
 {
 	const struct gpt_config *c = &m->c; /* global shapes; the registry derives each rank's slice */
@@ -72,6 +111,7 @@ static void register_layer(struct gpt_model *m, int l)
 	int64_t qkv = (int64_t)(c->a + 2 * c->g) * c->k, ak = (int64_t)c->a * c->k;
 	int64_t f1 = c->swiglu ? 2 * (int64_t)c->f : c->f;
 	struct gpt_layer_params *p = &m->lp[l];
+	p->pfirst = m->reg.n;
 #define NAME(fmt) (snprintf(name, sizeof(name), "decoder.layers.%d." fmt, l), name)
 	p->ln1_w = reg1(m, NAME("self_attention.linear_qkv.layer_norm_weight"), c->h, -1, PARAM_INIT_ONE, 0);
 	p->ln1_b = c->rmsnorm ? -1 :
@@ -80,6 +120,11 @@ static void register_layer(struct gpt_model *m, int l)
 	p->qkv_b = c->bias ? reg1(m, NAME("self_attention.linear_qkv.bias"), qkv, 0, PARAM_INIT_ZERO, 0) : -1;
 	p->proj_w = reg2(m, NAME("self_attention.linear_proj.weight"), c->h, ak, 1, out_std);
 	p->proj_b = c->bias ? reg1(m, NAME("self_attention.linear_proj.bias"), c->h, -1, PARAM_INIT_ZERO, 0) : -1;
+	if (c->E > 0 && c->moe_layer[l]) {
+		register_moe(m, l);
+		p->pend = m->reg.n;
+		return;
+	}
 	p->ln2_w = reg1(m, NAME("mlp.linear_fc1.layer_norm_weight"), c->h, -1, PARAM_INIT_ONE, 0);
 	p->ln2_b = c->rmsnorm ? -1 : reg1(m, NAME("mlp.linear_fc1.layer_norm_bias"), c->h, -1, PARAM_INIT_ZERO, 0);
 	p->fc1_w = reg2(m, NAME("mlp.linear_fc1.weight"), f1, c->h, 0, std);
@@ -91,6 +136,7 @@ static void register_layer(struct gpt_model *m, int l)
 	}
 	p->fc2_w = reg2(m, NAME("mlp.linear_fc2.weight"), c->h, c->f, 1, out_std);
 	p->fc2_b = c->bias ? reg1(m, NAME("mlp.linear_fc2.bias"), c->h, -1, PARAM_INIT_ZERO, 0) : -1;
+	p->pend = m->reg.n;
 #undef NAME
 }
 
@@ -128,7 +174,8 @@ static void register_params(struct gpt_model *m)
 	/* Under SP the norms see only this rank's positions: their gradients are
 	 * summed over TP (Megatron's sequence_parallel parameters). */
 	for (int i = 0; m->sp && i < m->reg.n; i++)
-		if (strstr(m->reg.p[i].name, "layer_norm_") || strstr(m->reg.p[i].name, "final_layernorm"))
+		if (strstr(m->reg.p[i].name, "layer_norm_") || strstr(m->reg.p[i].name, "final_layernorm") ||
+		    strstr(m->reg.p[i].name, "pre_mlp_layernorm"))
 			m->reg.p[i].flags |= PARAM_SP;
 }
 
@@ -153,7 +200,36 @@ static float *take(struct gpt_model *m, size_t n)
 	return take_bytes(m, n * sizeof(float));
 }
 
-static void alloc_layer_acts(struct gpt_model *m, struct gpt_layer_acts *A, bool probs)
+/* A MoE layer's activations (its routing plan's host memory comes later,
+ * from the router) */
+static struct gpt_moe_acts *alloc_moe_acts(struct gpt_model *m)
+{
+	const struct gpt_config *c = &m->lc;
+	size_t BT = (size_t)m->B * c->S, h = c->h, R = BT * (size_t)c->router.k;
+	size_t f1 = c->swiglu ? 2 * (size_t)c->moe_f : (size_t)c->moe_f;
+	size_t s1 = c->swiglu ? 2 * (size_t)c->shared_f : (size_t)c->shared_f;
+	struct gpt_moe_acts *M = xcalloc(1, sizeof(*M));
+	if (m->nmoe == m->cap_moe)
+		xgrow(&m->moe_all, &m->cap_moe, m->nmoe + 1, sizeof(*m->moe_all));
+	m->moe_all[m->nmoe++] = M;
+	M->z_host = xmalloc(BT * (size_t)c->E * sizeof(float) + 1);
+	M->z = take(m, BT * c->E);
+	M->row_tok = take_bytes(m, R * sizeof(int32_t));
+	M->tok_rowptr = take_bytes(m, (BT + 1) * sizeof(int32_t));
+	M->tok_rows = take_bytes(m, R * sizeof(int32_t));
+	M->row_w = take(m, R);
+	M->xperm = take(m, R * h);
+	M->fc1 = take(m, R * f1);
+	M->act = take(m, R * (size_t)c->moe_f);
+	M->y = take(m, R * h);
+	if (c->shared_f > 0) {
+		M->sfc1 = take(m, BT * s1);
+		M->sact = take(m, BT * (size_t)c->shared_f);
+	}
+	return M;
+}
+
+static void alloc_layer_acts(struct gpt_model *m, struct gpt_layer_acts *A, bool probs, bool dense, bool moe)
 {
 	const struct gpt_config *c = &m->lc;
 	size_t BT = (size_t)m->B * c->S, h = c->h;
@@ -172,8 +248,9 @@ static void alloc_layer_acts(struct gpt_model *m, struct gpt_layer_acts *A, bool
 	A->ln2 = take(m, BTl * h);
 	A->ln2_mean = take(m, BTl);
 	A->ln2_rstd = take(m, BTl);
-	A->fc1 = take(m, BT * f1);
-	A->act = take(m, BT * c->f);
+	A->fc1 = dense ? take(m, BT * f1) : NULL;
+	A->act = dense ? take(m, BT * c->f) : NULL;
+	A->moe = moe ? alloc_moe_acts(m) : NULL;
 }
 
 /* Which layers are recomputed whole: uniform = all (Megatron recomputes every
@@ -200,7 +277,8 @@ static void alloc_slot(struct gpt_model *m, const struct gpt_chunk *ch, struct g
 			sl->acts[li] = m->rc_acts;
 			continue;
 		}
-		alloc_layer_acts(m, &sl->acts[li], probs_own);
+		bool moe = c->E > 0 && c->moe_layer[ch->l0 + li];
+		alloc_layer_acts(m, &sl->acts[li], probs_own, !moe, moe);
 		if (!probs_own)
 			sl->acts[li].probs = m->probs_shared;
 	}
@@ -293,6 +371,9 @@ int gpt_init_pipe(struct gpt_model *m, const struct gpt_config *c, const struct 
 	 * ops know no document masks, so those keep the probs path */
 	m->flash = k->flash && k->attention_block_forward && k->attention_block_backward && !m->cp &&
 		   !pipe->doc_masks;
+	if (c->E > 0 && (m->tp || m->cp))
+		return error("mixture of experts with %s is not implemented yet",
+			     m->tp ? "tensor parallelism" : "context parallelism");
 	if (m->sp && m->lc.S % t)
 		return error("--sequence-parallel needs --seq-length %d%s divisible by --tensor-model-parallel-size %d",
 			     c->S, m->cp ? " / --context-parallel-size" : "", t);
@@ -334,8 +415,15 @@ int gpt_init_pipe(struct gpt_model *m, const struct gpt_config *c, const struct 
 	size_t BTl = (size_t)m->Nl;
 	/* the scratch set recomputed layers share, and the probs every layer
 	 * shares under selective recompute */
-	if (any_rc)
-		alloc_layer_acts(m, &m->rc_acts, true);
+	if (any_rc) {
+		bool rc_dense = false, rc_moe = false;
+		for (int l = 0; l < c->L; l++)
+			if (m->recomputed[l] && c->E > 0 && c->moe_layer[l])
+				rc_moe = true;
+			else if (m->recomputed[l])
+				rc_dense = true;
+		alloc_layer_acts(m, &m->rc_acts, true, rc_dense, rc_moe);
+	}
 	if (c->recompute == GPT_RECOMPUTE_SELECTIVE && !m->cp && !m->flash)
 		m->probs_shared = take(m, (size_t)B * c->a * c->S * c->S);
 	for (int v = 0; v < m->nchunks; v++) {
@@ -390,6 +478,21 @@ int gpt_init_pipe(struct gpt_model *m, const struct gpt_config *c, const struct 
 	m->dqkv = m->qkv; /* forward scratch, free by the time a layer's backward needs it */
 	m->dfc1 = take(m, BT * f1);
 	m->dact = take(m, BT * c->f);
+	if (c->E > 0) {
+		size_t R = BT * (size_t)c->router.k, fm = (size_t)c->moe_f, fs = (size_t)c->shared_f;
+		size_t f1m = c->swiglu ? 2 * fm : fm, f1s = c->swiglu ? 2 * fs : fs;
+		m->moe_dy = take(m, R * h);
+		m->moe_dx = take(m, R * h);
+		m->moe_dact = take(m, R * fm > BT * fs ? R * fm : BT * fs);
+		m->moe_dfc1 = take(m, R * f1m > BT * f1s ? R * f1m : BT * f1s);
+		m->moe_dw = take(m, R);
+		m->moe_dz = take(m, BT * c->E);
+		if (fs > 0)
+			m->moe_out2 = take(m, BT * h);
+		m->moe_dw_host = xmalloc(R * sizeof(float) + 1);
+		m->moe_dprobs_host = xmalloc(R * sizeof(float) + 1);
+		m->moe_dz_host = xmalloc(BT * (size_t)c->E * sizeof(float) + 1);
+	}
 	bind(m, 0, 0);
 	return 0;
 }
@@ -409,6 +512,19 @@ void gpt_free(struct gpt_model *m)
 		free(m->chunks[v].slots);
 	}
 	free(m->chunks);
+	for (size_t i = 0; i < m->nmoe; i++) {
+		moe_route_free(&m->moe_all[i]->route);
+		free(m->moe_all[i]->z_host);
+		free(m->moe_all[i]);
+	}
+	free(m->moe_all);
+	free(m->moe_dw_host);
+	free(m->moe_dprobs_host);
+	free(m->moe_dz_host);
+	for (int l = 0; l < m->c.L; l++) {
+		free(m->lp[l].efc1_w);
+		free(m->lp[l].efc2_w);
+	}
 	params_free(&m->reg);
 	free(m->lp);
 	free(m->recomputed);
@@ -480,10 +596,8 @@ static void need_param(struct gpt_model *m, int idx)
 static void need_layer(struct gpt_model *m, int l)
 {
 	const struct gpt_layer_params *p = &m->lp[l];
-	int ids[] = { p->ln1_w, p->ln1_b, p->qkv_w, p->qkv_b, p->proj_w, p->proj_b,
-		      p->ln2_w, p->ln2_b, p->fc1_w, p->fc1_b, p->fc2_w, p->fc2_b };
-	for (size_t i = 0; m->param_needed && i < sizeof(ids) / sizeof(ids[0]); i++)
-		need_param(m, ids[i]);
+	for (int i = p->pfirst; m->param_needed && i < p->pend; i++)
+		need_param(m, i);
 }
 
 /* ---- building blocks ---- */
@@ -694,6 +808,121 @@ static void norm_bwd(struct gpt_model *m, float *dinp, const float *dout, const 
 	round_half(m, dinp, (size_t)N * m->c.h);
 }
 
+/* ---- mixture of experts (docs/moe-spec.md) ----
+ * The router's logits go to the host, where moe_router.c picks each
+ * token's experts and orders the rows; the plan comes back as index
+ * arrays. Rows are gathered with the embedding op (out[r] = x[row_tok[r]];
+ * its backward adds them back), each expert runs its MLP on its rows, and
+ * the weighted sum per token is moe_combine. One rank (no TP/CP/EP yet). */
+
+static void moe_mlp_forward(struct gpt_model *m, int l, struct gpt_layer_acts *A, float *out, bool train)
+{
+	const struct gpt_config *c = &m->lc;
+	const struct kops *k = m->k;
+	const struct gpt_layer_params *p = &m->lp[l];
+	struct gpt_moe_acts *M = A->moe;
+	int N = m->B * c->S, h = c->h, E = c->E, fm = c->moe_f, f1 = c->swiglu ? 2 * fm : fm;
+	const float *x = A->ln2;
+
+	linear_fwd(m, M->z, x, p->router_w, -1, N, h, E);
+	k->to_host(M->z_host, M->z, (size_t)N * E * sizeof(float));
+	struct moe_route *r = &M->route;
+	moe_route_forward(r, &c->router, M->z_host, N, c->S);
+	if (train && !m->moe_no_stats) {
+		m->moe_aux_sum += r->aux;
+		m->moe_zsq_sum += r->zsq;
+		m->moe_calls++;
+	}
+	int R = r->R;
+	k->to_device(M->row_tok, r->row_tok, (size_t)R * sizeof(int32_t));
+	k->to_device(M->tok_rowptr, r->tok_rowptr, ((size_t)N + 1) * sizeof(int32_t));
+	k->to_device(M->tok_rows, r->tok_rows, (size_t)R * sizeof(int32_t));
+	k->to_device(M->row_w, r->row_w, (size_t)R * sizeof(float));
+	if (R > 0)
+		k->embedding_forward(M->xperm, M->row_tok, NULL, x, NULL, R, h);
+	for (int e = 0; e < E; e++) {
+		int r0 = r->exp_off[e], n = r->exp_off[e + 1] - r0;
+		if (n > 0)
+			linear_fwd(m, M->fc1 + (size_t)r0 * f1, M->xperm + (size_t)r0 * h, p->efc1_w[e], -1, n, h, f1);
+	}
+	if (c->swiglu)
+		k->swiglu_forward(M->act, M->fc1, R, fm);
+	else
+		k->gelu_forward(M->act, M->fc1, (size_t)R * fm, c->gelu);
+	round_half(m, M->act, (size_t)R * fm);
+	for (int e = 0; e < E; e++) {
+		int r0 = r->exp_off[e], n = r->exp_off[e + 1] - r0;
+		if (n > 0)
+			linear_fwd(m, M->y + (size_t)r0 * h, M->act + (size_t)r0 * fm, p->efc2_w[e], -1, n, fm, h);
+	}
+	k->moe_combine_forward(out, M->y, M->row_w, M->tok_rowptr, M->tok_rows, N, h);
+	if (p->sfc1_w >= 0) {
+		int fs = c->shared_f, s1 = c->swiglu ? 2 * fs : fs;
+		linear_fwd(m, M->sfc1, x, p->sfc1_w, -1, N, h, s1);
+		if (c->swiglu)
+			k->swiglu_forward(M->sact, M->sfc1, N, fs);
+		else
+			k->gelu_forward(M->sact, M->sfc1, (size_t)N * fs, c->gelu);
+		round_half(m, M->sact, (size_t)N * fs);
+		linear_fwd(m, m->moe_out2, M->sact, p->sfc2_w, -1, N, fs, h);
+		k->add(out, out, m->moe_out2, (size_t)N * h);
+	}
+	round_half(m, out, (size_t)N * h);
+}
+
+/* dout: dL/d(the MoE output); leaves dL/d(its input, the norm's output) in m->dln */
+static void moe_mlp_backward(struct gpt_model *m, int l, struct gpt_layer_acts *A, const float *dout)
+{
+	const struct gpt_config *c = &m->lc;
+	const struct kops *k = m->k;
+	const struct gpt_layer_params *p = &m->lp[l];
+	struct gpt_moe_acts *M = A->moe;
+	const struct moe_route *r = &M->route;
+	int N = m->B * c->S, h = c->h, E = c->E, fm = c->moe_f, f1 = c->swiglu ? 2 * fm : fm, R = r->R;
+	const float *x = A->ln2;
+
+	if (p->sfc1_w >= 0) {
+		int fs = c->shared_f, s1 = c->swiglu ? 2 * fs : fs;
+		linear_bwd(m, m->moe_dact, dout, M->sact, p->sfc2_w, -1, N, fs, h);
+		if (c->swiglu)
+			k->swiglu_backward(m->moe_dfc1, m->moe_dact, M->sfc1, N, fs);
+		else
+			k->gelu_backward(m->moe_dfc1, m->moe_dact, M->sfc1, (size_t)N * fs, c->gelu);
+		linear_bwd(m, m->dln, m->moe_dfc1, x, p->sfc1_w, -1, N, h, s1);
+	} else {
+		k->zero(m->dln, (size_t)N * h);
+	}
+	k->moe_combine_backward(m->moe_dy, m->moe_dw, dout, M->y, M->row_w, M->row_tok, R, h);
+	for (int e = 0; e < E; e++) {
+		int r0 = r->exp_off[e], n = r->exp_off[e + 1] - r0;
+		if (n > 0)
+			linear_bwd(m, m->moe_dact + (size_t)r0 * fm, m->moe_dy + (size_t)r0 * h, M->act + (size_t)r0 * fm,
+				   p->efc2_w[e], -1, n, fm, h);
+	}
+	if (c->swiglu)
+		k->swiglu_backward(m->moe_dfc1, m->moe_dact, M->fc1, R, fm);
+	else
+		k->gelu_backward(m->moe_dfc1, m->moe_dact, M->fc1, (size_t)R * fm, c->gelu);
+	for (int e = 0; e < E; e++) {
+		int r0 = r->exp_off[e], n = r->exp_off[e + 1] - r0;
+		if (n > 0)
+			linear_bwd(m, m->moe_dx + (size_t)r0 * h, m->moe_dfc1 + (size_t)r0 * f1, M->xperm + (size_t)r0 * h,
+				   p->efc1_w[e], -1, n, h, f1);
+	}
+	if (R > 0) /* the gather's backward adds each row back to its token */
+		k->embedding_backward(m->dln, NULL, m->moe_dx, M->row_tok, NULL, R, h);
+	/* the router: each kept slot's weight gradient, plus the attached losses */
+	k->to_host(m->moe_dw_host, m->moe_dw, (size_t)R * sizeof(float));
+	memset(m->moe_dprobs_host, 0, (size_t)N * c->router.k * sizeof(float));
+	for (int i = 0; i < R; i++)
+		m->moe_dprobs_host[(size_t)r->row_tok[i] * c->router.k + r->row_slot[i]] = m->moe_dw_host[i];
+	moe_route_backward(r, &c->router, M->z_host, m->moe_dprobs_host, c->S, m->moe_aux_scale, m->moe_dz_host);
+	k->to_device(m->moe_dz, m->moe_dz_host, (size_t)N * E * sizeof(float));
+	linear_bwd(m, m->moe_dx, m->moe_dz, x, p->router_w, -1, N, h, E);
+	k->add(m->dln, m->dln, m->moe_dx, (size_t)N * h);
+	round_half(m, m->dln, (size_t)N * h);
+}
+
 /* ---- one layer ---- */
 
 /* x, y: this rank's rows of the residual stream ([Nl, h]). */
@@ -715,6 +944,12 @@ static void layer_forward(struct gpt_model *m, int l, const float *x, float *y, 
 	seq_dropout(m, A->res1, x, proj, ph, 3 * l + 1);
 	round_half(m, A->res1, (size_t)Nl * h); /* the residual stream is half precision too */
 	norm_fwd(m, A->ln2, A->ln2_mean, A->ln2_rstd, A->res1, p->ln2_w, p->ln2_b, Nl);
+	if (p->moe) {
+		moe_mlp_forward(m, l, A, m->tmp, train);
+		seq_dropout(m, y, A->res1, m->tmp, ph, 3 * l + 2);
+		round_half(m, y, (size_t)Nl * h);
+		return;
+	}
 	linear_fwd(m, A->fc1, seq_full(m, A->ln2), p->fc1_w, p->fc1_b, N, h, f1);
 	if (c->swiglu)
 		k->swiglu_forward(A->act, A->fc1, N, c->f);
@@ -756,12 +991,16 @@ static void layer_backward(struct gpt_model *m, int l, const float *x, float *dr
 
 	/* MLP: y = res1 + dropout(fc2(act(fc1(norm2(res1))))) */
 	const float *dmlp = row_output_grad(m, dres, ph, 3 * l + 2);
-	linear_bwd(m, m->dact, dmlp, A->act, p->fc2_w, p->fc2_b, N, c->f, h);
-	if (c->swiglu)
-		k->swiglu_backward(m->dfc1, m->dact, A->fc1, N, c->f);
-	else
-		k->gelu_backward(m->dfc1, m->dact, A->fc1, (size_t)N * c->f, c->gelu);
-	linear_bwd(m, m->dln, m->dfc1, seq_full(m, A->ln2), p->fc1_w, p->fc1_b, N, h, f1);
+	if (p->moe) {
+		moe_mlp_backward(m, l, A, dmlp);
+	} else {
+		linear_bwd(m, m->dact, dmlp, A->act, p->fc2_w, p->fc2_b, N, c->f, h);
+		if (c->swiglu)
+			k->swiglu_backward(m->dfc1, m->dact, A->fc1, N, c->f);
+		else
+			k->gelu_backward(m->dfc1, m->dact, A->fc1, (size_t)N * c->f, c->gelu);
+		linear_bwd(m, m->dln, m->dfc1, seq_full(m, A->ln2), p->fc1_w, p->fc1_b, N, h, f1);
+	}
 	const float *dn2 = column_input_grad(m, m->dln, N); /* every rank's share of dL/d norm2 */
 	norm_bwd(m, m->dtmp, dn2, A->res1, p->ln2_w, p->ln2_b, A->ln2_mean, A->ln2_rstd, Nl);
 	k->add(dres, dres, m->dtmp, nhl); /* dres = dL/d res1 */
@@ -940,17 +1179,16 @@ const float *gpt_backward_chunk(struct gpt_model *m, int v, int s, const float *
 	for (int l = ch->l0 + ch->nl - 1; l >= ch->l0; l--) {
 		const float *x = m->resid + (size_t)(l - ch->l0) * nhl;
 		if (m->recomputed[l]) {
+			m->moe_no_stats = true; /* counted in the forward pass */
 			layer_forward(m, l, x, m->resid + (size_t)(l - ch->l0 + 1) * nhl, train);
+			m->moe_no_stats = false;
 		} else if (c->recompute == GPT_RECOMPUTE_SELECTIVE) {
 			attn_fwd(m, &m->acts[l - ch->l0], l, c->attention_dropout);
 		}
 		layer_backward(m, l, x, m->dres);
 		const struct gpt_layer_params *p = &m->lp[l];
-		int ids[] = { p->ln1_w, p->ln1_b, p->qkv_w, p->qkv_b, p->proj_w, p->proj_b,
-			      p->ln2_w, p->ln2_b, p->fc1_w, p->fc1_b, p->fc2_w, p->fc2_b };
-		for (size_t i = 0; m->grad_ready && i < sizeof(ids) / sizeof(ids[0]); i++)
-			if (ids[i] >= 0)
-				m->grad_ready(m->grad_ctx, ids[i]);
+		for (int i = p->pfirst; m->grad_ready && i < p->pend; i++)
+			m->grad_ready(m->grad_ctx, i);
 	}
 	if (!ch->pre)
 		return m->dres;

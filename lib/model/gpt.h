@@ -20,6 +20,7 @@
 #include "dist/dist.h"
 #include "kernels/ops.h"
 #include "model/gpt_config.h"
+#include "model/moe_router.h"
 #include "model/params.h"
 #include "model/ring_attn.h"
 #include "tensor/mem.h"
@@ -27,6 +28,26 @@
 struct gpt_layer_params {
 	int ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b; /* -1 when absent */
 	int ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b;
+	/* a MoE layer (fc1/fc2 are -1): router, experts, shared expert (-1: none) */
+	bool moe;
+	int router_w, sfc1_w, sfc2_w;
+	int *efc1_w, *efc2_w; /* [E] */
+	int pfirst, pend;     /* the layer's registry indices [pfirst, pend), in registration order */
+};
+
+/* What a MoE layer's backward needs (docs/moe-spec.md): the routing plan on
+ * the host and on the device, and the experts' activations, row by row in
+ * the router's expert-major order (R rows, at most B*T*topk). */
+struct gpt_moe_acts {
+	struct moe_route route;      /* host */
+	float *z_host;               /* [B*T, E] router logits, host */
+	float *z;                    /* [B*T, E] */
+	int32_t *row_tok;            /* [R] each row's token */
+	int32_t *tok_rowptr, *tok_rows; /* a token's rows */
+	float *row_w;                /* [R] each row's weight */
+	float *xperm;                /* [R, h] the rows' inputs */
+	float *fc1, *act, *y;        /* [R, f1], [R, f], [R, h] */
+	float *sfc1, *sact;          /* shared expert: [B*T, f1s], [B*T, fs] */
 };
 
 /* What one layer's backward needs, [B*T, ...] row-major. */
@@ -40,6 +61,7 @@ struct gpt_layer_acts {
 	float *ln2, *ln2_mean, *ln2_rstd;
 	float *fc1;                       /* [B*T, f or 2f] pre-activation */
 	float *act;                       /* [B*T, f] */
+	struct gpt_moe_acts *moe;         /* a MoE layer's, else NULL */
 };
 
 enum gpt_precision { GPT_FP32, GPT_BF16, GPT_FP16 };
@@ -120,6 +142,19 @@ struct gpt_model {
 	/* scratch */
 	float *qkv, *tmp, *dres, *dtmp, *dln, *datty, *dq, *dk, *dv, *dqkv, *dfc1, *dact;
 	float *shard, *perm;   /* SP: a sequence shard [Nl, h], and the collectives' reordering space [B*S, h] */
+	/* MoE backward scratch (any MoE layer): rows [R, ...], router [B*T, E] */
+	float *moe_dy, *moe_dact, *moe_dfc1, *moe_dx, *moe_dw, *moe_dz, *moe_out2;
+	float *moe_dw_host, *moe_dprobs_host, *moe_dz_host; /* host */
+	/* MoE: the gradient weight of the attached losses (Megatron's
+	 * MoEAuxLossAutoScaler: loss scale / micro-batches), set by the caller
+	 * before a backward; and the logged values, summed over layers and
+	 * micro-batches of training forwards until the caller reads them */
+	double moe_aux_scale;
+	double moe_aux_sum, moe_zsq_sum;
+	int moe_calls;
+	bool moe_no_stats;     /* a recompute's forward: already counted */
+	struct gpt_moe_acts **moe_all; /* every MoE layer's activations, to free them */
+	size_t nmoe, cap_moe;
 	float *gath;           /* SP: a norm output gathered to all rows [B*S, h] */
 
 	/* Set by the caller around a chunk's last backward of an iteration:

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "base/sbuf.h"
 #include "base/xalloc.h"
 
 static int get_int(json_t *o, const char *key, const char *where, int64_t lo, int *out)
@@ -82,6 +83,23 @@ int gpt_config_from_json(struct gpt_config *c, const char *json, const char *whe
 	rc |= get_num(o, "hidden_dropout", where, &hd);
 	rc |= get_num(o, "attention_dropout", where, &ad);
 	c->rope = !learned;
+	/* a MoE model: the checkpoint says so; its consumers refuse what they
+	 * do not handle yet */
+	json_t *ne = json_object_get(o, "num_experts");
+	if (rc == 0 && json_is_integer(ne) && json_integer_value(ne) > 0) {
+		c->E = (int)json_integer_value(ne);
+		c->router.E = c->E;
+		rc |= get_int(o, "moe_router_topk", where, 1, &c->router.k);
+		rc |= get_int(o, "moe_ffn_hidden_size", where, 1, &c->moe_f);
+		json_t *sf = json_object_get(o, "moe_shared_expert_intermediate_size");
+		c->shared_f = json_is_integer(sf) ? (int)json_integer_value(sf) : 0;
+		const char *freq = json_string_value(json_object_get(o, "moe_layer_freq"));
+		if (rc == 0 && (c->L > GPT_MAX_LAYERS || gpt_moe_pattern(freq ? freq : "1", c->L, c->moe_layer) < 0))
+			rc = error("%s: the MoE layer pattern cannot be read", where);
+		const char *sc = json_string_value(json_object_get(o, "moe_router_score_function"));
+		c->router.sigmoid = sc && !strcmp(sc, "sigmoid");
+		c->router.pre_softmax = json_is_true(json_object_get(o, "moe_router_pre_softmax"));
+	}
 	if (rc == 0 && c->rope) {
 		rc |= get_num(o, "rotary_base", where, &base);
 		rc |= get_num(o, "rotary_percent", where, &pct);
@@ -150,6 +168,27 @@ char *gpt_config_to_json(const struct gpt_config *c, double rotary_percent)
 	json_object_set_new(o, "init_method_std", json_real(c->init_std));
 	json_object_set_new(o, "hidden_dropout", json_real(c->hidden_dropout));
 	json_object_set_new(o, "attention_dropout", json_real(c->attention_dropout));
+	if (c->E > 0) { /* what a reader needs to rebuild the model; the training-only router settings too */
+		struct sbuf pat = SBUF_INIT;
+		sbuf_addf(&pat, "[");
+		for (int l = 0; l < c->L; l++)
+			sbuf_addf(&pat, "%s%d", l ? "," : "", c->moe_layer[l]);
+		sbuf_addf(&pat, "]");
+		json_object_set_new(o, "num_experts", json_integer(c->E));
+		json_object_set_new(o, "moe_router_topk", json_integer(c->router.k));
+		json_object_set_new(o, "moe_ffn_hidden_size", json_integer(c->moe_f));
+		if (c->shared_f > 0)
+			json_object_set_new(o, "moe_shared_expert_intermediate_size", json_integer(c->shared_f));
+		json_object_set_new(o, "moe_layer_freq", json_string(pat.buf));
+		json_object_set_new(o, "moe_router_score_function", json_string(c->router.sigmoid ? "sigmoid" : "softmax"));
+		json_object_set_new(o, "moe_router_pre_softmax", json_boolean(c->router.pre_softmax));
+		json_object_set_new(o, "moe_aux_loss_coeff", json_real(c->router.aux_coeff));
+		if (c->router.z_coeff > 0)
+			json_object_set_new(o, "moe_z_loss_coeff", json_real(c->router.z_coeff));
+		if (c->router.capacity > 0)
+			json_object_set_new(o, "moe_expert_capacity_factor", json_real(c->router.capacity));
+		sbuf_release(&pat);
+	}
 	char *s = json_dumps(o, JSON_SORT_KEYS | JSON_INDENT(1));
 	json_decref(o);
 	return s;

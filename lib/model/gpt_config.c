@@ -3,6 +3,7 @@
  */
 #include "model/gpt_config.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/error.h"
@@ -13,6 +14,92 @@ int64_t gpt_padded_vocab(int64_t vocab, int64_t divisible_by, int64_t tp)
 	if (multiple <= 0)
 		return vocab;
 	return (vocab + multiple - 1) / multiple * multiple;
+}
+
+int gpt_moe_pattern(const char *spec, int64_t L, unsigned char *out)
+{
+	const char *p = spec;
+	while (*p == ' ')
+		p++;
+	if (*p != '[') {
+		char *end;
+		long long q = strtoll(p, &end, 10);
+		if (end == p || *end || q < 1)
+			return error("--moe-layer-freq '%s': give a positive integer or a list such as [1,0,1,0]", spec);
+		for (int64_t i = 0; i < L; i++)
+			out[i] = i % q == 0;
+		return 0;
+	}
+	int64_t n = 0;
+	p++;
+	for (;;) {
+		while (*p == ' ')
+			p++;
+		if (*p == ']' && n == 0)
+			break;
+		if ((*p != '0' && *p != '1') || n >= L)
+			return error("--moe-layer-freq '%s': a list holds --num-layers %lld entries, each 0 or 1", spec,
+				     (long long)L);
+		out[n++] = (unsigned char)(*p++ == '1');
+		while (*p == ' ')
+			p++;
+		if (*p == ',') {
+			p++;
+			continue;
+		}
+		if (*p != ']')
+			return error("--moe-layer-freq '%s': expected ',' or ']' after entry %lld", spec, (long long)n);
+		break;
+	}
+	if (p[1])
+		return error("--moe-layer-freq '%s': text after the list", spec);
+	if (n != L)
+		return error("--moe-layer-freq '%s' has %lld entries; --num-layers is %lld", spec, (long long)n,
+			     (long long)L);
+	return 0;
+}
+
+/* Megatron's MoE flags and its validation rules (docs/moe-spec.md section 1) */
+static int moe_from_args(struct gpt_config *c, const struct args *a)
+{
+	if (a->num_experts <= 0) /* -1: not given; Megatron turns 0 into none */
+		return 0;
+	if (a->num_experts > 4096)
+		return error("--num-experts %lld: megac takes at most 4096", (long long)a->num_experts);
+	if (c->L > GPT_MAX_LAYERS)
+		return error("mixture of experts with %d layers: megac takes at most %d", c->L, GPT_MAX_LAYERS);
+	c->E = (int)a->num_experts;
+	if (a->moe_router_topk < 1 || a->moe_router_topk > c->E || a->moe_router_topk > 64)
+		return error("--moe-router-topk %lld must be in [1, min(--num-experts %d, 64)]",
+			     (long long)a->moe_router_topk, c->E);
+	if (gpt_moe_pattern(a->moe_layer_freq ? a->moe_layer_freq : "1", c->L, c->moe_layer) < 0)
+		return -1;
+	c->moe_f = a->moe_ffn_hidden_size > 0 ? (int)a->moe_ffn_hidden_size : c->f;
+	c->shared_f = a->moe_shared_expert_intermediate_size > 0 ? (int)a->moe_shared_expert_intermediate_size : 0;
+	if (c->bias)
+		return error("mixture of experts with linear biases is not implemented yet (give --disable-bias-linear)");
+	struct moe_router_cfg *r = &c->router;
+	r->E = c->E;
+	r->k = (int)a->moe_router_topk;
+	r->sigmoid = a->moe_router_score_function && !strcmp(a->moe_router_score_function, "sigmoid");
+	r->pre_softmax = a->moe_router_pre_softmax;
+	const char *lb = a->moe_router_load_balancing_type ? a->moe_router_load_balancing_type : "aux_loss";
+	r->lb = !strcmp(lb, "none") ? MOE_LB_NONE : !strcmp(lb, "seq_aux_loss") ? MOE_LB_SEQ_AUX : MOE_LB_AUX;
+	if (strcmp(lb, "none") && strcmp(lb, "aux_loss") && strcmp(lb, "seq_aux_loss"))
+		return error("--moe-router-load-balancing-type %s is not implemented yet (megac has aux_loss, "
+			     "seq_aux_loss and none)", lb);
+	r->aux_coeff = a->moe_aux_loss_coeff;
+	if (r->aux_coeff < 0)
+		return error("--moe-aux-loss-coeff must not be negative (got %g)", r->aux_coeff);
+	r->z_coeff = a->moe_z_loss_coeff > 0 ? a->moe_z_loss_coeff : 0;
+	r->capacity = a->moe_expert_capacity_factor > 0 ? a->moe_expert_capacity_factor : 0;
+	r->drop_position = a->moe_token_drop_policy && !strcmp(a->moe_token_drop_policy, "position");
+	if (a->moe_pad_expert_input_to_capacity && r->capacity <= 0)
+		return error("--moe-pad-expert-input-to-capacity needs --moe-expert-capacity-factor");
+	if (r->k == 1 && !r->sigmoid && !r->pre_softmax)
+		return error("--moe-router-topk 1 with softmax scores needs --moe-router-pre-softmax (a softmax over "
+			     "one value has no gradient), as in Megatron");
+	return 0;
 }
 
 int gpt_config_from_args(struct gpt_config *c, const struct args *a, int64_t vocab_size)
@@ -106,6 +193,9 @@ int gpt_config_from_args(struct gpt_config *c, const struct args *a, int64_t voc
 			return error("--recompute-num-layers %d is more than --num-layers %d",
 				     c->recompute_layers, c->L);
 	}
+
+	if (moe_from_args(c, a) < 0)
+		return -1;
 
 	c->V = (int)vocab_size;
 	if (a->padded_vocab_size > 0) {

@@ -13,6 +13,9 @@
 
 #include "base/args.h"
 #include "kernels/ops.h"
+#include "model/moe_router.h"
+
+#define GPT_MAX_LAYERS 1024 /* of a mixture-of-experts layer pattern */
 
 enum gpt_recompute {
 	GPT_RECOMPUTE_NONE,
@@ -45,11 +48,22 @@ struct gpt_config {
 	enum gpt_recompute recompute;
 	bool recompute_block;  /* --recompute-method block (else uniform) */
 	int recompute_layers;  /* --recompute-num-layers */
+
+	/* mixture of experts (docs/moe-spec.md); E = 0: every layer dense */
+	int E;                 /* --num-experts */
+	int moe_f;             /* --moe-ffn-hidden-size (per half with SwiGLU) */
+	int shared_f;          /* --moe-shared-expert-intermediate-size (0: none) */
+	struct moe_router_cfg router;
+	uint8_t moe_layer[GPT_MAX_LAYERS]; /* 1: layer i (0-based) is a MoE layer */
 };
 
 /* Fill c from the flags and the tokenizer's vocabulary size. error() naming
  * the flag and -1 on an invalid combination. */
 int gpt_config_from_args(struct gpt_config *c, const struct args *a, int64_t vocab_size);
+
+/* --moe-layer-freq: an integer Q (layer i is MoE when i mod Q == 0) or a
+ * list such as [1,0,1,0] of L entries. error() and -1 on bad text. */
+int gpt_moe_pattern(const char *spec, int64_t L, unsigned char *out);
 
 /* Megatron's padded vocabulary (make_vocab_size_divisible_by x TP). */
 int64_t gpt_padded_vocab(int64_t vocab, int64_t divisible_by, int64_t tp);

@@ -229,6 +229,8 @@ static void backward(struct trainer *t, const struct pp_sched *s, const struct p
 int pipeline_run(struct trainer *t, const struct pp_sched *s, int split, int64_t consumed, bool train,
 		 double scale, double *num, double *den)
 {
+	/* MoE: the attached losses' gradient weight, Megatron's loss scale x cp / micro-batches */
+	t->model.moe_aux_scale = scale / (double)t->num_micro;
 	for (int i = 0; i < s->nops; i++) {
 		const struct pp_op *o = &s->ops[i];
 		if (o->kind == PP_FORWARD) {

@@ -271,6 +271,8 @@ static int setup(struct trainer *t, const struct args *a)
 	if (gpt_init_pipe(&t->model, &t->cfg, t->k, &t->mem, (int)t->mbs, prec, &t->dist.tp, lay->sp, &pipe) < 0)
 		return -1;
 	gpt_init_weights(&t->model, t->seed);
+	for (int l = 0; t->cfg.E > 0 && l < t->cfg.L; l++)
+		t->moe_layers += t->cfg.moe_layer[l];
 	/* --use-distributed-optimizer: Adam's state sharded over data-parallel ranks */
 	size_t lo = 0, hi = t->model.reg.total;
 	if (a->use_distributed_optimizer && t->gdp->size > 1) {

@@ -257,6 +257,12 @@ static int log_iteration(struct trainer *t, double loss, bool skipped, double lr
 		.learning_rate = lr,
 		.global_batch_size = t->gbs,
 		.lm_loss = t->advanced ? avg : -1,
+		.moe_lb_on = t->cfg.E > 0 && t->cfg.router.lb != MOE_LB_NONE,
+		.moe_seq_on = t->cfg.E > 0 && t->cfg.router.lb == MOE_LB_SEQ_AUX,
+		.moe_z_on = t->cfg.E > 0 && t->cfg.router.z_coeff > 0,
+		.moe_lb = iters && t->cfg.router.lb == MOE_LB_AUX ? t->moe_lb_sum / iters : 0,
+		.moe_seq_lb = iters ? t->moe_lb_sum / iters : 0,
+		.moe_z = iters ? t->moe_z_sum / iters : 0,
 		.loss_scale = grad_scaler_scale(&t->scaler),
 		.grad_norm = gnorm,
 		.params_norm = t->params_norm,
@@ -295,7 +301,7 @@ static int log_iteration(struct trainer *t, double loss, bool skipped, double lr
 	fflush(stdout);
 	sbuf_release(&sb);
 	if (t->have_mx) {
-		struct metrics_field f[12];
+		struct metrics_field f[16];
 		size_t n = 0;
 		f[n++] = METRICS_I("consumed samples", t->consumed_train);
 		f[n++] = METRICS_D("elapsed time per iteration (ms)", per_iter * 1000.0);
@@ -305,6 +311,13 @@ static int log_iteration(struct trainer *t, double loss, bool skipped, double lr
 			f[n++] = METRICS_D("lm loss", avg);
 		if (!skipped)
 			f[n++] = METRICS_D("lm loss of the iteration", loss);
+		if (it.moe_lb_on)
+			f[n++] = METRICS_D("load_balancing_loss",
+					   t->cfg.router.lb == MOE_LB_AUX ? t->moe_lb_iter : 0.0);
+		if (it.moe_seq_on)
+			f[n++] = METRICS_D("seq_load_balancing_loss", t->moe_lb_iter);
+		if (it.moe_z_on)
+			f[n++] = METRICS_D("z_loss", t->moe_z_iter);
 		f[n++] = METRICS_D("loss scale", grad_scaler_scale(&t->scaler));
 		if (!isnan(gnorm))
 			f[n++] = METRICS_D("grad norm", gnorm);
@@ -317,6 +330,7 @@ static int log_iteration(struct trainer *t, double loss, bool skipped, double lr
 	if (first && t->iteration % interval)
 		return 0;
 	t->loss_sum = 0;
+	t->moe_lb_sum = t->moe_z_sum = 0;
 	t->advanced = t->skipped_iters = t->nan_iters = 0;
 	t->paused = 0;
 	clock_gettime(CLOCK_MONOTONIC, &t->interval_start);
@@ -384,6 +398,27 @@ static void tensorboard_iteration(struct trainer *t, double loss, double lr, dou
 	tboard_flush(tb);
 }
 
+/* Megatron's MoE loss report (docs/moe-spec.md section 3): each layer's
+ * value summed over the micro-batches, over the pipeline's stages and the
+ * ranks that hold the same layers (then averaged over those), divided by
+ * the micro-batches and averaged over the MoE layers. Collective. */
+static void moe_iteration_stats(struct trainer *t)
+{
+	struct gpt_model *m = &t->model;
+	if (t->cfg.E <= 0 || t->moe_layers <= 0)
+		return;
+	double v[2] = { m->moe_aux_sum, m->moe_zsq_sum };
+	dist_allreduce_sum_f64(&t->dist.world_g, v, 2);
+	double copies = (double)t->dist.world / t->dist.layout.pp; /* ranks per stage: each sums the stage's layers */
+	double per = copies * (double)t->num_micro * t->moe_layers;
+	t->moe_lb_iter = v[0] / per;
+	t->moe_z_iter = v[1] / per;
+	t->moe_lb_sum += t->moe_lb_iter;
+	t->moe_z_sum += t->moe_z_iter;
+	m->moe_aux_sum = m->moe_zsq_sum = 0;
+	m->moe_calls = 0;
+}
+
 int trainer_run(struct trainer *t)
 {
 	const struct args *a = t->a;
@@ -405,6 +440,7 @@ int trainer_run(struct trainer *t)
 		if (train_step(t, &loss, &skipped, &gnorm) < 0)
 			return -1;
 		t->iteration++;
+		moe_iteration_stats(t);
 		if (t->cuda_device >= 0 && t->iteration == t->start_iteration + 1)
 			kops_cuda_stats(&t->cuda_first); /* what set-up and one iteration took */
 		t->consumed_train += t->gbs;

@@ -69,6 +69,12 @@ struct trainer {
 	int64_t consumed_train, consumed_valid, skipped_train;
 	double flops_so_far;
 
+	/* mixture of experts: this iteration's logged losses (Megatron's
+	 * reduction over layers, micro-batches and ranks), and their sums over
+	 * the logging interval */
+	double moe_lb_iter, moe_z_iter, moe_lb_sum, moe_z_sum;
+	int moe_layers;        /* MoE layers in the whole model */
+
 	/* logging interval accumulators */
 	double loss_sum;      /* sum of per-iteration lm losses over advanced iterations */
 	int advanced, skipped_iters, nan_iters;

@@ -45,6 +45,12 @@ void trainlog_iteration_line(struct sbuf *out, const struct trainlog_iter *it)
 	sbuf_addf(out, " global batch size: %5lld |", (long long)it->global_batch_size);
 	if (it->lm_loss >= 0.0)
 		sbuf_addf(out, " lm loss: %.6E |", it->lm_loss);
+	if (it->moe_lb_on)
+		sbuf_addf(out, " load_balancing_loss: %.6E |", it->moe_lb);
+	if (it->moe_seq_on)
+		sbuf_addf(out, " seq_load_balancing_loss: %.6E |", it->moe_seq_lb);
+	if (it->moe_z_on)
+		sbuf_addf(out, " z_loss: %.6E |", it->moe_z);
 	sbuf_addf(out, " loss scale: %.1f |", it->loss_scale);
 	if (!isnan(it->grad_norm))
 		sbuf_addf(out, " grad norm: %.3f |", it->grad_norm);

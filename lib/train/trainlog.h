@@ -24,6 +24,10 @@ struct trainlog_iter {
 	double grad_norm;        /* NAN: not printed (skipped iteration) */
 	double params_norm;      /* NAN: not printed */
 	int skipped_iters, nan_iters;
+	/* mixture of experts, after lm loss as Megatron prints them (its names),
+	 * each where its flag is set: load_balancing_loss, seq_load_balancing_loss, z_loss */
+	bool moe_lb_on, moe_seq_on, moe_z_on;
+	double moe_lb, moe_seq_lb, moe_z;
 };
 
 #define TRAINLOG_TIME_MAX 40

@@ -783,6 +783,89 @@ static void test_vector(void)
 	}
 }
 
+/* ================= mixture of experts: combine ================= */
+/* N tokens with up to k rows each (some dropped, some tokens with none), the
+ * rows in expert-major order as the router makes them. */
+static void r_combine_f(const struct kops *k, void **d, const struct cfg *c, double *s)
+{
+	k->moe_combine_forward(d[0], d[1], d[2], d[3], d[4], c->N, c->C);
+}
+static void r_combine_b(const struct kops *k, void **d, const struct cfg *c, double *s)
+{
+	k->moe_combine_backward(d[0], d[1], d[2], d[3], d[4], d[5], c->V, c->C);
+}
+
+static void test_moe_combine(void)
+{
+	int Ns[] = { 37, 300 }, Cs[] = { 96, 515 };
+	for (int i = 0; i < 2; i++) {
+		int N = Ns[i], C = Cs[i], kk = 2, E = 5;
+		int32_t *tok = hnew((size_t)N * kk * sizeof(int32_t)), *rows = hnew((size_t)N * kk * sizeof(int32_t));
+		int32_t *rowptr = hnew(((size_t)N + 1) * sizeof(int32_t));
+		int *slot_row = hnew((size_t)N * kk * sizeof(int)), *slot_e = hnew((size_t)N * kk * sizeof(int));
+		for (int t = 0; t < N; t++) {
+			int e0 = rint_below(E), e1 = (e0 + 1 + rint_below(E - 1)) % E;
+			slot_e[t * kk] = rint_below(6) ? e0 : -1; /* dropped slots */
+			slot_e[t * kk + 1] = rint_below(6) ? e1 : -1;
+		}
+		int R = 0;
+		for (int e = 0; e < E; e++)
+			for (int t = 0; t < N; t++)
+				for (int j = 0; j < kk; j++)
+					if (slot_e[t * kk + j] == e) {
+						tok[R] = t;
+						slot_row[t * kk + j] = R++;
+					}
+		int n = 0;
+		for (int t = 0; t < N; t++) {
+			rowptr[t] = n;
+			for (int j = 0; j < kk; j++)
+				if (slot_e[t * kk + j] >= 0)
+					rows[n++] = slot_row[t * kk + j];
+		}
+		rowptr[N] = n;
+		struct cfg c = { .N = N, .C = C, .V = R }; /* V: the row count */
+		/* the forward's case, then the backward's: run_test frees the host
+		 * buffers of its case (hnew's arena), so the backward's are copies
+		 * in plain malloc'd memory */
+		fresh();
+		float *y = rvec((size_t)R * C, 1), *w = rvec((size_t)R, 1);
+		tb_out("out", rvec((size_t)N * C, 1), FL((size_t)N * C), TOL_EW);
+		tb_in(y, FL((size_t)R * C));
+		tb_in(w, FL(R));
+		tb_in(rowptr, ((size_t)N + 1) * sizeof(int32_t));
+		tb_in(rows, (size_t)R * sizeof(int32_t));
+		size_t nb = FL((size_t)R * C) + FL(R) + (size_t)R * sizeof(int32_t) + FL((size_t)R * C) + FL(R) +
+			    FL((size_t)N * C);
+		char *keep = malloc(nb + 1);
+		if (!keep) {
+			fprintf(stderr, "parity: out of host memory\n");
+			exit(2);
+		}
+		float *y2 = (float *)keep, *w2 = y2 + (size_t)R * C, *dy0 = w2 + R + R, *dw0 = dy0 + (size_t)R * C;
+		float *dout = dw0 + R;
+		int32_t *tok2 = (int32_t *)(w2 + R);
+		memcpy(y2, y, FL((size_t)R * C));
+		memcpy(w2, w, FL(R));
+		memcpy(tok2, tok, (size_t)R * sizeof(int32_t));
+		float *r1 = rvec((size_t)R * C, 1), *r2 = rvec((size_t)R, 1), *r3 = rvec((size_t)N * C, 1);
+		memcpy(dy0, r1, FL((size_t)R * C));
+		memcpy(dw0, r2, FL(R));
+		memcpy(dout, r3, FL((size_t)N * C));
+		run_test("moe_combine_forward", HAS(moe_combine_forward), LABEL("N=%d C=%d R=%d", N, C, R), r_combine_f,
+			 &c, NULL, 0);
+		tb_out("dy", dy0, FL((size_t)R * C), TOL_EW);
+		tb_out("dw", dw0, FL(R), TOL_RED);
+		tb_in(dout, FL((size_t)N * C));
+		tb_in(y2, FL((size_t)R * C));
+		tb_in(w2, FL(R));
+		tb_in(tok2, (size_t)R * sizeof(int32_t));
+		run_test("moe_combine_backward", HAS(moe_combine_backward), LABEL("N=%d C=%d R=%d", N, C, R),
+			 r_combine_b, &c, NULL, 0);
+		free(keep);
+	}
+}
+
 /* ================= whole-model ops (the optimizer's segments) ================= */
 /* Segments like a registry's: tensors of assorted sizes (some larger than a
  * sum chunk of 65536), decay on the 2-D ones, one gap (another shard), a
@@ -1278,6 +1361,7 @@ int main(int argc, char **argv)
 	test_vector();
 	test_adamw();
 	test_segs();
+	test_moe_combine();
 	test_xent();
 	test_qkv();
 	test_attention();

@@ -69,9 +69,9 @@ expect_fail "missing --num-layers" "missing required flag --num-layers" \
 	--micro-batch-size 1 --vocab-size 32
 # shellcheck disable=SC2086
 expect_fail "no vocabulary" "needs the vocabulary size" $R $M
-# train keeps refusing the MoE flags report_memory takes
-expect_fail "train refuses --num-experts" "megac does not support" $BIN/train --num-experts 8
-expect_fail "train refuses --moe-router-topk" "belongs to report_memory" $BIN/train --moe-router-topk 2
+# train refuses the model flags only report_memory takes (MLA, MTP)
+expect_fail "train refuses --multi-latent-attention" "belongs to report_memory" $BIN/train --multi-latent-attention
+expect_fail "train refuses --mtp-num-layers" "belongs to report_memory" $BIN/train --mtp-num-layers 1
 # report_memory takes train's flags (a whole train command line)
 # shellcheck disable=SC2086
 expect_ok "a train command line" $R $M --vocab-size 50257 --train-iters 10 --lr 3e-4 --data-path x \

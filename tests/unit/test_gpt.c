@@ -59,30 +59,44 @@ static void make_inputs(struct fixture *f, const struct gpt_config *c, int B)
 	}
 }
 
+/* The objective backward differentiates: the weighted token losses, plus
+ * for MoE the attached losses (aux_coeff * aux + z_coeff * mean lse^2 per
+ * layer) times moe_aux_scale, as Megatron injects them. */
 static double loss_of(struct gpt_model *m, struct fixture *f, bool use_pos, bool use_doc, uint64_t seed)
 {
 	int N = m->B * m->c.S;
 	float losses[12];
+	m->moe_aux_sum = m->moe_zsq_sum = 0;
 	gpt_forward(m, f->tok, f->lab, use_pos ? f->pos : NULL, use_doc ? f->doc : NULL, seed, true, losses);
 	double L = 0;
 	for (int i = 0; i < N; i++)
 		L += (double)losses[i] * f->w[i];
+	if (m->c.E > 0)
+		L += m->moe_aux_scale * (m->c.router.aux_coeff * m->moe_aux_sum + m->c.router.z_coeff * m->moe_zsq_sum);
 	return L;
 }
 
 /* Analytic grads vs central differences for every parameter element. */
+static void gradcheck_cfg(const struct kops *k, struct gpt_config c, bool use_pos, bool use_doc, const char *what);
+
 static void gradcheck_with(const struct kops *k, bool llama, float hdrop, float adrop, bool use_pos, bool use_doc,
 			   const char *what)
 {
 	struct gpt_config c = tiny(llama);
 	c.hidden_dropout = hdrop;
 	c.attention_dropout = adrop;
+	gradcheck_cfg(k, c, use_pos, use_doc, what);
+}
+
+static void gradcheck_cfg(const struct kops *k, struct gpt_config c, bool use_pos, bool use_doc, const char *what)
+{
 	struct mem_pool mp;
 	mem_pool_init(&mp, k);
 	struct gpt_model m;
 	int B = 2;
 	CHECK_INT(gpt_init(&m, &c, k, &mp, B, GPT_FP32, NULL, false), 0);
 	gpt_init_weights(&m, 42);
+	m.moe_aux_scale = 0.7;
 	struct fixture f;
 	make_inputs(&f, &c, B);
 	uint64_t seed = 777;
@@ -260,6 +274,67 @@ static void test_flash_path(void)
 	gpt_free(&m);
 }
 
+/* Mixture of experts: a Mixtral-style model (SwiGLU experts, top-2
+ * softmax routing, aux and z losses, a shared expert, every other layer
+ * MoE), then sigmoid routing with seq_aux_loss and dropping, and GELU experts:
+ * finite differences of the whole objective, router included. */
+static struct gpt_config tiny_moe(bool llama)
+{
+	struct gpt_config c = tiny(llama);
+	c.bias = false;
+	c.E = 4;
+	c.moe_f = 6;
+	c.router = (struct moe_router_cfg){ .E = 4, .k = 2, .lb = MOE_LB_AUX, .aux_coeff = 0.1, .z_coeff = 0.01 };
+	for (int l = 0; l < c.L; l++)
+		c.moe_layer[l] = 1;
+	return c;
+}
+
+static void test_gradcheck_moe(void)
+{
+	struct gpt_config c = tiny_moe(true);
+	c.shared_f = 4;
+	c.moe_layer[1] = 0;
+	gradcheck_cfg(kops_cpu(), c, false, false, "mixtral-style moe");
+	c = tiny_moe(true);
+	c.router.sigmoid = true;
+	c.router.lb = MOE_LB_SEQ_AUX;
+	c.hidden_dropout = 0.2f;
+	gradcheck_cfg(kops_cpu(), c, false, false, "sigmoid, seq_aux_loss, dropout");
+	c.router.capacity = 1.0;
+	c.moe_layer[0] = 0; /* dropping in the last layer only: a weight moved by the differences does
+			     * not move which tokens a later layer drops */
+	gradcheck_cfg(kops_cpu(), c, false, false, "sigmoid, capacity 1.0");
+	c = tiny_moe(false);
+	c.router.pre_softmax = true;
+	c.router.k = 1;
+	gradcheck_cfg(kops_cpu(), c, false, false, "gelu experts, pre-softmax top-1");
+	/* names */
+	struct mem_pool mp;
+	mem_pool_init(&mp, kops_cpu());
+	struct gpt_model m;
+	c = tiny_moe(true);
+	c.shared_f = 4;
+	CHECK_INT(gpt_init(&m, &c, kops_cpu(), &mp, 1, GPT_FP32, NULL, false), 0);
+	const char *want[] = { "decoder.layers.0.pre_mlp_layernorm.weight", "decoder.layers.0.mlp.router.weight",
+			       "decoder.layers.0.mlp.experts.local_experts.3.linear_fc1.weight",
+			       "decoder.layers.1.mlp.experts.local_experts.0.linear_fc2.weight",
+			       "decoder.layers.1.mlp.shared_experts.linear_fc1.weight" };
+	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+		int found = -1;
+		for (int j = 0; j < m.reg.n; j++)
+			if (!strcmp(m.reg.p[j].name, want[i]))
+				found = j;
+		CHECK(found >= 0);
+		if (found >= 0 && strstr(want[i], "local_experts.3.linear_fc1")) {
+			CHECK_INT(m.reg.p[found].shape[0], 12);
+			CHECK_INT(m.reg.p[found].shape[1], 8);
+		}
+	}
+	gpt_free(&m);
+	CHECK_INT(mp.cur, 0);
+}
+
 static void test_names_and_init(void)
 {
 	struct gpt_config c = tiny(true);
@@ -321,6 +396,7 @@ int main(void)
 	RUN(test_gradcheck_resets);
 	RUN(test_recompute_identical);
 	RUN(test_flash_path);
+	RUN(test_gradcheck_moe);
 	RUN(test_names_and_init);
 	RUN(test_flops);
 	return test_summary();

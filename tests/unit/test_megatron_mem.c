@@ -11,6 +11,7 @@
 #include "base/size.h"
 #include "memcalc/megatron_mem.h"
 #include "memcalc/memcalc_command.h"
+#include "model/gpt_config.h"
 #include "test.h"
 
 #define CHECK_NEAR(x, want, tol)                                                                      \
@@ -129,7 +130,7 @@ static void test_tiny_dense(void)
 static void test_tiny_moe(void)
 {
 	unsigned char pattern[2];
-	CHECK_INT(memcalc_moe_pattern("2", 2, pattern), 0);
+	CHECK_INT(gpt_moe_pattern("2", 2, pattern), 0);
 	CHECK(pattern[0] == 1 && pattern[1] == 0);
 	struct mm_config c = { .L = 2, .h = 8, .a = 2, .k = 4, .g = 2, .f = 16, .V = 32, .swiglu = true,
 			       .rmsnorm = true, .untied = true, .num_experts = 4, .topk = 2, .moe_ffn = 16,
@@ -180,18 +181,18 @@ static void test_printed_lines(void)
 static void test_moe_layer_freq(void)
 {
 	unsigned char p[4];
-	CHECK_INT(memcalc_moe_pattern("1", 4, p), 0);
+	CHECK_INT(gpt_moe_pattern("1", 4, p), 0);
 	CHECK(p[0] && p[1] && p[2] && p[3]);
-	CHECK_INT(memcalc_moe_pattern("[0, 1,1 ,0]", 4, p), 0);
+	CHECK_INT(gpt_moe_pattern("[0, 1,1 ,0]", 4, p), 0);
 	CHECK(!p[0] && p[1] && p[2] && !p[3]);
-	CHECK_INT(memcalc_moe_pattern("3", 4, p), 0);
+	CHECK_INT(gpt_moe_pattern("3", 4, p), 0);
 	CHECK(p[0] && !p[1] && !p[2] && p[3]);
-	CHECK_INT(memcalc_moe_pattern("[0,1,1]", 4, p), -1);   /* too short */
-	CHECK_INT(memcalc_moe_pattern("[0,1,1,1,1]", 4, p), -1); /* too long */
-	CHECK_INT(memcalc_moe_pattern("[0,2,1,1]", 4, p), -1);
-	CHECK_INT(memcalc_moe_pattern("0", 4, p), -1);
-	CHECK_INT(memcalc_moe_pattern("x", 4, p), -1);
-	CHECK_INT(memcalc_moe_pattern("[1,1,1,1]x", 4, p), -1);
+	CHECK_INT(gpt_moe_pattern("[0,1,1]", 4, p), -1);   /* too short */
+	CHECK_INT(gpt_moe_pattern("[0,1,1,1,1]", 4, p), -1); /* too long */
+	CHECK_INT(gpt_moe_pattern("[0,2,1,1]", 4, p), -1);
+	CHECK_INT(gpt_moe_pattern("0", 4, p), -1);
+	CHECK_INT(gpt_moe_pattern("x", 4, p), -1);
+	CHECK_INT(gpt_moe_pattern("[1,1,1,1]x", 4, p), -1);
 }
 
 /* --gpu-memory sizes: decimal and binary units, any case, plain bytes */

@@ -23,10 +23,15 @@ static const char *after_stamp(const char *line)
 static void test_iteration_lines(void)
 {
 	struct trainlog_iter cases[] = {
-		{ 1, 10000, 512, 0, 812.3456, 123.44, 1.5e-4, 512, 4.1234567, 1.0, 0.98765, NAN, 0, 0 },
-		{ 100, 500000, 51200, 1024, 0.04, -1, NAN, 8, -1, 65536.0, NAN, 12.3456, 3, 1 },
+		{ 1, 10000, 512, 0, 812.3456, 123.44, 1.5e-4, 512, 4.1234567, 1.0, 0.98765, NAN, 0, 0, false, false,
+		  false, 0, 0, 0 },
+		{ 100, 500000, 51200, 1024, 0.04, -1, NAN, 8, -1, 65536.0, NAN, 12.3456, 3, 1, false, false, false, 0, 0,
+		  0 },
 		{ 123456789, 123456789, 99999999999LL, 0, 1e6, 1e-3, 1e-12, 99999, 1e-9, 4294967296.0, 1234.5678,
-		  NAN, 999, 1000 },
+		  NAN, 999, 1000, false, false, false, 0, 0, 0 },
+		/* MoE: Megatron's loss names after lm loss, in its order */
+		{ 7, 20, 28, 0, 61.3, -1, 1.872724e-3, 4, 10.80476, 1.0, 1.3, NAN, 0, 0, true, true, true, 0.0, 1.19,
+		  1.93684 },
 	};
 	int n = (int)(sizeof(cases) / sizeof(cases[0]));
 	/* Python: the same fields through Megatron's format specs */
@@ -36,8 +41,10 @@ static void test_iteration_lines(void)
 		" (1, 10000, 512, 0, 812.3456, 123.44, 1.5e-4, 512, 4.1234567, 1.0, 0.98765, None, 0, 0),\n"
 		" (100, 500000, 51200, 1024, 0.04, None, None, 8, None, 65536.0, None, 12.3456, 3, 1),\n"
 		" (123456789, 123456789, 99999999999, 0, 1e6, 1e-3, 1e-12, 99999, 1e-9, 4294967296.0, 1234.5678, None, 999, 1000),\n"
+		" (7, 20, 28, 0, 61.3, None, 1.872724e-3, 4, 10.80476, 1.0, 1.3, None, 0, 0,\n"
+		"  {'load_balancing_loss': 0.0, 'seq_load_balancing_loss': 1.19, 'z_loss': 1.93684}),\n"
 		"]\n",
-		"for (it, ti, cs, sk, ms, tf, lr, bs, loss, scale, gn, pn, ski, nan) in cases:\n"
+		"for (it, ti, cs, sk, ms, tf, lr, bs, loss, scale, gn, pn, ski, nan, *moe) in cases:\n"
 		"    s = ' iteration {:8d}/{:8d} |'.format(it, ti)\n"
 		"    s += ' consumed samples: {:12d} |'.format(cs)\n"
 		"    if sk > 0: s += ' skipped samples: {:12d} |'.format(sk)\n"
@@ -46,6 +53,7 @@ static void test_iteration_lines(void)
 		"    if lr is not None: s += f' learning rate: {lr:.6E} |'\n"
 		"    s += f' global batch size: {bs:5d} |'\n"
 		"    if loss is not None and loss >= 0.0: s += ' {}: {:.6E} |'.format('lm loss', loss)\n"
+		"    for k, v in (moe[0].items() if moe else []): s += ' {}: {:.6E} |'.format(k, v)\n"
 		"    s += f' loss scale: {scale:.1f} |'\n"
 		"    if gn is not None: s += f' grad norm: {gn:.3f} |'\n"
 		"    if pn is not None: s += f' params norm: {pn:.3f} |'\n"

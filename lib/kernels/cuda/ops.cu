@@ -984,6 +984,70 @@ static void cuda_adamw(float *p, const float *g, float *m, float *v, size_t n, f
 	KERNEL_CHECK();
 }
 
+/* ---- mixture of experts: the weighted sum of the experts' rows ----
+ * cpu_moe_combine_*: out[t] sums its rows in the given order (a thread per
+ * element, so the same order and the same float rounding); dw[r] is a
+ * row's dot product in double, a warp per row. */
+__global__ void moe_combine_forward_kernel(float *out, const float *y, const float *w, const int32_t *rowptr,
+					   const int32_t *rows, int N, int C)
+{
+	GRID_STRIDE(i, (size_t)N * C) {
+		int t = (int)(i / (size_t)C), c = (int)(i % (size_t)C);
+		float o = 0.0f;
+		for (int j = rowptr[t]; j < rowptr[t + 1]; j++)
+			o = o + w[rows[j]] * y[(size_t)rows[j] * C + c]; /* -fmad=false: rounded as the CPU */
+		out[i] = o;
+	}
+}
+
+__global__ void moe_combine_dy_kernel(float *dy, const float *dout, const float *w, const int32_t *tok, int R,
+				      int C)
+{
+	GRID_STRIDE(i, (size_t)R * C) {
+		int r = (int)(i / (size_t)C), c = (int)(i % (size_t)C);
+		dy[i] = w[r] * dout[(size_t)tok[r] * C + c];
+	}
+}
+
+__global__ void moe_combine_dw_kernel(float *dw, const float *dout, const float *y, const int32_t *tok, int R, int C)
+{
+	int r = blockIdx.x * (THREADS / WARP) + threadIdx.x / WARP, lane = threadIdx.x % WARP;
+	if (r >= R)
+		return;
+	const float *d = dout + (size_t)tok[r] * C, *yr = y + (size_t)r * C;
+	double acc = 0.0;
+	for (int c = lane; c < C; c += WARP)
+		acc += (double)d[c] * yr[c];
+	acc = warp_sumd(acc);
+	if (lane == 0)
+		dw[r] = (float)acc;
+}
+
+static void cuda_moe_combine_forward(float *out, const float *y, const float *w, const int32_t *rowptr,
+				     const int32_t *rows, int N, int C)
+{
+	if (N <= 0 || C <= 0)
+		return;
+	moe_combine_forward_kernel<<<grid_for((size_t)N * C), THREADS>>>(out, y, w, rowptr, rows, N, C);
+	KERNEL_CHECK();
+}
+
+static void cuda_moe_combine_backward(float *dy, float *dw, const float *dout, const float *y, const float *w,
+				      const int32_t *tok, int R, int C)
+{
+	if (R <= 0 || C <= 0)
+		return;
+	if (dy) {
+		moe_combine_dy_kernel<<<grid_for((size_t)R * C), THREADS>>>(dy, dout, w, tok, R, C);
+		KERNEL_CHECK();
+	}
+	if (dw) {
+		moe_combine_dw_kernel<<<(unsigned)((R + THREADS / WARP - 1) / (THREADS / WARP)), THREADS>>>(dw, dout, y,
+													tok, R, C);
+		KERNEL_CHECK();
+	}
+}
+
 /* ---- whole-model ops: every segment in one launch ----
  * The host cuts each segment into pieces of SUM_CHUNK elements (the CPU's
  * chunking for the sums) and sends the piece table with the launch; block b
@@ -1167,6 +1231,8 @@ static void table_init(void)
 	t->nonfinite = cuda_nonfinite;
 	t->round = cuda_round;
 	t->adamw = cuda_adamw;
+	t->moe_combine_forward = cuda_moe_combine_forward;
+	t->moe_combine_backward = cuda_moe_combine_backward;
 	t->sumsq_segs = cuda_sumsq_segs;
 	t->adamw_segs = cuda_adamw_segs;
 	t->attention_block_forward = NULL;

@@ -6,11 +6,14 @@
                                                   whose key is "lm loss"
 
 "Equal" is rtol 1e-5 on the iteration's lm loss, grad norm and learning rate
-(all three where both sides have them). In "same" mode the evaluation lines
+and on the MoE metrics load_balancing_loss, seq_load_balancing_loss and z_loss
+(each where both sides have it; NaN equals NaN: Megatron logs z_loss 0/0 for a
+zero coefficient, and JSON null is read as NaN). In "same" mode the evaluation lines
 (validation and test lm loss) must agree too: both files have the same ones.
 Prints the worst relative difference.
 """
 import json
+import math
 import sys
 
 LOSS = "lm loss of the iteration"
@@ -27,12 +30,23 @@ def rows(path, loss_key=LOSS):
     return out
 
 
+KEYS = ("lm loss", "grad norm", "learning rate",
+        "load_balancing_loss", "seq_load_balancing_loss", "z_loss")
+
+
+def isnan(v):
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
 def check(a, b):
     worst = 0.0
     for x, y in zip(a, b):
         assert x["iteration"] == y["iteration"], (x["iteration"], y["iteration"])
-        for k in ("lm loss", "grad norm", "learning rate"):
+        for k in KEYS:
             if k not in x or k not in y:
+                continue
+            if isnan(x[k]) or isnan(y[k]):
+                assert isnan(x[k]) and isnan(y[k]), (x["iteration"], k, x[k], y[k])
                 continue
             rel = abs(x[k] - y[k]) / max(abs(x[k]), 1e-12)
             worst = max(worst, rel)

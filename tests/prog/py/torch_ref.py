@@ -1,7 +1,8 @@
 """torch_ref.py - an independent PyTorch reference of Megatron-LM's GPT pretraining math.
 
 Written from the specs in shared/spec (training-args.md, checkpoint.md, gpt-dataset.md,
-indexed-dataset.md), not from megac's C code, so that `train` can be compared against it.
+indexed-dataset.md) and docs/moe-spec.md, not from megac's C code, so that `train` can be
+compared against it.
 Run with Debian's /usr/bin/python3 (torch, numpy, h5py).
 
 Modes
@@ -9,6 +10,7 @@ Modes
       Trains on the train split exactly as Megatron (TP=PP=DP=1, fp32, no dropout) would and
       prints one JSON line per iteration on stdout:
         {"iteration": 1, "lm loss": 10.83, "grad norm": 1.93, "learning rate": 0.0001}
+      (with --num-experts also the MoE metrics Megatron logs, after "lm loss": below)
       "lm loss" = sum(loss*mask)/sum(mask) over the global batch; "grad norm" = L2 norm of
       all gradients before clipping; "learning rate" = lr(iteration*gbs), the value
       Megatron's log line for that iteration shows (the LR of the next iteration).
@@ -21,8 +23,10 @@ Modes
       Checks the reference against itself and the specs on tiny synthetic inputs: the .idx
       reader and sample assembly (spec worked examples), the LR schedule, AdamW against
       torch.optim.AdamW, a second unfused per-head formulation of the whole forward
-      (fused QKV per query group, GQA, RoPE, masks, SwiGLU), and gradients against central
-      finite differences in float64. Prints "ok - ..." lines; exits 1 on any failure.
+      (fused QKV per query group, GQA, RoPE, masks, SwiGLU; MoE layers token by token), and
+      gradients against central finite differences in float64; for MoE also moe-spec.md's
+      example R (probs, aux/seq-aux/z losses, capacity dropping) and finite differences of one
+      MoE layer's output and attached losses. Prints "ok - ..." lines; exits 1 on any failure.
 
 Flags are Megatron's (argparse, no abbreviations); flags that do not change the math are
 ignored and listed on stderr; flags that would change it but are not implemented here
@@ -40,6 +44,24 @@ Semantics worth knowing:
   --ref-causal-only reproduces that behaviour.
 - Any data-parallel size gives the same gradient as DP=1 with the same micro-batch size
   (the global batch's micro-batches are the same contiguous blocks of mbs samples).
+
+Mixture of experts (moe-spec.md §1-§6, one rank, Megatron's flag names): --num-experts E,
+--moe-layer-freq N (an integer only: layer i is MoE iff i % N == 0), --moe-ffn-hidden-size,
+--moe-router-topk, --moe-router-score-function softmax|sigmoid, --moe-router-pre-softmax,
+--moe-router-load-balancing-type aux_loss|seq_aux_loss|none (one type, one coefficient),
+--moe-aux-loss-coeff, --moe-z-loss-coeff, --moe-expert-capacity-factor,
+--moe-token-drop-policy probs|position, --moe-pad-expert-input-to-capacity,
+--moe-shared-expert-intermediate-size; --disable-bias-linear is required with experts.
+- Tokens of a router call are megac's micro-batch flattened batch-major, t = b*S + s
+  (Megatron: sequence-major); this decides which tokens the position policy keeps (the
+  earliest; ties in either policy go to the earlier token) and the seq_aux_loss sequences
+  (one per sample).
+- The training objective of a micro-batch gains every MoE layer's coeff*aux and coeff*z-loss,
+  scaled by 1/num_microbatches like the lm loss; "lm loss" stays the LM loss alone.
+- Logged: "load_balancing_loss" when the type contains aux_loss (0.0 with coefficient 0),
+  "seq_load_balancing_loss" for seq_aux_loss, "z_loss" when --moe-z-loss-coeff is given
+  (NaN for coefficient 0, Megatron's 0/0): the mean over the iteration's MoE layers and
+  micro-batches of aux/coeff resp. mean_t logsumexp(z_t)^2.
 """
 import argparse
 import glob
@@ -96,6 +118,21 @@ def build_parser():
     a("--attention-dropout", type=float, default=0.1)
     a("--make-vocab-size-divisible-by", type=int, default=128)
     a("--tensor-model-parallel-size", type=int, default=1)
+    # mixture of experts (moe-spec.md §1; single rank: EP/ETP/dispatcher flags are ignored)
+    a("--num-experts", type=int)
+    a("--moe-layer-freq", default="1")
+    a("--moe-ffn-hidden-size", type=int)
+    a("--moe-router-topk", type=int, default=2)
+    a("--moe-router-score-function", default="softmax", choices=["softmax", "sigmoid", "sqrtsoftplus"])
+    str2bool_flag(p, "--moe-router-pre-softmax")
+    a("--moe-router-load-balancing-type", nargs="+", default=["aux_loss"],
+      choices=["aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "quantile_balancing", "none"])
+    a("--moe-aux-loss-coeff", type=float, nargs="+", default=[0.0])
+    a("--moe-z-loss-coeff", type=float)
+    a("--moe-expert-capacity-factor", type=float)
+    a("--moe-token-drop-policy", default="probs", choices=["probs", "position"])
+    str2bool_flag(p, "--moe-pad-expert-input-to-capacity")
+    a("--moe-shared-expert-intermediate-size", type=int)
     # training
     a("--micro-batch-size", type=int)
     a("--global-batch-size", type=int)
@@ -154,12 +191,15 @@ REFUSED = {
     "--quick-geglu", "--apply-residual-connection-post-layernorm", "--calculate-per-token-loss",
     "--decoupled-lr", "--decoupled-min-lr", "--train-samples", "--lr-decay-samples",
     "--lr-warmup-samples", "--lr-wsd-decay-samples", "--start-weight-decay", "--end-weight-decay",
-    "--num-experts", "--mock-data", "--train-data-path", "--valid-data-path", "--test-data-path",
+    "--mock-data", "--train-data-path", "--valid-data-path", "--test-data-path",
     "--data-args-path", "--per-split-data-args-path", "--dataloader-inter-document-masking",
     "--step-batch-size-schedule", "--mtp-num-layers", "--multi-latent-attention", "--load",
     "--finetune", "--pretrained-checkpoint", "--padded-vocab-size", "--no-pad-vocab-size",
     "--init-method-xavier-uniform", "--sft", "--apply-query-key-layer-scaling",
     "--embedding-multiplier", "--window-size",
+    "--moe-input-jitter-eps", "--moe-shared-expert-gate", "--moe-router-topk-scaling-factor",
+    "--moe-router-num-groups", "--moe-router-group-topk", "--moe-router-enable-expert-bias",
+    "--moe-router-dtype", "--moe-apply-probs-on-input",
 }
 
 
@@ -217,7 +257,63 @@ def model_config(args, vocab_padded=None):
     c.eps = args.norm_epsilon
     c.untie = args.untie_embeddings_and_output_weights
     c.V = vocab_padded
+    moe_config(args, c)
     return c
+
+
+def moe_config(args, c):
+    """The MoE settings (moe-spec.md §1) with Megatron's defaults and checks; c.E = 0 for a
+    dense model. Only what this reference implements is accepted: one load-balancing type
+    (aux_loss, seq_aux_loss or none), softmax/sigmoid scores, no linear biases."""
+    c.E = args.num_experts or 0  # 0 is turned into "no experts"
+    if c.E < 0:
+        die("--num-experts must be positive")
+    if not c.E:
+        if args.moe_ffn_hidden_size is not None:
+            die("--moe-ffn-hidden-size needs --num-experts")
+        return
+    try:
+        c.moe_freq = int(args.moe_layer_freq)
+    except ValueError:
+        die("--moe-layer-freq: only an integer N is implemented (layer i is MoE iff i %% N == 0), not %r"
+            % args.moe_layer_freq)
+    if c.moe_freq <= 0:
+        die("--moe-layer-freq must be positive")
+    c.fm = args.moe_ffn_hidden_size if args.moe_ffn_hidden_size is not None else c.f
+    c.topk = args.moe_router_topk
+    if not 1 <= c.topk <= c.E:
+        die("--moe-router-topk must be in 1..--num-experts")
+    c.score = args.moe_router_score_function
+    if c.score == "sqrtsoftplus":
+        die("--moe-router-score-function sqrtsoftplus is not implemented by the reference")
+    c.pre_softmax = args.moe_router_pre_softmax
+    if c.topk == 1 and c.score == "softmax" and not c.pre_softmax:
+        # a softmax over one selected logit is 1 with zero gradient: Megatron refuses it
+        die("--moe-router-topk 1 with softmax scores needs --moe-router-pre-softmax")
+    types, coeffs = args.moe_router_load_balancing_type, args.moe_aux_loss_coeff
+    if len(types) != 1 or len(coeffs) != 1:
+        die("several load-balancing types or aux-loss coefficients are not implemented by the reference")
+    c.lb_type, c.aux_coeff = types[0], coeffs[0]
+    if c.lb_type not in ("aux_loss", "seq_aux_loss", "none"):
+        die("--moe-router-load-balancing-type %s is not implemented by the reference" % c.lb_type)
+    c.z_coeff = args.moe_z_loss_coeff
+    cf = args.moe_expert_capacity_factor
+    c.cf = cf if cf is not None and cf >= 0 else None  # a negative factor means dropless
+    c.drop_policy = args.moe_token_drop_policy
+    c.pad = args.moe_pad_expert_input_to_capacity
+    if c.pad and c.cf is None:
+        die("--moe-pad-expert-input-to-capacity needs --moe-expert-capacity-factor")
+    c.fs = args.moe_shared_expert_intermediate_size
+    if c.fs is not None and c.fs <= 0:
+        die("--moe-shared-expert-intermediate-size must be positive")
+    if c.bias:
+        # Megatron allows biases with expert-TP 1; megac refuses them for now, and so do we
+        die("MoE with linear biases is not implemented: pass --disable-bias-linear")
+
+
+def is_moe(c, n):
+    """Layer n (0-based, global) is a MoE layer."""
+    return bool(c.E) and n % c.moe_freq == 0
 
 
 # --------------------------------------------------------------------------- indexed dataset
@@ -431,6 +527,21 @@ def param_shapes(c):
         out.append((pre + "self_attention.linear_proj.weight", (c.h, c.a * c.k)))
         if c.bias:
             out.append((pre + "self_attention.linear_proj.bias", (c.h,)))
+        if is_moe(c, n):
+            # MoE layers keep an unfused pre-MLP norm; router, experts, shared experts
+            # (MoELayer's registration order); no biases
+            out.append((pre + "pre_mlp_layernorm.weight", (c.h,)))
+            if ln_bias:
+                out.append((pre + "pre_mlp_layernorm.bias", (c.h,)))
+            out.append((pre + "mlp.router.weight", (c.E, c.h)))
+            for j in range(c.E):
+                e = pre + "mlp.experts.local_experts.%d." % j
+                out.append((e + "linear_fc1.weight", (2 * c.fm if c.swiglu else c.fm, c.h)))
+                out.append((e + "linear_fc2.weight", (c.h, c.fm)))
+            if c.fs is not None:
+                out.append((pre + "mlp.shared_experts.linear_fc1.weight", (2 * c.fs if c.swiglu else c.fs, c.h)))
+                out.append((pre + "mlp.shared_experts.linear_fc2.weight", (c.h, c.fs)))
+            continue
         out.append((pre + "mlp.linear_fc1.layer_norm_weight", (c.h,)))
         if ln_bias:
             out.append((pre + "mlp.linear_fc1.layer_norm_bias", (c.h,)))
@@ -511,20 +622,166 @@ def attention(x, P, pre, c, rope, mask):
     return F.linear(ctx, P[pre + "linear_proj.weight"], P.get(pre + "linear_proj.bias"))
 
 
-def mlp(x, P, pre, c):
-    y = F.linear(x, P[pre + "linear_fc1.weight"], P.get(pre + "linear_fc1.bias"))
+def ffn_act(y, c):
+    """The MLP activation on fc1's output: SwiGLU (first half gate, second half up) or GELU."""
     if c.swiglu:
         gate, up = torch.chunk(y, 2, dim=-1)
-        y = F.silu(gate) * up
-    elif c.gelu == "tanh":
-        y = TanhGeluFn.apply(y)
-    else:
-        y = F.gelu(y)
+        return F.silu(gate) * up
+    if c.gelu == "tanh":
+        return TanhGeluFn.apply(y)
+    return F.gelu(y)
+
+
+def mlp(x, P, pre, c):
+    y = ffn_act(F.linear(x, P[pre + "linear_fc1.weight"], P.get(pre + "linear_fc1.bias")), c)
     return F.linear(y, P[pre + "linear_fc2.weight"], P.get(pre + "linear_fc2.bias"))
 
 
-def gpt_forward(P, c, batch, attention_fn=attention, mlp_fn=mlp):
-    """Per-token cross-entropy [b, s] over the full padded vocabulary."""
+# ---- mixture of experts (moe-spec.md §2-§5, one rank: no TP/EP, so dispatch is a gather)
+#
+# Tokens are numbered in megac's batch-major order t = b*S + s (Megatron flattens [s, b]
+# sequence-major); the order matters only for the position drop policy and for which
+# tokens form a sequence in seq_aux_loss.
+
+MOE_LOG_NAMES = ("load_balancing_loss", "seq_load_balancing_loss", "z_loss")
+
+
+def moe_scores(z, c):
+    """(probs [T, E], routing map [T, E] bool) from the router logits z [T, E]: the k chosen
+    columns hold the token's weights, the others 0 (moe-spec.md §2)."""
+    k = c.topk
+    if c.score == "softmax" and not c.pre_softmax:
+        top, idx = torch.topk(z, k, dim=-1)
+        w = torch.softmax(top, dim=-1)                  # over the k chosen logits: sums to 1
+    elif c.score == "softmax":
+        w, idx = torch.topk(torch.softmax(z, dim=-1), k, dim=-1)  # not renormalised
+    else:
+        w, idx = torch.topk(torch.sigmoid(z), k, dim=-1)
+        if k > 1:
+            w = w / (w.sum(-1, keepdim=True) + 1e-20)
+    probs = torch.zeros_like(z).scatter(1, idx, w)
+    rmap = torch.zeros(z.shape, dtype=torch.bool).scatter(1, idx, True)
+    return probs, rmap
+
+
+def moe_capacity(T, c):
+    """Tokens each expert may take in one router call: ceil((T*k/E) * cf), no minimum."""
+    return int(math.ceil((T * c.topk / c.E) * c.cf))
+
+
+def moe_keep(probs, rmap, c):
+    """Per-expert keep mask [T, E] with `capacity` rows per column, or None when capacity > T
+    (nothing dropped). Policy probs keeps the largest probs of the column (unrouted tokens
+    have 0); position keeps the earliest routed tokens. Megatron takes a torch.topk of the
+    column, whose order among equal values is unspecified (moe-spec.md §4); here equal keys
+    go to the earlier token, which is what the position policy intends."""
+    T = probs.shape[0]
+    cap = moe_capacity(T, c)
+    if cap > T:
+        return None
+    key = (probs if c.drop_policy == "probs" else rmap).detach().to(torch.float64).numpy()
+    keep = np.zeros(key.shape, dtype=bool)
+    tok = np.arange(T)
+    for e in range(c.E):
+        keep[np.lexsort((tok, -key[:, e]))[:cap], e] = True
+    return torch.from_numpy(keep)
+
+
+def switch_aux(scores, amap, c):
+    """Megatron's switch load-balancing loss without its coefficient over the N rows given:
+    E/(k N^2) * sum_e P_e c_e, P_e the summed scores, c_e the tokens whose aux map picks e
+    (1 for perfectly balanced routing). c_e carries no gradient."""
+    N = scores.shape[0]
+    counts = amap.sum(0).to(scores.dtype)
+    return torch.sum(scores.sum(0) * counts) * (c.E / (c.topk * N * N))
+
+
+def moe_router(z, c, B):
+    """The router after its logits z [T, E], T = B*S tokens of B samples: (probs, map) after
+    token dropping, the auxiliary objective (the z-loss and the load-balancing loss with their
+    coefficients; the caller scales it by 1/num_microbatches, as Megatron's MoEAuxLossAutoScaler
+    does with loss scale 1 and cp = 1) and the values Megatron logs for this layer
+    (aux/coeff, z_loss/coeff = mean lse^2)."""
+    T, E = z.shape
+    log = {}
+    extra = z.new_zeros(())
+    if c.z_coeff is not None:
+        zl = torch.logsumexp(z, dim=-1).pow(2).mean()
+        extra = extra + c.z_coeff * zl
+        log["z_loss"] = float(zl) if c.z_coeff != 0 else float("nan")  # Megatron logs 0/0
+    probs, rmap = moe_scores(z, c)
+    if c.cf is not None:
+        keep = moe_keep(probs, rmap, c)
+        # (capacity > T with padding: Megatron's dispatcher fails; here nothing is dropped)
+        if keep is not None:
+            # padding routes the kept-but-unrouted rows through the experts with weight 0,
+            # which changes no number; dropped weights are not renormalised
+            rmap = keep if c.pad else rmap & keep
+            probs = probs * keep
+    # the logged names are force-initialised to 0 by a substring test on the type, so a zero
+    # coefficient (loss not computed) logs 0 and seq_aux_loss also logs load_balancing_loss
+    if "aux_loss" in c.lb_type:
+        log["load_balancing_loss"] = 0.0
+    if c.lb_type == "seq_aux_loss":
+        log["seq_load_balancing_loss"] = 0.0
+    if c.lb_type != "none" and c.aux_coeff != 0:
+        # separate scores for the aux loss: softmax over all E, or sigma / sum sigma; their own
+        # plain top-k map, before any dropping
+        if c.score == "softmax":
+            sc = torch.softmax(z, dim=-1)
+        else:
+            sg = torch.sigmoid(z)
+            sc = sg / sg.sum(-1, keepdim=True)
+        amap = torch.zeros(z.shape, dtype=torch.bool).scatter(1, torch.topk(sc, c.topk, dim=-1)[1], True)
+        if c.lb_type == "aux_loss":
+            a, name = switch_aux(sc, amap, c), "load_balancing_loss"
+        else:  # per sample over its S tokens, then the mean over samples
+            S = T // B
+            a = sum(switch_aux(sc[b * S:(b + 1) * S], amap[b * S:(b + 1) * S], c) for b in range(B)) / B
+            name = "seq_load_balancing_loss"
+        extra = extra + c.aux_coeff * a
+        log[name] = float(a)
+    return probs, rmap, extra, log
+
+
+def moe_layer(x, P, pre, c, moe_log=None):
+    """The MoE MLP on the pre-MLP norm output x [B, S, h] (pre = "decoder.layers.N.mlp.").
+    Appends (attached objective, logged values) to moe_log."""
+    B, S, h = x.shape
+    xt = x.reshape(B * S, h)  # t = b*S + s
+    z = F.linear(xt, P[pre + "router.weight"])
+    probs, rmap, extra, log = moe_router(z, c, B)
+    out = torch.zeros_like(xt)
+    for j in range(c.E):  # expert by expert, each adding its rows in token order (Megatron's combine)
+        rows = torch.nonzero(rmap[:, j]).squeeze(1)
+        if rows.numel() == 0:
+            continue
+        e = pre + "experts.local_experts.%d." % j
+        a = ffn_act(F.linear(xt[rows], P[e + "linear_fc1.weight"]), c)
+        a = a * probs[rows, j].unsqueeze(1)  # Megatron weights the activation, before fc2
+        out = out.index_add(0, rows, F.linear(a, P[e + "linear_fc2.weight"]))
+    if c.fs is not None:
+        out = out + mlp(xt, P, pre + "shared_experts.", c)
+    if moe_log is not None:
+        moe_log.append((extra, log))
+    return out.view(B, S, h)
+
+
+def moe_report(logs):
+    """Megatron's per-iteration MoE metrics on one rank: each name's per-layer values summed
+    over the micro-batches, times 1/num_microbatches, summed over the layers and divided by
+    the number of MoE layers, i.e. the mean over the iteration's MoE layer calls."""
+    out = {}
+    for name in MOE_LOG_NAMES:
+        vals = [lg[name] for _, lg in logs if name in lg]
+        if vals:
+            out[name] = sum(vals) / len(vals)
+    return out
+
+
+def gpt_forward(P, c, batch, attention_fn=attention, mlp_fn=mlp, moe_log=None):
+    """Per-token cross-entropy [b, s] over the full padded vocabulary. MoE layers append
+    their attached auxiliary objective and logged values to moe_log."""
     tokens = batch["tokens"]
     x = F.embedding(tokens, P["embedding.word_embeddings.weight"])
     if c.pos == "learned_absolute":
@@ -540,6 +797,10 @@ def gpt_forward(P, c, batch, attention_fn=attention, mlp_fn=mlp):
         hn = norm(x, P[a + "linear_qkv.layer_norm_weight"], P.get(a + "linear_qkv.layer_norm_bias"), c)
         x = x + attention_fn(hn, P, a, c, rope, mask)
         m = pre + "mlp."
+        if is_moe(c, n):
+            hn = norm(x, P[pre + "pre_mlp_layernorm.weight"], P.get(pre + "pre_mlp_layernorm.bias"), c)
+            x = x + moe_layer(hn, P, m, c, moe_log)
+            continue
         hn = norm(x, P[m + "linear_fc1.layer_norm_weight"], P.get(m + "linear_fc1.layer_norm_bias"), c)
         x = x + mlp_fn(hn, P, m, c)
     x = norm(x, P["decoder.final_layernorm.weight"], P.get("decoder.final_layernorm.bias"), c)
@@ -549,18 +810,25 @@ def gpt_forward(P, c, batch, attention_fn=attention, mlp_fn=mlp):
     return F.cross_entropy(logits.reshape(-1, V), batch["labels"].reshape(-1), reduction="none").view(tokens.shape)
 
 
-def step_objective(P, c, micro_batches, forward=gpt_forward, backward=True):
+def step_objective(P, c, micro_batches, forward=gpt_forward, backward=True, moe_log=None):
     """Megatron's train step objective: each micro-batch contributes
-    (sum(loss*mask) / max(1, sum(mask))) / M; backward per micro-batch, grads accumulate.
-    Returns (objective, sum(loss*mask) over the batch, sum(mask))."""
+    (sum(loss*mask) / max(1, sum(mask)) + the MoE layers' attached aux/z losses) / M: the
+    auxiliary losses get the gradient scale 1/M (loss scale 1, cp 1) and stay out of the lm
+    loss. Backward per micro-batch, grads accumulate. Returns (objective, sum(loss*mask) over
+    the batch, sum(mask)); moe_log, a list, receives every MoE layer call's logged values."""
     M = len(micro_batches)
     obj, lsum, ntok = 0.0, 0.0, 0.0
     for mb in micro_batches:
-        losses = forward(P, c, mb)
+        calls = []
+        losses = forward(P, c, mb, moe_log=calls)
         mask = mb["loss_mask"].to(losses.dtype)
         s = torch.sum(losses.reshape(-1) * mask.reshape(-1))
         nt = float(mask.sum().item())
         o = s / max(1.0, nt) / M
+        for extra, _ in calls:
+            o = o + extra / M
+        if moe_log is not None:
+            moe_log.extend(calls)
         if backward:
             o.backward()
         obj += float(o.item())
@@ -688,7 +956,7 @@ def init_model(c, std, emb_std, seed, dtype=torch.float32):
     names = []
     for n, shape in param_shapes(c):
         names.append(n)
-        if n.endswith("layer_norm_weight") or n == "decoder.final_layernorm.weight":
+        if n.endswith("layer_norm_weight") or n.endswith("layernorm.weight"):  # incl. pre_mlp_layernorm
             t = torch.ones(shape, dtype=dtype)
         elif n.endswith("bias"):
             t = torch.zeros(shape, dtype=dtype)
@@ -764,7 +1032,8 @@ def train(args):
             b = collate([samples[k] for k in range(first, first + mbs)])
             b["tokens"], b["labels"] = b["tokens"].long(), b["labels"].long()
             mbs_list.append(b)
-        _, lsum, ntok = step_objective(P, c, mbs_list)
+        moe_log = []
+        _, lsum, ntok = step_objective(P, c, mbs_list, moe_log=moe_log)
         lm_loss = lsum / ntok if ntok > 0 else float("nan")
         gn = grad_norm(P, names)
         if args.dump_grads and it == 0:
@@ -779,8 +1048,10 @@ def train(args):
                         P[name].grad.mul_(coeff)
         opt.step(lr, args.weight_decay)
         n += gbs
-        print(json.dumps({"iteration": it + 1, "lm loss": lm_loss, "grad norm": gn,
-                          "learning rate": sched(n)}), flush=True)
+        line = {"iteration": it + 1, "lm loss": lm_loss}
+        line.update(moe_report(moe_log))  # Megatron prints these right after the lm loss
+        line.update({"grad norm": gn, "learning rate": sched(n)})
+        print(json.dumps(line), flush=True)
         if args.exit_interval and (it + 1) % args.exit_interval == 0:
             break
     if args.ref_save:
@@ -973,12 +1244,13 @@ def alt_attention(x, P, pre, c, rope_unused, mask):
     return y
 
 
-def alt_mlp(x, P, pre, c):
+def alt_mlp(x, P, pre, c, f=None):
+    f = c.f if f is None else f  # the width: ffn, expert or shared-expert size
     W = P[pre + "linear_fc1.weight"]
     bias = P.get(pre + "linear_fc1.bias")
     if c.swiglu:
-        gate = x @ W[: c.f].t() + (bias[: c.f] if bias is not None else 0)
-        up = x @ W[c.f:].t() + (bias[c.f:] if bias is not None else 0)
+        gate = x @ W[:f].t() + (bias[:f] if bias is not None else 0)
+        up = x @ W[f:].t() + (bias[f:] if bias is not None else 0)
         y = gate / (1 + torch.exp(-gate)) * up
     else:
         y = x @ W.t() + (bias if bias is not None else 0)
@@ -992,7 +1264,87 @@ def alt_mlp(x, P, pre, c):
     return y
 
 
-def alt_forward(P, c, batch):
+def alt_moe(x, P, pre, c, moe_log):
+    """The MoE layer token by token with Python lists: routing by sorting each token's
+    scores, capacity by walking each expert's candidate tokens, each expert's output weighted
+    after fc2 (as Hugging Face does; the same without biases), the aux losses by counting.
+    Appends (attached objective, logged values) like moe_layer."""
+    B, S, h = x.shape
+    T, E, k = B * S, c.E, c.topk
+    xs = x.reshape(T, h)
+    W = P[pre + "router.weight"]
+    zs = [torch.mv(W, xs[t]) for t in range(T)]
+
+    def ranked(v):  # expert ids by decreasing value
+        vals = [float(a) for a in v]
+        return sorted(range(E), key=lambda e: -vals[e])
+
+    def softmax(v):
+        ex = torch.exp(v - v.max())
+        return ex / ex.sum()
+
+    chosen = []  # per token: {expert: weight}
+    for zt in zs:
+        top = ranked(zt)[:k]
+        if c.score == "softmax" and c.pre_softmax:
+            w = [softmax(zt)[e] for e in top]
+        elif c.score == "softmax":
+            w = list(softmax(torch.stack([zt[e] for e in top])))
+        else:
+            sg = 1 / (1 + torch.exp(-zt))
+            w = [sg[e] for e in top]
+            if k > 1:
+                tot = sum(w)
+                w = [v / tot for v in w]
+        chosen.append(dict(zip(top, w)))
+    if c.cf is not None:
+        cap = math.ceil((T * k / E) * c.cf)
+        for e in range(E):
+            cand = [t for t in range(T) if e in chosen[t]]  # earliest first
+            if c.drop_policy == "probs":
+                cand.sort(key=lambda t: -float(chosen[t][e]))  # stable: ties keep the earlier
+            for t in cand[cap:]:
+                del chosen[t][e]
+    ys = []
+    for t in range(T):
+        y = torch.zeros(h, dtype=x.dtype)
+        for e in sorted(chosen[t]):
+            y = y + chosen[t][e] * alt_mlp(xs[t], P, pre + "experts.local_experts.%d." % e, c, c.fm)
+        if c.fs is not None:
+            y = y + alt_mlp(xs[t], P, pre + "shared_experts.", c, c.fs)
+        ys.append(y)
+
+    extra, log = torch.zeros((), dtype=x.dtype), {}
+    if c.z_coeff is not None:
+        zl = sum((zt.max() + torch.log(torch.exp(zt - zt.max()).sum())) ** 2 for zt in zs) / T
+        extra = extra + c.z_coeff * zl
+        log["z_loss"] = float(zl) if c.z_coeff != 0 else float("nan")
+    if "aux_loss" in c.lb_type:
+        log["load_balancing_loss"] = 0.0
+    if c.lb_type == "seq_aux_loss":
+        log["seq_load_balancing_loss"] = 0.0
+    if c.lb_type != "none" and c.aux_coeff != 0:
+        if c.score == "softmax":
+            sc = [softmax(zt) for zt in zs]
+        else:
+            sc = [(1 / (1 + torch.exp(-zt))) / (1 / (1 + torch.exp(-zt))).sum() for zt in zs]
+        picks = [set(ranked(v)[:k]) for v in sc]
+
+        def balance(ts):
+            ts = list(ts)
+            return sum(sum(sc[t][e] for t in ts) * sum(1 for t in ts if e in picks[t])
+                       for e in range(E)) * E / (k * len(ts) ** 2)
+        if c.lb_type == "aux_loss":
+            a, name = balance(range(T)), "load_balancing_loss"
+        else:
+            a, name = sum(balance(range(b * S, (b + 1) * S)) for b in range(B)) / B, "seq_load_balancing_loss"
+        extra = extra + c.aux_coeff * a
+        log[name] = float(a)
+    moe_log.append((extra, log))
+    return torch.stack(ys).view(B, S, h)
+
+
+def alt_forward(P, c, batch, moe_log=None):
     tokens = batch["tokens"]
     x = P["embedding.word_embeddings.weight"][tokens]
     if c.pos == "learned_absolute":
@@ -1003,6 +1355,11 @@ def alt_forward(P, c, batch):
         x = x + alt_attention(alt_norm(x, P[a + "linear_qkv.layer_norm_weight"],
                                        P.get(a + "linear_qkv.layer_norm_bias"), c), P, a, c, None, mask)
         m = "decoder.layers.%d.mlp." % n
+        if is_moe(c, n):
+            nw = "decoder.layers.%d.pre_mlp_layernorm." % n
+            x = x + alt_moe(alt_norm(x, P[nw + "weight"], P.get(nw + "bias"), c), P, m, c,
+                            moe_log if moe_log is not None else [])
+            continue
         x = x + alt_mlp(alt_norm(x, P[m + "linear_fc1.layer_norm_weight"],
                                  P.get(m + "linear_fc1.layer_norm_bias"), c), P, m, c)
     x = alt_norm(x, P["decoder.final_layernorm.weight"], P.get("decoder.final_layernorm.bias"), c)
@@ -1025,6 +1382,20 @@ SELFTEST_CONFIGS = [
      "--num-query-groups 1 --seq-length 8 --max-position-embeddings 8 --position-embedding-type rope "
      "--rotary-percent 0.5 --rotary-base 100 --disable-bias-linear --add-qkv-bias --ffn-hidden-size 20 "
      "--eod-mask-loss --reset-position-ids --reset-attention-mask"),
+    ("Mixtral-style MoE: 3 layers, MoE at 0 and 2 (freq 2), softmax top-2 of 4, aux_loss + z-loss, "
+     "capacity 1.0 by probs, shared expert, SwiGLU, RoPE, RMSNorm",
+     "--num-layers 3 --hidden-size 16 --num-attention-heads 4 --group-query-attention --num-query-groups 2 "
+     "--seq-length 8 --max-position-embeddings 8 --position-embedding-type rope --normalization RMSNorm "
+     "--swiglu --ffn-hidden-size 24 --disable-bias-linear --untie-embeddings-and-output-weights "
+     "--num-experts 4 --moe-layer-freq 2 --moe-ffn-hidden-size 12 --moe-aux-loss-coeff 0.1 "
+     "--moe-z-loss-coeff 0.01 --moe-expert-capacity-factor 1.0 --moe-shared-expert-intermediate-size 8"),
+    ("GPT-style MoE: LayerNorm pre-MLP norm with bias, erf-GELU experts, sigmoid top-1 of 3, "
+     "seq_aux_loss, capacity 1.25 by position with padding, learned positions, tied",
+     "--num-layers 2 --hidden-size 12 --num-attention-heads 3 --seq-length 8 --max-position-embeddings 8 "
+     "--disable-bias-linear --ffn-hidden-size 20 --num-experts 3 --moe-router-topk 1 "
+     "--moe-router-score-function sigmoid --moe-router-load-balancing-type seq_aux_loss "
+     "--moe-aux-loss-coeff 0.1 --moe-expert-capacity-factor 1.25 --moe-token-drop-policy position "
+     "--moe-pad-expert-input-to-capacity --eod-mask-loss"),
 ]
 
 
@@ -1054,16 +1425,21 @@ def selftest_model():
                     P64[n].add_(torch.randn(P64[n].shape, generator=gen, dtype=torch.float64) * 0.2)
         batches = synthetic_batches(c, args, gen, 5, 2, 2)
 
-        # (c) the fused formulation against the per-head loop, float64 and float32
+        # (c) the fused formulation against the per-head loop, float64 and float32; MoE
+        # layers also against the token-by-token loop, attached losses and logged values too
         with torch.no_grad():
-            a = torch.cat([gpt_forward(P64, c, b).reshape(-1) for b in batches])
-            b = torch.cat([alt_forward(P64, c, b).reshape(-1) for b in batches])
+            la, lb, l32 = [], [], []
+            a = torch.cat([gpt_forward(P64, c, b, moe_log=la).reshape(-1) for b in batches])
+            b = torch.cat([alt_forward(P64, c, b, moe_log=lb).reshape(-1) for b in batches])
             d64 = float((a - b).abs().max())
             P32 = {n: t.detach().float() for n, t in P64.items()}
-            a32 = torch.cat([gpt_forward(P32, c, b).reshape(-1) for b in batches]).double()
+            a32 = torch.cat([gpt_forward(P32, c, b, moe_log=l32).reshape(-1) for b in batches]).double()
             d32 = float((a32 - b).abs().max())
-        check(d64 < 1e-6 and d32 < 1e-4, "forward = per-head unfused forward: " + what,
-              "max |diff| float64 %.3g, float32 %.3g" % (d64, d32))
+            moe64, moe32 = moe_log_diff(la, lb), moe_log_diff(l32, lb)
+        check(d64 < 1e-6 and d32 < 1e-4 and moe64 < 1e-6 and moe32 < 1e-4,
+              "forward = per-head unfused forward: " + what,
+              "max |diff| float64 %.3g, float32 %.3g; MoE attached losses and logged values %.3g, %.3g (%d calls)"
+              % (d64, d32, moe64, moe32, len(la)))
 
         # (d) gradients of the train-step objective against central finite differences
         for n in names:
@@ -1102,8 +1478,267 @@ def selftest_model():
                     means.append(float((l * bt["loss_mask"]).sum() / bt["loss_mask"].sum()))
             check(abs(obj - sum(means) / len(means)) < 1e-12, "objective = mean of micro-batch token means",
                   (obj, means))
+        if c.E:
+            # the MoE losses enter the objective with scale 1/M, never the lm loss
+            log = []
+            obj, lsum, ntok = step_objective(P64, c, batches, backward=False, moe_log=log)
+            with torch.no_grad():
+                means, extras = [], []
+                for bt in batches:
+                    calls = []
+                    l = gpt_forward(P64, c, bt, moe_log=calls)
+                    means.append(float((l * bt["loss_mask"]).sum() / bt["loss_mask"].sum()))
+                    extras.append(sum(float(e) for e, _ in calls))
+            want = (sum(means) + sum(extras)) / len(batches)
+            n_moe = sum(1 for n in range(c.L) if is_moe(c, n))
+            check(abs(obj - want) < 1e-12 and len(log) == n_moe * len(batches) and min(extras) > 1e-4,
+                  "objective = mean over micro-batches of (token mean + attached MoE losses): " + what,
+                  (obj, means, extras, len(log)))
     x = torch.randn(50, dtype=torch.float64, requires_grad=True)
     check(torch.autograd.gradcheck(TanhGeluFn.apply, (x,), raise_exception=False), "fused tanh-GELU backward passes gradcheck")
+
+
+def moe_log_diff(la, lb):
+    """Largest difference between two MoE layer-call logs: attached objectives and logged
+    values (NaN equals NaN); infinite when the calls or names differ."""
+    if len(la) != len(lb):
+        return float("inf")
+    worst = 0.0
+    for (ea, ga), (eb, gb) in zip(la, lb):
+        if set(ga) != set(gb):
+            return float("inf")
+        worst = max(worst, abs(float(ea) - float(eb)))
+        for n in ga:
+            if not (math.isnan(ga[n]) and math.isnan(gb[n])):
+                worst = max(worst, abs(ga[n] - gb[n]))
+    return worst
+
+
+def moe_test_config(flags, h=8, f=6, L=1):
+    base = ("--num-layers %d --hidden-size %d --num-attention-heads 1 --seq-length 4 "
+            "--max-position-embeddings 4 --disable-bias-linear --ffn-hidden-size %d " % (L, h, f))
+    return model_config(build_parser().parse_args((base + flags).split()), 16)
+
+
+# moe-spec.md example R: logits of tokens t0..t3 over 4 experts. The spec numbers tokens
+# sequence-major (t = s*b_size + b), so with b = 2, s = 2 its sequence 0 is t0, t2 and
+# sequence 1 is t1, t3. megac's tokens are batch-major (t = b*S + s): feeding the rows in the
+# order t0, t2, t1, t3 as B = 2 samples of S = 2 makes sample 0 = (t0, t2) and sample 1 =
+# (t1, t3), the spec's grouping, for seq_aux_loss; the other numbers are per token or
+# order-free, and the position-policy example keeps the same earliest tokens (t0 < t2 < t3).
+R_LOGITS = [[1, 2, 0, -1], [.5, 2.5, 1.5, 0], [3, 0, 2, 1], [2.5, 0, .5, 1]]
+R_ORDER = [0, 2, 1, 3]  # megac row u holds spec token R_ORDER[u]
+
+
+def selftest_moe_example():
+    z = torch.tensor([R_LOGITS[t] for t in R_ORDER], dtype=torch.float64)
+
+    def routed(flags):
+        c = moe_test_config("--num-experts 4 " + flags)
+        probs, rmap, extra, log = moe_router(z, c, 2)
+        got = {t: {e: round(float(probs[u, e]), 9) for e in range(4) if rmap[u, e]} for u, t in enumerate(R_ORDER)}
+        return got, extra, log, c, probs, rmap
+
+    def close(got, want, tol=1e-6):  # the spec prints 6 decimals
+        return all(set(got[t]) == set(want[t]) and all(abs(got[t][e] - want[t][e]) <= tol for e in want[t])
+                   for t in want)
+
+    post = {0: {1: .731059, 0: .268941}, 1: {1: .731059, 2: .268941},
+            2: {0: .731059, 2: .268941}, 3: {0: .817574, 3: .182426}}
+    pre = {0: {1: .643914, 0: .236883}, 1: {1: .630795, 2: .232057},
+           2: {0: .643914, 2: .236883}, 3: {0: .694179, 3: .154892}}
+    sig = {0: {1: .546449, 0: .453551}, 1: {1: .530593, 2: .469407},
+           2: {0: .519575, 2: .480425}, 3: {0: .558326, 3: .441674}}
+    for flags, want, what in (("", post, "post-softmax"), ("--moe-router-pre-softmax", pre, "pre-softmax"),
+                              ("--moe-router-score-function sigmoid", sig, "sigmoid")):
+        got = routed(flags)[0]
+        check(close(got, want), "MoE example R: %s top-2 experts and probs" % what, got)
+
+    # aux losses: the same softmax-over-E scores for post- and pre-softmax routing
+    vals = []
+    for flags in ("", "--moe-router-pre-softmax"):
+        _, extra, log, _, _, _ = routed("--moe-aux-loss-coeff 0.01 " + flags)
+        vals.append(log)
+        good = set(log) == {"load_balancing_loss"} and abs(log["load_balancing_loss"] - 1.166809) < 1e-6
+        good = good and abs(float(extra) - 0.01 * log["load_balancing_loss"]) < 1e-15
+    check(good, "MoE example R: aux_loss/coeff = 1.166809 (post- and pre-softmax), objective coeff*aux", vals)
+    _, extra, log, c, _, _ = routed("--moe-router-load-balancing-type seq_aux_loss --moe-aux-loss-coeff 0.01")
+    sc = torch.softmax(z, -1)
+    amap = torch.zeros(z.shape, dtype=torch.bool).scatter(1, torch.topk(sc, 2, -1)[1], True)
+    per_seq = [float(switch_aux(sc[0:2], amap[0:2], c)), float(switch_aux(sc[2:4], amap[2:4], c))]
+    good = (abs(log["seq_load_balancing_loss"] - 1.190399) < 1e-6 and log["load_balancing_loss"] == 0.0
+            and abs(per_seq[0] - 1.380797) < 1e-6 and abs(per_seq[1] - 1.0) < 1e-6
+            and abs(float(extra) - 0.01 * log["seq_load_balancing_loss"]) < 1e-15)
+    check(good, "MoE example R: seq_aux_loss/coeff = (1.380797 + 1.0)/2 = 1.190399 over samples (t0, t2), "
+          "(t1, t3); load_balancing_loss logged as 0", (log, per_seq))
+    _, extra, log, _, _, _ = routed("--moe-z-loss-coeff 0.001")
+    lse2 = [float(v) for v in torch.logsumexp(z, -1).pow(2)]
+    want = {0: 5.954525, 1: 11.834905, 2: 8.766179, 3: 8.208370}  # rows u in megac order
+    good = (abs(log["z_loss"] - 8.690995) < 1e-6 and all(abs(lse2[u] - want[u]) < 1e-6 for u in want)
+            and abs(float(extra) - 0.001 * log["z_loss"]) < 1e-15 and log["load_balancing_loss"] == 0.0)
+    check(good, "MoE example R: z-loss mean lse^2 = 8.690995; coefficient 0 logs load_balancing_loss 0", (log, lse2))
+    log = routed("--moe-z-loss-coeff 0 --moe-router-load-balancing-type none")[2]
+    check(set(log) == {"z_loss"} and math.isnan(log["z_loss"]), "MoE: z-loss coefficient 0 logs NaN (0/0), "
+          "type none logs no balancing loss", log)
+
+    # capacity 2 with cf = 1: e0 is over capacity with t0 (.268941), t2 (.731059), t3 (.817574)
+    drop_probs = {0: {1: .731059}, 1: post[1], 2: post[2], 3: post[3]}
+    drop_pos = {0: post[0], 1: post[1], 2: post[2], 3: {3: .182426}}
+    got, _, _, c, probs, rmap = routed("--moe-expert-capacity-factor 1")
+    good = moe_capacity(4, c) == 2 and close(got, drop_probs)
+    got2, _, _, _, _, _ = routed("--moe-expert-capacity-factor 1 --moe-token-drop-policy position")
+    check(good and close(got2, drop_pos), "MoE example R, cf 1: capacity 2; probs drops t0->e0, "
+          "position drops t3->e0 (the earliest two kept); not renormalised", (got, got2))
+    _, _, _, _, pprobs, pmap = routed("--moe-expert-capacity-factor 1 --moe-pad-expert-input-to-capacity")
+    check(pmap.sum(0).tolist() == [2, 2, 2, 2] and torch.equal(pprobs, probs) and bool((rmap <= pmap).all()),
+          "MoE example R, cf 1 with padding: 2 rows per expert, the same probs (padding rows weigh 0)",
+          (pmap.int().tolist(), pprobs.tolist()))
+    cs = [moe_capacity(5, moe_test_config("--num-experts 4 --moe-expert-capacity-factor 1.1")),
+          moe_capacity(4096, moe_test_config("--num-experts 8 --moe-expert-capacity-factor 1.25"))]
+    check(cs == [3, 1280], "MoE capacity: T*k 10, E 4, cf 1.1 -> 3; T 4096, k 2, E 8, cf 1.25 -> 1280", cs)
+
+    # the whole layer on one-hot inputs whose router logits are example R: t0's output is
+    # .731059 * FFN_1(x_t0) when dropping by probs; padding changes nothing
+    outs = []
+    for flags in ("--moe-expert-capacity-factor 1", "--moe-expert-capacity-factor 1 --moe-pad-expert-input-to-capacity"):
+        c = moe_test_config("--swiglu --num-experts 4 --moe-ffn-hidden-size 3 " + flags, h=4)
+        P, _ = init_model(c, 0.5, 0.5, 5, torch.float64)
+        with torch.no_grad():
+            P["decoder.layers.0.mlp.router.weight"].copy_(torch.tensor(R_LOGITS, dtype=torch.float64).t())
+            x = torch.eye(4, dtype=torch.float64)[R_ORDER].view(2, 2, 4)
+            outs.append(moe_layer(x, P, "decoder.layers.0.mlp.", c).reshape(4, 4))
+            ffn = [mlp(x.reshape(4, 4), P, "decoder.layers.0.mlp.experts.local_experts.%d." % e, c) for e in range(4)]
+    w0 = torch.softmax(torch.tensor([2.0, 1.0], dtype=torch.float64), 0)
+    w3 = torch.softmax(torch.tensor([2.5, 1.0], dtype=torch.float64), 0)
+    d = max(float((outs[0][0] - w0[0] * ffn[1][0]).abs().max()),
+            float((outs[0][3] - (w3[0] * ffn[0][3] + w3[1] * ffn[3][3])).abs().max()),
+            float((outs[1] - outs[0]).abs().max()))
+    check(d < 1e-15 and abs(float(w0[0]) - .731059) < 1e-6,
+          "MoE example R layer, cf 1: t0 -> .731059 FFN_1(x_t0), t3 -> .817574 FFN_0 + .182426 FFN_3; "
+          "padding changes nothing", d)
+    # reporting: 2 MoE layers, 2 micro-batches, values 1.2, 1.0 (layer 0) and 1.1, 1.3 (layer 1)
+    rep = moe_report([(0, {"load_balancing_loss": 1.2}), (0, {"load_balancing_loss": 1.1}),
+                      (0, {"load_balancing_loss": 1.0}), (0, {"load_balancing_loss": 1.3})])
+    check(abs(rep["load_balancing_loss"] - 1.15) < 1e-15 and list(rep) == ["load_balancing_loss"],
+          "MoE reporting example: per layer 1.1, 1.2 -> 1.15", rep)
+
+
+MOE_LAYER_CONFIGS = [
+    ("softmax top-2 of 4, aux_loss + z-loss, capacity 1.0 by probs, shared expert, SwiGLU",
+     "--swiglu --num-experts 4 --moe-ffn-hidden-size 5 --moe-aux-loss-coeff 0.1 --moe-z-loss-coeff 0.01 "
+     "--moe-expert-capacity-factor 1.0 --moe-shared-expert-intermediate-size 6", True),
+    ("pre-softmax top-2 of 4, seq_aux_loss + z-loss, capacity 0.75 by position, padded, GELU",
+     "--num-experts 4 --moe-ffn-hidden-size 7 --moe-router-pre-softmax --moe-router-load-balancing-type "
+     "seq_aux_loss --moe-aux-loss-coeff 0.1 --moe-z-loss-coeff 0.01 --moe-expert-capacity-factor 0.75 "
+     "--moe-token-drop-policy position --moe-pad-expert-input-to-capacity", True),
+    ("sigmoid top-3 of 5, aux_loss + z-loss, dropless, SwiGLU",
+     "--swiglu --num-experts 5 --moe-router-topk 3 --moe-router-score-function sigmoid --moe-ffn-hidden-size 4 "
+     "--moe-aux-loss-coeff 0.1 --moe-z-loss-coeff 0.01", False),
+    ("sigmoid top-1 of 3, seq_aux_loss, capacity 0.8 by probs, shared expert, GELU",
+     "--num-experts 3 --moe-router-topk 1 --moe-router-score-function sigmoid --moe-router-load-balancing-type "
+     "seq_aux_loss --moe-aux-loss-coeff 0.1 --moe-expert-capacity-factor 0.8 "
+     "--moe-shared-expert-intermediate-size 5", True),
+]
+
+
+def selftest_moe_layer():
+    """One MoE layer in float64 on B = 2 samples of S = 6 tokens: against the token-by-token
+    loop, then the gradient of sum(y * R) + attached aux/z losses, and of the attached losses
+    alone, against central finite differences w.r.t. x, the router and expert weights."""
+    pre = "decoder.layers.0.mlp."
+    for ci, (what, flags, drops) in enumerate(MOE_LAYER_CONFIGS):
+        c = moe_test_config(flags)
+        gen = torch.Generator().manual_seed(300 + ci)
+        P, names = init_model(c, 0.5, 0.5, 40 + ci, torch.float64)
+        mine = [n for n in names if n.startswith(pre)]
+        x = torch.randn(2, 6, c.h, generator=gen, dtype=torch.float64).requires_grad_(True)
+        R = torch.randn(2, 6, c.h, generator=gen, dtype=torch.float64)
+        with torch.no_grad():
+            la, lb = [], []
+            ya = moe_layer(x, P, pre, c, la)
+            yb = alt_moe(x, P, pre, c, lb)
+            z = F.linear(x.reshape(12, c.h), P[pre + "router.weight"])
+            probs, rmap = moe_scores(z, c)
+            keep = moe_keep(probs, rmap, c) if c.cf is not None else None
+            dropped = 0 if keep is None else int((rmap & ~keep).sum())
+        d = max(float((ya - yb).abs().max()), moe_log_diff(la, lb))
+        check(d < 1e-12 and (dropped > 0) == drops, "MoE layer = token-by-token loop: " + what,
+              "max |diff| %.3g, %d token-expert pairs dropped" % (d, dropped))
+
+        leaves = [("x", x)] + [(n, P[n]) for n in mine]
+
+        def objective(aux_only):
+            log = []
+            y = moe_layer(x, P, pre, c, log)
+            return log[0][0] if aux_only else (y * R).sum() + log[0][0]
+
+        for aux_only in (False, True):
+            grads = torch.autograd.grad(objective(aux_only), [t for _, t in leaves], allow_unused=True)
+            worst, where, eps = 0.0, "", 1e-6
+            with torch.no_grad():
+                for (n, t), g in zip(leaves, grads):
+                    g = torch.zeros_like(t) if g is None else g
+                    flat = t.view(-1)
+                    if n == "x" or n.endswith("router.weight"):
+                        picks = range(flat.numel())
+                    else:
+                        picks = torch.randint(0, flat.numel(), (6,), generator=gen).tolist()
+                    for i in picks:
+                        old = float(flat[i])
+                        flat[i] = old + eps
+                        fp = float(objective(aux_only))
+                        flat[i] = old - eps
+                        fm = float(objective(aux_only))
+                        flat[i] = old
+                        num = (fp - fm) / (2 * eps)
+                        ana = float(g.view(-1)[i])
+                        err = abs(num - ana) / max(1e-3, abs(num), abs(ana))
+                        if err > worst:
+                            worst, where = err, "%s[%d]: analytic %.9g, numeric %.9g" % (n, i, ana, num)
+            gr = float(grads[mine.index(pre + "router.weight") + 1].norm())
+            check(worst < 1e-5 and gr > 1e-3, "MoE layer gradients = finite differences (float64, %s): %s"
+                  % ("attached aux/z losses alone" if aux_only else "output and attached losses", what),
+                  "worst relative error %.3g at %s; |router grad| %.3g" % (worst, where, gr))
+
+
+def selftest_moe_model_files():
+    """Names, shapes and initial values of a MoE model (--write-init-model and --ref-model)."""
+    c = moe_test_config("--num-experts 2 --moe-layer-freq 2 --swiglu --moe-ffn-hidden-size 5 "
+                        "--moe-shared-expert-intermediate-size 3", h=4, f=7, L=3)
+    want = []
+    for n in range(3):
+        p = "decoder.layers.%d." % n
+        want += [(p + "self_attention.linear_qkv.layer_norm_weight", (4,)),
+                 (p + "self_attention.linear_qkv.layer_norm_bias", (4,)),
+                 (p + "self_attention.linear_qkv.weight", (12, 4)), (p + "self_attention.linear_proj.weight", (4, 4))]
+        if n % 2 == 0:
+            want += [(p + "pre_mlp_layernorm.weight", (4,)), (p + "pre_mlp_layernorm.bias", (4,)),
+                     (p + "mlp.router.weight", (2, 4))]
+            for j in range(2):
+                e = p + "mlp.experts.local_experts.%d." % j
+                want += [(e + "linear_fc1.weight", (10, 4)), (e + "linear_fc2.weight", (4, 5))]
+            want += [(p + "mlp.shared_experts.linear_fc1.weight", (6, 4)),
+                     (p + "mlp.shared_experts.linear_fc2.weight", (4, 3))]
+        else:
+            want += [(p + "mlp.linear_fc1.layer_norm_weight", (4,)), (p + "mlp.linear_fc1.layer_norm_bias", (4,)),
+                     (p + "mlp.linear_fc1.weight", (14, 4)), (p + "mlp.linear_fc2.weight", (4, 7))]
+    got = [(n, s) for n, s in param_shapes(c) if n.startswith("decoder.layers.")]
+    check(got == want, "MoE model names and shapes (layers 0 and 2 MoE with freq 2; pre_mlp_layernorm)",
+          sorted(set(got) ^ set(want)))
+    c = moe_test_config("--num-experts 2 --moe-ffn-hidden-size 4096 --moe-shared-expert-intermediate-size 4096",
+                        h=64, L=2)
+    P, names = init_model(c, 0.02, 0.02, 3)
+    p = "decoder.layers.1."
+    stds = [float(P[p + n].std()) for n in ("mlp.router.weight", "mlp.experts.local_experts.1.linear_fc1.weight",
+                                            "mlp.experts.local_experts.1.linear_fc2.weight",
+                                            "mlp.shared_experts.linear_fc2.weight")]
+    want = [0.02, 0.02, 0.01, 0.01]  # std/sqrt(2L) for fc2, L = 2
+    good = (all(abs(a / b - 1) < (0.2 if i == 0 else 0.03) for i, (a, b) in enumerate(zip(stds, want)))
+            and bool((P[p + "pre_mlp_layernorm.weight"] == 1).all()) and bool((P[p + "pre_mlp_layernorm.bias"] == 0).all())
+            and not no_weight_decay(p + "mlp.router.weight", P[p + "mlp.router.weight"].shape)
+            and not no_weight_decay(p + "mlp.experts.local_experts.1.linear_fc1.weight", (8192, 64)))
+    check(good, "MoE init: router and fc1 N(0, std), fc2 N(0, std/sqrt(2L)), pre-MLP norm 1/0; "
+          "router and expert weights get weight decay", stds)
 
 
 def self_test():
@@ -1114,6 +1749,9 @@ def self_test():
     selftest_schedule()
     selftest_adamw()
     selftest_model()
+    selftest_moe_example()
+    selftest_moe_layer()
+    selftest_moe_model_files()
     print("# %d failed" % len(FAILS))
     return 1 if FAILS else 0
 
