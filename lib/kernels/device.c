@@ -101,15 +101,26 @@ int device_choose(struct device_choice *d, const char *want, int local_rank, enu
 	char name[128];
 	size_t mem = 0;
 	const char *why = NULL;
-	if (cuda_probe_select(dev, name, (int)sizeof(name), &mem, &why) < 0)
-		return error("GPU %d (local rank %d of %d visible GPUs) cannot be used: %s", dev, local_rank, n, why);
+	if (cuda_probe_select(dev, name, (int)sizeof(name), &mem, &why) < 0) {
+		if (!strcmp(want, "cuda"))
+			return error("GPU %d (local rank %d of %d visible GPUs) cannot be used: %s", dev, local_rank, n,
+				     why);
+		warning("GPU %d (local rank %d) cannot be used (%s): computing on the CPU", dev, local_rank, why);
+		choose_cpu(d, "the GPU cannot be used");
+		return 0;
+	}
 	const struct kops *k = NULL;
 	if (prec == DEVICE_FP32)
 		k = kops_cuda(&why);
 	else
 		k = kops_cuda_half(prec == DEVICE_BF16 ? KOPS_ROUND_BF16 : KOPS_ROUND_FP16, &why);
-	if (!k)
+	if (!k && !strcmp(want, "cuda"))
 		return error("the CUDA backend cannot run on GPU %d: %s", dev, why ? why : "unknown reason");
+	if (!k) {
+		warning("the CUDA backend cannot run on GPU %d (%s): computing on the CPU", dev, why ? why : "?");
+		choose_cpu(d, "the CUDA backend cannot run on this GPU");
+		return 0;
+	}
 	d->k = k;
 	d->cuda_device = dev;
 	snprintf(d->what, sizeof(d->what), "CUDA device %d of %d (%s, %.1f GiB; local rank %d), op table %s", dev,

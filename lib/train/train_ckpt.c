@@ -251,8 +251,9 @@ static int link_stages(struct trainer *t, struct ckpt_writer *w, int mf, int of)
 	return ret;
 }
 
-/* Adam's state for the whole registry in host memory (the backend's
- * staging memory: page-locked on a GPU; free with host_free): this rank's, or with
+/* Adam's state for the whole registry in host memory (plain: with the
+ * distributed optimizer only the root's copy fills, and page-locking all of
+ * it on every rank would pin the whole state per rank): this rank's, or with
  * the distributed optimizer every shard gathered over the group it is
  * sharded over (data-parallel, with context-parallel under CP; called on
  * every rank, since the gather is collective; only the copy of that group's
@@ -260,7 +261,7 @@ static int link_stages(struct trainer *t, struct ckpt_writer *w, int mf, int of)
 static float *optim_state_full(struct trainer *t, const float *state)
 {
 	size_t total = t->model.reg.total, lo = t->opt.lo, hi = t->opt.hi;
-	float *full = t->k->host_alloc((total ? total : 1) * sizeof(float));
+	float *full = xcalloc(total ? total : 1, sizeof(float)); /* plain memory: a shard's pages only, off the root */
 	t->k->to_host(full + lo, state, (hi - lo) * sizeof(float));
 	if (hi - lo != total)
 		dist_gather_f32(t->gdp, full, total);
@@ -347,7 +348,7 @@ int train_ckpt_save(struct trainer *t)
 		float *local = optim_state_full(t, states[s]); /* collective over t->gdp */
 		if (assemble)
 			bad |= stream_tensors(t, bad ? NULL : w, of, groups[s], local);
-		t->k->host_free(local);
+		free(local);
 	}
 	/* 0: saved; 1 + s: pipeline stage s failed (the lowest one) */
 	double code = 0;
@@ -440,11 +441,11 @@ static int get_model(struct ckpt_reader *r, int file, struct trainer *t)
 static int get_optim_state(struct ckpt_reader *r, int file, struct trainer *t, const char *group, float *state)
 {
 	size_t total = t->model.reg.total;
-	float *full = t->k->host_alloc((total ? total : 1) * sizeof(float));
+	float *full = xcalloc(total ? total : 1, sizeof(float));
 	int ret = get_tensors(r, file, t, group, full);
 	if (!ret)
 		t->k->to_device(state, full + t->opt.lo, (t->opt.hi - t->opt.lo) * sizeof(float));
-	t->k->host_free(full);
+	free(full);
 	return ret;
 }
 

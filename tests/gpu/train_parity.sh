@@ -4,7 +4,8 @@
 #   - 20 iterations of a tiny GPT-2-style and Llama-style model (dropout on,
 #     two micro-batches per step) in fp32: every iteration's lm loss on the
 #     GPU equals the CPU's within rtol 1e-4, also with document masks (the
-#     probs attention path), full recompute and validation;
+#     probs attention path), full recompute and validation, and for a
+#     Mixtral-style mixture of experts (routing on the host, experts on the GPU);
 #   - the same in bf16 within rtol 2e-2 (both round every activation to bf16,
 #     so summation-order differences of the GEMMs move values across rounding
 #     boundaries; the worst difference is printed);
@@ -57,12 +58,13 @@ compare() {
 		notok "$1: the runs logged $(wc -l <"$3") and $(wc -l <"$4") losses"
 		return
 	fi
-	worst=$(paste "$3" "$4" | awk -v r="$2" '
-		{ if ($1 != $3) { print "iterations differ"; bad = 1; exit }
+	# "bad" (never a number) when the iterations differ or a loss is not a number
+	worst=$(paste "$3" "$4" | awk '
+		{ if ($1 != $3 || $2 !~ /^[0-9.eE+-]+$/ || $4 !~ /^[0-9.eE+-]+$/) { bad = 1; exit }
 		  d = $2 - $4; if (d < 0) d = -d; m = $2 < 0 ? -$2 : $2; rel = d / (m > 1e-30 ? m : 1e-30)
 		  if (rel > worst) worst = rel }
-		END { if (!bad) printf "%.3g\n", worst + 0 }')
-	if awk -v w="$worst" -v r="$2" 'BEGIN { exit !(w != "" && w + 0 <= r + 0) }' 2>/dev/null; then
+		END { if (bad) print "bad"; else printf "%.3g\n", worst + 0 }')
+	if [ "$worst" != bad ] && awk -v w="$worst" -v r="$2" 'BEGIN { exit !(w + 0 <= r + 0) }'; then
 		ok "$1: $(wc -l <"$3") losses agree, worst relative difference $worst (rtol $2)"
 	else
 		notok "$1: worst relative difference $worst (rtol $2)"
@@ -77,10 +79,10 @@ run() {
 	_role=$2
 	_d=$3
 	shift 3
-	if "$BIN/train" "$@" --device "$_d" >"$W/$_n.$_role.log" 2>&1; then
-		return 0
-	fi
-	notok "$_n on $_d (exit $?)"
+	timeout 90 "$BIN/train" "$@" --device "$_d" >"$W/$_n.$_role.log" 2>&1
+	_rc=$?
+	[ $_rc -eq 0 ] && return 0
+	notok "$_n on $_d (exit $_rc)"
 	show "$W/$_n.$_role.log"
 	return 1
 }
@@ -118,6 +120,9 @@ parity llama-fp32 1e-4 $LLAMA $COMMON
 parity llama-docmask-fp32 1e-4 $LLAMA $COMMON --reset-attention-mask --reset-position-ids --eod-mask-loss
 parity gpt2-recompute-fp32 1e-4 $GPTM $COMMON --recompute-granularity full --recompute-method uniform \
 	--recompute-num-layers 1
+MOE="$LLAMA --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 64 --moe-aux-loss-coeff 0.01"
+MOE="$MOE --moe-z-loss-coeff 0.001 --moe-shared-expert-intermediate-size 32 --moe-expert-capacity-factor 1.5"
+parity moe-fp32 1e-4 $MOE $COMMON
 parity gpt2-bf16 2e-2 $GPTM $COMMON --bf16
 parity llama-bf16 2e-2 $LLAMA $COMMON --bf16
 
@@ -139,7 +144,8 @@ fi
 # first reading for docs/perf.md; issue 11's tests/gpu/bench.sh is that)
 BIG="--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 --max-position-embeddings 1024"
 BIG="$BIG --micro-batch-size 4 --global-batch-size 8 --lr 1e-4 --train-iters 6 --log-interval 1 --log-throughput"
-BIG="$BIG --data-path $W/kjv_text_document --split 100,0,0 --data-cache-path $W/cache $GPT2"
+BIG="$BIG --data-path $W/kjv_text_document --split 100,0,0 --eval-interval 1000 --eval-iters 0"
+BIG="$BIG --data-cache-path $W/cache $GPT2"
 for prec in $([ "$DEV" = cpu ] || echo fp32 bf16); do
 	flag=
 	[ $prec = bf16 ] && flag=--bf16
