@@ -341,6 +341,9 @@ int gpt_init_pipe(struct gpt_model *m, const struct gpt_config *c, const struct 
 	m->tp_size = m->tp ? tp->size : 1;
 	m->tp_rank = m->tp ? tp->rank : 0;
 	int t = m->tp_size;
+	if (c->E > 0 && (c->moe_f % t || c->shared_f % t))
+		return error("tensor parallelism %d needs --moe-ffn-hidden-size (%d) and the shared expert size (%d) "
+			     "divisible by it", t, c->moe_f, c->shared_f);
 	if (c->g % t || c->f % t || c->Vp % t)
 		return error("tensor parallelism %d needs query groups (%d), ffn size (%d) and padded vocabulary (%d) "
 			     "divisible by it%s", t, c->g, c->f, c->Vp,
@@ -353,6 +356,8 @@ int gpt_init_pipe(struct gpt_model *m, const struct gpt_config *c, const struct 
 	m->lc.a /= t;
 	m->lc.g /= t;
 	m->lc.f /= t;
+	m->lc.moe_f /= t; /* experts split over TP as the dense MLP (expert TP = TP) */
+	m->lc.shared_f /= t;
 	m->lc.Vp /= t;
 	m->vstart = m->tp_rank * m->lc.Vp;
 	m->sp = sp && m->tp;
@@ -371,9 +376,8 @@ int gpt_init_pipe(struct gpt_model *m, const struct gpt_config *c, const struct 
 	 * ops know no document masks, so those keep the probs path */
 	m->flash = k->flash && k->attention_block_forward && k->attention_block_backward && !m->cp &&
 		   !pipe->doc_masks;
-	if (c->E > 0 && (m->tp || m->cp))
-		return error("mixture of experts with %s is not implemented yet",
-			     m->tp ? "tensor parallelism" : "context parallelism");
+	if (c->E > 0 && m->cp)
+		return error("mixture of experts with context parallelism is not implemented yet");
 	if (m->sp && m->lc.S % t)
 		return error("--sequence-parallel needs --seq-length %d%s divisible by --tensor-model-parallel-size %d",
 			     c->S, m->cp ? " / --context-parallel-size" : "", t);
@@ -822,7 +826,7 @@ static void moe_mlp_forward(struct gpt_model *m, int l, struct gpt_layer_acts *A
 	const struct gpt_layer_params *p = &m->lp[l];
 	struct gpt_moe_acts *M = A->moe;
 	int N = m->B * c->S, h = c->h, E = c->E, fm = c->moe_f, f1 = c->swiglu ? 2 * fm : fm;
-	const float *x = A->ln2;
+	const float *x = seq_full(m, A->ln2); /* every row, on every TP rank: they all route alike */
 
 	linear_fwd(m, M->z, x, p->router_w, -1, N, h, E);
 	k->to_host(M->z_host, M->z, (size_t)N * E * sizeof(float));
@@ -870,7 +874,21 @@ static void moe_mlp_forward(struct gpt_model *m, int l, struct gpt_layer_acts *A
 	round_half(m, out, (size_t)N * h);
 }
 
-/* dout: dL/d(the MoE output); leaves dL/d(its input, the norm's output) in m->dln */
+/* The MoE output's sum over TP (each rank's experts hold a slice of every
+ * expert's MLP, as the dense MLP's fc2), or its reduce-scatter onto this
+ * rank's rows with SP: row_parallel's second half. */
+static const float *moe_reduce(struct gpt_model *m, float *out, int N)
+{
+	if (!m->sp) {
+		tp_sum(m, out, (size_t)N * m->c.h);
+		return out;
+	}
+	sp_reduce_scatter(m, m->shard, out);
+	return m->shard;
+}
+
+/* dout: dL/d(the MoE output), every row; leaves this rank's share of
+ * dL/d(its input, the norm's output) in m->dln, for column_input_grad */
 static void moe_mlp_backward(struct gpt_model *m, int l, struct gpt_layer_acts *A, const float *dout)
 {
 	const struct gpt_config *c = &m->lc;
@@ -879,7 +897,7 @@ static void moe_mlp_backward(struct gpt_model *m, int l, struct gpt_layer_acts *
 	struct gpt_moe_acts *M = A->moe;
 	const struct moe_route *r = &M->route;
 	int N = m->B * c->S, h = c->h, E = c->E, fm = c->moe_f, f1 = c->swiglu ? 2 * fm : fm, R = r->R;
-	const float *x = A->ln2;
+	const float *x = seq_full(m, A->ln2);
 
 	if (p->sfc1_w >= 0) {
 		int fs = c->shared_f, s1 = c->swiglu ? 2 * fs : fs;
@@ -913,13 +931,18 @@ static void moe_mlp_backward(struct gpt_model *m, int l, struct gpt_layer_acts *
 		k->embedding_backward(m->dln, NULL, m->moe_dx, M->row_tok, NULL, R, h);
 	/* the router: each kept slot's weight gradient, plus the attached losses */
 	k->to_host(m->moe_dw_host, m->moe_dw, (size_t)R * sizeof(float));
+	if (m->tp) /* y, hence each row's dot product, is this rank's share of the expert's output */
+		dist_allreduce_sum_f32(m->tp, m->moe_dw_host, (size_t)R);
 	memset(m->moe_dprobs_host, 0, (size_t)N * c->router.k * sizeof(float));
 	for (int i = 0; i < R; i++)
 		m->moe_dprobs_host[(size_t)r->row_tok[i] * c->router.k + r->row_slot[i]] = m->moe_dw_host[i];
 	moe_route_backward(r, &c->router, M->z_host, m->moe_dprobs_host, c->S, m->moe_aux_scale, m->moe_dz_host);
 	k->to_device(m->moe_dz, m->moe_dz_host, (size_t)N * E * sizeof(float));
-	linear_bwd(m, m->moe_dx, m->moe_dz, x, p->router_w, -1, N, h, E);
-	k->add(m->dln, m->dln, m->moe_dx, (size_t)N * h);
+	/* every TP rank computed the whole router gradient; the input's share
+	 * counts once in the sum over TP that follows */
+	linear_bwd(m, m->tp_rank == 0 ? m->moe_dx : NULL, m->moe_dz, x, p->router_w, -1, N, h, E);
+	if (m->tp_rank == 0)
+		k->add(m->dln, m->dln, m->moe_dx, (size_t)N * h);
 	round_half(m, m->dln, (size_t)N * h);
 }
 
@@ -946,7 +969,7 @@ static void layer_forward(struct gpt_model *m, int l, const float *x, float *y, 
 	norm_fwd(m, A->ln2, A->ln2_mean, A->ln2_rstd, A->res1, p->ln2_w, p->ln2_b, Nl);
 	if (p->moe) {
 		moe_mlp_forward(m, l, A, m->tmp, train);
-		seq_dropout(m, y, A->res1, m->tmp, ph, 3 * l + 2);
+		seq_dropout(m, y, A->res1, moe_reduce(m, m->tmp, N), ph, 3 * l + 2);
 		round_half(m, y, (size_t)Nl * h);
 		return;
 	}
