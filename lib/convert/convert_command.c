@@ -508,8 +508,6 @@ static void stage_writer_free(struct stage_writer *sw)
 /* The target layout's checks: what train would refuse for this model. */
 static int check_layout(const struct gpt_config *c, int tp, int pp, int vpp)
 {
-	if (c->E > 0)
-		return error("converting a mixture-of-experts checkpoint is not implemented yet");
 	struct sbuf why = SBUF_INIT;
 	if (c->a % tp)
 		sbuf_addf(&why, "; %d attention heads are not divisible by it", c->a);
@@ -517,6 +515,8 @@ static int check_layout(const struct gpt_config *c, int tp, int pp, int vpp)
 		sbuf_addf(&why, "; %d query groups are not divisible by it", c->g);
 	if (c->f % tp)
 		sbuf_addf(&why, "; ffn hidden size %d is not divisible by it", c->f);
+	if (c->E > 0 && (c->moe_f % tp || c->shared_f % tp))
+		sbuf_addf(&why, "; the experts' ffn size %d (shared %d) is not divisible by it", c->moe_f, c->shared_f);
 	if (c->L % (pp * vpp))
 		sbuf_addf(&why, "; %d layers do not split into %d stages x %d virtual stages", c->L, pp, vpp);
 	int rc = 0;
