@@ -213,13 +213,13 @@ static void print_table(const struct args *a, const struct mm_config *c, const s
 }
 
 /* megac's own prediction, for what train can run: 1 and *st filled, or 0
- * when it does not apply (MoE, MLA, MTP), or when train would refuse the
+ * when it does not apply (MLA, MTP), or when train would refuse the
  * configuration (the reason went to stderr; Megatron's part still stands). */
 static int megac_part(const struct args *a, const struct mm_config *c, struct megac_stage_mem **st, int *n)
 {
 	*st = NULL;
 	*n = 0;
-	if (c->num_experts > 0 || c->mla || a->mtp_num_layers > 0)
+	if (c->mla || a->mtp_num_layers > 0)
 		return 0;
 	int64_t vocab;
 	if (memcalc_vocab_size(a, &vocab) < 0 || megac_mem_predict(a, vocab, st, n) < 0) {
@@ -343,8 +343,8 @@ int memcalc_command(const struct args *a)
 			else if (have)
 				print_megac(st, n);
 			else
-				printf("\nmegac's own prediction: none (train does not run this configuration: mixture of "
-				       "experts, MLA and MTP are not there yet, or see the message above)\n");
+				printf("\nmegac's own prediction: none (train does not run this configuration: MLA and "
+				       "MTP are not there yet, or see the message above)\n");
 			free(st);
 			if (fflush(stdout))
 				rc = error_errno("writing the report");

@@ -81,7 +81,7 @@ expect_ok "a train command line" $R $M --vocab-size 50257 --train-iters 10 --lr 
 # rank's memory line), within 5% (it is train's own allocation plan, so in fact
 # equal): GPT and Llama on one rank, Llama with full recompute, TP2 x PP2 with the
 # distributed optimizer on 4 ranks, and TP2 x PP2 x DP2 interleaved, bf16, with
-# the distributed optimizer on 8
+# the distributed optimizer on 8, and a MoE model on 4
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 OMPI_MCA_mpi_yield_when_idle=1
 MPI="mpirun --allow-run-as-root --oversubscribe"
 # under AddressSanitizer OpenMPI's own allocations left at exit are not ours
@@ -136,6 +136,9 @@ measured "TP2 x PP2, distributed optimizer" 4 $T --tensor-model-parallel-size 2 
 measured "Llama TP2 x PP2 x DP2 interleaved, bf16, distributed optimizer" 8 $T $LL --tensor-model-parallel-size 2 \
 	--pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2 --bf16 --use-distributed-optimizer
 measured "Llama CP2 x DP2, SP off" 4 $T $LL --context-parallel-size 2
+MOE="--num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 24 --moe-shared-expert-intermediate-size 16"
+measured "Mixtral-style MoE, TP2 x SP x PP2" 4 $T $LL $MOE --tensor-model-parallel-size 2 --sequence-parallel \
+	--pipeline-model-parallel-size 2 --moe-expert-capacity-factor 1.5
 # --advise: every layout it lists fits the budget by megac's prediction, the
 # list is exactly the fitting part of the whole list (same run, a budget that
 # fits all), ordered by the step-time model, whose terms (bytes per group as
