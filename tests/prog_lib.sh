@@ -11,7 +11,8 @@ ok() { echo "ok - $*"; }
 notok() { echo "not ok - $*"; }
 
 # new_tmp TAG: a fresh directory under the build tree
-new_tmp() { mktemp -d "${MEGAC_BUILD:?}/tmp/$1.XXXXXX"; }
+# (the parent is made first: an empty W would send a test's files to /)
+new_tmp() { mkdir -p "${MEGAC_BUILD:?}/tmp" && mktemp -d "$MEGAC_BUILD/tmp/$1.XXXXXX"; }
 
 # show FILE: the last lines of a log, indented as harness comments
 show() { tail -n "${2:-8}" "$1" | sed 's/^/#   /'; }

@@ -36,8 +36,9 @@ const struct prog_info convert_prog_info = {
 	PROG_CONVERT,
 	"Rewrites a megac checkpoint: for another pipeline layout or tensor-parallel vocabulary padding\n"
 	"(--target-pipeline-parallel-size, --target-tensor-parallel-size), without optimizer state\n"
-	"(--no-optim), in another dtype; exports it as a Hugging Face folder (--to hf: GPT2LMHeadModel or\n"
-	"LlamaForCausalLM, safetensors) or imports one (--from hf) as iteration 0 for train --finetune.\n"
+	"(--no-optim), in another dtype; exports it as a Hugging Face folder (--to hf: GPT2LMHeadModel,\n"
+	"LlamaForCausalLM or MixtralForCausalLM, safetensors) or imports one (--from hf) as iteration 0 for\n"
+	"train --finetune.\n"
 	"Output is written whole or not at all; --verify re-reads every tensor written.",
 	"ckpt_convert --load ckpt --save hf-out --to hf --dtype bf16 --vocab-file gpt2-vocab.json "
 	"--merge-file gpt2-merges.txt",
@@ -292,6 +293,22 @@ struct shard {
 	char file[64];
 };
 
+/* The MoE aux-loss coefficient the checkpoint's configuration records
+ * (gpt_config_from_ckpt leaves the training-only router settings out):
+ * Mixtral's router_aux_loss_coef, 0 when there is none. */
+static double aux_coeff(struct ckpt_reader *r, int mf)
+{
+	char *s;
+	if (ckpt_get_attr_str(r, mf, NULL, "config", &s) < 0)
+		return 0;
+	json_t *o = json_loads(s, 0, NULL);
+	json_t *v = json_object_get(o, "moe_aux_loss_coeff");
+	double x = json_is_number(v) ? json_number_value(v) : 0;
+	json_decref(o);
+	free(s);
+	return x;
+}
+
 static int to_hf(const struct args *a)
 {
 	int64_t iter;
@@ -301,12 +318,12 @@ static int to_hf(const struct args *a)
 	struct gpt_config c;
 	enum hf_arch arch;
 	int mf = ckpt_file_open(r, "model.h5");
-	if (mf < 0 || gpt_config_from_ckpt(&c, r, mf) < 0 ||
-	    (c.E > 0 && error("exporting a mixture-of-experts checkpoint (MixtralForCausalLM) is not implemented yet") < 0) ||
-	    hf_arch_for(&c, &arch) < 0) {
+	if (mf < 0 || gpt_config_from_ckpt(&c, r, mf) < 0 || hf_arch_for(&c, &arch) < 0) {
 		ckpt_close(r);
 		return -1;
 	}
+	if (c.E > 0)
+		c.router.aux_coeff = aux_coeff(r, mf);
 	double max_shard = 5e9;
 	if (a->max_shard_size && size_parse(a->max_shard_size, "--max-shard-size", &max_shard) < 0) {
 		ckpt_close(r);

@@ -13,24 +13,54 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "base/sbuf.h"
 #include "base/xalloc.h"
 
 const char *hf_arch_class(enum hf_arch arch)
 {
-	return arch == HF_GPT2 ? "GPT2LMHeadModel" : "LlamaForCausalLM";
+	return arch == HF_GPT2 ? "GPT2LMHeadModel" : arch == HF_LLAMA ? "LlamaForCausalLM" : "MixtralForCausalLM";
+}
+
+/* A MoE model as MixtralForCausalLM (docs/moe-spec.md section 7): every
+ * layer MoE, softmax routing after the top-k (HF renormalises the top-k of
+ * a softmax over all experts, which is the same), no shared expert. */
+static int mixtral_ok(const struct gpt_config *c)
+{
+	int dense = 0;
+	for (int l = 0; l < c->L; l++)
+		dense += !c->moe_layer[l];
+	struct sbuf why = SBUF_INIT;
+	if (dense)
+		sbuf_addf(&why, ", %d dense layer%s (--moe-layer-freq)", dense, dense > 1 ? "s" : "");
+	if (c->shared_f > 0)
+		sbuf_addf(&why, ", a shared expert (--moe-shared-expert-intermediate-size %d)", c->shared_f);
+	if (c->router.sigmoid)
+		sbuf_addf(&why, ", sigmoid routing (--moe-router-score-function sigmoid)");
+	if (c->router.pre_softmax)
+		sbuf_addf(&why, ", the softmax before the top-k (--moe-router-pre-softmax)");
+	int rc = 0;
+	if (why.len)
+		rc = error("a mixture-of-experts model exports as MixtralForCausalLM, which has MoE in every layer, a "
+			   "softmax router renormalised over the top-k (megac's softmax after the top-k) and no shared "
+			   "expert; this one has %s", why.buf + 2);
+	sbuf_release(&why);
+	return rc;
 }
 
 int hf_arch_for(const struct gpt_config *c, enum hf_arch *arch)
 {
+	if (c->E > 0 && !c->rope)
+		return error("a mixture-of-experts model exports as MixtralForCausalLM, which needs RoPE; this one has "
+			     "learned positions");
 	if (c->rope) {
-		*arch = HF_LLAMA;
+		*arch = c->E > 0 ? HF_MIXTRAL : HF_LLAMA;
 		if (!c->rmsnorm || !c->swiglu || c->bias || c->rot != c->k)
-			return error("a model with RoPE exports as LlamaForCausalLM, which needs RMSNorm, SwiGLU, no "
+			return error("a model with RoPE exports as %s, which needs RMSNorm, SwiGLU, no "
 				     "linear biases and RoPE on every channel; this one has %s, %s, %s and %d of %d "
-				     "channels rotated",
+				     "channels rotated", hf_arch_class(*arch),
 				     c->rmsnorm ? "RMSNorm" : "LayerNorm", c->swiglu ? "SwiGLU" : "GELU",
 				     c->bias ? "biases" : "no biases", c->rot, c->k);
-		return 0;
+		return c->E > 0 ? mixtral_ok(c) : 0;
 	}
 	*arch = HF_GPT2;
 	if (c->rmsnorm || c->swiglu || !c->bias || c->g != c->a || (int64_t)c->k * c->a != c->h)
@@ -121,6 +151,27 @@ void hf_tensors(const struct gpt_config *c, enum hf_arch arch, struct hf_tensor 
 			NAMES("model.layers.%d.self_attn.o_proj.weight", "decoder.layers.%d.self_attention.linear_proj.weight",
 			      l);
 			ADD(HF_COPY, 2, h, qk, 0);
+			if (arch == HF_MIXTRAL) {
+				int64_t F = c->moe_f;
+				NAMES("model.layers.%d.post_attention_layernorm.weight",
+				      "decoder.layers.%d.pre_mlp_layernorm.weight", l);
+				ADD(HF_COPY, 1, h, 0, 0);
+				NAMES("model.layers.%d.block_sparse_moe.gate.weight", "decoder.layers.%d.mlp.router.weight", l);
+				ADD(HF_COPY, 2, c->E, h, 0);
+				for (int e = 0; e < c->E; e++) { /* w1 and w3 next to each other: one megac tensor */
+					snprintf(mg, sizeof(mg), "decoder.layers.%d.mlp.experts.local_experts.%d.linear_fc1.weight",
+						 l, e);
+					snprintf(hf, sizeof(hf), "model.layers.%d.block_sparse_moe.experts.%d.w1.weight", l, e);
+					ADD(HF_ROWS, 2, F, h, 0);
+					snprintf(hf, sizeof(hf), "model.layers.%d.block_sparse_moe.experts.%d.w3.weight", l, e);
+					ADD(HF_ROWS, 2, F, h, F);
+					snprintf(mg, sizeof(mg), "decoder.layers.%d.mlp.experts.local_experts.%d.linear_fc2.weight",
+						 l, e);
+					snprintf(hf, sizeof(hf), "model.layers.%d.block_sparse_moe.experts.%d.w2.weight", l, e);
+					ADD(HF_COPY, 2, h, F, 0);
+				}
+				continue;
+			}
 			NAMES("model.layers.%d.post_attention_layernorm.weight",
 			      "decoder.layers.%d.mlp.linear_fc1.layer_norm_weight", l);
 			ADD(HF_COPY, 1, h, 0, 0);
@@ -155,8 +206,8 @@ void hf_src_shape(const struct gpt_config *c, const struct hf_tensor *t, int *nd
 	case HF_VOCAB:
 		shape[0] = c->Vp;
 		break;
-	case HF_ROWS:
-		shape[0] = 2 * (int64_t)c->f;
+	case HF_ROWS: /* [gate; up] of the dense MLP or an expert */
+		shape[0] = 2 * t->shape[0];
 		break;
 	case HF_TRANSPOSE:
 		shape[0] = t->shape[1];
@@ -330,10 +381,11 @@ char *hf_config_json(const struct gpt_config *c, enum hf_arch arch, enum ckpt_dt
 		json_object_set_new(o, "embd_pdrop", f32(c->hidden_dropout));
 		json_object_set_new(o, "attn_pdrop", f32(c->attention_dropout));
 	} else {
-		json_object_set_new(o, "model_type", json_string("llama"));
+		bool moe = arch == HF_MIXTRAL;
+		json_object_set_new(o, "model_type", json_string(moe ? "mixtral" : "llama"));
 		json_object_set_new(o, "vocab_size", json_integer(c->V));
 		json_object_set_new(o, "hidden_size", json_integer(c->h));
-		json_object_set_new(o, "intermediate_size", json_integer(c->f));
+		json_object_set_new(o, "intermediate_size", json_integer(moe ? c->moe_f : c->f));
 		json_object_set_new(o, "num_hidden_layers", json_integer(c->L));
 		json_object_set_new(o, "num_attention_heads", json_integer(c->a));
 		json_object_set_new(o, "num_key_value_heads", json_integer(c->g));
@@ -342,9 +394,18 @@ char *hf_config_json(const struct gpt_config *c, enum hf_arch arch, enum ckpt_dt
 		json_object_set_new(o, "max_position_embeddings", json_integer(c->P));
 		json_object_set_new(o, "rms_norm_eps", f32(c->eps));
 		json_object_set_new(o, "rope_theta", f32(c->rotary_base));
-		json_object_set_new(o, "rope_scaling", json_null());
-		json_object_set_new(o, "attention_bias", json_false());
-		json_object_set_new(o, "mlp_bias", json_false());
+		if (moe) {
+			json_object_set_new(o, "sliding_window", json_null());
+			json_object_set_new(o, "num_local_experts", json_integer(c->E));
+			json_object_set_new(o, "num_experts_per_tok", json_integer(c->router.k));
+			json_object_set_new(o, "router_aux_loss_coef", f32((float)c->router.aux_coeff));
+			json_object_set_new(o, "router_jitter_noise", json_real(0.0));
+			json_object_set_new(o, "output_router_logits", json_false());
+		} else {
+			json_object_set_new(o, "rope_scaling", json_null());
+			json_object_set_new(o, "attention_bias", json_false());
+			json_object_set_new(o, "mlp_bias", json_false());
+		}
 		json_object_set_new(o, "attention_dropout", f32(c->attention_dropout));
 	}
 	json_object_set_new(o, "initializer_range", f32(c->init_std));
@@ -488,6 +549,34 @@ static void read_llama(struct cfg_reader *r, struct gpt_config *c)
 				  c->a);
 }
 
+/* Mixtral: Llama's keys and the experts; every layer MoE, softmax routing
+ * after the top-k, intermediate_size the experts' size (and the dense
+ * --ffn-hidden-size, which Megatron's loader sets from it too). */
+static void read_mixtral(struct cfg_reader *r, struct gpt_config *c)
+{
+	read_llama(r, c);
+	c->E = (int)cfg_int(r, "num_local_experts", REQUIRED, 1);
+	c->router.E = c->E;
+	c->router.k = (int)cfg_int(r, "num_experts_per_tok", 2, 1);
+	if (c->router.k > c->E)
+		r->failed = error("'%s': num_experts_per_tok %d is more than num_local_experts %d", r->path, c->router.k,
+				  c->E);
+	c->moe_f = c->f;
+	c->shared_f = 0;
+	if (c->L > GPT_MAX_LAYERS)
+		r->failed = error("'%s': num_hidden_layers %d: megac's MoE models have at most %d layers", r->path, c->L,
+				  GPT_MAX_LAYERS);
+	else
+		memset(c->moe_layer, 1, (size_t)c->L);
+	c->router.aux_coeff = cfg_num(r, "router_aux_loss_coef", 0.001); /* MixtralConfig's default */
+	c->router.lb = c->router.aux_coeff > 0 ? MOE_LB_AUX : MOE_LB_NONE;
+	/* a window shorter than the context: attention megac does not have */
+	int64_t window = cfg_int(r, "sliding_window", 0, 0);
+	if (window > 0 && window < c->P)
+		r->failed = error("'%s': sliding_window %lld is shorter than max_position_embeddings %d; megac's "
+				  "attention sees the whole context", r->path, (long long)window, c->P);
+}
+
 int hf_config_read(const char *path, int64_t divisible_by, int64_t tp, struct gpt_config *c, enum hf_arch *arch)
 {
 	memset(c, 0, sizeof(*c));
@@ -508,8 +597,12 @@ int hf_config_read(const char *path, int64_t divisible_by, int64_t tp, struct gp
 	} else if (name && !strcmp(name, "LlamaForCausalLM")) {
 		*arch = HF_LLAMA;
 		read_llama(&r, c);
+	} else if (name && !strcmp(name, "MixtralForCausalLM")) {
+		*arch = HF_MIXTRAL;
+		read_mixtral(&r, c);
 	} else {
-		error("'%s': architectures %s: ckpt_convert reads GPT2LMHeadModel and LlamaForCausalLM", path,
+		error("'%s': architectures %s: ckpt_convert reads GPT2LMHeadModel, LlamaForCausalLM and "
+		      "MixtralForCausalLM", path,
 		      name ? name : "(missing, or more than one)");
 		json_decref(o); /* name lives in o */
 		return -1;

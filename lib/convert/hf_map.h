@@ -1,6 +1,7 @@
 /*
  * hf_map.h - megac's tensors and Hugging Face's for GPT-2-style
- * (GPT2LMHeadModel) and Llama-style (LlamaForCausalLM) models
+ * (GPT2LMHeadModel), Llama-style (LlamaForCausalLM) and Mixtral-style
+ * mixture-of-experts (MixtralForCausalLM, docs/moe-spec.md section 7) models
  * (spec/checkpoint.md section 7, docs/ckpt-convert.md): which HF tensors a
  * model has, which megac tensor each one's values come from and how
  * (vocabulary rows without the padding, transposes for GPT-2's Conv1D,
@@ -15,12 +16,12 @@
 #include "ckpt/ckpt.h"
 #include "model/gpt_config.h"
 
-enum hf_arch { HF_GPT2, HF_LLAMA };
+enum hf_arch { HF_GPT2, HF_LLAMA, HF_MIXTRAL };
 
 enum hf_xform {
 	HF_COPY,      /* same shape */
 	HF_VOCAB,     /* rows [0, V) of the padded [Vp, h] */
-	HF_ROWS,      /* rows [r0, r0 + shape[0]) (SwiGLU's gate and up) */
+	HF_ROWS,      /* rows [r0, r0 + shape[0]) of [2 shape[0], cols] (SwiGLU's gate and up) */
 	HF_TRANSPOSE, /* GPT-2's Conv1D keeps [in, out] */
 	HF_QKV_Q,     /* the query rows of every query group of the fused QKV */
 	HF_QKV_K,
@@ -41,8 +42,9 @@ struct hf_tensor {
 
 const char *hf_arch_class(enum hf_arch arch); /* "GPT2LMHeadModel" */
 
-/* The class that can hold c, or error() naming what neither can (biases
- * with Llama, RoPE with GPT-2, ...). */
+/* The class that can hold c, or error() naming what none can (biases
+ * with Llama, RoPE with GPT-2, a shared expert or sigmoid routing with
+ * Mixtral, ...). */
 int hf_arch_for(const struct gpt_config *c, enum hf_arch *arch);
 
 /* Every tensor of the Hugging Face model, in the order save_pretrained

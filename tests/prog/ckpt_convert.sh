@@ -1,5 +1,6 @@
 # ckpt_convert.sh - ckpt_convert (issue 6): GPT-2-style and Llama-style models
-# trained a few iterations as TP2xPP2 on 4 ranks; layout A -> B -> A and
+# trained a few iterations as TP2xPP2 on 4 ranks (and a Mixtral-style MoE
+# model on one, exported as MixtralForCausalLM and back, the same checks); layout A -> B -> A and
 # megac -> Hugging Face -> megac are bitwise round trips; the exported folders
 # load in transformers (pinned in tests/py-env.sh, an independent reference)
 # and give megac's own logits (tests/tools/megac_logits) within 1e-4; folders
@@ -188,10 +189,76 @@ nothing_at() { # NAME DIR
 		ok "$1: nothing left behind"
 	fi
 }
+# Mixtral: a MoE model (GQA, untied, 4 experts, top-2, every layer MoE)
+# exports as MixtralForCausalLM with transformers' logits equal to megac's,
+# and imports back bit for bit; what Mixtral cannot hold is refused
+MX="--num-layers 2 --hidden-size 64 --num-attention-heads 4 --group-query-attention --num-query-groups 2"
+MX="$MX --position-embedding-type rope --normalization RMSNorm --swiglu --disable-bias-linear"
+MX="$MX --untie-embeddings-and-output-weights --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 48"
+MX="$MX --moe-aux-loss-coeff 0.01 --seq-length 32 --max-position-embeddings 32 --micro-batch-size 2"
+MX="$MX --global-batch-size 4 --lr 2e-3 --mock-data --eval-interval 100 --eval-iters 0 --log-interval 1"
+MX="$MX --data-cache-path $W/cache $GPT2 $(v64 1)"
+expect_ok "mx: train a Mixtral-style MoE model, 4 iterations" sh -c "$BIN/train $MX --train-iters 4 --save $W/mxc \
+	--save-interval 4 >$W/mxc.log 2>&1"
+expect_ok "mx: export to Hugging Face" $C --load $W/mxc --save $W/mxhf --to hf --verify $GPT2
+if /usr/bin/python3 -c '
+import sys, json
+c = json.load(open(sys.argv[1]))
+want = {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "num_local_experts": 4,
+        "num_experts_per_tok": 2, "intermediate_size": 48, "router_aux_loss_coef": 0.01,
+        "output_router_logits": False, "sliding_window": None, "num_key_value_heads": 2}
+bad = {k: c.get(k, "(missing)") for k, v in want.items() if c.get(k, "(missing)") != v}
+assert not bad, bad
+print("%d keys" % len(c))' $W/mxhf/config.json >"$W/mxcfg.log" 2>&1; then
+	ok "mx: config.json is a MixtralForCausalLM's ($(cat "$W/mxcfg.log"))"
+else
+	notok "mx: config.json is a MixtralForCausalLM's"
+	show "$W/mxcfg.log"
+fi
+expect_ok "mx: transformers loads the export" $REF check $W/mxhf
+expect_ok "mx: megac's logits" $LOGITS $W/mxc $W/ids.npy $W/mx_megac.npy
+expect_ok "mx: transformers' logits" $REF logits $W/mxhf $W/ids.npy $W/mx_hf.npy
+close "mx: transformers' logits on the export equal megac's (1e-4)" $W/mx_megac.npy $W/mx_hf.npy 1e-4
+expect_ok "mx: import it again" $C --load $W/mxhf --from hf --save $W/mxback --verify $(v64 1)
+if /usr/bin/python3 - "$W/mxc/iter_0000004/model.h5" "$W/mxback/iter_0000000/model.h5" >"$W/rt.log" 2>&1 <<'EOF'; then
+import sys, json, h5py, numpy as np
+a, b = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r")
+assert sorted(a.keys()) == sorted(b.keys()), (sorted(a.keys()), sorted(b.keys()))
+assert any(".mlp.experts.local_experts.3.linear_fc1." in k for k in a.keys())
+V = 50257
+for k in a.keys():
+    x, y = a[k][()], b[k][()]
+    assert x.shape == y.shape and x.dtype == y.dtype, k
+    if k in ("embedding.word_embeddings.weight", "output_layer.weight"):
+        assert np.array_equal(x[:V], y[:V]) and not y[V:].any(), k
+    else:
+        assert np.array_equal(x, y), k
+c = json.loads(b.attrs["config"])
+got = [c.get(k) for k in ("num_experts", "moe_router_topk", "moe_ffn_hidden_size", "moe_layer_freq",
+                          "moe_router_score_function")]
+assert got == [4, 2, 48, "[1,1]", "softmax"], got
+print("%d tensors bitwise" % len(a.keys()))
+EOF
+	ok "mx: megac -> HF -> megac round trip ($(cat "$W/rt.log"))"
+else
+	notok "mx: megac -> HF -> megac round trip"
+	show "$W/rt.log"
+fi
+expect_ok "mx: train a MoE model with a shared expert, 1 iteration" sh -c "$BIN/train $MX --train-iters 1 \
+	--moe-shared-expert-intermediate-size 32 --save $W/mxsh --save-interval 1 >$W/mxsh.log 2>&1"
+expect_fail "mx: a shared expert is not Mixtral" "this one has a shared expert" \
+	$C --load $W/mxsh --save $W/mxshhf --to hf
+nothing_at "mx: a shared expert" $W/mxshhf
+expect_ok "mx: train a MoE model with sigmoid routing, 1 iteration" sh -c "$BIN/train $MX --train-iters 1 \
+	--moe-router-score-function sigmoid --save $W/mxsg --save-interval 1 >$W/mxsg.log 2>&1"
+expect_fail "mx: sigmoid routing is not Mixtral" "this one has sigmoid routing" \
+	$C --load $W/mxsg --save $W/mxsghf --to hf
+
 mkdir -p $W/bad
 cp -r $W/rg $W/bad/arch
 sed -i 's/GPT2LMHeadModel/BertForMaskedLM/' $W/bad/arch/config.json
-expect_fail "unknown architecture" "ckpt_convert reads GPT2LMHeadModel and LlamaForCausalLM" \
+expect_fail "unknown architecture" \
+	"ckpt_convert reads GPT2LMHeadModel, LlamaForCausalLM and MixtralForCausalLM" \
 	$C --from hf --load $W/bad/arch --save $W/bad/out1
 nothing_at "unknown architecture" $W/bad/out1
 cp -r $W/rg $W/bad/shape
