@@ -79,6 +79,8 @@ int memcalc_config_from_args(struct mm_config *c, const struct args *a, unsigned
 	dense.expert_model_parallel_size = 1;
 	dense.expert_tensor_parallel_size = -1;
 	dense.num_experts = -1;
+	dense.moe_ffn_hidden_size = -1;
+	dense.moe_shared_expert_intermediate_size = -1;
 	struct dist_layout l;
 	if (dist_layout_from_args(&l, &dense, (int)a->world_size) < 0)
 		return -1;

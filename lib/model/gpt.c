@@ -337,6 +337,7 @@ int gpt_init_pipe(struct gpt_model *m, const struct gpt_config *c, const struct 
 	m->mem = mem;
 	m->B = B;
 	m->precision = precision;
+	m->moe_aux_scale = 1.0; /* Megatron's initial MoEAuxLossAutoScaler scale */
 	m->tp = tp && tp->size > 1 ? tp : NULL;
 	m->tp_size = m->tp ? tp->size : 1;
 	m->tp_rank = m->tp ? tp->rank : 0;
@@ -828,7 +829,10 @@ static void moe_mlp_forward(struct gpt_model *m, int l, struct gpt_layer_acts *A
 	int N = m->B * c->S, h = c->h, E = c->E, fm = c->moe_f, f1 = c->swiglu ? 2 * fm : fm;
 	const float *x = seq_full(m, A->ln2); /* every row, on every TP rank: they all route alike */
 
-	linear_fwd(m, M->z, x, p->router_w, -1, N, h, E);
+	if (c->router_fp32) /* --moe-router-dtype: not rounded to the half type */
+		k->linear_forward(M->z, x, gpt_param(m, p->router_w), NULL, N, h, E);
+	else
+		linear_fwd(m, M->z, x, p->router_w, -1, N, h, E);
 	k->to_host(M->z_host, M->z, (size_t)N * E * sizeof(float));
 	struct moe_route *r = &M->route;
 	moe_route_forward(r, &c->router, M->z_host, N, c->S);

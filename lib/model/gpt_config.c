@@ -62,8 +62,11 @@ int gpt_moe_pattern(const char *spec, int64_t L, unsigned char *out)
 /* Megatron's MoE flags and its validation rules (docs/moe-spec.md section 1) */
 static int moe_from_args(struct gpt_config *c, const struct args *a)
 {
-	if (a->num_experts <= 0) /* -1: not given; Megatron turns 0 into none */
+	if (a->num_experts <= 0) { /* -1: not given; Megatron turns 0 into none */
+		if (a->moe_ffn_hidden_size > 0 || a->moe_shared_expert_intermediate_size > 0)
+			return error("--moe-ffn-hidden-size and --moe-shared-expert-intermediate-size need --num-experts");
 		return 0;
+	}
 	if (a->num_experts > 4096)
 		return error("--num-experts %lld: megac takes at most 4096", (long long)a->num_experts);
 	if (c->L > GPT_MAX_LAYERS)
@@ -75,6 +78,8 @@ static int moe_from_args(struct gpt_config *c, const struct args *a)
 	if (gpt_moe_pattern(a->moe_layer_freq ? a->moe_layer_freq : "1", c->L, c->moe_layer) < 0)
 		return -1;
 	c->moe_f = a->moe_ffn_hidden_size > 0 ? (int)a->moe_ffn_hidden_size : c->f;
+	if (a->moe_shared_expert_intermediate_size == 0)
+		return error("--moe-shared-expert-intermediate-size must be positive (leave it out for no shared expert)");
 	c->shared_f = a->moe_shared_expert_intermediate_size > 0 ? (int)a->moe_shared_expert_intermediate_size : 0;
 	if (c->bias)
 		return error("mixture of experts with linear biases is not implemented yet (give --disable-bias-linear)");
@@ -92,7 +97,16 @@ static int moe_from_args(struct gpt_config *c, const struct args *a)
 	if (r->aux_coeff < 0)
 		return error("--moe-aux-loss-coeff must not be negative (got %g)", r->aux_coeff);
 	r->z_coeff = a->moe_z_loss_coeff > 0 ? a->moe_z_loss_coeff : 0;
+	if (a->moe_expert_capacity_factor == 0)
+		return error("--moe-expert-capacity-factor must be positive (a negative value, or none, drops nothing)");
 	r->capacity = a->moe_expert_capacity_factor > 0 ? a->moe_expert_capacity_factor : 0;
+	if (r->capacity > 0 && a->tensor_model_parallel_size > 1)
+		return error("--moe-expert-capacity-factor with tensor parallelism is not implemented yet (Megatron "
+			     "applies the capacity to each rank's sequence shard)");
+	if (a->tensor_model_parallel_size > 1 && !a->sequence_parallel)
+		return error("mixture of experts with tensor parallelism needs --sequence-parallel (Megatron refuses "
+			     "to train it without)");
+	c->router_fp32 = a->moe_router_dtype != NULL; /* fp32 or fp64: the logits are not rounded to half */
 	r->drop_position = a->moe_token_drop_policy && !strcmp(a->moe_token_drop_policy, "position");
 	if (a->moe_pad_expert_input_to_capacity && r->capacity <= 0)
 		return error("--moe-pad-expert-input-to-capacity needs --moe-expert-capacity-factor");
@@ -237,6 +251,12 @@ double gpt_flops_per_iteration(const struct gpt_config *c, int64_t batch_size)
 	double Q = (double)c->k * c->a, KV = (double)c->k * c->g;
 	double tokens = (double)batch_size * s, sq = (double)batch_size * s * s;
 	double mlp = 6 * h * (f * F * L);
+	if (c->E > 0) { /* Megatron: a MoE layer counts its top-k experts and the shared one, not the router */
+		double Lm = 0;
+		for (int l = 0; l < c->L; l++)
+			Lm += c->moe_layer[l];
+		mlp = 6 * h * F * (f * (L - Lm) + ((double)c->moe_f * c->router.k + c->shared_f) * Lm);
+	}
 	double attn = 6 * (h * (Q + KV + KV) + Q * h) * L;
 	double logits = 6 * h * V;
 	double core = 6 * Q;

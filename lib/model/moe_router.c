@@ -140,6 +140,7 @@ static void group_stats(const struct moe_router_cfg *c, const struct moe_route *
 
 struct cand {
 	int t, s;
+	int order; /* the token's place in Megatron's sequence-major order (position, then sample) */
 	float p;
 };
 
@@ -148,7 +149,12 @@ static int by_prob(const void *a, const void *b)
 	const struct cand *x = a, *y = b;
 	if (x->p != y->p)
 		return x->p > y->p ? -1 : 1;
-	return x->t - y->t; /* ties: the earlier token */
+	return x->order - y->order; /* ties: the earlier token */
+}
+
+static int by_order(const void *a, const void *b)
+{
+	return ((const struct cand *)a)->order - ((const struct cand *)b)->order;
 }
 
 void moe_route_forward(struct moe_route *r, const struct moe_router_cfg *c, const float *z, int N, int seq_len)
@@ -188,7 +194,9 @@ void moe_route_forward(struct moe_route *r, const struct moe_router_cfg *c, cons
 		r->aux /= N / G;
 	}
 
-	/* capacity: ceil((N k / E) cf) tokens per expert, the rest dropped */
+	/* capacity: ceil((N k / E) cf) tokens per expert, the rest dropped; the
+	 * earliest are the earliest positions (Megatron's tokens are [s, b]) */
+	int S = seq_len > 0 ? seq_len : (N > 0 ? N : 1);
 	r->cap = N;
 	if (c->capacity > 0) {
 		double cap = ceil(((double)N * k / E) * c->capacity);
@@ -200,11 +208,11 @@ void moe_route_forward(struct moe_route *r, const struct moe_router_cfg *c, cons
 				for (int t = 0; t < N; t++)
 					for (int s = 0; s < k; s++)
 						if (r->idx[(size_t)t * k + s] == e)
-							cd[n++] = (struct cand){ t, s, r->probs[(size_t)t * k + s] };
+							cd[n++] = (struct cand){ t, s, (t % S) * (N / S) + t / S,
+										 r->probs[(size_t)t * k + s] };
 				if (n <= r->cap)
 					continue;
-				if (!c->drop_position) /* else they are in token order already */
-					qsort(cd, (size_t)n, sizeof(*cd), by_prob);
+				qsort(cd, (size_t)n, sizeof(*cd), c->drop_position ? by_order : by_prob);
 				for (int i = r->cap; i < n; i++) {
 					size_t o = (size_t)cd[i].t * k + cd[i].s;
 					r->kept[o] = 0;

@@ -16,12 +16,13 @@
  * [exp_off[e], exp_off[e+1]). A token's rows, for the weighted sum back, are
  * tok_rows[tok_rowptr[t] .. tok_rowptr[t+1]), in slot order.
  *
- * Tokens are numbered as the model holds them, [B, S] batch-major (Megatron
- * is sequence-major: the difference shows only in which tokens "position"
- * dropping keeps and in which tokens form a sequence for seq_aux_loss, and
- * both follow the sample here, as Megatron's do). Ties in a top-k go to the
- * lower expert index, ties in dropping to the earlier token (torch.topk
- * leaves them unspecified).
+ * Tokens are numbered as the model holds them, [B, S] batch-major; Megatron
+ * holds them sequence-major [S, B]. The difference shows in two places,
+ * both done Megatron's way: "position" dropping keeps the earliest tokens in
+ * its order (the earliest positions, sample after sample within one), and
+ * seq_aux_loss groups each sample's tokens. Ties in a top-k go to the lower
+ * expert index, ties in dropping to the earlier token in Megatron's order
+ * (torch.topk leaves them unspecified).
  */
 #ifndef MEGAC_MODEL_MOE_ROUTER_H
 #define MEGAC_MODEL_MOE_ROUTER_H

@@ -425,6 +425,45 @@ static int get_tensors(struct ckpt_reader *r, int file, struct trainer *t, const
 	return ret;
 }
 
+/* The checkpoint's model must be the one the flags describe: a tensor the
+ * model does not have would otherwise be skipped without a word (a shared
+ * expert, biases), as Megatron's strict load refuses. */
+static int check_config(struct ckpt_reader *r, int file, const struct trainer *t)
+{
+	struct gpt_config s;
+	const struct gpt_config *c = &t->cfg;
+	if (gpt_config_from_ckpt(&s, r, file) < 0)
+		return -1;
+	struct {
+		const char *flag;
+		long long have, want;
+	} f[] = {
+		{ "--num-layers", s.L, c->L },
+		{ "--hidden-size", s.h, c->h },
+		{ "--num-attention-heads", s.a, c->a },
+		{ "--num-query-groups", s.g, c->g },
+		{ "--kv-channels", s.k, c->k },
+		{ "--ffn-hidden-size", s.f, c->f },
+		{ "--swiglu", s.swiglu, c->swiglu },
+		{ "--disable-bias-linear (biases)", s.bias, c->bias },
+		{ "--untie-embeddings-and-output-weights", s.untied, c->untied },
+		{ "--normalization RMSNorm", s.rmsnorm, c->rmsnorm },
+		{ "--position-embedding-type rope", s.rope, c->rope },
+		{ "--num-experts", s.E, c->E },
+		{ "--moe-ffn-hidden-size", s.moe_f, c->moe_f },
+		{ "--moe-shared-expert-intermediate-size", s.shared_f, c->shared_f },
+	};
+	for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++)
+		if (f[i].have != f[i].want)
+			return error("'%s' holds a model with %s %lld; the flags give %lld", ckpt_reader_dir(r), f[i].flag,
+				     f[i].have, f[i].want);
+	for (int l = 0; c->E > 0 && l < c->L; l++)
+		if (s.moe_layer[l] != c->moe_layer[l])
+			return error("'%s': layer %d is %s in the checkpoint; --moe-layer-freq makes it %s",
+				     ckpt_reader_dir(r), l, s.moe_layer[l] ? "MoE" : "dense", c->moe_layer[l] ? "MoE" : "dense");
+	return 0;
+}
+
 /* The model's weights into the registry. */
 static int get_model(struct ckpt_reader *r, int file, struct trainer *t)
 {
@@ -551,7 +590,7 @@ static int load_here(struct trainer *t)
 	bool finetune = a->finetune || it == CKPT_RELEASE;
 	int ret = -1;
 	int mf = ckpt_file_open(r, "model.h5");
-	if (mf < 0 || get_model(r, mf, t) < 0)
+	if (mf < 0 || check_config(r, mf, t) < 0 || get_model(r, mf, t) < 0)
 		goto out;
 	if (!finetune) {
 		if (ckpt_get_attr_i64(r, mf, NULL, "iteration", &t->iteration) < 0 ||

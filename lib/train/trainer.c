@@ -260,9 +260,11 @@ static int log_iteration(struct trainer *t, double loss, bool skipped, double lr
 		.moe_lb_on = t->cfg.E > 0 && t->cfg.router.lb != MOE_LB_NONE,
 		.moe_seq_on = t->cfg.E > 0 && t->cfg.router.lb == MOE_LB_SEQ_AUX,
 		.moe_z_on = t->cfg.E > 0 && t->cfg.router.z_coeff > 0,
-		.moe_lb = iters && t->cfg.router.lb == MOE_LB_AUX ? t->moe_lb_sum / iters : 0,
-		.moe_seq_lb = iters ? t->moe_lb_sum / iters : 0,
-		.moe_z = iters ? t->moe_z_sum / iters : 0,
+		/* Megatron sums the MoE losses of every iteration, skipped ones too,
+		 * and divides by the advanced ones, as its lm loss */
+		.moe_lb = t->advanced && t->cfg.router.lb == MOE_LB_AUX ? t->moe_lb_sum / t->advanced : 0,
+		.moe_seq_lb = t->advanced ? t->moe_lb_sum / t->advanced : 0,
+		.moe_z = t->advanced ? t->moe_z_sum / t->advanced : 0,
 		.loss_scale = grad_scaler_scale(&t->scaler),
 		.grad_norm = gnorm,
 		.params_norm = t->params_norm,
@@ -384,6 +386,14 @@ static void tensorboard_iteration(struct trainer *t, double loss, double lr, dou
 	tboard_add_scalar(tb, "batch-size vs samples", n, (double)t->gbs);
 	tboard_add_scalar(tb, "lm loss", it, loss);
 	tboard_add_scalar(tb, "lm loss vs samples", n, loss);
+	if (t->cfg.E > 0) { /* Megatron's MoE scalars, every iteration */
+		if (t->cfg.router.lb != MOE_LB_NONE)
+			tboard_add_scalar(tb, "load_balancing_loss", it, t->cfg.router.lb == MOE_LB_AUX ? t->moe_lb_iter : 0);
+		if (t->cfg.router.lb == MOE_LB_SEQ_AUX)
+			tboard_add_scalar(tb, "seq_load_balancing_loss", it, t->moe_lb_iter);
+		if (t->cfg.router.z_coeff > 0)
+			tboard_add_scalar(tb, "z_loss", it, t->moe_z_iter);
+	}
 	tboard_add_scalar(tb, "loss-scale", it, scale);
 	tboard_add_scalar(tb, "loss-scale vs samples", n, scale);
 	if (!isnan(gnorm)) {

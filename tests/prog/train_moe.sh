@@ -131,7 +131,7 @@ fi
 # data and pipeline parallelism: the one-rank losses
 for lay in "dp2:-np 2" "pp2:-np 2 --pipeline-model-parallel-size 2" \
 	"dp2-overlap:-np 2 --use-distributed-optimizer --overlap-grad-reduce" \
-	"tp2:-np 2 --tensor-model-parallel-size 2" "tp2-sp:-np 2 --tensor-model-parallel-size 2 --sequence-parallel" \
+	"tp2-sp:-np 2 --tensor-model-parallel-size 2 --sequence-parallel" \
 	"tp2-sp-dp2:-np 4 --tensor-model-parallel-size 2 --sequence-parallel --use-distributed-optimizer"; do
 	name=${lay%%:*}
 	rest=${lay#*:}
@@ -162,6 +162,14 @@ fi
 # not yet: refused by name
 expect_fail "expert parallelism is refused" "expert parallelism is not implemented yet" \
 	$MPI -np 2 $BIN/train $ARGS --train-iters 1 --expert-model-parallel-size 2
+expect_fail "MoE with TP needs SP (Megatron's rule)" "needs --sequence-parallel" \
+	$MPI -np 2 $BIN/train $ARGS --train-iters 1 --tensor-model-parallel-size 2
+expect_fail "a capacity factor with TP is refused (Megatron drops per sequence shard)" "capacity-factor with tensor parallelism" \
+	$MPI -np 2 $BIN/train $ARGS --train-iters 1 --tensor-model-parallel-size 2 --sequence-parallel \
+	--moe-expert-capacity-factor 1.0
+expect_fail "loading a checkpoint into a model without its shared expert is refused" \
+	"--moe-shared-expert-intermediate-size 32" \
+	$BIN/train $(echo "$ARGS" | sed 's/--moe-shared-expert-intermediate-size 32//') --train-iters 8 --load "$W/ck"
 expect_fail "MoE with linear biases is refused" "--disable-bias-linear" \
 	$BIN/train $(echo "$ARGS" | sed 's/--disable-bias-linear//') --train-iters 1
 expect_fail "group-limited routing is refused by name" "--moe-router-num-groups" \

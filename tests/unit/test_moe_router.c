@@ -84,6 +84,15 @@ static void test_example_dropping(void)
 	moe_route_forward(&r, &c, R_Z, 4, 4);
 	CHECK(r.kept[1] && !r.kept[6]); /* "position": the earliest two, t0 and t2 */
 	CHECK_INT(r.R, 7);
+	/* "position" keeps the earliest in Megatron's [S, B] order: 2 samples of 2
+	 * tokens, t1 = (b0, s1) and t2 = (b1, s0) both on e0 with room for one:
+	 * t2 (position 0) stays, t1 (position 1) is dropped */
+	struct moe_router_cfg c2 = { .E = 2, .k = 1, .sigmoid = true, .capacity = 0.5, .drop_position = true };
+	float z2[8] = { -1, 1, 1, -1, 0.5f, -1, -1, 1 }; /* t0 -> e1, t1 -> e0, t2 -> e0, t3 -> e1 */
+	moe_route_forward(&r, &c2, z2, 4, 2);
+	CHECK_INT(r.cap, 1);
+	CHECK(r.kept[2] && !r.kept[1]);
+	CHECK(r.kept[0] && !r.kept[3]);
 	/* numbers from the spec: 4 tokens, top-2, 4 experts, cf 1.1 -> 3; 4096 x 2 / 8 x 1.25 -> 1280 */
 	c.capacity = 1.1;
 	moe_route_forward(&r, &c, R_Z, 4, 4);

@@ -669,19 +669,22 @@ def moe_capacity(T, c):
     return int(math.ceil((T * c.topk / c.E) * c.cf))
 
 
-def moe_keep(probs, rmap, c):
+def moe_keep(probs, rmap, c, B=1):
     """Per-expert keep mask [T, E] with `capacity` rows per column, or None when capacity > T
     (nothing dropped). Policy probs keeps the largest probs of the column (unrouted tokens
     have 0); position keeps the earliest routed tokens. Megatron takes a torch.topk of the
     column, whose order among equal values is unspecified (moe-spec.md §4); here equal keys
-    go to the earlier token, which is what the position policy intends."""
+    go to the earlier token, which is what the position policy intends. "Earlier" is
+    Megatron's order: its tokens are [S, B] (position-major), ours [B, S], so token
+    t = b*S + s comes at s*B + b."""
     T = probs.shape[0]
     cap = moe_capacity(T, c)
     if cap > T:
         return None
     key = (probs if c.drop_policy == "probs" else rmap).detach().to(torch.float64).numpy()
     keep = np.zeros(key.shape, dtype=bool)
-    tok = np.arange(T)
+    S = T // B
+    tok = (np.arange(T) % S) * B + np.arange(T) // S
     for e in range(c.E):
         keep[np.lexsort((tok, -key[:, e]))[:cap], e] = True
     return torch.from_numpy(keep)
@@ -711,7 +714,7 @@ def moe_router(z, c, B):
         log["z_loss"] = float(zl) if c.z_coeff != 0 else float("nan")  # Megatron logs 0/0
     probs, rmap = moe_scores(z, c)
     if c.cf is not None:
-        keep = moe_keep(probs, rmap, c)
+        keep = moe_keep(probs, rmap, c, B)
         # (capacity > T with padding: Megatron's dispatcher fails; here nothing is dropped)
         if keep is not None:
             # padding routes the kept-but-unrouted rows through the experts with weight 0,
@@ -1300,7 +1303,8 @@ def alt_moe(x, P, pre, c, moe_log):
     if c.cf is not None:
         cap = math.ceil((T * k / E) * c.cf)
         for e in range(E):
-            cand = [t for t in range(T) if e in chosen[t]]  # earliest first
+            # earliest first in Megatron's position-major order: token b*S + s at s*B + b
+            cand = sorted((t for t in range(T) if e in chosen[t]), key=lambda t: (t % S) * B + t // S)
             if c.drop_policy == "probs":
                 cand.sort(key=lambda t: -float(chosen[t][e]))  # stable: ties keep the earlier
             for t in cand[cap:]:
@@ -1659,7 +1663,7 @@ def selftest_moe_layer():
             yb = alt_moe(x, P, pre, c, lb)
             z = F.linear(x.reshape(12, c.h), P[pre + "router.weight"])
             probs, rmap = moe_scores(z, c)
-            keep = moe_keep(probs, rmap, c) if c.cf is not None else None
+            keep = moe_keep(probs, rmap, c, 2) if c.cf is not None else None
             dropped = 0 if keep is None else int((rmap & ~keep).sum())
         d = max(float((ya - yb).abs().max()), moe_log_diff(la, lb))
         check(d < 1e-12 and (dropped > 0) == drops, "MoE layer = token-by-token loop: " + what,
