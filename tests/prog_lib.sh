@@ -68,3 +68,15 @@ hf_env() {
 		HF=false
 	fi
 }
+
+# compare_ref NAME OURS.jsonl REF.jsonl ITERS: our metrics file against the
+# PyTorch reference's lines (tests/prog/py/compare_metrics.py ref); the
+# caller's $W holds the comparison's output
+compare_ref() {
+	if /usr/bin/python3 tests/prog/py/compare_metrics.py ref "$2" "$3" "$4" >"$W/cmp.log" 2>&1; then
+		ok "$1: $(cat "$W/cmp.log")"
+	else
+		notok "$1"
+		show "$W/cmp.log"
+	fi
+}

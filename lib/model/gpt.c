@@ -878,19 +878,6 @@ static void moe_mlp_forward(struct gpt_model *m, int l, struct gpt_layer_acts *A
 	round_half(m, out, (size_t)N * h);
 }
 
-/* The MoE output's sum over TP (each rank's experts hold a slice of every
- * expert's MLP, as the dense MLP's fc2), or its reduce-scatter onto this
- * rank's rows with SP: row_parallel's second half. */
-static const float *moe_reduce(struct gpt_model *m, float *out, int N)
-{
-	if (!m->sp) {
-		tp_sum(m, out, (size_t)N * m->c.h);
-		return out;
-	}
-	sp_reduce_scatter(m, m->shard, out);
-	return m->shard;
-}
-
 /* dout: dL/d(the MoE output), every row; leaves this rank's share of
  * dL/d(its input, the norm's output) in m->dln, for column_input_grad */
 static void moe_mlp_backward(struct gpt_model *m, int l, struct gpt_layer_acts *A, const float *dout)
@@ -973,7 +960,9 @@ static void layer_forward(struct gpt_model *m, int l, const float *x, float *y, 
 	norm_fwd(m, A->ln2, A->ln2_mean, A->ln2_rstd, A->res1, p->ln2_w, p->ln2_b, Nl);
 	if (p->moe) {
 		moe_mlp_forward(m, l, A, m->tmp, train);
-		seq_dropout(m, y, A->res1, moe_reduce(m, m->tmp, N), ph, 3 * l + 2);
+		/* each TP rank holds a slice of every expert's MLP, as of the dense
+		 * one: the output is summed over TP, or reduce-scattered with SP */
+		seq_dropout(m, y, A->res1, column_input_grad(m, m->tmp, N), ph, 3 * l + 2);
 		round_half(m, y, (size_t)Nl * h);
 		return;
 	}

@@ -41,16 +41,6 @@ GPTMOE="$GPTMOE --moe-pad-expert-input-to-capacity"
 PREMOE="--num-layers 2 --hidden-size 64 --num-attention-heads 4 --swiglu --num-experts 6 --moe-router-topk 3"
 PREMOE="$PREMOE --moe-router-pre-softmax --moe-aux-loss-coeff 0.02 --moe-expert-capacity-factor 1.0"
 
-# compare NAME OURS.jsonl REF.jsonl ITERS
-compare() {
-	if $PY tests/prog/py/compare_metrics.py ref "$2" "$3" "$4" >"$W/cmp.log" 2>&1; then
-		ok "$1: $(cat "$W/cmp.log")"
-	else
-		notok "$1"
-		show "$W/cmp.log"
-	fi
-}
-
 for model in mixtral gptmoe premoe; do
 	case $model in
 	mixtral) ARGS="$MIXTRAL $COMMON" ;;
@@ -65,7 +55,7 @@ for model in mixtral gptmoe premoe; do
 	expect_ok "$model: the PyTorch reference from the same model.h5 and index caches" \
 		sh -c "$PY tests/prog/py/torch_ref.py $ARGS --train-iters 8 --data-cache-path $D/cache \
 		--ref-model $D/init/iter_0000000/model.h5 >$D/ref.jsonl"
-	compare "$model: lm loss, grad norm, learning rate and the MoE losses match the reference (rtol 1e-5)" \
+	compare_ref "$model: lm loss, grad norm, learning rate and the MoE losses match the reference (rtol 1e-5)" \
 		"$D/ours.jsonl" "$D/ref.jsonl" 8
 done
 

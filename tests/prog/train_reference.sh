@@ -28,16 +28,6 @@ LLAMA="$LLAMA --normalization RMSNorm --swiglu --ffn-hidden-size 96 --disable-bi
 LLAMA="$LLAMA --untie-embeddings-and-output-weights --eod-mask-loss --reset-position-ids"
 LLAMA="$LLAMA --reset-attention-mask"
 
-# compare NAME OURS.jsonl REF.jsonl ITERS
-compare() {
-	if $PY tests/prog/py/compare_metrics.py ref "$2" "$3" "$4" >"$W/cmp.log" 2>&1; then
-		ok "$1: $(cat "$W/cmp.log")"
-	else
-		notok "$1"
-		show "$W/cmp.log"
-	fi
-}
-
 for model in gpt2 llama; do
 	if [ $model = gpt2 ]; then ARGS="$GPT2ARGS $COMMON"; else ARGS="$LLAMA $COMMON"; fi
 	D=$W/$model
@@ -48,7 +38,7 @@ for model in gpt2 llama; do
 	expect_ok "$model: the PyTorch reference from the same model.h5 and index caches" \
 		sh -c "$PY tests/prog/py/torch_ref.py $ARGS --train-iters 8 --data-cache-path $D/cache \
 		--ref-model $D/init/iter_0000000/model.h5 >$D/ref.jsonl"
-	compare "$model: lm loss, grad norm and learning rate match the reference (rtol 1e-5)" \
+	compare_ref "$model: lm loss, grad norm and learning rate match the reference (rtol 1e-5)" \
 		"$D/ours.jsonl" "$D/ref.jsonl" 8
 done
 

@@ -218,25 +218,7 @@ static __device__ __forceinline__ int pos_at(const int32_t *pos, int i)
 
 /* ---- dropout keep flags ---- */
 
-/* The four words of Philox4x32-10 block j: the rounds of philox_uniform
- * (common.cuh), whose word w is the draw of counter 4j + w. */
-static __device__ __forceinline__ uint4 philox4(uint64_t seed, uint64_t j)
-{
-	uint32_t x0 = (uint32_t)j, x1 = (uint32_t)(j >> 32), x2 = 0, x3 = 0;
-	uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
-	for (int round = 0; round < 10; round++) {
-		if (round > 0) {
-			k0 += PHILOX_W0;
-			k1 += PHILOX_W1;
-		}
-		uint32_t hi0 = __umulhi(PHILOX_M0, x0), lo0 = PHILOX_M0 * x0;
-		uint32_t hi1 = __umulhi(PHILOX_M1, x2), lo1 = PHILOX_M1 * x2;
-		uint32_t y0 = hi1 ^ x1 ^ k0, y1 = lo1;
-		uint32_t y2 = hi0 ^ x3 ^ k1, y3 = lo0;
-		x0 = y0, x1 = y1, x2 = y2, x3 = y3;
-	}
-	return make_uint4(x0, x1, x2, x3);
-}
+/* philox4 (common.cuh): the four words of one Philox block */
 
 /*
  * Keep flags of a tile of probs: M[i * (NK+4) + j] = 1 when the prob of

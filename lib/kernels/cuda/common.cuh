@@ -169,9 +169,9 @@ static __device__ float block_max(float v)
 #define PHILOX_W0 0x9E3779B9u
 #define PHILOX_W1 0xBB67AE85u
 
-static __device__ __forceinline__ float philox_uniform(uint64_t seed, uint64_t counter)
+/* The four words of Philox4x32-10 block j: word w is the draw of counter 4j + w. */
+static __device__ __forceinline__ uint4 philox4(uint64_t seed, uint64_t j)
 {
-	uint64_t j = counter >> 2;
 	uint32_t x0 = (uint32_t)j, x1 = (uint32_t)(j >> 32), x2 = 0, x3 = 0;
 	uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
 	for (int round = 0; round < 10; round++) {
@@ -185,8 +185,14 @@ static __device__ __forceinline__ float philox_uniform(uint64_t seed, uint64_t c
 		uint32_t y2 = hi0 ^ x3 ^ k1, y3 = lo0;
 		x0 = y0, x1 = y1, x2 = y2, x3 = y3;
 	}
+	return make_uint4(x0, x1, x2, x3);
+}
+
+static __device__ __forceinline__ float philox_uniform(uint64_t seed, uint64_t counter)
+{
+	uint4 b = philox4(seed, counter >> 2);
 	unsigned w = (unsigned)(counter & 3);
-	uint32_t word = w == 0 ? x0 : w == 1 ? x1 : w == 2 ? x2 : x3;
+	uint32_t word = w == 0 ? b.x : w == 1 ? b.y : w == 2 ? b.z : b.w;
 	return (float)(word >> 8) * 5.9604644775390625e-08f; /* 2^-24: exact */
 }
 

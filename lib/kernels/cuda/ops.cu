@@ -58,8 +58,7 @@ static struct kops_cuda_stats alloc_stats;
 static void *scratch_buf;
 static size_t scratch_cap;
 #define RETIRED_MAX 64
-static void *scratch_retired[RETIRED_MAX];
-static int nretired;
+static int nretired; /* outgrown buffers, left allocated until the process ends */
 
 void *scratch_alloc(size_t bytes)
 {
@@ -68,7 +67,7 @@ void *scratch_alloc(size_t bytes)
 		if (scratch_buf) {
 			if (nretired == RETIRED_MAX)
 				CUDA_BUG("scratch grew more than 64 times");
-			scratch_retired[nretired++] = scratch_buf;
+			nretired++;
 		}
 		scratch_buf = NULL;
 		CUDA_CHECK(cudaMalloc(&scratch_buf, cap));
@@ -949,19 +948,45 @@ static void cuda_round(float *out, const float *x, size_t n, enum kops_round kin
  * lerp and addcmul are explicit fmaf, as on the CPU; sqrtf and '/' are IEEE
  * (nvcc's default -prec-sqrt/-prec-div), and p * decay is __fmul_rn so nvcc
  * cannot fuse it into the final add (the CPU, ISO C, never contracts). */
-__global__ void adamw_kernel(float *p, const float *g, float *m, float *v, size_t n, float decay,
-			     float w1, float w1c, float w2, float b2, float eps,
-			     float neg_step_size, float bc2_sqrt)
+/* The per-step scalars of cpu_adamw, computed on the host in double and
+ * rounded once (decay for a weight-decaying tensor; 1 for the others). */
+struct adamw_scalars {
+	float decay, w1, w1c, w2, b2, eps, neg_step_size, bc2_sqrt;
+};
+
+static struct adamw_scalars adamw_scalars_for(float lr, float b1, float b2, float eps, float wd, int step)
 {
-	GRID_STRIDE(i, n) {
-		float gi = g[i], mi = m[i], vi = v[i];
-		float pi = __fmul_rn(p[i], decay); /* rounded here: not fused into the update below */
-		mi = w1 < 0.5f ? fmaf(w1, gi - mi, mi) : fmaf(-(gi - mi), w1c, gi);
-		vi = fmaf(w2 * gi, gi, vi * b2);
-		float denom = sqrtf(vi) / bc2_sqrt + eps;
-		pi = pi + (neg_step_size * mi) / denom;
-		p[i] = pi, m[i] = mi, v[i] = vi;
-	}
+	struct adamw_scalars a;
+	a.decay = (float)(1.0 - (double)lr * (double)wd);
+	a.w1 = (float)(1.0 - (double)b1);
+	a.w1c = 1.0f - a.w1;
+	a.w2 = (float)(1.0 - (double)b2);
+	a.b2 = b2;
+	a.eps = eps;
+	const double bc1 = 1.0 - pow((double)b1, (double)step);
+	const double bc2 = 1.0 - pow((double)b2, (double)step);
+	a.neg_step_size = (float)-((double)lr / bc1);
+	a.bc2_sqrt = (float)sqrt(bc2);
+	return a;
+}
+
+/* One element, step for step cpu_adamw */
+static __device__ __forceinline__ void adamw_update(float *p, float g, float *m, float *v, float decay,
+						    const struct adamw_scalars *a)
+{
+	float gi = g, mi = *m, vi = *v;
+	float pi = __fmul_rn(*p, decay); /* rounded here: not fused into the update below */
+	mi = a->w1 < 0.5f ? fmaf(a->w1, gi - mi, mi) : fmaf(-(gi - mi), a->w1c, gi);
+	vi = fmaf(a->w2 * gi, gi, vi * a->b2);
+	float denom = sqrtf(vi) / a->bc2_sqrt + a->eps;
+	pi = pi + (a->neg_step_size * mi) / denom;
+	*p = pi, *m = mi, *v = vi;
+}
+
+__global__ void adamw_kernel(float *p, const float *g, float *m, float *v, size_t n, struct adamw_scalars a)
+{
+	GRID_STRIDE(i, n)
+		adamw_update(p + i, g[i], m + i, v + i, a.decay, &a);
 }
 
 static void cuda_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1,
@@ -971,16 +996,7 @@ static void cuda_adamw(float *p, const float *g, float *m, float *v, size_t n, f
 		CUDA_BUG("adamw step < 1");
 	if (n == 0)
 		return;
-	const float decay = (float)(1.0 - (double)lr * (double)wd);
-	const float w1 = (float)(1.0 - (double)b1);
-	const float w1c = 1.0f - w1;
-	const float w2 = (float)(1.0 - (double)b2);
-	const double bc1 = 1.0 - pow((double)b1, (double)step);
-	const double bc2 = 1.0 - pow((double)b2, (double)step);
-	const float neg_step_size = (float)-((double)lr / bc1);
-	const float bc2_sqrt = (float)sqrt(bc2);
-	adamw_kernel<<<grid_for(n), THREADS>>>(p, g, m, v, n, decay, w1, w1c, w2, b2, eps,
-					       neg_step_size, bc2_sqrt);
+	adamw_kernel<<<grid_for(n), THREADS>>>(p, g, m, v, n, adamw_scalars_for(lr, b1, b2, eps, wd, step));
 	KERNEL_CHECK();
 }
 
@@ -1141,22 +1157,15 @@ static double cuda_sumsq_segs(const float *x, const struct kops_seg *segs, int n
 	return total;
 }
 
-/* adamw_kernel's update, per piece; decay_on for decaying pieces, 1 for the others */
+/* adamw_update per piece: the weight decay of decaying pieces, 1 for the others */
 __global__ void adamw_segs_kernel(float *p, const float *g, float *m, float *v, size_t mv_base,
-				  const struct seg_piece *tab, float decay_on, float w1, float w1c, float w2,
-				  float b2, float eps, float neg_step_size, float bc2_sqrt)
+				  const struct seg_piece *tab, struct adamw_scalars a)
 {
 	const struct seg_piece pc = tab[blockIdx.x];
-	const float decay = pc.decay ? decay_on : 1.0f;
+	const float decay = pc.decay ? a.decay : 1.0f;
 	for (unsigned j = threadIdx.x; j < pc.n; j += blockDim.x) {
 		size_t i = pc.off + j, s = i - mv_base;
-		float gi = g[i], mi = m[s], vi = v[s];
-		float pi = __fmul_rn(p[i], decay);
-		mi = w1 < 0.5f ? fmaf(w1, gi - mi, mi) : fmaf(-(gi - mi), w1c, gi);
-		vi = fmaf(w2 * gi, gi, vi * b2);
-		float denom = sqrtf(vi) / bc2_sqrt + eps;
-		pi = pi + (neg_step_size * mi) / denom;
-		p[i] = pi, m[s] = mi, v[s] = vi;
+		adamw_update(p + i, g[i], m + s, v + s, decay, &a);
 	}
 }
 
@@ -1171,18 +1180,10 @@ static void cuda_adamw_segs(float *p, const float *g, float *m, float *v, size_t
 	struct seg_piece *tab = seg_pieces(segs, nsegs, 0, &np, NULL, &buf);
 	if (np == 0)
 		return;
-	/* cuda_adamw's scalars; a segment without decay multiplies by
-	 * (float)(1.0 - lr * 0.0) = 1.0f, as cpu_adamw does with wd = 0 */
-	const float decay = (float)(1.0 - (double)lr * (double)wd);
-	const float w1 = (float)(1.0 - (double)b1);
-	const float w1c = 1.0f - w1;
-	const float w2 = (float)(1.0 - (double)b2);
-	const double bc1 = 1.0 - pow((double)b1, (double)step);
-	const double bc2 = 1.0 - pow((double)b2, (double)step);
-	const float neg_step_size = (float)-((double)lr / bc1);
-	const float bc2_sqrt = (float)sqrt(bc2);
-	adamw_segs_kernel<<<(unsigned)np, THREADS>>>(p, g, m, v, mv_base, tab, decay, w1, w1c, w2, b2, eps,
-						    neg_step_size, bc2_sqrt);
+	/* a segment without decay multiplies by 1.0f, what (float)(1.0 - lr * 0.0)
+	 * gives cpu_adamw with wd = 0 */
+	adamw_segs_kernel<<<(unsigned)np, THREADS>>>(p, g, m, v, mv_base, tab,
+						    adamw_scalars_for(lr, b1, b2, eps, wd, step));
 	KERNEL_CHECK();
 	scratch_free(buf);
 }
