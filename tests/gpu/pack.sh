@@ -6,7 +6,7 @@
 set -eu
 cd "$(dirname "$0")/../.."
 make --no-print-directory -j"$(nproc)" CUDA_ARCH="-gencode arch=compute_90,code=sm_90" all \
-	$(ls tests/unit/*.c | sed 's|tests/unit/\(.*\)\.c|build/tests/\1|') build/gpu/parity build/gpu/nccl >/dev/null
+	$(ls tests/unit/*.c | sed 's|tests/unit/\(.*\)\.c|build/tests/\1|') build/gpu/parity build/gpu/nccl build/gpu/attn_bench >/dev/null
 rm -rf build/gpu-libs
 mkdir -p build/gpu-libs
 for f in bin/* build/tests/* build/gpu/*; do
