@@ -80,20 +80,8 @@ for m in g l; do
 	# which HF does not have, come back as zeros)
 	expect_ok "$m: export to Hugging Face" $C --load $W/${m}c --save $W/${m}hf --to hf --verify $GPT2
 	expect_ok "$m: import it again" $C --load $W/${m}hf --from hf --save $W/${m}back --verify $(v64 1)
-	if /usr/bin/python3 - "$W/${m}c/iter_0000008/model.h5" "$W/${m}back/iter_0000000/model.h5" >"$W/rt.log" 2>&1 <<'EOF'; then
-import sys, h5py, numpy as np
-a, b = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r")
-assert sorted(a.keys()) == sorted(b.keys()), (sorted(a.keys()), sorted(b.keys()))
-V = 50257
-for k in a.keys():
-    x, y = a[k][()], b[k][()]
-    assert x.shape == y.shape and x.dtype == y.dtype, k
-    if k in ("embedding.word_embeddings.weight", "output_layer.weight"):
-        assert np.array_equal(x[:V], y[:V]) and not y[V:].any(), k
-    else:
-        assert np.array_equal(x, y), k
-print("%d tensors bitwise" % len(a.keys()))
-EOF
+	if /usr/bin/python3 tests/prog/py/hf_roundtrip.py "$W/${m}c/iter_0000008/model.h5" \
+		"$W/${m}back/iter_0000000/model.h5" >"$W/rt.log" 2>&1; then
 		ok "$m: megac -> HF -> megac round trip ($(cat "$W/rt.log"))"
 	else
 		notok "$m: megac -> HF -> megac round trip"
@@ -220,25 +208,9 @@ expect_ok "mx: megac's logits" $LOGITS $W/mxc $W/ids.npy $W/mx_megac.npy
 expect_ok "mx: transformers' logits" $REF logits $W/mxhf $W/ids.npy $W/mx_hf.npy
 close "mx: transformers' logits on the export equal megac's (1e-4)" $W/mx_megac.npy $W/mx_hf.npy 1e-4
 expect_ok "mx: import it again" $C --load $W/mxhf --from hf --save $W/mxback --verify $(v64 1)
-if /usr/bin/python3 - "$W/mxc/iter_0000004/model.h5" "$W/mxback/iter_0000000/model.h5" >"$W/rt.log" 2>&1 <<'EOF'; then
-import sys, json, h5py, numpy as np
-a, b = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r")
-assert sorted(a.keys()) == sorted(b.keys()), (sorted(a.keys()), sorted(b.keys()))
-assert any(".mlp.experts.local_experts.3.linear_fc1." in k for k in a.keys())
-V = 50257
-for k in a.keys():
-    x, y = a[k][()], b[k][()]
-    assert x.shape == y.shape and x.dtype == y.dtype, k
-    if k in ("embedding.word_embeddings.weight", "output_layer.weight"):
-        assert np.array_equal(x[:V], y[:V]) and not y[V:].any(), k
-    else:
-        assert np.array_equal(x, y), k
-c = json.loads(b.attrs["config"])
-got = [c.get(k) for k in ("num_experts", "moe_router_topk", "moe_ffn_hidden_size", "moe_layer_freq",
-                          "moe_router_score_function")]
-assert got == [4, 2, 48, "[1,1]", "softmax"], got
-print("%d tensors bitwise" % len(a.keys()))
-EOF
+if /usr/bin/python3 tests/prog/py/hf_roundtrip.py "$W/mxc/iter_0000004/model.h5" "$W/mxback/iter_0000000/model.h5" \
+	'{"num_experts": 4, "moe_router_topk": 2, "moe_ffn_hidden_size": 48, "moe_layer_freq": "[1,1]",
+	  "moe_router_score_function": "softmax"}' >"$W/rt.log" 2>&1; then
 	ok "mx: megac -> HF -> megac round trip ($(cat "$W/rt.log"))"
 else
 	notok "mx: megac -> HF -> megac round trip"

@@ -216,6 +216,22 @@ static __device__ __forceinline__ int pos_at(const int32_t *pos, int i)
 	return pos ? pos[i] : i;
 }
 
+/* What thread column tx needs of key tile [k0, k0 + nkt): each of its CT
+ * keys' global position (INT_MAX past the tile's end, so nothing sees it)
+ * and, when kd is not NULL, its document id (0 without a mask D). */
+template <int CT>
+static __device__ __forceinline__ void key_marks(int *kp, int *kd, const int32_t *kpos, const int32_t *D, int k0,
+						 int nkt, int tx)
+{
+#pragma unroll
+	for (int c = 0; c < CT; c++) {
+		const int j = tx + 16 * c;
+		kp[c] = j < nkt ? pos_at(kpos, k0 + j) : INT_MAX;
+		if (kd)
+			kd[c] = D && j < nkt ? D[k0 + j] : 0;
+	}
+}
+
 /* ---- dropout keep flags ---- */
 
 /* philox4 (common.cuh): the four words of one Philox block */
@@ -354,11 +370,7 @@ __global__ void __launch_bounds__(NT, 2)
 		if (drop)
 			drop_tile<BQ, BK>(Ms, qpos, kpos, q0, nq, k0, nkt, S, row0, p, seed);
 		int kp[CT];
-#pragma unroll
-		for (int c = 0; c < CT; c++) {
-			const int j = tx + 16 * c;
-			kp[c] = j < nkt ? kpos[k0 + j] : INT_MAX;
-		}
+		key_marks<CT>(kp, NULL, kpos, NULL, k0, nkt, tx);
 		__syncthreads();
 		float s[RT][CT] = {};
 		mma_abt<KD, RT, CT>(s, Qs, Ks, tx, ty);
@@ -492,12 +504,7 @@ __global__ void __launch_bounds__(NT, 2)
 		__syncthreads();
 		load_rows<KD, BK>(Ks, Kg + (size_t)k0 * k, k, nkt, k);
 		int kp[CT], kd[CT];
-#pragma unroll
-		for (int c = 0; c < CT; c++) {
-			const int j = tx + 16 * c;
-			kp[c] = j < nkt ? k0 + j : INT_MAX;
-			kd[c] = D && j < nkt ? D[k0 + j] : 0;
-		}
+		key_marks<CT>(kp, kd, NULL, D, k0, nkt, tx);
 		__syncthreads();
 		float s[RT][CT] = {};
 		mma_abt<KD, RT, CT>(s, Qs, Ks, tx, ty);
@@ -537,12 +544,7 @@ __global__ void __launch_bounds__(NT, 2)
 		if (drop)
 			drop_tile<BQ, BK>(Ms, NULL, NULL, q0, nq, k0, nkt, T, row0, p, seed);
 		int kp[CT], kd[CT];
-#pragma unroll
-		for (int c = 0; c < CT; c++) {
-			const int j = tx + 16 * c;
-			kp[c] = j < nkt ? k0 + j : INT_MAX;
-			kd[c] = D && j < nkt ? D[k0 + j] : 0;
-		}
+		key_marks<CT>(kp, kd, NULL, D, k0, nkt, tx);
 		__syncthreads();
 		float s[RT][CT] = {};
 		mma_abt<KD, RT, CT>(s, Qs, Ks, tx, ty);
@@ -724,11 +726,7 @@ __global__ void __launch_bounds__(NT, 2)
 		if (drop)
 			drop_tile<BQ, BK>(Ms, qpos, kpos, q0, nq, k0, nkt, S, row0, p, seed);
 		int kp[CT];
-#pragma unroll
-		for (int c = 0; c < CT; c++) {
-			const int j = tx + 16 * c;
-			kp[c] = j < nkt ? pos_at(kpos, k0 + j) : INT_MAX;
-		}
+		key_marks<CT>(kp, NULL, kpos, NULL, k0, nkt, tx);
 		__syncthreads();
 		float dp[RT][CT] = {}, sc[RT][CT] = {};
 		mma_abt<KD, RT, CT>(dp, dOs, Vs, tx, ty);
