@@ -212,8 +212,8 @@ int advise_run(const struct args *a, int64_t vocab, const struct advise_opts *o,
 {
 	memset(r, 0, sizeof(*r));
 	if (a->num_experts != -1 || a->multi_latent_attention || a->mtp_num_layers != -1)
-		return error("--advise plans the layouts train runs, and train has no mixture of experts, MLA or MTP "
-			     "yet: drop those flags, or use report_memory without --advise for Megatron's formula");
+		return error("--advise does not plan mixture-of-experts layouts yet (nor MLA or MTP, which train lacks): "
+			     "use report_memory without --advise, which predicts a MoE layout's memory");
 	if (a->world_size < 1 || a->world_size > (1 << 24))
 		return error("--world-size %lld: give the number of ranks, 1 to %d", (long long)a->world_size, 1 << 24);
 	if (a->global_batch_size <= 0)

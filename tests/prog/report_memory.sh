@@ -226,7 +226,7 @@ expect_fail "--advise, a bad size" "--gpu-memory '80XB'" $R $T --world-size 4 --
 expect_fail "--advise, no global batch" "--advise needs --global-batch-size" \
 	$R $T --global-batch-size -1 --world-size 4 --advise --gpu-memory 80GiB
 # shellcheck disable=SC2086
-expect_fail "--advise with experts" "no mixture of experts" \
+expect_fail "--advise with experts" "does not plan mixture-of-experts layouts" \
 	$R $T --world-size 4 --advise --gpu-memory 80GiB --num-experts 4
 # shellcheck disable=SC2086
 expect_fail "--advise, nothing fits" "no layout of 4 ranks fits in 5.00 MiB per GPU: the smallest predicted peak is" \
