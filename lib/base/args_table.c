@@ -176,7 +176,7 @@ const struct flag_def args_table[] = {
 	{ "--context-parallel-size", FK_INT, F(context_parallel_size), TR, 0, "distributed", "1", NULL, "C",
 	  "context-parallel size (ring attention over load-balanced sequence chunks)" },
 	{ "--expert-model-parallel-size", FK_INT, F(expert_model_parallel_size), TR, 0, "distributed", "1", NULL,
-	  "E", "expert-parallel size (megac: 1; expert parallelism is not implemented yet)" },
+	  "E", "expert-parallel size: the ranks that split each MoE layer's experts between them" },
 	{ "--sequence-parallel", FK_BOOL, F(sequence_parallel), TR, 0, "distributed", NULL, NULL, NULL,
 	  "sequence parallelism (needs tensor parallelism)" },
 	{ "--num-layers-per-virtual-pipeline-stage", FK_INT, F(num_layers_per_virtual_pipeline_stage), TR, 0,
@@ -498,7 +498,8 @@ const struct flag_def args_table[] = {
 	  "mixture of experts", NULL, NULL, NULL, "Megatron pads each expert's input to the capacity with "
 	  "zero-weight tokens; megac runs the same numbers without the padding rows" },
 	{ "--moe-token-dispatcher-type", FK_STR, F(moe_token_dispatcher_type), TR, 0, "mixture of experts",
-	  "allgather", "allgather|alltoall", "T", "how tokens reach the experts of other ranks (one rank: the same)" },
+	  "allgather", "allgather|alltoall", "T", "how tokens reach the experts of other expert-parallel ranks (megac "
+	  "sends each rank only the rows routed to its experts, all-to-all, for both: the same numbers)" },
 	{ "--moe-grouped-gemm", FK_BOOL, F(perf_flag), TR, 0, "mixture of experts", NULL, NULL, NULL,
 	  "accepted: megac runs the experts one GEMM each" },
 	{ "--moe-router-dtype", FK_STR, F(moe_router_dtype), TR, 0, "mixture of experts", NULL, "fp32|fp64", "D",

@@ -249,7 +249,17 @@ int dist_setup(struct dist *d, const struct dist_layout *l)
 	    make_group(d, &d->tp, "tensor-model-parallel", TP, &rg) < 0 ||
 	    make_group(d, &d->pp, "pipeline-model-parallel", PP, &rg) < 0)
 		return -1;
-	return make_embedding_group(d, &rg);
+	if (make_embedding_group(d, &rg) < 0)
+		return -1;
+	/* the expert generator's groups, after the dense ones as in Megatron */
+	struct rank_gen eg;
+	if (dist_expert_gen(&eg, l, "tp-cp-ep-dp-pp") < 0)
+		return -1;
+	unsigned EP = 1u << DIST_EP;
+	if (make_group(d, &d->ep, "expert-model-parallel", EP, &eg) < 0 ||
+	    make_group(d, &d->edp, "expert-data-parallel", DP, &eg) < 0)
+		return -1;
+	return 0;
 }
 
 static void free_group(struct dist_group *g)
@@ -271,12 +281,13 @@ void dist_finalize(struct dist *d)
 	}
 	/* NCCL first: its communicators were made from the MPI ones (and a
 	 * test may have attached some to groups of one rank, without MPI) */
-	struct dist_group *all[] = { &d->world_g, &d->tp, &d->cp, &d->dp, &d->dp_cp, &d->pp, &d->mp, &d->emb };
+	struct dist_group *all[] = { &d->world_g, &d->tp, &d->cp, &d->dp, &d->dp_cp, &d->pp, &d->mp, &d->emb,
+				     &d->ep, &d->edp };
 	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
 		dist_nccl_group_free(all[i]);
 	if (!d->mpi)
 		return;
-	struct dist_group *gs[] = { &d->tp, &d->cp, &d->dp, &d->dp_cp, &d->pp, &d->mp, &d->emb };
+	struct dist_group *gs[] = { &d->tp, &d->cp, &d->dp, &d->dp_cp, &d->pp, &d->mp, &d->emb, &d->ep, &d->edp };
 	for (size_t i = 0; i < sizeof(gs) / sizeof(gs[0]); i++)
 		free_group(gs[i]);
 	MPI_Finalize();
@@ -289,7 +300,8 @@ int dist_use_device(struct dist *d)
 		return -1;
 	/* the same order on every rank (creation is collective); groups of one
 	 * rank, and ranks outside every embedding group, have nothing to make */
-	struct dist_group *gs[] = { &d->world_g, &d->dp_cp, &d->dp, &d->cp, &d->mp, &d->tp, &d->pp, &d->emb };
+	struct dist_group *gs[] = { &d->world_g, &d->dp_cp, &d->dp, &d->cp, &d->mp, &d->tp, &d->pp, &d->emb,
+				    &d->ep, &d->edp };
 	for (size_t i = 0; i < sizeof(gs) / sizeof(gs[0]); i++)
 		if (gs[i]->size > 1 && !gs[i]->nccl)
 			dist_nccl_group_init(gs[i], gs[i] == &d->cp || gs[i] == &d->pp);
@@ -596,6 +608,65 @@ void dist_reduce_scatter_equal_f32(struct dist_group *g, const float *in, size_t
 	DIST_CHECK(MPI_Reduce_scatter_block(in, out, (int)n, MPI_FLOAT, MPI_SUM, COMM(g)));
 	watch_end(g);
 	g->bytes += (uint64_t)(g->size - 1) * n * sizeof(float);
+	g->calls++;
+}
+
+void dist_alltoallv_f32(struct dist_group *g, const float *in, const size_t *scount, float *out,
+			const size_t *rcount)
+{
+	enum route w = route2(g, in, out, "all-to-all");
+	uint64_t sent = 0;
+	for (int r = 0; r < g->size; r++)
+		sent += r == g->rank ? 0 : scount[r] * sizeof(float);
+	if (w == VIA_NCCL) {
+		nccl_finish(g, "all-to-all", dist_nccl_alltoallv(g, in, scount, out, rcount));
+		count(g, sent);
+		return;
+	}
+	if (g->size <= 1) {
+		if (scount[0] != rcount[0])
+			BUG("an all-to-all of one rank sends %zu floats to itself and receives %zu", scount[0], rcount[0]);
+		if (w == VIA_ALONE)
+			dist_nccl_copy(out, in, scount[0] * sizeof(float));
+		else
+			memmove(out, in, scount[0] * sizeof(float));
+		return;
+	}
+	int *c = xmalloc(4 * (size_t)g->size * sizeof(int));
+	size_t so = 0, ro = 0;
+	for (int r = 0; r < g->size; r++) {
+		if (scount[r] > INT_MAX || rcount[r] > INT_MAX || so > INT_MAX || ro > INT_MAX)
+			die("an all-to-all of %zu floats is beyond MPI's int counts", so > ro ? so : ro);
+		c[r] = (int)scount[r];
+		c[g->size + r] = (int)so;
+		c[2 * g->size + r] = (int)rcount[r];
+		c[3 * g->size + r] = (int)ro;
+		so += scount[r];
+		ro += rcount[r];
+	}
+	watch_begin(g, "all-to-all");
+	DIST_CHECK(MPI_Alltoallv(in, c, c + g->size, MPI_FLOAT, out, c + 2 * g->size, c + 3 * g->size, MPI_FLOAT,
+				 COMM(g)));
+	watch_end(g);
+	free(c);
+	g->bytes += sent;
+	g->calls++;
+}
+
+void dist_allgather_i32(struct dist_group *g, const int32_t *in, size_t n, int32_t *out)
+{
+	if (route2(g, in, out, "all-gather") != VIA_MPI)
+		BUG("dist_allgather_i32 on device memory (%s group)", g->name);
+	if (g->size <= 1) {
+		memmove(out, in, n * sizeof(int32_t));
+		return;
+	}
+	if (n > INT_MAX)
+		die("an all-gather of %zu elements per rank is beyond MPI's int counts", n);
+	watch_begin(g, "all-gather");
+	DIST_CHECK(MPI_Allgather(in, (int)n, MPI_INT32_T, out, (int)n, MPI_INT32_T, COMM(g)));
+	watch_end(g);
+	g->bytes += (uint64_t)(g->size - 1) * n * sizeof(int32_t);
 	g->calls++;
 }
 

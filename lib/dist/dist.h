@@ -73,6 +73,12 @@ struct dist {
 	struct dist_layout layout;
 	int coords[DIST_NAXES];
 	struct dist_group world_g, tp, cp, dp, dp_cp, pp, mp, emb;
+	/* the expert generator's (layout.h): expert-model-parallel (the ranks
+	 * that split a MoE layer's experts) and expert-data-parallel (the
+	 * replicas of one set of experts, which sum its gradients); without
+	 * expert parallelism ep is a group of one and edp the data-parallel
+	 * ranks */
+	struct dist_group ep, edp;
 	struct dist_watch *watch;
 };
 
@@ -125,6 +131,15 @@ void dist_allgather_equal_f32(struct dist_group *g, const float *in, size_t n, f
 void dist_reduce_scatter_equal_f32(struct dist_group *g, const float *in, size_t n, float *out);
 /* n floats from every rank into group rank 0's out[size * n], in rank order. */
 void dist_gather_equal_f32(struct dist_group *g, const float *in, size_t n, float *out);
+/* Every rank's block of in[] to every other: the scount[r] floats of in
+ * that follow the blocks for ranks below r go to rank r; rank r's block of
+ * rcount[r] floats lands in out after those of the ranks below r. Each
+ * rank's scount[r] must equal rank r's rcount[self] (MPI's rule). */
+void dist_alltoallv_f32(struct dist_group *g, const float *in, const size_t *scount, float *out,
+			const size_t *rcount);
+/* n int32s from every rank into every rank's out[size * n], in rank order;
+ * host memory only. */
+void dist_allgather_i32(struct dist_group *g, const int32_t *in, size_t n, int32_t *out);
 /* Every rank's shard of buf[0..n) collected into group rank 0's buf. */
 void dist_gather_f32(struct dist_group *g, float *buf, size_t n);
 

@@ -263,13 +263,13 @@ int dist_layout_from_args(struct dist_layout *l, const struct args *a, int world
 			     world, l->tp, l->pp, l->cp, (long long)model);
 	l->dp = (int)(world / model);
 
-	/* TransformerConfig refuses expert parallelism without MoE layers; megac
-	 * has MoE layers on one rank's experts so far. */
-	if (l->ep > 1)
-		return error(a->num_experts > 0 ? "--expert-model-parallel-size %d: expert parallelism is not "
-						  "implemented yet (the experts of a MoE layer run on every rank)"
-						: "--expert-model-parallel-size %d needs mixture-of-experts layers "
-						  "(--num-experts)", l->ep);
+	/* TransformerConfig refuses expert parallelism without MoE layers, and
+	 * experts that do not split evenly over the expert-parallel ranks. */
+	if (l->ep > 1 && a->num_experts <= 0)
+		return error("--expert-model-parallel-size %d needs mixture-of-experts layers (--num-experts)", l->ep);
+	if (l->ep > 1 && a->num_experts % l->ep)
+		return error("--num-experts %lld is not divisible by --expert-model-parallel-size %d (each "
+			     "expert-parallel rank holds the same number of experts)", (long long)a->num_experts, l->ep);
 	if (a->expert_tensor_parallel_size > 0 && a->expert_tensor_parallel_size != l->tp)
 		return error("--expert-tensor-parallel-size %lld: experts split like the dense layers "
 			     "(--tensor-model-parallel-size %d) in megac so far", (long long)a->expert_tensor_parallel_size,

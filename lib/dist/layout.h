@@ -105,8 +105,8 @@ struct dist_layout {
  * check what Megatron checks (spec §2): world divisible by tp·pp·cp (and by
  * etp·ep·pp), heads divisible by tp, query groups a multiple or divisor of
  * tp, layers divisible by pp, seq-length by 2·cp when cp > 1, global batch
- * by micro batch · dp; ep > 1 is refused as Megatron refuses it without
- * mixture-of-experts layers. Flags still at their "not given" value (-1) are
+ * by micro batch · dp; ep > 1 only with mixture-of-experts layers whose
+ * number of experts it divides. Flags still at their "not given" value (-1) are
  * left to the checks that own them. tp == 1 turns --sequence-parallel off
  * with a warning. Returns 0, or -1 after error() naming the flags.
  */

@@ -472,6 +472,26 @@ struct dist_nccl_op *dist_nccl_gather_equal(struct dist_group *g, const float *i
 	return issued(op_new(g, OP_COLL, "gather"), c);
 }
 
+/* One group call of sends and receives: NCCL has no all-to-all. */
+struct dist_nccl_op *dist_nccl_alltoallv(struct dist_group *g, const float *in, const size_t *scount, float *out,
+					 const size_t *rcount)
+{
+	struct nccl_comm *c = &nccl_of(g)->coll;
+	size_t so = 0, ro = 0;
+	begin(c);
+	NCCL_CHECK(ncclGroupStart());
+	for (int r = 0; r < g->size; r++) {
+		if (scount[r])
+			NCCL_CHECK(ncclSend(in + so, scount[r], ncclFloat32, r, c->comm, c->stream));
+		if (rcount[r])
+			NCCL_CHECK(ncclRecv(out + ro, rcount[r], ncclFloat32, r, c->comm, c->stream));
+		so += scount[r];
+		ro += rcount[r];
+	}
+	NCCL_CHECK(ncclGroupEnd());
+	return issued(op_new(g, OP_COLL, "all-to-all"), c);
+}
+
 /* ---- point-to-point ---- */
 
 /* A matched pair of transfers of this rank to itself, as one group call. */
@@ -740,6 +760,12 @@ struct dist_nccl_op *dist_nccl_reduce_scatter_equal(struct dist_group *g, const 
 }
 
 struct dist_nccl_op *dist_nccl_gather_equal(struct dist_group *g, const float *in, size_t n, float *out)
+{
+	no_nccl(g);
+}
+
+struct dist_nccl_op *dist_nccl_alltoallv(struct dist_group *g, const float *in, const size_t *scount, float *out,
+					 const size_t *rcount)
 {
 	no_nccl(g);
 }

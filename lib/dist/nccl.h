@@ -66,6 +66,10 @@ struct dist_nccl_op *dist_nccl_gather_shards(struct dist_group *g, float *buf, s
 struct dist_nccl_op *dist_nccl_allgather_equal(struct dist_group *g, const float *in, size_t n, float *out);
 struct dist_nccl_op *dist_nccl_reduce_scatter_equal(struct dist_group *g, const float *in, size_t n, float *out);
 struct dist_nccl_op *dist_nccl_gather_equal(struct dist_group *g, const float *in, size_t n, float *out);
+/* in's blocks of scount[r] floats (in rank order) to rank r; rank r's
+ * block of rcount[r] floats into out, in rank order (dist_alltoallv_f32). */
+struct dist_nccl_op *dist_nccl_alltoallv(struct dist_group *g, const float *in, const size_t *scount, float *out,
+					 const size_t *rcount);
 /* Point-to-point, in bytes. Between two ranks, messages are matched in the
  * order posted whatever their tags; tags and sizes are checked (a BUG
  * when they differ). */

@@ -66,7 +66,9 @@ static int reg2(struct gpt_model *m, const char *name, int64_t r, int64_t c, int
 
 /* A MoE layer's MLP (docs/moe-spec.md section 5): its own pre-MLP norm,
  * the router, E experts and an optional shared expert; the attention part
- * is register_layer's. Experts split over TP as the dense MLP does. */
+ * is register_layer's. Experts split over TP as the dense MLP does; with
+ * expert parallelism this rank registers only its own experts, under their
+ * global numbers, so checkpoints do not depend on the split. */
 static void register_moe(struct gpt_model *m, int l)
 {
 	const struct gpt_config *c = &m->c;
@@ -85,12 +87,15 @@ static void register_moe(struct gpt_model *m, int l)
 	p->efc1_w = xcalloc((size_t)c->E, sizeof(int));
 	p->efc2_w = xcalloc((size_t)c->E, sizeof(int));
 	for (int e = 0; e < c->E; e++) {
+		p->efc1_w[e] = p->efc2_w[e] = -1;
+		if (e < m->e0 || e >= m->e0 + m->El)
+			continue;
 		p->efc1_w[e] = reg2(m, NAME("decoder.layers.%d.mlp.experts.local_experts.%d.linear_fc1.weight", l, e), f1,
 				    c->h, 0, std);
-		if (c->swiglu)
-			m->reg.p[p->efc1_w[e]].flags |= PARAM_GLU;
+		m->reg.p[p->efc1_w[e]].flags |= PARAM_EXPERT | (c->swiglu ? PARAM_GLU : 0);
 		p->efc2_w[e] = reg2(m, NAME("decoder.layers.%d.mlp.experts.local_experts.%d.linear_fc2.weight", l, e),
 				    c->h, c->moe_f, 1, out_std);
+		m->reg.p[p->efc2_w[e]].flags |= PARAM_EXPERT;
 	}
 	p->sfc1_w = p->sfc2_w = -1;
 	if (c->shared_f > 0) {
@@ -177,6 +182,10 @@ static void register_params(struct gpt_model *m)
 		if (strstr(m->reg.p[i].name, "layer_norm_") || strstr(m->reg.p[i].name, "final_layernorm") ||
 		    strstr(m->reg.p[i].name, "pre_mlp_layernorm"))
 			m->reg.p[i].flags |= PARAM_SP;
+	/* the experts after everything else: the part of the buffers that
+	 * expert parallelism reduces over its own data-parallel group */
+	if (c->E > 0)
+		params_move_last(&m->reg, PARAM_EXPERT);
 }
 
 /* ---- buffers ---- */
@@ -205,7 +214,7 @@ static float *take(struct gpt_model *m, size_t n)
 static struct gpt_moe_acts *alloc_moe_acts(struct gpt_model *m)
 {
 	const struct gpt_config *c = &m->lc;
-	size_t BT = (size_t)m->B * c->S, h = c->h, R = BT * (size_t)c->router.k;
+	size_t BT = (size_t)m->B * c->S, h = c->h, R = BT * (size_t)c->router.k, Rl = gpt_moe_rows_local(m);
 	size_t f1 = c->swiglu ? 2 * (size_t)c->moe_f : (size_t)c->moe_f;
 	size_t s1 = c->swiglu ? 2 * (size_t)c->shared_f : (size_t)c->shared_f;
 	struct gpt_moe_acts *M = xcalloc(1, sizeof(*M));
@@ -219,9 +228,12 @@ static struct gpt_moe_acts *alloc_moe_acts(struct gpt_model *m)
 	M->tok_rows = take_bytes(m, R * sizeof(int32_t));
 	M->row_w = take(m, R);
 	M->xperm = take(m, R * h);
-	M->fc1 = take(m, R * f1);
-	M->act = take(m, R * (size_t)c->moe_f);
+	M->xloc = m->ep ? take(m, Rl * h) : M->xperm;
+	M->fc1 = take(m, Rl * f1);
+	M->act = take(m, Rl * (size_t)c->moe_f);
 	M->y = take(m, R * h);
+	M->cnt = xcalloc((size_t)m->ep_size * (size_t)m->El, sizeof(int32_t));
+	M->loff = xcalloc((size_t)m->El + 1, sizeof(int32_t));
 	if (c->shared_f > 0) {
 		M->sfc1 = take(m, BT * s1);
 		M->sact = take(m, BT * (size_t)c->shared_f);
@@ -324,7 +336,7 @@ static void bind(struct gpt_model *m, int v, int s)
 int gpt_init(struct gpt_model *m, const struct gpt_config *c, const struct kops *k, struct mem_pool *mem,
 	     int B, enum gpt_precision precision, struct dist_group *tp, bool sp)
 {
-	struct gpt_pipe one = { 1, 0, 1, NULL, NULL, false };
+	struct gpt_pipe one = { 1, 0, 1, NULL, NULL, false, NULL };
 	return gpt_init_pipe(m, c, k, mem, B, precision, tp, sp, &one);
 }
 
@@ -379,6 +391,15 @@ int gpt_init_pipe(struct gpt_model *m, const struct gpt_config *c, const struct 
 		   !pipe->doc_masks;
 	if (c->E > 0 && m->cp)
 		return error("mixture of experts with context parallelism is not implemented yet");
+	m->ep = pipe->ep && pipe->ep->size > 1 ? pipe->ep : NULL;
+	m->ep_size = m->ep ? m->ep->size : 1;
+	m->ep_rank = m->ep ? m->ep->rank : 0;
+	if (c->E > 0 && c->E % m->ep_size)
+		return error("--num-experts %d is not divisible by --expert-model-parallel-size %d", c->E, m->ep_size);
+	if (m->ep && c->E <= 0)
+		return error("--expert-model-parallel-size %d needs mixture-of-experts layers", m->ep_size);
+	m->El = c->E / m->ep_size;
+	m->e0 = m->ep_rank * m->El;
 	if (m->sp && m->lc.S % t)
 		return error("--sequence-parallel needs --seq-length %d%s divisible by --tensor-model-parallel-size %d",
 			     c->S, m->cp ? " / --context-parallel-size" : "", t);
@@ -485,11 +506,17 @@ int gpt_init_pipe(struct gpt_model *m, const struct gpt_config *c, const struct 
 	m->dact = take(m, BT * c->f);
 	if (c->E > 0) {
 		size_t R = BT * (size_t)c->router.k, fm = (size_t)c->moe_f, fs = (size_t)c->shared_f;
-		size_t f1m = c->swiglu ? 2 * fm : fm, f1s = c->swiglu ? 2 * fs : fs;
+		size_t f1m = c->swiglu ? 2 * fm : fm, f1s = c->swiglu ? 2 * fs : fs, Rl = gpt_moe_rows_local(m);
 		m->moe_dy = take(m, R * h);
 		m->moe_dx = take(m, R * h);
-		m->moe_dact = take(m, R * fm > BT * fs ? R * fm : BT * fs);
-		m->moe_dfc1 = take(m, R * f1m > BT * f1s ? R * f1m : BT * f1s);
+		m->moe_dact = take(m, Rl * fm > BT * fs ? Rl * fm : BT * fs);
+		m->moe_dfc1 = take(m, Rl * f1m > BT * f1s ? Rl * f1m : BT * f1s);
+		if (m->ep) {
+			size_t rows = Rl > R ? Rl : R;
+			m->moe_xa = take(m, rows * h);
+			m->moe_xb = take(m, rows * h);
+			m->moe_cnt_all = xcalloc((size_t)m->ep_size * (size_t)c->E, sizeof(int32_t));
+		}
 		m->moe_dw = take(m, R);
 		m->moe_dz = take(m, BT * c->E);
 		if (fs > 0)
@@ -520,12 +547,15 @@ void gpt_free(struct gpt_model *m)
 	for (size_t i = 0; i < m->nmoe; i++) {
 		moe_route_free(&m->moe_all[i]->route);
 		free(m->moe_all[i]->z_host);
+		free(m->moe_all[i]->cnt);
+		free(m->moe_all[i]->loff);
 		free(m->moe_all[i]);
 	}
 	free(m->moe_all);
 	free(m->moe_dw_host);
 	free(m->moe_dprobs_host);
 	free(m->moe_dz_host);
+	free(m->moe_cnt_all);
 	for (int l = 0; l < m->c.L; l++) {
 		free(m->lp[l].efc1_w);
 		free(m->lp[l].efc2_w);
@@ -818,7 +848,145 @@ static void norm_bwd(struct gpt_model *m, float *dinp, const float *dout, const 
  * token's experts and orders the rows; the plan comes back as index
  * arrays. Rows are gathered with the embedding op (out[r] = x[row_tok[r]];
  * its backward adds them back), each expert runs its MLP on its rows, and
- * the weighted sum per token is moe_combine. One rank (no TP/CP/EP yet). */
+ * the weighted sum per token is moe_combine.
+ *
+ * Expert parallelism (Megatron's all-to-all token dispatcher): every rank
+ * routes its own tokens, sends each expert-parallel peer the rows routed to
+ * the peer's experts, runs its own experts on the rows it receives, and
+ * sends the outputs back; the combine and the router's backward then see
+ * exactly the rows of one rank. Rows arrive peer-major (each peer's rows in
+ * its expert-major order) and the experts want them expert-major: the two
+ * reorders are copies of whole (peer, expert) blocks. */
+
+size_t gpt_moe_rows_local(const struct gpt_model *m)
+{
+	const struct gpt_config *c = &m->lc;
+	size_t BT = (size_t)m->B * c->S, k = (size_t)c->router.k;
+	/* a token's k slots name k different experts, so at most min(k, El) are here */
+	size_t per = k < (size_t)m->El ? k : (size_t)m->El;
+	return m->ep ? (size_t)m->ep_size * BT * per : BT * k;
+}
+
+/* The rows per (peer, local expert) of this layer's exchange, from every
+ * peer's rows per expert (host), and the experts' offsets in xloc. */
+static void moe_plan_exchange(struct gpt_model *m, struct gpt_moe_acts *M, const struct moe_route *r)
+{
+	int E = m->lc.E, El = m->El, ep = m->ep_size;
+	int32_t *off = M->loff;
+	int32_t *mine = xmalloc((size_t)E * sizeof(int32_t));
+	for (int e = 0; e < E; e++)
+		mine[e] = r->exp_off[e + 1] - r->exp_off[e];
+	dist_allgather_i32(m->ep, mine, (size_t)E, m->moe_cnt_all);
+	free(mine);
+	for (int p = 0; p < ep; p++)
+		for (int e = 0; e < El; e++)
+			M->cnt[p * El + e] = m->moe_cnt_all[(size_t)p * E + m->e0 + e];
+	off[0] = 0;
+	for (int e = 0; e < El; e++) {
+		off[e + 1] = off[e];
+		for (int p = 0; p < ep; p++)
+			off[e + 1] += M->cnt[p * El + e];
+	}
+}
+
+/* Reorder blocks of w floats per row between the peer-major order of the
+ * exchange and the expert-major order of xloc. */
+static void moe_reorder(struct gpt_model *m, const struct gpt_moe_acts *M, float *dst, const float *src, size_t w,
+			bool to_expert_major)
+{
+	int El = m->El, ep = m->ep_size;
+	size_t pm = 0; /* the block's first row, peer-major */
+	for (int p = 0; p < ep; p++)
+		for (int e = 0; e < El; e++) {
+			size_t n = (size_t)M->cnt[p * El + e], em = (size_t)M->loff[e];
+			for (int q = 0; q < p; q++)
+				em += (size_t)M->cnt[q * El + e];
+			if (n) {
+				float *d = dst + (to_expert_major ? em : pm) * w;
+				const float *s = src + (to_expert_major ? pm : em) * w;
+				m->k->copy(d, s, n * w * sizeof(float));
+			}
+			pm += n;
+		}
+}
+
+/* The floats per peer that this rank's rows send (own experts' order) and
+ * the ones it receives, w per row. */
+static void moe_counts(const struct gpt_model *m, const struct gpt_moe_acts *M, size_t w, size_t *own, size_t *recv)
+{
+	const struct moe_route *r = &M->route;
+	for (int p = 0; p < m->ep_size; p++) {
+		own[p] = (size_t)(r->exp_off[(p + 1) * m->El] - r->exp_off[p * m->El]) * w;
+		recv[p] = 0;
+		for (int e = 0; e < m->El; e++)
+			recv[p] += (size_t)M->cnt[p * m->El + e] * w;
+	}
+}
+
+/* Rows in this rank's routing order (in: [R, h]) to the experts' ranks,
+ * landing expert-major in out ([Rl, h]); or back (in: [Rl, h] expert-major,
+ * out: [R, h]). */
+static void moe_exchange(struct gpt_model *m, const struct gpt_moe_acts *M, float *out, const float *in, bool to_experts)
+{
+	size_t h = (size_t)m->lc.h, *own = xmalloc(2 * (size_t)m->ep_size * sizeof(size_t)), *recv = own + m->ep_size;
+	moe_counts(m, M, h, own, recv);
+	if (to_experts) {
+		dist_alltoallv_f32(m->ep, in, own, m->moe_xa, recv);
+		moe_reorder(m, M, out, m->moe_xa, h, true);
+	} else {
+		moe_reorder(m, M, m->moe_xa, in, h, false);
+		dist_alltoallv_f32(m->ep, m->moe_xa, recv, out, own);
+	}
+	free(own);
+}
+
+/* This rank's experts on their rows: expert e0 + e owns rows [off[e], off[e+1]). */
+static void moe_experts_forward(struct gpt_model *m, const struct gpt_layer_params *p, const int32_t *off,
+				const float *xin, float *fc1, float *act, float *y)
+{
+	const struct gpt_config *c = &m->lc;
+	int h = c->h, fm = c->moe_f, f1 = c->swiglu ? 2 * fm : fm, R = off[m->El];
+	for (int e = 0; e < m->El; e++) {
+		int r0 = off[e], n = off[e + 1] - r0;
+		if (n > 0)
+			linear_fwd(m, fc1 + (size_t)r0 * f1, xin + (size_t)r0 * h, p->efc1_w[m->e0 + e], -1, n, h, f1);
+	}
+	if (c->swiglu)
+		m->k->swiglu_forward(act, fc1, R, fm);
+	else
+		m->k->gelu_forward(act, fc1, (size_t)R * fm, c->gelu);
+	round_half(m, act, (size_t)R * fm);
+	for (int e = 0; e < m->El; e++) {
+		int r0 = off[e], n = off[e + 1] - r0;
+		if (n > 0)
+			linear_fwd(m, y + (size_t)r0 * h, act + (size_t)r0 * fm, p->efc2_w[m->e0 + e], -1, n, fm, h);
+	}
+}
+
+/* dy: [rows, h] the gradient of the experts' outputs; leaves the rows'
+ * input gradient in dx and adds the weight gradients. */
+static void moe_experts_backward(struct gpt_model *m, const struct gpt_layer_params *p, const int32_t *off,
+				 const float *dy, const float *xin, const float *fc1, const float *act, float *dx)
+{
+	const struct gpt_config *c = &m->lc;
+	int h = c->h, fm = c->moe_f, f1 = c->swiglu ? 2 * fm : fm, R = off[m->El];
+	for (int e = 0; e < m->El; e++) {
+		int r0 = off[e], n = off[e + 1] - r0;
+		if (n > 0)
+			linear_bwd(m, m->moe_dact + (size_t)r0 * fm, dy + (size_t)r0 * h, act + (size_t)r0 * fm,
+				   p->efc2_w[m->e0 + e], -1, n, fm, h);
+	}
+	if (c->swiglu)
+		m->k->swiglu_backward(m->moe_dfc1, m->moe_dact, fc1, R, fm);
+	else
+		m->k->gelu_backward(m->moe_dfc1, m->moe_dact, fc1, (size_t)R * fm, c->gelu);
+	for (int e = 0; e < m->El; e++) {
+		int r0 = off[e], n = off[e + 1] - r0;
+		if (n > 0)
+			linear_bwd(m, dx + (size_t)r0 * h, m->moe_dfc1 + (size_t)r0 * f1, xin + (size_t)r0 * h,
+				   p->efc1_w[m->e0 + e], -1, n, h, f1);
+	}
+}
 
 static void moe_mlp_forward(struct gpt_model *m, int l, struct gpt_layer_acts *A, float *out, bool train)
 {
@@ -826,7 +994,7 @@ static void moe_mlp_forward(struct gpt_model *m, int l, struct gpt_layer_acts *A
 	const struct kops *k = m->k;
 	const struct gpt_layer_params *p = &m->lp[l];
 	struct gpt_moe_acts *M = A->moe;
-	int N = m->B * c->S, h = c->h, E = c->E, fm = c->moe_f, f1 = c->swiglu ? 2 * fm : fm;
+	int N = m->B * c->S, h = c->h, E = c->E;
 	const float *x = seq_full(m, A->ln2); /* every row, on every TP rank: they all route alike */
 
 	if (c->router_fp32) /* --moe-router-dtype: not rounded to the half type */
@@ -848,20 +1016,13 @@ static void moe_mlp_forward(struct gpt_model *m, int l, struct gpt_layer_acts *A
 	k->to_device(M->row_w, r->row_w, (size_t)R * sizeof(float));
 	if (R > 0)
 		k->embedding_forward(M->xperm, M->row_tok, NULL, x, NULL, R, h);
-	for (int e = 0; e < E; e++) {
-		int r0 = r->exp_off[e], n = r->exp_off[e + 1] - r0;
-		if (n > 0)
-			linear_fwd(m, M->fc1 + (size_t)r0 * f1, M->xperm + (size_t)r0 * h, p->efc1_w[e], -1, n, h, f1);
-	}
-	if (c->swiglu)
-		k->swiglu_forward(M->act, M->fc1, R, fm);
-	else
-		k->gelu_forward(M->act, M->fc1, (size_t)R * fm, c->gelu);
-	round_half(m, M->act, (size_t)R * fm);
-	for (int e = 0; e < E; e++) {
-		int r0 = r->exp_off[e], n = r->exp_off[e + 1] - r0;
-		if (n > 0)
-			linear_fwd(m, M->y + (size_t)r0 * h, M->act + (size_t)r0 * fm, p->efc2_w[e], -1, n, fm, h);
+	if (m->ep) {
+		moe_plan_exchange(m, M, r);
+		moe_exchange(m, M, M->xloc, M->xperm, true);
+		moe_experts_forward(m, p, M->loff, M->xloc, M->fc1, M->act, m->moe_xb);
+		moe_exchange(m, M, M->y, m->moe_xb, false);
+	} else {
+		moe_experts_forward(m, p, r->exp_off, M->xperm, M->fc1, M->act, M->y);
 	}
 	k->moe_combine_forward(out, M->y, M->row_w, M->tok_rowptr, M->tok_rows, N, h);
 	if (p->sfc1_w >= 0) {
@@ -887,7 +1048,7 @@ static void moe_mlp_backward(struct gpt_model *m, int l, struct gpt_layer_acts *
 	const struct gpt_layer_params *p = &m->lp[l];
 	struct gpt_moe_acts *M = A->moe;
 	const struct moe_route *r = &M->route;
-	int N = m->B * c->S, h = c->h, E = c->E, fm = c->moe_f, f1 = c->swiglu ? 2 * fm : fm, R = r->R;
+	int N = m->B * c->S, h = c->h, E = c->E, R = r->R;
 	const float *x = seq_full(m, A->ln2);
 
 	if (p->sfc1_w >= 0) {
@@ -902,21 +1063,13 @@ static void moe_mlp_backward(struct gpt_model *m, int l, struct gpt_layer_acts *
 		k->zero(m->dln, (size_t)N * h);
 	}
 	k->moe_combine_backward(m->moe_dy, m->moe_dw, dout, M->y, M->row_w, M->row_tok, R, h);
-	for (int e = 0; e < E; e++) {
-		int r0 = r->exp_off[e], n = r->exp_off[e + 1] - r0;
-		if (n > 0)
-			linear_bwd(m, m->moe_dact + (size_t)r0 * fm, m->moe_dy + (size_t)r0 * h, M->act + (size_t)r0 * fm,
-				   p->efc2_w[e], -1, n, fm, h);
-	}
-	if (c->swiglu)
-		k->swiglu_backward(m->moe_dfc1, m->moe_dact, M->fc1, R, fm);
-	else
-		k->gelu_backward(m->moe_dfc1, m->moe_dact, M->fc1, (size_t)R * fm, c->gelu);
-	for (int e = 0; e < E; e++) {
-		int r0 = r->exp_off[e], n = r->exp_off[e + 1] - r0;
-		if (n > 0)
-			linear_bwd(m, m->moe_dx + (size_t)r0 * h, m->moe_dfc1 + (size_t)r0 * f1, M->xperm + (size_t)r0 * h,
-				   p->efc1_w[e], -1, n, h, f1);
+	if (m->ep) { /* the rows' gradients to their experts' ranks and back */
+		moe_exchange(m, M, m->moe_xb, m->moe_dy, true);
+		/* dx over dy: the experts read all of dy before they write dx */
+		moe_experts_backward(m, p, M->loff, m->moe_xb, M->xloc, M->fc1, M->act, m->moe_xb);
+		moe_exchange(m, M, m->moe_dx, m->moe_xb, false);
+	} else {
+		moe_experts_backward(m, p, r->exp_off, m->moe_dy, M->xperm, M->fc1, M->act, m->moe_dx);
 	}
 	if (R > 0) /* the gather's backward adds each row back to its token */
 		k->embedding_backward(m->dln, NULL, m->moe_dx, M->row_tok, NULL, R, h);

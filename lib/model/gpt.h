@@ -31,7 +31,7 @@ struct gpt_layer_params {
 	/* a MoE layer (fc1/fc2 are -1): router, experts, shared expert (-1: none) */
 	bool moe;
 	int router_w, sfc1_w, sfc2_w;
-	int *efc1_w, *efc2_w; /* [E] */
+	int *efc1_w, *efc2_w; /* [E] by global expert number; -1 for another expert-parallel rank's */
 	int pfirst, pend;     /* the layer's registry indices [pfirst, pend), in registration order */
 };
 
@@ -48,6 +48,13 @@ struct gpt_moe_acts {
 	float *xperm;                /* [R, h] the rows' inputs */
 	float *fc1, *act, *y;        /* [R, f1], [R, f], [R, h] */
 	float *sfc1, *sact;          /* shared expert: [B*T, f1s], [B*T, fs] */
+	/* expert parallelism: this rank's experts run on the rows every rank
+	 * of the group routed to them, expert-major, peer after peer within
+	 * an expert (fc1 and act then hold those rows, y stays this rank's
+	 * tokens' rows, back from their experts) */
+	float *xloc;                 /* [Rl, h] (xperm without expert parallelism) */
+	int32_t *cnt;                /* host [ep, El]: rows peer p sent for local expert e */
+	int32_t *loff;               /* host [El + 1]: expert e's rows of xloc */
 };
 
 /* What one layer's backward needs, [B*T, ...] row-major. */
@@ -95,6 +102,7 @@ struct gpt_pipe {
 	const int *nslots;
 	struct dist_group *cp; /* context-parallel group (NULL: none) */
 	bool doc_masks;        /* micro-batches may carry document ids (--reset-attention-mask) */
+	struct dist_group *ep; /* expert-model-parallel group (NULL: none) */
 };
 
 struct gpt_model {
@@ -108,6 +116,8 @@ struct gpt_model {
 	int Nl;                 /* rows this rank holds of the residual stream: B*T, or B*T/t with SP */
 	struct dist_group *cp;  /* context parallelism: this rank holds T = S/cp positions of each sample */
 	int cp_size, cp_rank;
+	struct dist_group *ep;  /* expert parallelism: this rank holds experts [e0, e0 + El) of each MoE layer */
+	int ep_size, ep_rank, e0, El;
 	struct ring_attn ring;  /* CP: the attention over the whole sequence */
 	bool flash;             /* one-rank attention through the op table's flash-style block
 				 * ops (kops.flash): rows keep their log-sum-exp (alse), no probs */
@@ -145,6 +155,8 @@ struct gpt_model {
 	/* MoE backward scratch (any MoE layer): rows [R, ...], router [B*T, E] */
 	float *moe_dy, *moe_dact, *moe_dfc1, *moe_dx, *moe_dw, *moe_dz, *moe_out2;
 	float *moe_dw_host, *moe_dprobs_host, *moe_dz_host; /* host */
+	float *moe_xa, *moe_xb; /* expert parallelism: rows in transit, and expert-major rows [max(R, Rl), h] */
+	int32_t *moe_cnt_all;  /* host [ep, E]: every peer's rows per expert */
 	/* MoE: the gradient weight of the attached losses (Megatron's
 	 * MoEAuxLossAutoScaler: loss scale / micro-batches), set by the caller
 	 * before a backward; and the logged values, summed over layers and
@@ -190,6 +202,10 @@ int gpt_init_pipe(struct gpt_model *m, const struct gpt_config *c, const struct 
  * over each rank's sequence shard: add them up over TP (once per iteration,
  * after the last micro-batch). No-op otherwise. */
 void gpt_sp_sync_grads(struct gpt_model *m);
+/* The most rows a MoE layer's experts on this rank can get in one
+ * micro-batch: B*T*topk, or with expert parallelism every peer's tokens'
+ * slots that can name this rank's experts. */
+size_t gpt_moe_rows_local(const struct gpt_model *m);
 void gpt_free(struct gpt_model *m);
 
 /* Megatron's init from the seed: N(0, std) weights, N(0, std/sqrt(2L)) for the

@@ -56,6 +56,23 @@ int params_add(struct param_registry *r, const char *name, int ndim, const int64
 	return r->n++;
 }
 
+size_t params_move_last(struct param_registry *r, unsigned flags)
+{
+	size_t off = 0, first = 0;
+	for (int pass = 0; pass < 2; pass++) {
+		if (pass == 1)
+			first = off;
+		for (int i = 0; i < r->n; i++)
+			if (((r->p[i].flags & flags) != 0) == (pass == 1)) {
+				r->p[i].offset = off;
+				off += r->p[i].numel;
+			}
+	}
+	if (off != r->total)
+		BUG("params_move_last: %zu elements placed of %zu", off, r->total);
+	return first;
+}
+
 void params_global_pos_rank(const struct param *p, int rank, size_t e, int64_t *row, int64_t *col)
 {
 	int64_t lcols = p->ndim == 2 ? p->local_shape[1] : 1;

@@ -22,6 +22,9 @@ enum param_flags {
 	PARAM_SP = 1 << 3,    /* replicated, but its gradient comes from a sequence shard (norms under SP) */
 	PARAM_SHARED = 1 << 4, /* a copy of a tensor another pipeline stage owns (the last stage's tied
 				* embedding): left out of norms and checkpoints, Megatron's param.shared */
+	PARAM_EXPERT = 1 << 5, /* one expert's (a MoE layer's experts split over expert parallelism):
+				* kept after all the others in the flat buffers, reduced over the
+				* expert-data-parallel group */
 };
 
 enum param_init {
@@ -63,6 +66,11 @@ int params_add(struct param_registry *r, const char *name, int ndim, const int64
 void params_global_pos(const struct param *p, size_t e, int64_t *row, int64_t *col);
 /* The same for the slice TP rank `rank` holds (same local shape). */
 void params_global_pos_rank(const struct param *p, int rank, size_t e, int64_t *row, int64_t *col);
+
+/* Reassign offsets: first the tensors without `flags`, then those with
+ * any of them, each part in registration order. Returns where the second
+ * part begins. Before the buffers are allocated. */
+size_t params_move_last(struct param_registry *r, unsigned flags);
 
 /* Index of a name, or -1. */
 int params_find(const struct param_registry *r, const char *name);

@@ -12,7 +12,21 @@
 void grad_sync_init(struct grad_sync *s, const struct kops *k, struct param_registry *reg, struct dist_group *g,
 		    size_t lo, size_t hi, bool sharded, float *scratch, size_t bucket_elems, bool overlap, unsigned late_flags)
 {
+	grad_sync_init_part(s, k, reg, g, lo, hi, sharded, scratch, bucket_elems, overlap, late_flags, 0, 0);
+}
+
+static bool selected(const struct grad_sync *s, const struct param *p)
+{
+	return (p->flags & s->sel_mask) == s->sel_val;
+}
+
+void grad_sync_init_part(struct grad_sync *s, const struct kops *k, struct param_registry *reg, struct dist_group *g,
+			 size_t lo, size_t hi, bool sharded, float *scratch, size_t bucket_elems, bool overlap,
+			 unsigned late_flags, unsigned sel_mask, unsigned sel_val)
+{
 	memset(s, 0, sizeof(*s));
+	s->sel_mask = sel_mask;
+	s->sel_val = sel_val;
 	s->k = k;
 	s->g = g;
 	s->reg = reg;
@@ -29,6 +43,10 @@ void grad_sync_init(struct grad_sync *s, const struct kops *k, struct param_regi
 	 * order. A bucket is a run of adjacent parameters, all late or none. */
 	for (int i = reg->n - 1; i >= 0; i--) {
 		const struct param *p = &reg->p[i];
+		if (!selected(s, p)) {
+			s->bucket_of[i] = -1;
+			continue;
+		}
 		bool late = overlap && (p->flags & late_flags);
 		struct grad_bucket *cur = s->nb ? &s->b[s->nb - 1] : NULL;
 		bool fits = cur && cur->late == late && cur->lo == p->offset + p->numel &&
@@ -59,7 +77,8 @@ void grad_sync_begin(struct grad_sync *s)
 		s->b[i].started = false;
 	}
 	for (int i = 0; i < s->reg->n; i++)
-		s->b[s->bucket_of[i]].pending++;
+		if (s->bucket_of[i] >= 0)
+			s->b[s->bucket_of[i]].pending++;
 }
 
 static void start(struct grad_sync *s, struct grad_bucket *b)
@@ -76,7 +95,7 @@ static void start(struct grad_sync *s, struct grad_bucket *b)
 
 void grad_sync_param_ready(struct grad_sync *s, int idx)
 {
-	if (!s->overlap || idx < 0)
+	if (!s->overlap || idx < 0 || s->bucket_of[idx] < 0)
 		return;
 	struct grad_bucket *b = &s->b[s->bucket_of[idx]];
 	if (--b->pending == 0 && !b->late)

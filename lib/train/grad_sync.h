@@ -13,6 +13,11 @@
  * the overlapped buckets: they form "late" buckets that grad_sync_late()
  * reduces after those sums, since a reduce-scatter leaves only this rank's
  * shard of a tensor valid.
+ *
+ * One reduction may cover part of the parameters (grad_sync_init_part):
+ * under expert parallelism the experts' gradients are summed over the
+ * expert-data-parallel group and everything else over the data-parallel
+ * one, two reductions side by side.
  */
 #ifndef MEGAC_TRAIN_GRAD_SYNC_H
 #define MEGAC_TRAIN_GRAD_SYNC_H
@@ -42,7 +47,8 @@ struct grad_sync {
 	bool overlap;
 	int nb;
 	struct grad_bucket *b;
-	int *bucket_of;       /* [reg->n] */
+	int *bucket_of;       /* [reg->n], -1 for a parameter outside this reduction */
+	unsigned sel_mask, sel_val; /* the parameters with (flags & sel_mask) == sel_val */
 };
 
 /*
@@ -53,10 +59,15 @@ struct grad_sync {
  */
 void grad_sync_init(struct grad_sync *s, const struct kops *k, struct param_registry *reg, struct dist_group *g,
 		    size_t lo, size_t hi, bool sharded, float *scratch, size_t bucket_elems, bool overlap, unsigned late_flags);
+/* The same over the parameters with (flags & sel_mask) == sel_val only. */
+void grad_sync_init_part(struct grad_sync *s, const struct kops *k, struct param_registry *reg, struct dist_group *g,
+			 size_t lo, size_t hi, bool sharded, float *scratch, size_t bucket_elems, bool overlap,
+			 unsigned late_flags, unsigned sel_mask, unsigned sel_val);
 void grad_sync_free(struct grad_sync *s);
 /* Start of an iteration's backward passes: every bucket pending again. */
 void grad_sync_begin(struct grad_sync *s);
-/* Parameter idx has its final gradient (overlap only; ignored otherwise). */
+/* Parameter idx has its final gradient (overlap only; ignored otherwise,
+ * and for a parameter outside this reduction). */
 void grad_sync_param_ready(struct grad_sync *s, int idx);
 /* After backward: start what has not started (all non-late buckets) and
  * wait for them. */

@@ -196,7 +196,10 @@ static void param_needed(void *ctx, int param)
 
 static void grad_ready(void *ctx, int param)
 {
-	grad_sync_param_ready(ctx, param);
+	struct trainer *t = ctx;
+	grad_sync_param_ready(&t->gs, param);
+	if (t->gs_exp.g)
+		grad_sync_param_ready(&t->gs_exp, param);
 }
 
 /* last: this is the chunk's last backward of the iteration, which makes its
@@ -215,7 +218,7 @@ static void backward(struct trainer *t, const struct pp_sched *s, const struct p
 	}
 	timers_start(&t->timers, "backward-compute", 2);
 	m->grad_ready = last ? grad_ready : NULL;
-	m->grad_ctx = &t->gs;
+	m->grad_ctx = t;
 	const float *din = gpt_backward_chunk(m, o->chunk, slot, ch->post ? t->pp_dloss[slot] : NULL);
 	m->grad_ready = NULL;
 	timers_stop(&t->timers, "backward-compute");

@@ -92,6 +92,7 @@ static void param_global(struct trainer *t, const struct param *p, const float *
  */
 #define CKPT_TAG_NAMES_LEN 32512
 #define CKPT_TAG_NAMES 32513
+#define CKPT_TAG_EXPERT 32514
 
 /* A stage's file: "model.h5" for stage 0, "model.stage-001.h5" for stage 1. */
 static char *stage_file(const char *base, int stage)
@@ -122,6 +123,62 @@ static int put_global(struct ckpt_writer *w, int file, const char *group, const 
  * out: the first stage's is written. A write error stops the writing, not
  * the gathers.
  */
+/* The name of expert e_local of expert-parallel rank `peer` in MoE layer
+ * l, as fc 1 or 2. */
+static void expert_name(const struct trainer *t, int l, int peer, int e_local, int fc, char *out, size_t n)
+{
+	snprintf(out, n, "decoder.layers.%d.mlp.experts.local_experts.%d.linear_fc%d.weight", l,
+		 peer * t->model.El + e_local, fc);
+}
+
+/*
+ * Expert parallelism: the stage's experts live on the expert-parallel ranks
+ * of the writer's replica (its expert-data-parallel rank 0), each its own.
+ * Every such rank assembles its experts tensor by tensor (TP gathers as
+ * above), in one order all of them know, (layer, local expert, fc1/fc2), and
+ * sends each to the writer's EP rank 0, which writes them under their
+ * global names after its own. Called on the ranks with expert-data-parallel
+ * rank 0; the dense tensors are stream_tensors' alone.
+ */
+static int stream_experts(struct trainer *t, struct ckpt_writer *w, int file, const char *group, const float *local)
+{
+	struct gpt_model *m = &t->model;
+	struct dist_group *ep = &t->dist.ep;
+	size_t gcap = 0, scap = 0;
+	float *global = NULL, *scratch = NULL;
+	int ret = 0;
+	for (int l = 0; l < m->c.L; l++) {
+		if (!m->lp[l].moe)
+			continue;
+		for (int el = 0; el < m->El; el++)
+			for (int fc = 1; fc <= 2; fc++) {
+				int idx = fc == 1 ? m->lp[l].efc1_w[m->e0 + el] : m->lp[l].efc2_w[m->e0 + el];
+				const struct param *p = &m->reg.p[idx];
+				size_t n = global_numel(p);
+				xgrow(&global, &gcap, n, sizeof(float));
+				xgrow(&scratch, &scap, p->numel * (size_t)t->dist.tp.size, sizeof(float));
+				param_global(t, p, local + p->offset, global, scratch);
+				if (t->dist.tp.rank != 0)
+					continue;
+				if (ep->rank != 0) {
+					dist_send_bytes(ep, global, n * sizeof(float), 0, CKPT_TAG_EXPERT);
+					continue;
+				}
+				for (int peer = 0; peer < ep->size; peer++) {
+					char name[PARAM_NAME_MAX];
+					if (peer > 0)
+						dist_recv_bytes(ep, global, n * sizeof(float), peer, CKPT_TAG_EXPERT);
+					expert_name(t, l, peer, el, fc, name, sizeof(name));
+					if (!ret)
+						ret = put_global(w, file, group, name, p->ndim, p->shape, global);
+				}
+			}
+	}
+	free(scratch);
+	free(global);
+	return ret;
+}
+
 static int stream_tensors(struct trainer *t, struct ckpt_writer *w, int file, const char *group, const float *local)
 {
 	const struct param_registry *reg = &t->model.reg;
@@ -130,8 +187,8 @@ static int stream_tensors(struct trainer *t, struct ckpt_writer *w, int file, co
 	int ret = 0;
 	for (int i = 0; i < reg->n; i++) {
 		const struct param *p = &reg->p[i];
-		if (p->flags & PARAM_SHARED)
-			continue;
+		if ((p->flags & PARAM_SHARED) || (t->dist.ep.size > 1 && (p->flags & PARAM_EXPERT)))
+			continue; /* experts under expert parallelism: stream_experts */
 		xgrow(&global, &gcap, global_numel(p), sizeof(float));
 		xgrow(&scratch, &scap, p->numel * (size_t)t->dist.tp.size, sizeof(float));
 		param_global(t, p, local + p->offset, global, scratch);
@@ -203,10 +260,22 @@ static char *stage_names(const struct trainer *t)
 	size_t len = 0;
 	for (int i = 0; i < reg->n; i++)
 		len += strlen(reg->p[i].name) + 1;
+	const struct gpt_model *m = &t->model;
+	for (int l = 0; t->dist.ep.size > 1 && l < m->c.L; l++) /* the other EP ranks' experts */
+		if (m->lp[l].moe)
+			len += 2 * (size_t)(m->c.E - m->El) * PARAM_NAME_MAX;
 	char *s = xmalloc(len + 1), *e = s;
 	for (int i = 0; i < reg->n; i++)
 		if (!(reg->p[i].flags & PARAM_SHARED))
 			e += sprintf(e, "%s\n", reg->p[i].name);
+	for (int l = 0; t->dist.ep.size > 1 && l < m->c.L; l++)
+		for (int peer = 1; m->lp[l].moe && peer < t->dist.ep.size; peer++)
+			for (int el = 0; el < m->El; el++)
+				for (int fc = 1; fc <= 2; fc++) {
+					char name[PARAM_NAME_MAX];
+					expert_name(t, l, peer, el, fc, name, sizeof(name));
+					e += sprintf(e, "%s\n", name);
+				}
 	*e = 0;
 	return s;
 }
@@ -329,6 +398,11 @@ int train_ckpt_save(struct trainer *t)
 	bool optim = !a->no_save_optim;
 	bool assemble = t->dist.dp.rank == 0 && t->dist.cp.rank == 0;
 	bool leader = assemble && t->dist.tp.rank == 0; /* a member of world rank 0's pipeline group */
+	/* expert parallelism: the experts of the writer's replica are spread
+	 * over its EP group (the ranks with expert-data-parallel rank 0) */
+	bool experts = t->dist.ep.size > 1 && t->dist.edp.rank == 0;
+	if (t->dist.ep.size > 1 && assemble && t->dist.ep.rank != 0)
+		BUG("data-parallel rank 0 is expert-parallel rank %d, not 0", t->dist.ep.rank);
 	int stage = pp->rank;
 	struct ckpt_writer *w = NULL;
 	int mf = -1, of = -1, bad = 0;
@@ -336,10 +410,13 @@ int train_ckpt_save(struct trainer *t)
 	if (leader)
 		w = open_stage(t, &mf, &of, &bad);
 	size_t total = t->model.reg.total;
-	if (assemble) {
+	if (assemble || experts) {
 		float *local = t->k->host_alloc((total ? total : 1) * sizeof(float));
 		t->k->to_host(local, t->model.reg.data, total * sizeof(float));
-		bad |= stream_tensors(t, bad ? NULL : w, mf, NULL, local);
+		if (assemble)
+			bad |= stream_tensors(t, bad ? NULL : w, mf, NULL, local);
+		if (experts)
+			bad |= stream_experts(t, bad ? NULL : w, mf, NULL, local);
 		t->k->host_free(local);
 	}
 	const float *states[2] = { t->opt.exp_avg, t->opt.exp_avg_sq };
@@ -348,6 +425,8 @@ int train_ckpt_save(struct trainer *t)
 		float *local = optim_state_full(t, states[s]); /* collective over t->gdp */
 		if (assemble)
 			bad |= stream_tensors(t, bad ? NULL : w, of, groups[s], local);
+		if (experts)
+			bad |= stream_experts(t, bad ? NULL : w, of, groups[s], local);
 		free(local);
 	}
 	/* 0: saved; 1 + s: pipeline stage s failed (the lowest one) */

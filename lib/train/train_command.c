@@ -35,6 +35,10 @@ int train_check_layout(const struct args *a, const struct dist_layout *l)
 	if (l->cp > 1 && a->reset_attention_mask)
 		return error("--reset-attention-mask with --context-parallel-size %d is not supported (Megatron needs "
 			     "the packed THD format for it, which megac does not have)", l->cp);
+	if (l->ep > 1 && a->use_distributed_optimizer && l->dp * l->cp > 1)
+		return error("--use-distributed-optimizer with --expert-model-parallel-size %d is not implemented yet "
+			     "(the experts' optimizer state would shard over the expert-data-parallel group); leave "
+			     "it out, each rank then keeps the Adam state of its own experts", l->ep);
 	return 0;
 }
 
@@ -173,6 +177,7 @@ static void trainer_free(struct trainer *t)
 	free(t->losses);
 	mem_free(&t->mem, t->rs_scratch, (t->opt.hi - t->opt.lo) * sizeof(float));
 	grad_sync_free(&t->gs);
+	grad_sync_free(&t->gs_exp);
 	param_gather_free(&t->pg);
 	adam_free(&t->opt);
 	gpt_free(&t->model);
@@ -267,7 +272,7 @@ static int setup(struct trainer *t, const struct args *a)
 	mem_pool_init(&t->mem, t->k);
 	const struct dist_layout *lay = &t->dist.layout;
 	struct gpt_pipe pipe = { lay->pp, t->dist.pp.rank, lay->vpp, t->pp_train.inflight, &t->dist.cp,
-				 a->reset_attention_mask };
+				 a->reset_attention_mask, &t->dist.ep };
 	if (gpt_init_pipe(&t->model, &t->cfg, t->k, &t->mem, (int)t->mbs, prec, &t->dist.tp, lay->sp, &pipe) < 0)
 		return -1;
 	gpt_init_weights(&t->model, t->seed);
@@ -287,8 +292,15 @@ static int setup(struct trainer *t, const struct args *a)
 	if (bucket > (1 << 28))
 		bucket = 1 << 28; /* MPI counts are ints */
 	unsigned late = (lay->sp ? PARAM_SP : 0) | (t->dist.emb.size > 1 ? PARAM_TIED : 0);
-	grad_sync_init(&t->gs, t->k, &t->model.reg, t->gdp, lo, hi, hi - lo != t->model.reg.total, t->rs_scratch,
-		       (size_t)bucket, a->overlap_grad_reduce && t->gdp->size > 1, late);
+	if (t->dist.ep.size > 1) { /* dense gradients over DP, the experts' over expert-DP (never sharded) */
+		grad_sync_init_part(&t->gs, t->k, &t->model.reg, t->gdp, lo, hi, false, NULL, (size_t)bucket,
+				    a->overlap_grad_reduce && t->gdp->size > 1, late, PARAM_EXPERT, 0);
+		grad_sync_init_part(&t->gs_exp, t->k, &t->model.reg, &t->dist.edp, lo, hi, false, NULL, (size_t)bucket,
+				    a->overlap_grad_reduce && t->dist.edp.size > 1, late, PARAM_EXPERT, PARAM_EXPERT);
+	} else {
+		grad_sync_init(&t->gs, t->k, &t->model.reg, t->gdp, lo, hi, hi - lo != t->model.reg.total,
+			       t->rs_scratch, (size_t)bucket, a->overlap_grad_reduce && t->gdp->size > 1, late);
+	}
 	param_gather_init(&t->pg, &t->model, t->gdp, (size_t)bucket, a->overlap_param_gather && t->gdp->size > 1);
 	if (training && setup_schedule(t) < 0)
 		return -1;

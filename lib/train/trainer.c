@@ -35,15 +35,33 @@ static double secs_since(const struct timespec *t0)
 	return (double)(now.tv_sec - t0->tv_sec) + 1e-9 * (double)(now.tv_nsec - t0->tv_nsec);
 }
 
-/* L2 norm of all parameters (the shards' sums of squares added up). */
-static double trainer_params_norm(struct trainer *t)
+/* The sum of squares of this rank's parameters (grads: false) or
+ * gradients in the optimizer's elements, every tensor of the model once
+ * over the whole job: shards over DP (distributed optimizer), slices over
+ * TP, stages over PP, and under expert parallelism the experts over EP
+ * (each rank holds its own; the rest is the same on every EP rank). */
+static double trainer_sumsq(struct trainer *t, bool grads)
 {
-	double ss = adam_params_sumsq(&t->opt, t->dist.tp.rank == 0);
+	bool rep = t->dist.tp.rank == 0;
+	double ss;
+	if (t->dist.ep.size > 1) {
+		double e = grads ? adam_grad_sumsq(&t->opt, rep, ADAM_EXPERT) : adam_params_sumsq(&t->opt, rep, ADAM_EXPERT);
+		dist_allreduce_sum_f64(&t->dist.ep, &e, 1);
+		ss = (grads ? adam_grad_sumsq(&t->opt, rep, ADAM_DENSE) : adam_params_sumsq(&t->opt, rep, ADAM_DENSE)) + e;
+	} else {
+		ss = grads ? adam_grad_sumsq(&t->opt, rep, ADAM_ALL) : adam_params_sumsq(&t->opt, rep, ADAM_ALL);
+	}
 	if (t->opt.hi - t->opt.lo != t->model.reg.total)
 		dist_allreduce_sum_f64(t->gdp, &ss, 1);
 	dist_allreduce_sum_f64(&t->dist.tp, &ss, 1);
 	dist_allreduce_sum_f64(&t->dist.pp, &ss, 1);
-	return sqrt(ss);
+	return ss;
+}
+
+/* L2 norm of all parameters. */
+static double trainer_params_norm(struct trainer *t)
+{
+	return sqrt(trainer_sumsq(t, false));
 }
 
 /* One iteration. *loss is the iteration's lm loss; *skipped when the fp16
@@ -56,6 +74,8 @@ static int train_step(struct trainer *t, double *loss, bool *skipped, double *gn
 	double scale = grad_scaler_scale(&t->scaler);
 	double num = 0, den = 0;
 	grad_sync_begin(&t->gs);
+	if (t->gs_exp.g)
+		grad_sync_begin(&t->gs_exp);
 	timers_start(&t->timers, "forward-backward", 1);
 	/* on a failure this rank stops without waiting for its sends: a peer
 	 * that failed too would never take them */
@@ -97,6 +117,10 @@ static int train_step(struct trainer *t, double *loss, bool *skipped, double *gn
 	timers_start(&t->timers, "all-grads-sync", 1);
 	grad_sync_finish(&t->gs);
 	grad_sync_late(&t->gs);
+	if (t->gs_exp.g) { /* expert parallelism: the experts' gradients (scaled by 1/dp as Megatron does) */
+		grad_sync_finish(&t->gs_exp);
+		grad_sync_late(&t->gs_exp);
+	}
 	if (t->gdp->size > 1)
 		k->scale(reg->grad + lo, 1.0f / (float)t->dist.dp.size, n);
 	timers_stop(&t->timers, "all-grads-sync");
@@ -113,6 +137,7 @@ static int train_step(struct trainer *t, double *loss, bool *skipped, double *gn
 			dist_allreduce_max_f64(t->gdp, &found, 1);
 		dist_allreduce_max_f64(&t->dist.tp, &found, 1);
 		dist_allreduce_max_f64(&t->dist.pp, &found, 1);
+		dist_allreduce_max_f64(&t->dist.ep, &found, 1); /* each EP rank checked its own experts */
 		grad_scaler_update(&t->scaler, found > 0);
 		if (found > 0) {
 			*skipped = true;
@@ -120,14 +145,8 @@ static int train_step(struct trainer *t, double *loss, bool *skipped, double *gn
 			return 0;
 		}
 	}
-	/* the global norm: shards over DP (distributed optimizer), slices over
-	 * TP, stages over PP (each tensor once: the tied copy is left out) */
-	double ss = adam_grad_sumsq(&t->opt, t->dist.tp.rank == 0);
-	if (sharded)
-		dist_allreduce_sum_f64(t->gdp, &ss, 1);
-	dist_allreduce_sum_f64(&t->dist.tp, &ss, 1);
-	dist_allreduce_sum_f64(&t->dist.pp, &ss, 1);
-	double norm = sqrt(ss);
+	/* the global norm (each tensor once: the tied copy is left out) */
+	double norm = sqrt(trainer_sumsq(t, true));
 	/* Megatron's check_for_nan_in_loss_and_grad (on unless fp16 scales dynamically):
 	 * the summed loss and the gradients must be finite. */
 	if (!isfinite(norm) || !isfinite(num))

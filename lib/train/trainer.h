@@ -52,6 +52,8 @@ struct trainer {
 	float *rs_scratch;     /* the distributed optimizer's reduce-scatter target (a shard) */
 	struct pp_sched pp_train, pp_eval; /* this rank's order of passes (pipeline.h) */
 	struct grad_sync gs;   /* the data-parallel gradient reduction, in buckets */
+	struct grad_sync gs_exp; /* expert parallelism: the experts' gradients over the expert-data-parallel
+				  * group (gs then leaves them out); unused (no group) otherwise */
 	struct param_gather pg; /* the distributed optimizer's parameter all-gather, in buckets */
 	float **pp_dloss;      /* per slot of the chunk with the head: dL/dloss kept for its backward */
 	int pp_ndloss;

@@ -233,6 +233,14 @@ static void one_rank_collectives(struct dist_group *g)
 		ok &= same("equal input", dtake(&b), h, n);
 		tap(ok, "all-gather, reduce-scatter and gather of equal blocks, n = %zu: copies", n);
 		free(b.h), free(o1.h), free(o2.h), free(o3.h);
+
+		b = dput(h, n);
+		o1 = dput(s, n);
+		size_t cnt[1] = { n };
+		dist_alltoallv_f32(g, b.d, cnt, o1.d, cnt);
+		ok = same("all-to-all", dtake(&o1), h, n);
+		tap(ok, "all-to-all of %zu floats to itself: a copy", n);
+		free(dtake(&b)), free(o1.h);
 		free(h), free(s), free(h64), free(r64);
 	}
 }
@@ -611,6 +619,26 @@ static void multi_collectives(struct dist_group *g)
 		free(dtake(&in));
 		tap(ok, "%s: all-gather, reduce-scatter, gather of equal blocks of %zu: as MPI", g->name, n);
 		free(big_in), free(ho), free(zo);
+
+		/* all-to-all with uneven blocks (some empty): rank r sends rank q
+		 * (r + q + k) % 3 * n / 2 floats, the pattern of a MoE exchange */
+		size_t *sc_n = malloc(2 * (size_t)p * sizeof(size_t)), *rc_n = sc_n + p, st = 0, rt = 0;
+		for (int q = 0; q < p; q++) {
+			sc_n[q] = (size_t)((g->rank + q + (int)k) % 3) * n / 2;
+			rc_n[q] = (size_t)((q + g->rank + (int)k) % 3) * n / 2;
+			st += sc_n[q];
+			rt += rc_n[q];
+		}
+		float *ai = hnew(st + 1), *ao = hnew(rt + 1), *az = hnew(rt + 1);
+		fill(ai, st + 1, (int)k + 60 + g->rank);
+		struct dbuf di = dput(ai, st + 1), dz = dput(az, rt + 1);
+		twin_mark(&t, g);
+		dist_alltoallv_f32(g, ai, sc_n, ao, rc_n);
+		twin_host_done(&t);
+		dist_alltoallv_f32(g, di.d, sc_n, dz.d, rc_n);
+		ok = twin_counts(&t, "all-to-all") & same("all-to-all", dtake(&dz), ao, rt);
+		tap(ok, "%s: all-to-all of uneven blocks (n = %zu): as MPI", g->name, n);
+		free(dtake(&di)), free(dz.h), free(ai), free(ao), free(az), free(sc_n);
 		free(h), free(hs);
 	}
 }
