@@ -93,25 +93,34 @@ int megac_mem_predict(const struct args *a, int64_t vocab, struct megac_stage_me
 			free(st);
 			return -1;
 		}
-		size_t total = model.reg.total, lo = 0, hi = total, scratch = 0;
-		int64_t ddp = dp * l.cp; /* the distributed optimizer shards over data x context parallel */
-		if (a->use_distributed_optimizer && ddp > 1) {
-			dist_shard(total, (int)ddp, 0, &lo, &hi);
-			scratch = (hi - lo) * sizeof(float);
-			mem_alloc(&pool, scratch);
+		/* train's optimizer parts: the distributed optimizer shards over data x
+		 * context parallel, and the experts' part over expert data parallel
+		 * (rank 0's shards, the largest) */
+		size_t total = model.reg.total, scratch = 0, ostate = 0;
+		size_t base[2], end[2], lo[2], hi[2];
+		int gsize[2] = { (int)(dp * l.cp), l.edp }, grank[2] = { 0, 0 };
+		int np = train_opt_parts(total, model.expert_lo, l.ep > 1, a->use_distributed_optimizer, gsize, grank, base,
+					 end, lo, hi);
+		struct adam opt[2];
+		for (int i = 0; i < np; i++) {
+			if (hi[i] - lo[i] != end[i] - base[i]) {
+				scratch += (hi[i] - lo[i]) * sizeof(float);
+				mem_alloc(&pool, (hi[i] - lo[i]) * sizeof(float));
+			}
+			adam_init(&opt[i], &model.reg, &plan_ops, &pool, 0.9f, 0.999f, 1e-8f, lo[i], hi[i]);
+			ostate += 2 * (hi[i] - lo[i]) * sizeof(float);
 		}
-		struct adam opt;
-		adam_init(&opt, &model.reg, &plan_ops, &pool, 0.9f, 0.999f, 1e-8f, lo, hi);
 		struct megac_stage_mem *e = &st[s];
 		e->pp_stage = s;
 		e->first_rank = s * l.tp * l.cp * (int)dp;
 		e->params = e->grads = total * sizeof(float);
 		e->half_weights = prec == GPT_FP32 ? 0 : total * sizeof(float);
-		e->optimizer = 2 * (hi - lo) * sizeof(float);
+		e->optimizer = ostate;
 		e->optimizer_scratch = scratch;
 		e->peak = pool.peak;
 		e->activations = pool.peak - e->params - e->grads - e->half_weights - e->optimizer - scratch;
-		adam_free(&opt);
+		for (int i = 0; i < np; i++)
+			adam_free(&opt[i]);
 		gpt_free(&model);
 	}
 	*out = st;

@@ -184,8 +184,7 @@ static void register_params(struct gpt_model *m)
 			m->reg.p[i].flags |= PARAM_SP;
 	/* the experts after everything else: the part of the buffers that
 	 * expert parallelism reduces over its own data-parallel group */
-	if (c->E > 0)
-		params_move_last(&m->reg, PARAM_EXPERT);
+	m->expert_lo = c->E > 0 ? params_move_last(&m->reg, PARAM_EXPERT) : m->reg.total;
 }
 
 /* ---- buffers ---- */

@@ -125,6 +125,7 @@ struct gpt_model {
 	const struct kops *k;
 	struct mem_pool *mem;
 	struct param_registry reg;
+	size_t expert_lo;       /* the experts' tensors fill [expert_lo, reg.total) of the buffers */
 	enum gpt_precision precision;
 	float *work;        /* weights the layers use: reg.data, or its bf16/fp16-rounded copy */
 	int B;              /* micro-batch size the buffers are sized for */

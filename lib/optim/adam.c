@@ -20,16 +20,13 @@
  * registry order. merge: join touching pieces with the same decay flag (the
  * update is elementwise, so that changes nothing; the norms keep one piece
  * per tensor, whose sums the CPU adds in the same order as ever). */
-static struct kops_seg *make_segs(const struct adam *o, int *n, bool norm, bool replicated, bool merge,
-				   enum adam_part part)
+static struct kops_seg *make_segs(const struct adam *o, int *n, bool norm, bool replicated, bool merge)
 {
 	struct kops_seg *segs = xcalloc((size_t)o->reg->n + 1, sizeof(*segs));
 	int ns = 0;
 	for (int i = 0; i < o->reg->n; i++) {
 		const struct param *p = &o->reg->p[i];
 		if (norm && ((!replicated && p->tp_axis < 0) || (p->flags & PARAM_SHARED)))
-			continue;
-		if ((part == ADAM_DENSE && (p->flags & PARAM_EXPERT)) || (part == ADAM_EXPERT && !(p->flags & PARAM_EXPERT)))
 			continue;
 		size_t a = p->offset > o->lo ? p->offset : o->lo;
 		size_t b = p->offset + p->numel < o->hi ? p->offset + p->numel : o->hi;
@@ -65,10 +62,9 @@ void adam_init(struct adam *o, struct param_registry *reg, const struct kops *k,
 	o->beta1 = beta1;
 	o->beta2 = beta2;
 	o->eps = eps;
-	o->step_segs = make_segs(o, &o->nstep_segs, false, false, true, ADAM_ALL);
-	for (int part = 0; part < 3; part++)
-		for (int r = 0; r < 2; r++)
-			o->norm_segs[part][r] = make_segs(o, &o->nnorm_segs[part][r], true, r, false, part);
+	o->step_segs = make_segs(o, &o->nstep_segs, false, false, true);
+	for (int r = 0; r < 2; r++)
+		o->norm_segs[r] = make_segs(o, &o->nnorm_segs[r], true, r, false);
 }
 
 void adam_free(struct adam *o)
@@ -78,28 +74,27 @@ void adam_free(struct adam *o)
 	mem_free(o->mem, o->exp_avg, (o->hi - o->lo) * sizeof(float));
 	mem_free(o->mem, o->exp_avg_sq, (o->hi - o->lo) * sizeof(float));
 	free(o->step_segs);
-	for (int part = 0; part < 3; part++)
-		for (int r = 0; r < 2; r++)
-			free(o->norm_segs[part][r]);
+	free(o->norm_segs[0]);
+	free(o->norm_segs[1]);
 	memset(o, 0, sizeof(*o));
 }
 
 /* Sum of squares of buf over [lo, hi), tensor by tensor; with
  * replicated = false the tensors every TP rank holds whole are left out (TP
  * rank 0 counts them), so summing over the TP group counts each once. */
-static double sumsq_range(const struct adam *o, const float *buf, bool replicated, enum adam_part part)
+static double sumsq_range(const struct adam *o, const float *buf, bool replicated)
 {
-	return o->k->sumsq_segs(buf, o->norm_segs[part][replicated], o->nnorm_segs[part][replicated]);
+	return o->k->sumsq_segs(buf, o->norm_segs[replicated], o->nnorm_segs[replicated]);
 }
 
-double adam_grad_sumsq(const struct adam *o, bool replicated, enum adam_part part)
+double adam_grad_sumsq(const struct adam *o, bool replicated)
 {
-	return sumsq_range(o, o->reg->grad, replicated, part);
+	return sumsq_range(o, o->reg->grad, replicated);
 }
 
-double adam_params_sumsq(const struct adam *o, bool replicated, enum adam_part part)
+double adam_params_sumsq(const struct adam *o, bool replicated)
 {
-	return sumsq_range(o, o->reg->data, replicated, part);
+	return sumsq_range(o, o->reg->data, replicated);
 }
 
 void adam_clip(struct adam *o, double norm, double clip)

@@ -31,15 +31,9 @@ struct adam {
 	int64_t step;                /* successful steps taken (torch's state['step']) */
 	float beta1, beta2, eps;
 	struct kops_seg *step_segs;  /* [lo, hi) in runs of one weight-decay flag */
-	/* the norms' tensors, [part][replicated]: [.][0] without the replicated ones, [.][1] all */
-	struct kops_seg *norm_segs[3][2];
-	int nstep_segs, nnorm_segs[3][2];
+	struct kops_seg *norm_segs[2]; /* the norms' tensors: [0] without the replicated ones, [1] all */
+	int nstep_segs, nnorm_segs[2];
 };
-
-/* Which tensors a norm covers: all, or all but the experts' (PARAM_EXPERT),
- * or the experts' only (expert parallelism sums the two over different
- * groups). */
-enum adam_part { ADAM_ALL, ADAM_DENSE, ADAM_EXPERT };
 
 void adam_init(struct adam *o, struct param_registry *reg, const struct kops *k, struct mem_pool *mem,
 	       float beta1, float beta2, float eps, size_t lo, size_t hi);
@@ -47,9 +41,9 @@ void adam_free(struct adam *o);
 /* Sum of squares of the gradients in [lo, hi) (each tensor once, tied ones
  * once); replicated = false leaves out the tensors tensor parallelism does not
  * split (all TP ranks but 0 pass false, so the TP sum counts them once). */
-double adam_grad_sumsq(const struct adam *o, bool replicated, enum adam_part part);
+double adam_grad_sumsq(const struct adam *o, bool replicated);
 /* The same for the parameters (--log-params-norm). */
-double adam_params_sumsq(const struct adam *o, bool replicated, enum adam_part part);
+double adam_params_sumsq(const struct adam *o, bool replicated);
 /* Megatron's clip of the grads in [lo, hi): if clip > 0 and clip/(norm+1e-6) < 1,
  * scale them by it. norm is the global norm. */
 void adam_clip(struct adam *o, double norm, double clip);

@@ -12,21 +12,18 @@
 void grad_sync_init(struct grad_sync *s, const struct kops *k, struct param_registry *reg, struct dist_group *g,
 		    size_t lo, size_t hi, bool sharded, float *scratch, size_t bucket_elems, bool overlap, unsigned late_flags)
 {
-	grad_sync_init_part(s, k, reg, g, lo, hi, sharded, scratch, bucket_elems, overlap, late_flags, 0, 0);
-}
-
-static bool selected(const struct grad_sync *s, const struct param *p)
-{
-	return (p->flags & s->sel_mask) == s->sel_val;
+	grad_sync_init_part(s, k, reg, g, 0, reg->total, lo, hi, sharded, scratch, bucket_elems, overlap, late_flags);
 }
 
 void grad_sync_init_part(struct grad_sync *s, const struct kops *k, struct param_registry *reg, struct dist_group *g,
-			 size_t lo, size_t hi, bool sharded, float *scratch, size_t bucket_elems, bool overlap,
-			 unsigned late_flags, unsigned sel_mask, unsigned sel_val)
+			 size_t base, size_t end, size_t lo, size_t hi, bool sharded, float *scratch,
+			 size_t bucket_elems, bool overlap, unsigned late_flags)
 {
 	memset(s, 0, sizeof(*s));
-	s->sel_mask = sel_mask;
-	s->sel_val = sel_val;
+	if (base > lo || lo > hi || hi > end || end > reg->total)
+		BUG("gradient reduction of [%zu, %zu) with shard [%zu, %zu) in %zu elements", base, end, lo, hi, reg->total);
+	s->base = base;
+	s->end = end;
 	s->k = k;
 	s->g = g;
 	s->reg = reg;
@@ -43,7 +40,7 @@ void grad_sync_init_part(struct grad_sync *s, const struct kops *k, struct param
 	 * order. A bucket is a run of adjacent parameters, all late or none. */
 	for (int i = reg->n - 1; i >= 0; i--) {
 		const struct param *p = &reg->p[i];
-		if (!selected(s, p)) {
+		if (p->offset < base || p->offset >= end) {
 			s->bucket_of[i] = -1;
 			continue;
 		}
@@ -87,8 +84,9 @@ static void start(struct grad_sync *s, struct grad_bucket *b)
 	if (s->g->size <= 1)
 		return;
 	float *grad = s->reg->grad;
-	if (s->sharded)
-		dist_ireduce_scatter_range_f32(s->g, grad, s->reg->total, b->lo, b->hi, s->scratch, &b->req);
+	if (s->sharded) /* the shards are the region's */
+		dist_ireduce_scatter_range_f32(s->g, grad + s->base, s->end - s->base, b->lo - s->base, b->hi - s->base,
+					       s->scratch, &b->req);
 	else
 		dist_iallreduce_sum_f32(s->g, grad + b->lo, b->hi - b->lo, &b->req);
 }

@@ -14,10 +14,11 @@
  * reduces after those sums, since a reduce-scatter leaves only this rank's
  * shard of a tensor valid.
  *
- * One reduction may cover part of the parameters (grad_sync_init_part):
- * under expert parallelism the experts' gradients are summed over the
- * expert-data-parallel group and everything else over the data-parallel
- * one, two reductions side by side.
+ * One reduction may cover a region of the flat buffers (grad_sync_init_part):
+ * under expert parallelism the experts, which sit after every other tensor,
+ * are summed over the expert-data-parallel group and everything else over
+ * the data-parallel one, two reductions side by side, each sharding its
+ * own region with the distributed optimizer.
  */
 #ifndef MEGAC_TRAIN_GRAD_SYNC_H
 #define MEGAC_TRAIN_GRAD_SYNC_H
@@ -41,14 +42,14 @@ struct grad_sync {
 	const struct kops *k; /* the backend holding the grads (copies of the shard) */
 	struct dist_group *g;
 	struct param_registry *reg;
-	size_t lo, hi;        /* this rank's optimizer shard ([0, total) when not sharded) */
+	size_t base, end;     /* the region of the flat buffers this reduction covers */
+	size_t lo, hi;        /* this rank's optimizer shard of it (all of it when not sharded) */
 	bool sharded;
 	float *scratch;       /* the shard, where reduce-scatters land */
 	bool overlap;
 	int nb;
 	struct grad_bucket *b;
 	int *bucket_of;       /* [reg->n], -1 for a parameter outside this reduction */
-	unsigned sel_mask, sel_val; /* the parameters with (flags & sel_mask) == sel_val */
 };
 
 /*
@@ -59,10 +60,11 @@ struct grad_sync {
  */
 void grad_sync_init(struct grad_sync *s, const struct kops *k, struct param_registry *reg, struct dist_group *g,
 		    size_t lo, size_t hi, bool sharded, float *scratch, size_t bucket_elems, bool overlap, unsigned late_flags);
-/* The same over the parameters with (flags & sel_mask) == sel_val only. */
+/* The same over the parameters in [base, end) of the flat buffers (whole
+ * tensors); lo, hi: the shard inside it, sharded over that region. */
 void grad_sync_init_part(struct grad_sync *s, const struct kops *k, struct param_registry *reg, struct dist_group *g,
-			 size_t lo, size_t hi, bool sharded, float *scratch, size_t bucket_elems, bool overlap,
-			 unsigned late_flags, unsigned sel_mask, unsigned sel_val);
+			 size_t base, size_t end, size_t lo, size_t hi, bool sharded, float *scratch,
+			 size_t bucket_elems, bool overlap, unsigned late_flags);
 void grad_sync_free(struct grad_sync *s);
 /* Start of an iteration's backward passes: every bucket pending again. */
 void grad_sync_begin(struct grad_sync *s);

@@ -8,11 +8,13 @@
 
 #include "base/xalloc.h"
 
-void param_gather_init(struct param_gather *s, struct gpt_model *m, struct dist_group *g, size_t bucket_elems,
-		       bool overlap)
+void param_gather_init(struct param_gather *s, struct gpt_model *m, struct dist_group *g, size_t base, size_t end,
+		       size_t bucket_elems, bool overlap)
 {
 	memset(s, 0, sizeof(*s));
 	s->g = g;
+	s->base = base;
+	s->end = end;
 	s->m = m;
 	s->overlap = overlap;
 	const struct param_registry *reg = &m->reg;
@@ -22,6 +24,10 @@ void param_gather_init(struct param_gather *s, struct gpt_model *m, struct dist_
 		bucket_elems = (size_t)-1;
 	for (int i = 0; i < reg->n; i++) {
 		const struct param *p = &reg->p[i];
+		if (p->offset < base || p->offset >= end) {
+			s->bucket_of[i] = -1;
+			continue;
+		}
 		struct pg_bucket *cur = s->nb ? &s->b[s->nb - 1] : NULL;
 		if (!cur || cur->hi != p->offset || p->offset + p->numel - cur->lo > bucket_elems) {
 			xgrow(&s->b, &cap, (size_t)s->nb + 1, sizeof(*s->b));
@@ -50,11 +56,10 @@ static void land(struct param_gather *s, struct pg_bucket *b)
 
 void param_gather_start(struct param_gather *s)
 {
-	float *data = s->m->reg.data;
-	size_t total = s->m->reg.total;
+	float *data = s->m->reg.data + s->base;
 	for (int i = 0; i < s->nb; i++) {
 		struct pg_bucket *b = &s->b[i];
-		dist_iallgather_range_f32(s->g, data, total, b->lo, b->hi, &b->req);
+		dist_iallgather_range_f32(s->g, data, s->end - s->base, b->lo - s->base, b->hi - s->base, &b->req);
 		b->pending = true;
 		if (!s->overlap)
 			land(s, b);
@@ -63,7 +68,7 @@ void param_gather_start(struct param_gather *s)
 
 void param_gather_need(struct param_gather *s, int idx)
 {
-	if (idx < 0)
+	if (idx < 0 || s->bucket_of[idx] < 0)
 		return;
 	struct pg_bucket *b = &s->b[s->bucket_of[idx]];
 	if (b->pending)

@@ -21,19 +21,22 @@ struct param_gather {
 	struct dist_group *g;
 	struct gpt_model *m;
 	bool overlap;
+	size_t base, end;   /* the region gathered */
 	int nb;
 	struct pg_bucket {
 		size_t lo, hi;
 		bool pending;   /* gathered values not yet in place */
 		struct dist_req req;
 	} *b;
-	int *bucket_of;     /* [reg.n] */
+	int *bucket_of;     /* [reg.n], -1 outside the region */
 };
 
 /* Buckets of about bucket_elems elements of whole parameters, in registry
- * (forward) order. */
-void param_gather_init(struct param_gather *s, struct gpt_model *m, struct dist_group *g, size_t bucket_elems,
-		       bool overlap);
+ * (forward) order, of the parameters in [base, end) of the flat buffers,
+ * whose shards are that region's (the distributed optimizer's parts:
+ * grad_sync.h). */
+void param_gather_init(struct param_gather *s, struct gpt_model *m, struct dist_group *g, size_t base, size_t end,
+		       size_t bucket_elems, bool overlap);
 void param_gather_free(struct param_gather *s);
 /* After the optimizer step: gather (and refresh the working copy) at once,
  * or with overlap start every bucket's gather. */

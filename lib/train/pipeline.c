@@ -191,15 +191,16 @@ static int forward(struct trainer *t, const struct pp_sched *s, const struct pp_
 
 static void param_needed(void *ctx, int param)
 {
-	param_gather_need(ctx, param);
+	struct trainer *t = ctx;
+	for (int i = 0; i < t->nparts; i++)
+		param_gather_need(&t->part[i].pg, param);
 }
 
 static void grad_ready(void *ctx, int param)
 {
 	struct trainer *t = ctx;
-	grad_sync_param_ready(&t->gs, param);
-	if (t->gs_exp.g)
-		grad_sync_param_ready(&t->gs_exp, param);
+	for (int i = 0; i < t->nparts; i++)
+		grad_sync_param_ready(&t->part[i].gs, param);
 }
 
 /* last: this is the chunk's last backward of the iteration, which makes its
@@ -239,7 +240,7 @@ int pipeline_run(struct trainer *t, const struct pp_sched *s, int split, int64_t
 		if (o->kind == PP_FORWARD) {
 			/* a chunk's first forward waits for its parameters' gathers */
 			t->model.param_needed = o->micro == 0 ? param_needed : NULL;
-			t->model.param_ctx = &t->pg;
+			t->model.param_ctx = t;
 			int r = forward(t, s, o, split, consumed, train, scale, num, den);
 			t->model.param_needed = NULL;
 			if (r < 0)

@@ -320,20 +320,26 @@ static int link_stages(struct trainer *t, struct ckpt_writer *w, int mf, int of)
 	return ret;
 }
 
-/* Adam's state for the whole registry in host memory (plain: with the
- * distributed optimizer only the root's copy fills, and page-locking all of
- * it on every rank would pin the whole state per rank): this rank's, or with
- * the distributed optimizer every shard gathered over the group it is
- * sharded over (data-parallel, with context-parallel under CP; called on
- * every rank, since the gather is collective; only the copy of that group's
- * rank 0, data- and context-parallel rank 0, is complete). */
-static float *optim_state_full(struct trainer *t, const float *state)
+/* Adam's state `which` (0: exp_avg, 1: exp_avg_sq) for the whole registry
+ * in host memory (plain: with the distributed optimizer only the root's
+ * copy fills, and page-locking all of it on every rank would pin the whole
+ * state per rank): this rank's, or with the distributed optimizer each
+ * part's shards gathered over the group it is sharded over (data-parallel,
+ * with context-parallel under CP, or expert-data-parallel for the experts;
+ * called on every rank, since the gathers are collective; only the copy of
+ * the group's rank 0 is complete: the data- and context-parallel rank 0's,
+ * and for the experts each expert-parallel rank's of the writer's replica). */
+static float *optim_state_full(struct trainer *t, int which)
 {
-	size_t total = t->model.reg.total, lo = t->opt.lo, hi = t->opt.hi;
+	size_t total = t->model.reg.total;
 	float *full = xcalloc(total ? total : 1, sizeof(float)); /* plain memory: a shard's pages only, off the root */
-	t->k->to_host(full + lo, state, (hi - lo) * sizeof(float));
-	if (hi - lo != total)
-		dist_gather_f32(t->gdp, full, total);
+	for (int i = 0; i < t->nparts; i++) {
+		const struct train_part *p = &t->part[i];
+		t->k->to_host(full + p->opt.lo, which ? p->opt.exp_avg_sq : p->opt.exp_avg,
+			      (p->opt.hi - p->opt.lo) * sizeof(float));
+		if (p->sharded)
+			dist_gather_f32(p->g, full + p->base, p->end - p->base);
+	}
 	return full;
 }
 
@@ -353,7 +359,7 @@ static int put_state_attrs(struct trainer *t, struct ckpt_writer *w, int mf, int
 	free(cfg);
 	if (of >= 0) {
 		const struct lr_sched *s = &t->sched;
-		r |= ckpt_put_attr_i64(w, of, NULL, "step", t->opt.step);
+		r |= ckpt_put_attr_i64(w, of, NULL, "step", t->part[0].opt.step);
 		r |= ckpt_put_attr_f64(w, of, NULL, "max_lr", s->max_lr);
 		r |= ckpt_put_attr_f64(w, of, NULL, "min_lr", s->min_lr);
 		r |= ckpt_put_attr_f64(w, of, NULL, "lr_warmup_steps", s->warmup_steps);
@@ -419,10 +425,9 @@ int train_ckpt_save(struct trainer *t)
 			bad |= stream_experts(t, bad ? NULL : w, mf, NULL, local);
 		t->k->host_free(local);
 	}
-	const float *states[2] = { t->opt.exp_avg, t->opt.exp_avg_sq };
 	const char *groups[2] = { "exp_avg", "exp_avg_sq" };
 	for (int s = 0; optim && s < 2; s++) {
-		float *local = optim_state_full(t, states[s]); /* collective over t->gdp */
+		float *local = optim_state_full(t, s); /* collective over the parts' groups */
 		if (assemble)
 			bad |= stream_tensors(t, bad ? NULL : w, of, groups[s], local);
 		if (experts)
@@ -555,14 +560,17 @@ static int get_model(struct ckpt_reader *r, int file, struct trainer *t)
 	return ret;
 }
 
-/* Adam's state: the whole tensors read, this rank's [lo, hi) kept. */
-static int get_optim_state(struct ckpt_reader *r, int file, struct trainer *t, const char *group, float *state)
+/* Adam's state `which` (0: exp_avg, 1: exp_avg_sq): the whole tensors
+ * read, each part's [lo, hi) kept. */
+static int get_optim_state(struct ckpt_reader *r, int file, struct trainer *t, int which)
 {
 	size_t total = t->model.reg.total;
 	float *full = xcalloc(total ? total : 1, sizeof(float));
-	int ret = get_tensors(r, file, t, group, full);
-	if (!ret)
-		t->k->to_device(state, full + t->opt.lo, (t->opt.hi - t->opt.lo) * sizeof(float));
+	int ret = get_tensors(r, file, t, which ? "exp_avg_sq" : "exp_avg", full);
+	for (int i = 0; !ret && i < t->nparts; i++) {
+		struct adam *o = &t->part[i].opt;
+		t->k->to_device(which ? o->exp_avg_sq : o->exp_avg, full + o->lo, (o->hi - o->lo) * sizeof(float));
+	}
 	free(full);
 	return ret;
 }
@@ -690,14 +698,14 @@ static int load_here(struct trainer *t)
 			int of = ckpt_file_open(r, "optim.h5");
 			int64_t step, growth, hyst;
 			double scale;
-			if (of < 0 || get_optim_state(r, of, t, "exp_avg", t->opt.exp_avg) < 0 ||
-			    get_optim_state(r, of, t, "exp_avg_sq", t->opt.exp_avg_sq) < 0 ||
+			if (of < 0 || get_optim_state(r, of, t, 0) < 0 || get_optim_state(r, of, t, 1) < 0 ||
 			    ckpt_get_attr_i64(r, of, NULL, "step", &step) < 0 || check_sched(t, r, of) < 0 ||
 			    ckpt_get_attr_f64(r, of, NULL, "loss_scale", &scale) < 0 ||
 			    ckpt_get_attr_i64(r, of, NULL, "growth_tracker", &growth) < 0 ||
 			    ckpt_get_attr_i64(r, of, NULL, "hysteresis_tracker", &hyst) < 0)
 				goto out;
-			t->opt.step = step;
+			for (int i = 0; i < t->nparts; i++)
+				t->part[i].opt.step = step;
 			if (t->scaler.mode == GRAD_SCALER_DYNAMIC) {
 				t->scaler.scale = (float)scale;
 				t->scaler.growth_tracker = growth;

@@ -35,10 +35,6 @@ int train_check_layout(const struct args *a, const struct dist_layout *l)
 	if (l->cp > 1 && a->reset_attention_mask)
 		return error("--reset-attention-mask with --context-parallel-size %d is not supported (Megatron needs "
 			     "the packed THD format for it, which megac does not have)", l->cp);
-	if (l->ep > 1 && a->use_distributed_optimizer && l->dp * l->cp > 1)
-		return error("--use-distributed-optimizer with --expert-model-parallel-size %d is not implemented yet "
-			     "(the experts' optimizer state would shard over the expert-data-parallel group); leave "
-			     "it out, each rank then keeps the Adam state of its own experts", l->ep);
 	return 0;
 }
 
@@ -56,6 +52,27 @@ int train_check_flags(const struct args *a)
 		return error("--log-memory-interval %lld must be a multiple of --log-interval %lld",
 			     (long long)a->log_memory_interval, (long long)a->train_log_interval);
 	return 0;
+}
+
+int train_opt_parts(size_t total, size_t expert_lo, bool ep, bool dist_opt, const int gsize[2], const int grank[2],
+		    size_t base[2], size_t end[2], size_t lo[2], size_t hi[2])
+{
+	int n = ep && expert_lo < total ? 2 : 1;
+	base[0] = 0;
+	end[0] = n == 2 ? expert_lo : total;
+	base[1] = end[1] = total;
+	if (n == 2)
+		base[1] = expert_lo;
+	for (int i = 0; i < n; i++) {
+		lo[i] = base[i];
+		hi[i] = end[i];
+		if (dist_opt && gsize[i] > 1) {
+			dist_shard(end[i] - base[i], gsize[i], grank[i], &lo[i], &hi[i]);
+			lo[i] += base[i];
+			hi[i] += base[i];
+		}
+	}
+	return n;
 }
 
 /* The layout on the ranks of this job: Megatron's checks, then what megac
@@ -175,11 +192,14 @@ static void trainer_free(struct trainer *t)
 	pp_sched_free(&t->pp_train);
 	pp_sched_free(&t->pp_eval);
 	free(t->losses);
-	mem_free(&t->mem, t->rs_scratch, (t->opt.hi - t->opt.lo) * sizeof(float));
-	grad_sync_free(&t->gs);
-	grad_sync_free(&t->gs_exp);
-	param_gather_free(&t->pg);
-	adam_free(&t->opt);
+	for (int i = 0; i < t->nparts; i++) {
+		struct train_part *p = &t->part[i];
+		if (p->rs_scratch)
+			mem_free(&t->mem, p->rs_scratch, (p->opt.hi - p->opt.lo) * sizeof(float));
+		grad_sync_free(&p->gs);
+		param_gather_free(&p->pg);
+		adam_free(&p->opt);
+	}
 	gpt_free(&t->model);
 	gpt_data_free(&t->data);
 	gpt_data_config_release(&t->dcfg);
@@ -278,30 +298,36 @@ static int setup(struct trainer *t, const struct args *a)
 	gpt_init_weights(&t->model, t->seed);
 	for (int l = 0; t->cfg.E > 0 && l < t->cfg.L; l++)
 		t->moe_layers += t->cfg.moe_layer[l];
-	/* --use-distributed-optimizer: Adam's state sharded over data-parallel ranks */
-	size_t lo = 0, hi = t->model.reg.total;
-	if (a->use_distributed_optimizer && t->gdp->size > 1) {
-		dist_shard(t->model.reg.total, t->gdp->size, t->gdp->rank, &lo, &hi);
-		t->rs_scratch = mem_alloc_f32(&t->mem, hi - lo);
-	}
-	adam_init(&t->opt, &t->model.reg, t->k, &t->mem, (float)a->adam_beta1, (float)a->adam_beta2,
-		  (float)a->adam_eps, lo, hi);
+	/* the optimizer's parts (trainer.h), each reduced over its group and,
+	 * with --use-distributed-optimizer, sharded over it */
+	bool ep = t->dist.ep.size > 1;
+	struct dist_group *groups[2] = { t->gdp, &t->dist.edp };
+	int gsize[2] = { t->gdp->size, t->dist.edp.size }, grank[2] = { t->gdp->rank, t->dist.edp.rank };
+	size_t base[2], end[2], lo[2], hi[2];
+	t->nparts = train_opt_parts(t->model.reg.total, t->model.expert_lo, ep, a->use_distributed_optimizer, gsize,
+				    grank, base, end, lo, hi);
 	/* gradient buckets (Megatron's default size; one bucket without overlap) */
 	int64_t bucket = a->ddp_bucket_size > 0 ? a->ddp_bucket_size :
 			 (40000000 > 1000000 * (int64_t)t->gdp->size ? 40000000 : 1000000 * (int64_t)t->gdp->size);
 	if (bucket > (1 << 28))
 		bucket = 1 << 28; /* MPI counts are ints */
 	unsigned late = (lay->sp ? PARAM_SP : 0) | (t->dist.emb.size > 1 ? PARAM_TIED : 0);
-	if (t->dist.ep.size > 1) { /* dense gradients over DP, the experts' over expert-DP (never sharded) */
-		grad_sync_init_part(&t->gs, t->k, &t->model.reg, t->gdp, lo, hi, false, NULL, (size_t)bucket,
-				    a->overlap_grad_reduce && t->gdp->size > 1, late, PARAM_EXPERT, 0);
-		grad_sync_init_part(&t->gs_exp, t->k, &t->model.reg, &t->dist.edp, lo, hi, false, NULL, (size_t)bucket,
-				    a->overlap_grad_reduce && t->dist.edp.size > 1, late, PARAM_EXPERT, PARAM_EXPERT);
-	} else {
-		grad_sync_init(&t->gs, t->k, &t->model.reg, t->gdp, lo, hi, hi - lo != t->model.reg.total,
-			       t->rs_scratch, (size_t)bucket, a->overlap_grad_reduce && t->gdp->size > 1, late);
+	for (int i = 0; i < t->nparts; i++) {
+		struct train_part *p = &t->part[i];
+		p->g = groups[i];
+		p->base = base[i];
+		p->end = end[i];
+		p->sharded = hi[i] - lo[i] != end[i] - base[i];
+		if (p->sharded)
+			p->rs_scratch = mem_alloc_f32(&t->mem, hi[i] - lo[i]);
+		adam_init(&p->opt, &t->model.reg, t->k, &t->mem, (float)a->adam_beta1, (float)a->adam_beta2,
+			  (float)a->adam_eps, lo[i], hi[i]);
+		bool multi = p->g->size > 1;
+		grad_sync_init_part(&p->gs, t->k, &t->model.reg, p->g, base[i], end[i], lo[i], hi[i], p->sharded,
+				    p->rs_scratch, (size_t)bucket, a->overlap_grad_reduce && multi, late);
+		param_gather_init(&p->pg, &t->model, p->g, base[i], end[i], (size_t)bucket,
+				  a->overlap_param_gather && multi);
 	}
-	param_gather_init(&t->pg, &t->model, t->gdp, (size_t)bucket, a->overlap_param_gather && t->gdp->size > 1);
 	if (training && setup_schedule(t) < 0)
 		return -1;
 	if (setup_scaler(t) < 0)

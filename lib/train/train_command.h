@@ -4,6 +4,9 @@
 #ifndef MEGAC_TRAIN_TRAIN_COMMAND_H
 #define MEGAC_TRAIN_TRAIN_COMMAND_H
 
+#include <stdbool.h>
+#include <stddef.h>
+
 #include "base/args.h"
 
 struct dist_layout;
@@ -16,6 +19,16 @@ int train_command(const struct args *a);
  * run them too, so that what they plan is what train accepts. error() and
  * -1 naming the flags. */
 int train_check_flags(const struct args *a);
+/*
+ * The optimizer's parts of a model's flat buffers of `total` elements
+ * (trainer.h): one, or two under expert parallelism (ep) when there are
+ * experts (from expert_lo on). Part i's region is [base[i], end[i]); its
+ * shard on this rank [lo[i], hi[i]), the region split over gsize[i] ranks
+ * with --use-distributed-optimizer (dist_opt), this rank being grank[i].
+ * Returns the number of parts.
+ */
+int train_opt_parts(size_t total, size_t expert_lo, bool ep, bool dist_opt, const int gsize[2], const int grank[2],
+		    size_t base[2], size_t end[2], size_t lo[2], size_t hi[2]);
 int train_check_layout(const struct args *a, const struct dist_layout *l);
 
 #endif

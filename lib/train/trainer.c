@@ -37,22 +37,22 @@ static double secs_since(const struct timespec *t0)
 
 /* The sum of squares of this rank's parameters (grads: false) or
  * gradients in the optimizer's elements, every tensor of the model once
- * over the whole job: shards over DP (distributed optimizer), slices over
- * TP, stages over PP, and under expert parallelism the experts over EP
- * (each rank holds its own; the rest is the same on every EP rank). */
+ * over the whole job: each part's shards over its group (distributed
+ * optimizer), the experts over EP (each EP rank holds its own; the rest is
+ * the same on every EP rank), slices over TP, stages over PP. */
 static double trainer_sumsq(struct trainer *t, bool grads)
 {
 	bool rep = t->dist.tp.rank == 0;
-	double ss;
-	if (t->dist.ep.size > 1) {
-		double e = grads ? adam_grad_sumsq(&t->opt, rep, ADAM_EXPERT) : adam_params_sumsq(&t->opt, rep, ADAM_EXPERT);
-		dist_allreduce_sum_f64(&t->dist.ep, &e, 1);
-		ss = (grads ? adam_grad_sumsq(&t->opt, rep, ADAM_DENSE) : adam_params_sumsq(&t->opt, rep, ADAM_DENSE)) + e;
-	} else {
-		ss = grads ? adam_grad_sumsq(&t->opt, rep, ADAM_ALL) : adam_params_sumsq(&t->opt, rep, ADAM_ALL);
+	double ss = 0;
+	for (int i = 0; i < t->nparts; i++) {
+		struct train_part *p = &t->part[i];
+		double s = grads ? adam_grad_sumsq(&p->opt, rep) : adam_params_sumsq(&p->opt, rep);
+		if (p->sharded)
+			dist_allreduce_sum_f64(p->g, &s, 1);
+		if (i == 1)
+			dist_allreduce_sum_f64(&t->dist.ep, &s, 1);
+		ss += s;
 	}
-	if (t->opt.hi - t->opt.lo != t->model.reg.total)
-		dist_allreduce_sum_f64(t->gdp, &ss, 1);
 	dist_allreduce_sum_f64(&t->dist.tp, &ss, 1);
 	dist_allreduce_sum_f64(&t->dist.pp, &ss, 1);
 	return ss;
@@ -73,9 +73,8 @@ static int train_step(struct trainer *t, double *loss, bool *skipped, double *gn
 	k->zero(reg->grad, reg->total);
 	double scale = grad_scaler_scale(&t->scaler);
 	double num = 0, den = 0;
-	grad_sync_begin(&t->gs);
-	if (t->gs_exp.g)
-		grad_sync_begin(&t->gs_exp);
+	for (int i = 0; i < t->nparts; i++)
+		grad_sync_begin(&t->part[i].gs);
 	timers_start(&t->timers, "forward-backward", 1);
 	/* on a failure this rank stops without waiting for its sends: a peer
 	 * that failed too would never take them */
@@ -83,7 +82,8 @@ static int train_step(struct trainer *t, double *loss, bool *skipped, double *gn
 		return -1;
 	pipeline_drain(t);
 	timers_stop(&t->timers, "forward-backward");
-	param_gather_finish(&t->pg); /* a rank without forward work still owes its gathers */
+	for (int i = 0; i < t->nparts; i++) /* a rank without forward work still owes its gathers */
+		param_gather_finish(&t->part[i].pg);
 	timers_start(&t->timers, "layernorm-grads-all-reduce", 1);
 	gpt_sp_sync_grads(&t->model); /* sequence parallelism: the norms' shard gradients */
 	timers_stop(&t->timers, "layernorm-grads-all-reduce");
@@ -107,37 +107,35 @@ static int train_step(struct trainer *t, double *loss, bool *skipped, double *gn
 	dist_allreduce_sum_f64(&t->dist.pp, sums, 2);
 	num = sums[0];
 	den = sums[1];
-	/* From here on only the optimizer's elements [lo, hi) matter: all of them,
-	 * or this rank's shard with the distributed optimizer, whose gradients a
-	 * reduce-scatter delivers (ZeRO-1). */
-	size_t lo = t->opt.lo, n = t->opt.hi - t->opt.lo;
-	bool sharded = n != reg->total;
-	/* the buckets not started during backward, then those that waited for
-	 * the sums above (grad_sync.h) */
+	/* From here on only each part's optimizer elements [lo, hi) matter: all
+	 * of them, or this rank's shard with the distributed optimizer, whose
+	 * gradients a reduce-scatter delivers (ZeRO-1). The buckets not started
+	 * during backward, then those that waited for the sums above
+	 * (grad_sync.h); the experts' gradients too are scaled by 1/dp, as
+	 * Megatron's DDP scales them. */
 	timers_start(&t->timers, "all-grads-sync", 1);
-	grad_sync_finish(&t->gs);
-	grad_sync_late(&t->gs);
-	if (t->gs_exp.g) { /* expert parallelism: the experts' gradients (scaled by 1/dp as Megatron does) */
-		grad_sync_finish(&t->gs_exp);
-		grad_sync_late(&t->gs_exp);
+	for (int i = 0; i < t->nparts; i++) {
+		struct train_part *p = &t->part[i];
+		grad_sync_finish(&p->gs);
+		grad_sync_late(&p->gs);
+		if (t->gdp->size > 1)
+			k->scale(reg->grad + p->opt.lo, 1.0f / (float)t->dist.dp.size, p->opt.hi - p->opt.lo);
 	}
-	if (t->gdp->size > 1)
-		k->scale(reg->grad + lo, 1.0f / (float)t->dist.dp.size, n);
 	timers_stop(&t->timers, "all-grads-sync");
 	/* A global batch with every token masked has no loss (Megatron: 0/0). */
 	*loss = den > 0 ? num / den : NAN;
 	timers_start(&t->timers, "optimizer", 1);
-	if (scale != 1.0)
-		k->scale(reg->grad + lo, grad_scaler_inv_scale(&t->scaler), n);
+	for (int i = 0; scale != 1.0 && i < t->nparts; i++)
+		k->scale(reg->grad + t->part[i].opt.lo, grad_scaler_inv_scale(&t->scaler),
+			 t->part[i].opt.hi - t->part[i].opt.lo);
 	*skipped = false;
 	*gnorm = NAN;
 	if (grad_scaler_checks_overflow(&t->scaler)) {
-		double found = k->nonfinite(reg->grad + lo, n) != 0;
-		if (sharded)
-			dist_allreduce_max_f64(t->gdp, &found, 1);
-		dist_allreduce_max_f64(&t->dist.tp, &found, 1);
-		dist_allreduce_max_f64(&t->dist.pp, &found, 1);
-		dist_allreduce_max_f64(&t->dist.ep, &found, 1); /* each EP rank checked its own experts */
+		double found = 0;
+		for (int i = 0; i < t->nparts; i++)
+			found += k->nonfinite(reg->grad + t->part[i].opt.lo, t->part[i].opt.hi - t->part[i].opt.lo) != 0;
+		/* every rank checked its own elements: the verdict is the whole job's */
+		dist_allreduce_max_f64(&t->dist.world_g, &found, 1);
 		grad_scaler_update(&t->scaler, found > 0);
 		if (found > 0) {
 			*skipped = true;
@@ -155,14 +153,19 @@ static int train_step(struct trainer *t, double *loss, bool *skipped, double *gn
 			     (long long)t->iteration + 1, isfinite(num) ? "gradient norm" : "loss",
 			     isnan(isfinite(num) ? norm : num) ? "NaN" : "infinite");
 	*gnorm = norm;
-	adam_clip(&t->opt, norm, t->a->clip_grad);
-	adam_step(&t->opt, lr_sched_current_lr(&t->sched), lr_sched_current_wd(&t->sched));
+	for (int i = 0; i < t->nparts; i++) {
+		adam_clip(&t->part[i].opt, norm, t->a->clip_grad);
+		adam_step(&t->part[i].opt, lr_sched_current_lr(&t->sched), lr_sched_current_wd(&t->sched));
+	}
 	timers_stop(&t->timers, "optimizer");
 	timers_start(&t->timers, "params-all-gather", 1);
-	if (sharded) /* every rank's updated shard to every rank (or started, to land during the next forward) */
-		param_gather_start(&t->pg);
-	else
-		gpt_sync_work(&t->model);
+	for (int i = 0; i < t->nparts; i++) {
+		struct train_part *p = &t->part[i];
+		if (p->sharded) /* every rank's updated shard to every rank (or started, to land during the next forward) */
+			param_gather_start(&p->pg);
+		else
+			gpt_sync_work_range(&t->model, p->base, p->end);
+	}
 	timers_stop(&t->timers, "params-all-gather");
 	lr_sched_step(&t->sched, t->gbs);
 	return 0;
@@ -489,7 +492,8 @@ int trainer_run(struct trainer *t)
 		    (a->save && a->save_interval > 0 && t->iteration % a->save_interval == 0) || a->exit_signal_handler ||
 		    a->exit_duration_in_mins > 0 || (a->exit_interval > 0 && t->iteration % a->exit_interval == 0) ||
 		    t->iteration >= t->train_iters)
-			param_gather_finish(&t->pg);
+			for (int i = 0; i < t->nparts; i++)
+				param_gather_finish(&t->part[i].pg);
 		/* collective: every rank computes it, whoever prints it */
 		t->params_norm = a->log_params_norm ? trainer_params_norm(t) : NAN;
 		tensorboard_iteration(t, loss, lr, gnorm);

@@ -30,6 +30,24 @@
 #include "train/tboard.h"
 #include "train/timers.h"
 
+/*
+ * The optimizer in parts: part 0 holds every parameter, or under expert
+ * parallelism all but the experts, which part 1 holds (they sit after
+ * everything else in the flat buffers, gpt.h). Each part is reduced over
+ * its own group, data-parallel or expert-data-parallel, and with
+ * --use-distributed-optimizer sharded over it and gathered back, as
+ * Megatron keeps separate buffers for the experts.
+ */
+struct train_part {
+	struct dist_group *g;   /* where its gradients are reduced and its shards live */
+	size_t base, end;       /* its region of the flat buffers */
+	bool sharded;           /* the distributed optimizer with more than one rank in g */
+	struct adam opt;        /* Adam over its shard [opt.lo, opt.hi) */
+	float *rs_scratch;      /* the reduce-scatter target (a shard), when sharded */
+	struct grad_sync gs;    /* the gradient reduction, in buckets */
+	struct param_gather pg; /* the distributed optimizer's parameter all-gather, in buckets */
+};
+
 struct trainer {
 	const struct args *a;
 	struct dist dist;
@@ -43,18 +61,14 @@ struct trainer {
 	struct gpt_data data;
 	struct gpt_config cfg;
 	struct gpt_model model;
-	struct adam opt;
+	struct train_part part[2];
+	int nparts;
 	struct lr_sched sched;
 	struct grad_scaler scaler;
 	struct batch batch;
 	struct batch cp_batch; /* context parallelism: this rank's positions of batch */
 	float *losses;         /* host, [mbs * S] */
-	float *rs_scratch;     /* the distributed optimizer's reduce-scatter target (a shard) */
 	struct pp_sched pp_train, pp_eval; /* this rank's order of passes (pipeline.h) */
-	struct grad_sync gs;   /* the data-parallel gradient reduction, in buckets */
-	struct grad_sync gs_exp; /* expert parallelism: the experts' gradients over the expert-data-parallel
-				  * group (gs then leaves them out); unused (no group) otherwise */
-	struct param_gather pg; /* the distributed optimizer's parameter all-gather, in buckets */
 	float **pp_dloss;      /* per slot of the chunk with the head: dL/dloss kept for its backward */
 	int pp_ndloss;
 	struct trainer_send { struct dist_req req; float *buf; size_t n; } *sends; /* pipeline sends in flight */

@@ -11,8 +11,9 @@
 # line carries Megatron's names, and what megac does not do yet is refused
 # by name. Tensor parallelism (the experts split as the dense MLP, expert TP =
 # TP) with SP, data and pipeline parallelism all give the one-rank losses;
-# so does expert parallelism (EP2 x DP2, TP2 x EP2 with SP, EP4, EP2 x PP2),
-# and an EP2 checkpoint trains on as EP1 and EP4.
+# so does expert parallelism (EP2 x DP2, TP2 x EP2 with SP, EP4, EP2 x PP2,
+# with and without the distributed optimizer), and an EP2 checkpoint trains
+# on as EP1 and EP4.
 . tests/prog_lib.sh
 W=$(new_tmp train_moe)
 OUT_LOG=$W/out.log
@@ -159,7 +160,9 @@ expect_ok "mixtral: the one-rank run with micro-batches of 1" sh -c "$BIN/train 
 for lay in "ep2-dp2:4:mb1:--micro-batch-size 1 --expert-model-parallel-size 2" \
 	"tp2-ep2-sp:4:mixtral/ours:--expert-model-parallel-size 2 --tensor-model-parallel-size 2 --sequence-parallel" \
 	"ep4:4:mb1:--micro-batch-size 1 --expert-model-parallel-size 4 --moe-token-dispatcher-type alltoall" \
-	"ep2-pp2-overlap:4:mixtral/ours:--expert-model-parallel-size 2 --pipeline-model-parallel-size 2 --overlap-grad-reduce"; do
+	"ep2-pp2-overlap:4:mixtral/ours:--expert-model-parallel-size 2 --pipeline-model-parallel-size 2 --overlap-grad-reduce" \
+	"ep2-dp2-distopt:4:mb1:--micro-batch-size 1 --expert-model-parallel-size 2 --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 5000" \
+	"tp2-ep2-sp-distopt:4:mixtral/ours:--expert-model-parallel-size 2 --tensor-model-parallel-size 2 --sequence-parallel --use-distributed-optimizer"; do
 	name=${lay%%:*}
 	rest=${lay#*:}
 	np=${rest%%:*}
@@ -175,9 +178,11 @@ for lay in "ep2-dp2:4:mb1:--micro-batch-size 1 --expert-model-parallel-size 2" \
 		show "$W/cmp.log" 4
 	fi
 done
-# an EP2 checkpoint holds every expert under its global number and trains on as EP1 and as EP4
-if $MPI -np 2 $BIN/train $ARGS --micro-batch-size 1 --train-iters 8 --expert-model-parallel-size 2 \
-	--save "$W/ck-ep" --save-interval 4 --exit-interval 4 >"$W/ep-save.log" 2>&1 &&
+# an EP2 x DP2 checkpoint (the distributed optimizer's shards, the experts'
+# over expert-DP) holds every expert under its global number and trains on
+# as EP1 and as EP4
+if $MPI -np 4 $BIN/train $ARGS --micro-batch-size 1 --train-iters 8 --expert-model-parallel-size 2 \
+	--use-distributed-optimizer --save "$W/ck-ep" --save-interval 4 --exit-interval 4 >"$W/ep-save.log" 2>&1 &&
 	$PY - "$W/ck-ep/iter_0000004" >"$W/ep-h5.log" 2>&1 <<'EOF'; then
 import h5py, sys
 for f in ("model.h5", "optim.h5"):
@@ -189,7 +194,7 @@ for f in ("model.h5", "optim.h5"):
                     n = "%sdecoder.layers.%d.mlp.experts.local_experts.%d.linear_fc%d.weight" % (g, l, e, fc)
                     assert n in h and h[n].shape == shape, n
 EOF
-	ok "an EP2 checkpoint holds all 4 experts of each layer (weights and Adam state) under their global numbers"
+	ok "an EP2 x DP2 checkpoint holds all 4 experts of each layer (weights and Adam state) under their global numbers"
 else
 	notok "EP2 checkpoint"
 	show "$W/ep-save.log" 4
@@ -210,8 +215,6 @@ expect_fail "experts that do not split evenly over EP are refused" "not divisibl
 	$MPI -np 3 $BIN/train $ARGS --train-iters 1 --expert-model-parallel-size 3
 expect_fail "EP without MoE layers is refused (Megatron's rule)" "needs mixture-of-experts layers" \
 	$MPI -np 2 $BIN/train $(echo "$ARGS" | sed 's/--num-experts 4//') --train-iters 1 --expert-model-parallel-size 2
-expect_fail "the distributed optimizer with EP is refused by name" "--use-distributed-optimizer with --expert-model-parallel-size" \
-	$MPI -np 4 $BIN/train $ARGS --micro-batch-size 1 --train-iters 1 --expert-model-parallel-size 2 --use-distributed-optimizer
 
 # not yet: refused by name
 expect_fail "MoE with TP needs SP (Megatron's rule)" "needs --sequence-parallel" \
