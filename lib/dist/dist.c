@@ -302,9 +302,13 @@ int dist_use_device(struct dist *d)
 	 * rank, and ranks outside every embedding group, have nothing to make */
 	struct dist_group *gs[] = { &d->world_g, &d->dp_cp, &d->dp, &d->cp, &d->mp, &d->tp, &d->pp, &d->emb,
 				    &d->ep, &d->edp };
-	for (size_t i = 0; i < sizeof(gs) / sizeof(gs[0]); i++)
-		if (gs[i]->size > 1 && !gs[i]->nccl)
+	for (size_t i = 0; i < sizeof(gs) / sizeof(gs[0]); i++) {
+		/* the expert groups move device memory under expert parallelism only
+		 * (without it edp is the data-parallel ranks again) */
+		bool expert = gs[i] == &d->ep || gs[i] == &d->edp;
+		if (gs[i]->size > 1 && !gs[i]->nccl && (!expert || d->layout.ep > 1))
 			dist_nccl_group_init(gs[i], gs[i] == &d->cp || gs[i] == &d->pp);
+	}
 	return 0;
 }
 

@@ -182,9 +182,10 @@ static void register_params(struct gpt_model *m)
 		if (strstr(m->reg.p[i].name, "layer_norm_") || strstr(m->reg.p[i].name, "final_layernorm") ||
 		    strstr(m->reg.p[i].name, "pre_mlp_layernorm"))
 			m->reg.p[i].flags |= PARAM_SP;
-	/* the experts after everything else: the part of the buffers that
-	 * expert parallelism reduces over its own data-parallel group */
-	m->expert_lo = c->E > 0 ? params_move_last(&m->reg, PARAM_EXPERT) : m->reg.total;
+	/* expert parallelism: the experts after everything else, the part of
+	 * the buffers reduced over its own data-parallel group (without it the
+	 * registration order stays the buffers' order, one run of buckets) */
+	m->expert_lo = c->E > 0 && m->ep ? params_move_last(&m->reg, PARAM_EXPERT) : m->reg.total;
 }
 
 /* ---- buffers ---- */
@@ -230,6 +231,7 @@ static struct gpt_moe_acts *alloc_moe_acts(struct gpt_model *m)
 	M->xloc = m->ep ? take(m, Rl * h) : M->xperm;
 	M->fc1 = take(m, Rl * f1);
 	M->act = take(m, Rl * (size_t)c->moe_f);
+	M->rows_cap = Rl;
 	M->y = take(m, R * h);
 	M->cnt = xcalloc((size_t)m->ep_size * (size_t)m->El, sizeof(int32_t));
 	M->loff = xcalloc((size_t)m->El + 1, sizeof(int32_t));
@@ -510,6 +512,7 @@ int gpt_init_pipe(struct gpt_model *m, const struct gpt_config *c, const struct 
 		m->moe_dx = take(m, R * h);
 		m->moe_dact = take(m, Rl * fm > BT * fs ? Rl * fm : BT * fs);
 		m->moe_dfc1 = take(m, Rl * f1m > BT * f1s ? Rl * f1m : BT * f1s);
+		m->moe_rows_cap = Rl;
 		if (m->ep) {
 			size_t rows = Rl > R ? Rl : R;
 			m->moe_xa = take(m, rows * h);
@@ -857,13 +860,59 @@ static void norm_bwd(struct gpt_model *m, float *dinp, const float *dout, const 
  * its expert-major order) and the experts want them expert-major: the two
  * reorders are copies of whole (peer, expert) blocks. */
 
-size_t gpt_moe_rows_local(const struct gpt_model *m)
+/* The most rows this rank's experts can get: a token's k slots name k
+ * different experts, so at most min(k, El) of them are here, from each
+ * peer's B*T tokens, and at most each peer's capacity per expert. */
+static size_t moe_rows_most(const struct gpt_model *m)
 {
 	const struct gpt_config *c = &m->lc;
 	size_t BT = (size_t)m->B * c->S, k = (size_t)c->router.k;
-	/* a token's k slots name k different experts, so at most min(k, El) are here */
 	size_t per = k < (size_t)m->El ? k : (size_t)m->El;
-	return m->ep ? (size_t)m->ep_size * BT * per : BT * k;
+	size_t most = (size_t)m->ep_size * BT * per;
+	size_t cap = (size_t)m->ep_size * (size_t)m->El * (size_t)moe_route_capacity(&c->router, (int)BT);
+	return cap < most ? cap : most;
+}
+
+size_t gpt_moe_rows_local(const struct gpt_model *m)
+{
+	const struct gpt_config *c = &m->lc;
+	size_t R = (size_t)m->B * c->S * (size_t)c->router.k, most = m->ep ? moe_rows_most(m) : R;
+	return c->router.capacity > 0 || most < R ? most : R;
+}
+
+/* Room for `rows` rows of this rank's experts in a layer's buffers and the
+ * shared scratch: a larger set when they are too small, 1.5 times what was
+ * there (geometric, so few regrowths), at most moe_rows_most. The old
+ * buffers stay taken (gpt_free gives them back): freeing device memory now
+ * could wait for transfers in flight. */
+static void moe_reserve(struct gpt_model *m, struct gpt_moe_acts *M, size_t rows)
+{
+	const struct gpt_config *c = &m->lc;
+	size_t h = (size_t)c->h, fm = (size_t)c->moe_f, f1 = c->swiglu ? 2 * fm : fm;
+	if (rows <= M->rows_cap && rows <= m->moe_rows_cap)
+		return;
+	size_t most = moe_rows_most(m);
+	if (rows > most)
+		BUG("%zu rows for this rank's experts, more than the %zu that can come", rows, most);
+	if (rows > M->rows_cap) {
+		size_t cap = M->rows_cap + M->rows_cap / 2 > rows ? M->rows_cap + M->rows_cap / 2 : rows;
+		cap = cap < most ? cap : most;
+		M->xloc = take(m, cap * h);
+		M->fc1 = take(m, cap * f1);
+		M->act = take(m, cap * fm);
+		M->rows_cap = cap;
+	}
+	if (rows > m->moe_rows_cap) {
+		size_t BT = (size_t)m->B * c->S, fs = (size_t)c->shared_f, f1s = c->swiglu ? 2 * fs : fs;
+		size_t R = BT * (size_t)c->router.k;
+		size_t cap = m->moe_rows_cap + m->moe_rows_cap / 2 > rows ? m->moe_rows_cap + m->moe_rows_cap / 2 : rows;
+		cap = cap < most ? cap : most;
+		m->moe_dact = take(m, cap * fm > BT * fs ? cap * fm : BT * fs);
+		m->moe_dfc1 = take(m, cap * f1 > BT * f1s ? cap * f1 : BT * f1s);
+		m->moe_xa = take(m, (cap > R ? cap : R) * h);
+		m->moe_xb = take(m, (cap > R ? cap : R) * h);
+		m->moe_rows_cap = cap;
+	}
 }
 
 /* The rows per (peer, local expert) of this layer's exchange, from every
@@ -1017,6 +1066,7 @@ static void moe_mlp_forward(struct gpt_model *m, int l, struct gpt_layer_acts *A
 		k->embedding_forward(M->xperm, M->row_tok, NULL, x, NULL, R, h);
 	if (m->ep) {
 		moe_plan_exchange(m, M, r);
+		moe_reserve(m, M, (size_t)M->loff[m->El]);
 		moe_exchange(m, M, M->xloc, M->xperm, true);
 		moe_experts_forward(m, p, M->loff, M->xloc, M->fc1, M->act, m->moe_xb);
 		moe_exchange(m, M, M->y, m->moe_xb, false);

@@ -53,6 +53,7 @@ struct gpt_moe_acts {
 	 * an expert (fc1 and act then hold those rows, y stays this rank's
 	 * tokens' rows, back from their experts) */
 	float *xloc;                 /* [Rl, h] (xperm without expert parallelism) */
+	size_t rows_cap;             /* the rows xloc, fc1 and act hold (they grow: gpt_moe_rows_local) */
 	int32_t *cnt;                /* host [ep, El]: rows peer p sent for local expert e */
 	int32_t *loff;               /* host [El + 1]: expert e's rows of xloc */
 };
@@ -125,7 +126,8 @@ struct gpt_model {
 	const struct kops *k;
 	struct mem_pool *mem;
 	struct param_registry reg;
-	size_t expert_lo;       /* the experts' tensors fill [expert_lo, reg.total) of the buffers */
+	size_t expert_lo;       /* expert parallelism: the experts' tensors fill [expert_lo, reg.total)
+				 * of the buffers (reg.total without it) */
 	enum gpt_precision precision;
 	float *work;        /* weights the layers use: reg.data, or its bf16/fp16-rounded copy */
 	int B;              /* micro-batch size the buffers are sized for */
@@ -157,6 +159,7 @@ struct gpt_model {
 	float *moe_dy, *moe_dact, *moe_dfc1, *moe_dx, *moe_dw, *moe_dz, *moe_out2;
 	float *moe_dw_host, *moe_dprobs_host, *moe_dz_host; /* host */
 	float *moe_xa, *moe_xb; /* expert parallelism: rows in transit, and expert-major rows [max(R, Rl), h] */
+	size_t moe_rows_cap;   /* the rows moe_dact, moe_dfc1, moe_xa and moe_xb hold */
 	int32_t *moe_cnt_all;  /* host [ep, E]: every peer's rows per expert */
 	/* MoE: the gradient weight of the attached losses (Megatron's
 	 * MoEAuxLossAutoScaler: loss scale / micro-batches), set by the caller
@@ -203,9 +206,14 @@ int gpt_init_pipe(struct gpt_model *m, const struct gpt_config *c, const struct 
  * over each rank's sequence shard: add them up over TP (once per iteration,
  * after the last micro-batch). No-op otherwise. */
 void gpt_sp_sync_grads(struct gpt_model *m);
-/* The most rows a MoE layer's experts on this rank can get in one
- * micro-batch: B*T*topk, or with expert parallelism every peer's tokens'
- * slots that can name this rank's experts. */
+/* The rows a MoE layer's experts on this rank are first given room for in
+ * one micro-batch: all B*T*topk without expert parallelism; with it the
+ * most every peer's capacity lets through, or without a capacity factor
+ * (dropless) the balanced share, B*T*topk. A micro-batch that routes more
+ * rows to this rank grows the buffers (the old ones are kept until
+ * gpt_free, so nothing is freed while transfers may be in flight), up to
+ * the most that can come: every peer's tokens' slots that can name this
+ * rank's experts. */
 size_t gpt_moe_rows_local(const struct gpt_model *m);
 void gpt_free(struct gpt_model *m);
 

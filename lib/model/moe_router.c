@@ -11,6 +11,14 @@
 #include "base/error.h"
 #include "base/xalloc.h"
 
+int moe_route_capacity(const struct moe_router_cfg *c, int N)
+{
+	if (c->capacity <= 0)
+		return N;
+	double cap = ceil(((double)N * c->k / c->E) * c->capacity);
+	return cap < N ? (int)cap : N;
+}
+
 void moe_route_free(struct moe_route *r)
 {
 	free(r->idx);
@@ -197,30 +205,26 @@ void moe_route_forward(struct moe_route *r, const struct moe_router_cfg *c, cons
 	/* capacity: ceil((N k / E) cf) tokens per expert, the rest dropped; the
 	 * earliest are the earliest positions (Megatron's tokens are [s, b]) */
 	int S = seq_len > 0 ? seq_len : (N > 0 ? N : 1);
-	r->cap = N;
-	if (c->capacity > 0) {
-		double cap = ceil(((double)N * k / E) * c->capacity);
-		if (cap < N) {
-			r->cap = (int)cap;
-			struct cand *cd = xmalloc(((size_t)N + 1) * sizeof(*cd));
-			for (int e = 0; e < E; e++) {
-				int n = 0;
-				for (int t = 0; t < N; t++)
-					for (int s = 0; s < k; s++)
-						if (r->idx[(size_t)t * k + s] == e)
-							cd[n++] = (struct cand){ t, s, (t % S) * (N / S) + t / S,
-										 r->probs[(size_t)t * k + s] };
-				if (n <= r->cap)
-					continue;
-				qsort(cd, (size_t)n, sizeof(*cd), c->drop_position ? by_order : by_prob);
-				for (int i = r->cap; i < n; i++) {
-					size_t o = (size_t)cd[i].t * k + cd[i].s;
-					r->kept[o] = 0;
-					r->probs[o] = 0;
-				}
+	r->cap = moe_route_capacity(c, N);
+	if (r->cap < N) {
+		struct cand *cd = xmalloc(((size_t)N + 1) * sizeof(*cd));
+		for (int e = 0; e < E; e++) {
+			int n = 0;
+			for (int t = 0; t < N; t++)
+				for (int s = 0; s < k; s++)
+					if (r->idx[(size_t)t * k + s] == e)
+						cd[n++] = (struct cand){ t, s, (t % S) * (N / S) + t / S,
+									 r->probs[(size_t)t * k + s] };
+			if (n <= r->cap)
+				continue;
+			qsort(cd, (size_t)n, sizeof(*cd), c->drop_position ? by_order : by_prob);
+			for (int i = r->cap; i < n; i++) {
+				size_t o = (size_t)cd[i].t * k + cd[i].s;
+				r->kept[o] = 0;
+				r->probs[o] = 0;
 			}
-			free(cd);
 		}
+		free(cd);
 	}
 
 	/* rows: expert-major, tokens ascending */

@@ -61,6 +61,10 @@ struct moe_route {
 
 void moe_route_free(struct moe_route *r);
 
+/* The tokens an expert takes of N tokens: ceil(N·k/E · capacity), or N
+ * (dropless, or a capacity that keeps them all). */
+int moe_route_capacity(const struct moe_router_cfg *c, int N);
+
 /* Route N tokens (z: host [N, E]); seq_len: tokens per sample (the groups
  * of seq_aux_loss; N is a multiple of it). Reuses r's memory when it is
  * large enough. */

@@ -229,7 +229,8 @@ static int eval_and_print(struct trainer *t, int split, const char *prefix, int6
 
 /* --log-comm: bytes per iteration each group sent since the last line. */
 #define COMM_GROUPS(t) { &(t)->dist.dp, &(t)->dist.dp_cp, &(t)->dist.tp, &(t)->dist.pp, &(t)->dist.cp, \
-			  &(t)->dist.emb, &(t)->dist.world_g }
+			  &(t)->dist.emb, &(t)->dist.world_g, &(t)->dist.ep, &(t)->dist.edp }
+#define COMM_DENSE 7 /* the groups before the expert ones, which are shown with expert parallelism only */
 
 /* Start counting --log-comm volumes from now (set-up traffic excluded). */
 static void trainer_comm_mark(struct trainer *t)
@@ -246,7 +247,7 @@ static void trainer_comm_line(struct trainer *t, struct sbuf *sb)
 	struct dist_group *gs[] = COMM_GROUPS(t);
 	uint64_t iters = (uint64_t)(t->iteration - t->comm_iteration);
 	sbuf_addf(sb, "[Rank %d] communication per iteration (bytes sent by this rank)", t->dist.rank);
-	for (size_t i = 0; i < sizeof(gs) / sizeof(gs[0]); i++)
+	for (size_t i = 0; i < (t->dist.layout.ep > 1 ? sizeof(gs) / sizeof(gs[0]) : COMM_DENSE); i++)
 		sbuf_addf(sb, " | %s: %llu", gs[i]->name,
 			  (unsigned long long)((gs[i]->bytes - t->comm_last[i]) / (iters ? iters : 1)));
 	sbuf_addstr(sb, " |");

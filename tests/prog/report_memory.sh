@@ -140,8 +140,10 @@ MOE="--num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 24 --moe-shared-e
 measured "Mixtral-style MoE, TP2 x SP x PP2" 4 $T $LL $MOE --tensor-model-parallel-size 2 --sequence-parallel \
 	--pipeline-model-parallel-size 2
 measured "MoE with a capacity factor, PP2" 2 $T $LL $MOE --pipeline-model-parallel-size 2 --moe-expert-capacity-factor 1.5
+# (a capacity factor bounds the rows each rank's experts get; dropless, the
+# buffers start at the balanced share and grow with the imbalance)
 measured "MoE with expert parallelism, EP2 x DP2, distributed optimizer" 4 $T $LL $MOE --expert-model-parallel-size 2 \
-	--use-distributed-optimizer
+	--use-distributed-optimizer --moe-expert-capacity-factor 1.5
 # --advise: every layout it lists fits the budget by megac's prediction, the
 # list is exactly the fitting part of the whole list (same run, a budget that
 # fits all), ordered by the step-time model, whose terms (bytes per group as
