@@ -177,6 +177,9 @@ struct args {
 	int64_t ckpt_step;
 	bool exit_on_missing_checkpoint;
 	char *ckpt_format;
+	bool exit_on_failed_save;
+	bool async_save;
+	int64_t keep_last_n_checkpoints;
 
 	/* logging */
 	int64_t train_log_interval;
@@ -195,6 +198,10 @@ struct args {
 	int64_t exit_interval;
 	double exit_duration_in_mins;
 	bool exit_signal_handler;
+	char *exit_signal;
+	double hang_timeout_minutes;
+	bool check_for_nan_in_loss_and_grad;
+	bool check_for_spiky_loss;
 
 	/* options Megatron has only for speed; results do not change, megac accepts them */
 	bool perf_flag;

@@ -294,6 +294,15 @@ const struct flag_def args_table[] = {
 	  NULL, NULL, "fail when --load has no checkpoint (default: start from scratch with a warning)" },
 	{ "--ckpt-format", FK_STR, F(ckpt_format), TR, 0, "checkpointing", "torch_dist", "torch_dist|torch|hdf5",
 	  "FMT", "accepted; megac always writes its HDF5 format (docs/checkpoint-format.md)" },
+	{ "--exit-on-failed-save", FK_BOOL, F(exit_on_failed_save), TR, 0, "checkpointing", NULL, NULL, NULL,
+	  "(megac) stop when a save fails (default: log the error and train on; the last good checkpoint "
+	  "stays the latest)" },
+	{ "--async-save", FK_BOOL, F(async_save), TR, 0, "checkpointing", NULL, NULL, NULL,
+	  "write checkpoints from a background thread while training goes on (the state is copied to host "
+	  "memory first; the tracker moves once every rank's files are complete)" },
+	{ "--keep-last-n-checkpoints", FK_INT, F(keep_last_n_checkpoints), TR, 0, "checkpointing", "-1", NULL, "N",
+	  "(megac) after each save, delete all but the newest N iterations under --save (never the one "
+	  "being written, never the latest)" },
 
 	/* ---- logging ---- */
 	{ "--log-interval", FK_INT, F(train_log_interval), TR, 0, "logging", "100", NULL, "N",
@@ -327,7 +336,19 @@ const struct flag_def args_table[] = {
 	{ "--exit-duration-in-mins", FK_FLOAT, F(exit_duration_in_mins), TR, 0, "exit", "-1", NULL, "M",
 	  "save (if --save) and exit once training has run M minutes" },
 	{ "--exit-signal-handler", FK_BOOL, F(exit_signal_handler), TR, 0, "exit", NULL, NULL, NULL,
-	  "on SIGTERM, save (if --save) and exit after the current iteration" },
+	  "on --exit-signal (SIGTERM) to any rank, every rank saves (if --save) at the end of the current "
+	  "iteration and exits 0" },
+	{ "--exit-signal", FK_STR, F(exit_signal), TR, 0, "exit", "SIGTERM",
+	  "SIGTERM|SIGINT|SIGUSR1|SIGUSR2|SIGHUP|SIGQUIT", "SIG", "the signal --exit-signal-handler acts on" },
+	{ "--hang-timeout-minutes", FK_FLOAT, F(hang_timeout_minutes), TR, 0, "exit", "-1", NULL, "M",
+	  "(megac) when no training iteration, evaluation or save completes for M minutes, every rank prints "
+	  "where it is (its phase and the collective it waits in) and the job ends (exit 128)" },
+	{ "--no-check-for-nan-in-loss-and-grad", FK_BOOL_NEG, F(check_for_nan_in_loss_and_grad), TR, 0, "exit",
+	  "true", NULL, NULL, "do not stop on a NaN or Inf in a rank's local loss or gradients (checked before "
+	  "the data-parallel reduction, naming the rank and iteration; off under dynamic fp16 loss scaling)" },
+	{ "--check-for-spiky-loss", FK_BOOL, F(check_for_spiky_loss), TR, 0, "exit", NULL, NULL, NULL,
+	  "warn when a micro-batch's loss is 10 times the largest of the first 100 (Megatron's rerun check; "
+	  "megac's computation is deterministic, so the rerun's verdict is always \"reproducible\")" },
 
 	/* ---- speed-only Megatron options: accepted, results unchanged ---- */
 	{ "--use-flash-attn", FK_BOOL, F(perf_flag), TR, 0, "speed options (accepted)", NULL, NULL, NULL,

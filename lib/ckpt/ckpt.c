@@ -772,6 +772,59 @@ out:
 	return r;
 }
 
+static int cmp_i64(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+int ckpt_iterations(const char *dir, int64_t **its, size_t *n)
+{
+	*its = NULL;
+	*n = 0;
+	DIR *d = opendir(dir);
+	if (!d)
+		return error_errno("cannot list checkpoint directory '%s'", dir);
+	size_t cap = 0;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		const char *s = e->d_name;
+		if (strncmp(s, "iter_", 5) || strlen(s + 5) != 7 || strspn(s + 5, "0123456789") != 7)
+			continue;
+		xgrow(its, &cap, *n + 1, sizeof(**its));
+		(*its)[(*n)++] = strtoll(s + 5, NULL, 10);
+	}
+	closedir(d);
+	if (*n)
+		qsort(*its, *n, sizeof(**its), cmp_i64);
+	return 0;
+}
+
+int ckpt_prune(const char *dir, int keep)
+{
+	if (keep < 1)
+		BUG("ckpt_prune keeping %d iterations", keep);
+	int64_t latest = CKPT_RELEASE - 1, *its;
+	size_t n;
+	if (ckpt_latest(dir, &latest) < 0 || ckpt_iterations(dir, &its, &n) < 0)
+		return -1;
+	int gone = 0, ret = 0;
+	for (size_t i = 0; n > (size_t)keep && i < n - (size_t)keep; i++) {
+		if (its[i] == latest)
+			continue;
+		char *p = ckpt_iter_path(dir, its[i]);
+		if (remove_tree(p) < 0)
+			ret = -1;
+		else
+			gone++;
+		free(p);
+	}
+	free(its);
+	if (gone && fsync_path(dir, dir) < 0)
+		ret = -1;
+	return ret < 0 ? -1 : gone;
+}
+
 /* ---- reader ------------------------------------------------------------------ */
 
 struct ckpt_rfile {

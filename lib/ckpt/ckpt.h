@@ -148,6 +148,17 @@ int ckpt_put_external_link(struct ckpt_writer *w, int file, const char *name, co
  * read or holds anything else (surrounding whitespace is allowed). */
 int ckpt_latest(const char *dir, int64_t *iteration);
 
+/* The iterations <dir> holds as iter_NNNNNNN directories (committed ones:
+ * transactions are hidden dot-directories), ascending, in *its (malloc'd,
+ * caller frees; NULL when none). -1 after error() when dir cannot be read. */
+int ckpt_iterations(const char *dir, int64_t **its, size_t *n);
+
+/* Delete every iteration directory of <dir> but the newest `keep` ones
+ * (keep >= 1) and the one the tracker names, oldest first. Returns how
+ * many were deleted, or -1 after error() (what could not be deleted stays;
+ * the tracker's iteration is never touched). */
+int ckpt_prune(const char *dir, int keep);
+
 struct ckpt_reader;
 
 /* Open the iteration <dir>'s tracker names (ckpt_latest, then ckpt_open),

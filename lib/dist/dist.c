@@ -10,6 +10,7 @@
 #include <limits.h>
 #include <mpi.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,7 +50,12 @@ struct dist_watch {
 	atomic_llong since_tick;          /* -1: not in a collective */
 	_Atomic(const char *) call, group;
 	atomic_bool stop, paused;
-	double timeout_s;
+	double timeout_s;                 /* a collective's wait; 0: not watched */
+	/* the hang detector: the last progress, and where this rank is */
+	double hang_s;                    /* 0: off */
+	atomic_llong progress_tick;
+	_Atomic(const char *) phase;
+	atomic_llong phase_arg;           /* -1: none */
 };
 
 #define WATCH_TICK_S 0.5
@@ -63,7 +69,30 @@ static void *watch_main(void *arg)
 		long long now = atomic_fetch_add(&w->ticks, 1) + 1;
 		long long since = atomic_load(&w->since_tick);
 		double waited = (double)(now - since) * WATCH_TICK_S;
-		if (since >= 0 && !atomic_load(&w->paused) && waited > w->timeout_s) {
+		long long progress = atomic_load(&w->progress_tick); /* -1: not armed yet (set-up) */
+		double idle = (double)(now - progress) * WATCH_TICK_S;
+		if (w->hang_s > 0 && progress >= 0 && !atomic_load(&w->paused) && idle > w->hang_s) {
+			char where[160] = "";
+			if (since >= 0)
+				snprintf(where, sizeof(where), ", waiting %.0f s in %s on the %s group", waited,
+					 atomic_load(&w->call), atomic_load(&w->group));
+			long long parg = atomic_load(&w->phase_arg);
+			char num[32] = "";
+			if (parg >= 0)
+				snprintf(num, sizeof(num), " %lld", parg);
+			fprintf(stderr,
+				"%serror: no progress for %.0f s (--hang-timeout-minutes %g): this rank is in %s%s%s; "
+				"ending the job\n",
+				log_prog(), idle, w->hang_s / 60.0, atomic_load(&w->phase), num, where);
+			fflush(stderr);
+			/* the other ranks' detectors fire within a tick or two: give them
+			 * the time to say where they are before the launcher, seeing
+			 * this exit, ends them */
+			struct timespec grace = { 2, 0 };
+			nanosleep(&grace, NULL);
+			_exit(DIE_EXIT_CODE);
+		}
+		if (w->timeout_s > 0 && since >= 0 && !atomic_load(&w->paused) && waited > w->timeout_s) {
 			/* log_prog() is the message prefix, "[rank R] train: " */
 			fprintf(stderr,
 				"%serror: %s on the %s group has waited %.0f s "
@@ -80,30 +109,64 @@ void dist_watchdog_pause(struct dist *d, bool pause)
 {
 	if (!d->watch)
 		return;
-	if (!pause) /* a wait that was excused starts its count afresh */
+	if (!pause) { /* a wait that was excused starts its count afresh, and so does the hang detector's */
 		atomic_store(&d->watch->since_tick, atomic_load(&d->watch->since_tick) >= 0 ?
 							    atomic_load(&d->watch->ticks) : -1);
+		if (atomic_load(&d->watch->progress_tick) >= 0)
+			atomic_store(&d->watch->progress_tick, atomic_load(&d->watch->ticks));
+	}
 	atomic_store(&d->watch->paused, pause);
 }
 
-void dist_watchdog_start(struct dist *d, double minutes)
+/* The watchdog thread, started by whichever of the two asks first; both
+ * settings are in place before it runs. */
+static void watch_start(struct dist *d, double timeout_s, double hang_s)
 {
-	if (!d->mpi || minutes <= 0 || d->watch)
-		return;
+	if (d->watch)
+		BUG("the watchdog started twice");
 	struct dist_watch *w = xcalloc(1, sizeof(*w));
-	w->timeout_s = minutes * 60.0;
+	w->timeout_s = timeout_s;
+	w->hang_s = hang_s;
 	atomic_store(&w->call, "");
 	atomic_store(&w->group, "");
+	atomic_store(&w->phase, "set-up");
+	atomic_store(&w->phase_arg, -1);
 	atomic_store(&w->since_tick, -1);
+	atomic_store(&w->progress_tick, -1);
 	if (pthread_create(&w->thread, NULL, watch_main, w)) {
-		warning("could not start the --distributed-timeout-minutes watchdog");
+		warning("could not start the %s watchdog",
+			hang_s > 0 ? "--hang-timeout-minutes" : "--distributed-timeout-minutes");
 		free(w);
 		return;
 	}
 	d->watch = w;
-	struct dist_group *gs[] = { &d->world_g, &d->tp, &d->cp, &d->dp, &d->dp_cp, &d->pp, &d->mp, &d->emb };
+	struct dist_group *gs[] = { &d->world_g, &d->tp, &d->cp, &d->dp, &d->dp_cp, &d->pp, &d->mp, &d->emb,
+				    &d->ep, &d->edp };
 	for (size_t i = 0; i < sizeof(gs) / sizeof(gs[0]); i++)
 		gs[i]->watch = w;
+}
+
+void dist_watchdog_start(struct dist *d, double minutes, double hang_minutes)
+{
+	double timeout_s = d->mpi && minutes > 0 ? minutes * 60.0 : 0;
+	double hang_s = hang_minutes > 0 ? hang_minutes * 60.0 : 0;
+	if (timeout_s > 0 || hang_s > 0)
+		watch_start(d, timeout_s, hang_s);
+}
+
+void dist_watchdog_progress(struct dist *d)
+{
+	if (d->watch)
+		atomic_store(&d->watch->progress_tick, atomic_load(&d->watch->ticks));
+}
+
+void dist_watchdog_phase(struct dist *d, const char *phase, long long arg)
+{
+	if (!d->watch)
+		return;
+	atomic_store(&d->watch->phase_arg, -1); /* never a number with the wrong phase */
+	atomic_store(&d->watch->phase, phase);
+	atomic_store(&d->watch->phase_arg, arg);
 }
 
 static void watch_begin(struct dist_group *g, const char *call)
@@ -132,6 +195,39 @@ static bool launched(void)
 	return false;
 }
 
+/* The ranks on this node by the launcher's count: Open MPI's mpirun, else
+ * srun's step layout ("4", "4(x2),3": one entry per node of the step,
+ * SLURM_NODEID picks ours), else the job's; 0 when none says. */
+static long local_ranks(void)
+{
+	const char *v = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+	if (v)
+		return strtol(v, NULL, 10);
+	v = getenv("SLURM_STEP_TASKS_PER_NODE");
+	long node = 0;
+	if (v && getenv("SLURM_NODEID"))
+		node = strtol(getenv("SLURM_NODEID"), NULL, 10);
+	if (!v)
+		v = getenv("SLURM_NTASKS_PER_NODE");
+	if (!v)
+		v = getenv("SLURM_TASKS_PER_NODE");
+	while (v && *v) { /* entries "N" or "N(xR)", comma-separated */
+		char *end;
+		long n = strtol(v, &end, 10), rep = 1;
+		if (end == v)
+			return 0;
+		if (strncmp(end, "(x", 2) == 0) {
+			rep = strtol(end + 2, &end, 10);
+			end += *end == ')';
+		}
+		if (node < rep)
+			return n;
+		node -= rep;
+		v = *end == ',' ? end + 1 : "";
+	}
+	return 0;
+}
+
 static void group_single(struct dist_group *g, const char *name)
 {
 	memset(g, 0, sizeof(*g));
@@ -149,6 +245,17 @@ int dist_init(struct dist *d, const char *prog)
 		return error("Slurm started %s tasks without MPI (srun --mpi=none?): each would train alone and "
 			     "write the same files; launch with srun --mpi=pmix (or pmi2), or mpirun", ntasks);
 	if (launched()) {
+		/* More ranks on this node than CPUs to run them (a test box, a
+		 * small allocation): Open MPI busy-polls while it waits, so a
+		 * waiting rank holds the CPU the rank it waits for needs (8 ranks
+		 * on 2 CPUs under srun: a 1 MB allreduce 99 ms, 1.6 ms yielding).
+		 * Ask it to yield, unless the user chose. Ranks each pinned to
+		 * fewer CPUs than there are ranks on the node count too, at the
+		 * cost of a sched_yield per idle poll. */
+		cpu_set_t set;
+		long cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : sysconf(_SC_NPROCESSORS_ONLN);
+		if (!getenv("OMPI_MCA_mpi_yield_when_idle") && cpus > 0 && local_ranks() > cpus)
+			setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
 		int provided;
 		if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
 			return error("MPI_Init_thread failed");

@@ -99,9 +99,20 @@ int dist_use_device(struct dist *d);
 void dist_finalize(struct dist *d);
 /* --distributed-timeout-minutes: a collective of this rank that waits longer
  * than `minutes` ends the process (exit 128) with a message naming the rank,
- * the call and the group, and the launcher then ends the job. A watchdog
- * thread; nothing to do without MPI. */
-void dist_watchdog_start(struct dist *d, double minutes);
+ * the call and the group, and the launcher then ends the job (nothing to
+ * watch without MPI). --hang-timeout-minutes (hang_minutes > 0): when
+ * dist_watchdog_progress() has not been called for that long, the process
+ * ends the same way, saying where it is: the phase last set with
+ * dist_watchdog_phase() and the collective it waits in, if any. Every rank
+ * runs its own detector, so each says where it stopped. One watchdog
+ * thread for both; <= 0 turns either off. */
+void dist_watchdog_start(struct dist *d, double minutes, double hang_minutes);
+/* Progress (training starts, an iteration, an evaluation, a save
+ * completed); the first call arms the hang detector. */
+void dist_watchdog_progress(struct dist *d);
+/* What this rank does now, for the hang detector's message: a static
+ * string and a number shown after it (arg < 0: none). Cheap. */
+void dist_watchdog_phase(struct dist *d, const char *phase, long long arg);
 /* Excuse the waits that follow (ranks waiting while rank 0 alone builds the
  * index caches or writes a checkpoint, which may take longer than the
  * timeout), or watch again. */

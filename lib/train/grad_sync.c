@@ -69,6 +69,7 @@ void grad_sync_free(struct grad_sync *s)
 
 void grad_sync_begin(struct grad_sync *s)
 {
+	s->nonfinite = 0;
 	for (int i = 0; i < s->nb; i++) {
 		s->b[i].pending = 0;
 		s->b[i].started = false;
@@ -81,9 +82,12 @@ void grad_sync_begin(struct grad_sync *s)
 static void start(struct grad_sync *s, struct grad_bucket *b)
 {
 	b->started = true;
+	float *grad = s->reg->grad;
+	/* this rank's own gradients, before the sum hides where a NaN came from */
+	if (s->check)
+		s->nonfinite += s->k->nonfinite(grad + b->lo, b->hi - b->lo);
 	if (s->g->size <= 1)
 		return;
-	float *grad = s->reg->grad;
 	if (s->sharded) /* the shards are the region's */
 		dist_ireduce_scatter_range_f32(s->g, grad + s->base, s->end - s->base, b->lo - s->base, b->hi - s->base,
 					       s->scratch, &b->req);

@@ -50,6 +50,8 @@ struct grad_sync {
 	int nb;
 	struct grad_bucket *b;
 	int *bucket_of;       /* [reg->n], -1 for a parameter outside this reduction */
+	bool check;           /* count non-finite gradients of each bucket before it is reduced */
+	size_t nonfinite;     /* how many this iteration (Megatron's check_for_nan_in_grad) */
 };
 
 /*
@@ -66,7 +68,8 @@ void grad_sync_init_part(struct grad_sync *s, const struct kops *k, struct param
 			 size_t base, size_t end, size_t lo, size_t hi, bool sharded, float *scratch,
 			 size_t bucket_elems, bool overlap, unsigned late_flags);
 void grad_sync_free(struct grad_sync *s);
-/* Start of an iteration's backward passes: every bucket pending again. */
+/* Start of an iteration's backward passes: every bucket pending again
+ * (and the non-finite count zero). */
 void grad_sync_begin(struct grad_sync *s);
 /* Parameter idx has its final gradient (overlap only; ignored otherwise,
  * and for a parameter outside this reduction). */

@@ -5,6 +5,7 @@
 
 #include <math.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/error.h"
 #include "base/xalloc.h"
@@ -125,6 +126,22 @@ static int model_pos(const void *m, int j)
 	return gpt_global_pos(m, j);
 }
 
+/* --check-for-spiky-loss (health.h). Megatron then reruns the step and,
+ * finding the same loss (megac's computation is deterministic, so a rerun
+ * always would), goes on. */
+static void spiky_check(struct trainer *t, int micro, double loss)
+{
+	bool sampled;
+	bool spiky = health_spiky(&t->spiky, loss, &sampled);
+	if (sampled)
+		info("--check-for-spiky-loss: the largest of the first %d micro-batch losses is %g", HEALTH_SPIKY_SAMPLES,
+		     t->spiky.max);
+	if (spiky)
+		warning("iteration %lld, micro-batch %d: spiky loss %g, at least %g times the largest of the first %d "
+			"(%g); a rerun would give the same loss, so training goes on", (long long)t->iteration + 1, micro,
+			loss, HEALTH_SPIKY_FACTOR, HEALTH_SPIKY_SAMPLES, t->spiky.max);
+}
+
 static int forward(struct trainer *t, const struct pp_sched *s, const struct pp_op *o, int split,
 		   int64_t consumed, bool train, double scale, double *num, double *den)
 {
@@ -154,6 +171,11 @@ static int forward(struct trainer *t, const struct pp_sched *s, const struct pp_
 		recv_into(t, gpt_chunk_input(m, o->chunk, slot), nh, peer, tag_of(0, o->chunk));
 		timers_stop(&t->timers, "forward-recv");
 	}
+	dist_watchdog_phase(&t->dist, train ? "the forward pass of micro-batch" : "an evaluation's forward pass of micro-batch",
+			    o->micro);
+	if (train && t->iteration + 1 == t->fault_hang_iter && t->dist.rank == t->fault_hang_rank)
+		for (;;) /* the injected hang: only the hang detector ends it */
+			sleep(1);
 	tstart(t, "forward-compute", train);
 	const float *out = gpt_forward_chunk(m, o->chunk, slot, b->tokens, b->labels,
 					     t->a->reset_position_ids ? b->positions : NULL, b->doc,
@@ -177,6 +199,8 @@ static int forward(struct trainer *t, const struct pp_sched *s, const struct pp_
 	}
 	*num += lsum;
 	*den += msum;
+	if (train && t->a->check_for_spiky_loss && msum > 0)
+		spiky_check(t, o->micro, lsum / msum);
 	if (train) {
 		/* The gradient is the mean over micro-batches of each micro-batch's
 		 * token-mean loss (spec section 8), times the loss scale; kept for
@@ -218,6 +242,7 @@ static void backward(struct trainer *t, const struct pp_sched *s, const struct p
 		timers_stop(&t->timers, "backward-recv");
 	}
 	timers_start(&t->timers, "backward-compute", 2);
+	dist_watchdog_phase(&t->dist, "the backward pass of micro-batch", o->micro);
 	m->grad_ready = last ? grad_ready : NULL;
 	m->grad_ctx = t;
 	const float *din = gpt_backward_chunk(m, o->chunk, slot, ch->post ? t->pp_dloss[slot] : NULL);

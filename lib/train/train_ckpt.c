@@ -17,6 +17,9 @@
  */
 #include <jansson.h>
 #include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -100,17 +103,70 @@ static char *stage_file(const char *base, int stage)
 	return stage ? xasprintf("%s.stage-%03d.h5", base, stage) : xasprintf("%s.h5", base);
 }
 
-/* One global tensor to `file` as group/<name>; nothing when w is NULL (a
- * rank that does not write, or a failed save that still takes part in the
- * gathers). */
-static int put_global(struct ckpt_writer *w, int file, const char *group, const char *pname, int ndim,
+/*
+ * One save in progress (trainer.h: pending_save). A synchronous save writes
+ * each global tensor as soon as it is assembled; --async-save keeps a copy
+ * of each instead, and a thread of the stage's leader writes them while
+ * training goes on. Only that thread touches HDF5 until it is joined (HDF5
+ * is not thread-safe; the training loop never calls it), and it makes no
+ * MPI call: the gathers before it and the commit protocol after it run on
+ * the main thread (train_ckpt_save_poll).
+ */
+struct saved_tensor {
+	char name[PARAM_NAME_MAX + 32];
+	int file, ndim;
+	int64_t shape[PARAM_MAX_DIM];
+	float *data;
+};
+
+struct train_save {
+	bool leader, async;
+	int stage, mf, of;
+	int bad;                  /* this rank's own failure */
+	int64_t iteration;
+	struct ckpt_writer *w;    /* the leader's, NULL elsewhere or after a failure to begin */
+	struct saved_tensor *ts;  /* async: the tensors to write */
+	size_t nts, cap_ts;
+	pthread_t thread;
+	bool have_thread;
+	atomic_bool done;
+	bool fault_kill;          /* MEGAC_FAULT_KILL_SAVE=ITERATION (the fault tests): the writer */
+};                                /* dies (SIGKILL) after its first tensor of that save */
+
+/* The fault tests' killed writer: no clean-up of any kind can run. */
+static void fault_point(const struct train_save *j)
+{
+	if (j->fault_kill)
+		raise(SIGKILL);
+}
+
+/* One global tensor to `file` as group/<name>, written or kept for the
+ * writing thread; nothing on a rank that does not write, or after a
+ * failure (the rank still takes part in the gathers). */
+static int put_global(struct train_save *j, int file, const char *group, const char *pname, int ndim,
 		      const int64_t *shape, const float *global)
 {
 	char name[PARAM_NAME_MAX + 32];
-	if (!w)
+	if (!j->w || j->bad)
 		return 0;
 	snprintf(name, sizeof(name), "%s%s%s", group ? group : "", group ? "/" : "", pname);
-	return ckpt_put_tensor(w, file, name, CKPT_F32, ndim, shape, global);
+	if (!j->async) {
+		int r = ckpt_put_tensor(j->w, file, name, CKPT_F32, ndim, shape, global);
+		fault_point(j);
+		return r;
+	}
+	size_t n = 1;
+	for (int d = 0; d < ndim; d++)
+		n *= (size_t)shape[d];
+	xgrow(&j->ts, &j->cap_ts, j->nts + 1, sizeof(*j->ts));
+	struct saved_tensor *st = &j->ts[j->nts++];
+	memcpy(st->name, name, sizeof(name));
+	st->file = file;
+	st->ndim = ndim;
+	memcpy(st->shape, shape, (size_t)ndim * sizeof(int64_t));
+	st->data = xmalloc((n ? n : 1) * sizeof(float));
+	memcpy(st->data, global, n * sizeof(float));
+	return 0;
 }
 
 /*
@@ -140,7 +196,7 @@ static void expert_name(const struct trainer *t, int l, int peer, int e_local, i
  * global names after its own. Called on the ranks with expert-data-parallel
  * rank 0; the dense tensors are stream_tensors' alone.
  */
-static int stream_experts(struct trainer *t, struct ckpt_writer *w, int file, const char *group, const float *local)
+static int stream_experts(struct trainer *t, struct train_save *w, int file, const char *group, const float *local)
 {
 	struct gpt_model *m = &t->model;
 	struct dist_group *ep = &t->dist.ep;
@@ -179,7 +235,7 @@ static int stream_experts(struct trainer *t, struct ckpt_writer *w, int file, co
 	return ret;
 }
 
-static int stream_tensors(struct trainer *t, struct ckpt_writer *w, int file, const char *group, const float *local)
+static int stream_tensors(struct trainer *t, struct train_save *w, int file, const char *group, const float *local)
 {
 	const struct param_registry *reg = &t->model.reg;
 	size_t gcap = 0, scap = 0;
@@ -397,52 +453,58 @@ static int put_state_attrs(struct trainer *t, struct ckpt_writer *w, int mf, int
  * A rank that dies on the way never leaves a committed partial checkpoint:
  * nothing is renamed into place before step 3 has heard from every stage.
  */
-int train_ckpt_save(struct trainer *t)
+/* The writing thread of an async save: the kept tensors, then (a stage
+ * other than 0) its files finished. */
+static void *save_thread(void *arg)
+{
+	struct train_save *j = arg;
+	for (size_t i = 0; i < j->nts; i++) {
+		struct saved_tensor *st = &j->ts[i];
+		if (!j->bad && ckpt_put_tensor(j->w, st->file, st->name, CKPT_F32, st->ndim, st->shape, st->data) < 0)
+			j->bad = -1;
+		fault_point(j);
+		free(st->data);
+		st->data = NULL;
+	}
+	if (j->stage > 0) {
+		if (j->bad)
+			ckpt_part_abort(j->w);
+		else
+			j->bad = ckpt_part_finish(j->w);
+		j->w = NULL;
+	}
+	atomic_store(&j->done, true);
+	return NULL;
+}
+
+static void save_free(struct train_save *j)
+{
+	for (size_t i = 0; i < j->nts; i++)
+		free(j->ts[i].data);
+	free(j->ts);
+	free(j);
+}
+
+/* Steps 2-4 of the commit (train_ckpt_save), on the main thread of every
+ * rank, once the leaders' writes are done. */
+static int save_finish(struct trainer *t, struct train_save *j)
 {
 	const struct args *a = t->a;
 	struct dist_group *pp = &t->dist.pp;
-	bool optim = !a->no_save_optim;
-	bool assemble = t->dist.dp.rank == 0 && t->dist.cp.rank == 0;
-	bool leader = assemble && t->dist.tp.rank == 0; /* a member of world rank 0's pipeline group */
-	/* expert parallelism: the experts of the writer's replica are spread
-	 * over its EP group (the ranks with expert-data-parallel rank 0) */
-	bool experts = t->dist.ep.size > 1 && t->dist.edp.rank == 0;
-	if (t->dist.ep.size > 1 && assemble && t->dist.ep.rank != 0)
-		BUG("data-parallel rank 0 is expert-parallel rank %d, not 0", t->dist.ep.rank);
-	int stage = pp->rank;
-	struct ckpt_writer *w = NULL;
-	int mf = -1, of = -1, bad = 0;
-	dist_watchdog_pause(&t->dist, true); /* the others wait while the leaders write */
-	if (leader)
-		w = open_stage(t, &mf, &of, &bad);
-	size_t total = t->model.reg.total;
-	if (assemble || experts) {
-		float *local = t->k->host_alloc((total ? total : 1) * sizeof(float));
-		t->k->to_host(local, t->model.reg.data, total * sizeof(float));
-		if (assemble)
-			bad |= stream_tensors(t, bad ? NULL : w, mf, NULL, local);
-		if (experts)
-			bad |= stream_experts(t, bad ? NULL : w, mf, NULL, local);
-		t->k->host_free(local);
-	}
-	const char *groups[2] = { "exp_avg", "exp_avg_sq" };
-	for (int s = 0; optim && s < 2; s++) {
-		float *local = optim_state_full(t, s); /* collective over the parts' groups */
-		if (assemble)
-			bad |= stream_tensors(t, bad ? NULL : w, of, groups[s], local);
-		if (experts)
-			bad |= stream_experts(t, bad ? NULL : w, of, groups[s], local);
-		free(local);
-	}
+	int stage = j->stage, bad = j->bad;
+	dist_watchdog_pause(&t->dist, true);
+	if (j->have_thread)
+		pthread_join(j->thread, NULL);
+	bad = j->bad;
 	/* 0: saved; 1 + s: pipeline stage s failed (the lowest one) */
 	double code = 0;
-	if (leader) {
-		if (stage > 0 && w) {
+	if (j->leader) {
+		if (stage > 0 && j->w) { /* synchronous */
 			if (bad)
-				ckpt_part_abort(w);
+				ckpt_part_abort(j->w);
 			else
-				bad = ckpt_part_finish(w);
-			w = NULL;
+				bad = ckpt_part_finish(j->w);
+			j->w = NULL;
 		}
 		double *failed = xcalloc((size_t)pp->size, sizeof(double));
 		failed[stage] = bad != 0;
@@ -461,37 +523,136 @@ int train_ckpt_save(struct trainer *t)
 		}
 		if (stage == 0) {
 			if (first < 0) {
-				if (link_stages(t, w, mf, of) < 0 || put_state_attrs(t, w, mf, of) < 0)
+				if (link_stages(t, j->w, j->mf, j->of) < 0)
 					bad = -1;
 				if (bad)
-					ckpt_abort(w);
+					ckpt_abort(j->w);
 				else
-					bad = ckpt_commit(w); /* frees w, and refuses if any write failed */
+					bad = ckpt_commit(j->w); /* frees w, and refuses if any write failed */
+				j->w = NULL;
 				if (bad)
 					first = 0;
-			} else if (w) {
-				ckpt_abort(w); /* the other stages' files included */
+			} else if (j->w) {
+				ckpt_abort(j->w); /* the other stages' files included */
+				j->w = NULL;
 			}
-			if (!bad && first < 0)
-				info("saved checkpoint at iteration %7lld to %s", (long long)t->iteration, a->save);
+			if (!bad && first < 0) {
+				info("saved checkpoint at iteration %7lld to %s%s", (long long)j->iteration, a->save,
+				     j->async ? " (written in the background)" : "");
+				/* --keep-last-n-checkpoints: only now, with the new one the latest */
+				if (a->keep_last_n_checkpoints > 0 &&
+				    ckpt_prune(a->save, (int)a->keep_last_n_checkpoints) < 0)
+					warning("could not delete all old checkpoints in %s (see above); training goes on",
+						a->save);
+			}
 		}
 		code = first < 0 ? 0 : first + 1;
 	}
 	dist_allreduce_max_f64(&t->dist.world_g, &code, 1);
 	dist_watchdog_pause(&t->dist, false);
+	int64_t it = j->iteration;
+	save_free(j);
 	if (!code)
 		return 0;
 	/* Every rank says which stage failed: mpirun ends the others once the
 	 * first rank exits, so any one of these lines may be the only one. */
 	int s = (int)code - 1;
 	if (pp->size == 1)
-		return bad ? error("could not save the checkpoint of iteration %lld in %s", (long long)t->iteration,
-				   a->save) :
+		return bad ? error("could not save the checkpoint of iteration %lld in %s", (long long)it, a->save) :
 			     error("could not save the checkpoint of iteration %lld in %s: rank 0 could not write it",
-				   (long long)t->iteration, a->save);
+				   (long long)it, a->save);
 	return error("could not save the checkpoint of iteration %lld in %s: the writer of pipeline stage %d "
-		     "failed%s, so nothing was saved", (long long)t->iteration, a->save, s,
+		     "failed%s, so nothing was saved", (long long)it, a->save, s,
 		     !bad ? "" : stage == s ? " (this rank, see above)" : " (and this rank's, see above)");
+}
+
+int train_ckpt_save_poll(struct trainer *t, bool wait)
+{
+	struct train_save *j = t->pending_save;
+	if (!j)
+		return 0;
+	if (!wait) { /* done everywhere? (every rank must agree, the commit is collective) */
+		double busy = j->have_thread && !atomic_load(&j->done);
+		dist_allreduce_max_f64(&t->dist.world_g, &busy, 1);
+		if (busy > 0)
+			return 0;
+	}
+	t->pending_save = NULL;
+	return save_finish(t, j);
+}
+
+int train_ckpt_save(struct trainer *t, bool async)
+{
+	const struct args *a = t->a;
+	bool optim = !a->no_save_optim;
+	if (t->pending_save)
+		BUG("a save while another is pending (train_ckpt_save_poll first)");
+	struct train_save *j = xcalloc(1, sizeof(*j));
+	bool assemble = t->dist.dp.rank == 0 && t->dist.cp.rank == 0;
+	j->leader = assemble && t->dist.tp.rank == 0; /* a member of world rank 0's pipeline group */
+	j->async = async;
+	j->stage = t->dist.pp.rank;
+	j->iteration = t->iteration;
+	j->mf = j->of = -1;
+	const char *kill_at = getenv("MEGAC_FAULT_KILL_SAVE");
+	j->fault_kill = kill_at && atoll(kill_at) == t->iteration;
+	/* expert parallelism: the experts of the writer's replica are spread
+	 * over its EP group (the ranks with expert-data-parallel rank 0) */
+	bool experts = t->dist.ep.size > 1 && t->dist.edp.rank == 0;
+	if (t->dist.ep.size > 1 && assemble && t->dist.ep.rank != 0)
+		BUG("data-parallel rank 0 is expert-parallel rank %d, not 0", t->dist.ep.rank);
+	dist_watchdog_pause(&t->dist, true); /* the others wait while the leaders write */
+	if (j->leader) {
+		j->w = open_stage(t, &j->mf, &j->of, &j->bad);
+		/* the state as of now, whenever the files are finished */
+		if (j->w && !j->bad && j->stage == 0 && put_state_attrs(t, j->w, j->mf, j->of) < 0)
+			j->bad = -1;
+	}
+	size_t total = t->model.reg.total;
+	if (assemble || experts) {
+		float *local = t->k->host_alloc((total ? total : 1) * sizeof(float));
+		t->k->to_host(local, t->model.reg.data, total * sizeof(float));
+		if (assemble)
+			j->bad |= stream_tensors(t, j, j->mf, NULL, local);
+		if (experts)
+			j->bad |= stream_experts(t, j, j->mf, NULL, local);
+		t->k->host_free(local);
+	}
+	const char *groups[2] = { "exp_avg", "exp_avg_sq" };
+	for (int s = 0; optim && s < 2; s++) {
+		float *local = optim_state_full(t, s); /* collective over the parts' groups */
+		if (assemble)
+			j->bad |= stream_tensors(t, j, j->of, groups[s], local);
+		if (experts)
+			j->bad |= stream_experts(t, j, j->of, groups[s], local);
+		free(local);
+	}
+	dist_watchdog_pause(&t->dist, false);
+	if (async && j->leader && j->w) {
+		if (pthread_create(&j->thread, NULL, save_thread, j) == 0) {
+			j->have_thread = true;
+		} else {
+			warning("could not start the --async-save writer thread; writing now");
+			save_thread(j);
+		}
+	}
+	t->pending_save = j;
+	return async ? 0 : train_ckpt_save_poll(t, true);
+}
+
+void train_ckpt_save_drop(struct trainer *t)
+{
+	struct train_save *j = t->pending_save;
+	if (!j)
+		return;
+	t->pending_save = NULL;
+	if (j->have_thread)
+		pthread_join(j->thread, NULL);
+	if (j->w && j->stage == 0)
+		ckpt_abort(j->w);
+	else if (j->w)
+		ckpt_part_abort(j->w);
+	save_free(j);
 }
 
 /* Every parameter under group/<name>; this rank's slice goes to local, a
@@ -631,25 +792,24 @@ out:
 	return ret;
 }
 
-static int load_here(struct trainer *t);
+/* load_here's outcomes besides 0: the flags and the checkpoint disagree
+ * (every iteration would), or this iteration's files are damaged:
+ * missing, truncated, a checksum that does not match. */
+#define LOAD_FATAL (-1)
+#define LOAD_DAMAGED (-2)
 
-/* Every rank loads; all learn whether all succeeded. */
+static int load_here(struct trainer *t, int64_t it);
+
+/* Rank 0 reads the tracker and every rank loads what it found (as Megatron
+ * agrees on the iteration), so node-local directories or a tracker changing
+ * under a running job cannot split the ranks. All learn whether all
+ * succeeded. When the tracker's iteration turns out damaged on any rank
+ * (the errors above name the file), every rank falls back to the newest
+ * older iteration in the folder, with a warning, until one loads; an
+ * iteration asked for with --ckpt-step is never replaced. */
 int train_ckpt_load(struct trainer *t)
 {
-	int r = load_here(t);
-	double failed = r < 0;
-	dist_allreduce_max_f64(&t->dist.world_g, &failed, 1);
-	if (failed && r >= 0)
-		return error("another rank could not load the checkpoint from %s", t->a->load);
-	return failed ? -1 : r;
-}
-
-static int load_here(struct trainer *t)
-{
 	const struct args *a = t->a;
-	/* rank 0 reads the tracker and every rank loads what it found (as
-	 * Megatron agrees on the iteration), so node-local directories or a
-	 * tracker changing under a running job cannot split the ranks */
 	int64_t it = 0;
 	int found = 0;
 	if (t->dist.rank == 0)
@@ -671,13 +831,54 @@ static int load_here(struct trainer *t)
 			warning("--load %s: no checkpoint found, training from scratch", a->load);
 		return 1;
 	}
+	for (;;) {
+		int r = load_here(t, it);
+		/* 2: some rank could not use the flags with it, 1: damaged somewhere */
+		double worst = r == LOAD_FATAL ? 2 : r == LOAD_DAMAGED ? 1 : 0;
+		dist_allreduce_max_f64(&t->dist.world_g, &worst, 1);
+		if (worst == 0)
+			return 0;
+		if (worst == 2 || a->ckpt_step >= 0 || it == CKPT_RELEASE)
+			return r < 0 ? -1 : error("another rank could not load the checkpoint from %s", a->load);
+		/* the next older iteration, chosen by rank 0 for all */
+		int64_t older = -1;
+		if (t->dist.rank == 0) {
+			int64_t *its;
+			size_t n;
+			if (ckpt_iterations(a->load, &its, &n) == 0)
+				for (size_t i = 0; i < n; i++)
+					if (its[i] < it)
+						older = its[i];
+			free(its);
+		}
+		dist_bcast(&t->dist.world_g, &older, sizeof(older), 0);
+		if (older < 0)
+			return error("--load %s: iteration %lld is damaged%s and there is no older iteration to fall "
+				     "back to", a->load, (long long)it, r < 0 ? " (see above)" : " on another rank");
+		if (t->dist.rank == 0)
+			warning("--load %s: iteration %lld is damaged (see above); falling back to iteration %lld, the "
+				"newest older one", a->load, (long long)it, (long long)older);
+		it = older;
+	}
+}
+
+/* Load iteration `it` of --load: 0, LOAD_FATAL or LOAD_DAMAGED after error(). */
+static int load_here(struct trainer *t, int64_t it)
+{
+	const struct args *a = t->a;
 	struct ckpt_reader *r = ckpt_open(a->load, it);
 	if (!r)
-		return -1;
+		return LOAD_DAMAGED;
 	bool finetune = a->finetune || it == CKPT_RELEASE;
-	int ret = -1;
+	int ret = LOAD_DAMAGED;
 	int mf = ckpt_file_open(r, "model.h5");
-	if (mf < 0 || check_config(r, mf, t) < 0 || get_model(r, mf, t) < 0)
+	if (mf < 0)
+		goto out;
+	if (check_config(r, mf, t) < 0) {
+		ret = LOAD_FATAL;
+		goto out;
+	}
+	if (get_model(r, mf, t) < 0)
 		goto out;
 	if (!finetune) {
 		if (ckpt_get_attr_i64(r, mf, NULL, "iteration", &t->iteration) < 0 ||
@@ -699,8 +900,13 @@ static int load_here(struct trainer *t)
 			int64_t step, growth, hyst;
 			double scale;
 			if (of < 0 || get_optim_state(r, of, t, 0) < 0 || get_optim_state(r, of, t, 1) < 0 ||
-			    ckpt_get_attr_i64(r, of, NULL, "step", &step) < 0 || check_sched(t, r, of) < 0 ||
-			    ckpt_get_attr_f64(r, of, NULL, "loss_scale", &scale) < 0 ||
+			    ckpt_get_attr_i64(r, of, NULL, "step", &step) < 0)
+				goto out;
+			if (check_sched(t, r, of) < 0) {
+				ret = LOAD_FATAL;
+				goto out;
+			}
+			if (ckpt_get_attr_f64(r, of, NULL, "loss_scale", &scale) < 0 ||
 			    ckpt_get_attr_i64(r, of, NULL, "growth_tracker", &growth) < 0 ||
 			    ckpt_get_attr_i64(r, of, NULL, "hysteresis_tracker", &hyst) < 0)
 				goto out;

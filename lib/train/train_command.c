@@ -86,7 +86,7 @@ static int setup_parallel(struct trainer *t)
 	if (dist_setup(&t->dist, &l) < 0)
 		return -1;
 	t->gdp = l.cp > 1 ? &t->dist.dp_cp : &t->dist.dp;
-	dist_watchdog_start(&t->dist, a->distributed_timeout_minutes);
+	dist_watchdog_start(&t->dist, a->distributed_timeout_minutes, a->hang_timeout_minutes);
 	return 0;
 }
 
@@ -179,6 +179,7 @@ static int setup_scaler(struct trainer *t)
 
 static void trainer_free(struct trainer *t)
 {
+	train_ckpt_save_drop(t); /* an async save an error left behind */
 	if (t->have_tb)
 		tboard_close(&t->tb);
 	if (t->have_mx)
@@ -244,6 +245,16 @@ static int setup(struct trainer *t, const struct args *a)
 	    timers_init(&t->timers, (int)a->timing_log_level, a->timing_log_option) < 0)
 		return -1;
 	t->seed = (uint64_t)a->seed;
+	/* a fault for the hang detector's test: MEGAC_FAULT_HANG=ITERATION:RANK */
+	t->fault_hang_iter = -1;
+	t->fault_hang_rank = -1;
+	const char *hang = getenv("MEGAC_FAULT_HANG");
+	long long hang_it;
+	int hang_rank;
+	if (hang && sscanf(hang, "%lld:%d", &hang_it, &hang_rank) == 2) {
+		t->fault_hang_iter = hang_it;
+		t->fault_hang_rank = hang_rank;
+	}
 	t->mbs = a->micro_batch_size;
 	int64_t dp = t->dist.dp.size;
 	t->gbs = a->global_batch_size > 0 ? a->global_batch_size : t->mbs * dp;
@@ -381,7 +392,7 @@ int train_command(const struct args *a)
 	}
 	if (t.train_iters == 0) {
 		/* --train-iters 0 --save DIR: write the initialised model as iteration 0 */
-		if (a->save && train_ckpt_save(&t) < 0)
+		if (a->save && train_ckpt_save(&t, false) < 0)
 			goto out;
 		ret = 0;
 		goto out;

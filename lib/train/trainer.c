@@ -18,14 +18,28 @@
 #include "train/pipeline.h"
 #include "train/trainlog.h"
 
-/* SIGTERM arrival for --exit-signal-handler. A signal handler can only talk
- * through a global; this is the one piece of global mutable state. */
+/* --exit-signal's arrival for --exit-signal-handler. A signal handler can
+ * only talk through a global; this is the one piece of global mutable state. */
 static volatile sig_atomic_t trainer_got_signal;
 
-static void on_sigterm(int sig)
+static void on_exit_signal(int sig)
 {
 	(void)sig;
 	trainer_got_signal = 1;
+}
+
+/* The signals --exit-signal names (the flag's choices). */
+static int exit_signal_number(const char *name)
+{
+	static const struct {
+		const char *name;
+		int sig;
+	} sigs[] = { { "SIGTERM", SIGTERM }, { "SIGINT", SIGINT }, { "SIGUSR1", SIGUSR1 },
+		     { "SIGUSR2", SIGUSR2 }, { "SIGHUP", SIGHUP }, { "SIGQUIT", SIGQUIT } };
+	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
+		if (!strcmp(name, sigs[i].name))
+			return sigs[i].sig;
+	BUG("--exit-signal %s passed the flag's choices", name);
 }
 
 static double secs_since(const struct timespec *t0)
@@ -64,6 +78,35 @@ static double trainer_params_norm(struct trainer *t)
 	return sqrt(trainer_sumsq(t, false));
 }
 
+/* Megatron's check_for_nan_in_loss_and_grad, on this rank's own loss sum
+ * (last pipeline stage) and gradients (each bucket before its reduction):
+ * a rank that found one says what, and every rank stops naming the lowest
+ * rank that did. Collective. */
+static int nan_stop(struct trainer *t, double local_num)
+{
+	size_t grads = 0;
+	for (int i = 0; i < t->nparts; i++)
+		grads += t->part[i].gs.nonfinite;
+	int me = t->dist.rank, W = t->dist.world;
+	long long it = (long long)t->iteration + 1;
+	bool bad_loss = !isfinite(local_num), bad_grad = grads > 0;
+	if (bad_loss)
+		error("iteration %lld: found %s in the local forward loss on rank %d", it, isnan(local_num) ? "NaN" : "Inf",
+		      me);
+	if (bad_grad)
+		error("iteration %lld: found NaN or Inf in the local gradients on rank %d (%zu bucket%s)", it, me, grads,
+		      grads == 1 ? "" : "s");
+	/* the lowest rank of each kind: W - rank, maximised */
+	double who[2] = { bad_loss ? W - me : 0, bad_grad ? W - me : 0 };
+	dist_allreduce_max_f64(&t->dist.world_g, who, 2);
+	if (who[0] == 0 && who[1] == 0)
+		return 0;
+	int r = who[0] > 0 ? W - (int)who[0] : W - (int)who[1];
+	return error("iteration %lld: stopping: rank %d found %s (--no-check-for-nan-in-loss-and-grad trains on; "
+		     "a too high --lr, or a bad batch?)", it, r,
+		     who[0] > 0 ? "a non-finite local loss" : "non-finite local gradients");
+}
+
 /* One iteration. *loss is the iteration's lm loss; *skipped when the fp16
  * scaler found an overflow; *gnorm the pre-clip grad norm (NAN if skipped). */
 static int train_step(struct trainer *t, double *loss, bool *skipped, double *gnorm)
@@ -73,8 +116,13 @@ static int train_step(struct trainer *t, double *loss, bool *skipped, double *gn
 	k->zero(reg->grad, reg->total);
 	double scale = grad_scaler_scale(&t->scaler);
 	double num = 0, den = 0;
-	for (int i = 0; i < t->nparts; i++)
+	/* Megatron's check_for_nan_in_loss_and_grad, off while fp16 scales
+	 * dynamically (an overflow is then expected, and skips the step) */
+	bool nan_check = t->a->check_for_nan_in_loss_and_grad && !grad_scaler_checks_overflow(&t->scaler);
+	for (int i = 0; i < t->nparts; i++) {
+		t->part[i].gs.check = nan_check;
 		grad_sync_begin(&t->part[i].gs);
+	}
 	timers_start(&t->timers, "forward-backward", 1);
 	/* on a failure this rank stops without waiting for its sends: a peer
 	 * that failed too would never take them */
@@ -82,6 +130,7 @@ static int train_step(struct trainer *t, double *loss, bool *skipped, double *gn
 		return -1;
 	pipeline_drain(t);
 	timers_stop(&t->timers, "forward-backward");
+	dist_watchdog_phase(&t->dist, "the reductions after backward", -1);
 	for (int i = 0; i < t->nparts; i++) /* a rank without forward work still owes its gathers */
 		param_gather_finish(&t->part[i].pg);
 	timers_start(&t->timers, "layernorm-grads-all-reduce", 1);
@@ -102,7 +151,7 @@ static int train_step(struct trainer *t, double *loss, bool *skipped, double *gn
 	 * micro-batches: everything sums over dp x cp, still scaled by 1/dp. The loss
 	 * lives on the last pipeline stage; the sum over pp gives every rank the
 	 * same verdict on it. */
-	double sums[2] = { num, den };
+	double local_num = num, sums[2] = { num, den };
 	dist_allreduce_sum_f64(t->gdp, sums, 2);
 	dist_allreduce_sum_f64(&t->dist.pp, sums, 2);
 	num = sums[0];
@@ -114,6 +163,7 @@ static int train_step(struct trainer *t, double *loss, bool *skipped, double *gn
 	 * (grad_sync.h); the experts' gradients too are scaled by 1/dp, as
 	 * Megatron's DDP scales them. */
 	timers_start(&t->timers, "all-grads-sync", 1);
+	dist_watchdog_phase(&t->dist, "the gradient reduction", -1);
 	for (int i = 0; i < t->nparts; i++) {
 		struct train_part *p = &t->part[i];
 		grad_sync_finish(&p->gs);
@@ -122,6 +172,8 @@ static int train_step(struct trainer *t, double *loss, bool *skipped, double *gn
 			k->scale(reg->grad + p->opt.lo, 1.0f / (float)t->dist.dp.size, p->opt.hi - p->opt.lo);
 	}
 	timers_stop(&t->timers, "all-grads-sync");
+	if (nan_check && nan_stop(t, local_num) < 0)
+		return -1;
 	/* A global batch with every token masked has no loss (Megatron: 0/0). */
 	*loss = den > 0 ? num / den : NAN;
 	timers_start(&t->timers, "optimizer", 1);
@@ -145,14 +197,14 @@ static int train_step(struct trainer *t, double *loss, bool *skipped, double *gn
 	}
 	/* the global norm (each tensor once: the tied copy is left out) */
 	double norm = sqrt(trainer_sumsq(t, true));
-	/* Megatron's check_for_nan_in_loss_and_grad (on unless fp16 scales dynamically):
-	 * the summed loss and the gradients must be finite. */
-	if (!isfinite(norm) || !isfinite(num))
+	/* and the reduced ones (the local checks above catch a NaN first) */
+	if (nan_check && (!isfinite(norm) || !isfinite(num)))
 		return error("iteration %lld: the %s is %s (a too high --lr, or a bad batch?); stopping as "
 			     "Megatron's NaN check does",
 			     (long long)t->iteration + 1, isfinite(num) ? "gradient norm" : "loss",
 			     isnan(isfinite(num) ? norm : num) ? "NaN" : "infinite");
 	*gnorm = norm;
+	dist_watchdog_phase(&t->dist, "the optimizer step", -1);
 	for (int i = 0; i < t->nparts; i++) {
 		adam_clip(&t->part[i].opt, norm, t->a->clip_grad);
 		adam_step(&t->part[i].opt, lr_sched_current_lr(&t->sched), lr_sched_current_wd(&t->sched));
@@ -374,11 +426,39 @@ static void pause_end(struct trainer *t, const struct timespec *t0)
 	t->paused += secs_since(t0);
 }
 
-static int save_timed(struct trainer *t)
+/* A save from the training loop. A failed save (disk full, permissions,
+ * an I/O error: every rank has said why) costs the checkpoint, not the run:
+ * nothing of it was committed, the tracker still names the last good one,
+ * and training goes on, unless --exit-on-failed-save, or unless the run is
+ * about to end (exiting: then the state would be lost, and the exit status
+ * says so). */
+static int save_failed(struct trainer *t, bool exiting)
+{
+	if (exiting || t->a->exit_on_failed_save)
+		return -1;
+	t->failed_saves++;
+	if (t->dist.rank == 0)
+		warning("the checkpoint was not saved (see above); training goes on (the latest checkpoint in %s is "
+			"unchanged; --exit-on-failed-save stops instead)", t->a->save);
+	return 0;
+}
+
+/* --async-save: commit the save being written once every writer is done
+ * (each iteration; collective), or wait for it. */
+static int settle_save(struct trainer *t, bool wait)
+{
+	if (!t->pending_save)
+		return 0;
+	return train_ckpt_save_poll(t, wait) < 0 ? save_failed(t, false) : 0;
+}
+
+static int save_timed(struct trainer *t, bool exiting)
 {
 	struct timespec t0;
 	pause_begin(&t0);
-	int r = train_ckpt_save(t);
+	int r = settle_save(t, true); /* one save at a time */
+	if (r == 0 && train_ckpt_save(t, t->a->async_save && !exiting) < 0)
+		r = save_failed(t, exiting);
 	pause_end(t, &t0);
 	return r;
 }
@@ -455,17 +535,19 @@ static void moe_iteration_stats(struct trainer *t)
 int trainer_run(struct trainer *t)
 {
 	const struct args *a = t->a;
+	t->exit_signal_name = a->exit_signal ? a->exit_signal : "SIGTERM";
 	if (a->exit_signal_handler) {
 		struct sigaction sa;
 		memset(&sa, 0, sizeof(sa));
-		sa.sa_handler = on_sigterm;
-		sigaction(SIGTERM, &sa, NULL);
+		sa.sa_handler = on_exit_signal;
+		sigaction(exit_signal_number(t->exit_signal_name), &sa, NULL);
 	}
 	clock_gettime(CLOCK_MONOTONIC, &t->interval_start);
 	t->paused = 0;
 	t->start_iteration = t->iteration;
 	t->report_memory = true;
 	trainer_comm_mark(t);
+	dist_watchdog_progress(&t->dist); /* arms --hang-timeout-minutes */
 	double lr = lr_sched_current_lr(&t->sched), gnorm = NAN;
 	while (t->iteration < t->train_iters) {
 		double loss;
@@ -473,6 +555,10 @@ int trainer_run(struct trainer *t)
 		if (train_step(t, &loss, &skipped, &gnorm) < 0)
 			return -1;
 		t->iteration++;
+		dist_watchdog_progress(&t->dist);
+		if (settle_save(t, false) < 0)
+			return -1;
+		dist_watchdog_phase(&t->dist, "the end of iteration", t->iteration);
 		moe_iteration_stats(t);
 		if (t->cuda_device >= 0 && t->iteration == t->start_iteration + 1)
 			kops_cuda_stats(&t->cuda_first); /* what set-up and one iteration took */
@@ -509,6 +595,7 @@ int trainer_run(struct trainer *t)
 			if (eval_and_print(t, GPT_VALID, prefix, &t->consumed_valid) < 0)
 				return -1;
 			pause_end(t, &t0);
+			dist_watchdog_progress(&t->dist);
 		}
 
 		/* exit checks, in Megatron's order */
@@ -518,13 +605,16 @@ int trainer_run(struct trainer *t)
 		if (a->exit_signal_handler)
 			dist_allreduce_max_f64(&t->dist.world_g, &got, 1);
 		if (got > 0) {
-			if (a->save && save_timed(t) < 0)
+			if (a->save && save_timed(t, true) < 0)
 				return -1;
-			print_datetime(t, "exiting program after receiving SIGTERM.");
+			char msg[96];
+			snprintf(msg, sizeof(msg), "exiting program after receiving %s.", t->exit_signal_name);
+			print_datetime(t, msg);
 			return 0;
 		}
 		if (a->save && a->save_interval > 0 && t->iteration % a->save_interval == 0) {
-			if (save_timed(t) < 0)
+			/* the last iteration's save is the run's final one: it must not fail quietly */
+			if (save_timed(t, t->iteration >= t->train_iters) < 0)
 				return -1;
 			saved = true;
 		}
@@ -532,7 +622,7 @@ int trainer_run(struct trainer *t)
 			double minutes = secs_since(&t->train_start) / 60.0;
 			dist_allreduce_max_f64(&t->dist.world_g, &minutes, 1);
 			if (minutes > a->exit_duration_in_mins) {
-				if (a->save && !saved && save_timed(t) < 0)
+				if ((a->save && !saved && save_timed(t, true) < 0) || settle_save(t, true) < 0)
 					return -1;
 				char msg[64 + PYJSON_FLOAT_MAX], num[PYJSON_FLOAT_MAX];
 				pyjson_float_repr(minutes, num); /* Python's str(float), as Megatron prints it */
@@ -542,7 +632,8 @@ int trainer_run(struct trainer *t)
 			}
 		}
 		if (a->exit_interval > 0 && t->iteration % a->exit_interval == 0) {
-			if (a->save && !saved && save_timed(t) < 0)
+			/* an async save of this iteration is committed before the exit */
+			if ((a->save && !saved && save_timed(t, true) < 0) || settle_save(t, true) < 0)
 				return -1;
 			char msg[64];
 			snprintf(msg, sizeof(msg), "exiting program at iteration %lld", (long long)t->iteration);
@@ -552,7 +643,9 @@ int trainer_run(struct trainer *t)
 	}
 	/* the end of training: Megatron's final save (unless the interval just
 	 * saved it), then validation and test once more */
-	if (a->save && t->iteration != 0 && t->iteration % a->save_interval != 0 && train_ckpt_save(t) < 0)
+	if (settle_save(t, true) < 0)
+		return -1;
+	if (a->save && t->iteration != 0 && t->iteration % a->save_interval != 0 && train_ckpt_save(t, false) < 0)
 		return -1;
 	return trainer_evaluate_final(t);
 }

@@ -24,6 +24,7 @@
 #include "tensor/mem.h"
 #include "train/batch.h"
 #include "train/grad_sync.h"
+#include "train/health.h"
 #include "train/metrics.h"
 #include "train/param_gather.h"
 #include "train/pp_sched.h"
@@ -94,6 +95,12 @@ struct trainer {
 	/* logging interval accumulators */
 	double loss_sum;      /* sum of per-iteration lm losses over advanced iterations */
 	int advanced, skipped_iters, nan_iters;
+	int failed_saves;          /* saves that failed while training went on */
+	struct train_save *pending_save; /* --async-save: the one being written (train_ckpt.c) */
+	struct health_spiky spiky; /* --check-for-spiky-loss */
+	int64_t fault_hang_iter;   /* MEGAC_FAULT_HANG=ITER:RANK (tests of --hang-timeout-minutes): that rank */
+	int fault_hang_rank;       /* stops in that iteration's first forward pass; -1: never */
+	const char *exit_signal_name; /* --exit-signal, as Megatron names it in its exit line */
 	struct timespec interval_start, train_start; /* train_start: process set-up, as Megatron */
 	double paused;          /* seconds of evaluation and saving in this interval */
 	double params_norm;     /* --log-params-norm: this iteration's, NAN otherwise */
@@ -123,8 +130,19 @@ int trainer_evaluate(struct trainer *t, int split, int64_t *consumed, double *lo
  * as Megatron prints them ("iteration N on validation set"). */
 int trainer_evaluate_final(struct trainer *t);
 
-/* Checkpoints (train_ckpt.c). */
-int train_ckpt_save(struct trainer *t);
+/* Checkpoints (train_ckpt.c). Save the state of now (collective): written
+ * at once, or with async by a thread of each writing rank while training
+ * goes on, committed by a later train_ckpt_save_poll (a save still pending
+ * is committed first). 0, or -1 after error() when it failed (nothing of it
+ * is committed). */
+int train_ckpt_save(struct trainer *t, bool async);
+/* The pending async save, if any (collective): committed once every writer
+ * is done, or with wait as soon as they are. 0 (also when nothing was
+ * ready or pending), or -1 after error() when it failed. */
+int train_ckpt_save_poll(struct trainer *t, bool wait);
+/* On the way out after an error: wait for this rank's writing thread and
+ * delete what it wrote (no collective; nothing was committed). */
+void train_ckpt_save_drop(struct trainer *t);
 /* Load from --load: 0 loaded, 1 nothing to load (fresh start), -1 error. */
 int train_ckpt_load(struct trainer *t);
 

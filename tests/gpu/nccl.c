@@ -1013,7 +1013,7 @@ static int multi_rank_main(void)
 				 .edp = 1, .vpp = 1 };
 	if (dist_setup(&D, &l) < 0 || dist_use_device(&D) < 0)
 		die("could not set up the groups");
-	dist_watchdog_start(&D, 3.0); /* a hang ends the test */
+	dist_watchdog_start(&D, 3.0, 0); /* a hang ends the test */
 	tap(D.world_g.nccl && D.pp.nccl && !D.tp.nccl, "dist_use_device: communicators for world and pipeline (%d "
 							 "ranks), none for the groups of one", D.world);
 	multi_collectives(&D.world_g);

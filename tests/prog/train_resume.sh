@@ -130,8 +130,11 @@ else
 	tail -3 "$W/sig.log" | sed 's/^/#   /'
 fi
 
-# damaged checkpoints are refused, naming the file
+# damaged checkpoints are refused, naming the file (the copies keep only
+# iteration 6: with an older one there, --load falls back to it,
+# tests/prog/train_faults.sh)
 cp -r "$W/b" "$W/c"
+rm -rf "$W/c/iter_0000003"
 $PY - "$W/c/iter_0000006/model.h5" <<'EOF'
 import h5py, sys
 name = "decoder.layers.1.mlp.linear_fc2.weight"
@@ -145,9 +148,11 @@ with open(sys.argv[1], "r+b") as f:
 EOF
 expect_fail "a flipped byte in model.h5 is refused" "linear_fc2.weight" $T --load "$W/c"
 cp -r "$W/b" "$W/d"
+rm -rf "$W/d/iter_0000003"
 truncate -s 5000 "$W/d/iter_0000006/optim.h5"
 expect_fail "a truncated optim.h5 is refused" "optim.h5" $T --load "$W/d"
 cp -r "$W/b" "$W/e"
+rm -rf "$W/e/iter_0000003"
 rm "$W/e/iter_0000006/optim.h5"
 expect_fail "a missing optim.h5 is refused" "optim.h5" $T --load "$W/e"
 expect_ok "--no-load-optim loads without it" sh -c "$T --load $W/e --no-load-optim --train-iters 7 >$W/nlo.log"
