@@ -808,8 +808,13 @@ int ckpt_prune(const char *dir, int keep)
 	size_t n;
 	if (ckpt_latest(dir, &latest) < 0 || ckpt_iterations(dir, &its, &n) < 0)
 		return -1;
+	/* iterations past the tracker's (an abandoned run's, after a resume from
+	 * an older one) are neither counted nor touched */
+	size_t m = 0;
+	while (m < n && (latest < 0 || its[m] <= latest))
+		m++;
 	int gone = 0, ret = 0;
-	for (size_t i = 0; n > (size_t)keep && i < n - (size_t)keep; i++) {
+	for (size_t i = 0; m > (size_t)keep && i < m - (size_t)keep; i++) {
 		if (its[i] == latest)
 			continue;
 		char *p = ckpt_iter_path(dir, its[i]);

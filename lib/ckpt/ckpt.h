@@ -153,10 +153,11 @@ int ckpt_latest(const char *dir, int64_t *iteration);
  * caller frees; NULL when none). -1 after error() when dir cannot be read. */
 int ckpt_iterations(const char *dir, int64_t **its, size_t *n);
 
-/* Delete every iteration directory of <dir> but the newest `keep` ones
- * (keep >= 1) and the one the tracker names, oldest first. Returns how
- * many were deleted, or -1 after error() (what could not be deleted stays;
- * the tracker's iteration is never touched). */
+/* Delete every iteration directory of <dir> up to the one the tracker
+ * names but the newest `keep` of them (keep >= 1), oldest first; the
+ * tracker's iteration and any newer directories (an abandoned run's) are
+ * never touched. Returns how many were deleted, or -1 after error() (what
+ * could not be deleted stays). */
 int ckpt_prune(const char *dir, int keep);
 
 struct ckpt_reader;

@@ -56,6 +56,7 @@ struct dist_watch {
 	atomic_llong progress_tick;
 	_Atomic(const char *) phase;
 	atomic_llong phase_arg;           /* -1: none */
+	atomic_uint phase_seq;            /* odd while the two are being changed */
 };
 
 #define WATCH_TICK_S 0.5
@@ -76,20 +77,34 @@ static void *watch_main(void *arg)
 			if (since >= 0)
 				snprintf(where, sizeof(where), ", waiting %.0f s in %s on the %s group", waited,
 					 atomic_load(&w->call), atomic_load(&w->group));
-			long long parg = atomic_load(&w->phase_arg);
+			const char *phase;
+			long long parg;
+			unsigned s1, s2;
+			do { /* the phase and its number as one pair */
+				s1 = atomic_load(&w->phase_seq);
+				phase = atomic_load(&w->phase);
+				parg = atomic_load(&w->phase_arg);
+				s2 = atomic_load(&w->phase_seq);
+			} while ((s1 & 1) || s1 != s2);
 			char num[32] = "";
 			if (parg >= 0)
 				snprintf(num, sizeof(num), " %lld", parg);
 			fprintf(stderr,
 				"%serror: no progress for %.0f s (--hang-timeout-minutes %g): this rank is in %s%s%s; "
 				"ending the job\n",
-				log_prog(), idle, w->hang_s / 60.0, atomic_load(&w->phase), num, where);
+				log_prog(), idle, w->hang_s / 60.0, phase, num, where);
 			fflush(stderr);
 			/* the other ranks' detectors fire within a tick or two: give them
 			 * the time to say where they are before the launcher, seeing
-			 * this exit, ends them */
+			 * this exit, ends them; unless this rank got going again after
+			 * all, or is ending by itself */
 			struct timespec grace = { 2, 0 };
 			nanosleep(&grace, NULL);
+			if (atomic_load(&w->stop) || atomic_load(&w->progress_tick) != progress) {
+				fprintf(stderr, "%swarning: progress again after all; the hang detector goes on watching\n",
+					log_prog());
+				continue;
+			}
 			_exit(DIE_EXIT_CODE);
 		}
 		if (w->timeout_s > 0 && since >= 0 && !atomic_load(&w->paused) && waited > w->timeout_s) {
@@ -164,9 +179,10 @@ void dist_watchdog_phase(struct dist *d, const char *phase, long long arg)
 {
 	if (!d->watch)
 		return;
-	atomic_store(&d->watch->phase_arg, -1); /* never a number with the wrong phase */
+	atomic_fetch_add(&d->watch->phase_seq, 1); /* never a number with the wrong phase */
 	atomic_store(&d->watch->phase, phase);
 	atomic_store(&d->watch->phase_arg, arg);
+	atomic_fetch_add(&d->watch->phase_seq, 1);
 }
 
 static void watch_begin(struct dist_group *g, const char *call)

@@ -411,6 +411,8 @@ static int put_state_attrs(struct trainer *t, struct ckpt_writer *w, int mf, int
 	r |= ckpt_put_attr_f64(w, mf, NULL, "num_floating_point_operations_so_far", t->flops_so_far);
 	if (!a->no_save_rng)
 		r |= ckpt_put_attr_i64(w, mf, NULL, "rng_seed", (int64_t)t->seed);
+	/* so that a load can tell "saved without it" from "lost" */
+	r |= ckpt_put_attr_i64(w, mf, NULL, "optimizer_state_saved", of >= 0);
 	r |= ckpt_put_attr_str(w, mf, NULL, "config", cfg);
 	free(cfg);
 	if (of >= 0) {
@@ -491,11 +493,11 @@ static int save_finish(struct trainer *t, struct train_save *j)
 {
 	const struct args *a = t->a;
 	struct dist_group *pp = &t->dist.pp;
-	int stage = j->stage, bad = j->bad;
+	int stage = j->stage;
 	dist_watchdog_pause(&t->dist, true);
 	if (j->have_thread)
 		pthread_join(j->thread, NULL);
-	bad = j->bad;
+	int bad = j->bad; /* the thread's, now that it has ended */
 	/* 0: saved; 1 + s: pipeline stage s failed (the lowest one) */
 	double code = 0;
 	if (j->leader) {
@@ -538,7 +540,7 @@ static int save_finish(struct trainer *t, struct train_save *j)
 			}
 			if (!bad && first < 0) {
 				info("saved checkpoint at iteration %7lld to %s%s", (long long)j->iteration, a->save,
-				     j->async ? " (written in the background)" : "");
+				     j->have_thread ? " (written in the background)" : "");
 				/* --keep-last-n-checkpoints: only now, with the new one the latest */
 				if (a->keep_last_n_checkpoints > 0 &&
 				    ckpt_prune(a->save, (int)a->keep_last_n_checkpoints) < 0)
@@ -697,6 +699,9 @@ static int check_config(struct ckpt_reader *r, int file, const struct trainer *t
 		{ "--num-experts", s.E, c->E },
 		{ "--moe-ffn-hidden-size", s.moe_f, c->moe_f },
 		{ "--moe-shared-expert-intermediate-size", s.shared_f, c->shared_f },
+		{ "a padded vocabulary (--padded-vocab-size, or the tokenizer's size padded to "
+		  "--make-vocab-size-divisible-by x TP) of", s.Vp, c->Vp },
+		{ "--max-position-embeddings (learned positions)", c->rope ? 0 : s.P, c->rope ? 0 : c->P },
 	};
 	for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++)
 		if (f[i].have != f[i].want)
@@ -831,7 +836,27 @@ int train_ckpt_load(struct trainer *t)
 			warning("--load %s: no checkpoint found, training from scratch", a->load);
 		return 1;
 	}
+	/* what a load sets besides the tensors (which a later attempt overwrites
+	 * whole): each attempt starts from it */
+	struct {
+		int64_t iteration, consumed_train, consumed_valid, skipped_train, step;
+		double flops;
+		uint64_t seed;
+		struct lr_sched sched;
+		struct grad_scaler scaler;
+	} before = { t->iteration, t->consumed_train, t->consumed_valid, t->skipped_train, t->part[0].opt.step,
+		     t->flops_so_far, t->seed, t->sched, t->scaler };
 	for (;;) {
+		t->iteration = before.iteration;
+		t->consumed_train = before.consumed_train;
+		t->consumed_valid = before.consumed_valid;
+		t->skipped_train = before.skipped_train;
+		t->flops_so_far = before.flops;
+		t->seed = before.seed;
+		t->sched = before.sched;
+		t->scaler = before.scaler;
+		for (int i = 0; i < t->nparts; i++)
+			t->part[i].opt.step = before.step;
 		int r = load_here(t, it);
 		/* 2: some rank could not use the flags with it, 1: damaged somewhere */
 		double worst = r == LOAD_FATAL ? 2 : r == LOAD_DAMAGED ? 1 : 0;
@@ -894,6 +919,14 @@ static int load_here(struct trainer *t, int64_t it)
 					goto out;
 				t->seed = (uint64_t)seed;
 			}
+		}
+		int64_t has_optim = 1;
+		if (!a->no_load_optim && !a->skip_train && ckpt_has_attr(r, mf, NULL, "optimizer_state_saved") == 1 &&
+		    ckpt_get_attr_i64(r, mf, NULL, "optimizer_state_saved", &has_optim) == 0 && !has_optim) {
+			error("'%s' was saved with --no-save-optim: give --no-load-optim to start the optimizer afresh",
+			      ckpt_reader_dir(r));
+			ret = LOAD_FATAL;
+			goto out;
 		}
 		if (!a->no_load_optim && !a->skip_train) {
 			int of = ckpt_file_open(r, "optim.h5");

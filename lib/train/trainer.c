@@ -101,6 +101,7 @@ static int nan_stop(struct trainer *t, double local_num)
 	dist_allreduce_max_f64(&t->dist.world_g, who, 2);
 	if (who[0] == 0 && who[1] == 0)
 		return 0;
+	t->stopped_together = true;
 	int r = who[0] > 0 ? W - (int)who[0] : W - (int)who[1];
 	return error("iteration %lld: stopping: rank %d found %s (--no-check-for-nan-in-loss-and-grad trains on; "
 		     "a too high --lr, or a bad batch?)", it, r,
@@ -116,8 +117,9 @@ static int train_step(struct trainer *t, double *loss, bool *skipped, double *gn
 	k->zero(reg->grad, reg->total);
 	double scale = grad_scaler_scale(&t->scaler);
 	double num = 0, den = 0;
-	/* Megatron's check_for_nan_in_loss_and_grad, off while fp16 scales
-	 * dynamically (an overflow is then expected, and skips the step) */
+	/* Megatron's check_for_nan_in_loss_and_grad, off while the loss is
+	 * scaled (fp16: an overflow is then expected, and the scaler skips the
+	 * step) */
 	bool nan_check = t->a->check_for_nan_in_loss_and_grad && !grad_scaler_checks_overflow(&t->scaler);
 	for (int i = 0; i < t->nparts; i++) {
 		t->part[i].gs.check = nan_check;
@@ -198,11 +200,13 @@ static int train_step(struct trainer *t, double *loss, bool *skipped, double *gn
 	/* the global norm (each tensor once: the tied copy is left out) */
 	double norm = sqrt(trainer_sumsq(t, true));
 	/* and the reduced ones (the local checks above catch a NaN first) */
-	if (nan_check && (!isfinite(norm) || !isfinite(num)))
+	if (nan_check && (!isfinite(norm) || !isfinite(num))) {
+		t->stopped_together = true; /* every rank has the same norm and loss */
 		return error("iteration %lld: the %s is %s (a too high --lr, or a bad batch?); stopping as "
 			     "Megatron's NaN check does",
 			     (long long)t->iteration + 1, isfinite(num) ? "gradient norm" : "loss",
 			     isnan(isfinite(num) ? norm : num) ? "NaN" : "infinite");
+	}
 	*gnorm = norm;
 	dist_watchdog_phase(&t->dist, "the optimizer step", -1);
 	for (int i = 0; i < t->nparts; i++) {
@@ -231,6 +235,7 @@ int trainer_evaluate(struct trainer *t, int split, int64_t *consumed, double *lo
 			return -1;
 		pipeline_drain(t);
 		*consumed += t->gbs;
+		dist_watchdog_progress(&t->dist);
 	}
 	double sums[2] = { num, den };
 	dist_allreduce_sum_f64(t->gdp, sums, 2);
@@ -444,19 +449,20 @@ static int save_failed(struct trainer *t, bool exiting)
 }
 
 /* --async-save: commit the save being written once every writer is done
- * (each iteration; collective), or wait for it. */
-static int settle_save(struct trainer *t, bool wait)
+ * (each iteration; collective), or wait for it (exiting: the run ends
+ * after it, so its failure is the run's). */
+static int settle_save(struct trainer *t, bool wait, bool exiting)
 {
 	if (!t->pending_save)
 		return 0;
-	return train_ckpt_save_poll(t, wait) < 0 ? save_failed(t, false) : 0;
+	return train_ckpt_save_poll(t, wait) < 0 ? save_failed(t, exiting) : 0;
 }
 
 static int save_timed(struct trainer *t, bool exiting)
 {
 	struct timespec t0;
 	pause_begin(&t0);
-	int r = settle_save(t, true); /* one save at a time */
+	int r = settle_save(t, true, exiting); /* one save at a time */
 	if (r == 0 && train_ckpt_save(t, t->a->async_save && !exiting) < 0)
 		r = save_failed(t, exiting);
 	pause_end(t, &t0);
@@ -552,11 +558,16 @@ int trainer_run(struct trainer *t)
 	while (t->iteration < t->train_iters) {
 		double loss;
 		bool skipped;
-		if (train_step(t, &loss, &skipped, &gnorm) < 0)
+		if (train_step(t, &loss, &skipped, &gnorm) < 0) {
+			/* a stop every rank took together (the NaN check) still commits
+			 * the last good checkpoint an async save was writing */
+			if (t->stopped_together)
+				settle_save(t, true, true);
 			return -1;
+		}
 		t->iteration++;
 		dist_watchdog_progress(&t->dist);
-		if (settle_save(t, false) < 0)
+		if (settle_save(t, false, false) < 0)
 			return -1;
 		dist_watchdog_phase(&t->dist, "the end of iteration", t->iteration);
 		moe_iteration_stats(t);
@@ -612,28 +623,33 @@ int trainer_run(struct trainer *t)
 			print_datetime(t, msg);
 			return 0;
 		}
+		/* whether this iteration ends the run, known before its save: the
+		 * run's last save must not fail quietly (nor its async one) */
+		double minutes = 0;
+		if (a->exit_duration_in_mins > 0) {
+			minutes = secs_since(&t->train_start) / 60.0;
+			dist_allreduce_max_f64(&t->dist.world_g, &minutes, 1);
+		}
+		bool by_duration = a->exit_duration_in_mins > 0 && minutes > a->exit_duration_in_mins;
+		bool by_interval = a->exit_interval > 0 && t->iteration % a->exit_interval == 0;
+		bool last = by_duration || by_interval || t->iteration >= t->train_iters;
 		if (a->save && a->save_interval > 0 && t->iteration % a->save_interval == 0) {
-			/* the last iteration's save is the run's final one: it must not fail quietly */
-			if (save_timed(t, t->iteration >= t->train_iters) < 0)
+			if (save_timed(t, last) < 0)
 				return -1;
 			saved = true;
 		}
-		if (a->exit_duration_in_mins > 0) {
-			double minutes = secs_since(&t->train_start) / 60.0;
-			dist_allreduce_max_f64(&t->dist.world_g, &minutes, 1);
-			if (minutes > a->exit_duration_in_mins) {
-				if ((a->save && !saved && save_timed(t, true) < 0) || settle_save(t, true) < 0)
-					return -1;
-				char msg[64 + PYJSON_FLOAT_MAX], num[PYJSON_FLOAT_MAX];
-				pyjson_float_repr(minutes, num); /* Python's str(float), as Megatron prints it */
-				snprintf(msg, sizeof(msg), "exiting program after %s minutes", num);
-				print_datetime(t, msg);
-				return 0;
-			}
+		if (by_duration) {
+			if ((a->save && !saved && save_timed(t, true) < 0) || settle_save(t, true, true) < 0)
+				return -1;
+			char msg[64 + PYJSON_FLOAT_MAX], num[PYJSON_FLOAT_MAX];
+			pyjson_float_repr(minutes, num); /* Python's str(float), as Megatron prints it */
+			snprintf(msg, sizeof(msg), "exiting program after %s minutes", num);
+			print_datetime(t, msg);
+			return 0;
 		}
-		if (a->exit_interval > 0 && t->iteration % a->exit_interval == 0) {
-			/* an async save of this iteration is committed before the exit */
-			if ((a->save && !saved && save_timed(t, true) < 0) || settle_save(t, true) < 0)
+		if (by_interval) {
+			/* an async save still pending is committed before the exit */
+			if ((a->save && !saved && save_timed(t, true) < 0) || settle_save(t, true, true) < 0)
 				return -1;
 			char msg[64];
 			snprintf(msg, sizeof(msg), "exiting program at iteration %lld", (long long)t->iteration);
@@ -643,7 +659,7 @@ int trainer_run(struct trainer *t)
 	}
 	/* the end of training: Megatron's final save (unless the interval just
 	 * saved it), then validation and test once more */
-	if (settle_save(t, true) < 0)
+	if (settle_save(t, true, true) < 0)
 		return -1;
 	if (a->save && t->iteration != 0 && t->iteration % a->save_interval != 0 && train_ckpt_save(t, false) < 0)
 		return -1;
@@ -660,10 +676,12 @@ int trainer_evaluate_final(struct trainer *t)
 		int64_t consumed = a->skip_train ? 0 : t->consumed_valid;
 		if (eval_and_print(t, GPT_VALID, prefix, &consumed) < 0)
 			return -1;
+		dist_watchdog_progress(&t->dist);
 		snprintf(prefix, sizeof(prefix), "iteration %lld on test set", (long long)t->iteration);
 		consumed = 0;
 		if (eval_and_print(t, GPT_TEST, prefix, &consumed) < 0)
 			return -1;
+		dist_watchdog_progress(&t->dist);
 	}
 	return 0;
 }

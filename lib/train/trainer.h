@@ -96,6 +96,7 @@ struct trainer {
 	double loss_sum;      /* sum of per-iteration lm losses over advanced iterations */
 	int advanced, skipped_iters, nan_iters;
 	int failed_saves;          /* saves that failed while training went on */
+	bool stopped_together;     /* the last error was one every rank reached at once (the NaN check) */
 	struct train_save *pending_save; /* --async-save: the one being written (train_ckpt.c) */
 	struct health_spiky spiky; /* --check-for-spiky-loss */
 	int64_t fault_hang_iter;   /* MEGAC_FAULT_HANG=ITER:RANK (tests of --hang-timeout-minutes): that rank */

@@ -149,6 +149,23 @@ else
 	show "$W/inc2.log" 4
 fi
 expect_fail "--ckpt-step never falls back" "iter_0000008/model.h5" $T --train-iters 8 --load "$W/inc2" --ckpt-step 8
+# a checkpoint that disagrees with the flags is refused, never passed over for an older one
+expect_fail "another padded vocabulary is refused, not a reason to fall back" "a padded vocabulary" \
+	$BIN/train $(echo "$ARGS" | sed 's/--padded-vocab-size 50304/--padded-vocab-size 50432/') --train-iters 8 --load "$W/ck"
+if grep -q "falling back" "$ERR"; then notok "... but it fell back"; else ok "... with no fallback"; fi
+expect_ok "a save without optimizer state" sh -c "$T --train-iters 4 --save $W/noopt --save-interval 2 --exit-interval 2 --no-save-optim >$W/noopt.log"
+expect_fail "loading it without --no-load-optim says what to do" "give --no-load-optim" \
+	$T --train-iters 4 --load "$W/noopt"
+# --keep-last-n-checkpoints after a resume from an older iteration: the
+# newer iterations of the abandoned run are left alone, the run's own kept
+cp -r "$W/ck" "$W/kp"
+if $T --train-iters 8 --load "$W/kp" --ckpt-step 2 --save "$W/kp" --save-interval 1 --keep-last-n-checkpoints 2 \
+	--exit-interval 4 >"$W/kp.log" 2>&1 &&
+	[ "$(ls "$W/kp" | tr '\n' ' ')" = "iter_0000003 iter_0000004 iter_0000006 iter_0000008 latest_checkpointed_iteration.txt " ]; then
+	ok "--keep-last-n-checkpoints 2 after resuming from iteration 2: keeps 3 and 4, leaves the abandoned 6 and 8"
+else
+	notok "--keep-last-n-checkpoints after a resume: $(ls "$W/kp" | tr '\n' ' ')"
+fi
 
 # ---- a writer killed in the middle of a save (SIGKILL after its first tensor)
 MEGAC_FAULT_KILL_SAVE=4 $T --train-iters 8 --save "$W/kill" --save-interval 2 >"$W/kill.log" 2>&1
@@ -188,6 +205,22 @@ else
 	show "$W/async2.log" 4
 fi
 
+# the run's last save must not fail quietly, at --exit-interval and with --async-save too
+for mode in "sync:" "async:--async-save"; do
+	m=${mode%%:*}
+	mkdir -p "$W/xi-$m"
+	touch "$W/xi-$m/iter_0000004" # a file where the iteration directory must go: the rename fails
+	$T --train-iters 8 --save "$W/xi-$m" --save-interval 4 --exit-interval 4 ${mode#*:} >"$W/xi-$m.log" 2>&1
+	rc=$?
+	if [ $rc -eq 128 ] && grep -q "could not save the checkpoint of iteration 4" "$W/xi-$m.log" &&
+		! grep -q "exiting program at iteration 4" "$W/xi-$m.log"; then
+		ok "a failed save at --exit-interval ($m) ends the run with exit 128"
+	else
+		notok "a failed save at --exit-interval ($m, exit $rc)"
+		show "$W/xi-$m.log" 4
+	fi
+done
+
 # ---- --keep-last-n-checkpoints
 expect_ok "--keep-last-n-checkpoints 2" sh -c "$T --train-iters 5 --save $W/keep --save-interval 1 --keep-last-n-checkpoints 2 >$W/keep.log"
 if [ "$(ls "$W/keep" | tr '\n' ' ')" = "iter_0000004 iter_0000005 latest_checkpointed_iteration.txt " ]; then
@@ -206,6 +239,19 @@ else
 	notok "the NaN check (exit $rc)"
 	show "$W/nan.log" 4
 fi
+for m in sync async; do
+	flag=""
+	[ $m = async ] && flag=--async-save
+	$T --train-iters 20 --lr 1e5 --min-lr 1e5 --save "$W/nan-$m" --save-interval 1 $flag >"$W/nan-$m.log" 2>&1
+done
+a=$(cat "$W/nan-sync/latest_checkpointed_iteration.txt" 2>/dev/null)
+b=$(cat "$W/nan-async/latest_checkpointed_iteration.txt" 2>/dev/null)
+if [ -n "$a" ] && [ "$a" = "$b" ] && [ -z "$(hidden "$W/nan-async")" ]; then
+	ok "a NaN stop commits the async save in flight: the last good iteration ($b) is the latest, as with synchronous saves"
+else
+	notok "NaN stop with --async-save: latest '$b', synchronous '$a'"
+	show "$W/nan-async.log" 3
+fi
 expect_ok "--no-check-for-nan-in-loss-and-grad trains on" sh -c "$T --train-iters 12 --lr 1e5 --min-lr 1e5 \
 	--no-check-for-nan-in-loss-and-grad >$W/nonan.log"
 if grep -q "iteration       12/      12" "$W/nonan.log"; then ok "... to the last iteration"; else notok "--no-check-for-nan-in-loss-and-grad"; fi
@@ -220,10 +266,10 @@ else
 fi
 
 # ---- the hang detector: rank 1 stops in iteration 3; every rank says where it is
-MEGAC_FAULT_HANG=3:1 timeout 120 $MPI -np 4 $BIN/train $ARGS --train-iters 20 --hang-timeout-minutes 0.05 \
+MEGAC_FAULT_HANG=3:1 timeout 120 $MPI -np 4 $BIN/train $ARGS --train-iters 20 --hang-timeout-minutes 0.1 \
 	>"$W/hang.log" 2>&1
 rc=$?
-nr=$(grep -c "error: no progress for [0-9]* s (--hang-timeout-minutes 0.05): this rank is in" "$W/hang.log")
+nr=$(grep -c "error: no progress for [0-9]* s (--hang-timeout-minutes 0.1): this rank is in" "$W/hang.log")
 if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$nr" = 4 ] &&
 	grep -q "\[rank 1\] train: error: no progress .* this rank is in the forward pass of micro-batch 0;" "$W/hang.log" &&
 	grep -q "\[rank 0\] train: error: no progress .* waiting [0-9]* s in all-reduce on the data-parallel group" "$W/hang.log"; then
