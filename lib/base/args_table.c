@@ -347,8 +347,8 @@ const struct flag_def args_table[] = {
 	  "true", NULL, NULL, "do not stop on a NaN or Inf in a rank's local loss or gradients (checked before "
 	  "the data-parallel reduction, naming the rank and iteration; off while the loss is scaled, fp16, "
 	  "whose scaler skips such steps)" },
-	{ "--check-for-nan-in-loss-and-grad", FK_BOOL, F(check_for_nan_in_loss_and_grad), TR, 0, "exit", NULL, NULL,
-	  NULL, "the NaN check, on by default (accepted for scripts that spell it out)" },
+	{ "--check-for-nan-in-loss-and-grad", FK_BOOL, F(check_for_nan_in_loss_and_grad), TR, 0, "exit", "true",
+	  NULL, NULL, "the NaN check, on by default (accepted for scripts that spell it out)" },
 	{ "--check-for-spiky-loss", FK_BOOL, F(check_for_spiky_loss), TR, 0, "exit", NULL, NULL, NULL,
 	  "warn when a micro-batch's loss is 10 times the largest of the first 100 (Megatron's rerun check; "
 	  "megac's computation is deterministic, so the rerun's verdict is always \"reproducible\")" },

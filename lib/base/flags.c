@@ -181,8 +181,8 @@ static int is_list(const struct flag_def *d)
 static void set_default(struct args *a, const struct flag_def *d)
 {
 	switch (d->kind) {
-	case FK_BOOL:
-		*FIELD(a, d, bool) = false;
+	case FK_BOOL: /* off, unless it spells out the default of a --no-x twin ("true") */
+		*FIELD(a, d, bool) = d->def && !strcmp(d->def, "true");
 		return;
 	case FK_BOOL_NEG:
 		*FIELD(a, d, bool) = true;
