@@ -10,6 +10,14 @@ cd "$(dirname "$0")/.."
 export MEGAC_BIN MEGAC_TESTS MEGAC_BUILD
 export OMPI_MCA_mpi_yield_when_idle=1 OPENBLAS_NUM_THREADS=1
 logs="$MEGAC_BUILD/test-logs"
+# One run per build folder: a second would delete the first's logs and
+# temporary folders (its clusters' state, its checkpoints) under it.
+mkdir -p "$MEGAC_BUILD"
+exec 9>"$MEGAC_BUILD/.test-run.lock"
+if command -v flock >/dev/null 2>&1 && ! flock -n 9; then
+	echo "not ok - another test run is using $MEGAC_BUILD; wait for it, or build elsewhere (make BUILD=... BIN=...)"
+	exit 1
+fi
 rm -rf "$logs" "$MEGAC_BUILD/tmp"
 mkdir -p "$logs" "$MEGAC_BUILD/tmp"
 
@@ -24,7 +32,7 @@ run_one() { # name command...
 	case "$name" in *"$pattern"*) ;; *) return ;; esac
 	log="$logs/$name.log"
 	t0=$(date +%s)
-	timeout 900 "$@" >"$log" 2>&1
+	timeout 900 "$@" >"$log" 2>&1 9>&- # the lock stays with this script, not its tests
 	rc=$?
 	t1=$(date +%s)
 	ok=$(grep -c '^ok ' "$log")
