@@ -372,6 +372,9 @@ int gpt_init_pipe(struct gpt_model *m, const struct gpt_config *c, const struct 
 	m->lc.f /= t;
 	m->lc.moe_f /= t; /* experts split over TP as the dense MLP (expert TP = TP) */
 	m->lc.shared_f /= t;
+	/* Megatron's router sees one TP rank's sequence shard (SP is required
+	 * with TP): the capacity applies to each shard */
+	m->lc.router.shards = sp && m->tp ? t : 1;
 	m->lc.Vp /= t;
 	m->vstart = m->tp_rank * m->lc.Vp;
 	m->sp = sp && m->tp;
@@ -869,7 +872,7 @@ static size_t moe_rows_most(const struct gpt_model *m)
 	size_t BT = (size_t)m->B * c->S, k = (size_t)c->router.k;
 	size_t per = k < (size_t)m->El ? k : (size_t)m->El;
 	size_t most = (size_t)m->ep_size * BT * per;
-	size_t cap = (size_t)m->ep_size * (size_t)m->El * (size_t)moe_route_capacity(&c->router, (int)BT);
+	size_t cap = (size_t)m->ep_size * (size_t)m->El * (size_t)moe_route_capacity_total(&c->router, (int)BT);
 	return cap < most ? cap : most;
 }
 

@@ -100,9 +100,6 @@ static int moe_from_args(struct gpt_config *c, const struct args *a)
 	if (a->moe_expert_capacity_factor == 0)
 		return error("--moe-expert-capacity-factor must be positive (a negative value, or none, drops nothing)");
 	r->capacity = a->moe_expert_capacity_factor > 0 ? a->moe_expert_capacity_factor : 0;
-	if (r->capacity > 0 && a->tensor_model_parallel_size > 1)
-		return error("--moe-expert-capacity-factor with tensor parallelism is not implemented yet (Megatron "
-			     "applies the capacity to each rank's sequence shard)");
 	if (a->tensor_model_parallel_size > 1 && !a->sequence_parallel)
 		return error("mixture of experts with tensor parallelism needs --sequence-parallel (Megatron refuses "
 			     "to train it without)");

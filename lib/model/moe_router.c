@@ -11,6 +11,12 @@
 #include "base/error.h"
 #include "base/xalloc.h"
 
+int moe_route_capacity_total(const struct moe_router_cfg *c, int N)
+{
+	int shards = c->shards > 1 ? c->shards : 1;
+	return moe_route_capacity(c, N / shards) * shards;
+}
+
 int moe_route_capacity(const struct moe_router_cfg *c, int N)
 {
 	if (c->capacity <= 0)
@@ -203,16 +209,23 @@ void moe_route_forward(struct moe_route *r, const struct moe_router_cfg *c, cons
 	}
 
 	/* capacity: ceil((N k / E) cf) tokens per expert, the rest dropped; the
-	 * earliest are the earliest positions (Megatron's tokens are [s, b]) */
+	 * earliest are the earliest positions (Megatron's tokens are [s, b]).
+	 * With sequence shards, each shard's tokens (positions
+	 * [g S/shards, (g+1) S/shards) of every sample) on their own, with the
+	 * capacity of N/shards tokens, as each TP rank's router does. */
 	int S = seq_len > 0 ? seq_len : (N > 0 ? N : 1);
-	r->cap = moe_route_capacity(c, N);
-	if (r->cap < N) {
+	int shards = c->shards > 1 ? c->shards : 1;
+	if (S % shards || N % S)
+		BUG("routing %d tokens of sequences of %d in %d shards", N, S, shards);
+	r->cap = moe_route_capacity(c, N / shards);
+	if (r->cap < N / shards) {
 		struct cand *cd = xmalloc(((size_t)N + 1) * sizeof(*cd));
-		for (int e = 0; e < E; e++) {
+		for (int eg = 0; eg < E * shards; eg++) {
+			int e = eg / shards, g = eg % shards; /* each expert, in each shard */
 			int n = 0;
 			for (int t = 0; t < N; t++)
 				for (int s = 0; s < k; s++)
-					if (r->idx[(size_t)t * k + s] == e)
+					if (r->idx[(size_t)t * k + s] == e && (t % S) / (S / shards) == g)
 						cd[n++] = (struct cand){ t, s, (t % S) * (N / S) + t / S,
 									 r->probs[(size_t)t * k + s] };
 			if (n <= r->cap)

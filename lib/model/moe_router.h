@@ -41,6 +41,9 @@ struct moe_router_cfg {
 	double z_coeff;    /* --moe-z-loss-coeff (<= 0: none) */
 	double capacity;   /* --moe-expert-capacity-factor (<= 0: dropless) */
 	bool drop_position; /* --moe-token-drop-policy position (else probs) */
+	int shards;        /* the capacity applies to each of this many equal sequence shards
+			    * (tensor parallelism with SP: Megatron routes each rank's
+			    * shard on its own); 0 or 1: to all tokens at once */
 };
 
 struct moe_route {
@@ -64,6 +67,8 @@ void moe_route_free(struct moe_route *r);
 /* The tokens an expert takes of N tokens: ceil(N·k/E · capacity), or N
  * (dropless, or a capacity that keeps them all). */
 int moe_route_capacity(const struct moe_router_cfg *c, int N);
+/* The most an expert takes of N tokens in all of c->shards shards. */
+int moe_route_capacity_total(const struct moe_router_cfg *c, int N);
 
 /* Route N tokens (z: host [N, E]); seq_len: tokens per sample (the groups
  * of seq_aux_loss; N is a multiple of it). Reuses r's memory when it is

@@ -166,10 +166,54 @@ static void test_backward(void)
 	gradcheck(c, "capacity 1.0");
 }
 
+/* Capacity per sequence shard (TP with SP: Megatron's router sees each
+ * rank's positions [g S/t, (g+1) S/t) of every sample on their own): routing
+ * all tokens with shards = 2 keeps exactly what routing each shard's tokens
+ * alone, as a separate call, keeps, under both policies. */
+static void test_shard_capacity(void)
+{
+	enum { B = 3, S = 8, E = 4, K = 2, N = B * S, SH = 2, NS = N / SH };
+	float z[N * E], zs[NS * E];
+	uint32_t x = 12345;
+	for (int i = 0; i < N * E; i++) {
+		x = x * 1664525u + 1013904223u;
+		z[i] = (float)((x >> 8) % 1000) / 250.0f - 2.0f;
+	}
+	for (int pos = 0; pos < 2; pos++) {
+		struct moe_router_cfg c = { .E = E, .k = K, .lb = MOE_LB_NONE, .capacity = 1.0, .drop_position = pos,
+					    .shards = SH };
+		struct moe_route all = { 0 }, one = { 0 };
+		moe_route_forward(&all, &c, z, N, S);
+		c.shards = 1;
+		int dropped = 0, same = 1;
+		for (int g = 0; g < SH; g++) {
+			for (int b = 0; b < B; b++) /* shard g's tokens, [B, S/2] */
+				for (int j = 0; j < S / SH; j++)
+					for (int e = 0; e < E; e++)
+						zs[(b * (S / SH) + j) * E + e] = z[(b * S + g * (S / SH) + j) * E + e];
+			moe_route_forward(&one, &c, zs, NS, S / SH);
+			for (int b = 0; b < B; b++)
+				for (int j = 0; j < S / SH; j++)
+					for (int sl = 0; sl < K; sl++) {
+						size_t ta = (size_t)(b * S + g * (S / SH) + j) * K + sl;
+						size_t to = (size_t)(b * (S / SH) + j) * K + sl;
+						same &= all.idx[ta] == one.idx[to] && all.kept[ta] == one.kept[to];
+						dropped += !all.kept[ta];
+					}
+		}
+		CHECK(same);
+		CHECK(dropped > 0); /* the case drops something, so it tests the grouping */
+		CHECK_INT(all.cap, (int)ceil(NS * K / (double)E));
+		moe_route_free(&all);
+		moe_route_free(&one);
+	}
+}
+
 int main(void)
 {
 	RUN(test_example_weights);
 	RUN(test_example_dropping);
 	RUN(test_backward);
+	RUN(test_shard_capacity);
 	return test_summary();
 }

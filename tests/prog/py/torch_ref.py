@@ -300,6 +300,9 @@ def moe_config(args, c):
     cf = args.moe_expert_capacity_factor
     c.cf = cf if cf is not None and cf >= 0 else None  # a negative factor means dropless
     c.drop_policy = args.moe_token_drop_policy
+    # Megatron's router runs on each tensor-parallel rank's sequence shard (SP is required
+    # with TP and MoE), so a capacity applies to each shard's tokens on their own
+    c.shards = args.tensor_model_parallel_size
     c.pad = args.moe_pad_expert_input_to_capacity
     if c.pad and c.cf is None:
         die("--moe-pad-expert-input-to-capacity needs --moe-expert-capacity-factor")
@@ -678,15 +681,20 @@ def moe_keep(probs, rmap, c, B=1):
     Megatron's order: its tokens are [S, B] (position-major), ours [B, S], so token
     t = b*S + s comes at s*B + b."""
     T = probs.shape[0]
-    cap = moe_capacity(T, c)
-    if cap > T:
+    G = c.shards  # tensor parallelism (with SP): each rank's router sees its sequence shard alone
+    cap = moe_capacity(T // G, c)
+    if cap > T // G:
         return None
     key = (probs if c.drop_policy == "probs" else rmap).detach().to(torch.float64).numpy()
     keep = np.zeros(key.shape, dtype=bool)
     S = T // B
     tok = (np.arange(T) % S) * B + np.arange(T) // S
+    shard = (np.arange(T) % S) // (S // G)  # positions [g S/G, (g+1) S/G) of every sample
     for e in range(c.E):
-        keep[np.lexsort((tok, -key[:, e]))[:cap], e] = True
+        for g in range(G):
+            rows = np.nonzero(shard == g)[0]
+            order = rows[np.lexsort((tok[rows], -key[rows, e]))]
+            keep[order[:cap], e] = True
     return torch.from_numpy(keep)
 
 
