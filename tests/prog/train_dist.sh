@@ -4,19 +4,7 @@
 # micro-batch), the same validation lines; a checkpoint written by 2 ranks
 # resumes on 1 with the uninterrupted run's lines; Megatron's layout checks.
 . tests/prog_lib.sh
-W=$(new_tmp train_dist)
-OUT_LOG=$W/out.log
-ERR=$W/err.log
-PY=/usr/bin/python3
-export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 OMPI_MCA_mpi_yield_when_idle=1
-MPI="mpirun --allow-run-as-root --oversubscribe"
-# Under AddressSanitizer (make asan): OpenMPI leaves its own allocations (in its
-# dlopen'd components) at exit, which LeakSanitizer would report as ours. The
-# single-process tests keep leak checking on.
-if [ -n "${MEGAC_SANITIZE:-}" ]; then export ASAN_OPTIONS=detect_leaks=0; fi
-
-expect_ok "preprocess the bundled corpus" $BIN/preprocess_data --input examples/data/kjv.jsonl.gz \
-	--output-prefix "$W/kjv" $GPT2 --append-eod --workers 1 --log-interval 0
+train_test_begin train_dist
 
 ARGS="--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 32 --max-position-embeddings 32"
 ARGS="$ARGS --micro-batch-size 1 --global-batch-size 8 --lr 2e-3 --lr-decay-style cosine --lr-warmup-iters 2"

@@ -15,16 +15,7 @@
 # with and without the distributed optimizer), and an EP2 checkpoint trains
 # on as EP1 and EP4.
 . tests/prog_lib.sh
-W=$(new_tmp train_moe)
-OUT_LOG=$W/out.log
-ERR=$W/err.log
-PY=/usr/bin/python3
-export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 OMPI_MCA_mpi_yield_when_idle=1
-MPI="mpirun --allow-run-as-root --oversubscribe"
-if [ -n "${MEGAC_SANITIZE:-}" ]; then export ASAN_OPTIONS=detect_leaks=0; fi
-
-expect_ok "preprocess the bundled corpus" $BIN/preprocess_data --input examples/data/kjv.jsonl.gz \
-	--output-prefix "$W/kjv" $GPT2 --append-eod --workers 1 --log-interval 0
+train_test_begin train_moe
 
 COMMON="--seq-length 32 --max-position-embeddings 32 --micro-batch-size 2 --global-batch-size 4"
 COMMON="$COMMON --hidden-dropout 0 --attention-dropout 0 --lr 2e-3 --lr-decay-style cosine"

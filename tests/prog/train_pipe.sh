@@ -7,16 +7,7 @@
 # checkpoint resumes on 1 rank and as TP4xDP2 with the uninterrupted losses, and
 # checkpoints are the same files whatever layout wrote them.
 . tests/prog_lib.sh
-W=$(new_tmp train_pipe)
-OUT_LOG=$W/out.log
-ERR=$W/err.log
-PY=/usr/bin/python3
-export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 OMPI_MCA_mpi_yield_when_idle=1
-MPI="mpirun --allow-run-as-root --oversubscribe"
-if [ -n "${MEGAC_SANITIZE:-}" ]; then export ASAN_OPTIONS=detect_leaks=0; fi
-
-expect_ok "preprocess the bundled corpus" $BIN/preprocess_data --input examples/data/kjv.jsonl.gz \
-	--output-prefix "$W/kjv" $GPT2 --append-eod --workers 1 --log-interval 0
+train_test_begin train_pipe
 
 # The vocabulary is padded to a multiple of 64 in every layout (Megatron pads to
 # divisible-by x TP), so that all runs train the same model.
