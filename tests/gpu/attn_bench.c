@@ -3,8 +3,10 @@
  * table's flash-style block attention (attention_block_forward/backward on
  * positions 0..T-1, the path the model takes on a GPU), causal, forward and
  * backward, at head dims 64 and 128, in TFLOP/s by the usual count (forward
- * 4·B·a·T²·k/2 for the causal half, backward 2.5 times that). Prints one
- * line per case; without a GPU "1..0 # SKIP ..." and exit 0.
+ * 4·B·a·T²·k/2 for the causal half, backward 2.5 times that), for the
+ * fp32 table (kops_cuda: fp32 kernels on the CUDA cores) and the bf16 one
+ * (kops_cuda_half: the tensor-core forward of attn_tc.cuh). Prints one line
+ * per table and case; without a GPU "1..0 # SKIP ..." and exit 0.
  *
  *   build/gpu/attn_bench [--reps N] [--cpu]   (--cpu: the CPU table, tiny
  *                                              sizes: a check of the program)
@@ -42,31 +44,13 @@ static float *fill(const struct kops *k, size_t n, unsigned seed)
 	return d;
 }
 
-int main(int argc, char **argv)
+struct bench_case {
+	int B, a, g, T, kd;
+};
+
+static void bench_table(const struct kops *k, const struct bench_case *cases, int ncase, int reps, int cpu)
 {
-	int reps = 10;
-	int cpu = 0;
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--reps") && i + 1 < argc)
-			reps = atoi(argv[++i]) > 0 ? atoi(argv[i]) : 1;
-		else if (!strcmp(argv[i], "--cpu"))
-			cpu = 1;
-		else {
-			fprintf(stderr, "usage: %s [--reps N] [--cpu]\n", argv[0]);
-			return 2;
-		}
-	}
-	const char *why = NULL;
-	const struct kops *k = cpu ? kops_cpu() : kops_cuda(&why);
-	if (!k || !k->attention_block_forward || !k->attention_block_backward) {
-		printf("1..0 # SKIP %s\n", why ? why : "no block attention in this table");
-		return 0;
-	}
-	struct {
-		int B, a, g, T, kd;
-	} cases[] = { { 4, 16, 16, 2048, 64 }, { 2, 16, 16, 4096, 128 }, { 2, 32, 8, 4096, 128 } };
-	int ncase = (int)(sizeof(cases) / sizeof(cases[0]));
-	printf("# attention: causal, fp32 on %s, %d timed repetitions after a warm-up\n", k->name, reps);
+	printf("# attention: causal, %s table, %d timed repetitions after a warm-up\n", k->name, reps);
 	printf("%-34s %10s %10s %10s %10s\n", "case", "fwd ms", "fwd TF/s", "bwd ms", "bwd TF/s");
 	for (int c = 0; c < ncase; c++) {
 		int B = cases[c].B, a = cases[c].a, g = cases[c].g, T = cases[c].T, kd = cases[c].kd;
@@ -111,5 +95,37 @@ int main(int argc, char **argv)
 			k->free(bufs[i]);
 		k->free(pos);
 	}
+}
+
+int main(int argc, char **argv)
+{
+	int reps = 10;
+	int cpu = 0;
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+			reps = atoi(argv[++i]) > 0 ? atoi(argv[i]) : 1;
+		else if (!strcmp(argv[i], "--cpu"))
+			cpu = 1;
+		else {
+			fprintf(stderr, "usage: %s [--reps N] [--cpu]\n", argv[0]);
+			return 2;
+		}
+	}
+	const char *why = NULL;
+	const struct kops *tables[2] = { NULL, NULL };
+	if (cpu)
+		tables[0] = kops_cpu();
+	else if ((tables[0] = kops_cuda(&why)))
+		tables[1] = kops_cuda_half(KOPS_ROUND_BF16, &why);
+	if (!tables[0] || !tables[0]->attention_block_forward || !tables[0]->attention_block_backward) {
+		printf("1..0 # SKIP %s\n", why ? why : "no block attention in this table");
+		return 0;
+	}
+	static const struct bench_case cases[] = {
+		{ 4, 16, 16, 2048, 64 }, { 2, 16, 16, 4096, 64 }, { 2, 16, 16, 4096, 128 }, { 2, 32, 8, 4096, 128 }
+	};
+	int ncase = (int)(sizeof(cases) / sizeof(cases[0]));
+	for (int t = 0; t < 2 && tables[t]; t++)
+		bench_table(tables[t], cases, ncase, reps, cpu);
 	return 0;
 }

@@ -1158,6 +1158,120 @@ static int chunk_pos(int32_t *out, int S, int nch, int ca, int cb)
 	return n;
 }
 
+/* ================= block attention on the tensor cores (half tables) =================
+ * The bf16/fp16 tables' attention_block_forward and _backward (attn_tc.cuh,
+ * head dims 64 and 128, no dropout) on inputs rounded to the format, against
+ * the CPU's fp32 ops: P (and dS) are rounded to the format before their
+ * products, so out and the grads agree to about 2^-9 (bf16) or 2^-12 (fp16)
+ * of their largest value; lse comes from fp32 scores and agrees as the fp32
+ * kernel's does. Self-attention as training
+ * calls it (ragged tiles, GQA), and a context-parallel block merged into
+ * the state of another (accumulate). Also a case the half table hands to
+ * the fp32 kernel (head dim 80). */
+#define TOL_ATTN_BF16 1e-2
+#define TOL_ATTN_F16 2e-3
+
+static void test_attention_block_half(bool stand_in)
+{
+	static const char *const op[2] = { "attention_block_forward/bf16", "attention_block_forward/fp16" };
+	static const char *const opb[2] = { "attention_block_backward/bf16", "attention_block_backward/fp16" };
+	int cf[][7] = { /* B, a, g, k, T, Tq of a CP block (0: self-attention), accumulate */
+			{ 2, 4, 2, 64, 300, 0, 0 },
+			{ 1, 2, 1, 128, 257, 0, 0 },
+			{ 1, 4, 4, 64, 512, 128, 1 },
+			{ 1, 2, 2, 80, 100, 0, 0 },
+			{ 4, 12, 12, 64, 1024, 0, 0 } };
+	int ncf = big ? 5 : 4;
+	uint64_t rs_case = 0;
+	const struct kops *saved = GPU;
+	for (int kind = KOPS_ROUND_BF16; kind <= KOPS_ROUND_FP16; kind++) {
+		enum kops_round rk = (enum kops_round)kind;
+		const char *why = NULL;
+		const struct kops *h = stand_in ? saved : kops_cuda_half(rk, &why);
+		if (!h) {
+			printf("ok - %s # SKIP %s\n", op[kind], why ? why : "no half-input table");
+			n_skip++;
+			continue;
+		}
+		GPU = h;
+		double tol = rk == KOPS_ROUND_BF16 ? TOL_ATTN_BF16 : TOL_ATTN_F16;
+		for (int i = 0; i < ncf * 2; i++) {
+			/* pass 0 the forward, pass 1 the backward, on the same inputs
+			 * (run_test frees them: the generator restarts from the same state) */
+			const int pass = i % 2;
+			struct cfg c = { .B = cf[i / 2][0], .a = cf[i / 2][1], .g = cf[i / 2][2], .k = cf[i / 2][3],
+					 .S = cf[i / 2][4], .acc = cf[i / 2][6] };
+			if (pass == 0)
+				fresh();
+			else
+				rs = rs_case;
+			rs_case = rs;
+			c.scale = 1.0f / sqrtf((float)c.k);
+			int32_t *qpos, *kpos, *kpos2 = NULL;
+			int Tk2 = 0;
+			if (cf[i / 2][5]) { /* rank 1 of CP 2: chunks 1 and 2 of 4, against chunks 0 and 3 */
+				c.Tq = chunk_pos(NULL, c.S, 4, 1, 2);
+				qpos = hnew(IN32(c.Tq));
+				chunk_pos(qpos, c.S, 4, 1, 2);
+				c.Tk = chunk_pos(NULL, c.S, 4, 0, 3);
+				kpos = hnew(IN32(c.Tk));
+				chunk_pos(kpos, c.S, 4, 0, 3);
+				kpos2 = complement(kpos, c.Tk, c.S, &Tk2);
+			} else {
+				c.Tq = c.Tk = c.S;
+				qpos = kpos = rsubset(c.S, c.S);
+			}
+			size_t nq = (size_t)c.B * c.a * c.Tq * c.k, nkv = (size_t)c.B * c.g * c.Tk * c.k,
+			       nl = (size_t)c.B * c.a * c.Tq;
+			float *q = rhalf(nq, 2, rk), *kk = rhalf(nkv, 2, rk), *v = rhalf(nkv, 1, rk);
+			float *out = rvec(nq, 1), *lse = rvec(nl, 1);
+			if (c.acc) { /* the running state: the other keys merged first */
+				size_t n2 = (size_t)c.B * c.g * Tk2 * c.k;
+				kops_cpu()->attention_block_forward(out, lse, q, rhalf(n2, 2, rk), rhalf(n2, 1, rk), qpos,
+								    kpos2, c.B, c.Tq, Tk2, c.a, c.g, c.k, c.S, c.scale,
+								    0.0f, 0, 0, 0);
+			}
+			if (pass == 0) {
+				tb_out("out", out, FL(nq), c.k == 80 ? TOL_RED : tol);
+				tb_out("lse", lse, FL(nl), TOL_RED);
+				tb_in(q, FL(nq));
+				tb_in(kk, FL(nkv));
+				tb_in(v, FL(nkv));
+				tb_in(qpos, IN32(c.Tq));
+				tb_in(kpos, IN32(c.Tk));
+				run_test(op[kind], HAS(attention_block_forward),
+					 LABEL("%s B=%d a=%d g=%d k=%d S=%d Tq=%d Tk=%d%s%s", h->name, c.B, c.a, c.g, c.k,
+					       c.S, c.Tq, c.Tk, c.acc ? " accumulate=1" : "",
+					       c.k == 80 ? " (fp32 kernel)" : ""),
+					 r_abf, &c, NULL, 0);
+				continue;
+			}
+			/* the backward on the CPU's finished forward of this block alone
+			 * (out in the format, as the model holds it); grads from zero */
+			float *fo = hnew(FL(nq)), *fl = hnew(FL(nl)), *fo16 = hnew(FL(nq));
+			kops_cpu()->attention_block_forward(fo, fl, q, kk, v, qpos, kpos, c.B, c.Tq, c.Tk, c.a, c.g,
+							    c.k, c.S, c.scale, 0.0f, 0, 0, 0);
+			kops_cpu()->round(fo16, fo, nq, rk);
+			tb_out("dq", NULL, FL(nq), c.k == 80 ? TOL_RED : tol);
+			tb_out("dk", NULL, FL(nkv), c.k == 80 ? TOL_RED : tol);
+			tb_out("dv", NULL, FL(nkv), c.k == 80 ? TOL_RED : tol);
+			tb_in(rhalf(nq, 1, rk), FL(nq));
+			tb_in(fo16, FL(nq));
+			tb_in(fl, FL(nl));
+			tb_in(q, FL(nq));
+			tb_in(kk, FL(nkv));
+			tb_in(v, FL(nkv));
+			tb_in(qpos, IN32(c.Tq));
+			tb_in(kpos, IN32(c.Tk));
+			run_test(opb[kind], HAS(attention_block_backward),
+				 LABEL("%s B=%d a=%d g=%d k=%d S=%d Tq=%d Tk=%d%s", h->name, c.B, c.a, c.g, c.k, c.S,
+				       c.Tq, c.Tk, c.k == 80 ? " (fp32 kernel)" : ""),
+				 r_abb, &c, NULL, 0);
+		}
+	}
+	GPU = saved;
+}
+
 static void test_attention_block(void)
 {
 	/* Positions: nch = 0 draws random subsets of Tq and Tk positions; otherwise the
@@ -1366,6 +1480,7 @@ int main(int argc, char **argv)
 	test_qkv();
 	test_attention();
 	test_attention_block();
+	test_attention_block_half(self || perturb);
 	print_timings();
 	printf("1..%d\n", n_pass + n_fail + n_skip);
 	if (n_skip)

@@ -8,7 +8,8 @@
 #     Mixtral-style mixture of experts (routing on the host, experts on the GPU);
 #   - the same in bf16 within rtol 2e-2 (both round every activation to bf16,
 #     so summation-order differences of the GEMMs move values across rounding
-#     boundaries; the worst difference is printed);
+#     boundaries; the worst difference is printed), also at head dims 64 and
+#     128 without dropout, where the GPU takes the tensor-core attention;
 #   - 10 iterations straight equal 5, save, resume, 5 more, bit for bit;
 #   - no cudaMalloc after the first iteration (train's "GPU memory:" line);
 #   - the milliseconds per iteration of a GPT-2 124M-shaped model in fp32 and
@@ -125,6 +126,11 @@ MOE="$MOE --moe-z-loss-coeff 0.001 --moe-shared-expert-intermediate-size 32 --mo
 parity moe-fp32 1e-4 $MOE $COMMON
 parity gpt2-bf16 2e-2 $GPTM $COMMON --bf16
 parity llama-bf16 2e-2 $LLAMA $COMMON --bf16
+# head dims 64 and 128 without dropout: the bf16 table's tensor-core attention (attn_tc.cuh)
+TC="--attention-dropout 0 --hidden-dropout 0"
+parity gpt2-bf16-tc-attn 2e-2 --num-layers 2 --hidden-size 128 --num-attention-heads 2 $TC $COMMON --bf16
+parity llama-bf16-tc-attn 2e-2 $(echo "$LLAMA" | sed 's/--hidden-size 64 --num-attention-heads 4/--hidden-size 256 --num-attention-heads 2/;
+	s/--num-query-groups 2/--num-query-groups 1/') $TC $COMMON --bf16
 
 # resume on the GPU: bit for bit
 R="$LLAMA $COMMON --train-iters 10 --eval-interval 100"

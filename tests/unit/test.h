@@ -3,6 +3,7 @@
  * main() calls RUN() on its test functions and returns test_summary().
  * Output is one "ok - name" / "not ok - name" line per test, which
  * tests/run.sh counts. Checks report file:line and the values involved.
+ * It compiles as C++ too (tests/emu/).
  */
 #ifndef MEGAC_TEST_H
 #define MEGAC_TEST_H
@@ -74,7 +75,7 @@ static inline int test_summary(void)
 static inline char *test_tmpdir(const char *tag)
 {
 	const char *base = getenv("MEGAC_BUILD");
-	char *path = malloc(4096);
+	char *path = (char *)malloc(4096);
 	snprintf(path, 4096, "%s/tmp", base ? base : "/tmp");
 	{
 		char cmd[4200];
@@ -131,11 +132,11 @@ static inline char *test_capture_end(struct test_capture *c)
 static inline char *test_read_stream(FILE *p)
 {
 	size_t cap = 4096, len = 0, n;
-	char *out = malloc(cap);
+	char *out = (char *)malloc(cap);
 	while ((n = fread(out + len, 1, cap - len - 1, p)) > 0) {
 		len += n;
 		if (cap - len < 2048)
-			out = realloc(out, cap *= 2);
+			out = (char *)realloc(out, cap *= 2);
 	}
 	out[len] = 0;
 	return out;
@@ -179,7 +180,7 @@ static inline char *test_read_file(const char *path, size_t *len)
 	fseek(f, 0, SEEK_END);
 	long n = ftell(f);
 	fseek(f, 0, SEEK_SET);
-	char *buf = malloc((size_t)n + 1);
+	char *buf = (char *)malloc((size_t)n + 1);
 	if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
 		fclose(f);
 		free(buf);
@@ -212,7 +213,7 @@ static inline int contains_all(const char *msg, ...)
  * (xorshift from seed); caller frees. */
 static inline float *make_f32(int64_t n, int seed)
 {
-	float *v = malloc((size_t)(n ? n : 1) * sizeof(float));
+	float *v = (float *)malloc((size_t)(n ? n : 1) * sizeof(float));
 	uint32_t x = 2463534242u + (uint32_t)seed;
 	for (int64_t i = 0; i < n; i++) {
 		x ^= x << 13;

@@ -1064,10 +1064,10 @@ static void block_fwd_launch(float *out, float *lse, const float *q, const float
 	KERNEL_CHECK();
 }
 
-static void cuda_attention_block_forward(float *out, float *lse, const float *q, const float *kk,
-					 const float *v, const int32_t *qpos, const int32_t *kpos, int B,
-					 int Tq, int Tk, int a, int g, int k, int S, float scale,
-					 float dropout_p, uint64_t seed, uint64_t offset, int accumulate)
+void cuda_attention_block_forward_f32(float *out, float *lse, const float *q, const float *kk, const float *v,
+				      const int32_t *qpos, const int32_t *kpos, int B, int Tq, int Tk, int a,
+				      int g, int k, int S, float scale, float dropout_p, uint64_t seed,
+				      uint64_t offset, int accumulate)
 {
 	attn_check(a, g, k);
 	if (B <= 0 || Tq <= 0)
@@ -1086,11 +1086,10 @@ static void cuda_attention_block_forward(float *out, float *lse, const float *q,
 #undef BF_ARGS
 }
 
-static void cuda_attention_block_backward(float *dq, float *dk, float *dv, const float *dout,
-					  const float *out, const float *lse, const float *q,
-					  const float *kk, const float *v, const int32_t *qpos,
-					  const int32_t *kpos, int B, int Tq, int Tk, int a, int g, int k,
-					  int S, float scale, float dropout_p, uint64_t seed, uint64_t offset)
+void cuda_attention_block_backward_f32(float *dq, float *dk, float *dv, const float *dout, const float *out,
+				       const float *lse, const float *q, const float *kk, const float *v,
+				       const int32_t *qpos, const int32_t *kpos, int B, int Tq, int Tk, int a, int g,
+				       int k, int S, float scale, float dropout_p, uint64_t seed, uint64_t offset)
 {
 	attn_check(a, g, k);
 	if ((!dq && !dk && !dv) || B <= 0 || Tq <= 0 || Tk <= 0)
@@ -1111,6 +1110,6 @@ void cuda_attn_fill(struct kops *t)
 {
 	t->attention_forward = cuda_attention_forward;
 	t->attention_backward = cuda_attention_backward;
-	t->attention_block_forward = cuda_attention_block_forward;
-	t->attention_block_backward = cuda_attention_block_backward;
+	t->attention_block_forward = cuda_attention_block_forward_f32;
+	t->attention_block_backward = cuda_attention_block_backward_f32;
 }

@@ -486,9 +486,11 @@ static void half_init(void)
 	half_table[KOPS_ROUND_BF16] = *half_base;
 	half_table[KOPS_ROUND_BF16].name = "cuda-bf16";
 	cuda_gemm_fill(&half_table[KOPS_ROUND_BF16], GEMM_BF16);
+	cuda_attn_tc_fill(&half_table[KOPS_ROUND_BF16], GEMM_BF16);
 	half_table[KOPS_ROUND_FP16] = *half_base;
 	half_table[KOPS_ROUND_FP16].name = "cuda-fp16";
 	cuda_gemm_fill(&half_table[KOPS_ROUND_FP16], GEMM_F16);
+	cuda_attn_tc_fill(&half_table[KOPS_ROUND_FP16], GEMM_F16);
 }
 
 extern "C" const struct kops *kops_cuda_half(enum kops_round kind, const char **why)

@@ -1,0 +1,144 @@
+/*
+ * attn_tc.cu - the half tables' attention_block_forward and _backward
+ * (kops_cuda_half): the tensor-core flash attention of attn_tc.cuh where it
+ * applies (head dim 64 or 128, no dropout, 16-byte aligned rows), attn.cu's
+ * fp32 kernels otherwise. The kernel itself is tested without a GPU in the thread-block
+ * emulator (tests/emu/test_attn_tc.cc) and on a GPU by tests/gpu/parity.c
+ * and the bf16 training parity of tests/gpu/train_parity.sh.
+ */
+#include "common.cuh"
+
+#include "attn_tc.cuh"
+
+#define TC_WQ 4 /* warps per block: 64 query rows */
+
+/* the shared-memory opt-in beyond 48 KB, once per kernel instantiation */
+template <typename F> static void tc_opt_in(F *kernel, size_t bytes, bool *done)
+{
+	if (*done)
+		return;
+	CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+	*done = true;
+}
+
+static unsigned tc_grid(size_t blocks)
+{
+	if (blocks > 0x7fffffffu)
+		CUDA_BUG("attention: grid too large");
+	return (unsigned)blocks;
+}
+
+template <class H, int KD>
+static void tc_fwd_launch(float *out, float *lse, const float *q, const float *kk, const float *v,
+			  const int32_t *qpos, const int32_t *kpos, int B, int Tq, int Tk, int a, int g,
+			  float scale, int accumulate)
+{
+	static bool opted;
+	constexpr size_t smem = tc_fwd_smem<KD, TC_WQ>();
+	tc_opt_in(attn_tc_fwd_kernel<H, KD, TC_WQ>, smem, &opted);
+	const unsigned blocks = tc_grid((size_t)B * a * ((Tq + 16 * TC_WQ - 1) / (16 * TC_WQ)));
+	attn_tc_fwd_kernel<H, KD, TC_WQ><<<blocks, 32 * TC_WQ, smem>>>(
+		out, lse, q, kk, v, qpos, kpos, Tq, Tk, a, g, scale, accumulate);
+	KERNEL_CHECK();
+}
+
+template <class H>
+static void tc_block_forward(float *out, float *lse, const float *q, const float *kk, const float *v,
+			     const int32_t *qpos, const int32_t *kpos, int B, int Tq, int Tk, int a, int g, int k,
+			     int S, float scale, float dropout_p, uint64_t seed, uint64_t offset, int accumulate)
+{
+	const bool aligned = (((uintptr_t)q | (uintptr_t)kk | (uintptr_t)v | (uintptr_t)out) & 15) == 0;
+	if ((k != 64 && k != 128) || dropout_p > 0.0f || !aligned || B <= 0 || Tq <= 0 || Tk <= 0 || a <= 0 ||
+	    g <= 0 || a % g) {
+		cuda_attention_block_forward_f32(out, lse, q, kk, v, qpos, kpos, B, Tq, Tk, a, g, k, S, scale,
+						 dropout_p, seed, offset, accumulate);
+		return;
+	}
+	if (k == 64)
+		tc_fwd_launch<H, 64>(out, lse, q, kk, v, qpos, kpos, B, Tq, Tk, a, g, scale, accumulate);
+	else
+		tc_fwd_launch<H, 128>(out, lse, q, kk, v, qpos, kpos, B, Tq, Tk, a, g, scale, accumulate);
+}
+
+#define TC_BLOCK_FWD(name, H)                                                                           \
+	static void name(float *out, float *lse, const float *q, const float *kk, const float *v,       \
+			 const int32_t *qpos, const int32_t *kpos, int B, int Tq, int Tk, int a, int g,  \
+			 int k, int S, float scale, float dropout_p, uint64_t seed, uint64_t offset,     \
+			 int accumulate)                                                                 \
+	{                                                                                               \
+		tc_block_forward<H>(out, lse, q, kk, v, qpos, kpos, B, Tq, Tk, a, g, k, S, scale,        \
+				    dropout_p, seed, offset, accumulate);                               \
+	}
+TC_BLOCK_FWD(tc_block_forward_bf16, tc_bf16)
+TC_BLOCK_FWD(tc_block_forward_f16, tc_f16)
+
+template <class H, int KD>
+static void tc_bwd_launch(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
+			  const float *q, const float *kk, const float *v, const int32_t *qpos, const int32_t *kpos,
+			  int B, int Tq, int Tk, int a, int g, float scale)
+{
+	static bool opted_dq, opted_dkv;
+	float *dr = (float *)scratch_alloc((size_t)B * a * Tq * sizeof(float));
+	attn_tc_rowdot_kernel<KD><<<tc_grid(((size_t)B * Tq * a + 3) / 4), 128>>>(dr, dout, out, qpos, kpos, B, Tq, a);
+	KERNEL_CHECK();
+	if (dq) {
+		constexpr size_t smem = tc_dq_smem<KD>();
+		tc_opt_in(attn_tc_dq_kernel<H, KD>, smem, &opted_dq);
+		attn_tc_dq_kernel<H, KD><<<tc_grid((size_t)B * a * ((Tq + 63) / 64)), 128, smem>>>(
+			dq, dout, lse, dr, q, kk, v, qpos, kpos, Tq, Tk, a, g, scale);
+		KERNEL_CHECK();
+	}
+	if (dk || dv) {
+		constexpr size_t smem = tc_dkv_smem<KD>();
+		tc_opt_in(attn_tc_dkv_kernel<H, KD>, smem, &opted_dkv);
+		attn_tc_dkv_kernel<H, KD><<<tc_grid((size_t)B * g * ((Tk + 63) / 64)), 128, smem>>>(
+			dk, dv, dout, lse, dr, q, kk, v, qpos, kpos, Tq, Tk, a, g, scale);
+		KERNEL_CHECK();
+	}
+	scratch_free(dr);
+}
+
+template <class H>
+static void tc_block_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
+			      const float *lse, const float *q, const float *kk, const float *v, const int32_t *qpos,
+			      const int32_t *kpos, int B, int Tq, int Tk, int a, int g, int k, int S, float scale,
+			      float dropout_p, uint64_t seed, uint64_t offset)
+{
+	const uintptr_t any = (uintptr_t)dq | (uintptr_t)dk | (uintptr_t)dv | (uintptr_t)dout | (uintptr_t)out |
+			      (uintptr_t)q | (uintptr_t)kk | (uintptr_t)v;
+	if ((k != 64 && k != 128) || dropout_p > 0.0f || (any & 15) || B <= 0 || Tq <= 0 || Tk <= 0 || a <= 0 ||
+	    g <= 0 || a % g) {
+		cuda_attention_block_backward_f32(dq, dk, dv, dout, out, lse, q, kk, v, qpos, kpos, B, Tq, Tk, a, g, k,
+						  S, scale, dropout_p, seed, offset);
+		return;
+	}
+	if (!dq && !dk && !dv)
+		return;
+	if (k == 64)
+		tc_bwd_launch<H, 64>(dq, dk, dv, dout, out, lse, q, kk, v, qpos, kpos, B, Tq, Tk, a, g, scale);
+	else
+		tc_bwd_launch<H, 128>(dq, dk, dv, dout, out, lse, q, kk, v, qpos, kpos, B, Tq, Tk, a, g, scale);
+}
+
+#define TC_BLOCK_BWD(name, H)                                                                            \
+	static void name(float *dq, float *dk, float *dv, const float *dout, const float *out,           \
+			 const float *lse, const float *q, const float *kk, const float *v,               \
+			 const int32_t *qpos, const int32_t *kpos, int B, int Tq, int Tk, int a, int g,   \
+			 int k, int S, float scale, float dropout_p, uint64_t seed, uint64_t offset)      \
+	{                                                                                                \
+		tc_block_backward<H>(dq, dk, dv, dout, out, lse, q, kk, v, qpos, kpos, B, Tq, Tk, a, g, k, S, \
+				     scale, dropout_p, seed, offset);                                     \
+	}
+TC_BLOCK_BWD(tc_block_backward_bf16, tc_bf16)
+TC_BLOCK_BWD(tc_block_backward_f16, tc_f16)
+
+void cuda_attn_tc_fill(struct kops *t, enum gemm_precision prec)
+{
+	if (prec == GEMM_BF16) {
+		t->attention_block_forward = tc_block_forward_bf16;
+		t->attention_block_backward = tc_block_backward_bf16;
+	} else if (prec == GEMM_F16) {
+		t->attention_block_forward = tc_block_forward_f16;
+		t->attention_block_backward = tc_block_backward_f16;
+	}
+}

@@ -1,0 +1,643 @@
+/*
+ * attn_tc.cuh - flash attention on the tensor cores (bf16 or fp16 operands,
+ * fp32 accumulators): attention_block_forward and attention_block_backward
+ * (ops.h) for the half-input op tables, head dims 64 and 128, without
+ * dropout. Device code
+ * only: attn_tc.cu launches it on the GPU, tests/emu/test_attn_tc.cc runs
+ * the same source in the thread-block emulator against the CPU twin.
+ *
+ * Design (flash attention 2, on mma.sync m16n8k16; tc.cuh has the fragment
+ * layouts). One block of WQ warps per (sample, head, tile of BQ = 16 WQ
+ * queries); each warp owns 16 query rows for the whole kernel:
+ *  - Q (converted to halves as it is loaded) goes through shared memory into
+ *    the warp's A fragments once; K and V tiles of BK keys are converted into
+ *    shared memory, one tile at a time, by all threads.
+ *  - S = Q K^T: per 16 channels, one ldmatrix.x4 of K gives the B fragments
+ *    of two 8-key column tiles (K is stored [key][channel], which is B "col").
+ *  - Online softmax in the log2 domain (scores times scale*log2(e), exp2f):
+ *    a thread holds two rows' elements (rows gid and gid+8); the row max is
+ *    reduced over the 4 lanes of a row group (shuffles xor 1, 2), the row
+ *    sums stay per thread until the end (every lane rescales by the same
+ *    factor, so partial sums add up at the end).
+ *  - O += P V: the S accumulators of two adjacent 8-key tiles are exactly the
+ *    A fragment of a 16-key step, rounded to halves in registers (no trip
+ *    through shared memory); V's B fragments come from ldmatrix.trans.
+ *  - Causality by positions as in attn.cu: the tile sees keys [0, nk) (a
+ *    prefix, found by binary search on its last query); per element masks
+ *    only in the key tiles that reach past the warp's first row's prefix.
+ * Rows past the end of the queries read zero Q rows and see no key; key rows
+ * past nk are zero in shared memory (0 * a NaN pattern would poison P V).
+ *
+ * Numerics against the fp32 kernel: P is rounded to bf16 (fp16) before P V,
+ * as in every flash attention on tensor cores: about 2^-9 (2^-12) relative
+ * per probability; the sums are fp32 in the tensor core's order.
+ *
+ * Backward (flash attention 2's, in attn.cu's deterministic shape: two
+ * kernels that each own their outputs, no atomics). With P = exp(scale q.k
+ * - lse) recomputed and Dr = rowsum(dO * O) (attn_tc_rowdot_kernel):
+ *   dP = dO V^T,  dS = P (dP - Dr),  dV += P^T dO,  dK += scale dS^T Q,
+ *   dQ += scale dS K.
+ *  - dq kernel: as the forward, a warp owns 16 query rows, Q and dO in A
+ *    fragments; per key tile S = Q K^T and dP = dO V^T (K, V as B "col"),
+ *    then dS, rounded to halves in registers, times K (ldmatrix.trans).
+ *  - dkv kernel: one block per (sample, K/V group, 64 keys), a warp owns 16
+ *    keys; it loops over the group's heads and the query tiles that see its
+ *    keys (a suffix), computing the transposed products S^T = K Q^T and
+ *    dP^T = V dO^T with K and V as A fragments (from shared memory) and Q,
+ *    dO as B, so P^T and dS^T land in A-fragment layout for dV += P^T dO and
+ *    dK += dS^T Q (dO and Q through ldmatrix.trans).
+ * Masked probabilities are selected to 0, never computed from a -inf lse.
+ */
+#ifndef MEGAC_KERNELS_CUDA_ATTN_TC_CUH
+#define MEGAC_KERNELS_CUDA_ATTN_TC_CUH
+
+#include "tc.cuh"
+
+#include <limits.h>
+#include <math.h>
+
+#ifdef MEGAC_EMU
+#define TC_SMEM ((uint4 *)emu_smem())
+#else
+extern __shared__ uint4 tc_attn_smem[];
+#define TC_SMEM tc_attn_smem
+
+#endif
+
+#define TC_LOG2E 1.4426950408889634f
+#define TC_LN2 0.6931471805599453f
+
+/* keys per tile; shared-memory row pitch in halves: 16 bytes of padding put
+ * the 8 rows an ldmatrix reads in 8 different groups of 4 banks */
+#define TC_BK 64
+template <int KD> struct tc_geom {
+	static constexpr int LDS = KD + 8;
+};
+
+template <int KD, int WQ> __host__ __device__ constexpr size_t tc_fwd_smem(void)
+{
+	return (size_t)(16 * WQ + 2 * TC_BK) * tc_geom<KD>::LDS * 2;
+}
+
+static __device__ __forceinline__ int tc_count_le(const int32_t *pos, int n, int p)
+{
+	int lo = 0, hi = n;
+	while (lo < hi) {
+		const int mid = lo + (hi - lo) / 2;
+		if (pos[mid] <= p)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* rows [0, n) of src (row stride ld floats, KD channels each) into halves at
+ * dst[NR][LDS]; rows n..NR-1 are zeros. 4 channels per thread and step. */
+template <class H, int KD, int NR, int NT>
+static __device__ __forceinline__ void tc_load_rows(uint16_t *dst, const float *src, size_t ld, int n)
+{
+	constexpr int LDS = tc_geom<KD>::LDS, C4 = KD / 4;
+	for (int i = threadIdx.x; i < NR * C4; i += NT) {
+		const int r = i / C4, c = 4 * (i % C4);
+		uint2 h = { 0, 0 };
+		if (r < n) {
+			const float4 x = *(const float4 *)(src + (size_t)r * ld + c);
+			h.x = tc_pack<H>(x.x, x.y);
+			h.y = tc_pack<H>(x.z, x.w);
+		}
+		*(uint2 *)(dst + r * LDS + c) = h;
+	}
+}
+
+/*
+ * attention_block_forward (ops.h) on the tensor cores, k == KD, no dropout.
+ * Grid: B*a*ntile blocks of 32 WQ threads, tiles in reverse order (the
+ * longest first); dynamic shared memory tc_fwd_smem<KD, WQ>().
+ */
+template <class H, int KD, int WQ>
+__global__ void __launch_bounds__(32 * WQ)
+	attn_tc_fwd_kernel(float *out, float *lse, const float *q, const float *kk, const float *v,
+			   const int32_t *qpos, const int32_t *kpos, int Tq, int Tk, int a, int g, float scale,
+			   int accumulate)
+{
+	constexpr int NT = 32 * WQ, BQ = 16 * WQ, BK = TC_BK, LDS = tc_geom<KD>::LDS;
+	constexpr int NKS = KD / 16;  /* 16-channel steps of Q K^T */
+	constexpr int NST = BK / 8;   /* 8-key column tiles of S */
+	constexpr int NOT = KD / 8;   /* 8-channel column tiles of O */
+	uint16_t *Qs = (uint16_t *)TC_SMEM, *Ks = Qs + BQ * LDS, *Vs = Ks + BK * LDS;
+	const int lane = threadIdx.x % 32, w = threadIdx.x / 32, gid = lane / 4, tig = lane % 4;
+	const int ntile = (Tq + BQ - 1) / BQ;
+	const int bh = blockIdx.x / ntile, tile = ntile - 1 - blockIdx.x % ntile;
+	const int b = bh / a, h = bh % a, G = h / (a / g);
+	const int q0 = tile * BQ, nq = Tq - q0 < BQ ? Tq - q0 : BQ;
+	const size_t ldo = (size_t)a * KD;
+	const int nk = tc_count_le(kpos, Tk, qpos[q0 + nq - 1]);
+	/* this thread's two rows (gid, gid+8 of the warp's 16), tile-relative */
+	const int r0 = 16 * w + gid, r1 = r0 + 8;
+
+	if (nk == 0) { /* every key is in the tile's future */
+		if (!accumulate)
+			for (int i = threadIdx.x; i < nq * KD; i += NT) {
+				out[((size_t)b * Tq + q0 + i / KD) * ldo + (size_t)h * KD + i % KD] = 0.0f;
+				if (i % KD == 0)
+					lse[(size_t)bh * Tq + q0 + i / KD] = -INFINITY;
+			}
+		return;
+	}
+
+	const int qp0 = r0 < nq ? qpos[q0 + r0] : -1, qp1 = r1 < nq ? qpos[q0 + r1] : -1;
+	/* keys every row of this warp sees: tiles below it need no mask */
+	const int wrow = 16 * w < nq ? 16 * w : nq - 1;
+	const int nk_w = 16 * w < nq ? tc_count_le(kpos, nk, qpos[q0 + wrow]) : 0;
+
+	tc_load_rows<H, KD, BQ, NT>(Qs, q + ((size_t)bh * Tq + q0) * KD, KD, nq);
+	__syncthreads();
+	uint32_t qf[NKS][4];
+#pragma unroll
+	for (int ks = 0; ks < NKS; ks++) {
+		const int j = lane / 8;
+		tc_ldsm_x4(qf[ks], Qs + (16 * w + lane % 8 + 8 * (j % 2)) * LDS + 16 * ks + 8 * (j / 2));
+	}
+
+	const float sl = scale * TC_LOG2E;
+	float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+	float acc[NOT][4];
+#pragma unroll
+	for (int t = 0; t < NOT; t++)
+		acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
+
+	const float *Kg = kk + ((size_t)b * g + G) * Tk * KD, *Vg = v + ((size_t)b * g + G) * Tk * KD;
+	for (int k0 = 0; k0 < nk; k0 += BK) {
+		const int nkt = nk - k0 < BK ? nk - k0 : BK;
+		__syncthreads(); /* every warp is done with the last tile's K and V */
+		tc_load_rows<H, KD, BK, NT>(Ks, Kg + (size_t)k0 * KD, KD, nkt);
+		tc_load_rows<H, KD, BK, NT>(Vs, Vg + (size_t)k0 * KD, KD, nkt);
+		__syncthreads();
+
+		float s[NST][4];
+#pragma unroll
+		for (int t = 0; t < NST; t++)
+			s[t][0] = s[t][1] = s[t][2] = s[t][3] = 0.0f;
+#pragma unroll
+		for (int ks = 0; ks < NKS; ks++)
+#pragma unroll
+			for (int np = 0; np < NST / 2; np++) {
+				const int j = lane / 8;
+				uint32_t bf[4];
+				tc_ldsm_x4(bf, Ks + (16 * np + lane % 8 + 8 * (j / 2)) * LDS + 16 * ks + 8 * (j % 2));
+				tc_mma<H>(s[2 * np], qf[ks], bf);
+				tc_mma<H>(s[2 * np + 1], qf[ks], bf + 2);
+			}
+
+		/* scale into the log2 domain; mask keys past a row's position
+		 * (and past nk) in the tiles that reach past nk_w */
+		const bool mask = k0 + BK > nk_w;
+		float t0 = -INFINITY, t1 = -INFINITY;
+#pragma unroll
+		for (int t = 0; t < NST; t++)
+#pragma unroll
+			for (int e = 0; e < 2; e++) {
+				float x0 = s[t][e] * sl, x1 = s[t][2 + e] * sl;
+				if (mask) {
+					const int key = k0 + 8 * t + 2 * tig + e;
+					const int kp = key < nk ? kpos[key] : INT_MAX;
+					x0 = kp <= qp0 ? x0 : -INFINITY;
+					x1 = kp <= qp1 ? x1 : -INFINITY;
+				}
+				s[t][e] = x0;
+				s[t][2 + e] = x1;
+				t0 = fmaxf(t0, x0);
+				t1 = fmaxf(t1, x1);
+			}
+		t0 = fmaxf(t0, tc_shfl_xor(t0, 1));
+		t0 = fmaxf(t0, tc_shfl_xor(t0, 2));
+		t1 = fmaxf(t1, tc_shfl_xor(t1, 1));
+		t1 = fmaxf(t1, tc_shfl_xor(t1, 2));
+		const float n0 = fmaxf(m0, t0), n1 = fmaxf(m1, t1);
+		/* a row that has seen no key yet keeps m = -inf: exp2 against 0 gives 0s, not NaNs */
+		const float u0 = n0 == -INFINITY ? 0.0f : n0, u1 = n1 == -INFINITY ? 0.0f : n1;
+		const float al0 = exp2f(m0 - u0), al1 = exp2f(m1 - u1);
+		m0 = n0;
+		m1 = n1;
+		float p0 = 0.0f, p1 = 0.0f;
+#pragma unroll
+		for (int t = 0; t < NST; t++)
+#pragma unroll
+			for (int e = 0; e < 2; e++) {
+				s[t][e] = exp2f(s[t][e] - u0);
+				s[t][2 + e] = exp2f(s[t][2 + e] - u1);
+				p0 += s[t][e];
+				p1 += s[t][2 + e];
+			}
+		l0 = l0 * al0 + p0;
+		l1 = l1 * al1 + p1;
+#pragma unroll
+		for (int t = 0; t < NOT; t++) {
+			acc[t][0] *= al0;
+			acc[t][1] *= al0;
+			acc[t][2] *= al1;
+			acc[t][3] *= al1;
+		}
+
+		/* O += P V, 16 keys per step */
+#pragma unroll
+		for (int ks = 0; ks < BK / 16; ks++) {
+			uint32_t pf[4];
+			pf[0] = tc_pack<H>(s[2 * ks][0], s[2 * ks][1]);
+			pf[1] = tc_pack<H>(s[2 * ks][2], s[2 * ks][3]);
+			pf[2] = tc_pack<H>(s[2 * ks + 1][0], s[2 * ks + 1][1]);
+			pf[3] = tc_pack<H>(s[2 * ks + 1][2], s[2 * ks + 1][3]);
+#pragma unroll
+			for (int dp = 0; dp < NOT / 2; dp++) {
+				const int j = lane / 8;
+				uint32_t vf[4];
+				tc_ldsm_x4_trans(vf, Vs + (16 * ks + lane % 8 + 8 * (j % 2)) * LDS + 16 * dp + 8 * (j / 2));
+				tc_mma<H>(acc[2 * dp], pf, vf);
+				tc_mma<H>(acc[2 * dp + 1], pf, vf + 2);
+			}
+		}
+	}
+
+	l0 += tc_shfl_xor(l0, 1);
+	l0 += tc_shfl_xor(l0, 2);
+	l1 += tc_shfl_xor(l1, 1);
+	l1 += tc_shfl_xor(l1, 2);
+
+	/* merge into the running state (cpu_attention_block_forward's rules);
+	 * lse is natural-log: (m + log2 l) ln 2 */
+	float *L = lse + (size_t)bh * Tq + q0;
+	const float old0 = accumulate && r0 < nq ? L[r0] : -INFINITY;
+	const float old1 = accumulate && r1 < nq ? L[r1] : -INFINITY;
+	__syncwarp(); /* the row's 4 lanes have read its old lse before lane tig 0 writes it */
+#pragma unroll
+	for (int half = 0; half < 2; half++) {
+		const int r = half ? r1 : r0;
+		const float m = half ? m1 : m0, l = half ? l1 : l0, old = half ? old1 : old0;
+		if (r >= nq)
+			continue;
+		float *o = out + ((size_t)b * Tq + q0 + r) * ldo + (size_t)h * KD + 2 * tig;
+		float keep, wt, nl;
+		if (m == -INFINITY) { /* no key of this block: out and lse stay, or 0 and -inf */
+			if (accumulate)
+				continue;
+			keep = 0.0f;
+			wt = 0.0f;
+			nl = -INFINITY;
+		} else {
+			const float blk = (m + log2f(l)) * TC_LN2;
+			if (old == -INFINITY) { /* the row's first keys: plain softmax */
+				keep = 0.0f;
+				wt = 1.0f / l;
+				nl = blk;
+			} else {
+				const float hi = fmaxf(old, blk), lo = fminf(old, blk);
+				nl = hi + log1pf(expf(lo - hi));
+				wt = expf(blk - nl) / l;
+				keep = expf(old - nl);
+			}
+		}
+#pragma unroll
+		for (int t = 0; t < NOT; t++) {
+			float2 y;
+			y.x = acc[t][2 * half] * wt;
+			y.y = acc[t][2 * half + 1] * wt;
+			if (keep != 0.0f) {
+				const float2 x = *(const float2 *)(o + 8 * t);
+				y.x += x.x * keep;
+				y.y += x.y * keep;
+			}
+			*(float2 *)(o + 8 * t) = y;
+		}
+		if (tig == 0)
+			L[r] = nl;
+	}
+}
+
+
+/* ---------------- backward ---------------- */
+
+/* query rows per step of the dkv kernel and keys per step of the dq kernel:
+ * narrower at head dim 128, where dK, dV (dQ) and both fragments' rows
+ * would not fit in registers otherwise */
+template <int KD> struct tc_bwd_geom {
+	static constexpr int BQ2 = KD > 64 ? 32 : 64;
+	static constexpr int BK2 = KD > 64 ? 32 : 64;
+};
+
+template <int KD> __host__ __device__ constexpr size_t tc_dq_smem(void)
+{
+	return (size_t)(2 * 64 + 2 * tc_bwd_geom<KD>::BK2) * tc_geom<KD>::LDS * 2;
+}
+
+template <int KD> __host__ __device__ constexpr size_t tc_dkv_smem(void)
+{
+	return (size_t)(2 * 64 + 2 * tc_bwd_geom<KD>::BQ2) * tc_geom<KD>::LDS * 2 +
+	       (size_t)2 * tc_bwd_geom<KD>::BQ2 * sizeof(float);
+}
+
+/* Dr[(b a + h) Tq + t] = sum_c dout * out over row (b, t, h) of [B, Tq, a KD],
+ * one warp per row; a row that sees no key of the block gets 0 */
+template <int KD>
+__global__ void __launch_bounds__(128)
+	attn_tc_rowdot_kernel(float *dr, const float *dout, const float *out, const int32_t *qpos,
+			      const int32_t *kpos, int B, int Tq, int a)
+{
+	const size_t row = (size_t)blockIdx.x * 4 + threadIdx.x / 32; /* (b, t, h) */
+	const int lane = threadIdx.x % 32;
+	if (row >= (size_t)B * Tq * a)
+		return; /* the whole warp */
+	const size_t h = row % a, bt = row / a, b = bt / Tq, t = bt % Tq;
+	const float *x = dout + row * KD, *y = out + row * KD;
+	float s = 0.0f;
+	for (int i = lane; i < KD; i += 32)
+		s += x[i] * y[i];
+	s += tc_shfl_xor(s, 16);
+	s += tc_shfl_xor(s, 8);
+	s += tc_shfl_xor(s, 4);
+	s += tc_shfl_xor(s, 2);
+	s += tc_shfl_xor(s, 1);
+	if (lane == 0)
+		dr[(b * a + h) * Tq + t] = kpos[0] > qpos[t] ? 0.0f : s;
+}
+
+/*
+ * dq kernel: grid B*a*ntile (64 query rows per block, reverse order), 128
+ * threads, shared memory tc_dq_smem<KD>(). dq += scale dS K.
+ */
+template <class H, int KD>
+__global__ void __launch_bounds__(128)
+	attn_tc_dq_kernel(float *dq, const float *dout, const float *lse, const float *dr, const float *q,
+			  const float *kk, const float *v, const int32_t *qpos, const int32_t *kpos, int Tq, int Tk,
+			  int a, int g, float scale)
+{
+	constexpr int NT = 128, BQ = 64, BK = tc_bwd_geom<KD>::BK2, LDS = tc_geom<KD>::LDS;
+	constexpr int NKS = KD / 16, NST = BK / 8, NOT = KD / 8;
+	uint16_t *Qs = (uint16_t *)TC_SMEM, *Os = Qs + BQ * LDS, *Ks = Os + BQ * LDS, *Vs = Ks + BK * LDS;
+	const int lane = threadIdx.x % 32, w = threadIdx.x / 32, gid = lane / 4, tig = lane % 4;
+	const int ntile = (Tq + BQ - 1) / BQ;
+	const int bh = blockIdx.x / ntile, tile = ntile - 1 - blockIdx.x % ntile;
+	const int b = bh / a, h = bh % a, G = h / (a / g);
+	const int q0 = tile * BQ, nq = Tq - q0 < BQ ? Tq - q0 : BQ;
+	const size_t ldo = (size_t)a * KD;
+	const int nk = tc_count_le(kpos, Tk, qpos[q0 + nq - 1]);
+	if (nk == 0)
+		return; /* no key of this block is seen by the tile */
+	const int r0 = 16 * w + gid, r1 = r0 + 8;
+	const int qp0 = r0 < nq ? qpos[q0 + r0] : -1, qp1 = r1 < nq ? qpos[q0 + r1] : -1;
+	const int nk_w = 16 * w < nq ? tc_count_le(kpos, nk, qpos[q0 + 16 * w]) : 0;
+	/* lse in the log2 domain and Dr of this thread's rows (0 for rows that see nothing) */
+	const float *Lr = lse + (size_t)bh * Tq + q0, *Dg = dr + (size_t)bh * Tq + q0;
+	const bool see0 = qp0 >= kpos[0], see1 = qp1 >= kpos[0];
+	const float ls0 = see0 ? Lr[r0] * TC_LOG2E : 0.0f, ls1 = see1 ? Lr[r1] * TC_LOG2E : 0.0f;
+	const float d0 = see0 ? Dg[r0] : 0.0f, d1 = see1 ? Dg[r1] : 0.0f;
+
+	tc_load_rows<H, KD, BQ, NT>(Qs, q + ((size_t)bh * Tq + q0) * KD, KD, nq);
+	tc_load_rows<H, KD, BQ, NT>(Os, dout + ((size_t)b * Tq + q0) * ldo + (size_t)h * KD, ldo, nq);
+	__syncthreads();
+	uint32_t qf[NKS][4], of[NKS][4];
+#pragma unroll
+	for (int ks = 0; ks < NKS; ks++) {
+		const int j = lane / 8, off = (16 * w + lane % 8 + 8 * (j % 2)) * LDS + 16 * ks + 8 * (j / 2);
+		tc_ldsm_x4(qf[ks], Qs + off);
+		tc_ldsm_x4(of[ks], Os + off);
+	}
+	const float sl = scale * TC_LOG2E;
+	float acc[NOT][4];
+#pragma unroll
+	for (int t = 0; t < NOT; t++)
+		acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
+
+	const float *Kg = kk + ((size_t)b * g + G) * Tk * KD, *Vg = v + ((size_t)b * g + G) * Tk * KD;
+	for (int k0 = 0; k0 < nk; k0 += BK) {
+		const int nkt = nk - k0 < BK ? nk - k0 : BK;
+		__syncthreads(); /* every warp is done with the last tile */
+		tc_load_rows<H, KD, BK, NT>(Ks, Kg + (size_t)k0 * KD, KD, nkt);
+		tc_load_rows<H, KD, BK, NT>(Vs, Vg + (size_t)k0 * KD, KD, nkt);
+		__syncthreads();
+		float s[NST][4], dp[NST][4];
+#pragma unroll
+		for (int t = 0; t < NST; t++)
+#pragma unroll
+			for (int e = 0; e < 4; e++)
+				s[t][e] = dp[t][e] = 0.0f;
+#pragma unroll
+		for (int ks = 0; ks < NKS; ks++)
+#pragma unroll
+			for (int np = 0; np < NST / 2; np++) {
+				const int j = lane / 8, off = (16 * np + lane % 8 + 8 * (j / 2)) * LDS + 16 * ks + 8 * (j % 2);
+				uint32_t bf[4];
+				tc_ldsm_x4(bf, Ks + off);
+				tc_mma<H>(s[2 * np], qf[ks], bf);
+				tc_mma<H>(s[2 * np + 1], qf[ks], bf + 2);
+				tc_ldsm_x4(bf, Vs + off);
+				tc_mma<H>(dp[2 * np], of[ks], bf);
+				tc_mma<H>(dp[2 * np + 1], of[ks], bf + 2);
+			}
+		/* P, then dS = P (dP - Dr) in s */
+		const bool mask = k0 + BK > nk_w;
+#pragma unroll
+		for (int t = 0; t < NST; t++)
+#pragma unroll
+			for (int e = 0; e < 2; e++) {
+				bool v0 = true, v1 = true;
+				if (mask) {
+					const int key = k0 + 8 * t + 2 * tig + e;
+					const int kp = key < nk ? kpos[key] : INT_MAX;
+					v0 = kp <= qp0;
+					v1 = kp <= qp1;
+				}
+				const float p0 = v0 ? exp2f(s[t][e] * sl - ls0) : 0.0f;
+				const float p1 = v1 ? exp2f(s[t][2 + e] * sl - ls1) : 0.0f;
+				s[t][e] = p0 * (dp[t][e] - d0);
+				s[t][2 + e] = p1 * (dp[t][2 + e] - d1);
+			}
+		/* dQ += dS K, 16 keys per step */
+#pragma unroll
+		for (int ks = 0; ks < BK / 16; ks++) {
+			uint32_t af[4];
+			af[0] = tc_pack<H>(s[2 * ks][0], s[2 * ks][1]);
+			af[1] = tc_pack<H>(s[2 * ks][2], s[2 * ks][3]);
+			af[2] = tc_pack<H>(s[2 * ks + 1][0], s[2 * ks + 1][1]);
+			af[3] = tc_pack<H>(s[2 * ks + 1][2], s[2 * ks + 1][3]);
+#pragma unroll
+			for (int dp2 = 0; dp2 < NOT / 2; dp2++) {
+				const int j = lane / 8;
+				uint32_t kf[4];
+				tc_ldsm_x4_trans(kf, Ks + (16 * ks + lane % 8 + 8 * (j % 2)) * LDS + 16 * dp2 + 8 * (j / 2));
+				tc_mma<H>(acc[2 * dp2], af, kf);
+				tc_mma<H>(acc[2 * dp2 + 1], af, kf + 2);
+			}
+		}
+	}
+	float *D = dq + ((size_t)bh * Tq + q0) * KD + 2 * tig;
+#pragma unroll
+	for (int half = 0; half < 2; half++) {
+		const int r = half ? r1 : r0;
+		if (r >= nq)
+			continue;
+#pragma unroll
+		for (int t = 0; t < NOT; t++) {
+			float2 *o = (float2 *)(D + (size_t)r * KD + 8 * t);
+			float2 y = *o;
+			y.x += acc[t][2 * half] * scale;
+			y.y += acc[t][2 * half + 1] * scale;
+			*o = y;
+		}
+	}
+}
+
+/*
+ * dkv kernel: grid B*g*ceil(Tk/64) blocks, 128 threads (a warp per 16 keys),
+ * shared memory tc_dkv_smem<KD>(). dk += scale dS^T Q, dv += P^T dO over
+ * the group's heads; a NULL dk or dv is not written.
+ */
+template <class H, int KD>
+__global__ void __launch_bounds__(128)
+	attn_tc_dkv_kernel(float *dk, float *dv, const float *dout, const float *lse, const float *dr,
+			   const float *q, const float *kk, const float *v, const int32_t *qpos, const int32_t *kpos,
+			   int Tq, int Tk, int a, int g, float scale)
+{
+	constexpr int NT = 128, BKV = 64, BQ = tc_bwd_geom<KD>::BQ2, LDS = tc_geom<KD>::LDS;
+	constexpr int NKS = KD / 16, NST = BQ / 8, NOT = KD / 8;
+	uint16_t *Ks = (uint16_t *)TC_SMEM, *Vs = Ks + BKV * LDS, *Qs = Vs + BKV * LDS, *Os = Qs + BQ * LDS;
+	float *Ls = (float *)(Os + BQ * LDS), *Ds = Ls + BQ;
+	const int lane = threadIdx.x % 32, w = threadIdx.x / 32, gid = lane / 4, tig = lane % 4;
+	const int ntile = (Tk + BKV - 1) / BKV;
+	const int bg = blockIdx.x / ntile, kt = blockIdx.x % ntile;
+	const int b = bg / g, G = bg % g, m = a / g;
+	const int k0 = kt * BKV, nkk = Tk - k0 < BKV ? Tk - k0 : BKV;
+	const size_t ldo = (size_t)a * KD;
+	/* the first query that sees the tile's first key: the queries from there on */
+	const int qa = tc_count_le(qpos, Tq, kpos[k0] - 1);
+	if (qa >= Tq)
+		return; /* every query is before every key of the tile */
+	/* this thread's keys: rows gid, gid+8 of the warp's 16 */
+	const int c0 = 16 * w + gid, c1 = c0 + 8;
+	const int kp0 = c0 < nkk ? kpos[k0 + c0] : INT_MAX, kp1 = c1 < nkk ? kpos[k0 + c1] : INT_MAX;
+	/* the warp's last key: query tiles from its position on need no mask */
+	const int wlast = 16 * w + 15 < nkk ? 16 * w + 15 : nkk - 1;
+	const int kp_w = 16 * w < nkk ? kpos[k0 + wlast] : INT_MAX;
+
+	tc_load_rows<H, KD, BKV, NT>(Ks, kk + (((size_t)b * g + G) * Tk + k0) * KD, KD, nkk);
+	tc_load_rows<H, KD, BKV, NT>(Vs, v + (((size_t)b * g + G) * Tk + k0) * KD, KD, nkk);
+	const float sl = scale * TC_LOG2E;
+	float adk[NOT][4], adv[NOT][4];
+#pragma unroll
+	for (int t = 0; t < NOT; t++)
+#pragma unroll
+		for (int e = 0; e < 4; e++)
+			adk[t][e] = adv[t][e] = 0.0f;
+
+	for (int h = G * m; h < G * m + m; h++) {
+		const size_t bh = (size_t)b * a + h;
+		for (int q0 = qa; q0 < Tq; q0 += BQ) {
+			const int nq = Tq - q0 < BQ ? Tq - q0 : BQ;
+			__syncthreads(); /* every warp is done with the last query tile */
+			tc_load_rows<H, KD, BQ, NT>(Qs, q + (bh * Tq + q0) * KD, KD, nq);
+			tc_load_rows<H, KD, BQ, NT>(Os, dout + ((size_t)b * Tq + q0) * ldo + (size_t)h * KD, ldo, nq);
+			for (int i = threadIdx.x; i < BQ; i += NT) {
+				Ls[i] = i < nq ? lse[bh * Tq + q0 + i] * TC_LOG2E : 0.0f;
+				Ds[i] = i < nq ? dr[bh * Tq + q0 + i] : 0.0f;
+			}
+			__syncthreads();
+			/* S^T = K Q^T and dP^T = V dO^T for the warp's 16 keys */
+			float st[NST][4], dpt[NST][4];
+#pragma unroll
+			for (int t = 0; t < NST; t++)
+#pragma unroll
+				for (int e = 0; e < 4; e++)
+					st[t][e] = dpt[t][e] = 0.0f;
+#pragma unroll
+			for (int ks = 0; ks < NKS; ks++) {
+				const int j = lane / 8;
+				const int aoff = (16 * w + lane % 8 + 8 * (j % 2)) * LDS + 16 * ks + 8 * (j / 2);
+				uint32_t kf[4], vf[4];
+				tc_ldsm_x4(kf, Ks + aoff);
+				tc_ldsm_x4(vf, Vs + aoff);
+#pragma unroll
+				for (int np = 0; np < NST / 2; np++) {
+					const int boff = (16 * np + lane % 8 + 8 * (j / 2)) * LDS + 16 * ks + 8 * (j % 2);
+					uint32_t bf[4];
+					tc_ldsm_x4(bf, Qs + boff);
+					tc_mma<H>(st[2 * np], kf, bf);
+					tc_mma<H>(st[2 * np + 1], kf, bf + 2);
+					tc_ldsm_x4(bf, Os + boff);
+					tc_mma<H>(dpt[2 * np], vf, bf);
+					tc_mma<H>(dpt[2 * np + 1], vf, bf + 2);
+				}
+			}
+			/* P^T into st, dS^T into dpt */
+			const bool mask = q0 + BQ > Tq || qpos[q0] < kp_w;
+#pragma unroll
+			for (int t = 0; t < NST; t++)
+#pragma unroll
+				for (int e = 0; e < 2; e++) {
+					const int col = 8 * t + 2 * tig + e;
+					bool v0 = true, v1 = true;
+					if (mask) {
+						const int qp = q0 + col < Tq ? qpos[q0 + col] : -1;
+						v0 = kp0 <= qp;
+						v1 = kp1 <= qp;
+					}
+					const float p0 = v0 ? exp2f(st[t][e] * sl - Ls[col]) : 0.0f;
+					const float p1 = v1 ? exp2f(st[t][2 + e] * sl - Ls[col]) : 0.0f;
+					st[t][e] = p0;
+					st[t][2 + e] = p1;
+					dpt[t][e] = p0 * (dpt[t][e] - Ds[col]);
+					dpt[t][2 + e] = p1 * (dpt[t][2 + e] - Ds[col]);
+				}
+			/* dV += P^T dO, dK += dS^T Q, 16 queries per step */
+#pragma unroll
+			for (int ks = 0; ks < BQ / 16; ks++) {
+				uint32_t pf[4], sf[4];
+				pf[0] = tc_pack<H>(st[2 * ks][0], st[2 * ks][1]);
+				pf[1] = tc_pack<H>(st[2 * ks][2], st[2 * ks][3]);
+				pf[2] = tc_pack<H>(st[2 * ks + 1][0], st[2 * ks + 1][1]);
+				pf[3] = tc_pack<H>(st[2 * ks + 1][2], st[2 * ks + 1][3]);
+				sf[0] = tc_pack<H>(dpt[2 * ks][0], dpt[2 * ks][1]);
+				sf[1] = tc_pack<H>(dpt[2 * ks][2], dpt[2 * ks][3]);
+				sf[2] = tc_pack<H>(dpt[2 * ks + 1][0], dpt[2 * ks + 1][1]);
+				sf[3] = tc_pack<H>(dpt[2 * ks + 1][2], dpt[2 * ks + 1][3]);
+#pragma unroll
+				for (int dp2 = 0; dp2 < NOT / 2; dp2++) {
+					const int j = lane / 8;
+					const int off = (16 * ks + lane % 8 + 8 * (j % 2)) * LDS + 16 * dp2 + 8 * (j / 2);
+					uint32_t bf[4];
+					tc_ldsm_x4_trans(bf, Os + off);
+					tc_mma<H>(adv[2 * dp2], pf, bf);
+					tc_mma<H>(adv[2 * dp2 + 1], pf, bf + 2);
+					tc_ldsm_x4_trans(bf, Qs + off);
+					tc_mma<H>(adk[2 * dp2], sf, bf);
+					tc_mma<H>(adk[2 * dp2 + 1], sf, bf + 2);
+				}
+			}
+		}
+	}
+	const size_t base = (((size_t)b * g + G) * Tk + k0) * KD + 2 * tig;
+#pragma unroll
+	for (int half = 0; half < 2; half++) {
+		const int c = half ? c1 : c0;
+		if (c >= nkk)
+			continue;
+#pragma unroll
+		for (int t = 0; t < NOT; t++) {
+			const size_t x = base + (size_t)c * KD + 8 * t;
+			if (dk) {
+				float2 y = *(float2 *)(dk + x);
+				y.x += adk[t][2 * half] * scale;
+				y.y += adk[t][2 * half + 1] * scale;
+				*(float2 *)(dk + x) = y;
+			}
+			if (dv) {
+				float2 y = *(float2 *)(dv + x);
+				y.x += adv[t][2 * half];
+				y.y += adv[t][2 * half + 1];
+				*(float2 *)(dv + x) = y;
+			}
+		}
+	}
+}
+
+
+#endif

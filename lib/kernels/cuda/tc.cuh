@@ -1,0 +1,123 @@
+/*
+ * tc.cuh - the warp-level tensor-core primitives of the CUDA backend's
+ * bf16/fp16 kernels (attn_tc.cuh): ldmatrix, mma.sync m16n8k16 with fp32
+ * accumulators, shuffles and packing two floats into a 32-bit pair of
+ * halves. On the device they are PTX; compiled by a host C++ compiler with
+ * -DMEGAC_EMU they call the thread-block emulator of tests/emu/emu.h, so the
+ * same kernel source runs on a machine without a GPU and is tested there
+ * against the CPU twins (fragment layouts, indexing, barriers).
+ *
+ * Fragment layouts (PTX ISA, "Matrix fragments for mma.m16n8k16"): lane
+ * l = 4 gid + tig of a warp holds, of the 16x16 A (row-major), a0 = row gid,
+ * columns 2tig and 2tig+1; a1 = row gid+8; a2 = row gid, columns 2tig+8, +9;
+ * a3 = row gid+8, those columns. Of the 16x8 B (k x n, "col"): b0 = rows
+ * 2tig, 2tig+1 of column gid; b1 = rows 2tig+8, +9. Of the 16x8 fp32 C/D:
+ * d0, d1 = row gid, columns 2tig, 2tig+1; d2, d3 = row gid+8. The lower
+ * column (or row) is the lower 16 bits of a register.
+ */
+#ifndef MEGAC_KERNELS_CUDA_TC_CUH
+#define MEGAC_KERNELS_CUDA_TC_CUH
+
+#ifdef MEGAC_EMU
+#include "emu.h"
+#else
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#endif
+#include <stdint.h>
+
+/* the two 16-bit input formats: tags for the kernel templates */
+struct tc_bf16 {
+	static constexpr int kind = 0;
+};
+struct tc_f16 {
+	static constexpr int kind = 1;
+};
+
+/* lo in the low 16 bits, each rounded to nearest even */
+template <class H> __device__ __forceinline__ uint32_t tc_pack(float lo, float hi);
+
+template <> __device__ __forceinline__ uint32_t tc_pack<tc_bf16>(float lo, float hi)
+{
+#ifdef MEGAC_EMU
+	return (uint32_t)emu_f32_to_bf16(lo) | (uint32_t)emu_f32_to_bf16(hi) << 16;
+#else
+	__nv_bfloat162 h = __floats2bfloat162_rn(lo, hi); /* .x = lo: the low half */
+	return *(uint32_t *)&h;
+#endif
+}
+
+template <> __device__ __forceinline__ uint32_t tc_pack<tc_f16>(float lo, float hi)
+{
+#ifdef MEGAC_EMU
+	return (uint32_t)emu_f32_to_f16(lo) | (uint32_t)emu_f32_to_f16(hi) << 16;
+#else
+	__half2 h = __floats2half2_rn(lo, hi);
+	return *(uint32_t *)&h;
+#endif
+}
+
+/* d += a . b, one m16n8k16 product per warp */
+template <class H> __device__ __forceinline__ void tc_mma(float d[4], const uint32_t a[4], const uint32_t b[2]);
+
+template <> __device__ __forceinline__ void tc_mma<tc_bf16>(float d[4], const uint32_t a[4], const uint32_t b[2])
+{
+#ifdef MEGAC_EMU
+	emu_mma_m16n8k16(d, a, b, 0);
+#else
+	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+		     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+		     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+		     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
+}
+
+template <> __device__ __forceinline__ void tc_mma<tc_f16>(float d[4], const uint32_t a[4], const uint32_t b[2])
+{
+#ifdef MEGAC_EMU
+	emu_mma_m16n8k16(d, a, b, 1);
+#else
+	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+		     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+		     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+		     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
+}
+
+/* ldmatrix x4: this lane's row is row l%8 of matrix l/8 (16 bytes, 16-byte
+ * aligned shared memory); r[j] is this lane's fragment of matrix j: row l/4,
+ * columns 2(l%4), +1 of it, or with trans, rows 2(l%4), +1 of column l/4 */
+__device__ __forceinline__ void tc_ldsm_x4(uint32_t r[4], const void *row)
+{
+#ifdef MEGAC_EMU
+	emu_ldmatrix_x4(r, row, 0);
+#else
+	const unsigned s = (unsigned)__cvta_generic_to_shared(row);
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+		     : "r"(s));
+#endif
+}
+
+__device__ __forceinline__ void tc_ldsm_x4_trans(uint32_t r[4], const void *row)
+{
+#ifdef MEGAC_EMU
+	emu_ldmatrix_x4(r, row, 1);
+#else
+	const unsigned s = (unsigned)__cvta_generic_to_shared(row);
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+		     : "r"(s));
+#endif
+}
+
+__device__ __forceinline__ float tc_shfl_xor(float v, int lanemask)
+{
+#ifdef MEGAC_EMU
+	return emu_shfl_xor(v, lanemask);
+#else
+	return __shfl_xor_sync(0xffffffffu, v, lanemask);
+#endif
+}
+
+#endif

@@ -1,0 +1,377 @@
+/*
+ * emu.cc - the thread-block emulator of emu.h: CUDA threads as ucontext
+ * coroutines, warp collectives computed from all 32 lanes' operands with
+ * the PTX ISA's fragment layouts (mma.m16n8k16, ldmatrix.m8n8.x4).
+ */
+#include "emu.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <ucontext.h>
+
+namespace {
+
+enum { T_RUN, T_WARP, T_BAR, T_DONE };
+enum { OP_SHFL = 1, OP_SYNCWARP, OP_LDSM, OP_MMA };
+
+struct lane_op {
+	int op, arg;
+	float f;                     /* shfl: this lane's value */
+	const void *p;               /* ldmatrix: this lane's row address */
+	const uint32_t *a, *b;       /* mma operands */
+	float *d;                    /* mma accumulators, in and out */
+	uint32_t *r;                 /* ldmatrix result registers */
+};
+
+struct thr {
+	ucontext_t ctx;
+	dim3 tid;
+	int state;
+	lane_op op;
+	char *stack;
+};
+
+/* The one emulated block (one host thread runs everything). */
+struct emu_state {
+	thr *th;
+	int n;
+	dim3 bid, bdim, gdim;
+	unsigned char *smem;
+	size_t smem_bytes;
+	ucontext_t sched;
+	int cur;
+	const std::function<void()> *body;
+	int failed;
+};
+emu_state E;
+
+const size_t STACK = 256 * 1024;
+
+void fail(const char *what)
+{
+	if (!E.failed)
+		fprintf(stderr, "emu: block (%u,%u,%u): %s\n", E.bid.x, E.bid.y, E.bid.z, what);
+	E.failed = 1;
+}
+
+void entry(void)
+{
+	(*E.body)();
+	E.th[E.cur].state = T_DONE;
+	/* returning resumes uc_link, the scheduler */
+}
+
+void wait_collective(int state)
+{
+	thr *t = &E.th[E.cur];
+	t->state = state;
+	swapcontext(&t->ctx, &E.sched);
+}
+
+float half_to_f32(uint16_t h, int kind)
+{
+	return kind == 0 ? emu_bf16_to_f32(h) : emu_f16_to_f32(h);
+}
+
+/* ldmatrix .x4: lanes 8j..8j+7 address the 8 rows of matrix j */
+void do_ldsm(thr *w)
+{
+	const uint16_t *row[32];
+	for (int l = 0; l < 32; l++) {
+		const unsigned char *p = (const unsigned char *)w[l].op.p;
+		if (p < E.smem || p + 16 > E.smem + E.smem_bytes || ((uintptr_t)p & 15)) {
+			char msg[160];
+			snprintf(msg, sizeof msg,
+				 "ldmatrix: lane %d's row address is %s (offset %td of %zu bytes of shared memory)", l,
+				 ((uintptr_t)p & 15) ? "not 16-byte aligned" : "outside shared memory",
+				 p - E.smem, E.smem_bytes);
+			fail(msg);
+			return;
+		}
+		row[l] = (const uint16_t *)p;
+	}
+	const int trans = w[0].op.arg;
+	for (int l = 0; l < 32; l++) {
+		for (int j = 0; j < 4; j++) {
+			uint16_t lo, hi;
+			if (!trans) { /* lane l: row l/4, columns 2(l%4), 2(l%4)+1 */
+				lo = row[8 * j + l / 4][2 * (l % 4)];
+				hi = row[8 * j + l / 4][2 * (l % 4) + 1];
+			} else { /* transposed: rows 2(l%4), 2(l%4)+1 of column l/4 */
+				lo = row[8 * j + 2 * (l % 4)][l / 4];
+				hi = row[8 * j + 2 * (l % 4) + 1][l / 4];
+			}
+			w[l].op.r[j] = (uint32_t)lo | (uint32_t)hi << 16;
+		}
+	}
+}
+
+/* mma.m16n8k16 .row.col: lane l = 4 gid + tig holds
+ *   A (16x16): a0 {A[gid][2tig], A[gid][2tig+1]}, a1 the same at row gid+8,
+ *              a2 at columns 2tig+8, 2tig+9 of row gid, a3 of row gid+8;
+ *   B (16x8):  b0 {B[2tig][gid], B[2tig+1][gid]}, b1 rows 2tig+8, 2tig+9;
+ *   C, D (16x8, fp32): c0 C[gid][2tig], c1 C[gid][2tig+1], c2 c3 row gid+8. */
+void do_mma(thr *w)
+{
+	const int kind = w[0].op.arg;
+	float A[16][16], Bm[16][8], C[16][8];
+	for (int l = 0; l < 32; l++) {
+		const int g = l / 4, t = l % 4;
+		const uint32_t *a = w[l].op.a, *b = w[l].op.b;
+		const float *d = w[l].op.d;
+		for (int h = 0; h < 2; h++) {
+			A[g][2 * t + h] = half_to_f32((uint16_t)(a[0] >> 16 * h), kind);
+			A[g + 8][2 * t + h] = half_to_f32((uint16_t)(a[1] >> 16 * h), kind);
+			A[g][2 * t + 8 + h] = half_to_f32((uint16_t)(a[2] >> 16 * h), kind);
+			A[g + 8][2 * t + 8 + h] = half_to_f32((uint16_t)(a[3] >> 16 * h), kind);
+			Bm[2 * t + h][g] = half_to_f32((uint16_t)(b[0] >> 16 * h), kind);
+			Bm[2 * t + 8 + h][g] = half_to_f32((uint16_t)(b[1] >> 16 * h), kind);
+		}
+		C[g][2 * t] = d[0];
+		C[g][2 * t + 1] = d[1];
+		C[g + 8][2 * t] = d[2];
+		C[g + 8][2 * t + 1] = d[3];
+	}
+	for (int i = 0; i < 16; i++)
+		for (int j = 0; j < 8; j++) {
+			float s = C[i][j];
+			for (int k = 0; k < 16; k++)
+				s += A[i][k] * Bm[k][j]; /* products of halves are exact in fp32 */
+			C[i][j] = s;
+		}
+	for (int l = 0; l < 32; l++) {
+		const int g = l / 4, t = l % 4;
+		float *d = w[l].op.d;
+		d[0] = C[g][2 * t];
+		d[1] = C[g][2 * t + 1];
+		d[2] = C[g + 8][2 * t];
+		d[3] = C[g + 8][2 * t + 1];
+	}
+}
+
+void do_warp(thr *w)
+{
+	const int op = w[0].op.op;
+	for (int l = 1; l < 32; l++)
+		if (w[l].op.op != op || w[l].op.arg != w[0].op.arg) {
+			char msg[160];
+			snprintf(msg, sizeof msg,
+				 "divergent warp collective: lane 0 is at op %d (%d), lane %d at op %d (%d)", op,
+				 w[0].op.arg, l, w[l].op.op, w[l].op.arg);
+			fail(msg);
+			return;
+		}
+	switch (op) {
+	case OP_SHFL: {
+		float v[32];
+		for (int l = 0; l < 32; l++)
+			v[l] = w[l ^ w[0].op.arg].op.f;
+		for (int l = 0; l < 32; l++)
+			w[l].op.f = v[l];
+		break;
+	}
+	case OP_SYNCWARP:
+		break;
+	case OP_LDSM:
+		do_ldsm(w);
+		break;
+	case OP_MMA:
+		do_mma(w);
+		break;
+	default:
+		fail("unknown warp collective");
+	}
+}
+
+int run_block(int order)
+{
+	const int n = E.n;
+	for (int i = 0; i < n; i++) {
+		thr *t = &E.th[i];
+		t->tid.x = (unsigned)(i % E.bdim.x);
+		t->tid.y = (unsigned)(i / E.bdim.x % E.bdim.y);
+		t->tid.z = (unsigned)(i / (E.bdim.x * E.bdim.y));
+		t->state = T_RUN;
+		getcontext(&t->ctx);
+		t->ctx.uc_stack.ss_sp = t->stack;
+		t->ctx.uc_stack.ss_size = STACK;
+		t->ctx.uc_link = &E.sched;
+		makecontext(&t->ctx, entry, 0);
+	}
+	/* Warp at a time: a warp runs, its collectives computed as soon as all
+	 * its lanes wait, until it reaches __syncthreads or its end; then the
+	 * next warp. Warps drift as far apart as the barriers allow, in one
+	 * direction (order 0: warp 0 first) or the other, so a shared-memory
+	 * read that lacks a barrier sees the writer's data in one order and not
+	 * in the other. */
+	const int nw = n / 32;
+	for (;;) {
+		int progressed = 0;
+		for (int x = 0; x < nw; x++) {
+			thr *w = &E.th[32 * (order ? nw - 1 - x : x)];
+			for (;;) {
+				int ran = 0, waiting = 0;
+				for (int y = 0; y < 32; y++) {
+					const int l = order ? 31 - y : y;
+					if (w[l].state != T_RUN)
+						continue;
+					E.cur = (int)(w + l - E.th);
+					swapcontext(&E.sched, &w[l].ctx);
+					if (E.failed)
+						return -1;
+					ran = 1;
+				}
+				for (int l = 0; l < 32; l++)
+					waiting += w[l].state == T_WARP;
+				progressed |= ran;
+				if (waiting != 32)
+					break;
+				do_warp(w);
+				if (E.failed)
+					return -1;
+				for (int l = 0; l < 32; l++)
+					w[l].state = T_RUN;
+			}
+		}
+		int done = 0, bar = 0;
+		for (int i = 0; i < n; i++) {
+			done += E.th[i].state == T_DONE;
+			bar += E.th[i].state == T_BAR;
+		}
+		if (done == n)
+			return 0;
+		if (bar == n) {
+			for (int i = 0; i < n; i++)
+				E.th[i].state = T_RUN;
+			continue;
+		}
+		if (!progressed) {
+			char msg[200];
+			int first_bar = -1, first_warp = -1;
+			for (int i = 0; i < n; i++) {
+				if (E.th[i].state == T_BAR && first_bar < 0)
+					first_bar = i;
+				if (E.th[i].state == T_WARP && first_warp < 0)
+					first_warp = i;
+			}
+			snprintf(msg, sizeof msg,
+				 "deadlock: %d threads done, %d at __syncthreads (first %d), first waiting on a warp "
+				 "collective %d (the rest of its warp is elsewhere)",
+				 done, bar, first_bar, first_warp);
+			fail(msg);
+			return -1;
+		}
+	}
+}
+
+} // namespace
+
+const dim3 &emu_thread_idx(void) { return E.th[E.cur].tid; }
+const dim3 &emu_block_idx(void) { return E.bid; }
+const dim3 &emu_block_dim(void) { return E.bdim; }
+const dim3 &emu_grid_dim(void) { return E.gdim; }
+void *emu_smem(void) { return E.smem; }
+
+void emu_syncthreads(void)
+{
+	wait_collective(T_BAR);
+}
+
+void emu_syncwarp(void)
+{
+	E.th[E.cur].op = lane_op{OP_SYNCWARP, 0, 0.0f, NULL, NULL, NULL, NULL, NULL};
+	wait_collective(T_WARP);
+}
+
+float emu_shfl_xor(float v, int lanemask)
+{
+	thr *t = &E.th[E.cur];
+	t->op = lane_op{OP_SHFL, lanemask, v, NULL, NULL, NULL, NULL, NULL};
+	wait_collective(T_WARP);
+	return E.th[E.cur].op.f;
+}
+
+void emu_ldmatrix_x4(uint32_t r[4], const void *row, int trans)
+{
+	E.th[E.cur].op = lane_op{OP_LDSM, trans, 0.0f, row, NULL, NULL, NULL, r};
+	wait_collective(T_WARP);
+}
+
+void emu_mma_m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2], int half_kind)
+{
+	E.th[E.cur].op = lane_op{OP_MMA, half_kind, 0.0f, NULL, a, b, d, NULL};
+	wait_collective(T_WARP);
+}
+
+uint16_t emu_f32_to_bf16(float x)
+{
+	uint32_t u;
+	memcpy(&u, &x, 4);
+	if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN stays NaN */
+		return (uint16_t)(u >> 16 | 0x40);
+	u += 0x7fffu + (u >> 16 & 1);
+	return (uint16_t)(u >> 16);
+}
+
+float emu_bf16_to_f32(uint16_t h)
+{
+	uint32_t u = (uint32_t)h << 16;
+	float x;
+	memcpy(&x, &u, 4);
+	return x;
+}
+
+uint16_t emu_f32_to_f16(float x)
+{
+	_Float16 h = (_Float16)x; /* IEEE binary16, round to nearest even */
+	uint16_t u;
+	memcpy(&u, &h, 2);
+	return u;
+}
+
+float emu_f16_to_f32(uint16_t u)
+{
+	_Float16 h;
+	memcpy(&h, &u, 2);
+	return (float)h;
+}
+
+int emu_launch(dim3 grid, dim3 block, size_t smem_bytes, int order, const std::function<void()> &body)
+{
+	const int n = (int)(block.x * block.y * block.z);
+	if (n <= 0 || n % 32) {
+		fprintf(stderr, "emu: a block of %d threads is not whole warps\n", n);
+		return -1;
+	}
+	E = emu_state{};
+	E.n = n;
+	E.bdim = block;
+	E.gdim = grid;
+	E.body = &body;
+	E.smem_bytes = smem_bytes;
+	E.smem = (unsigned char *)malloc(smem_bytes ? smem_bytes : 1);
+	E.th = (thr *)calloc((size_t)n, sizeof(thr));
+	if (!E.smem || !E.th) {
+		fprintf(stderr, "emu: out of memory\n");
+		exit(1);
+	}
+	for (int i = 0; i < n; i++)
+		if (!(E.th[i].stack = (char *)malloc(STACK))) {
+			fprintf(stderr, "emu: out of memory\n");
+			exit(1);
+		}
+	int rc = 0;
+	for (unsigned z = 0; z < grid.z && !rc; z++)
+		for (unsigned y = 0; y < grid.y && !rc; y++)
+			for (unsigned x = 0; x < grid.x && !rc; x++) {
+				E.bid = dim3{x, y, z};
+				memset(E.smem, 0xff, smem_bytes); /* NaN in every float format */
+				rc = run_block(order);
+			}
+	for (int i = 0; i < n; i++)
+		free(E.th[i].stack);
+	free(E.th);
+	free(E.smem);
+	E = emu_state{};
+	return rc;
+}

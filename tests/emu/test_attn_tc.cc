@@ -1,0 +1,319 @@
+/*
+ * test_attn_tc.cc - the tensor-core flash attention (lib/kernels/cuda/
+ * attn_tc.cuh) run in the thread-block emulator (emu.h) against the CPU
+ * twin, kops_cpu()->attention_block_forward: the kernel's own source, its
+ * fragment layouts, masks, merges and barriers, checked on a machine
+ * without a GPU. Inputs are rounded to the half format first (as the model
+ * holds them in --bf16/--fp16), so the only difference from the CPU is P
+ * rounded to halves before P V, and the order of the sums.
+ */
+#include "attn_tc.cuh"
+
+extern "C" {
+#include "kernels/ops.h"
+}
+#include "test.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <vector>
+
+namespace {
+
+struct rng {
+	uint64_t s;
+	float uniform(void) /* [-1, 1) */
+	{
+		s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+		return (float)((s >> 40) * (1.0 / (1 << 23))) - 1.0f;
+	}
+};
+
+float round_half(float x, int kind)
+{
+	return kind == 0 ? emu_bf16_to_f32(emu_f32_to_bf16(x)) : emu_f16_to_f32(emu_f32_to_f16(x));
+}
+
+std::vector<float> rand_half(size_t n, float scale, int kind, rng &r)
+{
+	std::vector<float> x(n);
+	for (auto &e : x)
+		e = round_half(scale * r.uniform(), kind);
+	return x;
+}
+
+struct fwd_case {
+	const char *name;
+	int B, Tq, Tk, a, g, k, S;
+	std::vector<int32_t> qpos, kpos;
+	int accumulate;
+};
+
+template <class H, int KD, int WQ>
+int launch(const fwd_case &c, float *out, float *lse, const float *q, const float *kk, const float *v, int order)
+{
+	const int ntile = (c.Tq + 16 * WQ - 1) / (16 * WQ);
+	const float scale = 1.0f / sqrtf((float)c.k);
+	return emu_launch(dim3{(unsigned)(c.B * c.a * ntile), 1, 1}, dim3{32 * WQ, 1, 1}, tc_fwd_smem<KD, WQ>(), order,
+			  [&] {
+				  attn_tc_fwd_kernel<H, KD, WQ>(out, lse, q, kk, v, c.qpos.data(), c.kpos.data(),
+								c.Tq, c.Tk, c.a, c.g, scale, c.accumulate);
+			  });
+}
+
+/* max |x - y| over max |y|, and the same for lse (absolute); -1 when the
+ * infinities differ */
+double rel_diff(const std::vector<float> &x, const std::vector<float> &y)
+{
+	double d = 0, m = 1e-30;
+	for (size_t i = 0; i < x.size(); i++) {
+		if (isinf(y[i]) || isinf(x[i])) {
+			if (x[i] != y[i])
+				return -1;
+			continue;
+		}
+		if (isnan(x[i]) || isnan(y[i]))
+			return -1;
+		d = fmax(d, fabs((double)x[i] - y[i]));
+		m = fmax(m, fabs((double)y[i]));
+	}
+	return d / m;
+}
+
+double abs_diff(const std::vector<float> &x, const std::vector<float> &y)
+{
+	double d = 0;
+	for (size_t i = 0; i < x.size(); i++) {
+		if (isinf(y[i]) || isinf(x[i])) {
+			if (x[i] != y[i])
+				return -1;
+			continue;
+		}
+		if (isnan(x[i]) || isnan(y[i]))
+			return -1;
+		d = fmax(d, fabs((double)x[i] - y[i]));
+	}
+	return d;
+}
+
+/*
+ * Runs one case: the CPU op and the emulated kernel (both thread orders) on
+ * the same inputs; for accumulate, both merge into the state the CPU left
+ * after a first block of keys (kpos0 before this block's). Checks out within
+ * tol of max |out|, lse within 2e-5 absolute, and the two orders bit-equal.
+ */
+template <class H, int KD, int WQ> void run_case(const fwd_case &c, double tol)
+{
+	const int kind = H::kind;
+	rng r{ 0x5eed0000ULL + (uint64_t)c.Tq * 131 + (uint64_t)c.Tk };
+	const size_t nq = (size_t)c.B * c.a * c.Tq * c.k, nkv = (size_t)c.B * c.g * c.Tk * c.k;
+	std::vector<float> q = rand_half(nq, 2.0f, kind, r), kk = rand_half(nkv, 2.0f, kind, r),
+			   v = rand_half(nkv, 1.0f, kind, r);
+	const size_t no = (size_t)c.B * c.Tq * c.a * c.k, nl = (size_t)c.B * c.a * c.Tq;
+	std::vector<float> out0(no, NAN), lse0(nl, NAN);
+	const struct kops *cpu = kops_cpu();
+	const float scale = 1.0f / sqrtf((float)c.k);
+	if (c.accumulate) {
+		/* a first block of keys before this block's: positions 0 .. kpos[0]-1, the state to merge into */
+		const int T1 = c.kpos[0];
+		std::vector<int32_t> p1(T1);
+		for (int i = 0; i < T1; i++)
+			p1[i] = i;
+		std::vector<float> k1 = rand_half((size_t)c.B * c.g * T1 * c.k, 2.0f, kind, r),
+				   v1 = rand_half((size_t)c.B * c.g * T1 * c.k, 1.0f, kind, r);
+		cpu->attention_block_forward(out0.data(), lse0.data(), q.data(), k1.data(), v1.data(), c.qpos.data(),
+					     p1.data(), c.B, c.Tq, T1, c.a, c.g, c.k, c.S, scale, 0.0f, 0, 0, 0);
+	}
+	std::vector<float> ref_out = out0, ref_lse = lse0;
+	cpu->attention_block_forward(ref_out.data(), ref_lse.data(), q.data(), kk.data(), v.data(), c.qpos.data(),
+				     c.kpos.data(), c.B, c.Tq, c.Tk, c.a, c.g, c.k, c.S, scale, 0.0f, 0, 0, c.accumulate);
+	std::vector<float> out[2] = { out0, out0 }, lse[2] = { lse0, lse0 };
+	for (int order = 0; order < 2; order++)
+		CHECK_INT((launch<H, KD, WQ>(c, out[order].data(), lse[order].data(), q.data(), kk.data(), v.data(),
+					     order)),
+			  0);
+	const double dout = rel_diff(out[0], ref_out), dlse = abs_diff(lse[0], ref_lse);
+	printf("#   %s (%s, head dim %d, %d warps): out %.2e of max |out| (tolerance %.0e), lse %.2e\n", c.name,
+	       kind ? "fp16" : "bf16", c.k, WQ, dout, tol, dlse);
+	CHECK(dout >= 0 && dout <= tol);
+	CHECK(dlse >= 0 && dlse <= 2e-5);
+	CHECK(memcmp(out[0].data(), out[1].data(), no * sizeof(float)) == 0);
+	CHECK(memcmp(lse[0].data(), lse[1].data(), nl * sizeof(float)) == 0);
+}
+
+std::vector<int32_t> iota(int n, int from, int step)
+{
+	std::vector<int32_t> p(n);
+	for (int i = 0; i < n; i++)
+		p[i] = from + i * step;
+	return p;
+}
+
+/* causal self-attention on positions 0..T-1, as training calls it */
+fwd_case self_case(const char *name, int B, int T, int a, int g, int k)
+{
+	return fwd_case{ name, B, T, T, a, g, k, T, iota(T, 0, 1), iota(T, 0, 1), 0 };
+}
+
+void test_self_bf16_64(void)
+{
+	/* 100 rows: one full 64-row tile and a ragged one; GQA 4 heads on 2 groups */
+	run_case<tc_bf16, 64, 4>(self_case("causal, T 100, GQA 4/2", 2, 100, 4, 2, 64), 5e-3);
+}
+
+void test_self_fp16_128(void)
+{
+	run_case<tc_f16, 128, 4>(self_case("causal, T 80", 1, 80, 2, 1, 128), 1e-3);
+}
+
+void test_self_bf16_128_long(void)
+{
+	/* three key tiles, the last ragged; 8 warps per block */
+	run_case<tc_bf16, 128, 8>(self_case("causal, T 150", 1, 150, 2, 2, 128), 5e-3);
+}
+
+/* a block of context parallelism: queries of one chunk against keys of
+ * another, positions with gaps, rows that see none of the keys (out 0, lse
+ * -inf) and, merged, rows that keep the old state */
+void test_block_positions(void)
+{
+	fwd_case c{ "block: strided positions", 1, 70, 90, 2, 1, 64, 400, iota(70, 5, 5), iota(90, 20, 3), 0 };
+	run_case<tc_bf16, 64, 4>(c, 5e-3);
+	c.name = "block: merged into an earlier block's state";
+	c.accumulate = 1;
+	run_case<tc_bf16, 64, 4>(c, 5e-3);
+	/* every key in every query's future: the whole-tile early exit */
+	fwd_case f{ "block: all keys in the future", 1, 40, 30, 2, 2, 64, 400, iota(40, 0, 1), iota(30, 100, 1), 0 };
+	run_case<tc_f16, 64, 4>(f, 1e-3);
+	f.accumulate = 1;
+	f.name = "block: all keys in the future, merged";
+	run_case<tc_f16, 64, 4>(f, 1e-3);
+}
+
+/* the comparison can fail: a kernel given the keys of another head group
+ * is far outside the tolerance */
+void test_detects_wrong_inputs(void)
+{
+	fwd_case c = self_case("wrong group", 1, 64, 2, 2, 64);
+	rng r{ 7 };
+	const size_t n = (size_t)2 * 64 * 64;
+	std::vector<float> q = rand_half(n, 2.0f, 0, r), kk = rand_half(n, 2.0f, 0, r), v = rand_half(n, 1.0f, 0, r);
+	std::vector<float> ref(n), lref(128), out(n, NAN), lout(128, NAN);
+	kops_cpu()->attention_block_forward(ref.data(), lref.data(), q.data(), kk.data(), v.data(), c.qpos.data(),
+					    c.kpos.data(), 1, 64, 64, 2, 2, 64, 64, 0.125f, 0.0f, 0, 0, 0);
+	std::vector<float> v2(v);
+	for (size_t i = 0; i < n / 2; i++) /* swap the two groups' values */
+		std::swap(v2[i], v2[i + n / 2]);
+	CHECK_INT((launch<tc_bf16, 64, 4>(c, out.data(), lout.data(), q.data(), kk.data(), v2.data(), 0)), 0);
+	CHECK(rel_diff(out, ref) > 0.1);
+}
+
+/*
+ * The backward: rowdot, dq and dkv kernels in the emulator (both orders)
+ * against the CPU's attention_block_backward, on the CPU forward's out and
+ * lse; the grads start from random values (the op adds), NULL grads skip.
+ */
+template <class H, int KD> void run_bwd_case(const fwd_case &c, double tol, int nul)
+{
+	const int kind = H::kind;
+	rng r{ 0xbacc0000ULL + (uint64_t)c.Tq * 7 + (uint64_t)c.Tk };
+	const size_t nq = (size_t)c.B * c.a * c.Tq * c.k, nkv = (size_t)c.B * c.g * c.Tk * c.k;
+	const size_t nl = (size_t)c.B * c.a * c.Tq;
+	std::vector<float> q = rand_half(nq, 2.0f, kind, r), kk = rand_half(nkv, 2.0f, kind, r),
+			   v = rand_half(nkv, 1.0f, kind, r), dout = rand_half(nq, 1.0f, kind, r);
+	std::vector<float> out(nq), lse(nl);
+	const struct kops *cpu = kops_cpu();
+	const float scale = 1.0f / sqrtf((float)c.k);
+	cpu->attention_block_forward(out.data(), lse.data(), q.data(), kk.data(), v.data(), c.qpos.data(),
+				     c.kpos.data(), c.B, c.Tq, c.Tk, c.a, c.g, c.k, c.S, scale, 0.0f, 0, 0, 0);
+	for (auto &x : out) /* the model holds out in the half format */
+		x = round_half(x, kind);
+	std::vector<float> g0q(nq), g0k(nkv), g0v(nkv);
+	for (auto *g : { &g0q, &g0k, &g0v })
+		for (auto &x : *g)
+			x = r.uniform();
+	std::vector<float> rq = g0q, rk = g0k, rv = g0v;
+	cpu->attention_block_backward(nul & 1 ? NULL : rq.data(), nul & 2 ? NULL : rk.data(), nul & 4 ? NULL : rv.data(),
+				      dout.data(), out.data(), lse.data(), q.data(), kk.data(), v.data(), c.qpos.data(),
+				      c.kpos.data(), c.B, c.Tq, c.Tk, c.a, c.g, c.k, c.S, scale, 0.0f, 0, 0);
+	std::vector<float> eq[2] = { g0q, g0q }, ek[2] = { g0k, g0k }, ev[2] = { g0v, g0v };
+	for (int order = 0; order < 2; order++) {
+		std::vector<float> dr(nl, NAN);
+		const int ntq = (c.Tq + 63) / 64, ntk = (c.Tk + 63) / 64;
+		CHECK_INT(emu_launch(dim3{ (unsigned)((nl + 3) / 4), 1, 1 }, dim3{ 128, 1, 1 }, 0, order,
+				     [&] {
+					     attn_tc_rowdot_kernel<KD>(dr.data(), dout.data(), out.data(), c.qpos.data(),
+								       c.kpos.data(), c.B, c.Tq, c.a);
+				     }),
+			  0);
+		if (!(nul & 1))
+			CHECK_INT(emu_launch(dim3{ (unsigned)(c.B * c.a * ntq), 1, 1 }, dim3{ 128, 1, 1 },
+					     tc_dq_smem<KD>(), order,
+					     [&] {
+						     attn_tc_dq_kernel<H, KD>(eq[order].data(), dout.data(), lse.data(),
+									      dr.data(), q.data(), kk.data(), v.data(),
+									      c.qpos.data(), c.kpos.data(), c.Tq, c.Tk,
+									      c.a, c.g, scale);
+					     }),
+				  0);
+		if ((nul & 6) != 6)
+			CHECK_INT(emu_launch(dim3{ (unsigned)(c.B * c.g * ntk), 1, 1 }, dim3{ 128, 1, 1 },
+					     tc_dkv_smem<KD>(), order,
+					     [&] {
+						     attn_tc_dkv_kernel<H, KD>(nul & 2 ? NULL : ek[order].data(),
+									       nul & 4 ? NULL : ev[order].data(),
+									       dout.data(), lse.data(), dr.data(), q.data(),
+									       kk.data(), v.data(), c.qpos.data(),
+									       c.kpos.data(), c.Tq, c.Tk, c.a, c.g, scale);
+					     }),
+				  0);
+	}
+	/* the comparison is on what the op added, relative to its largest value */
+	auto added = [](const std::vector<float> &x, const std::vector<float> &x0) {
+		std::vector<float> d(x.size());
+		for (size_t i = 0; i < x.size(); i++)
+			d[i] = x[i] - x0[i];
+		return d;
+	};
+	const double e_q = rel_diff(added(eq[0], g0q), added(rq, g0q)), e_k = rel_diff(added(ek[0], g0k), added(rk, g0k)),
+		     e_v = rel_diff(added(ev[0], g0v), added(rv, g0v));
+	printf("#   %s backward (%s, head dim %d%s%s%s): dq %.2e, dk %.2e, dv %.2e of their max (tolerance %.0e)\n",
+	       c.name, kind ? "fp16" : "bf16", c.k, nul & 1 ? ", dq NULL" : "", nul & 2 ? ", dk NULL" : "",
+	       nul & 4 ? ", dv NULL" : "", e_q, e_k, e_v, tol);
+	CHECK(nul & 1 ? eq[0] == g0q : e_q >= 0 && e_q <= tol);
+	CHECK(nul & 2 ? ek[0] == g0k : e_k >= 0 && e_k <= tol);
+	CHECK(nul & 4 ? ev[0] == g0v : e_v >= 0 && e_v <= tol);
+	CHECK(eq[0] == eq[1] && ek[0] == ek[1] && ev[0] == ev[1]);
+}
+
+void test_bwd_self(void)
+{
+	run_bwd_case<tc_bf16, 64>(self_case("causal, T 100, GQA 4/2", 2, 100, 4, 2, 64), 1e-2, 0);
+	run_bwd_case<tc_f16, 128>(self_case("causal, T 150", 1, 150, 2, 1, 128), 2e-3, 0);
+	run_bwd_case<tc_bf16, 128>(self_case("causal, T 70, GQA 4/1", 1, 70, 4, 1, 128), 1e-2, 0);
+}
+
+void test_bwd_block(void)
+{
+	fwd_case c{ "block: strided positions", 1, 70, 90, 2, 1, 64, 400, iota(70, 5, 5), iota(90, 20, 3), 0 };
+	run_bwd_case<tc_bf16, 64>(c, 1e-2, 0);
+	run_bwd_case<tc_bf16, 64>(c, 1e-2, 1);
+	run_bwd_case<tc_bf16, 64>(c, 1e-2, 2);
+	run_bwd_case<tc_bf16, 64>(c, 1e-2, 4);
+	fwd_case f{ "block: all keys in the future", 1, 40, 30, 2, 2, 64, 400, iota(40, 0, 1), iota(30, 100, 1), 0 };
+	run_bwd_case<tc_f16, 64>(f, 2e-3, 0);
+}
+
+} // namespace
+
+int main(void)
+{
+	RUN(test_self_bf16_64);
+	RUN(test_self_fp16_128);
+	RUN(test_self_bf16_128_long);
+	RUN(test_block_positions);
+	RUN(test_detects_wrong_inputs);
+	RUN(test_bwd_self);
+	RUN(test_bwd_block);
+	return test_summary();
+}
