@@ -15,28 +15,8 @@ set -u
 OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT" build/tmp
 START=$(date +%s)
-export LD_LIBRARY_PATH="$PWD/build/gpu-libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-# libnccl (and, if the machine lacks them, cuBLAS/cuBLASLt) are not carried
-# (pack.sh): the machine's, else those of PyTorch's wheels
-for pkg in nccl cublas cuda_runtime; do
-	if ldd bin/train 2>/dev/null | grep -q "lib$(echo $pkg | sed 's/_runtime/rt/').*not found"; then
-		d=$(python3 -c "import os, nvidia.$pkg as m; print(os.path.join(list(m.__path__)[0], 'lib'))" 2>/dev/null)
-		[ -n "$d" ] && export LD_LIBRARY_PATH="$d:$LD_LIBRARY_PATH"
-	fi
-done
-export OMPI_MCA_mpi_yield_when_idle=1
-elapsed() { echo $(($(date +%s) - START)); }
-say() { echo "$*" | tee -a "$OUT/summary.txt"; }
-
-{
-	date -u
-	nvidia-smi -L 2>&1
-	nvidia-smi --query-gpu=driver_version,memory.total,clocks.max.sm --format=csv 2>&1
-	nproc
-	grep -m1 'model name' /proc/cpuinfo
-	echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
-	for f in bin/* build/gpu/*; do echo "== ldd $f"; ldd "$f" | grep -i 'not found'; done
-} >"$OUT/machine.txt" 2>&1
+. tests/gpu/env.sh
+machine_info >"$OUT/machine.txt" 2>&1
 
 # 1. op parity; MEGAC_CUDA_SYNC=1: a kernel that faults is named by the check after it
 if [ -x build/gpu/parity ]; then

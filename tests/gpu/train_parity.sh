@@ -15,6 +15,7 @@
 #   - the milliseconds per iteration of a GPT-2 124M-shaped model in fp32 and
 #     bf16, for the record (docs/perf.md).
 # TAP lines on stdout, "N passed, M failed" last; exit 1 on any failure.
+# GPU_ONLY=TEXT runs only the parity cases whose name holds TEXT (lease.sh: bf16).
 # GPU_DEVICE=cpu runs the "GPU" side on the CPU too: a dry run of this
 # script's own mechanics on a machine without a GPU (the device checks fail).
 set -u
@@ -93,6 +94,7 @@ parity() {
 	_n=$1
 	_r=$2
 	shift 2
+	case "$_n" in *"${GPU_ONLY:-}"*) ;; *) return ;; esac
 	run "$_n" cpu cpu "$@" || return
 	run "$_n" gpu "$DEV" "$@" || return
 	if grep -q "compute on CUDA device" "$W/$_n.gpu.log"; then
@@ -131,6 +133,12 @@ TC="--attention-dropout 0 --hidden-dropout 0"
 parity gpt2-bf16-tc-attn 2e-2 --num-layers 2 --hidden-size 128 --num-attention-heads 2 $TC $COMMON --bf16
 parity llama-bf16-tc-attn 2e-2 $(echo "$LLAMA" | sed 's/--hidden-size 64 --num-attention-heads 4/--hidden-size 256 --num-attention-heads 2/;
 	s/--num-query-groups 2/--num-query-groups 1/') $TC $COMMON --bf16
+
+if [ -n "${GPU_ONLY:-}" ]; then
+	echo "$pass passed, $fail failed"
+	[ "$fail" -eq 0 ]
+	exit
+fi
 
 # resume on the GPU: bit for bit
 R="$LLAMA $COMMON --train-iters 10 --eval-interval 100"
