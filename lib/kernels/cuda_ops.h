@@ -19,13 +19,17 @@
 const struct kops *kops_cuda(const char **why);
 
 /* The table for the --bf16/--fp16 modes (lib/kernels/cuda/gemm.cu):
- * kops_cuda() except linear_forward/linear_backward, which convert their
- * fp32 operands to bf16 (KOPS_ROUND_BF16) or fp16 (KOPS_ROUND_FP16), round
- * to nearest even, and multiply them on the tensor cores with fp32
- * accumulation into the same fp32 outputs. The model rounds every input of a
- * linear layer to that format already, so the conversion is exact and the
- * result is the fp32 GEMM's up to the order of the sums. Named "cuda-bf16" /
- * "cuda-fp16"; NULL (reason in *why) when kops_cuda() is. */
+ * kops_cuda() except
+ *  - linear_forward/linear_backward, which convert their fp32 operands to
+ *    bf16 (KOPS_ROUND_BF16) or fp16 (KOPS_ROUND_FP16), round to nearest
+ *    even, and multiply them on the tensor cores with fp32 accumulation into
+ *    the same fp32 outputs. The model rounds every input of a linear layer
+ *    to that format already, so the conversion is exact and the result is
+ *    the fp32 GEMM's up to the order of the sums;
+ *  - attention_block_forward/backward at head dims 64 and 128 (attn_tc.cu):
+ *    flash attention on the tensor cores, q, k, v, dO and the probabilities
+ *    rounded to the format (about 2^-9 relative in bf16, see attn_tc.cuh).
+ * Named "cuda-bf16" / "cuda-fp16"; NULL (reason in *why) when kops_cuda() is. */
 const struct kops *kops_cuda_half(enum kops_round kind, const char **why);
 
 /* What the backend took from the device so far: cudaMalloc calls and their

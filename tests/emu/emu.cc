@@ -321,19 +321,31 @@ float emu_bf16_to_f32(uint16_t h)
 	return x;
 }
 
+/* IEEE binary16, round to nearest even (in software: _Float16 needs GCC 12) */
 uint16_t emu_f32_to_f16(float x)
 {
-	_Float16 h = (_Float16)x; /* IEEE binary16, round to nearest even */
-	uint16_t u;
-	memcpy(&u, &h, 2);
-	return u;
+	uint32_t u;
+	memcpy(&u, &x, 4);
+	const uint16_t sign = (uint16_t)(u >> 16 & 0x8000u);
+	const uint32_t a = u & 0x7fffffffu;
+	if (a > 0x7f800000u)
+		return sign | 0x7e00u; /* NaN */
+	if (a >= 0x477ff000u)
+		return sign | 0x7c00u; /* 65520 and up round to infinity */
+	if (a < 0x38800000u) { /* under 2^-14: a subnormal, m 2^-24 (m = 1024: the smallest normal) */
+		float f;
+		memcpy(&f, &a, 4);
+		return sign | (uint16_t)rintf(f * 16777216.0f); /* exact product; rintf rounds to even */
+	}
+	const uint32_t r = (a + 0x0fffu + (a >> 13 & 1u)) >> 13; /* 13 bits dropped, ties to even */
+	return sign | (uint16_t)(r - (112u << 10));           /* exponent bias 127 -> 15 */
 }
 
-float emu_f16_to_f32(uint16_t u)
+float emu_f16_to_f32(uint16_t h)
 {
-	_Float16 h;
-	memcpy(&h, &u, 2);
-	return (float)h;
+	const int e = h >> 10 & 0x1f, m = h & 0x3ff;
+	float f = e == 0 ? ldexpf((float)m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexpf((float)(m | 0x400), e - 25);
+	return h & 0x8000 ? -f : f;
 }
 
 int emu_launch(dim3 grid, dim3 block, size_t smem_bytes, int order, const std::function<void()> &body)

@@ -1,11 +1,12 @@
 /*
  * test_attn_tc.cc - the tensor-core flash attention (lib/kernels/cuda/
  * attn_tc.cuh) run in the thread-block emulator (emu.h) against the CPU
- * twin, kops_cpu()->attention_block_forward: the kernel's own source, its
- * fragment layouts, masks, merges and barriers, checked on a machine
- * without a GPU. Inputs are rounded to the half format first (as the model
- * holds them in --bf16/--fp16), so the only difference from the CPU is P
- * rounded to halves before P V, and the order of the sums.
+ * twin, kops_cpu()->attention_block_forward/backward: the kernel's own
+ * source, its fragment layouts, masks, merges, dropout and barriers, checked
+ * on a machine without a GPU. Inputs are rounded to the half format first
+ * (as the model holds most of them in --bf16/--fp16), so what differs from
+ * the CPU is P and dS rounded to halves before their products, and the
+ * order of the sums.
  */
 #include "attn_tc.cuh"
 
@@ -47,7 +48,23 @@ struct fwd_case {
 	int B, Tq, Tk, a, g, k, S;
 	std::vector<int32_t> qpos, kpos;
 	int accumulate;
+	float p;                      /* dropout */
+	std::vector<int32_t> kpos0;   /* accumulate: the first block's keys (empty: 0 .. kpos[0]-1) */
 };
+
+const uint64_t SEED = 1234, OFFSET = 77;
+
+tc_drop drop_of(const fwd_case &c)
+{
+	tc_drop d;
+	d.p = c.p;
+	d.ks = c.p > 0.0f ? 1.0f / (1.0f - c.p) : 1.0f;
+	d.seed = SEED;
+	d.offset = OFFSET;
+	d.B = c.B;
+	d.S = c.S;
+	return d;
+}
 
 template <class H, int KD, int WQ>
 int launch(const fwd_case &c, float *out, float *lse, const float *q, const float *kk, const float *v, int order)
@@ -57,7 +74,7 @@ int launch(const fwd_case &c, float *out, float *lse, const float *q, const floa
 	return emu_launch(dim3{(unsigned)(c.B * c.a * ntile), 1, 1}, dim3{32 * WQ, 1, 1}, tc_fwd_smem<KD, WQ>(), order,
 			  [&] {
 				  attn_tc_fwd_kernel<H, KD, WQ>(out, lse, q, kk, v, c.qpos.data(), c.kpos.data(),
-								c.Tq, c.Tk, c.a, c.g, scale, c.accumulate);
+								c.Tq, c.Tk, c.a, c.g, scale, c.accumulate, drop_of(c));
 			  });
 }
 
@@ -114,11 +131,12 @@ template <class H, int KD, int WQ> void run_case(const fwd_case &c, double tol)
 	const struct kops *cpu = kops_cpu();
 	const float scale = 1.0f / sqrtf((float)c.k);
 	if (c.accumulate) {
-		/* a first block of keys before this block's: positions 0 .. kpos[0]-1, the state to merge into */
-		const int T1 = c.kpos[0];
-		std::vector<int32_t> p1(T1);
-		for (int i = 0; i < T1; i++)
-			p1[i] = i;
+		/* a first block of keys, the state to merge into: positions 0 .. kpos[0]-1 or kpos0 */
+		std::vector<int32_t> p1 = c.kpos0;
+		if (p1.empty())
+			for (int i = 0; i < c.kpos[0]; i++)
+				p1.push_back(i);
+		const int T1 = (int)p1.size();
 		std::vector<float> k1 = rand_half((size_t)c.B * c.g * T1 * c.k, 2.0f, kind, r),
 				   v1 = rand_half((size_t)c.B * c.g * T1 * c.k, 1.0f, kind, r);
 		cpu->attention_block_forward(out0.data(), lse0.data(), q.data(), k1.data(), v1.data(), c.qpos.data(),
@@ -126,15 +144,16 @@ template <class H, int KD, int WQ> void run_case(const fwd_case &c, double tol)
 	}
 	std::vector<float> ref_out = out0, ref_lse = lse0;
 	cpu->attention_block_forward(ref_out.data(), ref_lse.data(), q.data(), kk.data(), v.data(), c.qpos.data(),
-				     c.kpos.data(), c.B, c.Tq, c.Tk, c.a, c.g, c.k, c.S, scale, 0.0f, 0, 0, c.accumulate);
+				     c.kpos.data(), c.B, c.Tq, c.Tk, c.a, c.g, c.k, c.S, scale, c.p, SEED, OFFSET,
+				     c.accumulate);
 	std::vector<float> out[2] = { out0, out0 }, lse[2] = { lse0, lse0 };
 	for (int order = 0; order < 2; order++)
 		CHECK_INT((launch<H, KD, WQ>(c, out[order].data(), lse[order].data(), q.data(), kk.data(), v.data(),
 					     order)),
 			  0);
 	const double dout = rel_diff(out[0], ref_out), dlse = abs_diff(lse[0], ref_lse);
-	printf("#   %s (%s, head dim %d, %d warps): out %.2e of max |out| (tolerance %.0e), lse %.2e\n", c.name,
-	       kind ? "fp16" : "bf16", c.k, WQ, dout, tol, dlse);
+	printf("#   %s (%s, head dim %d, %d warps%s): out %.2e of max |out| (tolerance %.0e), lse %.2e\n", c.name,
+	       kind ? "fp16" : "bf16", c.k, WQ, c.p > 0 ? ", dropout" : "", dout, tol, dlse);
 	CHECK(dout >= 0 && dout <= tol);
 	CHECK(dlse >= 0 && dlse <= 2e-5);
 	CHECK(memcmp(out[0].data(), out[1].data(), no * sizeof(float)) == 0);
@@ -152,7 +171,7 @@ std::vector<int32_t> iota(int n, int from, int step)
 /* causal self-attention on positions 0..T-1, as training calls it */
 fwd_case self_case(const char *name, int B, int T, int a, int g, int k)
 {
-	return fwd_case{ name, B, T, T, a, g, k, T, iota(T, 0, 1), iota(T, 0, 1), 0 };
+	return fwd_case{ name, B, T, T, a, g, k, T, iota(T, 0, 1), iota(T, 0, 1), 0, 0.0f, {} };
 }
 
 void test_self_bf16_64(void)
@@ -177,13 +196,13 @@ void test_self_bf16_128_long(void)
  * -inf) and, merged, rows that keep the old state */
 void test_block_positions(void)
 {
-	fwd_case c{ "block: strided positions", 1, 70, 90, 2, 1, 64, 400, iota(70, 5, 5), iota(90, 20, 3), 0 };
+	fwd_case c{ "block: strided positions", 1, 70, 90, 2, 1, 64, 400, iota(70, 5, 5), iota(90, 20, 3), 0, 0.0f, {} };
 	run_case<tc_bf16, 64, 4>(c, 5e-3);
 	c.name = "block: merged into an earlier block's state";
 	c.accumulate = 1;
 	run_case<tc_bf16, 64, 4>(c, 5e-3);
 	/* every key in every query's future: the whole-tile early exit */
-	fwd_case f{ "block: all keys in the future", 1, 40, 30, 2, 2, 64, 400, iota(40, 0, 1), iota(30, 100, 1), 0 };
+	fwd_case f{ "block: all keys in the future", 1, 40, 30, 2, 2, 64, 400, iota(40, 0, 1), iota(30, 100, 1), 0, 0.0f, {} };
 	run_case<tc_f16, 64, 4>(f, 1e-3);
 	f.accumulate = 1;
 	f.name = "block: all keys in the future, merged";
@@ -225,7 +244,7 @@ template <class H, int KD> void run_bwd_case(const fwd_case &c, double tol, int 
 	const struct kops *cpu = kops_cpu();
 	const float scale = 1.0f / sqrtf((float)c.k);
 	cpu->attention_block_forward(out.data(), lse.data(), q.data(), kk.data(), v.data(), c.qpos.data(),
-				     c.kpos.data(), c.B, c.Tq, c.Tk, c.a, c.g, c.k, c.S, scale, 0.0f, 0, 0, 0);
+				     c.kpos.data(), c.B, c.Tq, c.Tk, c.a, c.g, c.k, c.S, scale, c.p, SEED, OFFSET, 0);
 	for (auto &x : out) /* the model holds out in the half format */
 		x = round_half(x, kind);
 	std::vector<float> g0q(nq), g0k(nkv), g0v(nkv);
@@ -235,17 +254,20 @@ template <class H, int KD> void run_bwd_case(const fwd_case &c, double tol, int 
 	std::vector<float> rq = g0q, rk = g0k, rv = g0v;
 	cpu->attention_block_backward(nul & 1 ? NULL : rq.data(), nul & 2 ? NULL : rk.data(), nul & 4 ? NULL : rv.data(),
 				      dout.data(), out.data(), lse.data(), q.data(), kk.data(), v.data(), c.qpos.data(),
-				      c.kpos.data(), c.B, c.Tq, c.Tk, c.a, c.g, c.k, c.S, scale, 0.0f, 0, 0);
+				      c.kpos.data(), c.B, c.Tq, c.Tk, c.a, c.g, c.k, c.S, scale, c.p, SEED, OFFSET);
 	std::vector<float> eq[2] = { g0q, g0q }, ek[2] = { g0k, g0k }, ev[2] = { g0v, g0v };
 	for (int order = 0; order < 2; order++) {
 		std::vector<float> dr(nl, NAN);
+		const bool need_dr = (nul & 3) != 3; /* attn_tc.cu computes Dr only for dq or dk */
 		const int ntq = (c.Tq + 63) / 64, ntk = (c.Tk + 63) / 64;
-		CHECK_INT(emu_launch(dim3{ (unsigned)((nl + 3) / 4), 1, 1 }, dim3{ 128, 1, 1 }, 0, order,
-				     [&] {
-					     attn_tc_rowdot_kernel<KD>(dr.data(), dout.data(), out.data(), c.qpos.data(),
-								       c.kpos.data(), c.B, c.Tq, c.a);
-				     }),
-			  0);
+		if (need_dr)
+			CHECK_INT(emu_launch(dim3{ (unsigned)((nl + 3) / 4), 1, 1 }, dim3{ 128, 1, 1 }, 0, order,
+					     [&] {
+						     attn_tc_rowdot_kernel<KD>(dr.data(), dout.data(), out.data(),
+									       c.qpos.data(), c.kpos.data(), c.B, c.Tq,
+									       c.a);
+					     }),
+				  0);
 		if (!(nul & 1))
 			CHECK_INT(emu_launch(dim3{ (unsigned)(c.B * c.a * ntq), 1, 1 }, dim3{ 128, 1, 1 },
 					     tc_dq_smem<KD>(), order,
@@ -253,7 +275,7 @@ template <class H, int KD> void run_bwd_case(const fwd_case &c, double tol, int 
 						     attn_tc_dq_kernel<H, KD>(eq[order].data(), dout.data(), lse.data(),
 									      dr.data(), q.data(), kk.data(), v.data(),
 									      c.qpos.data(), c.kpos.data(), c.Tq, c.Tk,
-									      c.a, c.g, scale);
+									      c.a, c.g, scale, drop_of(c));
 					     }),
 				  0);
 		if ((nul & 6) != 6)
@@ -262,9 +284,11 @@ template <class H, int KD> void run_bwd_case(const fwd_case &c, double tol, int 
 					     [&] {
 						     attn_tc_dkv_kernel<H, KD>(nul & 2 ? NULL : ek[order].data(),
 									       nul & 4 ? NULL : ev[order].data(),
-									       dout.data(), lse.data(), dr.data(), q.data(),
+									       dout.data(), lse.data(),
+									       need_dr ? dr.data() : NULL, q.data(),
 									       kk.data(), v.data(), c.qpos.data(),
-									       c.kpos.data(), c.Tq, c.Tk, c.a, c.g, scale);
+									       c.kpos.data(), c.Tq, c.Tk, c.a, c.g, scale,
+									       drop_of(c));
 					     }),
 				  0);
 	}
@@ -277,8 +301,8 @@ template <class H, int KD> void run_bwd_case(const fwd_case &c, double tol, int 
 	};
 	const double e_q = rel_diff(added(eq[0], g0q), added(rq, g0q)), e_k = rel_diff(added(ek[0], g0k), added(rk, g0k)),
 		     e_v = rel_diff(added(ev[0], g0v), added(rv, g0v));
-	printf("#   %s backward (%s, head dim %d%s%s%s): dq %.2e, dk %.2e, dv %.2e of their max (tolerance %.0e)\n",
-	       c.name, kind ? "fp16" : "bf16", c.k, nul & 1 ? ", dq NULL" : "", nul & 2 ? ", dk NULL" : "",
+	printf("#   %s backward (%s, head dim %d%s%s%s%s): dq %.2e, dk %.2e, dv %.2e of their max (tolerance %.0e)\n",
+	       c.name, kind ? "fp16" : "bf16", c.k, c.p > 0 ? ", dropout" : "", nul & 1 ? ", dq NULL" : "", nul & 2 ? ", dk NULL" : "",
 	       nul & 4 ? ", dv NULL" : "", e_q, e_k, e_v, tol);
 	CHECK(nul & 1 ? eq[0] == g0q : e_q >= 0 && e_q <= tol);
 	CHECK(nul & 2 ? ek[0] == g0k : e_k >= 0 && e_k <= tol);
@@ -295,13 +319,41 @@ void test_bwd_self(void)
 
 void test_bwd_block(void)
 {
-	fwd_case c{ "block: strided positions", 1, 70, 90, 2, 1, 64, 400, iota(70, 5, 5), iota(90, 20, 3), 0 };
+	fwd_case c{ "block: strided positions", 1, 70, 90, 2, 1, 64, 400, iota(70, 5, 5), iota(90, 20, 3), 0, 0.0f, {} };
 	run_bwd_case<tc_bf16, 64>(c, 1e-2, 0);
 	run_bwd_case<tc_bf16, 64>(c, 1e-2, 1);
 	run_bwd_case<tc_bf16, 64>(c, 1e-2, 2);
 	run_bwd_case<tc_bf16, 64>(c, 1e-2, 4);
-	fwd_case f{ "block: all keys in the future", 1, 40, 30, 2, 2, 64, 400, iota(40, 0, 1), iota(30, 100, 1), 0 };
+	fwd_case f{ "block: all keys in the future", 1, 40, 30, 2, 2, 64, 400, iota(40, 0, 1), iota(30, 100, 1), 0, 0.0f, {} };
 	run_bwd_case<tc_f16, 64>(f, 2e-3, 0);
+}
+
+/* dropout 0.1 with ops.h's counters: the masks are the CPU's (a wrong
+ * counter drops other probabilities, far outside the tolerance) */
+void test_dropout(void)
+{
+	fwd_case c = self_case("causal, T 100, GQA 4/2", 2, 100, 4, 2, 64);
+	c.p = 0.1f;
+	run_case<tc_bf16, 64, 4>(c, 5e-3);
+	run_bwd_case<tc_bf16, 64>(c, 1e-2, 0);
+	fwd_case d{ "block: strided positions", 1, 70, 90, 2, 1, 128, 400, iota(70, 5, 5), iota(90, 20, 3), 1, 0.2f, {} };
+	run_case<tc_f16, 128, 4>(d, 1e-3);
+	d.accumulate = 0;
+	run_bwd_case<tc_f16, 128>(d, 2e-3, 0);
+}
+
+/* the edges: one query and one key; rows whose running state saw no key
+ * (lse -inf) merging their first keys; backward with a single grad wanted */
+void test_edges(void)
+{
+	run_case<tc_bf16, 64, 4>(self_case("T 1", 1, 1, 2, 1, 64), 5e-3);
+	run_bwd_case<tc_bf16, 64>(self_case("T 1", 1, 1, 2, 1, 64), 1e-2, 0);
+	fwd_case m{ "merge into rows that saw nothing", 1, 40, 10, 2, 1, 128, 64, iota(40, 0, 1), iota(10, 0, 1),
+		    1, 0.0f, iota(10, 20, 1) };
+	run_case<tc_bf16, 128, 4>(m, 5e-3);
+	fwd_case c{ "block: strided positions", 2, 70, 90, 4, 2, 64, 400, iota(70, 5, 5), iota(90, 20, 3), 0, 0.0f, {} };
+	for (int nul : { 3, 5, 6 }) /* dv only, dk only, dq only */
+		run_bwd_case<tc_bf16, 64>(c, 1e-2, nul);
 }
 
 } // namespace
@@ -315,5 +367,7 @@ int main(void)
 	RUN(test_detects_wrong_inputs);
 	RUN(test_bwd_self);
 	RUN(test_bwd_block);
+	RUN(test_dropout);
+	RUN(test_edges);
 	return test_summary();
 }

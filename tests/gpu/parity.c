@@ -1160,7 +1160,7 @@ static int chunk_pos(int32_t *out, int S, int nch, int ca, int cb)
 
 /* ================= block attention on the tensor cores (half tables) =================
  * The bf16/fp16 tables' attention_block_forward and _backward (attn_tc.cuh,
- * head dims 64 and 128, no dropout) on inputs rounded to the format, against
+ * head dims 64 and 128, with and without dropout) on inputs rounded to the format, against
  * the CPU's fp32 ops: P (and dS) are rounded to the format before their
  * products, so out and the grads agree to about 2^-9 (bf16) or 2^-12 (fp16)
  * of their largest value; lse comes from fp32 scores and agrees as the fp32
@@ -1175,13 +1175,14 @@ static void test_attention_block_half(bool stand_in)
 {
 	static const char *const op[2] = { "attention_block_forward/bf16", "attention_block_forward/fp16" };
 	static const char *const opb[2] = { "attention_block_backward/bf16", "attention_block_backward/fp16" };
-	int cf[][7] = { /* B, a, g, k, T, Tq of a CP block (0: self-attention), accumulate */
-			{ 2, 4, 2, 64, 300, 0, 0 },
-			{ 1, 2, 1, 128, 257, 0, 0 },
-			{ 1, 4, 4, 64, 512, 128, 1 },
-			{ 1, 2, 2, 80, 100, 0, 0 },
-			{ 4, 12, 12, 64, 1024, 0, 0 } };
-	int ncf = big ? 5 : 4;
+	int cf[][8] = { /* B, a, g, k, T, Tq of a CP block (0: self-attention), accumulate, dropout % */
+			{ 2, 4, 2, 64, 300, 0, 0, 0 },
+			{ 1, 2, 1, 128, 257, 0, 0, 0 },
+			{ 1, 4, 4, 64, 512, 128, 1, 0 },
+			{ 1, 2, 2, 80, 100, 0, 0, 0 },
+			{ 2, 4, 2, 128, 200, 0, 0, 10 },
+			{ 4, 12, 12, 64, 1024, 0, 0, 0 } };
+	int ncf = big ? 6 : 5;
 	uint64_t rs_case = 0;
 	const struct kops *saved = GPU;
 	for (int kind = KOPS_ROUND_BF16; kind <= KOPS_ROUND_FP16; kind++) {
@@ -1200,7 +1201,8 @@ static void test_attention_block_half(bool stand_in)
 			 * (run_test frees them: the generator restarts from the same state) */
 			const int pass = i % 2;
 			struct cfg c = { .B = cf[i / 2][0], .a = cf[i / 2][1], .g = cf[i / 2][2], .k = cf[i / 2][3],
-					 .S = cf[i / 2][4], .acc = cf[i / 2][6] };
+					 .S = cf[i / 2][4], .acc = cf[i / 2][6], .p = 0.01f * (float)cf[i / 2][7],
+					 .seed = 99, .off = 12345 };
 			if (pass == 0)
 				fresh();
 			else
@@ -1229,7 +1231,7 @@ static void test_attention_block_half(bool stand_in)
 				size_t n2 = (size_t)c.B * c.g * Tk2 * c.k;
 				kops_cpu()->attention_block_forward(out, lse, q, rhalf(n2, 2, rk), rhalf(n2, 1, rk), qpos,
 								    kpos2, c.B, c.Tq, Tk2, c.a, c.g, c.k, c.S, c.scale,
-								    0.0f, 0, 0, 0);
+								    c.p, c.seed, c.off, 0);
 			}
 			if (pass == 0) {
 				tb_out("out", out, FL(nq), c.k == 80 ? TOL_RED : tol);
@@ -1240,8 +1242,8 @@ static void test_attention_block_half(bool stand_in)
 				tb_in(qpos, IN32(c.Tq));
 				tb_in(kpos, IN32(c.Tk));
 				run_test(op[kind], HAS(attention_block_forward),
-					 LABEL("%s B=%d a=%d g=%d k=%d S=%d Tq=%d Tk=%d%s%s", h->name, c.B, c.a, c.g, c.k,
-					       c.S, c.Tq, c.Tk, c.acc ? " accumulate=1" : "",
+					 LABEL("%s B=%d a=%d g=%d k=%d S=%d Tq=%d Tk=%d p=%g%s%s", h->name, c.B, c.a, c.g,
+					       c.k, c.S, c.Tq, c.Tk, c.p, c.acc ? " accumulate=1" : "",
 					       c.k == 80 ? " (fp32 kernel)" : ""),
 					 r_abf, &c, NULL, 0);
 				continue;
@@ -1250,7 +1252,7 @@ static void test_attention_block_half(bool stand_in)
 			 * (out in the format, as the model holds it); grads from zero */
 			float *fo = hnew(FL(nq)), *fl = hnew(FL(nl)), *fo16 = hnew(FL(nq));
 			kops_cpu()->attention_block_forward(fo, fl, q, kk, v, qpos, kpos, c.B, c.Tq, c.Tk, c.a, c.g,
-							    c.k, c.S, c.scale, 0.0f, 0, 0, 0);
+							    c.k, c.S, c.scale, c.p, c.seed, c.off, 0);
 			kops_cpu()->round(fo16, fo, nq, rk);
 			tb_out("dq", NULL, FL(nq), c.k == 80 ? TOL_RED : tol);
 			tb_out("dk", NULL, FL(nkv), c.k == 80 ? TOL_RED : tol);
@@ -1264,8 +1266,8 @@ static void test_attention_block_half(bool stand_in)
 			tb_in(qpos, IN32(c.Tq));
 			tb_in(kpos, IN32(c.Tk));
 			run_test(opb[kind], HAS(attention_block_backward),
-				 LABEL("%s B=%d a=%d g=%d k=%d S=%d Tq=%d Tk=%d%s", h->name, c.B, c.a, c.g, c.k, c.S,
-				       c.Tq, c.Tk, c.k == 80 ? " (fp32 kernel)" : ""),
+				 LABEL("%s B=%d a=%d g=%d k=%d S=%d Tq=%d Tk=%d p=%g%s", h->name, c.B, c.a, c.g, c.k,
+				       c.S, c.Tq, c.Tk, c.p, c.k == 80 ? " (fp32 kernel)" : ""),
 				 r_abb, &c, NULL, 0);
 		}
 	}

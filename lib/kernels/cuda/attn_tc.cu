@@ -1,8 +1,8 @@
 /*
  * attn_tc.cu - the half tables' attention_block_forward and _backward
  * (kops_cuda_half): the tensor-core flash attention of attn_tc.cuh where it
- * applies (head dim 64 or 128, no dropout, 16-byte aligned rows), attn.cu's
- * fp32 kernels otherwise. The kernel itself is tested without a GPU in the thread-block
+ * applies (head dim 64 or 128, 16-byte aligned rows), attn.cu's fp32
+ * kernels otherwise. The kernel itself is tested without a GPU in the thread-block
  * emulator (tests/emu/test_attn_tc.cc) and on a GPU by tests/gpu/parity.c
  * and the bf16 training parity of tests/gpu/train_parity.sh.
  */
@@ -21,6 +21,19 @@ template <typename F> static void tc_opt_in(F *kernel, size_t bytes, bool *done)
 	*done = true;
 }
 
+/* ops.h's dropout: keep_scale 1/(1-p) in fp32, as attn.cu and cpu_dropout_scales */
+static tc_drop tc_drop_of(float p, uint64_t seed, uint64_t offset, int B, int S)
+{
+	tc_drop d;
+	d.p = p;
+	d.ks = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
+	d.seed = seed;
+	d.offset = offset;
+	d.B = B;
+	d.S = S;
+	return d;
+}
+
 static unsigned tc_grid(size_t blocks)
 {
 	if (blocks > 0x7fffffffu)
@@ -31,14 +44,14 @@ static unsigned tc_grid(size_t blocks)
 template <class H, int KD>
 static void tc_fwd_launch(float *out, float *lse, const float *q, const float *kk, const float *v,
 			  const int32_t *qpos, const int32_t *kpos, int B, int Tq, int Tk, int a, int g,
-			  float scale, int accumulate)
+			  float scale, int accumulate, tc_drop drop)
 {
 	static bool opted;
 	constexpr size_t smem = tc_fwd_smem<KD, TC_WQ>();
 	tc_opt_in(attn_tc_fwd_kernel<H, KD, TC_WQ>, smem, &opted);
 	const unsigned blocks = tc_grid((size_t)B * a * ((Tq + 16 * TC_WQ - 1) / (16 * TC_WQ)));
 	attn_tc_fwd_kernel<H, KD, TC_WQ><<<blocks, 32 * TC_WQ, smem>>>(
-		out, lse, q, kk, v, qpos, kpos, Tq, Tk, a, g, scale, accumulate);
+		out, lse, q, kk, v, qpos, kpos, Tq, Tk, a, g, scale, accumulate, drop);
 	KERNEL_CHECK();
 }
 
@@ -48,16 +61,16 @@ static void tc_block_forward(float *out, float *lse, const float *q, const float
 			     int S, float scale, float dropout_p, uint64_t seed, uint64_t offset, int accumulate)
 {
 	const bool aligned = (((uintptr_t)q | (uintptr_t)kk | (uintptr_t)v | (uintptr_t)out) & 15) == 0;
-	if ((k != 64 && k != 128) || dropout_p > 0.0f || !aligned || B <= 0 || Tq <= 0 || Tk <= 0 || a <= 0 ||
-	    g <= 0 || a % g) {
+	if ((k != 64 && k != 128) || !aligned || B <= 0 || Tq <= 0 || Tk <= 0 || a <= 0 || g <= 0 || a % g) {
 		cuda_attention_block_forward_f32(out, lse, q, kk, v, qpos, kpos, B, Tq, Tk, a, g, k, S, scale,
 						 dropout_p, seed, offset, accumulate);
 		return;
 	}
+	const tc_drop drop = tc_drop_of(dropout_p, seed, offset, B, S);
 	if (k == 64)
-		tc_fwd_launch<H, 64>(out, lse, q, kk, v, qpos, kpos, B, Tq, Tk, a, g, scale, accumulate);
+		tc_fwd_launch<H, 64>(out, lse, q, kk, v, qpos, kpos, B, Tq, Tk, a, g, scale, accumulate, drop);
 	else
-		tc_fwd_launch<H, 128>(out, lse, q, kk, v, qpos, kpos, B, Tq, Tk, a, g, scale, accumulate);
+		tc_fwd_launch<H, 128>(out, lse, q, kk, v, qpos, kpos, B, Tq, Tk, a, g, scale, accumulate, drop);
 }
 
 #define TC_BLOCK_FWD(name, H)                                                                           \
@@ -75,27 +88,32 @@ TC_BLOCK_FWD(tc_block_forward_f16, tc_f16)
 template <class H, int KD>
 static void tc_bwd_launch(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
 			  const float *q, const float *kk, const float *v, const int32_t *qpos, const int32_t *kpos,
-			  int B, int Tq, int Tk, int a, int g, float scale)
+			  int B, int Tq, int Tk, int a, int g, float scale, tc_drop drop)
 {
 	static bool opted_dq, opted_dkv;
-	float *dr = (float *)scratch_alloc((size_t)B * a * Tq * sizeof(float));
-	attn_tc_rowdot_kernel<KD><<<tc_grid(((size_t)B * Tq * a + 3) / 4), 128>>>(dr, dout, out, qpos, kpos, B, Tq, a);
-	KERNEL_CHECK();
+	float *dr = NULL; /* Dr = rowsum(dO O) feeds dS, which dV alone does not need */
+	if (dq || dk) {
+		dr = (float *)scratch_alloc((size_t)B * a * Tq * sizeof(float));
+		attn_tc_rowdot_kernel<KD>
+			<<<tc_grid(((size_t)B * Tq * a + 3) / 4), 128>>>(dr, dout, out, qpos, kpos, B, Tq, a);
+		KERNEL_CHECK();
+	}
 	if (dq) {
 		constexpr size_t smem = tc_dq_smem<KD>();
 		tc_opt_in(attn_tc_dq_kernel<H, KD>, smem, &opted_dq);
 		attn_tc_dq_kernel<H, KD><<<tc_grid((size_t)B * a * ((Tq + 63) / 64)), 128, smem>>>(
-			dq, dout, lse, dr, q, kk, v, qpos, kpos, Tq, Tk, a, g, scale);
+			dq, dout, lse, dr, q, kk, v, qpos, kpos, Tq, Tk, a, g, scale, drop);
 		KERNEL_CHECK();
 	}
 	if (dk || dv) {
 		constexpr size_t smem = tc_dkv_smem<KD>();
 		tc_opt_in(attn_tc_dkv_kernel<H, KD>, smem, &opted_dkv);
 		attn_tc_dkv_kernel<H, KD><<<tc_grid((size_t)B * g * ((Tk + 63) / 64)), 128, smem>>>(
-			dk, dv, dout, lse, dr, q, kk, v, qpos, kpos, Tq, Tk, a, g, scale);
+			dk, dv, dout, lse, dr, q, kk, v, qpos, kpos, Tq, Tk, a, g, scale, drop);
 		KERNEL_CHECK();
 	}
-	scratch_free(dr);
+	if (dr)
+		scratch_free(dr);
 }
 
 template <class H>
@@ -106,18 +124,18 @@ static void tc_block_backward(float *dq, float *dk, float *dv, const float *dout
 {
 	const uintptr_t any = (uintptr_t)dq | (uintptr_t)dk | (uintptr_t)dv | (uintptr_t)dout | (uintptr_t)out |
 			      (uintptr_t)q | (uintptr_t)kk | (uintptr_t)v;
-	if ((k != 64 && k != 128) || dropout_p > 0.0f || (any & 15) || B <= 0 || Tq <= 0 || Tk <= 0 || a <= 0 ||
-	    g <= 0 || a % g) {
+	if ((k != 64 && k != 128) || (any & 15) || B <= 0 || Tq <= 0 || Tk <= 0 || a <= 0 || g <= 0 || a % g) {
 		cuda_attention_block_backward_f32(dq, dk, dv, dout, out, lse, q, kk, v, qpos, kpos, B, Tq, Tk, a, g, k,
 						  S, scale, dropout_p, seed, offset);
 		return;
 	}
 	if (!dq && !dk && !dv)
 		return;
+	const tc_drop drop = tc_drop_of(dropout_p, seed, offset, B, S);
 	if (k == 64)
-		tc_bwd_launch<H, 64>(dq, dk, dv, dout, out, lse, q, kk, v, qpos, kpos, B, Tq, Tk, a, g, scale);
+		tc_bwd_launch<H, 64>(dq, dk, dv, dout, out, lse, q, kk, v, qpos, kpos, B, Tq, Tk, a, g, scale, drop);
 	else
-		tc_bwd_launch<H, 128>(dq, dk, dv, dout, out, lse, q, kk, v, qpos, kpos, B, Tq, Tk, a, g, scale);
+		tc_bwd_launch<H, 128>(dq, dk, dv, dout, out, lse, q, kk, v, qpos, kpos, B, Tq, Tk, a, g, scale, drop);
 }
 
 #define TC_BLOCK_BWD(name, H)                                                                            \

@@ -1,8 +1,8 @@
 /*
  * attn_tc.cuh - flash attention on the tensor cores (bf16 or fp16 operands,
  * fp32 accumulators): attention_block_forward and attention_block_backward
- * (ops.h) for the half-input op tables, head dims 64 and 128, without
- * dropout. Device code
+ * (ops.h) for the half-input op tables, head dims 64 and 128, with or
+ * without dropout. Device code
  * only: attn_tc.cu launches it on the GPU, tests/emu/test_attn_tc.cc runs
  * the same source in the thread-block emulator against the CPU twin.
  *
@@ -25,12 +25,18 @@
  *  - Causality by positions as in attn.cu: the tile sees keys [0, nk) (a
  *    prefix, found by binary search on its last query); per element masks
  *    only in the key tiles that reach past the warp's first row's prefix.
- * Rows past the end of the queries read zero Q rows and see no key; key rows
- * past nk are zero in shared memory (0 * a NaN pattern would poison P V).
+ * Rows past the end of the queries read zero Q rows (in masked tiles they see
+ * no key; in unmasked ones their scores are 0, harmless, never written out);
+ * key rows past nk are zero in shared memory (0 * a NaN pattern would poison
+ * P V).
  *
- * Numerics against the fp32 kernel: P is rounded to bf16 (fp16) before P V,
- * as in every flash attention on tensor cores: about 2^-9 (2^-12) relative
- * per probability; the sums are fp32 in the tensor core's order.
+ * Numerics against the fp32 kernel: q, k, v (and dO) are rounded to the half
+ * format on their way into shared memory (exact where the model already
+ * holds them in it; RoPE's outputs are not rounded, so about 2^-9 there),
+ * and P (and dS) before their products, as in every flash attention on
+ * tensor cores: about 2^-9 (2^-12) relative per value; the sums are fp32 in
+ * the tensor core's order. In fp16, dS of a loss-scaled dO can overflow
+ * where the fp32 kernels would not (as in FlashAttention 2); bf16 cannot.
  *
  * Backward (flash attention 2's, in attn.cu's deterministic shape: two
  * kernels that each own their outputs, no atomics). With P = exp(scale q.k
@@ -47,11 +53,15 @@
  *    dO as B, so P^T and dS^T land in A-fragment layout for dV += P^T dO and
  *    dK += dS^T Q (dO and Q through ldmatrix.trans).
  * Masked probabilities are selected to 0, never computed from a -inf lse.
+ * Dropout draws the masks of attn.cu (ops.h's counters, philox.cuh) in
+ * registers, per element: the forward's row sums are before dropout, P V
+ * takes P M; the backward takes dP M in dS and P M in dV.
  */
 #ifndef MEGAC_KERNELS_CUDA_ATTN_TC_CUH
 #define MEGAC_KERNELS_CUDA_ATTN_TC_CUH
 
-#include "tc.cuh"
+#include "tc.cuh" /* first: under MEGAC_EMU it brings emu.h, which philox.cuh needs */
+#include "philox.cuh"
 
 #include <limits.h>
 #include <math.h>
@@ -92,6 +102,45 @@ static __device__ __forceinline__ int tc_count_le(const int32_t *pos, int n, int
 	return lo;
 }
 
+/* Dropout of the probabilities (ops.h): prob (h, b, tq, tk) is kept when the
+ * draw at counter offset + ((h B + b) S + qpos[tq]) S + kpos[tk] is >= p,
+ * and then scaled by ks = 1/(1-p); p = 0: no dropout. */
+struct tc_drop {
+	float p, ks;
+	uint64_t seed, offset;
+	int B, S;
+};
+
+/* the counter of (h, b, position qp, key position 0) */
+static __device__ __forceinline__ uint64_t tc_drop_row(const tc_drop &d, int b, int h, int qp)
+{
+	return d.offset + ((uint64_t)(h * d.B + b) * (uint64_t)d.S + (uint64_t)qp) * (uint64_t)d.S;
+}
+
+static __device__ __forceinline__ float tc_keep(const tc_drop &d, uint64_t c)
+{
+	return philox_u01(philox_word(philox4(d.seed, c >> 2), (unsigned)(c & 3))) >= d.p ? d.ks : 0.0f;
+}
+
+/* two draws of one row, c0 and c1, usually in one Philox block */
+static __device__ __forceinline__ void tc_keep2(float m[2], const tc_drop &d, uint64_t c0, uint64_t c1)
+{
+	const uint4 w = philox4(d.seed, c0 >> 2);
+	m[0] = philox_u01(philox_word(w, (unsigned)(c0 & 3))) >= d.p ? d.ks : 0.0f;
+	m[1] = (c1 >> 2) == (c0 >> 2) ? (philox_u01(philox_word(w, (unsigned)(c1 & 3))) >= d.p ? d.ks : 0.0f)
+				       : tc_keep(d, c1);
+}
+
+/* the multipliers of the key pair (key, key+1) of this thread in rows at
+ * counters r0 and r1: keys past nk are masked anyway (1) */
+static __device__ __forceinline__ void tc_keep_pair(float m0[2], float m1[2], const tc_drop &d, const int32_t *kpos,
+						    int nk, int key, uint64_t r0, uint64_t r1)
+{
+	const uint64_t ka = key < nk ? (uint64_t)kpos[key] : 0, kb = key + 1 < nk ? (uint64_t)kpos[key + 1] : 0;
+	tc_keep2(m0, d, r0 + ka, r0 + kb);
+	tc_keep2(m1, d, r1 + ka, r1 + kb);
+}
+
 /* rows [0, n) of src (row stride ld floats, KD channels each) into halves at
  * dst[NR][LDS]; rows n..NR-1 are zeros. 4 channels per thread and step. */
 template <class H, int KD, int NR, int NT>
@@ -111,15 +160,15 @@ static __device__ __forceinline__ void tc_load_rows(uint16_t *dst, const float *
 }
 
 /*
- * attention_block_forward (ops.h) on the tensor cores, k == KD, no dropout.
+ * attention_block_forward (ops.h) on the tensor cores, k == KD.
  * Grid: B*a*ntile blocks of 32 WQ threads, tiles in reverse order (the
  * longest first); dynamic shared memory tc_fwd_smem<KD, WQ>().
  */
 template <class H, int KD, int WQ>
-__global__ void __launch_bounds__(32 * WQ)
+__global__ void __launch_bounds__(32 * WQ, 2)
 	attn_tc_fwd_kernel(float *out, float *lse, const float *q, const float *kk, const float *v,
 			   const int32_t *qpos, const int32_t *kpos, int Tq, int Tk, int a, int g, float scale,
-			   int accumulate)
+			   int accumulate, tc_drop drop)
 {
 	constexpr int NT = 32 * WQ, BQ = 16 * WQ, BK = TC_BK, LDS = tc_geom<KD>::LDS;
 	constexpr int NKS = KD / 16;  /* 16-channel steps of Q K^T */
@@ -161,6 +210,7 @@ __global__ void __launch_bounds__(32 * WQ)
 	}
 
 	const float sl = scale * TC_LOG2E;
+	const uint64_t dr0 = tc_drop_row(drop, b, h, qp0), dr1 = tc_drop_row(drop, b, h, qp1);
 	float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
 	float acc[NOT][4];
 #pragma unroll
@@ -232,6 +282,16 @@ __global__ void __launch_bounds__(32 * WQ)
 			}
 		l0 = l0 * al0 + p0;
 		l1 = l1 * al1 + p1;
+		if (drop.p > 0.0f) /* the sums above are before dropout; P V takes the kept probabilities, scaled */
+#pragma unroll
+			for (int t = 0; t < NST; t++) {
+				float k0m[2], k1m[2];
+				tc_keep_pair(k0m, k1m, drop, kpos, nk, k0 + 8 * t + 2 * tig, dr0, dr1);
+				s[t][0] *= k0m[0];
+				s[t][1] *= k0m[1];
+				s[t][2] *= k1m[0];
+				s[t][3] *= k1m[1];
+			}
 #pragma unroll
 		for (int t = 0; t < NOT; t++) {
 			acc[t][0] *= al0;
@@ -369,7 +429,7 @@ template <class H, int KD>
 __global__ void __launch_bounds__(128)
 	attn_tc_dq_kernel(float *dq, const float *dout, const float *lse, const float *dr, const float *q,
 			  const float *kk, const float *v, const int32_t *qpos, const int32_t *kpos, int Tq, int Tk,
-			  int a, int g, float scale)
+			  int a, int g, float scale, tc_drop drop)
 {
 	constexpr int NT = 128, BQ = 64, BK = tc_bwd_geom<KD>::BK2, LDS = tc_geom<KD>::LDS;
 	constexpr int NKS = KD / 16, NST = BK / 8, NOT = KD / 8;
@@ -391,6 +451,7 @@ __global__ void __launch_bounds__(128)
 	const bool see0 = qp0 >= kpos[0], see1 = qp1 >= kpos[0];
 	const float ls0 = see0 ? Lr[r0] * TC_LOG2E : 0.0f, ls1 = see1 ? Lr[r1] * TC_LOG2E : 0.0f;
 	const float d0 = see0 ? Dg[r0] : 0.0f, d1 = see1 ? Dg[r1] : 0.0f;
+	const uint64_t dr0 = tc_drop_row(drop, b, h, qp0), dr1 = tc_drop_row(drop, b, h, qp1);
 
 	tc_load_rows<H, KD, BQ, NT>(Qs, q + ((size_t)bh * Tq + q0) * KD, KD, nq);
 	tc_load_rows<H, KD, BQ, NT>(Os, dout + ((size_t)b * Tq + q0) * ldo + (size_t)h * KD, ldo, nq);
@@ -434,10 +495,13 @@ __global__ void __launch_bounds__(128)
 				tc_mma<H>(dp[2 * np], of[ks], bf);
 				tc_mma<H>(dp[2 * np + 1], of[ks], bf + 2);
 			}
-		/* P, then dS = P (dP - Dr) in s */
+		/* P, then dS = P (dP M - Dr) in s, M the dropout multipliers */
 		const bool mask = k0 + BK > nk_w;
 #pragma unroll
-		for (int t = 0; t < NST; t++)
+		for (int t = 0; t < NST; t++) {
+			float m0[2] = { 1.0f, 1.0f }, m1[2] = { 1.0f, 1.0f };
+			if (drop.p > 0.0f)
+				tc_keep_pair(m0, m1, drop, kpos, nk, k0 + 8 * t + 2 * tig, dr0, dr1);
 #pragma unroll
 			for (int e = 0; e < 2; e++) {
 				bool v0 = true, v1 = true;
@@ -449,9 +513,10 @@ __global__ void __launch_bounds__(128)
 				}
 				const float p0 = v0 ? exp2f(s[t][e] * sl - ls0) : 0.0f;
 				const float p1 = v1 ? exp2f(s[t][2 + e] * sl - ls1) : 0.0f;
-				s[t][e] = p0 * (dp[t][e] - d0);
-				s[t][2 + e] = p1 * (dp[t][2 + e] - d1);
+				s[t][e] = p0 * (dp[t][e] * m0[e] - d0);
+				s[t][2 + e] = p1 * (dp[t][2 + e] * m1[e] - d1);
 			}
+		}
 		/* dQ += dS K, 16 keys per step */
 #pragma unroll
 		for (int ks = 0; ks < BK / 16; ks++) {
@@ -496,7 +561,7 @@ template <class H, int KD>
 __global__ void __launch_bounds__(128)
 	attn_tc_dkv_kernel(float *dk, float *dv, const float *dout, const float *lse, const float *dr,
 			   const float *q, const float *kk, const float *v, const int32_t *qpos, const int32_t *kpos,
-			   int Tq, int Tk, int a, int g, float scale)
+			   int Tq, int Tk, int a, int g, float scale, tc_drop drop)
 {
 	constexpr int NT = 128, BKV = 64, BQ = tc_bwd_geom<KD>::BQ2, LDS = tc_geom<KD>::LDS;
 	constexpr int NKS = KD / 16, NST = BQ / 8, NOT = KD / 8;
@@ -538,7 +603,7 @@ __global__ void __launch_bounds__(128)
 			tc_load_rows<H, KD, BQ, NT>(Os, dout + ((size_t)b * Tq + q0) * ldo + (size_t)h * KD, ldo, nq);
 			for (int i = threadIdx.x; i < BQ; i += NT) {
 				Ls[i] = i < nq ? lse[bh * Tq + q0 + i] * TC_LOG2E : 0.0f;
-				Ds[i] = i < nq ? dr[bh * Tq + q0 + i] : 0.0f;
+				Ds[i] = i < nq && dr ? dr[bh * Tq + q0 + i] : 0.0f; /* no dr: dK is not wanted */
 			}
 			__syncthreads();
 			/* S^T = K Q^T and dP^T = V dO^T for the warp's 16 keys */
@@ -567,7 +632,7 @@ __global__ void __launch_bounds__(128)
 					tc_mma<H>(dpt[2 * np + 1], vf, bf + 2);
 				}
 			}
-			/* P^T into st, dS^T into dpt */
+			/* P^T (dropped) into st, dS^T into dpt */
 			const bool mask = q0 + BQ > Tq || qpos[q0] < kp_w;
 #pragma unroll
 			for (int t = 0; t < NST; t++)
@@ -582,10 +647,17 @@ __global__ void __launch_bounds__(128)
 					}
 					const float p0 = v0 ? exp2f(st[t][e] * sl - Ls[col]) : 0.0f;
 					const float p1 = v1 ? exp2f(st[t][2 + e] * sl - Ls[col]) : 0.0f;
-					st[t][e] = p0;
-					st[t][2 + e] = p1;
-					dpt[t][e] = p0 * (dpt[t][e] - Ds[col]);
-					dpt[t][2 + e] = p1 * (dpt[t][2 + e] - Ds[col]);
+					float ma = 1.0f, mb = 1.0f; /* dropout: P M for dV, dP M for dS */
+					if (drop.p > 0.0f) {
+						const int qp = q0 + col < Tq ? qpos[q0 + col] : -1;
+						const uint64_t r = tc_drop_row(drop, b, h, qp);
+						ma = tc_keep(drop, r + (uint64_t)kp0);
+						mb = tc_keep(drop, r + (uint64_t)kp1);
+					}
+					st[t][e] = p0 * ma;
+					st[t][2 + e] = p1 * mb;
+					dpt[t][e] = p0 * (dpt[t][e] * ma - Ds[col]);
+					dpt[t][2 + e] = p1 * (dpt[t][2 + e] * mb - Ds[col]);
 				}
 			/* dV += P^T dO, dK += dS^T Q, 16 queries per step */
 #pragma unroll

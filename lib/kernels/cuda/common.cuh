@@ -158,42 +158,15 @@ static __device__ float block_max(float v)
 	return warp_max(v);
 }
 
-/* ---- counter-based random numbers (cpu_rand.c, ported exactly) ----
- * block(seed, j) = Philox4x32-10, key (lo32(seed), hi32(seed)), counter
- * (lo32(j), hi32(j), 0, 0); uniform(s, c) = (w[c mod 4] >> 8) * 2^-24 of
- * block(s, c / 4). Each thread computes the whole block for its counter
- * (4x redundant work, but simple and obviously the same draw). */
-
-#define PHILOX_M0 0xD2511F53u
-#define PHILOX_M1 0xCD9E8D57u
-#define PHILOX_W0 0x9E3779B9u
-#define PHILOX_W1 0xBB67AE85u
-
-/* The four words of Philox4x32-10 block j: word w is the draw of counter 4j + w. */
-static __device__ __forceinline__ uint4 philox4(uint64_t seed, uint64_t j)
-{
-	uint32_t x0 = (uint32_t)j, x1 = (uint32_t)(j >> 32), x2 = 0, x3 = 0;
-	uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
-	for (int round = 0; round < 10; round++) {
-		if (round > 0) { /* the key is bumped before every round but the first */
-			k0 += PHILOX_W0;
-			k1 += PHILOX_W1;
-		}
-		uint32_t hi0 = __umulhi(PHILOX_M0, x0), lo0 = PHILOX_M0 * x0;
-		uint32_t hi1 = __umulhi(PHILOX_M1, x2), lo1 = PHILOX_M1 * x2;
-		uint32_t y0 = hi1 ^ x1 ^ k0, y1 = lo1;
-		uint32_t y2 = hi0 ^ x3 ^ k1, y3 = lo0;
-		x0 = y0, x1 = y1, x2 = y2, x3 = y3;
-	}
-	return make_uint4(x0, x1, x2, x3);
-}
+/* ---- counter-based random numbers (cpu_rand.c, ported exactly): philox.cuh ----
+ * uniform(s, c) = (w[c mod 4] >> 8) * 2^-24 of Philox block (s, c / 4). Each
+ * thread computes the whole block for its counter (4x redundant work, but
+ * simple and obviously the same draw). */
+#include "philox.cuh"
 
 static __device__ __forceinline__ float philox_uniform(uint64_t seed, uint64_t counter)
 {
-	uint4 b = philox4(seed, counter >> 2);
-	unsigned w = (unsigned)(counter & 3);
-	uint32_t word = w == 0 ? b.x : w == 1 ? b.y : w == 2 ? b.z : b.w;
-	return (float)(word >> 8) * 5.9604644775390625e-08f; /* 2^-24: exact */
+	return philox_u01(philox_word(philox4(seed, counter >> 2), (unsigned)(counter & 3)));
 }
 
 /* ---- rounding to half precision and back (cpu_round_bf16/fp16, bit for bit) ---- */

@@ -25,6 +25,7 @@
 #include <cuda_fp16.h>
 #endif
 #include <stdint.h>
+#include <string.h>
 
 /* the two 16-bit input formats: tags for the kernel templates */
 struct tc_bf16 {
@@ -42,8 +43,10 @@ template <> __device__ __forceinline__ uint32_t tc_pack<tc_bf16>(float lo, float
 #ifdef MEGAC_EMU
 	return (uint32_t)emu_f32_to_bf16(lo) | (uint32_t)emu_f32_to_bf16(hi) << 16;
 #else
-	__nv_bfloat162 h = __floats2bfloat162_rn(lo, hi); /* .x = lo: the low half */
-	return *(uint32_t *)&h;
+	const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi); /* .x = lo: the low half */
+	uint32_t u;
+	memcpy(&u, &h, sizeof u);
+	return u;
 #endif
 }
 
@@ -52,8 +55,10 @@ template <> __device__ __forceinline__ uint32_t tc_pack<tc_f16>(float lo, float 
 #ifdef MEGAC_EMU
 	return (uint32_t)emu_f32_to_f16(lo) | (uint32_t)emu_f32_to_f16(hi) << 16;
 #else
-	__half2 h = __floats2half2_rn(lo, hi);
-	return *(uint32_t *)&h;
+	const __half2 h = __floats2half2_rn(lo, hi);
+	uint32_t u;
+	memcpy(&u, &h, sizeof u);
+	return u;
 #endif
 }
 
