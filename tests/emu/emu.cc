@@ -23,12 +23,23 @@ struct lane_op {
 	uint32_t *r;                 /* ldmatrix result registers */
 };
 
+/* a queued cp.async: group is the thread's commit count when it was issued */
+struct async_copy {
+	unsigned char *dst;
+	const unsigned char *src;
+	int bytes;
+	int group;
+};
+const int MAX_ASYNC = 64;
+
 struct thr {
 	ucontext_t ctx;
 	dim3 tid;
 	int state;
 	lane_op op;
 	char *stack;
+	async_copy pending[MAX_ASYNC];
+	int npending, groups;
 };
 
 /* The one emulated block (one host thread runs everything). */
@@ -42,6 +53,7 @@ struct emu_state {
 	int cur;
 	const std::function<void()> *body;
 	int failed;
+	int cp_eager; /* cp.async lands when issued (order 0) or at its wait (order 1) */
 };
 emu_state E;
 
@@ -192,6 +204,8 @@ int run_block(int order)
 		t->tid.y = (unsigned)(i / E.bdim.x % E.bdim.y);
 		t->tid.z = (unsigned)(i / (E.bdim.x * E.bdim.y));
 		t->state = T_RUN;
+		t->npending = 0;
+		t->groups = 0;
 		getcontext(&t->ctx);
 		t->ctx.uc_stack.ss_sp = t->stack;
 		t->ctx.uc_stack.ss_size = STACK;
@@ -271,6 +285,53 @@ const dim3 &emu_block_idx(void) { return E.bid; }
 const dim3 &emu_block_dim(void) { return E.bdim; }
 const dim3 &emu_grid_dim(void) { return E.gdim; }
 void *emu_smem(void) { return E.smem; }
+
+void emu_cp_async16(void *smem, const void *gmem, int src_bytes)
+{
+	thr *t = &E.th[E.cur];
+	unsigned char *d = (unsigned char *)smem;
+	if (d < E.smem || d + 16 > E.smem + E.smem_bytes || ((uintptr_t)d & 15) ||
+	    (src_bytes && ((uintptr_t)gmem & 15)) || (src_bytes != 0 && src_bytes != 16)) {
+		fail("cp.async: the shared address is outside shared memory or not 16-byte aligned, or the global "
+		     "one not aligned, or a size other than 0 or 16");
+		return;
+	}
+	if (E.cp_eager) { /* the earliest the hardware may land it */
+		if (src_bytes)
+			memcpy(d, gmem, 16);
+		else
+			memset(d, 0, 16);
+		return;
+	}
+	if (t->npending == MAX_ASYNC) {
+		fail("cp.async: more copies in flight in one thread than the emulator holds");
+		return;
+	}
+	t->pending[t->npending++] = async_copy{ d, (const unsigned char *)gmem, src_bytes, t->groups };
+}
+
+void emu_cp_async_commit(void)
+{
+	E.th[E.cur].groups++;
+}
+
+void emu_cp_async_wait(int n)
+{
+	thr *t = &E.th[E.cur];
+	int kept = 0;
+	for (int i = 0; i < t->npending; i++) {
+		async_copy *c = &t->pending[i];
+		if (c->group < t->groups - n) { /* a committed group older than the n newest */
+			if (c->bytes)
+				memcpy(c->dst, c->src, 16);
+			else
+				memset(c->dst, 0, 16);
+		} else {
+			t->pending[kept++] = *c;
+		}
+	}
+	t->npending = kept;
+}
 
 void emu_syncthreads(void)
 {
@@ -360,6 +421,7 @@ int emu_launch(dim3 grid, dim3 block, size_t smem_bytes, int order, const std::f
 	E.bdim = block;
 	E.gdim = grid;
 	E.body = &body;
+	E.cp_eager = order == 0;
 	E.smem_bytes = smem_bytes;
 	E.smem = (unsigned char *)malloc(smem_bytes ? smem_bytes : 1);
 	E.th = (thr *)calloc((size_t)n, sizeof(thr));

@@ -2,7 +2,9 @@
  * attn_tc.cu - the half tables' attention_block_forward and _backward
  * (kops_cuda_half): the tensor-core flash attention of attn_tc.cuh where it
  * applies (head dim 64 or 128, 16-byte aligned rows), attn.cu's fp32
- * kernels otherwise. The kernel itself is tested without a GPU in the thread-block
+ * kernels otherwise. Each call first converts its fp32 inputs to halves in
+ * the scratch buffer (one pass; every block then reads 2 bytes per value,
+ * by cp.async). The kernels are tested without a GPU in the thread-block
  * emulator (tests/emu/test_attn_tc.cc) and on a GPU by tests/gpu/parity.c
  * and the bf16 training parity of tests/gpu/train_parity.sh.
  */
@@ -10,7 +12,8 @@
 
 #include "attn_tc.cuh"
 
-#define TC_WQ 4 /* warps per block: 64 query rows */
+#include <stdlib.h>
+#include <string.h>
 
 /* the shared-memory opt-in beyond 48 KB, once per kernel instantiation */
 template <typename F> static void tc_opt_in(F *kernel, size_t bytes, bool *done)
@@ -41,17 +44,41 @@ static unsigned tc_grid(size_t blocks)
 	return (unsigned)blocks;
 }
 
-template <class H, int KD>
-static void tc_fwd_launch(float *out, float *lse, const float *q, const float *kk, const float *v,
+/* n fp32 values (a multiple of 4, 16-byte aligned) to halves at dst */
+template <class H> static void tc_to_half(uint16_t *dst, const float *src, size_t n)
+{
+	const size_t n4 = n / 4, blocks = (n4 + 255) / 256;
+	attn_tc_half_kernel<H><<<(unsigned)(blocks < 8192 ? blocks : 8192), 256>>>((uint32_t *)dst, src, n4);
+	KERNEL_CHECK();
+}
+
+/* halves carved out of the scratch buffer at byte offset *off, 256-byte aligned */
+static uint16_t *tc_carve(char *base, size_t *off, size_t n)
+{
+	uint16_t *p = (uint16_t *)(base + *off);
+	*off += (n * sizeof(uint16_t) + 255) & ~(size_t)255;
+	return p;
+}
+
+/* the forward's warps per block (16 query rows each): 8, or MEGAC_TC_WARPS=4,
+ * which attn_bench times beside it (a lease's measurement decides) */
+static int tc_fwd_warps(void)
+{
+	const char *e = getenv("MEGAC_TC_WARPS");
+	return e && !strcmp(e, "4") ? 4 : 8;
+}
+
+template <class H, int KD, int WQ>
+static void tc_fwd_launch(float *out, float *lse, const uint16_t *qh, const uint16_t *kh, const uint16_t *vh,
 			  const int32_t *qpos, const int32_t *kpos, int B, int Tq, int Tk, int a, int g,
 			  float scale, int accumulate, tc_drop drop)
 {
 	static bool opted;
-	constexpr size_t smem = tc_fwd_smem<KD, TC_WQ>();
-	tc_opt_in(attn_tc_fwd_kernel<H, KD, TC_WQ>, smem, &opted);
-	const unsigned blocks = tc_grid((size_t)B * a * ((Tq + 16 * TC_WQ - 1) / (16 * TC_WQ)));
-	attn_tc_fwd_kernel<H, KD, TC_WQ><<<blocks, 32 * TC_WQ, smem>>>(
-		out, lse, q, kk, v, qpos, kpos, Tq, Tk, a, g, scale, accumulate, drop);
+	constexpr size_t smem = tc_fwd_smem<KD, WQ>();
+	tc_opt_in(attn_tc_fwd_kernel<H, KD, WQ>, smem, &opted);
+	const unsigned blocks = tc_grid((size_t)B * a * ((Tq + 16 * WQ - 1) / (16 * WQ)));
+	attn_tc_fwd_kernel<H, KD, WQ><<<blocks, 32 * WQ, smem>>>(out, lse, qh, kh, vh, qpos, kpos, Tq, Tk, a, g,
+								  scale, accumulate, drop);
 	KERNEL_CHECK();
 }
 
@@ -66,11 +93,29 @@ static void tc_block_forward(float *out, float *lse, const float *q, const float
 						 dropout_p, seed, offset, accumulate);
 		return;
 	}
+	const size_t nq = (size_t)B * a * Tq * k, nkv = (size_t)B * g * Tk * k;
+	char *base = (char *)scratch_alloc((nq + 2 * nkv) * sizeof(uint16_t) + 3 * 256);
+	size_t off = 0;
+	uint16_t *qh = tc_carve(base, &off, nq), *kh = tc_carve(base, &off, nkv), *vh = tc_carve(base, &off, nkv);
+	tc_to_half<H>(qh, q, nq);
+	tc_to_half<H>(kh, kk, nkv);
+	tc_to_half<H>(vh, v, nkv);
 	const tc_drop drop = tc_drop_of(dropout_p, seed, offset, B, S);
-	if (k == 64)
-		tc_fwd_launch<H, 64>(out, lse, q, kk, v, qpos, kpos, B, Tq, Tk, a, g, scale, accumulate, drop);
-	else
-		tc_fwd_launch<H, 128>(out, lse, q, kk, v, qpos, kpos, B, Tq, Tk, a, g, scale, accumulate, drop);
+#define TC_FWD(KD, WQ) \
+	tc_fwd_launch<H, KD, WQ>(out, lse, qh, kh, vh, qpos, kpos, B, Tq, Tk, a, g, scale, accumulate, drop)
+	if (tc_fwd_warps() == 4) {
+		if (k == 64)
+			TC_FWD(64, 4);
+		else
+			TC_FWD(128, 4);
+	} else {
+		if (k == 64)
+			TC_FWD(64, 8);
+		else
+			TC_FWD(128, 8);
+	}
+#undef TC_FWD
+	scratch_free(base);
 }
 
 #define TC_BLOCK_FWD(name, H)                                                                           \
@@ -91,9 +136,19 @@ static void tc_bwd_launch(float *dq, float *dk, float *dv, const float *dout, co
 			  int B, int Tq, int Tk, int a, int g, float scale, tc_drop drop)
 {
 	static bool opted_dq, opted_dkv;
+	const size_t nq = (size_t)B * a * Tq * KD, nkv = (size_t)B * g * Tk * KD, nl = (size_t)B * a * Tq;
+	char *base = (char *)scratch_alloc(((nl * sizeof(float) + 255) & ~(size_t)255) +
+					   (2 * nq + 2 * nkv) * sizeof(uint16_t) + 4 * 256);
+	size_t off = (nl * sizeof(float) + 255) & ~(size_t)255;
+	uint16_t *qh = tc_carve(base, &off, nq), *oh = tc_carve(base, &off, nq);
+	uint16_t *kh = tc_carve(base, &off, nkv), *vh = tc_carve(base, &off, nkv);
+	tc_to_half<H>(qh, q, nq);
+	tc_to_half<H>(oh, dout, nq);
+	tc_to_half<H>(kh, kk, nkv);
+	tc_to_half<H>(vh, v, nkv);
 	float *dr = NULL; /* Dr = rowsum(dO O) feeds dS, which dV alone does not need */
 	if (dq || dk) {
-		dr = (float *)scratch_alloc((size_t)B * a * Tq * sizeof(float));
+		dr = (float *)base;
 		attn_tc_rowdot_kernel<KD>
 			<<<tc_grid(((size_t)B * Tq * a + 3) / 4), 128>>>(dr, dout, out, qpos, kpos, B, Tq, a);
 		KERNEL_CHECK();
@@ -102,18 +157,17 @@ static void tc_bwd_launch(float *dq, float *dk, float *dv, const float *dout, co
 		constexpr size_t smem = tc_dq_smem<KD>();
 		tc_opt_in(attn_tc_dq_kernel<H, KD>, smem, &opted_dq);
 		attn_tc_dq_kernel<H, KD><<<tc_grid((size_t)B * a * ((Tq + 63) / 64)), 128, smem>>>(
-			dq, dout, lse, dr, q, kk, v, qpos, kpos, Tq, Tk, a, g, scale, drop);
+			dq, oh, lse, dr, qh, kh, vh, qpos, kpos, Tq, Tk, a, g, scale, drop);
 		KERNEL_CHECK();
 	}
 	if (dk || dv) {
 		constexpr size_t smem = tc_dkv_smem<KD>();
 		tc_opt_in(attn_tc_dkv_kernel<H, KD>, smem, &opted_dkv);
 		attn_tc_dkv_kernel<H, KD><<<tc_grid((size_t)B * g * ((Tk + 63) / 64)), 128, smem>>>(
-			dk, dv, dout, lse, dr, q, kk, v, qpos, kpos, Tq, Tk, a, g, scale, drop);
+			dk, dv, oh, lse, dr, qh, kh, vh, qpos, kpos, Tq, Tk, a, g, scale, drop);
 		KERNEL_CHECK();
 	}
-	if (dr)
-		scratch_free(dr);
+	scratch_free(base);
 }
 
 template <class H>

@@ -84,9 +84,10 @@ template <int KD> struct tc_geom {
 	static constexpr int LDS = KD + 8;
 };
 
+/* Q, then two stages of K and V tiles (double buffering) */
 template <int KD, int WQ> __host__ __device__ constexpr size_t tc_fwd_smem(void)
 {
-	return (size_t)(16 * WQ + 2 * TC_BK) * tc_geom<KD>::LDS * 2;
+	return (size_t)(16 * WQ + 4 * TC_BK) * tc_geom<KD>::LDS * 2;
 }
 
 static __device__ __forceinline__ int tc_count_le(const int32_t *pos, int n, int p)
@@ -141,21 +142,36 @@ static __device__ __forceinline__ void tc_keep_pair(float m0[2], float m1[2], co
 	tc_keep2(m1, d, r1 + ka, r1 + kb);
 }
 
-/* rows [0, n) of src (row stride ld floats, KD channels each) into halves at
- * dst[NR][LDS]; rows n..NR-1 are zeros. 4 channels per thread and step. */
-template <class H, int KD, int NR, int NT>
-static __device__ __forceinline__ void tc_load_rows(uint16_t *dst, const float *src, size_t ld, int n)
+/* fp32 to halves, 4 values per thread and step (n4 = n / 4): the kernels'
+ * inputs, converted once per call so that every block reads 2 bytes per value
+ * and the tiles can go to shared memory by cp.async */
+template <class H>
+__global__ void __launch_bounds__(256) attn_tc_half_kernel(uint32_t *dst, const float *src, size_t n4)
 {
-	constexpr int LDS = tc_geom<KD>::LDS, C4 = KD / 4;
-	for (int i = threadIdx.x; i < NR * C4; i += NT) {
-		const int r = i / C4, c = 4 * (i % C4);
-		uint2 h = { 0, 0 };
-		if (r < n) {
-			const float4 x = *(const float4 *)(src + (size_t)r * ld + c);
-			h.x = tc_pack<H>(x.x, x.y);
-			h.y = tc_pack<H>(x.z, x.w);
+	for (size_t i = (size_t)blockIdx.x * 256 + threadIdx.x; i < n4; i += (size_t)gridDim.x * 256) {
+		const float4 x = ((const float4 *)src)[i];
+		uint2 h;
+		h.x = tc_pack<H>(x.x, x.y);
+		h.y = tc_pack<H>(x.z, x.w);
+		((uint2 *)dst)[i] = h;
+	}
+}
+
+/* rows [0, n) of src (halves, row stride ld, KD channels each) into
+ * dst[NR][LDS] by cp.async, 16 bytes per copy; rows n..NR-1 become zeros.
+ * The caller commits the group. */
+template <int KD, int NR, int NT>
+static __device__ __forceinline__ void tc_copy_rows(uint16_t *dst, const uint16_t *src, size_t ld, int n)
+{
+	constexpr int LDS = tc_geom<KD>::LDS, C8 = KD / 8, N = NR * C8;
+#pragma unroll
+	for (int it = 0; it < (N + NT - 1) / NT; it++) {
+		const int i = threadIdx.x + it * NT;
+		if (N % NT == 0 || i < N) {
+			const int r = i / C8, c = 8 * (i % C8);
+			const bool in = r < n;
+			tc_cp_async16(dst + r * LDS + c, src + (size_t)(in ? r : 0) * ld + c, in ? 16 : 0);
 		}
-		*(uint2 *)(dst + r * LDS + c) = h;
 	}
 }
 
@@ -165,8 +181,8 @@ static __device__ __forceinline__ void tc_load_rows(uint16_t *dst, const float *
  * longest first); dynamic shared memory tc_fwd_smem<KD, WQ>().
  */
 template <class H, int KD, int WQ>
-__global__ void __launch_bounds__(32 * WQ, 2)
-	attn_tc_fwd_kernel(float *out, float *lse, const float *q, const float *kk, const float *v,
+__global__ void __launch_bounds__(32 * WQ, WQ > 4 ? 1 : 2)
+	attn_tc_fwd_kernel(float *out, float *lse, const uint16_t *qh, const uint16_t *kh, const uint16_t *vh,
 			   const int32_t *qpos, const int32_t *kpos, int Tq, int Tk, int a, int g, float scale,
 			   int accumulate, tc_drop drop)
 {
@@ -174,7 +190,7 @@ __global__ void __launch_bounds__(32 * WQ, 2)
 	constexpr int NKS = KD / 16;  /* 16-channel steps of Q K^T */
 	constexpr int NST = BK / 8;   /* 8-key column tiles of S */
 	constexpr int NOT = KD / 8;   /* 8-channel column tiles of O */
-	uint16_t *Qs = (uint16_t *)TC_SMEM, *Ks = Qs + BQ * LDS, *Vs = Ks + BK * LDS;
+	uint16_t *Qs = (uint16_t *)TC_SMEM, *KV = Qs + BQ * LDS; /* K, V of stage t at KV + 2 t BK LDS */
 	const int lane = threadIdx.x % 32, w = threadIdx.x / 32, gid = lane / 4, tig = lane % 4;
 	const int ntile = (Tq + BQ - 1) / BQ;
 	const int bh = blockIdx.x / ntile, tile = ntile - 1 - blockIdx.x % ntile;
@@ -200,7 +216,16 @@ __global__ void __launch_bounds__(32 * WQ, 2)
 	const int wrow = 16 * w < nq ? 16 * w : nq - 1;
 	const int nk_w = 16 * w < nq ? tc_count_le(kpos, nk, qpos[q0 + wrow]) : 0;
 
-	tc_load_rows<H, KD, BQ, NT>(Qs, q + ((size_t)bh * Tq + q0) * KD, KD, nq);
+	/* Q, and the first K/V tile, in flight at once; the next tile's copies
+	 * go out while this one is computed (two stages) */
+	const uint16_t *Kg = kh + ((size_t)b * g + G) * Tk * KD, *Vg = vh + ((size_t)b * g + G) * Tk * KD;
+	const int ntk = (nk + BK - 1) / BK;
+	tc_copy_rows<KD, BQ, NT>(Qs, qh + ((size_t)bh * Tq + q0) * KD, KD, nq);
+	tc_cp_async_commit();
+	tc_copy_rows<KD, BK, NT>(KV, Kg, KD, nk < BK ? nk : BK);
+	tc_copy_rows<KD, BK, NT>(KV + BK * LDS, Vg, KD, nk < BK ? nk : BK);
+	tc_cp_async_commit();
+	tc_cp_async_wait<1>(); /* Q has landed */
 	__syncthreads();
 	uint32_t qf[NKS][4];
 #pragma unroll
@@ -217,13 +242,19 @@ __global__ void __launch_bounds__(32 * WQ, 2)
 	for (int t = 0; t < NOT; t++)
 		acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
 
-	const float *Kg = kk + ((size_t)b * g + G) * Tk * KD, *Vg = v + ((size_t)b * g + G) * Tk * KD;
-	for (int k0 = 0; k0 < nk; k0 += BK) {
-		const int nkt = nk - k0 < BK ? nk - k0 : BK;
-		__syncthreads(); /* every warp is done with the last tile's K and V */
-		tc_load_rows<H, KD, BK, NT>(Ks, Kg + (size_t)k0 * KD, KD, nkt);
-		tc_load_rows<H, KD, BK, NT>(Vs, Vg + (size_t)k0 * KD, KD, nkt);
+	for (int jt = 0; jt < ntk; jt++) {
+		const int k0 = jt * BK;
+		__syncthreads(); /* every warp is done with tile jt-1, whose stage tile jt+1 takes */
+		if (jt + 1 < ntk) {
+			const int k1 = k0 + BK, n1 = nk - k1 < BK ? nk - k1 : BK;
+			uint16_t *st = KV + ((jt + 1) & 1) * 2 * BK * LDS;
+			tc_copy_rows<KD, BK, NT>(st, Kg + (size_t)k1 * KD, KD, n1);
+			tc_copy_rows<KD, BK, NT>(st + BK * LDS, Vg + (size_t)k1 * KD, KD, n1);
+		}
+		tc_cp_async_commit(); /* empty after the last tile: one group per tile all the same */
+		tc_cp_async_wait<1>(); /* tile jt has landed */
 		__syncthreads();
+		const uint16_t *Ks = KV + (jt & 1) * 2 * BK * LDS, *Vs = Ks + BK * LDS;
 
 		float s[NST][4];
 #pragma unroll
@@ -385,15 +416,18 @@ template <int KD> struct tc_bwd_geom {
 	static constexpr int BK2 = KD > 64 ? 32 : 64;
 };
 
+/* Q and dO of the block, then two stages of K and V tiles */
 template <int KD> __host__ __device__ constexpr size_t tc_dq_smem(void)
 {
-	return (size_t)(2 * 64 + 2 * tc_bwd_geom<KD>::BK2) * tc_geom<KD>::LDS * 2;
+	return (size_t)(2 * 64 + 4 * tc_bwd_geom<KD>::BK2) * tc_geom<KD>::LDS * 2;
 }
 
+/* K and V of the block, two stages of Q and dO tiles, two stages of their
+ * rows' lse and Dr */
 template <int KD> __host__ __device__ constexpr size_t tc_dkv_smem(void)
 {
-	return (size_t)(2 * 64 + 2 * tc_bwd_geom<KD>::BQ2) * tc_geom<KD>::LDS * 2 +
-	       (size_t)2 * tc_bwd_geom<KD>::BQ2 * sizeof(float);
+	return (size_t)(2 * 64 + 4 * tc_bwd_geom<KD>::BQ2) * tc_geom<KD>::LDS * 2 +
+	       (size_t)4 * tc_bwd_geom<KD>::BQ2 * sizeof(float);
 }
 
 /* Dr[(b a + h) Tq + t] = sum_c dout * out over row (b, t, h) of [B, Tq, a KD],
@@ -427,13 +461,13 @@ __global__ void __launch_bounds__(128)
  */
 template <class H, int KD>
 __global__ void __launch_bounds__(128)
-	attn_tc_dq_kernel(float *dq, const float *dout, const float *lse, const float *dr, const float *q,
-			  const float *kk, const float *v, const int32_t *qpos, const int32_t *kpos, int Tq, int Tk,
-			  int a, int g, float scale, tc_drop drop)
+	attn_tc_dq_kernel(float *dq, const uint16_t *oh, const float *lse, const float *dr, const uint16_t *qh,
+			  const uint16_t *kh, const uint16_t *vh, const int32_t *qpos, const int32_t *kpos, int Tq,
+			  int Tk, int a, int g, float scale, tc_drop drop)
 {
 	constexpr int NT = 128, BQ = 64, BK = tc_bwd_geom<KD>::BK2, LDS = tc_geom<KD>::LDS;
 	constexpr int NKS = KD / 16, NST = BK / 8, NOT = KD / 8;
-	uint16_t *Qs = (uint16_t *)TC_SMEM, *Os = Qs + BQ * LDS, *Ks = Os + BQ * LDS, *Vs = Ks + BK * LDS;
+	uint16_t *Qs = (uint16_t *)TC_SMEM, *Os = Qs + BQ * LDS, *KV = Os + BQ * LDS; /* stage t: KV + 2 t BK LDS */
 	const int lane = threadIdx.x % 32, w = threadIdx.x / 32, gid = lane / 4, tig = lane % 4;
 	const int ntile = (Tq + BQ - 1) / BQ;
 	const int bh = blockIdx.x / ntile, tile = ntile - 1 - blockIdx.x % ntile;
@@ -443,6 +477,14 @@ __global__ void __launch_bounds__(128)
 	const int nk = tc_count_le(kpos, Tk, qpos[q0 + nq - 1]);
 	if (nk == 0)
 		return; /* no key of this block is seen by the tile */
+	const uint16_t *Kg = kh + ((size_t)b * g + G) * Tk * KD, *Vg = vh + ((size_t)b * g + G) * Tk * KD;
+	const int ntk = (nk + BK - 1) / BK;
+	tc_copy_rows<KD, BQ, NT>(Qs, qh + ((size_t)bh * Tq + q0) * KD, KD, nq);
+	tc_copy_rows<KD, BQ, NT>(Os, oh + ((size_t)b * Tq + q0) * ldo + (size_t)h * KD, ldo, nq);
+	tc_cp_async_commit();
+	tc_copy_rows<KD, BK, NT>(KV, Kg, KD, nk < BK ? nk : BK);
+	tc_copy_rows<KD, BK, NT>(KV + BK * LDS, Vg, KD, nk < BK ? nk : BK);
+	tc_cp_async_commit();
 	const int r0 = 16 * w + gid, r1 = r0 + 8;
 	const int qp0 = r0 < nq ? qpos[q0 + r0] : -1, qp1 = r1 < nq ? qpos[q0 + r1] : -1;
 	const int nk_w = 16 * w < nq ? tc_count_le(kpos, nk, qpos[q0 + 16 * w]) : 0;
@@ -453,8 +495,7 @@ __global__ void __launch_bounds__(128)
 	const float d0 = see0 ? Dg[r0] : 0.0f, d1 = see1 ? Dg[r1] : 0.0f;
 	const uint64_t dr0 = tc_drop_row(drop, b, h, qp0), dr1 = tc_drop_row(drop, b, h, qp1);
 
-	tc_load_rows<H, KD, BQ, NT>(Qs, q + ((size_t)bh * Tq + q0) * KD, KD, nq);
-	tc_load_rows<H, KD, BQ, NT>(Os, dout + ((size_t)b * Tq + q0) * ldo + (size_t)h * KD, ldo, nq);
+	tc_cp_async_wait<1>(); /* Q and dO have landed */
 	__syncthreads();
 	uint32_t qf[NKS][4], of[NKS][4];
 #pragma unroll
@@ -469,13 +510,19 @@ __global__ void __launch_bounds__(128)
 	for (int t = 0; t < NOT; t++)
 		acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
 
-	const float *Kg = kk + ((size_t)b * g + G) * Tk * KD, *Vg = v + ((size_t)b * g + G) * Tk * KD;
-	for (int k0 = 0; k0 < nk; k0 += BK) {
-		const int nkt = nk - k0 < BK ? nk - k0 : BK;
-		__syncthreads(); /* every warp is done with the last tile */
-		tc_load_rows<H, KD, BK, NT>(Ks, Kg + (size_t)k0 * KD, KD, nkt);
-		tc_load_rows<H, KD, BK, NT>(Vs, Vg + (size_t)k0 * KD, KD, nkt);
+	for (int jt = 0; jt < ntk; jt++) {
+		const int k0 = jt * BK;
+		__syncthreads(); /* every warp is done with tile jt-1, whose stage tile jt+1 takes */
+		if (jt + 1 < ntk) {
+			const int k1 = k0 + BK, n1 = nk - k1 < BK ? nk - k1 : BK;
+			uint16_t *st = KV + ((jt + 1) & 1) * 2 * BK * LDS;
+			tc_copy_rows<KD, BK, NT>(st, Kg + (size_t)k1 * KD, KD, n1);
+			tc_copy_rows<KD, BK, NT>(st + BK * LDS, Vg + (size_t)k1 * KD, KD, n1);
+		}
+		tc_cp_async_commit();
+		tc_cp_async_wait<1>(); /* tile jt has landed */
 		__syncthreads();
+		const uint16_t *Ks = KV + (jt & 1) * 2 * BK * LDS, *Vs = Ks + BK * LDS;
 		float s[NST][4], dp[NST][4];
 #pragma unroll
 		for (int t = 0; t < NST; t++)
@@ -559,14 +606,14 @@ __global__ void __launch_bounds__(128)
  */
 template <class H, int KD>
 __global__ void __launch_bounds__(128)
-	attn_tc_dkv_kernel(float *dk, float *dv, const float *dout, const float *lse, const float *dr,
-			   const float *q, const float *kk, const float *v, const int32_t *qpos, const int32_t *kpos,
-			   int Tq, int Tk, int a, int g, float scale, tc_drop drop)
+	attn_tc_dkv_kernel(float *dk, float *dv, const uint16_t *oh, const float *lse, const float *dr,
+			   const uint16_t *qh, const uint16_t *kh, const uint16_t *vh, const int32_t *qpos,
+			   const int32_t *kpos, int Tq, int Tk, int a, int g, float scale, tc_drop drop)
 {
 	constexpr int NT = 128, BKV = 64, BQ = tc_bwd_geom<KD>::BQ2, LDS = tc_geom<KD>::LDS;
 	constexpr int NKS = KD / 16, NST = BQ / 8, NOT = KD / 8;
-	uint16_t *Ks = (uint16_t *)TC_SMEM, *Vs = Ks + BKV * LDS, *Qs = Vs + BKV * LDS, *Os = Qs + BQ * LDS;
-	float *Ls = (float *)(Os + BQ * LDS), *Ds = Ls + BQ;
+	uint16_t *Ks = (uint16_t *)TC_SMEM, *Vs = Ks + BKV * LDS, *QO = Vs + BKV * LDS; /* stage t: QO + 2 t BQ LDS */
+	float *LD = (float *)(QO + 4 * BQ * LDS); /* lse (log2) and Dr of stage t at LD + 2 t BQ */
 	const int lane = threadIdx.x % 32, w = threadIdx.x / 32, gid = lane / 4, tig = lane % 4;
 	const int ntile = (Tk + BKV - 1) / BKV;
 	const int bg = blockIdx.x / ntile, kt = blockIdx.x % ntile;
@@ -584,8 +631,26 @@ __global__ void __launch_bounds__(128)
 	const int wlast = 16 * w + 15 < nkk ? 16 * w + 15 : nkk - 1;
 	const int kp_w = 16 * w < nkk ? kpos[k0 + wlast] : INT_MAX;
 
-	tc_load_rows<H, KD, BKV, NT>(Ks, kk + (((size_t)b * g + G) * Tk + k0) * KD, KD, nkk);
-	tc_load_rows<H, KD, BKV, NT>(Vs, v + (((size_t)b * g + G) * Tk + k0) * KD, KD, nkk);
+	/* the steps: each head of the group, each tile of BQ queries from qa on;
+	 * step sn's Q and dO go to stage sn & 1 by cp.async, its lse and Dr by
+	 * plain stores, while step sn-1 is computed */
+	const int nqt = (Tq - qa + BQ - 1) / BQ, nstep = m * nqt;
+	auto load_step = [&](int sn) {
+		const int hs = G * m + sn / nqt, qs = qa + (sn % nqt) * BQ, ns = Tq - qs < BQ ? Tq - qs : BQ;
+		const size_t bhs = (size_t)b * a + hs;
+		uint16_t *Qt = QO + 2 * (sn & 1) * BQ * LDS;
+		tc_copy_rows<KD, BQ, NT>(Qt, qh + (bhs * Tq + qs) * KD, KD, ns);
+		tc_copy_rows<KD, BQ, NT>(Qt + BQ * LDS, oh + ((size_t)b * Tq + qs) * ldo + (size_t)hs * KD, ldo, ns);
+		float *Lt = LD + 2 * (sn & 1) * BQ;
+		for (int i = threadIdx.x; i < BQ; i += NT) {
+			Lt[i] = i < ns ? lse[bhs * Tq + qs + i] * TC_LOG2E : 0.0f;
+			Lt[BQ + i] = i < ns && dr ? dr[bhs * Tq + qs + i] : 0.0f; /* no dr: dK is not wanted */
+		}
+	};
+	tc_copy_rows<KD, BKV, NT>(Ks, kh + (((size_t)b * g + G) * Tk + k0) * KD, KD, nkk);
+	tc_copy_rows<KD, BKV, NT>(Vs, vh + (((size_t)b * g + G) * Tk + k0) * KD, KD, nkk);
+	load_step(0);
+	tc_cp_async_commit();
 	const float sl = scale * TC_LOG2E;
 	float adk[NOT][4], adv[NOT][4];
 #pragma unroll
@@ -594,95 +659,92 @@ __global__ void __launch_bounds__(128)
 		for (int e = 0; e < 4; e++)
 			adk[t][e] = adv[t][e] = 0.0f;
 
-	for (int h = G * m; h < G * m + m; h++) {
-		const size_t bh = (size_t)b * a + h;
-		for (int q0 = qa; q0 < Tq; q0 += BQ) {
-			const int nq = Tq - q0 < BQ ? Tq - q0 : BQ;
-			__syncthreads(); /* every warp is done with the last query tile */
-			tc_load_rows<H, KD, BQ, NT>(Qs, q + (bh * Tq + q0) * KD, KD, nq);
-			tc_load_rows<H, KD, BQ, NT>(Os, dout + ((size_t)b * Tq + q0) * ldo + (size_t)h * KD, ldo, nq);
-			for (int i = threadIdx.x; i < BQ; i += NT) {
-				Ls[i] = i < nq ? lse[bh * Tq + q0 + i] * TC_LOG2E : 0.0f;
-				Ds[i] = i < nq && dr ? dr[bh * Tq + q0 + i] : 0.0f; /* no dr: dK is not wanted */
+	for (int step = 0; step < nstep; step++) {
+		__syncthreads(); /* every warp is done with step-1, whose stage step+1 takes */
+		if (step + 1 < nstep)
+			load_step(step + 1);
+		tc_cp_async_commit();
+		tc_cp_async_wait<1>(); /* this step's tiles (and K, V) have landed */
+		__syncthreads();
+		const int h = G * m + step / nqt, q0 = qa + (step % nqt) * BQ;
+		const uint16_t *Qs = QO + 2 * (step & 1) * BQ * LDS, *Os = Qs + BQ * LDS;
+		const float *Ls = LD + 2 * (step & 1) * BQ, *Ds = Ls + BQ;
+		/* S^T = K Q^T and dP^T = V dO^T for the warp's 16 keys */
+		float st[NST][4], dpt[NST][4];
+#pragma unroll
+		for (int t = 0; t < NST; t++)
+#pragma unroll
+			for (int e = 0; e < 4; e++)
+				st[t][e] = dpt[t][e] = 0.0f;
+#pragma unroll
+		for (int ks = 0; ks < NKS; ks++) {
+			const int j = lane / 8;
+			const int aoff = (16 * w + lane % 8 + 8 * (j % 2)) * LDS + 16 * ks + 8 * (j / 2);
+			uint32_t kf[4], vf[4];
+			tc_ldsm_x4(kf, Ks + aoff);
+			tc_ldsm_x4(vf, Vs + aoff);
+#pragma unroll
+			for (int np = 0; np < NST / 2; np++) {
+				const int boff = (16 * np + lane % 8 + 8 * (j / 2)) * LDS + 16 * ks + 8 * (j % 2);
+				uint32_t bf[4];
+				tc_ldsm_x4(bf, Qs + boff);
+				tc_mma<H>(st[2 * np], kf, bf);
+				tc_mma<H>(st[2 * np + 1], kf, bf + 2);
+				tc_ldsm_x4(bf, Os + boff);
+				tc_mma<H>(dpt[2 * np], vf, bf);
+				tc_mma<H>(dpt[2 * np + 1], vf, bf + 2);
 			}
-			__syncthreads();
-			/* S^T = K Q^T and dP^T = V dO^T for the warp's 16 keys */
-			float st[NST][4], dpt[NST][4];
+		}
+		/* P^T (dropped) into st, dS^T into dpt */
+		const bool mask = q0 + BQ > Tq || qpos[q0] < kp_w;
 #pragma unroll
-			for (int t = 0; t < NST; t++)
+		for (int t = 0; t < NST; t++)
 #pragma unroll
-				for (int e = 0; e < 4; e++)
-					st[t][e] = dpt[t][e] = 0.0f;
+			for (int e = 0; e < 2; e++) {
+				const int col = 8 * t + 2 * tig + e;
+				bool v0 = true, v1 = true;
+				if (mask) {
+					const int qp = q0 + col < Tq ? qpos[q0 + col] : -1;
+					v0 = kp0 <= qp;
+					v1 = kp1 <= qp;
+				}
+				const float p0 = v0 ? exp2f(st[t][e] * sl - Ls[col]) : 0.0f;
+				const float p1 = v1 ? exp2f(st[t][2 + e] * sl - Ls[col]) : 0.0f;
+				float ma = 1.0f, mb = 1.0f; /* dropout: P M for dV, dP M for dS */
+				if (drop.p > 0.0f) {
+					const int qp = q0 + col < Tq ? qpos[q0 + col] : -1;
+					const uint64_t r = tc_drop_row(drop, b, h, qp);
+					ma = tc_keep(drop, r + (uint64_t)kp0);
+					mb = tc_keep(drop, r + (uint64_t)kp1);
+				}
+				st[t][e] = p0 * ma;
+				st[t][2 + e] = p1 * mb;
+				dpt[t][e] = p0 * (dpt[t][e] * ma - Ds[col]);
+				dpt[t][2 + e] = p1 * (dpt[t][2 + e] * mb - Ds[col]);
+			}
+		/* dV += P^T dO, dK += dS^T Q, 16 queries per step */
 #pragma unroll
-			for (int ks = 0; ks < NKS; ks++) {
+		for (int ks = 0; ks < BQ / 16; ks++) {
+			uint32_t pf[4], sf[4];
+			pf[0] = tc_pack<H>(st[2 * ks][0], st[2 * ks][1]);
+			pf[1] = tc_pack<H>(st[2 * ks][2], st[2 * ks][3]);
+			pf[2] = tc_pack<H>(st[2 * ks + 1][0], st[2 * ks + 1][1]);
+			pf[3] = tc_pack<H>(st[2 * ks + 1][2], st[2 * ks + 1][3]);
+			sf[0] = tc_pack<H>(dpt[2 * ks][0], dpt[2 * ks][1]);
+			sf[1] = tc_pack<H>(dpt[2 * ks][2], dpt[2 * ks][3]);
+			sf[2] = tc_pack<H>(dpt[2 * ks + 1][0], dpt[2 * ks + 1][1]);
+			sf[3] = tc_pack<H>(dpt[2 * ks + 1][2], dpt[2 * ks + 1][3]);
+#pragma unroll
+			for (int dp2 = 0; dp2 < NOT / 2; dp2++) {
 				const int j = lane / 8;
-				const int aoff = (16 * w + lane % 8 + 8 * (j % 2)) * LDS + 16 * ks + 8 * (j / 2);
-				uint32_t kf[4], vf[4];
-				tc_ldsm_x4(kf, Ks + aoff);
-				tc_ldsm_x4(vf, Vs + aoff);
-#pragma unroll
-				for (int np = 0; np < NST / 2; np++) {
-					const int boff = (16 * np + lane % 8 + 8 * (j / 2)) * LDS + 16 * ks + 8 * (j % 2);
-					uint32_t bf[4];
-					tc_ldsm_x4(bf, Qs + boff);
-					tc_mma<H>(st[2 * np], kf, bf);
-					tc_mma<H>(st[2 * np + 1], kf, bf + 2);
-					tc_ldsm_x4(bf, Os + boff);
-					tc_mma<H>(dpt[2 * np], vf, bf);
-					tc_mma<H>(dpt[2 * np + 1], vf, bf + 2);
-				}
-			}
-			/* P^T (dropped) into st, dS^T into dpt */
-			const bool mask = q0 + BQ > Tq || qpos[q0] < kp_w;
-#pragma unroll
-			for (int t = 0; t < NST; t++)
-#pragma unroll
-				for (int e = 0; e < 2; e++) {
-					const int col = 8 * t + 2 * tig + e;
-					bool v0 = true, v1 = true;
-					if (mask) {
-						const int qp = q0 + col < Tq ? qpos[q0 + col] : -1;
-						v0 = kp0 <= qp;
-						v1 = kp1 <= qp;
-					}
-					const float p0 = v0 ? exp2f(st[t][e] * sl - Ls[col]) : 0.0f;
-					const float p1 = v1 ? exp2f(st[t][2 + e] * sl - Ls[col]) : 0.0f;
-					float ma = 1.0f, mb = 1.0f; /* dropout: P M for dV, dP M for dS */
-					if (drop.p > 0.0f) {
-						const int qp = q0 + col < Tq ? qpos[q0 + col] : -1;
-						const uint64_t r = tc_drop_row(drop, b, h, qp);
-						ma = tc_keep(drop, r + (uint64_t)kp0);
-						mb = tc_keep(drop, r + (uint64_t)kp1);
-					}
-					st[t][e] = p0 * ma;
-					st[t][2 + e] = p1 * mb;
-					dpt[t][e] = p0 * (dpt[t][e] * ma - Ds[col]);
-					dpt[t][2 + e] = p1 * (dpt[t][2 + e] * mb - Ds[col]);
-				}
-			/* dV += P^T dO, dK += dS^T Q, 16 queries per step */
-#pragma unroll
-			for (int ks = 0; ks < BQ / 16; ks++) {
-				uint32_t pf[4], sf[4];
-				pf[0] = tc_pack<H>(st[2 * ks][0], st[2 * ks][1]);
-				pf[1] = tc_pack<H>(st[2 * ks][2], st[2 * ks][3]);
-				pf[2] = tc_pack<H>(st[2 * ks + 1][0], st[2 * ks + 1][1]);
-				pf[3] = tc_pack<H>(st[2 * ks + 1][2], st[2 * ks + 1][3]);
-				sf[0] = tc_pack<H>(dpt[2 * ks][0], dpt[2 * ks][1]);
-				sf[1] = tc_pack<H>(dpt[2 * ks][2], dpt[2 * ks][3]);
-				sf[2] = tc_pack<H>(dpt[2 * ks + 1][0], dpt[2 * ks + 1][1]);
-				sf[3] = tc_pack<H>(dpt[2 * ks + 1][2], dpt[2 * ks + 1][3]);
-#pragma unroll
-				for (int dp2 = 0; dp2 < NOT / 2; dp2++) {
-					const int j = lane / 8;
-					const int off = (16 * ks + lane % 8 + 8 * (j % 2)) * LDS + 16 * dp2 + 8 * (j / 2);
-					uint32_t bf[4];
-					tc_ldsm_x4_trans(bf, Os + off);
-					tc_mma<H>(adv[2 * dp2], pf, bf);
-					tc_mma<H>(adv[2 * dp2 + 1], pf, bf + 2);
-					tc_ldsm_x4_trans(bf, Qs + off);
-					tc_mma<H>(adk[2 * dp2], sf, bf);
-					tc_mma<H>(adk[2 * dp2 + 1], sf, bf + 2);
-				}
+				const int off = (16 * ks + lane % 8 + 8 * (j % 2)) * LDS + 16 * dp2 + 8 * (j / 2);
+				uint32_t bf[4];
+				tc_ldsm_x4_trans(bf, Os + off);
+				tc_mma<H>(adv[2 * dp2], pf, bf);
+				tc_mma<H>(adv[2 * dp2 + 1], pf, bf + 2);
+				tc_ldsm_x4_trans(bf, Qs + off);
+				tc_mma<H>(adk[2 * dp2], sf, bf);
+				tc_mma<H>(adk[2 * dp2 + 1], sf, bf + 2);
 			}
 		}
 	}

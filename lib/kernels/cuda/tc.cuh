@@ -116,6 +116,40 @@ __device__ __forceinline__ void tc_ldsm_x4_trans(uint32_t r[4], const void *row)
 #endif
 }
 
+/* cp.async: 16 bytes from global to shared memory without passing through
+ * registers, completing later (.cg: cached in L2 only); src_bytes 0 fills
+ * the 16 bytes with zeros and reads nothing. Copies are grouped by commit;
+ * wait<N> returns when all but the N most recent groups have landed (in
+ * this thread: a barrier then shows them to the others). */
+__device__ __forceinline__ void tc_cp_async16(void *smem, const void *gmem, int src_bytes)
+{
+#ifdef MEGAC_EMU
+	emu_cp_async16(smem, gmem, src_bytes);
+#else
+	const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes)
+		     : "memory");
+#endif
+}
+
+__device__ __forceinline__ void tc_cp_async_commit(void)
+{
+#ifdef MEGAC_EMU
+	emu_cp_async_commit();
+#else
+	asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+
+template <int N> __device__ __forceinline__ void tc_cp_async_wait(void)
+{
+#ifdef MEGAC_EMU
+	emu_cp_async_wait(N);
+#else
+	asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
 __device__ __forceinline__ float tc_shfl_xor(float v, int lanemask)
 {
 #ifdef MEGAC_EMU
