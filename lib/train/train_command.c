@@ -13,6 +13,7 @@
 #include "base/xalloc.h"
 #include "data/commands.h"
 #include "kernels/device.h"
+#include "kernels/profile.h"
 #include "train/pipeline.h"
 #include "train/train_command.h"
 #include "train/trainer.h"
@@ -220,6 +221,9 @@ static int setup_device(struct trainer *t, enum gpt_precision prec)
 		return -1;
 	t->k = d.k;
 	t->cuda_device = d.cuda_device;
+	const char *prof = getenv("MEGAC_PROFILE_OPS"); /* profile.h: where a step's time goes */
+	if (prof && *prof && strcmp(prof, "0"))
+		t->k = kops_profile_wrap(t->k);
 	if (d.cuda_device >= 0 || t->dist.rank == 0)
 		info("compute on %s", d.what);
 	/* every rank on a GPU or none: NCCL's set-up is collective, and a job

@@ -15,6 +15,7 @@
 #include "base/pyjson.h"
 #include "base/sbuf.h"
 #include "kernels/cuda_ops.h"
+#include "kernels/profile.h"
 #include "train/pipeline.h"
 #include "train/trainlog.h"
 
@@ -573,6 +574,8 @@ int trainer_run(struct trainer *t)
 		moe_iteration_stats(t);
 		if (t->cuda_device >= 0 && t->iteration == t->start_iteration + 1)
 			kops_cuda_stats(&t->cuda_first); /* what set-up and one iteration took */
+		if (t->iteration == t->start_iteration + 1)
+			kops_profile_reset(); /* MEGAC_PROFILE_OPS: the first iteration's set-up stays out */
 		t->consumed_train += t->gbs;
 		t->flops_so_far += gpt_flops_per_iteration(&t->cfg, t->gbs);
 		if (skipped) {
@@ -656,6 +659,10 @@ int trainer_run(struct trainer *t)
 			print_datetime(t, msg);
 			return 0;
 		}
+	}
+	if (kops_profile_active()) {
+		kops_profile_report(stdout, t->iteration - t->start_iteration - 1, t->dist.rank);
+		fflush(stdout);
 	}
 	/* the end of training: Megatron's final save (unless the interval just
 	 * saved it), then validation and test once more */

@@ -6,7 +6,9 @@
 # 128) on one GPU, each with the largest micro-batch of its list that fits,
 # printing ms per iteration, tokens/s, TFLOP/s (Megatron's FLOPs formula,
 # train's --log-throughput) and MFU against 989 TFLOP/s dense bf16, and peak
-# memory; then the attention micro-benchmark (build/gpu/attn_bench); then, as
+# memory; then where the 1.5B GPT's and the Llama 1B's steps spend their time,
+# op by op (MEGAC_PROFILE_OPS); then the attention micro-benchmark
+# (build/gpu/attn_bench); then, as
 # time allows, the same shapes in PyTorch (tests/gpu/torch_bench.py), the
 # peer. Results under $OUT (bench.txt, the logs). Synthetic data
 # (--mock-data): no dataset to build. BENCH_BUDGET (seconds, default 480):
@@ -69,6 +71,23 @@ echo "$MODELS" | while IFS='|' read -r name flags mbs; do
 		echo "# $name micro-batch $mb: $(grep -m1 -i 'error\|memory' "$log" | cut -c1-160)" >>"$OUT/bench.txt"
 	done
 	[ -n "$done_one" ] || echo "$name | none of the micro-batch sizes $mbs ran" | tee -a "$OUT/bench.txt"
+done
+# where a step's time goes, op by op (MEGAC_PROFILE_OPS, lib/kernels/profile.c): the
+# 1.5B GPT and the Llama 1B at micro-batch 2, 4 iterations, the table into bench.txt
+if [ -n "${BENCH_TINY:-}" ]; then PROF="tiny"; else PROF="gpt2-1.5b llama3-1b"; fi
+for name in $PROF; do
+	if [ "$(elapsed)" -ge "$BUDGET" ]; then
+		echo "# profile $name: skipped, the budget of $BUDGET s was spent" | tee -a "$OUT/bench.txt"
+		continue
+	fi
+	flags=$(echo "$MODELS" | grep "^$name|" | cut -d'|' -f2)
+	log="$W/$name-profile.log"
+	# shellcheck disable=SC2086
+	MEGAC_PROFILE_OPS=1 timeout 120 "$BIN/train" $flags $(echo "$COMMON" | sed 's/--train-iters [0-9]*/--train-iters 5/') \
+		--micro-batch-size 2 --global-batch-size 2 --device "$DEV" >"$log" 2>&1
+	echo "# profile $name, micro-batch 2 (exit $?):" >>"$OUT/bench.txt"
+	sed -n '/^op profile/,/^  all ops/p' "$log" | awk 'NR <= 16 || /^  all ops/' | tee -a "$OUT/bench.txt"
+	cp "$log" "$OUT/" 2>/dev/null
 done
 if [ -x build/gpu/attn_bench ]; then
 	if [ "$DEV" = cpu ]; then a="--cpu --reps 1"; else a="--reps 10"; fi

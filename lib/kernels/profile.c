@@ -1,0 +1,470 @@
+/*
+ * profile.c - the op-by-op profile of profile.h: a wrapper per op of struct
+ * kops that waits for the device, calls the wrapped op, waits again and adds
+ * the time, with the op's flops or fewest bytes, to the op's row.
+ */
+#include "kernels/profile.h"
+
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/error.h"
+
+enum {
+	P_ZERO, P_COPY, P_TO_HOST, P_TO_DEVICE,
+	P_LINEAR_F, P_LINEAR_B, P_EMB_F, P_EMB_B, P_LN_F, P_LN_B, P_RMS_F, P_RMS_B,
+	P_GELU_F, P_GELU_B, P_SWIGLU_F, P_SWIGLU_B, P_QKV_F, P_QKV_B, P_ATTN_F, P_ATTN_B,
+	P_DROP_F, P_DROP_B, P_XENT_F, P_XENT_B, P_ADD, P_SCALE, P_SUMSQ, P_NONFINITE, P_ROUND,
+	P_ADAMW, P_MOE_F, P_MOE_B, P_SUMSQ_SEGS, P_ADAMW_SEGS, P_ABLK_F, P_ABLK_B, P_NOPS
+};
+
+static const char *const prof_names[P_NOPS] = {
+	"zero", "copy", "to_host", "to_device",
+	"linear_forward", "linear_backward", "embedding_forward", "embedding_backward",
+	"layernorm_forward", "layernorm_backward", "rmsnorm_forward", "rmsnorm_backward",
+	"gelu_forward", "gelu_backward", "swiglu_forward", "swiglu_backward",
+	"qkv_split_forward", "qkv_split_backward", "attention_forward", "attention_backward",
+	"dropout_add_forward", "dropout_backward", "xent_forward", "xent_backward",
+	"add", "scale", "sumsq", "nonfinite", "round",
+	"adamw", "moe_combine_forward", "moe_combine_backward", "sumsq_segs", "adamw_segs",
+	"attention_block_forward", "attention_block_backward",
+};
+
+struct prof_row {
+	long calls;
+	double secs, flops, bytes;
+};
+
+/* The one profile (profile.h: the wrappers are plain function pointers). */
+static struct {
+	const struct kops *base;
+	struct kops table;
+	void *word; /* 4 bytes of the wrapped backend's memory: reading them back waits for the device */
+	struct prof_row row[P_NOPS];
+} P;
+
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void wait_device(void)
+{
+	int x;
+	P.base->to_host(&x, P.word, sizeof x);
+}
+
+static double prof_begin(void)
+{
+	wait_device();
+	return now();
+}
+
+static void prof_end(int op, double t0, double flops, double bytes)
+{
+	wait_device();
+	struct prof_row *r = &P.row[op];
+	r->secs += now() - t0;
+	r->calls++;
+	r->flops += flops;
+	r->bytes += bytes;
+}
+
+#define F4 4.0 /* bytes per fp32 value */
+
+/* ---- the wrappers: call, time, count ---- */
+
+static void w_zero(float *x, size_t n)
+{
+	double t = prof_begin();
+	P.base->zero(x, n);
+	prof_end(P_ZERO, t, 0, F4 * (double)n);
+}
+
+static void w_copy(void *dst, const void *src, size_t bytes)
+{
+	double t = prof_begin();
+	P.base->copy(dst, src, bytes);
+	prof_end(P_COPY, t, 0, 2.0 * (double)bytes);
+}
+
+static void w_to_host(void *dst, const void *src, size_t bytes)
+{
+	double t = prof_begin();
+	P.base->to_host(dst, src, bytes);
+	prof_end(P_TO_HOST, t, 0, (double)bytes);
+}
+
+static void w_to_device(void *dst, const void *src, size_t bytes)
+{
+	double t = prof_begin();
+	P.base->to_device(dst, src, bytes);
+	prof_end(P_TO_DEVICE, t, 0, (double)bytes);
+}
+
+static void w_linear_forward(float *out, const float *inp, const float *weight, const float *bias, int N, int IC,
+			     int OC)
+{
+	double t = prof_begin();
+	P.base->linear_forward(out, inp, weight, bias, N, IC, OC);
+	prof_end(P_LINEAR_F, t, 2.0 * N * IC * OC, 0);
+}
+
+static void w_linear_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+			      const float *weight, int N, int IC, int OC)
+{
+	double t = prof_begin();
+	P.base->linear_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
+	prof_end(P_LINEAR_B, t, (dinp ? 4.0 : 2.0) * N * IC * OC, 0);
+}
+
+static void w_embedding_forward(float *out, const int32_t *tokens, const int32_t *positions, const float *wte,
+				const float *wpe, int N, int C)
+{
+	double t = prof_begin();
+	P.base->embedding_forward(out, tokens, positions, wte, wpe, N, C);
+	prof_end(P_EMB_F, t, 0, F4 * N * C * (wpe ? 3 : 2));
+}
+
+static void w_embedding_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
+				 const int32_t *positions, int N, int C)
+{
+	double t = prof_begin();
+	P.base->embedding_backward(dwte, dwpe, dout, tokens, positions, N, C);
+	prof_end(P_EMB_B, t, 0, F4 * N * C * (dwpe ? 5 : 3));
+}
+
+static void w_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
+				const float *b, int N, int C, float eps)
+{
+	double t = prof_begin();
+	P.base->layernorm_forward(out, mean, rstd, inp, w, b, N, C, eps);
+	prof_end(P_LN_F, t, 0, F4 * 2 * N * C);
+}
+
+static void w_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+				 const float *w, const float *mean, const float *rstd, int N, int C)
+{
+	double t = prof_begin();
+	P.base->layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+	prof_end(P_LN_B, t, 0, F4 * 3 * N * C);
+}
+
+static void w_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps)
+{
+	double t = prof_begin();
+	P.base->rmsnorm_forward(out, rstd, inp, w, N, C, eps);
+	prof_end(P_RMS_F, t, 0, F4 * 2 * N * C);
+}
+
+static void w_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+			       const float *rstd, int N, int C)
+{
+	double t = prof_begin();
+	P.base->rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C);
+	prof_end(P_RMS_B, t, 0, F4 * 3 * N * C);
+}
+
+static void w_gelu_forward(float *out, const float *inp, size_t n, enum kops_gelu kind)
+{
+	double t = prof_begin();
+	P.base->gelu_forward(out, inp, n, kind);
+	prof_end(P_GELU_F, t, 0, F4 * 2 * (double)n);
+}
+
+static void w_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n, enum kops_gelu kind)
+{
+	double t = prof_begin();
+	P.base->gelu_backward(dinp, dout, inp, n, kind);
+	prof_end(P_GELU_B, t, 0, F4 * 3 * (double)n);
+}
+
+static void w_swiglu_forward(float *out, const float *inp, int N, int F)
+{
+	double t = prof_begin();
+	P.base->swiglu_forward(out, inp, N, F);
+	prof_end(P_SWIGLU_F, t, 0, F4 * 3 * N * F);
+}
+
+static void w_swiglu_backward(float *dinp, const float *dout, const float *inp, int N, int F)
+{
+	double t = prof_begin();
+	P.base->swiglu_backward(dinp, dout, inp, N, F);
+	prof_end(P_SWIGLU_B, t, 0, F4 * 5 * N * F);
+}
+
+static void w_qkv_split_forward(float *q, float *kk, float *v, const float *qkv, const float *cos, const float *sin,
+				int B, int T, int a, int g, int k, int rot)
+{
+	double t = prof_begin();
+	P.base->qkv_split_forward(q, kk, v, qkv, cos, sin, B, T, a, g, k, rot);
+	prof_end(P_QKV_F, t, 0, F4 * 2 * B * T * (double)(a + 2 * g) * k);
+}
+
+static void w_qkv_split_backward(float *dqkv, const float *dq, const float *dk, const float *dv, const float *cos,
+				 const float *sin, int B, int T, int a, int g, int k, int rot)
+{
+	double t = prof_begin();
+	P.base->qkv_split_backward(dqkv, dq, dk, dv, cos, sin, B, T, a, g, k, rot);
+	prof_end(P_QKV_B, t, 0, F4 * 2 * B * T * (double)(a + 2 * g) * k);
+}
+
+/* Q K^T and P V over the causal half: the usual count (attn_bench's) */
+static double attn_flops(int B, int a, int Tq, int Tk, int k)
+{
+	return 4.0 * B * a * (double)Tq * Tk * k * (Tq == Tk ? 0.5 : 1.0);
+}
+
+static void w_attention_forward(float *out, float *probs, const float *q, const float *kk, const float *v,
+				const int32_t *doc, int B, int T, int a, int g, int k, float scale, float dropout_p,
+				uint64_t seed, uint64_t offset)
+{
+	double t = prof_begin();
+	P.base->attention_forward(out, probs, q, kk, v, doc, B, T, a, g, k, scale, dropout_p, seed, offset);
+	prof_end(P_ATTN_F, t, attn_flops(B, a, T, T, k), 0);
+}
+
+static void w_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
+				 const float *kk, const float *v, const float *probs, int B, int T, int a, int g, int k,
+				 float scale, float dropout_p, uint64_t seed, uint64_t offset)
+{
+	double t = prof_begin();
+	P.base->attention_backward(dq, dk, dv, dout, q, kk, v, probs, B, T, a, g, k, scale, dropout_p, seed, offset);
+	prof_end(P_ATTN_B, t, 2.5 * attn_flops(B, a, T, T, k), 0);
+}
+
+static void w_dropout_add_forward(float *out, const float *residual, const float *x, size_t n, float p,
+				  uint64_t seed, uint64_t offset)
+{
+	double t = prof_begin();
+	P.base->dropout_add_forward(out, residual, x, n, p, seed, offset);
+	prof_end(P_DROP_F, t, 0, F4 * 3 * (double)n);
+}
+
+static void w_dropout_backward(float *dx, const float *dout, size_t n, float p, uint64_t seed, uint64_t offset)
+{
+	double t = prof_begin();
+	P.base->dropout_backward(dx, dout, n, p, seed, offset);
+	prof_end(P_DROP_B, t, 0, F4 * 2 * (double)n);
+}
+
+static void w_xent_forward(float *losses, float *lse, const float *logits, const int32_t *targets, int N, int V)
+{
+	double t = prof_begin();
+	P.base->xent_forward(losses, lse, logits, targets, N, V);
+	prof_end(P_XENT_F, t, 0, F4 * (double)N * V);
+}
+
+static void w_xent_backward(float *dlogits, const float *logits, const float *lse, const int32_t *targets,
+			    const float *dloss, int N, int V)
+{
+	double t = prof_begin();
+	P.base->xent_backward(dlogits, logits, lse, targets, dloss, N, V);
+	prof_end(P_XENT_B, t, 0, F4 * 2 * (double)N * V);
+}
+
+static void w_add(float *out, const float *a, const float *b, size_t n)
+{
+	double t = prof_begin();
+	P.base->add(out, a, b, n);
+	prof_end(P_ADD, t, 0, F4 * 3 * (double)n);
+}
+
+static void w_scale(float *x, float s, size_t n)
+{
+	double t = prof_begin();
+	P.base->scale(x, s, n);
+	prof_end(P_SCALE, t, 0, F4 * 2 * (double)n);
+}
+
+static double w_sumsq(const float *x, size_t n)
+{
+	double t = prof_begin();
+	double r = P.base->sumsq(x, n);
+	prof_end(P_SUMSQ, t, 0, F4 * (double)n);
+	return r;
+}
+
+static int w_nonfinite(const float *x, size_t n)
+{
+	double t = prof_begin();
+	int r = P.base->nonfinite(x, n);
+	prof_end(P_NONFINITE, t, 0, F4 * (double)n);
+	return r;
+}
+
+static void w_round(float *out, const float *x, size_t n, enum kops_round kind)
+{
+	double t = prof_begin();
+	P.base->round(out, x, n, kind);
+	prof_end(P_ROUND, t, 0, F4 * 2 * (double)n);
+}
+
+static void w_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2, float eps,
+		    float wd, int step)
+{
+	double t = prof_begin();
+	P.base->adamw(p, g, m, v, n, lr, b1, b2, eps, wd, step);
+	prof_end(P_ADAMW, t, 0, F4 * 7 * (double)n);
+}
+
+static void w_moe_combine_forward(float *out, const float *y, const float *w, const int32_t *rowptr,
+				  const int32_t *rows, int N, int C)
+{
+	double t = prof_begin();
+	P.base->moe_combine_forward(out, y, w, rowptr, rows, N, C);
+	prof_end(P_MOE_F, t, 0, 0);
+}
+
+static void w_moe_combine_backward(float *dy, float *dw, const float *dout, const float *y, const float *w,
+				   const int32_t *tok, int R, int C)
+{
+	double t = prof_begin();
+	P.base->moe_combine_backward(dy, dw, dout, y, w, tok, R, C);
+	prof_end(P_MOE_B, t, 0, 0);
+}
+
+static double seg_elems(const struct kops_seg *segs, int nsegs)
+{
+	double n = 0;
+	for (int i = 0; i < nsegs; i++)
+		n += (double)segs[i].n;
+	return n;
+}
+
+static double w_sumsq_segs(const float *x, const struct kops_seg *segs, int nsegs)
+{
+	double t = prof_begin();
+	double r = P.base->sumsq_segs(x, segs, nsegs);
+	prof_end(P_SUMSQ_SEGS, t, 0, F4 * seg_elems(segs, nsegs));
+	return r;
+}
+
+static void w_adamw_segs(float *p, const float *g, float *m, float *v, size_t mv_base, const struct kops_seg *segs,
+			 int nsegs, float lr, float b1, float b2, float eps, float wd, int step)
+{
+	double t = prof_begin();
+	P.base->adamw_segs(p, g, m, v, mv_base, segs, nsegs, lr, b1, b2, eps, wd, step);
+	prof_end(P_ADAMW_SEGS, t, 0, F4 * 7 * seg_elems(segs, nsegs));
+}
+
+static void w_attention_block_forward(float *out, float *lse, const float *q, const float *kk, const float *v,
+				      const int32_t *qpos, const int32_t *kpos, int B, int Tq, int Tk, int a, int g,
+				      int k, int S, float scale, float dropout_p, uint64_t seed, uint64_t offset,
+				      int accumulate)
+{
+	double t = prof_begin();
+	P.base->attention_block_forward(out, lse, q, kk, v, qpos, kpos, B, Tq, Tk, a, g, k, S, scale, dropout_p,
+					seed, offset, accumulate);
+	prof_end(P_ABLK_F, t, attn_flops(B, a, Tq, Tk, k), 0);
+}
+
+static void w_attention_block_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
+				       const float *lse, const float *q, const float *kk, const float *v,
+				       const int32_t *qpos, const int32_t *kpos, int B, int Tq, int Tk, int a, int g,
+				       int k, int S, float scale, float dropout_p, uint64_t seed, uint64_t offset)
+{
+	double t = prof_begin();
+	P.base->attention_block_backward(dq, dk, dv, dout, out, lse, q, kk, v, qpos, kpos, B, Tq, Tk, a, g, k, S,
+					 scale, dropout_p, seed, offset);
+	prof_end(P_ABLK_B, t, 2.5 * attn_flops(B, a, Tq, Tk, k), 0);
+}
+
+/* ---- the table ---- */
+
+/* the wrapper where the base has the op, NULL where it has none */
+#define WRAP(op, fn) P.table.op = base->op ? fn : NULL
+
+const struct kops *kops_profile_wrap(const struct kops *base)
+{
+	if (P.base)
+		return &P.table;
+	P.base = base;
+	P.table = *base; /* the memory management passes through */
+	P.word = base->alloc(16);
+	WRAP(zero, w_zero);
+	WRAP(copy, w_copy);
+	WRAP(to_host, w_to_host);
+	WRAP(to_device, w_to_device);
+	WRAP(linear_forward, w_linear_forward);
+	WRAP(linear_backward, w_linear_backward);
+	WRAP(embedding_forward, w_embedding_forward);
+	WRAP(embedding_backward, w_embedding_backward);
+	WRAP(layernorm_forward, w_layernorm_forward);
+	WRAP(layernorm_backward, w_layernorm_backward);
+	WRAP(rmsnorm_forward, w_rmsnorm_forward);
+	WRAP(rmsnorm_backward, w_rmsnorm_backward);
+	WRAP(gelu_forward, w_gelu_forward);
+	WRAP(gelu_backward, w_gelu_backward);
+	WRAP(swiglu_forward, w_swiglu_forward);
+	WRAP(swiglu_backward, w_swiglu_backward);
+	WRAP(qkv_split_forward, w_qkv_split_forward);
+	WRAP(qkv_split_backward, w_qkv_split_backward);
+	WRAP(attention_forward, w_attention_forward);
+	WRAP(attention_backward, w_attention_backward);
+	WRAP(dropout_add_forward, w_dropout_add_forward);
+	WRAP(dropout_backward, w_dropout_backward);
+	WRAP(xent_forward, w_xent_forward);
+	WRAP(xent_backward, w_xent_backward);
+	WRAP(add, w_add);
+	WRAP(scale, w_scale);
+	WRAP(sumsq, w_sumsq);
+	WRAP(nonfinite, w_nonfinite);
+	WRAP(round, w_round);
+	WRAP(adamw, w_adamw);
+	WRAP(moe_combine_forward, w_moe_combine_forward);
+	WRAP(moe_combine_backward, w_moe_combine_backward);
+	WRAP(sumsq_segs, w_sumsq_segs);
+	WRAP(adamw_segs, w_adamw_segs);
+	WRAP(attention_block_forward, w_attention_block_forward);
+	WRAP(attention_block_backward, w_attention_block_backward);
+	return &P.table;
+}
+
+int kops_profile_active(void)
+{
+	return P.base != NULL;
+}
+
+void kops_profile_reset(void)
+{
+	memset(P.row, 0, sizeof(P.row));
+}
+
+void kops_profile_report(FILE *f, int64_t iterations, int rank)
+{
+	if (!P.base)
+		return;
+	double total = 0;
+	for (int i = 0; i < P_NOPS; i++)
+		total += P.row[i].secs;
+	const double it = iterations > 0 ? (double)iterations : 1.0;
+	fprintf(f, "op profile of rank %d (%s table, MEGAC_PROFILE_OPS; each op timed alone, the device waited "
+		   "for before and after), per iteration over %lld iterations:\n",
+		rank, P.base->name, (long long)iterations);
+	fprintf(f, "  %-26s %8s %10s %6s %9s %8s\n", "op", "calls", "ms", "%", "TFLOP/s", "GB/s");
+	/* largest first: a selection over the few rows */
+	bool shown[P_NOPS] = { false };
+	for (;;) {
+		int best = -1;
+		for (int i = 0; i < P_NOPS; i++)
+			if (!shown[i] && P.row[i].calls && (best < 0 || P.row[i].secs > P.row[best].secs))
+				best = i;
+		if (best < 0)
+			break;
+		shown[best] = true;
+		const struct prof_row *r = &P.row[best];
+		char tf[16] = "-", gb[16] = "-";
+		if (r->flops > 0 && r->secs > 0)
+			snprintf(tf, sizeof tf, "%.1f", r->flops / r->secs / 1e12);
+		if (r->bytes > 0 && r->secs > 0)
+			snprintf(gb, sizeof gb, "%.0f", r->bytes / r->secs / 1e9);
+		fprintf(f, "  %-26s %8.4g %10.3f %6.1f %9s %8s\n", prof_names[best], (double)r->calls / it,
+			1e3 * r->secs / it, total > 0 ? 100 * r->secs / total : 0.0, tf, gb);
+	}
+	fprintf(f, "  %-26s %8s %10.3f %6.1f\n", "all ops", "", 1e3 * total / it, 100.0);
+}
