@@ -201,7 +201,8 @@ struct kops {
 	 * kk/v[B,g,Tk,k] at kpos[Tk] (int32, this backend's memory; each list
 	 * strictly increasing, all below S, the whole sequence's length). Query tq
 	 * sees key tk when kpos[tk] <= qpos[tq]; GQA and scale as attention_forward.
-	 * Blocks of a query range whose keys are all in its future cost nothing.
+	 * Blocks of a query range whose keys are all in its future cost no attention
+ * work (a backend may still convert its inputs, as the CUDA half tables do).
 	 *
 	 * Forward merges this key block into out[B,Tq,a*k] and lse[B,a,Tq] (the
 	 * log-sum-exp of each row's scaled scores over the keys merged so far).

@@ -27,7 +27,7 @@ struct lane_op {
 struct async_copy {
 	unsigned char *dst;
 	const unsigned char *src;
-	int bytes;
+	int bytes, src_bytes;
 	int group;
 };
 const int MAX_ASYNC = 64;
@@ -53,7 +53,7 @@ struct emu_state {
 	int cur;
 	const std::function<void()> *body;
 	int failed;
-	int cp_eager; /* cp.async lands when issued (order 0) or at its wait (order 1) */
+	int cp_eager; /* cp.async lands when issued (order bit 1 clear) or at its wait (set) */
 };
 emu_state E;
 
@@ -215,18 +215,18 @@ int run_block(int order)
 	/* Warp at a time: a warp runs, its collectives computed as soon as all
 	 * its lanes wait, until it reaches __syncthreads or its end; then the
 	 * next warp. Warps drift as far apart as the barriers allow, in one
-	 * direction (order 0: warp 0 first) or the other, so a shared-memory
+	 * direction (order bit 0 clear: warp 0 first) or the other, so a shared-memory
 	 * read that lacks a barrier sees the writer's data in one order and not
 	 * in the other. */
 	const int nw = n / 32;
 	for (;;) {
 		int progressed = 0;
 		for (int x = 0; x < nw; x++) {
-			thr *w = &E.th[32 * (order ? nw - 1 - x : x)];
+			thr *w = &E.th[32 * (order & 1 ? nw - 1 - x : x)];
 			for (;;) {
 				int ran = 0, waiting = 0;
 				for (int y = 0; y < 32; y++) {
-					const int l = order ? 31 - y : y;
+					const int l = order & 1 ? 31 - y : y;
 					if (w[l].state != T_RUN)
 						continue;
 					E.cur = (int)(w + l - E.th);
@@ -286,28 +286,30 @@ const dim3 &emu_block_dim(void) { return E.bdim; }
 const dim3 &emu_grid_dim(void) { return E.gdim; }
 void *emu_smem(void) { return E.smem; }
 
-void emu_cp_async16(void *smem, const void *gmem, int src_bytes)
+void emu_cp_async(void *smem, const void *gmem, int bytes, int src_bytes)
 {
 	thr *t = &E.th[E.cur];
 	unsigned char *d = (unsigned char *)smem;
-	if (d < E.smem || d + 16 > E.smem + E.smem_bytes || ((uintptr_t)d & 15) ||
-	    (src_bytes && ((uintptr_t)gmem & 15)) || (src_bytes != 0 && src_bytes != 16)) {
-		fail("cp.async: the shared address is outside shared memory or not 16-byte aligned, or the global "
-		     "one not aligned, or a size other than 0 or 16");
+	const uintptr_t al = (uintptr_t)bytes - 1;
+	if ((bytes != 4 && bytes != 8 && bytes != 16) || d < E.smem || d + bytes > E.smem + E.smem_bytes ||
+	    ((uintptr_t)d & al) || ((uintptr_t)gmem & al) || (src_bytes != 0 && src_bytes != bytes)) {
+		/* the source must be aligned even when nothing is read */
+		fail("cp.async: the shared address is outside shared memory or either address is not aligned to "
+		     "the copy's size, or a size other than 4, 8, 16, or a source size other than 0 or the size");
 		return;
 	}
 	if (E.cp_eager) { /* the earliest the hardware may land it */
 		if (src_bytes)
-			memcpy(d, gmem, 16);
+			memcpy(d, gmem, (size_t)bytes);
 		else
-			memset(d, 0, 16);
+			memset(d, 0, (size_t)bytes);
 		return;
 	}
 	if (t->npending == MAX_ASYNC) {
 		fail("cp.async: more copies in flight in one thread than the emulator holds");
 		return;
 	}
-	t->pending[t->npending++] = async_copy{ d, (const unsigned char *)gmem, src_bytes, t->groups };
+	t->pending[t->npending++] = async_copy{ d, (const unsigned char *)gmem, bytes, src_bytes, t->groups };
 }
 
 void emu_cp_async_commit(void)
@@ -322,10 +324,10 @@ void emu_cp_async_wait(int n)
 	for (int i = 0; i < t->npending; i++) {
 		async_copy *c = &t->pending[i];
 		if (c->group < t->groups - n) { /* a committed group older than the n newest */
-			if (c->bytes)
-				memcpy(c->dst, c->src, 16);
+			if (c->src_bytes)
+				memcpy(c->dst, c->src, (size_t)c->bytes);
 			else
-				memset(c->dst, 0, 16);
+				memset(c->dst, 0, (size_t)c->bytes);
 		} else {
 			t->pending[kept++] = *c;
 		}
@@ -421,7 +423,7 @@ int emu_launch(dim3 grid, dim3 block, size_t smem_bytes, int order, const std::f
 	E.bdim = block;
 	E.gdim = grid;
 	E.body = &body;
-	E.cp_eager = order == 0;
+	E.cp_eager = !(order & 2);
 	E.smem_bytes = smem_bytes;
 	E.smem = (unsigned char *)malloc(smem_bytes ? smem_bytes : 1);
 	E.th = (thr *)calloc((size_t)n, sizeof(thr));

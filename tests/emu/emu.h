@@ -18,11 +18,12 @@
  * collectives and barriers not reached by every thread (a deadlock is
  * reported, naming the block and the waiting threads), and missing barriers:
  * emu_launch runs one warp at a time up to its next barrier, first to last
- * warp or last to first (order argument), so a read of shared memory another
- * warp has not written yet gives a different answer in one of the two orders;
+ * warp or last to first (order bit 0), so a read of shared memory another
+ * warp has not written yet gives a different answer in one of the orders;
  * likewise cp.async copies land as early as the hardware may (when issued,
- * order 0: overwriting what a slower warp still reads) or as late (at their
- * wait, order 1: a read before the wait sees the old contents). Shared memory starts filled
+ * order bit 1 clear: overwriting what a slower warp still reads) or as late
+ * (at their wait, bit 1 set: a read before the wait sees the old contents).
+ * The tests run all four orders and require the same bits from each. Shared memory starts filled
  * with NaN bytes, so a read of a never-written element poisons the result.
  * What it cannot catch: timing, bank conflicts, register pressure (that is
  * ptxas's report, tests/gpu/ptxas_report.sh).
@@ -91,11 +92,11 @@ void emu_ldmatrix_x4(uint32_t r[4], const void *row, int trans);
  * half_kind 0: bf16, 1: fp16 */
 void emu_mma_m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2], int half_kind);
 
-/* cp.async (tc.cuh): in order 1 a copy is queued in this thread's open group
- * and done only when a wait retires its group, so a read before the wait
- * sees the old contents and fails; in order 0 it is done at once; src_bytes
- * 0 writes zeros. */
-void emu_cp_async16(void *smem, const void *gmem, int src_bytes);
+/* cp.async (tc.cuh): with order bit 1 set a copy is queued in this thread's
+ * open group and done only when a wait retires its group, so a read before
+ * the wait sees the old contents and fails; otherwise it is done at once;
+ * src_bytes 0 writes zeros (the source must still be aligned). */
+void emu_cp_async(void *smem, const void *gmem, int bytes, int src_bytes); /* bytes: 4, 8 or 16 */
 void emu_cp_async_commit(void);
 void emu_cp_async_wait(int n); /* all but the n most recent committed groups */
 
@@ -107,9 +108,9 @@ float emu_f16_to_f32(uint16_t h);
 
 /*
  * Runs body() as every thread of every block of the grid, blocks one after
- * the other; order 0 runs a block's warps first to last, each up to its next
- * __syncthreads, with cp.async landing when issued; order 1 last to first,
- * cp.async landing at its wait. Returns 0, or -1 after printing what
+ * the other; order (0..3) bit 0: a block's warps run last to first instead
+ * of first to last, each up to its next __syncthreads; bit 1: cp.async lands
+ * at its wait instead of when issued. Returns 0, or -1 after printing what
  * went wrong (a deadlock, a bad ldmatrix address).
  */
 int emu_launch(dim3 grid, dim3 block, size_t smem_bytes, int order, const std::function<void()> &body);

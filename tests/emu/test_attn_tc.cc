@@ -131,7 +131,8 @@ double abs_diff(const std::vector<float> &x, const std::vector<float> &y)
  * Runs one case: the CPU op and the emulated kernel (both thread orders) on
  * the same inputs; for accumulate, both merge into the state the CPU left
  * after a first block of keys (kpos0 before this block's). Checks out within
- * tol of max |out|, lse within 2e-5 absolute, and the two orders bit-equal.
+ * tol of max |out|, lse within 2e-5 absolute, and the four emulator orders
+ * (emu.h) bit-equal.
  */
 template <class H, int KD, int WQ> void run_case(const fwd_case &c, double tol)
 {
@@ -160,8 +161,8 @@ template <class H, int KD, int WQ> void run_case(const fwd_case &c, double tol)
 	cpu->attention_block_forward(ref_out.data(), ref_lse.data(), q.data(), kk.data(), v.data(), c.qpos.data(),
 				     c.kpos.data(), c.B, c.Tq, c.Tk, c.a, c.g, c.k, c.S, scale, c.p, SEED, OFFSET,
 				     c.accumulate);
-	std::vector<float> out[2] = { out0, out0 }, lse[2] = { lse0, lse0 };
-	for (int order = 0; order < 2; order++)
+	std::vector<float> out[4] = { out0, out0, out0, out0 }, lse[4] = { lse0, lse0, lse0, lse0 };
+	for (int order = 0; order < 4; order++)
 		CHECK_INT((launch<H, KD, WQ>(c, out[order].data(), lse[order].data(), q, kk, v,
 					     order)),
 			  0);
@@ -170,8 +171,10 @@ template <class H, int KD, int WQ> void run_case(const fwd_case &c, double tol)
 	       kind ? "fp16" : "bf16", c.k, WQ, c.p > 0 ? ", dropout" : "", dout, tol, dlse);
 	CHECK(dout >= 0 && dout <= tol);
 	CHECK(dlse >= 0 && dlse <= 2e-5);
-	CHECK(memcmp(out[0].data(), out[1].data(), no * sizeof(float)) == 0);
-	CHECK(memcmp(lse[0].data(), lse[1].data(), nl * sizeof(float)) == 0);
+	for (int order = 1; order < 4; order++) {
+		CHECK(memcmp(out[0].data(), out[order].data(), no * sizeof(float)) == 0);
+		CHECK(memcmp(lse[0].data(), lse[order].data(), nl * sizeof(float)) == 0);
+	}
 }
 
 std::vector<int32_t> iota(int n, int from, int step)
@@ -244,9 +247,10 @@ void test_detects_wrong_inputs(void)
 }
 
 /*
- * The backward: rowdot, dq and dkv kernels in the emulator (both orders)
+ * The backward: rowdot, dq and dkv kernels in the emulator (four orders)
  * against the CPU's attention_block_backward, on the CPU forward's out and
- * lse; the grads start from random values (the op adds), NULL grads skip.
+ * lse (all four emulator orders); the grads start from random values (the
+ * op adds), NULL grads skip.
  */
 template <class H, int KD> void run_bwd_case(const fwd_case &c, double tol, int nul)
 {
@@ -271,9 +275,9 @@ template <class H, int KD> void run_bwd_case(const fwd_case &c, double tol, int 
 	cpu->attention_block_backward(nul & 1 ? NULL : rq.data(), nul & 2 ? NULL : rk.data(), nul & 4 ? NULL : rv.data(),
 				      dout.data(), out.data(), lse.data(), q.data(), kk.data(), v.data(), c.qpos.data(),
 				      c.kpos.data(), c.B, c.Tq, c.Tk, c.a, c.g, c.k, c.S, scale, c.p, SEED, OFFSET);
-	std::vector<float> eq[2] = { g0q, g0q }, ek[2] = { g0k, g0k }, ev[2] = { g0v, g0v };
+	std::vector<float> eq[4] = { g0q, g0q, g0q, g0q }, ek[4] = { g0k, g0k, g0k, g0k }, ev[4] = { g0v, g0v, g0v, g0v };
 	const std::vector<uint16_t> qh = to_half<H>(q), kh = to_half<H>(kk), vh = to_half<H>(v), oh = to_half<H>(dout);
-	for (int order = 0; order < 2; order++) {
+	for (int order = 0; order < 4; order++) {
 		std::vector<float> dr(nl, NAN);
 		const bool need_dr = (nul & 3) != 3; /* attn_tc.cu computes Dr only for dq or dk */
 		const int ntq = (c.Tq + 63) / 64, ntk = (c.Tk + 63) / 64;
@@ -324,7 +328,8 @@ template <class H, int KD> void run_bwd_case(const fwd_case &c, double tol, int 
 	CHECK(nul & 1 ? eq[0] == g0q : e_q >= 0 && e_q <= tol);
 	CHECK(nul & 2 ? ek[0] == g0k : e_k >= 0 && e_k <= tol);
 	CHECK(nul & 4 ? ev[0] == g0v : e_v >= 0 && e_v <= tol);
-	CHECK(eq[0] == eq[1] && ek[0] == ek[1] && ev[0] == ev[1]);
+	for (int order = 1; order < 4; order++)
+		CHECK(eq[0] == eq[order] && ek[0] == ek[order] && ev[0] == ev[order]);
 }
 
 void test_bwd_self(void)

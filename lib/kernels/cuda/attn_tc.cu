@@ -1,8 +1,8 @@
 /*
  * attn_tc.cu - the half tables' attention_block_forward and _backward
  * (kops_cuda_half): the tensor-core flash attention of attn_tc.cuh where it
- * applies (head dim 64 or 128, 16-byte aligned rows), attn.cu's fp32
- * kernels otherwise. Each call first converts its fp32 inputs to halves in
+ * applies (head dim 64 or 128, 16-byte aligned rows, its shared memory within
+ * the device's), attn.cu's fp32 kernels otherwise. Each call first converts its fp32 inputs to halves in
  * the scratch buffer (one pass; every block then reads 2 bytes per value,
  * by cp.async). The kernels are tested without a GPU in the thread-block
  * emulator (tests/emu/test_attn_tc.cc) and on a GPU by tests/gpu/parity.c
@@ -64,8 +64,43 @@ static uint16_t *tc_carve(char *base, size_t *off, size_t n)
  * which attn_bench times beside it (a lease's measurement decides) */
 static int tc_fwd_warps(void)
 {
+	static bool warned;
 	const char *e = getenv("MEGAC_TC_WARPS");
+	if (e && strcmp(e, "4") && strcmp(e, "8") && !warned) {
+		fprintf(stderr, "megac: warning: MEGAC_TC_WARPS=%s: expected 4 or 8; using 8\n", e);
+		warned = true;
+	}
 	return e && !strcmp(e, "4") ? 4 : 8;
+}
+
+/* the current device's shared memory per block with the opt-in, asked once
+ * per device: the 8-warp forward at head dim 128 (104 KB) is over the
+ * 99 KB of sm_86/sm_89 parts, which take 4 warps (or the fp32 kernels) */
+static size_t tc_smem_limit(void)
+{
+	static int limit[64]; /* per device; 0: not asked yet */
+	int dev = 0;
+	CUDA_CHECK(cudaGetDevice(&dev));
+	if (dev < 0 || dev >= 64)
+		return 48 * 1024;
+	if (!limit[dev]) {
+		int v = 0;
+		CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+		limit[dev] = v > 0 ? v : 48 * 1024;
+	}
+	return (size_t)limit[dev];
+}
+
+/* the forward's warps per block that fit this device, or 0: none does */
+static int tc_fwd_fit(int k)
+{
+	const size_t lim = tc_smem_limit();
+	const size_t s8 = k == 64 ? tc_fwd_smem<64, 8>() : tc_fwd_smem<128, 8>();
+	const size_t s4 = k == 64 ? tc_fwd_smem<64, 4>() : tc_fwd_smem<128, 4>();
+	const int want = tc_fwd_warps();
+	if (want == 8 && s8 <= lim)
+		return 8;
+	return s4 <= lim ? 4 : 0;
 }
 
 template <class H, int KD, int WQ>
@@ -88,7 +123,8 @@ static void tc_block_forward(float *out, float *lse, const float *q, const float
 			     int S, float scale, float dropout_p, uint64_t seed, uint64_t offset, int accumulate)
 {
 	const bool aligned = (((uintptr_t)q | (uintptr_t)kk | (uintptr_t)v | (uintptr_t)out) & 15) == 0;
-	if ((k != 64 && k != 128) || !aligned || B <= 0 || Tq <= 0 || Tk <= 0 || a <= 0 || g <= 0 || a % g) {
+	const int warps = k == 64 || k == 128 ? tc_fwd_fit(k) : 0;
+	if (!warps || !aligned || B <= 0 || Tq <= 0 || Tk <= 0 || a <= 0 || g <= 0 || a % g) {
 		cuda_attention_block_forward_f32(out, lse, q, kk, v, qpos, kpos, B, Tq, Tk, a, g, k, S, scale,
 						 dropout_p, seed, offset, accumulate);
 		return;
@@ -103,7 +139,7 @@ static void tc_block_forward(float *out, float *lse, const float *q, const float
 	const tc_drop drop = tc_drop_of(dropout_p, seed, offset, B, S);
 #define TC_FWD(KD, WQ) \
 	tc_fwd_launch<H, KD, WQ>(out, lse, qh, kh, vh, qpos, kpos, B, Tq, Tk, a, g, scale, accumulate, drop)
-	if (tc_fwd_warps() == 4) {
+	if (warps == 4) {
 		if (k == 64)
 			TC_FWD(64, 4);
 		else
@@ -178,7 +214,10 @@ static void tc_block_backward(float *dq, float *dk, float *dv, const float *dout
 {
 	const uintptr_t any = (uintptr_t)dq | (uintptr_t)dk | (uintptr_t)dv | (uintptr_t)dout | (uintptr_t)out |
 			      (uintptr_t)q | (uintptr_t)kk | (uintptr_t)v;
-	if ((k != 64 && k != 128) || (any & 15) || B <= 0 || Tq <= 0 || Tk <= 0 || a <= 0 || g <= 0 || a % g) {
+	const size_t need = k == 64 ? (tc_dq_smem<64>() > tc_dkv_smem<64>() ? tc_dq_smem<64>() : tc_dkv_smem<64>())
+				    : (tc_dq_smem<128>() > tc_dkv_smem<128>() ? tc_dq_smem<128>() : tc_dkv_smem<128>());
+	if ((k != 64 && k != 128) || need > tc_smem_limit() || (any & 15) || B <= 0 || Tq <= 0 || Tk <= 0 || a <= 0 ||
+	    g <= 0 || a % g) {
 		cuda_attention_block_backward_f32(dq, dk, dv, dout, out, lse, q, kk, v, qpos, kpos, B, Tq, Tk, a, g, k,
 						  S, scale, dropout_p, seed, offset);
 		return;

@@ -177,8 +177,8 @@ static __device__ __forceinline__ void tc_copy_rows(uint16_t *dst, const uint16_
 
 /*
  * attention_block_forward (ops.h) on the tensor cores, k == KD.
- * Grid: B*a*ntile blocks of 32 WQ threads, tiles in reverse order (the
- * longest first); dynamic shared memory tc_fwd_smem<KD, WQ>().
+ * Grid: B*a*ntile blocks of 32 WQ threads, tile-major in reverse tile order
+ * (the longest first); dynamic shared memory tc_fwd_smem<KD, WQ>().
  */
 template <class H, int KD, int WQ>
 __global__ void __launch_bounds__(32 * WQ, WQ > 4 ? 1 : 2)
@@ -192,8 +192,9 @@ __global__ void __launch_bounds__(32 * WQ, WQ > 4 ? 1 : 2)
 	constexpr int NOT = KD / 8;   /* 8-channel column tiles of O */
 	uint16_t *Qs = (uint16_t *)TC_SMEM, *KV = Qs + BQ * LDS; /* K, V of stage t at KV + 2 t BK LDS */
 	const int lane = threadIdx.x % 32, w = threadIdx.x / 32, gid = lane / 4, tig = lane % 4;
-	const int ntile = (Tq + BQ - 1) / BQ;
-	const int bh = blockIdx.x / ntile, tile = ntile - 1 - blockIdx.x % ntile;
+	/* tile-major, the last (longest) tiles first over every (sample, head) */
+	const int ntile = (Tq + BQ - 1) / BQ, nbh = (int)(gridDim.x / ntile);
+	const int bh = blockIdx.x % nbh, tile = ntile - 1 - blockIdx.x / nbh;
 	const int b = bh / a, h = bh % a, G = h / (a / g);
 	const int q0 = tile * BQ, nq = Tq - q0 < BQ ? Tq - q0 : BQ;
 	const size_t ldo = (size_t)a * KD;
@@ -244,16 +245,17 @@ __global__ void __launch_bounds__(32 * WQ, WQ > 4 ? 1 : 2)
 
 	for (int jt = 0; jt < ntk; jt++) {
 		const int k0 = jt * BK;
-		__syncthreads(); /* every warp is done with tile jt-1, whose stage tile jt+1 takes */
+		tc_cp_async_wait<0>(); /* this thread's copies of tile jt have landed */
+		/* one barrier a tile: everyone's copies of tile jt have landed, and
+		 * every warp is done with tile jt-1, whose stage tile jt+1 takes */
+		__syncthreads();
 		if (jt + 1 < ntk) {
 			const int k1 = k0 + BK, n1 = nk - k1 < BK ? nk - k1 : BK;
 			uint16_t *st = KV + ((jt + 1) & 1) * 2 * BK * LDS;
 			tc_copy_rows<KD, BK, NT>(st, Kg + (size_t)k1 * KD, KD, n1);
 			tc_copy_rows<KD, BK, NT>(st + BK * LDS, Vg + (size_t)k1 * KD, KD, n1);
+			tc_cp_async_commit();
 		}
-		tc_cp_async_commit(); /* empty after the last tile: one group per tile all the same */
-		tc_cp_async_wait<1>(); /* tile jt has landed */
-		__syncthreads();
 		const uint16_t *Ks = KV + (jt & 1) * 2 * BK * LDS, *Vs = Ks + BK * LDS;
 
 		float s[NST][4];
@@ -469,8 +471,8 @@ __global__ void __launch_bounds__(128)
 	constexpr int NKS = KD / 16, NST = BK / 8, NOT = KD / 8;
 	uint16_t *Qs = (uint16_t *)TC_SMEM, *Os = Qs + BQ * LDS, *KV = Os + BQ * LDS; /* stage t: KV + 2 t BK LDS */
 	const int lane = threadIdx.x % 32, w = threadIdx.x / 32, gid = lane / 4, tig = lane % 4;
-	const int ntile = (Tq + BQ - 1) / BQ;
-	const int bh = blockIdx.x / ntile, tile = ntile - 1 - blockIdx.x % ntile;
+	const int ntile = (Tq + BQ - 1) / BQ, nbh = (int)(gridDim.x / ntile); /* tile-major, as the forward */
+	const int bh = blockIdx.x % nbh, tile = ntile - 1 - blockIdx.x / nbh;
 	const int b = bh / a, h = bh % a, G = h / (a / g);
 	const int q0 = tile * BQ, nq = Tq - q0 < BQ ? Tq - q0 : BQ;
 	const size_t ldo = (size_t)a * KD;
@@ -512,16 +514,15 @@ __global__ void __launch_bounds__(128)
 
 	for (int jt = 0; jt < ntk; jt++) {
 		const int k0 = jt * BK;
-		__syncthreads(); /* every warp is done with tile jt-1, whose stage tile jt+1 takes */
+		tc_cp_async_wait<0>();
+		__syncthreads(); /* tile jt has landed; every warp is done with tile jt-1's stage */
 		if (jt + 1 < ntk) {
 			const int k1 = k0 + BK, n1 = nk - k1 < BK ? nk - k1 : BK;
 			uint16_t *st = KV + ((jt + 1) & 1) * 2 * BK * LDS;
 			tc_copy_rows<KD, BK, NT>(st, Kg + (size_t)k1 * KD, KD, n1);
 			tc_copy_rows<KD, BK, NT>(st + BK * LDS, Vg + (size_t)k1 * KD, KD, n1);
+			tc_cp_async_commit();
 		}
-		tc_cp_async_commit();
-		tc_cp_async_wait<1>(); /* tile jt has landed */
-		__syncthreads();
 		const uint16_t *Ks = KV + (jt & 1) * 2 * BK * LDS, *Vs = Ks + BK * LDS;
 		float s[NST][4], dp[NST][4];
 #pragma unroll
@@ -613,7 +614,7 @@ __global__ void __launch_bounds__(128)
 	constexpr int NT = 128, BKV = 64, BQ = tc_bwd_geom<KD>::BQ2, LDS = tc_geom<KD>::LDS;
 	constexpr int NKS = KD / 16, NST = BQ / 8, NOT = KD / 8;
 	uint16_t *Ks = (uint16_t *)TC_SMEM, *Vs = Ks + BKV * LDS, *QO = Vs + BKV * LDS; /* stage t: QO + 2 t BQ LDS */
-	float *LD = (float *)(QO + 4 * BQ * LDS); /* lse (log2) and Dr of stage t at LD + 2 t BQ */
+	float *LD = (float *)(QO + 4 * BQ * LDS); /* lse and Dr of stage t at LD + 2 t BQ */
 	const int lane = threadIdx.x % 32, w = threadIdx.x / 32, gid = lane / 4, tig = lane % 4;
 	const int ntile = (Tk + BKV - 1) / BKV;
 	const int bg = blockIdx.x / ntile, kt = blockIdx.x % ntile;
@@ -632,8 +633,8 @@ __global__ void __launch_bounds__(128)
 	const int kp_w = 16 * w < nkk ? kpos[k0 + wlast] : INT_MAX;
 
 	/* the steps: each head of the group, each tile of BQ queries from qa on;
-	 * step sn's Q and dO go to stage sn & 1 by cp.async, its lse and Dr by
-	 * plain stores, while step sn-1 is computed */
+	 * step sn's Q, dO, lse and Dr go to stage sn & 1 by cp.async while
+	 * step sn-1 is computed */
 	const int nqt = (Tq - qa + BQ - 1) / BQ, nstep = m * nqt;
 	auto load_step = [&](int sn) {
 		const int hs = G * m + sn / nqt, qs = qa + (sn % nqt) * BQ, ns = Tq - qs < BQ ? Tq - qs : BQ;
@@ -641,10 +642,13 @@ __global__ void __launch_bounds__(128)
 		uint16_t *Qt = QO + 2 * (sn & 1) * BQ * LDS;
 		tc_copy_rows<KD, BQ, NT>(Qt, qh + (bhs * Tq + qs) * KD, KD, ns);
 		tc_copy_rows<KD, BQ, NT>(Qt + BQ * LDS, oh + ((size_t)b * Tq + qs) * ldo + (size_t)hs * KD, ldo, ns);
+		/* the rows' lse and Dr by cp.async too (no round trip before the
+		 * barrier); rows past the end, and Dr when dK is not wanted, are 0 */
 		float *Lt = LD + 2 * (sn & 1) * BQ;
+		const float *lg = lse + bhs * Tq + qs, *dg = dr ? dr + bhs * Tq + qs : lg;
 		for (int i = threadIdx.x; i < BQ; i += NT) {
-			Lt[i] = i < ns ? lse[bhs * Tq + qs + i] * TC_LOG2E : 0.0f;
-			Lt[BQ + i] = i < ns && dr ? dr[bhs * Tq + qs + i] : 0.0f; /* no dr: dK is not wanted */
+			tc_cp_async4(Lt + i, lg + (i < ns ? i : 0), i < ns ? 4 : 0);
+			tc_cp_async4(Lt + BQ + i, dg + (i < ns ? i : 0), i < ns && dr ? 4 : 0);
 		}
 	};
 	tc_copy_rows<KD, BKV, NT>(Ks, kh + (((size_t)b * g + G) * Tk + k0) * KD, KD, nkk);
@@ -660,12 +664,12 @@ __global__ void __launch_bounds__(128)
 			adk[t][e] = adv[t][e] = 0.0f;
 
 	for (int step = 0; step < nstep; step++) {
-		__syncthreads(); /* every warp is done with step-1, whose stage step+1 takes */
-		if (step + 1 < nstep)
+		tc_cp_async_wait<0>();
+		__syncthreads(); /* this step's tiles (and K, V) have landed; every warp is done with step-1's stage */
+		if (step + 1 < nstep) {
 			load_step(step + 1);
-		tc_cp_async_commit();
-		tc_cp_async_wait<1>(); /* this step's tiles (and K, V) have landed */
-		__syncthreads();
+			tc_cp_async_commit();
+		}
 		const int h = G * m + step / nqt, q0 = qa + (step % nqt) * BQ;
 		const uint16_t *Qs = QO + 2 * (step & 1) * BQ * LDS, *Os = Qs + BQ * LDS;
 		const float *Ls = LD + 2 * (step & 1) * BQ, *Ds = Ls + BQ;
@@ -708,8 +712,9 @@ __global__ void __launch_bounds__(128)
 					v0 = kp0 <= qp;
 					v1 = kp1 <= qp;
 				}
-				const float p0 = v0 ? exp2f(st[t][e] * sl - Ls[col]) : 0.0f;
-				const float p1 = v1 ? exp2f(st[t][2 + e] * sl - Ls[col]) : 0.0f;
+				const float l2 = Ls[col] * TC_LOG2E;
+				const float p0 = v0 ? exp2f(st[t][e] * sl - l2) : 0.0f;
+				const float p1 = v1 ? exp2f(st[t][2 + e] * sl - l2) : 0.0f;
 				float ma = 1.0f, mb = 1.0f; /* dropout: P M for dV, dP M for dS */
 				if (drop.p > 0.0f) {
 					const int qp = q0 + col < Tq ? qpos[q0 + col] : -1;

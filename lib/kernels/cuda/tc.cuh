@@ -124,11 +124,23 @@ __device__ __forceinline__ void tc_ldsm_x4_trans(uint32_t r[4], const void *row)
 __device__ __forceinline__ void tc_cp_async16(void *smem, const void *gmem, int src_bytes)
 {
 #ifdef MEGAC_EMU
-	emu_cp_async16(smem, gmem, src_bytes);
+	emu_cp_async(smem, gmem, 16, src_bytes);
 #else
 	const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes)
-		     : "memory");
+	const size_t g = __cvta_generic_to_global(gmem);
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(g), "r"(src_bytes) : "memory");
+#endif
+}
+
+/* the same for one 4-byte word (.ca: cached in L1 too; .cg takes 16 bytes only) */
+__device__ __forceinline__ void tc_cp_async4(void *smem, const void *gmem, int src_bytes)
+{
+#ifdef MEGAC_EMU
+	emu_cp_async(smem, gmem, 4, src_bytes);
+#else
+	const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+	const size_t g = __cvta_generic_to_global(gmem);
+	asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(g), "r"(src_bytes) : "memory");
 #endif
 }
 
