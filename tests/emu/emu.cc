@@ -9,10 +9,12 @@
 #include <stdlib.h>
 #include <ucontext.h>
 
+#include <vector>
+
 namespace {
 
 enum { T_RUN, T_WARP, T_BAR, T_DONE };
-enum { OP_SHFL = 1, OP_SYNCWARP, OP_LDSM, OP_MMA };
+enum { OP_SHFL = 1, OP_SYNCWARP, OP_LDSM, OP_MMA, OP_WG_MMA, OP_WG_FENCE, OP_WG_COMMIT, OP_WG_WAIT };
 
 struct lane_op {
 	int op, arg;
@@ -21,6 +23,19 @@ struct lane_op {
 	const uint32_t *a, *b;       /* mma operands */
 	float *d;                    /* mma accumulators, in and out */
 	uint32_t *r;                 /* ldmatrix result registers */
+	/* wgmma: descriptors, N, half kind (0 bf16, 1 fp16), A in registers (areg) or
+	 * shared memory (da), scale-d */
+	uint64_t da, db;
+	int n, kind, a_regs, scale_d;
+	uint32_t areg[4];
+};
+
+/* one issued wgmma of a warpgroup: every lane's accumulators and A registers */
+struct wg_op {
+	float *d[128];
+	uint32_t areg[128][4];
+	uint64_t da, db;
+	int n, kind, a_regs, scale_d, group;
 };
 
 /* a queued cp.async: group is the thread's commit count when it was issued */
@@ -53,7 +68,9 @@ struct emu_state {
 	int cur;
 	const std::function<void()> *body;
 	int failed;
-	int cp_eager; /* cp.async lands when issued (order bit 1 clear) or at its wait (set) */
+	int cp_eager; /* cp.async and wgmma land when issued (order bit 1 clear) or at their wait (set) */
+	std::vector<wg_op> wg_pending[8]; /* per warpgroup of the block: issued, not yet retired */
+	int wg_groups[8];                 /* per warpgroup: commit count */
 };
 emu_state E;
 
@@ -161,6 +178,123 @@ void do_mma(thr *w)
 	}
 }
 
+/* an element of a shared-memory matrix through a descriptor without swizzle
+ * (wg.cuh's layouts): (mn, k) K-major, or (k, n) MN-major */
+float desc_elem(uint64_t desc, int mn, int k, int mn_major, int kind)
+{
+	const size_t start = (size_t)(desc & 0x3fff) << 4, lbo = (size_t)(desc >> 16 & 0x3fff) << 4,
+		     sbo = (size_t)(desc >> 32 & 0x3fff) << 4;
+	if (desc >> 62) {
+		fail("wgmma: a swizzled descriptor (the emulator knows the canonical layouts without swizzle)");
+		return 0;
+	}
+	const size_t off = start + (size_t)(mn / 8) * sbo + (size_t)(k / 8) * lbo +
+			   (mn_major ? (size_t)(k % 8) * 16 + (size_t)(mn % 8) * 2 : (size_t)(mn % 8) * 16 + (size_t)(k % 8) * 2);
+	if (off + 2 > E.smem_bytes) {
+		char msg[160];
+		snprintf(msg, sizeof msg, "wgmma: an operand element at shared offset %zu is past the %zu bytes", off,
+			 E.smem_bytes);
+		fail(msg);
+		return 0;
+	}
+	uint16_t h;
+	memcpy(&h, E.smem + off, 2);
+	return half_to_f32(h, kind);
+}
+
+/* d = A B (+ d): A 64 x 16 from shared memory (K-major) or the lanes'
+ * registers (mma's A fragment per warp), B 16 x N from shared memory,
+ * K-major or, transposed, MN-major (wg.cuh) */
+void wg_exec(const wg_op *o)
+{
+	const int N = o->n;
+	float A[64][16], Bm[16][256];
+	for (int m = 0; m < 64; m++)
+		for (int k = 0; k < 16; k++)
+			A[m][k] = o->a_regs ? 0.0f : desc_elem(o->da, m, k, 0, o->kind);
+	if (o->a_regs)
+		for (int t = 0; t < 128; t++) {
+			const int w = t / 32, g = t % 32 / 4, q = t % 4, r = 16 * w + g;
+			for (int h = 0; h < 2; h++) {
+				A[r][2 * q + h] = half_to_f32((uint16_t)(o->areg[t][0] >> 16 * h), o->kind);
+				A[r + 8][2 * q + h] = half_to_f32((uint16_t)(o->areg[t][1] >> 16 * h), o->kind);
+				A[r][2 * q + 8 + h] = half_to_f32((uint16_t)(o->areg[t][2] >> 16 * h), o->kind);
+				A[r + 8][2 * q + 8 + h] = half_to_f32((uint16_t)(o->areg[t][3] >> 16 * h), o->kind);
+			}
+		}
+	for (int k = 0; k < 16; k++)
+		for (int n = 0; n < N; n++)
+			Bm[k][n] = desc_elem(o->db, n, k, o->a_regs /* the transposed-B form */, o->kind);
+	if (E.failed)
+		return;
+	for (int t = 0; t < 128; t++) {
+		const int w = t / 32, g = t % 32 / 4, q = t % 4;
+		for (int j = 0; j < N / 8; j++)
+			for (int e = 0; e < 4; e++) {
+				const int r = 16 * w + g + 8 * (e / 2), c = 8 * j + 2 * q + e % 2;
+				float acc = o->scale_d ? o->d[t][4 * j + e] : 0.0f;
+				for (int k = 0; k < 16; k++)
+					acc += A[r][k] * Bm[k][c];
+				o->d[t][4 * j + e] = acc;
+			}
+	}
+}
+
+/* a warpgroup collective, all 128 lanes waiting on it (g: the group's first thread) */
+void do_warpgroup(thr *g, int wgi)
+{
+	const int op = g[0].op.op;
+	for (int l = 1; l < 128; l++)
+		if (g[l].op.op != op || g[l].op.arg != g[0].op.arg) {
+			fail("divergent warpgroup collective (the four warps of a warpgroup at different wgmma operations)");
+			return;
+		}
+	switch (op) {
+	case OP_WG_FENCE:
+		break;
+	case OP_WG_COMMIT:
+		E.wg_groups[wgi]++;
+		break;
+	case OP_WG_MMA: {
+		wg_op o;
+		o.da = g[0].op.da;
+		o.db = g[0].op.db;
+		o.n = g[0].op.n;
+		o.kind = g[0].op.kind;
+		o.a_regs = g[0].op.a_regs;
+		o.scale_d = g[0].op.scale_d;
+		o.group = E.wg_groups[wgi];
+		for (int l = 0; l < 128; l++) {
+			if (g[l].op.da != o.da || g[l].op.db != o.db || g[l].op.n != o.n || g[l].op.scale_d != o.scale_d) {
+				fail("wgmma: the lanes of a warpgroup gave different descriptors or shapes");
+				return;
+			}
+			o.d[l] = g[l].op.d;
+			memcpy(o.areg[l], g[l].op.areg, sizeof o.areg[l]);
+		}
+		if (E.cp_eager)
+			wg_exec(&o);
+		else
+			E.wg_pending[wgi].push_back(o);
+		break;
+	}
+	case OP_WG_WAIT: {
+		std::vector<wg_op> &pend = E.wg_pending[wgi];
+		std::vector<wg_op> keep;
+		for (const wg_op &o : pend) {
+			if (o.group < E.wg_groups[wgi] - g[0].op.arg)
+				wg_exec(&o);
+			else
+				keep.push_back(o);
+		}
+		pend.swap(keep);
+		break;
+	}
+	default:
+		fail("unknown warpgroup collective");
+	}
+}
+
 void do_warp(thr *w)
 {
 	const int op = w[0].op.op;
@@ -240,6 +374,26 @@ int run_block(int order)
 				progressed |= ran;
 				if (waiting != 32)
 					break;
+				if (w[0].op.op >= OP_WG_MMA) { /* a warpgroup collective: all four warps */
+					const int wi = (int)((w - E.th) / 32), gi = wi / 4;
+					thr *g = &E.th[128 * gi];
+					if (128 * gi + 128 > n) {
+						fail("a warpgroup collective in a block that is not whole warpgroups");
+						return -1;
+					}
+					int all = 0;
+					for (int l = 0; l < 128; l++)
+						all += g[l].state == T_WARP && g[l].op.op >= OP_WG_MMA;
+					if (all != 128)
+						break; /* the other warps of the group come later */
+					do_warpgroup(g, gi);
+					if (E.failed)
+						return -1;
+					for (int l = 0; l < 128; l++)
+						g[l].state = T_RUN;
+					progressed = 1;
+					continue;
+				}
 				do_warp(w);
 				if (E.failed)
 					return -1;
@@ -335,6 +489,58 @@ void emu_cp_async_wait(int n)
 	t->npending = kept;
 }
 
+uint32_t emu_smem_addr(const void *p)
+{
+	const unsigned char *c = (const unsigned char *)p;
+	if (c < E.smem || c > E.smem + E.smem_bytes)
+		fail("a shared-memory address of a pointer outside the block's shared memory");
+	return (uint32_t)(c - E.smem);
+}
+
+static void wg_collective(int op, int arg)
+{
+	lane_op o{};
+	o.op = op;
+	o.arg = arg;
+	E.th[E.cur].op = o;
+	wait_collective(T_WARP);
+}
+
+void emu_wgmma_fence(void)
+{
+	wg_collective(OP_WG_FENCE, 0);
+}
+
+void emu_wgmma_commit(void)
+{
+	wg_collective(OP_WG_COMMIT, 0);
+}
+
+void emu_wgmma_wait(int n)
+{
+	wg_collective(OP_WG_WAIT, n);
+}
+
+void emu_wgmma(float *d, int n, uint64_t da, const uint32_t *a, uint64_t db, int kind, int trans_b, int scale_d)
+{
+	lane_op o{};
+	o.op = OP_WG_MMA;
+	o.arg = n;
+	o.d = d;
+	o.da = da;
+	o.db = db;
+	o.n = n;
+	o.kind = kind;
+	o.a_regs = a != NULL;
+	o.scale_d = scale_d;
+	if (a)
+		memcpy(o.areg, a, sizeof o.areg);
+	if ((a != NULL) != (trans_b != 0))
+		fail("emu_wgmma: the emulator has A in shared memory with B K-major, or A in registers with B transposed");
+	E.th[E.cur].op = o;
+	wait_collective(T_WARP);
+}
+
 void emu_syncthreads(void)
 {
 	wait_collective(T_BAR);
@@ -342,27 +548,44 @@ void emu_syncthreads(void)
 
 void emu_syncwarp(void)
 {
-	E.th[E.cur].op = lane_op{OP_SYNCWARP, 0, 0.0f, NULL, NULL, NULL, NULL, NULL};
+	lane_op o{};
+	o.op = OP_SYNCWARP;
+	E.th[E.cur].op = o;
 	wait_collective(T_WARP);
 }
 
 float emu_shfl_xor(float v, int lanemask)
 {
 	thr *t = &E.th[E.cur];
-	t->op = lane_op{OP_SHFL, lanemask, v, NULL, NULL, NULL, NULL, NULL};
+	lane_op o{};
+	o.op = OP_SHFL;
+	o.arg = lanemask;
+	o.f = v;
+	t->op = o;
 	wait_collective(T_WARP);
 	return E.th[E.cur].op.f;
 }
 
 void emu_ldmatrix_x4(uint32_t r[4], const void *row, int trans)
 {
-	E.th[E.cur].op = lane_op{OP_LDSM, trans, 0.0f, row, NULL, NULL, NULL, r};
+	lane_op o{};
+	o.op = OP_LDSM;
+	o.arg = trans;
+	o.p = row;
+	o.r = r;
+	E.th[E.cur].op = o;
 	wait_collective(T_WARP);
 }
 
 void emu_mma_m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2], int half_kind)
 {
-	E.th[E.cur].op = lane_op{OP_MMA, half_kind, 0.0f, NULL, a, b, d, NULL};
+	lane_op o{};
+	o.op = OP_MMA;
+	o.arg = half_kind;
+	o.a = a;
+	o.b = b;
+	o.d = d;
+	E.th[E.cur].op = o;
 	wait_collective(T_WARP);
 }
 
@@ -441,6 +664,10 @@ int emu_launch(dim3 grid, dim3 block, size_t smem_bytes, int order, const std::f
 		for (unsigned y = 0; y < grid.y && !rc; y++)
 			for (unsigned x = 0; x < grid.x && !rc; x++) {
 				E.bid = dim3{x, y, z};
+				for (int i = 0; i < 8; i++) {
+					E.wg_pending[i].clear();
+					E.wg_groups[i] = 0;
+				}
 				memset(E.smem, 0xff, smem_bytes); /* NaN in every float format */
 				rc = run_block(order);
 			}

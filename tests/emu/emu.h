@@ -100,6 +100,19 @@ void emu_cp_async(void *smem, const void *gmem, int bytes, int src_bytes); /* by
 void emu_cp_async_commit(void);
 void emu_cp_async_wait(int n); /* all but the n most recent committed groups */
 
+/* wgmma (wg.cuh): warpgroup collectives (the 128 threads of 4 aligned
+ * warps). emu_wgmma: d (n/2 floats per lane) = A.B (+ d when scale_d), A
+ * from shared memory through descriptor da (K-major) or, when a is not
+ * NULL, from the lanes' registers, B through descriptor db, K-major or
+ * (trans_b) MN-major; layouts without swizzle; kind 0 bf16, 1 fp16. Like
+ * cp.async it lands when issued or at the wait that retires its group
+ * (order bit 1), so accumulators read before the wait fail. */
+uint32_t emu_smem_addr(const void *p); /* the shared-window address: the offset in the block's memory */
+void emu_wgmma(float *d, int n, uint64_t da, const uint32_t *a, uint64_t db, int kind, int trans_b, int scale_d);
+void emu_wgmma_fence(void);
+void emu_wgmma_commit(void);
+void emu_wgmma_wait(int n);
+
 /* 16-bit float conversions, round to nearest even, as the device does */
 uint16_t emu_f32_to_bf16(float x);
 uint16_t emu_f32_to_f16(float x);

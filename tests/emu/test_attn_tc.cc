@@ -77,7 +77,7 @@ template <class H> std::vector<uint16_t> to_half(const std::vector<float> &x)
 	return h;
 }
 
-template <class H, int KD, int WQ>
+template <class H, int KD, int WQ, bool WG = false>
 int launch(const fwd_case &c, float *out, float *lse, const std::vector<float> &qv, const std::vector<float> &kv,
 	   const std::vector<float> &vv, int order)
 {
@@ -85,9 +85,9 @@ int launch(const fwd_case &c, float *out, float *lse, const std::vector<float> &
 	const uint16_t *q = qh.data(), *kk = kh.data(), *v = vh.data();
 	const int ntile = (c.Tq + 16 * WQ - 1) / (16 * WQ);
 	const float scale = 1.0f / sqrtf((float)c.k);
-	return emu_launch(dim3{(unsigned)(c.B * c.a * ntile), 1, 1}, dim3{32 * WQ, 1, 1}, tc_fwd_smem<KD, WQ>(), order,
-			  [&] {
-				  attn_tc_fwd_kernel<H, KD, WQ>(out, lse, q, kk, v, c.qpos.data(), c.kpos.data(),
+	return emu_launch(dim3{(unsigned)(c.B * c.a * ntile), 1, 1}, dim3{32 * WQ, 1, 1}, tc_fwd_smem<KD, WQ, WG>(),
+			  order, [&] {
+				  attn_tc_fwd_kernel<H, KD, WQ, WG>(out, lse, q, kk, v, c.qpos.data(), c.kpos.data(),
 								c.Tq, c.Tk, c.a, c.g, scale, c.accumulate, drop_of(c));
 			  });
 }
@@ -134,7 +134,7 @@ double abs_diff(const std::vector<float> &x, const std::vector<float> &y)
  * tol of max |out|, lse within 2e-5 absolute, and the four emulator orders
  * (emu.h) bit-equal.
  */
-template <class H, int KD, int WQ> void run_case(const fwd_case &c, double tol)
+template <class H, int KD, int WQ, bool WG = false> void run_case(const fwd_case &c, double tol)
 {
 	const int kind = H::kind;
 	rng r{ 0x5eed0000ULL + (uint64_t)c.Tq * 131 + (uint64_t)c.Tk };
@@ -163,12 +163,12 @@ template <class H, int KD, int WQ> void run_case(const fwd_case &c, double tol)
 				     c.accumulate);
 	std::vector<float> out[4] = { out0, out0, out0, out0 }, lse[4] = { lse0, lse0, lse0, lse0 };
 	for (int order = 0; order < 4; order++)
-		CHECK_INT((launch<H, KD, WQ>(c, out[order].data(), lse[order].data(), q, kk, v,
+		CHECK_INT((launch<H, KD, WQ, WG>(c, out[order].data(), lse[order].data(), q, kk, v,
 					     order)),
 			  0);
 	const double dout = rel_diff(out[0], ref_out), dlse = abs_diff(lse[0], ref_lse);
-	printf("#   %s (%s, head dim %d, %d warps%s): out %.2e of max |out| (tolerance %.0e), lse %.2e\n", c.name,
-	       kind ? "fp16" : "bf16", c.k, WQ, c.p > 0 ? ", dropout" : "", dout, tol, dlse);
+	printf("#   %s (%s, head dim %d, %d warps%s%s): out %.2e of max |out| (tolerance %.0e), lse %.2e\n", c.name,
+	       kind ? "fp16" : "bf16", c.k, WQ, WG ? ", wgmma" : "", c.p > 0 ? ", dropout" : "", dout, tol, dlse);
 	CHECK(dout >= 0 && dout <= tol);
 	CHECK(dlse >= 0 && dlse <= 2e-5);
 	for (int order = 1; order < 4; order++) {
@@ -378,6 +378,22 @@ void test_edges(void)
 		run_bwd_case<tc_bf16, 64>(c, 1e-2, nul);
 }
 
+/* the wgmma forward (attn_wg.cu, sm_90a): the same cases through the
+ * emulator's warpgroup products, two warpgroups a block and one */
+void test_wgmma_forward(void)
+{
+	run_case<tc_bf16, 64, 8, true>(self_case("causal, T 100, GQA 4/2", 2, 100, 4, 2, 64), 5e-3);
+	run_case<tc_f16, 128, 8, true>(self_case("causal, T 300", 1, 300, 2, 1, 128), 1e-3);
+	run_case<tc_bf16, 128, 4, true>(self_case("causal, T 150", 1, 150, 2, 2, 128), 5e-3);
+	fwd_case c{ "block: strided positions", 1, 70, 90, 2, 1, 64, 400, iota(70, 5, 5), iota(90, 20, 3), 1, 0.1f, {} };
+	run_case<tc_bf16, 64, 8, true>(c, 5e-3);
+	fwd_case m{ "merge into rows that saw nothing", 1, 40, 10, 2, 1, 128, 64, iota(40, 0, 1), iota(10, 0, 1),
+		    1, 0.0f, iota(10, 20, 1) };
+	run_case<tc_f16, 128, 8, true>(m, 1e-3);
+	fwd_case f{ "block: all keys in the future", 1, 40, 30, 2, 2, 64, 400, iota(40, 0, 1), iota(30, 100, 1), 0, 0.0f, {} };
+	run_case<tc_bf16, 64, 8, true>(f, 5e-3);
+}
+
 } // namespace
 
 int main(void)
@@ -391,5 +407,6 @@ int main(void)
 	RUN(test_bwd_block);
 	RUN(test_dropout);
 	RUN(test_edges);
+	RUN(test_wgmma_forward);
 	return test_summary();
 }

@@ -6,7 +6,8 @@
  * 4·B·a·T²·k/2 for the causal half, backward 2.5 times that), for the
  * fp32 table (kops_cuda: fp32 kernels on the CUDA cores) and the bf16 one
  * (kops_cuda_half: the tensor-core kernels of attn_tc.cuh, whose forward
- * runs in blocks of 8 warps, and again of 4). Prints one line per table and
+ * runs on wgmma on an H100/H200, then again on mma.sync in blocks of 8 warps
+ * and of 4). Prints one line per table and
  * case; without a GPU "1..0 # SKIP ..." and exit 0.
  *
  *   build/gpu/attn_bench [--reps N] [--cpu]   (--cpu: the CPU table, tiny
@@ -128,11 +129,15 @@ int main(int argc, char **argv)
 	int ncase = (int)(sizeof(cases) / sizeof(cases[0]));
 	for (int t = 0; t < 2 && tables[t]; t++)
 		bench_table(tables[t], cases, ncase, reps, cpu);
-	if (tables[1]) { /* the tensor-core forward's other block shape (attn_tc.cu) */
+	if (tables[1]) { /* the tensor-core forward's other versions (attn_tc.cu) */
+		setenv("MEGAC_TC_WGMMA", "0", 1);
+		printf("# MEGAC_TC_WGMMA=0: the forward on mma.sync (on an H100/H200 the default is wgmma)\n");
+		bench_table(tables[1], cases, ncase, reps, cpu);
 		setenv("MEGAC_TC_WARPS", "4", 1);
-		printf("# MEGAC_TC_WARPS=4: the forward in blocks of 4 warps (64 queries) instead of 8\n");
+		printf("# MEGAC_TC_WGMMA=0 MEGAC_TC_WARPS=4: mma.sync in blocks of 4 warps (64 queries)\n");
 		bench_table(tables[1], cases, ncase, reps, cpu);
 		unsetenv("MEGAC_TC_WARPS");
+		unsetenv("MEGAC_TC_WGMMA");
 	}
 	return 0;
 }

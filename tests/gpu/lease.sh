@@ -4,7 +4,8 @@
 # as run.sh), results under $OUT, a summary in $OUT/summary.txt:
 #   1. the attention ops against the CPU first (build/gpu/parity --only
 #      attention: the fp32 kernels and the tensor-core ones of the bf16/fp16
-#      tables), so no speed is reported for kernels that compute wrong;
+#      tables, the forward on wgmma and again on mma.sync), so no speed is
+#      reported for kernels that compute wrong;
 #   2. tests/gpu/bench.sh: the GPT-2 and Llama-3 shapes' tokens/s, TFLOP/s,
 #      MFU and memory, the attention micro-benchmark, and PyTorch on the same
 #      shapes as time allows;
@@ -23,6 +24,11 @@ if [ -x build/gpu/parity ]; then
 		2>"$OUT/parity_attention_timings.txt"
 	say "parity --only attention: exit $?, $(tail -n 1 "$OUT/parity_attention.txt") ($(elapsed) s)"
 	grep -A2 '^not ok' "$OUT/parity_attention.txt" | head -n 30
+	# the same with the forward on mma.sync instead of wgmma (attn_tc.cu)
+	MEGAC_TC_WGMMA=0 MEGAC_CUDA_SYNC=1 timeout 60 build/gpu/parity --no-big --only attention_block \
+		>"$OUT/parity_attention_mma.txt" 2>/dev/null
+	say "parity --only attention_block, MEGAC_TC_WGMMA=0: exit $?, $(tail -n 1 "$OUT/parity_attention_mma.txt") ($(elapsed) s)"
+	grep -A2 '^not ok' "$OUT/parity_attention_mma.txt" | head -n 20
 fi
 
 BENCH_BUDGET=$((330 - $(elapsed))) timeout $((530 - $(elapsed))) sh tests/gpu/bench.sh >"$OUT/bench.log" 2>&1

@@ -91,6 +91,27 @@ static size_t tc_smem_limit(void)
 	return (size_t)limit[dev];
 }
 
+/* whether the forward takes wgmma (attn_wg.cu): an sm_90 device (H100,
+ * H200), unless MEGAC_TC_WGMMA=0 (attn_bench times both); asked once per device */
+static bool tc_use_wgmma(void)
+{
+	static signed char is90[64]; /* per device; 0: not asked, 1: sm_90, -1: other */
+	const char *e = getenv("MEGAC_TC_WGMMA");
+	if (e && !strcmp(e, "0"))
+		return false;
+	int dev = 0;
+	CUDA_CHECK(cudaGetDevice(&dev));
+	if (dev < 0 || dev >= 64)
+		return false;
+	if (!is90[dev]) {
+		int major = 0, minor = 0;
+		CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+		CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+		is90[dev] = major == 9 && minor == 0 ? 1 : -1;
+	}
+	return is90[dev] > 0; /* its 48 KB (k 64) or 96 KB (k 128) of shared memory fit every sm_90 part */
+}
+
 /* the forward's warps per block that fit this device, or 0: none does */
 static int tc_fwd_fit(int k)
 {
@@ -137,6 +158,12 @@ static void tc_block_forward(float *out, float *lse, const float *q, const float
 	tc_to_half<H>(kh, kk, nkv);
 	tc_to_half<H>(vh, v, nkv);
 	const tc_drop drop = tc_drop_of(dropout_p, seed, offset, B, S);
+	if (tc_use_wgmma()) {
+		cuda_attn_wg_forward(H::kind, k, out, lse, qh, kh, vh, qpos, kpos, B, Tq, Tk, a, g, scale, accumulate,
+				     drop);
+		scratch_free(base);
+		return;
+	}
 #define TC_FWD(KD, WQ) \
 	tc_fwd_launch<H, KD, WQ>(out, lse, qh, kh, vh, qpos, kpos, B, Tq, Tk, a, g, scale, accumulate, drop)
 	if (warps == 4) {

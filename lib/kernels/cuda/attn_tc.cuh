@@ -62,6 +62,7 @@
 
 #include "tc.cuh" /* first: under MEGAC_EMU it brings emu.h, which philox.cuh needs */
 #include "philox.cuh"
+#include "wg.cuh"
 
 #include <limits.h>
 #include <math.h>
@@ -84,10 +85,11 @@ template <int KD> struct tc_geom {
 	static constexpr int LDS = KD + 8;
 };
 
-/* Q, then two stages of K and V tiles (double buffering) */
-template <int KD, int WQ> __host__ __device__ constexpr size_t tc_fwd_smem(void)
+/* Q, then two stages of K and V tiles (double buffering); rows padded for
+ * ldmatrix, or (WG: the wgmma forward) as core matrices, unpadded */
+template <int KD, int WQ, bool WG = false> __host__ __device__ constexpr size_t tc_fwd_smem(void)
 {
-	return (size_t)(16 * WQ + 4 * TC_BK) * tc_geom<KD>::LDS * 2;
+	return (size_t)(16 * WQ + 4 * TC_BK) * (WG ? KD : tc_geom<KD>::LDS) * 2;
 }
 
 static __device__ __forceinline__ int tc_count_le(const int32_t *pos, int n, int p)
@@ -111,6 +113,14 @@ struct tc_drop {
 	uint64_t seed, offset;
 	int B, S;
 };
+
+#ifndef MEGAC_EMU
+/* attn_wg.cu (sm_90a): the forward with wgmma, head dim k 64 or 128,
+ * halves in qh/kh/vh (bf16, or fp16 when fp16) */
+void cuda_attn_wg_forward(int fp16, int k, float *out, float *lse, const uint16_t *qh, const uint16_t *kh,
+			  const uint16_t *vh, const int32_t *qpos, const int32_t *kpos, int B, int Tq, int Tk, int a,
+			  int g, float scale, int accumulate, tc_drop drop);
+#endif
 
 /* the counter of (h, b, position qp, key position 0) */
 static __device__ __forceinline__ uint64_t tc_drop_row(const tc_drop &d, int b, int h, int qp)
@@ -141,6 +151,10 @@ static __device__ __forceinline__ void tc_keep_pair(float m0[2], float m1[2], co
 	tc_keep2(m0, d, r0 + ka, r0 + kb);
 	tc_keep2(m1, d, r1 + ka, r1 + kb);
 }
+
+template <int N> struct tc_int { /* a row count as a type, for the copy lambdas */
+	static constexpr int value = N;
+};
 
 /* fp32 to halves, 4 values per thread and step (n4 = n / 4): the kernels'
  * inputs, converted once per call so that every block reads 2 bytes per value
@@ -175,12 +189,36 @@ static __device__ __forceinline__ void tc_copy_rows(uint16_t *dst, const uint16_
 	}
 }
 
+/* the same into wgmma's core-matrix layout (wg.cuh): the 16 bytes of row r,
+ * channels 8 c8.. at halves ((r/8) KD/8 + c8) 64 + (r%8) 8 of dst. Two
+ * neighbouring threads take neighbouring chunks of a row (one 32-byte
+ * sector), eight rows fill a core matrix's column. */
+template <int KD, int NR, int NT>
+static __device__ __forceinline__ void tc_copy_rows_cm(uint16_t *dst, const uint16_t *src, size_t ld, int n)
+{
+	constexpr int C8 = KD / 8, N = NR * C8;
+#pragma unroll
+	for (int it = 0; it < (N + NT - 1) / NT; it++) {
+		const int i = threadIdx.x + it * NT;
+		if (N % NT == 0 || i < N) {
+			const int c8 = 2 * (i / 16 % (C8 / 2)) + i % 2, r = i / 2 % 8 + 8 * (i / (8 * C8));
+			const bool in = r < n;
+			tc_cp_async16(dst + ((r / 8) * C8 + c8) * 64 + (r % 8) * 8, src + (size_t)(in ? r : 0) * ld + 8 * c8,
+				      in ? 16 : 0);
+		}
+	}
+}
+
 /*
  * attention_block_forward (ops.h) on the tensor cores, k == KD.
  * Grid: B*a*ntile blocks of 32 WQ threads, tile-major in reverse tile order
- * (the longest first); dynamic shared memory tc_fwd_smem<KD, WQ>().
+ * (the longest first); dynamic shared memory tc_fwd_smem<KD, WQ, WG>().
+ * WG (sm_90a, attn_wg.cu): S = Q K^T and O += P V by wgmma, a warpgroup (4
+ * warps, 64 rows) at a time: Q and K from shared memory (K-major), P from
+ * the S accumulators in registers, V transposed (MN-major); the same rows
+ * per thread as mma.sync's, so everything between the products is shared.
  */
-template <class H, int KD, int WQ>
+template <class H, int KD, int WQ, bool WG = false>
 __global__ void __launch_bounds__(32 * WQ, WQ > 4 ? 1 : 2)
 	attn_tc_fwd_kernel(float *out, float *lse, const uint16_t *qh, const uint16_t *kh, const uint16_t *vh,
 			   const int32_t *qpos, const int32_t *kpos, int Tq, int Tk, int a, int g, float scale,
@@ -190,7 +228,8 @@ __global__ void __launch_bounds__(32 * WQ, WQ > 4 ? 1 : 2)
 	constexpr int NKS = KD / 16;  /* 16-channel steps of Q K^T */
 	constexpr int NST = BK / 8;   /* 8-key column tiles of S */
 	constexpr int NOT = KD / 8;   /* 8-channel column tiles of O */
-	uint16_t *Qs = (uint16_t *)TC_SMEM, *KV = Qs + BQ * LDS; /* K, V of stage t at KV + 2 t BK LDS */
+	constexpr int RH = WG ? KD : LDS; /* halves per row of a tile */
+	uint16_t *Qs = (uint16_t *)TC_SMEM, *KV = Qs + BQ * RH; /* K, V of stage t at KV + 2 t BK RH */
 	const int lane = threadIdx.x % 32, w = threadIdx.x / 32, gid = lane / 4, tig = lane % 4;
 	/* tile-major, the last (longest) tiles first over every (sample, head) */
 	const int ntile = (Tq + BQ - 1) / BQ, nbh = (int)(gridDim.x / ntile);
@@ -221,19 +260,33 @@ __global__ void __launch_bounds__(32 * WQ, WQ > 4 ? 1 : 2)
 	 * go out while this one is computed (two stages) */
 	const uint16_t *Kg = kh + ((size_t)b * g + G) * Tk * KD, *Vg = vh + ((size_t)b * g + G) * Tk * KD;
 	const int ntk = (nk + BK - 1) / BK;
-	tc_copy_rows<KD, BQ, NT>(Qs, qh + ((size_t)bh * Tq + q0) * KD, KD, nq);
+	auto copy_rows = [&](uint16_t *dst, const uint16_t *src, size_t ld, int n, auto rows) {
+		if constexpr (WG)
+			tc_copy_rows_cm<KD, decltype(rows)::value, NT>(dst, src, ld, n);
+		else
+			tc_copy_rows<KD, decltype(rows)::value, NT>(dst, src, ld, n);
+	};
+	using QROWS = tc_int<BQ>;
+	using KROWS = tc_int<BK>;
+	copy_rows(Qs, qh + ((size_t)bh * Tq + q0) * KD, KD, nq, QROWS());
 	tc_cp_async_commit();
-	tc_copy_rows<KD, BK, NT>(KV, Kg, KD, nk < BK ? nk : BK);
-	tc_copy_rows<KD, BK, NT>(KV + BK * LDS, Vg, KD, nk < BK ? nk : BK);
+	copy_rows(KV, Kg, KD, nk < BK ? nk : BK, KROWS());
+	copy_rows(KV + BK * RH, Vg, KD, nk < BK ? nk : BK, KROWS());
 	tc_cp_async_commit();
 	tc_cp_async_wait<1>(); /* Q has landed */
+	if constexpr (WG)
+		wg_fence_proxy();
 	__syncthreads();
-	uint32_t qf[NKS][4];
+	uint32_t qf[WG ? 1 : NKS][4];
+	if constexpr (!WG)
 #pragma unroll
-	for (int ks = 0; ks < NKS; ks++) {
-		const int j = lane / 8;
-		tc_ldsm_x4(qf[ks], Qs + (16 * w + lane % 8 + 8 * (j % 2)) * LDS + 16 * ks + 8 * (j / 2));
-	}
+		for (int ks = 0; ks < NKS; ks++) {
+			const int j = lane / 8;
+			tc_ldsm_x4(qf[ks], Qs + (16 * w + lane % 8 + 8 * (j % 2)) * LDS + 16 * ks + 8 * (j / 2));
+		}
+	/* wgmma's Q: this warpgroup's 64 rows, K-major core matrices (wg.cuh) */
+	constexpr uint32_t RS = KD * 16; /* bytes from 8 rows of core matrices to the next 8 */
+	const uint32_t qaddr = WG ? wg_smem_addr(Qs) + (uint32_t)(w / 4) * 8 * RS : 0;
 
 	const float sl = scale * TC_LOG2E;
 	const uint64_t dr0 = tc_drop_row(drop, b, h, qp0), dr1 = tc_drop_row(drop, b, h, qp1);
@@ -246,32 +299,46 @@ __global__ void __launch_bounds__(32 * WQ, WQ > 4 ? 1 : 2)
 	for (int jt = 0; jt < ntk; jt++) {
 		const int k0 = jt * BK;
 		tc_cp_async_wait<0>(); /* this thread's copies of tile jt have landed */
+		if constexpr (WG)
+			wg_fence_proxy(); /* ... and are visible to wgmma's reads */
 		/* one barrier a tile: everyone's copies of tile jt have landed, and
 		 * every warp is done with tile jt-1, whose stage tile jt+1 takes */
 		__syncthreads();
 		if (jt + 1 < ntk) {
 			const int k1 = k0 + BK, n1 = nk - k1 < BK ? nk - k1 : BK;
-			uint16_t *st = KV + ((jt + 1) & 1) * 2 * BK * LDS;
-			tc_copy_rows<KD, BK, NT>(st, Kg + (size_t)k1 * KD, KD, n1);
-			tc_copy_rows<KD, BK, NT>(st + BK * LDS, Vg + (size_t)k1 * KD, KD, n1);
+			uint16_t *st = KV + ((jt + 1) & 1) * 2 * BK * RH;
+			copy_rows(st, Kg + (size_t)k1 * KD, KD, n1, KROWS());
+			copy_rows(st + BK * RH, Vg + (size_t)k1 * KD, KD, n1, KROWS());
 			tc_cp_async_commit();
 		}
-		const uint16_t *Ks = KV + (jt & 1) * 2 * BK * LDS, *Vs = Ks + BK * LDS;
+		const uint16_t *Ks = KV + (jt & 1) * 2 * BK * RH, *Vs = Ks + BK * RH;
 
 		float s[NST][4];
 #pragma unroll
 		for (int t = 0; t < NST; t++)
 			s[t][0] = s[t][1] = s[t][2] = s[t][3] = 0.0f;
+		if constexpr (WG) { /* S = Q K^T: KD/16 chained products of 64 x 16 by 16 x 64 */
+			const uint32_t kaddr = wg_smem_addr(Ks);
+			wg_fence();
 #pragma unroll
-		for (int ks = 0; ks < NKS; ks++)
+			for (int ks = 0; ks < NKS; ks++)
+				wg_mma_ss<H, BK>(&s[0][0], wg_desc(qaddr + 256 * ks, 128, RS),
+						 wg_desc(kaddr + 256 * ks, 128, RS), ks > 0);
+			wg_commit();
+			wg_wait<0>();
+			wg_fence_operand(&s[0][0], 4 * NST);
+		} else {
 #pragma unroll
-			for (int np = 0; np < NST / 2; np++) {
-				const int j = lane / 8;
-				uint32_t bf[4];
-				tc_ldsm_x4(bf, Ks + (16 * np + lane % 8 + 8 * (j / 2)) * LDS + 16 * ks + 8 * (j % 2));
-				tc_mma<H>(s[2 * np], qf[ks], bf);
-				tc_mma<H>(s[2 * np + 1], qf[ks], bf + 2);
-			}
+			for (int ks = 0; ks < NKS; ks++)
+#pragma unroll
+				for (int np = 0; np < NST / 2; np++) {
+					const int j = lane / 8;
+					uint32_t bf[4];
+					tc_ldsm_x4(bf, Ks + (16 * np + lane % 8 + 8 * (j / 2)) * LDS + 16 * ks + 8 * (j % 2));
+					tc_mma<H>(s[2 * np], qf[ks], bf);
+					tc_mma<H>(s[2 * np + 1], qf[ks], bf + 2);
+				}
+		}
 
 		/* scale into the log2 domain; mask keys past a row's position
 		 * (and past nk) in the tiles that reach past nk_w */
@@ -334,20 +401,43 @@ __global__ void __launch_bounds__(32 * WQ, WQ > 4 ? 1 : 2)
 		}
 
 		/* O += P V, 16 keys per step */
+		if constexpr (WG) {
+			/* P's A fragments stay live until the wait: wgmma reads registers late */
+			uint32_t pf[BK / 16][4];
 #pragma unroll
-		for (int ks = 0; ks < BK / 16; ks++) {
-			uint32_t pf[4];
-			pf[0] = tc_pack<H>(s[2 * ks][0], s[2 * ks][1]);
-			pf[1] = tc_pack<H>(s[2 * ks][2], s[2 * ks][3]);
-			pf[2] = tc_pack<H>(s[2 * ks + 1][0], s[2 * ks + 1][1]);
-			pf[3] = tc_pack<H>(s[2 * ks + 1][2], s[2 * ks + 1][3]);
+			for (int ks = 0; ks < BK / 16; ks++) {
+				pf[ks][0] = tc_pack<H>(s[2 * ks][0], s[2 * ks][1]);
+				pf[ks][1] = tc_pack<H>(s[2 * ks][2], s[2 * ks][3]);
+				pf[ks][2] = tc_pack<H>(s[2 * ks + 1][0], s[2 * ks + 1][1]);
+				pf[ks][3] = tc_pack<H>(s[2 * ks + 1][2], s[2 * ks + 1][3]);
+			}
+			const uint32_t vaddr = wg_smem_addr(Vs);
+			wg_fence_operand(&acc[0][0], 4 * NOT);
+			wg_fence();
 #pragma unroll
-			for (int dp = 0; dp < NOT / 2; dp++) {
-				const int j = lane / 8;
-				uint32_t vf[4];
-				tc_ldsm_x4_trans(vf, Vs + (16 * ks + lane % 8 + 8 * (j % 2)) * LDS + 16 * dp + 8 * (j / 2));
-				tc_mma<H>(acc[2 * dp], pf, vf);
-				tc_mma<H>(acc[2 * dp + 1], pf, vf + 2);
+			for (int ks = 0; ks < BK / 16; ks++) /* V transposed: LBO steps 8 keys, SBO 8 channels */
+				wg_mma_rs_tb<H, KD>(&acc[0][0], pf[ks], wg_desc(vaddr + 2 * RS * ks, RS, 128), 1);
+			wg_commit();
+			wg_wait<0>();
+			wg_fence_operand(&acc[0][0], 4 * NOT);
+			wg_fence_operand(&pf[0][0], 4 * (BK / 16));
+		} else {
+#pragma unroll
+			for (int ks = 0; ks < BK / 16; ks++) {
+				uint32_t pf[4];
+				pf[0] = tc_pack<H>(s[2 * ks][0], s[2 * ks][1]);
+				pf[1] = tc_pack<H>(s[2 * ks][2], s[2 * ks][3]);
+				pf[2] = tc_pack<H>(s[2 * ks + 1][0], s[2 * ks + 1][1]);
+				pf[3] = tc_pack<H>(s[2 * ks + 1][2], s[2 * ks + 1][3]);
+#pragma unroll
+				for (int dp = 0; dp < NOT / 2; dp++) {
+					const int j = lane / 8;
+					uint32_t vf[4];
+					tc_ldsm_x4_trans(vf, Vs + (16 * ks + lane % 8 + 8 * (j % 2)) * LDS + 16 * dp +
+								     8 * (j / 2));
+					tc_mma<H>(acc[2 * dp], pf, vf);
+					tc_mma<H>(acc[2 * dp + 1], pf, vf + 2);
+				}
 			}
 		}
 	}

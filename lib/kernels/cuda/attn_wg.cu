@@ -1,0 +1,46 @@
+/*
+ * attn_wg.cu - the wgmma forward of the tensor-core attention (attn_tc.cuh
+ * with WG: Hopper's warpgroup products), built for sm_90a alone (the
+ * GNUmakefile gives this file its own -gencode), so its kernels exist only
+ * where wgmma does. attn_tc.cu calls cuda_attn_wg_forward on an sm_90 device
+ * unless MEGAC_TC_WGMMA=0; the emulator test runs the same kernel source.
+ */
+#include "common.cuh"
+
+#include "attn_tc.cuh"
+
+template <class H, int KD>
+static void wg_launch(float *out, float *lse, const uint16_t *qh, const uint16_t *kh, const uint16_t *vh,
+		      const int32_t *qpos, const int32_t *kpos, int B, int Tq, int Tk, int a, int g, float scale,
+		      int accumulate, tc_drop drop)
+{
+	static bool opted; /* the shared-memory opt-in beyond 48 KB, once per instantiation */
+	constexpr size_t smem = tc_fwd_smem<KD, 8, true>();
+	if (!opted) {
+		CUDA_CHECK(cudaFuncSetAttribute(attn_tc_fwd_kernel<H, KD, 8, true>,
+						cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+		opted = true;
+	}
+	const size_t blocks = (size_t)B * a * ((Tq + 127) / 128);
+	if (blocks > 0x7fffffffu)
+		CUDA_BUG("attention: grid too large");
+	attn_tc_fwd_kernel<H, KD, 8, true><<<(unsigned)blocks, 256, smem>>>(out, lse, qh, kh, vh, qpos, kpos, Tq, Tk,
+									     a, g, scale, accumulate, drop);
+	KERNEL_CHECK();
+}
+
+void cuda_attn_wg_forward(int fp16, int k, float *out, float *lse, const uint16_t *qh, const uint16_t *kh,
+			  const uint16_t *vh, const int32_t *qpos, const int32_t *kpos, int B, int Tq, int Tk, int a,
+			  int g, float scale, int accumulate, tc_drop drop)
+{
+#define WG_ARGS out, lse, qh, kh, vh, qpos, kpos, B, Tq, Tk, a, g, scale, accumulate, drop
+	if (!fp16 && k == 64)
+		wg_launch<tc_bf16, 64>(WG_ARGS);
+	else if (!fp16)
+		wg_launch<tc_bf16, 128>(WG_ARGS);
+	else if (k == 64)
+		wg_launch<tc_f16, 64>(WG_ARGS);
+	else
+		wg_launch<tc_f16, 128>(WG_ARGS);
+#undef WG_ARGS
+}
