@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <ucontext.h>
 
+#include <algorithm>
 #include <vector>
 
 namespace {
@@ -23,17 +24,17 @@ struct lane_op {
 	const uint32_t *a, *b;       /* mma operands */
 	float *d;                    /* mma accumulators, in and out */
 	uint32_t *r;                 /* ldmatrix result registers */
-	/* wgmma: descriptors, N, half kind (0 bf16, 1 fp16), A in registers (areg) or
+	/* wgmma: descriptors, N, half kind (0 bf16, 1 fp16), A in registers (a) or
 	 * shared memory (da), scale-d */
 	uint64_t da, db;
 	int n, kind, a_regs, scale_d;
-	uint32_t areg[4];
 };
 
-/* one issued wgmma of a warpgroup: every lane's accumulators and A registers */
+/* one issued wgmma of a warpgroup: every lane's accumulators and A registers
+ * (read when it executes: a lane that rewrites them before the wait fails) */
 struct wg_op {
 	float *d[128];
-	uint32_t areg[128][4];
+	const uint32_t *a[128];
 	uint64_t da, db;
 	int n, kind, a_regs, scale_d, group;
 };
@@ -71,6 +72,10 @@ struct emu_state {
 	int cp_eager; /* cp.async and wgmma land when issued (order bit 1 clear) or at their wait (set) */
 	std::vector<wg_op> wg_pending[8]; /* per warpgroup of the block: issued, not yet retired */
 	int wg_groups[8];                 /* per warpgroup: commit count */
+	int wg_fenced[8];                 /* per warpgroup: wgmma.fence since the last wait */
+	/* per 16 bytes of shared memory: 1 + the thread whose cp.async wrote it
+	 * and has not run fence.proxy.async since (wgmma may not read it), or 0 */
+	std::vector<int> unfenced;
 };
 emu_state E;
 
@@ -197,6 +202,15 @@ float desc_elem(uint64_t desc, int mn, int k, int mn_major, int kind)
 		fail(msg);
 		return 0;
 	}
+	if (E.unfenced[off / 16]) {
+		char msg[200];
+		snprintf(msg, sizeof msg,
+			 "wgmma reads shared offset %zu, which thread %d wrote by cp.async without fence.proxy.async "
+			 "since",
+			 off, E.unfenced[off / 16] - 1);
+		fail(msg);
+		return 0;
+	}
 	uint16_t h;
 	memcpy(&h, E.smem + off, 2);
 	return half_to_f32(h, kind);
@@ -216,10 +230,10 @@ void wg_exec(const wg_op *o)
 		for (int t = 0; t < 128; t++) {
 			const int w = t / 32, g = t % 32 / 4, q = t % 4, r = 16 * w + g;
 			for (int h = 0; h < 2; h++) {
-				A[r][2 * q + h] = half_to_f32((uint16_t)(o->areg[t][0] >> 16 * h), o->kind);
-				A[r + 8][2 * q + h] = half_to_f32((uint16_t)(o->areg[t][1] >> 16 * h), o->kind);
-				A[r][2 * q + 8 + h] = half_to_f32((uint16_t)(o->areg[t][2] >> 16 * h), o->kind);
-				A[r + 8][2 * q + 8 + h] = half_to_f32((uint16_t)(o->areg[t][3] >> 16 * h), o->kind);
+				A[r][2 * q + h] = half_to_f32((uint16_t)(o->a[t][0] >> 16 * h), o->kind);
+				A[r + 8][2 * q + h] = half_to_f32((uint16_t)(o->a[t][1] >> 16 * h), o->kind);
+				A[r][2 * q + 8 + h] = half_to_f32((uint16_t)(o->a[t][2] >> 16 * h), o->kind);
+				A[r + 8][2 * q + 8 + h] = half_to_f32((uint16_t)(o->a[t][3] >> 16 * h), o->kind);
 			}
 		}
 	for (int k = 0; k < 16; k++)
@@ -251,11 +265,16 @@ void do_warpgroup(thr *g, int wgi)
 		}
 	switch (op) {
 	case OP_WG_FENCE:
+		E.wg_fenced[wgi] = 1;
 		break;
 	case OP_WG_COMMIT:
 		E.wg_groups[wgi]++;
 		break;
 	case OP_WG_MMA: {
+		if (!E.wg_fenced[wgi]) { /* the kernels fence before every batch of products */
+			fail("wgmma without wgmma.fence since the warpgroup's last wait");
+			return;
+		}
 		wg_op o;
 		o.da = g[0].op.da;
 		o.db = g[0].op.db;
@@ -270,7 +289,7 @@ void do_warpgroup(thr *g, int wgi)
 				return;
 			}
 			o.d[l] = g[l].op.d;
-			memcpy(o.areg[l], g[l].op.areg, sizeof o.areg[l]);
+			o.a[l] = g[l].op.a;
 		}
 		if (E.cp_eager)
 			wg_exec(&o);
@@ -279,6 +298,7 @@ void do_warpgroup(thr *g, int wgi)
 		break;
 	}
 	case OP_WG_WAIT: {
+		E.wg_fenced[wgi] = 0;
 		std::vector<wg_op> &pend = E.wg_pending[wgi];
 		std::vector<wg_op> keep;
 		for (const wg_op &o : pend) {
@@ -457,6 +477,7 @@ void emu_cp_async(void *smem, const void *gmem, int bytes, int src_bytes)
 			memcpy(d, gmem, (size_t)bytes);
 		else
 			memset(d, 0, (size_t)bytes);
+		E.unfenced[(size_t)(d - E.smem) / 16] = E.cur + 1;
 		return;
 	}
 	if (t->npending == MAX_ASYNC) {
@@ -482,6 +503,7 @@ void emu_cp_async_wait(int n)
 				memcpy(c->dst, c->src, (size_t)c->bytes);
 			else
 				memset(c->dst, 0, (size_t)c->bytes);
+			E.unfenced[(size_t)(c->dst - E.smem) / 16] = E.cur + 1;
 		} else {
 			t->pending[kept++] = *c;
 		}
@@ -504,6 +526,14 @@ static void wg_collective(int op, int arg)
 	o.arg = arg;
 	E.th[E.cur].op = o;
 	wait_collective(T_WARP);
+}
+
+void emu_fence_proxy(void)
+{
+	const int me = E.cur + 1;
+	for (int &o : E.unfenced)
+		if (o == me)
+			o = 0;
 }
 
 void emu_wgmma_fence(void)
@@ -532,9 +562,8 @@ void emu_wgmma(float *d, int n, uint64_t da, const uint32_t *a, uint64_t db, int
 	o.n = n;
 	o.kind = kind;
 	o.a_regs = a != NULL;
+	o.a = a;
 	o.scale_d = scale_d;
-	if (a)
-		memcpy(o.areg, a, sizeof o.areg);
 	if ((a != NULL) != (trans_b != 0))
 		fail("emu_wgmma: the emulator has A in shared memory with B K-major, or A in registers with B transposed");
 	E.th[E.cur].op = o;
@@ -647,6 +676,7 @@ int emu_launch(dim3 grid, dim3 block, size_t smem_bytes, int order, const std::f
 	E.gdim = grid;
 	E.body = &body;
 	E.cp_eager = !(order & 2);
+	E.unfenced.assign(smem_bytes / 16 + 1, 0);
 	E.smem_bytes = smem_bytes;
 	E.smem = (unsigned char *)malloc(smem_bytes ? smem_bytes : 1);
 	E.th = (thr *)calloc((size_t)n, sizeof(thr));
@@ -667,7 +697,9 @@ int emu_launch(dim3 grid, dim3 block, size_t smem_bytes, int order, const std::f
 				for (int i = 0; i < 8; i++) {
 					E.wg_pending[i].clear();
 					E.wg_groups[i] = 0;
+					E.wg_fenced[i] = 0;
 				}
+				std::fill(E.unfenced.begin(), E.unfenced.end(), 0);
 				memset(E.smem, 0xff, smem_bytes); /* NaN in every float format */
 				rc = run_block(order);
 			}

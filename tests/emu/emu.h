@@ -109,7 +109,10 @@ void emu_cp_async_wait(int n); /* all but the n most recent committed groups */
  * (order bit 1), so accumulators read before the wait fail. */
 uint32_t emu_smem_addr(const void *p); /* the shared-window address: the offset in the block's memory */
 void emu_wgmma(float *d, int n, uint64_t da, const uint32_t *a, uint64_t db, int kind, int trans_b, int scale_d);
-void emu_wgmma_fence(void);
+void emu_wgmma_fence(void); /* required before each batch of wgmma (since the last wait) */
+/* fence.proxy.async.shared::cta: this thread's cp.async writes become
+ * readable by wgmma, which fails on bytes written without it */
+void emu_fence_proxy(void);
 void emu_wgmma_commit(void);
 void emu_wgmma_wait(int n);
 

@@ -252,7 +252,7 @@ void test_detects_wrong_inputs(void)
  * lse (all four emulator orders); the grads start from random values (the
  * op adds), NULL grads skip.
  */
-template <class H, int KD> void run_bwd_case(const fwd_case &c, double tol, int nul)
+template <class H, int KD, bool WG = false> void run_bwd_case(const fwd_case &c, double tol, int nul)
 {
 	const int kind = H::kind;
 	rng r{ 0xbacc0000ULL + (uint64_t)c.Tq * 7 + (uint64_t)c.Tk };
@@ -291,9 +291,9 @@ template <class H, int KD> void run_bwd_case(const fwd_case &c, double tol, int 
 				  0);
 		if (!(nul & 1))
 			CHECK_INT(emu_launch(dim3{ (unsigned)(c.B * c.a * ntq), 1, 1 }, dim3{ 128, 1, 1 },
-					     tc_dq_smem<KD>(), order,
+					     tc_dq_smem<KD, WG>(), order,
 					     [&] {
-						     attn_tc_dq_kernel<H, KD>(eq[order].data(), oh.data(), lse.data(),
+						     attn_tc_dq_kernel<H, KD, WG>(eq[order].data(), oh.data(), lse.data(),
 									      dr.data(), qh.data(), kh.data(), vh.data(),
 									      c.qpos.data(), c.kpos.data(), c.Tq, c.Tk,
 									      c.a, c.g, scale, drop_of(c));
@@ -301,9 +301,9 @@ template <class H, int KD> void run_bwd_case(const fwd_case &c, double tol, int 
 				  0);
 		if ((nul & 6) != 6)
 			CHECK_INT(emu_launch(dim3{ (unsigned)(c.B * c.g * ntk), 1, 1 }, dim3{ 128, 1, 1 },
-					     tc_dkv_smem<KD>(), order,
+					     tc_dkv_smem<KD, WG>(), order,
 					     [&] {
-						     attn_tc_dkv_kernel<H, KD>(nul & 2 ? NULL : ek[order].data(),
+						     attn_tc_dkv_kernel<H, KD, WG>(nul & 2 ? NULL : ek[order].data(),
 									       nul & 4 ? NULL : ev[order].data(),
 									       oh.data(), lse.data(),
 									       need_dr ? dr.data() : NULL, qh.data(),
@@ -322,8 +322,9 @@ template <class H, int KD> void run_bwd_case(const fwd_case &c, double tol, int 
 	};
 	const double e_q = rel_diff(added(eq[0], g0q), added(rq, g0q)), e_k = rel_diff(added(ek[0], g0k), added(rk, g0k)),
 		     e_v = rel_diff(added(ev[0], g0v), added(rv, g0v));
-	printf("#   %s backward (%s, head dim %d%s%s%s%s): dq %.2e, dk %.2e, dv %.2e of their max (tolerance %.0e)\n",
-	       c.name, kind ? "fp16" : "bf16", c.k, c.p > 0 ? ", dropout" : "", nul & 1 ? ", dq NULL" : "", nul & 2 ? ", dk NULL" : "",
+	printf("#   %s backward (%s, head dim %d%s%s%s%s%s): dq %.2e, dk %.2e, dv %.2e of their max (tolerance %.0e)\n",
+	       c.name, kind ? "fp16" : "bf16", c.k, WG ? ", wgmma" : "", c.p > 0 ? ", dropout" : "",
+	       nul & 1 ? ", dq NULL" : "", nul & 2 ? ", dk NULL" : "",
 	       nul & 4 ? ", dv NULL" : "", e_q, e_k, e_v, tol);
 	CHECK(nul & 1 ? eq[0] == g0q : e_q >= 0 && e_q <= tol);
 	CHECK(nul & 2 ? ek[0] == g0k : e_k >= 0 && e_k <= tol);
@@ -394,6 +395,18 @@ void test_wgmma_forward(void)
 	run_case<tc_bf16, 64, 8, true>(f, 5e-3);
 }
 
+/* the wgmma backward: dq and dkv kernels, one warpgroup a block */
+void test_wgmma_backward(void)
+{
+	run_bwd_case<tc_bf16, 64, true>(self_case("causal, T 100, GQA 4/2", 2, 100, 4, 2, 64), 1e-2, 0);
+	run_bwd_case<tc_f16, 128, true>(self_case("causal, T 150", 1, 150, 2, 1, 128), 2e-3, 0);
+	fwd_case c{ "block: strided positions", 1, 70, 90, 2, 1, 128, 400, iota(70, 5, 5), iota(90, 20, 3), 0, 0.2f, {} };
+	run_bwd_case<tc_bf16, 128, true>(c, 1e-2, 0);
+	c.p = 0.0f;
+	for (int nul : { 3, 5, 6 })
+		run_bwd_case<tc_bf16, 128, true>(c, 1e-2, nul);
+}
+
 } // namespace
 
 int main(void)
@@ -408,5 +421,6 @@ int main(void)
 	RUN(test_dropout);
 	RUN(test_edges);
 	RUN(test_wgmma_forward);
+	RUN(test_wgmma_backward);
 	return test_summary();
 }

@@ -216,6 +216,12 @@ static void tc_bwd_launch(float *dq, float *dk, float *dv, const float *dout, co
 			<<<tc_grid(((size_t)B * Tq * a + 3) / 4), 128>>>(dr, dout, out, qpos, kpos, B, Tq, a);
 		KERNEL_CHECK();
 	}
+	if (tc_use_wgmma()) {
+		cuda_attn_wg_backward(H::kind, KD, dq, dk, dv, oh, lse, dr, qh, kh, vh, qpos, kpos, B, Tq, Tk, a, g,
+				      scale, drop);
+		scratch_free(base);
+		return;
+	}
 	if (dq) {
 		constexpr size_t smem = tc_dq_smem<KD>();
 		tc_opt_in(attn_tc_dq_kernel<H, KD>, smem, &opted_dq);

@@ -120,6 +120,11 @@ struct tc_drop {
 void cuda_attn_wg_forward(int fp16, int k, float *out, float *lse, const uint16_t *qh, const uint16_t *kh,
 			  const uint16_t *vh, const int32_t *qpos, const int32_t *kpos, int B, int Tq, int Tk, int a,
 			  int g, float scale, int accumulate, tc_drop drop);
+/* the backward's dq and dkv kernels with wgmma (Dr in dr, halves of dO in oh) */
+void cuda_attn_wg_backward(int fp16, int k, float *dq, float *dk, float *dv, const uint16_t *oh, const float *lse,
+			   const float *dr, const uint16_t *qh, const uint16_t *kh, const uint16_t *vh,
+			   const int32_t *qpos, const int32_t *kpos, int B, int Tq, int Tk, int a, int g, float scale,
+			   tc_drop drop);
 #endif
 
 /* the counter of (h, b, position qp, key position 0) */
@@ -151,10 +156,6 @@ static __device__ __forceinline__ void tc_keep_pair(float m0[2], float m1[2], co
 	tc_keep2(m0, d, r0 + ka, r0 + kb);
 	tc_keep2(m1, d, r1 + ka, r1 + kb);
 }
-
-template <int N> struct tc_int { /* a row count as a type, for the copy lambdas */
-	static constexpr int value = N;
-};
 
 /* fp32 to halves, 4 values per thread and step (n4 = n / 4): the kernels'
  * inputs, converted once per call so that every block reads 2 bytes per value
@@ -209,6 +210,17 @@ static __device__ __forceinline__ void tc_copy_rows_cm(uint16_t *dst, const uint
 	}
 }
 
+/* a tile in the layout of the kernel's flavour: padded rows for ldmatrix,
+ * or core matrices for wgmma (WG) */
+template <int KD, int NR, int NT, bool WG>
+static __device__ __forceinline__ void tc_copy(uint16_t *dst, const uint16_t *src, size_t ld, int n)
+{
+	if constexpr (WG)
+		tc_copy_rows_cm<KD, NR, NT>(dst, src, ld, n);
+	else
+		tc_copy_rows<KD, NR, NT>(dst, src, ld, n);
+}
+
 /*
  * attention_block_forward (ops.h) on the tensor cores, k == KD.
  * Grid: B*a*ntile blocks of 32 WQ threads, tile-major in reverse tile order
@@ -260,23 +272,15 @@ __global__ void __launch_bounds__(32 * WQ, WQ > 4 ? 1 : 2)
 	 * go out while this one is computed (two stages) */
 	const uint16_t *Kg = kh + ((size_t)b * g + G) * Tk * KD, *Vg = vh + ((size_t)b * g + G) * Tk * KD;
 	const int ntk = (nk + BK - 1) / BK;
-	auto copy_rows = [&](uint16_t *dst, const uint16_t *src, size_t ld, int n, auto rows) {
-		if constexpr (WG)
-			tc_copy_rows_cm<KD, decltype(rows)::value, NT>(dst, src, ld, n);
-		else
-			tc_copy_rows<KD, decltype(rows)::value, NT>(dst, src, ld, n);
-	};
-	using QROWS = tc_int<BQ>;
-	using KROWS = tc_int<BK>;
-	copy_rows(Qs, qh + ((size_t)bh * Tq + q0) * KD, KD, nq, QROWS());
+	tc_copy<KD, BQ, NT, WG>(Qs, qh + ((size_t)bh * Tq + q0) * KD, KD, nq);
 	tc_cp_async_commit();
-	copy_rows(KV, Kg, KD, nk < BK ? nk : BK, KROWS());
-	copy_rows(KV + BK * RH, Vg, KD, nk < BK ? nk : BK, KROWS());
+	tc_copy<KD, BK, NT, WG>(KV, Kg, KD, nk < BK ? nk : BK);
+	tc_copy<KD, BK, NT, WG>(KV + BK * RH, Vg, KD, nk < BK ? nk : BK);
 	tc_cp_async_commit();
-	tc_cp_async_wait<1>(); /* Q has landed */
-	if constexpr (WG)
-		wg_fence_proxy();
-	__syncthreads();
+	if constexpr (!WG) { /* wgmma reads Q from shared memory: the loop's first wait covers it */
+		tc_cp_async_wait<1>(); /* Q has landed */
+		__syncthreads();
+	}
 	uint32_t qf[WG ? 1 : NKS][4];
 	if constexpr (!WG)
 #pragma unroll
@@ -307,8 +311,8 @@ __global__ void __launch_bounds__(32 * WQ, WQ > 4 ? 1 : 2)
 		if (jt + 1 < ntk) {
 			const int k1 = k0 + BK, n1 = nk - k1 < BK ? nk - k1 : BK;
 			uint16_t *st = KV + ((jt + 1) & 1) * 2 * BK * RH;
-			copy_rows(st, Kg + (size_t)k1 * KD, KD, n1, KROWS());
-			copy_rows(st + BK * RH, Vg + (size_t)k1 * KD, KD, n1, KROWS());
+			tc_copy<KD, BK, NT, WG>(st, Kg + (size_t)k1 * KD, KD, n1);
+			tc_copy<KD, BK, NT, WG>(st + BK * RH, Vg + (size_t)k1 * KD, KD, n1);
 			tc_cp_async_commit();
 		}
 		const uint16_t *Ks = KV + (jt & 1) * 2 * BK * RH, *Vs = Ks + BK * RH;
@@ -319,6 +323,7 @@ __global__ void __launch_bounds__(32 * WQ, WQ > 4 ? 1 : 2)
 			s[t][0] = s[t][1] = s[t][2] = s[t][3] = 0.0f;
 		if constexpr (WG) { /* S = Q K^T: KD/16 chained products of 64 x 16 by 16 x 64 */
 			const uint32_t kaddr = wg_smem_addr(Ks);
+			wg_fence_operand(&s[0][0], 4 * NST);
 			wg_fence();
 #pragma unroll
 			for (int ks = 0; ks < NKS; ks++)
@@ -413,6 +418,7 @@ __global__ void __launch_bounds__(32 * WQ, WQ > 4 ? 1 : 2)
 			}
 			const uint32_t vaddr = wg_smem_addr(Vs);
 			wg_fence_operand(&acc[0][0], 4 * NOT);
+			wg_fence_operand(&pf[0][0], 4 * (BK / 16));
 			wg_fence();
 #pragma unroll
 			for (int ks = 0; ks < BK / 16; ks++) /* V transposed: LBO steps 8 keys, SBO 8 channels */
@@ -509,16 +515,16 @@ template <int KD> struct tc_bwd_geom {
 };
 
 /* Q and dO of the block, then two stages of K and V tiles */
-template <int KD> __host__ __device__ constexpr size_t tc_dq_smem(void)
+template <int KD, bool WG = false> __host__ __device__ constexpr size_t tc_dq_smem(void)
 {
-	return (size_t)(2 * 64 + 4 * tc_bwd_geom<KD>::BK2) * tc_geom<KD>::LDS * 2;
+	return (size_t)(2 * 64 + 4 * tc_bwd_geom<KD>::BK2) * (WG ? KD : tc_geom<KD>::LDS) * 2;
 }
 
 /* K and V of the block, two stages of Q and dO tiles, two stages of their
  * rows' lse and Dr */
-template <int KD> __host__ __device__ constexpr size_t tc_dkv_smem(void)
+template <int KD, bool WG = false> __host__ __device__ constexpr size_t tc_dkv_smem(void)
 {
-	return (size_t)(2 * 64 + 4 * tc_bwd_geom<KD>::BQ2) * tc_geom<KD>::LDS * 2 +
+	return (size_t)(2 * 64 + 4 * tc_bwd_geom<KD>::BQ2) * (WG ? KD : tc_geom<KD>::LDS) * 2 +
 	       (size_t)4 * tc_bwd_geom<KD>::BQ2 * sizeof(float);
 }
 
@@ -549,9 +555,11 @@ __global__ void __launch_bounds__(128)
 
 /*
  * dq kernel: grid B*a*ntile (64 query rows per block, reverse order), 128
- * threads, shared memory tc_dq_smem<KD>(). dq += scale dS K.
+ * threads, shared memory tc_dq_smem<KD, WG>(). dq += scale dS K. WG (sm_90a):
+ * the block is one warpgroup; S and dP by wgmma from Q, dO, K, V in shared
+ * memory (K-major), dQ from dS in registers and K transposed.
  */
-template <class H, int KD>
+template <class H, int KD, bool WG = false>
 __global__ void __launch_bounds__(128)
 	attn_tc_dq_kernel(float *dq, const uint16_t *oh, const float *lse, const float *dr, const uint16_t *qh,
 			  const uint16_t *kh, const uint16_t *vh, const int32_t *qpos, const int32_t *kpos, int Tq,
@@ -559,7 +567,9 @@ __global__ void __launch_bounds__(128)
 {
 	constexpr int NT = 128, BQ = 64, BK = tc_bwd_geom<KD>::BK2, LDS = tc_geom<KD>::LDS;
 	constexpr int NKS = KD / 16, NST = BK / 8, NOT = KD / 8;
-	uint16_t *Qs = (uint16_t *)TC_SMEM, *Os = Qs + BQ * LDS, *KV = Os + BQ * LDS; /* stage t: KV + 2 t BK LDS */
+	constexpr int RH = WG ? KD : LDS; /* halves per row of a tile */
+	constexpr uint32_t RS = KD * 16;  /* wgmma: bytes from 8 rows of core matrices to the next 8 */
+	uint16_t *Qs = (uint16_t *)TC_SMEM, *Os = Qs + BQ * RH, *KV = Os + BQ * RH; /* stage t: KV + 2 t BK RH */
 	const int lane = threadIdx.x % 32, w = threadIdx.x / 32, gid = lane / 4, tig = lane % 4;
 	const int ntile = (Tq + BQ - 1) / BQ, nbh = (int)(gridDim.x / ntile); /* tile-major, as the forward */
 	const int bh = blockIdx.x % nbh, tile = ntile - 1 - blockIdx.x / nbh;
@@ -571,11 +581,11 @@ __global__ void __launch_bounds__(128)
 		return; /* no key of this block is seen by the tile */
 	const uint16_t *Kg = kh + ((size_t)b * g + G) * Tk * KD, *Vg = vh + ((size_t)b * g + G) * Tk * KD;
 	const int ntk = (nk + BK - 1) / BK;
-	tc_copy_rows<KD, BQ, NT>(Qs, qh + ((size_t)bh * Tq + q0) * KD, KD, nq);
-	tc_copy_rows<KD, BQ, NT>(Os, oh + ((size_t)b * Tq + q0) * ldo + (size_t)h * KD, ldo, nq);
+	tc_copy<KD, BQ, NT, WG>(Qs, qh + ((size_t)bh * Tq + q0) * KD, KD, nq);
+	tc_copy<KD, BQ, NT, WG>(Os, oh + ((size_t)b * Tq + q0) * ldo + (size_t)h * KD, ldo, nq);
 	tc_cp_async_commit();
-	tc_copy_rows<KD, BK, NT>(KV, Kg, KD, nk < BK ? nk : BK);
-	tc_copy_rows<KD, BK, NT>(KV + BK * LDS, Vg, KD, nk < BK ? nk : BK);
+	tc_copy<KD, BK, NT, WG>(KV, Kg, KD, nk < BK ? nk : BK);
+	tc_copy<KD, BK, NT, WG>(KV + BK * RH, Vg, KD, nk < BK ? nk : BK);
 	tc_cp_async_commit();
 	const int r0 = 16 * w + gid, r1 = r0 + 8;
 	const int qp0 = r0 < nq ? qpos[q0 + r0] : -1, qp1 = r1 < nq ? qpos[q0 + r1] : -1;
@@ -587,15 +597,19 @@ __global__ void __launch_bounds__(128)
 	const float d0 = see0 ? Dg[r0] : 0.0f, d1 = see1 ? Dg[r1] : 0.0f;
 	const uint64_t dr0 = tc_drop_row(drop, b, h, qp0), dr1 = tc_drop_row(drop, b, h, qp1);
 
-	tc_cp_async_wait<1>(); /* Q and dO have landed */
-	__syncthreads();
-	uint32_t qf[NKS][4], of[NKS][4];
-#pragma unroll
-	for (int ks = 0; ks < NKS; ks++) {
-		const int j = lane / 8, off = (16 * w + lane % 8 + 8 * (j % 2)) * LDS + 16 * ks + 8 * (j / 2);
-		tc_ldsm_x4(qf[ks], Qs + off);
-		tc_ldsm_x4(of[ks], Os + off);
+	if constexpr (!WG) { /* wgmma reads Q and dO from shared memory: the loop's first wait covers them */
+		tc_cp_async_wait<1>(); /* Q and dO have landed */
+		__syncthreads();
 	}
+	uint32_t qf[WG ? 1 : NKS][4], of[WG ? 1 : NKS][4];
+	if constexpr (!WG)
+#pragma unroll
+		for (int ks = 0; ks < NKS; ks++) {
+			const int j = lane / 8, off = (16 * w + lane % 8 + 8 * (j % 2)) * LDS + 16 * ks + 8 * (j / 2);
+			tc_ldsm_x4(qf[ks], Qs + off);
+			tc_ldsm_x4(of[ks], Os + off);
+		}
+	const uint32_t qaddr = WG ? wg_smem_addr(Qs) : 0, oaddr = WG ? wg_smem_addr(Os) : 0;
 	const float sl = scale * TC_LOG2E;
 	float acc[NOT][4];
 #pragma unroll
@@ -605,34 +619,55 @@ __global__ void __launch_bounds__(128)
 	for (int jt = 0; jt < ntk; jt++) {
 		const int k0 = jt * BK;
 		tc_cp_async_wait<0>();
+		if constexpr (WG)
+			wg_fence_proxy();
 		__syncthreads(); /* tile jt has landed; every warp is done with tile jt-1's stage */
 		if (jt + 1 < ntk) {
 			const int k1 = k0 + BK, n1 = nk - k1 < BK ? nk - k1 : BK;
-			uint16_t *st = KV + ((jt + 1) & 1) * 2 * BK * LDS;
-			tc_copy_rows<KD, BK, NT>(st, Kg + (size_t)k1 * KD, KD, n1);
-			tc_copy_rows<KD, BK, NT>(st + BK * LDS, Vg + (size_t)k1 * KD, KD, n1);
+			uint16_t *st = KV + ((jt + 1) & 1) * 2 * BK * RH;
+			tc_copy<KD, BK, NT, WG>(st, Kg + (size_t)k1 * KD, KD, n1);
+			tc_copy<KD, BK, NT, WG>(st + BK * RH, Vg + (size_t)k1 * KD, KD, n1);
 			tc_cp_async_commit();
 		}
-		const uint16_t *Ks = KV + (jt & 1) * 2 * BK * LDS, *Vs = Ks + BK * LDS;
+		const uint16_t *Ks = KV + (jt & 1) * 2 * BK * RH, *Vs = Ks + BK * RH;
 		float s[NST][4], dp[NST][4];
 #pragma unroll
 		for (int t = 0; t < NST; t++)
 #pragma unroll
 			for (int e = 0; e < 4; e++)
 				s[t][e] = dp[t][e] = 0.0f;
+		if constexpr (WG) { /* S = Q K^T, dP = dO V^T: 64 x BK each, KD/16 chained steps */
+			const uint32_t kaddr = wg_smem_addr(Ks), vaddr = wg_smem_addr(Vs);
+			wg_fence_operand(&s[0][0], 4 * NST);
+			wg_fence_operand(&dp[0][0], 4 * NST);
+			wg_fence();
 #pragma unroll
-		for (int ks = 0; ks < NKS; ks++)
-#pragma unroll
-			for (int np = 0; np < NST / 2; np++) {
-				const int j = lane / 8, off = (16 * np + lane % 8 + 8 * (j / 2)) * LDS + 16 * ks + 8 * (j % 2);
-				uint32_t bf[4];
-				tc_ldsm_x4(bf, Ks + off);
-				tc_mma<H>(s[2 * np], qf[ks], bf);
-				tc_mma<H>(s[2 * np + 1], qf[ks], bf + 2);
-				tc_ldsm_x4(bf, Vs + off);
-				tc_mma<H>(dp[2 * np], of[ks], bf);
-				tc_mma<H>(dp[2 * np + 1], of[ks], bf + 2);
+			for (int ks = 0; ks < NKS; ks++) {
+				wg_mma_ss<H, BK>(&s[0][0], wg_desc(qaddr + 256 * ks, 128, RS), wg_desc(kaddr + 256 * ks, 128, RS),
+						 ks > 0);
+				wg_mma_ss<H, BK>(&dp[0][0], wg_desc(oaddr + 256 * ks, 128, RS),
+						 wg_desc(vaddr + 256 * ks, 128, RS), ks > 0);
 			}
+			wg_commit();
+			wg_wait<0>();
+			wg_fence_operand(&s[0][0], 4 * NST);
+			wg_fence_operand(&dp[0][0], 4 * NST);
+		} else {
+#pragma unroll
+			for (int ks = 0; ks < NKS; ks++)
+#pragma unroll
+				for (int np = 0; np < NST / 2; np++) {
+					const int j = lane / 8,
+						  off = (16 * np + lane % 8 + 8 * (j / 2)) * LDS + 16 * ks + 8 * (j % 2);
+					uint32_t bf[4];
+					tc_ldsm_x4(bf, Ks + off);
+					tc_mma<H>(s[2 * np], qf[ks], bf);
+					tc_mma<H>(s[2 * np + 1], qf[ks], bf + 2);
+					tc_ldsm_x4(bf, Vs + off);
+					tc_mma<H>(dp[2 * np], of[ks], bf);
+					tc_mma<H>(dp[2 * np + 1], of[ks], bf + 2);
+				}
+		}
 		/* P, then dS = P (dP M - Dr) in s, M the dropout multipliers */
 		const bool mask = k0 + BK > nk_w;
 #pragma unroll
@@ -656,21 +691,38 @@ __global__ void __launch_bounds__(128)
 			}
 		}
 		/* dQ += dS K, 16 keys per step */
+		uint32_t af[BK / 16][4]; /* wgmma reads them late: live until its wait */
 #pragma unroll
 		for (int ks = 0; ks < BK / 16; ks++) {
-			uint32_t af[4];
-			af[0] = tc_pack<H>(s[2 * ks][0], s[2 * ks][1]);
-			af[1] = tc_pack<H>(s[2 * ks][2], s[2 * ks][3]);
-			af[2] = tc_pack<H>(s[2 * ks + 1][0], s[2 * ks + 1][1]);
-			af[3] = tc_pack<H>(s[2 * ks + 1][2], s[2 * ks + 1][3]);
+			af[ks][0] = tc_pack<H>(s[2 * ks][0], s[2 * ks][1]);
+			af[ks][1] = tc_pack<H>(s[2 * ks][2], s[2 * ks][3]);
+			af[ks][2] = tc_pack<H>(s[2 * ks + 1][0], s[2 * ks + 1][1]);
+			af[ks][3] = tc_pack<H>(s[2 * ks + 1][2], s[2 * ks + 1][3]);
+		}
+		if constexpr (WG) { /* K transposed: LBO steps 8 keys, SBO 8 channels */
+			const uint32_t kaddr = wg_smem_addr(Ks);
+			wg_fence_operand(&acc[0][0], 4 * NOT);
+			wg_fence_operand(&af[0][0], 4 * (BK / 16));
+			wg_fence();
 #pragma unroll
-			for (int dp2 = 0; dp2 < NOT / 2; dp2++) {
-				const int j = lane / 8;
-				uint32_t kf[4];
-				tc_ldsm_x4_trans(kf, Ks + (16 * ks + lane % 8 + 8 * (j % 2)) * LDS + 16 * dp2 + 8 * (j / 2));
-				tc_mma<H>(acc[2 * dp2], af, kf);
-				tc_mma<H>(acc[2 * dp2 + 1], af, kf + 2);
-			}
+			for (int ks = 0; ks < BK / 16; ks++)
+				wg_mma_rs_tb<H, KD>(&acc[0][0], af[ks], wg_desc(kaddr + 2 * RS * ks, RS, 128), 1);
+			wg_commit();
+			wg_wait<0>();
+			wg_fence_operand(&acc[0][0], 4 * NOT);
+			wg_fence_operand(&af[0][0], 4 * (BK / 16));
+		} else {
+#pragma unroll
+			for (int ks = 0; ks < BK / 16; ks++)
+#pragma unroll
+				for (int dp2 = 0; dp2 < NOT / 2; dp2++) {
+					const int j = lane / 8;
+					uint32_t kf[4];
+					tc_ldsm_x4_trans(kf, Ks + (16 * ks + lane % 8 + 8 * (j % 2)) * LDS + 16 * dp2 +
+								     8 * (j / 2));
+					tc_mma<H>(acc[2 * dp2], af[ks], kf);
+					tc_mma<H>(acc[2 * dp2 + 1], af[ks], kf + 2);
+				}
 		}
 	}
 	float *D = dq + ((size_t)bh * Tq + q0) * KD + 2 * tig;
@@ -692,10 +744,13 @@ __global__ void __launch_bounds__(128)
 
 /*
  * dkv kernel: grid B*g*ceil(Tk/64) blocks, 128 threads (a warp per 16 keys),
- * shared memory tc_dkv_smem<KD>(). dk += scale dS^T Q, dv += P^T dO over
- * the group's heads; a NULL dk or dv is not written.
+ * shared memory tc_dkv_smem<KD, WG>(). dk += scale dS^T Q, dv += P^T dO over
+ * the group's heads; a NULL dk or dv is not written. WG (sm_90a): the block
+ * is one warpgroup of 64 keys; S^T and dP^T by wgmma from K, V, Q, dO in
+ * shared memory (K-major), dV and dK from P^T and dS^T in registers with dO
+ * and Q transposed.
  */
-template <class H, int KD>
+template <class H, int KD, bool WG = false>
 __global__ void __launch_bounds__(128)
 	attn_tc_dkv_kernel(float *dk, float *dv, const uint16_t *oh, const float *lse, const float *dr,
 			   const uint16_t *qh, const uint16_t *kh, const uint16_t *vh, const int32_t *qpos,
@@ -703,8 +758,10 @@ __global__ void __launch_bounds__(128)
 {
 	constexpr int NT = 128, BKV = 64, BQ = tc_bwd_geom<KD>::BQ2, LDS = tc_geom<KD>::LDS;
 	constexpr int NKS = KD / 16, NST = BQ / 8, NOT = KD / 8;
-	uint16_t *Ks = (uint16_t *)TC_SMEM, *Vs = Ks + BKV * LDS, *QO = Vs + BKV * LDS; /* stage t: QO + 2 t BQ LDS */
-	float *LD = (float *)(QO + 4 * BQ * LDS); /* lse and Dr of stage t at LD + 2 t BQ */
+	constexpr int RH = WG ? KD : LDS; /* halves per row of a tile */
+	constexpr uint32_t RS = KD * 16;  /* wgmma: bytes from 8 rows of core matrices to the next 8 */
+	uint16_t *Ks = (uint16_t *)TC_SMEM, *Vs = Ks + BKV * RH, *QO = Vs + BKV * RH; /* stage t: QO + 2 t BQ RH */
+	float *LD = (float *)(QO + 4 * BQ * RH); /* lse and Dr of stage t at LD + 2 t BQ */
 	const int lane = threadIdx.x % 32, w = threadIdx.x / 32, gid = lane / 4, tig = lane % 4;
 	const int ntile = (Tk + BKV - 1) / BKV;
 	const int bg = blockIdx.x / ntile, kt = blockIdx.x % ntile;
@@ -729,9 +786,9 @@ __global__ void __launch_bounds__(128)
 	auto load_step = [&](int sn) {
 		const int hs = G * m + sn / nqt, qs = qa + (sn % nqt) * BQ, ns = Tq - qs < BQ ? Tq - qs : BQ;
 		const size_t bhs = (size_t)b * a + hs;
-		uint16_t *Qt = QO + 2 * (sn & 1) * BQ * LDS;
-		tc_copy_rows<KD, BQ, NT>(Qt, qh + (bhs * Tq + qs) * KD, KD, ns);
-		tc_copy_rows<KD, BQ, NT>(Qt + BQ * LDS, oh + ((size_t)b * Tq + qs) * ldo + (size_t)hs * KD, ldo, ns);
+		uint16_t *Qt = QO + 2 * (sn & 1) * BQ * RH;
+		tc_copy<KD, BQ, NT, WG>(Qt, qh + (bhs * Tq + qs) * KD, KD, ns);
+		tc_copy<KD, BQ, NT, WG>(Qt + BQ * RH, oh + ((size_t)b * Tq + qs) * ldo + (size_t)hs * KD, ldo, ns);
 		/* the rows' lse and Dr by cp.async too (no round trip before the
 		 * barrier); rows past the end, and Dr when dK is not wanted, are 0 */
 		float *Lt = LD + 2 * (sn & 1) * BQ;
@@ -741,8 +798,8 @@ __global__ void __launch_bounds__(128)
 			tc_cp_async4(Lt + BQ + i, dg + (i < ns ? i : 0), i < ns && dr ? 4 : 0);
 		}
 	};
-	tc_copy_rows<KD, BKV, NT>(Ks, kh + (((size_t)b * g + G) * Tk + k0) * KD, KD, nkk);
-	tc_copy_rows<KD, BKV, NT>(Vs, vh + (((size_t)b * g + G) * Tk + k0) * KD, KD, nkk);
+	tc_copy<KD, BKV, NT, WG>(Ks, kh + (((size_t)b * g + G) * Tk + k0) * KD, KD, nkk);
+	tc_copy<KD, BKV, NT, WG>(Vs, vh + (((size_t)b * g + G) * Tk + k0) * KD, KD, nkk);
 	load_step(0);
 	tc_cp_async_commit();
 	const float sl = scale * TC_LOG2E;
@@ -753,15 +810,18 @@ __global__ void __launch_bounds__(128)
 		for (int e = 0; e < 4; e++)
 			adk[t][e] = adv[t][e] = 0.0f;
 
+	const uint32_t kaddr = WG ? wg_smem_addr(Ks) : 0, vaddr = WG ? wg_smem_addr(Vs) : 0;
 	for (int step = 0; step < nstep; step++) {
 		tc_cp_async_wait<0>();
+		if constexpr (WG)
+			wg_fence_proxy();
 		__syncthreads(); /* this step's tiles (and K, V) have landed; every warp is done with step-1's stage */
 		if (step + 1 < nstep) {
 			load_step(step + 1);
 			tc_cp_async_commit();
 		}
 		const int h = G * m + step / nqt, q0 = qa + (step % nqt) * BQ;
-		const uint16_t *Qs = QO + 2 * (step & 1) * BQ * LDS, *Os = Qs + BQ * LDS;
+		const uint16_t *Qs = QO + 2 * (step & 1) * BQ * RH, *Os = Qs + BQ * RH;
 		const float *Ls = LD + 2 * (step & 1) * BQ, *Ds = Ls + BQ;
 		/* S^T = K Q^T and dP^T = V dO^T for the warp's 16 keys */
 		float st[NST][4], dpt[NST][4];
@@ -770,23 +830,41 @@ __global__ void __launch_bounds__(128)
 #pragma unroll
 			for (int e = 0; e < 4; e++)
 				st[t][e] = dpt[t][e] = 0.0f;
+		const uint32_t qaddr = WG ? wg_smem_addr(Qs) : 0, oaddr = WG ? wg_smem_addr(Os) : 0;
+		if constexpr (WG) { /* 64 keys x BQ queries each, KD/16 chained steps */
+			wg_fence_operand(&st[0][0], 4 * NST);
+			wg_fence_operand(&dpt[0][0], 4 * NST);
+			wg_fence();
 #pragma unroll
-		for (int ks = 0; ks < NKS; ks++) {
-			const int j = lane / 8;
-			const int aoff = (16 * w + lane % 8 + 8 * (j % 2)) * LDS + 16 * ks + 8 * (j / 2);
-			uint32_t kf[4], vf[4];
-			tc_ldsm_x4(kf, Ks + aoff);
-			tc_ldsm_x4(vf, Vs + aoff);
+			for (int ks = 0; ks < NKS; ks++) {
+				wg_mma_ss<H, BQ>(&st[0][0], wg_desc(kaddr + 256 * ks, 128, RS),
+						 wg_desc(qaddr + 256 * ks, 128, RS), ks > 0);
+				wg_mma_ss<H, BQ>(&dpt[0][0], wg_desc(vaddr + 256 * ks, 128, RS),
+						 wg_desc(oaddr + 256 * ks, 128, RS), ks > 0);
+			}
+			wg_commit();
+			wg_wait<0>();
+			wg_fence_operand(&st[0][0], 4 * NST);
+			wg_fence_operand(&dpt[0][0], 4 * NST);
+		} else {
 #pragma unroll
-			for (int np = 0; np < NST / 2; np++) {
-				const int boff = (16 * np + lane % 8 + 8 * (j / 2)) * LDS + 16 * ks + 8 * (j % 2);
-				uint32_t bf[4];
-				tc_ldsm_x4(bf, Qs + boff);
-				tc_mma<H>(st[2 * np], kf, bf);
-				tc_mma<H>(st[2 * np + 1], kf, bf + 2);
-				tc_ldsm_x4(bf, Os + boff);
-				tc_mma<H>(dpt[2 * np], vf, bf);
-				tc_mma<H>(dpt[2 * np + 1], vf, bf + 2);
+			for (int ks = 0; ks < NKS; ks++) {
+				const int j = lane / 8;
+				const int aoff = (16 * w + lane % 8 + 8 * (j % 2)) * LDS + 16 * ks + 8 * (j / 2);
+				uint32_t kf[4], vf[4];
+				tc_ldsm_x4(kf, Ks + aoff);
+				tc_ldsm_x4(vf, Vs + aoff);
+#pragma unroll
+				for (int np = 0; np < NST / 2; np++) {
+					const int boff = (16 * np + lane % 8 + 8 * (j / 2)) * LDS + 16 * ks + 8 * (j % 2);
+					uint32_t bf[4];
+					tc_ldsm_x4(bf, Qs + boff);
+					tc_mma<H>(st[2 * np], kf, bf);
+					tc_mma<H>(st[2 * np + 1], kf, bf + 2);
+					tc_ldsm_x4(bf, Os + boff);
+					tc_mma<H>(dpt[2 * np], vf, bf);
+					tc_mma<H>(dpt[2 * np + 1], vf, bf + 2);
+				}
 			}
 		}
 		/* P^T (dropped) into st, dS^T into dpt */
@@ -818,29 +896,50 @@ __global__ void __launch_bounds__(128)
 				dpt[t][2 + e] = p1 * (dpt[t][2 + e] * mb - Ds[col]);
 			}
 		/* dV += P^T dO, dK += dS^T Q, 16 queries per step */
+		uint32_t pf[BQ / 16][4], sf[BQ / 16][4]; /* wgmma reads them late: live until its wait */
 #pragma unroll
 		for (int ks = 0; ks < BQ / 16; ks++) {
-			uint32_t pf[4], sf[4];
-			pf[0] = tc_pack<H>(st[2 * ks][0], st[2 * ks][1]);
-			pf[1] = tc_pack<H>(st[2 * ks][2], st[2 * ks][3]);
-			pf[2] = tc_pack<H>(st[2 * ks + 1][0], st[2 * ks + 1][1]);
-			pf[3] = tc_pack<H>(st[2 * ks + 1][2], st[2 * ks + 1][3]);
-			sf[0] = tc_pack<H>(dpt[2 * ks][0], dpt[2 * ks][1]);
-			sf[1] = tc_pack<H>(dpt[2 * ks][2], dpt[2 * ks][3]);
-			sf[2] = tc_pack<H>(dpt[2 * ks + 1][0], dpt[2 * ks + 1][1]);
-			sf[3] = tc_pack<H>(dpt[2 * ks + 1][2], dpt[2 * ks + 1][3]);
+			pf[ks][0] = tc_pack<H>(st[2 * ks][0], st[2 * ks][1]);
+			pf[ks][1] = tc_pack<H>(st[2 * ks][2], st[2 * ks][3]);
+			pf[ks][2] = tc_pack<H>(st[2 * ks + 1][0], st[2 * ks + 1][1]);
+			pf[ks][3] = tc_pack<H>(st[2 * ks + 1][2], st[2 * ks + 1][3]);
+			sf[ks][0] = tc_pack<H>(dpt[2 * ks][0], dpt[2 * ks][1]);
+			sf[ks][1] = tc_pack<H>(dpt[2 * ks][2], dpt[2 * ks][3]);
+			sf[ks][2] = tc_pack<H>(dpt[2 * ks + 1][0], dpt[2 * ks + 1][1]);
+			sf[ks][3] = tc_pack<H>(dpt[2 * ks + 1][2], dpt[2 * ks + 1][3]);
+		}
+		if constexpr (WG) { /* dO and Q transposed: LBO steps 8 queries, SBO 8 channels */
+			wg_fence_operand(&adv[0][0], 4 * NOT);
+			wg_fence_operand(&adk[0][0], 4 * NOT);
+			wg_fence_operand(&pf[0][0], 4 * (BQ / 16));
+			wg_fence_operand(&sf[0][0], 4 * (BQ / 16));
+			wg_fence();
 #pragma unroll
-			for (int dp2 = 0; dp2 < NOT / 2; dp2++) {
-				const int j = lane / 8;
-				const int off = (16 * ks + lane % 8 + 8 * (j % 2)) * LDS + 16 * dp2 + 8 * (j / 2);
-				uint32_t bf[4];
-				tc_ldsm_x4_trans(bf, Os + off);
-				tc_mma<H>(adv[2 * dp2], pf, bf);
-				tc_mma<H>(adv[2 * dp2 + 1], pf, bf + 2);
-				tc_ldsm_x4_trans(bf, Qs + off);
-				tc_mma<H>(adk[2 * dp2], sf, bf);
-				tc_mma<H>(adk[2 * dp2 + 1], sf, bf + 2);
+			for (int ks = 0; ks < BQ / 16; ks++) {
+				wg_mma_rs_tb<H, KD>(&adv[0][0], pf[ks], wg_desc(oaddr + 2 * RS * ks, RS, 128), 1);
+				wg_mma_rs_tb<H, KD>(&adk[0][0], sf[ks], wg_desc(qaddr + 2 * RS * ks, RS, 128), 1);
 			}
+			wg_commit();
+			wg_wait<0>();
+			wg_fence_operand(&adv[0][0], 4 * NOT);
+			wg_fence_operand(&adk[0][0], 4 * NOT);
+			wg_fence_operand(&pf[0][0], 4 * (BQ / 16));
+			wg_fence_operand(&sf[0][0], 4 * (BQ / 16));
+		} else {
+#pragma unroll
+			for (int ks = 0; ks < BQ / 16; ks++)
+#pragma unroll
+				for (int dp2 = 0; dp2 < NOT / 2; dp2++) {
+					const int j = lane / 8;
+					const int off = (16 * ks + lane % 8 + 8 * (j % 2)) * LDS + 16 * dp2 + 8 * (j / 2);
+					uint32_t bf[4];
+					tc_ldsm_x4_trans(bf, Os + off);
+					tc_mma<H>(adv[2 * dp2], pf[ks], bf);
+					tc_mma<H>(adv[2 * dp2 + 1], pf[ks], bf + 2);
+					tc_ldsm_x4_trans(bf, Qs + off);
+					tc_mma<H>(adk[2 * dp2], sf[ks], bf);
+					tc_mma<H>(adk[2 * dp2 + 1], sf[ks], bf + 2);
+				}
 		}
 	}
 	const size_t base = (((size_t)b * g + G) * Tk + k0) * KD + 2 * tig;

@@ -1,9 +1,9 @@
 /*
- * attn_wg.cu - the wgmma forward of the tensor-core attention (attn_tc.cuh
- * with WG: Hopper's warpgroup products), built for sm_90a alone (the
- * GNUmakefile gives this file its own -gencode), so its kernels exist only
- * where wgmma does. attn_tc.cu calls cuda_attn_wg_forward on an sm_90 device
- * unless MEGAC_TC_WGMMA=0; the emulator test runs the same kernel source.
+ * attn_wg.cu - the tensor-core attention's kernels on Hopper's warpgroup
+ * products (attn_tc.cuh with WG), built for sm_90a alone (the GNUmakefile
+ * gives this file its own -gencode), so they exist only where wgmma does.
+ * attn_tc.cu calls cuda_attn_wg_forward/_backward on an sm_90 device unless
+ * MEGAC_TC_WGMMA=0; the emulator test runs the same kernel source.
  */
 #include "common.cuh"
 
@@ -42,5 +42,58 @@ void cuda_attn_wg_forward(int fp16, int k, float *out, float *lse, const uint16_
 		wg_launch<tc_f16, 64>(WG_ARGS);
 	else
 		wg_launch<tc_f16, 128>(WG_ARGS);
+#undef WG_ARGS
+}
+
+template <class H, int KD>
+static void wg_bwd_launch(float *dq, float *dk, float *dv, const uint16_t *oh, const float *lse, const float *dr,
+			  const uint16_t *qh, const uint16_t *kh, const uint16_t *vh, const int32_t *qpos,
+			  const int32_t *kpos, int B, int Tq, int Tk, int a, int g, float scale, tc_drop drop)
+{
+	static bool opted_dq, opted_dkv;
+	if (dq) {
+		constexpr size_t smem = tc_dq_smem<KD, true>();
+		if (!opted_dq) {
+			CUDA_CHECK(cudaFuncSetAttribute(attn_tc_dq_kernel<H, KD, true>,
+							cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+			opted_dq = true;
+		}
+		const size_t blocks = (size_t)B * a * ((Tq + 63) / 64);
+		if (blocks > 0x7fffffffu)
+			CUDA_BUG("attention: grid too large");
+		attn_tc_dq_kernel<H, KD, true><<<(unsigned)blocks, 128, smem>>>(dq, oh, lse, dr, qh, kh, vh, qpos, kpos,
+										 Tq, Tk, a, g, scale, drop);
+		KERNEL_CHECK();
+	}
+	if (dk || dv) {
+		constexpr size_t smem = tc_dkv_smem<KD, true>();
+		if (!opted_dkv) {
+			CUDA_CHECK(cudaFuncSetAttribute(attn_tc_dkv_kernel<H, KD, true>,
+							cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+			opted_dkv = true;
+		}
+		const size_t blocks = (size_t)B * g * ((Tk + 63) / 64);
+		if (blocks > 0x7fffffffu)
+			CUDA_BUG("attention: grid too large");
+		attn_tc_dkv_kernel<H, KD, true><<<(unsigned)blocks, 128, smem>>>(dk, dv, oh, lse, dr, qh, kh, vh, qpos,
+										  kpos, Tq, Tk, a, g, scale, drop);
+		KERNEL_CHECK();
+	}
+}
+
+void cuda_attn_wg_backward(int fp16, int k, float *dq, float *dk, float *dv, const uint16_t *oh, const float *lse,
+			   const float *dr, const uint16_t *qh, const uint16_t *kh, const uint16_t *vh,
+			   const int32_t *qpos, const int32_t *kpos, int B, int Tq, int Tk, int a, int g, float scale,
+			   tc_drop drop)
+{
+#define WG_ARGS dq, dk, dv, oh, lse, dr, qh, kh, vh, qpos, kpos, B, Tq, Tk, a, g, scale, drop
+	if (!fp16 && k == 64)
+		wg_bwd_launch<tc_bf16, 64>(WG_ARGS);
+	else if (!fp16)
+		wg_bwd_launch<tc_bf16, 128>(WG_ARGS);
+	else if (k == 64)
+		wg_bwd_launch<tc_f16, 64>(WG_ARGS);
+	else
+		wg_bwd_launch<tc_f16, 128>(WG_ARGS);
 #undef WG_ARGS
 }

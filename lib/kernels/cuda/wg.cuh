@@ -2,7 +2,7 @@
  * wg.cuh - Hopper's warpgroup matrix multiply (wgmma, sm_90a) for the
  * tensor-core attention (attn_tc.cuh): shared-memory matrix descriptors,
  * wgmma.mma_async m64nNk16 with bf16/fp16 operands and fp32 accumulators
- * (N = 64 and 128), its fence, commit and wait, and the proxy fence that
+ * (N = 32, 64 and 128), its fence, commit and wait, and the proxy fence that
  * shows shared memory written by ordinary stores or cp.async to it. On the
  * device the PTX is emitted only for sm_90a (__CUDA_ARCH_FEAT_SM90_ALL:
  * attn_wg.cu is built for that target alone); under -DMEGAC_EMU the
@@ -79,7 +79,9 @@ template <int N> __device__ __forceinline__ void wg_wait(void)
  * then a barrier */
 __device__ __forceinline__ void wg_fence_proxy(void)
 {
-#if !defined(MEGAC_EMU) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if defined(MEGAC_EMU)
+	emu_fence_proxy();
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 	asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 #endif
 }
@@ -128,6 +130,24 @@ __device__ __forceinline__ void wg_mma_rs_tb(float *d, const uint32_t a[4], uint
 	}
 #elif defined(__CUDA_ARCH_FEAT_SM90_ALL)
 /* the accumulators are the asm's first N/2 operands */
+#define WG_SS_32(TY) \
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n" \
+		     "wgmma.mma_async.sync.aligned.m64n32k16.f32." TY "." TY " {" \
+		     "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15" \
+		     "}, %16, %17, p, 1, 1, 0, 0;\n}\n" \
+		     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+		     "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]) \
+		     : "l"(da), "l"(db), "r"(scale_d))
+
+#define WG_RS_32(TY) \
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n" \
+		     "wgmma.mma_async.sync.aligned.m64n32k16.f32." TY "." TY " {" \
+		     "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15" \
+		     "}, {%16,%17,%18,%19}, %20, p, 1, 1, 1;\n}\n" \
+		     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+		     "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]) \
+		     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d))
+
 #define WG_SS_64(TY) \
 	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n" \
 		     "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " {" \
@@ -209,8 +229,10 @@ __device__ __forceinline__ void wg_mma_rs_tb(float *d, const uint32_t a[4], uint
 		__trap();                                                                                    \
 	}
 #endif
+WG_DEF(32, tc_bf16, "bf16", 0)
 WG_DEF(64, tc_bf16, "bf16", 0)
 WG_DEF(128, tc_bf16, "bf16", 0)
+WG_DEF(32, tc_f16, "f16", 1)
 WG_DEF(64, tc_f16, "f16", 1)
 WG_DEF(128, tc_f16, "f16", 1)
 #undef WG_DEF
