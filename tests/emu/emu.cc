@@ -618,51 +618,6 @@ void emu_mma_m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2], int 
 	wait_collective(T_WARP);
 }
 
-uint16_t emu_f32_to_bf16(float x)
-{
-	uint32_t u;
-	memcpy(&u, &x, 4);
-	if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN stays NaN */
-		return (uint16_t)(u >> 16 | 0x40);
-	u += 0x7fffu + (u >> 16 & 1);
-	return (uint16_t)(u >> 16);
-}
-
-float emu_bf16_to_f32(uint16_t h)
-{
-	uint32_t u = (uint32_t)h << 16;
-	float x;
-	memcpy(&x, &u, 4);
-	return x;
-}
-
-/* IEEE binary16, round to nearest even (in software: _Float16 needs GCC 12) */
-uint16_t emu_f32_to_f16(float x)
-{
-	uint32_t u;
-	memcpy(&u, &x, 4);
-	const uint16_t sign = (uint16_t)(u >> 16 & 0x8000u);
-	const uint32_t a = u & 0x7fffffffu;
-	if (a > 0x7f800000u)
-		return sign | 0x7e00u; /* NaN */
-	if (a >= 0x477ff000u)
-		return sign | 0x7c00u; /* 65520 and up round to infinity */
-	if (a < 0x38800000u) { /* under 2^-14: a subnormal, m 2^-24 (m = 1024: the smallest normal) */
-		float f;
-		memcpy(&f, &a, 4);
-		return sign | (uint16_t)rintf(f * 16777216.0f); /* exact product; rintf rounds to even */
-	}
-	const uint32_t r = (a + 0x0fffu + (a >> 13 & 1u)) >> 13; /* 13 bits dropped, ties to even */
-	return sign | (uint16_t)(r - (112u << 10));           /* exponent bias 127 -> 15 */
-}
-
-float emu_f16_to_f32(uint16_t h)
-{
-	const int e = h >> 10 & 0x1f, m = h & 0x3ff;
-	float f = e == 0 ? ldexpf((float)m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexpf((float)(m | 0x400), e - 25);
-	return h & 0x8000 ? -f : f;
-}
-
 int emu_launch(dim3 grid, dim3 block, size_t smem_bytes, int order, const std::function<void()> &body)
 {
 	const int n = (int)(block.x * block.y * block.z);

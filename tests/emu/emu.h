@@ -116,11 +116,15 @@ void emu_fence_proxy(void);
 void emu_wgmma_commit(void);
 void emu_wgmma_wait(int n);
 
-/* 16-bit float conversions, round to nearest even, as the device does */
-uint16_t emu_f32_to_bf16(float x);
-uint16_t emu_f32_to_f16(float x);
-float emu_bf16_to_f32(uint16_t h);
-float emu_f16_to_f32(uint16_t h);
+/* 16-bit float conversions, round to nearest even, as the device does:
+ * the checkpoint code's (lib/ckpt/dtype.c, which matches torch) */
+extern "C" {
+#include "ckpt/dtype.h"
+}
+static inline uint16_t emu_f32_to_bf16(float x) { return ckpt_f32_to_bf16(x); }
+static inline uint16_t emu_f32_to_f16(float x) { return ckpt_f32_to_f16(x); }
+static inline float emu_bf16_to_f32(uint16_t h) { return ckpt_bf16_to_f32(h); }
+static inline float emu_f16_to_f32(uint16_t h) { return ckpt_f16_to_f32(h); }
 
 /*
  * Runs body() as every thread of every block of the grid, blocks one after

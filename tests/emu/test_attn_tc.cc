@@ -92,9 +92,8 @@ int launch(const fwd_case &c, float *out, float *lse, const std::vector<float> &
 			  });
 }
 
-/* max |x - y| over max |y|, and the same for lse (absolute); -1 when the
- * infinities differ */
-double rel_diff(const std::vector<float> &x, const std::vector<float> &y)
+/* max |x - y|, over max |y| when rel: -1 when the infinities or NaNs differ */
+double max_diff(const std::vector<float> &x, const std::vector<float> &y, bool rel)
 {
 	double d = 0, m = 1e-30;
 	for (size_t i = 0; i < x.size(); i++) {
@@ -108,23 +107,17 @@ double rel_diff(const std::vector<float> &x, const std::vector<float> &y)
 		d = fmax(d, fabs((double)x[i] - y[i]));
 		m = fmax(m, fabs((double)y[i]));
 	}
-	return d / m;
+	return rel ? d / m : d;
+}
+
+double rel_diff(const std::vector<float> &x, const std::vector<float> &y)
+{
+	return max_diff(x, y, true);
 }
 
 double abs_diff(const std::vector<float> &x, const std::vector<float> &y)
 {
-	double d = 0;
-	for (size_t i = 0; i < x.size(); i++) {
-		if (isinf(y[i]) || isinf(x[i])) {
-			if (x[i] != y[i])
-				return -1;
-			continue;
-		}
-		if (isnan(x[i]) || isnan(y[i]))
-			return -1;
-		d = fmax(d, fabs((double)x[i] - y[i]));
-	}
-	return d;
+	return max_diff(x, y, false);
 }
 
 /*

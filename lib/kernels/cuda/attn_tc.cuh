@@ -157,6 +157,40 @@ static __device__ __forceinline__ void tc_keep_pair(float m0[2], float m1[2], co
 	tc_keep2(m1, d, r1 + ka, r1 + kb);
 }
 
+/* the A fragment of a 16-wide step from the accumulators of two adjacent
+ * 8-wide column tiles (tc.cuh's layouts: they coincide, no shuffles) */
+template <class H>
+static __device__ __forceinline__ void tc_acc_to_a(uint32_t a[4], const float lo[4], const float hi[4])
+{
+	a[0] = tc_pack<H>(lo[0], lo[1]);
+	a[1] = tc_pack<H>(lo[2], lo[3]);
+	a[2] = tc_pack<H>(hi[0], hi[1]);
+	a[3] = tc_pack<H>(hi[2], hi[3]);
+}
+
+/* wgmma: d0 = A0 B0^T and d1 = A1 B1^T over KD channels (KD/16 chained
+ * steps each; every operand K-major core matrices at shared addresses
+ * a0, b0, a1, b1), issued, committed and waited for; the accumulators are
+ * pinned around it (wg.cuh) */
+template <class H, int N, int KD>
+static __device__ __forceinline__ void wg_ss_pair(float *d0, uint32_t a0, uint32_t b0, float *d1, uint32_t a1,
+						  uint32_t b1)
+{
+	constexpr uint32_t RS = KD * 16;
+	wg_fence_operand(d0, N / 2);
+	wg_fence_operand(d1, N / 2);
+	wg_fence();
+#pragma unroll
+	for (int ks = 0; ks < KD / 16; ks++) {
+		wg_mma_ss<H, N>(d0, wg_desc(a0 + 256 * ks, 128, RS), wg_desc(b0 + 256 * ks, 128, RS), ks > 0);
+		wg_mma_ss<H, N>(d1, wg_desc(a1 + 256 * ks, 128, RS), wg_desc(b1 + 256 * ks, 128, RS), ks > 0);
+	}
+	wg_commit();
+	wg_wait<0>();
+	wg_fence_operand(d0, N / 2);
+	wg_fence_operand(d1, N / 2);
+}
+
 /* fp32 to halves, 4 values per thread and step (n4 = n / 4): the kernels'
  * inputs, converted once per call so that every block reads 2 bytes per value
  * and the tiles can go to shared memory by cp.async */
@@ -411,10 +445,7 @@ __global__ void __launch_bounds__(32 * WQ, WQ > 4 ? 1 : 2)
 			uint32_t pf[BK / 16][4];
 #pragma unroll
 			for (int ks = 0; ks < BK / 16; ks++) {
-				pf[ks][0] = tc_pack<H>(s[2 * ks][0], s[2 * ks][1]);
-				pf[ks][1] = tc_pack<H>(s[2 * ks][2], s[2 * ks][3]);
-				pf[ks][2] = tc_pack<H>(s[2 * ks + 1][0], s[2 * ks + 1][1]);
-				pf[ks][3] = tc_pack<H>(s[2 * ks + 1][2], s[2 * ks + 1][3]);
+				tc_acc_to_a<H>(pf[ks], s[2 * ks], s[2 * ks + 1]);
 			}
 			const uint32_t vaddr = wg_smem_addr(Vs);
 			wg_fence_operand(&acc[0][0], 4 * NOT);
@@ -431,10 +462,7 @@ __global__ void __launch_bounds__(32 * WQ, WQ > 4 ? 1 : 2)
 #pragma unroll
 			for (int ks = 0; ks < BK / 16; ks++) {
 				uint32_t pf[4];
-				pf[0] = tc_pack<H>(s[2 * ks][0], s[2 * ks][1]);
-				pf[1] = tc_pack<H>(s[2 * ks][2], s[2 * ks][3]);
-				pf[2] = tc_pack<H>(s[2 * ks + 1][0], s[2 * ks + 1][1]);
-				pf[3] = tc_pack<H>(s[2 * ks + 1][2], s[2 * ks + 1][3]);
+				tc_acc_to_a<H>(pf, s[2 * ks], s[2 * ks + 1]);
 #pragma unroll
 				for (int dp = 0; dp < NOT / 2; dp++) {
 					const int j = lane / 8;
@@ -637,21 +665,7 @@ __global__ void __launch_bounds__(128)
 			for (int e = 0; e < 4; e++)
 				s[t][e] = dp[t][e] = 0.0f;
 		if constexpr (WG) { /* S = Q K^T, dP = dO V^T: 64 x BK each, KD/16 chained steps */
-			const uint32_t kaddr = wg_smem_addr(Ks), vaddr = wg_smem_addr(Vs);
-			wg_fence_operand(&s[0][0], 4 * NST);
-			wg_fence_operand(&dp[0][0], 4 * NST);
-			wg_fence();
-#pragma unroll
-			for (int ks = 0; ks < NKS; ks++) {
-				wg_mma_ss<H, BK>(&s[0][0], wg_desc(qaddr + 256 * ks, 128, RS), wg_desc(kaddr + 256 * ks, 128, RS),
-						 ks > 0);
-				wg_mma_ss<H, BK>(&dp[0][0], wg_desc(oaddr + 256 * ks, 128, RS),
-						 wg_desc(vaddr + 256 * ks, 128, RS), ks > 0);
-			}
-			wg_commit();
-			wg_wait<0>();
-			wg_fence_operand(&s[0][0], 4 * NST);
-			wg_fence_operand(&dp[0][0], 4 * NST);
+			wg_ss_pair<H, BK, KD>(&s[0][0], qaddr, wg_smem_addr(Ks), &dp[0][0], oaddr, wg_smem_addr(Vs));
 		} else {
 #pragma unroll
 			for (int ks = 0; ks < NKS; ks++)
@@ -694,10 +708,7 @@ __global__ void __launch_bounds__(128)
 		uint32_t af[BK / 16][4]; /* wgmma reads them late: live until its wait */
 #pragma unroll
 		for (int ks = 0; ks < BK / 16; ks++) {
-			af[ks][0] = tc_pack<H>(s[2 * ks][0], s[2 * ks][1]);
-			af[ks][1] = tc_pack<H>(s[2 * ks][2], s[2 * ks][3]);
-			af[ks][2] = tc_pack<H>(s[2 * ks + 1][0], s[2 * ks + 1][1]);
-			af[ks][3] = tc_pack<H>(s[2 * ks + 1][2], s[2 * ks + 1][3]);
+			tc_acc_to_a<H>(af[ks], s[2 * ks], s[2 * ks + 1]);
 		}
 		if constexpr (WG) { /* K transposed: LBO steps 8 keys, SBO 8 channels */
 			const uint32_t kaddr = wg_smem_addr(Ks);
@@ -832,20 +843,7 @@ __global__ void __launch_bounds__(128)
 				st[t][e] = dpt[t][e] = 0.0f;
 		const uint32_t qaddr = WG ? wg_smem_addr(Qs) : 0, oaddr = WG ? wg_smem_addr(Os) : 0;
 		if constexpr (WG) { /* 64 keys x BQ queries each, KD/16 chained steps */
-			wg_fence_operand(&st[0][0], 4 * NST);
-			wg_fence_operand(&dpt[0][0], 4 * NST);
-			wg_fence();
-#pragma unroll
-			for (int ks = 0; ks < NKS; ks++) {
-				wg_mma_ss<H, BQ>(&st[0][0], wg_desc(kaddr + 256 * ks, 128, RS),
-						 wg_desc(qaddr + 256 * ks, 128, RS), ks > 0);
-				wg_mma_ss<H, BQ>(&dpt[0][0], wg_desc(vaddr + 256 * ks, 128, RS),
-						 wg_desc(oaddr + 256 * ks, 128, RS), ks > 0);
-			}
-			wg_commit();
-			wg_wait<0>();
-			wg_fence_operand(&st[0][0], 4 * NST);
-			wg_fence_operand(&dpt[0][0], 4 * NST);
+			wg_ss_pair<H, BQ, KD>(&st[0][0], kaddr, qaddr, &dpt[0][0], vaddr, oaddr);
 		} else {
 #pragma unroll
 			for (int ks = 0; ks < NKS; ks++) {
@@ -899,14 +897,8 @@ __global__ void __launch_bounds__(128)
 		uint32_t pf[BQ / 16][4], sf[BQ / 16][4]; /* wgmma reads them late: live until its wait */
 #pragma unroll
 		for (int ks = 0; ks < BQ / 16; ks++) {
-			pf[ks][0] = tc_pack<H>(st[2 * ks][0], st[2 * ks][1]);
-			pf[ks][1] = tc_pack<H>(st[2 * ks][2], st[2 * ks][3]);
-			pf[ks][2] = tc_pack<H>(st[2 * ks + 1][0], st[2 * ks + 1][1]);
-			pf[ks][3] = tc_pack<H>(st[2 * ks + 1][2], st[2 * ks + 1][3]);
-			sf[ks][0] = tc_pack<H>(dpt[2 * ks][0], dpt[2 * ks][1]);
-			sf[ks][1] = tc_pack<H>(dpt[2 * ks][2], dpt[2 * ks][3]);
-			sf[ks][2] = tc_pack<H>(dpt[2 * ks + 1][0], dpt[2 * ks + 1][1]);
-			sf[ks][3] = tc_pack<H>(dpt[2 * ks + 1][2], dpt[2 * ks + 1][3]);
+			tc_acc_to_a<H>(pf[ks], st[2 * ks], st[2 * ks + 1]);
+			tc_acc_to_a<H>(sf[ks], dpt[2 * ks], dpt[2 * ks + 1]);
 		}
 		if constexpr (WG) { /* dO and Q transposed: LBO steps 8 queries, SBO 8 channels */
 			wg_fence_operand(&adv[0][0], 4 * NOT);
