@@ -519,11 +519,17 @@ uint32_t emu_smem_addr(const void *p)
 	return (uint32_t)(c - E.smem);
 }
 
-static void wg_collective(int op, int arg)
+/* a collective's operands, and this lane's arrival at it (back when it is done) */
+static lane_op op_of(int op, int arg)
 {
 	lane_op o{};
 	o.op = op;
 	o.arg = arg;
+	return o;
+}
+
+static void post(const lane_op &o)
+{
 	E.th[E.cur].op = o;
 	wait_collective(T_WARP);
 }
@@ -538,24 +544,22 @@ void emu_fence_proxy(void)
 
 void emu_wgmma_fence(void)
 {
-	wg_collective(OP_WG_FENCE, 0);
+	post(op_of(OP_WG_FENCE, 0));
 }
 
 void emu_wgmma_commit(void)
 {
-	wg_collective(OP_WG_COMMIT, 0);
+	post(op_of(OP_WG_COMMIT, 0));
 }
 
 void emu_wgmma_wait(int n)
 {
-	wg_collective(OP_WG_WAIT, n);
+	post(op_of(OP_WG_WAIT, n));
 }
 
 void emu_wgmma(float *d, int n, uint64_t da, const uint32_t *a, uint64_t db, int kind, int trans_b, int scale_d)
 {
-	lane_op o{};
-	o.op = OP_WG_MMA;
-	o.arg = n;
+	lane_op o = op_of(OP_WG_MMA, n);
 	o.d = d;
 	o.da = da;
 	o.db = db;
@@ -566,8 +570,7 @@ void emu_wgmma(float *d, int n, uint64_t da, const uint32_t *a, uint64_t db, int
 	o.scale_d = scale_d;
 	if ((a != NULL) != (trans_b != 0))
 		fail("emu_wgmma: the emulator has A in shared memory with B K-major, or A in registers with B transposed");
-	E.th[E.cur].op = o;
-	wait_collective(T_WARP);
+	post(o);
 }
 
 void emu_syncthreads(void)
@@ -577,45 +580,32 @@ void emu_syncthreads(void)
 
 void emu_syncwarp(void)
 {
-	lane_op o{};
-	o.op = OP_SYNCWARP;
-	E.th[E.cur].op = o;
-	wait_collective(T_WARP);
+	post(op_of(OP_SYNCWARP, 0));
 }
 
 float emu_shfl_xor(float v, int lanemask)
 {
-	thr *t = &E.th[E.cur];
-	lane_op o{};
-	o.op = OP_SHFL;
-	o.arg = lanemask;
+	lane_op o = op_of(OP_SHFL, lanemask);
 	o.f = v;
-	t->op = o;
-	wait_collective(T_WARP);
+	post(o);
 	return E.th[E.cur].op.f;
 }
 
 void emu_ldmatrix_x4(uint32_t r[4], const void *row, int trans)
 {
-	lane_op o{};
-	o.op = OP_LDSM;
-	o.arg = trans;
+	lane_op o = op_of(OP_LDSM, trans);
 	o.p = row;
 	o.r = r;
-	E.th[E.cur].op = o;
-	wait_collective(T_WARP);
+	post(o);
 }
 
 void emu_mma_m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2], int half_kind)
 {
-	lane_op o{};
-	o.op = OP_MMA;
-	o.arg = half_kind;
+	lane_op o = op_of(OP_MMA, half_kind);
 	o.a = a;
 	o.b = b;
 	o.d = d;
-	E.th[E.cur].op = o;
-	wait_collective(T_WARP);
+	post(o);
 }
 
 int emu_launch(dim3 grid, dim3 block, size_t smem_bytes, int order, const std::function<void()> &body)

@@ -399,6 +399,19 @@ static float *rhalf(size_t n, float s, enum kops_round kind)
 	return y;
 }
 
+/* The half-input table of a kind, or the table under test standing in for
+ * it (--self, --perturb); NULL after a SKIP line naming op when there is none. */
+static const struct kops *half_table(enum kops_round rk, bool stand_in, const struct kops *saved, const char *op)
+{
+	const char *why = NULL;
+	const struct kops *h = stand_in ? saved : kops_cuda_half(rk, &why);
+	if (!h) {
+		printf("ok - %s # SKIP %s\n", op, why ? why : "no half-input table");
+		n_skip++;
+	}
+	return h;
+}
+
 static void test_linear_half(bool stand_in)
 {
 	static const char *const opf[2] = { "linear_forward/bf16", "linear_forward/fp16" };
@@ -410,13 +423,9 @@ static void test_linear_half(bool stand_in)
 	const struct kops *saved = GPU;
 	for (int kind = KOPS_ROUND_BF16; kind <= KOPS_ROUND_FP16; kind++) {
 		enum kops_round rk = (enum kops_round)kind;
-		const char *why = NULL;
-		const struct kops *h = stand_in ? saved : kops_cuda_half(rk, &why);
-		if (!h) {
-			printf("ok - %s # SKIP %s\n", opf[kind], why ? why : "no half-input table");
-			n_skip++;
+		const struct kops *h = half_table(rk, stand_in, saved, opf[kind]);
+		if (!h)
 			continue;
-		}
 		GPU = h; /* run_test and HAS() use GPU */
 		float sx = rk == KOPS_ROUND_BF16 ? 0x1p20f : 1.0f, sw = rk == KOPS_ROUND_BF16 ? 0x1p-30f : 1.0f;
 		for (int i = 0; i < ncf; i++) {
@@ -1125,6 +1134,17 @@ static void r_abb(const struct kops *k, void **d, const struct cfg *c, double *s
 				    c->Tk, c->a, c->g, c->k, c->S, c->scale, c->p, c->seed, c->off);
 }
 
+/* the block ops' q, kk, v, qpos, kpos inputs, in their argument order */
+static void tb_in_block(const float *q, const float *kk, const float *v, const int32_t *qpos, const int32_t *kpos,
+			const struct cfg *c)
+{
+	tb_in(q, FL((size_t)c->B * c->a * c->Tq * c->k));
+	tb_in(kk, FL((size_t)c->B * c->g * c->Tk * c->k));
+	tb_in(v, FL((size_t)c->B * c->g * c->Tk * c->k));
+	tb_in(qpos, IN32(c->Tq));
+	tb_in(kpos, IN32(c->Tk));
+}
+
 /* the keys of [0, S) not in kpos */
 static int32_t *complement(const int32_t *kpos, int Tk, int S, int *n)
 {
@@ -1187,13 +1207,9 @@ static void test_attention_block_half(bool stand_in)
 	const struct kops *saved = GPU;
 	for (int kind = KOPS_ROUND_BF16; kind <= KOPS_ROUND_FP16; kind++) {
 		enum kops_round rk = (enum kops_round)kind;
-		const char *why = NULL;
-		const struct kops *h = stand_in ? saved : kops_cuda_half(rk, &why);
-		if (!h) {
-			printf("ok - %s # SKIP %s\n", op[kind], why ? why : "no half-input table");
-			n_skip++;
+		const struct kops *h = half_table(rk, stand_in, saved, op[kind]);
+		if (!h)
 			continue;
-		}
 		GPU = h;
 		double tol = rk == KOPS_ROUND_BF16 ? TOL_ATTN_BF16 : TOL_ATTN_F16;
 		for (int i = 0; i < ncf * 2; i++) {
@@ -1236,11 +1252,7 @@ static void test_attention_block_half(bool stand_in)
 			if (pass == 0) {
 				tb_out("out", out, FL(nq), c.k == 80 ? TOL_RED : tol);
 				tb_out("lse", lse, FL(nl), TOL_RED);
-				tb_in(q, FL(nq));
-				tb_in(kk, FL(nkv));
-				tb_in(v, FL(nkv));
-				tb_in(qpos, IN32(c.Tq));
-				tb_in(kpos, IN32(c.Tk));
+				tb_in_block(q, kk, v, qpos, kpos, &c);
 				run_test(op[kind], HAS(attention_block_forward),
 					 LABEL("%s B=%d a=%d g=%d k=%d S=%d Tq=%d Tk=%d p=%g%s%s", h->name, c.B, c.a, c.g,
 					       c.k, c.S, c.Tq, c.Tk, c.p, c.acc ? " accumulate=1" : "",
@@ -1260,11 +1272,7 @@ static void test_attention_block_half(bool stand_in)
 			tb_in(rhalf(nq, 1, rk), FL(nq));
 			tb_in(fo16, FL(nq));
 			tb_in(fl, FL(nl));
-			tb_in(q, FL(nq));
-			tb_in(kk, FL(nkv));
-			tb_in(v, FL(nkv));
-			tb_in(qpos, IN32(c.Tq));
-			tb_in(kpos, IN32(c.Tk));
+			tb_in_block(q, kk, v, qpos, kpos, &c);
 			run_test(opb[kind], HAS(attention_block_backward),
 				 LABEL("%s B=%d a=%d g=%d k=%d S=%d Tq=%d Tk=%d p=%g%s", h->name, c.B, c.a, c.g, c.k,
 				       c.S, c.Tq, c.Tk, c.p, c.k == 80 ? " (fp32 kernel)" : ""),
@@ -1360,11 +1368,7 @@ static void test_attention_block(void)
 			if (pass == 0) {
 				tb_out("out", c.acc ? out : rvec(nq, 1), FL(nq), TOL_RED);
 				tb_out("lse", c.acc ? lse : rvec(nl, 1), FL(nl), TOL_RED);
-				tb_in(q, FL(nq));
-				tb_in(kk, FL(nkv));
-				tb_in(v, FL(nkv));
-				tb_in(qpos, IN32(c.Tq));
-				tb_in(kpos, IN32(c.Tk));
+				tb_in_block(q, kk, v, qpos, kpos, &c);
 				run_test("attention_block_forward", HAS(attention_block_forward), l, r_abf, &c, NULL, 0);
 			} else {
 				tb_out("dq", nul & 1 ? NULL : rvec(nq, 1), nul & 1 ? 0 : FL(nq), TOL_RED);
@@ -1373,11 +1377,7 @@ static void test_attention_block(void)
 				tb_in(rvec(nq, 1), FL(nq));
 				tb_in(out, FL(nq));
 				tb_in(lse, FL(nl));
-				tb_in(q, FL(nq));
-				tb_in(kk, FL(nkv));
-				tb_in(v, FL(nkv));
-				tb_in(qpos, IN32(c.Tq));
-				tb_in(kpos, IN32(c.Tk));
+				tb_in_block(q, kk, v, qpos, kpos, &c);
 				run_test("attention_block_backward", HAS(attention_block_backward), l, r_abb, &c, NULL, 0);
 			}
 		}

@@ -941,29 +941,6 @@ static int head_pad(int k)
 	return k <= 16 ? 16 : k <= 32 ? 32 : k <= 64 ? 64 : k <= 128 ? 128 : 256;
 }
 
-/* Blocks of a grid over n (sample, head) pairs x tiles of rows; one dimension. */
-static unsigned grid_1d(size_t n, int rows, int tile)
-{
-	size_t blocks = n * (size_t)((rows + tile - 1) / tile);
-	if (blocks > 0x7fffffffu)
-		CUDA_BUG("attention: grid too large");
-	return (unsigned)blocks;
-}
-
-/* The shared memory opt-in beyond 48 KB, once per kernel instantiation. */
-template <typename F> static void smem_opt_in(F *kernel, size_t bytes, bool *done)
-{
-	if (*done)
-		return;
-	CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
-	*done = true;
-}
-
-static float keep_scale_of(float p)
-{
-	return p > 0.0f ? 1.0f / (1.0f - p) : 1.0f; /* cpu_dropout_scales: fp32 */
-}
-
 template <int KD>
 static void fwd_launch(float *out, float *probs, const float *q, const float *kk, const float *v,
 		       const int32_t *doc, int B, int T, int a, int g, int k, float scale, float p,

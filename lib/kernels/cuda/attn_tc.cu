@@ -15,21 +15,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* the shared-memory opt-in beyond 48 KB, once per kernel instantiation */
-template <typename F> static void tc_opt_in(F *kernel, size_t bytes, bool *done)
-{
-	if (*done)
-		return;
-	CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
-	*done = true;
-}
-
-/* ops.h's dropout: keep_scale 1/(1-p) in fp32, as attn.cu and cpu_dropout_scales */
+/* ops.h's dropout, as attn.cu draws it */
 static tc_drop tc_drop_of(float p, uint64_t seed, uint64_t offset, int B, int S)
 {
 	tc_drop d;
 	d.p = p;
-	d.ks = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
+	d.ks = keep_scale_of(p);
 	d.seed = seed;
 	d.offset = offset;
 	d.B = B;
@@ -37,18 +28,10 @@ static tc_drop tc_drop_of(float p, uint64_t seed, uint64_t offset, int B, int S)
 	return d;
 }
 
-static unsigned tc_grid(size_t blocks)
-{
-	if (blocks > 0x7fffffffu)
-		CUDA_BUG("attention: grid too large");
-	return (unsigned)blocks;
-}
-
 /* n fp32 values (a multiple of 4, 16-byte aligned) to halves at dst */
 template <class H> static void tc_to_half(uint16_t *dst, const float *src, size_t n)
 {
-	const size_t n4 = n / 4, blocks = (n4 + 255) / 256;
-	attn_tc_half_kernel<H><<<(unsigned)(blocks < 8192 ? blocks : 8192), 256>>>((uint32_t *)dst, src, n4);
+	attn_tc_half_kernel<H><<<grid_for(n / 4), THREADS>>>((uint32_t *)dst, src, n / 4);
 	KERNEL_CHECK();
 }
 
@@ -131,8 +114,8 @@ static void tc_fwd_launch(float *out, float *lse, const uint16_t *qh, const uint
 {
 	static bool opted;
 	constexpr size_t smem = tc_fwd_smem<KD, WQ>();
-	tc_opt_in(attn_tc_fwd_kernel<H, KD, WQ>, smem, &opted);
-	const unsigned blocks = tc_grid((size_t)B * a * ((Tq + 16 * WQ - 1) / (16 * WQ)));
+	smem_opt_in(attn_tc_fwd_kernel<H, KD, WQ>, smem, &opted);
+	const unsigned blocks = grid_1d((size_t)B * a, Tq, 16 * WQ);
 	attn_tc_fwd_kernel<H, KD, WQ><<<blocks, 32 * WQ, smem>>>(out, lse, qh, kh, vh, qpos, kpos, Tq, Tk, a, g,
 								  scale, accumulate, drop);
 	KERNEL_CHECK();
@@ -213,7 +196,7 @@ static void tc_bwd_launch(float *dq, float *dk, float *dv, const float *dout, co
 	if (dq || dk) {
 		dr = (float *)base;
 		attn_tc_rowdot_kernel<KD>
-			<<<tc_grid(((size_t)B * Tq * a + 3) / 4), 128>>>(dr, dout, out, qpos, kpos, B, Tq, a);
+			<<<grid_blocks(((size_t)B * Tq * a + 3) / 4), 128>>>(dr, dout, out, qpos, kpos, B, Tq, a);
 		KERNEL_CHECK();
 	}
 	if (tc_use_wgmma()) {
@@ -224,15 +207,15 @@ static void tc_bwd_launch(float *dq, float *dk, float *dv, const float *dout, co
 	}
 	if (dq) {
 		constexpr size_t smem = tc_dq_smem<KD>();
-		tc_opt_in(attn_tc_dq_kernel<H, KD>, smem, &opted_dq);
-		attn_tc_dq_kernel<H, KD><<<tc_grid((size_t)B * a * ((Tq + 63) / 64)), 128, smem>>>(
+		smem_opt_in(attn_tc_dq_kernel<H, KD>, smem, &opted_dq);
+		attn_tc_dq_kernel<H, KD><<<grid_1d((size_t)B * a, Tq, 64), 128, smem>>>(
 			dq, oh, lse, dr, qh, kh, vh, qpos, kpos, Tq, Tk, a, g, scale, drop);
 		KERNEL_CHECK();
 	}
 	if (dk || dv) {
 		constexpr size_t smem = tc_dkv_smem<KD>();
-		tc_opt_in(attn_tc_dkv_kernel<H, KD>, smem, &opted_dkv);
-		attn_tc_dkv_kernel<H, KD><<<tc_grid((size_t)B * g * ((Tk + 63) / 64)), 128, smem>>>(
+		smem_opt_in(attn_tc_dkv_kernel<H, KD>, smem, &opted_dkv);
+		attn_tc_dkv_kernel<H, KD><<<grid_1d((size_t)B * g, Tk, 64), 128, smem>>>(
 			dk, dv, oh, lse, dr, qh, kh, vh, qpos, kpos, Tq, Tk, a, g, scale, drop);
 		KERNEL_CHECK();
 	}

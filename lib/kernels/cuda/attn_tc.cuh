@@ -219,7 +219,7 @@ static __device__ __forceinline__ void tc_copy_rows(uint16_t *dst, const uint16_
 		if (N % NT == 0 || i < N) {
 			const int r = i / C8, c = 8 * (i % C8);
 			const bool in = r < n;
-			tc_cp_async16(dst + r * LDS + c, src + (size_t)(in ? r : 0) * ld + c, in ? 16 : 0);
+			tc_cp_async<16>(dst + r * LDS + c, src + (size_t)(in ? r : 0) * ld + c, in ? 16 : 0);
 		}
 	}
 }
@@ -238,7 +238,7 @@ static __device__ __forceinline__ void tc_copy_rows_cm(uint16_t *dst, const uint
 		if (N % NT == 0 || i < N) {
 			const int c8 = 2 * (i / 16 % (C8 / 2)) + i % 2, r = i / 2 % 8 + 8 * (i / (8 * C8));
 			const bool in = r < n;
-			tc_cp_async16(dst + ((r / 8) * C8 + c8) * 64 + (r % 8) * 8, src + (size_t)(in ? r : 0) * ld + 8 * c8,
+			tc_cp_async<16>(dst + ((r / 8) * C8 + c8) * 64 + (r % 8) * 8, src + (size_t)(in ? r : 0) * ld + 8 * c8,
 				      in ? 16 : 0);
 		}
 	}
@@ -253,6 +253,62 @@ static __device__ __forceinline__ void tc_copy(uint16_t *dst, const uint16_t *sr
 		tc_copy_rows_cm<KD, NR, NT>(dst, src, ld, n);
 	else
 		tc_copy_rows<KD, NR, NT>(dst, src, ld, n);
+}
+
+/* The query tile of this block (forward and dq kernels): tile-major over
+ * the grid, the last (longest) tiles first over every (sample, head); its
+ * sample, head, K/V group, first row, rows, and the keys [0, nk) its last
+ * query sees (a prefix: positions increase). */
+struct tc_qtile {
+	int bh, b, h, G, q0, nq, nk;
+};
+
+static __device__ __forceinline__ tc_qtile tc_qtile_of(int BQ, const int32_t *qpos, const int32_t *kpos, int Tq,
+						       int Tk, int a, int g)
+{
+	tc_qtile t;
+	const int ntile = (Tq + BQ - 1) / BQ, nbh = (int)(gridDim.x / ntile);
+	t.bh = blockIdx.x % nbh;
+	const int tile = ntile - 1 - blockIdx.x / nbh;
+	t.b = t.bh / a;
+	t.h = t.bh % a;
+	t.G = t.h / (a / g);
+	t.q0 = tile * BQ;
+	t.nq = Tq - t.q0 < BQ ? Tq - t.q0 : BQ;
+	t.nk = tc_count_le(kpos, Tk, qpos[t.q0 + t.nq - 1]);
+	return t;
+}
+
+/* The K/V tile from key k0 (at most BK keys of the nk) into a stage: K's
+ * rows, then V's, by cp.async; the caller commits. */
+template <int KD, int BK, int NT, bool WG>
+static __device__ __forceinline__ void tc_kv_issue(uint16_t *stage, const uint16_t *Kg, const uint16_t *Vg, int k0,
+						   int nk)
+{
+	constexpr int RH = WG ? KD : tc_geom<KD>::LDS;
+	const int n = nk - k0 < BK ? nk - k0 : BK;
+	tc_copy<KD, BK, NT, WG>(stage, Kg + (size_t)k0 * KD, KD, n);
+	tc_copy<KD, BK, NT, WG>(stage + BK * RH, Vg + (size_t)k0 * KD, KD, n);
+}
+
+/* One step of the K/V pipeline (forward and dq kernels), one barrier a
+ * tile: this thread's copies of tile jt have landed (and, for wgmma, are
+ * visible to it); the barrier shows everyone's, and every warp is done with
+ * tile jt-1, whose stage tile jt+1 then takes. Returns tile jt's stage. */
+template <int KD, int BK, int NT, bool WG>
+static __device__ __forceinline__ const uint16_t *tc_kv_step(uint16_t *KV, const uint16_t *Kg, const uint16_t *Vg,
+							     int jt, int ntk, int nk)
+{
+	constexpr int RH = WG ? KD : tc_geom<KD>::LDS;
+	tc_cp_async_wait<0>();
+	if constexpr (WG)
+		wg_fence_proxy();
+	__syncthreads();
+	if (jt + 1 < ntk) {
+		tc_kv_issue<KD, BK, NT, WG>(KV + ((jt + 1) & 1) * 2 * BK * RH, Kg, Vg, (jt + 1) * BK, nk);
+		tc_cp_async_commit();
+	}
+	return KV + (jt & 1) * 2 * BK * RH;
 }
 
 /*
@@ -277,13 +333,9 @@ __global__ void __launch_bounds__(32 * WQ, WQ > 4 ? 1 : 2)
 	constexpr int RH = WG ? KD : LDS; /* halves per row of a tile */
 	uint16_t *Qs = (uint16_t *)TC_SMEM, *KV = Qs + BQ * RH; /* K, V of stage t at KV + 2 t BK RH */
 	const int lane = threadIdx.x % 32, w = threadIdx.x / 32, gid = lane / 4, tig = lane % 4;
-	/* tile-major, the last (longest) tiles first over every (sample, head) */
-	const int ntile = (Tq + BQ - 1) / BQ, nbh = (int)(gridDim.x / ntile);
-	const int bh = blockIdx.x % nbh, tile = ntile - 1 - blockIdx.x / nbh;
-	const int b = bh / a, h = bh % a, G = h / (a / g);
-	const int q0 = tile * BQ, nq = Tq - q0 < BQ ? Tq - q0 : BQ;
+	const tc_qtile qt = tc_qtile_of(BQ, qpos, kpos, Tq, Tk, a, g);
+	const int bh = qt.bh, b = qt.b, h = qt.h, G = qt.G, q0 = qt.q0, nq = qt.nq, nk = qt.nk;
 	const size_t ldo = (size_t)a * KD;
-	const int nk = tc_count_le(kpos, Tk, qpos[q0 + nq - 1]);
 	/* this thread's two rows (gid, gid+8 of the warp's 16), tile-relative */
 	const int r0 = 16 * w + gid, r1 = r0 + 8;
 
@@ -299,8 +351,7 @@ __global__ void __launch_bounds__(32 * WQ, WQ > 4 ? 1 : 2)
 
 	const int qp0 = r0 < nq ? qpos[q0 + r0] : -1, qp1 = r1 < nq ? qpos[q0 + r1] : -1;
 	/* keys every row of this warp sees: tiles below it need no mask */
-	const int wrow = 16 * w < nq ? 16 * w : nq - 1;
-	const int nk_w = 16 * w < nq ? tc_count_le(kpos, nk, qpos[q0 + wrow]) : 0;
+	const int nk_w = 16 * w < nq ? tc_count_le(kpos, nk, qpos[q0 + 16 * w]) : 0;
 
 	/* Q, and the first K/V tile, in flight at once; the next tile's copies
 	 * go out while this one is computed (two stages) */
@@ -308,8 +359,7 @@ __global__ void __launch_bounds__(32 * WQ, WQ > 4 ? 1 : 2)
 	const int ntk = (nk + BK - 1) / BK;
 	tc_copy<KD, BQ, NT, WG>(Qs, qh + ((size_t)bh * Tq + q0) * KD, KD, nq);
 	tc_cp_async_commit();
-	tc_copy<KD, BK, NT, WG>(KV, Kg, KD, nk < BK ? nk : BK);
-	tc_copy<KD, BK, NT, WG>(KV + BK * RH, Vg, KD, nk < BK ? nk : BK);
+	tc_kv_issue<KD, BK, NT, WG>(KV, Kg, Vg, 0, nk);
 	tc_cp_async_commit();
 	if constexpr (!WG) { /* wgmma reads Q from shared memory: the loop's first wait covers it */
 		tc_cp_async_wait<1>(); /* Q has landed */
@@ -336,20 +386,7 @@ __global__ void __launch_bounds__(32 * WQ, WQ > 4 ? 1 : 2)
 
 	for (int jt = 0; jt < ntk; jt++) {
 		const int k0 = jt * BK;
-		tc_cp_async_wait<0>(); /* this thread's copies of tile jt have landed */
-		if constexpr (WG)
-			wg_fence_proxy(); /* ... and are visible to wgmma's reads */
-		/* one barrier a tile: everyone's copies of tile jt have landed, and
-		 * every warp is done with tile jt-1, whose stage tile jt+1 takes */
-		__syncthreads();
-		if (jt + 1 < ntk) {
-			const int k1 = k0 + BK, n1 = nk - k1 < BK ? nk - k1 : BK;
-			uint16_t *st = KV + ((jt + 1) & 1) * 2 * BK * RH;
-			tc_copy<KD, BK, NT, WG>(st, Kg + (size_t)k1 * KD, KD, n1);
-			tc_copy<KD, BK, NT, WG>(st + BK * RH, Vg + (size_t)k1 * KD, KD, n1);
-			tc_cp_async_commit();
-		}
-		const uint16_t *Ks = KV + (jt & 1) * 2 * BK * RH, *Vs = Ks + BK * RH;
+		const uint16_t *Ks = tc_kv_step<KD, BK, NT, WG>(KV, Kg, Vg, jt, ntk, nk), *Vs = Ks + BK * RH;
 
 		float s[NST][4];
 #pragma unroll
@@ -599,12 +636,9 @@ __global__ void __launch_bounds__(128)
 	constexpr uint32_t RS = KD * 16;  /* wgmma: bytes from 8 rows of core matrices to the next 8 */
 	uint16_t *Qs = (uint16_t *)TC_SMEM, *Os = Qs + BQ * RH, *KV = Os + BQ * RH; /* stage t: KV + 2 t BK RH */
 	const int lane = threadIdx.x % 32, w = threadIdx.x / 32, gid = lane / 4, tig = lane % 4;
-	const int ntile = (Tq + BQ - 1) / BQ, nbh = (int)(gridDim.x / ntile); /* tile-major, as the forward */
-	const int bh = blockIdx.x % nbh, tile = ntile - 1 - blockIdx.x / nbh;
-	const int b = bh / a, h = bh % a, G = h / (a / g);
-	const int q0 = tile * BQ, nq = Tq - q0 < BQ ? Tq - q0 : BQ;
+	const tc_qtile qt = tc_qtile_of(BQ, qpos, kpos, Tq, Tk, a, g);
+	const int bh = qt.bh, b = qt.b, h = qt.h, G = qt.G, q0 = qt.q0, nq = qt.nq, nk = qt.nk;
 	const size_t ldo = (size_t)a * KD;
-	const int nk = tc_count_le(kpos, Tk, qpos[q0 + nq - 1]);
 	if (nk == 0)
 		return; /* no key of this block is seen by the tile */
 	const uint16_t *Kg = kh + ((size_t)b * g + G) * Tk * KD, *Vg = vh + ((size_t)b * g + G) * Tk * KD;
@@ -612,8 +646,7 @@ __global__ void __launch_bounds__(128)
 	tc_copy<KD, BQ, NT, WG>(Qs, qh + ((size_t)bh * Tq + q0) * KD, KD, nq);
 	tc_copy<KD, BQ, NT, WG>(Os, oh + ((size_t)b * Tq + q0) * ldo + (size_t)h * KD, ldo, nq);
 	tc_cp_async_commit();
-	tc_copy<KD, BK, NT, WG>(KV, Kg, KD, nk < BK ? nk : BK);
-	tc_copy<KD, BK, NT, WG>(KV + BK * RH, Vg, KD, nk < BK ? nk : BK);
+	tc_kv_issue<KD, BK, NT, WG>(KV, Kg, Vg, 0, nk);
 	tc_cp_async_commit();
 	const int r0 = 16 * w + gid, r1 = r0 + 8;
 	const int qp0 = r0 < nq ? qpos[q0 + r0] : -1, qp1 = r1 < nq ? qpos[q0 + r1] : -1;
@@ -646,18 +679,7 @@ __global__ void __launch_bounds__(128)
 
 	for (int jt = 0; jt < ntk; jt++) {
 		const int k0 = jt * BK;
-		tc_cp_async_wait<0>();
-		if constexpr (WG)
-			wg_fence_proxy();
-		__syncthreads(); /* tile jt has landed; every warp is done with tile jt-1's stage */
-		if (jt + 1 < ntk) {
-			const int k1 = k0 + BK, n1 = nk - k1 < BK ? nk - k1 : BK;
-			uint16_t *st = KV + ((jt + 1) & 1) * 2 * BK * RH;
-			tc_copy<KD, BK, NT, WG>(st, Kg + (size_t)k1 * KD, KD, n1);
-			tc_copy<KD, BK, NT, WG>(st + BK * RH, Vg + (size_t)k1 * KD, KD, n1);
-			tc_cp_async_commit();
-		}
-		const uint16_t *Ks = KV + (jt & 1) * 2 * BK * RH, *Vs = Ks + BK * RH;
+		const uint16_t *Ks = tc_kv_step<KD, BK, NT, WG>(KV, Kg, Vg, jt, ntk, nk), *Vs = Ks + BK * RH;
 		float s[NST][4], dp[NST][4];
 #pragma unroll
 		for (int t = 0; t < NST; t++)
@@ -805,8 +827,8 @@ __global__ void __launch_bounds__(128)
 		float *Lt = LD + 2 * (sn & 1) * BQ;
 		const float *lg = lse + bhs * Tq + qs, *dg = dr ? dr + bhs * Tq + qs : lg;
 		for (int i = threadIdx.x; i < BQ; i += NT) {
-			tc_cp_async4(Lt + i, lg + (i < ns ? i : 0), i < ns ? 4 : 0);
-			tc_cp_async4(Lt + BQ + i, dg + (i < ns ? i : 0), i < ns && dr ? 4 : 0);
+			tc_cp_async<4>(Lt + i, lg + (i < ns ? i : 0), i < ns ? 4 : 0);
+			tc_cp_async<4>(Lt + BQ + i, dg + (i < ns ? i : 0), i < ns && dr ? 4 : 0);
 		}
 	};
 	tc_copy<KD, BKV, NT, WG>(Ks, kh + (((size_t)b * g + G) * Tk + k0) * KD, KD, nkk);

@@ -14,18 +14,11 @@ static void wg_launch(float *out, float *lse, const uint16_t *qh, const uint16_t
 		      const int32_t *qpos, const int32_t *kpos, int B, int Tq, int Tk, int a, int g, float scale,
 		      int accumulate, tc_drop drop)
 {
-	static bool opted; /* the shared-memory opt-in beyond 48 KB, once per instantiation */
+	static bool opted;
 	constexpr size_t smem = tc_fwd_smem<KD, 8, true>();
-	if (!opted) {
-		CUDA_CHECK(cudaFuncSetAttribute(attn_tc_fwd_kernel<H, KD, 8, true>,
-						cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-		opted = true;
-	}
-	const size_t blocks = (size_t)B * a * ((Tq + 127) / 128);
-	if (blocks > 0x7fffffffu)
-		CUDA_BUG("attention: grid too large");
-	attn_tc_fwd_kernel<H, KD, 8, true><<<(unsigned)blocks, 256, smem>>>(out, lse, qh, kh, vh, qpos, kpos, Tq, Tk,
-									     a, g, scale, accumulate, drop);
+	smem_opt_in(attn_tc_fwd_kernel<H, KD, 8, true>, smem, &opted);
+	attn_tc_fwd_kernel<H, KD, 8, true><<<grid_1d((size_t)B * a, Tq, 128), 256, smem>>>(
+		out, lse, qh, kh, vh, qpos, kpos, Tq, Tk, a, g, scale, accumulate, drop);
 	KERNEL_CHECK();
 }
 
@@ -53,30 +46,16 @@ static void wg_bwd_launch(float *dq, float *dk, float *dv, const uint16_t *oh, c
 	static bool opted_dq, opted_dkv;
 	if (dq) {
 		constexpr size_t smem = tc_dq_smem<KD, true>();
-		if (!opted_dq) {
-			CUDA_CHECK(cudaFuncSetAttribute(attn_tc_dq_kernel<H, KD, true>,
-							cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-			opted_dq = true;
-		}
-		const size_t blocks = (size_t)B * a * ((Tq + 63) / 64);
-		if (blocks > 0x7fffffffu)
-			CUDA_BUG("attention: grid too large");
-		attn_tc_dq_kernel<H, KD, true><<<(unsigned)blocks, 128, smem>>>(dq, oh, lse, dr, qh, kh, vh, qpos, kpos,
-										 Tq, Tk, a, g, scale, drop);
+		smem_opt_in(attn_tc_dq_kernel<H, KD, true>, smem, &opted_dq);
+		attn_tc_dq_kernel<H, KD, true><<<grid_1d((size_t)B * a, Tq, 64), 128, smem>>>(
+			dq, oh, lse, dr, qh, kh, vh, qpos, kpos, Tq, Tk, a, g, scale, drop);
 		KERNEL_CHECK();
 	}
 	if (dk || dv) {
 		constexpr size_t smem = tc_dkv_smem<KD, true>();
-		if (!opted_dkv) {
-			CUDA_CHECK(cudaFuncSetAttribute(attn_tc_dkv_kernel<H, KD, true>,
-							cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-			opted_dkv = true;
-		}
-		const size_t blocks = (size_t)B * g * ((Tk + 63) / 64);
-		if (blocks > 0x7fffffffu)
-			CUDA_BUG("attention: grid too large");
-		attn_tc_dkv_kernel<H, KD, true><<<(unsigned)blocks, 128, smem>>>(dk, dv, oh, lse, dr, qh, kh, vh, qpos,
-										  kpos, Tq, Tk, a, g, scale, drop);
+		smem_opt_in(attn_tc_dkv_kernel<H, KD, true>, smem, &opted_dkv);
+		attn_tc_dkv_kernel<H, KD, true><<<grid_1d((size_t)B * g, Tk, 64), 128, smem>>>(
+			dk, dv, oh, lse, dr, qh, kh, vh, qpos, kpos, Tq, Tk, a, g, scale, drop);
 		KERNEL_CHECK();
 	}
 }

@@ -94,6 +94,36 @@ static inline unsigned grid_for(size_t n)
 	return b ? (unsigned)b : 1u;
 }
 
+/* A grid of this many blocks, or CUDA_BUG when over the one-dimensional limit. */
+static inline unsigned grid_blocks(size_t blocks)
+{
+	if (blocks > 0x7fffffffu)
+		CUDA_BUG("grid too large");
+	return (unsigned)blocks;
+}
+
+/* Blocks of a grid over n (sample, head) pairs x tiles of rows; one dimension. */
+static inline unsigned grid_1d(size_t n, int rows, int tile)
+{
+	return grid_blocks(n * (size_t)((rows + tile - 1) / tile));
+}
+
+/* The shared memory opt-in beyond 48 KB, once per kernel instantiation (its
+ * own static flag; the ops run on one host thread). */
+template <typename F> static void smem_opt_in(F *kernel, size_t bytes, bool *done)
+{
+	if (*done)
+		return;
+	CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+	*done = true;
+}
+
+/* Dropout's survivors are scaled by 1/(1-p) in fp32 (cpu_dropout_scales). */
+static inline float keep_scale_of(float p)
+{
+	return p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
+}
+
 #define GRID_STRIDE(i, n)                                                                  \
 	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);             \
 	     i += (size_t)gridDim.x * blockDim.x)

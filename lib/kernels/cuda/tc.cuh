@@ -36,111 +36,93 @@ struct tc_f16 {
 };
 
 /* lo in the low 16 bits, each rounded to nearest even */
-template <class H> __device__ __forceinline__ uint32_t tc_pack(float lo, float hi);
-
-template <> __device__ __forceinline__ uint32_t tc_pack<tc_bf16>(float lo, float hi)
+template <class H> __device__ __forceinline__ uint32_t tc_pack(float lo, float hi)
 {
 #ifdef MEGAC_EMU
-	return (uint32_t)emu_f32_to_bf16(lo) | (uint32_t)emu_f32_to_bf16(hi) << 16;
+	if constexpr (H::kind == 0)
+		return (uint32_t)emu_f32_to_bf16(lo) | (uint32_t)emu_f32_to_bf16(hi) << 16;
+	else
+		return (uint32_t)emu_f32_to_f16(lo) | (uint32_t)emu_f32_to_f16(hi) << 16;
 #else
-	const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi); /* .x = lo: the low half */
 	uint32_t u;
-	memcpy(&u, &h, sizeof u);
-	return u;
-#endif
-}
-
-template <> __device__ __forceinline__ uint32_t tc_pack<tc_f16>(float lo, float hi)
-{
-#ifdef MEGAC_EMU
-	return (uint32_t)emu_f32_to_f16(lo) | (uint32_t)emu_f32_to_f16(hi) << 16;
-#else
-	const __half2 h = __floats2half2_rn(lo, hi);
-	uint32_t u;
-	memcpy(&u, &h, sizeof u);
+	if constexpr (H::kind == 0) {
+		const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi); /* .x = lo: the low half */
+		memcpy(&u, &h, sizeof u);
+	} else {
+		const __half2 h = __floats2half2_rn(lo, hi);
+		memcpy(&u, &h, sizeof u);
+	}
 	return u;
 #endif
 }
 
 /* d += a . b, one m16n8k16 product per warp */
-template <class H> __device__ __forceinline__ void tc_mma(float d[4], const uint32_t a[4], const uint32_t b[2]);
+#define TC_MMA_ASM(TY)                                                                             \
+	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." TY "." TY ".f32 "                    \
+		     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"                       \
+		     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                \
+		     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]))
 
-template <> __device__ __forceinline__ void tc_mma<tc_bf16>(float d[4], const uint32_t a[4], const uint32_t b[2])
+template <class H> __device__ __forceinline__ void tc_mma(float d[4], const uint32_t a[4], const uint32_t b[2])
 {
 #ifdef MEGAC_EMU
-	emu_mma_m16n8k16(d, a, b, 0);
+	emu_mma_m16n8k16(d, a, b, H::kind);
 #else
-	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-		     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-		     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-		     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+	if constexpr (H::kind == 0)
+		TC_MMA_ASM("bf16");
+	else
+		TC_MMA_ASM("f16");
 #endif
 }
-
-template <> __device__ __forceinline__ void tc_mma<tc_f16>(float d[4], const uint32_t a[4], const uint32_t b[2])
-{
-#ifdef MEGAC_EMU
-	emu_mma_m16n8k16(d, a, b, 1);
-#else
-	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-		     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-		     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-		     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-#endif
-}
+#undef TC_MMA_ASM
 
 /* ldmatrix x4: this lane's row is row l%8 of matrix l/8 (16 bytes, 16-byte
  * aligned shared memory); r[j] is this lane's fragment of matrix j: row l/4,
  * columns 2(l%4), +1 of it, or with trans, rows 2(l%4), +1 of column l/4 */
-__device__ __forceinline__ void tc_ldsm_x4(uint32_t r[4], const void *row)
+template <bool TRANS> __device__ __forceinline__ void tc_ldsm(uint32_t r[4], const void *row)
 {
 #ifdef MEGAC_EMU
-	emu_ldmatrix_x4(r, row, 0);
+	emu_ldmatrix_x4(r, row, TRANS);
 #else
 	const unsigned s = (unsigned)__cvta_generic_to_shared(row);
-	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-		     : "r"(s));
+	if constexpr (TRANS)
+		asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+			     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+			     : "r"(s));
+	else
+		asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+			     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+			     : "r"(s));
 #endif
+}
+
+__device__ __forceinline__ void tc_ldsm_x4(uint32_t r[4], const void *row)
+{
+	tc_ldsm<false>(r, row);
 }
 
 __device__ __forceinline__ void tc_ldsm_x4_trans(uint32_t r[4], const void *row)
 {
-#ifdef MEGAC_EMU
-	emu_ldmatrix_x4(r, row, 1);
-#else
-	const unsigned s = (unsigned)__cvta_generic_to_shared(row);
-	asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-		     : "r"(s));
-#endif
+	tc_ldsm<true>(r, row);
 }
 
-/* cp.async: 16 bytes from global to shared memory without passing through
- * registers, completing later (.cg: cached in L2 only); src_bytes 0 fills
- * the 16 bytes with zeros and reads nothing. Copies are grouped by commit;
+/* cp.async: BYTES (16, or 4) from global to shared memory without passing
+ * through registers, completing later (16: .cg, cached in L2 only); src_bytes
+ * 0 fills them with zeros and reads nothing. Copies are grouped by commit;
  * wait<N> returns when all but the N most recent groups have landed (in
  * this thread: a barrier then shows them to the others). */
-__device__ __forceinline__ void tc_cp_async16(void *smem, const void *gmem, int src_bytes)
+template <int BYTES> __device__ __forceinline__ void tc_cp_async(void *smem, const void *gmem, int src_bytes)
 {
+	static_assert(BYTES == 4 || BYTES == 16, "cp.async of 4 (.ca) or 16 (.cg) bytes");
 #ifdef MEGAC_EMU
-	emu_cp_async(smem, gmem, 16, src_bytes);
+	emu_cp_async(smem, gmem, BYTES, src_bytes);
 #else
 	const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
 	const size_t g = __cvta_generic_to_global(gmem);
-	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(g), "r"(src_bytes) : "memory");
-#endif
-}
-
-/* the same for one 4-byte word (.ca: cached in L1 too; .cg takes 16 bytes only) */
-__device__ __forceinline__ void tc_cp_async4(void *smem, const void *gmem, int src_bytes)
-{
-#ifdef MEGAC_EMU
-	emu_cp_async(smem, gmem, 4, src_bytes);
-#else
-	const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-	const size_t g = __cvta_generic_to_global(gmem);
-	asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(g), "r"(src_bytes) : "memory");
+	if constexpr (BYTES == 16)
+		asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(g), "r"(src_bytes) : "memory");
+	else /* .ca: cached in L1 too; .cg takes 16 bytes only */
+		asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(g), "r"(src_bytes) : "memory");
 #endif
 }
 

@@ -29,6 +29,8 @@
 
 #include "tc.cuh"
 
+#include <type_traits>
+
 /* the shared-window address of a pointer into shared memory */
 __device__ __forceinline__ uint32_t wg_smem_addr(const void *p)
 {
@@ -89,21 +91,15 @@ __device__ __forceinline__ void wg_fence_proxy(void)
 /* the compiler must not move reads or writes of registers that an
  * asynchronous wgmma owns across its issue or wait: an empty asm that
  * "changes" each of them pins them in place (CUTLASS's fence_operand) */
-__device__ __forceinline__ void wg_fence_operand(float *x, int n)
+template <class T> __device__ __forceinline__ void wg_fence_operand(T *x, int n)
 {
 #if !defined(MEGAC_EMU)
 #pragma unroll
 	for (int i = 0; i < n; i++)
-		asm volatile("" : "+f"(x[i])::"memory");
-#endif
-}
-
-__device__ __forceinline__ void wg_fence_operand(uint32_t *x, int n)
-{
-#if !defined(MEGAC_EMU)
-#pragma unroll
-	for (int i = 0; i < n; i++)
-		asm volatile("" : "+r"(x[i])::"memory");
+		if constexpr (std::is_same_v<T, float>)
+			asm volatile("" : "+f"(x[i])::"memory");
+		else
+			asm volatile("" : "+r"(x[i])::"memory");
 #endif
 }
 
@@ -115,19 +111,11 @@ template <class H, int N> __device__ __forceinline__ void wg_mma_ss(float *d, ui
 template <class H, int N>
 __device__ __forceinline__ void wg_mma_rs_tb(float *d, const uint32_t a[4], uint64_t db, int scale_d);
 
+/* the bodies per target: the emulator's call, the PTX (sm_90a), or a trap
+ * (other targets never run them: attn_tc.cu takes wgmma only on sm_90) */
 #if defined(MEGAC_EMU)
-#define WG_DEF(N, TAG, TY, KIND)                                                                           \
-	template <> __device__ __forceinline__ void wg_mma_ss<TAG, N>(float *d, uint64_t da, uint64_t db,    \
-								      int scale_d)                        \
-	{                                                                                                    \
-		emu_wgmma(d, N, da, NULL, db, KIND, 0, scale_d);                                             \
-	}                                                                                                    \
-	template <>                                                                                          \
-	__device__ __forceinline__ void wg_mma_rs_tb<TAG, N>(float *d, const uint32_t a[4], uint64_t db,     \
-							     int scale_d)                                  \
-	{                                                                                                    \
-		emu_wgmma(d, N, 0, a, db, KIND, 1, scale_d);                                                 \
-	}
+#define WG_SS_BODY(N, TY, KIND) emu_wgmma(d, N, da, NULL, db, KIND, 0, scale_d)
+#define WG_RS_BODY(N, TY, KIND) emu_wgmma(d, N, 0, a, db, KIND, 1, scale_d)
 #elif defined(__CUDA_ARCH_FEAT_SM90_ALL)
 /* the accumulators are the asm's first N/2 operands */
 #define WG_SS_32(TY) \
@@ -203,32 +191,24 @@ __device__ __forceinline__ void wg_mma_rs_tb(float *d, const uint32_t a[4], uint
 		     "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), \
 		     "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]) \
 		     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d))
-#define WG_DEF(N, TAG, TY, KIND)                                                                           \
-	template <> __device__ __forceinline__ void wg_mma_ss<TAG, N>(float *d, uint64_t da, uint64_t db,    \
-								      int scale_d)                        \
-	{                                                                                                    \
-		WG_SS_##N(TY);                                                                               \
-	}                                                                                                    \
-	template <>                                                                                          \
-	__device__ __forceinline__ void wg_mma_rs_tb<TAG, N>(float *d, const uint32_t a[4], uint64_t db,     \
-							     int scale_d)                                  \
-	{                                                                                                    \
-		WG_RS_##N(TY);                                                                               \
-	}
-#else /* other targets never run them (attn_tc.cu takes wgmma only on sm_90) */
-#define WG_DEF(N, TAG, TY, KIND)                                                                           \
-	template <> __device__ __forceinline__ void wg_mma_ss<TAG, N>(float *d, uint64_t da, uint64_t db,    \
-								      int scale_d)                        \
-	{                                                                                                    \
-		__trap();                                                                                    \
-	}                                                                                                    \
-	template <>                                                                                          \
-	__device__ __forceinline__ void wg_mma_rs_tb<TAG, N>(float *d, const uint32_t a[4], uint64_t db,     \
-							     int scale_d)                                  \
-	{                                                                                                    \
-		__trap();                                                                                    \
-	}
+#define WG_SS_BODY(N, TY, KIND) WG_SS_##N(TY)
+#define WG_RS_BODY(N, TY, KIND) WG_RS_##N(TY)
+#else
+#define WG_SS_BODY(N, TY, KIND) __trap()
+#define WG_RS_BODY(N, TY, KIND) __trap()
 #endif
+#define WG_DEF(N, TAG, TY, KIND)                                                                           \
+	template <> __device__ __forceinline__ void wg_mma_ss<TAG, N>(float *d, uint64_t da, uint64_t db,    \
+								      int scale_d)                        \
+	{                                                                                                    \
+		WG_SS_BODY(N, TY, KIND);                                                                     \
+	}                                                                                                    \
+	template <>                                                                                          \
+	__device__ __forceinline__ void wg_mma_rs_tb<TAG, N>(float *d, const uint32_t a[4], uint64_t db,     \
+							     int scale_d)                                  \
+	{                                                                                                    \
+		WG_RS_BODY(N, TY, KIND);                                                                     \
+	}
 WG_DEF(32, tc_bf16, "bf16", 0)
 WG_DEF(64, tc_bf16, "bf16", 0)
 WG_DEF(128, tc_bf16, "bf16", 0)
