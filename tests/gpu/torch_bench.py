@@ -8,10 +8,12 @@ lib/model/gpt_config.c, Megatron's formula), printed in bench.sh's columns:
 
     torch <model> | micro-batch | ms/iteration | tokens/s | TFLOP/s | MFU | peak MB
 
-Usage: torch_bench.py MODEL... where MODEL is a name of bench.sh's table
+Usage: torch_bench.py MODEL[=MB]... where MODEL is a name of bench.sh's table
 (gpt2-124m, gpt2-350m, gpt2-1.5b, llama3-1b, llama3-3b) or "tiny" (a dry run
-on the CPU: BENCH_DEVICE=cpu). TORCH_COMPILE=1 adds torch.compile (slower to
-start). Mock data: random tokens, as train's --mock-data.
+on the CPU: BENCH_DEVICE=cpu), and MB the micro-batch to try first (bench.sh
+passes the one megac ran, so both sides run the same size; smaller ones of
+the list follow when it does not fit). TORCH_COMPILE=1 adds torch.compile
+(slower to start). Mock data: random tokens, as train's --mock-data.
 """
 import math
 import os
@@ -25,12 +27,13 @@ import torch.nn.functional as F
 PEAK = 989e12  # dense bf16, issue 11's yardstick
 
 # name: (layers, hidden, heads, query groups, ffn, seq, llama-style, micro-batches to try)
+# (bench.sh's lists: from the second-largest size that fits an H200, review A14)
 MODELS = {
-    "gpt2-124m": (12, 768, 12, 12, 3072, 1024, False, [32, 16, 8, 4]),
-    "gpt2-350m": (24, 1024, 16, 16, 4096, 1024, False, [16, 8, 4, 2]),
-    "gpt2-1.5b": (48, 1600, 25, 25, 6400, 1024, False, [8, 4, 2, 1]),
-    "llama3-1b": (16, 2048, 32, 8, 8192, 2048, True, [8, 4, 2, 1]),
-    "llama3-3b": (28, 3072, 24, 8, 8192, 4096, True, [4, 2, 1]),
+    "gpt2-124m": (12, 768, 12, 12, 3072, 1024, False, [16, 8, 4]),
+    "gpt2-350m": (24, 1024, 16, 16, 4096, 1024, False, [8, 4, 2]),
+    "gpt2-1.5b": (48, 1600, 25, 25, 6400, 1024, False, [4, 2, 1]),
+    "llama3-1b": (16, 2048, 32, 8, 8192, 2048, True, [4, 2, 1]),
+    "llama3-3b": (28, 3072, 24, 8, 8192, 4096, True, [2, 1]),
     "tiny": (2, 64, 4, 4, 256, 64, False, [4, 2]),  # bench.sh's BENCH_TINY model
 }
 VOCAB = 50304  # GPT-2's 50257 padded to a multiple of 128, as train pads it
@@ -130,8 +133,10 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.float().view(-1, VOCAB), labels.reshape(-1))
 
 
-def bench(name, dev, iters=8):
+def bench(name, dev, first=None, iters=8):
     L, h, a, g, f, s, llama, mbs = MODELS[name]
+    if first:
+        mbs = [first] + [m for m in mbs if m < first]
     for mb in mbs:
         model = opt = None
         try:
@@ -182,11 +187,13 @@ def main():
         torch.backends.cuda.matmul.allow_tf32 = True
     print("# torch %s on %s%s" % (torch.__version__, torch.cuda.get_device_name() if dev == "cuda" else "cpu",
                                    ", torch.compile" if os.environ.get("TORCH_COMPILE") == "1" else ", eager"))
-    for name in sys.argv[1:] or ["gpt2-124m"]:
-        if name not in MODELS:
-            print("torch_bench: unknown model %s (have: %s)" % (name, ", ".join(MODELS)), file=sys.stderr)
+    for arg in sys.argv[1:] or ["gpt2-124m"]:
+        name, _, mb = arg.partition("=")
+        if name not in MODELS or (mb and not mb.isdigit()):
+            print("torch_bench: unknown model %s (have: %s; MODEL=MB picks the first micro-batch)"
+                  % (arg, ", ".join(MODELS)), file=sys.stderr)
             return 2
-        bench(name, dev)
+        bench(name, dev, int(mb) if mb else None)
     return 0
 
 

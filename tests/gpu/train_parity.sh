@@ -1,6 +1,7 @@
 #!/bin/sh
 # train_parity.sh - training on the GPU against training on the CPU, on the
-# device machine (run by tests/gpu/run.sh; needs bin/ built with CUDA):
+# device machine (run by tests/gpu/run.sh and lease.sh; alone, it sources
+# tests/gpu/env.sh for the GPU kit's programs, or bin/ built with CUDA):
 #   - 20 iterations of a tiny GPT-2-style and Llama-style model (dropout on,
 #     two micro-batches per step) in fp32: every iteration's lm loss on the
 #     GPU equals the CPU's within rtol 1e-4, also with document masks (the
@@ -19,8 +20,11 @@
 # GPU_DEVICE=cpu runs the "GPU" side on the CPU too: a dry run of this
 # script's own mechanics on a machine without a GPU (the device checks fail).
 set -u
+if [ -z "${MEGAC_BIN:-}" ]; then
+	. tests/gpu/env.sh || exit 1
+fi
 DEV=${GPU_DEVICE:-cuda}
-BIN=${MEGAC_BIN:-$PWD/bin}
+BIN=$MEGAC_BIN
 W=${1:-${TMPDIR:-/tmp}/megac-gpu-train}
 rm -rf "$W"
 mkdir -p "$W"

@@ -143,8 +143,10 @@ static inline char *test_read_stream(FILE *p)
 }
 
 /*
- * Run a Python script with /usr/bin/python3 (Debian's, which has numpy; the
- * python3 on PATH may not): `prelude` and `script` are written to
+ * Run a Python script with $MEGAC_PYTHON when set (the GPU kit's env.sh sets
+ * it to the device machine's python with numpy and torch), else
+ * /usr/bin/python3 (Debian's, which has numpy; the python3 on PATH may
+ * not): `prelude` and `script` are written to
  * dir/script.py, which runs with argv[1] = dir. Returns its stdout (caller
  * frees; "" when silent) or NULL, with the output shown, when it failed.
  */
@@ -158,7 +160,8 @@ static inline char *test_python(const char *dir, const char *prelude, const char
 	fputs(prelude, f);
 	fputs(script, f);
 	fclose(f);
-	snprintf(cmd, sizeof(cmd), "/usr/bin/python3 '%s' '%s'", path, dir);
+	const char *py = getenv("MEGAC_PYTHON");
+	snprintf(cmd, sizeof(cmd), "'%s' '%s' '%s'", py && *py ? py : "/usr/bin/python3", path, dir);
 	FILE *p = popen(cmd, "r");
 	if (!p)
 		return NULL;
