@@ -394,6 +394,16 @@ static void free_group(struct dist_group *g)
 	}
 }
 
+/* The groups in the order their NCCL communicators are made (dist_use_device)
+ * and destroyed (dist_finalize): one order, the same on every rank. */
+#define NCCL_GROUPS 10
+static void nccl_group_order(struct dist *d, struct dist_group *gs[NCCL_GROUPS])
+{
+	struct dist_group *order[NCCL_GROUPS] = { &d->world_g, &d->dp_cp, &d->dp, &d->cp, &d->mp,
+						  &d->tp,      &d->pp,    &d->emb, &d->ep, &d->edp };
+	memcpy(gs, order, sizeof(order));
+}
+
 void dist_finalize(struct dist *d)
 {
 	if (d->watch) {
@@ -403,10 +413,12 @@ void dist_finalize(struct dist *d)
 		d->watch = NULL;
 	}
 	/* NCCL first: its communicators were made from the MPI ones (and a
-	 * test may have attached some to groups of one rank, without MPI) */
-	struct dist_group *all[] = { &d->world_g, &d->tp, &d->cp, &d->dp, &d->dp_cp, &d->pp, &d->mp, &d->emb,
-				     &d->ep, &d->edp };
-	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+	 * test may have attached some to groups of one rank, without MPI);
+	 * in the order they were made, the same on every rank, as NCCL
+	 * requires of the destruction of communicators (2.23 and later) */
+	struct dist_group *all[NCCL_GROUPS];
+	nccl_group_order(d, all);
+	for (size_t i = 0; i < NCCL_GROUPS; i++)
 		dist_nccl_group_free(all[i]);
 	if (!d->mpi)
 		return;
@@ -423,9 +435,9 @@ int dist_use_device(struct dist *d)
 		return -1;
 	/* the same order on every rank (creation is collective); groups of one
 	 * rank, and ranks outside every embedding group, have nothing to make */
-	struct dist_group *gs[] = { &d->world_g, &d->dp_cp, &d->dp, &d->cp, &d->mp, &d->tp, &d->pp, &d->emb,
-				    &d->ep, &d->edp };
-	for (size_t i = 0; i < sizeof(gs) / sizeof(gs[0]); i++) {
+	struct dist_group *gs[NCCL_GROUPS];
+	nccl_group_order(d, gs);
+	for (size_t i = 0; i < NCCL_GROUPS; i++) {
 		/* the expert groups move device memory under expert parallelism only
 		 * (without it edp is the data-parallel ranks again) */
 		bool expert = gs[i] == &d->ep || gs[i] == &d->edp;

@@ -44,7 +44,10 @@
  * t's receives from s. On a channel the k-th send meets the k-th receive; a
  * send waits for nothing but its own receive (the earlier ones on the
  * channel were posted earlier by t), a receive for nothing but its own send,
- * and posting never blocks the host. A transfer between device buffers thus
+ * and posting never blocks the host once the channel is connected: NCCL
+ * connects a peer at the first transfer and blocks the host until the peer
+ * posts its side, so every channel is connected when it is made
+ * (connect_channel). A transfer between device buffers thus
  * completes under the same conditions as MPI's, provided
  *
  *   (1) on each channel both sides post the same sequence of tags: MPI
@@ -227,6 +230,28 @@ static void comm_close(struct nccl_comm *c)
 	CUDA_CHECK(cudaStreamDestroy(c->stream));
 }
 
+/* A channel's connection, made now: NCCL connects a point-to-point peer at
+ * the first send or receive between them, and the host waits in that call
+ * until the peer reaches its matching one. Left to the first real
+ * transfer, that wait closes a cycle whenever both ends first post a
+ * receive on one channel and then a send on another (the context-parallel
+ * ring: every rank receives from rank - 1 before sending to rank + 1; an
+ * interleaved pipeline's first gradient and activation). Here both ends
+ * have just made the channel together (ncclCommInitRank waits for both),
+ * so one byte each way of its one direction connects it without waiting on
+ * anything else. */
+static void connect_channel(struct nccl_comm *c, bool sender)
+{
+	static void *byte; /* one device byte per process, never freed (cudaFree would wait for the device) */
+	if (!byte)
+		CUDA_CHECK(cudaMalloc(&byte, 16));
+	if (sender)
+		NCCL_CHECK(ncclSend(byte, 1, ncclUint8, 1, c->comm, c->stream));
+	else
+		NCCL_CHECK(ncclRecv(byte, 1, ncclUint8, 0, c->comm, c->stream));
+	CUDA_CHECK(cudaStreamSynchronize(c->stream));
+}
+
 /* The channels of a group, from its MPI communicator: each rank s makes the
  * ids of its outgoing channels (to s + 1 and, when that is another rank, to
  * s - 1, each lane), every rank learns all of them, and every rank walks the
@@ -250,14 +275,36 @@ static void open_channels(struct dist_group *g, struct dist_nccl *n)
 				if (s == me) {
 					struct nccl_comm *c = xcalloc(1, sizeof(*c));
 					comm_open(c, 2, id, 0);
+					connect_channel(c, true);
 					n->to[(size_t)t * LANES + (size_t)l] = c;
 				} else if (t == me) {
 					struct nccl_comm *c = xcalloc(1, sizeof(*c));
 					comm_open(c, 2, id, 1);
+					connect_channel(c, false);
 					n->from[(size_t)s * LANES + (size_t)l] = c;
 				}
 			}
 	free(all);
+}
+
+/* The channels of a group in the order open_channels made them (destroyed
+ * in that order: NCCL requires one order on every rank). */
+static void close_channels(struct dist_group *g, struct dist_nccl *n)
+{
+	const int p = g->size, me = g->rank, nout = p > 2 ? 2 : 1;
+	for (int s = 0; s < p; s++)
+		for (int j = 0; j < nout; j++)
+			for (int l = 0; l < LANES; l++) {
+				int t = j == 0 ? (s + 1) % p : (s + p - 1) % p;
+				struct nccl_comm **c = s == me ? &n->to[(size_t)t * LANES + (size_t)l] :
+						       t == me ? &n->from[(size_t)s * LANES + (size_t)l] :
+								 NULL;
+				if (c && *c) {
+					comm_close(*c);
+					free(*c);
+					*c = NULL;
+				}
+			}
 }
 
 void dist_nccl_group_init(struct dist_group *g, bool channels)
@@ -303,17 +350,12 @@ void dist_nccl_group_free(struct dist_group *g)
 	if (n->self_q)
 		warning("%s group: a %s of rank %d to itself (tag %d) was never matched", g->name, n->self_q->what,
 			g->rank, n->self_q->tag);
-	for (size_t i = 0; n->to && i < (size_t)g->size * LANES; i++) {
-		if (n->to[i])
-			comm_close(n->to[i]);
-		if (n->from[i])
-			comm_close(n->from[i]);
-		free(n->to[i]);
-		free(n->from[i]);
-	}
+	/* in creation order: the group's communicator, then its channels */
+	comm_close(&n->coll);
+	if (n->to)
+		close_channels(g, n);
 	free(n->to);
 	free(n->from);
-	comm_close(&n->coll);
 	free(n);
 	g->nccl = NULL;
 }

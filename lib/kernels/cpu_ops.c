@@ -410,5 +410,10 @@ static const struct kops cpu_ops = {
 
 const struct kops *kops_cpu(void)
 {
+	static bool checked; /* once; the table is constant */
+	if (!checked) {
+		kops_check(&cpu_ops);
+		checked = true;
+	}
 	return &cpu_ops;
 }

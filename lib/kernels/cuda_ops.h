@@ -40,6 +40,6 @@ struct kops_cuda_stats {
 	unsigned long mallocs, frees;
 	size_t bytes, scratch_bytes;
 };
-void kops_cuda_stats(struct kops_cuda_stats *st);
+void kops_cuda_get_stats(struct kops_cuda_stats *st);
 
 #endif

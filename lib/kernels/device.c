@@ -150,7 +150,7 @@ const struct kops *kops_cuda_half(enum kops_round kind, const char **why)
 	return kops_cuda(why);
 }
 
-void kops_cuda_stats(struct kops_cuda_stats *st)
+void kops_cuda_get_stats(struct kops_cuda_stats *st)
 {
 	memset(st, 0, sizeof(*st));
 }

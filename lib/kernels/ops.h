@@ -235,6 +235,21 @@ struct kops {
 /* The CPU backend (always present). */
 const struct kops *kops_cpu(void);
 
+/* The name of the first op that k leaves NULL, or NULL when every op is
+ * there; kops_check(k) makes a missing op a BUG naming it and the table.
+ * Every table is checked when it is built (the CPU, CUDA and half tables,
+ * the profiling wrapper); the counting table of report_memory, which has
+ * only the memory ops, is not a table to compute with. kops_count() and
+ * kops_op_name(i) list the ops (tests). */
+const char *kops_missing(const struct kops *k);
+void kops_check(const struct kops *k);
+int kops_count(void);
+const char *kops_op_name(int i);
+/* op i of k as a generic function pointer (NULL when missing): which
+ * function a table holds, to compare tables */
+typedef void (*kops_fn)(void);
+kops_fn kops_op(const struct kops *k, int i);
+
 /* RoPE tables for positions 0..T-1: cos/sin[t, j] for j < rot, with
  * inv_freq[i] = base^(-2i/rot) and the frequencies repeated [f, f] across the
  * rot channels (Megatron's non-interleaved layout). Host memory, fp32. */

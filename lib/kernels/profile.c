@@ -376,13 +376,14 @@ static void w_attention_block_backward(float *dq, float *dk, float *dv, const fl
 
 /* ---- the table ---- */
 
-/* the wrapper where the base has the op, NULL where it has none */
-#define WRAP(op, fn) P.table.op = base->op ? fn : NULL
+/* the wrapper of each op (the base has them all: kops_check) */
+#define WRAP(op, fn) P.table.op = fn
 
 const struct kops *kops_profile_wrap(const struct kops *base)
 {
 	if (P.base)
 		return &P.table;
+	kops_check(base);
 	P.base = base;
 	P.table = *base; /* the memory management passes through */
 	P.word = base->alloc(16);

@@ -209,16 +209,22 @@ static void trainer_free(struct trainer *t)
 		tok_free(t->tok);
 }
 
-/* The op table: a GPU of this node (device.h) or the CPU, said in the log
- * by every rank on a GPU (which GPU each rank took is what a user checks
- * first when a job is slow) and by rank 0 on the CPU. */
-static int setup_device(struct trainer *t, enum gpt_precision prec)
+/* The device, chosen before MPI_Init (from the launcher's local rank,
+ * which needs no MPI): a CUDA-aware MPI opens a context on the current GPU
+ * inside MPI_Init, so a rank that chose its GPU only afterwards would hold
+ * a second context on GPU 0. */
+static int choose_device(struct trainer *t, const struct args *a)
 {
-	const struct args *a = t->a;
-	struct device_choice d;
-	enum device_precision dp = prec == GPT_BF16 ? DEVICE_BF16 : prec == GPT_FP16 ? DEVICE_FP16 : DEVICE_FP32;
-	if (device_choose(&d, a->device, device_local_rank((int)a->local_rank), dp) < 0)
-		return -1;
+	enum device_precision dp = a->bf16 ? DEVICE_BF16 : a->fp16 ? DEVICE_FP16 : DEVICE_FP32;
+	return device_choose(&t->device, a->device, device_local_rank((int)a->local_rank), dp);
+}
+
+/* The op table of the device chosen, said in the log by every rank on a
+ * GPU (which GPU each rank took is what a user checks first when a job is
+ * slow) and by rank 0 on the CPU. */
+static int setup_device(struct trainer *t)
+{
+	const struct device_choice d = t->device;
 	t->k = d.k;
 	t->cuda_device = d.cuda_device;
 	const char *prof = getenv("MEGAC_PROFILE_OPS"); /* profile.h: where a step's time goes */
@@ -243,7 +249,7 @@ static int setup(struct trainer *t, const struct args *a)
 	memset(t, 0, sizeof(*t));
 	clock_gettime(CLOCK_MONOTONIC, &t->train_start); /* --exit-duration-in-mins counts set-up too */
 	t->a = a;
-	if (dist_init(&t->dist, "train") < 0 || setup_parallel(t) < 0)
+	if (choose_device(t, a) < 0 || dist_init(&t->dist, "train") < 0 || setup_parallel(t) < 0)
 		return -1;
 	if (train_check_flags(a) < 0 ||
 	    timers_init(&t->timers, (int)a->timing_log_level, a->timing_log_option) < 0)
@@ -302,7 +308,7 @@ static int setup(struct trainer *t, const struct args *a)
 	if (t->train_iters > 0 && setup_data(t) < 0)
 		return -1;
 	enum gpt_precision prec = a->bf16 ? GPT_BF16 : a->fp16 ? GPT_FP16 : GPT_FP32;
-	if (setup_device(t, prec) < 0)
+	if (setup_device(t) < 0)
 		return -1;
 	mem_pool_init(&t->mem, t->k);
 	const struct dist_layout *lay = &t->dist.layout;
@@ -406,7 +412,7 @@ int train_command(const struct args *a)
 		/* every device buffer is taken at set-up: a count that grows after the
 		 * first iteration is an allocation in the hot loop (tests/gpu checks it) */
 		struct kops_cuda_stats st;
-		kops_cuda_stats(&st);
+		kops_cuda_get_stats(&st);
 		info("GPU memory: %lu device allocations (%.1f MiB) up to the end of the first iteration, %lu after it; "
 		     "scratch %.1f MiB", t.cuda_first.mallocs, t.cuda_first.bytes / 1048576.0,
 		     st.mallocs - t.cuda_first.mallocs, st.scratch_bytes / 1048576.0);

@@ -573,7 +573,7 @@ int trainer_run(struct trainer *t)
 		dist_watchdog_phase(&t->dist, "the end of iteration", t->iteration);
 		moe_iteration_stats(t);
 		if (t->cuda_device >= 0 && t->iteration == t->start_iteration + 1)
-			kops_cuda_stats(&t->cuda_first); /* what set-up and one iteration took */
+			kops_cuda_get_stats(&t->cuda_first); /* what set-up and one iteration took */
 		if (t->iteration == t->start_iteration + 1)
 			kops_profile_reset(); /* MEGAC_PROFILE_OPS: the first iteration's set-up stays out */
 		t->consumed_train += t->gbs;

@@ -17,6 +17,7 @@
 #include "data/tok.h"
 #include "dist/dist.h"
 #include "kernels/cuda_ops.h"
+#include "kernels/device.h"
 #include "model/gpt.h"
 #include "optim/adam.h"
 #include "optim/grad_scaler.h"
@@ -58,6 +59,7 @@ struct trainer {
 	struct tokenizer *tok;
 	struct gpt_data_config dcfg;
 	int cuda_device;       /* the GPU this rank computes on, -1 on the CPU */
+	struct device_choice device; /* chosen before MPI_Init (setup) */
 	struct kops_cuda_stats cuda_first; /* device allocations after the first iteration */
 	struct gpt_data data;
 	struct gpt_config cfg;

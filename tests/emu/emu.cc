@@ -1,25 +1,95 @@
 /*
- * emu.cc - the thread-block emulator of emu.h: CUDA threads as ucontext
- * coroutines, warp collectives computed from all 32 lanes' operands with
- * the PTX ISA's fragment layouts (mma.m16n8k16, ldmatrix.m8n8.x4).
+ * emu.cc - the thread-block emulator of emu.h: CUDA threads as fibers on
+ * one host thread, warp collectives computed from all lanes' operands with
+ * the PTX ISA's definitions (shuffles, votes, mma.m16n8k16, ldmatrix.m8n8.x4,
+ * wgmma without swizzle), barriers, cp.async groups.
+ *
+ * Fibers. On x86-64 a thread switch is a few instructions (emu_fiber_switch
+ * below saves the callee-saved registers, the SSE and x87 control words and
+ * the stack pointer): whole training runs launch millions of emulated
+ * threads. Elsewhere, and under AddressSanitizer (which must see stack
+ * switches through the ucontext calls it intercepts), ucontext does it.
+ * Stacks come from one pool, mapped once and reused by every block, each
+ * with a guard page below it.
+ *
+ * State of a thread (thr.state):
+ *
+ *     T_RUN --(collective)--> T_WARP --(all lanes of the mask there: computed)--> T_RUN
+ *     T_RUN --(__syncthreads)--> T_BAR --(every thread of the block there)--> T_RUN
+ *     T_RUN --(returns from the kernel)--> T_DONE
+ *
+ * Invariants:
+ *   1. Exactly one fiber runs at a time; the scheduler (run_block) resumes a
+ *      thread only in T_RUN, and a thread leaves T_RUN only by switching back
+ *      to the scheduler.
+ *   2. A collective is computed only when every lane its mask names waits on
+ *      the same operation with the same argument; a lane of the mask in
+ *      T_DONE is an error, one elsewhere keeps it waiting.
+ *   3. A barrier releases only when every thread of the block is at it.
+ *   4. No progress in a whole sweep over the warps, with threads not done, is
+ *      a deadlock, reported with where the threads are.
  */
 #include "emu.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <ucontext.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <vector>
 
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define EMU_NO_ASM_FIBERS 1
+#endif
+#endif
+#ifndef EMU_NO_ASM_FIBERS
+#define EMU_ASM_FIBERS 1
+#endif
+#endif
+
+#ifdef EMU_ASM_FIBERS
+/* void emu_fiber_switch(void **save_sp, void *to_sp): saves this context on
+ * its stack and *save_sp, resumes the one saved at to_sp */
+asm(".text\n"
+    ".globl emu_fiber_switch\n"
+    ".hidden emu_fiber_switch\n"
+    ".type emu_fiber_switch,@function\n"
+    "emu_fiber_switch:\n"
+    "\tpushq %rbp\n\tpushq %rbx\n\tpushq %r12\n\tpushq %r13\n\tpushq %r14\n\tpushq %r15\n"
+    "\tsubq $8, %rsp\n\tstmxcsr (%rsp)\n\tfnstcw 4(%rsp)\n"
+    "\tmovq %rsp, (%rdi)\n\tmovq %rsi, %rsp\n"
+    "\tldmxcsr (%rsp)\n\tfldcw 4(%rsp)\n\taddq $8, %rsp\n"
+    "\tpopq %r15\n\tpopq %r14\n\tpopq %r13\n\tpopq %r12\n\tpopq %rbx\n\tpopq %rbp\n"
+    "\tret\n"
+    ".size emu_fiber_switch,.-emu_fiber_switch\n");
+extern "C" void emu_fiber_switch(void **save_sp, void *to_sp);
+#endif
+
 namespace {
 
 enum { T_RUN, T_WARP, T_BAR, T_DONE };
-enum { OP_SHFL = 1, OP_SYNCWARP, OP_LDSM, OP_MMA, OP_WG_MMA, OP_WG_FENCE, OP_WG_COMMIT, OP_WG_WAIT };
+enum {
+	OP_SHFL = 1,
+	OP_VOTE,
+	OP_SYNCWARP,
+	OP_LDSM,
+	OP_MMA,
+	OP_WG_FIRST, /* warpgroup collectives from here on */
+	OP_WG_MMA = OP_WG_FIRST,
+	OP_WG_FENCE,
+	OP_WG_COMMIT,
+	OP_WG_WAIT
+};
 
 struct lane_op {
 	int op, arg;
-	float f;                     /* shfl: this lane's value */
+	unsigned mask;               /* the lanes that take part (warp collectives) */
+	int mode, width;             /* shuffles: emu_shfl_mode and the segment width; votes: the mode */
+	uint64_t v;                  /* shuffles: this lane's bits, then the result; votes: the predicate */
 	const void *p;               /* ldmatrix: this lane's row address */
 	const uint32_t *a, *b;       /* mma operands */
 	float *d;                    /* mma accumulators, in and out */
@@ -49,7 +119,11 @@ struct async_copy {
 const int MAX_ASYNC = 64;
 
 struct thr {
+#ifdef EMU_ASM_FIBERS
+	void *sp;
+#else
 	ucontext_t ctx;
+#endif
 	dim3 tid;
 	int state;
 	lane_op op;
@@ -65,9 +139,14 @@ struct emu_state {
 	dim3 bid, bdim, gdim;
 	unsigned char *smem;
 	size_t smem_bytes;
+#ifdef EMU_ASM_FIBERS
+	void *sched_sp;
+#else
 	ucontext_t sched;
+#endif
 	int cur;
 	const std::function<void()> *body;
+	const char *name;
 	int failed;
 	int cp_eager; /* cp.async and wgmma land when issued (order bit 1 clear) or at their wait (set) */
 	std::vector<wg_op> wg_pending[8]; /* per warpgroup of the block: issued, not yet retired */
@@ -79,27 +158,106 @@ struct emu_state {
 };
 emu_state E;
 
-const size_t STACK = 256 * 1024;
+const size_t STACK = 256 * 1024, GUARD = 4096;
+const int MAX_THREADS = 1024;
+
+/* the stack pool: MAX_THREADS stacks, mapped on first use (pages are
+ * touched only as deep as the kernels go) */
+char *stack_pool;
+
+char *stack_of(int i)
+{
+	if (!stack_pool) {
+		const size_t each = STACK + GUARD, total = each * MAX_THREADS;
+		void *m = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+			       -1, 0);
+		if (m == MAP_FAILED) {
+			fprintf(stderr, "emu: cannot map %zu bytes of thread stacks\n", total);
+			exit(1);
+		}
+		for (int t = 0; t < MAX_THREADS; t++)
+			mprotect((char *)m + (size_t)t * each, GUARD, PROT_NONE);
+		stack_pool = (char *)m;
+	}
+	return stack_pool + (size_t)i * (STACK + GUARD) + GUARD;
+}
 
 void fail(const char *what)
 {
 	if (!E.failed)
-		fprintf(stderr, "emu: block (%u,%u,%u): %s\n", E.bid.x, E.bid.y, E.bid.z, what);
+		fprintf(stderr, "emu: %s%s%sblock (%u,%u,%u): %s\n", E.name ? "kernel " : "", E.name ? E.name : "",
+			E.name ? ", " : "", E.bid.x, E.bid.y, E.bid.z, what);
 	E.failed = 1;
+}
+
+void to_scheduler(thr *t)
+{
+#ifdef EMU_ASM_FIBERS
+	emu_fiber_switch(&t->sp, E.sched_sp);
+#else
+	swapcontext(&t->ctx, &E.sched);
+#endif
+}
+
+void to_thread(thr *t)
+{
+#ifdef EMU_ASM_FIBERS
+	emu_fiber_switch(&E.sched_sp, t->sp);
+#else
+	swapcontext(&E.sched, &t->ctx);
+#endif
 }
 
 void entry(void)
 {
 	(*E.body)();
-	E.th[E.cur].state = T_DONE;
-	/* returning resumes uc_link, the scheduler */
+	thr *t = &E.th[E.cur];
+	t->state = T_DONE;
+#ifdef EMU_ASM_FIBERS
+	to_scheduler(t); /* never resumed */
+	abort();
+#endif
+	/* ucontext: returning resumes uc_link, the scheduler */
 }
+
+#ifdef EMU_ASM_FIBERS
+[[noreturn]] void fiber_main(void)
+{
+	entry();
+	abort();
+}
+
+/* a fresh stack whose first switch "returns" into fiber_main, aligned as a call */
+void fiber_init(thr *t)
+{
+	uintptr_t top = ((uintptr_t)t->stack + STACK) & ~(uintptr_t)15;
+	uint64_t *sp = (uint64_t *)(top - 8);
+	*--sp = (uint64_t)(uintptr_t)&fiber_main;
+	for (int i = 0; i < 6; i++)
+		*--sp = 0; /* rbp rbx r12 r13 r14 r15 */
+	uint32_t mxcsr;
+	uint16_t fpucw;
+	asm volatile("stmxcsr %0" : "=m"(mxcsr));
+	asm volatile("fnstcw %0" : "=m"(fpucw));
+	*--sp = (uint64_t)mxcsr | (uint64_t)fpucw << 32;
+	t->sp = sp;
+}
+#else
+void fiber_init(thr *t)
+{
+	getcontext(&t->ctx);
+	t->ctx.uc_stack.ss_sp = t->stack;
+	t->ctx.uc_stack.ss_size = STACK;
+	t->ctx.uc_link = &E.sched;
+	makecontext(&t->ctx, entry, 0);
+}
+#endif
 
 void wait_collective(int state)
 {
 	thr *t = &E.th[E.cur];
 	t->state = state;
-	swapcontext(&t->ctx, &E.sched);
+	to_scheduler(t);
 }
 
 float half_to_f32(uint16_t h, int kind)
@@ -181,6 +339,60 @@ void do_mma(thr *w)
 		d[2] = C[g + 8][2 * t];
 		d[3] = C[g + 8][2 * t + 1];
 	}
+}
+
+/* the shuffles of the PTX ISA (shfl.sync) within segments of width lanes:
+ * the source lane, or -1 where the lane keeps its own value */
+int shfl_src(int l, int mode, int arg, int width)
+{
+	const int base = l & ~(width - 1), pos = l - base;
+	switch (mode) {
+	case EMU_SHFL_IDX:
+		return base + (arg & (width - 1));
+	case EMU_SHFL_UP:
+		return pos >= arg ? l - arg : -1;
+	case EMU_SHFL_DOWN:
+		return pos + arg < width ? l + arg : -1;
+	default: { /* xor */
+		const int s = l ^ arg;
+		return s >= base && s < base + width ? s : -1;
+	}
+	}
+}
+
+void do_shfl(thr *w, unsigned mask)
+{
+	const int mode = w[0].op.mode, width = w[0].op.width;
+	uint64_t v[32];
+	for (int l = 0; l < 32; l++) {
+		if (!(mask >> l & 1))
+			continue;
+		const int s = shfl_src(l, mode, w[l].op.arg, width);
+		if (s >= 0 && !(mask >> s & 1)) {
+			char msg[160];
+			snprintf(msg, sizeof msg, "a shuffle of lane %d reads lane %d, which is not in its mask 0x%08x", l,
+				 s, mask);
+			fail(msg);
+			return;
+		}
+		v[l] = s >= 0 ? w[s].op.v : w[l].op.v;
+	}
+	for (int l = 0; l < 32; l++)
+		if (mask >> l & 1)
+			w[l].op.v = v[l];
+}
+
+void do_vote(thr *w, unsigned mask)
+{
+	unsigned ballot = 0;
+	for (int l = 0; l < 32; l++)
+		if ((mask >> l & 1) && w[l].op.v)
+			ballot |= 1u << l;
+	const int mode = w[0].op.mode;
+	const unsigned r = mode == EMU_VOTE_BALLOT ? ballot : mode == EMU_VOTE_ANY ? ballot != 0 : ballot == mask;
+	for (int l = 0; l < 32; l++)
+		if (mask >> l & 1)
+			w[l].op.v = r;
 }
 
 /* an element of a shared-memory matrix through a descriptor without swizzle
@@ -315,38 +527,103 @@ void do_warpgroup(thr *g, int wgi)
 	}
 }
 
-void do_warp(thr *w)
+/*
+ * The warp w (its first thread): computes the warp collective its waiting
+ * lanes are at, if every lane of the mask is there. 1: done (the lanes run
+ * again), 0: not every lane is there yet, -1: an error (reported).
+ */
+int try_warp(thr *w, int nlanes)
 {
-	const int op = w[0].op.op;
-	for (int l = 1; l < 32; l++)
-		if (w[l].op.op != op || w[l].op.arg != w[0].op.arg) {
-			char msg[160];
-			snprintf(msg, sizeof msg,
-				 "divergent warp collective: lane 0 is at op %d (%d), lane %d at op %d (%d)", op,
-				 w[0].op.arg, l, w[l].op.op, w[l].op.arg);
-			fail(msg);
-			return;
+	int l0 = -1;
+	for (int l = 0; l < nlanes && l0 < 0; l++)
+		if (w[l].state == T_WARP)
+			l0 = l;
+	if (l0 < 0)
+		return 0;
+	const lane_op &o0 = w[l0].op;
+	if (o0.op >= OP_WG_FIRST) { /* a warpgroup collective: all four warps */
+		const int wi = (int)((w - E.th) / 32), gi = wi / 4;
+		thr *g = &E.th[128 * gi];
+		if (128 * gi + 128 > E.n) {
+			fail("a warpgroup collective in a block that is not whole warpgroups");
+			return -1;
 		}
-	switch (op) {
-	case OP_SHFL: {
-		float v[32];
-		for (int l = 0; l < 32; l++)
-			v[l] = w[l ^ w[0].op.arg].op.f;
-		for (int l = 0; l < 32; l++)
-			w[l].op.f = v[l];
-		break;
+		for (int l = 0; l < 128; l++) {
+			if (g[l].state == T_DONE) {
+				fail("a warpgroup collective after a thread of the warpgroup has exited");
+				return -1;
+			}
+			if (g[l].state != T_WARP || g[l].op.op < OP_WG_FIRST)
+				return 0; /* the other warps of the group come later */
+		}
+		do_warpgroup(g, gi);
+		if (E.failed)
+			return -1;
+		for (int l = 0; l < 128; l++)
+			g[l].state = T_RUN;
+		return 1;
 	}
+	const unsigned mask = o0.mask;
+	if (!(mask >> l0 & 1)) {
+		char msg[160];
+		snprintf(msg, sizeof msg, "lane %d is at a warp collective whose mask 0x%08x does not name it", l0, mask);
+		fail(msg);
+		return -1;
+	}
+	for (int l = 0; l < 32; l++) {
+		if (!(mask >> l & 1))
+			continue;
+		if (l >= nlanes || w[l].state == T_DONE) {
+			char msg[200];
+			snprintf(msg, sizeof msg,
+				 "a warp collective (op %d) with mask 0x%08x names lane %d, which %s", o0.op, mask, l,
+				 l >= nlanes ? "is past the block's threads" : "has exited");
+			fail(msg);
+			return -1;
+		}
+		if (w[l].state != T_WARP)
+			return 0;
+		const lane_op &o = w[l].op;
+		if (o.op != o0.op || o.mask != mask || (o.op != OP_SHFL && o.arg != o0.arg) ||
+		    o.mode != o0.mode || o.width != o0.width) {
+			char msg[200];
+			snprintf(msg, sizeof msg,
+				 "divergent warp collective: lane %d is at op %d (%d, mask 0x%08x), lane %d at op %d "
+				 "(%d, mask 0x%08x)",
+				 l0, o0.op, o0.arg, mask, l, o.op, o.arg, o.mask);
+			fail(msg);
+			return -1;
+		}
+	}
+	switch (o0.op) {
+	case OP_SHFL:
+		do_shfl(w, mask);
+		break;
+	case OP_VOTE:
+		do_vote(w, mask);
+		break;
 	case OP_SYNCWARP:
 		break;
 	case OP_LDSM:
-		do_ldsm(w);
-		break;
 	case OP_MMA:
-		do_mma(w);
+		if (mask != 0xffffffffu || nlanes < 32) {
+			fail("ldmatrix and mma.sync take the whole warp");
+			return -1;
+		}
+		if (o0.op == OP_LDSM)
+			do_ldsm(w);
+		else
+			do_mma(w);
 		break;
 	default:
 		fail("unknown warp collective");
 	}
+	if (E.failed)
+		return -1;
+	for (int l = 0; l < 32; l++)
+		if (mask >> l & 1)
+			w[l].state = T_RUN;
+	return 1;
 }
 
 int run_block(int order)
@@ -360,65 +637,38 @@ int run_block(int order)
 		t->state = T_RUN;
 		t->npending = 0;
 		t->groups = 0;
-		getcontext(&t->ctx);
-		t->ctx.uc_stack.ss_sp = t->stack;
-		t->ctx.uc_stack.ss_size = STACK;
-		t->ctx.uc_link = &E.sched;
-		makecontext(&t->ctx, entry, 0);
+		fiber_init(t);
 	}
 	/* Warp at a time: a warp runs, its collectives computed as soon as all
-	 * its lanes wait, until it reaches __syncthreads or its end; then the
+	 * their lanes wait, until it reaches __syncthreads or its end; then the
 	 * next warp. Warps drift as far apart as the barriers allow, in one
 	 * direction (order bit 0 clear: warp 0 first) or the other, so a shared-memory
 	 * read that lacks a barrier sees the writer's data in one order and not
 	 * in the other. */
-	const int nw = n / 32;
+	const int nw = (n + 31) / 32;
 	for (;;) {
 		int progressed = 0;
 		for (int x = 0; x < nw; x++) {
-			thr *w = &E.th[32 * (order & 1 ? nw - 1 - x : x)];
+			const int wi = order & 1 ? nw - 1 - x : x;
+			thr *w = &E.th[32 * wi];
+			const int nlanes = n - 32 * wi < 32 ? n - 32 * wi : 32;
 			for (;;) {
-				int ran = 0, waiting = 0;
-				for (int y = 0; y < 32; y++) {
-					const int l = order & 1 ? 31 - y : y;
+				for (int y = 0; y < nlanes; y++) {
+					const int l = order & 1 ? nlanes - 1 - y : y;
 					if (w[l].state != T_RUN)
 						continue;
 					E.cur = (int)(w + l - E.th);
-					swapcontext(&E.sched, &w[l].ctx);
+					to_thread(&w[l]);
 					if (E.failed)
 						return -1;
-					ran = 1;
-				}
-				for (int l = 0; l < 32; l++)
-					waiting += w[l].state == T_WARP;
-				progressed |= ran;
-				if (waiting != 32)
-					break;
-				if (w[0].op.op >= OP_WG_MMA) { /* a warpgroup collective: all four warps */
-					const int wi = (int)((w - E.th) / 32), gi = wi / 4;
-					thr *g = &E.th[128 * gi];
-					if (128 * gi + 128 > n) {
-						fail("a warpgroup collective in a block that is not whole warpgroups");
-						return -1;
-					}
-					int all = 0;
-					for (int l = 0; l < 128; l++)
-						all += g[l].state == T_WARP && g[l].op.op >= OP_WG_MMA;
-					if (all != 128)
-						break; /* the other warps of the group come later */
-					do_warpgroup(g, gi);
-					if (E.failed)
-						return -1;
-					for (int l = 0; l < 128; l++)
-						g[l].state = T_RUN;
 					progressed = 1;
-					continue;
 				}
-				do_warp(w);
-				if (E.failed)
+				const int r = try_warp(w, nlanes);
+				if (r < 0)
 					return -1;
-				for (int l = 0; l < 32; l++)
-					w[l].state = T_RUN;
+				if (r == 0)
+					break;
+				progressed = 1;
 			}
 		}
 		int done = 0, bar = 0;
@@ -434,7 +684,7 @@ int run_block(int order)
 			continue;
 		}
 		if (!progressed) {
-			char msg[200];
+			char msg[240];
 			int first_bar = -1, first_warp = -1;
 			for (int i = 0; i < n; i++) {
 				if (E.th[i].state == T_BAR && first_bar < 0)
@@ -443,13 +693,30 @@ int run_block(int order)
 					first_warp = i;
 			}
 			snprintf(msg, sizeof msg,
-				 "deadlock: %d threads done, %d at __syncthreads (first %d), first waiting on a warp "
-				 "collective %d (the rest of its warp is elsewhere)",
-				 done, bar, first_bar, first_warp);
+				 "deadlock: %d of %d threads done, %d at __syncthreads (first %d), first waiting on a "
+				 "warp collective %d (a barrier not reached by every thread, or a collective whose "
+				 "lanes are elsewhere)",
+				 done, n, bar, first_bar, first_warp);
 			fail(msg);
 			return -1;
 		}
 	}
+}
+
+/* a collective's operands, and this lane's arrival at it (back when it is done) */
+lane_op op_of(int op, int arg, unsigned mask)
+{
+	lane_op o{};
+	o.op = op;
+	o.arg = arg;
+	o.mask = mask;
+	return o;
+}
+
+void post(const lane_op &o)
+{
+	E.th[E.cur].op = o;
+	wait_collective(T_WARP);
 }
 
 } // namespace
@@ -459,6 +726,17 @@ const dim3 &emu_block_idx(void) { return E.bid; }
 const dim3 &emu_block_dim(void) { return E.bdim; }
 const dim3 &emu_grid_dim(void) { return E.gdim; }
 void *emu_smem(void) { return E.smem; }
+
+void emu_trap(void)
+{
+	char msg[120];
+	const dim3 t = E.th[E.cur].tid;
+	snprintf(msg, sizeof msg, "thread (%u,%u,%u) trapped (__trap: a kernel's own check failed)", t.x, t.y, t.z);
+	fail(msg);
+	E.th[E.cur].state = T_DONE;
+	to_scheduler(&E.th[E.cur]); /* never resumed: the launch has failed */
+	abort();
+}
 
 void emu_cp_async(void *smem, const void *gmem, int bytes, int src_bytes)
 {
@@ -519,21 +797,6 @@ uint32_t emu_smem_addr(const void *p)
 	return (uint32_t)(c - E.smem);
 }
 
-/* a collective's operands, and this lane's arrival at it (back when it is done) */
-static lane_op op_of(int op, int arg)
-{
-	lane_op o{};
-	o.op = op;
-	o.arg = arg;
-	return o;
-}
-
-static void post(const lane_op &o)
-{
-	E.th[E.cur].op = o;
-	wait_collective(T_WARP);
-}
-
 void emu_fence_proxy(void)
 {
 	const int me = E.cur + 1;
@@ -544,22 +807,22 @@ void emu_fence_proxy(void)
 
 void emu_wgmma_fence(void)
 {
-	post(op_of(OP_WG_FENCE, 0));
+	post(op_of(OP_WG_FENCE, 0, 0xffffffffu));
 }
 
 void emu_wgmma_commit(void)
 {
-	post(op_of(OP_WG_COMMIT, 0));
+	post(op_of(OP_WG_COMMIT, 0, 0xffffffffu));
 }
 
 void emu_wgmma_wait(int n)
 {
-	post(op_of(OP_WG_WAIT, n));
+	post(op_of(OP_WG_WAIT, n, 0xffffffffu));
 }
 
 void emu_wgmma(float *d, int n, uint64_t da, const uint32_t *a, uint64_t db, int kind, int trans_b, int scale_d)
 {
-	lane_op o = op_of(OP_WG_MMA, n);
+	lane_op o = op_of(OP_WG_MMA, n, 0xffffffffu);
 	o.d = d;
 	o.da = da;
 	o.db = db;
@@ -578,22 +841,37 @@ void emu_syncthreads(void)
 	wait_collective(T_BAR);
 }
 
-void emu_syncwarp(void)
+void emu_syncwarp(unsigned mask)
 {
-	post(op_of(OP_SYNCWARP, 0));
+	post(op_of(OP_SYNCWARP, 0, mask));
 }
 
-float emu_shfl_xor(float v, int lanemask)
+uint64_t emu_shfl(unsigned mask, uint64_t bits, enum emu_shfl_mode mode, int arg, int width)
 {
-	lane_op o = op_of(OP_SHFL, lanemask);
-	o.f = v;
+	if (width < 1 || width > 32 || (width & (width - 1))) {
+		fail("a shuffle's width is not a power of two up to 32");
+		return bits;
+	}
+	lane_op o = op_of(OP_SHFL, arg, mask);
+	o.mode = mode;
+	o.width = width;
+	o.v = bits;
 	post(o);
-	return E.th[E.cur].op.f;
+	return E.th[E.cur].op.v;
+}
+
+unsigned emu_vote(unsigned mask, int pred, enum emu_vote_mode mode)
+{
+	lane_op o = op_of(OP_VOTE, 0, mask);
+	o.mode = mode;
+	o.v = pred != 0;
+	post(o);
+	return (unsigned)E.th[E.cur].op.v;
 }
 
 void emu_ldmatrix_x4(uint32_t r[4], const void *row, int trans)
 {
-	lane_op o = op_of(OP_LDSM, trans);
+	lane_op o = op_of(OP_LDSM, trans, 0xffffffffu);
 	o.p = row;
 	o.r = r;
 	post(o);
@@ -601,44 +879,48 @@ void emu_ldmatrix_x4(uint32_t r[4], const void *row, int trans)
 
 void emu_mma_m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2], int half_kind)
 {
-	lane_op o = op_of(OP_MMA, half_kind);
+	lane_op o = op_of(OP_MMA, half_kind, 0xffffffffu);
 	o.a = a;
 	o.b = b;
 	o.d = d;
 	post(o);
 }
 
-int emu_launch(dim3 grid, dim3 block, size_t smem_bytes, int order, const std::function<void()> &body)
+int emu_launch_named(const char *name, dim3 grid, dim3 block, size_t smem_bytes, int order,
+		     const std::function<void()> &body)
 {
-	const int n = (int)(block.x * block.y * block.z);
-	if (n <= 0 || n % 32) {
-		fprintf(stderr, "emu: a block of %d threads is not whole warps\n", n);
+	const long n = (long)block.x * block.y * block.z;
+	if (n <= 0 || n > MAX_THREADS) {
+		fprintf(stderr, "emu: %s%sa block of %ld threads (1 to %d)\n", name ? name : "", name ? ": " : "", n,
+			MAX_THREADS);
 		return -1;
 	}
+	if (grid.x == 0 || grid.y == 0 || grid.z == 0)
+		return 0;
+	static std::vector<thr> threads; /* reused: thr holds no resources but the pool's stacks */
+	if (threads.size() < (size_t)MAX_THREADS)
+		threads.resize(MAX_THREADS);
+	static std::vector<unsigned char> smem;
+	if (smem.size() < smem_bytes + 16)
+		smem.resize(smem_bytes + 16);
 	E = emu_state{};
-	E.n = n;
+	E.n = (int)n;
 	E.bdim = block;
 	E.gdim = grid;
 	E.body = &body;
+	E.name = name;
 	E.cp_eager = !(order & 2);
 	E.unfenced.assign(smem_bytes / 16 + 1, 0);
 	E.smem_bytes = smem_bytes;
-	E.smem = (unsigned char *)malloc(smem_bytes ? smem_bytes : 1);
-	E.th = (thr *)calloc((size_t)n, sizeof(thr));
-	if (!E.smem || !E.th) {
-		fprintf(stderr, "emu: out of memory\n");
-		exit(1);
-	}
-	for (int i = 0; i < n; i++)
-		if (!(E.th[i].stack = (char *)malloc(STACK))) {
-			fprintf(stderr, "emu: out of memory\n");
-			exit(1);
-		}
+	E.smem = (unsigned char *)(((uintptr_t)smem.data() + 15) & ~(uintptr_t)15);
+	E.th = threads.data();
+	for (int i = 0; i < E.n; i++)
+		E.th[i].stack = stack_of(i);
 	int rc = 0;
 	for (unsigned z = 0; z < grid.z && !rc; z++)
 		for (unsigned y = 0; y < grid.y && !rc; y++)
 			for (unsigned x = 0; x < grid.x && !rc; x++) {
-				E.bid = dim3{x, y, z};
+				E.bid = dim3{ x, y, z };
 				for (int i = 0; i < 8; i++) {
 					E.wg_pending[i].clear();
 					E.wg_groups[i] = 0;
@@ -648,10 +930,11 @@ int emu_launch(dim3 grid, dim3 block, size_t smem_bytes, int order, const std::f
 				memset(E.smem, 0xff, smem_bytes); /* NaN in every float format */
 				rc = run_block(order);
 			}
-	for (int i = 0; i < n; i++)
-		free(E.th[i].stack);
-	free(E.th);
-	free(E.smem);
 	E = emu_state{};
 	return rc;
+}
+
+int emu_launch(dim3 grid, dim3 block, size_t smem_bytes, int order, const std::function<void()> &body)
+{
+	return emu_launch_named(NULL, grid, block, smem_bytes, order, body);
 }

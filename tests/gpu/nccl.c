@@ -25,6 +25,10 @@
  *                                  schedules, interleaved too) and ring_attn.c
  *                                  (forward, backward) with every message checked
  *   --no-gpu                       as on a machine without a GPU: "1..0 # SKIP no GPU"
+ *   --no-big                       leave out the 2^31-element call (16 GB; the emulated
+ *                                  device's memory is the host's)
+ * The GPU is chosen before MPI_Init, as train does (a CUDA-aware MPI opens
+ * a context on the current device inside it).
  *
  * Without a GPU (or in a build without CUDA) it prints "1..0 # SKIP ..." and
  * exits 0. Values are small integers, so sums are exact in any order and
@@ -443,9 +447,10 @@ static void big(struct dist_group *g)
 	CK(cudaFree(out));
 }
 
+static bool no_big; /* --no-big */
+
 static int one_rank_main(void)
 {
-	CK(cudaSetDevice(0));
 	/* groups of one rank, as dist_setup makes them without MPI */
 	struct dist_layout l = { .world = 1, .tp = 1, .pp = 1, .cp = 1, .ep = 1, .etp = 1, .dp = 1, .edp = 1,
 				 .vpp = 1 };
@@ -461,7 +466,8 @@ static int one_rank_main(void)
 	one_rank_alone(&D.tp);
 	one_rank_host(&D.world_g);
 	ordering(&D.world_g, "one rank");
-	big(&D.world_g);
+	if (!no_big)
+		big(&D.world_g);
 	return finish();
 }
 
@@ -993,8 +999,8 @@ static void multi_patterns(struct dist_group *g)
 
 static int multi_rank_main(void)
 {
-	/* rank r on GPU (local rank) % count; two ranks of one node on one GPU
-	 * cannot share an NCCL communicator */
+	/* rank r on GPU (local rank) % count, chosen before MPI_Init (main);
+	 * two ranks of one node on one GPU cannot share an NCCL communicator */
 	MPI_Comm node;
 	int local = 0, nlocal = 1, count = device_cuda_count(), skip_all;
 	MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, D.rank, MPI_INFO_NULL, &node);
@@ -1008,7 +1014,10 @@ static int multi_rank_main(void)
 		snprintf(why, sizeof(why), "%d ranks on a node with %d GPU(s): NCCL needs a GPU per rank", nlocal, count);
 		return skip(why);
 	}
-	CK(cudaSetDevice(local % count));
+	int dev = -1;
+	CK(cudaGetDevice(&dev));
+	if (dev != local % count)
+		die("rank %d chose GPU %d before MPI_Init, and its local rank says %d", D.rank, dev, local % count);
 	struct dist_layout l = { .world = D.world, .tp = 1, .pp = D.world, .cp = 1, .ep = 1, .etp = 1, .dp = 1,
 				 .edp = 1, .vpp = 1 };
 	if (dist_setup(&D, &l) < 0 || dist_use_device(&D) < 0)
@@ -1033,11 +1042,21 @@ int main(int argc, char **argv)
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--no-gpu")) {
 			no_gpu = true;
+		} else if (!strcmp(argv[i], "--no-big")) {
+#ifdef MEGAC_CUDA
+			no_big = true;
+#endif
 		} else {
-			fprintf(stderr, "usage: nccl [--no-gpu]\n");
+			fprintf(stderr, "usage: nccl [--no-gpu] [--no-big]\n");
 			return 2;
 		}
 	}
+#ifdef MEGAC_CUDA
+	/* the GPU before MPI_Init: the launcher's local rank, as train */
+	const int ndev = no_gpu ? 0 : device_cuda_count();
+	if (ndev > 0)
+		CK(cudaSetDevice(device_local_rank(-1) % ndev));
+#endif
 	if (dist_init(&D, "nccl") < 0)
 		return 1;
 	if (no_gpu || !device_cuda_built() || device_cuda_count() == 0)

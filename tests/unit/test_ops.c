@@ -22,6 +22,8 @@
 #include <float.h>
 #include <math.h>
 #include <omp.h>
+#include <stddef.h>
+#include <sys/wait.h>
 #include <time.h>
 
 static const struct kops *ops;
@@ -1431,11 +1433,57 @@ static void test_timings(void)
 	}
 }
 
+/* kops_check's list is the whole struct kops: every op once, in order, up
+ * to the struct's end; a table without one op is named by kops_missing
+ * and is a BUG (exit through abort, the op and the table named). */
+static void test_op_table_check(void)
+{
+	const int n = kops_count();
+	CHECK(n >= 40);
+	CHECK_INT(offsetof(struct kops, alloc) + (size_t)n * sizeof(kops_fn), sizeof(struct kops));
+	CHECK(kops_missing(kops_cpu()) == NULL);
+	for (int i = 0; i < n; i++) {
+		struct kops t = *kops_cpu();
+		kops_fn none = NULL;
+		/* op i's slot: the list's i-th pointer of the struct */
+		memcpy((char *)&t + offsetof(struct kops, alloc) + (size_t)i * sizeof(kops_fn), &none, sizeof none);
+		CHECK(kops_op(&t, i) == NULL);
+		CHECK_STR(kops_missing(&t), kops_op_name(i));
+		CHECK(kops_op(kops_cpu(), i) != NULL);
+	}
+	struct kops bad = *kops_cpu();
+	bad.name = "broken";
+	bad.swiglu_backward = NULL;
+	char *tmp = test_tmpdir("ops_check"), path[4200];
+	snprintf(path, sizeof path, "%s/err.txt", tmp);
+	fflush(stdout);
+	pid_t pid = fork();
+	if (pid == 0) {
+		int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		dup2(fd, 2);
+		kops_check(&bad);
+		_exit(0); /* not reached when the check works */
+	}
+	int st = 0;
+	waitpid(pid, &st, 0);
+	CHECK(WIFSIGNALED(st) || (WIFEXITED(st) && WEXITSTATUS(st) != 0));
+	FILE *f = fopen(path, "r");
+	char msg[1024] = "";
+	if (f) {
+		size_t got = fread(msg, 1, sizeof msg - 1, f);
+		msg[got] = 0;
+		fclose(f);
+	}
+	CHECK(strstr(msg, "BUG") && strstr(msg, "the broken op table has no swiglu_backward"));
+	free(tmp);
+}
+
 int main(void)
 {
 	log_init("test_ops", 0, 1);
 	ops = kops_cpu();
 	dir = test_tmpdir("ops");
+	RUN(test_op_table_check);
 	RUN(test_philox_known_answers);
 	RUN(test_uniform_and_normal_definitions);
 	RUN(test_dropout_mask);

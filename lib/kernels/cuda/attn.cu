@@ -65,7 +65,6 @@
 
 #define NT 256 /* threads per block: 16 x 16 */
 
-extern __shared__ float4 attn_smem[];
 
 /* Rows per thread (RT) and columns per thread (CT) of a score tile: 64 x 32
  * tiles, 32 x 32 for the widest heads so the accumulators fit in registers
@@ -313,7 +312,7 @@ __global__ void __launch_bounds__(NT, 2)
 {
 	constexpr int RT = tiles<KD>::RT, CT = tiles<KD>::CT, BQ = 16 * RT, BK = 16 * CT;
 	constexpr int LD = KD + 4, LP = BK + 4, NCH = KD / 16;
-	float *Qs = (float *)attn_smem, *Ks = Qs + BQ * LD, *Vs = Ks + BK * LD, *Ps = Vs + BK * LD;
+	float *Qs = DYN_SMEM(float), *Ks = Qs + BQ * LD, *Vs = Ks + BK * LD, *Ps = Vs + BK * LD;
 	uint8_t *Ms = (uint8_t *)(Ps + BQ * LP);
 	const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
 	const int ntile = (Tq + BQ - 1) / BQ;
@@ -469,7 +468,7 @@ __global__ void __launch_bounds__(NT, 2)
 {
 	constexpr int RT = tiles<KD>::RT, CT = tiles<KD>::CT, BQ = 16 * RT, BK = 16 * CT;
 	constexpr int LD = KD + 4, LP = BK + 4, NCH = KD / 16;
-	float *Qs = (float *)attn_smem, *Ks = Qs + BQ * LD, *Vs = Ks + BK * LD, *Ps = Vs + BK * LD;
+	float *Qs = DYN_SMEM(float), *Ks = Qs + BQ * LD, *Vs = Ks + BK * LD, *Ps = Vs + BK * LD;
 	uint8_t *Ms = (uint8_t *)(Ps + BQ * LP);
 	const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
 	const int ntile = (T + BQ - 1) / BQ;
@@ -636,7 +635,7 @@ __global__ void __launch_bounds__(NT, 2)
 {
 	constexpr int RT = tiles<KD>::RT, CT = tiles<KD>::CT, BQ = 16 * RT, BK = 16 * CT;
 	constexpr int LD = KD + 4, LP = BK + 4, NCH = KD / 16;
-	float *Qs = (float *)attn_smem, *dOs = Qs + BQ * LD, *Ks = dOs + BQ * LD, *Vs = Ks + BK * LD;
+	float *Qs = DYN_SMEM(float), *dOs = Qs + BQ * LD, *Ks = dOs + BQ * LD, *Vs = Ks + BK * LD;
 	float *dSs = Vs + BK * LD;
 	uint8_t *Ms = (uint8_t *)(dSs + BQ * LP);
 	const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
@@ -795,7 +794,7 @@ __global__ void __launch_bounds__(NT, 1)
 {
 	constexpr int RT = tiles<KD>::RT, CT = tiles<KD>::CT, BK = 16 * RT, BQ = 16 * CT;
 	constexpr int LD = KD + 4, LT = BQ + 4, LM = BK + 4, LG = BK + 1, NCH = KD / 16;
-	float *Vs = (float *)attn_smem, *Qs = Vs + BK * LD, *dOs = Qs + BQ * LD, *Ts = dOs + BQ * LD;
+	float *Vs = DYN_SMEM(float), *Qs = Vs + BK * LD, *dOs = Qs + BQ * LD, *Ts = dOs + BQ * LD;
 	float *Xs = Ts + BK * LT; /* K tile (block op) or probs tile [BQ][BK+1] (FULL) */
 	uint8_t *Ms = (uint8_t *)(Xs + (FULL ? BQ * LG : BK * LD));
 	const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
@@ -950,7 +949,7 @@ static void fwd_launch(float *out, float *probs, const float *q, const float *kk
 	const size_t smem = fwd_smem<KD>();
 	smem_opt_in(attn_fwd_kernel<KD>, smem, &done);
 	const unsigned grid = grid_1d((size_t)B * a, T, 16 * tiles<KD>::RT);
-	attn_fwd_kernel<KD><<<grid, NT, smem>>>(out, probs, q, kk, v, doc, B, T, a, g, k, scale, p,
+	launch<attn_fwd_kernel<KD>>(grid, NT, smem, out, probs, q, kk, v, doc, B, T, a, g, k, scale, p,
 					       keep_scale_of(p), seed, offset);
 	KERNEL_CHECK();
 }
@@ -987,7 +986,7 @@ static void bwd_launch(float *dq, float *dk, float *dv, float *dr, const float *
 		const size_t smem = dq_smem<KD>();
 		smem_opt_in(attn_dq_kernel<KD, FULL>, smem, &done_q);
 		const unsigned grid = grid_1d((size_t)B * a, Tq, 16 * tiles<KD>::RT);
-		attn_dq_kernel<KD, FULL><<<grid, NT, smem>>>(dq, dr, dout, q, kk, v, probs, lse, qpos, kpos,
+		launch<attn_dq_kernel<KD, FULL>>(grid, NT, smem, dq, dr, dout, q, kk, v, probs, lse, qpos, kpos,
 							     B, Tq, Tk, a, g, k, S, scale, p, ks, seed,
 							     offset, dq != NULL);
 		KERNEL_CHECK();
@@ -996,7 +995,7 @@ static void bwd_launch(float *dq, float *dk, float *dv, float *dr, const float *
 		const size_t smem = dkv_smem<KD, FULL>();
 		smem_opt_in(attn_dkv_kernel<KD, FULL>, smem, &done_kv);
 		const unsigned grid = grid_1d((size_t)B * g, Tk, 16 * tiles<KD>::RT);
-		attn_dkv_kernel<KD, FULL><<<grid, NT, smem>>>(dk, dv, dout, q, kk, v, probs, lse, dr, qpos,
+		launch<attn_dkv_kernel<KD, FULL>>(grid, NT, smem, dk, dv, dout, q, kk, v, probs, lse, dr, qpos,
 							      kpos, B, Tq, Tk, a, g, k, S, scale, p, ks, seed,
 							      offset);
 		KERNEL_CHECK();
@@ -1036,7 +1035,7 @@ static void block_fwd_launch(float *out, float *lse, const float *q, const float
 	const size_t smem = fwd_smem<KD>();
 	smem_opt_in(attn_block_fwd_kernel<KD>, smem, &done);
 	const unsigned grid = grid_1d((size_t)B * a, Tq, 16 * tiles<KD>::RT);
-	attn_block_fwd_kernel<KD><<<grid, NT, smem>>>(out, lse, q, kk, v, qpos, kpos, B, Tq, Tk, a, g, k, S,
+	launch<attn_block_fwd_kernel<KD>>(grid, NT, smem, out, lse, q, kk, v, qpos, kpos, B, Tq, Tk, a, g, k, S,
 						     scale, p, keep_scale_of(p), seed, offset, accumulate);
 	KERNEL_CHECK();
 }
@@ -1075,7 +1074,7 @@ void cuda_attention_block_backward_f32(float *dq, float *dk, float *dv, const fl
 	if (dq || dk) {
 		const size_t rows = (size_t)B * Tq * a, per = NT / WARP;
 		const unsigned grid = (unsigned)((rows + per - 1) / per);
-		attn_rowdot_kernel<<<grid, NT>>>(dr, dout, out, qpos, kpos, B, Tq, a, k);
+		launch<attn_rowdot_kernel>(grid, NT, 0, dr, dout, out, qpos, kpos, B, Tq, a, k);
 		KERNEL_CHECK();
 	}
 	BWD_DISPATCH(false, dq, dk, dv, dr, dout, q, kk, v, NULL, lse, qpos, kpos, B, Tq, Tk, a, g, k, S,

@@ -31,7 +31,7 @@ static tc_drop tc_drop_of(float p, uint64_t seed, uint64_t offset, int B, int S)
 /* n fp32 values (a multiple of 4, 16-byte aligned) to halves at dst */
 template <class H> static void tc_to_half(uint16_t *dst, const float *src, size_t n)
 {
-	attn_tc_half_kernel<H><<<grid_for(n / 4), THREADS>>>((uint32_t *)dst, src, n / 4);
+	launch<attn_tc_half_kernel<H>>(grid_for(n / 4), THREADS, 0, (uint32_t *)dst, src, n / 4);
 	KERNEL_CHECK();
 }
 
@@ -116,7 +116,7 @@ static void tc_fwd_launch(float *out, float *lse, const uint16_t *qh, const uint
 	constexpr size_t smem = tc_fwd_smem<KD, WQ>();
 	smem_opt_in(attn_tc_fwd_kernel<H, KD, WQ>, smem, &opted);
 	const unsigned blocks = grid_1d((size_t)B * a, Tq, 16 * WQ);
-	attn_tc_fwd_kernel<H, KD, WQ><<<blocks, 32 * WQ, smem>>>(out, lse, qh, kh, vh, qpos, kpos, Tq, Tk, a, g,
+	launch<attn_tc_fwd_kernel<H, KD, WQ>>(blocks, 32 * WQ, smem, out, lse, qh, kh, vh, qpos, kpos, Tq, Tk, a, g,
 								  scale, accumulate, drop);
 	KERNEL_CHECK();
 }
@@ -195,8 +195,7 @@ static void tc_bwd_launch(float *dq, float *dk, float *dv, const float *dout, co
 	float *dr = NULL; /* Dr = rowsum(dO O) feeds dS, which dV alone does not need */
 	if (dq || dk) {
 		dr = (float *)base;
-		attn_tc_rowdot_kernel<KD>
-			<<<grid_blocks(((size_t)B * Tq * a + 3) / 4), 128>>>(dr, dout, out, qpos, kpos, B, Tq, a);
+		launch<attn_tc_rowdot_kernel<KD>>(grid_blocks(((size_t)B * Tq * a + 3) / 4), 128, 0, dr, dout, out, qpos, kpos, B, Tq, a);
 		KERNEL_CHECK();
 	}
 	if (tc_use_wgmma()) {
@@ -208,14 +207,14 @@ static void tc_bwd_launch(float *dq, float *dk, float *dv, const float *dout, co
 	if (dq) {
 		constexpr size_t smem = tc_dq_smem<KD>();
 		smem_opt_in(attn_tc_dq_kernel<H, KD>, smem, &opted_dq);
-		attn_tc_dq_kernel<H, KD><<<grid_1d((size_t)B * a, Tq, 64), 128, smem>>>(
+		launch<attn_tc_dq_kernel<H, KD>>(grid_1d((size_t)B * a, Tq, 64), 128, smem,
 			dq, oh, lse, dr, qh, kh, vh, qpos, kpos, Tq, Tk, a, g, scale, drop);
 		KERNEL_CHECK();
 	}
 	if (dk || dv) {
 		constexpr size_t smem = tc_dkv_smem<KD>();
 		smem_opt_in(attn_tc_dkv_kernel<H, KD>, smem, &opted_dkv);
-		attn_tc_dkv_kernel<H, KD><<<grid_1d((size_t)B * g, Tk, 64), 128, smem>>>(
+		launch<attn_tc_dkv_kernel<H, KD>>(grid_1d((size_t)B * g, Tk, 64), 128, smem,
 			dk, dv, oh, lse, dr, qh, kh, vh, qpos, kpos, Tq, Tk, a, g, scale, drop);
 		KERNEL_CHECK();
 	}

@@ -114,7 +114,6 @@ struct tc_drop {
 	int B, S;
 };
 
-#ifndef MEGAC_EMU
 /* attn_wg.cu (sm_90a): the forward with wgmma, head dim k 64 or 128,
  * halves in qh/kh/vh (bf16, or fp16 when fp16) */
 void cuda_attn_wg_forward(int fp16, int k, float *out, float *lse, const uint16_t *qh, const uint16_t *kh,
@@ -125,7 +124,6 @@ void cuda_attn_wg_backward(int fp16, int k, float *dq, float *dk, float *dv, con
 			   const float *dr, const uint16_t *qh, const uint16_t *kh, const uint16_t *vh,
 			   const int32_t *qpos, const int32_t *kpos, int B, int Tq, int Tk, int a, int g, float scale,
 			   tc_drop drop);
-#endif
 
 /* the counter of (h, b, position qp, key position 0) */
 static __device__ __forceinline__ uint64_t tc_drop_row(const tc_drop &d, int b, int h, int qp)

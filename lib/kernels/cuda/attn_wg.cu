@@ -17,7 +17,7 @@ static void wg_launch(float *out, float *lse, const uint16_t *qh, const uint16_t
 	static bool opted;
 	constexpr size_t smem = tc_fwd_smem<KD, 8, true>();
 	smem_opt_in(attn_tc_fwd_kernel<H, KD, 8, true>, smem, &opted);
-	attn_tc_fwd_kernel<H, KD, 8, true><<<grid_1d((size_t)B * a, Tq, 128), 256, smem>>>(
+	launch<attn_tc_fwd_kernel<H, KD, 8, true>>(grid_1d((size_t)B * a, Tq, 128), 256, smem,
 		out, lse, qh, kh, vh, qpos, kpos, Tq, Tk, a, g, scale, accumulate, drop);
 	KERNEL_CHECK();
 }
@@ -47,14 +47,14 @@ static void wg_bwd_launch(float *dq, float *dk, float *dv, const uint16_t *oh, c
 	if (dq) {
 		constexpr size_t smem = tc_dq_smem<KD, true>();
 		smem_opt_in(attn_tc_dq_kernel<H, KD, true>, smem, &opted_dq);
-		attn_tc_dq_kernel<H, KD, true><<<grid_1d((size_t)B * a, Tq, 64), 128, smem>>>(
+		launch<attn_tc_dq_kernel<H, KD, true>>(grid_1d((size_t)B * a, Tq, 64), 128, smem,
 			dq, oh, lse, dr, qh, kh, vh, qpos, kpos, Tq, Tk, a, g, scale, drop);
 		KERNEL_CHECK();
 	}
 	if (dk || dv) {
 		constexpr size_t smem = tc_dkv_smem<KD, true>();
 		smem_opt_in(attn_tc_dkv_kernel<H, KD, true>, smem, &opted_dkv);
-		attn_tc_dkv_kernel<H, KD, true><<<grid_1d((size_t)B * g, Tk, 64), 128, smem>>>(
+		launch<attn_tc_dkv_kernel<H, KD, true>>(grid_1d((size_t)B * g, Tk, 64), 128, smem,
 			dk, dv, oh, lse, dr, qh, kh, vh, qpos, kpos, Tq, Tk, a, g, scale, drop);
 		KERNEL_CHECK();
 	}

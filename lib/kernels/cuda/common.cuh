@@ -8,11 +8,18 @@
  *
  * nvcc is run without -Ilib, so ops.h is included by relative path; it is
  * plain C, hence the extern "C" around it.
+ *
+ * The same source runs on the emulated device (make emu, tests/emu): there
+ * a host C++ compiler builds it with -DMEGAC_EMU against stand-ins for
+ * cuda_runtime.h, cublasLt.h and nccl.h, and the kernels run in the
+ * thread-block emulator. Only two things are spelled for both: every launch
+ * goes through launch<kernel>() below, and the dynamic shared memory of a
+ * kernel is DYN_SMEM(type) (extern __shared__ on the device).
  */
 #ifndef MEGAC_KERNELS_CUDA_COMMON_CUH
 #define MEGAC_KERNELS_CUDA_COMMON_CUH
 
-#include <cublas_v2.h>
+#include <cublasLt.h>
 #include <cuda_runtime.h>
 
 #include <math.h>
@@ -61,8 +68,8 @@ static inline void kernel_check(const char *file, int line)
 static inline void cublas_check(cublasStatus_t s, const char *expr, const char *file, int line)
 {
 	if (s != CUBLAS_STATUS_SUCCESS) {
-		fprintf(stderr, "megac: cuBLAS error %d (%s) at %s:%d in %s\n", (int)s,
-			cublasGetStatusString(s), file, line, expr);
+		fprintf(stderr, "megac: cuBLASLt error %d (%s) at %s:%d in %s\n", (int)s,
+			cublasLtGetStatusString(s), file, line, expr);
 		abort();
 	}
 }
@@ -75,6 +82,34 @@ static inline void cuda_bug(const char *msg, const char *file, int line)
 	abort();
 }
 #define CUDA_BUG(msg) cuda_bug((msg), __FILE__, __LINE__)
+
+/* ---- launches ---- */
+
+/* launch<K>(grid, block, smem, args...) is K<<<grid, block, smem>>>(args...)
+ * on the legacy default stream: every kernel of the backend is launched
+ * through here, so that the emulated build (which has no <<<>>>) can queue
+ * it on its device instead, checking the configuration and that every
+ * pointer argument is device memory. The arguments convert to the kernel's
+ * parameter types as in a direct launch (launcher<K> takes them). */
+template <auto K> struct launcher;
+template <class... P, void (*K)(P...)> struct launcher<K> {
+	void operator()(dim3 grid, dim3 block, size_t smem, P... args) const
+	{
+#ifdef MEGAC_EMU
+		emu_launch_kernel<K>(grid, block, smem, cudaStreamLegacy, args...);
+#else
+		K<<<grid, block, smem>>>(args...);
+#endif
+	}
+};
+template <auto K> static constexpr launcher<K> launch{};
+
+#ifdef MEGAC_EMU
+#define DYN_SMEM(type) ((type *)emu_smem())
+#else
+extern __shared__ float4 megac_dyn_smem[];
+#define DYN_SMEM(type) ((type *)megac_dyn_smem)
+#endif
 
 /* ---- launch geometry ---- */
 
@@ -254,9 +289,6 @@ static __device__ __forceinline__ float megac_expf(float x)
 	float s2 = __uint_as_float((uint32_t)(n2 + 127) << 23);
 	return __fmul_rn(__fmul_rn(p, s1), s2);
 }
-
-/* The shared cuBLAS handle (ops.cu), on the legacy default stream. */
-cublasHandle_t cuda_blas(void);
 
 /* The other files of the backend put their ops into the table (called once
  * by ops.cu's table_init, after its own ops are in). */

@@ -252,7 +252,9 @@ static void lt_matmul(int op, int prec, int N, int IC, int OC, const struct gemm
 /* ---- fp32 -> bf16/fp16 conversion into scratch ----
  * dst[r][c] = src[r][c] rounded to nearest even, rows of cols values read
  * with stride cols, written with stride pitch (>= cols; the padding is never
- * read). x over columns, y over rows (grid-strided: rows may pass 65535). */
+ * read). One grid-stride loop over all rows x cols values: every thread
+ * busy whatever the shape (a row per block left most threads idle on the
+ * narrow operands, an LM head's [V, h] weight with h of a few hundred). */
 
 static __device__ __forceinline__ void to_half(__nv_bfloat16 *d, float x) { *d = __float2bfloat16_rn(x); }
 static __device__ __forceinline__ void to_half(__half *d, float x) { *d = __float2half_rn(x); }
@@ -260,11 +262,9 @@ static __device__ __forceinline__ void to_half(__half *d, float x) { *d = __floa
 template <typename T>
 static __global__ void to_half_kernel(T *dst, const float *src, int rows, int cols, int pitch)
 {
-	for (int r = blockIdx.y; r < rows; r += gridDim.y) {
-		const float *s = src + (size_t)r * cols;
-		T *d = dst + (size_t)r * pitch;
-		for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += gridDim.x * blockDim.x)
-			to_half(&d[c], s[c]);
+	GRID_STRIDE(i, (size_t)rows * cols) {
+		const size_t r = i / (size_t)cols, c = i % (size_t)cols;
+		to_half(&dst[r * (size_t)pitch + c], src[i]);
 	}
 }
 
@@ -282,13 +282,11 @@ static size_t half_bytes(int rows, int cols)
 static void convert(void *dst, const float *src, int rows, int cols, int prec)
 {
 	int pitch = half_pitch(cols);
-	unsigned gx = (unsigned)((cols + THREADS - 1) / THREADS);
-	unsigned gy = rows < 65535 ? (unsigned)rows : 65535u;
-	dim3 grid(gx, gy);
+	const unsigned grid = grid_for((size_t)rows * cols);
 	if (prec == GEMM_BF16)
-		to_half_kernel<__nv_bfloat16><<<grid, THREADS>>>((__nv_bfloat16 *)dst, src, rows, cols, pitch);
+		launch<to_half_kernel<__nv_bfloat16>>(grid, THREADS, 0, (__nv_bfloat16 *)dst, src, rows, cols, pitch);
 	else
-		to_half_kernel<__half><<<grid, THREADS>>>((__half *)dst, src, rows, cols, pitch);
+		launch<to_half_kernel<__half>>(grid, THREADS, 0, (__half *)dst, src, rows, cols, pitch);
 	KERNEL_CHECK();
 }
 
@@ -334,9 +332,9 @@ static void colsum_add(float *dst, const float *x, int N, int C)
 {
 	int nblk = (N + ROWS - 1) / ROWS, tiles = (C + THREADS - 1) / THREADS;
 	double *part = (double *)scratch_alloc((size_t)nblk * C * sizeof(double));
-	colsum_partial_kernel<<<(unsigned)nblk * tiles, THREADS>>>(part, x, N, C, nblk);
+	launch<colsum_partial_kernel>((unsigned)nblk * tiles, THREADS, 0, part, x, N, C, nblk);
 	KERNEL_CHECK();
-	reduce_blocks_d_kernel<<<tiles, THREADS>>>(dst, part, nblk, C);
+	launch<reduce_blocks_d_kernel>(tiles, THREADS, 0, dst, part, nblk, C);
 	KERNEL_CHECK();
 	scratch_free(part);
 }
@@ -350,7 +348,7 @@ static void linear_forward(int prec, float *out, const float *inp, const float *
 		return;
 	if (IC <= 0) { /* an empty sum: the bias, or zeros */
 		if (bias) {
-			bias_fill_kernel<<<grid_for((size_t)N * OC), THREADS>>>(out, bias, N, OC);
+			launch<bias_fill_kernel>(grid_for((size_t)N * OC), THREADS, 0, out, bias, N, OC);
 			KERNEL_CHECK();
 		} else {
 			CUDA_CHECK(cudaMemset(out, 0, (size_t)N * OC * sizeof(float)));
@@ -377,7 +375,7 @@ static void linear_forward(int prec, float *out, const float *inp, const float *
 		/* no algorithm with the bias epilogue (not expected; cuBLASLt's
 		 * answer is checked, not assumed): start from the bias, beta = 1,
 		 * as the CPU does */
-		bias_fill_kernel<<<grid_for((size_t)N * OC), THREADS>>>(out, bias, N, OC);
+		launch<bias_fill_kernel>(grid_for((size_t)N * OC), THREADS, 0, out, bias, N, OC);
 		KERNEL_CHECK();
 		g.bias = NULL;
 		g.beta = 1.0f;
@@ -491,6 +489,8 @@ static void half_init(void)
 	half_table[KOPS_ROUND_FP16].name = "cuda-fp16";
 	cuda_gemm_fill(&half_table[KOPS_ROUND_FP16], GEMM_F16);
 	cuda_attn_tc_fill(&half_table[KOPS_ROUND_FP16], GEMM_F16);
+	kops_check(&half_table[KOPS_ROUND_BF16]);
+	kops_check(&half_table[KOPS_ROUND_FP16]);
 }
 
 extern "C" const struct kops *kops_cuda_half(enum kops_round kind, const char **why)

@@ -17,21 +17,20 @@
  *   - Scratch for partial sums and flags is one growing device buffer
  *     (scratch_alloc), not a stream-ordered pool, which some virtualised
  *     GPUs lack.
- *   - Every CUDA and cuBLAS call is checked; a failure prints what failed,
- *     where, and aborts (the table contract has no error returns).
+ *   - Every CUDA and cuBLASLt call is checked; a failure prints what
+ *     failed, where, and aborts (the table contract has no error returns).
+ *   - Every op of the table is filled (kops_check() at start-up makes a
+ *     missing one a BUG naming it, never a NULL call).
  *
- * Not implemented yet (NULL in the table; callers check): the attention ops
- * attention_forward/backward and attention_block_forward/backward.
- *
- * Global state: the op table itself (static, filled once), one cuBLAS
- * handle created lazily under pthread_once, the scratch buffer and the
- * MEGAC_CUDA_SYNC switch. Both are a backend singleton,
- * read-only after initialisation, the same for every caller; the op table is
- * driven from one host thread anyway.
+ * Global state: the op table itself (static, filled once), the scratch
+ * buffer and the MEGAC_CUDA_SYNC switch: a backend singleton, read-only
+ * after initialisation, the same for every caller; the op table is driven
+ * from one host thread anyway.
  *
  * The helpers every file of the backend shares are in common.cuh; the
- * attention ops are in attn.cu; the linear layers (cuBLASLt, fp32 here and
- * bf16/fp16 operands in kops_cuda_half's tables) are in gemm.cu.
+ * attention ops are in attn.cu (fp32) and attn_tc.cu (tensor cores); the
+ * linear layers (cuBLASLt: fp32 operands here, bf16/fp16 ones in
+ * kops_cuda_half's tables) are in gemm.cu.
  */
 #include "common.cuh"
 
@@ -168,25 +167,6 @@ static void cuda_host_free(void *p)
 		CUDA_CHECK(cudaFreeHost(p));
 }
 
-/* ---- cuBLAS handle: created once, on first use ---- */
-
-static cublasHandle_t blas_handle;
-static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
-
-static void blas_init(void)
-{
-	CUBLAS_CHECK(cublasCreate(&blas_handle));
-	/* plain fp32 (no TF32): the CPU reference is fp32 sgemm */
-	CUBLAS_CHECK(cublasSetMathMode(blas_handle, CUBLAS_DEFAULT_MATH));
-	CUBLAS_CHECK(cublasSetStream(blas_handle, 0));
-}
-
-cublasHandle_t cuda_blas(void)
-{
-	pthread_once(&blas_once, blas_init);
-	return blas_handle;
-}
-
 /* dst[c] += sum over blocks (in order) of part[b*stride + c] (the norms' parameter grads) */
 __global__ void reduce_blocks_f_kernel(float *dst, const float *part, int nblk, int C,
 				       size_t stride)
@@ -248,7 +228,7 @@ static void cuda_embedding_forward(float *out, const int32_t *tokens, const int3
 {
 	if (N <= 0 || C <= 0)
 		return;
-	embedding_forward_kernel<<<grid_for((size_t)N * C), THREADS>>>(out, tokens, positions, wte,
+	launch<embedding_forward_kernel>(grid_for((size_t)N * C), THREADS, 0, out, tokens, positions, wte,
 								       wpe, N, C);
 	KERNEL_CHECK();
 }
@@ -258,7 +238,7 @@ static void cuda_embedding_backward(float *dwte, float *dwpe, const float *dout,
 {
 	if (N <= 0 || C <= 0 || (!dwte && !(dwpe && positions)))
 		return;
-	embedding_backward_kernel<<<(C + THREADS - 1) / THREADS, THREADS>>>(dwte, dwpe, dout, tokens,
+	launch<embedding_backward_kernel>((C + THREADS - 1) / THREADS, THREADS, 0, dwte, dwpe, dout, tokens,
 									     positions, N, C);
 	KERNEL_CHECK();
 }
@@ -354,7 +334,7 @@ static void cuda_layernorm_forward(float *out, float *mean, float *rstd, const f
 {
 	if (N <= 0)
 		return;
-	layernorm_forward_kernel<<<(N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK, THREADS>>>(
+	launch<layernorm_forward_kernel>((N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK, THREADS, 0,
 		out, mean, rstd, inp, w, b, N, C, eps);
 	KERNEL_CHECK();
 }
@@ -366,7 +346,7 @@ static void cuda_layernorm_backward(float *dinp, float *dw, float *db, const flo
 	if (N <= 0 || C <= 0)
 		return;
 	if (dinp) {
-		layernorm_backward_dinp_kernel<<<(N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK, THREADS>>>(
+		launch<layernorm_backward_dinp_kernel>((N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK, THREADS, 0,
 			dinp, dout, inp, w, mean, rstd, N, C);
 		KERNEL_CHECK();
 	}
@@ -374,15 +354,15 @@ static void cuda_layernorm_backward(float *dinp, float *dw, float *db, const flo
 		return;
 	int nblk = (N + ROWS - 1) / ROWS, tiles = (C + THREADS - 1) / THREADS;
 	float *part = (float *)scratch_alloc((size_t)nblk * 2 * C * sizeof(float));
-	layernorm_backward_partial_kernel<<<(unsigned)nblk * tiles, THREADS>>>(part, dout, inp, mean,
+	launch<layernorm_backward_partial_kernel>((unsigned)nblk * tiles, THREADS, 0, part, dout, inp, mean,
 									       rstd, N, C, nblk);
 	KERNEL_CHECK();
 	if (dw) {
-		reduce_blocks_f_kernel<<<tiles, THREADS>>>(dw, part, nblk, C, 2 * (size_t)C);
+		launch<reduce_blocks_f_kernel>(tiles, THREADS, 0, dw, part, nblk, C, 2 * (size_t)C);
 		KERNEL_CHECK();
 	}
 	if (db) {
-		reduce_blocks_f_kernel<<<tiles, THREADS>>>(db, part + C, nblk, C, 2 * (size_t)C);
+		launch<reduce_blocks_f_kernel>(tiles, THREADS, 0, db, part + C, nblk, C, 2 * (size_t)C);
 		KERNEL_CHECK();
 	}
 	scratch_free(part);
@@ -451,7 +431,7 @@ static void cuda_rmsnorm_forward(float *out, float *rstd, const float *inp, cons
 {
 	if (N <= 0)
 		return;
-	rmsnorm_forward_kernel<<<(N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK, THREADS>>>(
+	launch<rmsnorm_forward_kernel>((N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK, THREADS, 0,
 		out, rstd, inp, w, N, C, eps);
 	KERNEL_CHECK();
 }
@@ -462,7 +442,7 @@ static void cuda_rmsnorm_backward(float *dinp, float *dw, const float *dout, con
 	if (N <= 0 || C <= 0)
 		return;
 	if (dinp) {
-		rmsnorm_backward_dinp_kernel<<<(N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK, THREADS>>>(
+		launch<rmsnorm_backward_dinp_kernel>((N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK, THREADS, 0,
 			dinp, dout, inp, w, rstd, N, C);
 		KERNEL_CHECK();
 	}
@@ -470,10 +450,10 @@ static void cuda_rmsnorm_backward(float *dinp, float *dw, const float *dout, con
 		return;
 	int nblk = (N + ROWS - 1) / ROWS, tiles = (C + THREADS - 1) / THREADS;
 	float *part = (float *)scratch_alloc((size_t)nblk * C * sizeof(float));
-	rmsnorm_backward_partial_kernel<<<(unsigned)nblk * tiles, THREADS>>>(part, dout, inp, rstd, N,
+	launch<rmsnorm_backward_partial_kernel>((unsigned)nblk * tiles, THREADS, 0, part, dout, inp, rstd, N,
 									     C, nblk);
 	KERNEL_CHECK();
-	reduce_blocks_f_kernel<<<tiles, THREADS>>>(dw, part, nblk, C, (size_t)C);
+	launch<reduce_blocks_f_kernel>(tiles, THREADS, 0, dw, part, nblk, C, (size_t)C);
 	KERNEL_CHECK();
 	scratch_free(part);
 }
@@ -545,7 +525,7 @@ static void cuda_gelu_forward(float *out, const float *inp, size_t n, enum kops_
 		CUDA_BUG("unknown gelu kind");
 	if (n == 0)
 		return;
-	gelu_forward_kernel<<<grid_for(n), THREADS>>>(out, inp, n, (int)kind);
+	launch<gelu_forward_kernel>(grid_for(n), THREADS, 0, out, inp, n, (int)kind);
 	KERNEL_CHECK();
 }
 
@@ -556,7 +536,7 @@ static void cuda_gelu_backward(float *dinp, const float *dout, const float *inp,
 		CUDA_BUG("unknown gelu kind");
 	if (n == 0)
 		return;
-	gelu_backward_kernel<<<grid_for(n), THREADS>>>(dinp, dout, inp, n, (int)kind);
+	launch<gelu_backward_kernel>(grid_for(n), THREADS, 0, dinp, dout, inp, n, (int)kind);
 	KERNEL_CHECK();
 }
 
@@ -589,7 +569,7 @@ static void cuda_swiglu_forward(float *out, const float *inp, int N, int F)
 {
 	if (N <= 0 || F <= 0)
 		return;
-	swiglu_forward_kernel<<<grid_for((size_t)N * F), THREADS>>>(out, inp, N, F);
+	launch<swiglu_forward_kernel>(grid_for((size_t)N * F), THREADS, 0, out, inp, N, F);
 	KERNEL_CHECK();
 }
 
@@ -597,7 +577,7 @@ static void cuda_swiglu_backward(float *dinp, const float *dout, const float *in
 {
 	if (N <= 0 || F <= 0)
 		return;
-	swiglu_backward_kernel<<<grid_for((size_t)N * F), THREADS>>>(dinp, dout, inp, N, F);
+	launch<swiglu_backward_kernel>(grid_for((size_t)N * F), THREADS, 0, dinp, dout, inp, N, F);
 	KERNEL_CHECK();
 }
 
@@ -700,7 +680,7 @@ static void cuda_qkv_split_forward(float *q, float *kk, float *v, const float *q
 	size_t n = (size_t)B * T * (a + 2 * g) * k;
 	if (n == 0)
 		return;
-	qkv_split_forward_kernel<<<grid_for(n), THREADS>>>(q, kk, v, qkv, cos, sin, B, T, a, g, k,
+	launch<qkv_split_forward_kernel>(grid_for(n), THREADS, 0, q, kk, v, qkv, cos, sin, B, T, a, g, k,
 							   rot);
 	KERNEL_CHECK();
 }
@@ -713,7 +693,7 @@ static void cuda_qkv_split_backward(float *dqkv, const float *dq, const float *d
 	size_t n = (size_t)B * T * (a + 2 * g) * k;
 	if (n == 0)
 		return;
-	qkv_split_backward_kernel<<<grid_for(n), THREADS>>>(dqkv, dq, dk, dv, cos, sin, B, T, a, g,
+	launch<qkv_split_backward_kernel>(grid_for(n), THREADS, 0, dqkv, dq, dk, dv, cos, sin, B, T, a, g,
 							    k, rot);
 	KERNEL_CHECK();
 }
@@ -743,7 +723,7 @@ static void cuda_add(float *out, const float *a, const float *b, size_t n)
 {
 	if (n == 0)
 		return;
-	add_kernel<<<grid_for(n), THREADS>>>(out, a, b, n);
+	launch<add_kernel>(grid_for(n), THREADS, 0, out, a, b, n);
 	KERNEL_CHECK();
 }
 
@@ -756,7 +736,7 @@ static void cuda_dropout_add_forward(float *out, const float *residual, const fl
 		cuda_add(out, residual, x, n);
 		return;
 	}
-	dropout_apply_kernel<<<grid_for(n), THREADS>>>(out, residual, x, n, p, 1.0f / (1.0f - p),
+	launch<dropout_apply_kernel>(grid_for(n), THREADS, 0, out, residual, x, n, p, 1.0f / (1.0f - p),
 						       seed, offset);
 	KERNEL_CHECK();
 }
@@ -771,7 +751,7 @@ static void cuda_dropout_backward(float *dx, const float *dout, size_t n, float 
 			CUDA_CHECK(cudaMemcpy(dx, dout, n * sizeof(float), cudaMemcpyDeviceToDevice));
 		return;
 	}
-	dropout_apply_kernel<<<grid_for(n), THREADS>>>(dx, NULL, dout, n, p, 1.0f / (1.0f - p), seed,
+	launch<dropout_apply_kernel>(grid_for(n), THREADS, 0, dx, NULL, dout, n, p, 1.0f / (1.0f - p), seed,
 						       offset);
 	KERNEL_CHECK();
 }
@@ -835,7 +815,7 @@ static void cuda_xent_forward(float *losses, float *lse, const float *logits,
 {
 	if (N <= 0)
 		return;
-	xent_forward_kernel<<<N, XENT_THREADS>>>(losses, lse, logits, targets, N, V);
+	launch<xent_forward_kernel>(N, XENT_THREADS, 0, losses, lse, logits, targets, N, V);
 	KERNEL_CHECK();
 }
 
@@ -844,7 +824,7 @@ static void cuda_xent_backward(float *dlogits, const float *logits, const float 
 {
 	if (N <= 0 || V <= 0)
 		return;
-	xent_backward_kernel<<<N, XENT_THREADS>>>(dlogits, logits, lse, targets, dloss, N, V);
+	launch<xent_backward_kernel>(N, XENT_THREADS, 0, dlogits, logits, lse, targets, dloss, N, V);
 	KERNEL_CHECK();
 }
 
@@ -860,7 +840,7 @@ static void cuda_scale(float *x, float s, size_t n)
 {
 	if (n == 0)
 		return;
-	scale_kernel<<<grid_for(n), THREADS>>>(x, s, n);
+	launch<scale_kernel>(grid_for(n), THREADS, 0, x, s, n);
 	KERNEL_CHECK();
 }
 
@@ -888,7 +868,7 @@ static double cuda_sumsq(const float *x, size_t n)
 	if (nch > 0x7fffffffu)
 		CUDA_BUG("sumsq: too many elements");
 	double *part = (double *)scratch_alloc(nch * sizeof(double));
-	sumsq_kernel<<<(unsigned)nch, THREADS>>>(part, x, n);
+	launch<sumsq_kernel>((unsigned)nch, THREADS, 0, part, x, n);
 	KERNEL_CHECK();
 	double *host = (double *)malloc(nch * sizeof(double));
 	if (!host)
@@ -918,7 +898,7 @@ static int cuda_nonfinite(const float *x, size_t n)
 		return 0;
 	int *flag = (int *)scratch_alloc(sizeof(int)), host = 0;
 	CUDA_CHECK(cudaMemsetAsync(flag, 0, sizeof(int), 0));
-	nonfinite_kernel<<<grid_for(n), THREADS>>>(flag, x, n);
+	launch<nonfinite_kernel>(grid_for(n), THREADS, 0, flag, x, n);
 	KERNEL_CHECK();
 	CUDA_CHECK(cudaMemcpy(&host, flag, sizeof(int), cudaMemcpyDeviceToHost));
 	scratch_free(flag);
@@ -939,7 +919,7 @@ static void cuda_round(float *out, const float *x, size_t n, enum kops_round kin
 		CUDA_BUG("unknown rounding kind");
 	if (n == 0)
 		return;
-	round_kernel<<<grid_for(n), THREADS>>>(out, x, n, (int)kind);
+	launch<round_kernel>(grid_for(n), THREADS, 0, out, x, n, (int)kind);
 	KERNEL_CHECK();
 }
 
@@ -996,7 +976,7 @@ static void cuda_adamw(float *p, const float *g, float *m, float *v, size_t n, f
 		CUDA_BUG("adamw step < 1");
 	if (n == 0)
 		return;
-	adamw_kernel<<<grid_for(n), THREADS>>>(p, g, m, v, n, adamw_scalars_for(lr, b1, b2, eps, wd, step));
+	launch<adamw_kernel>(grid_for(n), THREADS, 0, p, g, m, v, n, adamw_scalars_for(lr, b1, b2, eps, wd, step));
 	KERNEL_CHECK();
 }
 
@@ -1044,7 +1024,7 @@ static void cuda_moe_combine_forward(float *out, const float *y, const float *w,
 {
 	if (N <= 0 || C <= 0)
 		return;
-	moe_combine_forward_kernel<<<grid_for((size_t)N * C), THREADS>>>(out, y, w, rowptr, rows, N, C);
+	launch<moe_combine_forward_kernel>(grid_for((size_t)N * C), THREADS, 0, out, y, w, rowptr, rows, N, C);
 	KERNEL_CHECK();
 }
 
@@ -1054,11 +1034,11 @@ static void cuda_moe_combine_backward(float *dy, float *dw, const float *dout, c
 	if (R <= 0 || C <= 0)
 		return;
 	if (dy) {
-		moe_combine_dy_kernel<<<grid_for((size_t)R * C), THREADS>>>(dy, dout, w, tok, R, C);
+		launch<moe_combine_dy_kernel>(grid_for((size_t)R * C), THREADS, 0, dy, dout, w, tok, R, C);
 		KERNEL_CHECK();
 	}
 	if (dw) {
-		moe_combine_dw_kernel<<<(unsigned)((R + THREADS / WARP - 1) / (THREADS / WARP)), THREADS>>>(dw, dout, y,
+		launch<moe_combine_dw_kernel>((unsigned)((R + THREADS / WARP - 1) / (THREADS / WARP)), THREADS, 0, dw, dout, y,
 													tok, R, C);
 		KERNEL_CHECK();
 	}
@@ -1137,7 +1117,7 @@ static double cuda_sumsq_segs(const float *x, const struct kops_seg *segs, int n
 	if (np == 0)
 		return 0.0;
 	double *part = (double *)buf;
-	sumsq_segs_kernel<<<(unsigned)np, THREADS>>>(part, x, tab);
+	launch<sumsq_segs_kernel>((unsigned)np, THREADS, 0, part, x, tab);
 	KERNEL_CHECK();
 	double *host = (double *)malloc(np * sizeof(double));
 	if (!host)
@@ -1182,7 +1162,7 @@ static void cuda_adamw_segs(float *p, const float *g, float *m, float *v, size_t
 		return;
 	/* a segment without decay multiplies by 1.0f, what (float)(1.0 - lr * 0.0)
 	 * gives cpu_adamw with wd = 0 */
-	adamw_segs_kernel<<<(unsigned)np, THREADS>>>(p, g, m, v, mv_base, tab,
+	launch<adamw_segs_kernel>((unsigned)np, THREADS, 0, p, g, m, v, mv_base, tab,
 						    adamw_scalars_for(lr, b1, b2, eps, wd, step));
 	KERNEL_CHECK();
 	scratch_free(buf);
@@ -1206,8 +1186,6 @@ static void table_init(void)
 	t->copy = cuda_copy;
 	t->host_alloc = cuda_host_alloc;
 	t->host_free = cuda_host_free;
-	t->linear_forward = NULL; /* cuda_gemm_fill */
-	t->linear_backward = NULL;
 	t->embedding_forward = cuda_embedding_forward;
 	t->embedding_backward = cuda_embedding_backward;
 	t->layernorm_forward = cuda_layernorm_forward;
@@ -1220,8 +1198,6 @@ static void table_init(void)
 	t->swiglu_backward = cuda_swiglu_backward;
 	t->qkv_split_forward = cuda_qkv_split_forward;
 	t->qkv_split_backward = cuda_qkv_split_backward;
-	t->attention_forward = NULL; /* cuda_attn_fill */
-	t->attention_backward = NULL;
 	t->dropout_add_forward = cuda_dropout_add_forward;
 	t->dropout_backward = cuda_dropout_backward;
 	t->xent_forward = cuda_xent_forward;
@@ -1236,21 +1212,24 @@ static void table_init(void)
 	t->moe_combine_backward = cuda_moe_combine_backward;
 	t->sumsq_segs = cuda_sumsq_segs;
 	t->adamw_segs = cuda_adamw_segs;
-	t->attention_block_forward = NULL;
-	t->attention_block_backward = NULL;
+	cuda_gemm_fill(t, GEMM_F32);
 	cuda_attn_fill(t);
 	/* the block ops are flash-style on the GPU: no T x T probs in memory */
-	t->flash = t->attention_block_forward != NULL && t->attention_block_backward != NULL;
+	t->flash = true;
+	kops_check(t);
 }
 
-extern "C" void kops_cuda_stats(struct kops_cuda_stats *st)
+extern "C" void kops_cuda_get_stats(struct kops_cuda_stats *st)
 {
 	*st = alloc_stats;
 	st->scratch_bytes = scratch_cap;
 }
 
+extern "C" void cuda_prepare_runtime(void); /* probe.cu */
+
 extern "C" const struct kops *kops_cuda(const char **why)
 {
+	cuda_prepare_runtime();
 	int n = 0;
 	cudaError_t e = cudaGetDeviceCount(&n);
 	if (e != cudaSuccess) {

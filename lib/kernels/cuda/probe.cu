@@ -7,9 +7,23 @@
 #include <cuda_runtime.h>
 
 #include <stdio.h>
+#include <stdlib.h>
+
+/* Before the process's first CUDA call: every kernel loaded when the
+ * context is made (CUDA_MODULE_LOADING=EAGER) instead of at its first
+ * launch. Lazy loading (CUDA's default) can need a context synchronisation
+ * at a kernel's first launch, which waits for every kernel on the device,
+ * an NCCL receive spinning until its peer sends among them: with a
+ * pipeline or context-parallel transfer in flight during the first
+ * iteration, a hang. A value the user set is kept. */
+extern "C" void cuda_prepare_runtime(void)
+{
+	setenv("CUDA_MODULE_LOADING", "EAGER", 0);
+}
 
 extern "C" int cuda_probe_device_count(int *err)
 {
+	cuda_prepare_runtime();
 	int n = 0;
 	cudaError_t e = cudaGetDeviceCount(&n);
 	*err = (int)e;

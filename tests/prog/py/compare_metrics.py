@@ -5,7 +5,9 @@
     compare_metrics.py ref   OURS.jsonl REF.jsonl N   against torch_ref.py's lines,
                                                   whose key is "lm loss"
 
-"Equal" is rtol 1e-5 on the iteration's lm loss, grad norm and learning rate
+"Equal" is rtol 1e-5 (RTOL in the environment changes it: the emulated
+device's runs against the CPU's take 1e-4 in fp32, 2e-2 in bf16 and fp16)
+on the iteration's lm loss, grad norm and learning rate
 and on the MoE metrics load_balancing_loss, seq_load_balancing_loss and z_loss
 (each where both sides have it; NaN equals NaN: Megatron logs z_loss 0/0 for a
 zero coefficient, and JSON null is read as NaN). In "same" mode the evaluation lines
@@ -14,7 +16,10 @@ Prints the worst relative difference.
 """
 import json
 import math
+import os
 import sys
+
+RTOL = float(os.environ.get("RTOL", "1e-5"))
 
 LOSS = "lm loss of the iteration"
 
@@ -50,7 +55,7 @@ def check(a, b):
                 continue
             rel = abs(x[k] - y[k]) / max(abs(x[k]), 1e-12)
             worst = max(worst, rel)
-            assert rel <= 1e-5, (x["iteration"], k, x[k], y[k], rel)
+            assert rel <= RTOL, (x["iteration"], k, x[k], y[k], rel, RTOL)
     return worst
 
 
@@ -67,7 +72,7 @@ if mode == "same":
         for x, y in zip(ea, eb):
             rel = abs(x[key] - y[key]) / max(abs(x[key]), 1e-12)
             worst = max(worst, rel)
-            assert rel <= 1e-5, (key, x["iteration"], x[key], y[key], rel)
+            assert rel <= RTOL, (key, x["iteration"], x[key], y[key], rel, RTOL)
         evals += len(ea)
     print("worst relative difference %.1e over %d iterations and %d evaluations" % (worst, n, evals))
 elif mode == "tail":

@@ -1,0 +1,63 @@
+/*
+ * ops_check.c - see ops.h (kops_missing, kops_check): every op of a table,
+ * by name and place in struct kops, so a table built without one is a BUG
+ * at start-up naming it rather than a NULL call in the middle of a run.
+ * A new op in struct kops goes into OPS below too; test_ops checks that the
+ * list covers the whole struct.
+ */
+#include "kernels/ops.h"
+
+#include <stddef.h>
+#include <string.h>
+
+#include "base/error.h"
+
+#define OP(name) { #name, offsetof(struct kops, name) }
+static const struct {
+	const char *name;
+	size_t off;
+} OPS[] = {
+	OP(alloc), OP(free), OP(to_host), OP(to_device), OP(zero), OP(copy), OP(host_alloc), OP(host_free),
+	OP(linear_forward), OP(linear_backward), OP(embedding_forward), OP(embedding_backward),
+	OP(layernorm_forward), OP(layernorm_backward), OP(rmsnorm_forward), OP(rmsnorm_backward),
+	OP(gelu_forward), OP(gelu_backward), OP(swiglu_forward), OP(swiglu_backward), OP(qkv_split_forward),
+	OP(qkv_split_backward), OP(attention_forward), OP(attention_backward), OP(dropout_add_forward),
+	OP(dropout_backward), OP(xent_forward), OP(xent_backward), OP(add), OP(scale), OP(sumsq), OP(nonfinite),
+	OP(round), OP(adamw), OP(moe_combine_forward), OP(moe_combine_backward), OP(sumsq_segs), OP(adamw_segs),
+	OP(attention_block_forward), OP(attention_block_backward),
+};
+#undef OP
+
+int kops_count(void)
+{
+	return (int)(sizeof(OPS) / sizeof(OPS[0]));
+}
+
+const char *kops_op_name(int i)
+{
+	return i >= 0 && i < kops_count() ? OPS[i].name : NULL;
+}
+
+kops_fn kops_op(const struct kops *k, int i)
+{
+	kops_fn fn = NULL;
+	if (i >= 0 && i < kops_count())
+		memcpy(&fn, (const char *)k + OPS[i].off, sizeof fn);
+	return fn;
+}
+
+const char *kops_missing(const struct kops *k)
+{
+	for (int i = 0; i < kops_count(); i++)
+		if (!kops_op(k, i))
+			return OPS[i].name;
+	return NULL;
+}
+
+void kops_check(const struct kops *k)
+{
+	const char *m = kops_missing(k);
+	if (m)
+		BUG("the %s op table has no %s: every op of struct kops must be filled (ops.h)", k->name ? k->name : "?",
+		    m);
+}
