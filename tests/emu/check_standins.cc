@@ -80,6 +80,12 @@ __global__ void warp_kernel(int *out)
 		o[11] = __shfl_xor_sync(0x0000ffffu, l, 4);
 	else
 		o[11] = -1;
+	if (l < 16) /* two different collectives in the two halves at once */
+		o[12] = __shfl_down_sync(0x0000ffffu, l, 1, 16);
+	else
+		o[12] = __shfl_xor_sync(0xffff0000u, l, 2);
+	/* xor across segments of 16: an earlier segment is readable, a later one not */
+	o[13] = __shfl_xor_sync(0xffffffffu, l, 16, 16);
 }
 
 static void check_warp(void)
@@ -90,7 +96,7 @@ static void check_warp(void)
 	CK(cudaGetLastError());
 	std::vector<int> h(64 * 16);
 	CK(cudaMemcpy(h.data(), d, h.size() * sizeof(int), cudaMemcpyDeviceToHost));
-	bool ok[12] = { true, true, true, true, true, true, true, true, true, true, true, true };
+	bool ok[14] = { true, true, true, true, true, true, true, true, true, true, true, true, true, true };
 	for (int t = 0; t < 64; t++) {
 		const int l = t % 32, *o = &h[(size_t)t * 16];
 		ok[0] &= o[0] == 105;
@@ -105,12 +111,16 @@ static void check_warp(void)
 		ok[9] &= o[9] == 63 - t;
 		ok[10] &= o[10] == 63 * 64 / 2;
 		ok[11] &= o[11] == (l < 16 ? (l ^ 4) : -1);
+		ok[12] &= o[12] == (l < 16 ? (l < 15 ? l + 1 : l) : (l ^ 2));
+		ok[13] &= o[13] == (l < 16 ? l : l - 16);
 	}
-	const char *names[12] = { "__shfl_sync from one lane", "__shfl_sync in groups of 8", "__shfl_up_sync",
+	const char *names[14] = { "__shfl_sync from one lane", "__shfl_sync in groups of 8", "__shfl_up_sync",
 				  "__shfl_down_sync in halves", "__shfl_xor_sync", "__ballot_sync", "__any_sync",
 				  "__all_sync", "__shfl_xor_sync of doubles", "shared memory across warps after a barrier",
-				  "atomicAdd from every thread", "a half-warp shuffle (mask 0xffff)" };
-	for (int i = 0; i < 12; i++) {
+				  "atomicAdd from every thread", "a half-warp shuffle (mask 0xffff)",
+				  "different shuffles in the two halves of a warp at once",
+				  "__shfl_xor_sync across segments (width 16: earlier readable, later not)" };
+	for (int i = 0; i < 14; i++) {
 		char b[160];
 		snprintf(b, sizeof b, "warp: %s", names[i]);
 		check(ok[i], b);
@@ -268,6 +278,59 @@ static void check_cublaslt(void)
 		  1e-3);
 	gemm_case("TF32 compute rounds fp32 inputs to 10 bits", CUBLAS_COMPUTE_32F_FAST_TF32, 0, 0, 20, 20, 70,
 		  CUDA_R_32F, CUDA_R_32F, 0.0f, false, 1e-6);
+
+	/* a batch of 3 products through strided layouts */
+	{
+		const int m = 5, n = 3, k = 4, nb = 3;
+		const int64_t sa = m * k + 2, sb = k * n + 1, sd = m * n + 3;
+		std::vector<float> a((size_t)sa * nb), b((size_t)sb * nb), d((size_t)sd * nb, -7.0f);
+		for (size_t i = 0; i < a.size(); i++)
+			a[i] = (float)((int)(i * 7 % 11) - 5);
+		for (size_t i = 0; i < b.size(); i++)
+			b[i] = (float)((int)(i * 5 % 9) - 4);
+		float *dA = NULL, *dB = NULL, *dD = NULL;
+		CK(cudaMalloc((void **)&dA, a.size() * 4));
+		CK(cudaMalloc((void **)&dB, b.size() * 4));
+		CK(cudaMalloc((void **)&dD, d.size() * 4));
+		CK(cudaMemcpy(dA, a.data(), a.size() * 4, cudaMemcpyHostToDevice));
+		CK(cudaMemcpy(dB, b.data(), b.size() * 4, cudaMemcpyHostToDevice));
+		CK(cudaMemcpy(dD, d.data(), d.size() * 4, cudaMemcpyHostToDevice));
+		cublasLtHandle_t h;
+		cublasLtMatmulDesc_t desc;
+		cublasLtMatrixLayout_t la, lb, ld;
+		cublasLtCreate(&h);
+		cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+		cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, m, k, m);
+		cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, k, n, k);
+		cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, m, n, m);
+		const int32_t count = nb;
+		const int64_t strides[3] = { sa, sb, sd };
+		cublasLtMatrixLayout_t ls[3] = { la, lb, ld };
+		for (int i = 0; i < 3; i++) {
+			cublasLtMatrixLayoutSetAttribute(ls[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count);
+			cublasLtMatrixLayoutSetAttribute(ls[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &strides[i],
+							 sizeof strides[i]);
+		}
+		const float one = 1.0f, zero = 0.0f;
+		cublasStatus_t st = cublasLtMatmul(h, desc, &one, dA, la, dB, lb, &zero, dD, ld, dD, ld, NULL, NULL, 0, 0);
+		CK(cudaMemcpy(d.data(), dD, d.size() * 4, cudaMemcpyDeviceToHost));
+		bool ok = st == CUBLAS_STATUS_SUCCESS;
+		for (int bi = 0; bi < nb; bi++) {
+			for (int j = 0; j < n; j++)
+				for (int i = 0; i < m; i++) {
+					float ref = 0;
+					for (int q = 0; q < k; q++)
+						ref += a[(size_t)bi * sa + (size_t)q * m + i] * b[(size_t)bi * sb + (size_t)j * k + q];
+					ok &= d[(size_t)bi * sd + (size_t)j * m + i] == ref;
+				}
+			for (int64_t g = m * n; g < sd; g++) /* the gaps between batches untouched */
+				ok &= d[(size_t)bi * sd + (size_t)g] == -7.0f;
+		}
+		check(ok, "cublasLt: a batch of 3 products through strided layouts (integers: exact), the gaps untouched");
+		cudaFree(dA);
+		cudaFree(dB);
+		cudaFree(dD);
+	}
 
 	/* refusals: a shape that does not multiply, an ld below the rows, a
 	 * pointer less aligned than the algorithm was chosen for */

@@ -24,7 +24,9 @@
  *      to the scheduler.
  *   2. A collective is computed only when every lane its mask names waits on
  *      the same operation with the same argument; a lane of the mask in
- *      T_DONE is an error, one elsewhere keeps it waiting.
+ *      T_DONE is an error, one elsewhere (or at another collective) keeps it
+ *      waiting. Each waiting lane's collective is tried, so disjoint masks
+ *      of one warp complete independently.
  *   3. A barrier releases only when every thread of the block is at it.
  *   4. No progress in a whole sweep over the warps, with threads not done, is
  *      a deadlock, reported with where the threads are.
@@ -54,7 +56,7 @@
 #ifdef EMU_ASM_FIBERS
 /* void emu_fiber_switch(void **save_sp, void *to_sp): saves this context on
  * its stack and *save_sp, resumes the one saved at to_sp */
-asm(".text\n"
+asm(".pushsection .text\n"
     ".globl emu_fiber_switch\n"
     ".hidden emu_fiber_switch\n"
     ".type emu_fiber_switch,@function\n"
@@ -65,7 +67,8 @@ asm(".text\n"
     "\tldmxcsr (%rsp)\n\tfldcw 4(%rsp)\n\taddq $8, %rsp\n"
     "\tpopq %r15\n\tpopq %r14\n\tpopq %r13\n\tpopq %r12\n\tpopq %rbx\n\tpopq %rbp\n"
     "\tret\n"
-    ".size emu_fiber_switch,.-emu_fiber_switch\n");
+    ".size emu_fiber_switch,.-emu_fiber_switch\n"
+    ".popsection\n");
 extern "C" void emu_fiber_switch(void **save_sp, void *to_sp);
 #endif
 
@@ -342,7 +345,9 @@ void do_mma(thr *w)
 }
 
 /* the shuffles of the PTX ISA (shfl.sync) within segments of width lanes:
- * the source lane, or -1 where the lane keeps its own value */
+ * the source lane, or -1 where the lane keeps its own value (CUDA's
+ * __shfl_*_sync: idx wraps within the segment; up and down stay in it;
+ * xor may reach an earlier segment but not a later one) */
 int shfl_src(int l, int mode, int arg, int width)
 {
 	const int base = l & ~(width - 1), pos = l - base;
@@ -353,9 +358,9 @@ int shfl_src(int l, int mode, int arg, int width)
 		return pos >= arg ? l - arg : -1;
 	case EMU_SHFL_DOWN:
 		return pos + arg < width ? l + arg : -1;
-	default: { /* xor */
+	default: { /* xor: a lane may read an earlier segment, not a later one */
 		const int s = l ^ arg;
-		return s >= base && s < base + width ? s : -1;
+		return s < base + width ? s : -1;
 	}
 	}
 }
@@ -527,19 +532,16 @@ void do_warpgroup(thr *g, int wgi)
 	}
 }
 
+/* what a deadlock report says about lanes at different collectives */
+char divergence[240];
+
 /*
- * The warp w (its first thread): computes the warp collective its waiting
- * lanes are at, if every lane of the mask is there. 1: done (the lanes run
- * again), 0: not every lane is there yet, -1: an error (reported).
+ * The collective that lane l0 of warp w (its first thread) waits at, if
+ * every lane it names is there too. 1: done (the lanes run again), 0: not
+ * yet, -1: an error (reported).
  */
-int try_warp(thr *w, int nlanes)
+int try_lane(thr *w, int nlanes, int l0)
 {
-	int l0 = -1;
-	for (int l = 0; l < nlanes && l0 < 0; l++)
-		if (w[l].state == T_WARP)
-			l0 = l;
-	if (l0 < 0)
-		return 0;
 	const lane_op &o0 = w[l0].op;
 	if (o0.op >= OP_WG_FIRST) { /* a warpgroup collective: all four warps */
 		const int wi = (int)((w - E.th) / 32), gi = wi / 4;
@@ -586,13 +588,13 @@ int try_warp(thr *w, int nlanes)
 		const lane_op &o = w[l].op;
 		if (o.op != o0.op || o.mask != mask || (o.op != OP_SHFL && o.arg != o0.arg) ||
 		    o.mode != o0.mode || o.width != o0.width) {
-			char msg[200];
-			snprintf(msg, sizeof msg,
-				 "divergent warp collective: lane %d is at op %d (%d, mask 0x%08x), lane %d at op %d "
-				 "(%d, mask 0x%08x)",
+			/* maybe lane l's own group completes first; if nothing can,
+			 * the deadlock report says this */
+			snprintf(divergence, sizeof divergence,
+				 "; divergent warp collective: lane %d waits at op %d (%d, mask 0x%08x), lane %d at op "
+				 "%d (%d, mask 0x%08x)",
 				 l0, o0.op, o0.arg, mask, l, o.op, o.arg, o.mask);
-			fail(msg);
-			return -1;
+			return 0;
 		}
 	}
 	switch (o0.op) {
@@ -624,6 +626,21 @@ int try_warp(thr *w, int nlanes)
 		if (mask >> l & 1)
 			w[l].state = T_RUN;
 	return 1;
+}
+
+/* Any collective of warp w whose lanes are all there (each waiting lane's,
+ * in lane order): 1 when one was computed, 0 when none can be yet, -1 on
+ * an error. */
+int try_warp(thr *w, int nlanes)
+{
+	for (int l0 = 0; l0 < nlanes; l0++) {
+		if (w[l0].state != T_WARP)
+			continue;
+		const int r = try_lane(w, nlanes, l0);
+		if (r)
+			return r;
+	}
+	return 0;
 }
 
 int run_block(int order)
@@ -695,8 +712,8 @@ int run_block(int order)
 			snprintf(msg, sizeof msg,
 				 "deadlock: %d of %d threads done, %d at __syncthreads (first %d), first waiting on a "
 				 "warp collective %d (a barrier not reached by every thread, or a collective whose "
-				 "lanes are elsewhere)",
-				 done, n, bar, first_bar, first_warp);
+				 "lanes are elsewhere)%s",
+				 done, n, bar, first_bar, first_warp, divergence);
 			fail(msg);
 			return -1;
 		}
@@ -720,6 +737,8 @@ void post(const lane_op &o)
 }
 
 } // namespace
+
+int emu_sm = 90;
 
 const dim3 &emu_thread_idx(void) { return E.th[E.cur].tid; }
 const dim3 &emu_block_idx(void) { return E.bid; }
@@ -807,6 +826,12 @@ void emu_fence_proxy(void)
 
 void emu_wgmma_fence(void)
 {
+	if (emu_sm < 90) {
+		char msg[120];
+		snprintf(msg, sizeof msg, "wgmma on an sm_%d device (Hopper's sm_90a only)", emu_sm);
+		fail(msg);
+		return;
+	}
 	post(op_of(OP_WG_FENCE, 0, 0xffffffffu));
 }
 
@@ -928,6 +953,7 @@ int emu_launch_named(const char *name, dim3 grid, dim3 block, size_t smem_bytes,
 				}
 				std::fill(E.unfenced.begin(), E.unfenced.end(), 0);
 				memset(E.smem, 0xff, smem_bytes); /* NaN in every float format */
+				divergence[0] = 0;
 				rc = run_block(order);
 			}
 	E = emu_state{};

@@ -223,6 +223,10 @@ void emu_cp_async_wait(int n); /* all but the n most recent committed groups */
  * cp.async it lands when issued or at the wait that retires its group
  * (order bit 1), so accumulators read before the wait fail. */
 uint32_t emu_smem_addr(const void *p); /* the shared-window address: the offset in the block's memory */
+/* the emulated device's compute capability x 10 (the runtime sets it; 90):
+ * wgmma on anything below 90 fails, as a kernel built for sm_90a would not
+ * even load there */
+extern int emu_sm;
 static inline size_t __cvta_generic_to_shared(const void *p) { return emu_smem_addr(p); }
 static inline size_t __cvta_generic_to_global(const void *p) { return (size_t)(uintptr_t)p; }
 void emu_wgmma(float *d, int n, uint64_t da, const uint32_t *a, uint64_t db, int kind, int trans_b, int scale_d);

@@ -22,6 +22,10 @@
  * calls (cudaMemcpy, cudaStreamSynchronize, cudaEventSynchronize,
  * cudaDeviceSynchronize, cudaFree) step the queues until their condition
  * holds; cudaEventQuery and every other call step them once.
+ * MEGAC_EMU_DEFER=1 is the other extreme: work runs only when the host
+ * waits or polls (a synchronising call, cudaEventQuery, cudaStreamQuery),
+ * the streams made last first, so a missing wait between streams, or a
+ * host that reads what it has not waited for, shows.
  *
  * Checks modelled on what a real machine does to a program:
  *  - a CUDA-aware MPI (as clusters have) opens a context on GPU 0 inside
@@ -108,6 +112,8 @@ struct state {
 	std::map<const void *, int> smem_attr;
 	std::map<std::string, long> launches; /* MEGAC_EMU_STATS: launches per kernel */
 	bool stats;
+	bool defer;   /* MEGAC_EMU_DEFER: work waits for the host to wait or poll */
+	int polling;  /* inside a synchronising call or a query */
 	int in_progress;
 };
 state S;
@@ -156,12 +162,14 @@ void init(void)
 	if (S.ndev > 64)
 		S.ndev = 64;
 	S.sm = env_int("MEGAC_EMU_SM", 90);
+	emu_sm = S.sm;
 	S.order = env_int("MEGAC_EMU_ORDER", 0) & 3;
 	S.timeout = env_int("MEGAC_EMU_TIMEOUT", 60);
 	S.cuda_aware_mpi = env_int("MEGAC_EMU_CUDA_AWARE_MPI", 1) != 0;
 	const char *ml = getenv("CUDA_MODULE_LOADING");
 	S.eager = ml && !strcmp(ml, "EAGER");
 	S.stats = env_int("MEGAC_EMU_STATS", 0) != 0;
+	S.defer = env_int("MEGAC_EMU_DEFER", 0) != 0;
 	if (S.stats)
 		atexit(print_stats);
 	new_stream(true, 0, 0);
@@ -216,8 +224,11 @@ bool pending_any(void)
 bool sweep(void)
 {
 	bool any = false;
-	for (size_t i = 0; i < S.streams.size(); i++) {
-		emu_stream *s = S.streams[i];
+	const size_t n = S.streams.size();
+	for (size_t x = 0; x < n; x++) {
+		/* deferred: the streams made last first, so work that lacks its
+		 * wait for the legacy stream's runs before what it depends on */
+		emu_stream *s = S.streams[S.defer ? n - 1 - x : x];
 		while (!s->q.empty()) {
 			emu_stream::item &it = s->q.front();
 			if (!it.step())
@@ -335,7 +346,7 @@ void enqueue(cudaStream_t h, item_kind kind, std::function<bool()> step, std::fu
 						 } });
 		s->enq++;
 	}
-	if (s->q.empty() && !S.in_progress) { /* nothing ahead of it: the common case, run now */
+	if (s->q.empty() && !S.in_progress && !S.defer) { /* nothing ahead of it: the common case, run now */
 		s->enq++;
 		if (step()) {
 			s->done++;
@@ -349,10 +360,16 @@ void enqueue(cudaStream_t h, item_kind kind, std::function<bool()> step, std::fu
 	progress();
 }
 
+/* a call that waits or polls: under MEGAC_EMU_DEFER the only place work runs */
+struct polling {
+	polling() { S.polling++; }
+	~polling() { S.polling--; }
+};
+
 void progress(void)
 {
 	std::lock_guard<std::recursive_mutex> g(big_lock);
-	if (S.in_progress || !pending_any())
+	if (S.in_progress || !pending_any() || (S.defer && !S.polling))
 		return;
 	S.in_progress++;
 	while (sweep()) {
@@ -360,10 +377,21 @@ void progress(void)
 	S.in_progress--;
 }
 
+/* items completed on every stream so far: progress, for the deadlock clock */
+uint64_t completed_total(void)
+{
+	uint64_t n = 0;
+	for (emu_stream *s : S.streams)
+		n += s->done;
+	return n;
+}
+
 void wait_until(const std::function<bool()> &done, const char *waiter)
 {
 	std::lock_guard<std::recursive_mutex> g(big_lock);
-	double t0 = now(), last = t0;
+	polling p;
+	double since = now(); /* the last progress */
+	uint64_t seen = completed_total();
 	for (long spins = 0;; spins++) {
 		progress();
 		if (done())
@@ -371,11 +399,14 @@ void wait_until(const std::function<bool()> &done, const char *waiter)
 		if (S.in_progress)
 			fatal("%s: a wait inside a queued item (the emulator's own error)", waiter);
 		const double t = now();
-		if (t - last > 0.5) /* nothing moves for a while: yield the CPU to the other ranks */
-			usleep(200);
-		if (t - t0 > S.timeout) {
-			fprintf(stderr, "emu: %s has waited %.0f s without the device finishing what it waits for:\n",
-				waiter, t - t0);
+		const uint64_t c = completed_total();
+		if (c != seen) {
+			seen = c;
+			since = t;
+		}
+		if (t - since > S.timeout) {
+			fprintf(stderr, "emu: %s has waited %.0f s without the device finishing anything:\n", waiter,
+				t - since);
 			report_pending();
 			fatal("a deadlock: %s waits for work that waits for something that never comes (an NCCL "
 			      "peer that has not posted its side, or a cycle of waits); MEGAC_EMU_TIMEOUT sets the "
@@ -383,8 +414,7 @@ void wait_until(const std::function<bool()> &done, const char *waiter)
 			      waiter);
 		}
 		if (spins > 1000)
-			usleep(20);
-		(void)last;
+			usleep(t - since > 0.5 ? 200 : 20); /* yield the CPU to the other ranks */
 	}
 }
 
@@ -807,6 +837,8 @@ extern "C" cudaError_t cudaStreamSynchronize(cudaStream_t h)
 extern "C" cudaError_t cudaStreamQuery(cudaStream_t h)
 {
 	LOCK;
+	emu::polling p;
+	emu::progress();
 	emu_stream *s = stream_of(h);
 	return s->q.empty() ? cudaSuccess : cudaErrorNotReady;
 }
@@ -863,6 +895,8 @@ extern "C" cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t h)
 extern "C" cudaError_t cudaEventQuery(cudaEvent_t e)
 {
 	LOCK;
+	emu::polling p;
+	emu::progress();
 	if (!e)
 		return err(cudaErrorInvalidResourceHandle);
 	if (e->s && e->s->done < e->seq)
@@ -976,6 +1010,11 @@ void emu_kernel_launch(const void *kernel, const char *name, dim3 grid, dim3 blo
 		if (!p)
 			continue;
 		const auto *f = find(p);
+		if (!f) { /* one past the end of an allocation (an empty range at its end) is valid */
+			const auto *e = find((const char *)p - 1);
+			if (e && (uintptr_t)p == e->first + e->second.bytes)
+				f = e;
+		}
 		if (!f)
 			emu::fatal("kernel %s: argument %d (%p) points to neither device memory nor page-locked host "
 				   "memory: a host pointer given to a kernel (or one to freed memory)",

@@ -84,14 +84,19 @@ for np in 1 3; do
 	fi
 done
 
-# every op of every table on the emulated device
-"$E/gpu/parity" --no-big --reps 1 >"$W/parity.txt" 2>"$W/parity.err"
-rc=$?
-passed=$(sed -n 's/^\([0-9]*\) passed, 0 failed$/\1/p' "$W/parity.txt")
-if [ $rc -eq 0 ] && [ "${passed:-0}" -ge 150 ] && grep -q '^ok - coverage: every op of the cuda, bf16 and fp16' "$W/parity.txt"; then
-	ok "parity on the emulated device: $passed cases pass; $(grep '^ok - coverage' "$W/parity.txt" | sed 's/^ok - //')"
-else
-	notok "parity on the emulated device (exit $rc)"
-	grep -A1 '^not ok' "$W/parity.txt" | head -n 20 | sed 's/^/#   /'
-	show "$W/parity.err"
-fi
+# every op of every table on the emulated device, in the default thread
+# schedule and in the other extreme (warps and lanes last to first,
+# cp.async and wgmma landing at their wait: emu.h)
+for order in 0 3; do
+	MEGAC_EMU_ORDER=$order "$E/gpu/parity" --no-big --reps 1 >"$W/parity.txt" 2>"$W/parity.err"
+	rc=$?
+	passed=$(sed -n 's/^\([0-9]*\) passed, 0 failed$/\1/p' "$W/parity.txt")
+	if [ $rc -eq 0 ] && [ "${passed:-0}" -ge 150 ] &&
+		grep -q '^ok - coverage: every op of the cuda, bf16 and fp16' "$W/parity.txt"; then
+		ok "parity on the emulated device, thread order $order: $passed cases pass; $(grep '^ok - coverage' "$W/parity.txt" | sed 's/^ok - //')"
+	else
+		notok "parity on the emulated device, thread order $order (exit $rc)"
+		grep -A1 '^not ok' "$W/parity.txt" | head -n 20 | sed 's/^/#   /'
+		show "$W/parity.err"
+	fi
+done

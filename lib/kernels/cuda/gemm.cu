@@ -252,19 +252,41 @@ static void lt_matmul(int op, int prec, int N, int IC, int OC, const struct gemm
 /* ---- fp32 -> bf16/fp16 conversion into scratch ----
  * dst[r][c] = src[r][c] rounded to nearest even, rows of cols values read
  * with stride cols, written with stride pitch (>= cols; the padding is never
- * read). One grid-stride loop over all rows x cols values: every thread
- * busy whatever the shape (a row per block left most threads idle on the
- * narrow operands, an LM head's [V, h] weight with h of a few hundred). */
+ * read). When pitch == cols (every width that is a multiple of 8, the
+ * model's widths) the operand is one flat run: one grid-stride loop over
+ * it, every thread busy whatever the shape (a row per block left most
+ * threads idle on narrow operands such as an LM head's [V, h] weight).
+ * Other widths go row by row, rows over blockIdx.y (grid-strided: rows may
+ * pass 65535), columns over x. */
 
 static __device__ __forceinline__ void to_half(__nv_bfloat16 *d, float x) { *d = __float2bfloat16_rn(x); }
 static __device__ __forceinline__ void to_half(__half *d, float x) { *d = __float2half_rn(x); }
 
-template <typename T>
-static __global__ void to_half_kernel(T *dst, const float *src, int rows, int cols, int pitch)
+template <typename T> static __global__ void to_half_flat_kernel(T *dst, const float *src, size_t n)
 {
-	GRID_STRIDE(i, (size_t)rows * cols) {
-		const size_t r = i / (size_t)cols, c = i % (size_t)cols;
-		to_half(&dst[r * (size_t)pitch + c], src[i]);
+	GRID_STRIDE(i, n)
+		to_half(&dst[i], src[i]);
+}
+
+template <typename T>
+static __global__ void to_half_rows_kernel(T *dst, const float *src, int rows, int cols, int pitch)
+{
+	for (int r = blockIdx.y; r < rows; r += gridDim.y) {
+		const float *s = src + (size_t)r * cols;
+		T *d = dst + (size_t)r * pitch;
+		for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += gridDim.x * blockDim.x)
+			to_half(&d[c], s[c]);
+	}
+}
+
+template <typename T> static void to_half_launch(T *dst, const float *src, int rows, int cols, int pitch)
+{
+	if (pitch == cols) {
+		const size_t n = (size_t)rows * cols;
+		launch<to_half_flat_kernel<T>>(grid_for(n), THREADS, 0, dst, src, n);
+	} else {
+		const dim3 grid((unsigned)((cols + THREADS - 1) / THREADS), rows < 65535 ? (unsigned)rows : 65535u);
+		launch<to_half_rows_kernel<T>>(grid, THREADS, 0, dst, src, rows, cols, pitch);
 	}
 }
 
@@ -281,12 +303,11 @@ static size_t half_bytes(int rows, int cols)
 
 static void convert(void *dst, const float *src, int rows, int cols, int prec)
 {
-	int pitch = half_pitch(cols);
-	const unsigned grid = grid_for((size_t)rows * cols);
+	const int pitch = half_pitch(cols);
 	if (prec == GEMM_BF16)
-		launch<to_half_kernel<__nv_bfloat16>>(grid, THREADS, 0, (__nv_bfloat16 *)dst, src, rows, cols, pitch);
+		to_half_launch((__nv_bfloat16 *)dst, src, rows, cols, pitch);
 	else
-		launch<to_half_kernel<__half>>(grid, THREADS, 0, (__half *)dst, src, rows, cols, pitch);
+		to_half_launch((__half *)dst, src, rows, cols, pitch);
 	KERNEL_CHECK();
 }
 
