@@ -238,7 +238,7 @@ static void comm_close(struct nccl_comm *c)
  * ring: every rank receives from rank - 1 before sending to rank + 1; an
  * interleaved pipeline's first gradient and activation). Here both ends
  * have just made the channel together (ncclCommInitRank waits for both),
- * so one byte each way of its one direction connects it without waiting on
+ * so one byte along its one direction connects it without waiting on
  * anything else. */
 static void connect_channel(struct nccl_comm *c, bool sender)
 {
