@@ -1,5 +1,5 @@
 /*
- * attn_bench.c - the attention micro-benchmark of issue 11: the CUDA
+ * attn_bench.c - the attention micro-benchmark: the CUDA
  * table's flash-style block attention (attention_block_forward/backward on
  * positions 0..T-1, the path the model takes on a GPU), causal, forward and
  * backward, at head dims 64 and 128, in TFLOP/s by the usual count (forward

@@ -1,5 +1,5 @@
 #!/bin/sh
-# bench.sh - issue 11's GPU speed measurement, on the device machine (the
+# bench.sh - the GPU speed measurement, on the device machine (the
 # GPU kit of tests/gpu/pack.sh, or bin/ and build/gpu/ built with CUDA; run
 # by lease.sh, or alone: it sources tests/gpu/env.sh itself then). In order,
 # so that what matters most is measured first when time runs short:
@@ -48,7 +48,7 @@ GPT2="--tokenizer-type GPT2BPETokenizer --vocab-file examples/tokenizers/gpt2/gp
 GPT2="$GPT2 --merge-file examples/tokenizers/gpt2/gpt2-merges.txt"
 COMMON="--mock-data --bf16 --lr 1e-4 --train-iters 8 --log-interval 1 --log-throughput --eval-interval 1000"
 COMMON="$COMMON --eval-iters 0 --hidden-dropout 0 --attention-dropout 0 --data-cache-path $W/cache $GPT2"
-PEAK=989 # H100/H200 dense bf16 TFLOP/s, issue 11's yardstick
+PEAK=989 # H100/H200 dense bf16 TFLOP/s, the MFU yardstick
 
 # name | model flags | micro-batch sizes to try, largest first (torch_bench.py has the same lists)
 MODELS="gpt2-124m|--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 --max-position-embeddings 1024|16 8 4

@@ -1,5 +1,5 @@
 #!/bin/sh
-# lease.sh - issue 11's device call: one command that fits a lease. Here
+# lease.sh - the speed measurement's device call: one command that fits a lease. Here
 # first: `sh tests/gpu/pack.sh` (the kit, carried as the path it prints);
 # there: `sh tests/gpu/lease.sh`. Stages, each under its own `timeout`, the
 # limits adding up to 520 s (at most 540; the kit's unpacking and
@@ -21,7 +21,7 @@
 #      limit is cut to end by 245 s).
 # Results under $OUT: summary.txt (a line per stage), bench.txt, machine.txt,
 # and everything else in logs.tar.gz (the tool returns at most 8 files).
-# run.sh remains the whole correctness pass (issue 8's): a second call.
+# run.sh remains the whole correctness pass: a second call.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-/tmp/gpu-out}

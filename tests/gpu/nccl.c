@@ -1,5 +1,5 @@
 /*
- * nccl.c - lib/dist's NCCL path (lib/dist/nccl.c, issue 8) on a GPU: every
+ * nccl.c - lib/dist's NCCL path (lib/dist/nccl.c) on a GPU: every
  * dist_* call that routes device buffers to NCCL, checked on device
  * buffers. Output is TAP ("ok N - ...", "not ok N - ..."), then "1..N" and
  * "N passed, M failed"; the exit status is 1 on failures.

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""torch_bench.py - the PyTorch peer of tests/gpu/bench.sh (issue 11,
+"""torch_bench.py - the PyTorch peer of tests/gpu/bench.sh (
 acceptance 2): the same model shapes trained in the same lease with PyTorch
 eager (bf16 autocast over fp32 weights, fused AdamW, flash attention through
 scaled_dot_product_attention), timed the same way, with the same FLOPs count
@@ -24,7 +24,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-PEAK = 989e12  # dense bf16, issue 11's yardstick
+PEAK = 989e12  # dense bf16 peak of an H100/H200: the MFU yardstick
 
 # name: (layers, hidden, heads, query groups, ffn, seq, llama-style, micro-batches to try)
 # (bench.sh's lists: from the second-largest size that fits an H200, review A14)

@@ -159,7 +159,7 @@ if run straight gpu "$DEV" $R --save "$W/ck-a" --save-interval 5 && run half1 gp
 fi
 
 # for the record: a GPT-2 124M-shaped model on one GPU (not a benchmark: a
-# first reading for docs/perf.md; issue 11's tests/gpu/bench.sh is that)
+# first reading for docs/perf.md; tests/gpu/bench.sh is that)
 BIG="--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 --max-position-embeddings 1024"
 BIG="$BIG --micro-batch-size 4 --global-batch-size 8 --lr 1e-4 --train-iters 6 --log-interval 1 --log-throughput"
 BIG="$BIG --data-path $W/kjv_text_document --split 100,0,0 --eval-interval 1000 --eval-iters 0"

@@ -1,5 +1,5 @@
-# slurm.sh - megac under a real Slurm (issue 10): a private one-node cluster
-# on localhost (docs: /work/shared/notes/slurm-local.md's recipe; config,
+# slurm.sh - megac under a real Slurm: a private one-node cluster
+# on localhost (the recipe is below and in examples/slurm/README.md; config,
 # state and logs under $W) runs examples/slurm/pretrain_gpt_tiny.sbatch:
 # preprocess, train on 4 tasks as TP2 x DP2 under srun --mpi=pmix, stop at
 # iteration 4, resume from the checkpoint to 8, export to Hugging Face. The
