@@ -37,11 +37,18 @@ void wait_until(const std::function<bool()> &done, const char *waiter);
 /* Everything queued on every stream done (cudaDeviceSynchronize). */
 void sync_all(const char *waiter);
 
-/* The device allocation holding [p, p + bytes), or -1 (its device in *dev). */
+/* Whether [p, p + bytes) lies inside one device allocation (its device in *dev). */
 bool device_range(const void *p, size_t bytes, int *dev);
 /* Dies with a message naming who and what when [p, p + bytes) is not inside one device allocation. */
 void need_device_range(const void *p, size_t bytes, const char *who, const char *what);
 int current_device(void);
+/* a monotonic clock in seconds; MEGAC_EMU_TIMEOUT (60 s): how long a wait
+ * may go without progress before it is reported as a deadlock */
+double now(void);
+double timeout(void);
+/* MPI initialised and not finalised; *world: MPI_COMM_WORLD's size and
+ * *rank this process's, when it is */
+bool mpi_running(int *world, int *rank);
 /* The emulator's own errors: what a real device would report as a fault or a
  * hang, said plainly; exits with status 134 (as abort()). */
 [[noreturn]] void fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -39,7 +39,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <memory>
@@ -120,26 +119,12 @@ ncclResult_t fail(ncclResult_t r, const char *fmt, ...)
 	return r;
 }
 
-double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-double timeout_s(void)
-{
-	const char *v = getenv("MEGAC_EMU_TIMEOUT");
-	return v && *v ? atof(v) : 60.0;
-}
+using emu::now;
 
 bool mpi_up(void)
 {
-	int inited = 0, fin = 0;
-	MPI_Initialized(&inited);
-	if (inited)
-		MPI_Finalized(&fin);
-	return inited && !fin;
+	int world, rank;
+	return emu::mpi_running(&world, &rank);
 }
 
 size_t type_size(ncclDataType_t t)
@@ -187,7 +172,7 @@ void wait_reqs(std::vector<MPI_Request> &reqs, const std::string &what)
 		MPI_Testall((int)reqs.size(), reqs.data(), &flag, MPI_STATUSES_IGNORE);
 		if (flag)
 			return;
-		if (now() - t0 > timeout_s())
+		if (now() - t0 > emu::timeout())
 			emu::fatal("%s. It has waited %.0f s: a deadlock (the peer never posts its side, or waits for "
 				   "this rank elsewhere); MEGAC_EMU_TIMEOUT sets the seconds",
 				   what.c_str(), now() - t0);
@@ -252,13 +237,12 @@ std::string group_what(const group &g)
 /* posts the group's MPI operations (its communicators' earlier groups have completed) */
 void start(group &g)
 {
-	std::vector<std::pair<op *, std::pair<op *, op *>>> self;
 	std::vector<op *> self_sends, self_recvs;
 	for (op &o : g.ops) {
 		const size_t es = type_size(o.type), bytes = o.count * es;
 		ncclComm_t c = o.comm;
 		MPI_Request r;
-		if (c->nranks == 1 || ((o.kind == OP_SEND || o.kind == OP_RECV) && o.peer == c->rank && c->nranks == 1)) {
+		if (c->nranks == 1) {
 			switch (o.kind) {
 			case OP_SEND: self_sends.push_back(&o); break;
 			case OP_RECV: self_recvs.push_back(&o); break;

@@ -128,12 +128,7 @@ void print_stats(void)
 const size_t H200_MEM = (size_t)143771 << 20; /* nvidia-smi's MiB of an H200 */
 const int SMEM_OPTIN = 232448;               /* 227 KB: Hopper's shared memory per block with the opt-in */
 
-double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+using emu::now;
 
 int env_int(const char *name, int dflt)
 {
@@ -164,7 +159,7 @@ void init(void)
 	S.sm = env_int("MEGAC_EMU_SM", 90);
 	emu_sm = S.sm;
 	S.order = env_int("MEGAC_EMU_ORDER", 0) & 3;
-	S.timeout = env_int("MEGAC_EMU_TIMEOUT", 60);
+	S.timeout = emu::timeout();
 	S.cuda_aware_mpi = env_int("MEGAC_EMU_CUDA_AWARE_MPI", 1) != 0;
 	const char *ml = getenv("CUDA_MODULE_LOADING");
 	S.eager = ml && !strcmp(ml, "EAGER");
@@ -304,14 +299,9 @@ void fatal(const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(buf, sizeof buf, fmt, ap);
 	va_end(ap);
-	int rank = -1, inited = 0;
-	MPI_Initialized(&inited);
-	if (inited) {
-		int fin = 0;
-		MPI_Finalized(&fin);
-		if (!fin)
-			MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-	}
+	int world, rank = -1;
+	if (!mpi_running(&world, &rank))
+		rank = -1;
 	if (rank >= 0)
 		fprintf(stderr, "emu: rank %d: the emulated device: %s\n", rank, buf);
 	else
@@ -457,6 +447,32 @@ int current_device(void)
 	return S.dev;
 }
 
+double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+double timeout(void)
+{
+	const char *v = getenv("MEGAC_EMU_TIMEOUT");
+	return v && *v ? atof(v) : 60.0;
+}
+
+bool mpi_running(int *world, int *rank)
+{
+	int inited = 0, fin = 0;
+	MPI_Initialized(&inited);
+	if (inited)
+		MPI_Finalized(&fin);
+	if (!inited || fin)
+		return false;
+	MPI_Comm_size(MPI_COMM_WORLD, world);
+	MPI_Comm_rank(MPI_COMM_WORLD, rank);
+	return true;
+}
+
 } // namespace emu
 
 /* ---- the runtime API ---- */
@@ -540,13 +556,8 @@ extern "C" cudaError_t cudaSetDevice(int dev)
 	if (dev < 0 || dev >= S.ndev)
 		return err(cudaErrorInvalidDevice);
 	if (S.cuda_aware_mpi && dev != 0 && !S.dev_chosen) {
-		int inited = 0, fin = 0, world = 1;
-		MPI_Initialized(&inited);
-		if (inited)
-			MPI_Finalized(&fin);
-		if (inited && !fin)
-			MPI_Comm_size(MPI_COMM_WORLD, &world);
-		if (inited && !fin && world > 1)
+		int world = 1, rank;
+		if (emu::mpi_running(&world, &rank) && world > 1)
 			emu::fatal("cudaSetDevice(%d) after MPI_Init: a CUDA-aware MPI (as clusters run) has already "
 				   "opened a context on GPU 0 for this rank inside MPI_Init, so every rank holds one there "
 				   "(memory lost, and transfers from the wrong GPU); choose the GPU before MPI_Init, from "
