@@ -8,9 +8,14 @@
  * parser (flags.c) fills the struct from argv by walking the table, and
  * --help prints it. Programs read fields directly.
  *
- * Adding a flag: a field here, a row in args_table.c. Megatron flags megac
- * knows but does not implement get a row of kind FK_UNSUPPORTED saying why,
- * so that a user's command line fails loudly instead of being half-obeyed.
+ * Adding a flag: a field here, a row in args_table.c. Every other flag of
+ * Megatron's training parser has a row in args_megatron.c: accepted with no
+ * effect (it only picks one of Megatron's kernels or speed paths) or refused
+ * by name with the reason, so that a user's command line is never
+ * half-obeyed and never fails on an "unknown" Megatron flag. A row of kind
+ * FK_UNSUPPORTED here refuses a flag of another Megatron tool the same way.
+ *
+ * The parser reports every problem of a command line in one message.
  */
 #ifndef MEGAC_BASE_ARGS_H
 #define MEGAC_BASE_ARGS_H
@@ -91,6 +96,7 @@ struct args {
 	bool group_query_attention;
 	int64_t num_query_groups;
 	int64_t max_position_embeddings;
+	bool add_position_embedding;   /* false: --no-position-embedding (rope only) */
 	char *position_embedding_type;
 	int64_t rotary_base;
 	double rotary_percent;
@@ -283,6 +289,7 @@ struct args {
 	/* bookkeeping: which table rows were given on the command line */
 	unsigned char given[512];
 	unsigned char ignored[512]; /* given, but for a program in prog_info.ignore */
+	unsigned char given_megatron[1024]; /* rows of megatron_flags[] given (accepted, no effect) */
 };
 
 enum flag_kind {
@@ -307,10 +314,32 @@ struct flag_def {
 	const char *choices;  /* "a|b|c" or NULL */
 	const char *metavar;  /* shown in --help */
 	const char *help;
+	bool no_effect;       /* a Megatron flag accepted without effect (it picks a
+			       * kernel or speed path; the numbers are the same) */
 };
 
 extern const struct flag_def args_table[];
 extern const size_t args_table_len;
+
+/* A flag of Megatron's training parser that args_table does not implement
+ * (args_megatron.c says what each status means). */
+enum megatron_flag_status {
+	MF_NO_EFFECT,
+	MF_REFUSED,
+};
+
+#define MF_LIST (-1)  /* nargs='+' */
+#define MF_LIST0 (-2) /* nargs='*' */
+
+struct megatron_flag {
+	const char *name;
+	enum megatron_flag_status status;
+	int arity;            /* values after the flag: 0, 1, N, MF_LIST, MF_LIST0 */
+	const char *why;      /* the reason; rows of one feature share the pointer */
+};
+
+extern const struct megatron_flag megatron_flags[];
+extern const size_t megatron_flags_len;
 
 struct prog_info {
 	const char *name;     /* "preprocess_data" */
@@ -323,8 +352,10 @@ struct prog_info {
 
 /*
  * Parse argv for program p. Returns 0 on success, 1 when --help was printed
- * (the caller exits 0), -1 after error() on a bad command line (unknown flag
- * with the closest suggestion, bad value, missing required flag).
+ * (the caller exits 0), -1 after one error() listing every problem of the
+ * command line (unknown flag with the closest suggestion when it is not
+ * Megatron's, bad or out-of-range value, Megatron flags megac refuses grouped
+ * by reason, missing required flags).
  */
 int args_parse(struct args *a, const struct prog_info *p, int argc, char **argv);
 void args_help(const struct prog_info *p, FILE *out);
@@ -334,12 +365,18 @@ void strlist_free(struct strlist *l);
 bool args_given(const struct args *a, const char *name);
 /* "--num-layers --hidden-size": the given flags this program ignores; NULL if none. */
 char *args_ignored(const struct args *a);
+/* "--attention-backend --manual-gc": the given Megatron flags accepted with no
+ * effect in megac; NULL if none. prog_main says them in one start-up line. */
+char *args_no_effect(const struct args *a);
 
 /*
  * The whole main() of a program: log prefix, flags, then cmd. Returns the
  * exit status: 0, or 128 (DIE_EXIT_CODE) when the flags or cmd failed.
  */
 int prog_main(int argc, char **argv, const struct prog_info *p, int (*cmd)(const struct args *a));
+
+/* docs/flags.md, from the tables (flags_doc.c). */
+void args_write_flags_md(FILE *out);
 
 /* Levenshtein distance, exported for tests and for other suggestion lists. */
 size_t edit_distance(const char *a, const char *b);

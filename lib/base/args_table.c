@@ -7,6 +7,9 @@
 
 #include <stddef.h>
 
+/* no_effect, the rows' last member, is given only where it is true */
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+
 #define F(field) offsetof(struct args, field)
 #define TOKPROGS (PROG_PREPROCESS | PROG_TRAIN | PROG_CONVERT | PROG_INFER | PROG_DATAINFO | PROG_GPTINDEX | PROG_MEMCALC)
 /* report_memory (PROG_MEMCALC) takes train's whole command line */
@@ -49,20 +52,20 @@ const struct flag_def args_table[] = {
 	{ "--tokenizer-metadata", FK_UNSUPPORTED, 0, TOKPROGS, 0, "tokenizer", NULL, NULL, "PATH",
 	  "tokenizer library overrides by metadata file are not supported; use --tokenizer-type" },
 	{ "--tiktoken-pattern", FK_STR, F(tiktoken_pattern), TOKPROGS, 0, "tokenizer", NULL, "v1|v2", "V",
-	  "TikTokenizer pattern (TikTokenizer is not implemented yet)" },
+	  "a setting of TikTokenizer, which megac does not have yet", true },
 	{ "--tiktoken-num-special-tokens", FK_INT, F(tiktoken_num_special_tokens), TOKPROGS, 0, "tokenizer",
-	  "1000", NULL, "N", "TikTokenizer special token count (TikTokenizer is not implemented yet)" },
+	  "1000", NULL, "N", "a setting of TikTokenizer, which megac does not have yet", true },
 	{ "--tokenizer-sentencepiece-legacy", FK_UNSUPPORTED, 0, TOKPROGS, 0, "tokenizer", NULL, NULL, NULL,
 	  "SentencePiece tokenizers are not implemented yet" },
 	{ "--no-tokenizer-sentencepiece-ignore-extra-whitespaces", FK_UNSUPPORTED, 0, TOKPROGS, 0, "tokenizer",
 	  NULL, NULL, NULL, "SentencePiece tokenizers are not implemented yet" },
 	{ "--tokenizer-hf-no-use-fast", FK_BOOL, F(tokenizer_hf_no_use_fast), TOKPROGS, 0, "tokenizer", NULL,
-	  NULL, NULL, "accepted for compatibility: slow and fast HF tokenizers give the same ids" },
+	  NULL, NULL, "accepted for compatibility: slow and fast HF tokenizers give the same ids", true },
 	{ "--tokenizer-hf-no-include-special-tokens", FK_BOOL, F(tokenizer_hf_no_include_special_tokens),
 	  TOKPROGS, 0, "tokenizer", NULL, NULL, NULL,
 	  "HuggingFaceTokenizer: do not add the post-processor's tokens (BOS...) when encoding" },
 	{ "--trust-remote-code", FK_BOOL, F(trust_remote_code), TOKPROGS, 0, "tokenizer", NULL, NULL, NULL,
-	  "accepted for compatibility: megac never runs code from a tokenizer folder" },
+	  "accepted for compatibility: megac never runs code from a tokenizer folder", true },
 	{ "--null-tokenizer-eod-id", FK_INT, F(null_tokenizer_eod_id), TOKPROGS, 0, "tokenizer", "-1", NULL,
 	  "ID", "NullTokenizer end-of-document id (default vocab_size - 1)" },
 	{ "--null-tokenizer-pad-id", FK_INT, F(null_tokenizer_pad_id), TOKPROGS, 0, "tokenizer", "-1", NULL,
@@ -70,7 +73,7 @@ const struct flag_def args_table[] = {
 	{ "--chat-template", FK_UNSUPPORTED, 0, TOKPROGS, 0, "tokenizer", NULL, NULL, "STR",
 	  "chat templates are not implemented yet" },
 	{ "--use-gigatoken", FK_BOOL, F(use_gigatoken), TOKPROGS, 0, "tokenizer", NULL, NULL, NULL,
-	  "accepted for compatibility: megac's tokenizers are native C, same ids" },
+	  "accepted for compatibility: megac's tokenizers are native C, same ids", true },
 
 	/* ---- preprocess_data ---- */
 	{ "--input", FK_STRS, F(input), PP, PP, "input data", NULL, NULL, "PATH",
@@ -82,9 +85,9 @@ const struct flag_def args_table[] = {
 	  "NLTK Punkt sentence splitting is not implemented; give documents as JSON lists of "
 	  "sentences instead (each list element becomes one sequence)" },
 	{ "--keep-newlines", FK_BOOL, F(keep_newlines), PP, 0, "input data", NULL, NULL, NULL,
-	  "only affects --split-sentences (accepted for compatibility)" },
+	  "only affects --split-sentences (accepted for compatibility)", true },
 	{ "--lang", FK_STR, F(lang), PP, 0, "input data", "english", NULL, "LANG",
-	  "only affects --split-sentences (accepted for compatibility)" },
+	  "only affects --split-sentences (accepted for compatibility)", true },
 	{ "--append-eod", FK_BOOL, F(append_eod), PP, 0, "tokenization process", NULL, NULL, NULL,
 	  "append the tokenizer's end-of-document id to every non-empty document" },
 	{ "--output-prefix", FK_STR, F(output_prefix), PP | MG, PP | MG, "output data", NULL, NULL, "PREFIX",
@@ -128,6 +131,9 @@ const struct flag_def args_table[] = {
 	{ "--num-query-groups", FK_INT, F(num_query_groups), TR, 0, "model", "1", NULL, "G", "key/value groups" },
 	{ "--max-position-embeddings", FK_INT, F(max_position_embeddings), TR, TR, "model", "-1", NULL, "N",
 	  "size of the learned position table (>= --seq-length)" },
+	{ "--no-position-embedding", FK_BOOL_NEG, F(add_position_embedding), TR, 0, "model", "true", NULL, NULL,
+	  "no learned position table: allowed only with --position-embedding-type rope, where it changes "
+	  "nothing (Megatron's deprecated spelling)" },
 	{ "--position-embedding-type", FK_STR, F(position_embedding_type), TR, 0, "model", "learned_absolute",
 	  "learned_absolute|rope", "TYPE", "position embedding" },
 	{ "--rotary-base", FK_INT, F(rotary_base), TR, 0, "model", "10000", NULL, "N", "RoPE theta" },
@@ -151,12 +157,12 @@ const struct flag_def args_table[] = {
 	  "exact erf GELU instead of the tanh approximation of the fused bias-GELU (which "
 	  "--disable-bias-linear also turns off, as in Megatron)" },
 	{ "--openai-gelu", FK_BOOL, F(openai_gelu), TR, 0, "model", NULL, NULL, NULL,
-	  "accepted and, as in Megatron, without effect" },
+	  "accepted and, as in Megatron, without effect", true },
 	{ "--attention-softmax-in-fp32", FK_BOOL, F(attention_softmax_in_fp32), TR, 0, "model", NULL, NULL, NULL,
-	  "accepted; megac always computes the softmax in fp32" },
+	  "accepted; megac always computes the softmax in fp32", true },
 	{ "--transformer-impl", FK_STR, F(transformer_impl), TR, 0, "model", "transformer_engine",
 	  "transformer_engine|local", "IMPL",
-	  "accepted; checkpoints always use the Transformer Engine names" },
+	  "accepted; checkpoints always use the Transformer Engine names", true },
 	{ "--apply-layernorm-1p", FK_UNSUPPORTED, 0, TR, 0, "model", NULL, NULL, NULL,
 	  "zero-centred norm weights are not implemented yet" },
 	{ "--qk-layernorm", FK_UNSUPPORTED, 0, TR, 0, "model", NULL, NULL, NULL, "QK layer norm is not implemented yet" },
@@ -215,7 +221,7 @@ const struct flag_def args_table[] = {
 	{ "--hysteresis", FK_INT, F(hysteresis), TR, 0, "mixed precision", "2", NULL, "N",
 	  "overflows tolerated before the scale halves" },
 	{ "--accumulate-allreduce-grads-in-fp32", FK_BOOL, F(accumulate_allreduce_grads_in_fp32), TR, 0,
-	  "mixed precision", NULL, NULL, NULL, "accepted; megac always accumulates gradients in fp32" },
+	  "mixed precision", NULL, NULL, NULL, "accepted; megac always accumulates gradients in fp32", true },
 
 	/* ---- activation recomputation ---- */
 	{ "--recompute-granularity", FK_STR, F(recompute_granularity), TR, 0, "recompute", NULL, "full|selective",
@@ -267,8 +273,12 @@ const struct flag_def args_table[] = {
 	  "WSD annealing samples" },
 	{ "--override-opt-param-scheduler", FK_BOOL, F(override_opt_param_scheduler), TR, 0, "learning rate",
 	  NULL, NULL, NULL, "on resume, take the schedule from the flags, not the checkpoint" },
+	{ "--override-opt_param-scheduler", FK_BOOL, F(override_opt_param_scheduler), TR, 0, "learning rate",
+	  NULL, NULL, NULL, "Megatron's older spelling of --override-opt-param-scheduler" },
 	{ "--use-checkpoint-opt-param-scheduler", FK_BOOL, F(use_checkpoint_opt_param_scheduler), TR, 0,
 	  "learning rate", NULL, NULL, NULL, "on resume, take the schedule from the checkpoint" },
+	{ "--use-checkpoint-opt_param-scheduler", FK_BOOL, F(use_checkpoint_opt_param_scheduler), TR, 0,
+	  "learning rate", NULL, NULL, NULL, "Megatron's older spelling of --use-checkpoint-opt-param-scheduler" },
 
 	/* ---- checkpointing ---- */
 	{ "--save", FK_STR, F(save), TR | PROG_CONVERT, PROG_CONVERT, "checkpointing", NULL, NULL, "DIR",
@@ -292,8 +302,11 @@ const struct flag_def args_table[] = {
 	  "load iteration N instead of the latest" },
 	{ "--exit-on-missing-checkpoint", FK_BOOL, F(exit_on_missing_checkpoint), TR, 0, "checkpointing", NULL,
 	  NULL, NULL, "fail when --load has no checkpoint (default: start from scratch with a warning)" },
-	{ "--ckpt-format", FK_STR, F(ckpt_format), TR, 0, "checkpointing", "torch_dist", "torch_dist|torch|hdf5",
-	  "FMT", "accepted; megac always writes its HDF5 format (docs/checkpoint-format.md)" },
+	{ "--ckpt-format", FK_STR, F(ckpt_format), TR, 0, "checkpointing", "hdf5",
+	  "torch|torch_dist|torch_dcp|fsdp_dtensor|hdf5", "FMT",
+	  "megac reads and writes its own HDF5 checkpoint (docs/checkpoint-format.md), also when the flag is "
+	  "not given (Megatron's default is torch_dist); naming one of Megatron's formats is refused until "
+	  "megac has them" },
 	{ "--exit-on-failed-save", FK_BOOL, F(exit_on_failed_save), TR, 0, "checkpointing", NULL, NULL, NULL,
 	  "(megac) stop when a save fails (default: log the error and train on; the last good checkpoint "
 	  "stays the latest)" },
@@ -355,15 +368,15 @@ const struct flag_def args_table[] = {
 
 	/* ---- speed-only Megatron options: accepted, results unchanged ---- */
 	{ "--use-flash-attn", FK_BOOL, F(perf_flag), TR, 0, "speed options (accepted)", NULL, NULL, NULL,
-	  "accepted; megac picks its own attention kernel" },
+	  "accepted; megac picks its own attention kernel", true },
 	{ "--no-masked-softmax-fusion", FK_BOOL, F(perf_flag), TR, 0, "speed options (accepted)", NULL, NULL, NULL,
-	  "accepted; no effect" },
+	  "accepted; no effect", true },
 	{ "--no-bias-dropout-fusion", FK_BOOL, F(perf_flag), TR, 0, "speed options (accepted)", NULL, NULL, NULL,
-	  "accepted; no effect" },
+	  "accepted; no effect", true },
 	{ "--no-gradient-accumulation-fusion", FK_BOOL, F(perf_flag), TR, 0, "speed options (accepted)", NULL,
-	  NULL, NULL, "accepted; no effect" },
+	  NULL, NULL, "accepted; no effect", true },
 	{ "--use-mcore-models", FK_BOOL, F(perf_flag), TR, 0, "speed options (accepted)", NULL, NULL, NULL,
-	  "accepted; megac's model is Megatron Core's" },
+	  "accepted; megac's model is Megatron Core's", true },
 	{ "--local-rank", FK_INT, F(local_rank), TR, 0, "distributed", "-1", NULL, "N",
 	  "this process's rank on its node, which picks its GPU (local rank mod visible GPUs); default: the "
 	  "launcher's LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID or MPI_LOCALRANKID, else 0" },
@@ -525,7 +538,7 @@ const struct flag_def args_table[] = {
 	  "allgather", "allgather|alltoall", "T", "how tokens reach the experts of other expert-parallel ranks (megac "
 	  "sends each rank only the rows routed to its experts, all-to-all, for both: the same numbers)" },
 	{ "--moe-grouped-gemm", FK_BOOL, F(perf_flag), TR, 0, "mixture of experts", NULL, NULL, NULL,
-	  "accepted: megac runs the experts one GEMM each" },
+	  "accepted: megac runs the experts one GEMM each", true },
 	{ "--moe-router-dtype", FK_STR, F(moe_router_dtype), TR, 0, "mixture of experts", NULL, "fp32|fp64", "D",
 	  "accepted for fp32 training (megac routes in fp32 and double); with --bf16 the router logits are bf16" },
 	{ "--moe-router-topk-scaling-factor", FK_UNSUPPORTED, 0, TR, 0, "mixture of experts", NULL, NULL, "F",

@@ -14,6 +14,7 @@
 #include "xalloc.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,29 +46,86 @@ size_t edit_distance(const char *a, const char *b)
 	return d;
 }
 
-static int parse_int(const char *flag, const char *s, int64_t *out)
+/*
+ * The problems of one command line, collected so that a user fixes them all
+ * in one edit: each is one line; refusals of Megatron flags are kept apart
+ * and grouped by reason at the end.
+ */
+struct problems {
+	struct sbuf sb;
+	int n;
+	const char *refused[1024]; /* names of refused flags, in order given */
+	const char *why[1024];     /* their reasons (pointers shared within a feature) */
+	int nrefused;
+};
+
+static int problem(struct problems *P, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int problem(struct problems *P, const char *fmt, ...)
+{
+	char buf[2048];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	sbuf_addf(&P->sb, "%s%s", P->n ? "\n  " : "", buf);
+	P->n++;
+	return -1;
+}
+
+static void refuse(struct problems *P, const char *name, const char *why)
+{
+	for (int i = 0; i < P->nrefused; i++)
+		if (!strcmp(P->refused[i], name))
+			return;
+	if (P->nrefused < (int)(sizeof(P->refused) / sizeof(P->refused[0]))) {
+		P->refused[P->nrefused] = name;
+		P->why[P->nrefused++] = why;
+	}
+}
+
+/* Megatron's Python ints are unbounded; megac's counts and sizes are C ints
+ * (sizes and products of them are checked where they are used), so an
+ * integer flag is refused outside the 32-bit range unless it counts samples,
+ * bytes or other quantities that may pass 2^31. */
+static const char *const int64_flags[] = {
+	"--train-samples", "--lr-decay-samples", "--lr-warmup-samples", "--lr-wsd-decay-samples",
+	"--max-body-bytes", "--ddp-bucket-size", "--document", "--max-documents", "--seed",
+};
+
+static bool int64_flag(const char *flag)
+{
+	for (size_t i = 0; i < sizeof(int64_flags) / sizeof(int64_flags[0]); i++)
+		if (!strcmp(int64_flags[i], flag))
+			return true;
+	return false;
+}
+
+static int parse_int(struct problems *P, const char *flag, const char *s, int64_t *out)
 {
 	char *end;
 	errno = 0;
 	long long v = strtoll(s, &end, 10);
-	if (!*s || *end || errno)
-		return error("%s: expected an integer, got '%s'", flag, s);
+	if (!*s || *end || (errno && errno != ERANGE))
+		return problem(P, "%s: expected an integer, got '%s'", flag, s);
+	if (errno == ERANGE || (!int64_flag(flag) && (v > INT32_MAX || v < INT32_MIN)))
+		return problem(P, "%s: %s is out of range (at most %lld)", flag, s,
+			       int64_flag(flag) ? (long long)INT64_MAX : (long long)INT32_MAX);
 	*out = v;
 	return 0;
 }
 
-static int parse_float(const char *flag, const char *s, double *out)
+static int parse_float(struct problems *P, const char *flag, const char *s, double *out)
 {
 	char *end;
 	errno = 0;
 	double v = strtod(s, &end);
 	if (!*s || *end || errno || !isfinite(v))
-		return error("%s: expected a number, got '%s'", flag, s);
+		return problem(P, "%s: expected a number, got '%s'", flag, s);
 	*out = v;
 	return 0;
 }
 
-static int check_choice(const struct flag_def *d, const char *v)
+static int check_choice(struct problems *P, const struct flag_def *d, const char *v)
 {
 	if (!d->choices)
 		return 0;
@@ -93,10 +151,10 @@ static int check_choice(const struct flag_def *d, const char *v)
 	for (const char *p = d->choices; *p; p++)
 		sbuf_addstr(&sb, *p == '|' ? ", " : (char[]){ *p, 0 });
 	if (best && bestd <= 3)
-		error("%s: invalid choice '%s' (did you mean '%.*s'?); choose from %s", d->name, v,
-		      (int)bestlen, best, sb.buf);
+		problem(P, "%s: invalid choice '%s' (did you mean '%.*s'?); choose from %s", d->name, v,
+			(int)bestlen, best, sb.buf);
 	else
-		error("%s: invalid choice '%s'; choose from %s", d->name, v, sb.buf);
+		problem(P, "%s: invalid choice '%s'; choose from %s", d->name, v, sb.buf);
 	sbuf_release(&sb);
 	return -1;
 }
@@ -118,7 +176,7 @@ static void free_intlist(struct intlist *l)
 }
 
 /* Store the values vals[0..n) into the field of d. */
-static int set_value(struct args *a, const struct flag_def *d, char **vals, int n)
+static int set_value(struct problems *P, struct args *a, const struct flag_def *d, char **vals, int n)
 {
 	switch (d->kind) {
 	case FK_BOOL:
@@ -128,11 +186,11 @@ static int set_value(struct args *a, const struct flag_def *d, char **vals, int 
 		*FIELD(a, d, bool) = false;
 		return 0;
 	case FK_INT:
-		return parse_int(d->name, vals[0], FIELD(a, d, int64_t));
+		return parse_int(P, d->name, vals[0], FIELD(a, d, int64_t));
 	case FK_FLOAT:
-		return parse_float(d->name, vals[0], FIELD(a, d, double));
+		return parse_float(P, d->name, vals[0], FIELD(a, d, double));
 	case FK_STR: {
-		if (check_choice(d, vals[0]) < 0)
+		if (check_choice(P, d, vals[0]) < 0)
 			return -1;
 		char **f = FIELD(a, d, char *);
 		free(*f);
@@ -144,7 +202,7 @@ static int set_value(struct args *a, const struct flag_def *d, char **vals, int 
 		strlist_free(l);
 		l->v = xcalloc((size_t)n, sizeof(char *));
 		for (int i = 0; i < n; i++) {
-			if (check_choice(d, vals[i]) < 0)
+			if (check_choice(P, d, vals[i]) < 0)
 				return -1;
 			l->v[l->n++] = xstrdup(vals[i]);
 		}
@@ -155,7 +213,7 @@ static int set_value(struct args *a, const struct flag_def *d, char **vals, int 
 		free_intlist(l);
 		l->v = xcalloc((size_t)n, sizeof(int64_t));
 		for (int i = 0; i < n; i++) {
-			if (parse_int(d->name, vals[i], &l->v[i]) < 0)
+			if (parse_int(P, d->name, vals[i], &l->v[i]) < 0)
 				return -1;
 			l->n++;
 		}
@@ -199,8 +257,9 @@ static void set_default(struct args *a, const struct flag_def *d)
 	int n = 0;
 	for (char *save = NULL, *w = strtok_r(copy, " ", &save); w && n < 64; w = strtok_r(NULL, " ", &save))
 		words[n++] = w;
-	if (set_value(a, d, words, n) < 0)
-		BUG("bad default '%s' for %s", d->def, d->name);
+	struct problems P = { SBUF_INIT, 0, { 0 }, { 0 }, 0 };
+	if (set_value(&P, a, d, words, n) < 0)
+		BUG("bad default '%s' for %s: %s", d->def, d->name, P.sb.buf);
 	free(copy);
 }
 
@@ -237,7 +296,7 @@ static const char *prog_name_of(unsigned progs)
 	return "another program";
 }
 
-static int unknown_flag(const struct prog_info *p, const char *arg, size_t len)
+static void unknown_flag(struct problems *P, const struct prog_info *p, const char *arg, size_t len)
 {
 	char *name = xstrndup(arg, len);
 	const struct flag_def *best = NULL;
@@ -254,54 +313,156 @@ static int unknown_flag(const struct prog_info *p, const char *arg, size_t len)
 	}
 	size_t limit = len / 3 > 3 ? len / 3 : 3;
 	if (best && bestd <= limit)
-		error("unknown flag '%s'; did you mean '%s'? (%s --help lists every flag)", name, best->name,
-		      p->name);
+		problem(P, "unknown flag '%s'; did you mean '%s'?", name, best->name);
 	else
-		error("unknown flag '%s' (%s --help lists every flag)", name, p->name);
+		problem(P, "unknown flag '%s'", name);
 	free(name);
-	return -1;
 }
 
 static void init_defaults(struct args *a)
 {
 	if (args_table_len > sizeof(a->given))
 		BUG("args_table has %zu rows, given[] holds %zu", args_table_len, sizeof(a->given));
+	if (megatron_flags_len > sizeof(a->given_megatron))
+		BUG("megatron_flags has %zu rows, given_megatron[] holds %zu", megatron_flags_len,
+		    sizeof(a->given_megatron));
 	memset(a, 0, sizeof(*a));
 	for (size_t i = 0; i < args_table_len; i++)
 		set_default(a, &args_table[i]);
 }
 
+/* Megatron's training flags apply to train and to the programs that take
+ * train's command line (report_memory; build_gpt_index ignores them). */
+static const struct megatron_flag *find_megatron_flag(const char *name, size_t len)
+{
+	for (size_t i = 0; i < megatron_flags_len; i++)
+		if (strlen(megatron_flags[i].name) == len && !strncmp(megatron_flags[i].name, name, len))
+			return &megatron_flags[i];
+	return NULL;
+}
+
+/* Values megac's row accepts for Megatron's sake but refuses to act on. */
+static const struct {
+	const char *flag, *megac_value, *why;
+} refused_values[] = {
+	{ "--ckpt-format", "hdf5",
+	  "Megatron's checkpoint formats are not in megac yet: megac reads and writes its own HDF5 checkpoint "
+	  "(docs/checkpoint-format.md), which it uses when --ckpt-format is not given" },
+};
+
+/* How many of argv[i+1..] are values of a flag taking `arity` of them. */
+static int count_values(int argc, char **argv, int i, int arity)
+{
+	int max = arity >= 0 ? arity : argc - i - 1;
+	if (max > argc - i - 1)
+		max = argc - i - 1;
+	int n = 0;
+	/* a value may start with '-' (a negative number, '-' for stdin) but not '--x' */
+	while (n < max && !(argv[i + 1 + n][0] == '-' && argv[i + 1 + n][1] == '-' && argv[i + 1 + n][2]))
+		n++;
+	return n;
+}
+
+/* One message for everything wrong with the command line; returns -1. */
+static int report(struct problems *P, const struct prog_info *p)
+{
+	/* refusals grouped by reason, in the order first given */
+	for (int i = 0; i < P->nrefused; i++) {
+		if (!P->why[i])
+			continue;
+		struct sbuf names = SBUF_INIT;
+		int n = 0;
+		const char *why = P->why[i];
+		for (int j = i; j < P->nrefused; j++) {
+			if (P->why[j] != why)
+				continue;
+			sbuf_addf(&names, "%s%s", n ? ", " : "", P->refused[j]);
+			P->why[j] = NULL;
+			n++;
+		}
+		problem(P, "%s %s that megac does not support: %s", names.buf,
+			n > 1 ? "are Megatron flags" : "is a Megatron flag", why);
+		sbuf_release(&names);
+	}
+	if (P->n == 1)
+		error("%s (%s --help lists every flag)", P->sb.buf, p->name);
+	else
+		error("the command line has %d problems (%s --help lists every flag):\n  %s", P->n, p->name,
+		      P->sb.buf);
+	sbuf_release(&P->sb);
+	return -1;
+}
+
 int args_parse(struct args *a, const struct prog_info *p, int argc, char **argv)
 {
 	init_defaults(a);
+	struct problems *P = xcalloc(1, sizeof(*P));
+	P->sb = (struct sbuf)SBUF_INIT;
+	bool megatron_prog = (p->id | p->ignore) & (PROG_TRAIN | PROG_MEMCALC);
+	bool megatron_ignored = !(p->id & (PROG_TRAIN | PROG_MEMCALC));
 	for (int i = 1; i < argc; i++) {
 		const char *arg = argv[i];
 		if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
 			args_help(p, stdout);
+			sbuf_release(&P->sb);
+			free(P);
 			return 1;
 		}
-		if (strncmp(arg, "--", 2) || !arg[2])
-			return error("unexpected argument '%s' (every value follows a --flag; %s --help lists them)",
-				     arg, p->name);
+		if (strncmp(arg, "--", 2) || !arg[2]) {
+			problem(P, "unexpected argument '%s' (every value follows a --flag)", arg);
+			continue;
+		}
 		const char *eq = strchr(arg, '=');
 		size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
 		const struct flag_def *other;
 		const struct flag_def *d = find_flag(p, arg, len, &other);
-		if (!d) {
-			if (other)
-				return error("flag '%.*s' belongs to %s; %s does not take it", (int)len, arg,
-					     prog_name_of(other->progs), p->name);
-			return unknown_flag(p, arg, len);
+		const struct megatron_flag *m = d || !megatron_prog ? NULL : find_megatron_flag(arg, len);
+		if (m) {
+			int n = eq ? 1 : count_values(argc, argv, i, m->arity);
+			if (!eq)
+				i += n;
+			if (megatron_ignored)
+				continue;
+			if (m->arity == 0 && eq)
+				problem(P, "%s takes no value (got '%s')", m->name, eq + 1);
+			else if (!eq && m->arity != 0 && m->arity != MF_LIST0 && n < (m->arity > 0 ? m->arity : 1))
+				problem(P, "%s needs %s", m->name,
+					m->arity == MF_LIST ? "one or more values" :
+					m->arity == 1 ? "a value" : "more values");
+			else if (m->status == MF_REFUSED)
+				refuse(P, m->name, m->why);
+			else
+				a->given_megatron[m - megatron_flags] = 1;
+			continue;
 		}
-		if (d->kind == FK_UNSUPPORTED)
-			return error("%s is a Megatron flag that megac does not support: %s", d->name, d->help);
+		if (!d) {
+			/* step over its values, so they do not read as stray arguments */
+			if (!eq)
+				i += count_values(argc, argv, i, other && !takes_value(other) ? 0 : 1);
+			if (other)
+				problem(P, "flag '%.*s' belongs to %s; %s does not take it", (int)len, arg,
+					prog_name_of(other->progs), p->name);
+			else if (megatron_prog || !find_megatron_flag(arg, len))
+				unknown_flag(P, p, arg, len);
+			else
+				problem(P, "%.*s is a flag of Megatron's training; %s does not take it", (int)len, arg,
+					p->name);
+			continue;
+		}
+		if (d->kind == FK_UNSUPPORTED) {
+			if (!eq)
+				i += count_values(argc, argv, i, d->metavar ? 1 : 0);
+			refuse(P, d->name, d->help);
+			continue;
+		}
 		a->given[d - args_table] = 1;
 		if (!(d->progs & p->id))
 			a->ignored[d - args_table] = 1;
 		if (!takes_value(d)) {
 			if (eq)
-				return error("%s takes no value (got '%s')", d->name, eq + 1);
-			set_value(a, d, NULL, 0);
+				problem(P, "%s takes no value (got '%s')", d->name, eq + 1);
+			else
+				set_value(P, a, d, NULL, 0);
 			continue;
 		}
 		char *one[1];
@@ -313,26 +474,31 @@ int args_parse(struct args *a, const struct prog_info *p, int argc, char **argv)
 			n = 1;
 		} else {
 			vals = &argv[i + 1];
-			n = 0;
-			int max = is_list(d) ? argc - i - 1 : (i + 1 < argc ? 1 : 0);
-			/* a value may start with '-' (a negative number, '-' for stdin) but not '--x' */
-			while (n < max && !(vals[n][0] == '-' && vals[n][1] == '-' && vals[n][2]))
-				n++;
+			n = count_values(argc, argv, i, is_list(d) ? MF_LIST : 1);
 			i += n;
 		}
-		if (n == 0)
-			return error("%s needs %s", d->name,
-				     is_list(d) ? "one or more values" : "a value");
-		if (set_value(a, d, vals, n) < 0)
-			return -1;
+		if (n == 0) {
+			problem(P, "%s needs %s", d->name, is_list(d) ? "one or more values" : "a value");
+			continue;
+		}
+		if (set_value(P, a, d, vals, n) < 0)
+			continue;
+		for (size_t k = 0; k < sizeof(refused_values) / sizeof(refused_values[0]); k++)
+			if (!strcmp(refused_values[k].flag, d->name) && (p->id & (PROG_TRAIN | PROG_MEMCALC)) &&
+			    strcmp(*FIELD(a, d, char *), refused_values[k].megac_value)) {
+				problem(P, "%s %s: %s", d->name, *FIELD(a, d, char *), refused_values[k].why);
+			}
 	}
 	for (size_t i = 0; i < args_table_len; i++) {
 		const struct flag_def *d = &args_table[i];
 		if ((d->required & p->id) && (d->progs & p->id) && !a->given[i])
-			return error("missing required flag %s%s%s (%s --help lists every flag)", d->name,
-				     d->metavar ? " " : "", d->metavar ? d->metavar : "", p->name);
+			problem(P, "missing required flag %s%s%s", d->name, d->metavar ? " " : "",
+				d->metavar ? d->metavar : "");
 	}
-	return 0;
+	int r = P->n || P->nrefused ? report(P, p) : 0;
+	sbuf_release(&P->sb);
+	free(P);
+	return r;
 }
 
 /* The flags given that this program ignores, as one string (caller frees), or NULL. */
@@ -342,6 +508,18 @@ char *args_ignored(const struct args *a)
 	for (size_t i = 0; i < args_table_len; i++)
 		if (a->ignored[i])
 			sbuf_addf(&sb, "%s%s", sb.len ? " " : "", args_table[i].name);
+	return sb.len ? sbuf_detach(&sb, NULL) : NULL;
+}
+
+char *args_no_effect(const struct args *a)
+{
+	struct sbuf sb = SBUF_INIT;
+	for (size_t i = 0; i < args_table_len; i++)
+		if (a->given[i] && args_table[i].no_effect)
+			sbuf_addf(&sb, "%s%s", sb.len ? " " : "", args_table[i].name);
+	for (size_t i = 0; i < megatron_flags_len; i++)
+		if (a->given_megatron[i])
+			sbuf_addf(&sb, "%s%s", sb.len ? " " : "", megatron_flags[i].name);
 	return sb.len ? sbuf_detach(&sb, NULL) : NULL;
 }
 
@@ -423,11 +601,30 @@ void args_free(struct args *a)
 	}
 }
 
+/* This process's rank as the launcher numbered it (mpirun, srun), before
+ * MPI is up: only the first says the start-up lines of the flags. */
+static bool first_rank(void)
+{
+	static const char *const vars[] = { "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID" };
+	for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
+		const char *v = getenv(vars[i]);
+		if (v && *v)
+			return atoi(v) == 0;
+	}
+	return true;
+}
+
 int prog_main(int argc, char **argv, const struct prog_info *p, int (*cmd)(const struct args *a))
 {
 	struct args a;
 	log_init(argv[0], 0, 1);
 	int r = args_parse(&a, p, argc, argv);
+	if (r == 0 && first_rank()) {
+		char *none = args_no_effect(&a);
+		if (none)
+			info("accepted, no effect in megac: %s (docs/flags.md says why)", none);
+		free(none);
+	}
 	if (r == 0)
 		r = cmd(&a);
 	args_free(&a);

@@ -981,7 +981,14 @@ static int megac_to_megac(const struct args *a)
 	 * TP (or divisor) given, train's rule; otherwise the source's */
 	int new_vp = c.Vp;
 	if (args_given(a, "--target-tensor-parallel-size") || args_given(a, "--make-vocab-size-divisible-by"))
-		new_vp = (int)gpt_padded_vocab(c.V, a->make_vocab_size_divisible_by, tp);
+	{
+		int64_t vp = gpt_padded_vocab(c.V, a->make_vocab_size_divisible_by, tp);
+		if (vp < 0) {
+			ckpt_close(r);
+			return -1;
+		}
+		new_vp = (int)vp;
+	}
 	if (new_vp != c.Vp)
 		warning("the vocabulary is padded to %d rows instead of %d (%s x TP %d); the padding rows take part in "
 			"the softmax, so the losses of training on differ slightly from the source's (pass the source's "

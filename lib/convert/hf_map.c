@@ -613,7 +613,10 @@ int hf_config_read(const char *path, int64_t divisible_by, int64_t tp, struct gp
 	if (r.failed)
 		return -1;
 	c->S = c->P;
-	c->Vp = (int)gpt_padded_vocab(c->V, divisible_by, tp);
+	int64_t vp = gpt_padded_vocab(c->V, divisible_by, tp);
+	if (vp < 0)
+		return -1;
+	c->Vp = (int)vp;
 	c->recompute = GPT_RECOMPUTE_NONE;
 	return 0;
 }

@@ -10,10 +10,17 @@
 
 int64_t gpt_padded_vocab(int64_t vocab, int64_t divisible_by, int64_t tp)
 {
-	int64_t multiple = divisible_by * tp;
+	int64_t multiple, padded;
+	if (__builtin_mul_overflow(divisible_by, tp, &multiple))
+		multiple = INT64_MAX;
 	if (multiple <= 0)
 		return vocab;
-	return (vocab + multiple - 1) / multiple * multiple;
+	padded = (vocab + multiple - 1) / multiple;
+	if (vocab > INT32_MAX || __builtin_mul_overflow(padded, multiple, &padded) || padded > INT32_MAX)
+		return error("the vocabulary of %lld tokens padded to a multiple of %lld (--make-vocab-size-divisible-"
+			     "by %lld x tensor-parallel size %lld) does not fit in 32 bits", (long long)vocab,
+			     (long long)multiple, (long long)divisible_by, (long long)tp);
+	return padded;
 }
 
 int gpt_moe_pattern(const char *spec, int64_t L, unsigned char *out)
@@ -155,6 +162,9 @@ int gpt_config_from_args(struct gpt_config *c, const struct args *a, int64_t voc
 		return error("--seq-length must be at least 1");
 	c->S = (int)a->seq_length;
 	c->rope = !strcmp(a->position_embedding_type, "rope");
+	if (!a->add_position_embedding && !c->rope) /* Megatron refuses it the same way */
+		return error("--no-position-embedding is deprecated and allowed only with --position-embedding-type "
+			     "rope; give --position-embedding-type rope instead");
 	if (a->max_position_embeddings < c->S) /* Megatron asserts this for every position type */
 		return error("--max-position-embeddings %lld is smaller than --seq-length %d",
 			     (long long)a->max_position_embeddings, c->S);
@@ -215,8 +225,11 @@ int gpt_config_from_args(struct gpt_config *c, const struct args *a, int64_t voc
 				     (long long)a->padded_vocab_size, (long long)vocab_size);
 		c->Vp = (int)a->padded_vocab_size;
 	} else if (a->pad_vocab_size) {
-		c->Vp = (int)gpt_padded_vocab(vocab_size, a->make_vocab_size_divisible_by,
+		int64_t vp = gpt_padded_vocab(vocab_size, a->make_vocab_size_divisible_by,
 					      a->tensor_model_parallel_size);
+		if (vp < 0)
+			return -1;
+		c->Vp = (int)vp;
 	} else {
 		c->Vp = (int)vocab_size;
 	}

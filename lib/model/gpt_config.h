@@ -66,7 +66,8 @@ int gpt_config_from_args(struct gpt_config *c, const struct args *a, int64_t voc
  * list such as [1,0,1,0] of L entries. error() and -1 on bad text. */
 int gpt_moe_pattern(const char *spec, int64_t L, unsigned char *out);
 
-/* Megatron's padded vocabulary (make_vocab_size_divisible_by x TP). */
+/* Megatron's padded vocabulary (make_vocab_size_divisible_by x TP);
+ * error() and -1 when it does not fit a C int. */
 int64_t gpt_padded_vocab(int64_t vocab, int64_t divisible_by, int64_t tp);
 
 /* Parameters in the model (counting a tied embedding once). */
