@@ -321,6 +321,16 @@ struct flag_def {
 extern const struct flag_def args_table[];
 extern const size_t args_table_len;
 
+/* A row whose choices hold Megatron's values, some of which megac refuses. */
+struct refused_value {
+	const char *flag;
+	const char *megac;    /* the values megac implements, "a|b" */
+	const char *why;
+};
+
+extern const struct refused_value args_refused_values[];
+extern const size_t args_refused_values_len;
+
 /* A flag of Megatron's training parser that args_table does not implement
  * (args_megatron.c says what each status means). */
 enum megatron_flag_status {

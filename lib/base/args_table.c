@@ -135,7 +135,8 @@ const struct flag_def args_table[] = {
 	  "no learned position table: allowed only with --position-embedding-type rope, where it changes "
 	  "nothing (Megatron's deprecated spelling)" },
 	{ "--position-embedding-type", FK_STR, F(position_embedding_type), TR, 0, "model", "learned_absolute",
-	  "learned_absolute|rope", "TYPE", "position embedding" },
+	  "learned_absolute|rope|yarn|mrope|relative|none", "TYPE",
+	  "position embedding: learned_absolute or rope (Megatron's other types are refused)" },
 	{ "--rotary-base", FK_INT, F(rotary_base), TR, 0, "model", "10000", NULL, "N", "RoPE theta" },
 	{ "--rotary-percent", FK_FLOAT, F(rotary_percent), TR, 0, "model", "1.0", NULL, "P",
 	  "fraction of the head dimension rotated" },
@@ -161,7 +162,7 @@ const struct flag_def args_table[] = {
 	{ "--attention-softmax-in-fp32", FK_BOOL, F(attention_softmax_in_fp32), TR, 0, "model", NULL, NULL, NULL,
 	  "accepted; megac always computes the softmax in fp32", true },
 	{ "--transformer-impl", FK_STR, F(transformer_impl), TR, 0, "model", "transformer_engine",
-	  "transformer_engine|local", "IMPL",
+	  "transformer_engine|local|inference_optimized", "IMPL",
 	  "accepted; checkpoints always use the Transformer Engine names", true },
 	{ "--apply-layernorm-1p", FK_UNSUPPORTED, 0, TR, 0, "model", NULL, NULL, NULL,
 	  "zero-centred norm weights are not implemented yet" },
@@ -234,8 +235,10 @@ const struct flag_def args_table[] = {
 	  "same as --recompute-granularity selective" },
 
 	/* ---- optimizer and learning rate ---- */
-	{ "--optimizer", FK_STR, F(optimizer), TR, 0, "optimizer", "adam", "adam", "OPT",
-	  "Adam with decoupled weight decay (AdamW), as Megatron's 'adam'" },
+	{ "--optimizer", FK_STR, F(optimizer), TR, 0, "optimizer", "adam",
+	  "adam|sgd|muon|dist_muon|lion|soap|adaptive_muon", "OPT",
+	  "Adam with decoupled weight decay (AdamW), as Megatron's 'adam' (Megatron's other optimizers are "
+	  "refused)" },
 	{ "--lr", FK_FLOAT, F(lr), TR, 0, "optimizer", "-1", NULL, "LR", "peak learning rate" },
 	{ "--min-lr", FK_FLOAT, F(min_lr), TR, 0, "optimizer", "0.0", NULL, "LR", "learning-rate floor" },
 	{ "--adam-beta1", FK_FLOAT, F(adam_beta1), TR, 0, "optimizer", "0.9", NULL, "B", "Adam beta1" },
@@ -515,12 +518,12 @@ const struct flag_def args_table[] = {
 	{ "--moe-layer-freq", FK_STR, F(moe_layer_freq), TR, 0, "mixture of experts", "1", NULL, "Q",
 	  "MoE layer pattern: every Q-th layer (0, Q, 2Q...), or a list such as [1,0,1,0] (1 = MoE)" },
 	{ "--moe-router-score-function", FK_STR, F(moe_router_score_function), TR, 0, "mixture of experts",
-	  "softmax", "softmax|sigmoid", "F", "router scores: softmax over the top-k (or over all with "
+	  "softmax", "softmax|sigmoid|sqrtsoftplus", "F", "router scores: softmax over the top-k (or over all with "
 	  "--moe-router-pre-softmax), or sigmoid normalised over the top-k" },
 	{ "--moe-router-pre-softmax", FK_BOOL, F(moe_router_pre_softmax), TR, 0, "mixture of experts", NULL, NULL,
 	  NULL, "softmax over all experts before the top-k" },
 	{ "--moe-router-load-balancing-type", FK_STR, F(moe_router_load_balancing_type), TR, 0,
-	  "mixture of experts", "aux_loss", NULL, "T",
+	  "mixture of experts", "aux_loss", "aux_loss|seq_aux_loss|global_aux_loss|sinkhorn|quantile_balancing|none", "T",
 	  "aux_loss (over the micro-batch), seq_aux_loss (per sequence) or none" },
 	{ "--moe-aux-loss-coeff", FK_FLOAT, F(moe_aux_loss_coeff), TR, 0, "mixture of experts", "0", NULL, "C",
 	  "weight of the load-balancing loss (0: none)" },
@@ -535,7 +538,7 @@ const struct flag_def args_table[] = {
 	  "mixture of experts", NULL, NULL, NULL, "Megatron pads each expert's input to the capacity with "
 	  "zero-weight tokens; megac runs the same numbers without the padding rows" },
 	{ "--moe-token-dispatcher-type", FK_STR, F(moe_token_dispatcher_type), TR, 0, "mixture of experts",
-	  "allgather", "allgather|alltoall", "T", "how tokens reach the experts of other expert-parallel ranks (megac "
+	  "allgather", "allgather|alltoall|flex", "T", "how tokens reach the experts of other expert-parallel ranks (megac "
 	  "sends each rank only the rows routed to its experts, all-to-all, for both: the same numbers)" },
 	{ "--moe-grouped-gemm", FK_BOOL, F(perf_flag), TR, 0, "mixture of experts", NULL, NULL, NULL,
 	  "accepted: megac runs the experts one GEMM each", true },
@@ -572,3 +575,27 @@ const struct flag_def args_table[] = {
 };
 
 const size_t args_table_len = sizeof(args_table) / sizeof(args_table[0]);
+
+/* Values of Megatron's that megac's rows accept as choices but do not
+ * implement: refused by name with the reason, like the flags of
+ * args_megatron.c. */
+const struct refused_value args_refused_values[] = {
+	{ "--ckpt-format", "hdf5",
+	  "Megatron's checkpoint formats are not in megac yet: megac reads and writes its own HDF5 checkpoint "
+	  "(docs/checkpoint-format.md), which it uses when --ckpt-format is not given" },
+	{ "--tokenizer-type", "GPT2BPETokenizer|HuggingFaceTokenizer|NullTokenizer",
+	  "megac's tokenizers are GPT2BPETokenizer, HuggingFaceTokenizer and NullTokenizer; SentencePiece, "
+	  "TikToken, BERT, multimodal and SFT tokenizers are not in megac yet (the model's Hugging Face "
+	  "tokenizer.json works with HuggingFaceTokenizer)" },
+	{ "--position-embedding-type", "learned_absolute|rope",
+	  "megac has learned absolute positions and plain RoPE; YaRN, mRoPE, relative and no position "
+	  "embedding are not in megac yet" },
+	{ "--optimizer", "adam", "megac's optimizer is Adam (AdamW) only" },
+	{ "--moe-router-load-balancing-type", "aux_loss|seq_aux_loss|none",
+	  "global_aux_loss, sinkhorn and quantile balancing are not in megac yet" },
+	{ "--moe-router-score-function", "softmax|sigmoid", "the sqrtsoftplus router score is not in megac yet" },
+	{ "--moe-token-dispatcher-type", "allgather|alltoall",
+	  "the flex dispatcher (DeepEP/HybridEP) is not in megac yet; use alltoall (the same numbers)" },
+};
+
+const size_t args_refused_values_len = sizeof(args_refused_values) / sizeof(args_refused_values[0]);

@@ -57,6 +57,8 @@ struct problems {
 	const char *refused[1024]; /* names of refused flags, in order given */
 	const char *why[1024];     /* their reasons (pointers shared within a feature) */
 	int nrefused;
+	char *owned[16];           /* labels made for refused values ("--x value") */
+	int nowned;
 };
 
 static int problem(struct problems *P, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -74,6 +76,8 @@ static int problem(struct problems *P, const char *fmt, ...)
 
 static void refuse(struct problems *P, const char *name, const char *why)
 {
+	if (!why)
+		return;
 	for (int i = 0; i < P->nrefused; i++)
 		if (!strcmp(P->refused[i], name))
 			return;
@@ -257,7 +261,7 @@ static void set_default(struct args *a, const struct flag_def *d)
 	int n = 0;
 	for (char *save = NULL, *w = strtok_r(copy, " ", &save); w && n < 64; w = strtok_r(NULL, " ", &save))
 		words[n++] = w;
-	struct problems P = { SBUF_INIT, 0, { 0 }, { 0 }, 0 };
+	struct problems P = { .sb = SBUF_INIT };
 	if (set_value(&P, a, d, words, n) < 0)
 		BUG("bad default '%s' for %s: %s", d->def, d->name, P.sb.buf);
 	free(copy);
@@ -341,14 +345,34 @@ static const struct megatron_flag *find_megatron_flag(const char *name, size_t l
 	return NULL;
 }
 
-/* Values megac's row accepts for Megatron's sake but refuses to act on. */
-static const struct {
-	const char *flag, *megac_value, *why;
-} refused_values[] = {
-	{ "--ckpt-format", "hdf5",
-	  "Megatron's checkpoint formats are not in megac yet: megac reads and writes its own HDF5 checkpoint "
-	  "(docs/checkpoint-format.md), which it uses when --ckpt-format is not given" },
-};
+static bool in_choices(const char *choices, const char *v)
+{
+	size_t n = strlen(v);
+	for (const char *c = choices; *c;) {
+		const char *bar = strchr(c, '|');
+		size_t len = bar ? (size_t)(bar - c) : strlen(c);
+		if (len == n && !strncmp(c, v, n))
+			return true;
+		c += len + (bar ? 1 : 0);
+	}
+	return false;
+}
+
+/* "--position-embedding-type yarn": a Megatron value megac does not have. */
+static void refuse_value(struct problems *P, const char *flag, const char *v)
+{
+	for (size_t k = 0; k < args_refused_values_len; k++) {
+		const struct refused_value *r = &args_refused_values[k];
+		if (strcmp(r->flag, flag) || in_choices(r->megac, v))
+			continue;
+		if (P->nowned < (int)(sizeof(P->owned) / sizeof(P->owned[0]))) {
+			char *label = xmalloc(strlen(flag) + strlen(v) + 2);
+			sprintf(label, "%s %s", flag, v);
+			P->owned[P->nowned++] = label;
+			refuse(P, label, r->why);
+		}
+	}
+}
 
 /* How many of argv[i+1..] are values of a flag taking `arity` of them. */
 static int count_values(int argc, char **argv, int i, int arity)
@@ -380,8 +404,12 @@ static int report(struct problems *P, const struct prog_info *p)
 			P->why[j] = NULL;
 			n++;
 		}
-		problem(P, "%s %s that megac does not support: %s", names.buf,
-			n > 1 ? "are Megatron flags" : "is a Megatron flag", why);
+		bool values = strchr(names.buf, ' ') && !strchr(names.buf, ',');
+		if (values)
+			problem(P, "%s: %s", names.buf, why);
+		else
+			problem(P, "%s %s that megac does not support: %s", names.buf,
+				n > 1 ? "are Megatron flags" : "is a Megatron flag", why);
 		sbuf_release(&names);
 	}
 	if (P->n == 1)
@@ -483,11 +511,8 @@ int args_parse(struct args *a, const struct prog_info *p, int argc, char **argv)
 		}
 		if (set_value(P, a, d, vals, n) < 0)
 			continue;
-		for (size_t k = 0; k < sizeof(refused_values) / sizeof(refused_values[0]); k++)
-			if (!strcmp(refused_values[k].flag, d->name) && (p->id & (PROG_TRAIN | PROG_MEMCALC)) &&
-			    strcmp(*FIELD(a, d, char *), refused_values[k].megac_value)) {
-				problem(P, "%s %s: %s", d->name, *FIELD(a, d, char *), refused_values[k].why);
-			}
+		if (d->kind == FK_STR && (d->progs & p->id))
+			refuse_value(P, d->name, *FIELD(a, d, char *));
 	}
 	for (size_t i = 0; i < args_table_len; i++) {
 		const struct flag_def *d = &args_table[i];
@@ -497,6 +522,8 @@ int args_parse(struct args *a, const struct prog_info *p, int argc, char **argv)
 	}
 	int r = P->n || P->nrefused ? report(P, p) : 0;
 	sbuf_release(&P->sb);
+	for (int i = 0; i < P->nowned; i++)
+		free(P->owned[i]);
 	free(P);
 	return r;
 }

@@ -72,6 +72,14 @@ static void program_table(FILE *out, unsigned id, unsigned skip)
 			cell(out, d->choices);
 			fputs(")", out);
 		}
+		for (size_t k = 0; k < args_refused_values_len; k++) {
+			if (strcmp(args_refused_values[k].flag, d->name))
+				continue;
+			fputs("; values other than ", out);
+			cell(out, args_refused_values[k].megac);
+			fputs(" are refused: ", out);
+			cell(out, args_refused_values[k].why);
+		}
 		fputs(" |\n", out);
 	}
 }

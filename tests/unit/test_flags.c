@@ -21,7 +21,10 @@
 struct mflag_fx {
 	char name[96];
 	char arity[8];
+	char choices[1024];
 };
+
+static const struct prog_info train_p = { "train", PROG_TRAIN, "summary", "example", 0 };
 
 static struct mflag_fx *fx;
 static int nfx;
@@ -38,8 +41,9 @@ static void load_fixture(void)
 	for (char *save = NULL, *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
 		if (line[0] == '#')
 			continue;
-		char dest[128], ar[8];
-		if (sscanf(line, "%95[^\t]\t%127[^\t]\t%7[^\t]", fx[nfx].name, dest, ar) != 3)
+		char dest[128], ar[8], group[128];
+		if (sscanf(line, "%95[^\t]\t%127[^\t]\t%7[^\t]\t%127[^\t]\t%1023[^\t]", fx[nfx].name, dest, ar,
+			   group, fx[nfx].choices) < 4)
 			continue;
 		strcpy(fx[nfx].arity, ar);
 		nfx++;
@@ -167,6 +171,52 @@ static void test_train_rows_arity(void)
 	CHECK_INT(bad, 0);
 }
 
+/* A Megatron value is never an "invalid choice": train's rows list all of
+ * Megatron's choices, and the values megac lacks are refused by name. */
+static void test_megatron_choices(void)
+{
+	int bad = 0, refused = 0;
+	for (int i = 0; i < nfx; i++) {
+		const struct flag_def *d = train_row(fx[i].name);
+		/* --exit-signal: Megatron's choices are signal numbers; megac takes the names */
+		if (!d || !fx[i].choices[0] || !strcmp(d->name, "--exit-signal") || d->kind == FK_UNSUPPORTED)
+			continue;
+		char *copy = strdup(fx[i].choices);
+		for (char *save = NULL, *c = strtok_r(copy, "|", &save); c; c = strtok_r(NULL, "|", &save)) {
+			bool listed = false;
+			if (d->choices) {
+				char *ours = strdup(d->choices);
+				for (char *s2 = NULL, *o = strtok_r(ours, "|", &s2); o; o = strtok_r(NULL, "|", &s2))
+					listed |= !strcmp(o, c);
+				free(ours);
+			}
+			if (!listed && bad++ < 10)
+				printf("# %s: Megatron's value '%s' is not among megac's choices\n", d->name, c);
+		}
+		free(copy);
+	}
+	CHECK_INT(bad, 0);
+	/* and a refused value is refused by name, in the one message */
+	struct args a;
+	struct test_capture c;
+	char *argv[] = { "train", "--position-embedding-type", "yarn", "--tokenizer-type", "Llama2Tokenizer",
+			 "--moe-token-dispatcher-type", "flex", "--fp8-format", "hybrid", NULL };
+	test_capture_begin(&c, 2);
+	int r = args_parse(&a, &train_p, 9, argv);
+	char *msg = test_capture_end(&c);
+	CHECK_INT(r, -1);
+	CHECK(msg && strstr(msg, "--position-embedding-type yarn: megac has learned absolute positions and plain "
+				 "RoPE"));
+	CHECK(msg && strstr(msg, "--tokenizer-type Llama2Tokenizer: megac's tokenizers are"));
+	CHECK(msg && strstr(msg, "--moe-token-dispatcher-type flex: the flex dispatcher"));
+	CHECK(msg && strstr(msg, "--fp8-format is a Megatron flag that megac does not support"));
+	CHECK(msg && !strstr(msg, "invalid choice"));
+	refused = msg != NULL;
+	CHECK(refused);
+	free(msg);
+	args_free(&a);
+}
+
 static int parse_capture(struct args *a, const struct prog_info *p, char **argv, char **msg)
 {
 	int argc = 0;
@@ -178,8 +228,6 @@ static int parse_capture(struct args *a, const struct prog_info *p, char **argv,
 	*msg = test_capture_end(&c);
 	return r;
 }
-
-static const struct prog_info train_p = { "train", PROG_TRAIN, "summary", "example", 0 };
 
 /* Each flag of the Megatron table, given with values as Megatron takes
  * them, is accepted (no effect) or refused by name, never "unknown", and
@@ -328,6 +376,7 @@ int main(void)
 	RUN(test_every_megatron_flag_has_a_row);
 	RUN(test_megatron_rows_match_megatron);
 	RUN(test_train_rows_arity);
+	RUN(test_megatron_choices);
 	RUN(test_every_megatron_row_parses);
 	RUN(test_all_problems_in_one_message);
 	RUN(test_no_effect_line_and_values);
