@@ -485,8 +485,10 @@ const struct flag_def args_table[] = {
 
 	/* ---- report_memory (megac): the world it plans for, its output, and the
 	 * MoE / MLA / MTP model flags train refuses (rows for train above) ---- */
-	{ "--world-size", FK_INT, F(world_size), MEM, MEM, "report_memory", "-1", NULL, "N",
-	  "(megac) the number of ranks (GPUs) of the planned job, as mpirun -np / srun -n" },
+	{ "--world-size", FK_INT, F(world_size), MEM, 0, "report_memory", "-1", NULL, "N",
+	  "(megac) the number of ranks (GPUs) of the planned job, as mpirun -np / srun -n (default: the "
+	  "WORLD_SIZE environment variable, else 1, as Megatron's report_theoretical_memory.py; --advise needs "
+	  "it)" },
 	{ "--json", FK_BOOL, F(json), MEM, 0, "report_memory", NULL, NULL, NULL,
 	  "(megac) print the report as one JSON object (docs/report-memory.md)" },
 	{ "--advise", FK_BOOL, F(advise), MEM, 0, "report_memory", NULL, NULL, NULL,

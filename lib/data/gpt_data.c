@@ -313,8 +313,8 @@ int gpt_data_config_from_args(const struct args *a, const struct tokenizer *tok,
 	int64_t eval = a->eval_iters * gbs, valid;
 	if (a->full_validation) {
 		valid = -1;
-	} else if (a->skip_train) {
-		valid = eval;
+	} else if (a->skip_train || eval == 0) {
+		valid = eval; /* --eval-iters 0: no validation, so no interval to count it by */
 	} else {
 		if (a->eval_interval < 1)
 			return error("--eval-interval is needed to count validation samples (or use --full-validation)");

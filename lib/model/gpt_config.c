@@ -236,19 +236,34 @@ int gpt_config_from_args(struct gpt_config *c, const struct args *a, int64_t voc
 	return 0;
 }
 
-int64_t gpt_num_params(const struct gpt_config *c)
+int64_t gpt_num_params(const struct gpt_config *c, int64_t *active)
 {
 	int64_t h = c->h, qkv = (int64_t)(c->a + 2 * c->g) * c->k, ak = (int64_t)c->a * c->k;
 	int64_t f1 = c->swiglu ? 2 * (int64_t)c->f : c->f;
 	int64_t norm = c->rmsnorm ? h : 2 * h;
-	int64_t layer = norm + qkv * h + ak * h + norm + f1 * h + (int64_t)c->f * h;
-	if (c->bias)
-		layer += qkv + h + f1 + h;
-	int64_t n = (int64_t)c->Vp * h + c->L * layer + norm;
-	if (!c->rope)
+	int64_t attn = norm + qkv * h + ak * h + (c->bias ? qkv + h : 0);
+	int64_t dense_mlp = norm + f1 * h + (int64_t)c->f * h + (c->bias ? f1 + h : 0);
+	/* a MoE layer: its router, every expert and the shared expert (no biases);
+	 * a token runs through k experts of them */
+	int64_t ef1 = c->swiglu ? 2 * (int64_t)c->moe_f : c->moe_f;
+	int64_t sf1 = c->swiglu ? 2 * (int64_t)c->shared_f : c->shared_f;
+	int64_t expert = ef1 * h + (int64_t)c->moe_f * h, shared = sf1 * h + (int64_t)c->shared_f * h;
+	int64_t n = (int64_t)c->Vp * h + norm, act = n;
+	for (int l = 0; l < c->L; l++) {
+		bool moe = c->E > 0 && c->moe_layer[l];
+		n += attn + (moe ? norm + (int64_t)c->E * h + c->E * expert + shared : dense_mlp);
+		act += attn + (moe ? norm + (int64_t)c->E * h + c->router.k * expert + shared : dense_mlp);
+	}
+	if (!c->rope) {
 		n += (int64_t)c->P * h;
-	if (c->untied)
+		act += (int64_t)c->P * h;
+	}
+	if (c->untied) {
 		n += (int64_t)c->Vp * h;
+		act += (int64_t)c->Vp * h;
+	}
+	if (active)
+		*active = act;
 	return n;
 }
 

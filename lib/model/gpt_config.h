@@ -70,8 +70,10 @@ int gpt_moe_pattern(const char *spec, int64_t L, unsigned char *out);
  * error() and -1 when it does not fit a C int. */
 int64_t gpt_padded_vocab(int64_t vocab, int64_t divisible_by, int64_t tp);
 
-/* Parameters in the model (counting a tied embedding once). */
-int64_t gpt_num_params(const struct gpt_config *c);
+/* Parameters in the model (counting a tied embedding once), experts
+ * included; *active (if not NULL): those one token runs through (the
+ * router's top-k experts of each MoE layer). */
+int64_t gpt_num_params(const struct gpt_config *c, int64_t *active);
 
 /* Megatron's num_floating_point_operations for one iteration of
  * batch_size samples (spec/memory-formula.md section 7). */

@@ -362,12 +362,23 @@ static int setup(struct trainer *t, const struct args *a)
 	t->pp_dloss = xcalloc((size_t)t->pp_ndloss + 1, sizeof(float *));
 	for (int i = 0; i < t->pp_ndloss; i++)
 		t->pp_dloss[i] = xmalloc((size_t)t->mbs * t->cfg.S * sizeof(float));
-	if (t->dist.rank == 0)
-		info("model: %d layers, hidden %d, %d heads (%d query groups, %d channels), ffn %d%s, vocab %d, "
-		     "%.2f M parameters; %d data-parallel rank(s), %lld micro-batches of %lld per rank per iteration",
+	if (t->dist.rank == 0) {
+		int64_t active, total = gpt_num_params(&t->cfg, &active);
+		char experts[160] = "";
+		if (t->cfg.E > 0)
+			snprintf(experts, sizeof(experts), ", %d MoE layers of %d experts (top-%d, ffn %d)",
+				 t->moe_layers, t->cfg.E, t->cfg.router.k, t->cfg.moe_f);
+		char params[96];
+		if (active != total)
+			snprintf(params, sizeof(params), "%.2f M parameters (%.2f M active per token)", total / 1e6,
+				 active / 1e6);
+		else
+			snprintf(params, sizeof(params), "%.2f M parameters", total / 1e6);
+		info("model: %d layers, hidden %d, %d heads (%d query groups, %d channels), ffn %d%s%s, vocab %d, "
+		     "%s; %d data-parallel rank(s), %lld micro-batches of %lld per rank per iteration",
 		     t->cfg.L, t->cfg.h, t->cfg.a, t->cfg.g, t->cfg.k, t->cfg.f, t->cfg.swiglu ? " (SwiGLU)" : "",
-		     t->cfg.Vp, gpt_num_params(&t->cfg) / 1e6, t->dist.dp.size, (long long)t->num_micro,
-		     (long long)t->mbs);
+		     experts, t->cfg.Vp, params, t->dist.dp.size, (long long)t->num_micro, (long long)t->mbs);
+	}
 	return 0;
 }
 

@@ -351,6 +351,7 @@ static int log_iteration(struct trainer *t, double loss, bool skipped, double lr
 		.params_norm = t->params_norm,
 		.skipped_iters = t->skipped_iters,
 		.nan_iters = t->nan_iters,
+		.eta_s = per_iter * (double)(t->train_iters - t->iteration),
 	};
 	struct sbuf sb = SBUF_INIT;
 	if (dist_is_last(&t->dist)) { /* the iteration line: print_rank_last */

@@ -58,6 +58,10 @@ void trainlog_iteration_line(struct sbuf *out, const struct trainlog_iter *it)
 		sbuf_addf(out, " params norm: %.3f |", it->params_norm);
 	sbuf_addf(out, " number of skipped iterations: %3d |", it->skipped_iters);
 	sbuf_addf(out, " number of nan iterations: %3d |", it->nan_iters);
+	if (it->eta_s > 0) {
+		long long s = (long long)(it->eta_s + 0.5);
+		sbuf_addf(out, " time to finish: %lld:%02lld:%02lld |", s / 3600, s / 60 % 60, s % 60);
+	}
 }
 
 void trainlog_eval_lines(struct sbuf *out, const char *prefix, double lm_loss)

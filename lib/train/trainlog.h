@@ -28,6 +28,9 @@ struct trainlog_iter {
 	 * each where its flag is set: load_balancing_loss, seq_load_balancing_loss, z_loss */
 	bool moe_lb_on, moe_seq_on, moe_z_on;
 	double moe_lb, moe_seq_lb, moe_z;
+	/* (megac) seconds until the last iteration at this interval's pace, as a
+	 * last field "time to finish: H:MM:SS |" (Megatron has none); <= 0: not printed */
+	double eta_s;
 };
 
 #define TRAINLOG_TIME_MAX 40

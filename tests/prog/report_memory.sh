@@ -61,9 +61,26 @@ expect_fail "EP without experts" "needs mixture-of-experts layers" \
 # shellcheck disable=SC2086
 expect_fail "bad --moe-layer-freq" "--moe-layer-freq" \
 	$R $M --vocab-size 50257 --num-experts 4 --moe-layer-freq "[1,0]"
-expect_fail "missing --world-size" "missing required flag --world-size" \
+# Megatron's report_theoretical_memory.py: the world size from WORLD_SIZE, else 1
+expect_ok "no --world-size: 1" \
 	$R --num-layers 2 --hidden-size 8 --num-attention-heads 2 --seq-length 4 --max-position-embeddings 4 \
 	--micro-batch-size 1 --vocab-size 32
+grep -q "world 1 = TP 1" "$OUT_LOG" && ok "no --world-size: a world of 1" || { notok "no --world-size: a world of 1"; show "$OUT_LOG"; }
+WORLD_SIZE=4 $R --num-layers 2 --hidden-size 8 --num-attention-heads 2 --seq-length 4 --max-position-embeddings 4 \
+	--micro-batch-size 1 --vocab-size 32 >"$OUT_LOG" 2>"$ERR"
+grep -q "world 4 = TP 1" "$OUT_LOG" && ok "no --world-size: WORLD_SIZE" || { notok "no --world-size: WORLD_SIZE"; show "$OUT_LOG"; }
+expect_fail "--advise needs --world-size" "--advise needs --world-size" \
+	$R --num-layers 2 --hidden-size 8 --num-attention-heads 2 --seq-length 4 --max-position-embeddings 4 \
+	--micro-batch-size 1 --vocab-size 32 --advise --gpu-memory 1GiB
+# Megatron's formula takes full recompute without a method; megac's own prediction says what it needs
+expect_ok "full recompute without a method" \
+	$R --num-layers 2 --hidden-size 8 --num-attention-heads 2 --seq-length 4 --max-position-embeddings 4 \
+	--micro-batch-size 1 --vocab-size 32 --recompute-granularity full
+if grep -q "Total number of parameters" "$OUT_LOG" && grep -q "megac's own prediction needs --recompute-method" "$ERR"; then
+	ok "full recompute without a method: Megatron's report, and what megac's needs"
+else
+	notok "full recompute without a method: Megatron's report, and what megac's needs"; show "$ERR"
+fi
 expect_fail "missing --num-layers" "missing required flag --num-layers" \
 	$R --world-size 1 --hidden-size 8 --num-attention-heads 2 --seq-length 4 --max-position-embeddings 4 \
 	--micro-batch-size 1 --vocab-size 32

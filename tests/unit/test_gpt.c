@@ -290,6 +290,26 @@ static struct gpt_config tiny_moe(bool llama)
 	return c;
 }
 
+/* The parameter count train prints counts every expert (one rank holds
+ * them all here), and the active count k of them per MoE layer. */
+static void test_num_params_moe(void)
+{
+	struct gpt_config c = tiny_moe(true);
+	c.shared_f = 4;
+	c.moe_layer[1] = 0;
+	const struct kops *k = kops_cpu();
+	struct mem_pool mp;
+	mem_pool_init(&mp, k);
+	struct gpt_model m;
+	CHECK_INT(gpt_init(&m, &c, k, &mp, 1, GPT_FP32, NULL, false), 0);
+	int64_t active, total = gpt_num_params(&c, &active);
+	CHECK_INT(m.reg.total, (size_t)total);
+	/* layer 0 holds E = 4 experts of (2 x 6 + 6) x h weights; a token uses k = 2 */
+	int64_t expert = (2 * 6 + 6) * (int64_t)c.h;
+	CHECK_INT(total - active, (4 - 2) * expert);
+	gpt_free(&m);
+}
+
 static void test_gradcheck_moe(void)
 {
 	struct gpt_config c = tiny_moe(true);
@@ -360,7 +380,7 @@ static void test_names_and_init(void)
 	int ln = params_find(&m.reg, "decoder.layers.0.mlp.linear_fc1.layer_norm_weight");
 	CHECK(m.reg.p[ln].flags & PARAM_NO_WD);
 	CHECK(!(m.reg.p[fc1].flags & PARAM_NO_WD));
-	CHECK_INT(m.reg.total, (size_t)gpt_num_params(&c));
+	CHECK_INT(m.reg.total, (size_t)gpt_num_params(&c, NULL));
 	/* init: unit norms, N(0, std) weights, N(0, std/sqrt(2L)) output projections */
 	CHECK(m.reg.data[m.reg.p[ln].offset] == 1.0f);
 	int fc2 = params_find(&m.reg, "decoder.layers.0.mlp.linear_fc2.weight");
@@ -396,6 +416,7 @@ int main(void)
 	RUN(test_gradcheck_resets);
 	RUN(test_recompute_identical);
 	RUN(test_flash_path);
+	RUN(test_num_params_moe);
 	RUN(test_gradcheck_moe);
 	RUN(test_names_and_init);
 	RUN(test_flops);

@@ -24,14 +24,14 @@ static void test_iteration_lines(void)
 {
 	struct trainlog_iter cases[] = {
 		{ 1, 10000, 512, 0, 812.3456, 123.44, 1.5e-4, 512, 4.1234567, 1.0, 0.98765, NAN, 0, 0, false, false,
-		  false, 0, 0, 0 },
+		  false, 0, 0, 0, 0 },
 		{ 100, 500000, 51200, 1024, 0.04, -1, NAN, 8, -1, 65536.0, NAN, 12.3456, 3, 1, false, false, false, 0, 0,
-		  0 },
+		  0, 0 },
 		{ 123456789, 123456789, 99999999999LL, 0, 1e6, 1e-3, 1e-12, 99999, 1e-9, 4294967296.0, 1234.5678,
-		  NAN, 999, 1000, false, false, false, 0, 0, 0 },
+		  NAN, 999, 1000, false, false, false, 0, 0, 0, 0 },
 		/* MoE: Megatron's loss names after lm loss, in its order */
 		{ 7, 20, 28, 0, 61.3, -1, 1.872724e-3, 4, 10.80476, 1.0, 1.3, NAN, 0, 0, true, true, true, 0.0, 1.19,
-		  1.93684 },
+		  1.93684, 0 },
 	};
 	int n = (int)(sizeof(cases) / sizeof(cases[0]));
 	/* Python: the same fields through Megatron's format specs */
@@ -82,6 +82,23 @@ static void test_iteration_lines(void)
 	free(want);
 }
 
+/* megac's one addition, after Megatron's fields: the time to finish. */
+static void test_eta(void)
+{
+	struct trainlog_iter it = { .iteration = 10, .train_iters = 100, .elapsed_ms = 41.4, .lm_loss = -1,
+				    .tflops = -1, .learning_rate = NAN, .grad_norm = NAN, .params_norm = NAN,
+				    .eta_s = 3723.4 };
+	struct sbuf sb = SBUF_INIT;
+	trainlog_iteration_line(&sb, &it);
+	const char *tail = " number of nan iterations:   0 | time to finish: 1:02:03 |";
+	CHECK(sb.len > strlen(tail) && !strcmp(sb.buf + sb.len - strlen(tail), tail));
+	sbuf_reset(&sb);
+	it.eta_s = 0; /* the last iteration: nothing */
+	trainlog_iteration_line(&sb, &it);
+	CHECK(!strstr(sb.buf, "time to finish"));
+	sbuf_release(&sb);
+}
+
 static void test_eval_and_memory_lines(void)
 {
 	double losses[] = { 3.456789, 25.0, 0.0, NAN };
@@ -118,6 +135,7 @@ int main(void)
 {
 	g_dir = test_tmpdir("trainlog");
 	RUN(test_iteration_lines);
+	RUN(test_eta);
 	RUN(test_eval_and_memory_lines);
 	return test_summary();
 }
