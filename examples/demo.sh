@@ -62,7 +62,7 @@ echo "PUT /api {\"prompts\": [\"And God said\"], \"tokens_to_generate\": 40, \"t
 /usr/bin/python3 - "http://127.0.0.1:$PORT/api" <<'PYEOF'
 import json, sys, urllib.request
 body = json.dumps({"prompts": ["And God said"], "tokens_to_generate": 40, "top_k": 1}).encode()
-req = urllib.request.Request(sys.argv[1], data=body, method="PUT")
+req = urllib.request.Request(sys.argv[1], data=body, method="PUT", headers={"Content-Type": "application/json"})
 with urllib.request.urlopen(req, timeout=120) as r:
     print("answer:", json.loads(r.read())["text"][0])
 PYEOF

@@ -24,6 +24,23 @@ expect_ok() {
 	if "$@" >"$OUT_LOG" 2>"$ERR"; then ok "$_n"; else notok "$_n (exit $?)"; show "$ERR"; fi
 }
 
+# setup NAME CMD...: a preparation step (building a dataset, a checkpoint, ...)
+# that the checks after it need, not a check itself: silent when the command
+# succeeds, so it does not add to the "ok" count; when it fails, a "not ok"
+# line with its stderr, and the test script stops (exit 1), since every check
+# after it would fail for the same reason. Its stdout and stderr land in
+# $OUT_LOG and $ERR, as with expect_ok.
+setup() {
+	_n=$1
+	shift
+	"$@" >"$OUT_LOG" 2>"$ERR"
+	_rc=$?
+	[ "$_rc" -eq 0 ] && return 0
+	notok "set-up step failed: $_n (exit $_rc); the checks after it were not run"
+	show "$ERR"
+	exit 1
+}
+
 # expect_fail NAME TEXT CMD...: exits 128 with TEXT in its stderr
 expect_fail() {
 	_n=$1
@@ -86,7 +103,7 @@ compare_ref() {
 # one BLAS/OpenMP thread per rank, MPI (an oversubscribing mpirun; Open MPI
 # yields when idle), AddressSanitizer's leak check off under make asan (Open
 # MPI's own allocations left at exit are not ours), and the bundled corpus
-# preprocessed into $W/kjv_text_document (one check).
+# preprocessed into $W/kjv_text_document (a set-up step: no check of its own).
 train_test_begin() {
 	W=$(new_tmp "$1")
 	OUT_LOG=$W/out.log
@@ -95,6 +112,6 @@ train_test_begin() {
 	export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 OMPI_MCA_mpi_yield_when_idle=1
 	MPI="mpirun --allow-run-as-root --oversubscribe"
 	if [ -n "${MEGAC_SANITIZE:-}" ]; then export ASAN_OPTIONS=detect_leaks=0; fi
-	expect_ok "preprocess the bundled corpus" $BIN/preprocess_data --input examples/data/kjv.jsonl.gz \
+	setup "preprocess the bundled corpus" $BIN/preprocess_data --input examples/data/kjv.jsonl.gz \
 		--output-prefix "$W/kjv" $GPT2 --append-eod --workers 1 --log-interval 0
 }

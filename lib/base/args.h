@@ -83,6 +83,7 @@ struct args {
 	struct intlist workers_to_check;
 	int64_t max_documents;
 	bool skip_bad_lines;
+	int64_t max_document_bytes;  /* 0 = no limit */
 	bool multimodal;
 	int64_t document;
 	int64_t max_tokens;
@@ -103,6 +104,7 @@ struct args {
 	char *normalization;
 	double norm_epsilon;
 	bool swiglu;
+	bool apply_layernorm_1p;
 	bool disable_bias_linear;
 	bool untie_embeddings_and_output_weights;
 	double init_method_std;
@@ -150,6 +152,7 @@ struct args {
 	char *optimizer;
 	double lr;                     /* -1: not given */
 	double min_lr;
+	double decoupled_lr, decoupled_min_lr; /* -1: not given */
 	double adam_beta1;
 	double adam_beta2;
 	double adam_eps;
@@ -186,6 +189,8 @@ struct args {
 	bool exit_on_failed_save;
 	bool async_save;
 	int64_t keep_last_n_checkpoints;
+	bool use_checkpoint_args;
+	bool use_tokenizer_model_from_checkpoint_args;
 
 	/* logging */
 	int64_t train_log_interval;
@@ -197,6 +202,13 @@ struct args {
 	bool log_validation_ppl_to_tensorboard;
 	char *metrics_file;
 	bool log_comm;
+	bool log_num_zeros_in_grad;
+	bool log_timers_to_tensorboard, log_memory_to_tensorboard, log_world_size_to_tensorboard;
+	bool log_loss_scale_to_tensorboard;
+	char *wandb_project, *wandb_exp_name, *wandb_save_dir, *wandb_entity;
+	int64_t logging_level;         /* -1: not given */
+	struct intlist rampup_batch_size;
+	char *step_batch_size_schedule;
 	int64_t timing_log_level;
 	char *timing_log_option;
 
@@ -236,6 +248,7 @@ struct args {
 	int64_t seed;
 	int64_t seq_length;
 	bool eod_mask_loss;
+	bool calculate_per_token_loss;
 	bool reset_position_ids;
 	bool reset_attention_mask;
 	double mid_level_dataset_surplus;
@@ -243,6 +256,13 @@ struct args {
 
 	/* text_gen_server */
 	int64_t port, inference_max_requests, inference_max_seq_length, max_body_bytes, max_concurrent_requests;
+	char *host, *api_key;
+	double request_timeout, drain_timeout; /* seconds */
+	int64_t max_connections_per_ip;        /* 0: no limit */
+	/* Megatron's run_text_generation_server.py: the requests' defaults, when given */
+	double temperature, top_p;
+	int64_t top_k, num_tokens_to_generate;
+	bool return_log_probs;
 
 	/* ckpt_convert (megac) */
 	char *convert_to, *convert_from;
@@ -250,6 +270,9 @@ struct args {
 	int64_t iteration;
 	bool no_optim, verify;
 	char *dtype, *max_shard_size;
+	/* Megatron's tools/checkpoint/convert.py */
+	char *model_type, *loader, *saver, *megatron_path;
+	int64_t target_expert_parallel_size, true_vocab_size, perf_flag_int;
 
 	/* report_memory (megac) and the MoE / MLA / MTP model flags it takes */
 	int64_t world_size;            /* -1: not given */

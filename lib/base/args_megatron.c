@@ -28,6 +28,8 @@
 #include "args.h"
 
 /* reasons, shared by the rows of one feature (an error names them once) */
+static const char why_layout_own[] =
+	"megac's checkpoints load into any layout: the parallel sizes come from the flags";
 static const char why_tensor_parallel[] =
 	"this tensor-parallel sharding scheme is not in megac";
 static const char why_nccl_communicator[] =
@@ -56,8 +58,6 @@ static const char why_selects_attention[] =
 	"selects Megatron's attention kernel; megac picks its own (same math)";
 static const char why_model_variant[] =
 	"this model variant is not in megac yet";
-static const char why_per_token[] =
-	"per-token loss normalisation is not in megac yet";
 static const char why_attention_variant[] =
 	"this attention variant (linear / DeepSeek sparse attention) is not in megac";
 static const char why_mup_parametrisation[] =
@@ -113,9 +113,7 @@ static const char why_optimizer_adam[] =
 static const char why_pytorch_nsys[] =
 	"PyTorch/nsys profiling hooks; profile megac with nsys or perf directly";
 static const char why_batch_size[] =
-	"batch-size rampup is not in megac yet";
-static const char why_batch_size2[] =
-	"batch-size schedules are not in megac yet";
+	"decreasing the global batch to fit the data-parallel size is not in megac; give a --global-batch-size divisible by micro-batch x data-parallel size";
 static const char why_pytorch_caching[] =
 	"PyTorch caching-allocator control; megac frees nothing it will need again";
 static const char why_health_check[] =
@@ -146,8 +144,6 @@ static const char why_different_initial[] =
 	"different initial weights per data-parallel rank are not in megac";
 static const char why_removed_from4[] =
 	"removed from Megatron; use --lr-warmup-fraction or --lr-warmup-iters";
-static const char why_separate_learning[] =
-	"a separate learning rate for the embedding and output layers is not in megac yet";
 static const char why_freezing_layers[] =
 	"freezing layers is not in megac yet";
 static const char why_tensor_dumps[] =
@@ -156,10 +152,6 @@ static const char why_loading_option[] =
 	"this loading option is not in megac yet";
 static const char why_non_persistent[] =
 	"non-persistent (local) checkpoints are not in megac; use --save-interval (megac's saves are atomic)";
-static const char why_taking_model[] =
-	"taking the model flags from the checkpoint is not in megac's train yet; give them on the command line (train checks them against the checkpoint)";
-static const char why_setting_use[] =
-	"a setting of --use-checkpoint-args";
 static const char why_checkpoint_formats[] =
 	"Megatron's checkpoint formats are not in megac yet; megac reads and writes its HDF5 checkpoint (docs/checkpoint-format.md)";
 static const char why_torch_dist[] =
@@ -206,20 +198,6 @@ static const char why_heterogeneous_layer[] =
 	"heterogeneous layer configurations are not in megac";
 static const char why_logging_detail[] =
 	"a logging detail megac does not have";
-static const char why_timers_tensorboard[] =
-	"timers in TensorBoard are not in megac yet (--timing-log-level prints them)";
-static const char why_writes_loss[] =
-	"megac writes the loss scale to TensorBoard only with --fp16";
-static const char why_memory_tensorboard[] =
-	"memory in TensorBoard is not in megac yet (--log-memory-interval prints it)";
-static const char why_counting_zero[] =
-	"counting zero gradients is not in megac yet";
-static const char why_world_size[] =
-	"the world size in TensorBoard is not in megac yet";
-static const char why_weights_biases[] =
-	"Weights & Biases logging is not in megac yet; use --tensorboard-dir";
-static const char why_python_logging[] =
-	"Python logging levels are not in megac yet";
 static const char why_routing_trace[] =
 	"routing trace dumps for analysis";
 static const char why_opentelemetry_tracing[] =
@@ -305,7 +283,6 @@ const struct megatron_flag megatron_flags[] = {
 	{ "--qk-clip-alpha", MF_REFUSED, 1, why_model_variant },
 	{ "--qk-clip-threshold", MF_REFUSED, 1, why_model_variant },
 	{ "--attention-output-gate", MF_REFUSED, 0, why_model_variant },
-	{ "--calculate-per-token-loss", MF_REFUSED, 0, why_per_token },
 	{ "--experimental-attention-variant", MF_REFUSED, 1, why_attention_variant },
 	{ "--dsa-indexer-n-heads", MF_REFUSED, 1, why_attention_variant },
 	{ "--dsa-indexer-head-dim", MF_REFUSED, 1, why_attention_variant },
@@ -497,8 +474,6 @@ const struct megatron_flag megatron_flags[] = {
 	{ "--record-shapes", MF_NO_EFFECT, 0, why_pytorch_nsys },
 	{ "--nvtx-ranges", MF_NO_EFFECT, 0, why_pytorch_nsys },
 	/* ---- training ---- */
-	{ "--rampup-batch-size", MF_REFUSED, 3, why_batch_size },
-	{ "--step-batch-size-schedule", MF_REFUSED, 1, why_batch_size2 },
 	{ "--decrease-batch-size-if-needed", MF_REFUSED, 0, why_batch_size },
 	{ "--empty-unused-memory-level", MF_NO_EFFECT, 1, why_pytorch_caching },
 	{ "--check-weight-hash-across-dp-replicas-interval", MF_NO_EFFECT, 1, why_health_check },
@@ -588,8 +563,6 @@ const struct megatron_flag megatron_flags[] = {
 	{ "--init-method-xavier-uniform", MF_REFUSED, 0, why_model_variant },
 	/* ---- learning rate and weight decay ---- */
 	{ "--warmup", MF_REFUSED, 1, why_removed_from4 },
-	{ "--decoupled-lr", MF_REFUSED, 1, why_separate_learning },
-	{ "--decoupled-min-lr", MF_REFUSED, 1, why_separate_learning },
 	{ "--freeze-all-layers", MF_REFUSED, 0, why_freezing_layers },
 	/* ---- checkpointing ---- */
 	{ "--save-params-interval", MF_REFUSED, 1, why_tensor_dumps },
@@ -605,10 +578,7 @@ const struct megatron_flag megatron_flags[] = {
 	{ "--non-persistent-local-ckpt-dir", MF_REFUSED, 1, why_non_persistent },
 	{ "--non-persistent-local-ckpt-algo", MF_REFUSED, 1, why_non_persistent },
 	{ "--pretrained-checkpoint", MF_REFUSED, 1, why_loading_option },
-	{ "--use-checkpoint-args", MF_REFUSED, 0, why_taking_model },
-	{ "--use-mp-args-from-checkpoint-args", MF_NO_EFFECT, 0, why_setting_use },
-	{ "--no-use-tokenizer-model-from-checkpoint-args", MF_NO_EFFECT, 0, why_setting_use },
-	{ "--disable-use-tokenizer-model-from-checkpoint-args", MF_NO_EFFECT, 0, why_setting_use },
+	{ "--use-mp-args-from-checkpoint-args", MF_NO_EFFECT, 0, why_layout_own },
 	{ "--auto-detect-ckpt-format", MF_REFUSED, 0, why_checkpoint_formats },
 	{ "--ckpt-convert-format", MF_REFUSED, 1, why_checkpoint_formats },
 	{ "--ckpt-convert-save", MF_REFUSED, 1, why_checkpoint_formats },
@@ -811,20 +781,9 @@ const struct megatron_flag megatron_flags[] = {
 	/* ---- logging ---- */
 	{ "--log-progress", MF_NO_EFFECT, 0, why_logging_detail },
 	{ "--tensorboard-queue-size", MF_NO_EFFECT, 1, why_logging_detail },
-	{ "--log-timers-to-tensorboard", MF_REFUSED, 0, why_timers_tensorboard },
-	{ "--no-log-loss-scale-to-tensorboard", MF_NO_EFFECT, 0, why_writes_loss },
-	{ "--disable-log-loss-scale-to-tensorboard", MF_NO_EFFECT, 0, why_writes_loss },
-	{ "--log-memory-to-tensorboard", MF_REFUSED, 0, why_memory_tensorboard },
 	{ "--log-device-memory-used", MF_NO_EFFECT, 0, why_logging_detail },
-	{ "--log-num-zeros-in-grad", MF_REFUSED, 0, why_counting_zero },
 	{ "--log-max-attention-logit", MF_NO_EFFECT, 0, why_logging_detail },
 	{ "--no-barrier-with-level-1-timing", MF_NO_EFFECT, 0, why_logging_detail },
-	{ "--log-world-size-to-tensorboard", MF_REFUSED, 0, why_world_size },
-	{ "--wandb-project", MF_REFUSED, 1, why_weights_biases },
-	{ "--wandb-exp-name", MF_REFUSED, 1, why_weights_biases },
-	{ "--wandb-save-dir", MF_REFUSED, 1, why_weights_biases },
-	{ "--wandb-entity", MF_REFUSED, 1, why_weights_biases },
-	{ "--logging-level", MF_REFUSED, 1, why_python_logging },
 	{ "--log-energy", MF_NO_EFFECT, 0, why_logging_detail },
 	{ "--moe-routing-trace-path", MF_NO_EFFECT, 1, why_routing_trace },
 	{ "--moe-routing-trace-max-training-iters", MF_NO_EFFECT, 1, why_routing_trace },

@@ -111,6 +111,9 @@ const struct flag_def args_table[] = {
 	{ "--skip-bad-lines", FK_BOOL, F(skip_bad_lines), PP, 0, "runtime", NULL, NULL, NULL,
 	  "(megac) skip lines that are not valid JSON objects with string values for the keys, "
 	  "count and report them, instead of stopping" },
+	{ "--max-document-bytes", FK_INT, F(max_document_bytes), PP, 0, "runtime", "0", NULL, "N",
+	  "(megac) a JSONL line longer than N bytes is an error (with --skip-bad-lines: skipped and counted); "
+	  "it caps memory, which otherwise grows with the longest line (0 = no limit)" },
 
 	/* ---- merge_datasets ---- */
 	{ "--input", FK_STRS, F(input), MG, MG, "input data", NULL, NULL, "DIR",
@@ -164,8 +167,9 @@ const struct flag_def args_table[] = {
 	{ "--transformer-impl", FK_STR, F(transformer_impl), TR, 0, "model", "transformer_engine",
 	  "transformer_engine|local|inference_optimized", "IMPL",
 	  "accepted; checkpoints always use the Transformer Engine names", true },
-	{ "--apply-layernorm-1p", FK_UNSUPPORTED, 0, TR, 0, "model", NULL, NULL, NULL,
-	  "zero-centred norm weights are not implemented yet" },
+	{ "--apply-layernorm-1p", FK_BOOL, F(apply_layernorm_1p), TR, 0, "model", NULL, NULL, NULL,
+	  "zero-centred norm weights: stored as w - 1 (initialised to 0) and applied as w + 1, as Megatron's "
+	  "LayerNorm1P and Transformer Engine's zero_centered_gamma" },
 	{ "--qk-layernorm", FK_UNSUPPORTED, 0, TR, 0, "model", NULL, NULL, NULL, "QK layer norm is not implemented yet" },
 	{ "--add-qkv-bias", FK_UNSUPPORTED, 0, TR, 0, "model", NULL, NULL, NULL,
 	  "a QKV-only bias is not implemented yet" },
@@ -241,6 +245,10 @@ const struct flag_def args_table[] = {
 	  "refused)" },
 	{ "--lr", FK_FLOAT, F(lr), TR, 0, "optimizer", "-1", NULL, "LR", "peak learning rate" },
 	{ "--min-lr", FK_FLOAT, F(min_lr), TR, 0, "optimizer", "0.0", NULL, "LR", "learning-rate floor" },
+	{ "--decoupled-lr", FK_FLOAT, F(decoupled_lr), TR, 0, "optimizer", "-1", NULL, "LR",
+	  "peak learning rate of the word embeddings and the output layer (the same warmup and decay)" },
+	{ "--decoupled-min-lr", FK_FLOAT, F(decoupled_min_lr), TR, 0, "optimizer", "-1", NULL, "LR",
+	  "their floor with --decoupled-lr (default --min-lr)" },
 	{ "--adam-beta1", FK_FLOAT, F(adam_beta1), TR, 0, "optimizer", "0.9", NULL, "B", "Adam beta1" },
 	{ "--adam-beta2", FK_FLOAT, F(adam_beta2), TR, 0, "optimizer", "0.999", NULL, "B", "Adam beta2" },
 	{ "--adam-eps", FK_FLOAT, F(adam_eps), TR, 0, "optimizer", "1e-08", NULL, "EPS", "Adam epsilon" },
@@ -293,6 +301,17 @@ const struct flag_def args_table[] = {
 	{ "--load", FK_STR, F(load), TR | PROG_CONVERT | PROG_INFER, PROG_CONVERT | PROG_INFER, "checkpointing", NULL, NULL,
 	  "DIR",
 	  "resume from the latest checkpoint here (ckpt_convert: the checkpoint or Hugging Face folder to convert)" },
+	{ "--use-checkpoint-args", FK_BOOL, F(use_checkpoint_args), TR | PROG_INFER | PROG_CONVERT, 0,
+	  "checkpointing", NULL, NULL, NULL,
+	  "take the model's flags from the --load checkpoint (Megatron's rules: the sizes fill flags not given, "
+	  "the rest replaces them), and its tokenizer when none is given; the model flags are then not required "
+	  "(ckpt_convert always takes the model from the checkpoint)" },
+	{ "--no-use-tokenizer-model-from-checkpoint-args", FK_BOOL_NEG, F(use_tokenizer_model_from_checkpoint_args),
+	  TR | PROG_INFER, 0, "checkpointing", "true", NULL, NULL,
+	  "with --use-checkpoint-args: do not take the tokenizer from the checkpoint" },
+	{ "--disable-use-tokenizer-model-from-checkpoint-args", FK_BOOL_NEG,
+	  F(use_tokenizer_model_from_checkpoint_args), TR | PROG_INFER, 0, "checkpointing", "true", NULL, NULL,
+	  "same as --no-use-tokenizer-model-from-checkpoint-args" },
 	{ "--finetune", FK_BOOL, F(finetune), TR, 0, "checkpointing", NULL, NULL, NULL,
 	  "load only the weights; start at iteration 0" },
 	{ "--no-load-optim", FK_BOOL, F(no_load_optim), TR, 0, "checkpointing", NULL, NULL, NULL,
@@ -335,6 +354,34 @@ const struct flag_def args_table[] = {
 	  "TensorBoard scalars every N iterations" },
 	{ "--log-validation-ppl-to-tensorboard", FK_BOOL, F(log_validation_ppl_to_tensorboard), TR, 0, "logging",
 	  NULL, NULL, NULL, "also write validation perplexity" },
+	{ "--log-timers-to-tensorboard", FK_BOOL, F(log_timers_to_tensorboard), TR, 0, "logging", NULL, NULL, NULL,
+	  "also write iteration-time, throughput (with --log-throughput) and each timer of --timing-log-level as "
+	  "NAME-time, the max over ranks in seconds per iteration" },
+	{ "--log-memory-to-tensorboard", FK_BOOL, F(log_memory_to_tensorboard), TR, 0, "logging", NULL, NULL, NULL,
+	  "also write mem-reserved-bytes, mem-allocated-bytes, mem-max-allocated-bytes and mem-allocated-count "
+	  "(megac's memory pool: what it holds is what it reserved)" },
+	{ "--log-world-size-to-tensorboard", FK_BOOL, F(log_world_size_to_tensorboard), TR, 0, "logging", NULL,
+	  NULL, NULL, "also write world-size" },
+	{ "--no-log-loss-scale-to-tensorboard", FK_BOOL_NEG, F(log_loss_scale_to_tensorboard), TR, 0, "logging",
+	  "true", NULL, NULL, "do not write loss-scale" },
+	{ "--disable-log-loss-scale-to-tensorboard", FK_BOOL_NEG, F(log_loss_scale_to_tensorboard), TR, 0,
+	  "logging", "true", NULL, NULL, "same as --no-log-loss-scale-to-tensorboard" },
+	{ "--wandb-project", FK_STR, F(wandb_project), TR, 0, "logging", NULL, NULL, "NAME",
+	  "Weights & Biases project: the run's scalars go as TensorBoard event files to "
+	  "WANDB_SAVE_DIR/tensorboard/EXP_NAME and train prints the 'wandb sync --sync-tensorboard' line that "
+	  "uploads them (no Python at run time)" },
+	{ "--wandb-exp-name", FK_STR, F(wandb_exp_name), TR, 0, "logging", NULL, NULL, "NAME",
+	  "the W&B run's name (needed with --wandb-project)" },
+	{ "--wandb-save-dir", FK_STR, F(wandb_save_dir), TR, 0, "logging", NULL, NULL, "DIR",
+	  "the W&B folder (default: SAVE/wandb)" },
+	{ "--wandb-entity", FK_STR, F(wandb_entity), TR, 0, "logging", NULL, NULL, "NAME",
+	  "the W&B team or user the sync line names" },
+	{ "--logging-level", FK_INT, F(logging_level), TR, 0, "logging", "-1", NULL, "L",
+	  "Python's logging levels: above 20 (INFO) megac's progress messages on stderr are not printed, above "
+	  "30 (WARNING) nor its warnings; errors and the training log lines on stdout always are" },
+	{ "--log-num-zeros-in-grad", FK_BOOL, F(log_num_zeros_in_grad), TR, 0, "logging", NULL, NULL, NULL,
+	  "count the zeros of the clipped gradient (every tensor once) and print 'num zeros: N' after the grad "
+	  "norm; also num-zeros in TensorBoard" },
 	{ "--metrics-file", FK_STR, F(metrics_file), TR, 0, "logging", NULL, NULL, "PATH",
 	  "(megac) append one JSON object per logged iteration and evaluation to PATH" },
 	{ "--timing-log-level", FK_INT, F(timing_log_level), TR, 0, "logging", "0", "0|1|2", "L",
@@ -396,6 +443,15 @@ const struct flag_def args_table[] = {
 	/* ---- batch and iterations ---- */
 	{ "--micro-batch-size", FK_INT, F(micro_batch_size), DATA, TR, "training", "-1", NULL, "N",
 	  "samples per forward/backward" },
+	{ "--rampup-batch-size", FK_INTS, F(rampup_batch_size), DATA, 0, "training", NULL, NULL,
+	  "START INCR SAMPLES", "deprecated in Megatron, whose batch-size calculator ignores it with a warning; "
+	  "so does megac (use --step-batch-size-schedule)" },
+	{ "--step-batch-size-schedule", FK_STR, F(step_batch_size_schedule), DATA, 0, "training", NULL, NULL,
+	  "\"T:BS ...\"", "a global batch size that steps up with training: BS from T tokens on (suffixes K, M, "
+	  "B, T; thresholds divided by --seq-length into samples; the first T is 0); not with "
+	  "--global-batch-size. As in Megatron the learning-rate schedule of --train-iters and the evaluation "
+	  "count micro-batch x data-parallel size samples per iteration (give --train-samples and "
+	  "--lr-decay-samples); with --train-iters the datasets hold the samples the iterations take" },
 	{ "--global-batch-size", FK_INT, F(global_batch_size), DATA, 0, "training", "-1", NULL, "N",
 	  "samples per iteration (default micro-batch x data-parallel size)" },
 	{ "--train-iters", FK_INT, F(train_iters), DATA, 0, "training", "-1", NULL, "N", "training iterations" },
@@ -427,6 +483,10 @@ const struct flag_def args_table[] = {
 	{ "--seed", FK_INT, F(seed), DATA, 0, "data and dataloader", "1234", NULL, "N", "random seed" },
 	{ "--seq-length", FK_INT, F(seq_length), DATA, DATA, "data and dataloader", "-1", NULL, "S",
 	  "tokens per sample" },
+	{ "--calculate-per-token-loss", FK_BOOL, F(calculate_per_token_loss), TR, 0, "training", NULL, NULL, NULL,
+	  "the gradient is the iteration's loss sum over its unmasked tokens divided by their count over the "
+	  "whole batch (data- and context-parallel ranks too), not the mean of the micro-batches' means; the "
+	  "logged loss is the same" },
 	{ "--eod-mask-loss", FK_BOOL, F(eod_mask_loss), DATA, 0, "data and dataloader", NULL, NULL, NULL,
 	  "no loss where the input token is EOD" },
 	{ "--reset-position-ids", FK_BOOL, F(reset_position_ids), DATA, 0, "data and dataloader", NULL, NULL,
@@ -451,15 +511,44 @@ const struct flag_def args_table[] = {
 	  "print at most N tokens of the document" },
 
 	/* ---- text_gen_server ---- */
-	{ "--port", FK_INT, F(port), PROG_INFER, 0, "inference", "5000", NULL, "P", "HTTP port (on every address)" },
+	{ "--port", FK_INT, F(port), PROG_INFER, 0, "inference", "5000", NULL, "P",
+	  "HTTP port; 0: one the system picks (the start-up line says which)" },
+	{ "--host", FK_STR, F(host), PROG_INFER, 0, "inference", "127.0.0.1", NULL, "ADDR",
+	  "(megac) the address to listen on: 0.0.0.0 (or ::) for every one; on a loopback address the Host header "
+	  "must name a loopback host (421 otherwise)" },
+	{ "--api-key", FK_STR, F(api_key), PROG_INFER, 0, "inference", NULL, NULL, "KEY",
+	  "(megac) clients must send 'Authorization: Bearer KEY' (401 otherwise; GET / and /health are open)" },
 	{ "--inference-max-requests", FK_INT, F(inference_max_requests), PROG_INFER, 0, "inference", "8", NULL, "N",
 	  "requests generating at once (the key/value cache's slots); more wait" },
-	{ "--inference-max-seq-length", FK_INT, F(inference_max_seq_length), PROG_INFER, 0, "inference", "2560", NULL,
-	  "N", "prompt plus generated tokens of one request" },
+	{ "--inference-max-batch-size", FK_INT, F(inference_max_requests), PROG_INFER, 0, "inference", "8", NULL, "N",
+	  "same as --inference-max-requests" },
+	{ "--max-batch-size", FK_INT, F(inference_max_requests), PROG_INFER, 0, "inference", "8", NULL, "N",
+	  "same as --inference-max-requests (Megatron's deprecated name)" },
+	{ "--inference-max-seq-length", FK_INT, F(inference_max_seq_length), PROG_INFER, 0, "inference", "-1", NULL,
+	  "N", "prompt plus generated tokens of one request (default: the model's --max-position-embeddings)" },
 	{ "--max-body-bytes", FK_INT, F(max_body_bytes), PROG_INFER, 0, "inference", "1048576", NULL, "B",
 	  "(megac) the largest request body accepted (413 above)" },
 	{ "--max-concurrent-requests", FK_INT, F(max_concurrent_requests), PROG_INFER, 0, "inference", "256", NULL, "N",
-	  "(megac) HTTP requests handled at once, waiting ones included (429 above)" },
+	  "(megac) requests answered at once, those waiting for a slot included (429 above); counted once their body "
+	  "is in" },
+	{ "--request-timeout", FK_FLOAT, F(request_timeout), PROG_INFER, 0, "inference", "30", NULL, "S",
+	  "(megac) seconds a client has to send a request's headers and body, from connecting or from the previous "
+	  "answer on a kept-alive connection; the connection is closed after" },
+	{ "--drain-timeout", FK_FLOAT, F(drain_timeout), PROG_INFER, 0, "inference", "25", NULL, "S",
+	  "(megac) after SIGTERM or SIGINT, seconds the requests in flight have to finish before they are cut off "
+	  "(a second signal cuts them at once)" },
+	{ "--max-connections-per-ip", FK_INT, F(max_connections_per_ip), PROG_INFER, 0, "inference", "128", NULL, "N",
+	  "(megac) connections one client address may hold open; more are closed at once (0: no limit)" },
+	{ "--temperature", FK_FLOAT, F(temperature), PROG_INFER, 0, "inference", NULL, NULL, "T",
+	  "when given: the temperature of requests that set none (0 < T <= 100)" },
+	{ "--top_k", FK_INT, F(top_k), PROG_INFER, 0, "inference", NULL, NULL, "K",
+	  "when given: top-k of requests that set neither top_k nor top_p (1: greedy)" },
+	{ "--top_p", FK_FLOAT, F(top_p), PROG_INFER, 0, "inference", NULL, NULL, "P",
+	  "when given: top-p of requests that set neither top_k nor top_p" },
+	{ "--num-tokens-to-generate", FK_INT, F(num_tokens_to_generate), PROG_INFER, 0, "inference", NULL, NULL, "N",
+	  "when given: tokens_to_generate (PUT /api) and max_tokens (OpenAI) of requests that set none" },
+	{ "--return-log-probs", FK_BOOL, F(return_log_probs), PROG_INFER, 0, "inference", NULL, NULL, NULL,
+	  "requests that do not say return log-probs" },
 
 	/* ---- ckpt_convert (megac) ---- */
 	{ "--to", FK_STR, F(convert_to), PROG_CONVERT, 0, "conversion", "megac", "megac|hf", "FORMAT",
@@ -482,6 +571,38 @@ const struct flag_def args_table[] = {
 	  "(megac) --to hf: safetensors shards up to SIZE, with model.safetensors.index.json" },
 	{ "--verify", FK_BOOL, F(verify), PROG_CONVERT, 0, "conversion", NULL, NULL, NULL,
 	  "(megac) re-read every tensor written and compare it with its source" },
+	/* Megatron's tools/checkpoint/convert.py, whose command lines ckpt_convert takes */
+	{ "--load-dir", FK_STR, F(load), PROG_CONVERT, 0, "conversion", NULL, NULL, "DIR",
+	  "convert.py's name for --load" },
+	{ "--save-dir", FK_STR, F(save), PROG_CONVERT, 0, "conversion", NULL, NULL, "DIR",
+	  "convert.py's name for --save" },
+	{ "--model-type", FK_STR, F(model_type), PROG_CONVERT, 0, "conversion", NULL, "GPT|BERT", "TYPE",
+	  "convert.py's model type: GPT (BERT is refused)" },
+	{ "--loader", FK_STR, F(loader), PROG_CONVERT, 0, "conversion", NULL,
+	  "megatron|mcore|core|legacy|llama_mistral|mixtral_hf|hf", "NAME",
+	  "convert.py's reader: megatron, mcore, core or legacy read a checkpoint of train's (megac's "
+	  "format; Megatron's own formats are not readable yet), llama_mistral, mixtral_hf or hf a Hugging Face "
+	  "folder (as --from hf)" },
+	{ "--saver", FK_STR, F(saver), PROG_CONVERT, 0, "conversion", NULL, "megatron|mcore|core|legacy|hf", "NAME",
+	  "convert.py's writer: megatron, mcore, core or legacy write a checkpoint train loads (megac's "
+	  "format), hf a Hugging Face folder (as --to hf)" },
+	{ "--target-expert-parallel-size", FK_INT, F(target_expert_parallel_size), PROG_CONVERT, 0, "conversion",
+	  "1", NULL, "E", "convert.py's expert-parallel size: megac's checkpoints hold every expert whatever "
+	  "the expert-parallel size, so any value gives the same files", true },
+	{ "--true-vocab-size", FK_INT, F(true_vocab_size), PROG_CONVERT, 0, "conversion", "-1", NULL, "N",
+	  "convert.py's vocabulary size without padding: checked against the checkpoint's" },
+	{ "--max-queue-size", FK_INT, F(perf_flag_int), PROG_CONVERT, 0, "conversion", "50", NULL, "N",
+	  "convert.py's queue between its reader and writer processes (megac converts in one)", true },
+	{ "--no-checking", FK_BOOL, F(perf_flag), PROG_CONVERT, 0, "conversion", NULL, NULL, NULL,
+	  "convert.py's switch for its name and order checks; megac always checks", true },
+	{ "--megatron-path", FK_STR, F(megatron_path), PROG_CONVERT, 0, "conversion", NULL, NULL, "DIR",
+	  "convert.py's path to Megatron's Python sources; megac needs none", true },
+	{ "--loader-transformer-impl", FK_STR, F(megatron_path), PROG_CONVERT, 0, "conversion", NULL,
+	  "transformer_engine|local", "IMPL", "convert.py's tensor names of the source; megac's checkpoints "
+	  "always use the Transformer Engine names", true },
+	{ "--saver-transformer-impl", FK_STR, F(megatron_path), PROG_CONVERT, 0, "conversion", NULL,
+	  "transformer_engine|local", "IMPL", "convert.py's tensor names of the output; megac's checkpoints "
+	  "always use the Transformer Engine names", true },
 
 	/* ---- report_memory (megac): the world it plans for, its output, and the
 	 * MoE / MLA / MTP model flags train refuses (rows for train above) ---- */

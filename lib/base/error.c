@@ -15,6 +15,7 @@ static char log_prefix[96] = "megac: ";
 static char *capture_buf;   /* log_capture(): the first error goes here */
 static size_t capture_size;
 static int capture_errors;
+static int log_level = 20; /* Python's logging levels: INFO */
 
 void log_init(const char *prog, int rank, int world_size)
 {
@@ -25,6 +26,11 @@ void log_init(const char *prog, int rank, int world_size)
 		snprintf(log_prefix, sizeof(log_prefix), "[rank %d] %s: ", rank, prog);
 	else
 		snprintf(log_prefix, sizeof(log_prefix), "%s: ", prog);
+}
+
+void log_set_level(int level)
+{
+	log_level = level;
 }
 
 const char *log_prog(void)
@@ -109,6 +115,8 @@ int error_errno(const char *fmt, ...)
 
 void warning(const char *fmt, ...)
 {
+	if (log_level > 30 && !capture_buf) /* logging.WARNING */
+		return;
 	va_list ap;
 	va_start(ap, fmt);
 	vreport("warning: ", fmt, ap, 0);
@@ -117,6 +125,8 @@ void warning(const char *fmt, ...)
 
 void info(const char *fmt, ...)
 {
+	if (log_level > 20 && !capture_buf) /* logging.INFO */
+		return;
 	va_list ap;
 	va_start(ap, fmt);
 	vreport("", fmt, ap, 0);

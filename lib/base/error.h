@@ -31,6 +31,11 @@
  * world_size > 1. Call once, early in main(). */
 void log_init(const char *prog, int rank, int world_size);
 const char *log_prog(void);
+/* Megatron's --logging-level, in Python's numbers: above 20 (INFO) info()
+ * prints nothing, above 30 (WARNING) neither does warning(); errors always
+ * print. train's log lines on standard output are not messages: Megatron
+ * prints them whatever the level, and so does megac. */
+void log_set_level(int level);
 
 /* Collects messages instead of printing them, for callers that try many
  * inputs through the same checks (report_memory --advise runs train's set-up

@@ -516,7 +516,21 @@ int args_parse(struct args *a, const struct prog_info *p, int argc, char **argv)
 	}
 	for (size_t i = 0; i < args_table_len; i++) {
 		const struct flag_def *d = &args_table[i];
-		if ((d->required & p->id) && (d->progs & p->id) && !a->given[i])
+		if (!(d->required & p->id) || !(d->progs & p->id))
+			continue;
+		/* --use-checkpoint-args: the checkpoint gives the model's sizes */
+		static const char *const from_ckpt[] = { "--num-layers", "--hidden-size", "--num-attention-heads",
+							  "--max-position-embeddings", "--seq-length" };
+		bool later = false;
+		for (size_t k = 0; a->use_checkpoint_args && k < sizeof(from_ckpt) / sizeof(from_ckpt[0]); k++)
+			later |= !strcmp(d->name, from_ckpt[k]);
+		if (later)
+			continue;
+		bool given = false; /* the flag, or another name of it (--load-dir for --load) */
+		for (size_t j = 0; j < args_table_len; j++)
+			given |= a->given[j] && args_table[j].off == d->off && args_table[j].kind == d->kind &&
+				 (args_table[j].progs & p->id);
+		if (!given)
 			problem(P, "missing required flag %s%s%s", d->name, d->metavar ? " " : "",
 				d->metavar ? d->metavar : "");
 	}
@@ -646,6 +660,8 @@ int prog_main(int argc, char **argv, const struct prog_info *p, int (*cmd)(const
 	struct args a;
 	log_init(argv[0], 0, 1);
 	int r = args_parse(&a, p, argc, argv);
+	if (r == 0 && a.logging_level >= 0)
+		log_set_level((int)a.logging_level);
 	if (r == 0 && first_rank()) {
 		char *none = args_no_effect(&a);
 		if (none)

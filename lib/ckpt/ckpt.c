@@ -12,6 +12,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -139,25 +141,291 @@ static int remove_tree(const char *path)
 	return r;
 }
 
-/* A killed writer's transaction directory is left behind empty (the
- * cleanup registry unlinks files, not directories): remove such leftovers.
- * rmdir only ever removes empty directories, so a transaction with data in
- * it (another writer's, or a crash's evidence) is never touched. */
-static void sweep_empty_transactions(const char *save_dir)
+/* ---- who writes a transaction, and partial ones left behind ------------------ */
+
+/*
+ * A transaction directory holds WRITER_FILE while it is being filled: the
+ * host, pid, start time (clock ticks after boot, /proc/PID/stat), PID
+ * namespace and boot id of the process that began it. The commit deletes it
+ * just before the directory is renamed into place. A directory that a killed
+ * save left behind can then be told from a save still running: on the same
+ * host, in the same PID namespace, a pid that is gone (or now another
+ * process, started at another time), or another boot, means its writer is
+ * dead and nobody will ever finish or commit it.
+ */
+#define WRITER_FILE ".writer"
+
+struct writer_id {
+	char host[256];
+	long pid;
+	unsigned long long start; /* 0: unknown */
+	char pidns[64];           /* "pid:[4026531836]", "" unknown */
+	char boot[64];            /* /proc/sys/kernel/random/boot_id, "" unknown */
+};
+
+/* The start time of process pid (field 22 of /proc/PID/stat), 0 when it
+ * cannot be read. */
+static unsigned long long proc_start(long pid)
 {
-	DIR *d = opendir(save_dir);
-	if (!d)
+	char path[64], buf[1024];
+	snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+	FILE *fp = fopen(path, "r");
+	if (!fp)
+		return 0;
+	size_t n = fread(buf, 1, sizeof(buf) - 1, fp);
+	fclose(fp);
+	buf[n] = 0;
+	char *p = strrchr(buf, ')'); /* the command name may hold spaces and parentheses */
+	unsigned long long v = 0;
+	for (int field = 2; p && field < 22; field++)
+		p = strchr(p + 1, ' ');
+	if (p)
+		v = strtoull(p + 1, NULL, 10);
+	return v;
+}
+
+static void read_line(const char *path, char *out, size_t n)
+{
+	out[0] = 0;
+	FILE *fp = fopen(path, "r");
+	if (!fp)
 		return;
+	if (!fgets(out, (int)n, fp))
+		out[0] = 0;
+	fclose(fp);
+	out[strcspn(out, "\n")] = 0;
+}
+
+static void self_id(struct writer_id *w)
+{
+	memset(w, 0, sizeof(*w));
+	if (gethostname(w->host, sizeof(w->host) - 1) < 0)
+		snprintf(w->host, sizeof(w->host), "?");
+	w->pid = (long)getpid();
+	w->start = proc_start(w->pid);
+	ssize_t k = readlink("/proc/self/ns/pid", w->pidns, sizeof(w->pidns) - 1);
+	w->pidns[k > 0 ? k : 0] = 0;
+	read_line("/proc/sys/kernel/random/boot_id", w->boot, sizeof(w->boot));
+}
+
+static int write_writer_file(const char *tmp_dir)
+{
+	struct writer_id w;
+	self_id(&w);
+	char *path = xasprintf("%s/%s", tmp_dir, WRITER_FILE);
+	struct afile af;
+	int r = afile_open(&af, path);
+	free(path);
+	if (r < 0)
+		return -1;
+	fprintf(af.fp, "host %s\npid %ld\nstart %llu\npidns %s\nboot %s\n", w.host, w.pid, w.start, w.pidns, w.boot);
+	if (afile_commit(&af) < 0) {
+		afile_abort(&af);
+		return -1;
+	}
+	return 0;
+}
+
+/* 0 and *w from a transaction's WRITER_FILE, -1 when it has none (an older
+ * megac's) or it cannot be read. */
+static int read_writer_file(const char *tmp_dir, struct writer_id *w)
+{
+	memset(w, 0, sizeof(*w));
+	char *path = xasprintf("%s/%s", tmp_dir, WRITER_FILE);
+	FILE *fp = fopen(path, "r");
+	free(path);
+	if (!fp)
+		return -1;
+	char line[512];
+	int have = 0;
+	while (fgets(line, sizeof(line), fp)) {
+		line[strcspn(line, "\n")] = 0;
+		char *v = strchr(line, ' ');
+		if (!v)
+			continue;
+		*v++ = 0;
+		if (!strcmp(line, "host"))
+			have |= 1, snprintf(w->host, sizeof(w->host), "%s", v);
+		else if (!strcmp(line, "pid"))
+			have |= 2, w->pid = strtol(v, NULL, 10);
+		else if (!strcmp(line, "start"))
+			w->start = strtoull(v, NULL, 10);
+		else if (!strcmp(line, "pidns"))
+			snprintf(w->pidns, sizeof(w->pidns), "%s", v);
+		else if (!strcmp(line, "boot"))
+			snprintf(w->boot, sizeof(w->boot), "%s", v);
+	}
+	fclose(fp);
+	return have == 3 && w->pid > 0 ? 0 : -1;
+}
+
+/* 1 when the writer w is certainly dead (seen from this process), 0 when it
+ * is alive or cannot be checked from here; why[] says which. */
+static int writer_dead(const struct writer_id *w, char *why, size_t n)
+{
+	struct writer_id me;
+	self_id(&me);
+	if (strcmp(w->host, me.host)) {
+		snprintf(why, n, "pid %ld on host %s, which cannot be checked from %s", w->pid, w->host, me.host);
+		return 0;
+	}
+	if (*w->boot && *me.boot && strcmp(w->boot, me.boot)) {
+		snprintf(why, n, "pid %ld on this host before it restarted", w->pid);
+		return 1;
+	}
+	if (!*w->pidns || strcmp(w->pidns, me.pidns)) {
+		snprintf(why, n, "pid %ld of another PID namespace (container) on this host, which cannot be checked "
+			 "from here", w->pid);
+		return 0;
+	}
+	if (kill((pid_t)w->pid, 0) < 0 && errno == ESRCH) {
+		snprintf(why, n, "pid %ld on this host, no longer running", w->pid);
+		return 1;
+	}
+	unsigned long long st = proc_start(w->pid);
+	if (w->start && st && st != w->start) {
+		snprintf(why, n, "pid %ld on this host, which is now another process's: the writer is gone", w->pid);
+		return 1;
+	}
+	snprintf(why, n, "pid %ld on this host, still running", w->pid);
+	return 0;
+}
+
+static int is_self(const struct writer_id *w)
+{
+	struct writer_id me;
+	self_id(&me);
+	return w->pid == me.pid && !strcmp(w->host, me.host) && !strcmp(w->pidns, me.pidns) &&
+	       !strcmp(w->boot, me.boot);
+}
+
+/* Bytes of the regular files under path; *files counts them (the writer
+ * record aside: it is not checkpoint data). */
+static uint64_t tree_bytes(const char *path, int *files)
+{
+	struct stat st;
+	if (lstat(path, &st) < 0)
+		return 0;
+	if (!S_ISDIR(st.st_mode)) {
+		const char *base = strrchr(path, '/');
+		if (base && !strcmp(base + 1, WRITER_FILE))
+			return 0;
+		(*files)++;
+		return S_ISREG(st.st_mode) ? (uint64_t)st.st_size : 0;
+	}
+	DIR *d = opendir(path);
+	if (!d)
+		return 0;
+	uint64_t sum = 0;
 	struct dirent *e;
 	while ((e = readdir(d))) {
-		if ((strncmp(e->d_name, ".iter_", 6) && strncmp(e->d_name, ".release.", 9)) ||
-		    !strstr(e->d_name, ".tmp-"))
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
 			continue;
-		char *p = xasprintf("%s/%s", save_dir, e->d_name);
-		rmdir(p);
+		char *sub = xasprintf("%s/%s", path, e->d_name);
+		sum += tree_bytes(sub, files);
+		free(sub);
+	}
+	closedir(d);
+	return sum;
+}
+
+static void format_bytes(char *buf, size_t n, uint64_t b)
+{
+	if (b < 10000)
+		snprintf(buf, n, "%llu bytes", (unsigned long long)b);
+	else if (b < 1000000)
+		snprintf(buf, n, "%.1f kB", b / 1e3);
+	else if (b < 1000000000)
+		snprintf(buf, n, "%.1f MB", b / 1e6);
+	else
+		snprintf(buf, n, "%.1f GB", b / 1e9);
+}
+
+/* A transaction directory's name: ".iter_0000500.tmp-..." or ".release.tmp-...". */
+static int is_transaction(const char *name)
+{
+	return (!strncmp(name, ".iter_", 6) || !strncmp(name, ".release.", 9)) && strstr(name, ".tmp-");
+}
+
+/* Each partial transaction is reported once per process (a run that saves
+ * every few minutes would otherwise repeat itself). */
+static char **reported;
+static size_t nreported, cap_reported;
+
+static int report_once(const char *path)
+{
+	for (size_t i = 0; i < nreported; i++)
+		if (!strcmp(reported[i], path))
+			return 0;
+	xgrow(&reported, &cap_reported, nreported + 1, sizeof(*reported));
+	reported[nreported++] = xstrdup(path);
+	return 1;
+}
+
+int ckpt_sweep(const char *dir, bool remove)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return 0;
+	int gone = 0;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		if (!is_transaction(e->d_name))
+			continue;
+		char *p = xasprintf("%s/%s", dir, e->d_name);
+		struct stat st;
+		if (lstat(p, &st) < 0 || !S_ISDIR(st.st_mode)) {
+			free(p);
+			continue;
+		}
+		struct writer_id w;
+		char why[1024], size[32];
+		int files = 0;
+		uint64_t bytes = tree_bytes(p, &files);
+		format_bytes(size, sizeof(size), bytes);
+		int known = read_writer_file(p, &w) == 0;
+		if (known && is_self(&w)) { /* this process's own save in progress */
+			free(p);
+			continue;
+		}
+		int dead = known && writer_dead(&w, why, sizeof(why));
+		if (!known && files == 0) {
+			/* an older megac's transaction, killed before it wrote anything
+			 * (rmdir removes only an empty directory) */
+			if (remove && rmdir(p) == 0)
+				gone++;
+		} else if (dead && files == 0) {
+			/* a writer that died before writing a file (or whose
+			 * temporaries were cleaned up on its way out) */
+			if (remove && remove_tree(p) == 0)
+				gone++;
+		} else if (dead && remove) {
+			if (remove_tree(p) == 0) {
+				warning("'%s' is a partial checkpoint (%s in %d file%s) left by a save that did not finish "
+					"(%s): removed it", p, size, files, files == 1 ? "" : "s", why);
+				gone++;
+			} else {
+				warning("'%s' is a partial checkpoint (%s) left by a save that did not finish (%s), "
+					"and could not be removed (see above)", p, size, why);
+			}
+		} else if (report_once(p)) {
+			if (dead)
+				warning("'%s' is a partial checkpoint (%s in %d file%s) left by a save that did not finish "
+					"(%s); nothing reads it, delete it to free the space", p, size, files,
+					files == 1 ? "" : "s", why);
+			else if (known)
+				warning("'%s' is a checkpoint being saved, or a partial one (%s in %d file%s) of a save "
+					"that did not finish (%s): left alone; delete it if no job saves there", p, size,
+					files, files == 1 ? "" : "s", why);
+			else
+				warning("'%s' is a checkpoint being saved, or a partial one (%s in %d file%s) of a save "
+					"that did not finish (its writer is not recorded): left alone; delete it if no "
+					"job saves there", p, size, files, files == 1 ? "" : "s");
+		}
 		free(p);
 	}
 	closedir(d);
+	return gone;
 }
 
 /* Create "<save>/.<base>.<tag>-<pid>-<n>" with the first free n, so that
@@ -211,13 +479,18 @@ struct ckpt_writer *ckpt_begin(const char *save_dir, int64_t iteration)
 	if (mkdir_p(save_dir) < 0)
 		return NULL;
 	h5io_init();
-	sweep_empty_transactions(save_dir);
+	ckpt_sweep(save_dir, true);
 	struct ckpt_writer *w = xcalloc(1, sizeof(*w));
 	w->save_dir = xstrdup(save_dir);
 	w->iteration = iteration;
 	w->name = iter_name(iteration);
 	w->final_dir = xasprintf("%s/%s", save_dir, w->name);
 	w->tmp_dir = make_unique_dir(save_dir, w->name, "tmp");
+	if (w->tmp_dir && write_writer_file(w->tmp_dir) < 0) {
+		rmdir(w->tmp_dir);
+		free(w->tmp_dir);
+		w->tmp_dir = NULL;
+	}
 	if (!w->tmp_dir) {
 		free(w->name);
 		free(w->final_dir);
@@ -646,6 +919,11 @@ int ckpt_commit(struct ckpt_writer *w)
 	for (size_t i = 0; i < w->nfiles; i++)
 		if (afile_publish(&w->files[i].af) < 0)
 			goto abort;
+	/* the writer's record goes: the directory is complete */
+	char *wf = xasprintf("%s/%s", w->tmp_dir, WRITER_FILE);
+	if (unlink(wf) < 0 && errno != ENOENT)
+		warning("could not delete '%s': %s", wf, strerror(errno));
+	free(wf);
 	if (fsync_dir(w->tmp_dir) < 0)
 		goto abort;
 
@@ -743,6 +1021,12 @@ int ckpt_latest(const char *dir, int64_t *iteration)
 		goto out;
 	}
 	buf[n] = 0;
+	/* what is there, printable and short, before the trim below changes it */
+	char shown[80] = "";
+	size_t k = 0;
+	for (char *p = buf; p < buf + n && k + 5 < sizeof(shown); p++)
+		k += (size_t)snprintf(shown + k, sizeof(shown) - k, (*p >= 0x20 && *p < 0x7f) ? "%c" : "\\x%02x",
+				      (unsigned char)*p);
 	char *s = buf, *e = buf + n;
 	while (s < e && strchr(" \t\r\n", *s))
 		s++;
@@ -757,16 +1041,12 @@ int ckpt_latest(const char *dir, int64_t *iteration)
 			r = 0;
 		}
 	}
-	if (r < 0) {
-		/* Show what is there, printable and short. */
-		char shown[80];
-		size_t k = 0;
-		for (char *p = buf; p < buf + n && k + 5 < sizeof(shown); p++)
-			k += (size_t)snprintf(shown + k, sizeof(shown) - k, (*p >= 0x20 && *p < 0x7f) ? "%c" : "\\x%02x",
-					      (unsigned char)*p);
+	if (r < 0 && n == 0)
+		error("'%s' is empty: expected an iteration number or 'release' (write the iteration to load "
+		      "into it, or remove it to load the newest iteration directory)", path);
+	else if (r < 0)
 		error("'%s': expected an iteration number or 'release', found \"%s\"%s", path, shown,
 		      too_long || k + 5 >= sizeof(shown) ? "..." : "");
-	}
 out:
 	free(path);
 	return r;
@@ -788,8 +1068,11 @@ int ckpt_iterations(const char *dir, int64_t **its, size_t *n)
 	size_t cap = 0;
 	struct dirent *e;
 	while ((e = readdir(d))) {
+		/* "iter_" and 7 digits, or more without a leading zero (iter_name) */
 		const char *s = e->d_name;
-		if (strncmp(s, "iter_", 5) || strlen(s + 5) != 7 || strspn(s + 5, "0123456789") != 7)
+		size_t nd = strlen(s + 5);
+		if (strncmp(s, "iter_", 5) || nd < 7 || nd > 18 || strspn(s + 5, "0123456789") != nd ||
+		    (nd > 7 && s[5] == '0'))
 			continue;
 		xgrow(its, &cap, *n + 1, sizeof(**its));
 		(*its)[(*n)++] = strtoll(s + 5, NULL, 10);
@@ -836,20 +1119,48 @@ struct ckpt_rfile {
 	char *name;
 	char *path; /* "<dir>/iter_0000500/model.h5" */
 	hid_t fid;
+	bool has_iteration; /* its root attribute "iteration" */
+	int64_t iteration;
 };
 
 struct ckpt_reader {
 	char *dir; /* "<dir>/iter_0000500" */
+	int64_t iteration; /* or CKPT_RELEASE */
 	struct ckpt_rfile *files;
 	size_t nfiles, cap;
 	struct h5io_crc32 crc;
 };
 
+int ckpt_newest(const char *dir, int64_t *iteration)
+{
+	int64_t *its;
+	size_t n;
+	struct stat st;
+	if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode) || ckpt_iterations(dir, &its, &n) < 0 || !n)
+		return 1;
+	*iteration = its[n - 1];
+	free(its);
+	return 0;
+}
+
 struct ckpt_reader *ckpt_open_latest(const char *dir, int64_t *iteration)
 {
+	ckpt_sweep(dir, false);
 	int k = ckpt_latest(dir, iteration);
-	if (k > 0)
-		error("'%s' has no latest_checkpointed_iteration.txt (no checkpoint there)", dir);
+	if (k > 0 && ckpt_newest(dir, iteration) == 0) {
+		warning("'%s' has no %s, but iteration directories: reading the newest, iteration %lld", dir, TRACKER,
+			(long long)*iteration);
+		k = 0;
+	} else if (k > 0) {
+		struct stat st;
+		const char *base = strrchr(dir, '/') ? strrchr(dir, '/') + 1 : dir;
+		if (stat(dir, &st) < 0)
+			error_errno("cannot read the checkpoint folder '%s'", dir);
+		else
+			error("'%s' has no %s and no iteration directories (no checkpoint there%s)", dir, TRACKER,
+			      !strncmp(base, "iter_", 5) || !strcmp(base, "release") ?
+				      "; it looks like one iteration's directory: give the folder that holds it" : "");
+	}
 	return k == 0 ? ckpt_open(dir, *iteration) : NULL;
 }
 
@@ -875,6 +1186,7 @@ struct ckpt_reader *ckpt_open(const char *dir, int64_t iteration)
 	h5io_init();
 	struct ckpt_reader *r = xcalloc(1, sizeof(*r));
 	r->dir = path;
+	r->iteration = iteration;
 	h5io_crc32_init(&r->crc);
 	return r;
 }
@@ -882,6 +1194,18 @@ struct ckpt_reader *ckpt_open(const char *dir, int64_t iteration)
 const char *ckpt_reader_dir(const struct ckpt_reader *r)
 {
 	return r->dir;
+}
+
+int ckpt_check_iteration(struct ckpt_reader *r)
+{
+	if (r->iteration == CKPT_RELEASE)
+		return 0;
+	for (size_t i = 0; i < r->nfiles; i++)
+		if (r->files[i].has_iteration && r->files[i].iteration != r->iteration)
+			return error("'%s' records iteration %lld but lies in the directory of iteration %lld ('%s'): it "
+				     "was copied in from another checkpoint", r->files[i].path,
+				     (long long)r->files[i].iteration, (long long)r->iteration, r->dir);
+	return 0;
 }
 
 static struct ckpt_rfile *rfile(struct ckpt_reader *r, int file)
@@ -927,9 +1251,23 @@ int ckpt_file_open(struct ckpt_reader *r, const char *name)
 		      (long long)version, CKPT_FORMAT_VERSION);
 		goto fail;
 	}
+	/* The iteration the file records, when it does (every file train
+	 * writes): files of one checkpoint agree on it, so a file copied in
+	 * from another iteration is caught before anything is read from it. */
+	int64_t it = 0;
+	if ((has = h5io_has_attr(fid, ".", "iteration", path)) < 0 ||
+	    (has && h5io_get_i64(fid, ".", "iteration", &it, path) < 0))
+		goto fail;
+	for (size_t i = 0; has && i < r->nfiles; i++)
+		if (r->files[i].has_iteration && r->files[i].iteration != it) {
+			error("'%s' records iteration %lld but '%s' records iteration %lld: the files of one checkpoint "
+			      "come from different saves (one was copied in from another checkpoint)", r->files[i].path,
+			      (long long)r->files[i].iteration, path, (long long)it);
+			goto fail;
+		}
 	h5io_close_quiet(fapl);
 	xgrow(&r->files, &r->cap, r->nfiles + 1, sizeof(*r->files));
-	r->files[r->nfiles] = (struct ckpt_rfile){ xstrdup(name), path, fid };
+	r->files[r->nfiles] = (struct ckpt_rfile){ xstrdup(name), path, fid, has != 0, it };
 	return (int)r->nfiles++;
 fail:
 	h5io_close_quiet(fid);

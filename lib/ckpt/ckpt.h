@@ -15,8 +15,10 @@
  * rename (replacing an existing one atomically), and only then rewrites the
  * tracker file. A reader therefore never sees a partial iteration through the
  * tracker; what a crash can leave behind is a dot-directory, which readers
- * never look at (an empty one from a killed run is removed by the next
- * ckpt_begin in the same <save>).
+ * never look at. It records its writer (.writer: host, pid, ...), so that
+ * ckpt_sweep (the next ckpt_begin in the same <save>, and train's load)
+ * reports it with its size and removes it once its writer is certainly
+ * dead.
  *
  * Each tensor is one HDF5 dataset, stored contiguously with its global shape
  * under its Megatron name, and carries two attributes: "dtype" (its element
@@ -30,6 +32,7 @@
 #ifndef MEGAC_CKPT_CKPT_H
 #define MEGAC_CKPT_CKPT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -153,6 +156,17 @@ int ckpt_latest(const char *dir, int64_t *iteration);
  * caller frees; NULL when none). -1 after error() when dir cannot be read. */
 int ckpt_iterations(const char *dir, int64_t **its, size_t *n);
 
+/* Partial checkpoints in <dir>: the hidden transaction directories
+ * (".iter_0000500.tmp-*") of saves that have not committed. Each records
+ * its writer (host, pid, ...); one whose writer is certainly dead (this
+ * host, same PID namespace, the process gone or the host restarted) is
+ * removed when `remove` is set, with a warning giving its size; the others
+ * (a save in progress, a writer on another host) are reported once per
+ * process with their size and left alone. An empty one of an older megac
+ * is removed silently. Returns how many were removed; never fails (what
+ * cannot be read is skipped). ckpt_begin calls it with remove set. */
+int ckpt_sweep(const char *dir, bool remove);
+
 /* Delete every iteration directory of <dir> up to the one the tracker
  * names but the newest `keep` of them (keep >= 1), oldest first; the
  * tracker's iteration and any newer directories (an abandoned run's) are
@@ -162,9 +176,18 @@ int ckpt_prune(const char *dir, int keep);
 
 struct ckpt_reader;
 
+/* The newest iteration <dir> holds as an iter_NNNNNNN directory: 0 and
+ * *iteration, or 1 when there is none (or no such folder). For a folder
+ * whose tracker is lost: only complete iterations are ever renamed into
+ * place, so that is the newest complete one. */
+int ckpt_newest(const char *dir, int64_t *iteration);
+
 /* Open the iteration <dir>'s tracker names (ckpt_latest, then ckpt_open),
- * storing it in *iteration; NULL after error(), which says when there is
- * no tracker. For the tools that read "the" checkpoint of a folder. */
+ * storing it in *iteration; without a tracker, the newest iteration
+ * directory (ckpt_newest), with a warning. NULL after error(), which says
+ * when there is no checkpoint at all. Partial checkpoints in <dir> are
+ * reported (ckpt_sweep, not removed). For the tools that read "the"
+ * checkpoint of a folder. */
 struct ckpt_reader *ckpt_open_latest(const char *dir, int64_t *iteration);
 
 /* Open <dir>/iter_NNNNNNN (or release/); NULL after error() when it is not
@@ -172,8 +195,14 @@ struct ckpt_reader *ckpt_open_latest(const char *dir, int64_t *iteration);
 struct ckpt_reader *ckpt_open(const char *dir, int64_t iteration);
 /* Open the file `name` of the checkpoint; returns its handle (the same one
  * when opened twice), or -1 after error() when it is missing, truncated or
- * not HDF5, or written by a newer format version. */
+ * not HDF5, or written by a newer format version, or when it records (root
+ * attribute "iteration") another iteration than a file opened before
+ * (naming both files and iterations). */
 int ckpt_file_open(struct ckpt_reader *r, const char *name);
+/* -1 after error() when a file opened so far records another iteration
+ * than the directory's (not for release/): a file copied in from another
+ * checkpoint. Call it once the files to be read are open. */
+int ckpt_check_iteration(struct ckpt_reader *r);
 
 /* Tensors may be external links to datasets in other files of the
  * checkpoint (ckpt_put_external_link): every call below follows them, reading

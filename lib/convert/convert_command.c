@@ -29,6 +29,7 @@
 #include "data/commands.h"
 #include "data/tok.h"
 #include "dist/layout.h"
+#include "model/ckpt_tok.h"
 #include "model/gpt_ckpt.h"
 
 const struct prog_info convert_prog_info = {
@@ -247,21 +248,80 @@ static int copy_tokenizer(const struct args *a, const char *dir)
 	return 0;
 }
 
-/* bos/eos ids for config.json: the tokenizer's end-of-document token, when
- * tokenizer flags are given. */
-static void special_ids(const struct args *a, int64_t *bos, int64_t *eos)
+/* A tokenizer_config.json for GPT-2 BPE files (vocab.json + merges.txt)
+ * naming transformers' class: without it AutoTokenizer picks the class of
+ * the model's architecture (LlamaTokenizerFast for a Llama), which cannot
+ * read them. */
+static int gpt2_tokenizer_config(const char *dir, const struct tokenizer *t, const struct gpt_config *c)
+{
+	json_t *o = json_object();
+	json_object_set_new(o, "tokenizer_class", json_string("GPT2Tokenizer"));
+	json_object_set_new(o, "model_max_length", json_integer(c->P));
+	json_object_set_new(o, "add_prefix_space", json_false());
+	int32_t eod = t ? (int32_t)tok_eod(t) : -1;
+	struct sbuf text = SBUF_INIT;
+	if (eod >= 0 && tok_decode(t, &eod, 1, &text) == 0 && text.len) {
+		static const char *const keys[] = { "bos_token", "eos_token", "unk_token" };
+		for (size_t i = 0; i < 3; i++)
+			json_object_set_new(o, keys[i], json_stringn(text.buf, text.len));
+	}
+	sbuf_release(&text);
+	char *s = json_dumps(o, JSON_SORT_KEYS | JSON_INDENT(2));
+	json_decref(o);
+	int rc = write_text(dir, "tokenizer_config.json", s);
+	free(s);
+	return rc;
+}
+
+/* The export's tokenizer: the files the flags give, else the ones the
+ * checkpoint records (model/ckpt_tok.h), into dir; its end-of-document id
+ * as bos/eos for config.json (-1 without a tokenizer, which is said); and
+ * for GPT-2 BPE files without one, a tokenizer_config.json naming the
+ * class. */
+static int export_tokenizer(const struct args *a, struct ckpt_reader *r, int mf, const struct gpt_config *c,
+			    const char *dir, int64_t *bos, int64_t *eos)
 {
 	*bos = *eos = -1;
-	if (!a->tokenizer_type)
-		return;
-	struct tok_config tc = tok_config_from_args(a);
-	struct tokenizer *t = tok_load(&tc);
-	if (!t) {
-		warning("config.json gets no bos/eos token ids: the tokenizer did not load");
-		return;
+	struct ckpt_tok rec;
+	memset(&rec, 0, sizeof(rec));
+	struct tok_config tc;
+	const char *type = a->tokenizer_type;
+	if (type) {
+		if (copy_tokenizer(a, dir) < 0)
+			return -1;
+		tc = tok_config_from_args(a);
+	} else {
+		int k = ckpt_tok_get(&rec, r, mf);
+		if (k != 0) {
+			if (k > 0)
+				warning("no tokenizer flags, and '%s' records no tokenizer: the folder gets no tokenizer files "
+					"and config.json no bos/eos token ids (give the tokenizer flags)", ckpt_reader_dir(r));
+			return k < 0 ? -1 : 0;
+		}
+		char where[4200];
+		snprintf(where, sizeof(where), "'%s'", ckpt_reader_dir(r));
+		if (ckpt_tok_extract(&rec, dir, where, &tc) < 0) {
+			ckpt_tok_free(&rec);
+			return -1;
+		}
+		type = rec.type;
+		info("the tokenizer '%s' records goes with the export (%s%s)", ckpt_reader_dir(r), rec.type,
+		     rec.nfiles ? "" : "; no files: transformers has no such tokenizer");
 	}
-	*bos = *eos = tok_eod(t);
-	tok_free(t);
+	struct tokenizer *t = tok_load(&tc);
+	if (t)
+		*bos = *eos = tok_eod(t);
+	else
+		warning("config.json gets no bos/eos token ids: the tokenizer did not load");
+	char *cfg = path_join(dir, "tokenizer_config.json");
+	int rc = 0;
+	if (!strcmp(type, "GPT2BPETokenizer") && access(cfg, F_OK) != 0)
+		rc = gpt2_tokenizer_config(dir, t, c);
+	free(cfg);
+	if (t)
+		tok_free(t);
+	ckpt_tok_free(&rec);
+	return rc;
 }
 
 /* ---- megac -> Hugging Face ---- */
@@ -309,6 +369,16 @@ static double aux_coeff(struct ckpt_reader *r, int mf)
 	return x;
 }
 
+/* convert.py's --true-vocab-size: the tokenizer's vocabulary, which the
+ * checkpoint records; a different one is a different model. */
+static int check_true_vocab(const struct args *a, const struct gpt_config *c)
+{
+	if (a->true_vocab_size > 0 && a->true_vocab_size != c->V)
+		return error("--true-vocab-size %lld: the checkpoint's vocabulary has %d tokens (padded to %d)",
+			     (long long)a->true_vocab_size, c->V, c->Vp);
+	return 0;
+}
+
 static int to_hf(const struct args *a)
 {
 	int64_t iter;
@@ -318,7 +388,8 @@ static int to_hf(const struct args *a)
 	struct gpt_config c;
 	enum hf_arch arch;
 	int mf = ckpt_file_open(r, "model.h5");
-	if (mf < 0 || gpt_config_from_ckpt(&c, r, mf) < 0 || hf_arch_for(&c, &arch) < 0) {
+	if (mf < 0 || ckpt_check_iteration(r) < 0 || gpt_config_from_ckpt(&c, r, mf) < 0 || check_true_vocab(a, &c) < 0 ||
+	    hf_arch_for(&c, &arch) < 0) {
 		ckpt_close(r);
 		return -1;
 	}
@@ -408,10 +479,10 @@ static int to_hf(const struct args *a)
 	}
 	if (rc == 0) {
 		int64_t bos, eos;
-		special_ids(a, &bos, &eos);
+		rc = export_tokenizer(a, r, mf, &c, od.tmp, &bos, &eos);
 		char *cfg = hf_config_json(&c, arch, dt, bos, eos), *gen = hf_generation_config_json(bos, eos);
-		rc = write_text(od.tmp, "config.json", cfg) < 0 || write_text(od.tmp, "generation_config.json", gen) < 0 ||
-		     copy_tokenizer(a, od.tmp) < 0
+		rc = rc < 0 || write_text(od.tmp, "config.json", cfg) < 0 ||
+		     write_text(od.tmp, "generation_config.json", gen) < 0
 			     ? -1
 			     : 0;
 		free(cfg);
@@ -747,12 +818,23 @@ static int from_hf(const struct args *a)
 		st_folder_close(f);
 		return -1;
 	}
+	/* the folder's tokenizer, when it has one megac reads, goes with the model */
+	struct ckpt_tok tok;
+	int have_tok = ckpt_tok_from_dir(&tok, a->load, a->make_vocab_size_divisible_by * tp);
+	if (have_tok < 0)
+		warning("the checkpoint records no tokenizer: give the tokenizer flags to train or serve it");
 	struct ckpt_writer *w = ckpt_begin(a->save, 0);
 	struct stage_writer sw;
 	rc = w ? stage_writer_init(&sw, w, "model", c.L, pp, vpp, 0) : -1;
 	char *config = gpt_config_to_json(&c, 1.0);
 	if (rc == 0)
 		rc = put_model_attrs(w, sw.files[0], 0, config);
+	if (rc == 0) /* weights only: train --finetune (or --no-load-optim) */
+		rc = ckpt_put_attr_i64(w, sw.files[0], NULL, "optimizer_state_saved", 0);
+	if (rc == 0 && have_tok == 0)
+		rc = ckpt_tok_put(w, sw.files[0], &tok);
+	if (have_tok == 0)
+		ckpt_tok_free(&tok);
 	free(config);
 	float *dst = NULL, *tmp = NULL;
 	size_t cap = 0;
@@ -820,8 +902,10 @@ static bool vocab_rows(const char *name)
 }
 
 /* Copy the root attributes of file `rf` to `wf` (config rewritten for the
- * new padded vocabulary). */
-static int copy_attrs(struct ckpt_reader *r, int rf, struct ckpt_writer *w, int wf, int new_vp)
+ * new padded vocabulary, and the tokenizer record's padding with it:
+ * new_multiple, when it changed). optimizer_state_saved is not copied: the
+ * caller writes what it writes. */
+static int copy_attrs(struct ckpt_reader *r, int rf, struct ckpt_writer *w, int wf, int new_vp, int64_t new_multiple)
 {
 	char **names, *kinds;
 	size_t n;
@@ -830,8 +914,8 @@ static int copy_attrs(struct ckpt_reader *r, int rf, struct ckpt_writer *w, int 
 	int rc = 0;
 	for (size_t i = 0; rc == 0 && i < n; i++) {
 		const char *k = names[i];
-		if (!strcmp(k, "megac_format_version"))
-			continue; /* every file gets its own */
+		if (!strcmp(k, "megac_format_version") || !strcmp(k, "optimizer_state_saved"))
+			continue; /* every file gets its own; the truth about the optimizer, from the caller */
 		if (kinds[i] == 'i') {
 			int64_t v;
 			rc = ckpt_get_attr_i64(r, rf, NULL, k, &v) < 0 ? -1 : ckpt_put_attr_i64(w, wf, NULL, k, v);
@@ -841,6 +925,15 @@ static int copy_attrs(struct ckpt_reader *r, int rf, struct ckpt_writer *w, int 
 		} else if (kinds[i] == 's') {
 			char *v;
 			rc = ckpt_get_attr_str(r, rf, NULL, k, &v);
+			if (rc == 0 && !strcmp(k, "tokenizer") && new_multiple >= 0) {
+				json_t *o = json_loads(v, 0, NULL);
+				if (o) {
+					json_object_set_new(o, "padding_multiple", json_integer(new_multiple));
+					free(v);
+					v = json_dumps(o, JSON_SORT_KEYS | JSON_INDENT(1));
+					json_decref(o);
+				}
+			}
 			if (rc == 0 && !strcmp(k, "config")) {
 				json_t *o = json_loads(v, 0, NULL);
 				if (o) {
@@ -973,7 +1066,8 @@ static int megac_to_megac(const struct args *a)
 		return -1;
 	struct gpt_config c;
 	int mf = ckpt_file_open(r, "model.h5");
-	if (mf < 0 || gpt_config_from_ckpt(&c, r, mf) < 0 || check_layout(&c, tp, pp, vpp) < 0) {
+	if (mf < 0 || gpt_config_from_ckpt(&c, r, mf) < 0 || check_true_vocab(a, &c) < 0 ||
+	    check_layout(&c, tp, pp, vpp) < 0) {
 		ckpt_close(r);
 		return -1;
 	}
@@ -1007,10 +1101,35 @@ static int megac_to_megac(const struct args *a)
 		char *p = path_join(ckpt_reader_dir(r), "optim.h5");
 		optim = access(p, F_OK) == 0;
 		free(p);
-		if (optim && (of = ckpt_file_open(r, "optim.h5")) < 0) {
+		/* a source without optimizer state gives a target without it, said
+		 * and recorded; one that says it saved the state but lacks the file
+		 * is damaged */
+		int64_t saved = -1;
+		if (!optim && ckpt_has_attr(r, mf, NULL, "optimizer_state_saved") == 1 &&
+		    ckpt_get_attr_i64(r, mf, NULL, "optimizer_state_saved", &saved) == 0 && saved) {
+			error("'%s/optim.h5' is missing, although model.h5 records optimizer state (optimizer_state_saved "
+			      "= 1): the checkpoint is damaged; give --no-optim to convert the weights alone",
+			      ckpt_reader_dir(r));
 			ckpt_close(r);
+			remove_tree(created);
+			free(created);
 			return -1;
 		}
+		if (!optim)
+			warning("'%s' holds no optimizer state (no optim.h5): the converted checkpoint has none either "
+				"(resume it with --no-load-optim, or --finetune)", ckpt_reader_dir(r));
+		if (optim && (of = ckpt_file_open(r, "optim.h5")) < 0) {
+			ckpt_close(r);
+			remove_tree(created);
+			free(created);
+			return -1;
+		}
+	}
+	if (ckpt_check_iteration(r) < 0) {
+		ckpt_close(r);
+		remove_tree(created);
+		free(created);
+		return -1;
 	}
 	struct ckpt_writer *w = ckpt_begin(a->save, iter);
 	if (!w) {
@@ -1022,15 +1141,18 @@ static int megac_to_megac(const struct args *a)
 	struct stage_writer ms = { 0 }, os = { 0 };
 	int count = 0;
 	int rc = stage_writer_init(&ms, w, "model", c.L, pp, vpp, iter);
+	int64_t multiple = new_vp == c.Vp ? -1 : a->make_vocab_size_divisible_by * tp;
 	if (rc == 0)
-		rc = copy_attrs(r, mf, w, ms.files[0], new_vp);
+		rc = copy_attrs(r, mf, w, ms.files[0], new_vp, multiple);
+	if (rc == 0) /* what is written, whatever the source said */
+		rc = ckpt_put_attr_i64(w, ms.files[0], NULL, "optimizer_state_saved", optim);
 	if (rc == 0)
 		rc = copy_tensors(r, mf, &ms, new_vp, a->dtype, &count);
 	if (optim) {
 		if (rc == 0)
 			rc = stage_writer_init(&os, w, "optim", c.L, pp, vpp, iter);
 		if (rc == 0)
-			rc = copy_attrs(r, of, w, os.files[0], new_vp);
+			rc = copy_attrs(r, of, w, os.files[0], new_vp, multiple);
 		if (rc == 0)
 			rc = copy_tensors(r, of, &os, new_vp, a->dtype, &count);
 	}
@@ -1070,9 +1192,39 @@ static char *trim_slashes(const char *p)
 
 static int convert(const struct args *a);
 
+/* convert.py's --loader/--saver/--model-type, as megac's --from/--to. */
+static int convert_py_flags(struct args *a)
+{
+	static const char *const megatron_names[] = { "megatron", "mcore", "core", "legacy" };
+	if (a->model_type && strcmp(a->model_type, "GPT"))
+		return error("--model-type %s: megac converts GPT-style models only", a->model_type);
+	const struct {
+		const char *flag, *value, *megac_flag;
+		char **megac;
+	} sides[] = { { "--loader", a->loader, "--from", &a->convert_from },
+		      { "--saver", a->saver, "--to", &a->convert_to } };
+	for (int i = 0; i < 2; i++) {
+		const char *v = sides[i].value;
+		if (!v)
+			continue;
+		const char *as = "hf";
+		for (size_t k = 0; k < sizeof(megatron_names) / sizeof(megatron_names[0]); k++)
+			if (!strcmp(v, megatron_names[k]))
+				as = "megac";
+		const char *given = args_given(a, sides[i].megac_flag) ? *sides[i].megac : NULL;
+		if (given && strcmp(given, as))
+			return error("%s %s and %s %s contradict each other: give one of them", sides[i].flag, v,
+				     sides[i].megac_flag, given);
+		*sides[i].megac = (char *)as;
+	}
+	return 0;
+}
+
 int convert_command(const struct args *a0)
 {
 	struct args a = *a0;
+	if (convert_py_flags(&a) < 0)
+		return -1;
 	char *save = a0->save ? trim_slashes(a0->save) : NULL, *load = a0->load ? trim_slashes(a0->load) : NULL;
 	a.save = save;
 	a.load = load;

@@ -49,6 +49,9 @@ static int mixtral_ok(const struct gpt_config *c)
 
 int hf_arch_for(const struct gpt_config *c, enum hf_arch *arch)
 {
+	if (c->norm_1p) /* Hugging Face's norms apply their weight as stored */
+		return error("the model stores its norm weights zero-centred (--apply-layernorm-1p); exporting it to "
+			     "Hugging Face (weights + 1) is not in megac yet");
 	if (c->E > 0 && !c->rope)
 		return error("a mixture-of-experts model exports as MixtralForCausalLM, which needs RoPE; this one has "
 			     "learned positions");

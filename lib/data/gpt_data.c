@@ -21,6 +21,7 @@
 #include "base/sbuf.h"
 #include "base/tempfile.h"
 #include "base/xalloc.h"
+#include "data/batch_schedule.h"
 #include "data/np_random.h"
 #include "data/npy.h"
 
@@ -299,16 +300,24 @@ int gpt_data_config_from_args(const struct args *a, const struct tokenizer *tok,
 		return error("--global-batch-size (or --micro-batch-size) is needed to count samples");
 	int64_t train_iters = a->train_iters;
 	int64_t train_samples;
+	struct batch_schedule bss = { 0 };
+	if (a->step_batch_size_schedule && batch_schedule_parse(&bss, a->step_batch_size_schedule, a->seq_length) < 0)
+		return -1;
 	if (a->train_samples >= 0) {
-		if (a->train_iters >= 0)
+		if (a->train_iters >= 0) {
+			batch_schedule_free(&bss);
 			return error("--train-iters and --train-samples exclude each other");
+		}
 		train_samples = a->train_samples;
-		train_iters = a->train_samples / gbs;
+		train_iters = bss.n ? batch_schedule_iters(&bss, a->train_samples) : a->train_samples / gbs;
 	} else if (a->train_iters >= 0) {
-		train_samples = a->train_iters * gbs;
+		/* with a batch schedule Megatron counts train_iters x micro-batch x DP
+		 * samples, fewer than the iterations take; megac counts what they take */
+		train_samples = bss.n ? batch_schedule_samples(&bss, a->train_iters) : a->train_iters * gbs;
 	} else {
 		return error("one of --train-iters and --train-samples is required");
 	}
+	batch_schedule_free(&bss);
 	/* spec 3: valid and test sizes */
 	int64_t eval = a->eval_iters * gbs, valid;
 	if (a->full_validation) {

@@ -4,9 +4,12 @@
  * preprocess_data reads many inputs as one corpus: plain or compressed files
  * (.gz .zst .xz .bz2 .lz4, detected from the bytes, not the name), tar or zip
  * archives whose members are such files, directories (every data file
- * below, sorted), globs, and standard input ("-"). Everything goes through
- * libarchive as a stream: nothing is unpacked to disk and memory does not
- * depend on the corpus size.
+ * below, sorted), globs, and standard input ("-"). Everything is read as a
+ * stream: nothing is unpacked to disk and memory does not depend on the
+ * corpus size (only on the longest line; see input_reader_set_max_line).
+ * Compressed data is checked as it is read: gzip members' CRC-32 and length
+ * (zlib), a zip entry's CRC-32 and size, the checksums xz, zstd, bzip2 and
+ * lz4 carry; bytes after the end of a compressed stream are an error.
  *
  * The reader hands out chunks of whole lines (a few hundred KB) tagged with
  * where they came from, so the worker threads that parse and tokenize them can
@@ -43,6 +46,7 @@ struct input_chunk {
 	uint64_t first_line; /* 1-based line number of the first line in its source */
 	uint64_t line_step;  /* line numbers of consecutive lines differ by this (the stride) */
 	uint64_t n_lines;
+	bool too_long;       /* one line longer than the reader's limit: no data, n_lines 1 */
 };
 
 struct input_reader;
@@ -53,6 +57,10 @@ struct input_reader *input_reader_new(char *const *files, int n, size_t chunk_si
 /* 1 and a chunk (caller frees chunk->data), 0 at the end, -1 on a read error
  * (input_reader_error() says which file and what; nothing is printed). */
 int input_reader_next(struct input_reader *r, struct input_chunk *c);
+/* Lines longer than max_bytes (not counting the '\n') are not kept in
+ * memory: each comes as a chunk of its own with too_long set and no data,
+ * and the reader skips the rest of it. 0 (the default) = no limit. */
+void input_reader_set_max_line(struct input_reader *r, uint64_t max_bytes);
 const char *input_reader_error(const struct input_reader *r);
 /* From any thread: make a read blocked on a pipe give up (within 0.2 s);
  * input_reader_next() then fails with "reading stopped". */

@@ -54,6 +54,9 @@ static int check_flags(const struct args *a)
 		return error("--workers %lld: more than 1024 threads is surely a typo", (long long)a->workers);
 	if (a->partitions < 1)
 		return error("--partitions must be at least 1 (got %lld)", (long long)a->partitions);
+	if (a->max_document_bytes < 0)
+		return error("--max-document-bytes must be 0 (no limit) or a byte count (got %lld)",
+			     (long long)a->max_document_bytes);
 	if (a->log_interval < 0)
 		return error("--log-interval must be 0 (no progress lines) or more (got %lld)",
 			     (long long)a->log_interval);
@@ -190,6 +193,7 @@ int prep_command(const struct args *a)
 		.log_interval = a->log_interval,
 		.max_documents = -1,
 		.skip_bad_lines = a->skip_bad_lines,
+		.max_document_bytes = (uint64_t)a->max_document_bytes,
 		.chunk_size = chunk_size, /* tests shrink it to exercise reordering */
 	};
 	if (a->find_optimal_num_workers) {

@@ -194,6 +194,22 @@ out:
 	return ret;
 }
 
+/* A bad line: the run's error (true), or counted and maybe shown with --skip-bad-lines (false). */
+static bool bad_line(const struct prep_config *cfg, struct result *res, const char *src, uint64_t lineno,
+		     const char *why)
+{
+	if (!cfg->skip_bad_lines) {
+		res->fatal = xasprintf("%s:%llu: %s", src, (unsigned long long)lineno, why);
+		return true;
+	}
+	if (res->n_bad < SHOW_SKIPPED) {
+		sbuf_addf(&res->skipped, "%s:%llu: %s", src, (unsigned long long)lineno, why);
+		sbuf_addch(&res->skipped, 0);
+	}
+	res->n_bad++;
+	return false;
+}
+
 static void process_chunk(struct pipe *p, struct tok_session *s, const struct job *j, struct result *res)
 {
 	const struct prep_config *cfg = p->cfg;
@@ -205,6 +221,12 @@ static void process_chunk(struct pipe *p, struct tok_session *s, const struct jo
 	const char *src = j->c.source_name;
 	uint64_t lineno = j->c.first_line;
 	char why[1024];
+	if (j->c.too_long) { /* the reader kept none of it */
+		snprintf(why, sizeof(why), "the line is longer than --max-document-bytes %llu",
+			 (unsigned long long)cfg->max_document_bytes);
+		bad_line(cfg, res, src, lineno, why);
+		return;
+	}
 	for (size_t off = 0; off < j->c.len; lineno += j->c.line_step) {
 		const char *line = j->c.data + off;
 		const char *nl = memchr(line, '\n', j->c.len - off);
@@ -231,15 +253,8 @@ static void process_chunk(struct pipe *p, struct tok_session *s, const struct jo
 				res->keys[k].ids.n = res->keys[k].mark_ids;
 				res->keys[k].n_seqlens = res->keys[k].mark_seqs;
 			}
-			if (!cfg->skip_bad_lines) {
-				res->fatal = xasprintf("%s:%llu: %s", src, (unsigned long long)lineno, why);
+			if (bad_line(cfg, res, src, lineno, why))
 				return;
-			}
-			if (res->n_bad < SHOW_SKIPPED) {
-				sbuf_addf(&res->skipped, "%s:%llu: %s", src, (unsigned long long)lineno, why);
-				sbuf_addch(&res->skipped, 0);
-			}
-			res->n_bad++;
 			continue;
 		}
 		res->doc_bytes[res->n_docs++] = (uint32_t)(len > UINT32_MAX ? UINT32_MAX : len);
@@ -383,6 +398,7 @@ int prep_run(const struct prep_config *cfg, struct prep_stats *st)
 	int workers = cfg->workers > 0 ? cfg->workers : 1;
 	p.window = 2 * (size_t)workers + 2;
 	p.reader = input_reader_new(cfg->files, cfg->n_files, cfg->chunk_size, cfg->stride);
+	input_reader_set_max_line(p.reader, cfg->max_document_bytes);
 	p.jobs = xcalloc(p.window, sizeof(*p.jobs));
 	p.results = xcalloc(p.window, sizeof(*p.results));
 	for (size_t i = 0; i < p.window; i++) {

@@ -31,6 +31,7 @@ struct prep_config {
 	int64_t log_interval;          /* progress line every N documents; 0 = none */
 	int64_t max_documents;         /* stop after this many; -1 = all */
 	bool skip_bad_lines;
+	uint64_t max_document_bytes;   /* longer lines are bad lines (never held in memory); 0 = no limit */
 	size_t chunk_size;             /* bytes of JSONL per work item; 0 = default */
 	struct idx_writer *writers;    /* n_keys open writers, or NULL to only count */
 };

@@ -1,7 +1,10 @@
 /*
  * api_megatron.c - PUT /api, Megatron's native endpoint (spec
  * text-generation-server.md section 2): its checks in its order and with its
- * messages, but each rejection an HTTP 400 with {"error": message}.
+ * messages, but each rejection an HTTP 400 with {"error": message}. The
+ * defaults of tokens_to_generate, logprobs, temperature, top_k and top_p
+ * are the server's --num-tokens-to-generate, --return-log-probs,
+ * --temperature, --top_k and --top_p when given (server_int.h).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,9 +38,12 @@ static int64_t int_of(json_t *v)
 	return json_is_boolean(v) ? json_is_true(v) : json_integer_value(v);
 }
 
-static const char *check_api(json_t *o, struct api_req *q)
+static const char *check_api(json_t *o, const struct gen_defaults *d, struct api_req *q)
 {
 	json_t *v;
+	/* the server's defaults of top_k and top_p go together: a request that
+	 * sets either takes neither */
+	bool own_k_or_p = json_object_get(o, "top_k") || json_object_get(o, "top_p");
 	q->prompts = json_object_get(o, "prompts");
 	if (!q->prompts)
 		return "prompts argument required";
@@ -56,7 +62,7 @@ static const char *check_api(json_t *o, struct api_req *q)
 		return "prompts is empty";
 	if (json_array_size(q->prompts) > 128)
 		return "Maximum number of prompts is 128";
-	q->tokens_to_generate = 64;
+	q->tokens_to_generate = d->has_tokens ? d->tokens : 64;
 	if ((v = json_object_get(o, "tokens_to_generate"))) {
 		if (!is_int(v))
 			return "tokens_to_generate must be an integer greater than 0";
@@ -64,7 +70,7 @@ static const char *check_api(json_t *o, struct api_req *q)
 			return "tokens_to_generate must be an integer greater than or equal to 0";
 		q->tokens_to_generate = int_of(v);
 	}
-	q->logprobs = false;
+	q->logprobs = d->logprobs;
 	if ((v = json_object_get(o, "logprobs"))) {
 		if (!is_bool(v))
 			return "logprobs must be a boolean value";
@@ -72,7 +78,7 @@ static const char *check_api(json_t *o, struct api_req *q)
 	}
 	if (q->tokens_to_generate == 0 && !q->logprobs)
 		return "tokens_to_generate=0 implies logprobs should be True";
-	q->temperature = 1.0;
+	q->temperature = d->has_temperature ? d->temperature : 1.0;
 	if ((v = json_object_get(o, "temperature"))) {
 		if (!json_is_number(v) && !json_is_boolean(v))
 			return "temperature must be a positive number less than or equal to 100.0";
@@ -80,7 +86,7 @@ static const char *check_api(json_t *o, struct api_req *q)
 		if (!(q->temperature > 0 && q->temperature <= 100))
 			return "temperature must be a positive number less than or equal to 100.0";
 	}
-	q->top_k = 0;
+	q->top_k = d->has_top_k && !own_k_or_p ? d->top_k : 0;
 	if ((v = json_object_get(o, "top_k"))) {
 		if (!is_int(v))
 			return "top_k must be an integer equal to or greater than 0 and less than or equal to 1000";
@@ -88,7 +94,7 @@ static const char *check_api(json_t *o, struct api_req *q)
 		if (q->top_k < 0 || q->top_k > 1000)
 			return "top_k must be equal to or greater than 0 and less than or equal to 1000";
 	}
-	q->top_p = 0;
+	q->top_p = d->has_top_p && !own_k_or_p ? d->top_p : 0;
 	if ((v = json_object_get(o, "top_p"))) {
 		if (!json_is_real(v))
 			return "top_p must be a positive float less than or equal to 1.0";
@@ -161,7 +167,7 @@ enum MHD_Result api_megatron(struct server *s, struct MHD_Connection *c, const s
 	if (!o)
 		return bad_body;
 	struct api_req q;
-	const char *bad = check_api(o, &q);
+	const char *bad = check_api(o, &s->cfg.defaults, &q);
 	if (bad) {
 		enum MHD_Result rc = srv_fail(c, 400, bad);
 		json_decref(o);
@@ -204,8 +210,12 @@ enum MHD_Result api_megatron(struct server *s, struct MHD_Connection *c, const s
 			rc = srv_unavailable(c);
 			goto out;
 		}
-		srv_wait(s, &j);
+		bool answered = srv_wait(s, &j, b);
 		free(j.seen);
+		if (!answered) { /* the client hung up (or the drain cut it off): no answer */
+			rc = MHD_NO;
+			goto out;
+		}
 		if (j.failed) {
 			rc = srv_fail(c, 500, "the engine could not take the request (a bug: see the server's log)");
 			goto out;

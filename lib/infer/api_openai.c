@@ -8,7 +8,12 @@
  * carry usage and finish_reason ("stop" at the end-of-document token or a
  * stop string, else "length"). A chat prompt is the messages as
  * "role: content" lines and "assistant:" (the models served have no chat
- * template of their own).
+ * template of their own). The server's --num-tokens-to-generate,
+ * --temperature, --top_p, --top_k and --return-log-probs, when given, are
+ * the defaults of max_tokens, temperature, top_p, top-k (which the API has
+ * no field for; dropped when the request sets top_p) and logprobs (0, or
+ * true for chat). A client that hangs up, streaming or not, cancels its
+ * generation.
  */
 #include <math.h>
 #include <stdio.h>
@@ -22,7 +27,7 @@
 struct oa_req {
 	int nprompt;
 	char **prompts;   /* owned */
-	int64_t max_tokens, n, logprobs, seed;
+	int64_t max_tokens, n, logprobs, seed, top_k;
 	double temperature, top_p;
 	bool echo, stream, chat, has_seed;
 	const char *stop[4];
@@ -47,16 +52,17 @@ static bool number(json_t *v, double *out)
 }
 
 /* The request's fields, or the message of the first that is wrong. */
-static const char *oa_parse(json_t *o, bool chat, struct oa_req *q)
+static const char *oa_parse(json_t *o, bool chat, const struct gen_defaults *d, struct oa_req *q)
 {
 	json_t *v;
 	memset(q, 0, sizeof(*q));
 	q->chat = chat;
-	q->max_tokens = 16;
+	q->max_tokens = d->has_tokens ? d->tokens : 16;
 	q->n = 1;
-	q->temperature = 1;
-	q->top_p = 1;
-	q->logprobs = -1;
+	q->temperature = d->has_temperature ? d->temperature : 1;
+	q->top_p = d->has_top_p && d->top_p > 0 ? d->top_p : 1; /* Megatron's top_p 0: no cut */
+	q->top_k = d->has_top_k ? d->top_k : 0;
+	q->logprobs = d->logprobs ? 0 : -1;
 	if (chat) {
 		json_t *m = json_object_get(o, "messages");
 		if (!json_is_array(m) || json_array_size(m) == 0)
@@ -101,9 +107,11 @@ static const char *oa_parse(json_t *o, bool chat, struct oa_req *q)
 	if ((v = json_object_get(o, "temperature")) && !json_is_null(v))
 		if (!number(v, &q->temperature) || q->temperature < 0 || q->temperature > 2)
 			return "temperature must be a number between 0 and 2";
-	if ((v = json_object_get(o, "top_p")) && !json_is_null(v))
+	if ((v = json_object_get(o, "top_p")) && !json_is_null(v)) {
 		if (!number(v, &q->top_p) || !(q->top_p > 0) || q->top_p > 1)
 			return "top_p must be a number greater than 0 and at most 1";
+		q->top_k = 0; /* the request's top_p replaces the server's top-k */
+	}
 	if ((v = json_object_get(o, "n")) && !json_is_null(v)) {
 		if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > 16)
 			return "n must be an integer between 1 and 16";
@@ -239,6 +247,8 @@ static json_t *envelope(struct server *s, const struct oa_req *q, const char *ob
 
 struct stream {
 	struct server *s;
+	const struct body *b; /* its request: outlives the stream (server.c's on_completed) */
+	struct MHD_Connection *c;
 	struct oa_req q;
 	struct job j;
 	struct infer_request *req;
@@ -252,8 +262,16 @@ struct stream {
 void api_stream_free(void *p)
 {
 	struct stream *st = p;
-	/* the client may have gone: the job still runs to its end in the engine */
-	srv_wait(st->s, &st->j);
+	struct server *s = st->s;
+	/* the client may have gone: its job is cancelled, and the engine drops
+	 * it before its next step */
+	pthread_mutex_lock(&s->mu);
+	if (!st->j.done) {
+		st->j.cancelled = true;
+		pthread_cond_signal(&s->work);
+	}
+	srv_wait_locked(s, &st->j, NULL, true, 0);
+	pthread_mutex_unlock(&s->mu);
 	for (int i = 0; i < st->j.n; i++) {
 		free((void *)st->req[i].prompt);
 		infer_request_free(&st->req[i]);
@@ -351,8 +369,13 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 			return MHD_CONTENT_READER_END_OF_STREAM;
 		int *seen = xmalloc((size_t)st->j.n * sizeof(int));
 		pthread_mutex_lock(&s->mu);
-		while (!st->j.done && st->j.version == st->version)
-			pthread_cond_wait(&s->progress, &s->mu);
+		srv_wait_locked(s, &st->j, st->b, false, st->version);
+		if (st->j.cancelled) { /* the client hung up, or the drain cut it off */
+			srv_wait_locked(s, &st->j, NULL, true, 0);
+			pthread_mutex_unlock(&s->mu);
+			free(seen);
+			return MHD_CONTENT_READER_END_WITH_ERROR;
+		}
 		st->version = st->j.version;
 		bool done = st->j.done;
 		memcpy(seen, st->j.seen, (size_t)st->j.n * sizeof(int));
@@ -360,6 +383,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 		stream_events(st, seen, done);
 		free(seen);
 	}
+	srv_touch(s, st->c); /* the wait may have been longer than the idle timeout */
 	size_t n = st->pending.len < max ? st->pending.len : max;
 	memcpy(buf, st->pending.buf, n);
 	memmove(st->pending.buf, st->pending.buf + n, st->pending.len - n);
@@ -376,7 +400,7 @@ enum MHD_Result api_completions(struct server *s, struct MHD_Connection *c, stru
 	if (!o)
 		return bad_body;
 	struct oa_req q;
-	const char *bad = oa_parse(o, chat, &q);
+	const char *bad = oa_parse(o, chat, &s->cfg.defaults, &q);
 	q.root = o;
 	if (bad) {
 		enum MHD_Result rc = srv_fail(c, 400, bad);
@@ -387,7 +411,8 @@ enum MHD_Result api_completions(struct server *s, struct MHD_Connection *c, stru
 	struct infer_request *req = xcalloc((size_t)n, sizeof(*req));
 	char msg[512] = "";
 	uint64_t seed0 = q.has_seed ? (uint64_t)q.seed : srv_seed(s);
-	struct infer_sampling samp = { (float)(q.temperature > 0 ? q.temperature : 1), q.temperature > 0 ? 0 : 1,
+	struct infer_sampling samp = { (float)(q.temperature > 0 ? q.temperature : 1),
+				       q.temperature > 0 ? (int)q.top_k : 1,
 				       q.top_p < 1 && q.temperature > 0 ? (float)q.top_p : 0, 0 };
 	int prompt_tokens = 0;
 	for (int i = 0; i < n && !*msg; i++) {
@@ -424,7 +449,7 @@ enum MHD_Result api_completions(struct server *s, struct MHD_Connection *c, stru
 	uint64_t id = srv_next_id(s);
 	if (q.stream) {
 		struct stream *st = xcalloc(1, sizeof(*st));
-		*st = (struct stream){ .s = s, .q = q, .req = req, .id = id };
+		*st = (struct stream){ .s = s, .b = b, .c = c, .q = q, .req = req, .id = id };
 		st->j = (struct job){ .req = req, .n = n };
 		st->sent_chars = xcalloc((size_t)n, sizeof(size_t));
 		st->finished = xcalloc((size_t)n, sizeof(bool));
@@ -449,14 +474,16 @@ enum MHD_Result api_completions(struct server *s, struct MHD_Connection *c, stru
 		oa_free(&q);
 		return srv_unavailable(c);
 	}
-	srv_wait(s, &j);
-	if (j.failed) {
+	bool answered = srv_wait(s, &j, b);
+	if (!answered || j.failed) {
 		for (int i = 0; i < n; i++) {
 			free((void *)req[i].prompt);
 			infer_request_free(&req[i]);
 		}
 		free(req), free(j.seen);
 		oa_free(&q);
+		if (!answered) /* the client hung up (or the drain cut it off): no answer */
+			return MHD_NO;
 		return srv_fail(c, 500, "the engine could not take the request (a bug: see the server's log)");
 	}
 	json_t *out = envelope(s, &q, chat ? "chat.completion" : "text_completion", id), *choices = json_array();

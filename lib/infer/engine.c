@@ -40,6 +40,10 @@ int infer_init(struct infer_engine *e, struct ckpt_reader *r, int mf, int max_se
 	if (c->E > 0)
 		return error("'%s' is a mixture-of-experts model: serving one is not implemented yet",
 			     ckpt_reader_dir(r));
+	if (max_seq == 0) /* the model's own length */
+		max_seq = c->P;
+	if (max_tokens == 0)
+		max_tokens = max_seq + max_req;
 	if (max_seq < 1 || (max_seq > c->P && !c->rope))
 		return error("--inference-max-seq-length %d: the model has %d learned positions", max_seq, c->P);
 	if (max_req < 1 || max_tokens < max_req)
@@ -115,9 +119,9 @@ static void norm(struct infer_engine *e, float *out, const float *in, int w, int
 {
 	struct gpt_model *m = &e->m;
 	if (e->c.rmsnorm)
-		e->k->rmsnorm_forward(out, e->rstd, in, gpt_param(m, w), N, e->c.h, e->c.eps);
+		e->k->rmsnorm_forward(out, e->rstd, in, gpt_norm_weight(m, w), N, e->c.h, e->c.eps);
 	else
-		e->k->layernorm_forward(out, e->mean, e->rstd, in, gpt_param(m, w), b >= 0 ? gpt_param(m, b) : NULL,
+		e->k->layernorm_forward(out, e->mean, e->rstd, in, gpt_norm_weight(m, w), b >= 0 ? gpt_param(m, b) : NULL,
 					N, e->c.h, e->c.eps);
 }
 

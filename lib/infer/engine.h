@@ -37,8 +37,9 @@ struct infer_engine {
 };
 
 /* Load the model of checkpoint file mf (model.h5) and size the cache;
- * max_tokens: the most tokens one step takes (prompts of a prefill
- * together). With a tensor-parallel group (NULL: none) this rank holds its
+ * max_seq 0: the model's --max-position-embeddings; max_tokens: the most
+ * tokens one step takes (prompts of a prefill together; 0: max_seq plus
+ * max_req). With a tensor-parallel group (NULL: none) this rank holds its
  * slices of the weights and its heads' cache, as in training (Megatron's
  * column- and row-parallel linears, vocabulary-parallel embedding and
  * head); rank 0 of the group drives the steps (infer_step) and the others

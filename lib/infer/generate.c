@@ -182,6 +182,22 @@ int infer_sched_step(struct infer_sched *s)
 	return k;
 }
 
+int infer_sched_cancel(struct infer_sched *s, struct infer_request *r)
+{
+	int i = 0;
+	while (i < s->n && s->req[i] != r)
+		i++;
+	if (i == s->n)
+		return -1;
+	if (s->st[i].state == RUNNING)
+		s->slot_used[s->st[i].slot] = false;
+	r->finished = true;
+	memmove(s->req + i, s->req + i + 1, (size_t)(s->n - i - 1) * sizeof(*s->req));
+	memmove(s->st + i, s->st + i + 1, (size_t)(s->n - i - 1) * sizeof(*s->st));
+	s->n--;
+	return 0;
+}
+
 int infer_generate(struct infer_engine *e, struct infer_request *reqs, int nreq)
 {
 	struct infer_sched s;

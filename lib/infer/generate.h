@@ -62,6 +62,10 @@ int infer_sched_add(struct infer_sched *s, struct infer_request *r);
  * that end get finished = true and leave. Returns how many remain, or -1
  * after error(). */
 int infer_sched_step(struct infer_sched *s);
+/* Take request r out before it ends (its client is gone): its slot is free
+ * for the next step, r->finished is set, what it generated stays. 0, or -1
+ * when r is not in the scheduler (it has finished). */
+int infer_sched_cancel(struct infer_sched *s, struct infer_request *r);
 
 /* Run the requests to completion; at most e->max_req at once (more wait for
  * a slot). error() and -1 on a request the engine cannot take. */

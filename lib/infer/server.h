@@ -8,8 +8,10 @@
  * fields, defaults and messages, but every rejection a 4xx with a JSON
  * {"error": message} body (api_megatron.c); OpenAI's /v1/completions,
  * /v1/chat/completions (streaming too) and /v1/models (api_openai.c); GET
- * /health. SIGTERM or SIGINT: no new connections, the requests in flight
- * are answered, exit 0.
+ * /health. Requests are checked at their headers (Host, API key, JSON
+ * bodies; server.c) and uploads have a deadline; SIGTERM or SIGINT: no new
+ * connections, the requests in flight are answered within a deadline, exit
+ * 0 (server_life.c).
  */
 #ifndef MEGAC_INFER_SERVER_H
 #define MEGAC_INFER_SERVER_H

@@ -1,6 +1,9 @@
 /*
- * webpage.c - see webpage.h. Element ids (prompt, max, temp, go, out,
- * status) are what tests/prog/py/browser_check.py drives.
+ * webpage.c - see webpage.h. Element ids (prompt, max, temp, key, go, out,
+ * status) are what tests/prog/py/browser_check.py drives. The body goes as
+ * application/json (the server refuses other types); the API key, when the
+ * server has one (--api-key), is typed into the page and sent as a Bearer
+ * token.
  */
 #include "infer/webpage.h"
 
@@ -19,6 +22,8 @@ const char infer_webpage[] =
 	"<p><textarea id=\"prompt\" placeholder=\"Type a prompt; Ctrl+Enter generates\"></textarea></p>\n"
 	"<p>max tokens <input id=\"max\" type=\"number\" min=\"1\" value=\"32\" style=\"width:5em\">\n"
 	"temperature <input id=\"temp\" type=\"number\" min=\"0\" max=\"2\" step=\"0.1\" value=\"0\" style=\"width:4em\">\n"
+	"API key <input id=\"key\" type=\"password\" autocomplete=\"off\" placeholder=\"if --api-key\" "
+	"style=\"width:8em\">\n"
 	"<button id=\"go\">Generate</button></p>\n"
 	"<div id=\"out\"></div><div id=\"status\">ready</div>\n"
 	"<script>\n"
@@ -37,7 +42,9 @@ const char infer_webpage[] =
 	"  try {\n"
 	"    const body = { prompt: $('prompt').value, max_tokens: +$('max').value,\n"
 	"                   temperature: +$('temp').value, stream: true };\n"
-	"    const r = await fetch('/v1/completions', { method: 'POST', body: JSON.stringify(body) });\n"
+	"    const headers = { 'Content-Type': 'application/json' };\n"
+	"    if ($('key').value) headers['Authorization'] = 'Bearer ' + $('key').value;\n"
+	"    const r = await fetch('/v1/completions', { method: 'POST', headers, body: JSON.stringify(body) });\n"
 	"    if (!r.ok) { status.textContent = 'error: ' + (await r.json()).error; return; }\n"
 	"    const reader = r.body.getReader(), dec = new TextDecoder();\n"
 	"    let buf = '', reason = '';\n"

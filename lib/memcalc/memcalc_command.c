@@ -7,6 +7,7 @@
 #include "memcalc/memcalc_command.h"
 #include "memcalc/advise.h"
 #include "memcalc/megac_mem.h"
+#include "model/ckpt_args.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -321,12 +322,25 @@ static int print_json(const struct args *a, const struct mm_config *c, const str
 	return rc;
 }
 
+static int memcalc_run(struct args *w);
+
 int memcalc_command(const struct args *flags)
+{
+	struct args w = *flags;
+	struct ckpt_args own; /* --use-checkpoint-args: the model's flags from the checkpoint */
+	int rc = ckpt_args_apply(&w, &own);
+	if (rc == 0)
+		rc = memcalc_run(&w);
+	ckpt_args_release(&own);
+	return rc;
+}
+
+static int memcalc_run(struct args *wp)
 {
 	/* Megatron's report_theoretical_memory.py takes the world size from the
 	 * launcher (WORLD_SIZE) and defaults to 1; so does report_memory without
 	 * --world-size (--advise plans for a size, so it needs the flag) */
-	struct args w = *flags;
+	struct args w = *wp;
 	const struct args *a = &w;
 	if (w.world_size == -1) {
 		if (w.advise)

@@ -69,6 +69,9 @@ static int reg2(struct gpt_model *m, const char *name, int64_t r, int64_t c, int
  * is register_layer's. Experts split over TP as the dense MLP does; with
  * expert parallelism this rank registers only its own experts, under their
  * global numbers, so checkpoints do not depend on the split. */
+/* Norm weights start at 1, or at 0 when stored zero-centred (--apply-layernorm-1p) */
+#define NORM_INIT(c) ((c)->norm_1p ? PARAM_INIT_ZERO : PARAM_INIT_ONE)
+
 static void register_moe(struct gpt_model *m, int l)
 {
 	const struct gpt_config *c = &m->c;
@@ -80,7 +83,7 @@ static void register_moe(struct gpt_model *m, int l)
 #define NAME(...) (snprintf(name, sizeof(name), __VA_ARGS__), name)
 	p->moe = true;
 	p->fc1_w = p->fc1_b = p->fc2_w = p->fc2_b = -1;
-	p->ln2_w = reg1(m, NAME("decoder.layers.%d.pre_mlp_layernorm.weight", l), c->h, -1, PARAM_INIT_ONE, 0);
+	p->ln2_w = reg1(m, NAME("decoder.layers.%d.pre_mlp_layernorm.weight", l), c->h, -1, NORM_INIT(c), 0);
 	p->ln2_b = c->rmsnorm ? -1 :
 		reg1(m, NAME("decoder.layers.%d.pre_mlp_layernorm.bias", l), c->h, -1, PARAM_INIT_ZERO, 0);
 	p->router_w = reg2(m, NAME("decoder.layers.%d.mlp.router.weight", l), c->E, c->h, -1, std);
@@ -118,7 +121,7 @@ static void register_layer(struct gpt_model *m, int l)
 	struct gpt_layer_params *p = &m->lp[l];
 	p->pfirst = m->reg.n;
 #define NAME(fmt) (snprintf(name, sizeof(name), "decoder.layers.%d." fmt, l), name)
-	p->ln1_w = reg1(m, NAME("self_attention.linear_qkv.layer_norm_weight"), c->h, -1, PARAM_INIT_ONE, 0);
+	p->ln1_w = reg1(m, NAME("self_attention.linear_qkv.layer_norm_weight"), c->h, -1, NORM_INIT(c), 0);
 	p->ln1_b = c->rmsnorm ? -1 :
 		reg1(m, NAME("self_attention.linear_qkv.layer_norm_bias"), c->h, -1, PARAM_INIT_ZERO, 0);
 	p->qkv_w = reg2(m, NAME("self_attention.linear_qkv.weight"), qkv, c->h, 0, std);
@@ -130,7 +133,7 @@ static void register_layer(struct gpt_model *m, int l)
 		p->pend = m->reg.n;
 		return;
 	}
-	p->ln2_w = reg1(m, NAME("mlp.linear_fc1.layer_norm_weight"), c->h, -1, PARAM_INIT_ONE, 0);
+	p->ln2_w = reg1(m, NAME("mlp.linear_fc1.layer_norm_weight"), c->h, -1, NORM_INIT(c), 0);
 	p->ln2_b = c->rmsnorm ? -1 : reg1(m, NAME("mlp.linear_fc1.layer_norm_bias"), c->h, -1, PARAM_INIT_ZERO, 0);
 	p->fc1_w = reg2(m, NAME("mlp.linear_fc1.weight"), f1, c->h, 0, std);
 	p->fc1_b = c->bias ? reg1(m, NAME("mlp.linear_fc1.bias"), f1, 0, PARAM_INIT_ZERO, 0) : -1;
@@ -163,7 +166,7 @@ static void register_params(struct gpt_model *m)
 			register_layer(m, l);
 		if (!ch->post)
 			continue;
-		m->lnf_w = reg1(m, "decoder.final_layernorm.weight", c->h, -1, PARAM_INIT_ONE, 0);
+		m->lnf_w = reg1(m, "decoder.final_layernorm.weight", c->h, -1, NORM_INIT(c), 0);
 		m->lnf_b = c->rmsnorm ? -1 : reg1(m, "decoder.final_layernorm.bias", c->h, -1, PARAM_INIT_ZERO, 0);
 		if (c->untied) {
 			m->out_w = reg2(m, "output_layer.weight", c->Vp, c->h, 0, c->init_std);
@@ -176,6 +179,10 @@ static void register_params(struct gpt_model *m)
 			m->reg.p[m->out_w].flags |= PARAM_TIED | PARAM_SHARED;
 		}
 	}
+	if (m->wte >= 0)
+		m->reg.p[m->wte].flags |= PARAM_EMB_OR_OUT;
+	if (m->out_w >= 0)
+		m->reg.p[m->out_w].flags |= PARAM_EMB_OR_OUT;
 	/* Under SP the norms see only this rank's positions: their gradients are
 	 * summed over TP (Megatron's sequence_parallel parameters). */
 	for (int i = 0; m->sp && i < m->reg.n; i++)
@@ -500,6 +507,15 @@ int gpt_init_pipe(struct gpt_model *m, const struct gpt_config *c, const struct 
 		m->gath = take(m, BT * h);
 	}
 	m->dtmp = take(m, BT * h);
+	if (c->norm_1p) { /* the norms' w + 1 (--apply-layernorm-1p) */
+		m->norm_gamma = take(m, h);
+		m->norm_ones = take(m, h);
+		float *ones = xmalloc(h * sizeof(float));
+		for (size_t i = 0; i < h; i++)
+			ones[i] = 1.0f;
+		m->k->to_device(m->norm_ones, ones, h * sizeof(float));
+		free(ones);
+	}
 	m->dln = take(m, BT * h);
 	m->datty = take(m, BT * ak);
 	m->dq = take(m, BT * ak);
@@ -826,13 +842,21 @@ void gpt_sp_sync_grads(struct gpt_model *m)
 			dist_allreduce_sum_f32(m->tp, gpt_grad(m, i), m->reg.p[i].numel);
 }
 
+const float *gpt_norm_weight(struct gpt_model *m, int w)
+{
+	if (!m->c.norm_1p)
+		return gpt_param(m, w);
+	m->k->add(m->norm_gamma, gpt_param(m, w), m->norm_ones, (size_t)m->c.h);
+	return m->norm_gamma;
+}
+
 static void norm_fwd(struct gpt_model *m, float *out, float *mean, float *rstd, const float *inp, int w, int b,
 		     int N)
 {
 	if (m->c.rmsnorm)
-		m->k->rmsnorm_forward(out, rstd, inp, gpt_param(m, w), N, m->c.h, m->c.eps);
+		m->k->rmsnorm_forward(out, rstd, inp, gpt_norm_weight(m, w), N, m->c.h, m->c.eps);
 	else
-		m->k->layernorm_forward(out, mean, rstd, inp, gpt_param(m, w), gpt_param(m, b), N, m->c.h,
+		m->k->layernorm_forward(out, mean, rstd, inp, gpt_norm_weight(m, w), gpt_param(m, b), N, m->c.h,
 					m->c.eps);
 	round_half(m, out, (size_t)N * m->c.h);
 }
@@ -841,9 +865,9 @@ static void norm_bwd(struct gpt_model *m, float *dinp, const float *dout, const 
 		     const float *mean, const float *rstd, int N)
 {
 	if (m->c.rmsnorm)
-		m->k->rmsnorm_backward(dinp, gpt_grad(m, w), dout, inp, gpt_param(m, w), rstd, N, m->c.h);
+		m->k->rmsnorm_backward(dinp, gpt_grad(m, w), dout, inp, gpt_norm_weight(m, w), rstd, N, m->c.h);
 	else
-		m->k->layernorm_backward(dinp, gpt_grad(m, w), gpt_grad(m, b), dout, inp, gpt_param(m, w), mean,
+		m->k->layernorm_backward(dinp, gpt_grad(m, w), gpt_grad(m, b), dout, inp, gpt_norm_weight(m, w), mean,
 					 rstd, N, m->c.h);
 	round_half(m, dinp, (size_t)N * m->c.h);
 }

@@ -154,6 +154,7 @@ struct gpt_model {
 	float *dloss;
 	/* scratch */
 	float *qkv, *tmp, *dres, *dtmp, *dln, *datty, *dq, *dk, *dv, *dqkv, *dfc1, *dact;
+	float *norm_gamma, *norm_ones; /* --apply-layernorm-1p: a norm's w + 1, and h ones */
 	float *shard, *perm;   /* SP: a sequence shard [Nl, h], and the collectives' reordering space [B*S, h] */
 	/* MoE backward scratch (any MoE layer): rows [R, ...], router [B*T, E] */
 	float *moe_dy, *moe_dact, *moe_dfc1, *moe_dx, *moe_dw, *moe_dz, *moe_out2;
@@ -272,5 +273,8 @@ int gpt_global_pos(const struct gpt_model *m, int j);
 /* Pointers into the registry buffers. */
 float *gpt_param(struct gpt_model *m, int idx);
 float *gpt_grad(struct gpt_model *m, int idx);
+/* The weight a norm applies: its parameter, or with --apply-layernorm-1p
+ * the parameter plus one in a model-owned buffer (valid until the next call). */
+const float *gpt_norm_weight(struct gpt_model *m, int w);
 
 #endif

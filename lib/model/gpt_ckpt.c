@@ -79,6 +79,7 @@ int gpt_config_from_json(struct gpt_config *c, const char *json, const char *whe
 	rc |= get_bool(o, "add_bias_linear", where, &c->bias);
 	rc |= get_bool(o, "bias_gelu_fusion", where, &fusion);
 	rc |= get_bool(o, "untie_embeddings_and_output_weights", where, &c->untied);
+	c->norm_1p = json_is_true(json_object_get(o, "apply_layernorm_1p")); /* written only when on */
 	rc |= get_num(o, "init_method_std", where, &std);
 	rc |= get_num(o, "hidden_dropout", where, &hd);
 	rc |= get_num(o, "attention_dropout", where, &ad);
@@ -99,6 +100,20 @@ int gpt_config_from_json(struct gpt_config *c, const char *json, const char *whe
 		const char *sc = json_string_value(json_object_get(o, "moe_router_score_function"));
 		c->router.sigmoid = sc && !strcmp(sc, "sigmoid");
 		c->router.pre_softmax = json_is_true(json_object_get(o, "moe_router_pre_softmax"));
+		/* the training-side router settings, where recorded */
+		json_t *v;
+		if (json_is_number(v = json_object_get(o, "moe_aux_loss_coeff")))
+			c->router.aux_coeff = json_number_value(v);
+		if (json_is_number(v = json_object_get(o, "moe_z_loss_coeff")))
+			c->router.z_coeff = json_number_value(v);
+		if (json_is_number(v = json_object_get(o, "moe_expert_capacity_factor")))
+			c->router.capacity = json_number_value(v);
+		const char *lb = json_string_value(json_object_get(o, "moe_router_load_balancing_type"));
+		c->router.lb = !lb || !strcmp(lb, "aux_loss") ? MOE_LB_AUX :
+			       !strcmp(lb, "seq_aux_loss") ? MOE_LB_SEQ_AUX : MOE_LB_NONE;
+		const char *dp = json_string_value(json_object_get(o, "moe_token_drop_policy"));
+		c->router.drop_position = dp && !strcmp(dp, "position");
+		c->router_fp32 = json_is_string(json_object_get(o, "moe_router_dtype"));
 	}
 	if (rc == 0 && c->rope) {
 		rc |= get_num(o, "rotary_base", where, &base);
@@ -155,7 +170,10 @@ char *gpt_config_to_json(const struct gpt_config *c, double rotary_percent)
 	json_object_set_new(o, "seq_length", json_integer(c->S));
 	json_object_set_new(o, "max_position_embeddings", json_integer(c->P));
 	json_object_set_new(o, "position_embedding_type", json_string(c->rope ? "rope" : "learned_absolute"));
-	json_object_set_new(o, "rotary_base", json_integer((json_int_t)c->rotary_base));
+	/* Megatron's rotary_base is an integer; a fractional one is kept whole */
+	json_object_set_new(o, "rotary_base", c->rotary_base == (float)(json_int_t)c->rotary_base ?
+						      json_integer((json_int_t)c->rotary_base) :
+						      json_real(c->rotary_base));
 	json_object_set_new(o, "rotary_percent", json_real(rotary_percent));
 	json_object_set_new(o, "normalization", json_string(c->rmsnorm ? "RMSNorm" : "LayerNorm"));
 	json_object_set_new(o, "norm_epsilon", json_real(c->eps));
@@ -163,6 +181,8 @@ char *gpt_config_to_json(const struct gpt_config *c, double rotary_percent)
 	json_object_set_new(o, "add_bias_linear", json_boolean(c->bias));
 	json_object_set_new(o, "bias_gelu_fusion", json_boolean(c->gelu == KOPS_GELU_TANH));
 	json_object_set_new(o, "untie_embeddings_and_output_weights", json_boolean(c->untied));
+	if (c->norm_1p) /* written only when on: older readers then refuse nothing they could misread */
+		json_object_set_new(o, "apply_layernorm_1p", json_true());
 	json_object_set_new(o, "vocab_size", json_integer(c->V));
 	json_object_set_new(o, "padded_vocab_size", json_integer(c->Vp));
 	json_object_set_new(o, "init_method_std", json_real(c->init_std));
@@ -187,11 +207,182 @@ char *gpt_config_to_json(const struct gpt_config *c, double rotary_percent)
 			json_object_set_new(o, "moe_z_loss_coeff", json_real(c->router.z_coeff));
 		if (c->router.capacity > 0)
 			json_object_set_new(o, "moe_expert_capacity_factor", json_real(c->router.capacity));
+		/* recorded since train compares them on --load (older checkpoints lack them) */
+		json_object_set_new(o, "moe_router_load_balancing_type",
+				    json_string(c->router.lb == MOE_LB_NONE ? "none" :
+						c->router.lb == MOE_LB_SEQ_AUX ? "seq_aux_loss" : "aux_loss"));
+		json_object_set_new(o, "moe_token_drop_policy", json_string(c->router.drop_position ? "position" : "probs"));
+		json_object_set_new(o, "moe_router_dtype", c->router_fp32 ? json_string("fp32") : json_null());
 		sbuf_release(&pat);
 	}
 	char *s = json_dumps(o, JSON_SORT_KEYS | JSON_INDENT(1));
 	json_decref(o);
 	return s;
+}
+
+/* ---- a checkpoint's configuration against the flags' ---- */
+
+enum diff_kind {
+	DIFF_MATH, /* the model computes something else: refused */
+	DIFF_WARN, /* training differs (dropout, precision, a loss coefficient): said */
+	DIFF_SKIP, /* not the model's math (batch sizes, seeds, ...), or compared by the caller */
+};
+
+/* How a key of the config JSON is compared. absent: the value a key left
+ * out means (written only when set), or NULL when a missing key is an older
+ * checkpoint's and is not compared. */
+struct diff_key {
+	const char *key, *flag;
+	enum diff_kind kind;
+	const char *absent;
+	const char *if_true, *if_false; /* a boolean's values as said (NULL: "on" and "off") */
+};
+
+static const struct diff_key diff_keys[] = {
+	{ "num_layers", "--num-layers", DIFF_MATH, NULL, NULL, NULL },
+	{ "hidden_size", "--hidden-size", DIFF_MATH, NULL, NULL, NULL },
+	{ "ffn_hidden_size", "--ffn-hidden-size", DIFF_MATH, NULL, NULL, NULL },
+	{ "num_attention_heads", "--num-attention-heads", DIFF_MATH, NULL, NULL, NULL },
+	{ "num_query_groups", "--num-query-groups", DIFF_MATH, NULL, NULL, NULL },
+	{ "kv_channels", "--kv-channels", DIFF_MATH, NULL, NULL, NULL },
+	{ "position_embedding_type", "--position-embedding-type", DIFF_MATH, NULL, NULL, NULL },
+	{ "max_position_embeddings", "--max-position-embeddings (learned positions)", DIFF_MATH, NULL, NULL, NULL },
+	{ "rotary_base", "--rotary-base", DIFF_MATH, NULL, NULL, NULL },
+	{ "rotary_percent", "--rotary-percent", DIFF_MATH, NULL, NULL, NULL },
+	{ "normalization", "--normalization", DIFF_MATH, NULL, NULL, NULL },
+	{ "norm_epsilon", "--norm-epsilon", DIFF_MATH, NULL, NULL, NULL },
+	{ "swiglu", "--swiglu", DIFF_MATH, NULL, NULL, NULL },
+	{ "add_bias_linear", "--disable-bias-linear", DIFF_MATH, NULL, "off", "on" },
+	{ "bias_gelu_fusion", "the GELU (tanh: fused bias-GELU with biases; erf: --no-bias-gelu-fusion or no biases)",
+	  DIFF_MATH, NULL, "tanh", "erf" },
+	{ "untie_embeddings_and_output_weights", "--untie-embeddings-and-output-weights", DIFF_MATH, NULL, NULL, NULL },
+	{ "apply_layernorm_1p", "--apply-layernorm-1p", DIFF_MATH, "false", NULL, NULL },
+	{ "tokenizer_type", "--tokenizer-type", DIFF_MATH, NULL, NULL, NULL },
+	{ "num_experts", "--num-experts", DIFF_MATH, "null", NULL, NULL },
+	{ "moe_router_topk", "--moe-router-topk", DIFF_MATH, NULL, NULL, NULL },
+	{ "moe_ffn_hidden_size", "--moe-ffn-hidden-size", DIFF_MATH, NULL, NULL, NULL },
+	{ "moe_shared_expert_intermediate_size", "--moe-shared-expert-intermediate-size", DIFF_MATH, "null", NULL, NULL },
+	{ "moe_layer_freq", "--moe-layer-freq", DIFF_MATH, NULL, NULL, NULL },
+	{ "moe_router_score_function", "--moe-router-score-function", DIFF_MATH, NULL, NULL, NULL },
+	{ "moe_router_pre_softmax", "--moe-router-pre-softmax", DIFF_MATH, NULL, NULL, NULL },
+	{ "moe_expert_capacity_factor", "--moe-expert-capacity-factor", DIFF_MATH, "null", NULL, NULL },
+	{ "moe_token_drop_policy", "--moe-token-drop-policy", DIFF_MATH, NULL, NULL, NULL },
+	{ "moe_router_load_balancing_type", "--moe-router-load-balancing-type", DIFF_WARN, NULL, NULL, NULL },
+	{ "moe_aux_loss_coeff", "--moe-aux-loss-coeff", DIFF_WARN, NULL, NULL, NULL },
+	{ "moe_z_loss_coeff", "--moe-z-loss-coeff", DIFF_WARN, "null", NULL, NULL },
+	{ "moe_router_dtype", "--moe-router-dtype", DIFF_WARN, NULL, NULL, NULL },
+	{ "hidden_dropout", "--hidden-dropout", DIFF_WARN, NULL, NULL, NULL },
+	{ "attention_dropout", "--attention-dropout", DIFF_WARN, NULL, NULL, NULL },
+	{ "fp16", "--fp16", DIFF_WARN, "false", NULL, NULL },
+	{ "bf16", "--bf16", DIFF_WARN, "false", NULL, NULL },
+	{ "vocab_size", NULL, DIFF_SKIP, NULL, NULL, NULL },        /* the caller's, with its advice */
+	{ "padded_vocab_size", NULL, DIFF_SKIP, NULL, NULL, NULL }, /* likewise */
+	{ "group_query_attention", NULL, DIFF_SKIP, NULL, NULL, NULL }, /* num_query_groups says it */
+	{ "seq_length", NULL, DIFF_SKIP, NULL, NULL, NULL },
+	{ "init_method_std", NULL, DIFF_SKIP, NULL, NULL, NULL },
+	{ "micro_batch_size", NULL, DIFF_SKIP, NULL, NULL, NULL },
+	{ "global_batch_size", NULL, DIFF_SKIP, NULL, NULL, NULL },
+	{ "train_iters", NULL, DIFF_SKIP, NULL, NULL, NULL },
+	{ "seed", NULL, DIFF_SKIP, NULL, NULL, NULL },
+};
+
+static const struct diff_key *diff_key(const char *key)
+{
+	for (size_t i = 0; i < sizeof(diff_keys) / sizeof(diff_keys[0]); i++)
+		if (!strcmp(diff_keys[i].key, key))
+			return &diff_keys[i];
+	return NULL;
+}
+
+/* Two JSON values the same? Numbers compare as numbers (an older
+ * checkpoint's integer rotary_base equals 10000.0) to float precision:
+ * both sides went through the model's float fields. */
+static bool same_value(json_t *x, json_t *y)
+{
+	if (json_is_number(x) && json_is_number(y)) {
+		double a = json_number_value(x), b = json_number_value(y);
+		return a == b || fabs(a - b) <= 1e-6 * fmax(fabs(a), fabs(b));
+	}
+	return json_equal(x, y);
+}
+
+static void show_value(struct sbuf *sb, json_t *v, const struct diff_key *k)
+{
+	if (!v || json_is_null(v))
+		sbuf_addstr(sb, "none");
+	else if (json_is_boolean(v))
+		sbuf_addstr(sb, json_is_true(v) ? (k->if_true ? k->if_true : "on") : (k->if_false ? k->if_false : "off"));
+	else if (json_is_integer(v))
+		sbuf_addf(sb, "%lld", (long long)json_integer_value(v));
+	else if (json_is_real(v))
+		sbuf_addf(sb, "%.7g", json_real_value(v)); /* float fields: what they hold */
+	else if (json_is_string(v))
+		sbuf_addf(sb, "%s", *json_string_value(v) ? json_string_value(v) : "(none)");
+	else
+		sbuf_addstr(sb, "(a JSON value)");
+}
+
+int gpt_config_diff(const char *ckpt_json, const char *flags_json, const char *where, struct sbuf *math,
+		    struct sbuf *other)
+{
+	json_error_t jerr;
+	json_t *c = json_loads(ckpt_json, 0, &jerr), *f = json_loads(flags_json, 0, NULL);
+	if (!json_is_object(c) || !json_is_object(f)) {
+		json_decref(c);
+		json_decref(f);
+		return error("%s: the model configuration is not a JSON object (%s)", where, jerr.text);
+	}
+	const char *cp = json_string_value(json_object_get(c, "position_embedding_type"));
+	const char *fp = json_string_value(json_object_get(f, "position_embedding_type"));
+	bool rope = cp && fp && !strcmp(cp, "rope") && !strcmp(fp, "rope");
+	bool learned = cp && fp && !strcmp(cp, "learned_absolute") && !strcmp(fp, "learned_absolute");
+	json_t *ce = json_object_get(c, "num_experts"), *fe = json_object_get(f, "num_experts");
+	bool moe = json_integer_value(ce) > 0 && json_integer_value(fe) > 0;
+	/* the GELU form: only where a GELU runs (not with SwiGLU), and not again
+	 * when the biases that decide it differ */
+	bool no_gelu = !same_value(json_object_get(c, "add_bias_linear"), json_object_get(f, "add_bias_linear")) ||
+		       json_is_true(json_object_get(c, "swiglu")) || json_is_true(json_object_get(f, "swiglu"));
+	int n = 0;
+	/* every key either side has, in the checkpoint's order and then the flags' */
+	for (int side = 0; side < 2; side++) {
+		const char *key;
+		json_t *v;
+		json_object_foreach(side ? f : c, key, v) {
+			if (side && json_object_get(c, key))
+				continue; /* compared already */
+			const struct diff_key *k = diff_key(key);
+			struct diff_key unknown = { key, key, DIFF_MATH, NULL, NULL, NULL };
+			if (!k)
+				k = &unknown;
+			if (k->kind == DIFF_SKIP || (!strncmp(key, "moe_", 4) && !moe) ||
+			    (!strncmp(key, "rotary_", 7) && !rope) ||
+			    (!strcmp(key, "max_position_embeddings") && !learned) ||
+			    (!strcmp(key, "bias_gelu_fusion") && no_gelu))
+				continue;
+			json_t *absent = k->absent ? json_loads(k->absent, JSON_DECODE_ANY, NULL) : NULL;
+			json_t *x = json_object_get(c, key), *y = json_object_get(f, key);
+			if ((!x || !y) && !absent)
+				continue; /* an older checkpoint's configuration, without the key */
+			if (!strcmp(key, "tokenizer_type") && x && y &&
+			    (!json_string_length(x) || !json_string_length(y)))
+				continue; /* not recorded */
+			x = x ? x : absent;
+			y = y ? y : absent;
+			if (!same_value(x, y)) {
+				struct sbuf *sb = k->kind == DIFF_MATH ? math : other;
+				sbuf_addf(sb, "%s%s: ", sb->len ? "; " : "", k->flag);
+				show_value(sb, x, k);
+				sbuf_addstr(sb, " in the checkpoint, ");
+				show_value(sb, y, k);
+				sbuf_addstr(sb, " from the flags");
+				n += k->kind == DIFF_MATH;
+			}
+			json_decref(absent);
+		}
+	}
+	json_decref(c);
+	json_decref(f);
+	return n;
 }
 
 /* (gpt_read_param) Reading only the rows this rank needs: a row-parallel slice is a run of

@@ -24,6 +24,23 @@ int gpt_config_from_ckpt(struct gpt_config *c, struct ckpt_reader *r, int file);
  * Caller frees. */
 char *gpt_config_to_json(const struct gpt_config *c, double rotary_percent);
 
+/* Compare the configuration a checkpoint records (ckpt_json, its `config`
+ * attribute) with the one the flags give (flags_json, as gpt_config_to_json
+ * and train write it), key by key: each difference that changes what the
+ * model computes (shape, positions, RoPE base and share, norm and its
+ * epsilon, activation, biases, tied embeddings, tokenizer type, every MoE
+ * setting of the forward pass) is appended to math as "--flag: X in the
+ * checkpoint, Y from the flags" ("; "-separated); those that only change
+ * training (dropouts, precision, auxiliary loss coefficients) to other.
+ * Keys an older checkpoint does not record are not compared, nor are
+ * vocab_size and padded_vocab_size (the caller's, with advice) and what
+ * does not shape the model (batch sizes, seed, seq_length). Returns the
+ * number of differences in math, or -1 after error() when a text is not
+ * a JSON object. */
+struct sbuf;
+int gpt_config_diff(const char *ckpt_json, const char *flags_json, const char *where, struct sbuf *math,
+		    struct sbuf *other);
+
 /* This rank's slice of parameter p (its tensor-parallel part; the stored
  * tensor is the global one, float32) from tensor `name` of file into dst
  * in p's local layout, reading only the row blocks it needs. */

@@ -179,6 +179,7 @@ int gpt_config_from_args(struct gpt_config *c, const struct args *a, int64_t voc
 		c->rotary_base = (float)a->rotary_base;
 	}
 	c->rmsnorm = !strcmp(a->normalization, "RMSNorm");
+	c->norm_1p = a->apply_layernorm_1p;
 	c->eps = (float)a->norm_epsilon;
 	c->bias = !a->disable_bias_linear;
 	c->untied = a->untie_embeddings_and_output_weights;

@@ -38,6 +38,7 @@ struct gpt_config {
 	int rot;         /* rotated channels per head (0 without RoPE) */
 	float rotary_base;
 	bool rmsnorm;    /* --normalization RMSNorm */
+	bool norm_1p;    /* --apply-layernorm-1p: norm weights stored zero-centred, applied as w + 1 */
 	float eps;       /* --norm-epsilon */
 	bool swiglu;
 	bool bias;       /* not --disable-bias-linear */

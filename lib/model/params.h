@@ -25,6 +25,8 @@ enum param_flags {
 	PARAM_EXPERT = 1 << 5, /* one expert's (a MoE layer's experts split over expert parallelism):
 				* kept after all the others in the flat buffers, reduced over the
 				* expert-data-parallel group */
+	PARAM_EMB_OR_OUT = 1 << 6, /* the word embeddings or the output layer (Megatron's
+				    * is_embedding_or_output_parameter: --decoupled-lr) */
 };
 
 enum param_init {

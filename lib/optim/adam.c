@@ -20,13 +20,19 @@
  * registry order. merge: join touching pieces with the same decay flag (the
  * update is elementwise, so that changes nothing; the norms keep one piece
  * per tensor, whose sums the CPU adds in the same order as ever). */
-static struct kops_seg *make_segs(const struct adam *o, int *n, bool norm, bool replicated, bool merge)
+enum seg_filter { SEGS_ALL, SEGS_EMB_OR_OUT, SEGS_REST };
+
+static struct kops_seg *make_segs(const struct adam *o, int *n, bool norm, bool replicated, bool merge,
+				  enum seg_filter filter)
 {
 	struct kops_seg *segs = xcalloc((size_t)o->reg->n + 1, sizeof(*segs));
 	int ns = 0;
 	for (int i = 0; i < o->reg->n; i++) {
 		const struct param *p = &o->reg->p[i];
 		if (norm && ((!replicated && p->tp_axis < 0) || (p->flags & PARAM_SHARED)))
+			continue;
+		bool emb = p->flags & PARAM_EMB_OR_OUT;
+		if ((filter == SEGS_EMB_OR_OUT && !emb) || (filter == SEGS_REST && emb))
 			continue;
 		size_t a = p->offset > o->lo ? p->offset : o->lo;
 		size_t b = p->offset + p->numel < o->hi ? p->offset + p->numel : o->hi;
@@ -62,9 +68,11 @@ void adam_init(struct adam *o, struct param_registry *reg, const struct kops *k,
 	o->beta1 = beta1;
 	o->beta2 = beta2;
 	o->eps = eps;
-	o->step_segs = make_segs(o, &o->nstep_segs, false, false, true);
+	o->step_segs = make_segs(o, &o->nstep_segs, false, false, true, SEGS_ALL);
+	o->emb_segs = make_segs(o, &o->nemb_segs, false, false, true, SEGS_EMB_OR_OUT);
+	o->rest_segs = make_segs(o, &o->nrest_segs, false, false, true, SEGS_REST);
 	for (int r = 0; r < 2; r++)
-		o->norm_segs[r] = make_segs(o, &o->nnorm_segs[r], true, r, false);
+		o->norm_segs[r] = make_segs(o, &o->nnorm_segs[r], true, r, false, SEGS_ALL);
 }
 
 void adam_free(struct adam *o)
@@ -74,6 +82,8 @@ void adam_free(struct adam *o)
 	mem_free(o->mem, o->exp_avg, (o->hi - o->lo) * sizeof(float));
 	mem_free(o->mem, o->exp_avg_sq, (o->hi - o->lo) * sizeof(float));
 	free(o->step_segs);
+	free(o->emb_segs);
+	free(o->rest_segs);
 	free(o->norm_segs[0]);
 	free(o->norm_segs[1]);
 	memset(o, 0, sizeof(*o));
@@ -92,6 +102,25 @@ double adam_grad_sumsq(const struct adam *o, bool replicated)
 	return sumsq_range(o, o->reg->grad, replicated);
 }
 
+double adam_grad_zeros(const struct adam *o, bool replicated)
+{
+	enum { CHUNK = 1 << 18 };
+	float *host = o->k->host_alloc(CHUNK * sizeof(float));
+	double zeros = 0;
+	const struct kops_seg *segs = o->norm_segs[replicated];
+	for (int i = 0; i < o->nnorm_segs[replicated]; i++) {
+		for (size_t done = 0; done < segs[i].n;) {
+			size_t n = segs[i].n - done < CHUNK ? segs[i].n - done : CHUNK;
+			o->k->to_host(host, o->reg->grad + segs[i].off + done, n * sizeof(float));
+			for (size_t j = 0; j < n; j++)
+				zeros += host[j] == 0.0f;
+			done += n;
+		}
+	}
+	o->k->host_free(host);
+	return zeros;
+}
+
 double adam_params_sumsq(const struct adam *o, bool replicated)
 {
 	return sumsq_range(o, o->reg->data, replicated);
@@ -108,7 +137,22 @@ void adam_clip(struct adam *o, double norm, double clip)
 
 void adam_step(struct adam *o, double lr, double wd)
 {
+	adam_step_lrs(o, lr, lr, wd);
+}
+
+void adam_step_lrs(struct adam *o, double lr, double emb_lr, double wd)
+{
 	o->step++;
-	o->k->adamw_segs(o->reg->data, o->reg->grad, o->exp_avg, o->exp_avg_sq, o->lo, o->step_segs, o->nstep_segs,
-			 (float)lr, o->beta1, o->beta2, o->eps, (float)wd, (int)o->step);
+	if ((float)emb_lr == (float)lr || o->nemb_segs == 0) {
+		if (o->nstep_segs == 0)
+			return;
+		o->k->adamw_segs(o->reg->data, o->reg->grad, o->exp_avg, o->exp_avg_sq, o->lo, o->step_segs,
+				 o->nstep_segs, (float)lr, o->beta1, o->beta2, o->eps, (float)wd, (int)o->step);
+		return;
+	}
+	if (o->nrest_segs)
+		o->k->adamw_segs(o->reg->data, o->reg->grad, o->exp_avg, o->exp_avg_sq, o->lo, o->rest_segs,
+				 o->nrest_segs, (float)lr, o->beta1, o->beta2, o->eps, (float)wd, (int)o->step);
+	o->k->adamw_segs(o->reg->data, o->reg->grad, o->exp_avg, o->exp_avg_sq, o->lo, o->emb_segs, o->nemb_segs,
+			 (float)emb_lr, o->beta1, o->beta2, o->eps, (float)wd, (int)o->step);
 }

@@ -31,6 +31,10 @@ struct adam {
 	int64_t step;                /* successful steps taken (torch's state['step']) */
 	float beta1, beta2, eps;
 	struct kops_seg *step_segs;  /* [lo, hi) in runs of one weight-decay flag */
+	/* the same split in two for adam_step_lrs: the embedding and output
+	 * layer (PARAM_EMB_OR_OUT) and the rest */
+	struct kops_seg *emb_segs, *rest_segs;
+	int nemb_segs, nrest_segs;
 	struct kops_seg *norm_segs[2]; /* the norms' tensors: [0] without the replicated ones, [1] all */
 	int nstep_segs, nnorm_segs[2];
 };
@@ -42,6 +46,9 @@ void adam_free(struct adam *o);
  * once); replicated = false leaves out the tensors tensor parallelism does not
  * split (all TP ranks but 0 pass false, so the TP sum counts them once). */
 double adam_grad_sumsq(const struct adam *o, bool replicated);
+/* The zero elements among the same gradients (Megatron's count_zeros, for
+ * --log-num-zeros-in-grad); read through host memory in chunks. */
+double adam_grad_zeros(const struct adam *o, bool replicated);
 /* The same for the parameters (--log-params-norm). */
 double adam_params_sumsq(const struct adam *o, bool replicated);
 /* Megatron's clip of the grads in [lo, hi): if clip > 0 and clip/(norm+1e-6) < 1,
@@ -50,5 +57,8 @@ void adam_clip(struct adam *o, double norm, double clip);
 /* One step over [lo, hi) with learning rate lr and weight decay wd (times
  * each tensor's multiplier). */
 void adam_step(struct adam *o, double lr, double wd);
+/* The same with Megatron's --decoupled-lr: emb_lr for the embedding and
+ * output layer, lr for the rest (one update when they are equal). */
+void adam_step_lrs(struct adam *o, double lr, double emb_lr, double wd);
 
 #endif

@@ -203,9 +203,11 @@ static int forward(struct trainer *t, const struct pp_sched *s, const struct pp_
 		spiky_check(t, o->micro, lsum / msum);
 	if (train) {
 		/* The gradient is the mean over micro-batches of each micro-batch's
-		 * token-mean loss (spec section 8), times the loss scale; kept for
-		 * the slot's backward. */
-		double w = scale / (fmax(1.0, mfull) * (double)t->num_micro);
+		 * token-mean loss (docs/parallel.md), times the loss scale; kept for
+		 * the slot's backward. With --calculate-per-token-loss it is the sum,
+		 * which the trainer divides by the iteration's token count. */
+		double w = t->a->calculate_per_token_loss ? scale : /* divided by the global token count later */
+								  scale / (fmax(1.0, mfull) * (double)t->num_micro);
 		float *dl = t->pp_dloss[slot];
 		for (size_t i = 0; i < n; i++)
 			dl[i] = (float)(b->loss_mask[i] * w);
@@ -259,7 +261,7 @@ int pipeline_run(struct trainer *t, const struct pp_sched *s, int split, int64_t
 		 double scale, double *num, double *den)
 {
 	/* MoE: the attached losses' gradient weight, Megatron's loss scale x cp / micro-batches */
-	t->model.moe_aux_scale = scale / (double)t->num_micro;
+	t->model.moe_aux_scale = t->a->calculate_per_token_loss ? scale : scale / (double)t->num_micro;
 	for (int i = 0; i < s->nops; i++) {
 		const struct pp_op *o = &s->ops[i];
 		if (o->kind == PP_FORWARD) {

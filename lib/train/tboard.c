@@ -254,6 +254,8 @@ int tboard_open(struct tboard *w, const char *dir)
 int tboard_add_scalar_at(struct tboard *w, const char *tag, int64_t step, double value,
 			 double wall_time)
 {
+	if (w->mirror && tboard_add_scalar_at(w->mirror, tag, step, value, wall_time) < 0)
+		return -1;
 	if (usable(w))
 		return -1;
 	struct sbuf val = SBUF_INIT, sum = SBUF_INIT, ev = SBUF_INIT;
@@ -279,6 +281,8 @@ int tboard_add_scalar(struct tboard *w, const char *tag, int64_t step, double va
 
 int tboard_flush(struct tboard *w)
 {
+	if (w->mirror && tboard_flush(w->mirror) < 0)
+		return -1;
 	if (usable(w))
 		return -1;
 	if (fflush(w->fp)) {

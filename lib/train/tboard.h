@@ -26,6 +26,9 @@ struct tboard {
 	FILE *fp;
 	char *path;     /* the event file */
 	int failed;     /* a write failed: later calls refuse at once */
+	struct tboard *mirror; /* another writer every scalar and flush also goes to
+				* (the W&B folder beside --tensorboard-dir), or NULL;
+				* closed by its owner */
 };
 
 /* Create dir (and parents) if needed and start a new event file there.

@@ -93,6 +93,7 @@ void timers_report(struct timers *T, struct dist *d, double normalizer, struct s
 	dist_allgather_equal_f32(&d->world_g, mine, n, all);
 	for (int i = 0; i < T->n; i++)
 		T->t[i].elapsed = 0;
+	T->nlast = 0;
 	if (dist_is_last(d)) {
 		bool any = false;
 		for (size_t i = 0; i < n; i++) {
@@ -108,6 +109,10 @@ void timers_report(struct timers *T, struct dist *d, double normalizer, struct s
 			}
 			if (!found)
 				continue;
+			if (T->nlast < TIMERS_MAX) {
+				T->last_name[T->nlast] = timers_order[i];
+				T->last_max_s[T->nlast++] = hi / 1000.0;
+			}
 			if (!any)
 				sbuf_addstr(sb, T->option == TIMERS_ALL ? "times across ranks (ms):" :
 						T->option == TIMERS_MAX_ONLY ? "max time across ranks (ms):" :

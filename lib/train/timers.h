@@ -28,6 +28,11 @@ struct timers {
 		double elapsed;        /* seconds since the last report */
 		double started;        /* start time while running, else 0 */
 	} t[TIMERS_MAX];
+	/* the last report's max over ranks, seconds per iteration, on the
+	 * world's last rank (--log-timers-to-tensorboard writes them) */
+	int nlast;
+	const char *last_name[TIMERS_MAX];
+	double last_max_s[TIMERS_MAX];
 };
 
 /* error() and -1 on an unknown option or level. */

@@ -26,8 +26,10 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "base/sbuf.h"
 #include "base/xalloc.h"
 #include "ckpt/ckpt.h"
+#include "model/ckpt_tok.h"
 #include "model/gpt_ckpt.h"
 #include "train/trainer.h"
 
@@ -415,8 +417,19 @@ static int put_state_attrs(struct trainer *t, struct ckpt_writer *w, int mf, int
 	r |= ckpt_put_attr_i64(w, mf, NULL, "optimizer_state_saved", of >= 0);
 	r |= ckpt_put_attr_str(w, mf, NULL, "config", cfg);
 	free(cfg);
+	/* the tokenizer and a copy of its files, for whoever reads the
+	 * checkpoint without the flags (ckpt_tok.h) */
+	struct ckpt_tok tok;
+	if (ckpt_tok_from_args(&tok, a, t->tok) == 0) {
+		r |= ckpt_tok_put(w, mf, &tok);
+		ckpt_tok_free(&tok);
+	} else { /* a tokenizer file gone since the start: the model is still worth saving */
+		warning("the checkpoint of iteration %lld records no tokenizer (see above)", (long long)t->iteration);
+	}
 	if (of >= 0) {
 		const struct lr_sched *s = &t->sched;
+		/* as every file of the checkpoint: a load compares them */
+		r |= ckpt_put_attr_i64(w, of, NULL, "iteration", t->iteration);
 		r |= ckpt_put_attr_i64(w, of, NULL, "step", t->part[0].opt.step);
 		r |= ckpt_put_attr_f64(w, of, NULL, "max_lr", s->max_lr);
 		r |= ckpt_put_attr_f64(w, of, NULL, "min_lr", s->min_lr);
@@ -672,46 +685,96 @@ static int get_tensors(struct ckpt_reader *r, int file, struct trainer *t, const
 	return ret;
 }
 
-/* The checkpoint's model must be the one the flags describe: a tensor the
- * model does not have would otherwise be skipped without a word (a shared
- * expert, biases), as Megatron's strict load refuses. */
+/* Megatron's padded vocabulary is the tokenizer's padded to a multiple of
+ * --make-vocab-size-divisible-by x TP, so another TP pads differently: the
+ * divisor that reproduces the checkpoint's padding at this TP (a power of
+ * two below the flags' one first), or 0 when none does. */
+static int64_t divisor_for(int64_t V, int64_t Vp, int64_t tp, int64_t from)
+{
+	if (from < 1)
+		from = 128;
+	for (int pass = 0; pass < 2; pass++)
+		for (int64_t d = from; d >= 1; d--) {
+			if (pass == 0 && (d & (d - 1)))
+				continue;
+			int64_t m = d * tp;
+			if ((V + m - 1) / m * m == Vp)
+				return d;
+		}
+	return 0;
+}
+
+/* The vocabulary part of check_config: appended to why. */
+static void check_vocab(struct sbuf *why, const struct gpt_config *s, const struct gpt_config *c, const struct args *a)
+{
+	if (s->V != c->V) {
+		sbuf_addf(why, "%sthe tokenizer's vocabulary: %d tokens in the checkpoint, %d from the flags (another "
+			  "tokenizer?)", why->len ? "; " : "", s->V, c->V);
+		return;
+	}
+	if (s->Vp == c->Vp)
+		return;
+	int64_t tp = a->tensor_model_parallel_size;
+	sbuf_addf(why, "%sa padded vocabulary (the embedding's rows): %d in the checkpoint, %d from the flags (",
+		  why->len ? "; " : "", s->Vp, c->Vp);
+	if (a->padded_vocab_size > 0)
+		sbuf_addf(why, "--padded-vocab-size %lld", (long long)a->padded_vocab_size);
+	else
+		sbuf_addf(why, "the tokenizer's %d tokens padded to a multiple of --make-vocab-size-divisible-by %lld x "
+			  "TP %lld", c->V, (long long)a->make_vocab_size_divisible_by, (long long)tp);
+	sbuf_addstr(why, "): ");
+	int64_t d = divisor_for(c->V, s->Vp, tp, a->padded_vocab_size > 0 ? 128 : a->make_vocab_size_divisible_by);
+	if (d > 0 && a->padded_vocab_size <= 0)
+		sbuf_addf(why, "--make-vocab-size-divisible-by %lld pads it as the checkpoint does at TP %lld", (long long)d,
+			  (long long)tp);
+	else if (d > 0)
+		sbuf_addf(why, "leave out --padded-vocab-size and give --make-vocab-size-divisible-by %lld to pad as the "
+			  "checkpoint does at TP %lld", (long long)d, (long long)tp);
+	else if (s->Vp % tp == 0)
+		sbuf_addf(why, "--padded-vocab-size %d keeps the checkpoint's rows", s->Vp);
+	else
+		sbuf_addf(why, "ckpt_convert --target-tensor-parallel-size %lld re-pads the checkpoint for TP %lld", (long long)tp,
+			  (long long)tp);
+}
+
+/* The checkpoint's model must be the one the flags describe: every field
+ * of the configuration it records that changes what the model computes,
+ * all differences in one message (a tensor the model does not have would
+ * otherwise be skipped without a word, as Megatron's strict load refuses,
+ * and a RoPE base or norm epsilon would silently change the losses). What
+ * only changes training (dropout, precision) is said, not refused. */
 static int check_config(struct ckpt_reader *r, int file, const struct trainer *t)
 {
 	struct gpt_config s;
-	const struct gpt_config *c = &t->cfg;
 	if (gpt_config_from_ckpt(&s, r, file) < 0)
 		return -1;
-	struct {
-		const char *flag;
-		long long have, want;
-	} f[] = {
-		{ "--num-layers", s.L, c->L },
-		{ "--hidden-size", s.h, c->h },
-		{ "--num-attention-heads", s.a, c->a },
-		{ "--num-query-groups", s.g, c->g },
-		{ "--kv-channels", s.k, c->k },
-		{ "--ffn-hidden-size", s.f, c->f },
-		{ "--swiglu", s.swiglu, c->swiglu },
-		{ "--disable-bias-linear (biases)", s.bias, c->bias },
-		{ "--untie-embeddings-and-output-weights", s.untied, c->untied },
-		{ "--normalization RMSNorm", s.rmsnorm, c->rmsnorm },
-		{ "--position-embedding-type rope", s.rope, c->rope },
-		{ "--num-experts", s.E, c->E },
-		{ "--moe-ffn-hidden-size", s.moe_f, c->moe_f },
-		{ "--moe-shared-expert-intermediate-size", s.shared_f, c->shared_f },
-		{ "a padded vocabulary (--padded-vocab-size, or the tokenizer's size padded to "
-		  "--make-vocab-size-divisible-by x TP) of", s.Vp, c->Vp },
-		{ "--max-position-embeddings (learned positions)", c->rope ? 0 : s.P, c->rope ? 0 : c->P },
-	};
-	for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++)
-		if (f[i].have != f[i].want)
-			return error("'%s' holds a model with %s %lld; the flags give %lld", ckpt_reader_dir(r), f[i].flag,
-				     f[i].have, f[i].want);
-	for (int l = 0; c->E > 0 && l < c->L; l++)
-		if (s.moe_layer[l] != c->moe_layer[l])
-			return error("'%s': layer %d is %s in the checkpoint; --moe-layer-freq makes it %s",
-				     ckpt_reader_dir(r), l, s.moe_layer[l] ? "MoE" : "dense", c->moe_layer[l] ? "MoE" : "dense");
-	return 0;
+	char *stored, *flags = config_json(t), where[4200];
+	snprintf(where, sizeof(where), "'%s/model.h5'", ckpt_reader_dir(r));
+	if (ckpt_get_attr_str(r, file, NULL, "config", &stored) < 0) {
+		free(flags);
+		return -1;
+	}
+	struct sbuf math = SBUF_INIT, other = SBUF_INIT;
+	int n = gpt_config_diff(stored, flags, where, &math, &other);
+	if (n >= 0) {
+		size_t before = math.len;
+		check_vocab(&math, &s, &t->cfg, t->a);
+		n += math.len != before;
+	}
+	int rc = 0;
+	if (n > 0)
+		rc = error("'%s' holds another model than the flags describe (%d difference%s): %s", ckpt_reader_dir(r), n,
+			   n == 1 ? "" : "s", math.buf);
+	else if (n < 0)
+		rc = -1;
+	else if (other.len && t->dist.rank == 0)
+		warning("'%s' was trained with other settings than these flags give (allowed; training goes on with the "
+			"flags'): %s", ckpt_reader_dir(r), other.buf);
+	sbuf_release(&math);
+	sbuf_release(&other);
+	free(stored);
+	free(flags);
+	return rc;
 }
 
 /* The model's weights into the registry. */
@@ -770,23 +833,53 @@ static int check_sched(struct trainer *t, struct ckpt_reader *r, int of)
 		goto out;
 	}
 	c.num_steps = num;
-	if (t->a->use_checkpoint_opt_param_scheduler) {
-		*s = c;
+	if (t->a->use_checkpoint_opt_param_scheduler || t->train_iters == 0) {
+		*s = c; /* (not training: the checkpoint's schedule, for a save to keep) */
 		ret = 0;
 		goto out;
 	}
-	const char *what = c.max_lr != s->max_lr ? "--lr" : c.min_lr != s->min_lr ? "--min-lr" :
-			   c.warmup_steps != s->warmup_steps ? "the warmup length" :
-			   c.decay_steps != s->decay_steps ? "the decay length" :
-			   c.style != s->style ? "--lr-decay-style" :
-			   c.start_wd != s->start_wd ? "the (start) weight decay" :
-			   c.end_wd != s->end_wd ? "the (end) weight decay" :
-			   c.wd_incr_steps != s->wd_incr_steps ? "the weight-decay ramp length" :
-			   c.wd_style != s->wd_style ? "--weight-decay-incr-style" : NULL;
-	if (what) {
-		error("%s differs from the checkpoint's optimizer schedule; pass "
-		      "--override-opt-param-scheduler to use the flags or "
-		      "--use-checkpoint-opt-param-scheduler to keep the checkpoint's", what);
+	/* Every field that changes the schedule from here on, with both values.
+	 * With a constant weight decay its ramp length changes nothing, nor do
+	 * the decay length and the minimum with a constant learning rate
+	 * (lr_sched_lr/_wd never read them then): those are taken from the
+	 * flags without a word (Megatron asserts them equal all the same). */
+	bool wd_const = c.wd_style == LR_SCHED_WD_CONSTANT && s->wd_style == LR_SCHED_WD_CONSTANT;
+	bool lr_const = c.style == LR_SCHED_CONSTANT && s->style == LR_SCHED_CONSTANT;
+	struct sbuf why = SBUF_INIT;
+	if (c.max_lr != s->max_lr)
+		sbuf_addf(&why, "; --lr: %.9g in the checkpoint, %.9g from the flags", c.max_lr, s->max_lr);
+	if (c.min_lr != s->min_lr && !lr_const)
+		sbuf_addf(&why, "; --min-lr: %.9g in the checkpoint, %.9g from the flags", c.min_lr, s->min_lr);
+	if (c.warmup_steps != s->warmup_steps)
+		sbuf_addf(&why, "; the warmup length: %.17g samples in the checkpoint, %.17g from the flags "
+			  "(--lr-warmup-iters x --global-batch-size, --lr-warmup-samples or --lr-warmup-fraction)",
+			  c.warmup_steps, s->warmup_steps);
+	if (c.decay_steps != s->decay_steps && !lr_const)
+		sbuf_addf(&why, "; the decay length: %lld samples in the checkpoint, %lld from the flags (--lr-decay-iters, "
+			  "else --train-iters, x --global-batch-size %lld; or --lr-decay-samples, else --train-samples)",
+			  (long long)c.decay_steps, (long long)s->decay_steps, (long long)t->gbs);
+	if (c.style != s->style)
+		sbuf_addf(&why, "; --lr-decay-style: %s in the checkpoint, %s from the flags", lr_sched_style_name(c.style),
+			  lr_sched_style_name(s->style));
+	if (c.start_wd != s->start_wd)
+		sbuf_addf(&why, "; the %sweight decay (%s): %.9g in the checkpoint, %.9g from the flags",
+			  wd_const ? "" : "start ", wd_const ? "--weight-decay" : "--start-weight-decay", c.start_wd,
+			  s->start_wd);
+	if (c.end_wd != s->end_wd && !wd_const)
+		sbuf_addf(&why, "; the end weight decay (--end-weight-decay): %.9g in the checkpoint, %.9g from the flags",
+			  c.end_wd, s->end_wd);
+	if (c.wd_incr_steps != s->wd_incr_steps && !wd_const)
+		sbuf_addf(&why, "; the weight-decay ramp length: %lld samples in the checkpoint, %lld from the flags "
+			  "(--train-iters x --global-batch-size %lld, or --train-samples)", (long long)c.wd_incr_steps,
+			  (long long)s->wd_incr_steps, (long long)t->gbs);
+	if (c.wd_style != s->wd_style)
+		sbuf_addf(&why, "; --weight-decay-incr-style: %s in the checkpoint, %s from the flags",
+			  lr_sched_wd_style_name(c.wd_style), lr_sched_wd_style_name(s->wd_style));
+	if (why.len) {
+		error("'%s': the optimizer schedule of the flags differs from the checkpoint's: %s; pass "
+		      "--override-opt-param-scheduler to train on with the flags' schedule, or "
+		      "--use-checkpoint-opt-param-scheduler to keep the checkpoint's", ckpt_reader_dir(r), why.buf + 2);
+		sbuf_release(&why);
 		goto out;
 	}
 	s->num_steps = num;
@@ -817,8 +910,21 @@ int train_ckpt_load(struct trainer *t)
 	const struct args *a = t->a;
 	int64_t it = 0;
 	int found = 0;
-	if (t->dist.rank == 0)
+	if (t->dist.rank == 0) {
+		/* partial checkpoints of killed saves: said, and removed when
+		 * their writer is certainly dead */
+		ckpt_sweep(a->load, true);
 		found = ckpt_latest(a->load, &it);
+		/* a lost tracker: training from scratch would save over the
+		 * iterations there, so the newest of them loads (only complete
+		 * iterations are ever renamed into place) */
+		if (found == 1 && ckpt_newest(a->load, &it) == 0) {
+			warning("--load %s: no latest_checkpointed_iteration.txt, but iteration directories: resuming from "
+				"the newest, iteration %lld (a lost tracker; starting from scratch would overwrite them)",
+				a->load, (long long)it);
+			found = 0;
+		}
+	}
 	int64_t pick[2] = { found, it };
 	dist_bcast(&t->dist.world_g, pick, sizeof(pick), 0);
 	found = (int)pick[0];
@@ -899,6 +1005,20 @@ static int load_here(struct trainer *t, int64_t it)
 	int mf = ckpt_file_open(r, "model.h5");
 	if (mf < 0)
 		goto out;
+	/* the optimizer's file is opened now too, so that files of different
+	 * iterations are found before anything is read */
+	int64_t has_optim = 1;
+	bool want_optim = !finetune && !a->no_load_optim && !a->skip_train;
+	if (want_optim && ckpt_has_attr(r, mf, NULL, "optimizer_state_saved") == 1 &&
+	    ckpt_get_attr_i64(r, mf, NULL, "optimizer_state_saved", &has_optim) == 0 && !has_optim) {
+		error("'%s' holds no optimizer state (saved with --no-save-optim, or converted without it): give "
+		      "--no-load-optim to start the optimizer afresh, or --finetune", ckpt_reader_dir(r));
+		ret = LOAD_FATAL;
+		goto out;
+	}
+	int of = want_optim ? ckpt_file_open(r, "optim.h5") : -1;
+	if ((want_optim && of < 0) || ckpt_check_iteration(r) < 0)
+		goto out;
 	if (check_config(r, mf, t) < 0) {
 		ret = LOAD_FATAL;
 		goto out;
@@ -920,22 +1040,16 @@ static int load_here(struct trainer *t, int64_t it)
 				t->seed = (uint64_t)seed;
 			}
 		}
-		int64_t has_optim = 1;
-		if (!a->no_load_optim && !a->skip_train && ckpt_has_attr(r, mf, NULL, "optimizer_state_saved") == 1 &&
-		    ckpt_get_attr_i64(r, mf, NULL, "optimizer_state_saved", &has_optim) == 0 && !has_optim) {
-			error("'%s' was saved with --no-save-optim: give --no-load-optim to start the optimizer afresh",
-			      ckpt_reader_dir(r));
-			ret = LOAD_FATAL;
-			goto out;
-		}
-		if (!a->no_load_optim && !a->skip_train) {
-			int of = ckpt_file_open(r, "optim.h5");
+		if (want_optim) {
 			int64_t step, growth, hyst;
 			double scale;
-			if (of < 0 || get_optim_state(r, of, t, 0) < 0 || get_optim_state(r, of, t, 1) < 0 ||
+			if (get_optim_state(r, of, t, 0) < 0 || get_optim_state(r, of, t, 1) < 0 ||
 			    ckpt_get_attr_i64(r, of, NULL, "step", &step) < 0)
 				goto out;
-			if (check_sched(t, r, of) < 0) {
+			/* A checkpoint of iteration 0 has taken no step: its schedule (empty
+			 * when --train-iters 0 saved it) is no state to continue, the flags'
+			 * is the whole schedule. */
+			if (t->iteration != 0 && check_sched(t, r, of) < 0) {
 				ret = LOAD_FATAL;
 				goto out;
 			}

@@ -10,10 +10,12 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "base/sbuf.h"
 #include "base/xalloc.h"
 #include "data/commands.h"
 #include "kernels/device.h"
 #include "kernels/profile.h"
+#include "model/ckpt_args.h"
 #include "train/pipeline.h"
 #include "train/train_command.h"
 #include "train/trainer.h"
@@ -52,6 +54,12 @@ int train_check_flags(const struct args *a)
 	if (a->log_memory_interval > 0 && a->log_memory_interval % (a->train_log_interval > 0 ? a->train_log_interval : 1))
 		return error("--log-memory-interval %lld must be a multiple of --log-interval %lld",
 			     (long long)a->log_memory_interval, (long long)a->train_log_interval);
+	if (a->rampup_batch_size.n) { /* Megatron's calculator: deprecated, ignored */
+		if (a->rampup_batch_size.n != 3)
+			return error("--rampup-batch-size takes three values, START INCREMENT SAMPLES (got %d)",
+				     a->rampup_batch_size.n);
+		warning("--rampup-batch-size is deprecated and ignored, as in Megatron; use --step-batch-size-schedule");
+	}
 	return 0;
 }
 
@@ -122,7 +130,7 @@ static int setup_schedule(struct trainer *t)
 		f.train_iters = a->train_iters;
 	if (args_given(a, "--train-samples"))
 		f.train_samples = a->train_samples;
-	f.global_batch_size = t->gbs;
+	f.global_batch_size = t->args_gbs; /* Megatron's args.global_batch_size, also with a batch schedule */
 	f.lr_decay_iters = a->lr_decay_iters;
 	f.lr_decay_samples = a->lr_decay_samples;
 	if (args_given(a, "--lr-warmup-iters"))
@@ -178,11 +186,49 @@ static int setup_scaler(struct trainer *t)
 	return grad_scaler_init_flags(&t->scaler, &f);
 }
 
+/*
+ * Megatron's W&B logging without Python at run time: the run's scalars go
+ * as TensorBoard event files to the folder Megatron gives wandb
+ * (--wandb-save-dir, else SAVE/wandb), under tensorboard/<exp-name>, and
+ * `wandb sync --sync-tensorboard` uploads them. With --tensorboard-dir too,
+ * both folders get every scalar.
+ */
+static int open_wandb(struct trainer *t)
+{
+	const struct args *a = t->a;
+	if (!a->wandb_exp_name || !*a->wandb_exp_name)
+		return error("--wandb-project needs --wandb-exp-name (the run's name; Megatron asks for it too)");
+	if (!a->wandb_save_dir && !a->save)
+		return error("--wandb-project needs --wandb-save-dir DIR or --save DIR (the W&B folder is SAVE/wandb)");
+	struct sbuf dir = SBUF_INIT;
+	if (a->wandb_save_dir)
+		sbuf_addstr(&dir, a->wandb_save_dir);
+	else
+		sbuf_addf(&dir, "%s/wandb", a->save);
+	sbuf_addf(&dir, "/tensorboard/%s", a->wandb_exp_name);
+	struct tboard *w = t->have_tb ? &t->tb_wandb : &t->tb;
+	int rc = tboard_open(w, dir.buf);
+	if (rc == 0) {
+		if (t->have_tb)
+			t->tb.mirror = w;
+		t->have_tb = true;
+		t->have_tb_wandb = w == &t->tb_wandb;
+		info("W&B project '%s', run '%s': the metrics go to %s as TensorBoard events (megac runs no Python); "
+		     "upload them with: wandb sync --sync-tensorboard -p %s%s%s %s", a->wandb_project,
+		     a->wandb_exp_name, dir.buf, a->wandb_project, a->wandb_entity ? " -e " : "",
+		     a->wandb_entity ? a->wandb_entity : "", dir.buf);
+	}
+	sbuf_release(&dir);
+	return rc;
+}
+
 static void trainer_free(struct trainer *t)
 {
 	train_ckpt_save_drop(t); /* an async save an error left behind */
 	if (t->have_tb)
 		tboard_close(&t->tb);
+	if (t->have_tb_wandb)
+		tboard_close(&t->tb_wandb);
 	if (t->have_mx)
 		metrics_close(&t->mx);
 	batch_free(&t->batch);
@@ -193,6 +239,7 @@ static void trainer_free(struct trainer *t)
 	pipeline_free(t);
 	pp_sched_free(&t->pp_train);
 	pp_sched_free(&t->pp_eval);
+	batch_schedule_free(&t->bss);
 	free(t->losses);
 	for (int i = 0; i < t->nparts; i++) {
 		struct train_part *p = &t->part[i];
@@ -268,6 +315,17 @@ static int setup(struct trainer *t, const struct args *a)
 	t->mbs = a->micro_batch_size;
 	int64_t dp = t->dist.dp.size;
 	t->gbs = a->global_batch_size > 0 ? a->global_batch_size : t->mbs * dp;
+	t->args_gbs = t->eval_gbs = t->gbs;
+	int64_t max_gbs = t->gbs;
+	if (a->step_batch_size_schedule) {
+		if (args_given(a, "--global-batch-size")) /* Megatron's own refusal */
+			return error("cannot specify both --step-batch-size-schedule and --global-batch-size");
+		if (batch_schedule_parse(&t->bss, a->step_batch_size_schedule, a->seq_length) < 0)
+			return -1;
+		t->have_bss = true;
+		t->gbs = batch_schedule_size(&t->bss, 0); /* until a checkpoint says how far training got */
+		max_gbs = batch_schedule_max(&t->bss);
+	}
 	if (t->gbs % (t->mbs * dp))
 		return error("--global-batch-size %lld is not divisible by --micro-batch-size %lld x data-parallel "
 			     "size %lld", (long long)t->gbs, (long long)t->mbs, (long long)dp);
@@ -275,7 +333,8 @@ static int setup(struct trainer *t, const struct args *a)
 	bool iters = args_given(a, "--train-iters"), samples = args_given(a, "--train-samples");
 	if (iters == samples)
 		return error("give exactly one of --train-iters and --train-samples");
-	t->train_iters = iters ? a->train_iters : a->train_samples / t->gbs;
+	t->train_iters = iters ? a->train_iters :
+		t->have_bss ? batch_schedule_iters(&t->bss, a->train_samples) : a->train_samples / t->gbs;
 	if (t->train_iters < 0)
 		return error("--train-iters must not be negative");
 	bool training = t->train_iters > 0 && !a->skip_train;
@@ -288,13 +347,18 @@ static int setup(struct trainer *t, const struct args *a)
 	 * model chunk holds as many micro-batches as the training schedule has in
 	 * flight on it */
 	int group = a->microbatch_group_size_per_vp_stage > 0 ? (int)a->microbatch_group_size_per_vp_stage : -1;
-	if (t->num_micro > (1 << 24))
-		return error("%lld micro-batches per iteration is more than megac schedules", (long long)t->num_micro);
-	if (pp_sched_init(&t->pp_train, t->dist.layout.pp, t->dist.pp.rank, t->dist.layout.vpp, (int)t->num_micro,
+	/* the model holds the slots of the largest batch a schedule reaches; the
+	 * schedule of the batch in force is built before each iteration that needs
+	 * another (trainer_update_batch) */
+	int64_t max_micro = max_gbs / (t->mbs * dp) > 0 ? max_gbs / (t->mbs * dp) : 1;
+	if (max_micro > (1 << 24))
+		return error("%lld micro-batches per iteration is more than megac schedules", (long long)max_micro);
+	if (pp_sched_init(&t->pp_train, t->dist.layout.pp, t->dist.pp.rank, t->dist.layout.vpp, (int)max_micro,
 			  group, false) < 0 ||
-	    pp_sched_init(&t->pp_eval, t->dist.layout.pp, t->dist.pp.rank, t->dist.layout.vpp, (int)t->num_micro,
-			  group, true) < 0)
+	    pp_sched_init(&t->pp_eval, t->dist.layout.pp, t->dist.pp.rank, t->dist.layout.vpp,
+			  (int)(t->eval_gbs / (t->mbs * dp)), group, true) < 0)
 		return -1;
+	t->pp_micro = (int)max_micro;
 
 	struct tok_config tc = tok_config_from_args(a);
 	t->tok = tok_load(&tc);
@@ -382,7 +446,21 @@ static int setup(struct trainer *t, const struct args *a)
 	return 0;
 }
 
-int train_command(const struct args *a)
+static int train_run(const struct args *a);
+
+int train_command(const struct args *flags)
+{
+	/* --use-checkpoint-args: the model's flags from the checkpoint */
+	struct args a = *flags;
+	struct ckpt_args own;
+	int ret = ckpt_args_apply(&a, &own);
+	if (ret == 0)
+		ret = train_run(&a);
+	ckpt_args_release(&own);
+	return ret;
+}
+
+static int train_run(const struct args *a)
 {
 	struct trainer t;
 	int ret = -1;
@@ -399,6 +477,8 @@ int train_command(const struct args *a)
 			goto out;
 		t.have_tb = true;
 	}
+	if (a->wandb_project && dist_is_last(&t.dist) && open_wandb(&t) < 0)
+		goto out;
 	if (a->metrics_file && dist_is_last(&t.dist)) {
 		if (metrics_open(&t.mx, a->metrics_file) < 0)
 			goto out;

@@ -50,18 +50,21 @@ static double secs_since(const struct timespec *t0)
 	return (double)(now.tv_sec - t0->tv_sec) + 1e-9 * (double)(now.tv_nsec - t0->tv_nsec);
 }
 
-/* The sum of squares of this rank's parameters (grads: false) or
- * gradients in the optimizer's elements, every tensor of the model once
+/* The sum of squares of this rank's parameters or gradients, or the
+ * gradients' zeros, in the optimizer's elements, every tensor of the model once
  * over the whole job: each part's shards over its group (distributed
  * optimizer), the experts over EP (each EP rank holds its own; the rest is
  * the same on every EP rank), slices over TP, stages over PP. */
-static double trainer_sumsq(struct trainer *t, bool grads)
+enum trainer_stat { STAT_PARAMS_SUMSQ, STAT_GRADS_SUMSQ, STAT_GRADS_ZEROS };
+
+static double trainer_stat(struct trainer *t, enum trainer_stat what)
 {
 	bool rep = t->dist.tp.rank == 0;
 	double ss = 0;
 	for (int i = 0; i < t->nparts; i++) {
 		struct train_part *p = &t->part[i];
-		double s = grads ? adam_grad_sumsq(&p->opt, rep) : adam_params_sumsq(&p->opt, rep);
+		double s = what == STAT_GRADS_SUMSQ ? adam_grad_sumsq(&p->opt, rep) :
+			   what == STAT_GRADS_ZEROS ? adam_grad_zeros(&p->opt, rep) : adam_params_sumsq(&p->opt, rep);
 		if (p->sharded)
 			dist_allreduce_sum_f64(p->g, &s, 1);
 		if (i == 1)
@@ -76,7 +79,7 @@ static double trainer_sumsq(struct trainer *t, bool grads)
 /* L2 norm of all parameters. */
 static double trainer_params_norm(struct trainer *t)
 {
-	return sqrt(trainer_sumsq(t, false));
+	return sqrt(trainer_stat(t, STAT_PARAMS_SUMSQ));
 }
 
 /* Megatron's check_for_nan_in_loss_and_grad, on this rank's own loss sum
@@ -171,7 +174,9 @@ static int train_step(struct trainer *t, double *loss, bool *skipped, double *gn
 		struct train_part *p = &t->part[i];
 		grad_sync_finish(&p->gs);
 		grad_sync_late(&p->gs);
-		if (t->gdp->size > 1)
+		if (t->a->calculate_per_token_loss) /* Megatron's finalize_model_grads: sums over the tokens */
+			k->scale(reg->grad + p->opt.lo, (float)(1.0 / fmax(1.0, den)), p->opt.hi - p->opt.lo);
+		else if (t->gdp->size > 1)
 			k->scale(reg->grad + p->opt.lo, 1.0f / (float)t->dist.dp.size, p->opt.hi - p->opt.lo);
 	}
 	timers_stop(&t->timers, "all-grads-sync");
@@ -185,6 +190,7 @@ static int train_step(struct trainer *t, double *loss, bool *skipped, double *gn
 			 t->part[i].opt.hi - t->part[i].opt.lo);
 	*skipped = false;
 	*gnorm = NAN;
+	t->num_zeros = NAN; /* a skipped step has none, as Megatron's */
 	if (grad_scaler_checks_overflow(&t->scaler)) {
 		double found = 0;
 		for (int i = 0; i < t->nparts; i++)
@@ -199,7 +205,7 @@ static int train_step(struct trainer *t, double *loss, bool *skipped, double *gn
 		}
 	}
 	/* the global norm (each tensor once: the tied copy is left out) */
-	double norm = sqrt(trainer_sumsq(t, true));
+	double norm = sqrt(trainer_stat(t, STAT_GRADS_SUMSQ));
 	/* and the reduced ones (the local checks above catch a NaN first) */
 	if (nan_check && (!isfinite(norm) || !isfinite(num))) {
 		t->stopped_together = true; /* every rank has the same norm and loss */
@@ -210,10 +216,19 @@ static int train_step(struct trainer *t, double *loss, bool *skipped, double *gn
 	}
 	*gnorm = norm;
 	dist_watchdog_phase(&t->dist, "the optimizer step", -1);
-	for (int i = 0; i < t->nparts; i++) {
+	for (int i = 0; i < t->nparts; i++)
 		adam_clip(&t->part[i].opt, norm, t->a->clip_grad);
-		adam_step(&t->part[i].opt, lr_sched_current_lr(&t->sched), lr_sched_current_wd(&t->sched));
-	}
+	/* Megatron's count_zeros: after clipping, every tensor once */
+	if (t->a->log_num_zeros_in_grad)
+		t->num_zeros = trainer_stat(t, STAT_GRADS_ZEROS);
+	/* --decoupled-lr: the embedding and output layer on their own schedule's
+	 * peak and floor (Megatron's is_embedding_or_output_parameter group) */
+	double lr = lr_sched_current_lr(&t->sched), emb_lr = lr;
+	if (t->a->decoupled_lr >= 0)
+		emb_lr = lr_sched_lr_group(&t->sched, t->sched.num_steps, t->a->decoupled_lr,
+					   t->a->decoupled_min_lr >= 0 ? t->a->decoupled_min_lr : t->a->min_lr);
+	for (int i = 0; i < t->nparts; i++)
+		adam_step_lrs(&t->part[i].opt, lr, emb_lr, lr_sched_current_wd(&t->sched));
 	timers_stop(&t->timers, "optimizer");
 	timers_start(&t->timers, "params-all-gather", 1);
 	for (int i = 0; i < t->nparts; i++) {
@@ -235,7 +250,7 @@ int trainer_evaluate(struct trainer *t, int split, int64_t *consumed, double *lo
 		if (pipeline_run(t, &t->pp_eval, split, *consumed, false, 1.0, &num, &den) < 0)
 			return -1;
 		pipeline_drain(t);
-		*consumed += t->gbs;
+		*consumed += t->eval_gbs;
 		dist_watchdog_progress(&t->dist);
 	}
 	double sums[2] = { num, den };
@@ -352,6 +367,8 @@ static int log_iteration(struct trainer *t, double loss, bool skipped, double lr
 		.skipped_iters = t->skipped_iters,
 		.nan_iters = t->nan_iters,
 		.eta_s = per_iter * (double)(t->train_iters - t->iteration),
+		.num_zeros_on = a->log_num_zeros_in_grad,
+		.num_zeros = t->num_zeros,
 	};
 	struct sbuf sb = SBUF_INIT;
 	if (dist_is_last(&t->dist)) { /* the iteration line: print_rank_last */
@@ -376,7 +393,23 @@ static int log_iteration(struct trainer *t, double loss, bool skipped, double lr
 		timers_report(&t->timers, &t->dist, (double)interval, &sb);
 		if (sb.len)
 			puts(sb.buf);
+		/* --log-timers-to-tensorboard: the same maxima, in seconds per iteration */
+		if (t->have_tb && a->log_timers_to_tensorboard)
+			for (int i = 0; i < t->timers.nlast; i++) {
+				char tag[96];
+				snprintf(tag, sizeof(tag), "%s-time", t->timers.last_name[i]);
+				tboard_add_scalar(&t->tb, tag, t->iteration, t->timers.last_max_s[i]);
+			}
 	}
+	/* Megatron's --log-timers-to-tensorboard scalars of the iteration line
+	 * (not after the first iteration, whose time includes the set-up) */
+	if (t->have_tb && a->log_timers_to_tensorboard && !first) {
+		tboard_add_scalar(&t->tb, "iteration-time", t->iteration, per_iter);
+		if (it.tflops >= 0)
+			tboard_add_scalar(&t->tb, "throughput", t->iteration, it.tflops);
+	}
+	if (t->have_tb)
+		tboard_flush(&t->tb);
 	if (a->log_comm && t->dist.rank == 0) {
 		sbuf_reset(&sb);
 		trainer_comm_line(t, &sb);
@@ -385,7 +418,7 @@ static int log_iteration(struct trainer *t, double loss, bool skipped, double lr
 	fflush(stdout);
 	sbuf_release(&sb);
 	if (t->have_mx) {
-		struct metrics_field f[16];
+		struct metrics_field f[20];
 		size_t n = 0;
 		f[n++] = METRICS_I("consumed samples", t->consumed_train);
 		f[n++] = METRICS_D("elapsed time per iteration (ms)", per_iter * 1000.0);
@@ -405,6 +438,8 @@ static int log_iteration(struct trainer *t, double loss, bool skipped, double lr
 		f[n++] = METRICS_D("loss scale", grad_scaler_scale(&t->scaler));
 		if (!isnan(gnorm))
 			f[n++] = METRICS_D("grad norm", gnorm);
+		if (it.num_zeros_on && !isnan(it.num_zeros))
+			f[n++] = METRICS_I("num zeros", (int64_t)it.num_zeros);
 		f[n++] = METRICS_I("number of skipped iterations", t->skipped_iters);
 		f[n++] = METRICS_I("number of nan iterations", t->nan_iters);
 		f[n++] = METRICS_I("max allocated bytes", (int64_t)t->mem.peak);
@@ -505,16 +540,32 @@ static void tensorboard_iteration(struct trainer *t, double loss, double lr, dou
 		if (t->cfg.router.z_coeff > 0)
 			tboard_add_scalar(tb, "z_loss", it, t->moe_z_iter);
 	}
-	tboard_add_scalar(tb, "loss-scale", it, scale);
-	tboard_add_scalar(tb, "loss-scale vs samples", n, scale);
+	if (t->a->log_loss_scale_to_tensorboard) {
+		tboard_add_scalar(tb, "loss-scale", it, scale);
+		tboard_add_scalar(tb, "loss-scale vs samples", n, scale);
+	}
+	if (t->a->log_world_size_to_tensorboard) {
+		tboard_add_scalar(tb, "world-size", it, t->dist.world);
+		tboard_add_scalar(tb, "world-size vs samples", n, t->dist.world);
+	}
 	if (!isnan(gnorm)) {
 		tboard_add_scalar(tb, "grad-norm", it, gnorm);
 		tboard_add_scalar(tb, "grad-norm vs samples", n, gnorm);
+	}
+	if (t->a->log_num_zeros_in_grad && !isnan(t->num_zeros)) {
+		tboard_add_scalar(tb, "num-zeros", it, t->num_zeros);
+		tboard_add_scalar(tb, "num-zeros vs samples", n, t->num_zeros);
 	}
 	if (t->a->log_params_norm) {
 		double pn = t->params_norm;
 		tboard_add_scalar(tb, "params-norm", it, pn);
 		tboard_add_scalar(tb, "params-norm vs samples", n, pn);
+	}
+	if (t->a->log_memory_to_tensorboard) { /* Megatron's CUDA allocator's numbers; megac's pool's */
+		tboard_add_scalar(tb, "mem-reserved-bytes", it, (double)t->mem.cur);
+		tboard_add_scalar(tb, "mem-allocated-bytes", it, (double)t->mem.cur);
+		tboard_add_scalar(tb, "mem-max-allocated-bytes", it, (double)t->mem.peak);
+		tboard_add_scalar(tb, "mem-allocated-count", it, (double)t->mem.count);
 	}
 	tboard_flush(tb);
 }
@@ -540,6 +591,42 @@ static void moe_iteration_stats(struct trainer *t)
 	m->moe_calls = 0;
 }
 
+/* --step-batch-size-schedule: the batch in force for the samples consumed,
+ * and the pipeline schedule of its micro-batches (Megatron's
+ * update_num_microbatches with its consistency check). */
+int trainer_update_batch(struct trainer *t)
+{
+	int64_t size = t->have_bss ? batch_schedule_size(&t->bss, t->consumed_train) : t->gbs;
+	int64_t per = t->mbs * t->dist.dp.size;
+	if (size % per)
+		return error("the global batch size %lld of --step-batch-size-schedule at %lld consumed samples is not "
+			     "divisible by --micro-batch-size %lld x data-parallel size %lld", (long long)size,
+			     (long long)t->consumed_train, (long long)t->mbs, (long long)t->dist.dp.size);
+	if (size / per == t->pp_micro) {
+		t->gbs = size;
+		t->num_micro = size / per;
+		return 0;
+	}
+	struct pp_sched s;
+	int group = t->a->microbatch_group_size_per_vp_stage > 0 ? (int)t->a->microbatch_group_size_per_vp_stage : -1;
+	if (pp_sched_init(&s, t->dist.layout.pp, t->dist.pp.rank, t->dist.layout.vpp, (int)(size / per), group,
+			  false) < 0)
+		return -1;
+	for (int v = 0; v < t->dist.layout.vpp; v++)
+		if (s.inflight[v] > t->model.chunks[v].nslots)
+			BUG("a batch of %lld holds %d micro-batches on chunk %d, whose model has %d slots", (long long)size,
+			    s.inflight[v], v, t->model.chunks[v].nslots);
+	pp_sched_free(&t->pp_train);
+	t->pp_train = s;
+	t->pp_micro = (int)(size / per);
+	if (t->dist.rank == 0 && t->gbs != size)
+		info("global batch size %lld from %lld consumed samples on (--step-batch-size-schedule)", (long long)size,
+		     (long long)t->consumed_train);
+	t->gbs = size;
+	t->num_micro = size / per;
+	return 0;
+}
+
 int trainer_run(struct trainer *t)
 {
 	const struct args *a = t->a;
@@ -560,6 +647,8 @@ int trainer_run(struct trainer *t)
 	while (t->iteration < t->train_iters) {
 		double loss;
 		bool skipped;
+		if (trainer_update_batch(t) < 0)
+			return -1;
 		if (train_step(t, &loss, &skipped, &gnorm) < 0) {
 			/* a stop every rank took together (the NaN check) still commits
 			 * the last good checkpoint an async save was writing */

@@ -14,6 +14,7 @@
 
 #include "base/args.h"
 #include "data/gpt_data.h"
+#include "data/batch_schedule.h"
 #include "data/tok.h"
 #include "dist/dist.h"
 #include "kernels/cuda_ops.h"
@@ -80,6 +81,13 @@ struct trainer {
 	size_t nspare, cap_spare;
 
 	int64_t mbs, gbs, num_micro; /* micro-batch, global batch, micro-batches per iteration */
+	/* --step-batch-size-schedule: gbs and num_micro follow it (trainer_update_batch);
+	 * args_gbs is Megatron's args.global_batch_size (micro-batch x DP then),
+	 * which its LR schedule and evaluation batches use */
+	struct batch_schedule bss;
+	bool have_bss;
+	int64_t args_gbs, eval_gbs;
+	int pp_micro;          /* the micro-batches pp_train was built for */
 	int64_t train_iters;
 	uint64_t seed;
 
@@ -107,10 +115,13 @@ struct trainer {
 	struct timespec interval_start, train_start; /* train_start: process set-up, as Megatron */
 	double paused;          /* seconds of evaluation and saving in this interval */
 	double params_norm;     /* --log-params-norm: this iteration's, NAN otherwise */
+	double num_zeros;       /* --log-num-zeros-in-grad: this iteration's, NAN when skipped */
 	int64_t start_iteration; /* iteration the run started (or resumed) at */
 	bool report_memory;
 	struct tboard tb;
 	bool have_tb;
+	struct tboard tb_wandb; /* --wandb-project beside --tensorboard-dir: tb's mirror */
+	bool have_tb_wandb;
 	struct metrics mx;
 	struct timers timers;  /* --timing-log-level */
 	bool have_mx;
@@ -122,6 +133,9 @@ struct trainer {
 int train_command(const struct args *a);
 
 /* Run the loop from t->iteration to t->train_iters (or an exit condition). */
+/* The global batch in force (--step-batch-size-schedule) and its pipeline
+ * schedule; error() and -1 when it does not divide into micro-batches. */
+int trainer_update_batch(struct trainer *t);
 int trainer_run(struct trainer *t);
 
 /* One evaluation pass over eval_iters global batches of split, from sample

@@ -54,6 +54,8 @@ void trainlog_iteration_line(struct sbuf *out, const struct trainlog_iter *it)
 	sbuf_addf(out, " loss scale: %.1f |", it->loss_scale);
 	if (!isnan(it->grad_norm))
 		sbuf_addf(out, " grad norm: %.3f |", it->grad_norm);
+	if (it->num_zeros_on && !isnan(it->num_zeros))
+		sbuf_addf(out, " num zeros: %lld |", (long long)it->num_zeros);
 	if (!isnan(it->params_norm))
 		sbuf_addf(out, " params norm: %.3f |", it->params_norm);
 	sbuf_addf(out, " number of skipped iterations: %3d |", it->skipped_iters);

@@ -31,6 +31,10 @@ struct trainlog_iter {
 	/* (megac) seconds until the last iteration at this interval's pace, as a
 	 * last field "time to finish: H:MM:SS |" (Megatron has none); <= 0: not printed */
 	double eta_s;
+	/* --log-num-zeros-in-grad: " num zeros: N |" after the grad norm where
+	 * Megatron prints it (not on a skipped iteration: NAN) */
+	bool num_zeros_on;
+	double num_zeros;
 };
 
 #define TRAINLOG_TIME_MAX 40

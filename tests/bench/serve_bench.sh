@@ -35,7 +35,7 @@ out = [0] * 32
 def client(i):
     body = json.dumps({"prompts": ["In the beginning the %s and the %s were" % (words[i % 16], words[(3 * i) % 16])],
                        "tokens_to_generate": 32, "top_k": 1}).encode()
-    req = urllib.request.Request(base + "/api", data=body, method="PUT")
+    req = urllib.request.Request(base + "/api", data=body, method="PUT", headers={"Content-Type": "application/json"})
     r = json.loads(urllib.request.urlopen(req, timeout=600).read())
     out[i] = len(r["tokens"][0])
 t0 = time.time()

@@ -63,7 +63,7 @@ np.save("'"$W"'/ids1k.npy", np.random.RandomState(1).randint(0, 1000, size=(3, 4
 for m in g l; do
 	M=""
 	[ $m = l ] && M=$LL
-	expect_ok "$m: TP2xPP2, 8 iterations, save at 4 and 8" sh -c "$MPI -np 4 $BIN/train $ARGS $M $(v64 2) \
+	setup "$m: TP2xPP2, 8 iterations, save at 4 and 8" sh -c "$MPI -np 4 $BIN/train $ARGS $M $(v64 2) \
 		--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --save $W/${m}c --save-interval 4 \
 		--metrics-file $W/${m}s.jsonl >$W/${m}s.log 2>&1"
 
@@ -89,7 +89,7 @@ for m in g l; do
 	fi
 	# the export loads in transformers and gives megac's logits
 	expect_ok "$m: transformers loads the export" $REF check $W/${m}hf
-	expect_ok "$m: megac's logits" $LOGITS $W/${m}c $W/ids.npy $W/${m}_megac.npy
+	setup "$m: megac's logits" $LOGITS $W/${m}c $W/ids.npy $W/${m}_megac.npy
 	expect_ok "$m: transformers' logits" $REF logits $W/${m}hf $W/ids.npy $W/${m}_hf.npy
 	close "$m: transformers' logits on the export equal megac's (1e-4)" $W/${m}_megac.npy $W/${m}_hf.npy 1e-4
 	expect_ok "$m: export as bf16, sharded" $C --load $W/${m}c --save $W/${m}hf16 --to hf --dtype bf16 \
@@ -131,15 +131,44 @@ fi
 expect_ok "train TP2 (default divisor) trains on from it" sh -c "$MPI -np 2 $BIN/train $ARGS \
 	--tensor-model-parallel-size 2 --load $W/g2p >$W/g2p.log 2>&1"
 
+# Megatron's tools/checkpoint/convert.py command line: its flags name the
+# same conversion (core loader and saver: checkpoints train loads)
+expect_ok "convert.py's command line" $C --model-type GPT --loader core --saver core --load-dir $W/gc \
+	--save-dir $W/gpy --target-tensor-parallel-size 2 --target-expert-parallel-size 1 --max-queue-size 50 \
+	--megatron-path /nowhere --no-checking --true-vocab-size 50257
+if /usr/bin/python3 -c '
+import sys, h5py, numpy as np
+a, b = (h5py.File(p, "r") for p in sys.argv[1:3])
+names = sorted(n for n in a if isinstance(a[n], h5py.Dataset))
+assert names and names == sorted(n for n in b if isinstance(b[n], h5py.Dataset)), "tensor names differ"
+for n in names:
+    assert np.array_equal(a[n][()], b[n][()]), n
+' $W/gpy/iter_0000008/model.h5 $W/g2p/iter_0000008/model.h5 >"$W/py.log" 2>&1; then
+	ok "convert.py's command line writes what --load/--save/--target-tensor-parallel-size write"
+else
+	notok "convert.py's command line writes what --load/--save/--target-tensor-parallel-size write"
+	show "$W/py.log"
+fi
+expect_ok "convert.py's hf saver" $C --model-type GPT --loader megatron --saver hf --load-dir $W/gc \
+	--save-dir $W/gpyhf $GPT2
+[ -f $W/gpyhf/config.json ] && ok "the hf saver writes a Hugging Face folder" ||
+	notok "the hf saver writes a Hugging Face folder"
+expect_fail "convert.py: --model-type BERT" "megac converts GPT-style models only" \
+	$C --model-type BERT --load-dir $W/gc --save-dir $W/bad/bert
+expect_fail "convert.py: --loader against --from" "--loader core and --from hf contradict each other" \
+	$C --loader core --from hf --load-dir $W/gc --save-dir $W/bad/contra
+expect_fail "convert.py: another --true-vocab-size" "--true-vocab-size 1000: the checkpoint's vocabulary has 50257" \
+	$C --true-vocab-size 1000 --load-dir $W/gc --save-dir $W/bad/vocab
+
 # folders written by transformers itself: a GPT-2 and a sharded Llama with GQA
-expect_ok "transformers writes a random GPT2LMHeadModel" $REF make gpt2 $W/rg --layers 2 --hidden 64 --heads 4 \
+setup "transformers writes a random GPT2LMHeadModel" $REF make gpt2 $W/rg --layers 2 --hidden 64 --heads 4 \
 	--vocab 1000 --positions 64 --seed 1
-expect_ok "transformers writes a random LlamaForCausalLM (GQA, untied, 5 shards)" $REF make llama $W/rl --layers 2 \
+setup "transformers writes a random LlamaForCausalLM (GQA, untied, 5 shards)" $REF make llama $W/rl --layers 2 \
 	--hidden 64 --heads 8 --kv-heads 2 --ffn 96 --vocab 1000 --positions 64 --untie --seed 2 --shard-size 100000
 for m in rg rl; do
 	expect_ok "$m: import" $C --from hf --load $W/$m --save $W/${m}m --verify
 	expect_ok "$m: megac's logits" $LOGITS $W/${m}m $W/ids1k.npy $W/${m}_megac.npy
-	expect_ok "$m: transformers' logits" $REF logits $W/$m $W/ids1k.npy $W/${m}_hf.npy
+	setup "$m: transformers' logits" $REF logits $W/$m $W/ids1k.npy $W/${m}_hf.npy
 	close "$m: megac's logits on the import equal transformers' (1e-4)" $W/${m}_hf.npy $W/${m}_megac.npy 1e-4
 done
 # OpenAI's own GPT-2 files have no "transformer." prefix (and attn.bias mask
@@ -186,7 +215,7 @@ MX="$MX --untie-embeddings-and-output-weights --num-experts 4 --moe-router-topk 
 MX="$MX --moe-aux-loss-coeff 0.01 --seq-length 32 --max-position-embeddings 32 --micro-batch-size 2"
 MX="$MX --global-batch-size 4 --lr 2e-3 --mock-data --eval-interval 100 --eval-iters 0 --log-interval 1"
 MX="$MX --data-cache-path $W/cache $GPT2 $(v64 1)"
-expect_ok "mx: train a Mixtral-style MoE model, 4 iterations" sh -c "$BIN/train $MX --train-iters 4 --save $W/mxc \
+setup "mx: train a Mixtral-style MoE model, 4 iterations" sh -c "$BIN/train $MX --train-iters 4 --save $W/mxc \
 	--save-interval 4 >$W/mxc.log 2>&1"
 expect_ok "mx: export to Hugging Face" $C --load $W/mxc --save $W/mxhf --to hf --verify $GPT2
 if /usr/bin/python3 -c '
@@ -204,7 +233,7 @@ else
 	show "$W/mxcfg.log"
 fi
 expect_ok "mx: transformers loads the export" $REF check $W/mxhf
-expect_ok "mx: megac's logits" $LOGITS $W/mxc $W/ids.npy $W/mx_megac.npy
+setup "mx: megac's logits" $LOGITS $W/mxc $W/ids.npy $W/mx_megac.npy
 expect_ok "mx: transformers' logits" $REF logits $W/mxhf $W/ids.npy $W/mx_hf.npy
 close "mx: transformers' logits on the export equal megac's (1e-4)" $W/mx_megac.npy $W/mx_hf.npy 1e-4
 expect_ok "mx: import it again" $C --load $W/mxhf --from hf --save $W/mxback --verify $(v64 1)
@@ -216,12 +245,12 @@ else
 	notok "mx: megac -> HF -> megac round trip"
 	show "$W/rt.log"
 fi
-expect_ok "mx: train a MoE model with a shared expert, 1 iteration" sh -c "$BIN/train $MX --train-iters 1 \
+setup "mx: train a MoE model with a shared expert, 1 iteration" sh -c "$BIN/train $MX --train-iters 1 \
 	--moe-shared-expert-intermediate-size 32 --save $W/mxsh --save-interval 1 >$W/mxsh.log 2>&1"
 expect_fail "mx: a shared expert is not Mixtral" "this one has a shared expert" \
 	$C --load $W/mxsh --save $W/mxshhf --to hf
 nothing_at "mx: a shared expert" $W/mxshhf
-expect_ok "mx: train a MoE model with sigmoid routing, 1 iteration" sh -c "$BIN/train $MX --train-iters 1 \
+setup "mx: train a MoE model with sigmoid routing, 1 iteration" sh -c "$BIN/train $MX --train-iters 1 \
 	--moe-router-score-function sigmoid --save $W/mxsg --save-interval 1 >$W/mxsg.log 2>&1"
 expect_fail "mx: sigmoid routing is not Mixtral" "this one has sigmoid routing" \
 	$C --load $W/mxsg --save $W/mxsghf --to hf

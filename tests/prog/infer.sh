@@ -48,21 +48,21 @@ echo '[[464, 3290, 318], [1, 2, 3, 4, 5, 6, 7], [50256], [11, 12]]' >$W/prompts.
 for m in g l; do
 	M=""
 	[ $m = l ] && M=$LL
-	expect_ok "$m: train 4 iterations" sh -c "$BIN/train $ARGS $M --save $W/${m}c --save-interval 4 >$W/$m.log 2>&1"
-	expect_ok "$m: export to Hugging Face" $BIN/ckpt_convert --load $W/${m}c --save $W/${m}hf --to hf
+	setup "$m: train 4 iterations" sh -c "$BIN/train $ARGS $M --save $W/${m}c --save-interval 4 >$W/$m.log 2>&1"
+	setup "$m: export to Hugging Face" $BIN/ckpt_convert --load $W/${m}c --save $W/${m}hf --to hf
 	expect_ok "$m: megac generates (4 requests batched)" $GEN $W/${m}c $W/prompts.json 12 $W/${m}.json
-	expect_ok "$m: transformers' greedy continuation" $REF generate $W/${m}hf $W/prompts.json 12 $W/${m}_ref.json
+	setup "$m: transformers' greedy continuation" $REF generate $W/${m}hf $W/prompts.json 12 $W/${m}_ref.json
 	same "$m: greedy generation equals transformers' token for token" $W/${m}_ref.json $W/${m}.json 1e-4
 	expect_ok "$m: one request at a time" $GEN $W/${m}c $W/prompts.json 12 $W/${m}_1.json 1 1 1 1
 	same "$m: batched answers equal the answers alone" $W/${m}_1.json $W/${m}.json 1e-5
 done
 
-expect_ok "a random GQA Llama from transformers" $REF make llama $W/rl --layers 2 --hidden 64 --heads 8 \
+setup "a random GQA Llama from transformers" $REF make llama $W/rl --layers 2 --hidden 64 --heads 8 \
 	--kv-heads 2 --ffn 96 --vocab 1000 --positions 64 --seed 3
-expect_ok "import it" $BIN/ckpt_convert --from hf --load $W/rl --save $W/rlm
+setup "import it" $BIN/ckpt_convert --from hf --load $W/rl --save $W/rlm
 echo '[[5, 900, 31, 7, 7], [999], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]]' >$W/p2.json
 expect_ok "megac generates" $GEN $W/rlm $W/p2.json 20 $W/rl.json
-expect_ok "transformers' continuation" $REF generate $W/rl $W/p2.json 20 $W/rl_ref.json
+setup "transformers' continuation" $REF generate $W/rl $W/p2.json 20 $W/rl_ref.json
 same "GQA Llama: greedy generation equals transformers'" $W/rl_ref.json $W/rl.json 1e-4
 
 # long prompts batched together: the head runs on 64 rows at a time, so the
@@ -72,7 +72,7 @@ import json, random
 r = random.Random(5)
 print(json.dumps([[r.randrange(1000) for _ in range(n)] for n in (40, 45, 50)]))' >$W/p3.json
 expect_ok "megac generates after long prompts" $GEN $W/rlm $W/p3.json 6 $W/rl3.json
-expect_ok "transformers on the long prompts" $REF generate $W/rl $W/p3.json 6 $W/rl3_ref.json
+setup "transformers on the long prompts" $REF generate $W/rl $W/p3.json 6 $W/rl3_ref.json
 same "long prompts: tokens and every prompt log-prob equal transformers'" $W/rl3_ref.json $W/rl3.json 1e-4
 
 # sampling (top-k 40, temperature 0.8): a request's tokens depend on its seed

@@ -50,6 +50,65 @@ head -c 300000 "$W/k.tar.zst" >"$W/cut.tar.zst"
 expect_fail "truncated tar.zst names archive and member" "cut.tar.zst:k.jsonl: Truncated zstd input" $P --input "$W/cut.tar.zst"
 empty_dir "nothing left after a truncated tar" "$O"
 
+# corrupt compressed data is refused, naming the file (and member): checksums
+# libarchive does not check (gzip CRC-32 and length, zip CRC-32), the other
+# formats' checksums, and bytes after the end of a compressed stream
+gzip -dc examples/data/kjv.jsonl.gz | head -n 50 >"$W/s.jsonl"
+flip() { # flip FILE PYTHON: edit the bytes b of FILE in place
+	/usr/bin/python3 -c "import sys; b = bytearray(open(sys.argv[1], 'rb').read()); $2; open(sys.argv[1], 'wb').write(b)" "$1"
+}
+gzip -c "$W/s.jsonl" >"$W/crc.jsonl.gz" && flip "$W/crc.jsonl.gz" "b[-8] ^= 1"
+gzip -c "$W/s.jsonl" >"$W/len.jsonl.gz" && flip "$W/len.jsonl.gz" "b[-2] ^= 1"
+/usr/bin/python3 -c "import gzip, sys; open(sys.argv[2], 'wb').write(gzip.compress(open(sys.argv[1], 'rb').read(), 0))" \
+	"$W/s.jsonl" "$W/stored.jsonl.gz" && flip "$W/stored.jsonl.gz" "i = b.find(b'In the beginning'); b[i + 3] = 88"
+/usr/bin/python3 -c "import zipfile, sys; z = zipfile.ZipFile(sys.argv[2], 'w'); z.write(sys.argv[1], 's.jsonl'); z.close()" \
+	"$W/s.jsonl" "$W/s.zip" && flip "$W/s.zip" "i = b.find(b'In the beginning'); b[i + 3] = 88"
+/usr/bin/python3 -c "import zipfile, sys; z = zipfile.ZipFile(sys.argv[2], 'w', zipfile.ZIP_DEFLATED); z.writestr('s.jsonl', open(sys.argv[1], 'rb').read()); z.close()" \
+	"$W/s.jsonl" "$W/d.zip" && flip "$W/d.zip" "import zlib; c = zlib.crc32(open('$W/s.jsonl', 'rb').read()).to_bytes(4, 'little'); b[:] = b.replace(c, bytes([c[0] ^ 1]) + c[1:])"
+for z in gz bz2 xz zst; do
+	case $z in gz) c=gzip ;; bz2) c=bzip2 ;; xz) c=xz ;; zst) c="zstd -q" ;; esac
+	$c -c "$W/s.jsonl" >"$W/junk.jsonl.$z" && printf 'trailing junk' >>"$W/junk.jsonl.$z"
+	$c -c "$W/s.jsonl" >"$W/sum.jsonl.$z"
+done
+flip "$W/sum.jsonl.bz2" "b[-3] ^= 1"
+flip "$W/sum.jsonl.xz" "b[-13] ^= 1"
+flip "$W/sum.jsonl.zst" "b[-1] ^= 1"
+expect_fail "gzip CRC-32 mismatch" "crc.jsonl.gz: corrupt gzip data: CRC-32 mismatch" $P --input "$W/crc.jsonl.gz" --workers 2
+expect_fail "gzip length mismatch" "len.jsonl.gz: corrupt gzip data: length mismatch" $P --input "$W/len.jsonl.gz"
+expect_fail "a changed byte in a stored gzip" "stored.jsonl.gz: corrupt gzip data: CRC-32 mismatch" $P --input "$W/stored.jsonl.gz"
+expect_fail "a changed byte in a stored zip entry" "s.zip:s.jsonl: ZIP bad CRC" $P --input "$W/s.zip"
+expect_fail "a deflated zip entry with a wrong CRC" "d.zip:s.jsonl: ZIP bad CRC" $P --input "$W/d.zip"
+expect_fail "bzip2 CRC mismatch" "sum.jsonl.bz2: " $P --input "$W/sum.jsonl.bz2"
+expect_fail "xz check mismatch" "sum.jsonl.xz: " $P --input "$W/sum.jsonl.xz"
+expect_fail "zstd checksum mismatch" "sum.jsonl.zst: Zstd decompression failed: Restored data doesn't match checksum" $P --input "$W/sum.jsonl.zst"
+expect_fail "junk after a gzip stream" "junk.jsonl.gz: unexpected data after the end of the gzip stream" $P --input "$W/junk.jsonl.gz"
+expect_fail "junk after a bzip2 stream" "junk.jsonl.bz2: unexpected data after the end of the bzip2 stream" $P --input "$W/junk.jsonl.bz2"
+expect_fail "junk after an xz stream" "junk.jsonl.xz: " $P --input "$W/junk.jsonl.xz"
+expect_fail "junk after a zstd stream" "junk.jsonl.zst: " $P --input "$W/junk.jsonl.zst"
+expect_fail "a corrupt gzip on standard input" "<stdin>: corrupt gzip data: CRC-32 mismatch" $P --input - <"$W/crc.jsonl.gz"
+tar -C "$W" -czf "$W/s.tar.gz" s.jsonl && flip "$W/s.tar.gz" "b[-8] ^= 1"
+expect_fail "a tar.gz whose gzip CRC-32 is wrong" "s.tar.gz" $P --input "$W/s.tar.gz"
+grep -q "CRC-32 mismatch" "$ERR" && ok "... the error says CRC-32" || { notok "... the error says CRC-32"; show "$ERR"; }
+empty_dir "nothing left after corrupt compressed data" "$O"
+
+# --max-document-bytes: a longer line is an error naming file, line and flag,
+# or with --skip-bad-lines one more counted bad line
+/usr/bin/python3 -c "import sys; sys.stdout.write('{\"text\": \"%s\"}\n' % ('In the beginning. ' * 200000))" >"$W/long1"
+{ head -n 3 "$W/s.jsonl"; cat "$W/long1"; tail -n +4 "$W/s.jsonl"; } >"$W/long.jsonl"
+expect_fail "a line over --max-document-bytes" "long.jsonl:4: the line is longer than --max-document-bytes 1000000" \
+	$P --input "$W/long.jsonl" --max-document-bytes 1000000 --workers 2
+empty_dir "nothing left after a line that is too long" "$O"
+expect_fail "--max-document-bytes below 0" "--max-document-bytes must be 0" $P --input "$W/long.jsonl" --max-document-bytes -1
+mkdir -p "$W/ref"
+setup "the 50 lines without the long one" $P --input "$W/s.jsonl" --output-prefix "$W/ref/s"
+expect_ok "--max-document-bytes with --skip-bad-lines" $P --input "$W/long.jsonl" --max-document-bytes 1000000 --skip-bad-lines
+grep -q "warning: skipping .*long.jsonl:4: the line is longer than --max-document-bytes 1000000" "$ERR" \
+	&& grep -q "skipped 1 bad line(s)" "$ERR" && ok "the long line is skipped and counted" || { notok "the long line is skipped and counted"; show "$ERR"; }
+same_dataset "the other lines are written" "$O/x_text_document" "$W/ref/s_text_document"
+expect_ok "no limit by default" $P --input "$W/long.jsonl"
+grep -q "x_text_document.bin/.idx: 51 documents" "$ERR" && ok "... the long line is a document" || { notok "... the long line is a document"; show "$ERR"; }
+rm -f "$O"/*
+
 expect_fail "missing input" "--input '$W/nope.jsonl': No such file or directory" $P --input "$W/nope.jsonl"
 expect_fail "missing vocab file" "$W/missing-vocab.json" $BIN/preprocess_data --tokenizer-type GPT2BPETokenizer \
 	--vocab-file "$W/missing-vocab.json" --merge-file "$GPT2_MERGES" --input "$W/k.jsonl" --output-prefix "$O/x"

@@ -36,7 +36,7 @@ expect_ok "int32 dataset matches (EOD 69999)" $CHECK "$W/c" 1 70000 text
 expect_ok "merge_datasets of two shards" sh -c "mkdir -p $W/m && cp $W/a_text_document.bin $W/m/1.bin && cp $W/a_text_document.idx $W/m/1.idx && cp $W/b_text_document.bin $W/m/2.bin && cp $W/b_text_document.idx $W/m/2.idx && $BIN/merge_datasets --input $W/m --output-prefix $W/merged"
 cat "$W/corpus.jsonl" "$W/corpus.jsonl" >"$W/twice.jsonl"
 # shard 1 has EOD, shard 2 does not: build the reference the same way
-expect_ok "reference for the merge" sh -c "$N --input $W/corpus.jsonl --output-prefix $W/r1 --append-eod && $N --input $W/corpus.jsonl --output-prefix $W/r2"
+setup "reference for the merge" sh -c "$N --input $W/corpus.jsonl --output-prefix $W/r1 --append-eod && $N --input $W/corpus.jsonl --output-prefix $W/r2"
 /usr/bin/python3 - "$W" <<'PY' && ok "merged dataset = shard 1 then shard 2 (numpy)" || notok "merged dataset = shard 1 then shard 2 (numpy)"
 import sys, numpy as np
 w = sys.argv[1]

@@ -11,7 +11,7 @@ ARGS="$ARGS --micro-batch-size 1 --global-batch-size 8 --lr 2e-3 --lr-decay-styl
 ARGS="$ARGS --train-iters 8 --data-path $W/kjv_text_document --split 98,2,0 --eval-interval 4 --eval-iters 2"
 ARGS="$ARGS --log-interval 1 --data-cache-path $W/cache $GPT2"
 
-expect_ok "1 rank" sh -c "$BIN/train $ARGS --metrics-file $W/r1.jsonl >$W/r1.log"
+setup "1 rank" sh -c "$BIN/train $ARGS --metrics-file $W/r1.jsonl >$W/r1.log"
 expect_ok "2 data-parallel ranks" sh -c "$MPI -np 2 $BIN/train $ARGS --metrics-file $W/r2.jsonl >$W/r2.log"
 expect_ok "4 data-parallel ranks" sh -c "$MPI -np 4 $BIN/train $ARGS --metrics-file $W/r4.jsonl >$W/r4.log"
 expect_ok "8 data-parallel ranks, distributed optimizer" \
@@ -130,12 +130,12 @@ T2="$ARGS --make-vocab-size-divisible-by 64 --tensor-model-parallel-size 2"
 T4="$ARGS --make-vocab-size-divisible-by 32 --tensor-model-parallel-size 4"
 LL="--group-query-attention --num-query-groups 2 --position-embedding-type rope --normalization RMSNorm"
 LL="$LL --swiglu --ffn-hidden-size 48 --disable-bias-linear --untie-embeddings-and-output-weights"
-expect_ok "1 rank, the TP reference" sh -c "$BIN/train $T1 --metrics-file $W/t1.jsonl >$W/t1.log"
+setup "1 rank, the TP reference" sh -c "$BIN/train $T1 --metrics-file $W/t1.jsonl >$W/t1.log"
 expect_ok "TP2" sh -c "$MPI -np 2 $BIN/train $T2 --metrics-file $W/t2.jsonl >$W/t2.log"
 expect_ok "TP4" sh -c "$MPI -np 4 $BIN/train $T4 --metrics-file $W/t4.jsonl >$W/t4.log"
 expect_ok "TP2 x DP2, distributed optimizer" \
 	sh -c "$MPI -np 4 $BIN/train $T2 --use-distributed-optimizer --metrics-file $W/t22.jsonl >$W/t22.log"
-expect_ok "Llama-style, 1 rank" sh -c "$BIN/train $T1 $LL --metrics-file $W/l1.jsonl >$W/l1.log"
+setup "Llama-style, 1 rank" sh -c "$BIN/train $T1 $LL --metrics-file $W/l1.jsonl >$W/l1.log"
 expect_ok "Llama-style (GQA, SwiGLU, RoPE, untied), TP2" sh -c "$MPI -np 2 $BIN/train $T2 $LL --metrics-file $W/l2.jsonl >$W/l2.log"
 expect_ok "TP2 with sequence parallelism" sh -c "$MPI -np 2 $BIN/train $T2 --sequence-parallel --metrics-file $W/s2.jsonl >$W/s2.log"
 expect_ok "TP4 with sequence parallelism, full recompute" \
@@ -152,7 +152,7 @@ compare "Llama-style TP2 x DP2 + SP, distributed optimizer, equals one rank" "$W
 
 # --log-params-norm with TensorBoard on TP2 x DP2 (distributed optimizer): every rank
 # takes part in the norm's collectives although only the last one writes events
-expect_ok "1 rank, --log-params-norm" sh -c "$BIN/train $T1 --log-params-norm >$W/pn1.log"
+setup "1 rank, --log-params-norm" sh -c "$BIN/train $T1 --log-params-norm >$W/pn1.log"
 expect_ok "TP2 x DP2, distributed optimizer, --log-params-norm, TensorBoard" \
 	sh -c "$MPI -np 4 $BIN/train $T2 --use-distributed-optimizer --log-params-norm --tensorboard-dir $W/tb >$W/pn4.log"
 pn() { grep -o "params norm: [0-9.]*" "$1" | tr '\n' ' '; }
@@ -218,7 +218,7 @@ fi
 
 # initial weights are drawn per global element: the Llama-style model saved at TP2
 # (fused QKV per query group, SwiGLU [gate; up]) is bit-identical to the one-rank model
-expect_ok "Llama-style init, 1 rank" $BIN/train $T1 $LL --train-iters 0 --save "$W/i1"
+setup "Llama-style init, 1 rank" $BIN/train $T1 $LL --train-iters 0 --save "$W/i1"
 expect_ok "Llama-style init, TP2" $MPI -np 2 $BIN/train $T2 $LL --train-iters 0 --save "$W/i2"
 if $PY -c "
 import h5py, numpy as np

@@ -19,7 +19,7 @@ tail_same() { $PY tests/prog/py/compare_metrics.py tail "$@" >"$W/cmp.log" 2>&1;
 hidden() { ls -A "$1" | grep '^\.' ; }
 
 # the uninterrupted runs every resume is compared with
-expect_ok "straight run, 1 rank, 8 iterations" sh -c "$T --train-iters 8 --metrics-file $W/straight.jsonl >$W/straight.log"
+setup "straight run, 1 rank, 8 iterations" sh -c "$T --train-iters 8 --metrics-file $W/straight.jsonl >$W/straight.log"
 
 # ---- preemption: SIGTERM to every rank of a TP2 x DP2 job
 SIG="--tensor-model-parallel-size 2 --train-iters 200 --exit-signal-handler --save $W/sig --save-interval 1000"
@@ -43,6 +43,29 @@ else
 	notok "SIGTERM to all 4 ranks ($n signalled, exit $rc, tracker '$K')"
 	show "$W/sig.log"
 fi
+# ---- one rank of two signalled (as docs/fault-tolerance.md advises instead of
+# signalling mpirun): every rank learns of it at the end of the iteration
+ONE="--train-iters 200 --exit-signal-handler --save $W/one --save-interval 1000"
+$MPI -np 2 $BIN/train $ARGS $ONE >"$W/one.log" 2>&1 &
+mpid=$!
+i=0
+while [ $i -lt 300 ] && ! grep -q "iteration        3/" "$W/one.log"; do sleep 0.2; i=$((i + 1)); done
+victim=""
+for p in $(pgrep -x train); do
+	if tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -qF -- "--save $W/one "; then victim=$p; break; fi
+done
+[ -n "$victim" ] && kill -TERM "$victim"
+wait $mpid
+rc=$?
+K1=$(cat "$W/one/latest_checkpointed_iteration.txt" 2>/dev/null)
+if [ -n "$victim" ] && [ $rc -eq 0 ] && [ -n "$K1" ] && [ -d "$W/one/iter_$(printf %07d "$K1")" ] &&
+	grep -q "^\[exiting program after receiving SIGTERM.\] datetime: " "$W/one.log"; then
+	ok "SIGTERM to one rank of two: both save iteration $K1 and exit 0"
+else
+	notok "SIGTERM to one rank of two (exit $rc, tracker '$K1')"
+	show "$W/one.log"
+fi
+
 E=$((K + 3))
 if [ -n "$K" ] && $MPI -np 4 $BIN/train $ARGS $SIG --load "$W/sig" --exit-interval $E --metrics-file "$W/sig2.jsonl" \
 	>"$W/sig2.log" 2>&1 &&
@@ -112,7 +135,7 @@ if [ "$how" = "a 30 MB tmpfs" ]; then
 fi
 
 # ---- a checkpoint folder with iterations 2, 4, 6 and 8 (and the straight run's losses)
-expect_ok "save every 2 iterations" sh -c "$T --train-iters 8 --save $W/ck --save-interval 2 >$W/ck.log"
+setup "save every 2 iterations" sh -c "$T --train-iters 8 --save $W/ck --save-interval 2 >$W/ck.log"
 # a truncated model.h5, the only iteration there: refused, naming it
 mkdir -p "$W/t"
 cp -r "$W/ck/iter_0000008" "$W/t/" && cp "$W/ck/latest_checkpointed_iteration.txt" "$W/t/"
@@ -144,7 +167,7 @@ expect_fail "--ckpt-step never falls back" "iter_0000008/model.h5" $T --train-it
 expect_fail "another padded vocabulary is refused, not a reason to fall back" "a padded vocabulary" \
 	$BIN/train $(echo "$ARGS" | sed 's/--padded-vocab-size 50304/--padded-vocab-size 50432/') --train-iters 8 --load "$W/ck"
 if grep -q "falling back" "$ERR"; then notok "... but it fell back"; else ok "... with no fallback"; fi
-expect_ok "a save without optimizer state" sh -c "$T --train-iters 4 --save $W/noopt --save-interval 2 --exit-interval 2 --no-save-optim >$W/noopt.log"
+setup "a save without optimizer state" sh -c "$T --train-iters 4 --save $W/noopt --save-interval 2 --exit-interval 2 --no-save-optim >$W/noopt.log"
 expect_fail "loading it without --no-load-optim says what to do" "give --no-load-optim" \
 	$T --train-iters 4 --load "$W/noopt"
 # --keep-last-n-checkpoints after a resume from an older iteration: the

@@ -15,7 +15,7 @@ export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 
 expect_ok "reference self-test (fused vs per-head forward, float64 finite differences)" \
 	$PY tests/prog/py/torch_ref.py --self-test
-expect_ok "preprocess the bundled corpus" $BIN/preprocess_data --input examples/data/kjv.jsonl.gz \
+setup "preprocess the bundled corpus" $BIN/preprocess_data --input examples/data/kjv.jsonl.gz \
 	--output-prefix "$W/kjv" $GPT2 --append-eod --workers 1 --log-interval 0
 
 COMMON="--seq-length 32 --max-position-embeddings 32 --micro-batch-size 2 --global-batch-size 4"
@@ -33,11 +33,11 @@ LLAMA="$LLAMA --reset-attention-mask"
 for model in gpt2 llama; do
 	if [ $model = gpt2 ]; then ARGS="$GPT2ARGS $COMMON"; else ARGS="$LLAMA $COMMON"; fi
 	D=$W/$model
-	expect_ok "$model: --train-iters 0 --save writes the initial model" \
+	setup "$model: --train-iters 0 --save writes the initial model" \
 		$BIN/train $ARGS --train-iters 0 --save "$D/init" --data-cache-path "$D/cache"
 	expect_ok "$model: 8 iterations" $BIN/train $ARGS --train-iters 8 --data-cache-path "$D/cache" \
 		--metrics-file "$D/ours.jsonl"
-	expect_ok "$model: the PyTorch reference from the same model.h5 and index caches" \
+	setup "$model: the PyTorch reference from the same model.h5 and index caches" \
 		sh -c "$PY tests/prog/py/torch_ref.py $ARGS --train-iters 8 --data-cache-path $D/cache \
 		--ref-model $D/init/iter_0000000/model.h5 >$D/ref.jsonl"
 	compare_ref "$model: lm loss, grad norm and learning rate match the reference (rtol 1e-5)" \

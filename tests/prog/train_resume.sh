@@ -11,7 +11,7 @@ ERR=$W/err.log
 PY=/usr/bin/python3
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 
-expect_ok "preprocess the bundled corpus" $BIN/preprocess_data --input examples/data/kjv.jsonl.gz \
+setup "preprocess the bundled corpus" $BIN/preprocess_data --input examples/data/kjv.jsonl.gz \
 	--output-prefix "$W/kjv" $GPT2 --append-eod --workers 1 --log-interval 0
 
 ARGS="--num-layers 3 --hidden-size 48 --num-attention-heads 4 --seq-length 32"
@@ -26,10 +26,11 @@ T="$BIN/train $ARGS"
 # the validation lines, without wall-clock fields
 lines() {
 	grep -E "^ \[.*iteration +[36]/|validation loss" "$1" |
-		sed -e 's/^ \[[^]]*\]//' -e 's/ elapsed time per iteration (ms): [0-9.]* |//'
+		sed -e 's/^ \[[^]]*\]//' -e 's/ elapsed time per iteration (ms): [0-9.]* |//' \
+			-e 's/ time to finish: [0-9:]* |//'
 }
 
-expect_ok "6 iterations straight, saving every 3" sh -c "$T --save $W/a --save-interval 3 >$W/straight.log"
+setup "6 iterations straight, saving every 3" sh -c "$T --save $W/a --save-interval 3 >$W/straight.log"
 expect_ok "3 iterations, then --exit-interval 3 stops" sh -c "$T --save $W/b --save-interval 3 --exit-interval 3 >$W/half1.log"
 if grep -q "^\[exiting program at iteration 3\] datetime: " "$W/half1.log" && [ "$(cat "$W/b/latest_checkpointed_iteration.txt")" = 3 ] &&
 	[ -d "$W/b/iter_0000003" ] && ! ls -A "$W/b" | grep -q '^\.'; then

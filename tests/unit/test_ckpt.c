@@ -513,8 +513,9 @@ static void test_failed_save_changes_nothing(void)
 	CHECK_INT(hidden_entries(save), 0);
 
 	/* Killed by die() or by SIGTERM in the middle of writing: the data is
-	 * deleted on the way out (at most an empty directory remains, which the
-	 * next ckpt_begin removes), the tracker and iter_0000010 are untouched. */
+	 * deleted on the way out (at most the directory with its writer's
+	 * record remains, which the next ckpt_begin removes: that writer is
+	 * gone), the tracker and iter_0000010 are untouched. */
 	for (int how = 0; how < 2; how++) {
 		fflush(stdout);
 		pid_t pid = fork();
@@ -542,7 +543,7 @@ static void test_failed_save_changes_nothing(void)
 		CHECK_STR(t, "10");
 		free(t);
 		CHECK(!exists(d20));
-		CHECK_INT(count_files(save), 2); /* tracker + iter_0000010/model.h5 */
+		CHECK(count_files(save) == 2 || count_files(save) == 3); /* tracker + iter_0000010/model.h5 (+ .writer) */
 		CHECK(hidden_entries(save) <= 1);
 		w = ckpt_begin(save, 30);
 		ckpt_abort(w);

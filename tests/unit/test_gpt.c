@@ -150,6 +150,52 @@ static void test_gradcheck_llama(void)
 	gradcheck(true, 0, 0, false, false, "llama");
 }
 
+/* --apply-layernorm-1p: norm weights stored as w - 1. A model whose norm
+ * weights are r + 1 and one that stores r with the flag compute the same
+ * loss, bit for bit; and the gradients still pass finite differences. */
+static void test_norm_1p(void)
+{
+	for (int llama = 0; llama < 2; llama++) {
+		struct gpt_config c = tiny(llama), c1 = c;
+		c1.norm_1p = true;
+		gradcheck_cfg(kops_cpu(), c1, false, false, llama ? "llama, 1p norms" : "gpt2, 1p norms");
+		const struct kops *k = kops_cpu();
+		struct mem_pool mp;
+		mem_pool_init(&mp, k);
+		struct gpt_model a, b;
+		CHECK_INT(gpt_init(&a, &c, k, &mp, 2, GPT_FP32, NULL, false), 0);
+		CHECK_INT(gpt_init(&b, &c1, k, &mp, 2, GPT_FP32, NULL, false), 0);
+		gpt_init_weights(&a, 42);
+		gpt_init_weights(&b, 42);
+		CHECK_INT(a.reg.n, b.reg.n);
+		int norms = 0;
+		for (int i = 0; i < a.reg.n; i++) {
+			const struct param *pa = &a.reg.p[i];
+			bool norm = strstr(pa->name, "norm") && strstr(pa->name, "weight");
+			for (size_t e = 0; e < pa->numel; e++) {
+				float *x = a.reg.data + pa->offset + e, *y = b.reg.data + b.reg.p[i].offset + e;
+				if (norm) {
+					CHECK(*y == 0.0f); /* zero-centred init */
+					float r = 0.01f * (float)((int)((e * 37 + (size_t)i * 11) % 21) - 10);
+					*x = 1.0f + r;
+					*y = r;
+				} else {
+					*y = *x;
+				}
+			}
+			norms += norm;
+		}
+		CHECK(norms >= 2 * c.L + 1);
+		struct fixture f;
+		make_inputs(&f, &c, 2);
+		double la = loss_of(&a, &f, false, false, 1), lb = loss_of(&b, &f, false, false, 1);
+		CHECK(la == lb);
+		gpt_free(&a);
+		gpt_free(&b);
+		CHECK_INT(mp.cur, 0);
+	}
+}
+
 static void test_gradcheck_dropout(void)
 {
 	gradcheck(false, 0.2f, 0.3f, false, false, "gpt2+dropout");
@@ -412,6 +458,7 @@ int main(void)
 {
 	RUN(test_gradcheck_gpt2);
 	RUN(test_gradcheck_llama);
+	RUN(test_norm_1p);
 	RUN(test_gradcheck_dropout);
 	RUN(test_gradcheck_resets);
 	RUN(test_recompute_identical);

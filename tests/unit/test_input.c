@@ -197,6 +197,138 @@ static void test_broken_archives(void)
 	}
 }
 
+/* Python that damages a file in place: sys.argv[1] is the file */
+#define PY_FLIP "/usr/bin/python3 -c \"import sys; p = sys.argv[1]; b = bytearray(open(p, 'rb').read()); %s; " \
+		"open(p, 'wb').write(b)\" "
+
+/*
+ * Corrupt compressed data is an error naming the file (and member), never
+ * silently read: gzip's CRC-32 and length (which libarchive does not check),
+ * a zip entry's CRC-32, the checksums of bzip2, xz and zstd, a gzip member
+ * inside a tar, and bytes after the end of any compressed stream. Whole
+ * multi-member gzip files still read as the plain file.
+ */
+static void test_corrupt_streams(void)
+{
+	sh("cp a.jsonl.gz crc.jsonl.gz && " PY_FLIP "crc.jsonl.gz", "b[-8] ^= 1");
+	sh("cp a.jsonl.gz isize.jsonl.gz && " PY_FLIP "isize.jsonl.gz", "b[-3] ^= 1");
+	/* stored (level 0): a changed byte decodes fine, only the CRC can tell */
+	sh("/usr/bin/python3 -c \"import gzip; open('stored.jsonl.gz', 'wb').write(gzip.compress(open('a.jsonl', "
+	   "'rb').read(), compresslevel=0))\" && " PY_FLIP "stored.jsonl.gz", "i = b.find(b'document a77'); b[i] = 68");
+	sh("head -n 250 a.jsonl | gzip > multi.jsonl.gz && tail -n +251 a.jsonl | gzip >> multi.jsonl.gz && "
+	   "cp multi.jsonl.gz multi2.jsonl.gz && " PY_FLIP "multi2.jsonl.gz", "b[-8] ^= 1");
+	sh("for z in gz bz2 xz zst; do cp a.jsonl.$z junk.jsonl.$z && printf 'garbage after the end' >> junk.jsonl.$z; "
+	   "done", "");
+	sh("cp a.jsonl.bz2 crc.jsonl.bz2 && " PY_FLIP "crc.jsonl.bz2", "b[-3] ^= 1");
+	sh("cp a.jsonl.xz crc.jsonl.xz && " PY_FLIP "crc.jsonl.xz", "b[-13] ^= 1");
+	sh("cp a.jsonl.zst crc.jsonl.zst && " PY_FLIP "crc.jsonl.zst", "b[-1] ^= 1");
+	sh("/usr/bin/python3 -c \"import zipfile; z = zipfile.ZipFile('st.zip', 'w'); z.write('a.jsonl', 'a.jsonl'); "
+	   "z.close()\" && " PY_FLIP "st.zip", "i = b.find(b'document a77'); b[i] = 68");
+	sh("mkdir -p tz && cp crc.jsonl.gz tz/ && tar -C tz -cf gzmember.tar crc.jsonl.gz && "
+	   "tar -C t -czf ab.tar.gz sub/1.jsonl sub/2.jsonl.gz && cp ab.tar.gz abcrc.tar.gz && cp ab.tar.gz abjunk.tar.gz"
+	   " && printf 'junk' >> abjunk.tar.gz && " PY_FLIP "abcrc.tar.gz", "b[-8] ^= 1");
+	const char *cases[][2] = {
+		{ "crc.jsonl.gz", "crc.jsonl.gz: corrupt gzip data: CRC-32 mismatch" },
+		{ "isize.jsonl.gz", "isize.jsonl.gz: corrupt gzip data: length mismatch" },
+		{ "stored.jsonl.gz", "stored.jsonl.gz: corrupt gzip data: CRC-32 mismatch" },
+		{ "multi2.jsonl.gz", "multi2.jsonl.gz: corrupt gzip data: CRC-32 mismatch in member 2" },
+		{ "junk.jsonl.gz", "junk.jsonl.gz: unexpected data after the end of the gzip stream" },
+		{ "junk.jsonl.bz2", "junk.jsonl.bz2: unexpected data after the end of the bzip2 stream" },
+		{ "junk.jsonl.xz", "junk.jsonl.xz: " },
+		{ "junk.jsonl.zst", "junk.jsonl.zst: " },
+		{ "crc.jsonl.bz2", "crc.jsonl.bz2: " },
+		{ "crc.jsonl.xz", "crc.jsonl.xz: " },
+		{ "crc.jsonl.zst", "crc.jsonl.zst: Zstd decompression failed: Restored data doesn't match checksum" },
+		{ "st.zip", "st.zip:a.jsonl: ZIP bad CRC" },
+		{ "gzmember.tar", "gzmember.tar:crc.jsonl.gz: corrupt gzip data: CRC-32 mismatch" },
+		{ "abcrc.tar.gz", "abcrc.tar.gz" },
+		{ "abjunk.tar.gz", "abjunk.tar.gz: unexpected data after the end of the gzip stream" },
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		int ret;
+		struct sbuf msg = SBUF_INIT;
+		char *f[] = { p(cases[i][0]) };
+		char *got = read_all(f, 1, 1000, 1, &ret, &msg);
+		bool good = ret == -1 && strstr(msg.buf, cases[i][1]);
+		if (!good)
+			printf("#   %s: read %d, '%s'; wanted an error with '%s'\n", cases[i][0], ret, msg.buf,
+			       cases[i][1]);
+		CHECK(good);
+		free(got);
+		sbuf_release(&msg);
+	}
+	/* the damage to abcrc.tar.gz is in the gzip trailer: what failed is the CRC */
+	int ret;
+	struct sbuf msg = SBUF_INIT;
+	char *fc[] = { p("abcrc.tar.gz") };
+	free(read_all(fc, 1, 1000, 1, &ret, &msg));
+	CHECK(strstr(msg.buf, "CRC-32 mismatch"));
+	sbuf_release(&msg);
+	/* whole files still read: multi-member gzip, a tar.gz */
+	char *fa[] = { p("a.jsonl") };
+	char *want_a = read_all(fa, 1, 1000, 1, &ret, NULL);
+	char *fm[] = { p("multi.jsonl.gz") };
+	char *got = read_all(fm, 1, 1000, 1, &ret, NULL);
+	CHECK_INT(ret, 0);
+	CHECK(!strcmp(got, want_a));
+	free(got);
+	char *ft[] = { p("ab.tar.gz") };
+	got = read_all(ft, 1, 1000, 1, &ret, NULL);
+	CHECK_INT(ret, 0);
+	free(got);
+	free(want_a);
+}
+
+/*
+ * input_reader_set_max_line: a longer line comes as a chunk of its own,
+ * too_long and without data, with its line number; the lines around it are
+ * read as usual, whether it ends in '\n', ends the file, or is longer than
+ * a read block (the reader stops keeping it after max bytes).
+ */
+static void test_max_line(void)
+{
+	FILE *f = fopen(p("long.jsonl"), "w");
+	fprintf(f, "{\"text\": \"one\"}\n{\"text\": \"two\"}\n{\"text\": \"");
+	for (int i = 0; i < 300000; i++)
+		fputc('x', f);
+	fprintf(f, "\"}\n{\"text\": \"four\"}\n{\"text\": \"%0100d\"}\n{\"text\": \"six\"}\n{\"text\": \"", 5);
+	for (int i = 0; i < 200; i++)
+		fputc('y', f);
+	fprintf(f, "\"}");
+	fclose(f);
+	char *files[] = { p("long.jsonl") };
+	struct input_reader *r = input_reader_new(files, 1, 1 << 20, 1);
+	input_reader_set_max_line(r, 100); /* line 5 is 114 bytes, line 7 214 without a newline */
+	struct input_chunk c;
+	struct sbuf got = SBUF_INIT;
+	int k;
+	while ((k = input_reader_next(r, &c)) == 1) {
+		if (c.too_long)
+			sbuf_addf(&got, "[long %llu/%llu]", (unsigned long long)c.first_line,
+				  (unsigned long long)c.n_lines);
+		else
+			sbuf_addf(&got, "[%llu+%llu]%s", (unsigned long long)c.first_line,
+				  (unsigned long long)c.n_lines, c.data);
+		free(c.data);
+	}
+	CHECK_INT(k, 0);
+	CHECK_STR(got.buf, "[1+2]{\"text\": \"one\"}\n{\"text\": \"two\"}\n[long 3/1][4+1]{\"text\": \"four\"}\n"
+			   "[long 5/1][6+1]{\"text\": \"six\"}\n[long 7/1]");
+	input_reader_free(r);
+	sbuf_reset(&got);
+	/* no limit: every line, however long */
+	r = input_reader_new(files, 1, 1 << 20, 1);
+	int lines = 0;
+	while (input_reader_next(r, &c) == 1) {
+		lines += (int)c.n_lines;
+		CHECK(!c.too_long);
+		free(c.data);
+	}
+	CHECK_INT(lines, 7);
+	input_reader_free(r);
+	sbuf_release(&got);
+}
+
 static void test_expand(void)
 {
 	sh("mkdir -p d/z d/a && cp a.jsonl d/z/2.jsonl && cp a.jsonl.gz d/a/1.json.gz && cp a.jsonl d/notes.txt "
@@ -256,6 +388,8 @@ int main(void)
 	RUN(test_line_numbers);
 	RUN(test_stride_round_robin);
 	RUN(test_broken_archives);
+	RUN(test_corrupt_streams);
+	RUN(test_max_line);
 	RUN(test_expand);
 	return test_summary();
 }

@@ -24,14 +24,14 @@ static void test_iteration_lines(void)
 {
 	struct trainlog_iter cases[] = {
 		{ 1, 10000, 512, 0, 812.3456, 123.44, 1.5e-4, 512, 4.1234567, 1.0, 0.98765, NAN, 0, 0, false, false,
-		  false, 0, 0, 0, 0 },
+		  false, 0, 0, 0, 0, false, 0 },
 		{ 100, 500000, 51200, 1024, 0.04, -1, NAN, 8, -1, 65536.0, NAN, 12.3456, 3, 1, false, false, false, 0, 0,
-		  0, 0 },
+		  0, 0, false, 0 },
 		{ 123456789, 123456789, 99999999999LL, 0, 1e6, 1e-3, 1e-12, 99999, 1e-9, 4294967296.0, 1234.5678,
-		  NAN, 999, 1000, false, false, false, 0, 0, 0, 0 },
+		  NAN, 999, 1000, false, false, false, 0, 0, 0, 0, false, 0 },
 		/* MoE: Megatron's loss names after lm loss, in its order */
 		{ 7, 20, 28, 0, 61.3, -1, 1.872724e-3, 4, 10.80476, 1.0, 1.3, NAN, 0, 0, true, true, true, 0.0, 1.19,
-		  1.93684, 0 },
+		  1.93684, 0, false, 0 },
 	};
 	int n = (int)(sizeof(cases) / sizeof(cases[0]));
 	/* Python: the same fields through Megatron's format specs */
@@ -92,6 +92,17 @@ static void test_eta(void)
 	trainlog_iteration_line(&sb, &it);
 	const char *tail = " number of nan iterations:   0 | time to finish: 1:02:03 |";
 	CHECK(sb.len > strlen(tail) && !strcmp(sb.buf + sb.len - strlen(tail), tail));
+	sbuf_reset(&sb);
+	/* --log-num-zeros-in-grad: after the grad norm, as Megatron's f'{int}' */
+	it.grad_norm = 1.25;
+	it.num_zeros_on = true;
+	it.num_zeros = 1234;
+	trainlog_iteration_line(&sb, &it);
+	CHECK(strstr(sb.buf, " grad norm: 1.250 | num zeros: 1234 | number of skipped") != NULL);
+	sbuf_reset(&sb);
+	it.num_zeros = NAN; /* a skipped iteration */
+	trainlog_iteration_line(&sb, &it);
+	CHECK(!strstr(sb.buf, "num zeros"));
 	sbuf_reset(&sb);
 	it.eta_s = 0; /* the last iteration: nothing */
 	trainlog_iteration_line(&sb, &it);

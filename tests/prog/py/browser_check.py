@@ -1,8 +1,9 @@
-"""browser_check.py BASE_URL EXPECTED.txt: the page text_gen_server serves at
-/ in a real browser. Starts headless Chromium with the DevTools protocol on
-a free port, opens the page, types a prompt into the box (Input.insertText,
-as a keyboard would), clicks Generate with mouse events at the button, waits
-for the streamed answer and checks it equals EXPECTED.txt (the greedy
+"""browser_check.py BASE_URL EXPECTED.txt [API_KEY]: the page text_gen_server
+serves at / in a real browser. Starts headless Chromium with the DevTools
+protocol on a free port, opens the page, types a prompt into the box
+(Input.insertText, as a keyboard would) and the API key when given,
+clicks Generate with mouse events at the button, waits for the streamed
+answer and checks it equals EXPECTED.txt (the greedy
 answer of /v1/completions for the same prompt and settings). The
 WebSocket client is a minimal one written here (RFC 6455 text frames).
 Prints ok / not ok lines; exit status 1 on a failure.
@@ -23,6 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from tap import Tap, free_port  # noqa: E402
 
 base, expected_file = sys.argv[1], sys.argv[2]
+API_KEY = sys.argv[3] if len(sys.argv) > 3 else ""
 PROMPT = "In the beginning God created"
 MAX_TOKENS = "20"  # with temperature 0 (the page's default): greedy
 
@@ -133,6 +135,10 @@ try:
     evaluate(ws, "document.getElementById('prompt').focus()")
     ws.call("Input.insertText", text=PROMPT)
     check("the prompt is typed into the box", evaluate(ws, "document.getElementById('prompt').value") == PROMPT)
+    if API_KEY:
+        evaluate(ws, "document.getElementById('key').focus()")
+        ws.call("Input.insertText", text=API_KEY)
+        check("the API key is typed into its box", evaluate(ws, "document.getElementById('key').value") == API_KEY)
     box = evaluate(ws, "(() => { const r = document.getElementById('go').getBoundingClientRect();"
                        " return [r.x + r.width / 2, r.y + r.height / 2]; })()")
     for kind in ("mousePressed", "mouseReleased"):

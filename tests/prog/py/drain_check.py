@@ -29,7 +29,8 @@ def client():
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     while not stop:
         try:
-            c.request("PUT", "/api", body=json.dumps({"prompts": ["Hello"], "tokens_to_generate": 5, "top_k": 1}))
+            c.request("PUT", "/api", body=json.dumps({"prompts": ["Hello"], "tokens_to_generate": 5, "top_k": 1}),
+                      headers={"Content-Type": "application/json"})
             r = c.getresponse()
             r.read()
             codes.append(r.status)

@@ -37,11 +37,14 @@ proc = subprocess.Popen(server_cmd + ["--port", str(port)], stdout=log, stderr=s
 base = "http://127.0.0.1:%d" % port
 
 
+JSON = {"Content-Type": "application/json"}
+
+
 def call(method, path, body=None, raw=None, timeout=60):
     """(status, JSON) of a request; (None, the reason) when the server did
     not answer (a crash must fail checks, not end this script)."""
     data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-    req = urllib.request.Request(base + path, data=data, method=method)
+    req = urllib.request.Request(base + path, data=data, method=method, headers=JSON)
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
             return r.status, json.loads(r.read())
@@ -142,8 +145,9 @@ st, r = call("PUT", "/api", {"prompts": [""], "add_BOS": True, "tokens_to_genera
 check("an empty prompt with add_BOS", st == 200 and len(r["tokens"][0]) == 3, (st, r))
 
 # clients that go away: in the middle of the body, and while generating
-for cut in (b'PUT /api HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"prompts": [',
-            b'PUT /api HTTP/1.1\r\nHost: x\r\nContent-Length: 55\r\n\r\n{"prompts": ["abc"], "tokens_to_generate": 20, "top_k":1}'):
+HEAD = b"PUT /api HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+for cut in (HEAD + b'Content-Length: 100\r\n\r\n{"prompts": [',
+            HEAD + b'Content-Length: 55\r\n\r\n{"prompts": ["abc"], "tokens_to_generate": 20, "top_k":1}'):
     s = socket.create_connection(("127.0.0.1", port))
     s.sendall(cut)
     time.sleep(0.05)
@@ -196,7 +200,7 @@ check("n 2 of 2 prompts, seeded sampling: 4 choices, the same twice",
 
 
 def stream(path, body):
-    req = urllib.request.Request(base + path, data=json.dumps(body).encode(), method="POST")
+    req = urllib.request.Request(base + path, data=json.dumps(body).encode(), method="POST", headers=JSON)
     events = []
     with urllib.request.urlopen(req, timeout=60) as resp:
         ctype = resp.headers.get("Content-Type")
@@ -244,7 +248,8 @@ check("/v1/chat/completions 400: no messages", st == 400 and "messages" in r["er
 # a streaming client that hangs up after the first event
 s = socket.create_connection(("127.0.0.1", port))
 b = json.dumps({"prompt": "And the", "max_tokens": 24, "temperature": 0, "stream": True}).encode()
-s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(b) + b)
+s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+          b"Content-Length: %d\r\n\r\n" % len(b) + b)
 s.recv(200)
 s.close()
 st, r = call("PUT", "/api", {"prompts": ["Hello"], "tokens_to_generate": 8, "top_k": 1})
@@ -256,7 +261,8 @@ alive("the OpenAI endpoints")
 # SIGTERM while a request streams: sent after its first event; the stream
 # still ends with [DONE], and the server exits 0
 req = urllib.request.Request(base + "/v1/completions", data=json.dumps(
-    {"prompt": "And God said", "max_tokens": 28, "temperature": 0, "stream": True, "n": 4}).encode(), method="POST")
+    {"prompt": "And God said", "max_tokens": 28, "temperature": 0, "stream": True, "n": 4}).encode(), method="POST",
+    headers=JSON)
 events = []
 try:
     with urllib.request.urlopen(req, timeout=60) as resp:
