@@ -173,18 +173,9 @@ int ckpt_args_apply(struct args *a, struct ckpt_args *own)
 	if (!a->load)
 		return error("--use-checkpoint-args needs --load DIR (the checkpoint to take the model from)");
 	int64_t iter = a->ckpt_step;
-	if (iter < 0) {
-		int k = ckpt_latest(a->load, &iter);
-		if (k > 0)
-			k = ckpt_newest(a->load, &iter);
-		if (k > 0)
-			return error("--use-checkpoint-args: '%s' holds no checkpoint to take the model from", a->load);
-		if (k < 0)
-			return -1;
-	}
-	struct ckpt_reader *r = ckpt_open(a->load, iter);
+	struct ckpt_reader *r = iter < 0 ? ckpt_open_latest(a->load, &iter) : ckpt_open(a->load, iter);
 	if (!r)
-		return -1;
+		return error("--use-checkpoint-args: no model to take from '%s'", a->load);
 	char where[4200];
 	snprintf(where, sizeof(where), "'%s'", ckpt_reader_dir(r));
 	char *text = NULL;

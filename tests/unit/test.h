@@ -227,4 +227,20 @@ static inline float *make_f32(int64_t n, int seed)
 	return v;
 }
 
+#ifdef MEGAC_BASE_ARGS_H
+/* Run args_parse with stderr captured; returns its result, *msg the output
+ * (for the flag tests, which include base/args.h before this header). */
+static inline int parse_capture(struct args *a, const struct prog_info *p, char **argv, char **msg)
+{
+	int argc = 0;
+	while (argv[argc])
+		argc++;
+	struct test_capture c;
+	test_capture_begin(&c, 2);
+	int r = args_parse(a, p, argc, argv);
+	*msg = test_capture_end(&c);
+	return r;
+}
+#endif
+
 #endif

@@ -15,18 +15,6 @@
 
 static const struct prog_info pp = { "preprocess_data", PROG_PREPROCESS, "summary", "example", 0 };
 
-/* Run args_parse with stderr captured; returns its result, *msg the output. */
-static int parse_capture(struct args *a, const struct prog_info *p, char **argv, char **msg)
-{
-	int argc = 0;
-	while (argv[argc])
-		argc++;
-	struct test_capture c;
-	test_capture_begin(&c, 2);
-	int r = args_parse(a, p, argc, argv);
-	*msg = test_capture_end(&c);
-	return r;
-}
 
 static void test_defaults_and_values(void)
 {

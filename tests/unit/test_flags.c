@@ -218,17 +218,6 @@ static void test_megatron_choices(void)
 	args_free(&a);
 }
 
-static int parse_capture(struct args *a, const struct prog_info *p, char **argv, char **msg)
-{
-	int argc = 0;
-	while (argv[argc])
-		argc++;
-	struct test_capture c;
-	test_capture_begin(&c, 2);
-	int r = args_parse(a, p, argc, argv);
-	*msg = test_capture_end(&c);
-	return r;
-}
 
 /* Each flag of the Megatron table, given with values as Megatron takes
  * them, is accepted (no effect) or refused by name, never "unknown", and
