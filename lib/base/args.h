@@ -209,6 +209,7 @@ struct args {
 	int64_t logging_level;         /* -1: not given */
 	struct intlist rampup_batch_size;
 	char *step_batch_size_schedule;
+	char *dataloader_type;
 	int64_t timing_log_level;
 	char *timing_log_option;
 

@@ -159,7 +159,7 @@ static const char why_torch_dist[] =
 static const char why_fsdp_use[] =
 	"Megatron-FSDP is not in megac yet; use --use-distributed-optimizer (ZeRO-1)";
 static const char why_copy_tokenizer[] =
-	"megac does not copy tokenizer files into checkpoints yet";
+	"megac always records the tokenizer (its type and small files) in model.h5, so that a moved checkpoint still knows it";
 static const char why_old_spelling[] =
 	"old spelling of the distributed checkpoint format; megac writes its own HDF5 checkpoint";
 static const char why_16_bit[] =
@@ -502,7 +502,6 @@ const struct megatron_flag megatron_flags[] = {
 	{ "--dump-param-to-param-group-map", MF_NO_EFFECT, 1, why_debugging_dump },
 	{ "--no-pin-cpu-grads", MF_NO_EFFECT, 0, why_pinned_host },
 	{ "--no-pin-cpu-params", MF_NO_EFFECT, 0, why_pinned_host },
-	{ "--dataloader-type", MF_NO_EFFECT, 1, why_pytorch_data },
 	{ "--no-persist-layer-norm", MF_NO_EFFECT, 0, why_selects_fused2 },
 	/* ---- rl ---- */
 	{ "--perform-rl-step", MF_REFUSED, 0, why_reinforcement_learning },

@@ -446,6 +446,9 @@ const struct flag_def args_table[] = {
 	{ "--rampup-batch-size", FK_INTS, F(rampup_batch_size), DATA, 0, "training", NULL, NULL,
 	  "START INCR SAMPLES", "deprecated in Megatron, whose batch-size calculator ignores it with a warning; "
 	  "so does megac (use --step-batch-size-schedule)" },
+	{ "--dataloader-type", FK_STR, F(dataloader_type), DATA, 0, "training", "single", "single|cyclic|external",
+	  "T", "the order samples are read in: Megatron's 'single' (megac's); its cyclic and external loaders are "
+	  "refused" },
 	{ "--step-batch-size-schedule", FK_STR, F(step_batch_size_schedule), DATA, 0, "training", NULL, NULL,
 	  "\"T:BS ...\"", "a global batch size that steps up with training: BS from T tokens on (suffixes K, M, "
 	  "B, T; thresholds divided by --seq-length into samples; the first T is 0); not with "
@@ -714,6 +717,9 @@ const struct refused_value args_refused_values[] = {
 	  "megac has learned absolute positions and plain RoPE; YaRN, mRoPE, relative and no position "
 	  "embedding are not in megac yet" },
 	{ "--optimizer", "adam", "megac's optimizer is Adam (AdamW) only" },
+	{ "--dataloader-type", "single",
+	  "megac reads samples in the order of Megatron's 'single' loader; the cyclic (a random sampler per epoch) "
+	  "and external loaders are not in megac" },
 	{ "--moe-router-load-balancing-type", "aux_loss|seq_aux_loss|none",
 	  "global_aux_loss, sinkhorn and quantile balancing are not in megac yet" },
 	{ "--moe-router-score-function", "softmax|sigmoid", "the sqrtsoftplus router score is not in megac yet" },
