@@ -345,6 +345,10 @@ struct flag_def {
 extern const struct flag_def args_table[];
 extern const size_t args_table_len;
 
+/* The model sizes train requires unless --use-checkpoint-args takes them
+ * from the checkpoint (NULL-terminated). */
+extern const char *const args_checkpoint_sizes[];
+
 /* A row whose choices hold Megatron's values, some of which megac refuses. */
 struct refused_value {
 	const char *flag;

@@ -702,6 +702,9 @@ const struct flag_def args_table[] = {
 
 const size_t args_table_len = sizeof(args_table) / sizeof(args_table[0]);
 
+const char *const args_checkpoint_sizes[] = { "--num-layers", "--hidden-size", "--num-attention-heads",
+					      "--max-position-embeddings", "--seq-length", NULL };
+
 /* Values of Megatron's that megac's rows accept as choices but do not
  * implement: refused by name with the reason, like the flags of
  * args_megatron.c. */

@@ -519,11 +519,9 @@ int args_parse(struct args *a, const struct prog_info *p, int argc, char **argv)
 		if (!(d->required & p->id) || !(d->progs & p->id))
 			continue;
 		/* --use-checkpoint-args: the checkpoint gives the model's sizes */
-		static const char *const from_ckpt[] = { "--num-layers", "--hidden-size", "--num-attention-heads",
-							  "--max-position-embeddings", "--seq-length" };
 		bool later = false;
-		for (size_t k = 0; a->use_checkpoint_args && k < sizeof(from_ckpt) / sizeof(from_ckpt[0]); k++)
-			later |= !strcmp(d->name, from_ckpt[k]);
+		for (int k = 0; a->use_checkpoint_args && args_checkpoint_sizes[k]; k++)
+			later |= !strcmp(d->name, args_checkpoint_sizes[k]);
 		if (later)
 			continue;
 		bool given = false; /* the flag, or another name of it (--load-dir for --load) */

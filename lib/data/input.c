@@ -833,6 +833,15 @@ static int read_more(struct input_reader *r)
 	return 1;
 }
 
+/* read_more, and the end of the entry noted when it has ended: -1 on error. */
+static int refill(struct input_reader *r)
+{
+	int k = read_more(r);
+	if (k == 0)
+		r->eof_entry = true;
+	return k < 0 ? -1 : 0;
+}
+
 int input_reader_next(struct input_reader *r, struct input_chunk *c)
 {
 	struct sbuf out = SBUF_INIT;
@@ -860,13 +869,10 @@ int input_reader_next(struct input_reader *r, struct input_chunk *c)
 			}
 			if (out.len && would_block(r))
 				break;
-			int k = read_more(r);
-			if (k < 0) {
+			if (refill(r) < 0) {
 				sbuf_release(&out);
 				return -1;
 			}
-			if (k == 0)
-				r->eof_entry = true;
 			continue;
 		}
 		/* search only bytes not searched before: a long line arrives in many reads */
@@ -882,13 +888,10 @@ int input_reader_next(struct input_reader *r, struct input_chunk *c)
 			if (!too_long) {
 				if (out.len && would_block(r))
 					break; /* hand out what a slow pipe gave so far rather than wait */
-				int k = read_more(r);
-				if (k < 0) {
+				if (refill(r) < 0) {
 					sbuf_release(&out);
 					return -1;
 				}
-				if (k == 0)
-					r->eof_entry = true;
 				continue;
 			}
 			linelen = avail;

@@ -335,33 +335,32 @@ int memcalc_command(const struct args *flags)
 	return rc;
 }
 
-static int memcalc_run(struct args *wp)
+static int memcalc_run(struct args *w)
 {
 	/* Megatron's report_theoretical_memory.py takes the world size from the
 	 * launcher (WORLD_SIZE) and defaults to 1; so does report_memory without
 	 * --world-size (--advise plans for a size, so it needs the flag) */
-	struct args w = *wp;
-	const struct args *a = &w;
-	if (w.world_size == -1) {
-		if (w.advise)
+	const struct args *a = w;
+	if (w->world_size == -1) {
+		if (w->advise)
 			return error("--advise needs --world-size N: the number of ranks to plan for");
 		const char *env = getenv("WORLD_SIZE");
 		char *end;
 		long long n = env && *env ? strtoll(env, &end, 10) : 1;
 		if (env && *env && (*end || n < 1))
 			return error("WORLD_SIZE='%s' is not a number of ranks; give --world-size N", env);
-		w.world_size = n;
+		w->world_size = n;
 		info("--world-size not given: %lld, %s (as Megatron's report_theoretical_memory.py)", n,
 		     env && *env ? "from WORLD_SIZE" : "the default");
 	}
 	/* Megatron's formula takes full recompute without a method (it models
 	 * only selective recompute); megac's own prediction needs the method */
-	if (w.recompute_granularity && !strcmp(w.recompute_granularity, "full") && !w.recompute_method &&
-	    !w.recompute_activations) {
+	if (w->recompute_granularity && !strcmp(w->recompute_granularity, "full") && !w->recompute_method &&
+	    !w->recompute_activations) {
 		warning("--recompute-granularity full without --recompute-method: Megatron's formula below counts no "
 			"recompute; megac's own prediction needs --recompute-method uniform|block and "
 			"--recompute-num-layers N");
-		w.recompute_granularity = NULL;
+		w->recompute_granularity = NULL;
 	}
 	if (a->advise) {
 		int64_t vocab;

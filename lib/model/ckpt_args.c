@@ -157,11 +157,10 @@ static int apply_config(struct args *a, json_t *cfg, const char *where, struct c
 			replaced.buf);
 	sbuf_release(&took);
 	sbuf_release(&replaced);
-	static const char *const needed[] = { "--num-layers", "--hidden-size", "--num-attention-heads",
-					      "--max-position-embeddings", "--seq-length" };
-	for (size_t i = 0; i < sizeof(needed) / sizeof(needed[0]); i++)
-		if (*FIELD(a, row(needed[i]), int64_t) < 1)
-			return error("%s records no %s: give %s", where, needed[i] + 2, needed[i]);
+	for (int i = 0; args_checkpoint_sizes[i]; i++)
+		if (*FIELD(a, row(args_checkpoint_sizes[i]), int64_t) < 1)
+			return error("%s records no %s: give %s", where, args_checkpoint_sizes[i] + 2,
+				     args_checkpoint_sizes[i]);
 	return 0;
 }
 

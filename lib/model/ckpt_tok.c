@@ -415,6 +415,7 @@ int ckpt_tok_use(struct args *a, struct ckpt_tok *rec, const char *where)
 	if (use_dir)
 		BUG("ckpt_tok_use called twice");
 	const char *base = getenv("TMPDIR");
+	/* mkdtemp's template: it replaces the six X with a unique suffix */
 	use_dir = xasprintf("%s/megac-tokenizer.XXXXXX", base && *base ? base : "/tmp");
 	if (!mkdtemp(use_dir)) {
 		int rc = error_errno("cannot create a folder for the checkpoint's tokenizer files ('%s')", use_dir);

@@ -346,7 +346,8 @@ static int setup(struct trainer *t, const struct args *a)
 	/* this rank's pipeline schedules (refusals before the data build); each
 	 * model chunk holds as many micro-batches as the training schedule has in
 	 * flight on it */
-	int group = a->microbatch_group_size_per_vp_stage > 0 ? (int)a->microbatch_group_size_per_vp_stage : -1;
+	int group = t->pp_group =
+		a->microbatch_group_size_per_vp_stage > 0 ? (int)a->microbatch_group_size_per_vp_stage : -1;
 	/* the model holds the slots of the largest batch a schedule reaches; the
 	 * schedule of the batch in force is built before each iteration that needs
 	 * another (trainer_update_batch) */

@@ -608,8 +608,7 @@ int trainer_update_batch(struct trainer *t)
 		return 0;
 	}
 	struct pp_sched s;
-	int group = t->a->microbatch_group_size_per_vp_stage > 0 ? (int)t->a->microbatch_group_size_per_vp_stage : -1;
-	if (pp_sched_init(&s, t->dist.layout.pp, t->dist.pp.rank, t->dist.layout.vpp, (int)(size / per), group,
+	if (pp_sched_init(&s, t->dist.layout.pp, t->dist.pp.rank, t->dist.layout.vpp, (int)(size / per), t->pp_group,
 			  false) < 0)
 		return -1;
 	for (int v = 0; v < t->dist.layout.vpp; v++)

@@ -88,6 +88,7 @@ struct trainer {
 	bool have_bss;
 	int64_t args_gbs, eval_gbs;
 	int pp_micro;          /* the micro-batches pp_train was built for */
+	int pp_group;          /* --microbatch-group-size-per-virtual-pipeline-stage, -1: the default */
 	int64_t train_iters;
 	uint64_t seed;
 
