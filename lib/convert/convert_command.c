@@ -26,7 +26,6 @@
 #include "ckpt/dtype.h"
 #include "ckpt/safetensors.h"
 #include "convert/hf_map.h"
-#include "data/commands.h"
 #include "data/tok.h"
 #include "dist/layout.h"
 #include "model/ckpt_tok.h"

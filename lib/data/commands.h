@@ -22,7 +22,4 @@ int merge_command(const struct args *a);
 int info_command(const struct args *a);
 int gpt_index_command(const struct args *a);
 
-/* The tokenizer flags of struct args, as tok_load wants them. */
-struct tok_config tok_config_from_args(const struct args *a);
-
 #endif

@@ -30,22 +30,6 @@ const struct prog_info prep_prog_info = {
 	0,
 };
 
-struct tok_config tok_config_from_args(const struct args *a)
-{
-	struct tok_config c;
-	memset(&c, 0, sizeof(c));
-	c.type = a->tokenizer_type;
-	c.vocab_file = a->vocab_file;
-	c.merge_file = a->merge_file;
-	c.model = a->tokenizer_model;
-	c.vocab_size = a->vocab_size;
-	c.null_eod_id = a->null_tokenizer_eod_id;
-	c.no_include_special = a->tokenizer_hf_no_include_special_tokens;
-	c.special_tokens = a->tokenizer_special_tokens.v;
-	c.n_special_tokens = a->tokenizer_special_tokens.n;
-	return c;
-}
-
 static int check_flags(const struct args *a)
 {
 	if (a->workers < 1)

@@ -80,4 +80,9 @@ int tok_decode(const struct tokenizer *t, const int32_t *ids, size_t n, struct s
 void tok_ids_push(struct tok_ids *ids, int32_t id);
 void tok_ids_free(struct tok_ids *ids);
 
+/* The tokenizer flags of a program's parsed command line (--tokenizer-type,
+ * --vocab-file, ...), as tok_load wants them. */
+struct args;
+struct tok_config tok_config_from_args(const struct args *a);
+
 #endif

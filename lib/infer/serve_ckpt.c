@@ -10,7 +10,7 @@
 #include "base/error.h"
 #include "base/xalloc.h"
 #include "ckpt/ckpt.h"
-#include "data/commands.h"
+#include "data/tok.h"
 #include "infer/server.h"
 #include "model/ckpt_args.h"
 #include "model/ckpt_tok.h"

@@ -42,7 +42,6 @@
 #include "base/utf8.h"
 #include "base/xalloc.h"
 #include "ckpt/ckpt.h"
-#include "data/commands.h"
 #include "data/tok.h"
 #include "dist/dist.h"
 #include "infer/engine.h"

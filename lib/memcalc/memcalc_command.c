@@ -16,7 +16,6 @@
 
 #include "base/error.h"
 #include "base/xalloc.h"
-#include "data/commands.h"
 #include "data/tok.h"
 #include "dist/layout.h"
 #include "model/gpt_config.h"

@@ -21,7 +21,7 @@
 #include "kernels/ops.h"
 #include "model/gpt_config.h"
 #include "model/moe_router.h"
-#include "model/params.h"
+#include "tensor/params.h"
 #include "model/ring_attn.h"
 #include "tensor/mem.h"
 

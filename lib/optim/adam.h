@@ -19,7 +19,7 @@
 #include <stdint.h>
 
 #include "kernels/ops.h"
-#include "model/params.h"
+#include "tensor/params.h"
 #include "tensor/mem.h"
 
 struct adam {

@@ -28,7 +28,7 @@
 
 #include "dist/dist.h"
 #include "kernels/ops.h"
-#include "model/params.h"
+#include "tensor/params.h"
 
 struct grad_bucket {
 	size_t lo, hi;   /* elements of the flat buffer */

@@ -12,7 +12,7 @@
 #include "base/error.h"
 #include "base/sbuf.h"
 #include "base/xalloc.h"
-#include "data/commands.h"
+#include "data/tok.h"
 #include "kernels/device.h"
 #include "kernels/profile.h"
 #include "model/ckpt_args.h"

@@ -6,7 +6,7 @@
  * the end. (The reductions themselves run under mpirun in
  * tests/prog/train_pipe.sh, where overlapped layouts equal one rank.)
  */
-#include "model/params.h"
+#include "tensor/params.h"
 #include "train/grad_sync.h"
 #include "test.h"
 

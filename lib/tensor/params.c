@@ -3,7 +3,7 @@
  * offsets; the model allocates the flat buffers once every tensor is known,
  * so one allocation holds every parameter (and one every gradient).
  */
-#include "model/params.h"
+#include "tensor/params.h"
 
 #include <stdlib.h>
 #include <string.h>

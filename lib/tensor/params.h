@@ -6,8 +6,8 @@
  * parallelism splits it, and flags. The optimizer, grad norm, checkpointing,
  * resharding and HF conversion all walk this list; none keeps its own.
  */
-#ifndef MEGAC_MODEL_PARAMS_H
-#define MEGAC_MODEL_PARAMS_H
+#ifndef MEGAC_TENSOR_PARAMS_H
+#define MEGAC_TENSOR_PARAMS_H
 
 #include <stddef.h>
 #include <stdint.h>
