@@ -592,25 +592,14 @@ static void stage_writer_free(struct stage_writer *sw)
 	free(sw->files);
 }
 
-/* The target layout's checks: what train would refuse for this model. */
+/* The target layout's checks: what train would refuse for this model
+ * (gpt_config_check_layout). */
 static int check_layout(const struct gpt_config *c, int tp, int pp, int vpp)
 {
-	struct sbuf why = SBUF_INIT;
-	if (c->a % tp)
-		sbuf_addf(&why, "; %d attention heads are not divisible by it", c->a);
-	if (c->g % tp)
-		sbuf_addf(&why, "; %d query groups are not divisible by it", c->g);
-	if (c->f % tp)
-		sbuf_addf(&why, "; ffn hidden size %d is not divisible by it", c->f);
-	if (c->E > 0 && (c->moe_f % tp || c->shared_f % tp))
-		sbuf_addf(&why, "; the experts' ffn size %d (shared %d) is not divisible by it", c->moe_f, c->shared_f);
-	if (c->L % (pp * vpp))
-		sbuf_addf(&why, "; %d layers do not split into %d stages x %d virtual stages", c->L, pp, vpp);
-	int rc = 0;
-	if (why.len)
-		rc = error("target layout TP %d x PP %d%s: %s", tp, pp, vpp > 1 ? " (interleaved)" : "", why.buf + 2);
-	sbuf_release(&why);
-	return rc;
+	char what[96];
+	snprintf(what, sizeof(what), "target layout TP %d x PP %d%s", tp, pp, vpp > 1 ? " (interleaved)" : "");
+	struct gpt_layout lay = { tp, pp, vpp, 1, 1, false, false };
+	return gpt_config_check_layout(c, &lay, what);
 }
 
 static int target_layout(const struct args *a, int *tp, int *pp, int *vpp)
@@ -1065,8 +1054,7 @@ static int megac_to_megac(const struct args *a)
 		return -1;
 	struct gpt_config c;
 	int mf = ckpt_file_open(r, "model.h5");
-	if (mf < 0 || gpt_config_from_ckpt(&c, r, mf) < 0 || check_true_vocab(a, &c) < 0 ||
-	    check_layout(&c, tp, pp, vpp) < 0) {
+	if (mf < 0 || gpt_config_from_ckpt(&c, r, mf) < 0 || check_true_vocab(a, &c) < 0) {
 		ckpt_close(r);
 		return -1;
 	}
@@ -1081,6 +1069,12 @@ static int megac_to_megac(const struct args *a)
 			return -1;
 		}
 		new_vp = (int)vp;
+	}
+	struct gpt_config target = c; /* the model as the target layout holds it */
+	target.Vp = new_vp;
+	if (check_layout(&target, tp, pp, vpp) < 0) {
+		ckpt_close(r);
+		return -1;
 	}
 	if (new_vp != c.Vp)
 		warning("the vocabulary is padded to %d rows instead of %d (%s x TP %d); the padding rows take part in "

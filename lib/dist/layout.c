@@ -1,7 +1,8 @@
 /*
  * layout.c - see layout.h. Megatron's RankGenerator (parallel_state.py),
  * the parallel-size checks of validate_args / TransformerConfig, the GPT
- * embedding-rank rule and the uniform layer split (spec/parallel-state.md).
+ * embedding-rank rule and the uniform layer split (pretrain_gpt.py's
+ * get_embedding_ranks, megatron/core/transformer/transformer_block.py).
  */
 #include "dist/layout.h"
 
@@ -132,7 +133,7 @@ int rank_gen_group_size(const struct rank_gen *g, unsigned axes)
  * The masked (in `axes`) and unmasked order positions, each list in order
  * position, i.e. by increasing stride. A group index is a mixed-radix number
  * over the unmasked axes and a member index one over the masked axes, first
- * listed axis fastest (spec §4).
+ * listed axis fastest (parallel_state.py's generate_masked_orthogonal_rank_groups).
  */
 struct split {
 	int masked[DIST_NAXES], unmasked[DIST_NAXES];
@@ -263,13 +264,6 @@ int dist_layout_from_args(struct dist_layout *l, const struct args *a, int world
 			     world, l->tp, l->pp, l->cp, (long long)model);
 	l->dp = (int)(world / model);
 
-	/* TransformerConfig refuses expert parallelism without MoE layers, and
-	 * experts that do not split evenly over the expert-parallel ranks. */
-	if (l->ep > 1 && a->num_experts <= 0)
-		return error("--expert-model-parallel-size %d needs mixture-of-experts layers (--num-experts)", l->ep);
-	if (l->ep > 1 && a->num_experts % l->ep)
-		return error("--num-experts %lld is not divisible by --expert-model-parallel-size %d (each "
-			     "expert-parallel rank holds the same number of experts)", (long long)a->num_experts, l->ep);
 	if (a->expert_tensor_parallel_size > 0 && a->expert_tensor_parallel_size != l->tp)
 		return error("--expert-tensor-parallel-size %lld: experts split like the dense layers "
 			     "(--tensor-model-parallel-size %d) in megac so far", (long long)a->expert_tensor_parallel_size,
@@ -308,33 +302,11 @@ int dist_layout_from_args(struct dist_layout *l, const struct args *a, int world
 	}
 	if (l->vpp > 1 && l->pp == 1)
 		return error("the interleaved schedule (virtual pipeline stages) needs --pipeline-model-parallel-size > 1");
-	if (l->vpp > 1 && a->num_layers > 0 && a->num_layers % ((int64_t)l->pp * l->vpp))
-		return error("--num-layers %lld is not divisible by --pipeline-model-parallel-size %d x %d virtual "
-			     "stages per rank", (long long)a->num_layers, l->pp, l->vpp);
 
-	if (a->num_layers > 0 && a->num_layers % l->pp)
-		return error("--num-layers %lld is not divisible by --pipeline-model-parallel-size %d "
-			     "(each pipeline stage holds the same number of layers)",
-			     (long long)a->num_layers, l->pp);
-	if (a->num_attention_heads > 0) {
-		if (a->num_attention_heads % l->tp)
-			return error("--num-attention-heads %lld is not divisible by "
-				     "--tensor-model-parallel-size %d",
-				     (long long)a->num_attention_heads, l->tp);
-		/* Without --group-query-attention every head is its own group. A
-		 * divisor of tp is allowed too: then each key/value head is
-		 * replicated over tp / groups ranks. */
-		int64_t groups = a->group_query_attention ? a->num_query_groups : a->num_attention_heads;
-		if (groups > 0 && groups % l->tp && l->tp % groups)
-			return error("--num-query-groups %lld must be a multiple or a divisor of "
-				     "--tensor-model-parallel-size %d",
-				     (long long)groups, l->tp);
-	}
-	/* Context parallelism with load balancing cuts each sequence into 2·cp
-	 * chunks (rank i takes chunks i and 2·cp-1-i). */
-	if (l->cp > 1 && a->seq_length > 0 && a->seq_length % (2 * l->cp))
-		return error("--seq-length %lld is not a multiple of 2 * --context-parallel-size %d = %d",
-			     (long long)a->seq_length, l->cp, 2 * l->cp);
+	/* Whether the model's shapes fit this layout (heads, groups, ffn and
+	 * vocabulary over TP, layers over the pipeline, the sequence over CP,
+	 * experts over EP) is gpt_config_check_layout's to say, once the model
+	 * is known. */
 	if (a->global_batch_size > 0 && a->micro_batch_size > 0 &&
 	    a->global_batch_size % (a->micro_batch_size * l->dp))
 		return error("--global-batch-size %lld is not divisible by --micro-batch-size %lld * "
@@ -350,10 +322,6 @@ int dist_layout_from_args(struct dist_layout *l, const struct args *a, int world
 		warning("Disabling sequence parallelism because tensor model parallelism is disabled");
 		l->sp = false;
 	}
-	/* each rank's positions (S, or S/cp) split over the TP ranks */
-	if (l->sp && a->seq_length > 0 && (a->seq_length / l->cp) % l->tp)
-		return error("--sequence-parallel needs --seq-length %lld%s divisible by --tensor-model-parallel-size %d",
-			     (long long)a->seq_length, l->cp > 1 ? " / --context-parallel-size" : "", l->tp);
 	return 0;
 }
 

@@ -1,6 +1,7 @@
 /*
  * layout.h - which rank does what: Megatron's process-group layout as pure
- * arithmetic (spec/parallel-state.md).
+ * arithmetic (Megatron's megatron/core/parallel_state.py: RankGenerator,
+ * initialize_model_parallel).
  *
  * Megatron numbers ranks by a mixed radix over the parallel axes in the order
  * "tp-cp-ep-dp-pp" (leftmost fastest) and builds every process group from
@@ -102,11 +103,12 @@ struct dist_layout {
 
 /*
  * Derive the layout of a GPT training run on `world` ranks from the flags and
- * check what Megatron checks (spec §2): world divisible by tp·pp·cp (and by
- * etp·ep·pp), heads divisible by tp, query groups a multiple or divisor of
- * tp, layers divisible by pp, seq-length by 2·cp when cp > 1, global batch
- * by micro batch · dp; ep > 1 only with mixture-of-experts layers whose
- * number of experts it divides. Flags still at their "not given" value (-1) are
+ * check what Megatron checks (initialize_model_parallel, validate_args,
+ * TransformerConfig) about the ranks: world divisible by tp·pp·cp (and by
+ * etp·ep·pp), virtual stages given consistently, global batch by micro
+ * batch · dp. Whether the model's shapes fit the layout (heads, groups,
+ * layers, sequence, experts) is gpt_config_check_layout's to say (model/
+ * gpt_config.h), once the model is known. Flags still at their "not given" value (-1) are
  * left to the checks that own them. tp == 1 turns --sequence-parallel off
  * with a warning. Returns 0, or -1 after error() naming the flags.
  */
@@ -120,8 +122,8 @@ int dist_expert_gen(struct rank_gen *g, const struct dist_layout *l, const char 
 /*
  * What initialize_model_parallel checks of a layout under `order` (NULL: the
  * default): both generators build, an order that does not end in pp with
- * pp > 1 needs edp == dp (§2.4; with cp > 1 it never holds, since edp spans
- * cp), and the two generators give the same pipeline groups (§2.5).
+ * pp > 1 needs edp == dp (with cp > 1 it never holds, since edp spans
+ * cp), and the two generators give the same pipeline groups.
  */
 int dist_check_order(const struct dist_layout *l, const char *order);
 

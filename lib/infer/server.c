@@ -46,6 +46,7 @@
 #include "dist/dist.h"
 #include "infer/engine.h"
 #include "infer/generate.h"
+#include "kernels/device.h"
 
 const struct prog_info server_prog_info = {
 	"text_gen_server",
@@ -611,22 +612,38 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
 
 /* ---- start-up ---- */
 
-/* The layout of a serving job: tensor parallelism over every rank. */
+/* The layout of a serving job: tensor x expert parallelism over every rank. */
 static int serving_layout(const struct args *a, struct dist *d)
 {
+	int64_t tp = a->tensor_model_parallel_size, ep = a->expert_model_parallel_size;
+	if (tp < 1 || ep < 1 || tp * ep != d->world)
+		return error("text_gen_server on %d rank%s serves tensor- and expert-parallel: give "
+			     "--tensor-model-parallel-size %d, or --tensor-model-parallel-size x "
+			     "--expert-model-parallel-size = %d (got %lld x %lld; no pipeline, context or data "
+			     "parallelism)", d->world, d->world > 1 ? "s" : "", d->world, d->world, (long long)tp,
+			     (long long)ep);
 	if (d->world == 1)
 		return 0;
-	if (a->tensor_model_parallel_size != d->world)
-		return error("text_gen_server on %d ranks serves tensor-parallel: give --tensor-model-parallel-size %d "
-			     "(no pipeline, context or data parallelism)",
-			     d->world, d->world);
 	struct args la = *a;
-	la.pipeline_model_parallel_size = la.context_parallel_size = la.expert_model_parallel_size = 1;
+	la.pipeline_model_parallel_size = la.context_parallel_size = 1;
 	la.num_layers_per_virtual_pipeline_stage = la.num_virtual_stages_per_pipeline_rank = -1;
 	la.sequence_parallel = false;
 	la.global_batch_size = la.micro_batch_size = -1;
 	struct dist_layout l;
 	return dist_layout_from_args(&l, &la, d->world) < 0 || dist_setup(d, &l) < 0 ? -1 : 0;
+}
+
+/* Where to compute, as train chooses (--device, --local-rank); on a GPU
+ * the tensor-parallel collectives take device buffers through NCCL. */
+static int choose_device(const struct args *a, struct dist *d, struct device_choice *dev)
+{
+	if (device_choose(dev, a->device, device_local_rank((int)a->local_rank), DEVICE_FP32) < 0)
+		return -1;
+	if (dev->cuda_device >= 0 && d->world > 1 && dist_use_device(d) < 0)
+		return -1;
+	if (d->rank == 0)
+		info("computing on %s", dev->what);
+	return 0;
 }
 
 /* The serving flags, before anything is loaded: error() naming the first
@@ -735,11 +752,18 @@ static int serve(struct server *s, const struct args *a, int64_t iter, int world
 		MHD_stop_daemon(s->d);
 		return -1;
 	}
-	info("serving iteration %lld of '%s' (%d layers, hidden %d, vocabulary %d%s) on http://%s (port %d): GET /, "
+	char par[64] = "";
+	if (world > 1)
+		snprintf(par, sizeof(par), ", TP %lld x EP %lld", (long long)a->tensor_model_parallel_size,
+			 (long long)a->expert_model_parallel_size);
+	char moe[64] = "";
+	if (s->e.c.E > 0)
+		snprintf(moe, sizeof(moe), ", %d experts, top-%d", s->e.c.E, s->e.c.router.k);
+	info("serving iteration %lld of '%s' (%d layers, hidden %d, vocabulary %d%s%s) on http://%s (port %d): GET /, "
 	     "PUT /api, POST /v1/completions, /v1/chat/completions, GET /v1/models, /health; %d request slots of %d "
 	     "positions",
-	     (long long)iter, a->load, s->e.c.L, s->e.c.h, s->e.c.V, world > 1 ? ", tensor-parallel" : "", s->where,
-	     s->port, s->e.max_req, s->e.max_seq);
+	     (long long)iter, a->load, s->e.c.L, s->e.c.h, s->e.c.V, moe, par, s->where, s->port, s->e.max_req,
+	     s->e.max_seq);
 	if (!s->loopback && !s->cfg.api_key)
 		warning("listening on %s without --api-key: anyone who can reach this port can use the server",
 			s->where);
@@ -776,7 +800,12 @@ int server_command(const struct args *a)
 	/* --inference-max-seq-length not given: the model's positions */
 	int max_seq = args_given(a, "--inference-max-seq-length") ? (int)a->inference_max_seq_length : 0;
 	int max_req = (int)a->inference_max_requests;
-	int rc = mf < 0 || infer_init(&s.e, r, mf, max_seq, max_req, 0, d.world > 1 ? &d.tp : NULL) < 0 ? -1 : 0;
+	/* the device train would use (--device auto|cpu|cuda), every rank its own GPU */
+	struct device_choice dev;
+	int rc = mf < 0 ? -1 : choose_device(a, &d, &dev);
+	if (rc == 0)
+		rc = infer_init(&s.e, r, mf, max_seq, max_req, 0, dev.k,
+				&(struct infer_groups){ &d.tp, &d.ep, &d.world_g });
 	if (r)
 		ckpt_close(r);
 	if (rc == 0)

@@ -83,7 +83,7 @@ int megac_mem_predict(const struct args *a, int64_t vocab, struct megac_stage_me
 		struct dist_group tp = { .name = "tensor-model-parallel", .size = l.tp };
 		struct dist_group cp = { .name = "context-parallel", .size = l.cp };
 		struct dist_group ep = { .name = "expert-model-parallel", .size = l.ep };
-		struct gpt_pipe pipe = { l.pp, s, l.vpp, ps.inflight, &cp, a->reset_attention_mask, &ep };
+		struct gpt_pipe pipe = { l.pp, s, l.vpp, ps.inflight, &cp, a->reset_attention_mask, &ep, NULL };
 		struct mem_pool pool;
 		mem_pool_init(&pool, &plan_ops);
 		struct gpt_model model;

@@ -95,12 +95,6 @@ int memcalc_config_from_args(struct mm_config *c, const struct args *a, unsigned
 	bool moe = a->num_experts != -1;
 	if (moe && a->num_experts < 1)
 		return error("--num-experts %lld must be at least 1", (long long)a->num_experts);
-	if (ep > 1 && !moe)
-		return error("--expert-model-parallel-size %lld needs mixture-of-experts layers (--num-experts)",
-			     (long long)ep);
-	if (moe && a->num_experts % ep)
-		return error("--num-experts %lld is not divisible by --expert-model-parallel-size %lld",
-			     (long long)a->num_experts, (long long)ep);
 	if (a->world_size % (etp * ep * l.pp))
 		return error("--world-size %lld is not divisible by --expert-tensor-parallel-size %lld * "
 			     "--expert-model-parallel-size %lld * --pipeline-model-parallel-size %d = %lld",
@@ -111,6 +105,13 @@ int memcalc_config_from_args(struct mm_config *c, const struct args *a, unsigned
 		return -1;
 	struct gpt_config g;
 	if (gpt_config_from_args(&g, &dense, vocab) < 0)
+		return -1;
+	/* the layout fit, Megatron's rules only (what megac's model needs
+	 * beyond them decides megac's own prediction, not the formula) */
+	struct gpt_config fit = g;
+	fit.E = moe ? (int)a->num_experts : 0;
+	struct gpt_layout lay = { l.tp, l.pp, l.vpp, l.cp, (int)ep, l.sp, true };
+	if (gpt_config_check_layout(&fit, &lay, NULL) < 0)
 		return -1;
 
 	c->L = g.L;

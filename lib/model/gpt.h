@@ -1,7 +1,7 @@
 /*
  * gpt.h - the GPT/Llama decoder (Megatron Core's GPTModel with the
  * Transformer Engine layer spec) with explicit forward and backward passes
- * (DESIGN decision 1). Parameters live in a param_registry under Megatron
+ * (docs/architecture.md). Parameters live in a param_registry under Megatron
  * Core names; every activation backward needs is kept in buffers allocated
  * once for the micro-batch size; recomputation reruns a layer's forward (or
  * just its core attention) right before its backward. All arithmetic goes
@@ -20,16 +20,22 @@
 #include "dist/dist.h"
 #include "kernels/ops.h"
 #include "model/gpt_config.h"
-#include "model/moe_router.h"
-#include "tensor/params.h"
+#include "model/layer_spec.h"
+#include "model/moe/router.h"
 #include "model/ring_attn.h"
 #include "tensor/mem.h"
+#include "tensor/params.h"
 
+/* One transformer layer of this rank: how it is built (its spec) and its
+ * parameters' registry indices (-1 when absent). */
 struct gpt_layer_params {
-	int ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b; /* -1 when absent */
+	struct transformer_layer_spec spec;
+	bool recompute;  /* full recompute: its forward reruns before its backward */
+	/* attention: input norm (fused into linear_qkv in the TE spec), QKV, projection */
+	int ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b;
+	/* MLP or MoE: pre-MLP norm, then a dense MLP's fc1/fc2 */
 	int ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b;
-	/* a MoE layer (fc1/fc2 are -1): router, experts, shared expert (-1: none) */
-	bool moe;
+	/* a MoE layer: router, experts, shared expert (-1: none) */
 	int router_w, sfc1_w, sfc2_w;
 	int *efc1_w, *efc2_w; /* [E] by global expert number; -1 for another expert-parallel rank's */
 	int pfirst, pend;     /* the layer's registry indices [pfirst, pend), in registration order */
@@ -62,8 +68,8 @@ struct gpt_moe_acts {
 struct gpt_layer_acts {
 	float *ln1, *ln1_mean, *ln1_rstd; /* input norm: out (this rank's rows with SP), stats */
 	float *q, *kk, *v;                /* [B,a,T,k], [B,g,T,k] x2, after RoPE */
-	float *probs;                     /* [B,a,T,T] softmax, pre-dropout (NULL with CP) */
-	float *alse;                      /* CP: [B,a,T] the attention rows' log-sum-exp */
+	float *probs;                     /* [B,a,T,T] softmax, pre-dropout (NULL with CP, flash or serving) */
+	float *alse;                      /* CP, flash, serving: [B,a,T] the attention rows' log-sum-exp */
 	float *atty;                      /* [B*T, a*k] attention output */
 	float *res1;                      /* residual after attention */
 	float *ln2, *ln2_mean, *ln2_rstd;
@@ -96,6 +102,15 @@ struct gpt_chunk {
 	struct gpt_slot *slots;
 };
 
+/* Serving instead of training (text_gen_server): forward only, no
+ * gradients, no dropout; the attention reads and extends a key/value cache
+ * of max_req request slots of max_seq positions each; a step runs at most
+ * max_tokens rows (the config's S is set to it, B = 1); the output layer
+ * runs on at most head_rows rows at a time. */
+struct gpt_serving {
+	int max_req, max_seq, max_tokens, head_rows;
+};
+
 /* This rank's place in the pipeline. nslots[v]: micro-batches chunk v holds
  * at once (the schedule's most in flight); NULL: one each. */
 struct gpt_pipe {
@@ -104,75 +119,107 @@ struct gpt_pipe {
 	struct dist_group *cp; /* context-parallel group (NULL: none) */
 	bool doc_masks;        /* micro-batches may carry document ids (--reset-attention-mask) */
 	struct dist_group *ep; /* expert-model-parallel group (NULL: none) */
+	const struct gpt_serving *serve; /* NULL: training */
+};
+
+/* Where this rank sits: its tensor-, context- and expert-parallel groups. */
+struct gpt_parallel {
+	struct dist_group *tp;  /* tensor-parallel group, NULL without TP */
+	int tp_size, tp_rank;
+	int vstart;             /* first vocabulary row of this rank's shard */
+	bool sp;                /* sequence parallelism: norms, dropout and residuals on S/t of each sample */
+	struct dist_group *cp;  /* context parallelism: this rank holds T = S/cp positions of each sample */
+	int cp_size, cp_rank;
+	struct ring_attn ring;  /* CP: the attention over the whole sequence */
+	struct dist_group *ep;  /* expert parallelism: this rank holds experts [e0, e0 + El) of each MoE layer */
+	int ep_size, ep_rank, e0, El;
+};
+
+/* Scratch the layers share: forward temporaries and the gradients a
+ * layer's backward passes along ([B*T, ...] unless said). */
+struct gpt_scratch {
+	float *qkv;                 /* [B*T, (a+2g)k] fused QKV output; dqkv in backward */
+	float *tmp;                 /* [B*T, h] a row-parallel output before its sum */
+	float *dres;                /* [Nl, h] the residual stream's gradient */
+	float *dtmp, *dln;          /* [B*T, h] */
+	float *datty, *dq;          /* [B*T, a*k] */
+	float *dk, *dv;             /* [B*T, g*k] */
+	float *dfc1, *dact;         /* [B*T, f1], [B*T, f] */
+	float *dloss;               /* [B*T] */
+	float *norm_gamma, *norm_ones; /* --apply-layernorm-1p: a norm's w + 1, and h ones */
+	float *shard, *perm, *gath; /* SP: a sequence shard [Nl, h], the collectives' reordering space
+				     * [B*S, h], a norm output gathered to all rows [B*S, h] */
+};
+
+/* MoE scratch (any MoE layer) and the logged statistics. */
+struct gpt_moe_state {
+	float *dy, *dact, *dfc1, *dx, *dw, *dz, *out2; /* rows [R, ...], router [B*T, E] */
+	float *dw_host, *dprobs_host, *dz_host;        /* host */
+	float *xa, *xb;    /* expert parallelism: rows in transit, and expert-major rows [max(R, Rl), h] */
+	size_t rows_cap;   /* the rows dact, dfc1, xa and xb hold */
+	int32_t *cnt_all;  /* host [ep, E]: every peer's rows per expert */
+	/* the gradient weight of the attached losses (Megatron's
+	 * MoEAuxLossAutoScaler: loss scale / micro-batches), set by the caller
+	 * before a backward; and the logged values, summed over layers and
+	 * micro-batches of training forwards until the caller reads them */
+	double aux_scale;
+	double aux_sum, zsq_sum;
+	int calls;
+	struct gpt_moe_acts **all; /* every MoE layer's activations, to free them */
+	size_t nall, cap_all;
+};
+
+/* Serving: the key/value cache of every layer of this rank, and the
+ * scratch of the output layer. */
+struct gpt_kv_cache {
+	int max_req, max_seq;
+	float *k, *v;               /* [max_req][L][g][max_seq][k], this rank's query groups */
+	float *rope_cos, *rope_sin; /* [max_seq, rot] (NULL without RoPE) */
+	int32_t *kpos;              /* [max_seq]: 0 .. max_seq-1 */
+	float *x, *y;               /* [max_tokens, h] the residual stream, in and out of a layer */
+	float *head_x;              /* [head_rows, h] the rows the output layer runs on */
+	float *lrows, *grows;       /* [head_rows, Vp/t] and, with TP, [t, head_rows, Vp/t] */
+	float *rows_host;           /* host [head_rows, Vp] */
+	int head_rows;
+};
+
+/* One serving step: nseq sequences, sequence s in cache slot slot[s],
+ * bringing n[s] new tokens at positions pos[s] ... (host arrays); N rows
+ * in all, the sequences' rows one after the other. */
+struct gpt_kv_step {
+	int nseq, N;
+	const int *slot, *pos, *n;
 };
 
 struct gpt_model {
 	struct gpt_config c;    /* the model */
 	struct gpt_config lc;   /* this rank's part: heads, groups, ffn and vocabulary divided by TP,
 				 * lc.S = T the positions it holds (S / cp) */
-	struct dist_group *tp;  /* tensor-parallel group, NULL without TP */
-	int tp_size, tp_rank;
-	int vstart;             /* first vocabulary row of this rank's shard */
-	bool sp;                /* sequence parallelism: norms, dropout and residuals on S/t of each sample */
-	int Nl;                 /* rows this rank holds of the residual stream: B*T, or B*T/t with SP */
-	struct dist_group *cp;  /* context parallelism: this rank holds T = S/cp positions of each sample */
-	int cp_size, cp_rank;
-	struct dist_group *ep;  /* expert parallelism: this rank holds experts [e0, e0 + El) of each MoE layer */
-	int ep_size, ep_rank, e0, El;
-	struct ring_attn ring;  /* CP: the attention over the whole sequence */
-	bool flash;             /* one-rank attention through the op table's flash-style block
-				 * ops (kops.flash): rows keep their log-sum-exp (alse), no probs */
-	int32_t *flash_pos;     /* flash: positions 0..S-1, the block ops' qpos and kpos */
 	const struct kops *k;
 	struct mem_pool *mem;
+	enum gpt_precision precision;
+	int B;                  /* micro-batch size the buffers are sized for */
+	int Nl;                 /* rows this rank holds of the residual stream: B*T, or B*T/t with SP */
+	struct gpt_parallel par;
+	bool flash;             /* one-rank attention through the op table's flash-style block
+				 * ops (kops.flash): rows keep their log-sum-exp (alse), no probs */
+
 	struct param_registry reg;
+	float *work;            /* weights the layers use: reg.data, or its bf16/fp16-rounded copy */
 	size_t expert_lo;       /* expert parallelism: the experts' tensors fill [expert_lo, reg.total)
 				 * of the buffers (reg.total without it) */
-	enum gpt_precision precision;
-	float *work;        /* weights the layers use: reg.data, or its bf16/fp16-rounded copy */
-	int B;              /* micro-batch size the buffers are sized for */
-
 	int wte, wpe, lnf_w, lnf_b, out_w; /* registry indices; -1 when absent on this rank */
 	struct gpt_layer_params *lp;       /* [L], filled for this rank's layers */
-	bool *recomputed;      /* [L]: full recompute of that layer */
 
 	int nchunks;
 	struct gpt_chunk *chunks;
-	struct gpt_layer_acts rc_acts; /* the scratch set recomputed layers share */
+	struct gpt_layer_acts rc_acts; /* the scratch set recomputed layers (and serving) share */
 	float *probs_shared;   /* selective recompute: one probs buffer for every layer */
-
-	/* the bound (chunk, slot): gpt_forward/backward_chunk point these at it */
-	int l0;                /* first layer of the bound chunk */
-	float *resid;
-	struct gpt_layer_acts *acts;
-	float *lnf, *lnf_mean, *lnf_rstd, *logits, *losses, *lse;
-	int32_t *tokens, *positions, *targets, *doc;
-	bool use_doc, use_positions;
-	uint64_t drop_seed;
-
-	float *rope_cos, *rope_sin;
-	float *dloss;
-	/* scratch */
-	float *qkv, *tmp, *dres, *dtmp, *dln, *datty, *dq, *dk, *dv, *dqkv, *dfc1, *dact;
-	float *norm_gamma, *norm_ones; /* --apply-layernorm-1p: a norm's w + 1, and h ones */
-	float *shard, *perm;   /* SP: a sequence shard [Nl, h], and the collectives' reordering space [B*S, h] */
-	/* MoE backward scratch (any MoE layer): rows [R, ...], router [B*T, E] */
-	float *moe_dy, *moe_dact, *moe_dfc1, *moe_dx, *moe_dw, *moe_dz, *moe_out2;
-	float *moe_dw_host, *moe_dprobs_host, *moe_dz_host; /* host */
-	float *moe_xa, *moe_xb; /* expert parallelism: rows in transit, and expert-major rows [max(R, Rl), h] */
-	size_t moe_rows_cap;   /* the rows moe_dact, moe_dfc1, moe_xa and moe_xb hold */
-	int32_t *moe_cnt_all;  /* host [ep, E]: every peer's rows per expert */
-	/* MoE: the gradient weight of the attached losses (Megatron's
-	 * MoEAuxLossAutoScaler: loss scale / micro-batches), set by the caller
-	 * before a backward; and the logged values, summed over layers and
-	 * micro-batches of training forwards until the caller reads them */
-	double moe_aux_scale;
-	double moe_aux_sum, moe_zsq_sum;
-	int moe_calls;
-	bool moe_no_stats;     /* a recompute's forward: already counted */
-	struct gpt_moe_acts **moe_all; /* every MoE layer's activations, to free them */
-	size_t nmoe, cap_moe;
-	float *gath;           /* SP: a norm output gathered to all rows [B*S, h] */
+	float *rope_cos, *rope_sin; /* [T, rot] the rows of this rank's positions */
+	int32_t *flash_pos;     /* flash: positions 0..S-1, the block ops' qpos and kpos */
+	struct gpt_scratch s;
+	struct gpt_moe_state moe;
+	struct gpt_kv_cache *kv; /* serving; NULL in training */
 
 	/* Set by the caller around a chunk's last backward of an iteration:
 	 * called with each parameter as its gradient becomes final (the
@@ -216,6 +263,8 @@ void gpt_sp_sync_grads(struct gpt_model *m);
  * the most that can come: every peer's tokens' slots that can name this
  * rank's experts. */
 size_t gpt_moe_rows_local(const struct gpt_model *m);
+/* Give back everything gpt_init_pipe took; safe after it failed, and on a
+ * zeroed model. */
 void gpt_free(struct gpt_model *m);
 
 /* Megatron's init from the seed: N(0, std) weights, N(0, std/sqrt(2L)) for the
@@ -270,11 +319,33 @@ const float *gpt_backward_chunk(struct gpt_model *m, int v, int s, const float *
  * context parallelism ring_attn's load-balanced chunks. */
 int gpt_global_pos(const struct gpt_model *m, int j);
 
+/* Whether layer l is a mixture-of-experts layer. */
+static inline bool gpt_layer_is_moe(const struct gpt_model *m, int l)
+{
+	return m->lp[l].spec.mlp == LAYER_MLP_MOE;
+}
+
+/* Megatron Core's name of expert e's (global number) linear_fc1 or
+ * linear_fc2 (fc 1 or 2) weight in MoE layer l. */
+void gpt_expert_param_name(char *out, size_t n, int l, int e, int fc);
+
 /* Pointers into the registry buffers. */
 float *gpt_param(struct gpt_model *m, int idx);
 float *gpt_grad(struct gpt_model *m, int idx);
 /* The weight a norm applies: its parameter, or with --apply-layernorm-1p
  * the parameter plus one in a model-owned buffer (valid until the next call). */
 const float *gpt_norm_weight(struct gpt_model *m, int w);
+
+/*
+ * Serving (a model set up with gpt_pipe.serve): one step of new tokens
+ * (host ids, step->N of them) through every layer, each sequence's
+ * attention reading and extending its cache slot. Returns the final norm's
+ * output [N, h] (backend memory, valid until the next step).
+ */
+const float *gpt_serve_forward(struct gpt_model *m, const struct gpt_kv_step *step, const int32_t *tokens);
+/* The output layer on R <= head_rows rows x [R, h] (backend memory):
+ * logits over the whole padded vocabulary, gathered over TP, into host
+ * memory [R, Vp], returned (valid until the next call). */
+const float *gpt_serve_logits(struct gpt_model *m, const float *x, int R);
 
 #endif

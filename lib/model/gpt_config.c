@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "base/sbuf.h"
 
 int64_t gpt_padded_vocab(int64_t vocab, int64_t divisible_by, int64_t tp)
 {
@@ -287,4 +288,47 @@ double gpt_flops_per_iteration(const struct gpt_config *c, int64_t batch_size)
 	double logits = 6 * h * V;
 	double core = 6 * Q;
 	return tokens * (mlp + attn + logits) + sq * core * L;
+}
+
+int gpt_config_check_layout(const struct gpt_config *c, const struct gpt_layout *lay, const char *what)
+{
+	struct sbuf why = SBUF_INIT;
+	int t = lay->tp, pp = lay->pp, vpp = lay->vpp, cp = lay->cp, ep = lay->ep;
+	bool ours = !lay->megatron_rules; /* megac's model's own needs, beyond Megatron's */
+	if (t < 1 || pp < 1 || vpp < 1 || cp < 1 || ep < 1)
+		BUG("layout TP %d PP %d VPP %d CP %d EP %d", t, pp, vpp, cp, ep);
+	if (c->a % t)
+		sbuf_addf(&why, "; --num-attention-heads %d is not divisible by --tensor-model-parallel-size %d", c->a, t);
+	if (c->g % t && (ours || t % c->g))
+		sbuf_addf(&why, "; %d query groups are not divisible by --tensor-model-parallel-size %d%s", c->g, t,
+			  ours ? " (fewer query groups than TP ranks is not implemented yet)" : " (nor a divisor of it)");
+	if (ours && c->f % t)
+		sbuf_addf(&why, "; --ffn-hidden-size %d is not divisible by --tensor-model-parallel-size %d", c->f, t);
+	if (ours && c->Vp % t)
+		sbuf_addf(&why, "; the padded vocabulary %d is not divisible by --tensor-model-parallel-size %d", c->Vp, t);
+	if (ours && c->E > 0 && (c->moe_f % t || c->shared_f % t))
+		sbuf_addf(&why, "; the experts' ffn size %d (--moe-ffn-hidden-size) and the shared expert's %d are not "
+			  "both divisible by --tensor-model-parallel-size %d", c->moe_f, c->shared_f, t);
+	if (vpp > 1 && c->L % ((int64_t)pp * vpp))
+		sbuf_addf(&why, "; --num-layers %d is not divisible by --pipeline-model-parallel-size %d x %d virtual "
+			  "stages per rank", c->L, pp, vpp);
+	else if (c->L % pp)
+		sbuf_addf(&why, "; --num-layers %d is not divisible by --pipeline-model-parallel-size %d (each pipeline "
+			  "stage holds the same number of layers)", c->L, pp);
+	if (cp > 1 && c->S % (2 * (int64_t)cp))
+		sbuf_addf(&why, "; --seq-length %d is not a multiple of 2 * --context-parallel-size %d = %lld (two "
+			  "chunks per rank)", c->S, cp, 2 * (long long)cp);
+	else if (lay->sp && t > 1 && (c->S / cp) % t)
+		sbuf_addf(&why, "; --sequence-parallel needs --seq-length %d%s divisible by --tensor-model-parallel-size "
+			  "%d", c->S, cp > 1 ? " / --context-parallel-size" : "", t);
+	if (c->E > 0 && c->E % ep)
+		sbuf_addf(&why, "; --num-experts %d is not divisible by --expert-model-parallel-size %d (each "
+			  "expert-parallel rank holds the same number of experts)", c->E, ep);
+	if (ep > 1 && c->E <= 0)
+		sbuf_addf(&why, "; --expert-model-parallel-size %d needs mixture-of-experts layers (--num-experts)", ep);
+	int rc = 0;
+	if (why.len)
+		rc = what ? error("%s: %s", what, why.buf + 2) : error("%s", why.buf + 2);
+	sbuf_release(&why);
+	return rc;
 }

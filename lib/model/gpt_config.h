@@ -1,7 +1,7 @@
 /*
  * gpt_config.h - the shape and numerics of a GPT/Llama model, derived from
  * Megatron's flags with Megatron's defaults and validation rules
- * (spec/training-args.md sections 1, 11): ffn size defaults, kv channels,
+ * (megatron/training/arguments.py, validate_args): ffn size defaults, kv channels,
  * query groups only with --group-query-attention, the GELU flavour rule,
  * RoPE dimensions, vocab padding.
  */
@@ -13,7 +13,7 @@
 
 #include "base/args.h"
 #include "kernels/ops.h"
-#include "model/moe_router.h"
+#include "model/moe/router.h"
 
 #define GPT_MAX_LAYERS 1024 /* of a mixture-of-experts layer pattern */
 
@@ -77,7 +77,27 @@ int64_t gpt_padded_vocab(int64_t vocab, int64_t divisible_by, int64_t tp);
 int64_t gpt_num_params(const struct gpt_config *c, int64_t *active);
 
 /* Megatron's num_floating_point_operations for one iteration of
- * batch_size samples (spec/memory-formula.md section 7). */
+ * batch_size samples (megatron/training/training.py). */
 double gpt_flops_per_iteration(const struct gpt_config *c, int64_t batch_size);
+
+/* A parallel layout, as far as the model's shapes care. */
+struct gpt_layout {
+	int tp, pp, vpp, cp, ep; /* 1 = none */
+	bool sp;                 /* --sequence-parallel */
+	bool megatron_rules;     /* only what Megatron itself requires (report_memory's formula): query
+				  * groups may divide TP (each key/value head replicated), and ffn,
+				  * vocabulary and experts' ffn are not checked against TP; megac's
+				  * model needs the rest too */
+};
+
+/* Whether model c fits layout lay: the one place that decides it, for
+ * train, report_memory, ckpt_convert and text_gen_server alike. Tensor
+ * parallelism splits the heads, query groups, ffn (dense, experts' and
+ * shared expert's) and padded vocabulary; pipeline stages x virtual stages
+ * split the layers; context parallelism cuts each sequence into 2 x cp
+ * chunks, and sequence parallelism those again by TP; expert parallelism
+ * splits the experts. error() naming every rule broken, prefixed by what
+ * ("target layout" ...; NULL: none), and -1. */
+int gpt_config_check_layout(const struct gpt_config *c, const struct gpt_layout *lay, const char *what);
 
 #endif

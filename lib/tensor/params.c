@@ -44,10 +44,6 @@ int params_add(struct param_registry *r, const char *name, int ndim, const int64
 		}
 		p->numel *= (size_t)p->local_shape[d];
 	}
-	/* Megatron's rule: biases and every 1-D tensor (norm weights) get no weight decay. */
-	size_t len = strlen(name);
-	if (ndim == 1 || (len >= 5 && !strcmp(name + len - 5, ".bias")))
-		flags |= PARAM_NO_WD;
 	p->flags = flags;
 	p->init = init;
 	p->init_std = init_std;

@@ -1,6 +1,7 @@
 /*
- * params.h - the flat parameter registry (DESIGN decision 3). Every parameter
- * of this rank lives in one contiguous fp32 buffer and its gradient in a
+ * params.h - the flat parameter registry (docs/design.md, "The flat
+ * parameter registry"). Every parameter of this rank lives in one
+ * contiguous fp32 buffer and its gradient in a
  * second buffer with the same layout; each named tensor is a view carrying
  * its Megatron Core name, its global (unsharded) shape, how tensor
  * parallelism splits it, and flags. The optimizer, grad norm, checkpointing,
@@ -58,6 +59,8 @@ struct param_registry {
 };
 
 /* Register a tensor; returns its index. Offsets are assigned in call order.
+ * Its properties (flags) are the caller's to declare: nothing is inferred
+ * from the name.
  * Names must be unique (BUG otherwise). Shapes are global; tp_size/tp_rank
  * give the local slice along tp_axis (which must divide evenly). */
 int params_add(struct param_registry *r, const char *name, int ndim, const int64_t *shape,

@@ -162,7 +162,7 @@ static int forward(struct trainer *t, const struct pp_sched *s, const struct pp_
 	double mfull = 0;
 	for (size_t i = 0; i < nfull; i++)
 		mfull += b->loss_mask[i];
-	if (m->cp) {
+	if (m->par.cp) {
 		batch_slice(&t->cp_batch, b, model_pos, m);
 		b = &t->cp_batch;
 	}
@@ -261,7 +261,7 @@ int pipeline_run(struct trainer *t, const struct pp_sched *s, int split, int64_t
 		 double scale, double *num, double *den)
 {
 	/* MoE: the attached losses' gradient weight, Megatron's loss scale x cp / micro-batches */
-	t->model.moe_aux_scale = t->a->calculate_per_token_loss ? scale : scale / (double)t->num_micro;
+	t->model.moe.aux_scale = t->a->calculate_per_token_loss ? scale : scale / (double)t->num_micro;
 	for (int i = 0; i < s->nops; i++) {
 		const struct pp_op *o = &s->ops[i];
 		if (o->kind == PP_FORWARD) {

@@ -185,8 +185,7 @@ static int put_global(struct train_save *j, int file, const char *group, const c
  * l, as fc 1 or 2. */
 static void expert_name(const struct trainer *t, int l, int peer, int e_local, int fc, char *out, size_t n)
 {
-	snprintf(out, n, "decoder.layers.%d.mlp.experts.local_experts.%d.linear_fc%d.weight", l,
-		 peer * t->model.El + e_local, fc);
+	gpt_expert_param_name(out, n, l, peer * t->model.par.El + e_local, fc);
 }
 
 /*
@@ -206,11 +205,11 @@ static int stream_experts(struct trainer *t, struct train_save *w, int file, con
 	float *global = NULL, *scratch = NULL;
 	int ret = 0;
 	for (int l = 0; l < m->c.L; l++) {
-		if (!m->lp[l].moe)
+		if (!gpt_layer_is_moe(m, l))
 			continue;
-		for (int el = 0; el < m->El; el++)
+		for (int el = 0; el < m->par.El; el++)
 			for (int fc = 1; fc <= 2; fc++) {
-				int idx = fc == 1 ? m->lp[l].efc1_w[m->e0 + el] : m->lp[l].efc2_w[m->e0 + el];
+				int idx = fc == 1 ? m->lp[l].efc1_w[m->par.e0 + el] : m->lp[l].efc2_w[m->par.e0 + el];
 				const struct param *p = &m->reg.p[idx];
 				size_t n = global_numel(p);
 				xgrow(&global, &gcap, n, sizeof(float));
@@ -320,15 +319,15 @@ static char *stage_names(const struct trainer *t)
 		len += strlen(reg->p[i].name) + 1;
 	const struct gpt_model *m = &t->model;
 	for (int l = 0; t->dist.ep.size > 1 && l < m->c.L; l++) /* the other EP ranks' experts */
-		if (m->lp[l].moe)
-			len += 2 * (size_t)(m->c.E - m->El) * PARAM_NAME_MAX;
+		if (gpt_layer_is_moe(m, l))
+			len += 2 * (size_t)(m->c.E - m->par.El) * PARAM_NAME_MAX;
 	char *s = xmalloc(len + 1), *e = s;
 	for (int i = 0; i < reg->n; i++)
 		if (!(reg->p[i].flags & PARAM_SHARED))
 			e += sprintf(e, "%s\n", reg->p[i].name);
 	for (int l = 0; t->dist.ep.size > 1 && l < m->c.L; l++)
-		for (int peer = 1; m->lp[l].moe && peer < t->dist.ep.size; peer++)
-			for (int el = 0; el < m->El; el++)
+		for (int peer = 1; gpt_layer_is_moe(m, l) && peer < t->dist.ep.size; peer++)
+			for (int el = 0; el < m->par.El; el++)
 				for (int fc = 1; fc <= 2; fc++) {
 					char name[PARAM_NAME_MAX];
 					expert_name(t, l, peer, el, fc, name, sizeof(name));
@@ -449,7 +448,8 @@ static int put_state_attrs(struct trainer *t, struct ckpt_writer *w, int mf, int
 }
 
 /*
- * Every tensor at its global shape (decision 5: the files do not depend on
+ * Every tensor at its global shape (docs/design.md, "Checkpoints that any
+ * layout can load": the files do not depend on
  * the layout that wrote them): the distributed optimizer's shards gathered
  * over DP (x CP), TP slices gathered tensor by tensor within each pipeline
  * stage, each stage's leader writing its stage's tensors. Only the data- and

@@ -367,6 +367,11 @@ static int setup(struct trainer *t, const struct args *a)
 		return -1;
 	if (gpt_config_from_args(&t->cfg, a, tok_vocab_size(t->tok)) < 0)
 		return -1;
+	/* the model must fit the layout: said now, before any data is built */
+	const struct dist_layout *fl = &t->dist.layout;
+	struct gpt_layout fit = { fl->tp, fl->pp, fl->vpp, fl->cp, fl->ep, fl->sp, false };
+	if (gpt_config_check_layout(&t->cfg, &fit, NULL) < 0)
+		return -1;
 	if (t->dist.rank == 0 && t->cfg.Vp != t->cfg.V) /* Megatron's line */
 		info(" > padded vocab (size: %d) with %d dummy tokens (new size: %d)", t->cfg.V, t->cfg.Vp - t->cfg.V,
 		     t->cfg.Vp);
@@ -378,7 +383,7 @@ static int setup(struct trainer *t, const struct args *a)
 	mem_pool_init(&t->mem, t->k);
 	const struct dist_layout *lay = &t->dist.layout;
 	struct gpt_pipe pipe = { lay->pp, t->dist.pp.rank, lay->vpp, t->pp_train.inflight, &t->dist.cp,
-				 a->reset_attention_mask, &t->dist.ep };
+				 a->reset_attention_mask, &t->dist.ep, NULL };
 	if (gpt_init_pipe(&t->model, &t->cfg, t->k, &t->mem, (int)t->mbs, prec, &t->dist.tp, lay->sp, &pipe) < 0)
 		return -1;
 	gpt_init_weights(&t->model, t->seed);

@@ -579,7 +579,7 @@ static void moe_iteration_stats(struct trainer *t)
 	struct gpt_model *m = &t->model;
 	if (t->cfg.E <= 0 || t->moe_layers <= 0)
 		return;
-	double v[2] = { m->moe_aux_sum, m->moe_zsq_sum };
+	double v[2] = { m->moe.aux_sum, m->moe.zsq_sum };
 	dist_allreduce_sum_f64(&t->dist.world_g, v, 2);
 	double copies = (double)t->dist.world / t->dist.layout.pp; /* ranks per stage: each sums the stage's layers */
 	double per = copies * (double)t->num_micro * t->moe_layers;
@@ -587,8 +587,8 @@ static void moe_iteration_stats(struct trainer *t)
 	t->moe_z_iter = v[1] / per;
 	t->moe_lb_sum += t->moe_lb_iter;
 	t->moe_z_sum += t->moe_z_iter;
-	m->moe_aux_sum = m->moe_zsq_sum = 0;
-	m->moe_calls = 0;
+	m->moe.aux_sum = m->moe.zsq_sum = 0;
+	m->moe.calls = 0;
 }
 
 /* --step-batch-size-schedule: the batch in force for the samples consumed,

@@ -1,4 +1,4 @@
-# ckpt_convert.sh - ckpt_convert (issue 6): GPT-2-style and Llama-style models
+# ckpt_convert.sh - ckpt_convert: GPT-2-style and Llama-style models
 # trained a few iterations as TP2xPP2 on 4 ranks (and a Mixtral-style MoE
 # model on one, exported as MixtralForCausalLM and back, the same checks); layout A -> B -> A and
 # megac -> Hugging Face -> megac are bitwise round trips; the exported folders
@@ -267,7 +267,7 @@ sed -i 's/"n_layer": 2/"n_layer": 3/; s/"n_inner": null/"n_inner": 128/' $W/bad/
 expect_fail "a layer missing, a shape wrong" "missing: transformer.h.2.ln_1.weight" \
 	$C --from hf --load $W/bad/shape --save $W/bad/out2
 nothing_at "a missing layer" $W/bad/out2
-expect_fail "heads not divisible by the target TP" "4 attention heads are not divisible by it" \
+expect_fail "heads not divisible by the target TP" "--num-attention-heads 4 is not divisible by --tensor-model-parallel-size 8" \
 	$C --load $W/gc --save $W/bad/out3 --target-tensor-parallel-size 8
 nothing_at "heads not divisible" $W/bad/out3
 expect_fail "Hugging Face output into an existing folder" "exists" $C --load $W/gc --save $W/rg --to hf

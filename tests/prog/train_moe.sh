@@ -1,4 +1,4 @@
-# train_moe.sh - mixture-of-experts training (issue 9) against the
+# train_moe.sh - mixture-of-experts training against the
 # independent PyTorch reference (tests/prog/py/torch_ref.py, which
 # implements Megatron's MoE from docs/moe-spec.md): from our iteration-0
 # model.h5 and index caches, every iteration's lm loss, grad norm,
@@ -142,7 +142,7 @@ else
 	show "$W/cmp.log" 4
 fi
 
-# expert parallelism (issue 9, acceptance 2 and 3). EP2 x DP2 runs one
+# expert parallelism. EP2 x DP2 runs one
 # micro-batch per rank, so its one-rank twin has --micro-batch-size 1 (the
 # auxiliary losses are per micro-batch); TP2 x EP2 with SP is DP2, the
 # straight run's micro-batches.
@@ -203,9 +203,10 @@ for np in 1 4; do
 	fi
 done
 expect_fail "experts that do not split evenly over EP are refused" "not divisible by --expert-model-parallel-size" \
-	$MPI -np 3 $BIN/train $ARGS --train-iters 1 --expert-model-parallel-size 3
+	$MPI -np 3 $BIN/train $ARGS --train-iters 1 --expert-model-parallel-size 3 --global-batch-size 6
 expect_fail "EP without MoE layers is refused (Megatron's rule)" "needs mixture-of-experts layers" \
-	$MPI -np 2 $BIN/train $(echo "$ARGS" | sed 's/--num-experts 4//') --train-iters 1 --expert-model-parallel-size 2
+	$MPI -np 2 $BIN/train $(echo "$ARGS" | sed 's/--num-experts 4//; s/--moe-[a-z-]* [^ ]*//g') --train-iters 1 \
+	--expert-model-parallel-size 2
 
 # capacity under tensor parallelism: Megatron's router sees each TP rank's
 # sequence shard alone, so a capacity factor drops within each shard; the
@@ -248,5 +249,31 @@ else
 fi
 expect_fail "ckpt_convert --to hf refuses a MoE checkpoint with a shared expert (MixtralForCausalLM has none)" \
 	"this one has a shared expert" $BIN/ckpt_convert --load "$W/ck" --save "$W/hf" --to hf
-expect_fail "text_gen_server refuses a MoE checkpoint" "mixture-of-experts" \
-	$BIN/text_gen_server --load "$W/ck" $GPT2 --port 0
+# serving runs the training model's own layers: the serving engine's prompt
+# log-probs and greedy token (megac_generate) are those of the training
+# forward's logits (megac_logits) for this MoE model with a shared expert
+IDS="464, 3290, 318, 257, 1332, 11, 290, 340, 1110, 13"
+echo "[[$IDS]]" >"$W/prompt.json"
+if $PY -c 'import sys, numpy as np; np.save(sys.argv[1], np.array([[int(t) for t in sys.argv[2].split(",")]], np.int32))' \
+	"$W/ids.npy" "$IDS" && $MEGAC_BUILD/tools/megac_logits "$W/ck" "$W/ids.npy" "$W/lg.npy" >"$W/lg.log" 2>&1 &&
+	$MEGAC_BUILD/tools/megac_generate "$W/ck" "$W/prompt.json" 1 "$W/gen.json" >"$W/gen.log" 2>&1 &&
+	$PY -c '
+import json, sys, numpy as np
+lg = np.load(sys.argv[1]).astype(np.float64)[0]
+g = json.load(open(sys.argv[2]))[0]
+ids = json.load(open(sys.argv[3]))[0]
+lp = lg - lg.max(-1, keepdims=True)
+lp = lp - np.log(np.exp(lp).sum(-1, keepdims=True))
+want = [lp[t, ids[t + 1]] for t in range(len(ids) - 1)]
+worst = max(abs(a - b) for a, b in zip(want, g["logprobs"]))
+assert worst < 1e-5, worst
+assert len(want) == len(ids) - 1 and g["tokens"][0] == int(lg[-1].argmax()), "greedy token"
+print("%d prompt log-probs within %.2g, the same greedy token" % (len(want), worst))' "$W/lg.npy" "$W/gen.json" \
+		"$W/prompt.json" >"$W/serve.log" 2>&1; then
+	ok "serving a MoE checkpoint gives the training forward's log-probs ($(cat "$W/serve.log"))"
+else
+	notok "serving a MoE checkpoint gives the training forward's log-probs"
+	show "$W/lg.log" 3
+	show "$W/gen.log" 3
+	show "$W/serve.log" 5
+fi

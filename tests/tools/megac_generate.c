@@ -51,7 +51,7 @@ int main(int argc, char **argv)
 	struct ckpt_reader *r = ckpt_open_latest(argv[1], &iter);
 	int mf = r ? ckpt_file_open(r, "model.h5") : -1;
 	struct infer_engine e;
-	if (mf < 0 || infer_init(&e, r, mf, longest, max_req, total + n, NULL) < 0 || infer_generate(&e, rq, n) < 0)
+	if (mf < 0 || infer_init(&e, r, mf, longest, max_req, total + n, NULL, NULL) < 0 || infer_generate(&e, rq, n) < 0)
 		return DIE_EXIT_CODE;
 	json_t *out = json_array();
 	for (int i = 0; i < n; i++) {

@@ -58,7 +58,7 @@ int main(int argc, char **argv)
 	float *losses = xmalloc((size_t)B * S * sizeof(float));
 	gpt_forward(&m, tok, lab, NULL, NULL, 0, false, losses);
 	float *all = xmalloc((size_t)B * S * c.Vp * sizeof(float));
-	k->to_host(all, m.logits, (size_t)B * S * c.Vp * sizeof(float));
+	k->to_host(all, m.chunks[0].slots[0].logits, (size_t)B * S * c.Vp * sizeof(float));
 	float *out = xmalloc((size_t)B * T * c.V * sizeof(float));
 	for (int b = 0; b < B; b++)
 		for (int t = 0; t < T; t++)

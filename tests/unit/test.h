@@ -144,7 +144,7 @@ static inline char *test_read_stream(FILE *p)
 
 /*
  * Run a Python script with $MEGAC_PYTHON when set (the GPU kit's env.sh sets
- * it to the device machine's python with numpy and torch), else
+ * it to the GPU machine's python with numpy and torch), else
  * /usr/bin/python3 (Debian's, which has numpy; the python3 on PATH may
  * not): `prelude` and `script` are written to
  * dir/script.py, which runs with argv[1] = dir. Returns its stdout (caller

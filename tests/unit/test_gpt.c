@@ -4,7 +4,7 @@
  * GPT-2-style and Llama-style configs (with dropout, document masks and
  * position resets too); recomputation gives bit-identical gradients with
  * less memory; registry names and shapes are Megatron Core's; init follows
- * Megatron's rules; FLOPs match the spec's worked example; the flash
+ * Megatron's rules; FLOPs match Megatron's formula on a worked example; the flash
  * attention path (no probs) agrees with the probs path.
  */
 #include "test.h"
@@ -66,13 +66,13 @@ static double loss_of(struct gpt_model *m, struct fixture *f, bool use_pos, bool
 {
 	int N = m->B * m->c.S;
 	float losses[12];
-	m->moe_aux_sum = m->moe_zsq_sum = 0;
+	m->moe.aux_sum = m->moe.zsq_sum = 0;
 	gpt_forward(m, f->tok, f->lab, use_pos ? f->pos : NULL, use_doc ? f->doc : NULL, seed, true, losses);
 	double L = 0;
 	for (int i = 0; i < N; i++)
 		L += (double)losses[i] * f->w[i];
 	if (m->c.E > 0)
-		L += m->moe_aux_scale * (m->c.router.aux_coeff * m->moe_aux_sum + m->c.router.z_coeff * m->moe_zsq_sum);
+		L += m->moe.aux_scale * (m->c.router.aux_coeff * m->moe.aux_sum + m->c.router.z_coeff * m->moe.zsq_sum);
 	return L;
 }
 
@@ -96,7 +96,7 @@ static void gradcheck_cfg(const struct kops *k, struct gpt_config c, bool use_po
 	int B = 2;
 	CHECK_INT(gpt_init(&m, &c, k, &mp, B, GPT_FP32, NULL, false), 0);
 	gpt_init_weights(&m, 42);
-	m.moe_aux_scale = 0.7;
+	m.moe.aux_scale = 0.7;
 	struct fixture f;
 	make_inputs(&f, &c, B);
 	uint64_t seed = 777;
@@ -314,7 +314,7 @@ static void test_flash_path(void)
 	struct mem_pool mp;
 	mem_pool_init(&mp, &flash);
 	struct gpt_model m;
-	struct gpt_pipe pipe = { 1, 0, 1, NULL, NULL, true, NULL };
+	struct gpt_pipe pipe = { 1, 0, 1, NULL, NULL, true, NULL, NULL };
 	CHECK_INT(gpt_init_pipe(&m, &c, &flash, &mp, 2, GPT_FP32, NULL, false, &pipe), 0);
 	CHECK(!m.flash);
 	gpt_free(&m);
@@ -443,7 +443,8 @@ static void test_names_and_init(void)
 
 static void test_flops(void)
 {
-	/* spec/memory-formula.md section 7: L=24 h=1024 a=16 f=4096 V=50304 s=1024, batch 512 */
+	/* Megatron's num_floating_point_operations (megatron/training/training.py):
+	 * L=24 h=1024 a=16 f=4096 V=50304 s=1024, batch 512 */
 	struct gpt_config c;
 	memset(&c, 0, sizeof(c));
 	c.L = 24, c.h = 1024, c.a = 16, c.g = 16, c.k = 64, c.f = 4096, c.Vp = 50304, c.S = 1024;

@@ -1,7 +1,8 @@
 /*
- * test_gpt_index.c - GPT dataset index arithmetic against the worked
- * examples of spec/gpt-dataset.md (sections 2, 10 and 11), which were
- * produced by Megatron's own helpers and numpy. Megatron's real outputs on
+ * test_gpt_index.c - GPT dataset index arithmetic against worked examples
+ * (split ranges, the document/sample/shuffle indices of a four-document
+ * dataset, blending) whose numbers were produced by Megatron's own code
+ * (megatron/core/datasets/gpt_dataset.py, helpers.cpp) and numpy. Megatron's real outputs on
  * real datasets are checked in tests/prog/megatron_gpt_index.sh.
  */
 #include "base/error.h"
@@ -52,7 +53,7 @@ static void test_split(void)
 	close(devnull);
 }
 
-/* spec 10: four documents of 5, 3, 7, 4 tokens, S = 4, seed 1234 */
+/* the worked example T: four documents of 5, 3, 7, 4 tokens, S = 4, seed 1234 */
 static const int32_t sizes[] = { 5, 3, 7, 4 };
 
 static void test_worked_example_n3(void)

@@ -1,6 +1,7 @@
 /*
- * test_idx.c - the indexed dataset writer and reader against
- * spec/indexed-dataset.md: the worked example byte for byte, the
+ * test_idx.c - the indexed dataset writer and reader against Megatron's
+ * format (docs/formats.md): the worked example byte for byte (as Megatron's
+ * own IndexedDatasetBuilder writes it), the
  * sentence-split arrays, merging, numpy reading our files, and every way a
  * dataset can be broken being refused with the file named.
  */
@@ -17,7 +18,7 @@ static char *path_in(const char *dir, const char *name)
 	return p;
 }
 
-/* The spec's worked example: two documents, GPT-2 ids, uint16. */
+/* The worked example of docs/formats.md: two documents, GPT-2 ids, uint16. */
 static void test_worked_example_bytes(void)
 {
 	static const unsigned char want_idx[82] = {
@@ -58,7 +59,7 @@ static void test_worked_example_bytes(void)
 	free(dir);
 }
 
-/* Sentence-split variant of the spec: lengths [2,3,2], pointers [0,4,10], docs [0,2,2,3]. */
+/* Sentence-split variant: lengths [2,3,2], pointers [0,4,10], docs [0,2,2,3]. */
 static void test_sentences_and_empty_document(void)
 {
 	char *dir = test_tmpdir("idx_sent");
@@ -146,7 +147,7 @@ static void test_merge_equals_direct(void)
 	free(dir);
 }
 
-/* numpy, following the spec's layout independently, reads what we wrote. */
+/* numpy, following docs/formats.md's layout independently, reads what we wrote. */
 static void test_numpy_reads_ours(void)
 {
 	char *dir = test_tmpdir("idx_numpy");

@@ -3,7 +3,8 @@
  *
  * The schedule is compared, for every decay style, WSD anneal style and
  * weight-decay ramp, at thousands of steps, with a Python transcription of
- * the formulas of spec/training-args.md §4 run by /usr/bin/python3
+ * the formulas of Megatron's OptimizerParamScheduler
+ * (megatron/core/optimizer_param_scheduler.py) run by /usr/bin/python3
  * (relative tolerance 1e-12; in practice the values are identical, since
  * both sides make the same libm calls in the same order). The derivation of
  * W, D, A from the flags, the argument checks and the loss scaler's
@@ -118,7 +119,7 @@ static int64_t *case_steps(const struct sched_case *c, size_t *count)
 	return v;
 }
 
-/* The Python side: the spec's formulas written out afresh, not a port of
+/* The Python side: Megatron's formulas written out afresh, not a port of
  * lr_sched.c; it reads the cases and our values and prints one line of
  * verdicts. */
 static const char py_check[] =
@@ -566,7 +567,8 @@ static void test_scaler_none_constant(void)
 
 /*
  * Dynamic, initial 1024, min 128, window 3, hysteresis 2. Worked by hand
- * from §5: an overflow zeroes the growth count and uses up one unit of
+ * from Megatron's DynamicGradScaler (megatron/core/optimizer/grad_scaler.py):
+ * an overflow zeroes the growth count and uses up one unit of
  * hysteresis; once none is left every overflow halves the scale (not below
  * min); three clean iterations in a row double it and restore the
  * hysteresis.

@@ -1,7 +1,8 @@
 /*
  * test_megatron_mem.c - Megatron's theoretical memory report (lib/memcalc):
- * the worked examples of spec/memory-formula.md §6 (outputs of Megatron's own
- * code), hand-counted parameters of tiny dense and MoE models, the printed
+ * worked examples (outputs of Megatron's own code,
+ * megatron/training/theoretical_memory_usage.py), hand-counted parameters of
+ * tiny dense and MoE models, the printed
  * lines, and --moe-layer-freq parsing. tests/prog/report_memory.sh checks
  * the program against Megatron's code on 81 configurations.
  */
@@ -23,7 +24,7 @@
 		}                                                                                     \
 	} while (0)
 
-/* §6 row 1: L=24 h=1024 a=16 f=4096 V=50304 tied LayerNorm s=1024 b=4 t=p=1 d=8 */
+/* example 1: L=24 h=1024 a=16 f=4096 V=50304 tied LayerNorm s=1024 b=4 t=p=1 d=8 */
 static struct mm_config gpt_350m(void)
 {
 	return (struct mm_config){ .L = 24, .h = 1024, .a = 16, .k = 64, .g = 16, .f = 4096, .V = 50304,
@@ -31,7 +32,7 @@ static struct mm_config gpt_350m(void)
 				   .s = 1024, .b = 4, .nmb = 1 };
 }
 
-static void test_spec_example_plain(void)
+static void test_example_plain(void)
 {
 	struct mm_config c = gpt_350m();
 	struct mm_report r;
@@ -47,7 +48,7 @@ static void test_spec_example_plain(void)
 	CHECK_NEAR(r.total_MB, 9922.46, 0.005);
 }
 
-static void test_spec_example_distopt(void)
+static void test_example_distopt(void)
 {
 	struct mm_config c = gpt_350m();
 	c.dist_opt = true;
@@ -58,8 +59,8 @@ static void test_spec_example_distopt(void)
 	CHECK_NEAR(r.total_MB, 6381.64, 0.005);
 }
 
-/* §6 row 3: Llama-2-7B shape, TP2 PP2 DP2, SP + selective, distributed optimizer, 8 micro-batches */
-static void test_spec_example_llama_sp(void)
+/* example 3: Llama-2-7B shape, TP2 PP2 DP2, SP + selective, distributed optimizer, 8 micro-batches */
+static void test_example_llama_sp(void)
 {
 	struct mm_config c = { .L = 32, .h = 4096, .a = 32, .k = 128, .g = 32, .f = 11008, .V = 32000,
 			       .swiglu = true, .rmsnorm = true, .untied = true, .world = 8, .t = 2, .p = 2, .d = 2,
@@ -91,8 +92,8 @@ static void test_spec_example_llama_sp(void)
 	CHECK_NEAR(r1.activation_bytes, r.activation_bytes * 1.25, 1e-3);
 }
 
-/* §6 row 4: Llama-3-8B shape, GQA */
-static void test_spec_example_llama3(void)
+/* example 4: Llama-3-8B shape, GQA */
+static void test_example_llama3(void)
 {
 	struct mm_config c = { .L = 32, .h = 4096, .a = 32, .k = 128, .g = 8, .group_query_attention = true,
 			       .f = 14336, .V = 128256, .swiglu = true, .rmsnorm = true, .untied = true, .world = 1,
@@ -219,10 +220,10 @@ static void test_advise_sizes(void)
 int main(void)
 {
 	log_init("test_megatron_mem", 0, 1);
-	RUN(test_spec_example_plain);
-	RUN(test_spec_example_distopt);
-	RUN(test_spec_example_llama_sp);
-	RUN(test_spec_example_llama3);
+	RUN(test_example_plain);
+	RUN(test_example_distopt);
+	RUN(test_example_llama_sp);
+	RUN(test_example_llama3);
 	RUN(test_tiny_dense);
 	RUN(test_tiny_moe);
 	RUN(test_printed_lines);

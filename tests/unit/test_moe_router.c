@@ -10,7 +10,7 @@
 
 #include <math.h>
 
-#include "model/moe_router.h"
+#include "model/moe/router.h"
 
 /* Example R: 4 tokens, 4 experts, top-2 */
 static const float R_Z[16] = { 1, 2, 0, -1, .5f, 2.5f, 1.5f, 0, 3, 0, 2, 1, 2.5f, 0, .5f, 1 };
@@ -93,7 +93,7 @@ static void test_example_dropping(void)
 	CHECK_INT(r.cap, 1);
 	CHECK(r.kept[2] && !r.kept[1]);
 	CHECK(r.kept[0] && !r.kept[3]);
-	/* numbers from the spec: 4 tokens, top-2, 4 experts, cf 1.1 -> 3; 4096 x 2 / 8 x 1.25 -> 1280 */
+	/* numbers from docs/moe-spec.md: 4 tokens, top-2, 4 experts, cf 1.1 -> 3; 4096 x 2 / 8 x 1.25 -> 1280 */
 	c.capacity = 1.1;
 	moe_route_forward(&r, &c, R_Z, 4, 4);
 	CHECK_INT(r.cap, 3);

@@ -2,8 +2,9 @@
  * test_np_random.c - lib/data/np_random: RandomState (MT19937 draws, bounded
  * integers, shuffles) and default_rng (SeedSequence, PCG64,
  * Generator.integers) against numpy itself (/usr/bin/python3, numpy 1.24),
- * which computes the references at test time, plus the fixed check values of
- * spec/gpt-dataset.md §7, §9 and §10.
+ * which computes the references at test time, plus fixed check values:
+ * MockGPTDataset's first sequence lengths, the first draws of seed 1234, and
+ * the shuffles of the worked example T (Megatron's gpt_dataset.py run on it).
  */
 #include "base/error.h"
 #include "base/md5.h"
@@ -39,7 +40,7 @@ static void check_same_text(const char *what, const char *ours, const char *nump
 static const uint32_t seeds[] = { 0, 1, 1234, 42, 4294967295U };
 #define NSEEDS (sizeof(seeds) / sizeof(seeds[0]))
 
-static void test_mt_spec_check_values(void)
+static void test_mt_check_values(void)
 {
 	struct np_mt19937 mt;
 	np_mt_seed(&mt, 1234);
@@ -242,8 +243,8 @@ static void test_successive_shuffles(void)
 	sbuf_release(&ours);
 }
 
-/* spec/gpt-dataset.md §10, seed 1234: N = 3 and N = 10 (separate last epoch). */
-static void test_spec_worked_example(void)
+/* the worked example T, seed 1234: N = 3 and N = 10 (separate last epoch). */
+static void test_worked_example(void)
 {
 	struct np_mt19937 mt;
 	int32_t doc[12] = { 0, 1, 2, 3 };
@@ -307,7 +308,7 @@ static void test_seedseq_matches_numpy(void)
 	sbuf_release(&ours);
 }
 
-static void test_mock_lengths_spec(void)
+static void test_mock_lengths(void)
 {
 	enum { N = 100000 };
 	int32_t *v = malloc(N * sizeof(*v));
@@ -433,16 +434,16 @@ int main(void)
 {
 	log_init("test_np_random", 0, 1);
 	scratch = test_tmpdir("np_random");
-	RUN(test_mt_spec_check_values);
+	RUN(test_mt_check_values);
 	RUN(test_mt_draws_match_numpy);
 	RUN(test_mt_interval_matches_randint);
 	RUN(test_mt_next64_high_word_first);
 	RUN(test_shuffle_matches_numpy);
 	RUN(test_shuffle_rows_and_int16);
 	RUN(test_successive_shuffles);
-	RUN(test_spec_worked_example);
+	RUN(test_worked_example);
 	RUN(test_seedseq_matches_numpy);
-	RUN(test_mock_lengths_spec);
+	RUN(test_mock_lengths);
 	RUN(test_integers_i32_match_numpy);
 	RUN(test_integers_i64_match_numpy);
 	RUN(test_integers_empty_range_refused);

@@ -1,7 +1,8 @@
 /*
  * test_pyjson.c - lib/base/pyjson: json.dumps() text and float repr() as
- * CPython 3.11 (/usr/bin/python3) writes them, and the spec's cache-hash
- * example (spec/gpt-dataset.md §8.1).
+ * CPython 3.11 (/usr/bin/python3) writes them, and a cache-hash example
+ * (a GPTDataset description and its md5, as Megatron's
+ * megatron/core/datasets/megatron_dataset.py computes it).
  */
 #include <math.h>
 
@@ -42,7 +43,7 @@ static void write_text(const char *name, const char *text)
 		abort();
 }
 
-static const char spec_text[] =
+static const char example_text[] =
 	"{\n"
 	"    \"class\": \"GPTDataset\",\n"
 	"    \"dataset_path\": \"/data/x_text_document\",\n"
@@ -73,7 +74,7 @@ static const char spec_text[] =
 	"    }\n"
 	"}";
 
-static void test_spec_cache_hash_example(void)
+static void test_cache_hash_example(void)
 {
 	/* Megatron's split matrix for "969,30,1": cumulative float sums, the
 	 * first bound the integer 0. */
@@ -108,7 +109,7 @@ static void test_spec_cache_hash_example(void)
 
 	struct sbuf s = SBUF_INIT;
 	CHECK_INT(pyjson_dumps(o, 4, &s), 0);
-	CHECK_STR(s.buf, spec_text);
+	CHECK_STR(s.buf, example_text);
 	char hex[33];
 	md5_hex(s.buf, s.len, hex);
 	CHECK_STR(hex, "4bccc326b39fb123e4ce9d06982781b7");
@@ -329,7 +330,7 @@ int main(void)
 {
 	log_init("test_pyjson", 0, 1);
 	dir = test_tmpdir("pyjson");
-	RUN(test_spec_cache_hash_example);
+	RUN(test_cache_hash_example);
 	RUN(test_documents_match_python);
 	RUN(test_insertion_order);
 	RUN(test_float_repr_fixed);

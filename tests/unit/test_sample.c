@@ -1,6 +1,6 @@
 /*
- * test_sample.c - the sampler of lib/infer against the rules of
- * spec/text-generation-server.md section 3, on hand-made logits: greedy
+ * test_sample.c - the sampler of lib/infer against the rules of Megatron's
+ * megatron/core/inference/sampling/torch_sampling.py, on hand-made logits: greedy
  * (first maximum), top-k keeping ties with the k-th, top-p keeping the token
  * that crosses the threshold, temperature, the frequencies of plain
  * sampling against the softmax, seeds, the parameter checks, log-probs.

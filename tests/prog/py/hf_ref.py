@@ -4,23 +4,42 @@ Runs under the venv that tests/py-env.sh makes (Debian's torch 1.13 and the
 pinned transformers). Only local folders: the hub is switched off before
 transformers is imported, and nothing is downloaded.
 
-  make gpt2|llama OUTDIR [--seed S] [--layers L --hidden H --heads A
-       --kv-heads G --ffn F --vocab V --positions P] [--tie|--untie]
-       [--dtype float32|bfloat16] [--shard-size BYTES] [--std X] [--force]
+  make gpt2|llama|mixtral OUTDIR [--seed S] [--layers L --hidden H
+       --heads A --kv-heads G --ffn F --vocab V --positions P]
+       [--experts E --topk K] [--tie|--untie] [--dtype float32|bfloat16]
+       [--shard-size BYTES] [--std X] [--force]
       A small random model saved with save_pretrained (safetensors, sharded
       when the model is larger than --shard-size), with config.json and
       generation_config.json. Every parameter is random: matrices and
       embeddings N(0, std), biases N(0, std), LayerNorm/RMSNorm weights
       U(0.5, 1.5), so a mapping error cannot hide behind ones or zeros.
+      mixtral is a MixtralForCausalLM: a Llama whose every MLP is --experts
+      SwiGLU experts of size --ffn, --topk of them per token (softmax
+      routing), rope_theta 1e6 and no sliding window, as Mixtral's own
+      config; its --std defaults to 0.2 rather than 0.02, so that the
+      router's scores (std ~ std * sqrt(hidden)) spread the tokens over the
+      experts instead of routing them by near-ties.
   logits HFDIR IDS.npy OUT.npy [--dtype float32|bfloat16]
       Loads HFDIR, forwards the integer token ids [B, T] (no attention mask,
       no padding) in eval mode and saves the logits [B, T, vocab] as float32.
       One thread, so the logits do not depend on the number of cores (they
       may on the processor, through the BLAS kernel it picks).
+  generate HFDIR PROMPTS.json MAX_NEW OUT.json [--routing R.json]
+      Greedy continuation of each prompt ([[id, ...], ...]) by full forward
+      passes, and the log-probs of each whole sequence from its second
+      token: OUT.json is [{"tokens": [new ids], "logprobs": [...]}, ...].
+      --routing (MixtralForCausalLM only) writes how the final sequences
+      were routed: per layer, how many tokens each expert took and the
+      smallest gap between the k-th and (k+1)-th routing probability
+      (a gap near 0 is a near-tie that rounding could flip).
   check HFDIR [--tensors]
       Loads HFDIR and prints the class, the parameter count, a config summary
       and whether lm_head shares the input embedding; --tensors also lists
       the tensors stored in the folder's safetensors files.
+  batch "COMMAND ARGS..." ...
+      Runs each argument as one of the commands above (split as a shell
+      would), in order, in this one process (torch and transformers are then
+      imported once, not once a command); stops at the first that fails.
 
 Loading fails (exit 1) when the folder's weights do not cover the model
 exactly: a missing, unexpected or mis-shaped tensor is an error here, where
@@ -56,6 +75,8 @@ from transformers import (  # noqa: E402
     GPT2LMHeadModel,
     LlamaConfig,
     LlamaForCausalLM,
+    MixtralConfig,
+    MixtralForCausalLM,
 )
 
 transformers.logging.set_verbosity_error()
@@ -108,6 +129,19 @@ def build_config(a):
         fail(f"--heads {A} is not a multiple of --kv-heads {G}")
     ffn = a.ffn if a.ffn is not None else 3 * H
     tie = False if a.tie is None else a.tie
+    if a.kind == "mixtral":
+        if a.experts <= 0 or not 0 < a.topk <= a.experts:
+            fail(f"--topk {a.topk} must lie in [1, --experts {a.experts}]")
+        return MixtralConfig(
+            num_hidden_layers=L, hidden_size=H, num_attention_heads=A,
+            num_key_value_heads=G, intermediate_size=ffn, vocab_size=a.vocab,
+            max_position_embeddings=a.positions, hidden_act="silu",
+            rms_norm_eps=1e-5, rope_theta=1e6, sliding_window=None,
+            attention_dropout=0.0, num_local_experts=a.experts,
+            num_experts_per_tok=a.topk, output_router_logits=False,
+            router_aux_loss_coef=0.01, router_jitter_noise=0.0,
+            initializer_range=a.std, tie_word_embeddings=tie,
+            bos_token_id=1 % a.vocab, eos_token_id=2 % a.vocab)
     return LlamaConfig(
         num_hidden_layers=L, hidden_size=H, num_attention_heads=A,
         num_key_value_heads=G, intermediate_size=ffn, vocab_size=a.vocab,
@@ -140,9 +174,12 @@ def cmd_make(a):
         for f in os.listdir(out):
             if f in HF_FILES or (f.startswith("model-") and f.endswith(".safetensors")):
                 os.remove(os.path.join(out, f))
+    if a.std is None:
+        a.std = 0.2 if a.kind == "mixtral" else 0.02
     cfg = build_config(a)
     torch.manual_seed(a.seed)
-    model = (GPT2LMHeadModel if a.kind == "gpt2" else LlamaForCausalLM)(cfg)
+    model = {"gpt2": GPT2LMHeadModel, "llama": LlamaForCausalLM,
+             "mixtral": MixtralForCausalLM}[a.kind](cfg)
     gen = torch.Generator().manual_seed(a.seed)
     randomise(model, a.std, gen)
     model.eval()
@@ -249,7 +286,9 @@ def cmd_generate(a):
     sequence from its second token."""
     prompts = json.load(open(a.prompts))
     model = load(a.hfdir)
-    out = []
+    if a.routing and not hasattr(model.config, "num_local_experts"):
+        fail(f"{a.hfdir}: --routing: {type(model).__name__} has no experts")
+    out, seqs = [], []
     with torch.no_grad():
         for p in prompts:
             ids = list(p)
@@ -260,8 +299,34 @@ def cmd_generate(a):
             lp = torch.log_softmax(logits, dim=-1)
             logprobs = [float(lp[j - 1, ids[j]]) for j in range(1, len(ids))]
             out.append({"tokens": ids[len(p):], "logprobs": logprobs})
+            if a.routing:
+                seqs.append(ids)
     json.dump(out, open(a.out, "w"))
+    if a.routing:
+        json.dump(routing(model, seqs), open(a.routing, "w"))
     print(f"{type(model).__name__} greedy: {len(out)} prompts, {a.max_new} tokens each -> {a.out}")
+
+
+def routing(model, seqs):
+    """How the sequences were routed, layer by layer: the tokens each expert
+    took, and the smallest margin between the k-th and (k+1)-th routing
+    probability over every token (inf when k = the number of experts)."""
+    E, k = model.config.num_local_experts, model.config.num_experts_per_tok
+    layers = [{"tokens_per_expert": [0] * E, "min_margin": float("inf")}
+              for _ in range(model.config.num_hidden_layers)]
+    with torch.no_grad():
+        for ids in seqs:
+            r = model(input_ids=torch.tensor([ids]), use_cache=False,
+                      output_router_logits=True).router_logits
+            for l, logits in enumerate(r):
+                probs = torch.softmax(logits.float(), dim=-1)
+                top = torch.topk(probs, min(k + 1, E), dim=-1)
+                for e in top.indices[:, :k].reshape(-1).tolist():
+                    layers[l]["tokens_per_expert"][e] += 1
+                if k < E:
+                    m = float((top.values[:, k - 1] - top.values[:, k]).min())
+                    layers[l]["min_margin"] = min(layers[l]["min_margin"], m)
+    return {"experts": E, "topk": k, "layers": layers}
 
 
 def stored_tensors(hfdir):
@@ -309,20 +374,41 @@ def cmd_check(a):
 # ---------------------------------------------------------------- main
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["batch"]:
+        import shlex
+        if len(argv) < 2:
+            print(f"{PROG}: error: batch: give one or more commands", file=sys.stderr)
+            return 2
+        for i, line in enumerate(argv[1:], 1):
+            words = shlex.split(line)
+            if words[:1] == ["batch"]:
+                print(f"{PROG}: error: batch: command {i} is a batch itself", file=sys.stderr)
+                return 2
+            try:
+                rc = main(words)
+            except SystemExit as e:  # argparse's usage errors
+                rc = e.code if isinstance(e.code, int) else 2
+            if rc:
+                print(f"{PROG}: error: batch: command {i} ({line}) failed", file=sys.stderr)
+                return rc
+        return 0
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
 
-    m = sub.add_parser("make", help="save a small random GPT-2 or Llama")
-    m.add_argument("kind", choices=("gpt2", "llama"))
+    m = sub.add_parser("make", help="save a small random GPT-2, Llama or Mixtral")
+    m.add_argument("kind", choices=("gpt2", "llama", "mixtral"))
     m.add_argument("outdir")
     m.add_argument("--seed", type=int, default=1234)
     m.add_argument("--layers", type=int, default=2)
     m.add_argument("--hidden", type=int, default=64)
     m.add_argument("--heads", type=int, default=4)
     m.add_argument("--kv-heads", type=int, default=None,
-                   help="llama only (default --heads)")
+                   help="llama and mixtral only (default --heads)")
     m.add_argument("--ffn", type=int, default=None,
-                   help="default 4*hidden (gpt2), 3*hidden (llama)")
+                   help="default 4*hidden (gpt2), 3*hidden (llama; mixtral: each expert's)")
+    m.add_argument("--experts", type=int, default=4, help="mixtral only")
+    m.add_argument("--topk", type=int, default=2, help="mixtral only: experts per token")
     m.add_argument("--vocab", type=int, default=256)
     m.add_argument("--positions", type=int, default=64)
     t = m.add_mutually_exclusive_group()
@@ -333,7 +419,8 @@ def main(argv=None):
     m.add_argument("--dtype", choices=tuple(DTYPES), default="float32")
     m.add_argument("--shard-size", type=int, default=None,
                    help="max_shard_size in bytes (default 5GB: one file)")
-    m.add_argument("--std", type=float, default=0.02)
+    m.add_argument("--std", type=float, default=None,
+                   help="default 0.02 (gpt2, llama), 0.2 (mixtral)")
     m.add_argument("--force", action="store_true",
                    help="replace the model files already in OUTDIR")
 
@@ -349,6 +436,8 @@ def main(argv=None):
     g.add_argument("prompts", help="JSON: [[id, ...], ...]")
     g.add_argument("max_new", type=int)
     g.add_argument("out")
+    g.add_argument("--routing", default=None,
+                   help="MixtralForCausalLM: write the routing of the final sequences here (JSON)")
 
     c = sub.add_parser("check", help="load a folder and summarise it")
     c.add_argument("hfdir")

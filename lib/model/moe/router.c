@@ -1,8 +1,8 @@
 /*
- * moe_router.c - see moe_router.h. Scores, weights and losses are computed
+ * router.c - see router.h. Scores, weights and losses are computed
  * in double and stored as float (Megatron computes the routing in fp32).
  */
-#include "model/moe_router.h"
+#include "model/moe/router.h"
 
 #include <math.h>
 #include <stdlib.h>

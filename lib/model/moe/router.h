@@ -1,5 +1,5 @@
 /*
- * moe_router.h - the router of a mixture-of-experts layer (Megatron's
+ * router.h - the router of a mixture-of-experts layer (Megatron's
  * TopKRouter, docs/moe-spec.md sections 2-5), on the host: from the router
  * logits z[N, E] of N tokens, each token's top-k experts and their weights,
  * the token dropping of a capacity factor, the order of the rows the experts

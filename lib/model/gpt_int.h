@@ -1,0 +1,145 @@
+/*
+ * gpt_int.h - what the files of the model share, not its users: the pass
+ * a layer runs in, the building blocks (linear layers, norms, half
+ * rounding), tensor-parallel mappings, and each module's register /
+ * forward / backward. Megatron Core's seams, one file each:
+ *
+ *   gpt.c               GPTModel: set-up, the chunk loop, output layer, serving
+ *   embedding.c         LanguageModelEmbedding: vocabulary-parallel words, positions
+ *   transformer_layer.c TransformerLayer: norm, attention, residual, norm, MLP or MoE, residual
+ *   attention.c         SelfAttention: linear_qkv, RoPE, core attention (one rank, flash,
+ *                       ring over CP, or the serving key/value cache), linear_proj
+ *   mlp.c               MLP: linear_fc1, activation, linear_fc2
+ *   moe/moe_layer.c     MoELayer: router, token dispatcher, experts, shared expert
+ *   moe/router.c        TopKRouter (host)
+ *   moe/token_dispatcher.c  the all-to-all over expert parallelism
+ *   moe/experts.c       the experts' MLPs on their rows
+ *   tp_mappings.c       tensor_parallel/mappings: sums, SP gather / reduce-scatter, dropout by row
+ *   layers.c            linear layers, norms, parameter registration with declared properties
+ *   cross_entropy.c     vocabulary-parallel cross-entropy
+ *
+ * No file keeps a "current" micro-batch: every forward and backward takes
+ * the pass (struct gpt_pass) it works on.
+ */
+#ifndef MEGAC_MODEL_GPT_INT_H
+#define MEGAC_MODEL_GPT_INT_H
+
+#include "base/error.h"
+#include "model/gpt.h"
+
+/* One pass of a chunk's layers: the micro-batch (or serving step) it runs on. */
+struct gpt_pass {
+	struct gpt_slot *sl;   /* activations and inputs: tokens, positions, documents, dropout seed */
+	int l0;                /* the chunk's first layer: layer l's activations are sl->acts[l - l0] */
+	int B, T;              /* samples, and positions of each this rank holds */
+	int N, Nl;             /* rows B*T, and this rank's rows of the residual stream */
+	bool train;            /* dropout on */
+	bool stats;            /* count the MoE statistics (a training forward, not a recompute) */
+	const struct gpt_kv_step *kv; /* serving: attention against the cache; NULL in training */
+};
+
+#define SITE_SHIFT 40 /* 2^40 counters per dropout site: more than B*a*S*S ever reaches */
+
+static inline uint64_t site_offset(int site)
+{
+	return (uint64_t)site << SITE_SHIFT;
+}
+
+/* ---- memory (gpt.c): every buffer noted, so gpt_free gives back what was taken */
+void *gpt_take_bytes(struct gpt_model *m, size_t bytes);
+float *gpt_take(struct gpt_model *m, size_t n);
+/* the overlapped parameter gather's hook: before a parameter's first use */
+void gpt_need_param(struct gpt_model *m, int idx);
+
+/* ---- building blocks (layers.c) */
+/* Register a tensor with its properties declared here: a weight (NORMAL
+ * init), a bias (zero, no weight decay), a norm's weight or bias (no
+ * weight decay; summed over TP under SP, since each rank sees a sequence
+ * shard). tp_axis: the axis TP splits, -1 replicated; flags: more. */
+int reg_weight(struct gpt_model *m, const char *name, int64_t rows, int64_t cols, int tp_axis, float std,
+	       unsigned flags);
+int reg_bias(struct gpt_model *m, const char *name, int64_t n, int tp_axis, unsigned flags);
+int reg_norm(struct gpt_model *m, const char *name, const struct transformer_layer_spec *s, bool bias);
+void round_half(struct gpt_model *m, float *x, size_t n);
+void linear_fwd(struct gpt_model *m, float *out, const float *inp, int w, int b, int N, int IC, int OC);
+void linear_bwd(struct gpt_model *m, float *dinp, const float *dout, const float *inp, int w, int b, int N,
+		int IC, int OC);
+void norm_fwd(struct gpt_model *m, float *out, float *mean, float *rstd, const float *inp, int w, int b, int N);
+void norm_bwd(struct gpt_model *m, float *dinp, const float *dout, const float *inp, int w, int b,
+	      const float *mean, const float *rstd, int N);
+/* activation of fc1 (SwiGLU or GELU) and its backward: [N, f] */
+void act_fwd(struct gpt_model *m, const struct transformer_layer_spec *s, float *act, const float *fc1, int N, int f);
+void act_bwd(struct gpt_model *m, const struct transformer_layer_spec *s, float *dfc1, const float *dact,
+	     const float *fc1, int N, int f);
+
+/* ---- tensor-parallel mappings (tp_mappings.c) */
+void tp_sum(struct gpt_model *m, float *x, size_t n);
+void sp_gather(struct gpt_model *m, const struct gpt_pass *P, float *full, const float *shard);
+void sp_reduce_scatter(struct gpt_model *m, const struct gpt_pass *P, float *shard, const float *full);
+void seq_dropout(struct gpt_model *m, const struct gpt_pass *P, float *out, const float *res, const float *x,
+		 float p, int site);
+const float *seq_full(struct gpt_model *m, const struct gpt_pass *P, const float *ln);
+const float *row_parallel(struct gpt_model *m, const struct gpt_pass *P, const float *inp, int w, int b, int IC);
+const float *column_input_grad(struct gpt_model *m, const struct gpt_pass *P, float *dln);
+const float *row_output_grad(struct gpt_model *m, const struct gpt_pass *P, const float *dres, float p, int site);
+
+/* ---- the modules: register, forward, backward */
+/* the embedding of the slot's tokens into out ([Nl, h], this rank's rows);
+ * its backward from dres, the gradient of the first layer's input */
+void embedding_forward(struct gpt_model *m, const struct gpt_pass *P, float *out);
+void embedding_backward(struct gpt_model *m, const struct gpt_pass *P, const float *dres);
+
+void attention_register(struct gpt_model *m, int l);
+/* ln1: the input norm's output, all rows; leaves the attention's output
+ * before the residual, this rank's rows ([Nl, h]), returned */
+const float *attention_forward(struct gpt_model *m, const struct gpt_pass *P, int l, struct gpt_layer_acts *A,
+			       const float *ln1);
+/* core attention alone (selective recompute reruns it) */
+void core_attention_forward(struct gpt_model *m, const struct gpt_pass *P, int l, struct gpt_layer_acts *A,
+			    float p);
+/* dattn: the gradient of the attention's output, all rows; leaves this
+ * rank's share of dL/d(ln1) in m->s.dln */
+void attention_backward(struct gpt_model *m, const struct gpt_pass *P, int l, struct gpt_layer_acts *A,
+			const float *dattn);
+
+void mlp_register(struct gpt_model *m, int l);
+/* ln2: the pre-MLP norm's output, all rows; returns the output where the
+ * residual stream lives ([Nl, h], summed over TP) */
+const float *mlp_forward(struct gpt_model *m, const struct gpt_pass *P, int l, struct gpt_layer_acts *A,
+			 const float *ln2);
+/* dout: the gradient of the output, all rows; leaves this rank's share of
+ * dL/d(ln2) in m->s.dln */
+void mlp_backward(struct gpt_model *m, const struct gpt_pass *P, int l, struct gpt_layer_acts *A, const float *ln2,
+		  const float *dout);
+
+void moe_register(struct gpt_model *m, int l);
+struct gpt_moe_acts *moe_alloc_acts(struct gpt_model *m);
+void moe_alloc_scratch(struct gpt_model *m, bool backward);
+void moe_free(struct gpt_model *m);
+const float *moe_forward(struct gpt_model *m, const struct gpt_pass *P, int l, struct gpt_layer_acts *A,
+			 const float *ln2);
+void moe_backward(struct gpt_model *m, const struct gpt_pass *P, int l, struct gpt_layer_acts *A, const float *ln2,
+		  const float *dout);
+/* the experts (moe/experts.c) on rows [off[e], off[e+1]) of local expert e */
+void moe_experts_forward(struct gpt_model *m, int l, const int32_t *off, const float *xin, float *fc1, float *act,
+			 float *y);
+void moe_experts_backward(struct gpt_model *m, int l, const int32_t *off, const float *dy, const float *xin,
+			  const float *fc1, const float *act, float *dx);
+/* the token dispatcher over expert parallelism (moe/token_dispatcher.c) */
+size_t moe_rows_most(const struct gpt_model *m);
+void moe_reserve(struct gpt_model *m, struct gpt_moe_acts *M, size_t rows);
+void moe_plan_exchange(struct gpt_model *m, struct gpt_moe_acts *M, const struct moe_route *r);
+void moe_exchange(struct gpt_model *m, const struct gpt_moe_acts *M, float *out, const float *in, bool to_experts);
+
+void transformer_layer_register(struct gpt_model *m, int l);
+void transformer_layer_alloc_acts(struct gpt_model *m, struct gpt_layer_acts *A, bool probs, bool dense, bool moe);
+/* x, y: this rank's rows of the residual stream ([Nl, h]) */
+void transformer_layer_forward(struct gpt_model *m, const struct gpt_pass *P, int l, const float *x, float *y);
+/* dres: in = dL/d(layer output), out = dL/d(layer input) */
+void transformer_layer_backward(struct gpt_model *m, const struct gpt_pass *P, int l, const float *x, float *dres);
+
+/* ---- vocabulary-parallel cross-entropy (cross_entropy.c) */
+void vocab_parallel_xent_forward(struct gpt_model *m, const struct gpt_pass *P, float *losses_host);
+void vocab_parallel_xent_backward(struct gpt_model *m, const struct gpt_pass *P, const float *dloss_host);
+
+#endif

@@ -1,0 +1,50 @@
+/*
+ * layer_spec.h - how one transformer layer is built (Megatron Core's
+ * ModuleSpec for a TransformerLayer: which attention, which norm, a dense
+ * MLP or a mixture of experts, which linear layers carry biases). The
+ * layer code (transformer_layer.c, attention.c, mlp.c, moe/) reads the
+ * spec, not the model-wide flags, to decide what to register and compute,
+ * so a layer variant is a new spec field and the code that honours it.
+ *
+ * gpt_layer_spec() derives layer l's spec from the model's config; every
+ * layer of a GPT/Llama/Mixtral model differs only in mlp (the MoE layer
+ * pattern of --moe-layer-freq).
+ */
+#ifndef MEGAC_MODEL_LAYER_SPEC_H
+#define MEGAC_MODEL_LAYER_SPEC_H
+
+#include <stdbool.h>
+
+#include "kernels/ops.h"
+
+struct gpt_config;
+
+enum layer_norm_kind {
+	LAYER_NORM,   /* LayerNorm: weight and bias */
+	LAYER_RMSNORM /* RMSNorm: weight only */
+};
+
+enum layer_mlp_kind {
+	LAYER_MLP_DENSE, /* linear_fc1, activation, linear_fc2 */
+	LAYER_MLP_MOE    /* router, experts (and a shared expert) */
+};
+
+struct transformer_layer_spec {
+	/* the norms before attention and before the MLP */
+	enum layer_norm_kind norm;
+	bool norm_1p;           /* weights stored zero-centred, applied as w + 1 (--apply-layernorm-1p) */
+	/* self-attention: fused linear_qkv, core attention, linear_proj */
+	bool qkv_bias;          /* linear_qkv has a bias */
+	bool proj_bias;         /* linear_proj has a bias */
+	int rot;                /* channels of each q/k head that RoPE rotates (0: no RoPE) */
+	/* MLP */
+	enum layer_mlp_kind mlp;
+	bool swiglu;            /* fc1 is [gate; up], the activation SiLU(gate) * up */
+	enum kops_gelu gelu;    /* the GELU otherwise */
+	bool fc_bias;           /* linear_fc1 and linear_fc2 have biases (dense MLP) */
+	bool shared_expert;     /* a MoE layer's shared expert */
+};
+
+void gpt_layer_spec(const struct gpt_config *c, int l, struct transformer_layer_spec *s);
+
+#endif

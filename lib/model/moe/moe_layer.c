@@ -1,0 +1,253 @@
+/*
+ * moe_layer.c - a mixture-of-experts layer's MLP (Megatron Core's MoELayer;
+ * docs/moe-spec.md): its own pre-MLP norm, the router, the token
+ * dispatcher, the experts and an optional shared expert. Forward and
+ * backward side by side.
+ *
+ * The router's logits go to the host, where router.c picks each token's
+ * experts and orders the rows; the plan comes back as index arrays. Rows
+ * are gathered with the embedding op (out[r] = x[row_tok[r]]; its backward
+ * adds them back), each expert runs its MLP on its rows (experts.c, after
+ * token_dispatcher.c's all-to-all under expert parallelism), and the
+ * weighted sum per token is moe_combine.
+ *
+ * Experts split over TP as the dense MLP does; with expert parallelism
+ * this rank registers only its own experts, under their global numbers, so
+ * checkpoints do not depend on the split.
+ */
+#include "model/gpt_int.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/xalloc.h"
+
+void gpt_expert_param_name(char *out, size_t n, int l, int e, int fc)
+{
+	snprintf(out, n, "decoder.layers.%d.mlp.experts.local_experts.%d.linear_fc%d.weight", l, e, fc);
+}
+
+void moe_register(struct gpt_model *m, int l)
+{
+	const struct gpt_config *c = &m->c;
+	struct gpt_layer_params *p = &m->lp[l];
+	const struct transformer_layer_spec *s = &p->spec;
+	char name[PARAM_NAME_MAX];
+	float std = c->init_std, out_std = c->init_std / sqrtf(2.0f * (float)c->L);
+	int64_t f1 = s->swiglu ? 2 * (int64_t)c->moe_f : c->moe_f;
+	int64_t s1 = s->swiglu ? 2 * (int64_t)c->shared_f : c->shared_f;
+	unsigned glu = s->swiglu ? PARAM_GLU : 0;
+#define NAME(...) (snprintf(name, sizeof(name), __VA_ARGS__), name)
+	p->fc1_w = p->fc1_b = p->fc2_w = p->fc2_b = -1;
+	p->ln2_w = reg_norm(m, NAME("decoder.layers.%d.pre_mlp_layernorm.weight", l), s, false);
+	p->ln2_b = s->norm == LAYER_RMSNORM ? -1 : reg_norm(m, NAME("decoder.layers.%d.pre_mlp_layernorm.bias", l), s, true);
+	p->router_w = reg_weight(m, NAME("decoder.layers.%d.mlp.router.weight", l), c->E, c->h, -1, std, 0);
+	p->efc1_w = xcalloc((size_t)c->E, sizeof(int));
+	p->efc2_w = xcalloc((size_t)c->E, sizeof(int));
+	for (int e = 0; e < c->E; e++) {
+		p->efc1_w[e] = p->efc2_w[e] = -1;
+		if (e < m->par.e0 || e >= m->par.e0 + m->par.El)
+			continue;
+		gpt_expert_param_name(name, sizeof(name), l, e, 1);
+		p->efc1_w[e] = reg_weight(m, name, f1, c->h, 0, std, PARAM_EXPERT | glu);
+		gpt_expert_param_name(name, sizeof(name), l, e, 2);
+		p->efc2_w[e] = reg_weight(m, name, c->h, c->moe_f, 1, out_std, PARAM_EXPERT);
+	}
+	p->sfc1_w = p->sfc2_w = -1;
+	if (s->shared_expert) {
+		p->sfc1_w = reg_weight(m, NAME("decoder.layers.%d.mlp.shared_experts.linear_fc1.weight", l), s1, c->h, 0,
+				       std, glu);
+		p->sfc2_w = reg_weight(m, NAME("decoder.layers.%d.mlp.shared_experts.linear_fc2.weight", l), c->h,
+				       c->shared_f, 1, out_std, 0);
+	}
+#undef NAME
+}
+
+/* A MoE layer's activations (its routing plan's host memory comes later,
+ * from the router) */
+struct gpt_moe_acts *moe_alloc_acts(struct gpt_model *m)
+{
+	const struct gpt_config *c = &m->lc;
+	struct gpt_moe_state *S = &m->moe;
+	size_t BT = (size_t)m->B * c->S, h = c->h, R = BT * (size_t)c->router.k, Rl = gpt_moe_rows_local(m);
+	size_t f1 = c->swiglu ? 2 * (size_t)c->moe_f : (size_t)c->moe_f;
+	size_t s1 = c->swiglu ? 2 * (size_t)c->shared_f : (size_t)c->shared_f;
+	struct gpt_moe_acts *M = xcalloc(1, sizeof(*M));
+	if (S->nall == S->cap_all)
+		xgrow(&S->all, &S->cap_all, S->nall + 1, sizeof(*S->all));
+	S->all[S->nall++] = M;
+	M->z_host = xmalloc(BT * (size_t)c->E * sizeof(float) + 1);
+	M->z = gpt_take(m, BT * c->E);
+	M->row_tok = gpt_take_bytes(m, R * sizeof(int32_t));
+	M->tok_rowptr = gpt_take_bytes(m, (BT + 1) * sizeof(int32_t));
+	M->tok_rows = gpt_take_bytes(m, R * sizeof(int32_t));
+	M->row_w = gpt_take(m, R);
+	M->xperm = gpt_take(m, R * h);
+	M->xloc = m->par.ep ? gpt_take(m, Rl * h) : M->xperm;
+	M->fc1 = gpt_take(m, Rl * f1);
+	M->act = gpt_take(m, Rl * (size_t)c->moe_f);
+	M->rows_cap = Rl;
+	M->y = gpt_take(m, R * h);
+	M->cnt = xcalloc((size_t)m->par.ep_size * (size_t)m->par.El, sizeof(int32_t));
+	M->loff = xcalloc((size_t)m->par.El + 1, sizeof(int32_t));
+	if (c->shared_f > 0) {
+		M->sfc1 = gpt_take(m, BT * s1);
+		M->sact = gpt_take(m, BT * (size_t)c->shared_f);
+	}
+	return M;
+}
+
+/* The scratch every MoE layer shares; backward: the backward's too (a
+ * serving model runs forward only). */
+void moe_alloc_scratch(struct gpt_model *m, bool backward)
+{
+	const struct gpt_config *c = &m->lc;
+	struct gpt_moe_state *S = &m->moe;
+	size_t BT = (size_t)m->B * c->S, h = c->h;
+	size_t R = BT * (size_t)c->router.k, fm = (size_t)c->moe_f, fs = (size_t)c->shared_f;
+	size_t f1m = c->swiglu ? 2 * fm : fm, f1s = c->swiglu ? 2 * fs : fs, Rl = gpt_moe_rows_local(m);
+	if (fs > 0)
+		S->out2 = gpt_take(m, BT * h);
+	if (m->par.ep) {
+		size_t rows = Rl > R ? Rl : R;
+		S->xa = gpt_take(m, rows * h);
+		S->xb = gpt_take(m, rows * h);
+		S->cnt_all = xcalloc((size_t)m->par.ep_size * (size_t)c->E, sizeof(int32_t));
+	}
+	S->rows_cap = Rl;
+	if (!backward)
+		return;
+	S->dy = gpt_take(m, R * h);
+	S->dx = gpt_take(m, R * h);
+	S->dact = gpt_take(m, Rl * fm > BT * fs ? Rl * fm : BT * fs);
+	S->dfc1 = gpt_take(m, Rl * f1m > BT * f1s ? Rl * f1m : BT * f1s);
+	S->dw = gpt_take(m, R);
+	S->dz = gpt_take(m, BT * c->E);
+	S->dw_host = xmalloc(R * sizeof(float) + 1);
+	S->dprobs_host = xmalloc(R * sizeof(float) + 1);
+	S->dz_host = xmalloc(BT * (size_t)c->E * sizeof(float) + 1);
+}
+
+/* The host memory of the MoE layers (gpt_free gives back the rest). */
+void moe_free(struct gpt_model *m)
+{
+	struct gpt_moe_state *S = &m->moe;
+	for (size_t i = 0; i < S->nall; i++) {
+		moe_route_free(&S->all[i]->route);
+		free(S->all[i]->z_host);
+		free(S->all[i]->cnt);
+		free(S->all[i]->loff);
+		free(S->all[i]);
+	}
+	free(S->all);
+	free(S->dw_host);
+	free(S->dprobs_host);
+	free(S->dz_host);
+	free(S->cnt_all);
+}
+
+const float *moe_forward(struct gpt_model *m, const struct gpt_pass *P, int l, struct gpt_layer_acts *A,
+			 const float *x)
+{
+	const struct gpt_config *c = &m->lc;
+	const struct kops *k = m->k;
+	const struct gpt_layer_params *p = &m->lp[l];
+	struct gpt_moe_state *S = &m->moe;
+	struct gpt_moe_acts *M = A->moe;
+	int N = P->N, h = c->h, E = c->E;
+	float *out = m->s.tmp;
+
+	/* x: every row, on every TP rank: they all route alike */
+	if (c->router_fp32) /* --moe-router-dtype: not rounded to the half type */
+		k->linear_forward(M->z, x, gpt_param(m, p->router_w), NULL, N, h, E);
+	else
+		linear_fwd(m, M->z, x, p->router_w, -1, N, h, E);
+	k->to_host(M->z_host, M->z, (size_t)N * E * sizeof(float));
+	struct moe_route *r = &M->route;
+	moe_route_forward(r, &c->router, M->z_host, N, P->T);
+	if (P->stats) {
+		S->aux_sum += r->aux;
+		S->zsq_sum += r->zsq;
+		S->calls++;
+	}
+	int R = r->R;
+	k->to_device(M->row_tok, r->row_tok, (size_t)R * sizeof(int32_t));
+	k->to_device(M->tok_rowptr, r->tok_rowptr, ((size_t)N + 1) * sizeof(int32_t));
+	k->to_device(M->tok_rows, r->tok_rows, (size_t)R * sizeof(int32_t));
+	k->to_device(M->row_w, r->row_w, (size_t)R * sizeof(float));
+	if (R > 0)
+		k->embedding_forward(M->xperm, M->row_tok, NULL, x, NULL, R, h);
+	if (m->par.ep) {
+		moe_plan_exchange(m, M, r);
+		moe_reserve(m, M, (size_t)M->loff[m->par.El]);
+		moe_exchange(m, M, M->xloc, M->xperm, true);
+		moe_experts_forward(m, l, M->loff, M->xloc, M->fc1, M->act, S->xb);
+		moe_exchange(m, M, M->y, S->xb, false);
+	} else {
+		moe_experts_forward(m, l, r->exp_off, M->xperm, M->fc1, M->act, M->y);
+	}
+	k->moe_combine_forward(out, M->y, M->row_w, M->tok_rowptr, M->tok_rows, N, h);
+	if (p->sfc1_w >= 0) {
+		int fs = c->shared_f, s1 = p->spec.swiglu ? 2 * fs : fs;
+		linear_fwd(m, M->sfc1, x, p->sfc1_w, -1, N, h, s1);
+		act_fwd(m, &p->spec, M->sact, M->sfc1, N, fs);
+		linear_fwd(m, S->out2, M->sact, p->sfc2_w, -1, N, fs, h);
+		k->add(out, out, S->out2, (size_t)N * h);
+	}
+	round_half(m, out, (size_t)N * h);
+	/* each TP rank holds a slice of every expert's MLP, as of the dense
+	 * one: the output is summed over TP, or reduce-scattered with SP */
+	return column_input_grad(m, P, out);
+}
+
+/* dout: dL/d(the MoE output), every row; leaves this rank's share of
+ * dL/d(its input x, the norm's output) in m->s.dln */
+void moe_backward(struct gpt_model *m, const struct gpt_pass *P, int l, struct gpt_layer_acts *A, const float *x,
+		  const float *dout)
+{
+	const struct gpt_config *c = &m->lc;
+	const struct kops *k = m->k;
+	const struct gpt_layer_params *p = &m->lp[l];
+	struct gpt_moe_state *S = &m->moe;
+	struct gpt_moe_acts *M = A->moe;
+	const struct moe_route *r = &M->route;
+	float *dln = m->s.dln;
+	int N = P->N, h = c->h, E = c->E, R = r->R;
+
+	if (p->sfc1_w >= 0) {
+		int fs = c->shared_f, s1 = p->spec.swiglu ? 2 * fs : fs;
+		linear_bwd(m, S->dact, dout, M->sact, p->sfc2_w, -1, N, fs, h);
+		act_bwd(m, &p->spec, S->dfc1, S->dact, M->sfc1, N, fs);
+		linear_bwd(m, dln, S->dfc1, x, p->sfc1_w, -1, N, h, s1);
+	} else {
+		k->zero(dln, (size_t)N * h);
+	}
+	k->moe_combine_backward(S->dy, S->dw, dout, M->y, M->row_w, M->row_tok, R, h);
+	if (m->par.ep) { /* the rows' gradients to their experts' ranks and back */
+		moe_exchange(m, M, S->xb, S->dy, true);
+		/* dx over dy: the experts read all of dy before they write dx */
+		moe_experts_backward(m, l, M->loff, S->xb, M->xloc, M->fc1, M->act, S->xb);
+		moe_exchange(m, M, S->dx, S->xb, false);
+	} else {
+		moe_experts_backward(m, l, r->exp_off, S->dy, M->xperm, M->fc1, M->act, S->dx);
+	}
+	if (R > 0) /* the gather's backward adds each row back to its token */
+		k->embedding_backward(dln, NULL, S->dx, M->row_tok, NULL, R, h);
+	/* the router: each kept slot's weight gradient, plus the attached losses */
+	k->to_host(S->dw_host, S->dw, (size_t)R * sizeof(float));
+	if (m->par.tp) /* y, hence each row's dot product, is this rank's share of the expert's output */
+		dist_allreduce_sum_f32(m->par.tp, S->dw_host, (size_t)R);
+	memset(S->dprobs_host, 0, (size_t)N * c->router.k * sizeof(float));
+	for (int i = 0; i < R; i++)
+		S->dprobs_host[(size_t)r->row_tok[i] * c->router.k + r->row_slot[i]] = S->dw_host[i];
+	moe_route_backward(r, &c->router, M->z_host, S->dprobs_host, P->T, S->aux_scale, S->dz_host);
+	k->to_device(S->dz, S->dz_host, (size_t)N * E * sizeof(float));
+	/* every TP rank computed the whole router gradient; the input's share
+	 * counts once in the sum over TP that follows */
+	linear_bwd(m, m->par.tp_rank == 0 ? S->dx : NULL, S->dz, x, p->router_w, -1, N, h, E);
+	if (m->par.tp_rank == 0)
+		k->add(dln, dln, S->dx, (size_t)N * h);
+	round_half(m, dln, (size_t)N * h);
+}

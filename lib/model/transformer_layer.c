@@ -1,0 +1,122 @@
+/*
+ * transformer_layer.c - one decoder layer (Megatron Core's
+ * TransformerLayer): pre-norm residual blocks, bias-dropout-add after the
+ * attention's linear_proj and after the MLP:
+ *
+ *   res1 = x    + dropout(attention(norm1(x)))       site 3l+1
+ *   y    = res1 + dropout(mlp_or_moe(norm2(res1)))   site 3l+2
+ *
+ * (site 3l is the attention probabilities' dropout.) The layer is built
+ * from its spec (layer_spec.h); the norms' outputs are kept per sequence
+ * shard under SP and gathered to all rows for the column-parallel linears.
+ * Forward and backward side by side; serving runs the same forward, with
+ * the pass's key/value step.
+ */
+#include "model/gpt_int.h"
+
+#include <stdlib.h>
+
+void gpt_layer_spec(const struct gpt_config *c, int l, struct transformer_layer_spec *s)
+{
+	s->norm = c->rmsnorm ? LAYER_RMSNORM : LAYER_NORM;
+	s->norm_1p = c->norm_1p;
+	s->qkv_bias = c->bias;
+	s->proj_bias = c->bias;
+	s->rot = c->rope ? c->rot : 0;
+	s->mlp = c->E > 0 && c->moe_layer[l] ? LAYER_MLP_MOE : LAYER_MLP_DENSE;
+	s->swiglu = c->swiglu;
+	s->gelu = c->gelu;
+	s->fc_bias = c->bias;
+	s->shared_expert = s->mlp == LAYER_MLP_MOE && c->shared_f > 0;
+}
+
+void transformer_layer_register(struct gpt_model *m, int l)
+{
+	struct gpt_layer_params *p = &m->lp[l];
+	p->pfirst = m->reg.n;
+	attention_register(m, l);
+	if (p->spec.mlp == LAYER_MLP_MOE)
+		moe_register(m, l);
+	else
+		mlp_register(m, l);
+	p->pend = m->reg.n;
+}
+
+void transformer_layer_alloc_acts(struct gpt_model *m, struct gpt_layer_acts *A, bool probs, bool dense, bool moe)
+{
+	const struct gpt_config *c = &m->lc;
+	size_t BT = (size_t)m->B * c->S, h = c->h;
+	size_t f1 = c->swiglu ? 2 * (size_t)c->f : (size_t)c->f;
+	size_t BTl = (size_t)m->Nl; /* rows of this rank's sequence shard (all rows without SP) */
+	bool lse = m->par.cp || m->flash || m->kv;
+	A->ln1 = gpt_take(m, BTl * h); /* with SP the shard; backward gathers it again, as Megatron */
+	A->ln1_mean = gpt_take(m, BTl);
+	A->ln1_rstd = gpt_take(m, BTl);
+	A->q = gpt_take(m, BT * c->a * c->k);
+	A->kk = gpt_take(m, BT * c->g * c->k);
+	A->v = gpt_take(m, BT * c->g * c->k);
+	A->probs = probs && !lse ? gpt_take(m, (size_t)m->B * c->a * c->S * c->S) : NULL;
+	A->alse = lse ? gpt_take(m, (size_t)m->B * c->a * c->S) : NULL;
+	A->atty = gpt_take(m, BT * c->a * c->k);
+	A->res1 = gpt_take(m, BTl * h);
+	A->ln2 = gpt_take(m, BTl * h);
+	A->ln2_mean = gpt_take(m, BTl);
+	A->ln2_rstd = gpt_take(m, BTl);
+	A->fc1 = dense ? gpt_take(m, BT * f1) : NULL;
+	A->act = dense ? gpt_take(m, BT * c->f) : NULL;
+	A->moe = moe ? moe_alloc_acts(m) : NULL;
+}
+
+static struct gpt_layer_acts *layer_acts(const struct gpt_pass *P, int l)
+{
+	return &P->sl->acts[l - P->l0];
+}
+
+void transformer_layer_forward(struct gpt_model *m, const struct gpt_pass *P, int l, const float *x, float *y)
+{
+	const struct gpt_config *c = &m->lc;
+	const struct gpt_layer_params *p = &m->lp[l];
+	struct gpt_layer_acts *A = layer_acts(P, l);
+	size_t nhl = (size_t)P->Nl * c->h;
+	float ph = P->train ? c->hidden_dropout : 0;
+
+	norm_fwd(m, A->ln1, A->ln1_mean, A->ln1_rstd, x, p->ln1_w, p->ln1_b, P->Nl);
+	const float *attn = attention_forward(m, P, l, A, seq_full(m, P, A->ln1));
+	seq_dropout(m, P, A->res1, x, attn, ph, 3 * l + 1);
+	round_half(m, A->res1, nhl); /* the residual stream is half precision too */
+	norm_fwd(m, A->ln2, A->ln2_mean, A->ln2_rstd, A->res1, p->ln2_w, p->ln2_b, P->Nl);
+	const float *ln2 = seq_full(m, P, A->ln2);
+	const float *mlp = p->spec.mlp == LAYER_MLP_MOE ? moe_forward(m, P, l, A, ln2) : mlp_forward(m, P, l, A, ln2);
+	seq_dropout(m, P, y, A->res1, mlp, ph, 3 * l + 2);
+	round_half(m, y, nhl);
+}
+
+void transformer_layer_backward(struct gpt_model *m, const struct gpt_pass *P, int l, const float *x, float *dres)
+{
+	const struct gpt_config *c = &m->lc;
+	const struct kops *k = m->k;
+	const struct gpt_layer_params *p = &m->lp[l];
+	struct gpt_layer_acts *A = layer_acts(P, l);
+	float ph = c->hidden_dropout;
+	size_t nhl = (size_t)P->Nl * c->h;
+
+	/* MLP: y = res1 + dropout(mlp(norm2(res1))) */
+	const float *dmlp = row_output_grad(m, P, dres, ph, 3 * l + 2);
+	const float *ln2 = seq_full(m, P, A->ln2);
+	if (p->spec.mlp == LAYER_MLP_MOE)
+		moe_backward(m, P, l, A, ln2, dmlp);
+	else
+		mlp_backward(m, P, l, A, ln2, dmlp);
+	const float *dn2 = column_input_grad(m, P, m->s.dln); /* every rank's share of dL/d norm2 */
+	norm_bwd(m, m->s.dtmp, dn2, A->res1, p->ln2_w, p->ln2_b, A->ln2_mean, A->ln2_rstd, P->Nl);
+	k->add(dres, dres, m->s.dtmp, nhl); /* dres = dL/d res1 */
+	round_half(m, dres, nhl);
+
+	/* attention: res1 = x + dropout(attention(norm1(x))) */
+	const float *dattn = row_output_grad(m, P, dres, ph, 3 * l + 1);
+	attention_backward(m, P, l, A, dattn);
+	const float *dn1 = column_input_grad(m, P, m->s.dln);
+	norm_bwd(m, m->s.dtmp, dn1, x, p->ln1_w, p->ln1_b, A->ln1_mean, A->ln1_rstd, P->Nl);
+	k->add(dres, dres, m->s.dtmp, nhl); /* dres = dL/dx */
+	round_half(m, dres, nhl);
+}
