@@ -1,6 +1,7 @@
 /*
  * md5.h - MD5 (RFC 1321). Megatron names its dataset index caches by the MD5
- * of a JSON description (spec/gpt-dataset.md §8.1); this is for such names
+ * of a JSON description (Megatron's megatron/core/datasets/megatron_dataset.py,
+ * MegatronDataset's unique_description_hash; docs/formats.md); this is for such names
  * and checksums, not for security.
  */
 #ifndef MEGAC_BASE_MD5_H

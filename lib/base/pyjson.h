@@ -1,7 +1,7 @@
 /*
  * pyjson.h - JSON text exactly as CPython 3.11's json.dumps() writes it, for
  * a jansson value. Megatron names its dataset caches by the MD5 of
- * json.dumps(identifiers, indent=4) (spec/gpt-dataset.md §8.1), so sharing
+ * json.dumps(identifiers, indent=4) (megatron/core/datasets/megatron_dataset.py), so sharing
  * caches needs the same bytes: Python's separators and indentation,
  * ensure_ascii escapes (\uXXXX, lowercase hex, surrogate pairs, DEL too),
  * floats in repr() form (shortest round-trip digits, '1.0', '1e-05',

@@ -2,7 +2,7 @@
  * hf_map.h - megac's tensors and Hugging Face's for GPT-2-style
  * (GPT2LMHeadModel), Llama-style (LlamaForCausalLM) and Mixtral-style
  * mixture-of-experts (MixtralForCausalLM, docs/moe-spec.md section 7) models
- * (spec/checkpoint.md section 7, docs/ckpt-convert.md): which HF tensors a
+ * (as Megatron's tools/checkpoint/schema_hf.py names them; docs/ckpt-convert.md): which HF tensors a
  * model has, which megac tensor each one's values come from and how
  * (vocabulary rows without the padding, transposes for GPT-2's Conv1D,
  * the fused QKV per query group unfused, SwiGLU's [gate; up] split), the

@@ -1,6 +1,7 @@
 /*
  * gpt_data.c - see gpt_data.h. The builder follows Megatron's
- * BlendedMegatronDatasetBuilder.build() case by case (spec section 4):
+ * BlendedMegatronDatasetBuilder.build() case by case
+ * (megatron/core/datasets/blended_megatron_dataset_builder.py):
  *
  *   one prefix, no weight        -> a GPTDataset per split
  *   several prefixes, weights    -> GPTDatasets with a surplus, a BlendedDataset per split
@@ -81,7 +82,8 @@ static void normalize(const double *w, int n, double *out)
 		out[i] = w[i] / s;
 }
 
-/* Spec 1.1: "[w] prefix ..." -> prefixes and (maybe) weights. */
+/* "[w] prefix ..." -> prefixes and (maybe) weights, as Megatron's
+ * get_blend_from_list (megatron/core/datasets/utils.py). */
 struct blend_list {
 	int n;
 	char **prefixes;
@@ -318,7 +320,7 @@ int gpt_data_config_from_args(const struct args *a, const struct tokenizer *tok,
 		return error("one of --train-iters and --train-samples is required");
 	}
 	batch_schedule_free(&bss);
-	/* spec 3: valid and test sizes */
+	/* valid and test sizes: Megatron's get_train_valid_test_num_samples (training.py) */
 	int64_t eval = a->eval_iters * gbs, valid;
 	if (a->full_validation) {
 		valid = -1;
@@ -720,7 +722,8 @@ static struct gpt_blend *blend_create(struct gpt_data *d, struct gpt_ds **member
 			free(di);
 		}
 	}
-	/* spec 11 step 3: no member may be asked for more samples than it has */
+	/* no member may be asked for more samples than it has (Megatron fails
+	 * with "The <split> blend oversamples the contributing datasets") */
 	for (uint64_t s = 0; s < b->len && !ret; s++) {
 		int m = b->dataset_index[s];
 		if (b->dataset_sample_index[s] >= lengths[m])

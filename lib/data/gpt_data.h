@@ -1,7 +1,8 @@
 /*
  * gpt_data.h - the train/valid/test datasets of GPT pretraining, built as
- * Megatron's BlendedMegatronDatasetBuilder builds them (spec/gpt-dataset.md
- * sections 1-8): one GPTDataset per (prefix, split), BlendedDatasets over
+ * Megatron's BlendedMegatronDatasetBuilder builds them
+ * (megatron/core/datasets/blended_megatron_dataset_builder.py, gpt_dataset.py,
+ * blended_dataset.py): one GPTDataset per (prefix, split), BlendedDatasets over
  * several prefixes, per-split blends, or the mock dataset; each with the
  * description JSON, md5 and .npy cache files Megatron writes, so that
  * Megatron and megac share caches both ways.

@@ -1,6 +1,8 @@
 /*
- * gpt_index.c - see gpt_index.h. Each function follows the numbered steps
- * of spec/gpt-dataset.md; the comments point at them. Shuffles go through
+ * gpt_index.c - see gpt_index.h. Each function follows its Megatron
+ * counterpart in megatron/core/datasets/gpt_dataset.py (_build_document_index,
+ * _build_shuffle_index, GPTDataset._build_document_sample_shuffle_indices) and
+ * helpers.cpp (build_sample_idx, build_blending_indices). Shuffles go through
  * np_random.h, which reproduces numpy's legacy RandomState draw for draw.
  */
 #include "gpt_index.h"
@@ -65,7 +67,7 @@ void gpt_split_range(const double b[4], int i, uint64_t n, uint64_t *lo, uint64_
 		*hi = *lo;
 }
 
-/* Spec 5.5: rows (position in doc_idx, offset) delimiting the samples. */
+/* helpers.cpp's build_sample_idx: rows (position in doc_idx, offset) delimiting the samples. */
 static void build_sample_idx(const int32_t *sizes, const int64_t *doc_idx, uint64_t n_doc, int64_t seq_length,
 			     uint64_t n_samples, int64_t *out)
 {

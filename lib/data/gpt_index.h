@@ -1,6 +1,8 @@
 /*
  * gpt_index.h - Megatron's GPT dataset index arithmetic, exactly
- * (spec/gpt-dataset.md sections 2, 5 and 11): which sequences a split owns,
+ * (Megatron's megatron/core/datasets/blended_megatron_dataset_config.py for
+ * the split, gpt_dataset.py and helpers.cpp for the indices, docs/formats.md
+ * for the cache files): which sequences a split owns,
  * how many epochs a sample count needs and whether the last one is shuffled
  * apart, the document / sample / shuffle indices, and the blending indices
  * that interleave several datasets. Pure functions over arrays: no files,
@@ -49,7 +51,7 @@ bool gpt_index_sample_idx_is_int64(const struct gpt_index *ix, int32_t max_size)
 bool gpt_index_shuffle_idx_is_int64(const struct gpt_index *ix);
 
 /*
- * Blending (spec section 11): for s in [0, size) pick the dataset whose
+ * Blending (helpers.cpp's build_blending_indices): for s in [0, size) pick the dataset whose
  * weight * max(s,1) - count is largest (lowest index on ties). weights must
  * be normalised. dataset_index[s], dataset_sample_index[s] are written.
  */

@@ -1,6 +1,7 @@
 /*
  * gpt_sample.h - turning an index entry into a training sample, as
- * Megatron's GPTDataset.__getitem__ does (spec/gpt-dataset.md section 6):
+ * Megatron's GPTDataset.__getitem__ does (megatron/core/datasets/gpt_dataset.py,
+ * with _get_ltor_masks_and_position_ids):
  * the S+1 tokens a sample spans across documents, then tokens/labels,
  * loss mask, position ids and the causal attention mask, with
  * --eod-mask-loss, --reset-position-ids and --reset-attention-mask.

@@ -1,6 +1,6 @@
 /*
  * idx.h - Megatron's indexed dataset: the PREFIX.bin / PREFIX.idx pair
- * (spec/indexed-dataset.md; layout in docs/formats.md).
+ * (Megatron's megatron/core/datasets/indexed_dataset.py; layout in docs/formats.md).
  *
  * The writer streams tokens into PREFIX.bin and spills the per-sequence
  * lengths and the document boundaries to unnamed scratch files, so its memory

@@ -1,7 +1,7 @@
 /*
  * merge_command.c - merge_datasets: every .bin/.idx pair of a directory into
  * one dataset, in sorted name order, as Megatron's tools/merge_datasets.py
- * does (spec/preprocess.md section 4): a file without its partner, or any
+ * does: a file without its partner, or any
  * other file, is an error; the first dataset's dtype is the output's.
  */
 #include "commands.h"

@@ -1,6 +1,7 @@
 /*
  * np_random.h - numpy's random number generators, bit for bit (numpy 1.24),
- * for the parts Megatron's GPT datasets consume (spec/gpt-dataset.md §7, §9):
+ * for the parts Megatron's GPT datasets consume (megatron/core/datasets/gpt_dataset.py:
+ * the shuffles of the indices, MockGPTDataset's sequence lengths):
  *
  *   - the legacy numpy.random.RandomState(seed): MT19937 seeded by
  *     init_genrand (numpy's mt19937_seed for an integer seed < 2^32; an

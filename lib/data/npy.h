@@ -1,6 +1,6 @@
 /*
  * npy.h - numpy's .npy files (format 1.0), which Megatron uses for its dataset
- * index caches (spec/gpt-dataset.md §8).
+ * index caches (docs/formats.md).
  *
  * The writer produces the bytes numpy 1.24's np.save writes for a C-order
  * array: magic "\x93NUMPY", version 1.0, u16 header length, the dict text

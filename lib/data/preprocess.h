@@ -1,7 +1,7 @@
 /*
  * preprocess.h - the engine of preprocess_data: JSONL corpus in, one indexed
  * dataset per JSON key out, exactly as Megatron's tools/preprocess_data.py
- * fills them (spec/preprocess.md section 3.1).
+ * fills them (its default path, one partition).
  *
  * Three kinds of threads: one reader (lib/data/input) cuts the corpus into
  * numbered chunks of lines; N workers parse the JSON and tokenize a chunk

@@ -34,7 +34,8 @@ struct tok_session {
 	char err[320];
 };
 
-/* Every --tokenizer-type value Megatron accepts (spec/preprocess.md 1.2). */
+/* Every --tokenizer-type value Megatron accepts (the choices of tokenizer_type in
+ * megatron/training/config/training_config.py's TokenizerConfig). */
 static const char *const megatron_types[] = {
 	"BertWordPieceLowerCase", "BertWordPieceCase",	  "GPT2BPETokenizer", "SentencePieceTokenizer",
 	"GPTSentencePieceTokenizer", "Llama2Tokenizer",	  "HuggingFaceTokenizer", "TikTokenizer",

@@ -1,6 +1,6 @@
 /*
  * tok.h - tokenizers: UTF-8 text to token ids and back, giving exactly the
- * ids Megatron's tokenizers give (spec/preprocess.md section 2).
+ * ids Megatron's tokenizers give (megatron/core/tokenizers/text/).
  *
  *   GPT2BPETokenizer      vocab.json + merges.txt, GPT-2 byte-level BPE
  *                         (as Hugging Face's GPT-2 tokenizer: "<|endoftext|>"

@@ -364,7 +364,7 @@ int dist_setup(struct dist *d, const struct dist_layout *l)
 		return -1;
 	rank_gen_coords(&rg, d->rank, d->coords);
 	unsigned TP = 1u << DIST_TP, CP = 1u << DIST_CP, DP = 1u << DIST_DP, PP = 1u << DIST_PP;
-	/* Megatron's creation order (parallel-state.md section 5) */
+	/* Megatron's creation order (initialize_model_parallel in megatron/core/parallel_state.py) */
 	if (make_group(d, &d->dp_cp, "data-parallel with context-parallel", DP | CP, &rg) < 0 ||
 	    make_group(d, &d->dp, "data-parallel", DP, &rg) < 0 ||
 	    make_group(d, &d->cp, "context-parallel", CP, &rg) < 0 ||

@@ -1,5 +1,6 @@
 /*
- * dist.h - the ranks of a job and their process groups (DESIGN decision 6):
+ * dist.h - the ranks of a job and their process groups (docs/design.md,
+ * "One process per rank, explicit communication"):
  * every byte that moves between ranks goes through these calls, which wrap
  * MPI for host buffers and NCCL for device buffers (nccl.c), and count what
  * each group sends.

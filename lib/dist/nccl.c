@@ -497,7 +497,7 @@ struct dist_nccl_op *dist_nccl_reduce_scatter_equal(struct dist_group *g, const 
 	return issued(op_new(g, OP_COLL, "reduce-scatter"), c);
 }
 
-/* ncclGather is newer than the NCCL the device machines may bring: the
+/* ncclGather is newer than the NCCL a GPU machine may bring: the
  * all-to-one pattern of send/receive in one group call instead. */
 struct dist_nccl_op *dist_nccl_gather_equal(struct dist_group *g, const float *in, size_t n, float *out)
 {

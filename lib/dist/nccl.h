@@ -1,5 +1,5 @@
 /*
- * nccl.h - the device side of lib/dist (issue 8): NCCL communicators for the
+ * nccl.h - the device side of lib/dist: NCCL communicators for the
  * process groups, and the NCCL form of every dist_* transfer, for buffers
  * that live in GPU memory. dist.c decides which side a call takes (see
  * dist.h, "Device buffers"); nothing outside lib/dist calls these.

@@ -1,6 +1,6 @@
 /*
- * api_megatron.c - PUT /api, Megatron's native endpoint (spec
- * text-generation-server.md section 2): its checks in its order and with its
+ * api_megatron.c - PUT /api, Megatron's native endpoint (megatron/core/inference/
+ * text_generation_server/text_generation_server.py): its checks in its order and with its
  * messages, but each rejection an HTTP 400 with {"error": message}. The
  * defaults of tokens_to_generate, logprobs, temperature, top_k and top_p
  * are the server's --num-tokens-to-generate, --return-log-probs,
@@ -13,7 +13,7 @@
 #include "base/xalloc.h"
 #include "infer/server_int.h"
 
-/* Megatron's checks of PUT /api in its order (spec section 2): NULL when
+/* Megatron's checks of PUT /api in its order: NULL when
  * the request is good, else the message. */
 struct api_req {
 	json_t *prompts;

@@ -1,6 +1,6 @@
 /*
  * sample.h - choosing the next token from a row of logits, as Megatron's
- * text generation server does (spec/text-generation-server.md section 3):
+ * text generation server does (megatron/core/inference/sampling/torch_sampling.py):
  * greedy argmax when top_k is 1; otherwise the logits divided by the
  * temperature, cut to the top_k largest (ties with the k-th kept) or to the
  * smallest prefix of the sorted distribution whose mass reaches top_p (the

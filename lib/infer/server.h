@@ -1,5 +1,5 @@
 /*
- * server.h - the text_gen_server program (issue 7): HTTP (libmicrohttpd,
+ * server.h - the text_gen_server program: HTTP (libmicrohttpd,
  * a thread per connection) in front of one engine thread that runs the
  * continuous-batching scheduler (generate.h). A request is checked and
  * tokenized on its connection's thread, queued, and answered when the

@@ -103,7 +103,8 @@ void kops_rope_table(float *cos, float *sin, int T, int rot, float base)
 
 /* ---- fused QKV split ----
  * Token row of qkv: for each group G, [m query heads | key | value], k
- * channels each (checkpoint.md 4.1). Piece j of group G goes to query head
+ * channels each (Megatron Core's linear_qkv layout, docs/checkpoint-format.md).
+ * Piece j of group G goes to query head
  * G*m + j (j < m), the group's key (j = m) or its value (j = m + 1). */
 
 void cpu_qkv_split_forward(float *q, float *kk, float *v, const float *qkv, const float *cos,

@@ -1,5 +1,5 @@
 /*
- * cuda_ops.h - the CUDA backend of the op table (issue 8;
+ * cuda_ops.h - the CUDA backend of the op table (docs/cuda.md;
  * lib/kernels/cuda/ops.cu, compiled whenever nvcc exists). Same semantics
  * as kops_cpu(): every pointer argument of an op is device memory, alloc
  * returns device memory, to_host/to_device copy across. Ops the GPU does not

@@ -1,9 +1,10 @@
 /*
  * ops.h - the compute op table: every piece of arithmetic the model, the
  * optimizer and the training loop do on tensors goes through one of these
- * function pointers (DESIGN decision 2). The CPU backend (cpu_*.c, OpenBLAS +
- * OpenMP) is the reference; a CUDA backend fills the same table with the same
- * semantics later, so nothing above lib/kernels knows which device it runs on.
+ * function pointers (docs/design.md, "One op table, two backends"). The CPU
+ * backend (cpu_*.c, OpenBLAS + OpenMP) is the reference; the CUDA backend
+ * (cuda_ops.h) fills the same table with the same semantics, so nothing
+ * above lib/kernels knows which device it runs on.
  *
  * Conventions, for every op:
  *   - fp32, row-major, contiguous. "N" is a row count (tokens = B*T), "C" a

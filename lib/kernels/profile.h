@@ -1,5 +1,5 @@
 /*
- * profile.h - where a training step's time goes, op by op (issue 11: the
+ * profile.h - where a training step's time goes, op by op (the
  * measurements order the speed work). kops_profile_wrap() gives an op table
  * whose every op calls the wrapped table's and times it: on a GPU it waits
  * for the device before and after each op (a 4-byte copy back), so each op's

@@ -1,5 +1,5 @@
 /*
- * megac_mem.h - megac's own memory prediction for report_memory (issue 5):
+ * megac_mem.h - megac's own memory prediction for report_memory:
  * not a formula but train's allocation plan itself. For each pipeline stage
  * the real set-up code (gpt_init_pipe with that stage's layers, schedule and
  * activation slots, adam_init with the rank's optimizer shard, the

@@ -1,7 +1,7 @@
 /*
- * megatron_mem.c - see megatron_mem.h. Section numbers are those of
- * spec/memory-formula.md; the arithmetic follows its formulas term by term,
- * in doubles, as Megatron's Python floats do.
+ * megatron_mem.c - see megatron_mem.h. The arithmetic follows Megatron's
+ * megatron/training/theoretical_memory_usage.py term by term, in doubles, as
+ * its Python floats do; the comments name the function each part follows.
  */
 #include "memcalc/megatron_mem.h"
 
@@ -19,12 +19,12 @@ int megatron_mem_compute(const struct mm_config *c, struct mm_report *r)
 		return error("memory report: a size is below 1 (layers, hidden, heads, kv channels, parallel "
 			     "sizes, seq length, micro-batch, vocabulary must all be positive)");
 	const double h = (double)c->h, a = (double)c->a, k = (double)c->k;
-	const double g = c->group_query_attention ? (double)c->g : a; /* §1 side effect */
+	const double g = c->group_query_attention ? (double)c->g : a; /* Megatron overwrites num_query_groups */
 	const double L = (double)c->L, V = (double)c->V, t = (double)c->t, p = (double)c->p;
 	const double s = (double)c->s, b = (double)c->b;
 	const bool moe = c->num_experts > 0;
 
-	/* §2: per-term parameter counts */
+	/* compute_weight_and_optimizer_memory: per-term parameter counts */
 	const double r_q = k * a / h;         /* query projection / hidden */
 	const double G = c->swiglu ? 1.5 : 1; /* SwiGLU's wider fc1 */
 	const double n = c->rmsnorm ? 1 : 2;  /* norm parameters per channel */
@@ -50,7 +50,7 @@ int megatron_mem_compute(const struct mm_config *c, struct mm_report *r)
 	const double final_norm = n * h;
 	const double emb = h * V;
 
-	/* the MoE layer pattern (§2): Lm MoE layers, Ld dense ones; MTP layers
+	/* the MoE layer pattern: Lm MoE layers, Ld dense ones; MTP layers
 	 * follow the last entry */
 	int64_t lm = 0;
 	if (moe)
@@ -68,11 +68,10 @@ int megatron_mem_compute(const struct mm_config *c, struct mm_report *r)
 	r->mtp_block = dense_layer * Ld_mtp + moe_layer * Lm_mtp;
 	r->embedding = c->untied ? 2 * emb : emb;
 	r->total = r->block + r->mtp_block + r->embedding;
-	/* Megatron counts the whole MTP block as active (checked against its code;
-	 * the spec's "active analog" reads otherwise) */
+	/* Megatron counts the whole MTP block as active (checked against its code) */
 	r->total_active = r->block_active + r->mtp_block + r->embedding;
 
-	/* §3: the most loaded shard (first pipeline stage) */
+	/* compute_weight_and_optimizer_memory: the most loaded shard (first pipeline stage) */
 	const double TPs = (attn + mlp) * Ld + (attn + shared) * Lm;
 	const double R = norms * Ld + (norms + router) * Lm + final_norm;
 	const double X = routed * Lm;
@@ -94,7 +93,7 @@ int megatron_mem_compute(const struct mm_config *c, struct mm_report *r)
 	r->bytes_per_expert_param = c->dist_opt ? 6 + 12 / edp : 18;
 	r->weight_bytes = (r->p_tp + r->p_rep) * r->bytes_per_param + r->p_exp * r->bytes_per_expert_param;
 
-	/* §4: activations of the first stage */
+	/* compute_activation_memory (and _without_sp): activations of the first stage */
 	r->sp_path = c->sp && c->selective;
 	double act = r->sp_path ? s * b * h * (18 + 4 * ((double)c->f / h)) : s * b * h * (10 + 24 / t);
 	r->per_layer_MB = r->sp_path ? act / MIB / t : act / MIB;

@@ -1,6 +1,6 @@
 /*
  * megatron_mem.h - Megatron's theoretical memory report, as pure arithmetic
- * (spec/memory-formula.md §§1-5: theoretical_memory_usage.py).
+ * (Megatron's megatron/training/theoretical_memory_usage.py; docs/report-memory.md).
  *
  * Megatron computes the report in Python floats from its argument
  * namespace; megatron_mem_compute does the same sums in doubles in the same
@@ -39,18 +39,18 @@ struct mm_config {
 };
 
 struct mm_report {
-	/* parameter counts (§2, §3) */
+	/* parameter counts (compute_weight_and_optimizer_memory) */
 	double block, block_active, mtp_block, embedding, total, total_active;
 	double shard, other_shards; /* other_shards only when p > 1 */
 	double p_tp, p_rep, p_exp;  /* the shard's parts: TP-sharded, replicated, expert */
 	double bytes_per_param, bytes_per_expert_param;
-	/* activations (§4) */
+	/* activations (compute_activation_memory) */
 	bool sp_path;          /* compute_activation_memory (SP + selective) was used */
 	double per_layer_MB;   /* as printed: the SP path divides by t, the other does not */
 	bool interleaved;
 	double penalty;        /* interleaved schedule memory penalty (interleaved only) */
 	int64_t in_flight;     /* -1 when Megatron prints no such line (p == 1, not interleaved) */
-	/* the report (§5), MiB */
+	/* the report (report_theoretical_memory), MiB */
 	double weight_bytes, activation_bytes;
 	double weight_MB, activation_MB, total_MB;
 };

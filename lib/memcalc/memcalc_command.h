@@ -1,5 +1,5 @@
 /*
- * memcalc_command.h - the report_memory program (issue 5): train's command
+ * memcalc_command.h - the report_memory program: train's command
  * line plus --world-size in, Megatron's theoretical memory report out (a
  * readable table, or JSON with --json; docs/report-memory.md).
  */

@@ -2,7 +2,8 @@
  * adam.h - Megatron's "adam" optimizer (AdamW: Adam with decoupled weight
  * decay) over a parameter registry, with Megatron's parameter groups (no
  * weight decay for biases and 1-D tensors, from the registry's flags), the
- * gradient L2 norm and clipping (spec/training-args.md section 3).
+ * gradient L2 norm and clipping (megatron/core/optimizer/__init__.py,
+ * optimizer.py and clip_grads.py).
  *
  * The optimizer owns the elements [lo, hi) of the registry's flat buffers:
  * all of them normally, one data-parallel shard with the distributed

@@ -1,6 +1,6 @@
 /*
  * grad_scaler.h - the loss scale of mixed-precision training
- * (spec/training-args.md §5; Megatron's megatron/core/optimizer/grad_scaler.py).
+ * (Megatron's megatron/core/optimizer/grad_scaler.py).
  *
  * The loss is multiplied by the scale before backward and the gradients are
  * divided by it again before clipping, so small fp16 gradients do not

@@ -1,6 +1,6 @@
 /*
- * lr_sched.c - see lr_sched.h. The formulas follow spec/training-args.md §4;
- * the order of every floating-point operation follows Megatron's
+ * lr_sched.c - see lr_sched.h. The formulas, and the order of every
+ * floating-point operation, follow Megatron's
  * OptimizerParamScheduler (megatron/core/optimizer_param_scheduler.py) so
  * results agree with it bit for bit on the same libm. This file relies on
  * the build's -std=c11, under which gcc does not contract a*b+c into an FMA

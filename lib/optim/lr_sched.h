@@ -1,6 +1,6 @@
 /*
  * lr_sched.h - the learning-rate and weight-decay schedule of Megatron's
- * OptimizerParamScheduler (spec/training-args.md §3-§4).
+ * OptimizerParamScheduler (megatron/core/optimizer_param_scheduler.py).
  *
  * Every "step" is a sample: training advances the schedule by the global
  * batch size per successful iteration. lr(n) and wd(n) are pure functions of
@@ -125,7 +125,8 @@ struct lr_sched_steps {
 };
 
 /*
- * Megatron's derivation (spec §4 table): iteration-based training when
+ * Megatron's derivation (get_optimizer_param_scheduler in
+ * megatron/training/training.py): iteration-based training when
  * train_iters > 0 (then every count is iterations × global_batch_size),
  * sample-based when train_samples > 0. error() and -1 on what Megatron's
  * argument checks reject: neither or both of train-iters / train-samples,

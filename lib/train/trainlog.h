@@ -1,8 +1,9 @@
 /*
  * trainlog.h - the text train prints, field for field as Megatron's
- * training_log / evaluate_and_print_results (spec/training-args.md sections
- * 7 and 9, memory-formula.md section 5), so log scrapers written for
- * Megatron keep working. Pure formatting: the trainer supplies the numbers.
+ * training_log / evaluate_and_print_results (megatron/training/training.py)
+ * and report_memory (megatron/training/utils/common_utils.py), so log
+ * scrapers written for Megatron keep working. Pure formatting: the trainer
+ * supplies the numbers.
  */
 #ifndef MEGAC_TRAIN_TRAINLOG_H
 #define MEGAC_TRAIN_TRAINLOG_H

@@ -6,7 +6,7 @@
 # same checkpoint (the file system's copy speed, the ceiling for a rewrite)
 # for the layout conversion, and for the Hugging Face export and import the
 # same folder loaded and saved again by transformers (save_pretrained), when
-# tests/py-env.sh's environment is there. Memory goal (issue 6): peak RSS near
+# tests/py-env.sh's environment is there. Memory goal: peak RSS near
 # one tensor, far below the checkpoint's size.
 set -eu
 cd "$(dirname "$0")/../.."

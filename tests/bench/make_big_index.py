@@ -1,6 +1,6 @@
 """make_big_index.py PREFIX N: a synthetic indexed dataset of N documents
 (lengths 1..1999 from numpy's default_rng(5), about 1000 tokens each), written
-per spec/indexed-dataset.md with a sparse .bin (the tokens are never read
+in Megatron's indexed-dataset layout (docs/formats.md) with a sparse .bin (the tokens are never read
 when building indices). For timing build_gpt_index on a large corpus."""
 import sys
 

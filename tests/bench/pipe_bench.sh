@@ -1,6 +1,6 @@
 #!/bin/sh
 # pipe_bench.sh - `make bench`: where the time of one training iteration goes
-# on 8 CPU ranks (issue 4): compute (forward and backward passes), exposed
+# on 8 CPU ranks: compute (forward and backward passes), exposed
 # communication (pipeline sends, gradient all-reduces) and the pipeline bubble
 # (waiting for a neighbouring stage), from train's own --timing-log-level 2
 # timers on every rank, for data parallelism (no bubble) and pipelines of

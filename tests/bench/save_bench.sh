@@ -1,6 +1,6 @@
 #!/bin/sh
-# save_bench.sh - `make bench`: what checkpointing costs the training loop
-# (issue 10, acceptance 4): the same run of a 29M-parameter model (350 MB
+# save_bench.sh - `make bench`: what checkpointing costs the training loop:
+# the same run of a 29M-parameter model (350 MB
 # per checkpoint: fp32 weights and Adam's two moments) without saves, with a
 # synchronous save every SAVE_EVERY iterations, and with --async-save, timed
 # from the first iteration line to the last (the wall clock, saves included:

@@ -5,7 +5,7 @@
 # each request waits for the one before), measured in the same run on the
 # same model: GPT-2-small-shaped width on 4 layers (hidden 768, 12 heads,
 # GPT-2 vocabulary), each client asking for 32 greedy tokens after a prompt
-# of ~10 tokens. Target (issue 7): batched >= 4x one at a time at 32 clients.
+# of ~10 tokens. Target: batched >= 4x one at a time at 32 clients.
 set -eu
 cd "$(dirname "$0")/../.."
 [ -n "${SKIP_BUILD:-}" ] || make --no-print-directory all >/dev/null

@@ -6,7 +6,7 @@
 #   124M:  GPT-2 small (12 layers, 12 heads, hidden 768), seq 64, micro-batch 4
 # and the llm.c CPU trainer's figure for the small shape on this machine kind
 # (719 ms/step; quoted, not measured here). Peak memory is each process's
-# maximum resident set. Targets (issue 3): >= 1.5x PyTorch tokens/s, >= 3x
+# maximum resident set. Targets: >= 1.5x PyTorch tokens/s, >= 3x
 # llm.c, peak memory no higher than PyTorch's.
 set -eu
 cd "$(dirname "$0")/../.."

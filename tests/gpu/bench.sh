@@ -1,7 +1,7 @@
 #!/bin/sh
-# bench.sh - the GPU speed measurement, on the device machine (the
+# bench.sh - the GPU speed measurement, on the GPU machine (the
 # GPU kit of tests/gpu/pack.sh, or bin/ and build/gpu/ built with CUDA; run
-# by lease.sh, or alone: it sources tests/gpu/env.sh itself then). In order,
+# by measure.sh, or alone: it sources tests/gpu/env.sh itself then). In order,
 # so that what matters most is measured first when time runs short:
 #   1. the attention micro-benchmark (gpu/attn_bench): the block attention's
 #      forward and backward in TFLOP/s on the fp32 and bf16 tables;
@@ -10,7 +10,7 @@
 #      (GQA, RoPE, SwiGLU; head dims 64 and 128) on one GPU, each with the
 #      largest micro-batch of its list that runs (the lists start from the
 #      second-largest size an H200 might hold: an attempt that does not fit
-#      costs a whole model's start-up, review A14), printing ms per
+#      costs a whole model's start-up), printing ms per
 #      iteration, tokens/s, TFLOP/s (Megatron's FLOPs formula, train's
 #      --log-throughput) and MFU against 989 TFLOP/s dense bf16, and peak memory;
 #   3. the same shapes in PyTorch (tests/gpu/torch_bench.py, with the python
@@ -20,7 +20,7 @@
 # Results under $OUT (bench.txt, the logs). Synthetic data (--mock-data): no
 # dataset to build. BENCH_BUDGET (seconds, default 480): no model starts
 # after it; BENCH_DEADLINE (default BENCH_BUDGET + 120): every step's time
-# limit is cut so that the script ends by then (lease.sh runs it under
+# limit is cut so that the script ends by then (measure.sh runs it under
 # `timeout`, a little above).
 #   BENCH_DEVICE=cpu BENCH_TINY=1 sh tests/gpu/bench.sh   a dry run of the script on any machine
 # (BENCH_PYTHON: the python3 for the peer, else the first with torch: tests/gpu/torch_python.sh)

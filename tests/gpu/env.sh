@@ -1,11 +1,11 @@
-# env.sh - sourced (from the repository root) by the device-machine scripts
-# (lease.sh, run.sh; bench.sh and train_parity.sh when run alone). It
+# env.sh - sourced (from the repository root) by the GPU machine scripts
+# (measure.sh, run.sh; bench.sh and train_parity.sh when run alone). It
 #   1. unpacks the GPU kit of tests/gpu/pack.sh (build/gpu-kit/kit.tar.xz, or
 #      $MEGAC_KIT/kit.tar.xz) once, beside it in build/gpu-kit.unpacked/ (a
 #      private folder, never /); without a kit, our normal build (bin/,
 #      build/gpu/, build/tests/) is used as it is;
 #   2. finds the python3 that has torch (tests/gpu/torch_python.sh: the one on
-#      PATH on the device) as MEGAC_PYTHON, for the PyTorch peers;
+#      PATH on the GPU machine) as MEGAC_PYTHON, for the PyTorch peers;
 #   3. finds the CUDA libraries our programs need (the kit's cuda-libs.txt:
 #      libcublasLt, libcublas, libcudart, libnccl) in $CUDA_HOME/lib64
 #      (default /usr/local/cuda), else in the nvidia-* wheels of that python's
@@ -16,13 +16,12 @@
 #      CUDA's first on LD_LIBRARY_PATH, for those programs alone: MEGAC_BIN,
 #      MEGAC_GPU and MEGAC_TESTS name the wrappers' folders (bin/, gpu/,
 #      tests/). LD_LIBRARY_PATH itself is never changed here, so python,
-#      torch, nvidia-smi and the tools keep the machine's own libraries
-#      (review A9);
+#      torch, nvidia-smi and the tools keep the machine's own libraries;
 # and defines what the scripts share: elapsed (seconds since START), say (a
 # line to the terminal and $OUT/summary.txt), machine_info (the GPU, driver,
 # CPU, kit, python, CUDA libraries, and any library our programs miss),
 # megac_ldd (ldd of a program as its wrapper runs it) and bundle_out (all of
-# $OUT but the summaries into one logs.tar.gz: the tool returns 8 files).
+# $OUT but the summaries into one logs.tar.gz: a few files to bring back).
 # Returns non-zero, with a line on stderr, when the kit cannot be unpacked.
 # MEGAC_KIT_UNPACK=python unpacks with python's tarfile even where xz exists.
 
@@ -178,7 +177,7 @@ machine_info() {
 }
 
 # bundle_out: every file of $OUT but summary.txt, bench.txt and machine.txt
-# into $OUT/logs.tar.gz (the device tool returns at most 8 files)
+# into $OUT/logs.tar.gz (a few files to bring back, whatever the run wrote)
 bundle_out() {
 	(
 		_list=$(mktemp) || exit 0

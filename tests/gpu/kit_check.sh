@@ -1,14 +1,14 @@
 #!/bin/sh
 # kit_check.sh - does every program of an unpacked GPU kit find ALL its shared
-# libraries on the device machine? Each NEEDED entry of ROOT/bin/*, ROOT/gpu/*
+# libraries on the GPU machine? Each NEEDED entry of ROOT/bin/*, ROOT/gpu/*
 # and ROOT/tests/*, followed recursively through the libraries it names, must
 # be a library of the kit (ROOT/lib), a CUDA library (tests/gpu/env.sh finds
 # those there: /usr/local/cuda or the python wheels), or on the allow-list
 # below of what that machine surely has. The entries are read with readelf -d
 # and looked up in ROOT/lib alone, never in this machine's /usr/lib, where our
 # Debian libraries are installed: plain ldd would find them there and pass a
-# kit that fails on the device. Also refused: any piece of glibc or of the GCC
-# runtime inside the kit (the device's newer copies must be used; review A9).
+# kit that fails on the GPU machine. Also refused: any piece of glibc or of the GCC
+# runtime inside the kit (the GPU machine's newer copies must be used).
 #   sh tests/gpu/kit_check.sh ROOT
 # prints one line per problem, then a summary line; exit 1 on any problem.
 #   sh tests/gpu/kit_check.sh --list ROOT
@@ -16,7 +16,7 @@
 # Sourced with KIT_CHECK_LIB=1: only the functions, for pack.sh.
 set -u
 
-# kit_allowed NAME: on the device machine for sure, never packed.
+# kit_allowed NAME: on the GPU machine for sure, never packed.
 kit_allowed() {
 	case "$1" in
 	# glibc (Ubuntu 24.04 there: 2.39; we build on Debian 12's 2.36). Symbol
@@ -28,15 +28,15 @@ kit_allowed() {
 	# the GCC runtime: libgcc_s and libstdc++ are Priority: required on Ubuntu
 	# (apt itself needs them), and GCC 13/14's copies there are backward
 	# compatible with GCC 12's; libgomp comes with gcc (gcc-13 -> libgcc-13-dev
-	# -> libgomp1), which the device's nvcc needs as its host compiler (nvcc
-	# builds and runs CUDA C++ there: KINDS.md). PyTorch's python stack uses
+	# -> libgomp1), which the GPU machine's nvcc needs as its host compiler (nvcc
+	# builds and runs CUDA C++ there). PyTorch's python stack uses
 	# the same copies, so shipping older ones would also risk it.
 	libstdc++.so.6 | libgcc_s.so.1 | libgomp.so.1) return 0 ;;
 	esac
 	return 1
 }
 
-# kit_cuda NAME: a CUDA toolkit library, found on the device by env.sh (in
+# kit_cuda NAME: a CUDA toolkit library, found on the GPU machine by env.sh (in
 # /usr/local/cuda/lib64 or PyTorch's nvidia-* wheels), never packed
 # (libcublasLt alone is 540 MB).
 kit_cuda() {
@@ -117,10 +117,10 @@ for f in "$ROOT"/lib/*; do
 	[ -e "$f" ] || continue
 	n=$(basename "$f")
 	if kit_allowed "$n"; then
-		echo "lib/$n: part of glibc or the GCC runtime; the device's own copy must be used"
+		echo "lib/$n: part of glibc or the GCC runtime; the GPU machine's own copy must be used"
 		bad=1
 	elif kit_cuda "$n"; then
-		echo "lib/$n: a CUDA library; the device's own copy must be used"
+		echo "lib/$n: a CUDA library; the GPU machine's own copy must be used"
 		bad=1
 	elif [ -L "$f" ] || [ ! -f "$f" ]; then
 		echo "lib/$n: not a plain file"
@@ -132,6 +132,6 @@ for f in "$ROOT"/lib/*; do
 done
 if [ $bad -eq 0 ]; then
 	echo "kit_check: $progs programs resolve every library: $(echo "$walk" | grep -c '^lib ') from the kit," \
-		"CUDA's $(echo "$walk" | sed -n 's/^cuda //p' | tr '\n' ' ')and the device's$(echo "$walk" | sed -n 's/^allowed / /p' | tr -d '\n')"
+		"CUDA's $(echo "$walk" | sed -n 's/^cuda //p' | tr '\n' ' ')and the GPU machine's$(echo "$walk" | sed -n 's/^allowed / /p' | tr -d '\n')"
 fi
 exit $bad

@@ -1,9 +1,10 @@
 #!/bin/sh
-# lease.sh - the speed measurement's device call: one command that fits a lease. Here
-# first: `sh tests/gpu/pack.sh` (the kit, carried as the path it prints);
-# there: `sh tests/gpu/lease.sh`. Stages, each under its own `timeout`, the
+# measure.sh - the speed measurement on a GPU machine, in one command of
+# under ten minutes. On the build machine first: `sh tests/gpu/pack.sh` (the
+# kit, copied to the GPU machine beside the checkout as the path it prints);
+# there: `sh tests/gpu/measure.sh`. Stages, each under its own `timeout`, the
 # limits adding up to 520 s (at most 540; the kit's unpacking and
-# nvidia-smi add a few seconds: give the device tool timeout_s 600):
+# nvidia-smi add a few seconds: allow 600 s in all):
 #   0. the kit loads (20 s): train --help through its wrapper, so a missing
 #      library is named at once instead of failing every stage after it;
 #   1. parity first (60 + 40 s): the attention ops against the CPU
@@ -19,9 +20,10 @@
 #      TFLOP/s, MFU and memory, PyTorch on the same shapes, the op profiles,
 #      as its budget allows (models start until 150 s into it; every step's
 #      limit is cut to end by 245 s).
-# Results under $OUT: summary.txt (a line per stage), bench.txt, machine.txt,
-# and everything else in logs.tar.gz (the tool returns at most 8 files).
-# run.sh remains the whole correctness pass: a second call.
+# Results under $OUT (default /tmp/gpu-out): summary.txt (a line per stage),
+# bench.txt, machine.txt, and everything else in logs.tar.gz, so that four
+# files bring everything back. run.sh remains the whole correctness pass: a
+# second command.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-/tmp/gpu-out}
@@ -30,7 +32,7 @@ START=$(date +%s)
 . tests/gpu/env.sh || exit 1
 trap bundle_out EXIT
 if [ ! -x "$MEGAC_BIN/train" ]; then
-	say "no programs: no kit at $MEGAC_KIT/kit.tar.xz (run sh tests/gpu/pack.sh before the call, and carry the path it prints) and no bin/train"
+	say "no programs: no kit at $MEGAC_KIT/kit.tar.xz (run sh tests/gpu/pack.sh on the build machine, and copy the path it prints here) and no bin/train"
 	exit 1
 fi
 # status RC LIMIT: how a stage ended

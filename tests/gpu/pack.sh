@@ -1,19 +1,21 @@
 #!/bin/sh
-# pack.sh - the GPU kit: everything one device-machine run needs beyond the
-# tracked tree, small enough to travel (the tool copies the tracked tree plus
-# at most 8 git-ignored "carry" paths, 64 MiB in all). It
+# pack.sh - the GPU kit: everything a run on a GPU machine needs beyond the
+# checkout, for a GPU machine that has CUDA and PyTorch but none of our Debian
+# libraries. The checkout's files and the kit (a git-ignored folder of the
+# checkout, the "carry" path) are copied there together, and kept small enough
+# to copy quickly: 60 MiB in all at most. It
 #   1. builds, for the H200 alone (sm_90; attn_wg.cu is sm_90a anyway), into
 #      its own folder (make BUILD=build/kit BIN=build/kit/bin: the normal
-#      build/ and bin/ are untouched) the programs the device scripts run:
+#      build/ and bin/ are untouched) the programs the GPU scripts run:
 #      bin/train and bin/preprocess_data (train_parity.sh, bench.sh,
 #      train_reference.sh), gpu/parity, gpu/nccl, gpu/attn_bench, and the
 #      unit tests (tests/, run.sh's last step);
 #   2. strips them, and gathers the shared libraries they need that the
-#      device lacks (Open MPI, HDF5, OpenBLAS, libarchive with libxml2 and
+#      GPU machine lacks (Open MPI, HDF5, OpenBLAS, libarchive with libxml2 and
 #      ICU, jansson, pcre2, utf8proc, and what those need), copied from this
 #      machine's Debian packages under their sonames; never glibc's pieces
-#      nor the GCC runtime (libstdc++, libgcc_s, libgomp: the device's newer
-#      copies are backward compatible) nor the CUDA libraries (the device has
+#      nor the GCC runtime (libstdc++, libgcc_s, libgomp: the GPU machine's newer
+#      copies are backward compatible) nor the CUDA libraries (the GPU machine has
 #      them: env.sh finds them), as tests/gpu/kit_check.sh's lists say;
 #   3. checks the result with kit_check.sh (every NEEDED entry resolved from
 #      the kit, CUDA, or the allow-list; nothing of glibc or GCC inside);
@@ -22,14 +24,14 @@
 #      .so files compress smaller than the Debian .deb files of their
 #      packages, and need no network), with a MANIFEST beside it;
 #   5. measures what would travel (the kit, plus the files git tracks or
-#      would add, plus shared/) and fails above 60 MiB.
-# On the device, tests/gpu/env.sh unpacks the kit once beside it
+#      would add) and fails above 60 MiB.
+# On the GPU machine, tests/gpu/env.sh unpacks the kit once beside it
 # (build/gpu-kit.unpacked/, never into /) and runs our programs through
 # wrappers that set LD_LIBRARY_PATH for them alone.
 # Progress goes to stderr; stdout ends with exactly one line
 #   carry: build/gpu-kit (N MiB)
-# the paths to name in the device tool's carry, and N the MiB that travel in
-# all (those paths plus the tree), at most 60.
+# the paths to copy to the GPU machine beside the checkout, and N the MiB that
+# travel in all (those paths plus the tree), at most 60.
 #
 # Settings (the dry run in tests/prog/gpu_kit.sh uses them):
 #   KIT_OUT=DIR     the carried folder, inside the checkout (default build/gpu-kit)
@@ -55,7 +57,7 @@ for t in git readelf strip xz tar ldd; do
 	command -v $t >/dev/null || die "needs $t on PATH (Debian: git, binutils, xz-utils, tar, libc-bin)"
 done
 git rev-parse --is-inside-work-tree >/dev/null 2>&1 ||
-	die "$TOP is not a git checkout: the device tool copies the files git tracks, and pack.sh measures them with git"
+	die "$TOP is not a git checkout: what travels is the files git tracks, and pack.sh measures them with git"
 # the carry path: relative to the checkout, inside it, ignored by git
 case "$KIT_OUT" in
 /*) rel=${KIT_OUT#"$TOP"/} ;;
@@ -63,12 +65,12 @@ case "$KIT_OUT" in
 esac
 rel=${rel%/}
 case "$rel" in
-/* | .. | ../* | */../* | "") die "KIT_OUT=$KIT_OUT must be a folder inside the checkout $TOP (the tool carries paths of the checkout)" ;;
+/* | .. | ../* | */../* | "") die "KIT_OUT=$KIT_OUT must be a folder inside the checkout $TOP (the kit travels as a path of the checkout)" ;;
 esac
 KIT_OUT=$rel
 mkdir -p "$KIT_OUT"
 git check-ignore -q "$KIT_OUT" ||
-	die "$KIT_OUT is not ignored by git: it would travel as part of the tree, and the tool carries only ignored paths"
+	die "$KIT_OUT is not ignored by git: it would travel twice, as part of the tree and as the kit"
 
 # 1. the programs
 UNIT=
@@ -104,7 +106,7 @@ done
 [ -n "$UNIT" ] || rmdir "$STAGE/tests"
 
 # 2. the libraries: what the loader finds here for each program (ldd),
-# less what the device has (kit_check.sh's lists), copied under the soname
+# less what the GPU machine has (kit_check.sh's lists), copied under the soname
 KIT_CHECK_LIB=1 . tests/gpu/kit_check.sh
 for f in "$STAGE"/bin/* "$STAGE"/gpu/* "$STAGE"/tests/*; do
 	[ -f "$f" ] || continue
@@ -122,7 +124,7 @@ while read -r what name path; do
 done <"$STAGE/ldd.txt"
 rm -f "$STAGE/ldd.txt"
 
-# 3. the check the device would make
+# 3. the check the GPU machine would make
 if ! sh tests/gpu/kit_check.sh "$STAGE" >"$KIT_OUT.check" 2>&1; then
 	cat "$KIT_OUT.check" >&2
 	die "the kit in $STAGE does not resolve its libraries (above)"
@@ -140,7 +142,7 @@ rm -f "$KIT_OUT.check"
 	else
 		echo "programs of $KIT_BIN and $KIT_BUILD as they were (KIT_NOBUILD: a dry run)"
 	fi
-	echo "CUDA libraries the device must have: $(tr '\n' ' ' <"$STAGE/cuda-libs.txt")"
+	echo "CUDA libraries the GPU machine must have: $(tr '\n' ' ' <"$STAGE/cuda-libs.txt")"
 	echo "== programs (stripped)"
 	(cd "$STAGE" && find bin gpu tests -type f 2>/dev/null | sort | xargs ls -l | awk '{ print $5, $9 }')
 	echo "== libraries (copied from this machine; Debian package)"
@@ -166,19 +168,14 @@ rm -rf "$STAGE"
 extra=$(find "$KIT_OUT" -mindepth 1 -maxdepth 1 ! -name kit.tar.xz ! -name MANIFEST)
 [ -z "$extra" ] || die "$KIT_OUT holds more than the kit: $extra"
 
-# 5. what travels: the carry paths, the files git tracks or would add
-# (tracked, and untracked but not ignored), and shared/ when there is one
+# 5. what travels: the carry paths and the files git tracks or would add
+# (tracked, and untracked but not ignored)
 bytes() { xargs -0 stat -c %s 2>/dev/null | awk '{ s += $1 } END { printf "%.0f\n", s }'; }
 kit_b=$(find "$KIT_OUT" -type f -print0 | bytes)
 tree_b=$(git ls-files -z --cached --others --exclude-standard | bytes)
-shared_b=0
-if [ -d shared ] && git check-ignore -q shared; then
-	shared_b=$(find shared -type f -print0 | bytes)
-fi
-total_b=$((kit_b + tree_b + shared_b))
+total_b=$((kit_b + tree_b))
 mib() { awk -v b="$1" 'BEGIN { printf "%.1f", b / 1048576 }'; }
-say "kit $(mib "$kit_b") MiB + tree $(mib "$tree_b") MiB$([ "$shared_b" -gt 0 ] && echo " + shared/ $(mib "$shared_b") MiB")" \
-	"= $(mib "$total_b") MiB of at most $LIMIT_MIB"
+say "kit $(mib "$kit_b") MiB + tree $(mib "$tree_b") MiB = $(mib "$total_b") MiB of at most $LIMIT_MIB"
 [ "$total_b" -le $((LIMIT_MIB * 1048576)) ] ||
-	die "$(mib "$total_b") MiB would travel, over $LIMIT_MIB MiB (the tool refuses above 64)"
+	die "$(mib "$total_b") MiB would travel, over the $LIMIT_MIB MiB budget"
 echo "carry: $KIT_OUT ($(awk -v b="$total_b" 'BEGIN { n = int(b / 1048576); if (n * 1048576 < b) n++; print n }') MiB)"

@@ -1,9 +1,9 @@
 #!/bin/sh
-# run.sh - everything the device machine checks, in one command under ten
-# minutes (the GPU kit of tests/gpu/pack.sh carried, see README.md), most
-# important first, each step with its own time limit and skipped when the
-# time is short; results under $OUT, a line per step in $OUT/summary.txt,
-# the rest in $OUT/logs.tar.gz (the tool returns at most 8 files):
+# run.sh - everything the GPU machine checks, in one command under ten
+# minutes (the GPU kit of tests/gpu/pack.sh copied beside the checkout, see
+# README.md), most important first, each step with its own time limit and
+# skipped when the time is short; results under $OUT, a line per step in
+# $OUT/summary.txt, the rest in $OUT/logs.tar.gz (a few files to bring back):
 #   1. parity: every op of the CUDA table against the CPU one (gpu/parity)
 #   2. nccl: lib/dist's device-buffer collectives through NCCL (gpu/nccl)
 #   3. train: tiny GPT and Llama runs on the GPU against the CPU, bf16,
@@ -21,7 +21,7 @@ START=$(date +%s)
 . tests/gpu/env.sh || exit 1
 trap bundle_out EXIT
 if [ ! -x "$MEGAC_BIN/train" ]; then
-	say "no programs: no kit at $MEGAC_KIT/kit.tar.xz (run sh tests/gpu/pack.sh before the call, and carry the path it prints) and no bin/train"
+	say "no programs: no kit at $MEGAC_KIT/kit.tar.xz (run sh tests/gpu/pack.sh on the build machine, and copy the path it prints here) and no bin/train"
 	exit 1
 fi
 machine_info >"$OUT/machine.txt" 2>&1

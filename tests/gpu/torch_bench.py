@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""torch_bench.py - the PyTorch peer of tests/gpu/bench.sh (
-acceptance 2): the same model shapes trained in the same lease with PyTorch
+"""torch_bench.py - the PyTorch peer of tests/gpu/bench.sh: the same model
+shapes trained on the same GPU machine, in the same run, with PyTorch
 eager (bf16 autocast over fp32 weights, fused AdamW, flash attention through
 scaled_dot_product_attention), timed the same way, with the same FLOPs count
 as train's --log-throughput (gpt_flops_per_iteration in
@@ -27,7 +27,7 @@ import torch.nn.functional as F
 PEAK = 989e12  # dense bf16 peak of an H100/H200: the MFU yardstick
 
 # name: (layers, hidden, heads, query groups, ffn, seq, llama-style, micro-batches to try)
-# (bench.sh's lists: from the second-largest size that fits an H200, review A14)
+# (bench.sh's lists: from the second-largest size that fits an H200)
 MODELS = {
     "gpt2-124m": (12, 768, 12, 12, 3072, 1024, False, [16, 8, 4]),
     "gpt2-350m": (24, 1024, 16, 16, 4096, 1024, False, [8, 4, 2]),

@@ -1,7 +1,7 @@
 #!/bin/sh
 # torch_python.sh - prints the path of the first python3 that can import the
 # given modules (default: torch): $MEGAC_PYTHON when set (it must have them),
-# else each python3 along PATH, in PATH's order. No fixed path: on the device
+# else each python3 along PATH, in PATH's order. No fixed path: on the GPU
 # machine that is the python3 on PATH (/opt/torch/.venv/bin/python3, with
 # torch and the CUDA 13 wheels); on a Debian machine the python3 on PATH (a
 # pyenv shim, say) may lack torch while /usr/bin/python3, later on PATH, has

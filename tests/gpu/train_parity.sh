@@ -1,6 +1,6 @@
 #!/bin/sh
 # train_parity.sh - training on the GPU against training on the CPU, on the
-# device machine (run by tests/gpu/run.sh and lease.sh; alone, it sources
+# GPU machine (run by tests/gpu/run.sh and measure.sh; alone, it sources
 # tests/gpu/env.sh for the GPU kit's programs, or bin/ built with CUDA):
 #   - 20 iterations of a tiny GPT-2-style and Llama-style model (dropout on,
 #     two micro-batches per step) in fp32: every iteration's lm loss on the
@@ -16,7 +16,7 @@
 #   - the milliseconds per iteration of a GPT-2 124M-shaped model in fp32 and
 #     bf16, for the record (docs/perf.md).
 # TAP lines on stdout, "N passed, M failed" last; exit 1 on any failure.
-# GPU_ONLY=TEXT runs only the parity cases whose name holds TEXT (lease.sh: bf16).
+# GPU_ONLY=TEXT runs only the parity cases whose name holds TEXT (measure.sh: bf16).
 # GPU_DEVICE=cpu runs the "GPU" side on the CPU too: a dry run of this
 # script's own mechanics on a machine without a GPU (the device checks fail).
 set -u

@@ -1,5 +1,5 @@
-# ckpt_guard.sh - checkpoints that protect runs (the reliability probe's
-# D8-D12, the new-user walkthrough's items 6, 17 and 20): files of two
+# ckpt_guard.sh - checkpoints that protect runs (what a reliability review
+# and a new user's first runs found): files of two
 # iterations in one checkpoint are refused naming both, and the run falls
 # back to the older iteration; a lost tracker resumes from the newest
 # iteration instead of training over them; an empty or garbage tracker is
@@ -32,7 +32,7 @@ clean() { ! LC_ALL=C grep -q '[^[:print:][:space:]]' "$1"; }
 setup "8 iterations, saving at 4 and 8" sh -c "$T --train-iters 8 --save $W/ck --save-interval 4 \
 	--metrics-file $W/straight.jsonl >$W/straight.log 2>&1"
 
-# ---- D8: model.h5 of iteration 4 inside iteration 8
+# ---- model.h5 of iteration 4 inside iteration 8
 cp -r "$W/ck" "$W/mix"
 cp "$W/mix/iter_0000004/model.h5" "$W/mix/iter_0000008/model.h5"
 if $T --train-iters 8 --load "$W/mix" --metrics-file "$W/mix.jsonl" >"$W/mix.log" 2>&1 &&
@@ -49,7 +49,7 @@ expect_fail "text_gen_server refuses the mixed iteration" "iter_0000008/model.h5
 expect_fail "ckpt_convert refuses it" "records iteration 4 but" $C --load "$W/mix" --save "$W/mixout"
 [ ! -e "$W/mixout" ] && ok "... writing nothing" || notok "ckpt_convert left $W/mixout"
 
-# ---- D9: a lost tracker: the newest iteration, not training over them
+# ---- a lost tracker: the newest iteration, not training over them
 cp -r "$W/ck" "$W/lost"
 rm "$W/lost/latest_checkpointed_iteration.txt"
 rm -r "$W/lost/iter_0000008"
@@ -63,7 +63,7 @@ else
 	show "$W/lost.log" 4
 fi
 
-# ---- D10: empty and garbage trackers, shown as they are
+# ---- empty and garbage trackers, shown as they are
 cp -r "$W/ck" "$W/te"
 : >"$W/te/latest_checkpointed_iteration.txt"
 for prog in "$T --train-iters 8" "timeout 60 $BIN/text_gen_server --port 0" "$C --save $W/teout"; do
@@ -76,7 +76,7 @@ done
 printf 'garbage\001\n' >"$W/te/latest_checkpointed_iteration.txt"
 expect_fail "a garbage tracker is shown byte for byte" "found \"garbage\\x01\\x0a\"" $T --train-iters 8 --load "$W/te"
 
-# ---- D11: ckpt_convert says and records what optimizer state it wrote
+# ---- ckpt_convert says and records what optimizer state it wrote
 expect_ok "convert --no-optim" $C --load "$W/ck" --save "$W/noopt" --no-optim
 [ "$(attr "$W/noopt/iter_0000008/model.h5" optimizer_state_saved)" = 0 ] &&
 	ok "... records optimizer_state_saved = 0" || notok "--no-optim records optimizer_state_saved $(attr "$W/noopt/iter_0000008/model.h5" optimizer_state_saved)"
@@ -98,7 +98,7 @@ expect_fail "a source that lost its optim.h5 is refused" "optim.h5' is missing, 
 [ ! -e "$W/lostoptout" ] && ok "... writing nothing" || notok "ckpt_convert left $W/lostoptout"
 expect_ok "... and converts the weights alone with --no-optim" $C --load "$W/lostopt" --save "$W/lostoptout" --no-optim
 
-# ---- D12: partial checkpoints of killed saves
+# ---- partial checkpoints of killed saves
 MEGAC_FAULT_KILL_SAVE=8 $T --train-iters 8 --save "$W/kill" --save-interval 4 >"$W/kill.log" 2>&1
 rc=$?
 part=$(ls -A "$W/kill" | grep '^\.iter_0000008\.tmp-')
@@ -263,7 +263,7 @@ serve oldflags "$W/old" $GPT2 && [ -s "$W/oldflags.txt" ] && ok "... serves with
 expect_fail "... and without them says which to give" "records no tokenizer (it was saved before megac kept one): give the tokenizer flags it was trained with (--tokenizer-type GPT2BPETokenizer" \
 	timeout 60 $BIN/text_gen_server --load "$W/old" --port 0
 
-# ---- the Hugging Face export carries the recorded tokenizer (walkthrough item 20)
+# ---- the Hugging Face export carries the recorded tokenizer
 expect_ok "export a Llama-style model without tokenizer flags" $C --load "$W/ck" --save "$W/hf" --to hf
 hf_env "$W/pyenv.log"
 if "$HF" - "$W/hf" "$GPT2_VOCAB" "$GPT2_MERGES" >"$W/hf.log" 2>&1 <<'EOF'; then

@@ -1,5 +1,5 @@
-# cuda_resources.sh - ptxas's resource report of the CUDA kernels (issue 11:
-# no spills in the hot kernels). The build keeps nvcc -Xptxas -v's report
+# cuda_resources.sh - ptxas's resource report of the CUDA kernels (no
+# spills in the hot kernels). The build keeps nvcc -Xptxas -v's report
 # beside each CUDA object (<object>.ptxas); tests/gpu/ptxas_report.sh turns
 # them into a table (make cuda-report) and fails when a kernel spills. Checks:
 # every CUDA object has its report, and no kernel of any arch spills (skipped

@@ -1,5 +1,5 @@
 # gpu_harness.sh - the GPU test programs' own checks, on a machine without a
-# GPU (where they are built but their real runs wait for the device machine):
+# GPU (where they are built but their real runs wait for the GPU machine):
 # the op parity harness compares the CPU table with itself (every case valid,
 # every error 0) and with a CPU table carrying planted faults (which it must
 # catch); the NCCL test skips cleanly without a GPU. Skipped when the build

@@ -1,6 +1,6 @@
 # gpu_kit.sh - a CPU dry run of the GPU kit (tests/gpu/pack.sh, env.sh,
-# kit_check.sh, lease.sh, tests/gpu/README.md): what one device-machine call
-# needs must be right before a session with a GPU spends its lease on it.
+# kit_check.sh, measure.sh, tests/gpu/README.md): what a run on a GPU machine
+# needs must be right before the GPU's time is spent on it.
 #
 # It does not build the real kit: pack.sh's sm_90 build takes minutes (1.5 on
 # two cores, more on CI's one) and its xz -6 another minute, against the
@@ -23,7 +23,7 @@
 #   - the kit's train, unpacked and run through env.sh's wrapper, trains and
 #     saves a checkpoint, and the loader loads nothing from outside the kit,
 #     CUDA and the allow-list (LD_DEBUG=libs: dlopen'ed libraries too);
-#   - lease.sh's stages' timeouts are literal numbers adding up to <= 540 s;
+#   - measure.sh's stages' timeouts are literal numbers adding up to <= 540 s;
 #   - env.sh finds cuBLAS, cudart and NCCL in fake CUDA 13 (nvidia/cu13/lib,
 #     nvidia/nccl/lib) and CUDA 12 (nvidia/<pkg>/lib) wheel layouts of the
 #     site-packages of the python3 with torch, unpacks with python's tarfile
@@ -99,7 +99,7 @@ else
 	notok "the kit's carry: $count path(s)$bad; with the tree $mib MiB (limit 60; the line says ${n:-?})"
 fi
 
-# 3. unpacked as on the device, every library resolved from the kit, CUDA or the allow-list
+# 3. unpacked as on the GPU machine, every library resolved from the kit, CUDA or the allow-list
 ROOT=$KIT.unpacked
 if (MEGAC_KIT=$KIT . tests/gpu/env.sh) >"$W/env.log" 2>&1 && [ -x "$ROOT/bin/train" ] && [ -x "$ROOT/gpu/parity" ]; then
 	ok "env.sh unpacks the kit into $(basename "$ROOT")/ beside it"
@@ -150,15 +150,15 @@ else
 	grep -v 'calling\|find library\|trying file\|search path\|^ *[0-9]*: *$' "$W/train.log" | tail -n 8 | sed 's/^/#   /'
 fi
 
-# 5. lease.sh: every stage under a literal timeout, at most 540 s in all
-code=$(sed 's/#.*//' tests/gpu/lease.sh)
+# 5. measure.sh: every stage under a literal timeout, at most 540 s in all
+code=$(sed 's/#.*//' tests/gpu/measure.sh)
 sum=$(echo "$code" | grep -o 'timeout [0-9][0-9]*' | awk '{ s += $2 } END { print s + 0 }')
 stages=$(echo "$code" | grep -o 'timeout [0-9][0-9]*' | wc -l)
 loose=$(echo "$code" | grep 'timeout ' | grep -v 'timeout [0-9][0-9]* ')
 if [ "$sum" -gt 0 ] && [ "$sum" -le 540 ] && [ -z "$loose" ]; then
-	ok "lease.sh: $stages stages under timeouts adding up to $sum s (<= 540)"
+	ok "measure.sh: $stages stages under timeouts adding up to $sum s (<= 540)"
 else
-	notok "lease.sh's timeouts add up to $sum s (limit 540)${loose:+; not a literal limit: $loose}"
+	notok "measure.sh's timeouts add up to $sum s (limit 540)${loose:+; not a literal limit: $loose}"
 fi
 
 # 6. env.sh with fake wheels: CUDA 13 and CUDA 12 layouts, python's tarfile, the path kept from python
@@ -237,12 +237,12 @@ wheels cu12 "CUDA 12 wheels (nvidia/<pkg>/lib), unpacked by python's tarfile" "$
 	nvidia/cublas/lib/libcublasLt.so.12 nvidia/cublas/lib/libcublas.so.12 nvidia/cuda_runtime/lib/libcudart.so.12 \
 	nvidia/nccl/lib/libnccl.so.2
 
-# 7. no fixed python in the device scripts
+# 7. no fixed python in the GPU scripts
 fixed=$(grep -n '/usr/bin/python\|/opt/torch' tests/gpu/*.sh tests/gpu/*.py tests/prog/train_reference.sh |
 	grep -v ':[0-9]*: *#' | grep -v '^tests/gpu/torch_python.sh:')
 if [ -z "$fixed" ]; then
-	ok "the device scripts name no fixed python (tests/gpu/torch_python.sh finds the one with torch)"
+	ok "the GPU scripts name no fixed python (tests/gpu/torch_python.sh finds the one with torch)"
 else
-	notok "a fixed python in the device scripts: $fixed"
+	notok "a fixed python in the GPU scripts: $fixed"
 fi
 rm -rf "$KIT" "$ROOT" "$W/bare" "$W/cache" "$W/ck" # 150 MB of kit and mock-data caches

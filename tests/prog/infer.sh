@@ -1,5 +1,5 @@
-# infer.sh - the inference engine of text_gen_server (lib/infer, issue 7,
-# first part): greedy generation with the key/value cache equals the
+# infer.sh - the inference engine of text_gen_server (lib/infer):
+# greedy generation with the key/value cache equals the
 # continuation that transformers computes by full forward passes on the same
 # weights (the checkpoint exported by ckpt_convert), token for token, with
 # log-probs within 1e-4, for a GPT-2-style and a Llama-style model trained a

@@ -13,7 +13,8 @@ R=$BIN/report_memory
 
 /usr/bin/python3 tests/prog/py/check_megatron_mem.py "$R" tests/fixtures/megatron_mem/megatron_mem.json
 
-# spec §6 row 1 (GPT 350M) from the vocabulary three ways: padded by hand,
+# Megatron's report for GPT 350M (the fixture's "gpt 350m" case, printed by
+# Megatron's own code) from the vocabulary three ways: padded by hand,
 # --vocab-size 50257 padded to 50304 as train pads it, and the GPT-2 tokenizer
 M="--world-size 8 --num-layers 24 --hidden-size 1024 --num-attention-heads 16 --seq-length 1024
    --max-position-embeddings 1024 --micro-batch-size 4"
@@ -37,7 +38,7 @@ m = json.load(open(sys.argv[1]))["megatron_formula"]
 assert round(m["weight_and_optimizer_MB"], 2) == 2529.16 and round(m["total_MB"], 2) == 6381.64, m
 assert m["num_parameters_on_most_loaded_shard"] == 353601536 and m["bytes_per_parameter"] == 7.5, m
 assert m["num_microbatches"] == 1 and m["inputs"]["dp"] == 8 and m["inputs"]["padded_vocab_size"] == 50304, m
-' "$OUT_LOG"; then ok "--json: spec §6 row 2 (distributed optimizer)"; else notok "--json: spec §6 row 2"; show "$OUT_LOG"; fi
+' "$OUT_LOG"; then ok "--json: GPT 350M with the distributed optimizer"; else notok "--json: GPT 350M with the distributed optimizer"; show "$OUT_LOG"; fi
 
 # errors: exit 128 naming the flags at fault
 # shellcheck disable=SC2086

@@ -1,4 +1,4 @@
-# text_gen_server.sh - text_gen_server over real HTTP on loopback (issue 7):
+# text_gen_server.sh - text_gen_server over real HTTP on loopback:
 # a GPT-2-style model trained a few iterations is served; greedy answers equal
 # lib/infer's own generation (itself checked against transformers in
 # infer.sh); 32 concurrent clients get their answers alone; Megatron's

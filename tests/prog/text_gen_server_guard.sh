@@ -1,5 +1,6 @@
-# text_gen_server_guard.sh - text_gen_server against the reliability probe's
-# findings (shared/notes/reliability-probe.md D4, D5, D6, D14), over real HTTP
+# text_gen_server_guard.sh - text_gen_server against what a reliability
+# review found (docs/inference.md, "Who may ask", "Slow clients",
+# "Stopping"), over real HTTP
 # on loopback (tests/prog/py/server_guard.py): loopback by default, --host,
 # the Host check, --api-key, JSON bodies only, HEAD, conflicting
 # Content-Length, --port 0; slow clients (--request-timeout, uploads not

@@ -1,4 +1,4 @@
-# train_dist.sh - train on several MPI ranks (issue 4): data parallelism over
+# train_dist.sh - train on several MPI ranks: data parallelism over
 # 2 and 4 ranks gives the lm loss and grad norm of the one-rank run at every
 # iteration (rtol 1e-5, dropout on: masks are keyed by the global
 # micro-batch), the same validation lines; a checkpoint written by 2 ranks

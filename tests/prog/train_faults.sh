@@ -1,5 +1,5 @@
 # train_faults.sh - a training run that survives what clusters do to it
-# (issue 10): preemption by signal on every rank of a 4-rank job, a disk
+# (docs/fault-tolerance.md): preemption by signal on every rank of a 4-rank job, a disk
 # that fills up during a save, a truncated model.h5, an incomplete newest
 # iteration, a writer killed in the middle of a save, --async-save,
 # --keep-last-n-checkpoints, the NaN check, the spiky-loss check and the

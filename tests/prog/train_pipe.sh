@@ -1,4 +1,4 @@
-# train_pipe.sh - pipeline and context parallelism (issue 4) on 8 ranks: the
+# train_pipe.sh - pipeline and context parallelism on 8 ranks: the
 # layouts TP2xPP2xDP2, TP4+SP xDP2, PP2 with two virtual stages xDP4, CP2xTP2xDP2
 # and DP8 with the distributed optimizer, for a GPT-2-style and a Llama-style
 # model with dropout on, give the lm loss and grad norm of the one-rank run at

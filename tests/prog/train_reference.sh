@@ -9,7 +9,7 @@ W=$(new_tmp train_ref)
 OUT_LOG=$W/out.log
 ERR=$W/err.log
 # the python3 with torch and h5py, never a fixed path: the one on PATH on the
-# device machine, Debian's /usr/bin/python3 here when PATH's first lacks torch
+# GPU machine, Debian's /usr/bin/python3 on a Debian machine when PATH's first lacks torch
 PY=$(sh tests/gpu/torch_python.sh torch h5py numpy) || PY=python3
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 

@@ -44,7 +44,7 @@ static uint16_t *tc_carve(char *base, size_t *off, size_t n)
 }
 
 /* the forward's warps per block (16 query rows each): 8, or MEGAC_TC_WARPS=4,
- * which attn_bench times beside it (a lease's measurement decides) */
+ * which attn_bench times beside it (a measurement on a GPU decides) */
 static int tc_fwd_warps(void)
 {
 	static bool warned;

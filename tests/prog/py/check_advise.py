@@ -11,8 +11,8 @@ fits everything) the list is exactly ALL's layouts whose peak fits; for each
 layout the bytes per group equal comm_volume.py's table (the one train
 --log-comm is tested against), the messages per group the documented
 count of ring steps and sends, and compute, bubble and comm seconds equal
-the model's terms recomputed from Megatron's FLOPs formula (spec
-memory-formula.md section 7).
+the model's terms recomputed from Megatron's FLOPs formula
+(num_floating_point_operations in megatron/training/training.py).
 """
 import json
 import math

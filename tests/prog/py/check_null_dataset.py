@@ -1,9 +1,10 @@
 """check_null_dataset.py CORPUS PREFIX APPEND_EOD VOCAB [KEY...]
 
-An independent reading of spec/preprocess.md section 3.1 for NullTokenizer
-input: builds the expected sequence lengths, document boundaries and tokens
-of every key from the JSONL corpus, then reads PREFIX_<key>_document.bin/.idx
-with numpy (layout from spec/indexed-dataset.md) and compares everything.
+An independent reading of Megatron's tools/preprocess_data.py (one partition)
+for NullTokenizer input: builds the expected sequence lengths, document
+boundaries and tokens of every key from the JSONL corpus, then reads
+PREFIX_<key>_document.bin/.idx with numpy (layout from docs/formats.md) and
+compares everything.
 """
 import json
 import sys

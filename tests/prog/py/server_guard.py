@@ -1,6 +1,6 @@
 """server_guard.py SERVER_CMD...: text_gen_server against the findings of
-the reliability probe (exposure, slow clients, shutdown, abandoned work,
-HTTP nits; shared/notes/reliability-probe.md, D4 D5 D6 D14), over real HTTP
+a reliability review (exposure, slow clients, shutdown, abandoned work,
+HTTP nits; docs/inference.md), over real HTTP
 on loopback. SERVER_CMD is a text_gen_server command line without --port;
 each part starts its own server on --port 0 and reads the port from the
 start-up line. The model has 32 positions. Prints ok / not ok lines."""
@@ -159,7 +159,7 @@ def long_put(seconds=None, n=128):
                                    "tokens_to_generate": 28, "random_seed": 1})
 
 
-# ---- exposure (D4), the gate on headers, HTTP nits (D14) ----
+# ---- exposure, the gate on headers, HTTP nits ----
 
 srv = Server("--api-key", KEY)
 P = srv.port
@@ -271,7 +271,7 @@ check("--host 0.0.0.0: every address, any Host, a warning without --api-key",
       bound == ["00000000:%04X" % srv.port] and st == 200 and "without --api-key" in srv.text(), (bound, st))
 srv.stop()
 
-# ---- slow clients (D5) ----
+# ---- slow clients ----
 
 srv = Server("--request-timeout", "1", "--max-concurrent-requests", "4", "--max-connections-per-ip", "24",
              "--inference-max-requests", "1")
@@ -371,7 +371,7 @@ check("a connection over --max-connections-per-ip 24 is closed at once (%s s)" %
 check("and the server answers once they are gone", call(P, request("GET", "/health"))[0] == 200)
 srv.stop()
 
-# ---- hang-ups cancel the work (D6) ----
+# ---- hang-ups cancel the work ----
 
 srv = Server("--inference-max-requests", "1")
 P = srv.port
@@ -392,7 +392,7 @@ for stream in (False, True):
           % ("streaming" if stream else "waiting", t), st == 200 and t < 1.5, (st, t))
 srv.stop()
 
-# ---- the drain (D5, D14) ----
+# ---- the drain ----
 
 srv = Server("--inference-max-requests", "1", "--drain-timeout", "1.5", "--request-timeout", "10")
 P = srv.port

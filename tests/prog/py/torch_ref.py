@@ -1,8 +1,9 @@
 """torch_ref.py - an independent PyTorch reference of Megatron-LM's GPT pretraining math.
 
-Written from the specs in shared/spec (training-args.md, checkpoint.md, gpt-dataset.md,
-indexed-dataset.md) and docs/moe-spec.md, not from megac's C code, so that `train` can be
-compared against it.
+Written from a reading of Megatron-LM's own code (its training arguments and schedules,
+checkpoint names and packed layouts, GPT dataset and indexed dataset; the file formats are
+in docs/formats.md and docs/checkpoint-format.md) and docs/moe-spec.md, not from megac's C
+code, so that `train` can be compared against it.
 Run with Debian's /usr/bin/python3 (torch, numpy, h5py).
 
 Modes
@@ -20,8 +21,8 @@ Modes
       Writes a random Megatron-style initial model (N(0,std); linear_proj/linear_fc2 with
       std/sqrt(2L); biases 0; norms 1/0) with the padded vocabulary of the tokenizer flags.
   torch_ref.py --self-test
-      Checks the reference against itself and the specs on tiny synthetic inputs: the .idx
-      reader and sample assembly (spec worked examples), the LR schedule, AdamW against
+      Checks the reference against itself and worked examples on tiny synthetic inputs: the .idx
+      reader and sample assembly (the worked examples of Megatron's own code), the LR schedule, AdamW against
       torch.optim.AdamW, a second unfused per-head formulation of the whole forward
       (fused QKV per query group, GQA, RoPE, masks, SwiGLU; MoE layers token by token), and
       gradients against central finite differences in float64; for MoE also moe-spec.md's
@@ -40,7 +41,7 @@ Semantics worth knowing:
   "lm loss" over the logging interval; compare with --log-interval 1).
 - --reset-attention-mask applies the dataset's document mask in attention (Megatron's
   local transformer implementation). Megatron's default Transformer-Engine layers use
-  attn_mask_type=causal and ignore that mask (NVIDIA/Megatron-LM issue 2357);
+  attn_mask_type=causal and ignore that mask (https://github.com/NVIDIA/Megatron-LM/issues/2357);
   --ref-causal-only reproduces that behaviour.
 - Any data-parallel size gives the same gradient as DP=1 with the same micro-batch size
   (the global batch's micro-batches are the same contiguous blocks of mbs samples).
@@ -326,7 +327,8 @@ DTYPES = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 6: np.
 
 
 class IndexedDataset:
-    """PREFIX.idx / PREFIX.bin read with numpy (indexed-dataset.md §3-§5)."""
+    """PREFIX.idx / PREFIX.bin read with numpy (docs/formats.md; Megatron's
+    megatron/core/datasets/indexed_dataset.py)."""
 
     def __init__(self, prefix):
         idx = np.fromfile(prefix + ".idx", dtype=np.uint8)
@@ -358,7 +360,7 @@ class IndexedDataset:
 # --------------------------------------------------------------------------- GPT samples
 
 def find_train_cache(args, prefix, num_samples):
-    """The train split's GPTDataset index caches (gpt-dataset.md §8): in --data-cache-path,
+    """The train split's GPTDataset index caches (docs/formats.md): in --data-cache-path,
     else PREFIX/cache/GPTDataset_indices; among the <md5>-GPTDataset-train-description.txt
     files there, the one whose description names this dataset, index_split "train", our
     seed, seq length, raw --split string and train_iters*gbs samples."""
@@ -395,7 +397,7 @@ def find_train_cache(args, prefix, num_samples):
 
 def ltor_masks(tokens, eod, reset_position_ids, reset_attention_mask, eod_mask_loss):
     """Loss mask, position ids and attention mask (True = masked) from the input tokens
-    (gpt-dataset.md §6.1), written from the spec's table."""
+    (Megatron's _get_ltor_masks_and_position_ids in megatron/core/datasets/gpt_dataset.py)."""
     S = len(tokens)
     loss_mask = np.ones(S, dtype=np.float32)
     if eod_mask_loss:
@@ -565,7 +567,7 @@ def param_shapes(c):
 
 class TanhGeluFn(torch.autograd.Function):
     """Megatron's fused bias-GELU: tanh approximation forward, and its own backward
-    formula (constant 0.1070322243), training-args.md §1.1."""
+    formula (constant 0.1070322243), megatron/core/fusions/fused_bias_gelu.py."""
 
     @staticmethod
     def forward(ctx, x):
@@ -851,7 +853,8 @@ def step_objective(P, c, micro_batches, forward=gpt_forward, backward=True, moe_
 # --------------------------------------------------------------------------- optimizer
 
 class LRSchedule:
-    """Megatron's OptimizerParamScheduler learning rate (training-args.md §4); steps = samples."""
+    """Megatron's OptimizerParamScheduler learning rate (megatron/core/optimizer_param_scheduler.py);
+    steps = samples."""
 
     def __init__(self, args, gbs):
         self.max, self.min, self.init = args.lr, args.min_lr, args.lr_warmup_init
@@ -1097,7 +1100,7 @@ def check(good, what, detail=""):
 
 
 def write_idx(prefix, docs, dtype_code=8):
-    """A text .bin/.idx pair, one sequence per document (indexed-dataset.md §3)."""
+    """A text .bin/.idx pair, one sequence per document (docs/formats.md)."""
     dt = np.dtype(DTYPES[dtype_code])
     lengths = np.array([len(d) for d in docs], dtype="<i4")
     pointers = np.concatenate([[0], np.cumsum(lengths[:-1].astype(np.int64) * dt.itemsize)]).astype("<i8")
@@ -1112,7 +1115,7 @@ def write_idx(prefix, docs, dtype_code=8):
 
 
 def selftest_data(tmp):
-    # indexed-dataset.md §7: the 82-byte worked example
+    # docs/formats.md's 82-byte worked example (checked against Megatron's own writer)
     hexdump = ("4d4d4944494458000001000000000000000802000000000000000300000000000000030000000300"
                "0000000000000000000006000000000000000000000000000000010000000000000002000000"
                "00000000")
@@ -1123,9 +1126,10 @@ def selftest_data(tmp):
     good = (list(ds.lengths) == [3, 3] and list(ds.pointers) == [0, 6] and list(ds.doc_indices) == [0, 1, 2]
             and ds.dtype == np.dtype("<u2") and list(ds.get(1)) == [464, 3290, 50256]
             and list(ds.get(0, 1, 1)) == [995])
-    check(good, "the .idx reader reads the spec's worked example")
+    check(good, "the .idx reader reads the worked example")
 
-    # gpt-dataset.md §10: samples from the spec's doc/sample/shuffle indices
+    # samples from the doc/sample/shuffle indices Megatron's own code builds for the worked
+    # example T (tests/fixtures/megatron-gpt/README.md)
     docs = [[100, 101, 102, 103, 0], [200, 201, 0], [300, 301, 302, 303, 304, 305, 0], [400, 401, 402, 0]]
     p = os.path.join(tmp, "g")
     write_idx(p, docs)
@@ -1136,14 +1140,14 @@ def selftest_data(tmp):
     s = GPTSamples(ds, idx3, 4, 0, None, False, False, False)
     got = [list(s.text(k)) for k in range(4)]
     want = [[0, 200, 201, 0, 300], [300, 301, 302, 303, 304], [304, 305, 0, 400, 401], [100, 101, 102, 103, 0]]
-    check(got == want, "samples of the spec's N=3 example", got)
+    check(got == want, "samples of the worked example, N=3", got)
     idx6 = {"document_index": np.array([0, 1, 2, 3, 1, 2, 3, 0], np.int32),
             "sample_index": np.array([[0, 0], [0, 4], [2, 0], [2, 4], [3, 1], [4, 1], [5, 2], [5, 6], [6, 3], [7, 3]], np.int32),
             "shuffle_index": np.array([0, 2, 3, 1, 4, 8, 7, 6, 5], np.uint32)}
     s = GPTSamples(ds, idx6, 4, 0, None, False, False, False)
     got = [list(s.text(k)) for k in (0, 4, 8)]
     want = [[100, 101, 102, 103, 0], [401, 402, 0, 200, 201], [201, 0, 300, 301, 302]]
-    check(got == want, "samples of the spec's N=6 example", got)
+    check(got == want, "samples of the worked example, N=6", got)
     s = GPTSamples(ds, idx3, 4, 0, None, True, True, True)
     x = s[0]
     good = (list(x["tokens"]) == [0, 200, 201, 0] and list(x["labels"]) == [200, 201, 0, 300]
@@ -1536,10 +1540,10 @@ def moe_test_config(flags, h=8, f=6, L=1):
 # sequence-major (t = s*b_size + b), so with b = 2, s = 2 its sequence 0 is t0, t2 and
 # sequence 1 is t1, t3. megac's tokens are batch-major (t = b*S + s): feeding the rows in the
 # order t0, t2, t1, t3 as B = 2 samples of S = 2 makes sample 0 = (t0, t2) and sample 1 =
-# (t1, t3), the spec's grouping, for seq_aux_loss; the other numbers are per token or
+# (t1, t3), moe-spec.md's grouping, for seq_aux_loss; the other numbers are per token or
 # order-free, and the position-policy example keeps the same earliest tokens (t0 < t2 < t3).
 R_LOGITS = [[1, 2, 0, -1], [.5, 2.5, 1.5, 0], [3, 0, 2, 1], [2.5, 0, .5, 1]]
-R_ORDER = [0, 2, 1, 3]  # megac row u holds spec token R_ORDER[u]
+R_ORDER = [0, 2, 1, 3]  # megac row u holds moe-spec.md's token R_ORDER[u]
 
 
 def selftest_moe_example():
@@ -1551,7 +1555,7 @@ def selftest_moe_example():
         got = {t: {e: round(float(probs[u, e]), 9) for e in range(4) if rmap[u, e]} for u, t in enumerate(R_ORDER)}
         return got, extra, log, c, probs, rmap
 
-    def close(got, want, tol=1e-6):  # the spec prints 6 decimals
+    def close(got, want, tol=1e-6):  # moe-spec.md prints 6 decimals
         return all(set(got[t]) == set(want[t]) and all(abs(got[t][e] - want[t][e]) <= tol for e in want[t])
                    for t in want)
 
