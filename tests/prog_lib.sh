@@ -115,3 +115,21 @@ train_test_begin() {
 	setup "preprocess the bundled corpus" $BIN/preprocess_data --input examples/data/kjv.jsonl.gz \
 		--output-prefix "$W/kjv" $GPT2 --append-eod --workers 1 --log-interval 0
 }
+
+# logits_close NAME A.npy B.npy TOL: two logits arrays agree within TOL (and are
+# not all near zero, which would tell nothing)
+logits_close() {
+	if /usr/bin/python3 -c '
+import sys, numpy as np
+a, b, tol = np.load(sys.argv[1]), np.load(sys.argv[2]), float(sys.argv[3])
+assert a.shape == b.shape, (a.shape, b.shape)
+d = float(np.abs(a.astype(np.float64) - b).max())
+assert d <= tol, "max |difference| %.3g > %g" % (d, tol)
+assert float(np.abs(a).max()) > 0.05, "logits too small to tell anything"
+print("%s, max |difference| %.2g" % (list(a.shape), d))' "$2" "$3" "$4" >"$W/close.log" 2>&1; then
+		ok "$1 ($(cat "$W/close.log"))"
+	else
+		notok "$1"
+		show "$W/close.log"
+	fi
+}

@@ -4,8 +4,10 @@
  * output layer that train runs, on the rows of a step instead of a [B, S]
  * micro-batch, attention against each sequence's cache slot. With tensor
  * parallelism each rank runs its heads and its part of the MLP (and of
- * every expert) on all rows, as in training; rank 0 describes each step to
- * the others first.
+ * every expert) on all rows, as in training; with expert parallelism every
+ * rank runs the step's rows too, and each MoE layer's all-to-all takes them
+ * to their experts' ranks and back. Rank 0 describes each step to all the
+ * others first.
  */
 #include "infer/engine.h"
 

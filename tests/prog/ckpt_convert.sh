@@ -39,22 +39,6 @@ ckpt_cmp() { # NAME MODE A B [PP]
 		show "$W/cmp.log"
 	fi
 }
-# close NAME A.npy B.npy TOL: two logits arrays agree
-close() {
-	if /usr/bin/python3 -c '
-import sys, numpy as np
-a, b, tol = np.load(sys.argv[1]), np.load(sys.argv[2]), float(sys.argv[3])
-assert a.shape == b.shape, (a.shape, b.shape)
-d = float(np.abs(a.astype(np.float64) - b).max())
-assert d <= tol, "max |difference| %.3g > %g" % (d, tol)
-assert float(np.abs(a).max()) > 0.05, "logits too small to tell anything"
-print("%s, max |difference| %.2g" % (list(a.shape), d))' "$2" "$3" "$4" >"$W/close.log" 2>&1; then
-		ok "$1 ($(cat "$W/close.log"))"
-	else
-		notok "$1"
-		show "$W/close.log"
-	fi
-}
 /usr/bin/python3 -c '
 import numpy as np
 np.save("'"$W"'/ids.npy", np.random.RandomState(0).randint(0, 50257, size=(2, 32)).astype(np.int64))
@@ -91,11 +75,11 @@ for m in g l; do
 	expect_ok "$m: transformers loads the export" $REF check $W/${m}hf
 	setup "$m: megac's logits" $LOGITS $W/${m}c $W/ids.npy $W/${m}_megac.npy
 	expect_ok "$m: transformers' logits" $REF logits $W/${m}hf $W/ids.npy $W/${m}_hf.npy
-	close "$m: transformers' logits on the export equal megac's (1e-4)" $W/${m}_megac.npy $W/${m}_hf.npy 1e-4
+	logits_close "$m: transformers' logits on the export equal megac's (1e-4)" $W/${m}_megac.npy $W/${m}_hf.npy 1e-4
 	expect_ok "$m: export as bf16, sharded" $C --load $W/${m}c --save $W/${m}hf16 --to hf --dtype bf16 \
 		--max-shard-size 200KB --verify
 	expect_ok "$m: transformers' logits of the bf16 export" $REF logits $W/${m}hf16 $W/ids.npy $W/${m}_hf16.npy
-	close "$m: the bf16 export's logits stay close (0.05)" $W/${m}_megac.npy $W/${m}_hf16.npy 0.05
+	logits_close "$m: the bf16 export's logits stay close (0.05)" $W/${m}_megac.npy $W/${m}_hf16.npy 0.05
 
 	# TP2xPP2 -> TP4: training on gives the original's losses
 	expect_ok "$m: TP2xPP2 iteration 4 to TP4" $C --load $W/${m}c --iteration 4 --save $W/${m}4 \
@@ -169,7 +153,7 @@ for m in rg rl; do
 	expect_ok "$m: import" $C --from hf --load $W/$m --save $W/${m}m --verify
 	expect_ok "$m: megac's logits" $LOGITS $W/${m}m $W/ids1k.npy $W/${m}_megac.npy
 	setup "$m: transformers' logits" $REF logits $W/$m $W/ids1k.npy $W/${m}_hf.npy
-	close "$m: megac's logits on the import equal transformers' (1e-4)" $W/${m}_hf.npy $W/${m}_megac.npy 1e-4
+	logits_close "$m: megac's logits on the import equal transformers' (1e-4)" $W/${m}_hf.npy $W/${m}_megac.npy 1e-4
 done
 # OpenAI's own GPT-2 files have no "transformer." prefix (and attn.bias mask
 # buffers): the same model stored that way imports to the same tensors
@@ -235,7 +219,7 @@ fi
 expect_ok "mx: transformers loads the export" $REF check $W/mxhf
 setup "mx: megac's logits" $LOGITS $W/mxc $W/ids.npy $W/mx_megac.npy
 expect_ok "mx: transformers' logits" $REF logits $W/mxhf $W/ids.npy $W/mx_hf.npy
-close "mx: transformers' logits on the export equal megac's (1e-4)" $W/mx_megac.npy $W/mx_hf.npy 1e-4
+logits_close "mx: transformers' logits on the export equal megac's (1e-4)" $W/mx_megac.npy $W/mx_hf.npy 1e-4
 expect_ok "mx: import it again" $C --load $W/mxhf --from hf --save $W/mxback --verify $(v64 1)
 if /usr/bin/python3 tests/prog/py/hf_roundtrip.py "$W/mxc/iter_0000004/model.h5" "$W/mxback/iter_0000000/model.h5" \
 	'{"num_experts": 4, "moe_router_topk": 2, "moe_ffn_hidden_size": 48, "moe_layer_freq": "[1,1]",

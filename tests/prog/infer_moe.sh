@@ -90,21 +90,6 @@ same() {
 		show "$W/same.log"
 	fi
 }
-# close NAME A.npy B.npy TOL: two logits arrays agree
-close() {
-	if /usr/bin/python3 -c '
-import sys, numpy as np
-a, b, tol = np.load(sys.argv[1]), np.load(sys.argv[2]), float(sys.argv[3])
-assert a.shape == b.shape, (a.shape, b.shape)
-d = float(np.abs(a.astype(np.float64) - b).max())
-assert d <= tol, "max |difference| %.3g > %g" % (d, tol)
-print("%s, max |difference| %.2g" % (list(a.shape), d))' "$2" "$3" "$4" >"$W/close.log" 2>&1; then
-		ok "$1 ($(cat "$W/close.log"))"
-	else
-		notok "$1"
-		show "$W/close.log"
-	fi
-}
 # emu M DEVICE [KERNEL_PREFIX]: the emulated build's server of model M with
 # --device DEVICE answers the short request as the CPU server did; its log
 # (MEGAC_EMU_STATS=1, printed at exit) lists kernel launches, one of them
@@ -170,7 +155,7 @@ done
 # a failure below is then the server's, not the conversion's
 expect_ok "mx: megac's logits (the training model) on the import" $MEGAC_BUILD/tools/megac_logits $W/mxm \
 	$W/ids.npy $W/mx_megac.npy
-close "mx: the imported Mixtral's logits equal transformers' (1e-4)" $W/mx_hf.npy $W/mx_megac.npy 1e-4
+logits_close "mx: the imported Mixtral's logits equal transformers' (1e-4)" $W/mx_hf.npy $W/mx_megac.npy 1e-4
 
 for m in mx ll; do
 	# one rank, on the CPU
