@@ -598,7 +598,7 @@ static int check_layout(const struct gpt_config *c, int tp, int pp, int vpp)
 {
 	char what[96];
 	snprintf(what, sizeof(what), "target layout TP %d x PP %d%s", tp, pp, vpp > 1 ? " (interleaved)" : "");
-	struct gpt_layout lay = { tp, pp, vpp, 1, 1, false, false };
+	struct gpt_layout lay = { .tp = tp, .pp = pp, .vpp = vpp, .cp = 1, .ep = 1 };
 	return gpt_config_check_layout(c, &lay, what);
 }
 

@@ -37,7 +37,8 @@ int infer_init(struct infer_engine *e, struct ckpt_reader *r, int mf, int max_se
 		return error("--inference-max-seq-length %d: the model has %d learned positions", max_seq, c->P);
 	if (max_req < 1 || max_tokens < max_req)
 		return error("the inference engine needs at least one request slot and a token per slot in a step");
-	struct gpt_layout lay = { e->tp ? e->tp->size : 1, 1, 1, 1, ep ? ep->size : 1, false, false };
+	struct gpt_layout lay = { .tp = e->tp ? e->tp->size : 1, .pp = 1, .vpp = 1, .cp = 1,
+				  .ep = ep ? ep->size : 1 };
 	if (gpt_config_check_layout(c, &lay, "the serving layout") < 0)
 		return -1;
 	c->hidden_dropout = c->attention_dropout = 0;
@@ -53,8 +54,8 @@ int infer_init(struct infer_engine *e, struct ckpt_reader *r, int mf, int max_se
 	e->k = k ? k : kops_cpu();
 	mem_pool_init(&e->pool, e->k);
 	struct gpt_serving sv = { max_req, max_seq, max_tokens, INFER_HEAD_ROWS };
-	struct gpt_pipe pipe = { 1, 0, 1, NULL, NULL, false, ep, &sv };
-	if (gpt_init_pipe(&e->m, c, e->k, &e->pool, 1, GPT_FP32, e->tp, false, &pipe) < 0 ||
+	struct gpt_setup setup = { .B = 1, .precision = GPT_FP32, .tp = e->tp, .ep = ep, .serve = &sv };
+	if (gpt_init_pipe(&e->m, c, e->k, &e->pool, &setup) < 0 ||
 	    gpt_load_weights(&e->m, r, mf) < 0)
 		return -1;
 	size_t T = (size_t)max_tokens;

@@ -1,6 +1,6 @@
 /*
  * engine.h - the inference side of text_gen_server: a model from a
- * checkpoint set up for serving (gpt.h's gpt_pipe.serve: the training
+ * checkpoint set up for serving (gpt.h's gpt_setup.serve: the training
  * model's own layers, forward only, with a key/value cache of
  * --inference-max-requests slots of --inference-max-seq-length positions),
  * and steps that take new tokens of several sequences at once. The engine

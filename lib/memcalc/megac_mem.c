@@ -83,11 +83,13 @@ int megac_mem_predict(const struct args *a, int64_t vocab, struct megac_stage_me
 		struct dist_group tp = { .name = "tensor-model-parallel", .size = l.tp };
 		struct dist_group cp = { .name = "context-parallel", .size = l.cp };
 		struct dist_group ep = { .name = "expert-model-parallel", .size = l.ep };
-		struct gpt_pipe pipe = { l.pp, s, l.vpp, ps.inflight, &cp, a->reset_attention_mask, &ep, NULL };
+		struct gpt_setup pipe = { .B = (int)mbs, .precision = prec, .tp = &tp, .sp = l.sp, .cp = &cp, .ep = &ep,
+					  .pp = l.pp, .stage = s, .vpp = l.vpp, .nslots = ps.inflight,
+					  .doc_masks = a->reset_attention_mask };
 		struct mem_pool pool;
 		mem_pool_init(&pool, &plan_ops);
 		struct gpt_model model;
-		int r = gpt_init_pipe(&model, &cfg, &plan_ops, &pool, (int)mbs, prec, &tp, l.sp, &pipe);
+		int r = gpt_init_pipe(&model, &cfg, &plan_ops, &pool, &pipe);
 		pp_sched_free(&ps);
 		if (r < 0) {
 			free(st);

@@ -110,7 +110,8 @@ int memcalc_config_from_args(struct mm_config *c, const struct args *a, unsigned
 	 * beyond them decides megac's own prediction, not the formula) */
 	struct gpt_config fit = g;
 	fit.E = moe ? (int)a->num_experts : 0;
-	struct gpt_layout lay = { l.tp, l.pp, l.vpp, l.cp, (int)ep, l.sp, true };
+	struct gpt_layout lay = { .tp = l.tp, .pp = l.pp, .vpp = l.vpp, .cp = l.cp, .ep = (int)ep, .sp = l.sp,
+				  .megatron_rules = true };
 	if (gpt_config_check_layout(&fit, &lay, NULL) < 0)
 		return -1;
 

@@ -231,18 +231,19 @@ static void alloc_serving(struct gpt_model *m, const struct gpt_serving *sv)
 int gpt_init(struct gpt_model *m, const struct gpt_config *c, const struct kops *k, struct mem_pool *mem,
 	     int B, enum gpt_precision precision, struct dist_group *tp, bool sp)
 {
-	struct gpt_pipe one = { 1, 0, 1, NULL, NULL, false, NULL, NULL };
-	return gpt_init_pipe(m, c, k, mem, B, precision, tp, sp, &one);
+	struct gpt_setup one = { .B = B, .precision = precision, .tp = tp, .sp = sp };
+	return gpt_init_pipe(m, c, k, mem, &one);
 }
 
 /* Where this rank sits, from the groups. */
-static void set_parallel(struct gpt_model *m, struct dist_group *tp, bool sp, const struct gpt_pipe *pipe)
+static void set_parallel(struct gpt_model *m, const struct gpt_setup *pipe)
 {
 	struct gpt_parallel *par = &m->par;
+	struct dist_group *tp = pipe->tp;
 	par->tp = tp && tp->size > 1 ? tp : NULL;
 	par->tp_size = par->tp ? tp->size : 1;
 	par->tp_rank = par->tp ? tp->rank : 0;
-	par->sp = sp && par->tp;
+	par->sp = pipe->sp && par->tp;
 	par->cp = pipe->cp && pipe->cp->size > 1 ? pipe->cp : NULL;
 	par->cp_size = par->cp ? par->cp->size : 1;
 	par->cp_rank = par->cp ? par->cp->rank : 0;
@@ -309,8 +310,15 @@ static void alloc_training(struct gpt_model *m, bool any_rc)
 }
 
 int gpt_init_pipe(struct gpt_model *m, const struct gpt_config *c, const struct kops *k, struct mem_pool *mem,
-		  int B, enum gpt_precision precision, struct dist_group *tp, bool sp, const struct gpt_pipe *pipe)
+		  const struct gpt_setup *setup)
 {
+	struct gpt_setup one = *setup; /* zero: one stage, one chunk */
+	one.pp = one.pp > 0 ? one.pp : 1;
+	one.vpp = one.vpp > 0 ? one.vpp : 1;
+	const struct gpt_setup *pipe = &one;
+	int B = pipe->B;
+	enum gpt_precision precision = pipe->precision;
+	bool sp = pipe->sp;
 	memset(m, 0, sizeof(*m));
 	m->c = *c;
 	m->k = k;
@@ -318,12 +326,13 @@ int gpt_init_pipe(struct gpt_model *m, const struct gpt_config *c, const struct 
 	m->B = B;
 	m->precision = precision;
 	m->moe.aux_scale = 1.0; /* Megatron's initial MoEAuxLossAutoScaler scale */
-	if (pipe->pp < 1 || pipe->vpp < 1)
-		BUG("pipeline of %d stages x %d chunks", pipe->pp, pipe->vpp);
-	set_parallel(m, tp, sp, pipe);
+	if (B < 1 || pipe->stage < 0 || pipe->stage >= pipe->pp)
+		BUG("micro-batch %d, stage %d of %d", B, pipe->stage, pipe->pp);
+	set_parallel(m, pipe);
 	struct gpt_parallel *par = &m->par;
 	int t = par->tp_size;
-	struct gpt_layout lay = { t, pipe->pp, pipe->vpp, par->cp_size, par->ep_size, par->sp, false };
+	struct gpt_layout lay = { .tp = t, .pp = pipe->pp, .vpp = pipe->vpp, .cp = par->cp_size,
+				  .ep = par->ep_size, .sp = par->sp };
 	if (gpt_config_check_layout(c, &lay, NULL) < 0)
 		return -1;
 	if (c->E > 0 && par->cp)
@@ -536,7 +545,7 @@ static void load_inputs(struct gpt_model *m, struct gpt_slot *sl, const int32_t 
 	}
 	sl->use_doc = doc != NULL;
 	if (doc && m->flash)
-		BUG("document ids for a model set up without document masks (gpt_pipe.doc_masks)");
+		BUG("document ids for a model set up without document masks (gpt_setup.doc_masks)");
 	if (doc)
 		k->to_device(sl->doc, doc, (size_t)N * 4);
 	sl->drop_seed = drop_seed;

@@ -111,14 +111,21 @@ struct gpt_serving {
 	int max_req, max_seq, max_tokens, head_rows;
 };
 
-/* This rank's place in the pipeline. nslots[v]: micro-batches chunk v holds
- * at once (the schedule's most in flight); NULL: one each. */
-struct gpt_pipe {
-	int pp, stage, vpp;
-	const int *nslots;
-	struct dist_group *cp; /* context-parallel group (NULL: none) */
-	bool doc_masks;        /* micro-batches may carry document ids (--reset-attention-mask) */
-	struct dist_group *ep; /* expert-model-parallel group (NULL: none) */
+/* How this rank sets the model up: the micro-batch, the precision, its
+ * groups and its place in the pipeline, training or serving. A field left
+ * zero (designated initializers) means none: one stage, one chunk, no
+ * group, training. */
+struct gpt_setup {
+	int B;                        /* micro-batch size the buffers are sized for */
+	enum gpt_precision precision;
+	struct dist_group *tp;        /* tensor-parallel group (NULL: none) */
+	bool sp;                      /* sequence parallelism (with TP) */
+	struct dist_group *cp;        /* context-parallel group (NULL: none) */
+	struct dist_group *ep;        /* expert-model-parallel group (NULL: none) */
+	int pp, stage, vpp;           /* pipeline stages (0: 1), this rank's, model chunks per stage (0: 1) */
+	const int *nslots;            /* [vpp] micro-batches chunk v holds at once (the schedule's most in
+				       * flight); NULL: one each */
+	bool doc_masks;               /* micro-batches may carry document ids (--reset-attention-mask) */
 	const struct gpt_serving *serve; /* NULL: training */
 };
 
@@ -243,13 +250,14 @@ struct gpt_model {
  * vocabulary-parallel embedding and cross-entropy). error() and -1 on failure. */
 int gpt_init(struct gpt_model *m, const struct gpt_config *c, const struct kops *k, struct mem_pool *mem,
 	     int B, enum gpt_precision precision, struct dist_group *tp, bool sp);
-/* The same for one pipeline stage: only the layers of this rank's chunks
- * (dist_stage_layers), the embedding on the first stage, the final norm and
- * output layer on the last, and the activations of pipe->nslots micro-batches
- * per chunk. With tied embeddings the last stage holds a copy of the word
- * embeddings (PARAM_SHARED) that the embedding group keeps equal. */
+/* The same for any place in the layout (struct gpt_setup): only the layers
+ * of this rank's chunks (dist_stage_layers), the embedding on the first
+ * stage, the final norm and output layer on the last, and the activations
+ * of s->nslots micro-batches per chunk; or the model set up for serving.
+ * With tied embeddings the last stage holds a copy of the word embeddings
+ * (PARAM_SHARED) that the embedding group keeps equal. */
 int gpt_init_pipe(struct gpt_model *m, const struct gpt_config *c, const struct kops *k, struct mem_pool *mem,
-		  int B, enum gpt_precision precision, struct dist_group *tp, bool sp, const struct gpt_pipe *pipe);
+		  const struct gpt_setup *s);
 /* With sequence parallelism the norms' parameter gradients are partial sums
  * over each rank's sequence shard: add them up over TP (once per iteration,
  * after the last micro-batch). No-op otherwise. */
@@ -337,7 +345,7 @@ float *gpt_grad(struct gpt_model *m, int idx);
 const float *gpt_norm_weight(struct gpt_model *m, int w);
 
 /*
- * Serving (a model set up with gpt_pipe.serve): one step of new tokens
+ * Serving (a model set up with gpt_setup.serve): one step of new tokens
  * (host ids, step->N of them) through every layer, each sequence's
  * attention reading and extending its cache slot. Returns the final norm's
  * output [N, h] (backend memory, valid until the next step).

@@ -369,7 +369,8 @@ static int setup(struct trainer *t, const struct args *a)
 		return -1;
 	/* the model must fit the layout: said now, before any data is built */
 	const struct dist_layout *fl = &t->dist.layout;
-	struct gpt_layout fit = { fl->tp, fl->pp, fl->vpp, fl->cp, fl->ep, fl->sp, false };
+	struct gpt_layout fit = { .tp = fl->tp, .pp = fl->pp, .vpp = fl->vpp, .cp = fl->cp, .ep = fl->ep,
+				  .sp = fl->sp };
 	if (gpt_config_check_layout(&t->cfg, &fit, NULL) < 0)
 		return -1;
 	if (t->dist.rank == 0 && t->cfg.Vp != t->cfg.V) /* Megatron's line */
@@ -382,9 +383,10 @@ static int setup(struct trainer *t, const struct args *a)
 		return -1;
 	mem_pool_init(&t->mem, t->k);
 	const struct dist_layout *lay = &t->dist.layout;
-	struct gpt_pipe pipe = { lay->pp, t->dist.pp.rank, lay->vpp, t->pp_train.inflight, &t->dist.cp,
-				 a->reset_attention_mask, &t->dist.ep, NULL };
-	if (gpt_init_pipe(&t->model, &t->cfg, t->k, &t->mem, (int)t->mbs, prec, &t->dist.tp, lay->sp, &pipe) < 0)
+	struct gpt_setup pipe = { .B = (int)t->mbs, .precision = prec, .tp = &t->dist.tp, .sp = lay->sp,
+				  .cp = &t->dist.cp, .ep = &t->dist.ep, .pp = lay->pp, .stage = t->dist.pp.rank,
+				  .vpp = lay->vpp, .nslots = t->pp_train.inflight, .doc_masks = a->reset_attention_mask };
+	if (gpt_init_pipe(&t->model, &t->cfg, t->k, &t->mem, &pipe) < 0)
 		return -1;
 	gpt_init_weights(&t->model, t->seed);
 	for (int l = 0; t->cfg.E > 0 && l < t->cfg.L; l++)

@@ -314,8 +314,8 @@ static void test_flash_path(void)
 	struct mem_pool mp;
 	mem_pool_init(&mp, &flash);
 	struct gpt_model m;
-	struct gpt_pipe pipe = { 1, 0, 1, NULL, NULL, true, NULL, NULL };
-	CHECK_INT(gpt_init_pipe(&m, &c, &flash, &mp, 2, GPT_FP32, NULL, false, &pipe), 0);
+	struct gpt_setup setup = { .B = 2, .precision = GPT_FP32, .doc_masks = true };
+	CHECK_INT(gpt_init_pipe(&m, &c, &flash, &mp, &setup), 0);
 	CHECK(!m.flash);
 	gpt_free(&m);
 }

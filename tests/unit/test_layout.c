@@ -801,7 +801,7 @@ static struct gpt_config fit_model(void)
 static void test_model_fit(void)
 {
 	struct gpt_config c = fit_model();
-	struct gpt_layout lay = { 4, 2, 1, 1, 1, true, false };
+	struct gpt_layout lay = { .tp = 4, .pp = 2, .vpp = 1, .cp = 1, .ep = 1, .sp = true };
 	expect_fit(&c, &lay, (const char *const[]){ NULL });
 	/* heads % tp: the message, verbatim */
 	c.a = 6;
