@@ -889,6 +889,19 @@ static bool vocab_rows(const char *name)
 	return !strcmp(n, "embedding.word_embeddings.weight") || !strcmp(n, "output_layer.weight");
 }
 
+/* Set key to an integer in the JSON object text *v (re-serialised in
+ * place); text that is not JSON is left as it is. */
+static void json_text_set_int(char **v, const char *key, int64_t val)
+{
+	json_t *o = json_loads(*v, 0, NULL);
+	if (!o)
+		return;
+	json_object_set_new(o, key, json_integer(val));
+	free(*v);
+	*v = json_dumps(o, JSON_SORT_KEYS | JSON_INDENT(1));
+	json_decref(o);
+}
+
 /* Copy the root attributes of file `rf` to `wf` (config rewritten for the
  * new padded vocabulary, and the tokenizer record's padding with it:
  * new_multiple, when it changed). optimizer_state_saved is not copied: the
@@ -913,24 +926,10 @@ static int copy_attrs(struct ckpt_reader *r, int rf, struct ckpt_writer *w, int 
 		} else if (kinds[i] == 's') {
 			char *v;
 			rc = ckpt_get_attr_str(r, rf, NULL, k, &v);
-			if (rc == 0 && !strcmp(k, "tokenizer") && new_multiple >= 0) {
-				json_t *o = json_loads(v, 0, NULL);
-				if (o) {
-					json_object_set_new(o, "padding_multiple", json_integer(new_multiple));
-					free(v);
-					v = json_dumps(o, JSON_SORT_KEYS | JSON_INDENT(1));
-					json_decref(o);
-				}
-			}
-			if (rc == 0 && !strcmp(k, "config")) {
-				json_t *o = json_loads(v, 0, NULL);
-				if (o) {
-					json_object_set_new(o, "padded_vocab_size", json_integer(new_vp));
-					free(v);
-					v = json_dumps(o, JSON_SORT_KEYS | JSON_INDENT(1));
-					json_decref(o);
-				}
-			}
+			if (rc == 0 && !strcmp(k, "tokenizer") && new_multiple >= 0)
+				json_text_set_int(&v, "padding_multiple", new_multiple);
+			if (rc == 0 && !strcmp(k, "config"))
+				json_text_set_int(&v, "padded_vocab_size", new_vp);
 			if (rc == 0)
 				rc = ckpt_put_attr_str(w, wf, NULL, k, v);
 			free(v);

@@ -37,10 +37,6 @@ int infer_init(struct infer_engine *e, struct ckpt_reader *r, int mf, int max_se
 		return error("--inference-max-seq-length %d: the model has %d learned positions", max_seq, c->P);
 	if (max_req < 1 || max_tokens < max_req)
 		return error("the inference engine needs at least one request slot and a token per slot in a step");
-	struct gpt_layout lay = { .tp = e->tp ? e->tp->size : 1, .pp = 1, .vpp = 1, .cp = 1,
-				  .ep = ep ? ep->size : 1 };
-	if (gpt_config_check_layout(c, &lay, "the serving layout") < 0)
-		return -1;
 	c->hidden_dropout = c->attention_dropout = 0;
 	c->recompute = GPT_RECOMPUTE_NONE;
 	/* a capacity factor would drop tokens by how requests happen to be

@@ -131,22 +131,27 @@ static void alloc_slot(struct gpt_model *m, const struct gpt_chunk *ch, struct g
 	sl->doc = gpt_take_bytes(m, BT * sizeof(int32_t));
 }
 
-/* The rope table rows of this rank's positions (all of them without CP). */
-static void build_rope(struct gpt_model *m)
+/* A rope table of T rows for positions 0..S-1: row j holds this rank's
+ * local position j (gpt_global_pos: all of them in order without CP). */
+static void build_rope(struct gpt_model *m, float **cos, float **sin, int S, int T)
 {
 	const struct gpt_config *c = &m->lc;
-	int S = m->c.S, T = c->S, rot = c->rot;
-	m->rope_cos = gpt_take(m, (size_t)T * rot);
-	m->rope_sin = gpt_take(m, (size_t)T * rot);
+	int rot = c->rot;
+	*cos = gpt_take(m, (size_t)T * rot);
+	*sin = gpt_take(m, (size_t)T * rot);
 	if (m->k->counts_only)
 		return;
 	float *hc = xmalloc((size_t)S * rot * sizeof(float));
 	float *hs = xmalloc((size_t)S * rot * sizeof(float));
 	kops_rope_table(hc, hs, S, rot, c->rotary_base);
-	for (int j = 0; j < T; j++) {
+	if (!m->par.cp) { /* rows in order: one copy */
+		m->k->to_device(*cos, hc, (size_t)T * rot * sizeof(float));
+		m->k->to_device(*sin, hs, (size_t)T * rot * sizeof(float));
+	}
+	for (int j = 0; m->par.cp && j < T; j++) {
 		size_t g = (size_t)gpt_global_pos(m, j) * rot;
-		m->k->to_device(m->rope_cos + (size_t)j * rot, hc + g, (size_t)rot * sizeof(float));
-		m->k->to_device(m->rope_sin + (size_t)j * rot, hs + g, (size_t)rot * sizeof(float));
+		m->k->to_device(*cos + (size_t)j * rot, hc + g, (size_t)rot * sizeof(float));
+		m->k->to_device(*sin + (size_t)j * rot, hs + g, (size_t)rot * sizeof(float));
 	}
 	free(hc);
 	free(hs);
@@ -183,21 +188,8 @@ static void alloc_serving(struct gpt_model *m, const struct gpt_serving *sv)
 		m->k->zero(kv->k, cache);
 		m->k->zero(kv->v, cache);
 	}
-	if (c->rope) {
-		int rot = c->rot;
-		kv->rope_cos = gpt_take(m, (size_t)sv->max_seq * rot);
-		kv->rope_sin = gpt_take(m, (size_t)sv->max_seq * rot);
-	}
-	if (c->rope && !m->k->counts_only) {
-		int rot = c->rot;
-		float *hc = xmalloc((size_t)sv->max_seq * rot * sizeof(float));
-		float *hs = xmalloc((size_t)sv->max_seq * rot * sizeof(float));
-		kops_rope_table(hc, hs, sv->max_seq, rot, c->rotary_base);
-		m->k->to_device(kv->rope_cos, hc, (size_t)sv->max_seq * rot * sizeof(float));
-		m->k->to_device(kv->rope_sin, hs, (size_t)sv->max_seq * rot * sizeof(float));
-		free(hc);
-		free(hs);
-	}
+	if (c->rope) /* every position a cache slot holds */
+		build_rope(m, &kv->rope_cos, &kv->rope_sin, sv->max_seq, sv->max_seq);
 	kv->kpos = device_iota(m, sv->max_seq);
 	kv->x = gpt_take(m, T * h);
 	kv->y = gpt_take(m, T * h);
@@ -282,7 +274,7 @@ static void alloc_training(struct gpt_model *m, bool any_rc)
 	}
 	s->dloss = gpt_take(m, BT);
 	if (c->rope)
-		build_rope(m);
+		build_rope(m, &m->rope_cos, &m->rope_sin, m->c.S, c->S);
 	if (m->flash)
 		m->flash_pos = device_iota(m, c->S);
 	s->qkv = gpt_take(m, BT * qkv);
@@ -294,10 +286,6 @@ static void alloc_training(struct gpt_model *m, bool any_rc)
 		s->gath = gpt_take(m, BT * h);
 	}
 	s->dtmp = gpt_take(m, BT * h);
-	if (c->norm_1p) { /* the norms' w + 1 (--apply-layernorm-1p) */
-		s->norm_gamma = gpt_take(m, h);
-		s->norm_ones = gpt_take(m, h);
-	}
 	s->dln = gpt_take(m, BT * h);
 	s->datty = gpt_take(m, BT * ak);
 	s->dq = gpt_take(m, BT * ak);
@@ -395,14 +383,13 @@ int gpt_init_pipe(struct gpt_model *m, const struct gpt_config *c, const struct 
 	m->reg.data = gpt_take(m, m->reg.total);
 	m->reg.grad = sv ? NULL : gpt_take(m, m->reg.total);
 	m->work = precision == GPT_FP32 ? m->reg.data : gpt_take(m, m->reg.total);
-	if (sv) {
+	if (sv)
 		alloc_serving(m, sv);
-		if (c->norm_1p) {
-			m->s.norm_gamma = gpt_take(m, c->h);
-			m->s.norm_ones = gpt_take(m, c->h);
-		}
-	} else {
+	else
 		alloc_training(m, any_rc);
+	if (c->norm_1p) { /* the norms' w + 1 (--apply-layernorm-1p) */
+		m->s.norm_gamma = gpt_take(m, c->h);
+		m->s.norm_ones = gpt_take(m, c->h);
 	}
 	if (m->s.norm_ones && !k->counts_only) {
 		float *ones = xmalloc((size_t)c->h * sizeof(float));
