@@ -264,6 +264,61 @@ static void cpu_round(float *out, const float *x, size_t n, enum kops_round kind
 	}
 }
 
+/* 16 bits of storage: bf16 is the top half of the rounded float; an fp16
+ * value (exactly representable after cpu_round_fp16) is re-biased: normals
+ * move the exponent from 127 to 15 (minus 112 << 23) and drop 13 mantissa
+ * bits that are zero, subnormals are multiples of 2^-24, inf and NaN keep
+ * the top 10 mantissa bits (the quiet bit among them). */
+static inline uint16_t cpu_fp16_bits(float r)
+{
+	uint32_t u = cpu_float_to_bits(r), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+	uint32_t normal = (a - 0x38000000u) >> 13;
+	uint32_t subnormal = (uint32_t)(cpu_bits_to_float(a) * 16777216.0f);
+	uint32_t special = 0x7c00u | ((a >> 13) & 0x3ffu);
+	uint32_t h = a >= 0x7f800000u ? special : a >= 0x38800000u ? normal : subnormal;
+	return (uint16_t)(sign | h);
+}
+
+static inline float cpu_fp16_value(uint16_t h)
+{
+	uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+	uint32_t normal = sign | ((e + 112u) << 23) | (mant << 13);
+	uint32_t special = sign | 0x7f800000u | (mant << 13);
+	float sub = (float)mant * (1.0f / 16777216.0f);
+	float r = cpu_bits_to_float(e == 31 ? special : normal);
+	return cpu_selectf(e == 0, cpu_bits_to_float(sign | cpu_float_to_bits(sub)), r);
+}
+
+static void cpu_narrow(uint16_t *out, const float *x, size_t n, enum kops_round kind)
+{
+	if (kind == KOPS_ROUND_BF16) {
+#pragma omp parallel for simd if (n >= CPU_PAR_MIN)
+		for (size_t i = 0; i < n; i++)
+			out[i] = (uint16_t)(cpu_float_to_bits(cpu_round_bf16(x[i])) >> 16);
+	} else if (kind == KOPS_ROUND_FP16) {
+#pragma omp parallel for simd if (n >= CPU_PAR_MIN)
+		for (size_t i = 0; i < n; i++)
+			out[i] = cpu_fp16_bits(cpu_round_fp16(x[i]));
+	} else {
+		BUG("unknown rounding kind %d", (int)kind);
+	}
+}
+
+static void cpu_widen(float *out, const uint16_t *x, size_t n, enum kops_round kind)
+{
+	if (kind == KOPS_ROUND_BF16) {
+#pragma omp parallel for simd if (n >= CPU_PAR_MIN)
+		for (size_t i = 0; i < n; i++)
+			out[i] = cpu_bits_to_float((uint32_t)x[i] << 16);
+	} else if (kind == KOPS_ROUND_FP16) {
+#pragma omp parallel for simd if (n >= CPU_PAR_MIN)
+		for (size_t i = 0; i < n; i++)
+			out[i] = cpu_fp16_value(x[i]);
+	} else {
+		BUG("unknown rounding kind %d", (int)kind);
+	}
+}
+
 /* ---- AdamW ----
  * torch.optim.AdamW (foreach=False, torch 2.x) step by step, in the same
  * order and precision:
@@ -399,6 +454,8 @@ static const struct kops cpu_ops = {
 	.sumsq = cpu_sumsq,
 	.nonfinite = cpu_nonfinite,
 	.round = cpu_round,
+	.narrow = cpu_narrow,
+	.widen = cpu_widen,
 	.adamw = cpu_adamw,
 	.moe_combine_forward = cpu_moe_combine_forward,
 	.moe_combine_backward = cpu_moe_combine_backward,

@@ -168,6 +168,12 @@ struct kops {
 	int (*nonfinite)(const float *x, size_t n);       /* 1 if any inf/NaN */
 	/* out = x rounded to bf16/fp16 and back to fp32 (the half-precision model copy). */
 	void (*round)(float *out, const float *x, size_t n, enum kops_round kind);
+	/* 16-bit storage (the --bf16/--fp16 model weights): narrow writes x
+	 * rounded as round() does, as the format's 16 bits (bf16: the top half of
+	 * the float; fp16: IEEE binary16); widen reads them back, exactly, so
+	 * widen(narrow(x)) == round(x) bit for bit. */
+	void (*narrow)(uint16_t *out, const float *x, size_t n, enum kops_round kind);
+	void (*widen)(float *out, const uint16_t *x, size_t n, enum kops_round kind);
 
 	/* ---- AdamW (Megatron/torch semantics, decoupled weight decay) ----
 	 * For each i: p *= 1 - lr*wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;

@@ -23,7 +23,7 @@ static const struct {
 	OP(gelu_forward), OP(gelu_backward), OP(swiglu_forward), OP(swiglu_backward), OP(qkv_split_forward),
 	OP(qkv_split_backward), OP(attention_forward), OP(attention_backward), OP(dropout_add_forward),
 	OP(dropout_backward), OP(xent_forward), OP(xent_backward), OP(add), OP(scale), OP(sumsq), OP(nonfinite),
-	OP(round), OP(adamw), OP(moe_combine_forward), OP(moe_combine_backward), OP(sumsq_segs), OP(adamw_segs),
+	OP(round), OP(narrow), OP(widen), OP(adamw), OP(moe_combine_forward), OP(moe_combine_backward), OP(sumsq_segs), OP(adamw_segs),
 	OP(attention_block_forward), OP(attention_block_backward),
 };
 #undef OP

@@ -16,7 +16,7 @@ enum {
 	P_ZERO, P_COPY, P_TO_HOST, P_TO_DEVICE,
 	P_LINEAR_F, P_LINEAR_B, P_EMB_F, P_EMB_B, P_LN_F, P_LN_B, P_RMS_F, P_RMS_B,
 	P_GELU_F, P_GELU_B, P_SWIGLU_F, P_SWIGLU_B, P_QKV_F, P_QKV_B, P_ATTN_F, P_ATTN_B,
-	P_DROP_F, P_DROP_B, P_XENT_F, P_XENT_B, P_ADD, P_SCALE, P_SUMSQ, P_NONFINITE, P_ROUND,
+	P_DROP_F, P_DROP_B, P_XENT_F, P_XENT_B, P_ADD, P_SCALE, P_SUMSQ, P_NONFINITE, P_ROUND, P_NARROW, P_WIDEN,
 	P_ADAMW, P_MOE_F, P_MOE_B, P_SUMSQ_SEGS, P_ADAMW_SEGS, P_ABLK_F, P_ABLK_B, P_NOPS
 };
 
@@ -27,7 +27,7 @@ static const char *const prof_names[P_NOPS] = {
 	"gelu_forward", "gelu_backward", "swiglu_forward", "swiglu_backward",
 	"qkv_split_forward", "qkv_split_backward", "attention_forward", "attention_backward",
 	"dropout_add_forward", "dropout_backward", "xent_forward", "xent_backward",
-	"add", "scale", "sumsq", "nonfinite", "round",
+	"add", "scale", "sumsq", "nonfinite", "round", "narrow", "widen",
 	"adamw", "moe_combine_forward", "moe_combine_backward", "sumsq_segs", "adamw_segs",
 	"attention_block_forward", "attention_block_backward",
 };
@@ -304,6 +304,20 @@ static void w_round(float *out, const float *x, size_t n, enum kops_round kind)
 	prof_end(P_ROUND, t, 0, F4 * 2 * (double)n);
 }
 
+static void w_narrow(uint16_t *out, const float *x, size_t n, enum kops_round kind)
+{
+	double t = prof_begin();
+	P.base->narrow(out, x, n, kind);
+	prof_end(P_NARROW, t, 0, 6.0 * (double)n);
+}
+
+static void w_widen(float *out, const uint16_t *x, size_t n, enum kops_round kind)
+{
+	double t = prof_begin();
+	P.base->widen(out, x, n, kind);
+	prof_end(P_WIDEN, t, 0, 6.0 * (double)n);
+}
+
 static void w_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2, float eps,
 		    float wd, int step)
 {
@@ -416,6 +430,8 @@ const struct kops *kops_profile_wrap(const struct kops *base)
 	WRAP(sumsq, w_sumsq);
 	WRAP(nonfinite, w_nonfinite);
 	WRAP(round, w_round);
+	WRAP(narrow, w_narrow);
+	WRAP(widen, w_widen);
 	WRAP(adamw, w_adamw);
 	WRAP(moe_combine_forward, w_moe_combine_forward);
 	WRAP(moe_combine_backward, w_moe_combine_backward);

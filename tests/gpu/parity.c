@@ -790,6 +790,16 @@ static void r_round(const struct kops *k, void **d, const struct cfg *c, double 
 {
 	k->round(d[0], d[1], c->n, (enum kops_round)c->kind);
 }
+/* narrow into 16 bits and widen back: every bit of the 16 shows in the floats */
+static void r_narrow(const struct kops *k, void **d, const struct cfg *c, double *s)
+{
+	k->narrow(d[2], d[1], c->n, (enum kops_round)c->kind);
+	k->widen(d[0], d[2], c->n, (enum kops_round)c->kind);
+}
+static void r_widen(const struct kops *k, void **d, const struct cfg *c, double *s)
+{
+	k->widen(d[0], d[1], c->n, (enum kops_round)c->kind);
+}
 
 static void test_vector(void)
 {
@@ -836,7 +846,11 @@ static void test_vector(void)
 	for (int kind = 0; kind < 2; kind++) {
 		struct cfg c = { .n = 37 * 100 + 3, .kind = kind };
 		fresh();
-		float *x = hnew(FL(c.n));
+		float *x = malloc(FL(c.n)); /* outlives the round test: the narrow one reads it too */
+		if (!x) {
+			fprintf(stderr, "parity: out of host memory\n");
+			exit(2);
+		}
 		for (size_t j = 0; j < c.n; j++) {
 			double m = 2 * runif() - 1;
 			int e = rint_below(60) - 40; /* 2^-40 .. 2^19 */
@@ -851,6 +865,20 @@ static void test_vector(void)
 		tb_out("out", rvec(c.n, 1), FL(c.n), TOL_EXACT);
 		tb_in(x, FL(c.n));
 		run_test("round", HAS(round), LABEL("%s n=%zu", rn[kind], c.n), r_round, &c, NULL, 0);
+		/* the same values through 16-bit storage */
+		tb_out("out", rvec(c.n, 1), FL(c.n), TOL_EXACT);
+		tb_in(x, FL(c.n));
+		tb_in(NULL, c.n * sizeof(uint16_t));
+		run_test("narrow", HAS(narrow) && HAS(widen), LABEL("%s n=%zu", rn[kind], c.n), r_narrow, &c, NULL, 0);
+		free(x);
+		/* widen on every one of the 65536 patterns */
+		struct cfg w = { .n = 65536, .kind = kind };
+		uint16_t *pat = hnew(w.n * sizeof(uint16_t));
+		for (size_t j = 0; j < w.n; j++)
+			pat[j] = (uint16_t)j;
+		tb_out("out", rvec(w.n, 1), FL(w.n), TOL_EXACT);
+		tb_in(pat, w.n * sizeof(uint16_t));
+		run_test("widen", HAS(widen), LABEL("%s all 65536", rn[kind]), r_widen, &w, NULL, 0);
 	}
 }
 

@@ -17,6 +17,7 @@
  */
 #include "base/error.h"
 #include "base/xalloc.h"
+#include "ckpt/dtype.h"
 #include "kernels/cpu.h"
 #include "kernels/ops.h"
 #include "test.h"
@@ -1353,6 +1354,34 @@ static void test_torch_round(void)
 	}
 }
 
+/* 16-bit storage: narrow gives torch's rounding as 16 bits (bf16: the top
+ * half of torch's float; fp16: what the checkpoint writer's own conversion
+ * makes of it), and widen gives torch's value back. */
+static void test_torch_narrow(void)
+{
+	uint16_t *bits = xmalloc(tc.rn * sizeof(uint16_t));
+	float *back = zerov(tc.rn);
+	for (int kind = 0; kind < 2; kind++) {
+		float *ref = rfile(kind ? "rd_fp16" : "rd_bf16", tc.rn);
+		if (!ref)
+			continue;
+		ops->narrow(bits, tc.rd_x, tc.rn, kind ? KOPS_ROUND_FP16 : KOPS_ROUND_BF16);
+		ops->widen(back, bits, tc.rn, kind ? KOPS_ROUND_FP16 : KOPS_ROUND_BF16);
+		size_t bad = 0;
+		for (size_t i = 0; i < tc.rn; i++) {
+			uint16_t want = kind ? ckpt_f32_to_f16(ref[i]) : (uint16_t)(cpu_float_to_bits(ref[i]) >> 16);
+			int ok = isnan(ref[i]) ? isnan(back[i]) : bits[i] == want && !memcmp(&back[i], &ref[i], 4);
+			if (!ok && bad++ < 5)
+				printf("#   %s narrow(%a) = 0x%04x -> %a, torch %a (0x%04x)\n", kind ? "fp16" : "bf16",
+				       tc.rd_x[i], bits[i], back[i], ref[i], want);
+		}
+		CHECK_INT(bad, 0);
+		free(ref);
+	}
+	free(bits);
+	free(back);
+}
+
 /* AdamW: bit-exact with the torch 2.x order (computed by torch 1.13's own
  * kernels); torch 1.13's optimizer updates exp_avg by mul_/add_ instead of
  * lerp_, an ulp away at times, and p follows within a few ulps. */
@@ -1578,6 +1607,7 @@ int main(void)
 	RUN(test_torch_xent);
 	RUN(test_torch_rope);
 	RUN(test_torch_round);
+	RUN(test_torch_narrow);
 	RUN(test_torch_adamw);
 	torch_free();
 	RUN(test_timings);

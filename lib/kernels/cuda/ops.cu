@@ -923,6 +923,60 @@ static void cuda_round(float *out, const float *x, size_t n, enum kops_round kin
 	KERNEL_CHECK();
 }
 
+/* ---- 16-bit storage: the CPU's cpu_narrow/cpu_widen, bit for bit ---- */
+
+static __device__ __forceinline__ uint16_t fp16_bits(float r)
+{
+	uint32_t u = __float_as_uint(r), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+	uint32_t h = a >= 0x7f800000u ? 0x7c00u | ((a >> 13) & 0x3ffu) :
+		     a >= 0x38800000u ? (a - 0x38000000u) >> 13 :
+					(uint32_t)__fmul_rn(__uint_as_float(a), 16777216.0f);
+	return (uint16_t)(sign | h);
+}
+
+static __device__ __forceinline__ float fp16_value(uint16_t h)
+{
+	uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+	if (e == 0)
+		return __uint_as_float(sign | __float_as_uint(__fmul_rn((float)mant, 1.0f / 16777216.0f)));
+	if (e == 31)
+		return __uint_as_float(sign | 0x7f800000u | (mant << 13));
+	return __uint_as_float(sign | ((e + 112u) << 23) | (mant << 13));
+}
+
+__global__ void narrow_kernel(uint16_t *out, const float *x, size_t n, int kind)
+{
+	GRID_STRIDE(i, n)
+		out[i] = kind == KOPS_ROUND_BF16 ? (uint16_t)(__float_as_uint(round_bf16(x[i])) >> 16) :
+						   fp16_bits(round_fp16(x[i]));
+}
+
+__global__ void widen_kernel(float *out, const uint16_t *x, size_t n, int kind)
+{
+	GRID_STRIDE(i, n)
+		out[i] = kind == KOPS_ROUND_BF16 ? __uint_as_float((uint32_t)x[i] << 16) : fp16_value(x[i]);
+}
+
+static void cuda_narrow(uint16_t *out, const float *x, size_t n, enum kops_round kind)
+{
+	if (kind != KOPS_ROUND_BF16 && kind != KOPS_ROUND_FP16)
+		CUDA_BUG("unknown rounding kind");
+	if (n == 0)
+		return;
+	launch<narrow_kernel>(grid_for(n), THREADS, 0, out, x, n, (int)kind);
+	KERNEL_CHECK();
+}
+
+static void cuda_widen(float *out, const uint16_t *x, size_t n, enum kops_round kind)
+{
+	if (kind != KOPS_ROUND_BF16 && kind != KOPS_ROUND_FP16)
+		CUDA_BUG("unknown rounding kind");
+	if (n == 0)
+		return;
+	launch<widen_kernel>(grid_for(n), THREADS, 0, out, x, n, (int)kind);
+	KERNEL_CHECK();
+}
+
 /* ---- AdamW: cpu_adamw step for step (torch.optim.AdamW, foreach=False) ----
  * The per-step scalars are computed on the host in double and rounded once;
  * lerp and addcmul are explicit fmaf, as on the CPU; sqrtf and '/' are IEEE
@@ -1207,6 +1261,8 @@ static void table_init(void)
 	t->sumsq = cuda_sumsq;
 	t->nonfinite = cuda_nonfinite;
 	t->round = cuda_round;
+	t->narrow = cuda_narrow;
+	t->widen = cuda_widen;
 	t->adamw = cuda_adamw;
 	t->moe_combine_forward = cuda_moe_combine_forward;
 	t->moe_combine_backward = cuda_moe_combine_backward;
