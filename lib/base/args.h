@@ -147,6 +147,7 @@ struct args {
 	char *recompute_method;
 	int64_t recompute_num_layers;
 	bool recompute_activations;
+	struct strlist recompute_modules; /* empty: Megatron's default, core_attn */
 
 	/* optimizer and learning-rate schedule */
 	char *optimizer;
@@ -399,7 +400,8 @@ int args_parse(struct args *a, const struct prog_info *p, int argc, char **argv)
 void args_help(const struct prog_info *p, FILE *out);
 void args_free(struct args *a);
 void strlist_free(struct strlist *l);
-/* Was the flag named `name` given on the command line? */
+/* Was the flag named `name` given on the command line? (A Megatron flag
+ * accepted without effect counts.) */
 bool args_given(const struct args *a, const char *name);
 /* "--num-layers --hidden-size": the given flags this program ignores; NULL if none. */
 char *args_ignored(const struct args *a);

@@ -319,7 +319,6 @@ const struct megatron_flag megatron_flags[] = {
 	{ "--fused-residual-rmsnorm", MF_NO_EFFECT, 0, why_selects_fused2 },
 	{ "--use-transformer-engine-op-fuser", MF_NO_EFFECT, 0, why_selects_fused2 },
 	{ "--distribute-saved-activations", MF_REFUSED, 0, why_recompute_option },
-	{ "--recompute-modules", MF_REFUSED, MF_LIST, why_recompute_option },
 	{ "--fp8-format", MF_REFUSED, 1, why_fp8_training },
 	{ "--fp8-recipe", MF_REFUSED, 1, why_fp8_training },
 	{ "--fp8-quantizer-factory", MF_REFUSED, 1, why_fp8_training },

@@ -230,13 +230,19 @@ const struct flag_def args_table[] = {
 
 	/* ---- activation recomputation ---- */
 	{ "--recompute-granularity", FK_STR, F(recompute_granularity), TR, 0, "recompute", NULL, "full|selective",
-	  "G", "recompute whole layers (full) or the core attention (selective) in backward" },
+	  "G", "recompute whole layers (full) or the modules of --recompute-modules (selective) in backward" },
 	{ "--recompute-method", FK_STR, F(recompute_method), TR, 0, "recompute", NULL, "uniform|block", "M",
 	  "full recompute: chunks of --recompute-num-layers (uniform) or only the first N layers (block)" },
 	{ "--recompute-num-layers", FK_INT, F(recompute_num_layers), TR, 0, "recompute", "-1", NULL, "N",
 	  "layers per recompute chunk (uniform) or recomputed layers (block)" },
 	{ "--recompute-activations", FK_BOOL, F(recompute_activations), TR, 0, "recompute", NULL, NULL, NULL,
 	  "same as --recompute-granularity selective" },
+	{ "--recompute-modules", FK_STRS, F(recompute_modules), TR, 0, "recompute", NULL,
+	  "core_attn|moe_act|layernorm|mla_up_proj|mlp|moe|shared_experts|gdn_norm_out|gdp_in_proj|gdp_qkv|mhc", "M",
+	  "selective recompute: the modules whose activations are dropped in forward and recomputed in backward "
+	  "(default core_attn): core_attn (attention probabilities), layernorm (both norms' outputs), mlp (a dense "
+	  "MLP's fc1 and activation), moe (a MoE layer's every activation), moe_act (the experts' activation, with "
+	  "--moe-grouped-gemm), shared_experts (the shared expert's fc1 and activation)" },
 
 	/* ---- optimizer and learning rate ---- */
 	{ "--optimizer", FK_STR, F(optimizer), TR, 0, "optimizer", "adam",
@@ -430,7 +436,7 @@ const struct flag_def args_table[] = {
 	{ "--local-rank", FK_INT, F(local_rank), TR | PROG_INFER, 0, "distributed", "-1", NULL, "N",
 	  "this process's rank on its node, which picks its GPU (local rank mod visible GPUs); default: the "
 	  "launcher's LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID or MPI_LOCALRANKID, else 0" },
-	{ "--device", FK_STR, F(device), TR | PROG_INFER, 0, "distributed", "auto", "auto|cpu|cuda", "D",
+	{ "--device", FK_STR, F(device), PROG_TRAIN | PROG_INFER, 0, "distributed", "auto", "auto|cpu|cuda", "D",
 	  "(megac) where to compute: a GPU when one is usable (auto), the CPU, or a GPU or nothing (cuda)" },
 	{ "--overlap-grad-reduce", FK_BOOL, F(overlap_grad_reduce), TR, 0, "distributed", NULL, NULL, NULL,
 	  "reduce gradients in buckets while backward runs (non-blocking collectives)" },
@@ -613,12 +619,17 @@ const struct flag_def args_table[] = {
 	  "(megac) the number of ranks (GPUs) of the planned job, as mpirun -np / srun -n (default: the "
 	  "WORLD_SIZE environment variable, else 1, as Megatron's report_theoretical_memory.py; --advise needs "
 	  "it)" },
+	{ "--device", FK_STR, F(device), MEM, 0, "report_memory", "cuda", "auto|cpu|cuda", "D",
+	  "(megac) the backend whose memory megac's own prediction counts, as train --device picks it: cuda "
+	  "(flash attention keeps each row's log-sum-exp instead of the probabilities, plus the CUDA backend's "
+	  "workspace; auto plans for cuda too) or cpu; no GPU is opened (docs/report-memory.md)" },
 	{ "--json", FK_BOOL, F(json), MEM, 0, "report_memory", NULL, NULL, NULL,
 	  "(megac) print the report as one JSON object (docs/report-memory.md)" },
 	{ "--advise", FK_BOOL, F(advise), MEM, 0, "report_memory", NULL, NULL, NULL,
-	  "(megac) list the layouts (TP, PP, virtual stages, CP, DP, micro-batch, sequence parallel, recompute, "
-	  "distributed optimizer) of --world-size ranks whose predicted peak fits in --gpu-memory, fastest first "
-	  "by the step-time model of docs/report-memory.md; the layout flags given are ignored" },
+	  "(megac) list the layouts (TP, PP, virtual stages, CP, DP, with experts EP, micro-batch, sequence "
+	  "parallel, recompute, distributed optimizer) of --world-size ranks whose predicted peak on --device fits "
+	  "in --gpu-memory, fastest first by the step-time model of docs/report-memory.md; the layout flags given "
+	  "are ignored" },
 	{ "--gpu-memory", FK_STR, F(gpu_memory), MEM, 0, "report_memory", NULL, NULL, "SIZE",
 	  "(megac) --advise: memory per GPU, such as 80GiB, 141GB, 512MiB or bytes" },
 	{ "--gpus-per-node", FK_INT, F(gpus_per_node), MEM, 0, "report_memory", "8", NULL, "N",
@@ -728,6 +739,9 @@ const struct refused_value args_refused_values[] = {
 	{ "--moe-router-score-function", "softmax|sigmoid", "the sqrtsoftplus router score is not in megac yet" },
 	{ "--moe-token-dispatcher-type", "allgather|alltoall",
 	  "the flex dispatcher (DeepEP/HybridEP) is not in megac yet; use alltoall (the same numbers)" },
+	{ "--recompute-modules", "core_attn|moe_act|layernorm|mlp|moe|shared_experts",
+	  "megac has no multi-latent attention (mla_up_proj), GatedDeltaNet or GatedDeltaProduct layers "
+	  "(gdn_norm_out, gdp_in_proj, gdp_qkv) nor hyper-connections (mhc) to recompute" },
 };
 
 const size_t args_refused_values_len = sizeof(args_refused_values) / sizeof(args_refused_values[0]);

@@ -323,7 +323,7 @@ static void unknown_flag(struct problems *P, const struct prog_info *p, const ch
 	free(name);
 }
 
-static void init_defaults(struct args *a)
+static void init_defaults(struct args *a, const struct prog_info *p)
 {
 	if (args_table_len > sizeof(a->given))
 		BUG("args_table has %zu rows, given[] holds %zu", args_table_len, sizeof(a->given));
@@ -333,6 +333,12 @@ static void init_defaults(struct args *a)
 	memset(a, 0, sizeof(*a));
 	for (size_t i = 0; i < args_table_len; i++)
 		set_default(a, &args_table[i]);
+	/* a field shared by rows of several programs takes the default of this
+	 * program's row (report_memory's --device plans for cuda, train's
+	 * --device is auto) */
+	for (size_t i = 0; i < args_table_len; i++)
+		if (args_table[i].progs & p->id)
+			set_default(a, &args_table[i]);
 }
 
 /* Megatron's training flags apply to train and to the programs that take
@@ -396,15 +402,16 @@ static int report(struct problems *P, const struct prog_info *p)
 			continue;
 		struct sbuf names = SBUF_INIT;
 		int n = 0;
+		bool values = true; /* "flag value" pairs only */
 		const char *why = P->why[i];
 		for (int j = i; j < P->nrefused; j++) {
 			if (P->why[j] != why)
 				continue;
 			sbuf_addf(&names, "%s%s", n ? ", " : "", P->refused[j]);
+			values &= strchr(P->refused[j], ' ') != NULL;
 			P->why[j] = NULL;
 			n++;
 		}
-		bool values = strchr(names.buf, ' ') && !strchr(names.buf, ',');
 		if (values)
 			problem(P, "%s: %s", names.buf, why);
 		else
@@ -423,7 +430,7 @@ static int report(struct problems *P, const struct prog_info *p)
 
 int args_parse(struct args *a, const struct prog_info *p, int argc, char **argv)
 {
-	init_defaults(a);
+	init_defaults(a, p);
 	struct problems *P = xcalloc(1, sizeof(*P));
 	P->sb = (struct sbuf)SBUF_INIT;
 	bool megatron_prog = (p->id | p->ignore) & (PROG_TRAIN | PROG_MEMCALC);
@@ -513,6 +520,8 @@ int args_parse(struct args *a, const struct prog_info *p, int argc, char **argv)
 			continue;
 		if (d->kind == FK_STR && (d->progs & p->id))
 			refuse_value(P, d->name, *FIELD(a, d, char *));
+		for (int k = 0; d->kind == FK_STRS && (d->progs & p->id) && k < FIELD(a, d, struct strlist)->n; k++)
+			refuse_value(P, d->name, FIELD(a, d, struct strlist)->v[k]);
 	}
 	for (size_t i = 0; i < args_table_len; i++) {
 		const struct flag_def *d = &args_table[i];
@@ -566,6 +575,9 @@ bool args_given(const struct args *a, const char *name)
 {
 	for (size_t i = 0; i < args_table_len; i++)
 		if (a->given[i] && !strcmp(args_table[i].name, name))
+			return true;
+	for (size_t i = 0; i < megatron_flags_len; i++) /* accepted without effect */
+		if (a->given_megatron[i] && !strcmp(megatron_flags[i].name, name))
 			return true;
 	return false;
 }

@@ -103,7 +103,6 @@ static void alloc_slot(struct gpt_model *m, const struct gpt_chunk *ch, struct g
 {
 	const struct gpt_config *c = &m->lc;
 	size_t BT = (size_t)m->B * c->S, BTl = (size_t)m->Nl, h = c->h;
-	bool probs_own = c->recompute != GPT_RECOMPUTE_SELECTIVE;
 	sl->resid = gpt_take(m, (size_t)(ch->nl + 1) * BTl * h);
 	sl->acts = xcalloc((size_t)ch->nl + 1, sizeof(*sl->acts));
 	for (int li = 0; li < ch->nl; li++) {
@@ -113,9 +112,9 @@ static void alloc_slot(struct gpt_model *m, const struct gpt_chunk *ch, struct g
 			continue;
 		}
 		bool moe = p->spec.mlp == LAYER_MLP_MOE;
-		transformer_layer_alloc_acts(m, &sl->acts[li], probs_own, !moe, moe);
-		if (!probs_own)
-			sl->acts[li].probs = m->probs_shared;
+		/* selective recompute: the dropped modules' buffers are shared */
+		const struct gpt_layer_acts *sh = c->recompute == GPT_RECOMPUTE_SELECTIVE ? &m->rc_acts : NULL;
+		transformer_layer_alloc_acts(m, &sl->acts[li], sh, !moe, moe);
 	}
 	if (ch->post) {
 		sl->lnf = gpt_take(m, BT * h);
@@ -204,7 +203,7 @@ static void alloc_serving(struct gpt_model *m, const struct gpt_serving *sv)
 			moe = true;
 		else
 			dense = true;
-	transformer_layer_alloc_acts(m, &m->rc_acts, false, dense, moe);
+	transformer_layer_alloc_acts(m, &m->rc_acts, NULL, dense, moe);
 	struct gpt_slot *sl = &m->chunks[0].slots[0];
 	sl->acts = xcalloc((size_t)c->L, sizeof(*sl->acts));
 	for (int l = 0; l < c->L; l++)
@@ -246,6 +245,41 @@ static void set_parallel(struct gpt_model *m, const struct gpt_setup *pipe)
 	par->e0 = par->ep_rank * par->El;
 }
 
+/* Selective recompute: the buffers of the modules --recompute-modules drops,
+ * in m->rc_acts, which every layer of every slot shares (one layer's at a
+ * time: its backward recomputes them first). The experts' activation and
+ * the shared expert's are moe_alloc_acts'. */
+static void alloc_selective(struct gpt_model *m)
+{
+	const struct gpt_config *c = &m->lc;
+	struct gpt_layer_acts *R = &m->rc_acts;
+	size_t BT = (size_t)m->B * c->S, BTl = (size_t)m->Nl, h = c->h;
+	size_t f1 = c->swiglu ? 2 * (size_t)c->f : (size_t)c->f;
+	bool dense = false, moe = false;
+	for (int v = 0; v < m->nchunks; v++)
+		for (int l = m->chunks[v].l0; l < m->chunks[v].l0 + m->chunks[v].nl; l++)
+			if (m->lp[l].spec.mlp == LAYER_MLP_MOE)
+				moe = true;
+			else
+				dense = true;
+	if (gpt_rc(m, GPT_RC_CORE_ATTN) && !m->par.cp && !m->flash)
+		R->probs = m->probs_shared = gpt_take(m, (size_t)m->B * c->a * c->S * c->S);
+	if (gpt_rc(m, GPT_RC_LAYERNORM)) {
+		R->ln1 = gpt_take(m, BTl * h);
+		R->ln1_mean = gpt_take(m, BTl);
+		R->ln1_rstd = gpt_take(m, BTl);
+		R->ln2 = gpt_take(m, BTl * h);
+		R->ln2_mean = gpt_take(m, BTl);
+		R->ln2_rstd = gpt_take(m, BTl);
+	}
+	if (gpt_rc(m, GPT_RC_MLP) && dense) {
+		R->fc1 = gpt_take(m, BT * f1);
+		R->act = gpt_take(m, BT * c->f);
+	}
+	if (gpt_rc(m, GPT_RC_MOE) && moe)
+		R->moe = moe_alloc_acts(m);
+}
+
 /* Every buffer of training (forward and backward scratch). */
 static void alloc_training(struct gpt_model *m, bool any_rc)
 {
@@ -263,10 +297,10 @@ static void alloc_training(struct gpt_model *m, bool any_rc)
 				rc_moe = true;
 			else if (m->lp[l].recompute)
 				rc_dense = true;
-		transformer_layer_alloc_acts(m, &m->rc_acts, true, rc_dense, rc_moe);
+		transformer_layer_alloc_acts(m, &m->rc_acts, NULL, rc_dense, rc_moe);
 	}
-	if (c->recompute == GPT_RECOMPUTE_SELECTIVE && !m->par.cp && !m->flash)
-		m->probs_shared = gpt_take(m, (size_t)m->B * c->a * c->S * c->S);
+	if (c->recompute == GPT_RECOMPUTE_SELECTIVE)
+		alloc_selective(m);
 	for (int v = 0; v < m->nchunks; v++) {
 		struct gpt_chunk *ch = &m->chunks[v];
 		for (int i = 0; i < ch->nslots; i++)
@@ -339,6 +373,8 @@ int gpt_init_pipe(struct gpt_model *m, const struct gpt_config *c, const struct 
 			     c->a, B, c->S, SITE_SHIFT);
 	/* what this rank computes: its heads, groups, ffn columns and vocabulary rows */
 	m->lc = *c;
+	if (c->recompute == GPT_RECOMPUTE_SELECTIVE && !c->recompute_modules)
+		m->lc.recompute_modules = GPT_RC_CORE_ATTN; /* Megatron's default */
 	m->lc.a /= t;
 	m->lc.g /= t;
 	m->lc.f /= t;
@@ -634,7 +670,7 @@ const float *gpt_backward_chunk(struct gpt_model *m, int v, int s, const float *
 			R.stats = false; /* counted in the forward pass */
 			transformer_layer_forward(m, &R, l, x, resid + (size_t)(l - ch->l0 + 1) * nhl);
 		} else if (c->recompute == GPT_RECOMPUTE_SELECTIVE) {
-			core_attention_forward(m, &P, l, &P.sl->acts[l - ch->l0], c->attention_dropout);
+			transformer_layer_recompute(m, &P, l, x);
 		}
 		transformer_layer_backward(m, &P, l, x, m->s.dres);
 		for (int i = p->pfirst; m->grad_ready && i < p->pend; i++)

@@ -4,7 +4,7 @@
  * (docs/architecture.md). Parameters live in a param_registry under Megatron
  * Core names; every activation backward needs is kept in buffers allocated
  * once for the micro-batch size; recomputation reruns a layer's forward (or
- * just its core attention) right before its backward. All arithmetic goes
+ * just the modules of --recompute-modules) right before its backward. All arithmetic goes
  * through the op table, so the same code runs on any backend.
  *
  * One micro-batch: gpt_forward() (losses per token), then gpt_backward()
@@ -165,6 +165,11 @@ struct gpt_moe_state {
 	float *xa, *xb;    /* expert parallelism: rows in transit, and expert-major rows [max(R, Rl), h] */
 	size_t rows_cap;   /* the rows dact, dfc1, xa and xb hold */
 	int32_t *cnt_all;  /* host [ep, E]: every peer's rows per expert */
+	/* selective recompute: the experts' activation (moe_act; act_cap rows)
+	 * and the shared expert's fc1 and activation (shared_experts) every
+	 * layer shares, NULL without */
+	float *act_rc, *sfc1_rc, *sact_rc;
+	size_t act_cap;
 	/* the gradient weight of the attached losses (Megatron's
 	 * MoEAuxLossAutoScaler: loss scale / micro-batches), set by the caller
 	 * before a backward; and the logged values, summed over layers and
@@ -220,7 +225,8 @@ struct gpt_model {
 
 	int nchunks;
 	struct gpt_chunk *chunks;
-	struct gpt_layer_acts rc_acts; /* the scratch set recomputed layers (and serving) share */
+	struct gpt_layer_acts rc_acts; /* the scratch set recomputed layers (and serving) share; under
+					* selective recompute only the dropped modules' buffers */
 	float *probs_shared;   /* selective recompute: one probs buffer for every layer */
 	float *rope_cos, *rope_sin; /* [T, rot] the rows of this rank's positions */
 	int32_t *flash_pos;     /* flash: positions 0..S-1, the block ops' qpos and kpos */

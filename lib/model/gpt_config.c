@@ -121,6 +121,38 @@ static int moe_from_args(struct gpt_config *c, const struct args *a)
 	return 0;
 }
 
+/* --recompute-modules and Megatron's rules for it (TransformerConfig's
+ * __post_init__); without selective recompute Megatron ignores the list */
+static int recompute_modules_from_args(struct gpt_config *c, const struct args *a)
+{
+	static const struct { const char *name; unsigned bit; } mods[] = {
+		{ "core_attn", GPT_RC_CORE_ATTN }, { "layernorm", GPT_RC_LAYERNORM },
+		{ "mlp", GPT_RC_MLP },             { "moe", GPT_RC_MOE },
+		{ "moe_act", GPT_RC_MOE_ACT },     { "shared_experts", GPT_RC_SHARED_EXPERTS },
+	};
+	const struct strlist *l = &a->recompute_modules;
+	if (c->recompute != GPT_RECOMPUTE_SELECTIVE)
+		return 0;
+	c->recompute_modules = l->n ? 0 : GPT_RC_CORE_ATTN;
+	for (int i = 0; i < l->n; i++) {
+		size_t j = 0;
+		while (j < sizeof(mods) / sizeof(mods[0]) && strcmp(mods[j].name, l->v[i]))
+			j++;
+		if (j == sizeof(mods) / sizeof(mods[0]))
+			return error("--recompute-modules %s is not in megac (it recomputes core_attn, layernorm, "
+				     "mlp, moe, moe_act and shared_experts)", l->v[i]);
+		c->recompute_modules |= mods[j].bit;
+	}
+	if ((c->recompute_modules & GPT_RC_MOE_ACT) && !args_given(a, "--moe-grouped-gemm"))
+		return error("--recompute-modules moe_act needs --moe-grouped-gemm (Megatron recomputes the experts' "
+			     "activation only in its grouped MLP)");
+	if ((c->recompute_modules & GPT_RC_SHARED_EXPERTS) && c->shared_f > 0 &&
+	    args_given(a, "--moe-shared-expert-overlap"))
+		return error("--recompute-modules shared_experts does not work with --moe-shared-expert-overlap (as in "
+			     "Megatron)");
+	return 0;
+}
+
 int gpt_config_from_args(struct gpt_config *c, const struct args *a, int64_t vocab_size)
 {
 	memset(c, 0, sizeof(*c));
@@ -204,6 +236,8 @@ int gpt_config_from_args(struct gpt_config *c, const struct args *a, int64_t voc
 	} else if (!strcmp(gran, "selective")) {
 		if (a->recompute_num_layers > 0)
 			return error("--recompute-num-layers is for --recompute-granularity full, not selective");
+		if (a->recompute_method) /* Megatron asserts it */
+			return error("--recompute-method is for --recompute-granularity full, not selective");
 		c->recompute = GPT_RECOMPUTE_SELECTIVE;
 	} else {
 		c->recompute = GPT_RECOMPUTE_FULL;
@@ -217,7 +251,7 @@ int gpt_config_from_args(struct gpt_config *c, const struct args *a, int64_t voc
 				     c->recompute_layers, c->L);
 	}
 
-	if (moe_from_args(c, a) < 0)
+	if (moe_from_args(c, a) < 0 || recompute_modules_from_args(c, a) < 0)
 		return -1;
 
 	c->V = (int)vocab_size;

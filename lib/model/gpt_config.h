@@ -19,8 +19,20 @@
 
 enum gpt_recompute {
 	GPT_RECOMPUTE_NONE,
-	GPT_RECOMPUTE_SELECTIVE, /* core attention (the [a, S, S] probabilities) */
+	GPT_RECOMPUTE_SELECTIVE, /* the modules of --recompute-modules (GPT_RC_*) */
 	GPT_RECOMPUTE_FULL,      /* whole layers from their input */
+};
+
+/* --recompute-modules (Megatron's names; core_attn alone by default): what
+ * every layer drops in forward and recomputes right before its backward
+ * under selective recompute. */
+enum gpt_rc_module {
+	GPT_RC_CORE_ATTN = 1 << 0,      /* the attention probabilities [B, a, S, S] */
+	GPT_RC_LAYERNORM = 1 << 1,      /* both norms' outputs and statistics */
+	GPT_RC_MLP = 1 << 2,            /* a dense layer's fc1 output and activation */
+	GPT_RC_MOE = 1 << 3,            /* a MoE layer's every activation (router, rows, experts, shared expert) */
+	GPT_RC_MOE_ACT = 1 << 4,        /* the experts' activation */
+	GPT_RC_SHARED_EXPERTS = 1 << 5, /* the shared expert's fc1 output and activation */
 };
 
 struct gpt_config {
@@ -49,6 +61,7 @@ struct gpt_config {
 	enum gpt_recompute recompute;
 	bool recompute_block;  /* --recompute-method block (else uniform) */
 	int recompute_layers;  /* --recompute-num-layers */
+	unsigned recompute_modules; /* GPT_RC_* (selective recompute) */
 
 	/* mixture of experts (docs/moe-spec.md); E = 0: every layer dense */
 	int E;                 /* --num-experts */

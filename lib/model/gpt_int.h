@@ -45,6 +45,12 @@ static inline uint64_t site_offset(int site)
 	return (uint64_t)site << SITE_SHIFT;
 }
 
+/* Whether selective recompute drops module mod (GPT_RC_*) in training. */
+static inline bool gpt_rc(const struct gpt_model *m, unsigned mod)
+{
+	return !m->kv && m->lc.recompute == GPT_RECOMPUTE_SELECTIVE && (m->lc.recompute_modules & mod);
+}
+
 /* ---- memory (gpt.c): every buffer noted, so gpt_free gives back what was taken */
 void *gpt_take_bytes(struct gpt_model *m, size_t bytes);
 float *gpt_take(struct gpt_model *m, size_t n);
@@ -107,6 +113,9 @@ void mlp_register(struct gpt_model *m, int l);
  * residual stream lives ([Nl, h], summed over TP) */
 const float *mlp_forward(struct gpt_model *m, const struct gpt_pass *P, int l, struct gpt_layer_acts *A,
 			 const float *ln2);
+/* its linear_fc1 and activation alone, into A (--recompute-modules mlp reruns them) */
+void mlp_fc1_forward(struct gpt_model *m, const struct gpt_pass *P, int l, struct gpt_layer_acts *A,
+		     const float *ln2);
 /* dout: the gradient of the output, all rows; leaves this rank's share of
  * dL/d(ln2) in m->s.dln */
 void mlp_backward(struct gpt_model *m, const struct gpt_pass *P, int l, struct gpt_layer_acts *A, const float *ln2,
@@ -120,6 +129,13 @@ const float *moe_forward(struct gpt_model *m, const struct gpt_pass *P, int l, s
 			 const float *ln2);
 void moe_backward(struct gpt_model *m, const struct gpt_pass *P, int l, struct gpt_layer_acts *A, const float *ln2,
 		  const float *dout);
+/* selective recompute before moe_backward: what --recompute-modules moe,
+ * moe_act and shared_experts dropped (ln2: the norm's output, all rows) */
+void moe_recompute(struct gpt_model *m, const struct gpt_pass *P, int l, struct gpt_layer_acts *A,
+		   const float *ln2);
+/* room for the experts' activation of cap rows: a layer's own, or the one
+ * every layer shares under --recompute-modules moe_act */
+float *moe_take_act(struct gpt_model *m, size_t cap);
 /* the experts (moe/experts.c) on rows [off[e], off[e+1]) of local expert e */
 void moe_experts_forward(struct gpt_model *m, int l, const int32_t *off, const float *xin, float *fc1, float *act,
 			 float *y);
@@ -132,9 +148,14 @@ void moe_plan_exchange(struct gpt_model *m, struct gpt_moe_acts *M, const struct
 void moe_exchange(struct gpt_model *m, const struct gpt_moe_acts *M, float *out, const float *in, bool to_experts);
 
 void transformer_layer_register(struct gpt_model *m, int l);
-void transformer_layer_alloc_acts(struct gpt_model *m, struct gpt_layer_acts *A, bool probs, bool dense, bool moe);
+/* a layer's activations; the buffers sh holds (NULL: none) are shared, not taken */
+void transformer_layer_alloc_acts(struct gpt_model *m, struct gpt_layer_acts *A, const struct gpt_layer_acts *sh,
+				  bool dense, bool moe);
 /* x, y: this rank's rows of the residual stream ([Nl, h]) */
 void transformer_layer_forward(struct gpt_model *m, const struct gpt_pass *P, int l, const float *x, float *y);
+/* selective recompute: what the forward dropped (--recompute-modules), right
+ * before the layer's backward; x: its input */
+void transformer_layer_recompute(struct gpt_model *m, const struct gpt_pass *P, int l, const float *x);
 /* dres: in = dL/d(layer output), out = dL/d(layer input) */
 void transformer_layer_backward(struct gpt_model *m, const struct gpt_pass *P, int l, const float *x, float *dres);
 

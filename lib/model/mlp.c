@@ -30,15 +30,22 @@ void mlp_register(struct gpt_model *m, int l)
 
 /* ln2: the norm's output, all rows; returns the MLP's output where the
  * residual stream lives (this rank's rows, summed over TP) */
-const float *mlp_forward(struct gpt_model *m, const struct gpt_pass *P, int l, struct gpt_layer_acts *A,
-			 const float *ln2)
+void mlp_fc1_forward(struct gpt_model *m, const struct gpt_pass *P, int l, struct gpt_layer_acts *A,
+		     const float *ln2)
 {
 	const struct gpt_config *c = &m->lc;
 	const struct gpt_layer_params *p = &m->lp[l];
 	int f1 = p->spec.swiglu ? 2 * c->f : c->f;
 	linear_fwd(m, A->fc1, ln2, p->fc1_w, p->fc1_b, P->N, c->h, f1);
 	act_fwd(m, &p->spec, A->act, A->fc1, P->N, c->f);
-	return row_parallel(m, P, A->act, p->fc2_w, p->fc2_b, c->f);
+}
+
+const float *mlp_forward(struct gpt_model *m, const struct gpt_pass *P, int l, struct gpt_layer_acts *A,
+			 const float *ln2)
+{
+	const struct gpt_layer_params *p = &m->lp[l];
+	mlp_fc1_forward(m, P, l, A, ln2);
+	return row_parallel(m, P, A->act, p->fc2_w, p->fc2_b, m->lc.f);
 }
 
 /* dout: dL/d(fc2's output), all rows; leaves this rank's share of

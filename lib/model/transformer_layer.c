@@ -10,7 +10,9 @@
  * from its spec (layer_spec.h); the norms' outputs are kept per sequence
  * shard under SP and gathered to all rows for the column-parallel linears.
  * Forward and backward side by side; serving runs the same forward, with
- * the pass's key/value step.
+ * the pass's key/value step. Selective recompute drops the activations of
+ * the modules of --recompute-modules (the layers share their buffers) and
+ * transformer_layer_recompute rebuilds them right before the backward.
  */
 #include "model/gpt_int.h"
 
@@ -42,29 +44,38 @@ void transformer_layer_register(struct gpt_model *m, int l)
 	p->pend = m->reg.n;
 }
 
-void transformer_layer_alloc_acts(struct gpt_model *m, struct gpt_layer_acts *A, bool probs, bool dense, bool moe)
+/* sh's buffer when it has one (selective recompute shares it), else n new floats */
+static float *take_or_share(struct gpt_model *m, float *shared, size_t n)
+{
+	return shared ? shared : gpt_take(m, n);
+}
+
+void transformer_layer_alloc_acts(struct gpt_model *m, struct gpt_layer_acts *A, const struct gpt_layer_acts *sh,
+				  bool dense, bool moe)
 {
 	const struct gpt_config *c = &m->lc;
+	const struct gpt_layer_acts none = { 0 };
 	size_t BT = (size_t)m->B * c->S, h = c->h;
 	size_t f1 = c->swiglu ? 2 * (size_t)c->f : (size_t)c->f;
 	size_t BTl = (size_t)m->Nl; /* rows of this rank's sequence shard (all rows without SP) */
 	bool lse = m->par.cp || m->flash || m->kv;
-	A->ln1 = gpt_take(m, BTl * h); /* with SP the shard; backward gathers it again, as Megatron */
-	A->ln1_mean = gpt_take(m, BTl);
-	A->ln1_rstd = gpt_take(m, BTl);
+	sh = sh ? sh : &none;
+	A->ln1 = take_or_share(m, sh->ln1, BTl * h); /* with SP the shard; backward gathers it again, as Megatron */
+	A->ln1_mean = take_or_share(m, sh->ln1_mean, BTl);
+	A->ln1_rstd = take_or_share(m, sh->ln1_rstd, BTl);
 	A->q = gpt_take(m, BT * c->a * c->k);
 	A->kk = gpt_take(m, BT * c->g * c->k);
 	A->v = gpt_take(m, BT * c->g * c->k);
-	A->probs = probs && !lse ? gpt_take(m, (size_t)m->B * c->a * c->S * c->S) : NULL;
+	A->probs = lse ? NULL : take_or_share(m, sh->probs, (size_t)m->B * c->a * c->S * c->S);
 	A->alse = lse ? gpt_take(m, (size_t)m->B * c->a * c->S) : NULL;
 	A->atty = gpt_take(m, BT * c->a * c->k);
 	A->res1 = gpt_take(m, BTl * h);
-	A->ln2 = gpt_take(m, BTl * h);
-	A->ln2_mean = gpt_take(m, BTl);
-	A->ln2_rstd = gpt_take(m, BTl);
-	A->fc1 = dense ? gpt_take(m, BT * f1) : NULL;
-	A->act = dense ? gpt_take(m, BT * c->f) : NULL;
-	A->moe = moe ? moe_alloc_acts(m) : NULL;
+	A->ln2 = take_or_share(m, sh->ln2, BTl * h);
+	A->ln2_mean = take_or_share(m, sh->ln2_mean, BTl);
+	A->ln2_rstd = take_or_share(m, sh->ln2_rstd, BTl);
+	A->fc1 = dense ? take_or_share(m, sh->fc1, BT * f1) : NULL;
+	A->act = dense ? take_or_share(m, sh->act, BT * c->f) : NULL;
+	A->moe = !moe ? NULL : sh->moe ? sh->moe : moe_alloc_acts(m);
 }
 
 static struct gpt_layer_acts *layer_acts(const struct gpt_pass *P, int l)
@@ -89,6 +100,28 @@ void transformer_layer_forward(struct gpt_model *m, const struct gpt_pass *P, in
 	const float *mlp = p->spec.mlp == LAYER_MLP_MOE ? moe_forward(m, P, l, A, ln2) : mlp_forward(m, P, l, A, ln2);
 	seq_dropout(m, P, y, A->res1, mlp, ph, 3 * l + 2);
 	round_half(m, y, nhl);
+}
+
+void transformer_layer_recompute(struct gpt_model *m, const struct gpt_pass *P, int l, const float *x)
+{
+	const struct gpt_config *c = &m->lc;
+	const struct gpt_layer_params *p = &m->lp[l];
+	struct gpt_layer_acts *A = layer_acts(P, l);
+	unsigned rc = c->recompute == GPT_RECOMPUTE_SELECTIVE ? c->recompute_modules : 0;
+	/* only s.dres, the gradient coming in, is live: nothing here touches it */
+	if (rc & GPT_RC_LAYERNORM) {
+		norm_fwd(m, A->ln1, A->ln1_mean, A->ln1_rstd, x, p->ln1_w, p->ln1_b, P->Nl);
+		norm_fwd(m, A->ln2, A->ln2_mean, A->ln2_rstd, A->res1, p->ln2_w, p->ln2_b, P->Nl);
+	}
+	if (rc & GPT_RC_CORE_ATTN)
+		core_attention_forward(m, P, l, A, c->attention_dropout);
+	if (p->spec.mlp == LAYER_MLP_MOE && (rc & (GPT_RC_MOE | GPT_RC_MOE_ACT | GPT_RC_SHARED_EXPERTS))) {
+		struct gpt_pass R = *P;
+		R.stats = false; /* counted in the forward pass */
+		moe_recompute(m, &R, l, A, seq_full(m, P, A->ln2));
+	} else if (p->spec.mlp == LAYER_MLP_DENSE && (rc & GPT_RC_MLP)) {
+		mlp_fc1_forward(m, P, l, A, seq_full(m, P, A->ln2));
+	}
 }
 
 void transformer_layer_backward(struct gpt_model *m, const struct gpt_pass *P, int l, const float *x, float *dres)

@@ -2,8 +2,8 @@
  * test_gpt.c - the whole GPT model: backward against central finite
  * differences of the forward loss for every parameter tensor, on tiny
  * GPT-2-style and Llama-style configs (with dropout, document masks and
- * position resets too); recomputation gives bit-identical gradients with
- * less memory; registry names and shapes are Megatron Core's; init follows
+ * position resets too); recomputation (full, and each module of selective)
+ * gives bit-identical gradients with less memory; registry names and shapes are Megatron Core's; init follows
  * Megatron's rules; FLOPs match Megatron's formula on a worked example; the flash
  * attention path (no probs) agrees with the probs path.
  */
@@ -271,6 +271,63 @@ static void test_recompute_identical(void)
 	}
 }
 
+static struct gpt_config tiny_moe(bool llama);
+
+/* --recompute-modules: each module, and combinations, on a dense model and
+ * on one with two MoE layers (a shared expert) and two dense ones: the same
+ * losses, bit-identical grads, fewer bytes held. */
+static void test_recompute_modules(void)
+{
+	static const unsigned dense[] = { GPT_RC_LAYERNORM, GPT_RC_MLP,
+					  GPT_RC_MLP | GPT_RC_LAYERNORM | GPT_RC_CORE_ATTN };
+	static const unsigned moe[] = { GPT_RC_MOE,
+					GPT_RC_MOE_ACT,
+					GPT_RC_SHARED_EXPERTS,
+					GPT_RC_LAYERNORM,
+					GPT_RC_MLP,
+					GPT_RC_MOE_ACT | GPT_RC_SHARED_EXPERTS | GPT_RC_LAYERNORM,
+					GPT_RC_MOE | GPT_RC_MOE_ACT | GPT_RC_LAYERNORM | GPT_RC_MLP | GPT_RC_CORE_ATTN };
+	for (int model = 0; model < 3; model++) {
+		struct gpt_config base = model < 2 ? tiny(model) : tiny_moe(true);
+		if (model == 2)
+			base.shared_f = 4; /* layers 0 and 1 MoE; run_grads' layers 2 and 3 dense */
+		const unsigned *mods = model < 2 ? dense : moe;
+		int nmods = model < 2 ? 3 : 7;
+		float *g0, *g1, l0[12], l1[12];
+		size_t n0, n1, p0, p1;
+		run_grads_with(kops_cpu(), base, false, &g0, &n0, &p0, l0);
+		for (int i = 0; i < nmods; i++) {
+			struct gpt_config c = base;
+			c.recompute = GPT_RECOMPUTE_SELECTIVE;
+			c.recompute_modules = mods[i];
+			run_grads_with(kops_cpu(), c, false, &g1, &n1, &p1, l1);
+			CHECK_INT(n1, n0);
+			bool same = n1 == n0 && !memcmp(l0, l1, sizeof(l0)) && !memcmp(g0, g1, n0 * sizeof(float));
+			if (!same || p1 >= p0)
+				printf("#   model %d, modules %#x: %s, peak %zu bytes, without recompute %zu\n", model,
+				       mods[i], same ? "identical" : "losses or grads differ", p1, p0);
+			CHECK(same);
+			CHECK(p1 < p0);
+			free(g1);
+		}
+		free(g0);
+	}
+	/* the flash path (no probs to drop): the rest still recomputes bit for bit */
+	struct kops flash = *kops_cpu();
+	flash.flash = true;
+	struct gpt_config c = tiny(true);
+	float *g0, *g1, l0[12], l1[12];
+	size_t n0, n1, p0, p1;
+	run_grads_with(&flash, c, false, &g0, &n0, &p0, l0);
+	c.recompute = GPT_RECOMPUTE_SELECTIVE;
+	c.recompute_modules = GPT_RC_CORE_ATTN | GPT_RC_LAYERNORM | GPT_RC_MLP;
+	run_grads_with(&flash, c, false, &g1, &n1, &p1, l1);
+	CHECK(n1 == n0 && !memcmp(l0, l1, sizeof(l0)) && !memcmp(g0, g1, n0 * sizeof(float)));
+	CHECK(p1 < p0);
+	free(g0);
+	free(g1);
+}
+
 /* The flash path (kops.flash, the GPU's attention): the model runs the block
  * ops on positions 0..S-1 and keeps each row's log-sum-exp instead of
  * probs. Here on a copy of the CPU table with the hint set: finite
@@ -463,6 +520,7 @@ int main(void)
 	RUN(test_gradcheck_dropout);
 	RUN(test_gradcheck_resets);
 	RUN(test_recompute_identical);
+	RUN(test_recompute_modules);
 	RUN(test_flash_path);
 	RUN(test_num_params_moe);
 	RUN(test_gradcheck_moe);

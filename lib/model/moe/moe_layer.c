@@ -65,6 +65,25 @@ void moe_register(struct gpt_model *m, int l)
 #undef NAME
 }
 
+/* Whether selective recompute drops module mod of each MoE layer on its
+ * own (with moe the layers share one whole set instead). */
+static bool rc_part(const struct gpt_model *m, unsigned mod)
+{
+	return gpt_rc(m, mod) && !gpt_rc(m, GPT_RC_MOE);
+}
+
+float *moe_take_act(struct gpt_model *m, size_t cap)
+{
+	struct gpt_moe_state *S = &m->moe;
+	if (!rc_part(m, GPT_RC_MOE_ACT))
+		return gpt_take(m, cap * (size_t)m->lc.moe_f);
+	if (S->act_cap < cap) { /* a layer that needs more rows: the older ones serve the layers sized for them */
+		S->act_rc = gpt_take(m, cap * (size_t)m->lc.moe_f);
+		S->act_cap = cap;
+	}
+	return S->act_rc;
+}
+
 /* A MoE layer's activations (its routing plan's host memory comes later,
  * from the router) */
 struct gpt_moe_acts *moe_alloc_acts(struct gpt_model *m)
@@ -87,12 +106,19 @@ struct gpt_moe_acts *moe_alloc_acts(struct gpt_model *m)
 	M->xperm = gpt_take(m, R * h);
 	M->xloc = m->par.ep ? gpt_take(m, Rl * h) : M->xperm;
 	M->fc1 = gpt_take(m, Rl * f1);
-	M->act = gpt_take(m, Rl * (size_t)c->moe_f);
+	M->act = moe_take_act(m, Rl);
 	M->rows_cap = Rl;
 	M->y = gpt_take(m, R * h);
 	M->cnt = xcalloc((size_t)m->par.ep_size * (size_t)m->par.El, sizeof(int32_t));
 	M->loff = xcalloc((size_t)m->par.El + 1, sizeof(int32_t));
-	if (c->shared_f > 0) {
+	if (c->shared_f > 0 && rc_part(m, GPT_RC_SHARED_EXPERTS)) {
+		if (!S->sfc1_rc) {
+			S->sfc1_rc = gpt_take(m, BT * s1);
+			S->sact_rc = gpt_take(m, BT * (size_t)c->shared_f);
+		}
+		M->sfc1 = S->sfc1_rc;
+		M->sact = S->sact_rc;
+	} else if (c->shared_f > 0) {
 		M->sfc1 = gpt_take(m, BT * s1);
 		M->sact = gpt_take(m, BT * (size_t)c->shared_f);
 	}
@@ -148,16 +174,16 @@ void moe_free(struct gpt_model *m)
 	free(S->cnt_all);
 }
 
-const float *moe_forward(struct gpt_model *m, const struct gpt_pass *P, int l, struct gpt_layer_acts *A,
-			 const float *x)
+/* The router, the rows to their experts and the experts' MLPs: every
+ * activation of M but the shared expert's. */
+static void route_and_experts(struct gpt_model *m, const struct gpt_pass *P, int l, struct gpt_moe_acts *M,
+			      const float *x)
 {
 	const struct gpt_config *c = &m->lc;
 	const struct kops *k = m->k;
 	const struct gpt_layer_params *p = &m->lp[l];
 	struct gpt_moe_state *S = &m->moe;
-	struct gpt_moe_acts *M = A->moe;
 	int N = P->N, h = c->h, E = c->E;
-	float *out = m->s.tmp;
 
 	/* x: every row, on every TP rank: they all route alike */
 	if (c->router_fp32) /* --moe-router-dtype: not rounded to the half type */
@@ -188,18 +214,52 @@ const float *moe_forward(struct gpt_model *m, const struct gpt_pass *P, int l, s
 	} else {
 		moe_experts_forward(m, l, r->exp_off, M->xperm, M->fc1, M->act, M->y);
 	}
+}
+
+/* The shared expert's linear_fc1 and activation. */
+static void shared_fc1(struct gpt_model *m, const struct gpt_pass *P, int l, struct gpt_moe_acts *M, const float *x)
+{
+	const struct gpt_layer_params *p = &m->lp[l];
+	int fs = m->lc.shared_f, s1 = p->spec.swiglu ? 2 * fs : fs;
+	linear_fwd(m, M->sfc1, x, p->sfc1_w, -1, P->N, m->lc.h, s1);
+	act_fwd(m, &p->spec, M->sact, M->sfc1, P->N, fs);
+}
+
+const float *moe_forward(struct gpt_model *m, const struct gpt_pass *P, int l, struct gpt_layer_acts *A,
+			 const float *x)
+{
+	const struct gpt_config *c = &m->lc;
+	const struct kops *k = m->k;
+	const struct gpt_layer_params *p = &m->lp[l];
+	struct gpt_moe_state *S = &m->moe;
+	struct gpt_moe_acts *M = A->moe;
+	int N = P->N, h = c->h;
+	float *out = m->s.tmp;
+
+	route_and_experts(m, P, l, M, x);
 	k->moe_combine_forward(out, M->y, M->row_w, M->tok_rowptr, M->tok_rows, N, h);
 	if (p->sfc1_w >= 0) {
-		int fs = c->shared_f, s1 = p->spec.swiglu ? 2 * fs : fs;
-		linear_fwd(m, M->sfc1, x, p->sfc1_w, -1, N, h, s1);
-		act_fwd(m, &p->spec, M->sact, M->sfc1, N, fs);
-		linear_fwd(m, S->out2, M->sact, p->sfc2_w, -1, N, fs, h);
+		shared_fc1(m, P, l, M, x);
+		linear_fwd(m, S->out2, M->sact, p->sfc2_w, -1, N, c->shared_f, h);
 		k->add(out, out, S->out2, (size_t)N * h);
 	}
 	round_half(m, out, (size_t)N * h);
 	/* each TP rank holds a slice of every expert's MLP, as of the dense
 	 * one: the output is summed over TP, or reduce-scattered with SP */
 	return column_input_grad(m, P, out);
+}
+
+void moe_recompute(struct gpt_model *m, const struct gpt_pass *P, int l, struct gpt_layer_acts *A, const float *x)
+{
+	const struct gpt_layer_params *p = &m->lp[l];
+	struct gpt_moe_acts *M = A->moe;
+	if (gpt_rc(m, GPT_RC_MOE)) /* the whole layer but its output, which backward does not read */
+		route_and_experts(m, P, l, M, x);
+	else if (gpt_rc(m, GPT_RC_MOE_ACT)) /* the experts' rows as the forward left them */
+		act_fwd(m, &p->spec, M->act, M->fc1, m->par.ep ? M->loff[m->par.El] : M->route.exp_off[m->par.El],
+			m->lc.moe_f);
+	if (p->sfc1_w >= 0 && (gpt_rc(m, GPT_RC_MOE) || gpt_rc(m, GPT_RC_SHARED_EXPERTS)))
+		shared_fc1(m, P, l, M, x);
 }
 
 /* dout: dL/d(the MoE output), every row; leaves this rank's share of

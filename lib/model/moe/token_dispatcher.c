@@ -56,7 +56,7 @@ void moe_reserve(struct gpt_model *m, struct gpt_moe_acts *M, size_t rows)
 		cap = cap < most ? cap : most;
 		M->xloc = gpt_take(m, cap * h);
 		M->fc1 = gpt_take(m, cap * f1);
-		M->act = gpt_take(m, cap * fm);
+		M->act = moe_take_act(m, cap);
 		M->rows_cap = cap;
 	}
 	if (rows > S->rows_cap) {
