@@ -65,6 +65,8 @@ void advise_layout_args(const struct args *base, const struct advise_layout *l, 
 	out->context_parallel_size = l->cp;
 	out->num_layers_per_virtual_pipeline_stage = -1;
 	out->num_virtual_stages_per_pipeline_rank = l->vpp > 1 ? l->vpp : -1;
+	out->expert_model_parallel_size = l->ep > 0 ? l->ep : 1;
+	out->expert_tensor_parallel_size = -1; /* megac's experts split like the dense layers */
 	out->micro_batch_size = l->mbs;
 	out->sequence_parallel = l->sp;
 	out->use_distributed_optimizer = l->dist_opt;
@@ -81,7 +83,10 @@ void advise_layout_flags(const struct advise_layout *l, struct sbuf *out)
 		sbuf_addf(out, " --num-virtual-stages-per-pipeline-rank %d", l->vpp);
 	if (l->vpp > 1 && l->mb_group > 0) /* the command line's, kept: it shapes the schedule */
 		sbuf_addf(out, " --microbatch-group-size-per-virtual-pipeline-stage %lld", (long long)l->mb_group);
-	sbuf_addf(out, " --context-parallel-size %d --micro-batch-size %lld", l->cp, (long long)l->mbs);
+	sbuf_addf(out, " --context-parallel-size %d", l->cp);
+	if (l->ep > 0)
+		sbuf_addf(out, " --expert-model-parallel-size %d", l->ep);
+	sbuf_addf(out, " --micro-batch-size %lld", (long long)l->mbs);
 	if (l->sp)
 		sbuf_addstr(out, " --sequence-parallel");
 	if (l->recompute == GPT_RECOMPUTE_SELECTIVE)
@@ -145,8 +150,10 @@ static int try_layout(const struct args *base, int64_t vocab, const struct advis
 			l->peak = (double)st[i].peak;
 			l->peak_stage = st[i].pp_stage;
 		}
-	struct step_layout sl = { l->tp, l->pp, l->vpp, l->cp, l->dp, l->mbs, base->global_batch_size, l->sp,
-				  l->dist_opt, (int64_t)(st[0].params / sizeof(float)) };
+	struct step_layout sl = { .tp = l->tp, .pp = l->pp, .vpp = l->vpp, .cp = l->cp, .dp = l->dp,
+				  .ep = l->ep > 0 ? l->ep : 1, .mbs = l->mbs, .gbs = base->global_batch_size, .sp = l->sp,
+				  .dist_opt = l->dist_opt, .rank0_params = (int64_t)(st[0].params / sizeof(float)),
+				  .rank0_expert_params = (int64_t)(st[0].expert_params / sizeof(float)) };
 	free(st);
 	step_estimate(&cfg, &sl, &o->rates, &l->est);
 	if (l->peak > o->gpu_bytes) {
@@ -211,9 +218,9 @@ static void try_variants(const struct args *a, int64_t vocab, const struct advis
 int advise_run(const struct args *a, int64_t vocab, const struct advise_opts *o, struct advise_result *r)
 {
 	memset(r, 0, sizeof(*r));
-	if (a->num_experts != -1 || a->multi_latent_attention || a->mtp_num_layers != -1)
-		return error("--advise does not plan mixture-of-experts layouts yet (nor MLA or MTP, which train lacks): "
-			     "use report_memory without --advise, which predicts a MoE layout's memory");
+	if (a->multi_latent_attention || a->mtp_num_layers != -1)
+		return error("--advise does not plan multi-latent attention or multi-token prediction, which train "
+			     "lacks: use report_memory without --advise for Megatron's formula");
 	if (a->world_size < 1 || a->world_size > (1 << 24))
 		return error("--world-size %lld: give the number of ranks, 1 to %d", (long long)a->world_size, 1 << 24);
 	if (a->global_batch_size <= 0)
@@ -223,7 +230,9 @@ int advise_run(const struct args *a, int64_t vocab, const struct advise_opts *o,
 		return -1;
 	int64_t world = a->world_size;
 	size_t cap = 0;
-	int *tps, *cps, *pps, *vs;
+	int *tps, *cps, *pps, *vs, *eps = NULL;
+	/* mixture of experts: the expert-parallel sizes that divide the experts */
+	int nep = a->num_experts > 0 ? divisors(a->num_experts, &eps) : 0;
 	int ntp = divisors(world, &tps);
 	for (int i = 0; i < ntp; i++) {
 		int ncp = divisors(world / tps[i], &cps);
@@ -244,7 +253,16 @@ int advise_run(const struct args *a, int64_t vocab, const struct advise_opts *o,
 				}
 				for (int w = 0; w < nv; w++) {
 					l.vpp = vs[w];
-					try_variants(a, vocab, o, l, r, &cap);
+					if (!nep) {
+						try_variants(a, vocab, o, l, r, &cap);
+						continue;
+					}
+					/* the expert generator: ETP (= TP) x EP x PP divides the world */
+					for (int e = 0; e < nep; e++) {
+						l.ep = eps[e];
+						if (world % ((int64_t)l.tp * l.ep * l.pp) == 0)
+							try_variants(a, vocab, o, l, r, &cap);
+					}
 				}
 				free(vs);
 			}
@@ -253,6 +271,7 @@ int advise_run(const struct args *a, int64_t vocab, const struct advise_opts *o,
 		free(cps);
 	}
 	free(tps);
+	free(eps);
 	sort_fits(r);
 	return 0;
 }
@@ -266,22 +285,27 @@ void advise_result_free(struct advise_result *r)
 static void print_table(const struct args *a, const struct advise_opts *o, const struct advise_result *r, size_t n)
 {
 	const struct step_rates *q = &o->rates;
+	bool moe = a->num_experts > 0;
 	printf("report_memory --advise: %lld ranks, %.2f MiB (%.2f GiB) per GPU; %zu of %zu layouts fit "
-	       "(%zu refused by train's checks, %zu predicted too large)\n",
+	       "(%zu refused by train's checks, %zu predicted too large); memory for --device %s\n",
 	       (long long)a->world_size, o->gpu_bytes / MIB, o->gpu_bytes / (MIB * 1024), r->nfit, r->considered,
-	       r->refused, r->too_big);
+	       r->refused, r->too_big, megac_mem_cuda(a) ? "cuda" : "cpu");
 	printf("step-time model (docs/report-memory.md): %g TFLOP/s per GPU, %g GB/s within a node of %d GPUs, %g GB/s "
 	       "across nodes, %g us per message, no overlap\n\n",
 	       q->tflops, q->intra_GBs, q->gpus_per_node, q->inter_GBs, q->latency_us);
-	printf("  %3s %4s %4s %4s %4s %5s %5s %3s %-10s %-8s %12s %11s %11s %11s %11s\n", "#", "TP", "PP", "VPP",
-	       "CP", "DP", "mbs", "SP", "recompute", "dist-opt", "peak MB", "step s", "compute s", "bubble s",
-	       "comm s");
+	printf("  %3s %4s %4s %4s %4s %5s", "#", "TP", "PP", "VPP", "CP", "DP");
+	if (moe)
+		printf(" %4s", "EP");
+	printf(" %5s %3s %-10s %-8s %12s %11s %11s %11s %11s\n", "mbs", "SP", "recompute", "dist-opt", "peak MB",
+	       "step s", "compute s", "bubble s", "comm s");
 	for (size_t i = 0; i < n; i++) {
 		const struct advise_layout *l = &r->fit[i];
-		printf("  %3zu %4d %4d %4d %4d %5d %5lld %3s %-10s %-8s %12.2f %11.4g %11.4g %11.4g %11.4g\n", i + 1, l->tp,
-		       l->pp, l->vpp, l->cp, l->dp, (long long)l->mbs, l->sp ? "on" : "off", recompute_name(l->recompute),
-		       l->dist_opt ? "on" : "off", l->peak / MIB, l->est.total_s, l->est.compute_s, l->est.bubble_s,
-		       l->est.comm_s);
+		printf("  %3zu %4d %4d %4d %4d %5d", i + 1, l->tp, l->pp, l->vpp, l->cp, l->dp);
+		if (moe)
+			printf(" %4d", l->ep);
+		printf(" %5lld %3s %-10s %-8s %12.2f %11.4g %11.4g %11.4g %11.4g\n", (long long)l->mbs,
+		       l->sp ? "on" : "off", recompute_name(l->recompute), l->dist_opt ? "on" : "off", l->peak / MIB,
+		       l->est.total_s, l->est.compute_s, l->est.bubble_s, l->est.comm_s);
 	}
 	printf("\ntrain's flags for each (in place of the layout flags of the command line):\n");
 	for (size_t i = 0; i < n; i++) {
@@ -300,6 +324,8 @@ static json_t *layout_json(const struct advise_layout *l, int64_t gbs)
 	json_object_set_new(e, "vpp", json_integer(l->vpp));
 	json_object_set_new(e, "cp", json_integer(l->cp));
 	json_object_set_new(e, "dp", json_integer(l->dp));
+	if (l->ep > 0)
+		json_object_set_new(e, "ep", json_integer(l->ep));
 	json_object_set_new(e, "micro_batch_size", json_integer(l->mbs));
 	json_object_set_new(e, "num_microbatches", json_integer(gbs / (l->mbs * l->dp)));
 	json_object_set_new(e, "sequence_parallel", json_boolean(l->sp));
@@ -334,6 +360,7 @@ static int print_json(const struct args *a, const struct advise_opts *o, const s
 {
 	const struct step_rates *q = &o->rates;
 	json_t *adv = json_object(), *as = json_object(), *list = json_array();
+	json_object_set_new(adv, "device", json_string(megac_mem_cuda(a) ? "cuda" : "cpu"));
 	json_object_set_new(adv, "world_size", json_integer(a->world_size));
 	json_object_set_new(adv, "gpu_memory_bytes", json_real(o->gpu_bytes));
 	json_object_set_new(as, "gpu_tflops", json_real(q->tflops));

@@ -1,11 +1,13 @@
 /*
  * advise.h - report_memory --advise: every layout of --world-size ranks
  * (tensor, pipeline, virtual pipeline, context and data-parallel sizes,
- * micro-batch size, sequence parallelism, recompute, distributed optimizer)
- * for the model and global batch of the command line goes through train's
- * own checks and megac's memory prediction (megac_mem.c); those whose
- * largest stage fits in --gpu-memory are ranked by the step-time model
- * (step_model.h). A layout train would refuse is never listed.
+ * with mixture-of-experts layers the expert-parallel sizes that divide the
+ * experts, micro-batch size, sequence parallelism, recompute, distributed
+ * optimizer) for the model and global batch of the command line goes
+ * through train's own checks and megac's memory prediction (megac_mem.c,
+ * for the backend of --device); those whose largest stage fits in
+ * --gpu-memory are ranked by the step-time model (step_model.h). A layout
+ * train would refuse is never listed.
  */
 #ifndef MEGAC_MEMCALC_ADVISE_H
 #define MEGAC_MEMCALC_ADVISE_H
@@ -27,6 +29,7 @@ struct advise_opts {
 
 struct advise_layout {
 	int tp, pp, vpp, cp, dp;
+	int ep;         /* expert-model-parallel size; 0: not a mixture-of-experts model */
 	int64_t mbs;
 	int64_t mb_group; /* --microbatch-group-size-per-virtual-pipeline-stage, the command line's */
 	bool sp, dist_opt;
@@ -50,8 +53,8 @@ struct advise_result {
 int advise_opts_from_args(struct advise_opts *o, const struct args *a);
 
 /* Try every layout; vocab is the unpadded vocabulary. -1 after error() when
- * the command line itself cannot be planned (mixture of experts, MLA, MTP:
- * train has no prediction for them yet; no --global-batch-size). */
+ * the command line itself cannot be planned (MLA, MTP: train has no
+ * prediction for them yet; no --global-batch-size). */
 int advise_run(const struct args *a, int64_t vocab, const struct advise_opts *o, struct advise_result *r);
 void advise_result_free(struct advise_result *r);
 

@@ -1,5 +1,7 @@
 /*
- * megac_mem.c - see megac_mem.h.
+ * megac_mem.c - see megac_mem.h. Two counting tables, one per backend
+ * train can pick: they differ in what the model's set-up looks at (flash
+ * and the presence of the block attention ops), never in the counting.
  */
 #include "memcalc/megac_mem.h"
 
@@ -9,6 +11,7 @@
 #include "base/error.h"
 #include "base/xalloc.h"
 #include "dist/layout.h"
+#include "memcalc/cuda_ws.h"
 #include "model/gpt.h"
 #include "optim/adam.h"
 #include "tensor/mem.h"
@@ -41,7 +44,7 @@ static void plan_zero(float *x, size_t n)
 	(void)x, (void)n;
 }
 
-static const struct kops plan_ops = {
+static const struct kops plan_cpu = {
 	.name = "plan",
 	.counts_only = true,
 	.alloc = plan_alloc,
@@ -50,6 +53,41 @@ static const struct kops plan_ops = {
 	.to_device = plan_copy,
 	.zero = plan_zero,
 };
+
+/* The CUDA table's block attention ops are what makes the model take the
+ * flash path (gpt_init_pipe); set-up never calls them. */
+static void plan_block_forward(float *out, float *lse, const float *q, const float *kk, const float *v,
+			       const int32_t *qpos, const int32_t *kpos, int B, int Tq, int Tk, int a, int g, int k,
+			       int S, float scale, float dropout_p, uint64_t seed, uint64_t offset, int accumulate)
+{
+	BUG("report_memory's counting table computes nothing");
+}
+
+static void plan_block_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
+				const float *lse, const float *q, const float *kk, const float *v, const int32_t *qpos,
+				const int32_t *kpos, int B, int Tq, int Tk, int a, int g, int k, int S, float scale,
+				float dropout_p, uint64_t seed, uint64_t offset)
+{
+	BUG("report_memory's counting table computes nothing");
+}
+
+static const struct kops plan_cuda = {
+	.name = "plan-cuda",
+	.counts_only = true,
+	.flash = true, /* as kops_cuda() and kops_cuda_half() (lib/kernels/cuda/ops.cu) */
+	.alloc = plan_alloc,
+	.free = plan_free,
+	.to_host = plan_copy,
+	.to_device = plan_copy,
+	.zero = plan_zero,
+	.attention_block_forward = plan_block_forward,
+	.attention_block_backward = plan_block_backward,
+};
+
+bool megac_mem_cuda(const struct args *a)
+{
+	return !a->device || strcmp(a->device, "cpu") != 0;
+}
 
 int megac_mem_predict(const struct args *a, int64_t vocab, struct megac_stage_mem **out, int *n)
 {
@@ -72,6 +110,8 @@ int megac_mem_predict(const struct args *a, int64_t vocab, struct megac_stage_me
 		return error("%lld micro-batches per iteration is more than megac schedules", (long long)m);
 	int group = a->microbatch_group_size_per_vp_stage > 0 ? (int)a->microbatch_group_size_per_vp_stage : -1;
 	enum gpt_precision prec = a->bf16 ? GPT_BF16 : a->fp16 ? GPT_FP16 : GPT_FP32;
+	bool cuda = megac_mem_cuda(a);
+	const struct kops *plan_ops = cuda ? &plan_cuda : &plan_cpu;
 	struct megac_stage_mem *st = xcalloc((size_t)l.pp, sizeof(*st));
 	for (int s = 0; s < l.pp; s++) {
 		struct pp_sched ps;
@@ -87,9 +127,9 @@ int megac_mem_predict(const struct args *a, int64_t vocab, struct megac_stage_me
 					  .pp = l.pp, .stage = s, .vpp = l.vpp, .nslots = ps.inflight,
 					  .doc_masks = a->reset_attention_mask };
 		struct mem_pool pool;
-		mem_pool_init(&pool, &plan_ops);
+		mem_pool_init(&pool, plan_ops);
 		struct gpt_model model;
-		int r = gpt_init_pipe(&model, &cfg, &plan_ops, &pool, &pipe);
+		int r = gpt_init_pipe(&model, &cfg, plan_ops, &pool, &pipe);
 		pp_sched_free(&ps);
 		if (r < 0) {
 			free(st);
@@ -109,7 +149,7 @@ int megac_mem_predict(const struct args *a, int64_t vocab, struct megac_stage_me
 				scratch += (hi[i] - lo[i]) * sizeof(float);
 				mem_alloc(&pool, (hi[i] - lo[i]) * sizeof(float));
 			}
-			adam_init(&opt[i], &model.reg, &plan_ops, &pool, 0.9f, 0.999f, 1e-8f, lo[i], hi[i]);
+			adam_init(&opt[i], &model.reg, plan_ops, &pool, 0.9f, 0.999f, 1e-8f, lo[i], hi[i]);
 			ostate += 2 * (hi[i] - lo[i]) * sizeof(float);
 		}
 		struct megac_stage_mem *e = &st[s];
@@ -119,8 +159,21 @@ int megac_mem_predict(const struct args *a, int64_t vocab, struct megac_stage_me
 		e->half_weights = prec == GPT_FP32 ? 0 : total * sizeof(float);
 		e->optimizer = ostate;
 		e->optimizer_scratch = scratch;
-		e->peak = pool.peak;
-		e->activations = pool.peak - e->params - e->grads - e->half_weights - e->optimizer - scratch;
+		e->expert_params = np == 2 ? (total - model.expert_lo) * sizeof(float) : 0;
+		if (cuda) {
+			/* the first iteration's requests: forward and backward, then the
+			 * gradient norm and the step of each optimizer part */
+			struct cuda_ws ws;
+			cuda_ws_init(&ws);
+			cuda_ws_model(&ws, &model, prec != GPT_FP32);
+			for (int i = 0; i < np; i++)
+				cuda_ws_segs(&ws, opt[i].norm_segs[1], opt[i].nnorm_segs[1], true);
+			for (int i = 0; i < np; i++)
+				cuda_ws_segs(&ws, opt[i].step_segs, opt[i].nstep_segs, false);
+			e->backend_ws = ws.lt_workspace + ws.scratch_total;
+		}
+		e->peak = pool.peak + e->backend_ws;
+		e->activations = e->peak - e->params - e->grads - e->half_weights - e->optimizer - scratch;
 		for (int i = 0; i < np; i++)
 			adam_free(&opt[i]);
 		gpt_free(&model);

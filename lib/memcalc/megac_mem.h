@@ -7,10 +7,17 @@
  * counts bytes, so the prediction is what train's memory pool will hold,
  * byte for byte, and "max allocated" in train's memory line. Every tensor
  * buffer train takes comes from that set-up (docs/report-memory.md).
+ *
+ * The counting table stands for the backend train would pick with
+ * --device (report_memory's own default: cuda): the CPU's, or the CUDA
+ * table's, whose flash-style attention keeps each row's log-sum-exp instead
+ * of the [B, a, T, T] probabilities; on CUDA the backend's own workspace
+ * beside the pool (cuda_ws.h) is added. No GPU is opened.
  */
 #ifndef MEGAC_MEMCALC_MEGAC_MEM_H
 #define MEGAC_MEMCALC_MEGAC_MEM_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -21,12 +28,21 @@ struct megac_stage_mem {
 	int first_rank;         /* world rank of the stage's tensor/context/data-parallel rank 0 */
 	size_t params;          /* fp32 parameters of this rank (its TP slices of its stage) */
 	size_t grads;           /* fp32 gradients */
-	size_t half_weights;    /* the bf16/fp16 working copy (kept as fp32 words on the CPU) */
+	size_t half_weights;    /* the bf16/fp16 working copy (kept as fp32 words so far) */
 	size_t optimizer;       /* Adam's two moments, of this rank's shard */
 	size_t optimizer_scratch; /* the distributed optimizer's reduce-scatter target */
-	size_t activations;     /* activation slots, recompute scratch, workspaces, ring buffers */
-	size_t peak;            /* all of it: train's "max allocated" */
+	size_t activations;     /* activation slots, recompute scratch, workspaces, ring buffers,
+				 * and the backend's workspace */
+	size_t backend_ws;      /* of activations: the CUDA backend's scratch buffer and cuBLASLt
+				 * workspace, outside train's pool (0 on the CPU) */
+	size_t peak;            /* all of it: train's "max allocated" plus backend_ws */
+	size_t expert_params;   /* of params: the experts' part, reduced over expert data
+				 * parallelism (expert parallelism only; else 0) */
 };
+
+/* The backend --device plans for: true for cuda (and auto: a planned job
+ * runs on GPUs), false for cpu. */
+bool megac_mem_cuda(const struct args *a);
 
 /* One entry per pipeline stage (tensor-parallel rank 0; the other TP ranks
  * hold the same sizes, data-parallel rank 0's shard is the largest). vocab:

@@ -27,9 +27,9 @@ const struct prog_info memcalc_prog_info = {
 	"Megatron's theoretical memory report (theoretical_memory_usage.py) for it: parameter counts,\n"
 	"weight-and-optimizer, activation and total MB on the most loaded rank, with the number of\n"
 	"micro-batches from the global batch size, then megac's own per-stage prediction of what train\n"
-	"allocates. Also takes the MoE, MLA and MTP model flags. With --advise --gpu-memory SIZE: every\n"
-	"layout of --world-size ranks that fits, fastest first by the step-time model of\n"
-	"docs/report-memory.md, with the train flags for each.",
+	"allocates on --device (cuda by default, or cpu). Also takes the MoE, MLA and MTP model flags.\n"
+	"With --advise --gpu-memory SIZE: every layout of --world-size ranks that fits, fastest first by\n"
+	"the step-time model of docs/report-memory.md, with the train flags for each.",
 	"report_memory --world-size 64 --num-layers 80 --hidden-size 8192 --num-attention-heads 64 "
 	"--group-query-attention --num-query-groups 8 --ffn-hidden-size 28672 --swiglu --normalization RMSNorm "
 	"--untie-embeddings-and-output-weights --disable-bias-linear --position-embedding-type rope "
@@ -235,15 +235,25 @@ static int megac_part(const struct args *a, const struct mm_config *c, struct me
 
 #define MIB (1024.0 * 1024.0)
 
-static void print_megac(const struct megac_stage_mem *st, int n)
+static void print_megac(const struct args *a, const struct megac_stage_mem *st, int n)
 {
-	printf("\nmegac's own prediction (train's allocations, per rank; every rank of a pipeline stage alike):\n");
+	bool cuda = megac_mem_cuda(a);
+	printf("\nmegac's own prediction for --device %s (train's allocations, per rank; every rank of a pipeline "
+	       "stage alike):\n", cuda ? "cuda" : "cpu");
 	printf("  %-6s %-10s %10s %10s %10s %10s %10s %12s %10s\n", "stage", "from rank", "params", "grads", "half copy",
 	       "optimizer", "opt scratch", "activations", "peak MB");
 	for (int i = 0; i < n; i++)
 		printf("  %-6d %-10d %10.2f %10.2f %10.2f %10.2f %10.2f %12.2f %10.2f\n", st[i].pp_stage,
 		       st[i].first_rank, st[i].params / MIB, st[i].grads / MIB, st[i].half_weights / MIB,
 		       st[i].optimizer / MIB, st[i].optimizer_scratch / MIB, st[i].activations / MIB, st[i].peak / MIB);
+	if (cuda) {
+		size_t ws = 0;
+		for (int i = 0; i < n; i++)
+			ws = st[i].backend_ws > ws ? st[i].backend_ws : ws;
+		printf("  activations include the CUDA backend's workspace (cuBLASLt's 32 MiB and its scratch buffer, up "
+		       "to %.2f MB), which train's \"max allocated\" leaves out; attention keeps each row's log-sum-exp "
+		       "(flash), not its probabilities\n", ws / MIB);
+	}
 }
 
 static json_t *megac_json(const struct megac_stage_mem *st, int n)
@@ -254,12 +264,14 @@ static json_t *megac_json(const struct megac_stage_mem *st, int n)
 		json_object_set_new(e, "rank", json_integer(st[i].first_rank));
 		json_object_set_new(e, "pp_stage", json_integer(st[i].pp_stage));
 		json_object_set_new(e, "peak_MB", json_real(st[i].peak / MIB));
+		json_object_set_new(e, "max_allocated_MB", json_real((st[i].peak - st[i].backend_ws) / MIB));
 		json_object_set_new(b, "parameters_MB", json_real(st[i].params / MIB));
 		json_object_set_new(b, "gradients_MB", json_real(st[i].grads / MIB));
 		json_object_set_new(b, "half_precision_weights_MB", json_real(st[i].half_weights / MIB));
 		json_object_set_new(b, "optimizer_states_MB", json_real(st[i].optimizer / MIB));
 		json_object_set_new(b, "optimizer_scratch_MB", json_real(st[i].optimizer_scratch / MIB));
 		json_object_set_new(b, "activations_and_workspaces_MB", json_real(st[i].activations / MIB));
+		json_object_set_new(b, "backend_workspace_MB", json_real(st[i].backend_ws / MIB));
 		json_object_set_new(e, "breakdown", b);
 		json_array_append_new(ranks, e);
 	}
@@ -305,6 +317,7 @@ static int print_json(const struct args *a, const struct mm_config *c, const str
 	json_object_set_new(lay, "padded_vocab_size", json_integer(c->V));
 	json_object_set_new(m, "inputs", lay);
 	json_t *o = json_object();
+	json_object_set_new(o, "device", json_string(megac_mem_cuda(a) ? "cuda" : "cpu"));
 	json_object_set_new(o, "megatron_formula", m);
 	struct megac_stage_mem *st;
 	int n, have = megac_part(a, c, &st, &n);
@@ -383,7 +396,7 @@ static int memcalc_run(struct args *w)
 			if (have < 0)
 				rc = -1;
 			else if (have)
-				print_megac(st, n);
+				print_megac(a, st, n);
 			else
 				printf("\nmegac's own prediction: none (train does not run this configuration: MLA and "
 				       "MTP are not there yet, or see the message above)\n");

@@ -9,6 +9,7 @@
 #include "memcalc/step_model.h"
 
 #include "base/error.h"
+#include "dist/layout.h"
 
 #define WORD 4 /* bytes per element on the wire (fp32) */
 
@@ -30,6 +31,10 @@ const char *step_group_name(int group, int cp)
 		return "context-parallel";
 	case SM_DP:
 		return cp > 1 ? "data-parallel with context-parallel" : "data-parallel";
+	case SM_EP:
+		return "expert-model-parallel";
+	case SM_EDP:
+		return "expert-data-parallel";
 	}
 	BUG("no step-model group %d", group);
 }
@@ -80,7 +85,33 @@ static void volumes(const struct gpt_config *c, const struct step_layout *l, str
 		e->bytes[SM_CP] = m * Ll * 6 * WORD * (cp - 1) * l->mbs * g * c->k * c->S / cp;
 		e->messages[SM_CP] = (double)(m * Ll * 3 * (cp - 1)); /* K/V forward, K/V and dK/dV backward */
 	}
-	int64_t n = d * cp, P = l->rank0_params;
+	int64_t n = d * cp, P = l->rank0_params - l->rank0_expert_params;
+	if (c->E > 0 && l->ep > 1) {
+		/* per micro-batch and MoE layer of rank 0: the routing counts
+		 * (an all-gather of E ints), then the rows of its tokens to their
+		 * experts and back, forward and backward (four all-to-alls, each
+		 * sending the (ep-1)/ep of the N*topk rows that go to other ranks
+		 * when routing is balanced) */
+		int64_t ep = l->ep, moe = 0;
+		for (int ch = 0; ch < l->vpp; ch++) {
+			int first, count;
+			dist_stage_layers(c->L, l->pp, l->vpp, 0, ch, &first, &count);
+			for (int j = first; j < first + count; j++)
+				moe += c->moe_layer[j] != 0;
+		}
+		int64_t rows = N * c->router.k;
+		e->bytes[SM_EP] = m * moe * (4 * (ep - 1) * rows / ep * WORD * h + (ep - 1) * c->E * 4);
+		e->messages[SM_EP] = (double)(m * moe * 5 * (ep - 1));
+		/* the experts' gradients over expert data parallelism (no loss sums) */
+		int64_t ne = (int64_t)l->tp * l->cp * l->dp / ((int64_t)l->tp * ep), Pe = l->rank0_expert_params;
+		if (ne > 1) {
+			if (l->dist_opt)
+				e->bytes[SM_EDP] = 2 * ((ne - 1) * WORD * Pe / ne) + ring(ne, 2 * WORD);
+			else
+				e->bytes[SM_EDP] = ring(ne, WORD * Pe);
+			e->messages[SM_EDP] = (l->dist_opt ? 4.0 : 2.0) * (double)(ne - 1);
+		}
+	}
 	if (n > 1) {
 		if (l->dist_opt) /* reduce-scatter of the gradients, all-gather of the parameters */
 			e->bytes[SM_DP] = 2 * ((n - 1) * WORD * P / n) + ring(n, 4 * WORD) + ring(n, 2 * WORD);
@@ -103,6 +134,10 @@ void step_estimate(const struct gpt_config *c, const struct step_layout *l, cons
 	int64_t span[SM_NGROUPS] = { l->tp, (int64_t)l->tp * l->cp * l->dp * l->pp, 0, (int64_t)l->tp * l->cp,
 				     (int64_t)l->tp * l->cp * l->dp };
 	span[SM_EMB] = span[SM_PP];
+	/* the expert generator orders expert tensor (= TP), expert, expert
+	 * data and pipeline ranks */
+	span[SM_EP] = (int64_t)l->tp * l->ep;
+	span[SM_EDP] = span[SM_DP];
 	double comm = 0;
 	for (int g = 0; g < SM_NGROUPS; g++) {
 		e->inter_node[g] = span[g] > r->gpus_per_node;

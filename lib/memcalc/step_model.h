@@ -13,7 +13,9 @@
  *            exactly as train --log-comm counts them (docs/parallel.md, "All
  *            groups at once"), over the bandwidth of that group's links
  *            (NVLink inside a node, the network across nodes), plus a latency
- *            per message; nothing is assumed to overlap with compute.
+ *            per message; nothing is assumed to overlap with compute. The
+ *            expert-parallel token exchange depends on the routing: it is
+ *            taken as balanced (every expert gets the same rows).
  *
  * It is a model for ranking, not a promise: rates and bandwidths are
  * parameters, and the documented simplifications (no overlap, balanced
@@ -29,14 +31,18 @@
 #include "model/gpt_config.h"
 
 /* The groups in --log-comm order; the data-parallel group is named
- * "data-parallel with context-parallel" when context parallelism is on. */
-enum { SM_TP, SM_PP, SM_EMB, SM_CP, SM_DP, SM_NGROUPS };
+ * "data-parallel with context-parallel" when context parallelism is on.
+ * The expert groups carry bytes with mixture-of-experts layers only. */
+enum { SM_TP, SM_PP, SM_EMB, SM_CP, SM_DP, SM_EP, SM_EDP, SM_NGROUPS };
 
 struct step_layout {
 	int tp, pp, vpp, cp, dp; /* vpp 1: not interleaved */
+	int ep;                  /* expert-model-parallel size (1: none) */
 	int64_t mbs, gbs;
 	bool sp, dist_opt;
 	int64_t rank0_params;    /* parameters held by world rank 0 (its stage, its TP slices) */
+	int64_t rank0_expert_params; /* of them, the experts' reduced over expert data parallelism
+				      * (expert parallelism only; else 0) */
 };
 
 struct step_rates {

@@ -4,7 +4,12 @@
 # model, SP on/off, distributed optimizer on/off, virtual pipeline, several
 # micro-batch sizes, 60 random ones), the --json MB figures match what
 # Megatron's own theoretical_memory_usage.py returned, and the table holds the
-# lines it printed verbatim. Then the vocabulary paths and the error cases.
+# lines it printed verbatim. Then the vocabulary paths and the error cases;
+# megac's own prediction against train's measured peaks (--device cpu on the
+# CPU; --device cuda on the emulated device, with the CUDA backend's
+# workspace, when the emulated build is there); --device cuda against cpu and
+# against Megatron's activation formula for Llama-3 8B; --advise, dense and
+# mixture of experts.
 . tests/prog_lib.sh
 W=$(new_tmp report_memory)
 OUT_LOG=$W/out.log
@@ -95,11 +100,12 @@ expect_fail "train refuses --mtp-num-layers" "multi-token prediction is not in m
 expect_ok "a train command line" $R $M --vocab-size 50257 --train-iters 10 --lr 3e-4 --data-path x \
 	--save ckpt --log-interval 1 --bf16 --position-embedding-type rope
 
-# megac's own prediction against train's measured peak ("max allocated" of every
-# rank's memory line), within 5% (it is train's own allocation plan, so in fact
-# equal): GPT and Llama on one rank, Llama with full recompute, TP2 x PP2 with the
-# distributed optimizer on 4 ranks, and TP2 x PP2 x DP2 interleaved, bf16, with
-# the distributed optimizer on 8, and a MoE model on 4
+# megac's own prediction for --device cpu against train's measured peak on the
+# CPU ("max allocated" of every rank's memory line), within 5% (it is train's
+# own allocation plan, so in fact equal): GPT and Llama on one rank, Llama with
+# full recompute, TP2 x PP2 with the distributed optimizer on 4 ranks, and TP2 x
+# PP2 x DP2 interleaved, bf16, with the distributed optimizer on 8, and a MoE
+# model on 4
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 OMPI_MCA_mpi_yield_when_idle=1
 MPI="mpirun --allow-run-as-root --oversubscribe"
 # under AddressSanitizer OpenMPI's own allocations left at exit are not ours
@@ -116,8 +122,8 @@ measured() {
 	shift 2
 	if [ "$_np" = 1 ]; then _run="$BIN/train"; else _run="$MPI -np $_np $BIN/train"; fi
 	# shellcheck disable=SC2086
-	if $_run "$@" >"$W/$_n.train" 2>"$W/$_n.err" &&
-		$R "$@" --world-size "$_np" --json >"$W/$_n.json" 2>>"$W/$_n.err" &&
+	if $_run "$@" --device cpu >"$W/$_n.train" 2>"$W/$_n.err" &&
+		$R "$@" --device cpu --world-size "$_np" --json >"$W/$_n.json" 2>>"$W/$_n.err" &&
 		/usr/bin/python3 - "$W/$_n.train" "$W/$_n.json" >"$W/$_n.cmp" 2>&1 <<'PYEOF'; then
 import json, re, sys
 peaks = {}
@@ -162,6 +168,144 @@ measured "MoE with a capacity factor, PP2" 2 $T $LL $MOE --pipeline-model-parall
 # buffers start at the balanced share and grow with the imbalance)
 measured "MoE with expert parallelism, EP2 x DP2, distributed optimizer" 4 $T $LL $MOE --expert-model-parallel-size 2 \
 	--use-distributed-optimizer --moe-expert-capacity-factor 1.5
+
+# --device cuda on the emulated device (make emu: the CUDA backend's own
+# kernels and allocator, no GPU needed): train's "max allocated" is the
+# prediction's max_allocated_MB, and what the backend took beside its pool
+# (its "GPU memory: ... device allocations (X MiB)" line at the end, less
+# the pool's peak: the scratch buffer and the ones it outgrew) is the
+# predicted backend workspace less cuBLASLt's 32 MiB, which the backend does
+# not count. No pipeline parallelism here: train's pipeline send copies
+# (lib/train/pipeline.c) are outside the pool and outside the prediction.
+# emu_measured NAME NP FLAGS...
+emu_measured() {
+	_n=$1
+	_np=$2
+	shift 2
+	if [ "$_np" = 1 ]; then _run="$E/bin/train"; else _run="$MPI -np $_np $E/bin/train"; fi
+	# shellcheck disable=SC2086
+	if $_run "$@" --device cuda >"$W/emu.train" 2>&1 &&
+		$R "$@" --device cuda --world-size "$_np" --json >"$W/emu.json" 2>"$W/emu.err" &&
+		/usr/bin/python3 - "$W/emu.train" "$W/emu.json" >"$W/emu.cmp" 2>&1 <<'PYEOF'; then
+import json, re, sys
+log = open(sys.argv[1]).read()
+r = json.load(open(sys.argv[2]))["megac"]["ranks"]
+assert len(r) == 1, "one pipeline stage"
+r = r[0]
+ws = r["breakdown"]["backend_workspace_MB"]
+peaks = [float(x) for x in re.findall(r"max allocated: ([0-9.]+)", log)]
+gpu = [float(x) for x in re.findall(r"GPU memory: \d+ device allocations \(([0-9.]+) MiB\)", log)]
+assert peaks and gpu, "no memory lines"
+for p in peaks:
+    assert abs(p - r["max_allocated_MB"]) <= 0.006, ("max allocated", p, r["max_allocated_MB"])
+scratch = ws - 32
+for g in gpu:  # X to 0.1 MiB, the peak to 0.01
+    assert abs(g - max(peaks) - scratch) <= 0.06, ("scratch", g - max(peaks), scratch)
+assert abs(r["peak_MB"] - r["max_allocated_MB"] - ws) < 1e-9, r
+print("max allocated %.2f MB, scratch %.2f MB (train: %.2f)" % (max(peaks), scratch, max(gpu) - max(peaks)))
+PYEOF
+		ok "--device cuda, $_n: the emulated device's memory ($(cat "$W/emu.cmp"))"
+	else
+		notok "--device cuda, $_n: the emulated device's memory"
+		show "$W/emu.cmp"
+		show "$W/emu.err"
+		show "$W/emu.train"
+	fi
+}
+E=${MEGAC_EMU:-}
+if [ -n "$E" ] && [ -x "$E/bin/train" ]; then
+	EM="--num-layers 2 --hidden-size 128 --num-attention-heads 2 --seq-length 128 --max-position-embeddings 128"
+	EM="$EM --micro-batch-size 2 --global-batch-size 2 --lr 2e-3 --train-iters 1 --mock-data --eval-interval 100"
+	EM="$EM --eval-iters 0 --log-interval 1 --tokenizer-type NullTokenizer --vocab-size 2000"
+	ELL="--position-embedding-type rope --normalization RMSNorm --swiglu --disable-bias-linear"
+	ELL="$ELL --untie-embeddings-and-output-weights --group-query-attention --num-query-groups 1"
+	emu_measured "Llama bf16, tensor-core attention" 1 $EM $ELL --bf16
+	emu_measured "GPT bf16 (biases, LayerNorm, head dim 16)" 1 $EM --num-attention-heads 8 --bf16
+	emu_measured "Llama fp32" 1 $EM $ELL
+	emu_measured "Llama fp16, selective recompute" 1 $EM $ELL --fp16 --initial-loss-scale 4096 \
+		--recompute-granularity selective
+	emu_measured "Llama bf16 TP2 x SP" 2 $EM $ELL --bf16 --tensor-model-parallel-size 2 --sequence-parallel \
+		--num-attention-heads 4 --num-query-groups 2
+	emu_measured "Llama bf16 CP2" 2 $EM $ELL --bf16 --context-parallel-size 2
+	emu_measured "MoE bf16 EP2, distributed optimizer" 2 $EM $ELL --bf16 --num-experts 4 --moe-router-topk 2 \
+		--moe-ffn-hidden-size 96 --moe-shared-expert-intermediate-size 64 --expert-model-parallel-size 2 \
+		--moe-expert-capacity-factor 1.5 --use-distributed-optimizer --global-batch-size 4
+else
+	ok "--device cuda on the emulated device # SKIP no emulated build (MEGAC_EMU, make emu)"
+fi
+
+# Llama-3 8B as Megatron's examples train it (TP1 x DP8 on 8 GPUs, sequence
+# 8192, micro-batch 1, bf16, distributed optimizer, no recompute). --device
+# cuda (the default) takes the flash path: each layer keeps its rows'
+# log-sum-exp [B, a, T] where the CPU keeps the probabilities [B, a, T, T],
+# so the two plans differ by exactly those buffers and the flash positions,
+# plus the CUDA backend's workspace; parameters, gradients and optimizer
+# state are the same. Then the cuda plan's activations and workspaces against
+# Megatron's activation formula (its flash-attention path), printed, and held
+# within 1.25x with MEGAC_EXPECT_16BIT_ACTS=1 (megac stores activations in
+# fp32 so far: about twice Megatron's bf16 bytes); and the weight, gradient
+# and optimizer bytes per parameter beside Megatron's 7.5 (2 + 4 + 12/8).
+L3="--world-size 8 --tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 --num-layers 32"
+L3="$L3 --hidden-size 4096 --ffn-hidden-size 14336 --num-attention-heads 32 --group-query-attention"
+L3="$L3 --num-query-groups 8 --seq-length 8192 --max-position-embeddings 8192 --micro-batch-size 1"
+L3="$L3 --global-batch-size 128 --bf16 --use-distributed-optimizer --swiglu --normalization RMSNorm"
+L3="$L3 --position-embedding-type rope --disable-bias-linear --untie-embeddings-and-output-weights"
+L3="$L3 --vocab-size 128256"
+# shellcheck disable=SC2086
+if $R $L3 --json >"$W/l3.json" 2>"$ERR" && $R $L3 --device cuda --json >"$W/l3cuda.json" 2>>"$ERR" &&
+	$R $L3 --device cpu --json >"$W/l3cpu.json" 2>>"$ERR" &&
+	/usr/bin/python3 - "$W/l3.json" "$W/l3cuda.json" "$W/l3cpu.json" >"$W/l3.cmp" 2>&1 <<'PYEOF'; then
+import json, os, sys
+dflt, cuda, cpu = (json.load(open(f)) for f in sys.argv[1:4])
+assert dflt == cuda and cuda["device"] == "cuda" and cpu["device"] == "cpu", (dflt["device"], cpu["device"])
+mf = cuda["megatron_formula"]
+assert mf == cpu["megatron_formula"], "Megatron's formula does not depend on --device"
+g, c = cuda["megac"]["ranks"][0], cpu["megac"]["ranks"][0]
+gb, cb = g["breakdown"], c["breakdown"]
+for key in ("parameters_MB", "gradients_MB", "half_precision_weights_MB", "optimizer_states_MB",
+            "optimizer_scratch_MB"):
+    assert gb[key] == cb[key], key
+assert cb["backend_workspace_MB"] == 0 and c["max_allocated_MB"] == c["peak_MB"], c
+ws = gb["backend_workspace_MB"]
+assert ws > 32, ws
+MB = 2.0**20
+L, B, a, S = 32, 1, 32, 8192
+pool_cuda = gb["activations_and_workspaces_MB"] - ws
+diff = cb["activations_and_workspaces_MB"] - pool_cuda
+# the probabilities (fp32 words today; 16-bit ones to come), less the fp32
+# log-sum-exp rows and the int32 positions of the flash path
+assert any(abs(diff - (L * B * a * S * S * w - L * B * a * S * 4 - S * 4) / MB) < 1e-6 for w in (4, 2)), diff
+act = gb["activations_and_workspaces_MB"]
+assert act < cb["activations_and_workspaces_MB"] / 3, (act, cb["activations_and_workspaces_MB"])
+ratio = act / mf["activation_MB"]
+fixed = sum(gb[k] for k in ("parameters_MB", "gradients_MB", "half_precision_weights_MB", "optimizer_states_MB",
+                            "optimizer_scratch_MB"))
+per_param = fixed * MB / mf["num_parameters_on_most_loaded_shard"]
+print("activations and workspaces: cuda %.0f MB (workspace %.0f), cpu %.0f MB; Megatron's formula %.0f MB, "
+      "cuda/Megatron %.2fx; weights+grads+optimizer %.2f bytes/parameter (Megatron %.2f)"
+      % (act, ws, cb["activations_and_workspaces_MB"], mf["activation_MB"], ratio, per_param,
+         mf["bytes_per_parameter"]))
+if os.environ.get("MEGAC_EXPECT_16BIT_ACTS") == "1":
+    assert 1 / 1.25 <= ratio <= 1.25, "cuda/Megatron %.3fx is not within 1.25x" % ratio
+PYEOF
+	ok "Llama-3 8B, TP1 x DP8, seq 8192: --device cuda against cpu and Megatron ($(cat "$W/l3.cmp"))"
+else
+	notok "Llama-3 8B, TP1 x DP8, seq 8192: --device cuda against cpu and Megatron"
+	show "$W/l3.cmp"
+	show "$ERR"
+fi
+# the table says which backend it counts, and the workspace
+# shellcheck disable=SC2086
+if $R $L3 >"$OUT_LOG" 2>"$ERR" && grep -q "^megac's own prediction for --device cuda" "$OUT_LOG" &&
+	grep -q "activations include the CUDA backend's workspace" "$OUT_LOG" &&
+	$R $L3 --device cpu >"$OUT_LOG" 2>"$ERR" && grep -q "^megac's own prediction for --device cpu" "$OUT_LOG"; then
+	ok "--device in the table"
+else
+	notok "--device in the table"
+	show "$OUT_LOG"
+fi
+# shellcheck disable=SC2086
+expect_fail "--device, a bad value" "--device: invalid choice 'tpu'" $R $L3 --device tpu
 # --advise: every layout it lists fits the budget by megac's prediction, the
 # list is exactly the fitting part of the whole list (same run, a budget that
 # fits all), ordered by the step-time model, whose terms (bytes per group as
@@ -224,14 +368,105 @@ print(json.load(open(sys.argv[1]))["advise"]["layouts"][int(sys.argv[2])]["flags
 		fi
 	done
 }
-advise "GPT, 4 ranks" 4 30 "h=32 L=4 S=32 V=50257 gbs=8 heads=4 groups=4 ffn=128" "" $T
+# (--device cpu: the suggestions run in train on the CPU)
+advise "GPT, 4 ranks" 4 30 "h=32 L=4 S=32 V=50257 gbs=8 heads=4 groups=4 ffn=128" "" $T --device cpu
 advise "Llama, 8 ranks, 2 GPUs per node" 8 20 "h=32 L=4 S=32 V=50257 gbs=8 heads=8 groups=4 ffn=64 llama=1 swiglu=1" \
 	"--gpus-per-node 2 --gpu-tflops 100 --intra-node-bandwidth 200 --inter-node-bandwidth 10 --link-latency-us 2" \
-	$T $LL
+	$T $LL --device cpu
+
+# --advise with mixture-of-experts layers: the expert-parallel sizes tried
+# divide the experts, the table has an EP column and the flags the EP flag,
+# each listed layout's peak (the first three, the fastest with EP 2, the last)
+# is report_memory's for its flags, and the fastest with EP 2 runs in train
+# within the budget, its expert groups' bytes per iteration (train
+# --log-comm) as the step-time model has them: the expert data-parallel
+# gradients exactly, the token exchange within 10% (the model takes balanced
+# routing, train routes these tokens as it must)
+# shellcheck disable=SC2086
+if $R $T $LL $MOE --device cpu --world-size 4 --advise --gpu-memory 40MiB --advise-top 0 --json >"$W/moe.json" \
+	2>"$ERR" && $R $T $LL $MOE --device cpu --world-size 4 --advise --gpu-memory 40MiB --advise-top 5 >"$OUT_LOG" \
+	2>>"$ERR" && /usr/bin/python3 - "$W/moe.json" "$OUT_LOG" >"$W/moe.some" 2>"$W/moe.cmp" <<'PYEOF'; then
+import json, sys
+adv = json.load(open(sys.argv[1]))["advise"]
+lays = adv["layouts"]
+assert adv["device"] == "cpu" and lays, adv
+assert all(4 % l["ep"] == 0 and "--expert-model-parallel-size %d" % l["ep"] in l["flags"] for l in lays), lays
+assert {l["ep"] for l in lays} >= {1, 2}, {l["ep"] for l in lays}
+assert all(l["peak_MB"] <= 40 for l in lays)
+table = open(sys.argv[2]).read().splitlines()
+head = [x for x in table if x.lstrip().startswith("#")]
+assert head and " EP " in head[0], head
+ep2 = [l for l in lays if l["ep"] == 2][0]
+for l in lays[:3] + [ep2] + lays[-1:]:
+    print("%.6f %s" % (l["peak_MB"], l["flags"]))
+json.dump(ep2, open(sys.argv[1] + ".ep2", "w"))
+PYEOF
+	_bad=0
+	while read -r _peak _flags; do
+		# shellcheck disable=SC2086
+		_got=$($R $T $LL $MOE $_flags --device cpu --world-size 4 --json 2>>"$ERR" | /usr/bin/python3 -c '
+import json, sys
+print("%.6f" % max(r["peak_MB"] for r in json.load(sys.stdin)["megac"]["ranks"]))')
+		if [ "$_got" != "$_peak" ]; then
+			echo "# $_flags: --advise says $_peak MB, report_memory $_got MB"
+			_bad=1
+		fi
+	done <"$W/moe.some"
+	if [ $_bad = 0 ]; then ok "--advise, MoE: EP sizes that divide the experts, peaks equal report_memory's"; else
+		notok "--advise, MoE: listed peaks"; fi
+	_flags=$(/usr/bin/python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["flags"])' "$W/moe.json.ep2")
+	# shellcheck disable=SC2086
+	if $MPI -np 4 $BIN/train $T $LL $MOE $_flags --device cpu --train-iters 4 --log-comm >"$W/moe.train" \
+		2>"$W/moe.err" && /usr/bin/python3 - "$W/moe.train" "$W/moe.json.ep2" >"$W/moe.cmp" 2>&1 <<'PYEOF'; then
+import json, re, sys
+log = open(sys.argv[1]).read()
+lay = json.load(open(sys.argv[2]))
+peak = max(float(x) for x in re.findall(r"max allocated: ([0-9.]+)", log))
+assert peak <= 40, peak
+lines = [l for l in log.splitlines() if l.startswith("[Rank 0]") and "communication per iteration" in l]
+assert len(lines) >= 3, "only %d --log-comm lines" % len(lines)
+for l in lines[1:3]:
+    got = {k: int(v) for k, v in re.findall(r"\| ([a-z -]+): (\d+)", l)}
+    assert got["expert-data-parallel"] == lay["comm_bytes"].get("expert-data-parallel", 0), (got, lay["comm_bytes"])
+    want = lay["comm_bytes"]["expert-model-parallel"]
+    assert abs(got["expert-model-parallel"] - want) <= 0.1 * want, (got, lay["comm_bytes"])
+print("measured peak %.2f MB, expert-model-parallel %d bytes (model %d)" % (
+    peak, got["expert-model-parallel"], lay["comm_bytes"]["expert-model-parallel"]))
+PYEOF
+		ok "--advise, MoE: the fastest EP 2 layout runs in train ($(cat "$W/moe.cmp"); $_flags)"
+	else
+		notok "--advise, MoE: the fastest EP 2 layout in train ($_flags)"
+		show "$W/moe.cmp"
+		show "$W/moe.err"
+	fi
+else
+	notok "--advise, MoE"
+	show "$W/moe.cmp"
+	show "$ERR"
+fi
+# --advise plans for --device cuda by default: every listed peak is
+# report_memory's cuda prediction for its flags (the first)
+# shellcheck disable=SC2086
+if $R $T --world-size 4 --advise --gpu-memory 80MiB --advise-top 1 --json >"$W/cuda.json" 2>"$ERR" &&
+	_line=$(/usr/bin/python3 -c '
+import json, sys
+a = json.load(open(sys.argv[1]))["advise"]
+assert a["device"] == "cuda", a["device"]
+print("%.6f %s" % (a["layouts"][0]["peak_MB"], a["layouts"][0]["flags"]))' "$W/cuda.json") &&
+	_got=$($R $T ${_line#* } --world-size 4 --json 2>>"$ERR" | /usr/bin/python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+assert d["device"] == "cuda"
+print("%.6f" % max(r["peak_MB"] for r in d["megac"]["ranks"]))') && [ "$_got" = "${_line%% *}" ]; then
+	ok "--advise plans for --device cuda by default (first: ${_line%% *} MB)"
+else
+	notok "--advise plans for --device cuda by default"
+	show "$ERR"
+fi
 
 # the table: the header with the counts, and train's flags for each layout
 # shellcheck disable=SC2086
-if $R $T --world-size 4 --advise --gpu-memory 30MiB --advise-top 3 >"$OUT_LOG" 2>"$ERR" &&
+if $R $T --device cpu --world-size 4 --advise --gpu-memory 30MiB --advise-top 3 >"$OUT_LOG" 2>"$ERR" &&
 	grep -q "^report_memory --advise: 4 ranks, 30.00 MiB (0.03 GiB) per GPU; 195 of 306 layouts fit" "$OUT_LOG" &&
 	[ "$(grep -c -- '--tensor-model-parallel-size' "$OUT_LOG")" = 3 ]; then
 	ok "--advise table"
@@ -248,8 +483,8 @@ expect_fail "--advise, a bad size" "--gpu-memory '80XB'" $R $T --world-size 4 --
 expect_fail "--advise, no global batch" "--advise needs --global-batch-size" \
 	$R $T --global-batch-size -1 --world-size 4 --advise --gpu-memory 80GiB
 # shellcheck disable=SC2086
-expect_fail "--advise with experts" "does not plan mixture-of-experts layouts" \
-	$R $T --world-size 4 --advise --gpu-memory 80GiB --num-experts 4
+expect_fail "--advise with multi-latent attention" "does not plan multi-latent attention" \
+	$R $T --world-size 4 --advise --gpu-memory 80GiB --multi-latent-attention
 # shellcheck disable=SC2086
 expect_fail "--advise, nothing fits" "no layout of 4 ranks fits in 5.00 MiB per GPU: the smallest predicted peak is" \
 	$R $T --world-size 4 --advise --gpu-memory 5MiB
