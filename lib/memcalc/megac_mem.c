@@ -105,18 +105,19 @@ int megac_mem_predict(const struct args *a, int64_t vocab, struct megac_stage_me
 					 end, lo, hi);
 		struct adam opt[2];
 		for (int i = 0; i < np; i++) {
-			if (hi[i] - lo[i] != end[i] - base[i]) {
-				scratch += (hi[i] - lo[i]) * sizeof(float);
-				mem_alloc(&pool, (hi[i] - lo[i]) * sizeof(float));
-			}
 			adam_init(&opt[i], &model.reg, &plan_ops, &pool, 0.9f, 0.999f, 1e-8f, lo[i], hi[i]);
 			ostate += 2 * (hi[i] - lo[i]) * sizeof(float);
+			if (model.w16) { /* and the shard's fp32 main weights */
+				adam_use_half(&opt[i], model.w16, gpt_half_kind(&model));
+				ostate += (hi[i] - lo[i]) * sizeof(float);
+			}
 		}
 		struct megac_stage_mem *e = &st[s];
 		e->pp_stage = s;
 		e->first_rank = s * l.tp * l.cp * (int)dp;
-		e->params = e->grads = total * sizeof(float);
-		e->half_weights = prec == GPT_FP32 ? 0 : total * sizeof(float);
+		e->params = total * (model.w16 ? sizeof(uint16_t) : sizeof(float));
+		e->grads = total * sizeof(float);
+		e->half_weights = 0; /* bf16/fp16 weights are the parameters themselves now */
 		e->optimizer = ostate;
 		e->optimizer_scratch = scratch;
 		e->peak = pool.peak;

@@ -19,10 +19,12 @@
 struct megac_stage_mem {
 	int pp_stage;
 	int first_rank;         /* world rank of the stage's tensor/context/data-parallel rank 0 */
-	size_t params;          /* fp32 parameters of this rank (its TP slices of its stage) */
-	size_t grads;           /* fp32 gradients */
-	size_t half_weights;    /* the bf16/fp16 working copy (kept as fp32 words on the CPU) */
-	size_t optimizer;       /* Adam's two moments, of this rank's shard */
+	size_t params;          /* the model's parameters of this rank (its TP slices of its stage):
+				 * fp32, or 16-bit with --bf16/--fp16 */
+	size_t grads;           /* fp32 gradients (Megatron's main grads) */
+	size_t half_weights;    /* 0: no second copy of the weights is kept any more */
+	size_t optimizer;       /* Adam's two moments of this rank's shard, and with --bf16/--fp16
+				 * the shard's fp32 main weights */
 	size_t optimizer_scratch; /* the distributed optimizer's reduce-scatter target */
 	size_t activations;     /* activation slots, recompute scratch, workspaces, ring buffers */
 	size_t peak;            /* all of it: train's "max allocated" */
