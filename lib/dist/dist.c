@@ -632,7 +632,7 @@ void dist_allgather_f32(struct dist_group *g, float *buf, size_t n)
 	if (!n)
 		return;
 	if (route(g, buf, "all-gather") == VIA_NCCL) {
-		nccl_finish(g, "all-gather", dist_nccl_allgather_range(g, buf, n, 0, n));
+		nccl_finish(g, "all-gather", dist_nccl_allgather_range(g, buf, sizeof(float), n, 0, n));
 		count(g, (uint64_t)(g->size - 1) * n * sizeof(float) / (uint64_t)g->size);
 		return;
 	}
@@ -855,8 +855,21 @@ void dist_irecv_f32(struct dist_group *g, float *buf, size_t n, int src, int tag
 	r->nreq = 1;
 }
 
+/* An in-place MPI reduce-scatter leaves each piece's result at the start
+ * of the piece; it moves to the rank's own place when the request is done. */
+struct dist_moves {
+	int n;
+	struct { float *dst, *src; size_t len; } m[];
+};
+
 static void req_done(struct dist_req *r)
 {
+	struct dist_moves *mv = r->moves;
+	for (int i = 0; mv && i < mv->n; i++)
+		if (mv->m[i].dst != mv->m[i].src && mv->m[i].len)
+			memmove(mv->m[i].dst, mv->m[i].src, mv->m[i].len * sizeof(float));
+	free(mv);
+	r->moves = NULL;
 	free(r->req);
 	free(r->extra);
 	r->req = NULL;
@@ -1015,7 +1028,7 @@ void dist_iallreduce_sum_f32(struct dist_group *g, float *buf, size_t n, struct 
 	g->calls++;
 }
 
-void dist_ireduce_scatter_range_f32(struct dist_group *g, const float *buf, size_t total, size_t a, size_t b,
+void dist_ireduce_scatter_range_f32(struct dist_group *g, float *buf, size_t total, size_t a, size_t b,
 				    float *scratch, struct dist_req *r)
 {
 	*r = (struct dist_req){ .g = g, .what = "reduce-scatter" };
@@ -1035,6 +1048,11 @@ void dist_ireduce_scatter_range_f32(struct dist_group *g, const float *buf, size
 	int k = (int)((b - a + DIST_PIECE - 1) / DIST_PIECE);
 	int *counts = xmalloc((size_t)k * (size_t)g->size * sizeof(int));
 	MPI_Request *q = xmalloc((size_t)k * sizeof(*q));
+	struct dist_moves *mv = NULL;
+	if (!scratch) {
+		mv = xcalloc(1, sizeof(*mv) + (size_t)k * sizeof(mv->m[0]));
+		mv->n = k;
+	}
 	for (int i = 0; i < k; i++) {
 		size_t pa = a + (size_t)i * DIST_PIECE, pb = b - pa < DIST_PIECE ? b : pa + DIST_PIECE;
 		int *c = counts + (size_t)i * g->size;
@@ -1045,9 +1063,17 @@ void dist_ireduce_scatter_range_f32(struct dist_group *g, const float *buf, size
 			c[j] = (int)(y > x ? y - x : 0);
 		}
 		size_t mine = mylo > pa ? mylo : pa; /* where my part of the piece starts */
-		float *dst = scratch + (mine > mylo ? mine - mylo : 0);
-		DIST_CHECK(MPI_Ireduce_scatter(buf + pa, dst, c, MPI_FLOAT, MPI_SUM, COMM(g), &q[i]));
+		if (scratch) {
+			float *dst = scratch + (mine > mylo ? mine - mylo : 0);
+			DIST_CHECK(MPI_Ireduce_scatter(buf + pa, dst, c, MPI_FLOAT, MPI_SUM, COMM(g), &q[i]));
+		} else { /* MPI leaves the result at the piece's start */
+			mv->m[i].dst = buf + mine;
+			mv->m[i].src = buf + pa;
+			mv->m[i].len = (size_t)c[g->rank];
+			DIST_CHECK(MPI_Ireduce_scatter(MPI_IN_PLACE, buf + pa, c, MPI_FLOAT, MPI_SUM, COMM(g), &q[i]));
+		}
 	}
+	r->moves = mv;
 	r->req = q;
 	r->nreq = k;
 	r->extra = counts;
@@ -1055,15 +1081,16 @@ void dist_ireduce_scatter_range_f32(struct dist_group *g, const float *buf, size
 	g->calls++;
 }
 
-void dist_iallgather_range_f32(struct dist_group *g, float *buf, size_t total, size_t a, size_t b,
-			       struct dist_req *r)
+/* The all-gather of a range, for elements of esize bytes (MPI type t). */
+static void iallgather_range(struct dist_group *g, void *buf, size_t esize, MPI_Datatype t, size_t total, size_t a,
+			     size_t b, struct dist_req *r)
 {
 	*r = (struct dist_req){ .g = g, .what = "all-gather" };
 	if (a >= b)
 		return;
 	if (route(g, buf, "all-gather") == VIA_NCCL) {
-		r->dev = dist_nccl_allgather_range(g, buf, total, a, b);
-		count(g, (uint64_t)(g->size - 1) * (b - a) * sizeof(float) / (uint64_t)g->size);
+		r->dev = dist_nccl_allgather_range(g, buf, esize, total, a, b);
+		count(g, (uint64_t)(g->size - 1) * (b - a) * esize / (uint64_t)g->size);
 		return;
 	}
 	if (g->size <= 1)
@@ -1083,12 +1110,24 @@ void dist_iallgather_range_f32(struct dist_group *g, float *buf, size_t total, s
 			counts[j] = (int)(y > x ? y - x : 0);
 			displs[j] = (int)(y > x ? x - pa : 0);
 		}
-		DIST_CHECK(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf + pa, counts, displs, MPI_FLOAT,
-					   COMM(g), &q[i]));
+		DIST_CHECK(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, (char *)buf + pa * esize, counts, displs,
+					   t, COMM(g), &q[i]));
 	}
 	r->req = q;
 	r->nreq = k;
 	r->extra = cd;
-	g->bytes += (uint64_t)(g->size - 1) * (b - a) * sizeof(float) / (uint64_t)g->size;
+	g->bytes += (uint64_t)(g->size - 1) * (b - a) * esize / (uint64_t)g->size;
 	g->calls++;
+}
+
+void dist_iallgather_range_f32(struct dist_group *g, float *buf, size_t total, size_t a, size_t b,
+			       struct dist_req *r)
+{
+	iallgather_range(g, buf, sizeof(float), MPI_FLOAT, total, a, b, r);
+}
+
+void dist_iallgather_range_u16(struct dist_group *g, uint16_t *buf, size_t total, size_t a, size_t b,
+			       struct dist_req *r)
+{
+	iallgather_range(g, buf, sizeof(uint16_t), MPI_UINT16_T, total, a, b, r);
 }

@@ -165,6 +165,7 @@ struct dist_req {
 	const char *what;        /* "send", "receive", ..., for the watchdog */
 	void *extra;             /* memory the transfer needs until it completes (freed then) */
 	void *dev;               /* an NCCL operation in flight (nccl.c), NULL when none */
+	void *moves;             /* copies to make once it completes (an in-place reduce-scatter) */
 };
 /* Start sending / receiving n floats; buf must stay untouched until
  * dist_wait(). With a group of one rank nothing happens. */
@@ -184,13 +185,19 @@ void dist_sendrecv_f32(struct dist_group *g, const float *send, size_t ns, int d
 void dist_iallreduce_sum_f32(struct dist_group *g, float *buf, size_t n, struct dist_req *r);
 /* Sum the range [a, b) of buf[0..total) over the group and leave this rank's
  * part of it, the intersection with its dist_shard() of total, at the
- * matching place of scratch (which holds the rank's whole shard). */
-void dist_ireduce_scatter_range_f32(struct dist_group *g, const float *buf, size_t total, size_t a, size_t b,
+ * matching place of scratch (which holds the rank's whole shard), or with
+ * scratch NULL in place: at its own place in buf (the rest of the range is
+ * left undefined), so no shard-sized buffer is needed (Megatron's
+ * reduce-scatter into the rank's view of the bucket). */
+void dist_ireduce_scatter_range_f32(struct dist_group *g, float *buf, size_t total, size_t a, size_t b,
 				    float *scratch, struct dist_req *r);
 
 /* Every rank's part of the range [a, b) of buf[0..total) (the intersection
  * with its dist_shard() of total) to every rank, in place. */
 void dist_iallgather_range_f32(struct dist_group *g, float *buf, size_t total, size_t a, size_t b,
+			       struct dist_req *r);
+/* The same for 16-bit elements (the bf16/fp16 model weights). */
+void dist_iallgather_range_u16(struct dist_group *g, uint16_t *buf, size_t total, size_t a, size_t b,
 			       struct dist_req *r);
 
 /* Blocking transfers of n bytes, sent in pieces MPI's int counts allow

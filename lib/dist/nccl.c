@@ -427,7 +427,7 @@ static bool piece(const struct dist_group *g, size_t total, size_t a, size_t b, 
 	return *y > *x;
 }
 
-struct dist_nccl_op *dist_nccl_reduce_scatter_range(struct dist_group *g, const float *buf, size_t total,
+struct dist_nccl_op *dist_nccl_reduce_scatter_range(struct dist_group *g, float *buf, size_t total,
 						    size_t a, size_t b, float *scratch, bool copy_back)
 {
 	struct nccl_comm *c = &nccl_of(g)->coll;
@@ -439,25 +439,30 @@ struct dist_nccl_op *dist_nccl_reduce_scatter_range(struct dist_group *g, const 
 	NCCL_CHECK(ncclGroupStart());
 	for (int r = 0; r < g->size; r++)
 		if (piece(g, total, a, b, r, &x, &y))
-			NCCL_CHECK(ncclReduce(buf + x, r == g->rank ? (void *)(scratch + (x - mylo)) : NULL, y - x,
-					      ncclFloat32, ncclSum, r, c->comm, c->stream));
+			NCCL_CHECK(ncclReduce(buf + x,
+					      r != g->rank ? NULL :
+					      scratch      ? (void *)(scratch + (x - mylo)) :
+							     (void *)(buf + x), /* in place */
+					      y - x, ncclFloat32, ncclSum, r, c->comm, c->stream));
 	NCCL_CHECK(ncclGroupEnd());
-	if (copy_back && myhi > mylo)
+	if (copy_back && scratch && myhi > mylo)
 		CUDA_CHECK(cudaMemcpyAsync((float *)buf + mylo, scratch, (myhi - mylo) * sizeof(float),
 					   cudaMemcpyDeviceToDevice, c->stream));
 	return issued(op_new(g, OP_COLL, "reduce-scatter"), c);
 }
 
-struct dist_nccl_op *dist_nccl_allgather_range(struct dist_group *g, float *buf, size_t total, size_t a,
-					       size_t b)
+struct dist_nccl_op *dist_nccl_allgather_range(struct dist_group *g, void *buf, size_t esize, size_t total,
+					       size_t a, size_t b)
 {
 	struct nccl_comm *c = &nccl_of(g)->coll;
+	char *bytes = buf;
 	size_t x, y;
 	begin(c);
 	NCCL_CHECK(ncclGroupStart());
 	for (int r = 0; r < g->size; r++)
-		if (piece(g, total, a, b, r, &x, &y))
-			NCCL_CHECK(ncclBroadcast(buf + x, buf + x, y - x, ncclFloat32, r, c->comm, c->stream));
+		if (piece(g, total, a, b, r, &x, &y)) /* bytes: no arithmetic, any element size */
+			NCCL_CHECK(ncclBroadcast(bytes + x * esize, bytes + x * esize, (y - x) * esize, ncclUint8, r,
+						 c->comm, c->stream));
 	NCCL_CHECK(ncclGroupEnd());
 	return issued(op_new(g, OP_COLL, "all-gather"), c);
 }
@@ -774,14 +779,14 @@ struct dist_nccl_op *dist_nccl_bcast(struct dist_group *g, void *buf, size_t byt
 	no_nccl(g);
 }
 
-struct dist_nccl_op *dist_nccl_reduce_scatter_range(struct dist_group *g, const float *buf, size_t total,
+struct dist_nccl_op *dist_nccl_reduce_scatter_range(struct dist_group *g, float *buf, size_t total,
 						    size_t a, size_t b, float *scratch, bool copy_back)
 {
 	no_nccl(g);
 }
 
-struct dist_nccl_op *dist_nccl_allgather_range(struct dist_group *g, float *buf, size_t total, size_t a,
-					       size_t b)
+struct dist_nccl_op *dist_nccl_allgather_range(struct dist_group *g, void *buf, size_t esize, size_t total,
+					       size_t a, size_t b)
 {
 	no_nccl(g);
 }

@@ -54,13 +54,14 @@ struct dist_nccl_op *dist_nccl_allreduce(struct dist_group *g, void *buf, size_t
 struct dist_nccl_op *dist_nccl_bcast(struct dist_group *g, void *buf, size_t bytes, int root);
 /* The range [a, b) of buf[0..total) summed; this rank's part of it (the
  * intersection with its dist_shard() of total) at the matching place of
- * scratch, which holds the rank's whole shard. copy_back: and then into
- * buf at the same place (dist_reduce_scatter_sum_f32, with a, b = 0, total). */
-struct dist_nccl_op *dist_nccl_reduce_scatter_range(struct dist_group *g, const float *buf, size_t total,
+ * scratch, which holds the rank's whole shard, or in place in buf with
+ * scratch NULL. copy_back: and then into buf at the same place
+ * (dist_reduce_scatter_sum_f32, with a, b = 0, total). */
+struct dist_nccl_op *dist_nccl_reduce_scatter_range(struct dist_group *g, float *buf, size_t total,
 						    size_t a, size_t b, float *scratch, bool copy_back);
 /* Every rank's part of [a, b) of buf[0..total) to every rank, in place. */
-struct dist_nccl_op *dist_nccl_allgather_range(struct dist_group *g, float *buf, size_t total, size_t a,
-					       size_t b);
+struct dist_nccl_op *dist_nccl_allgather_range(struct dist_group *g, void *buf, size_t esize, size_t total,
+					       size_t a, size_t b);
 /* Every rank's shard of buf[0..n) into group rank 0's buf. */
 struct dist_nccl_op *dist_nccl_gather_shards(struct dist_group *g, float *buf, size_t n);
 struct dist_nccl_op *dist_nccl_allgather_equal(struct dist_group *g, const float *in, size_t n, float *out);

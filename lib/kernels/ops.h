@@ -195,8 +195,10 @@ struct kops {
 	/* ---- the whole model in one call (the optimizer: one launch on a GPU
 	 * instead of one per tensor, and one host synchronisation per norm) ----
 	 * sumsq_segs: the sum over segments, in order, of sumsq(x + off, n).
-	 * adamw_segs: adamw on every segment of p and g, with Adam's state at
-	 * m + (off - mv_base), v + (off - mv_base), and weight decay wd on the
+	 * adamw_segs: adamw on every segment of g (at g + off), with the
+	 * parameters and Adam's state of the shard that starts at mv_base:
+	 * p + (off - mv_base), m + (off - mv_base), v + (off - mv_base) (the
+	 * optimizer's fp32 main weights and moments), and weight decay wd on the
 	 * segments marked decay (0 on the others). */
 	double (*sumsq_segs)(const float *x, const struct kops_seg *segs, int nsegs);
 	void (*adamw_segs)(float *p, const float *g, float *m, float *v, size_t mv_base,

@@ -138,28 +138,27 @@ int megac_mem_predict(const struct args *a, int64_t vocab, struct megac_stage_me
 		/* train's optimizer parts: the distributed optimizer shards over data x
 		 * context parallel, and the experts' part over expert data parallel
 		 * (rank 0's shards, the largest) */
-		size_t total = model.reg.total, scratch = 0, ostate = 0;
+		size_t total = model.reg.total, ostate = 0;
 		size_t base[2], end[2], lo[2], hi[2];
 		int gsize[2] = { (int)(dp * l.cp), l.edp }, grank[2] = { 0, 0 };
 		int np = train_opt_parts(total, model.expert_lo, l.ep > 1, a->use_distributed_optimizer, gsize, grank, base,
 					 end, lo, hi);
 		struct adam opt[2];
 		for (int i = 0; i < np; i++) {
-			if (hi[i] - lo[i] != end[i] - base[i]) {
-				scratch += (hi[i] - lo[i]) * sizeof(float);
-				mem_alloc(&pool, (hi[i] - lo[i]) * sizeof(float));
-			}
 			adam_init(&opt[i], &model.reg, plan_ops, &pool, 0.9f, 0.999f, 1e-8f, lo[i], hi[i]);
 			ostate += 2 * (hi[i] - lo[i]) * sizeof(float);
+			if (model.w16) { /* and the shard's fp32 main weights */
+				adam_use_half(&opt[i], model.w16, gpt_half_kind(&model));
+				ostate += (hi[i] - lo[i]) * sizeof(float);
+			}
 		}
 		struct megac_stage_mem *e = &st[s];
 		e->pp_stage = s;
 		e->first_rank = s * l.tp * l.cp * (int)dp;
-		e->params = e->grads = total * sizeof(float);
-		e->half_weights = prec == GPT_FP32 ? 0 : total * sizeof(float);
+		e->params = total * (model.w16 ? sizeof(uint16_t) : sizeof(float));
+		e->grads = total * sizeof(float);
 		e->optimizer = ostate;
-		e->optimizer_scratch = scratch;
-		e->expert_params = np == 2 ? (total - model.expert_lo) * sizeof(float) : 0;
+		e->expert_params = np == 2 ? (total - model.expert_lo) * (model.w16 ? sizeof(uint16_t) : sizeof(float)) : 0;
 		if (cuda) {
 			/* the first iteration's requests: forward and backward, then the
 			 * gradient norm and the step of each optimizer part */
@@ -173,7 +172,7 @@ int megac_mem_predict(const struct args *a, int64_t vocab, struct megac_stage_me
 			e->backend_ws = ws.lt_workspace + ws.scratch_total;
 		}
 		e->peak = pool.peak + e->backend_ws;
-		e->activations = e->peak - e->params - e->grads - e->half_weights - e->optimizer - scratch;
+		e->activations = e->peak - e->params - e->grads - e->optimizer;
 		for (int i = 0; i < np; i++)
 			adam_free(&opt[i]);
 		gpt_free(&model);

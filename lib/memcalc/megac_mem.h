@@ -2,8 +2,8 @@
  * megac_mem.h - megac's own memory prediction for report_memory:
  * not a formula but train's allocation plan itself. For each pipeline stage
  * the real set-up code (gpt_init_pipe with that stage's layers, schedule and
- * activation slots, adam_init with the rank's optimizer shard, the
- * distributed optimizer's scratch) runs against an op table that only
+ * activation slots, adam_init with the rank's optimizer shard and, for a
+ * bf16/fp16 model, its fp32 main weights) runs against an op table that only
  * counts bytes, so the prediction is what train's memory pool will hold,
  * byte for byte, and "max allocated" in train's memory line. Every tensor
  * buffer train takes comes from that set-up (docs/report-memory.md).
@@ -26,11 +26,11 @@
 struct megac_stage_mem {
 	int pp_stage;
 	int first_rank;         /* world rank of the stage's tensor/context/data-parallel rank 0 */
-	size_t params;          /* fp32 parameters of this rank (its TP slices of its stage) */
-	size_t grads;           /* fp32 gradients */
-	size_t half_weights;    /* the bf16/fp16 working copy (kept as fp32 words so far) */
-	size_t optimizer;       /* Adam's two moments, of this rank's shard */
-	size_t optimizer_scratch; /* the distributed optimizer's reduce-scatter target */
+	size_t params;          /* the model's parameters of this rank (its TP slices of its stage):
+				 * fp32, or 16-bit with --bf16/--fp16 */
+	size_t grads;           /* fp32 gradients (Megatron's main grads) */
+	size_t optimizer;       /* Adam's two moments of this rank's shard, and with --bf16/--fp16
+				 * the shard's fp32 main weights */
 	size_t activations;     /* activation slots, recompute scratch, workspaces, ring buffers,
 				 * and the backend's workspace */
 	size_t backend_ws;      /* of activations: the CUDA backend's scratch buffer and cuBLASLt

@@ -240,12 +240,12 @@ static void print_megac(const struct args *a, const struct megac_stage_mem *st, 
 	bool cuda = megac_mem_cuda(a);
 	printf("\nmegac's own prediction for --device %s (train's allocations, per rank; every rank of a pipeline "
 	       "stage alike):\n", cuda ? "cuda" : "cpu");
-	printf("  %-6s %-10s %10s %10s %10s %10s %10s %12s %10s\n", "stage", "from rank", "params", "grads", "half copy",
-	       "optimizer", "opt scratch", "activations", "peak MB");
+	printf("  %-6s %-10s %10s %10s %10s %12s %10s\n", "stage", "from rank", "params", "grads", "optimizer",
+	       "activations", "peak MB");
 	for (int i = 0; i < n; i++)
-		printf("  %-6d %-10d %10.2f %10.2f %10.2f %10.2f %10.2f %12.2f %10.2f\n", st[i].pp_stage,
-		       st[i].first_rank, st[i].params / MIB, st[i].grads / MIB, st[i].half_weights / MIB,
-		       st[i].optimizer / MIB, st[i].optimizer_scratch / MIB, st[i].activations / MIB, st[i].peak / MIB);
+		printf("  %-6d %-10d %10.2f %10.2f %10.2f %12.2f %10.2f\n", st[i].pp_stage, st[i].first_rank,
+		       st[i].params / MIB, st[i].grads / MIB, st[i].optimizer / MIB, st[i].activations / MIB,
+		       st[i].peak / MIB);
 	if (cuda) {
 		size_t ws = 0;
 		for (int i = 0; i < n; i++)
@@ -267,9 +267,7 @@ static json_t *megac_json(const struct megac_stage_mem *st, int n)
 		json_object_set_new(e, "max_allocated_MB", json_real((st[i].peak - st[i].backend_ws) / MIB));
 		json_object_set_new(b, "parameters_MB", json_real(st[i].params / MIB));
 		json_object_set_new(b, "gradients_MB", json_real(st[i].grads / MIB));
-		json_object_set_new(b, "half_precision_weights_MB", json_real(st[i].half_weights / MIB));
 		json_object_set_new(b, "optimizer_states_MB", json_real(st[i].optimizer / MIB));
-		json_object_set_new(b, "optimizer_scratch_MB", json_real(st[i].optimizer_scratch / MIB));
 		json_object_set_new(b, "activations_and_workspaces_MB", json_real(st[i].activations / MIB));
 		json_object_set_new(b, "backend_workspace_MB", json_real(st[i].backend_ws / MIB));
 		json_object_set_new(e, "breakdown", b);

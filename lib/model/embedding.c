@@ -16,8 +16,9 @@ void embedding_forward(struct gpt_model *m, const struct gpt_pass *P, float *out
 	size_t nh = (size_t)P->N * m->c.h;
 	gpt_need_param(m, m->wte);
 	gpt_need_param(m, m->wpe);
+	const float *wpe = m->par.tp_rank == 0 ? gpt_param(m, m->wpe, GPT_VIEW_X) : NULL;
 	m->k->embedding_forward(m->par.sp ? m->s.tmp : out, sl->tokens, sl->use_positions ? sl->positions : NULL,
-				gpt_param(m, m->wte), m->par.tp_rank == 0 ? gpt_param(m, m->wpe) : NULL, P->N, m->c.h);
+				gpt_param(m, m->wte, GPT_VIEW_W), wpe, P->N, m->c.h);
 	if (m->par.sp)
 		sp_reduce_scatter(m, P, out, m->s.tmp);
 	else

@@ -331,6 +331,23 @@ static void alloc_training(struct gpt_model *m, bool any_rc)
 		moe_alloc_scratch(m, true);
 }
 
+/* A 16-bit model's fp32 views (enum gpt_view), each as large as the
+ * largest tensor it ever holds. */
+static void alloc_views(struct gpt_model *m)
+{
+	size_t *n = m->view_n;
+	for (int i = 0; i < m->reg.n; i++) {
+		const struct param *p = &m->reg.p[i];
+		size_t *fit = p->ndim == 1 ? &n[GPT_VIEW_B] : i == m->wpe ? &n[GPT_VIEW_X] : &n[GPT_VIEW_W];
+		if (p->numel > *fit)
+			*fit = p->numel;
+	}
+	if (n[GPT_VIEW_B] > n[GPT_VIEW_X]) /* a norm's bias beside its weight */
+		n[GPT_VIEW_X] = n[GPT_VIEW_B];
+	for (int v = 0; v < GPT_NVIEWS; v++)
+		m->view[v] = gpt_take(m, n[v]);
+}
+
 int gpt_init_pipe(struct gpt_model *m, const struct gpt_config *c, const struct kops *k, struct mem_pool *mem,
 		  const struct gpt_setup *setup)
 {
@@ -416,9 +433,13 @@ int gpt_init_pipe(struct gpt_model *m, const struct gpt_config *c, const struct 
 		}
 	}
 	register_params(m);
-	m->reg.data = gpt_take(m, m->reg.total);
+	if (precision == GPT_FP32) {
+		m->reg.data = gpt_take(m, m->reg.total);
+	} else {
+		m->w16 = gpt_take_bytes(m, m->reg.total * sizeof(uint16_t));
+		alloc_views(m);
+	}
 	m->reg.grad = sv ? NULL : gpt_take(m, m->reg.total);
-	m->work = precision == GPT_FP32 ? m->reg.data : gpt_take(m, m->reg.total);
 	if (sv)
 		alloc_serving(m, sv);
 	else
@@ -499,23 +520,44 @@ void gpt_init_weights(struct gpt_model *m, uint64_t seed)
 				break;
 			}
 		}
-		m->k->to_device(m->reg.data + p->offset, host, p->numel * sizeof(float));
+		gpt_set_param(m, i, host);
 		free(host);
 	}
-	gpt_sync_work(m);
 }
 
-void gpt_sync_work_range(struct gpt_model *m, size_t lo, size_t hi)
+enum kops_round gpt_half_kind(const struct gpt_model *m)
 {
-	if (m->precision == GPT_FP32 || lo >= hi)
+	return m->precision == GPT_FP16 ? KOPS_ROUND_FP16 : KOPS_ROUND_BF16;
+}
+
+void gpt_set_param(struct gpt_model *m, int idx, const float *host)
+{
+	const struct param *p = &m->reg.p[idx];
+	if (!m->w16) {
+		m->k->to_device(m->reg.data + p->offset, host, p->numel * sizeof(float));
 		return;
-	m->k->round(m->work + lo, m->reg.data + lo, hi - lo,
-		    m->precision == GPT_BF16 ? KOPS_ROUND_BF16 : KOPS_ROUND_FP16);
+	}
+	/* through the W view (as large as any tensor), narrowed on the device */
+	m->k->to_device(m->view[GPT_VIEW_W], host, p->numel * sizeof(float));
+	m->k->narrow(m->w16 + p->offset, m->view[GPT_VIEW_W], p->numel, gpt_half_kind(m));
 }
 
-void gpt_sync_work(struct gpt_model *m)
+void gpt_set_weights(struct gpt_model *m, const float *host)
 {
-	gpt_sync_work_range(m, 0, m->reg.total);
+	for (int i = 0; i < m->reg.n; i++)
+		gpt_set_param(m, i, host + m->reg.p[i].offset);
+}
+
+void gpt_get_weights(struct gpt_model *m, float *host)
+{
+	if (!m->w16) {
+		m->k->to_host(host, m->reg.data, m->reg.total * sizeof(float));
+		return;
+	}
+	for (int i = 0; i < m->reg.n; i++) {
+		const struct param *p = &m->reg.p[i];
+		m->k->to_host(host + p->offset, gpt_param(m, i, GPT_VIEW_W), p->numel * sizeof(float));
+	}
 }
 
 /* The overlapped parameter gather's hook (gpt.h): a layer's parameters, or
@@ -738,7 +780,7 @@ const float *gpt_serve_logits(struct gpt_model *m, const float *x, int R)
 	size_t lv = (size_t)m->lc.Vp, Vp = (size_t)m->c.Vp;
 	if (!kv || R < 1 || R > kv->head_rows)
 		BUG("%d rows for the output layer of %d", R, kv ? kv->head_rows : 0);
-	m->k->linear_forward(kv->lrows, x, gpt_param(m, m->out_w), NULL, R, m->c.h, (int)lv);
+	m->k->linear_forward(kv->lrows, x, gpt_param(m, m->out_w, GPT_VIEW_W), NULL, R, m->c.h, (int)lv);
 	if (!m->par.tp) {
 		m->k->to_host(kv->rows_host, kv->lrows, (size_t)R * lv * sizeof(float));
 		return kv->rows_host;

@@ -80,6 +80,13 @@ struct gpt_layer_acts {
 
 enum gpt_precision { GPT_FP32, GPT_BF16, GPT_FP16 };
 
+/* The fp32 views a bf16/fp16 model widens its 16-bit weights into for a
+ * kernel (gpt_param): one tensor per view at a time. W: a weight matrix (a
+ * linear layer's, the word embeddings, the router); B: a 1-D tensor (a
+ * bias, a norm's weight); X: a second one beside B (a norm's bias), or the
+ * position embeddings beside the word embeddings. */
+enum gpt_view { GPT_VIEW_W, GPT_VIEW_B, GPT_VIEW_X, GPT_NVIEWS };
+
 /* One micro-batch in flight through one model chunk: what its backward needs. */
 struct gpt_slot {
 	float *resid;                /* [(nl+1), Nl, h]: the chunk's input, then every layer's output */
@@ -216,8 +223,16 @@ struct gpt_model {
 	bool flash;             /* one-rank attention through the op table's flash-style block
 				 * ops (kops.flash): rows keep their log-sum-exp (alse), no probs */
 
+	/* The weights (docs/mixed-precision.md). fp32: reg.data, which the
+	 * optimizer updates in place. bf16/fp16 (Megatron's mixed precision):
+	 * reg.data is NULL; the layers use w16, 2 bytes per parameter, which
+	 * the optimizer writes from its fp32 main weights (adam.h) after each
+	 * step; a kernel reads a tensor widened into one of the views. The
+	 * gradients (reg.grad) are fp32 either way (Megatron's main_grad). */
 	struct param_registry reg;
-	float *work;            /* weights the layers use: reg.data, or its bf16/fp16-rounded copy */
+	uint16_t *w16;          /* bf16/fp16: [reg.total] the weights as 16-bit words */
+	float *view[GPT_NVIEWS]; /* bf16/fp16: fp32 copies of one tensor each (enum gpt_view) */
+	size_t view_n[GPT_NVIEWS]; /* their sizes, in floats */
 	size_t expert_lo;       /* expert parallelism: the experts' tensors fill [expert_lo, reg.total)
 				 * of the buffers (reg.total without it) */
 	int wte, wpe, lnf_w, lnf_b, out_w; /* registry indices; -1 when absent on this rank */
@@ -287,10 +302,16 @@ void gpt_free(struct gpt_model *m);
  * order of registration or the parallel layout. */
 void gpt_init_weights(struct gpt_model *m, uint64_t seed);
 
-/* After the master weights change: refresh the bf16/fp16 working copy (of
- * the elements [lo, hi) of the flat buffer). */
-void gpt_sync_work(struct gpt_model *m);
-void gpt_sync_work_range(struct gpt_model *m, size_t lo, size_t hi);
+/* Set the weights from host fp32 values: tensor idx (p->numel values), or
+ * every tensor ([reg.total] in registry order). A bf16/fp16 model keeps
+ * them rounded to nearest even (Megatron casts the fp32 initial or loaded
+ * weights to the model's type the same way). */
+void gpt_set_param(struct gpt_model *m, int idx, const float *host);
+void gpt_set_weights(struct gpt_model *m, const float *host);
+/* The weights [reg.total] as host fp32 (exact: a 16-bit model's widened). */
+void gpt_get_weights(struct gpt_model *m, float *host);
+/* A bf16/fp16 model's format (KOPS_ROUND_BF16 for fp32 models, unused). */
+enum kops_round gpt_half_kind(const struct gpt_model *m);
 
 /*
  * Forward one micro-batch. Host arrays of B*T (T = S, or this rank's S/cp
@@ -343,8 +364,11 @@ static inline bool gpt_layer_is_moe(const struct gpt_model *m, int l)
  * linear_fc2 (fc 1 or 2) weight in MoE layer l. */
 void gpt_expert_param_name(char *out, size_t n, int l, int e, int fc);
 
-/* Pointers into the registry buffers. */
-float *gpt_param(struct gpt_model *m, int idx);
+/* What a kernel reads for parameter idx (NULL for idx < 0): an fp32
+ * model's weights in place; a bf16/fp16 model's widened into view v, valid
+ * until the next use of that view. */
+const float *gpt_param(struct gpt_model *m, int idx, enum gpt_view v);
+/* The fp32 gradient buffer of parameter idx (NULL for idx < 0 or in serving). */
 float *gpt_grad(struct gpt_model *m, int idx);
 /* The weight a norm applies: its parameter, or with --apply-layernorm-1p
  * the parameter plus one in a model-owned buffer (valid until the next call). */

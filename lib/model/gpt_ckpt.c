@@ -429,11 +429,17 @@ int gpt_read_param(struct ckpt_reader *r, int file, const char *name, const stru
 
 int gpt_load_weights(struct gpt_model *m, struct ckpt_reader *r, int file)
 {
-	for (int i = 0; i < m->reg.n; i++) {
+	size_t most = 0;
+	for (int i = 0; i < m->reg.n; i++)
+		most = m->reg.p[i].numel > most ? m->reg.p[i].numel : most;
+	float *host = m->k->host_alloc((most ? most : 1) * sizeof(float));
+	int ret = 0;
+	for (int i = 0; i < m->reg.n && !ret; i++) {
 		const struct param *p = &m->reg.p[i];
-		if (gpt_read_param(r, file, p->name, p, gpt_param(m, i)) < 0)
-			return -1;
+		ret = gpt_read_param(r, file, p->name, p, host);
+		if (!ret)
+			gpt_set_param(m, i, host);
 	}
-	gpt_sync_work(m);
-	return 0;
+	m->k->host_free(host);
+	return ret < 0 ? -1 : 0;
 }

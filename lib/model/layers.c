@@ -37,9 +37,19 @@ int reg_norm(struct gpt_model *m, const char *name, const struct transformer_lay
 	return params_add(&m->reg, name, 1, shape, -1, m->par.tp_size, m->par.tp_rank, flags, init, 0);
 }
 
-float *gpt_param(struct gpt_model *m, int idx)
+const float *gpt_param(struct gpt_model *m, int idx, enum gpt_view v)
 {
-	return idx < 0 ? NULL : m->work + m->reg.p[idx].offset;
+	if (idx < 0)
+		return NULL;
+	const struct param *p = &m->reg.p[idx];
+	if (!m->w16)
+		return m->reg.data + p->offset;
+	if (p->numel > m->view_n[v])
+		BUG("'%s' (%zu values) in view %d of %zu", p->name, p->numel, (int)v, m->view_n[v]);
+	/* the CPU backend converts at the kernel's edge; the cost is one pass
+	 * over the weight, against the N passes of its GEMM */
+	m->k->widen(m->view[v], m->w16 + p->offset, p->numel, gpt_half_kind(m));
+	return m->view[v];
 }
 
 float *gpt_grad(struct gpt_model *m, int idx)
@@ -56,14 +66,15 @@ void round_half(struct gpt_model *m, float *x, size_t n)
 
 void linear_fwd(struct gpt_model *m, float *out, const float *inp, int w, int b, int N, int IC, int OC)
 {
-	m->k->linear_forward(out, inp, gpt_param(m, w), gpt_param(m, b), N, IC, OC);
+	m->k->linear_forward(out, inp, gpt_param(m, w, GPT_VIEW_W), gpt_param(m, b, GPT_VIEW_B), N, IC, OC);
 	round_half(m, out, (size_t)N * OC);
 }
 
 void linear_bwd(struct gpt_model *m, float *dinp, const float *dout, const float *inp, int w, int b, int N, int IC,
 		int OC)
 {
-	m->k->linear_backward(dinp, gpt_grad(m, w), gpt_grad(m, b), dout, inp, gpt_param(m, w), N, IC, OC);
+	m->k->linear_backward(dinp, gpt_grad(m, w), gpt_grad(m, b), dout, inp, gpt_param(m, w, GPT_VIEW_W), N, IC,
+			      OC);
 	if (dinp)
 		round_half(m, dinp, (size_t)N * IC);
 }
@@ -71,8 +82,8 @@ void linear_bwd(struct gpt_model *m, float *dinp, const float *dout, const float
 const float *gpt_norm_weight(struct gpt_model *m, int w)
 {
 	if (!m->c.norm_1p)
-		return gpt_param(m, w);
-	m->k->add(m->s.norm_gamma, gpt_param(m, w), m->s.norm_ones, (size_t)m->c.h);
+		return gpt_param(m, w, GPT_VIEW_B);
+	m->k->add(m->s.norm_gamma, gpt_param(m, w, GPT_VIEW_B), m->s.norm_ones, (size_t)m->c.h);
 	return m->s.norm_gamma;
 }
 
@@ -81,8 +92,8 @@ void norm_fwd(struct gpt_model *m, float *out, float *mean, float *rstd, const f
 	if (m->c.rmsnorm)
 		m->k->rmsnorm_forward(out, rstd, inp, gpt_norm_weight(m, w), N, m->c.h, m->c.eps);
 	else
-		m->k->layernorm_forward(out, mean, rstd, inp, gpt_norm_weight(m, w), gpt_param(m, b), N, m->c.h,
-					m->c.eps);
+		m->k->layernorm_forward(out, mean, rstd, inp, gpt_norm_weight(m, w), gpt_param(m, b, GPT_VIEW_X), N,
+					m->c.h, m->c.eps);
 	round_half(m, out, (size_t)N * m->c.h);
 }
 

@@ -71,8 +71,36 @@ void adam_init(struct adam *o, struct param_registry *reg, const struct kops *k,
 	o->step_segs = make_segs(o, &o->nstep_segs, false, false, true, SEGS_ALL);
 	o->emb_segs = make_segs(o, &o->nemb_segs, false, false, true, SEGS_EMB_OR_OUT);
 	o->rest_segs = make_segs(o, &o->nrest_segs, false, false, true, SEGS_REST);
-	for (int r = 0; r < 2; r++)
+	for (int r = 0; r < 2; r++) {
 		o->norm_segs[r] = make_segs(o, &o->nnorm_segs[r], true, r, false, SEGS_ALL);
+		o->main_segs[r] = xcalloc((size_t)o->nnorm_segs[r] + 1, sizeof(struct kops_seg));
+		for (int i = 0; i < o->nnorm_segs[r]; i++) {
+			o->main_segs[r][i] = o->norm_segs[r][i];
+			o->main_segs[r][i].off -= lo;
+		}
+	}
+	o->main = reg->data ? reg->data + lo : NULL; /* fp32; adam_use_half otherwise */
+}
+
+void adam_use_half(struct adam *o, uint16_t *w16, enum kops_round kind)
+{
+	if (o->w16 || !w16)
+		BUG("adam_use_half twice, or without weights");
+	o->w16 = w16;
+	o->half = kind;
+	o->main = mem_alloc_f32(o->mem, o->hi - o->lo);
+	if (o->hi > o->lo && !o->k->counts_only)
+		o->k->widen(o->main, w16 + o->lo, o->hi - o->lo, kind);
+}
+
+void adam_set_main(struct adam *o, const float *host)
+{
+	o->k->to_device(o->main, host + o->lo, (o->hi - o->lo) * sizeof(float));
+}
+
+void adam_get_main(const struct adam *o, float *host)
+{
+	o->k->to_host(host + o->lo, o->main, (o->hi - o->lo) * sizeof(float));
 }
 
 void adam_free(struct adam *o)
@@ -81,6 +109,10 @@ void adam_free(struct adam *o)
 		return;
 	mem_free(o->mem, o->exp_avg, (o->hi - o->lo) * sizeof(float));
 	mem_free(o->mem, o->exp_avg_sq, (o->hi - o->lo) * sizeof(float));
+	if (o->w16)
+		mem_free(o->mem, o->main, (o->hi - o->lo) * sizeof(float));
+	free(o->main_segs[0]);
+	free(o->main_segs[1]);
 	free(o->step_segs);
 	free(o->emb_segs);
 	free(o->rest_segs);
@@ -123,7 +155,7 @@ double adam_grad_zeros(const struct adam *o, bool replicated)
 
 double adam_params_sumsq(const struct adam *o, bool replicated)
 {
-	return sumsq_range(o, o->reg->data, replicated);
+	return o->k->sumsq_segs(o->main, o->main_segs[replicated], o->nnorm_segs[replicated]);
 }
 
 void adam_clip(struct adam *o, double norm, double clip)
@@ -144,15 +176,17 @@ void adam_step_lrs(struct adam *o, double lr, double emb_lr, double wd)
 {
 	o->step++;
 	if ((float)emb_lr == (float)lr || o->nemb_segs == 0) {
-		if (o->nstep_segs == 0)
-			return;
-		o->k->adamw_segs(o->reg->data, o->reg->grad, o->exp_avg, o->exp_avg_sq, o->lo, o->step_segs,
-				 o->nstep_segs, (float)lr, o->beta1, o->beta2, o->eps, (float)wd, (int)o->step);
-		return;
+		if (o->nstep_segs)
+			o->k->adamw_segs(o->main, o->reg->grad, o->exp_avg, o->exp_avg_sq, o->lo, o->step_segs,
+					 o->nstep_segs, (float)lr, o->beta1, o->beta2, o->eps, (float)wd, (int)o->step);
+	} else {
+		if (o->nrest_segs)
+			o->k->adamw_segs(o->main, o->reg->grad, o->exp_avg, o->exp_avg_sq, o->lo, o->rest_segs,
+					 o->nrest_segs, (float)lr, o->beta1, o->beta2, o->eps, (float)wd, (int)o->step);
+		o->k->adamw_segs(o->main, o->reg->grad, o->exp_avg, o->exp_avg_sq, o->lo, o->emb_segs,
+				 o->nemb_segs, (float)emb_lr, o->beta1, o->beta2, o->eps, (float)wd, (int)o->step);
 	}
-	if (o->nrest_segs)
-		o->k->adamw_segs(o->reg->data, o->reg->grad, o->exp_avg, o->exp_avg_sq, o->lo, o->rest_segs,
-				 o->nrest_segs, (float)lr, o->beta1, o->beta2, o->eps, (float)wd, (int)o->step);
-	o->k->adamw_segs(o->reg->data, o->reg->grad, o->exp_avg, o->exp_avg_sq, o->lo, o->emb_segs, o->nemb_segs,
-			 (float)emb_lr, o->beta1, o->beta2, o->eps, (float)wd, (int)o->step);
+	/* Megatron's _copy_main_params_to_model_params: this shard, rounded */
+	if (o->w16 && o->hi > o->lo)
+		o->k->narrow(o->w16 + o->lo, o->main, o->hi - o->lo, o->half);
 }

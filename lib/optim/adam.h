@@ -11,6 +11,14 @@
  * state for its shard only and updates only it). Its state tensors hold
  * hi - lo elements, element e belonging to registry element lo + e.
  * Norms are this shard's sums of squares; the caller adds the shards up.
+ *
+ * Main weights (Megatron's mixed precision): the update is made on fp32
+ * main weights. For an fp32 model they are the model's own (reg->data);
+ * for a bf16/fp16 model (adam_use_half) the optimizer keeps them for its
+ * shard only, beside the moments, so with the distributed optimizer the
+ * three fp32 states are all sharded (12 bytes per parameter over DP), and
+ * after each step it writes them, rounded, into the model's 16-bit
+ * weights of its shard (the caller gathers the other shards).
  */
 #ifndef MEGAC_OPTIM_ADAM_H
 #define MEGAC_OPTIM_ADAM_H
@@ -29,6 +37,9 @@ struct adam {
 	struct param_registry *reg;
 	size_t lo, hi;               /* the registry elements this optimizer updates */
 	float *exp_avg, *exp_avg_sq; /* [hi - lo] */
+	float *main;                 /* [hi - lo] fp32 main weights: reg->data + lo, or owned (w16) */
+	uint16_t *w16;               /* a 16-bit model's weights [reg->total], NULL for fp32 */
+	enum kops_round half;        /* their format */
 	int64_t step;                /* successful steps taken (torch's state['step']) */
 	float beta1, beta2, eps;
 	struct kops_seg *step_segs;  /* [lo, hi) in runs of one weight-decay flag */
@@ -37,12 +48,22 @@ struct adam {
 	struct kops_seg *emb_segs, *rest_segs;
 	int nemb_segs, nrest_segs;
 	struct kops_seg *norm_segs[2]; /* the norms' tensors: [0] without the replicated ones, [1] all */
+	struct kops_seg *main_segs[2]; /* the same, offsets relative to lo (for main) */
 	int nstep_segs, nnorm_segs[2];
 };
 
 void adam_init(struct adam *o, struct param_registry *reg, const struct kops *k, struct mem_pool *mem,
 	       float beta1, float beta2, float eps, size_t lo, size_t hi);
 void adam_free(struct adam *o);
+/* A bf16/fp16 model: keep fp32 main weights for [lo, hi), and after each
+ * step write them rounded into w16 (the model's [reg->total] weights).
+ * The main weights start as the model's (widened): the caller sets the
+ * model first, or sets them with adam_set_main. */
+void adam_use_half(struct adam *o, uint16_t *w16, enum kops_round kind);
+/* The main weights from host fp32 values of the whole registry (host[lo, hi)
+ * is taken), or into host[lo, hi); a checkpoint's load and save. */
+void adam_set_main(struct adam *o, const float *host);
+void adam_get_main(const struct adam *o, float *host);
 /* Sum of squares of the gradients in [lo, hi) (each tensor once, tied ones
  * once); replicated = false leaves out the tensors tensor parallelism does not
  * split (all TP ranks but 0 pass false, so the TP sum counts them once). */
@@ -50,7 +71,7 @@ double adam_grad_sumsq(const struct adam *o, bool replicated);
 /* The zero elements among the same gradients (Megatron's count_zeros, for
  * --log-num-zeros-in-grad); read through host memory in chunks. */
 double adam_grad_zeros(const struct adam *o, bool replicated);
-/* The same for the parameters (--log-params-norm). */
+/* The same for the main weights (--log-params-norm). */
 double adam_params_sumsq(const struct adam *o, bool replicated);
 /* Megatron's clip of the grads in [lo, hi): if clip > 0 and clip/(norm+1e-6) < 1,
  * scale them by it. norm is the global norm. */

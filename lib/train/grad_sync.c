@@ -10,14 +10,14 @@
 #include "base/xalloc.h"
 
 void grad_sync_init(struct grad_sync *s, const struct kops *k, struct param_registry *reg, struct dist_group *g,
-		    size_t lo, size_t hi, bool sharded, float *scratch, size_t bucket_elems, bool overlap, unsigned late_flags)
+		    size_t lo, size_t hi, bool sharded, size_t bucket_elems, bool overlap, unsigned late_flags)
 {
-	grad_sync_init_part(s, k, reg, g, 0, reg->total, lo, hi, sharded, scratch, bucket_elems, overlap, late_flags);
+	grad_sync_init_part(s, k, reg, g, 0, reg->total, lo, hi, sharded, bucket_elems, overlap, late_flags);
 }
 
 void grad_sync_init_part(struct grad_sync *s, const struct kops *k, struct param_registry *reg, struct dist_group *g,
-			 size_t base, size_t end, size_t lo, size_t hi, bool sharded, float *scratch,
-			 size_t bucket_elems, bool overlap, unsigned late_flags)
+			 size_t base, size_t end, size_t lo, size_t hi, bool sharded, size_t bucket_elems, bool overlap,
+			 unsigned late_flags)
 {
 	memset(s, 0, sizeof(*s));
 	if (base > lo || lo > hi || hi > end || end > reg->total)
@@ -30,7 +30,6 @@ void grad_sync_init_part(struct grad_sync *s, const struct kops *k, struct param
 	s->lo = lo;
 	s->hi = hi;
 	s->sharded = sharded;
-	s->scratch = scratch;
 	s->overlap = overlap;
 	s->bucket_of = xcalloc((size_t)reg->n + 1, sizeof(int));
 	if (!overlap)
@@ -88,9 +87,9 @@ static void start(struct grad_sync *s, struct grad_bucket *b)
 		s->nonfinite += s->k->nonfinite(grad + b->lo, b->hi - b->lo);
 	if (s->g->size <= 1)
 		return;
-	if (s->sharded) /* the shards are the region's */
+	if (s->sharded) /* the shards are the region's; each lands in place, in this rank's shard */
 		dist_ireduce_scatter_range_f32(s->g, grad + s->base, s->end - s->base, b->lo - s->base, b->hi - s->base,
-					       s->scratch, &b->req);
+					       NULL, &b->req);
 	else
 		dist_iallreduce_sum_f32(s->g, grad + b->lo, b->hi - b->lo, &b->req);
 }
@@ -125,6 +124,4 @@ void grad_sync_late(struct grad_sync *s)
 			start(s, &s->b[i]);
 			dist_wait(&s->b[i].req);
 		}
-	if (s->sharded && s->g->size > 1)
-		s->k->copy(s->reg->grad + s->lo, s->scratch, (s->hi - s->lo) * sizeof(float));
 }

@@ -45,7 +45,6 @@ struct grad_sync {
 	size_t base, end;     /* the region of the flat buffers this reduction covers */
 	size_t lo, hi;        /* this rank's optimizer shard of it (all of it when not sharded) */
 	bool sharded;
-	float *scratch;       /* the shard, where reduce-scatters land */
 	bool overlap;
 	int nb;
 	struct grad_bucket *b;
@@ -57,16 +56,17 @@ struct grad_sync {
 /*
  * Buckets of at most bucket_elems elements (a parameter larger than that is
  * a bucket of its own), in backward order (from the end of the buffer).
- * late_flags: parameter flags that make a parameter late. scratch: hi - lo
- * floats when sharded.
+ * late_flags: parameter flags that make a parameter late. Sharded, each
+ * bucket's sum lands in place, in this rank's shard reg->grad[lo, hi): no
+ * shard-sized buffer is kept.
  */
 void grad_sync_init(struct grad_sync *s, const struct kops *k, struct param_registry *reg, struct dist_group *g,
-		    size_t lo, size_t hi, bool sharded, float *scratch, size_t bucket_elems, bool overlap, unsigned late_flags);
+		    size_t lo, size_t hi, bool sharded, size_t bucket_elems, bool overlap, unsigned late_flags);
 /* The same over the parameters in [base, end) of the flat buffers (whole
  * tensors); lo, hi: the shard inside it, sharded over that region. */
 void grad_sync_init_part(struct grad_sync *s, const struct kops *k, struct param_registry *reg, struct dist_group *g,
-			 size_t base, size_t end, size_t lo, size_t hi, bool sharded, float *scratch,
-			 size_t bucket_elems, bool overlap, unsigned late_flags);
+			 size_t base, size_t end, size_t lo, size_t hi, bool sharded, size_t bucket_elems, bool overlap,
+			 unsigned late_flags);
 void grad_sync_free(struct grad_sync *s);
 /* Start of an iteration's backward passes: every bucket pending again
  * (and the non-finite count zero). */
@@ -77,8 +77,8 @@ void grad_sync_param_ready(struct grad_sync *s, int idx);
 /* After backward: start what has not started (all non-late buckets) and
  * wait for them. */
 void grad_sync_finish(struct grad_sync *s);
-/* The late buckets, after the other groups' sums; then the shard lands in
- * reg->grad[lo, hi). */
+/* The late buckets, after the other groups' sums; then the whole shard is
+ * in reg->grad[lo, hi). */
 void grad_sync_late(struct grad_sync *s);
 
 #endif

@@ -50,16 +50,18 @@ void param_gather_free(struct param_gather *s)
 static void land(struct param_gather *s, struct pg_bucket *b)
 {
 	dist_wait(&b->req);
-	gpt_sync_work_range(s->m, b->lo, b->hi);
 	b->pending = false;
 }
 
 void param_gather_start(struct param_gather *s)
 {
-	float *data = s->m->reg.data + s->base;
 	for (int i = 0; i < s->nb; i++) {
 		struct pg_bucket *b = &s->b[i];
-		dist_iallgather_range_f32(s->g, data, s->end - s->base, b->lo - s->base, b->hi - s->base, &b->req);
+		size_t total = s->end - s->base, a = b->lo - s->base, z = b->hi - s->base;
+		if (s->m->w16) /* the 16-bit weights the optimizer wrote: half the bytes of fp32 */
+			dist_iallgather_range_u16(s->g, s->m->w16 + s->base, total, a, z, &b->req);
+		else
+			dist_iallgather_range_f32(s->g, s->m->reg.data + s->base, total, a, z, &b->req);
 		b->pending = true;
 		if (!s->overlap)
 			land(s, b);

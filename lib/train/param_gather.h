@@ -1,12 +1,13 @@
 /*
  * param_gather.h - the distributed optimizer's parameter all-gather
  * (Megatron's --overlap-param-gather): after the step each rank holds the
- * updated fp32 values of its shard only; every bucket of parameters is
+ * updated values of its shard only; every bucket of parameters is
  * gathered back to all ranks. With overlap the gathers are started right
  * after the step and each is waited for only when the next forward first
  * needs a parameter in it, so they run behind the forward of the layers
  * before; without, everything is gathered at once after the step.
- * After its gather, a bucket's half-precision working copy is refreshed.
+ * What is gathered is what the layers use: the fp32 weights, or a
+ * bf16/fp16 model's 16-bit ones (gpt.h), half the bytes.
  */
 #ifndef MEGAC_TRAIN_PARAM_GATHER_H
 #define MEGAC_TRAIN_PARAM_GATHER_H

@@ -377,7 +377,8 @@ static int link_stages(struct trainer *t, struct ckpt_writer *w, int mf, int of)
 	return ret;
 }
 
-/* Adam's state `which` (0: exp_avg, 1: exp_avg_sq) for the whole registry
+/* Adam's state `which` (0: exp_avg, 1: exp_avg_sq, 2: the fp32 main weights
+ * of a bf16/fp16 model) for the whole registry
  * in host memory (plain: with the distributed optimizer only the root's
  * copy fills, and page-locking all of it on every rank would pin the whole
  * state per rank): this rank's, or with the distributed optimizer each
@@ -392,8 +393,11 @@ static float *optim_state_full(struct trainer *t, int which)
 	float *full = xcalloc(total ? total : 1, sizeof(float)); /* plain memory: a shard's pages only, off the root */
 	for (int i = 0; i < t->nparts; i++) {
 		const struct train_part *p = &t->part[i];
-		t->k->to_host(full + p->opt.lo, which ? p->opt.exp_avg_sq : p->opt.exp_avg,
-			      (p->opt.hi - p->opt.lo) * sizeof(float));
+		if (which == 2)
+			adam_get_main(&p->opt, full);
+		else
+			t->k->to_host(full + p->opt.lo, which ? p->opt.exp_avg_sq : p->opt.exp_avg,
+				      (p->opt.hi - p->opt.lo) * sizeof(float));
 		if (p->sharded)
 			dist_gather_f32(p->g, full + p->base, p->end - p->base);
 	}
@@ -624,7 +628,14 @@ int train_ckpt_save(struct trainer *t, bool async)
 			j->bad = -1;
 	}
 	size_t total = t->model.reg.total;
-	if (assemble || experts) {
+	if (t->model.w16) { /* the fp32 main weights, from the optimizer's shards (collective) */
+		float *local = optim_state_full(t, 2);
+		if (assemble)
+			j->bad |= stream_tensors(t, j, j->mf, NULL, local);
+		if (experts)
+			j->bad |= stream_experts(t, j, j->mf, NULL, local);
+		free(local);
+	} else if (assemble || experts) {
 		float *local = t->k->host_alloc((total ? total : 1) * sizeof(float));
 		t->k->to_host(local, t->model.reg.data, total * sizeof(float));
 		if (assemble)
@@ -777,14 +788,17 @@ static int check_config(struct ckpt_reader *r, int file, const struct trainer *t
 	return rc;
 }
 
-/* The model's weights into the registry. */
+/* The model's weights into the registry: a bf16/fp16 model's rounded, and
+ * the optimizer's fp32 main weights of its shard exactly as stored. */
 static int get_model(struct ckpt_reader *r, int file, struct trainer *t)
 {
 	size_t total = t->model.reg.total;
 	float *local = t->k->host_alloc((total ? total : 1) * sizeof(float));
 	int ret = get_tensors(r, file, t, NULL, local);
 	if (!ret)
-		t->k->to_device(t->model.reg.data, local, total * sizeof(float));
+		gpt_set_weights(&t->model, local);
+	for (int i = 0; !ret && t->model.w16 && i < t->nparts; i++)
+		adam_set_main(&t->part[i].opt, local);
 	t->k->host_free(local);
 	return ret;
 }
@@ -1067,7 +1081,6 @@ static int load_here(struct trainer *t, int64_t it)
 		}
 		/* --no-load-optim: like Megatron, the schedule starts over (num_steps 0) */
 	}
-	gpt_sync_work(&t->model);
 	if (t->dist.rank == 0)
 		info("loaded checkpoint from %s at iteration %lld%s", ckpt_reader_dir(r), (long long)t->iteration,
 		     finetune ? " (weights only)" : "");

@@ -243,8 +243,6 @@ static void trainer_free(struct trainer *t)
 	free(t->losses);
 	for (int i = 0; i < t->nparts; i++) {
 		struct train_part *p = &t->part[i];
-		if (p->rs_scratch)
-			mem_free(&t->mem, p->rs_scratch, (p->opt.hi - p->opt.lo) * sizeof(float));
 		grad_sync_free(&p->gs);
 		param_gather_free(&p->pg);
 		adam_free(&p->opt);
@@ -411,13 +409,13 @@ static int setup(struct trainer *t, const struct args *a)
 		p->base = base[i];
 		p->end = end[i];
 		p->sharded = hi[i] - lo[i] != end[i] - base[i];
-		if (p->sharded)
-			p->rs_scratch = mem_alloc_f32(&t->mem, hi[i] - lo[i]);
 		adam_init(&p->opt, &t->model.reg, t->k, &t->mem, (float)a->adam_beta1, (float)a->adam_beta2,
 			  (float)a->adam_eps, lo[i], hi[i]);
+		if (t->model.w16) /* fp32 main weights of the shard, from the model's initial ones */
+			adam_use_half(&p->opt, t->model.w16, gpt_half_kind(&t->model));
 		bool multi = p->g->size > 1;
 		grad_sync_init_part(&p->gs, t->k, &t->model.reg, p->g, base[i], end[i], lo[i], hi[i], p->sharded,
-				    p->rs_scratch, (size_t)bucket, a->overlap_grad_reduce && multi, late);
+				    (size_t)bucket, a->overlap_grad_reduce && multi, late);
 		param_gather_init(&p->pg, &t->model, p->g, base[i], end[i], (size_t)bucket,
 				  a->overlap_param_gather && multi);
 	}

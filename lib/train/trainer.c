@@ -231,16 +231,26 @@ static int train_step(struct trainer *t, double *loss, bool *skipped, double *gn
 		adam_step_lrs(&t->part[i].opt, lr, emb_lr, lr_sched_current_wd(&t->sched));
 	timers_stop(&t->timers, "optimizer");
 	timers_start(&t->timers, "params-all-gather", 1);
-	for (int i = 0; i < t->nparts; i++) {
-		struct train_part *p = &t->part[i];
-		if (p->sharded) /* every rank's updated shard to every rank (or started, to land during the next forward) */
-			param_gather_start(&p->pg);
-		else
-			gpt_sync_work_range(&t->model, p->base, p->end);
-	}
+	for (int i = 0; i < t->nparts; i++) /* every rank's updated shard to every rank (or started, to land
+					     * during the next forward) */
+		if (t->part[i].sharded)
+			param_gather_start(&t->part[i].pg);
 	timers_stop(&t->timers, "params-all-gather");
 	lr_sched_step(&t->sched, t->gbs);
 	return 0;
+}
+
+/* The memory split line (trainlog.h) of this rank. */
+static void memory_split(struct trainer *t, struct sbuf *sb)
+{
+	const struct gpt_model *m = &t->model;
+	size_t n = m->reg.total, per_opt = m->w16 ? 3 * sizeof(float) : 2 * sizeof(float);
+	struct trainlog_mem_split s = { .nparams = n, .grads = n * sizeof(float), .peak = t->mem.peak,
+					.params = n * (m->w16 ? sizeof(uint16_t) : sizeof(float)),
+					.dtype = !m->w16 ? "fp32" : m->precision == GPT_FP16 ? "fp16" : "bf16" };
+	for (int i = 0; i < t->nparts; i++)
+		s.optimizer += (t->part[i].opt.hi - t->part[i].opt.lo) * per_opt;
+	trainlog_memory_split_line(sb, t->dist.rank, &s);
 }
 
 int trainer_evaluate(struct trainer *t, int split, int64_t *consumed, double *loss)
@@ -384,6 +394,11 @@ static int log_iteration(struct trainer *t, double loss, bool skipped, double lr
 		if (t->dist.dp.rank == 0) {
 			trainlog_memory_line(&sb, t->dist.rank, t->iteration, t->mem.cur, t->mem.peak);
 			puts(sb.buf);
+			if (t->iteration == t->start_iteration + 1) {
+				sbuf_reset(&sb);
+				memory_split(t, &sb);
+				puts(sb.buf);
+			}
 		}
 		if (t->iteration > t->start_iteration + 1)
 			t->report_memory = false;

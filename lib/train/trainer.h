@@ -46,7 +46,6 @@ struct train_part {
 	size_t base, end;       /* its region of the flat buffers */
 	bool sharded;           /* the distributed optimizer with more than one rank in g */
 	struct adam opt;        /* Adam over its shard [opt.lo, opt.hi) */
-	float *rs_scratch;      /* the reduce-scatter target (a shard), when sharded */
 	struct grad_sync gs;    /* the gradient reduction, in buckets */
 	struct param_gather pg; /* the distributed optimizer's parameter all-gather, in buckets */
 };

@@ -84,6 +84,17 @@ void trainlog_eval_lines(struct sbuf *out, const char *prefix, double lm_loss)
 	sbuf_release(&text);
 }
 
+void trainlog_memory_split_line(struct sbuf *out, int rank, const struct trainlog_mem_split *s)
+{
+	double mb = 1024.0 * 1024.0, state = (double)(s->params + s->grads + s->optimizer);
+	double rest = s->peak > state ? (double)s->peak - state : 0;
+	sbuf_addf(out,
+		  "[Rank %d] memory split (MB) | parameters (%s): %.2f | gradients (fp32): %.2f | optimizer state: %.2f "
+		  "| activations and workspaces: %.2f | bytes per parameter before activations: %.3f",
+		  rank, s->dtype, s->params / mb, s->grads / mb, s->optimizer / mb, rest / mb,
+		  s->nparams ? state / (double)s->nparams : 0.0);
+}
+
 void trainlog_memory_line(struct sbuf *out, int rank, int64_t iteration, size_t allocated, size_t max_allocated)
 {
 	/* megac's allocator caches nothing, so reserved equals allocated. */

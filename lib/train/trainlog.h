@@ -53,5 +53,19 @@ void trainlog_eval_lines(struct sbuf *out, const char *prefix, double lm_loss);
 
 /* "[Rank 0] (after N iterations) memory (MB) | allocated: ... | max allocated: ... | ..." */
 void trainlog_memory_line(struct sbuf *out, int rank, int64_t iteration, size_t allocated, size_t max_allocated);
+/* What the tensor memory of a rank is made of (megac's line, beside the
+ * memory line at its first report): the model's parameters (fp32, or 16-bit
+ * with --bf16/--fp16), the fp32 gradients, the optimizer's state of this
+ * rank's shard (moments, and fp32 main weights of a 16-bit model), and the
+ * rest of the peak (activations, scratch, workspaces); with the bytes per
+ * parameter of the first three, the number Megatron's memory formula gives
+ * (e.g. 6 + 12/DP for bf16 with the distributed optimizer). */
+struct trainlog_mem_split {
+	size_t nparams;                  /* this rank's parameters */
+	size_t params, grads, optimizer; /* bytes */
+	size_t peak;                     /* max allocated */
+	const char *dtype;               /* the parameters': "fp32", "bf16", "fp16" */
+};
+void trainlog_memory_split_line(struct sbuf *out, int rank, const struct trainlog_mem_split *s);
 
 #endif

@@ -998,7 +998,7 @@ static void test_segs(void)
 	}
 	struct cfg c = { .n = at, .steps = 3, .s = 0.1f };
 	fresh();
-	tb_out("p", rvec(c.n, 1), FL(c.n), TOL_ADAM);
+	tb_out("p", rvec(c.n - segs_base, 1), FL(c.n - segs_base), TOL_ADAM);
 	tb_out("m", NULL, FL(c.n - segs_base), TOL_ADAM);
 	tb_out("v", NULL, FL(c.n - segs_base), TOL_ADAM);
 	tb_in(rvec(c.n * (size_t)c.steps, 0.01f), FL(c.n * (size_t)c.steps));

@@ -262,8 +262,7 @@ mf = cuda["megatron_formula"]
 assert mf == cpu["megatron_formula"], "Megatron's formula does not depend on --device"
 g, c = cuda["megac"]["ranks"][0], cpu["megac"]["ranks"][0]
 gb, cb = g["breakdown"], c["breakdown"]
-for key in ("parameters_MB", "gradients_MB", "half_precision_weights_MB", "optimizer_states_MB",
-            "optimizer_scratch_MB"):
+for key in ("parameters_MB", "gradients_MB", "optimizer_states_MB"):
     assert gb[key] == cb[key], key
 assert cb["backend_workspace_MB"] == 0 and c["max_allocated_MB"] == c["peak_MB"], c
 ws = gb["backend_workspace_MB"]
@@ -278,8 +277,7 @@ assert any(abs(diff - (L * B * a * S * S * w - L * B * a * S * 4 - S * 4) / MB) 
 act = gb["activations_and_workspaces_MB"]
 assert act < cb["activations_and_workspaces_MB"] / 3, (act, cb["activations_and_workspaces_MB"])
 ratio = act / mf["activation_MB"]
-fixed = sum(gb[k] for k in ("parameters_MB", "gradients_MB", "half_precision_weights_MB", "optimizer_states_MB",
-                            "optimizer_scratch_MB"))
+fixed = sum(gb[k] for k in ("parameters_MB", "gradients_MB", "optimizer_states_MB"))
 per_param = fixed * MB / mf["num_parameters_on_most_loaded_shard"]
 print("activations and workspaces: cuda %.0f MB (workspace %.0f), cpu %.0f MB; Megatron's formula %.0f MB, "
       "cuda/Megatron %.2fx; weights+grads+optimizer %.2f bytes/parameter (Megatron %.2f)"

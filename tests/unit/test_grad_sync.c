@@ -27,7 +27,7 @@ static void test_buckets_and_readiness(void)
 	add(&reg, "f", 200, 0);          /* 230..430: larger than a bucket, alone */
 	struct dist_group one = { .name = "data-parallel", .size = 1 };
 	struct grad_sync s;
-	grad_sync_init(&s, kops_cpu(), &reg, &one, 0, reg.total, false, NULL, 64, true, PARAM_SP | PARAM_TIED);
+	grad_sync_init(&s, kops_cpu(), &reg, &one, 0, reg.total, false, 64, true, PARAM_SP | PARAM_TIED);
 	/* from the end: [f] [e] [d late] [b c] [a late] */
 	CHECK_INT(s.nb, 5);
 	size_t want[5][2] = { { 230, 430 }, { 210, 230 }, { 160, 210 }, { 100, 160 }, { 0, 100 } };
@@ -59,7 +59,7 @@ static void test_buckets_and_readiness(void)
 	grad_sync_free(&s);
 
 	/* without overlap: one bucket of everything, nothing late */
-	grad_sync_init(&s, kops_cpu(), &reg, &one, 0, reg.total, false, NULL, 64, false, PARAM_SP | PARAM_TIED);
+	grad_sync_init(&s, kops_cpu(), &reg, &one, 0, reg.total, false, 64, false, PARAM_SP | PARAM_TIED);
 	CHECK_INT(s.nb, 1);
 	CHECK_INT(s.b[0].lo, 0);
 	CHECK_INT(s.b[0].hi, 430);
