@@ -125,6 +125,9 @@ struct args {
 	int64_t microbatch_group_size_per_vp_stage;     /* -1: the pipeline size */
 	bool sequence_parallel;
 	bool use_distributed_optimizer;
+	bool use_megatron_fsdp;                 /* Megatron-FSDP (train/fsdp.h) */
+	const char *data_parallel_sharding_strategy;
+	const char *megatron_fsdp_grad_comm_dtype, *megatron_fsdp_main_grads_dtype;
 	bool overlap_grad_reduce;
 	int64_t local_rank;
 	char *device;

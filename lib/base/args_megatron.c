@@ -157,7 +157,7 @@ static const char why_checkpoint_formats[] =
 static const char why_torch_dist[] =
 	"how torch_dist checkpoints are written or read in parallel; megac writes its own HDF5 checkpoint";
 static const char why_fsdp_use[] =
-	"Megatron-FSDP is not in megac yet; use --use-distributed-optimizer (ZeRO-1)";
+	"this Megatron-FSDP setting is not in megac; megac has --use-megatron-fsdp with --data-parallel-sharding-strategy";
 static const char why_copy_tokenizer[] =
 	"megac always records the tokenizer (its type and small files) in model.h5, so that a moved checkpoint still knows it";
 static const char why_old_spelling[] =
@@ -626,7 +626,6 @@ const struct megatron_flag megatron_flags[] = {
 	{ "--no-align-grad-reduce", MF_NO_EFFECT, 0, why_communication_computation },
 	{ "--disable-align-grad-reduce", MF_NO_EFFECT, 0, why_communication_computation },
 	{ "--lazy-mpu-init", MF_NO_EFFECT, 0, why_pytorch_materialises },
-	{ "--use-megatron-fsdp", MF_REFUSED, 0, why_fsdp_use },
 	{ "--use-torch-fsdp2", MF_REFUSED, 0, why_pytorch_fsdp2 },
 	{ "--nccl-communicator-config-path", MF_NO_EFFECT, 1, why_nccl_communicator },
 	{ "--use-tp-pp-dp-mapping", MF_NO_EFFECT, 0, why_nccl_communicator },
@@ -664,7 +663,6 @@ const struct megatron_flag megatron_flags[] = {
 	{ "--gtp-expert-remat-nccl-ub", MF_NO_EFFECT, 0, why_nccl_communicator },
 	{ "--fsdp-manual-registration", MF_NO_EFFECT, 0, why_nccl_communicator },
 	{ "--create-all-gather-group", MF_NO_EFFECT, 0, why_nccl_communicator },
-	{ "--data-parallel-sharding-strategy", MF_REFUSED, 1, why_fsdp_use },
 	{ "--outer-dp-sharding-strategy", MF_REFUSED, 1, why_fsdp_use },
 	{ "--no-gradient-reduce-div-fusion", MF_NO_EFFECT, 0, why_communication_computation },
 	{ "--fsdp-double-buffer", MF_NO_EFFECT, 0, why_fsdp_buffer },
@@ -878,8 +876,6 @@ const struct megatron_flag megatron_flags[] = {
 	{ "--exp-avg-dtype", MF_REFUSED, 1, why_16_bit },
 	{ "--exp-avg-sq-dtype", MF_REFUSED, 1, why_16_bit },
 	{ "--megatron-fsdp-main-params-dtype", MF_REFUSED, 1, why_fsdp_use },
-	{ "--megatron-fsdp-main-grads-dtype", MF_REFUSED, 1, why_fsdp_use },
-	{ "--megatron-fsdp-grad-comm-dtype", MF_REFUSED, 1, why_fsdp_use },
 	{ "--megatron-fsdp-enable-fine-grained-param-gather", MF_NO_EFFECT, 0, why_fsdp_buffer },
 	{ "--megatron-fsdp-max-pool-double-buffer", MF_NO_EFFECT, 0, why_fsdp_buffer },
 	{ "--fsdp-db-use-persist-buf-on-alloc-fail", MF_NO_EFFECT, 0, why_fsdp_buffer },

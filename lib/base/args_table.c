@@ -209,6 +209,17 @@ const struct flag_def args_table[] = {
 	{ "--use-distributed-optimizer", FK_BOOL, F(use_distributed_optimizer), TR, 0, "distributed", NULL, NULL,
 	  NULL, "shard Adam's state over the data-parallel ranks (ZeRO-1): reduce-scatter the gradients, "
 	  "all-gather the parameters" },
+	{ "--use-megatron-fsdp", FK_BOOL, F(use_megatron_fsdp), TR, 0, "distributed", NULL, NULL, NULL,
+	  "Megatron-FSDP: shard over the data-parallel ranks what --data-parallel-sharding-strategy says "
+	  "(checkpoints stay megac's own format)" },
+	{ "--data-parallel-sharding-strategy", FK_STR, F(data_parallel_sharding_strategy), TR, 0, "distributed",
+	  NULL, "no_shard|optim|optim_grads|optim_grads_params", "S",
+	  "with --use-megatron-fsdp: nothing, the optimizer state (ZeRO-1), and the gradients (ZeRO-2), and the "
+	  "weights (ZeRO-3, gathered per tensor when used; the default)" },
+	{ "--megatron-fsdp-grad-comm-dtype", FK_STR, F(megatron_fsdp_grad_comm_dtype), TR, 0, "distributed", "auto",
+	  "fp32|bf16|fp16|auto", "T", "Megatron-FSDP's gradient reduction type: megac sums in fp32 (auto, fp32)" },
+	{ "--megatron-fsdp-main-grads-dtype", FK_STR, F(megatron_fsdp_main_grads_dtype), TR, 0, "distributed", "auto",
+	  "fp32|bf16|fp16|auto", "T", "Megatron-FSDP's main gradients: megac keeps fp32 (auto, fp32)" },
 
 	/* ---- mixed precision ---- */
 	{ "--fp16", FK_BOOL, F(fp16), TR, 0, "mixed precision", NULL, NULL, NULL,

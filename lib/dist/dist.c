@@ -649,6 +649,96 @@ void dist_allgather_f32(struct dist_group *g, float *buf, size_t n)
 	g->calls++;
 }
 
+/* Each rank's intersection of its shard of total with [a, b): counts and
+ * displacements relative to a; false when a count would not fit an int. */
+static bool part_counts(const struct dist_group *g, size_t total, size_t a, size_t b, int *counts, int *displs)
+{
+	for (int r = 0; r < g->size; r++) {
+		size_t lo, hi;
+		dist_shard(total, g->size, r, &lo, &hi);
+		size_t x = lo > a ? lo : a, y = hi < b ? hi : b;
+		if (y > x && y - x > (size_t)INT_MAX)
+			return false;
+		counts[r] = (int)(y > x ? y - x : 0);
+		displs[r] = (int)(y > x ? x - a : 0);
+	}
+	return true;
+}
+
+void dist_reduce_scatter_part_f32(struct dist_group *g, const float *in, size_t total, size_t a, size_t b,
+				  float *out)
+{
+	if (a >= b)
+		return;
+	if (b - a > DIST_PIECE) { /* MPI's int counts: in pieces, each rank's part of each */
+		size_t lo, hi;
+		dist_shard(total, g->size, g->rank, &lo, &hi);
+		for (size_t pa = a; pa < b; pa += DIST_PIECE) {
+			size_t pb = b - pa < DIST_PIECE ? b : pa + DIST_PIECE;
+			size_t x = lo > pa ? lo : pa, x0 = lo > a ? lo : a;
+			dist_reduce_scatter_part_f32(g, in + (pa - a), total, pa, pb, out + (x > x0 ? x - x0 : 0));
+		}
+		return;
+	}
+	if (route2(g, in, out, "reduce-scatter") == VIA_NCCL) {
+		nccl_finish(g, "reduce-scatter", dist_nccl_reduce_scatter_part(g, in, total, a, b, out));
+		count(g, (uint64_t)(g->size - 1) * (b - a) * sizeof(float) / (uint64_t)g->size);
+		return;
+	}
+	if (g->size <= 1) {
+		memcpy(out, in, (b - a) * sizeof(float));
+		return;
+	}
+	int *counts = xmalloc((size_t)g->size * 2 * sizeof(int));
+	if (!part_counts(g, total, a, b, counts, counts + g->size))
+		BUG("reduce-scatter part of %zu elements", b - a);
+	watch_begin(g, "reduce-scatter");
+	DIST_CHECK(MPI_Reduce_scatter(in, out, counts, MPI_FLOAT, MPI_SUM, COMM(g)));
+	watch_end(g);
+	g->bytes += (uint64_t)(g->size - 1) * (b - a) * sizeof(float) / (uint64_t)g->size;
+	g->calls++;
+	free(counts);
+}
+
+void dist_allgather_part(struct dist_group *g, const void *shard, size_t esize, size_t total, size_t a, size_t b,
+			 void *dst)
+{
+	if (a >= b)
+		return;
+	if (esize != 2 && esize != 4)
+		BUG("all-gather of %zu-byte elements", esize);
+	size_t lo, hi;
+	dist_shard(total, g->size, g->rank, &lo, &hi);
+	if (b - a > DIST_PIECE) {
+		for (size_t pa = a; pa < b; pa += DIST_PIECE) { /* each piece finds its part in the shard */
+			size_t pb = b - pa < DIST_PIECE ? b : pa + DIST_PIECE;
+			dist_allgather_part(g, shard, esize, total, pa, pb, (char *)dst + (pa - a) * esize);
+		}
+		return;
+	}
+	size_t x = lo > a ? lo : a, y = hi < b ? hi : b; /* this rank's part */
+	const char *mine = (const char *)shard + (y > x ? x - lo : 0) * esize;
+	if (route2(g, dst, mine, "all-gather") == VIA_NCCL) {
+		nccl_finish(g, "all-gather", dist_nccl_allgather_part(g, mine, esize, total, a, b, dst));
+		count(g, (uint64_t)(g->size - 1) * (b - a) * esize / (uint64_t)g->size);
+		return;
+	}
+	if (g->size <= 1) {
+		memcpy(dst, mine, (b - a) * esize);
+		return;
+	}
+	int *counts = xmalloc((size_t)g->size * 2 * sizeof(int)), *displs = counts + g->size;
+	if (!part_counts(g, total, a, b, counts, displs))
+		BUG("all-gather part of %zu elements", b - a);
+	watch_begin(g, "all-gather");
+	MPI_Datatype t = esize == 2 ? MPI_UINT16_T : MPI_FLOAT;
+	DIST_CHECK(MPI_Allgatherv(mine, counts[g->rank], t, dst, counts, displs, t, COMM(g)));
+	watch_end(g);
+	g->bytes += (uint64_t)(g->size - 1) * (b - a) * esize / (uint64_t)g->size;
+	g->calls++;
+	free(counts);
+}
+
 void dist_gather_f32(struct dist_group *g, float *buf, size_t n)
 {
 	if (!n)

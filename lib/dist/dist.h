@@ -206,6 +206,18 @@ void dist_iallgather_range_u16(struct dist_group *g, uint16_t *buf, size_t total
 void dist_send_bytes(struct dist_group *g, const void *buf, size_t n, int dest, int tag);
 void dist_recv_bytes(struct dist_group *g, void *buf, size_t n, int src, int tag);
 
+/* Megatron-FSDP (lib/train/fsdp.h): elements [a, b) of a buffer of total
+ * elements sharded by dist_shard(total), each rank holding its shard
+ * [lo, hi) apart. Blocking.
+ * reduce_scatter_part: in[0..b-a) summed over the group; this rank's part
+ * (its shard's intersection with [a, b)) into out[0..).
+ * allgather_part: every rank's part from its shard storage (shard[0] is
+ * its element lo) into dst[0..b-a), elements of esize bytes (2 or 4). */
+void dist_reduce_scatter_part_f32(struct dist_group *g, const float *in, size_t total, size_t a, size_t b,
+				  float *out);
+void dist_allgather_part(struct dist_group *g, const void *shard, size_t esize, size_t total, size_t a, size_t b,
+			 void *dst);
+
 /* "Last rank" of Megatron's print_rank_last. */
 bool dist_is_last(const struct dist *d);
 

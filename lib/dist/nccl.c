@@ -467,6 +467,37 @@ struct dist_nccl_op *dist_nccl_allgather_range(struct dist_group *g, void *buf, 
 	return issued(op_new(g, OP_COLL, "all-gather"), c);
 }
 
+struct dist_nccl_op *dist_nccl_reduce_scatter_part(struct dist_group *g, const float *in, size_t total, size_t a,
+						   size_t b, float *out)
+{
+	struct nccl_comm *c = &nccl_of(g)->coll;
+	size_t x, y;
+	begin(c);
+	NCCL_CHECK(ncclGroupStart());
+	for (int r = 0; r < g->size; r++)
+		if (piece(g, total, a, b, r, &x, &y))
+			NCCL_CHECK(ncclReduce(in + (x - a), r == g->rank ? out : NULL, y - x, ncclFloat32, ncclSum, r,
+					      c->comm, c->stream));
+	NCCL_CHECK(ncclGroupEnd());
+	return issued(op_new(g, OP_COLL, "reduce-scatter"), c);
+}
+
+struct dist_nccl_op *dist_nccl_allgather_part(struct dist_group *g, const void *mine, size_t esize, size_t total,
+					      size_t a, size_t b, void *dst)
+{
+	struct nccl_comm *c = &nccl_of(g)->coll;
+	char *d = dst;
+	size_t x, y;
+	begin(c);
+	NCCL_CHECK(ncclGroupStart());
+	for (int r = 0; r < g->size; r++)
+		if (piece(g, total, a, b, r, &x, &y))
+			NCCL_CHECK(ncclBroadcast(r == g->rank ? mine : NULL, d + (x - a) * esize, (y - x) * esize, ncclUint8,
+						 r, c->comm, c->stream));
+	NCCL_CHECK(ncclGroupEnd());
+	return issued(op_new(g, OP_COLL, "all-gather"), c);
+}
+
 struct dist_nccl_op *dist_nccl_gather_shards(struct dist_group *g, float *buf, size_t n)
 {
 	struct nccl_comm *c = &nccl_of(g)->coll;
@@ -787,6 +818,18 @@ struct dist_nccl_op *dist_nccl_reduce_scatter_range(struct dist_group *g, float 
 
 struct dist_nccl_op *dist_nccl_allgather_range(struct dist_group *g, void *buf, size_t esize, size_t total,
 					       size_t a, size_t b)
+{
+	no_nccl(g);
+}
+
+struct dist_nccl_op *dist_nccl_reduce_scatter_part(struct dist_group *g, const float *in, size_t total, size_t a,
+						   size_t b, float *out)
+{
+	no_nccl(g);
+}
+
+struct dist_nccl_op *dist_nccl_allgather_part(struct dist_group *g, const void *mine, size_t esize, size_t total,
+					      size_t a, size_t b, void *dst)
 {
 	no_nccl(g);
 }

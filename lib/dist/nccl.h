@@ -62,6 +62,13 @@ struct dist_nccl_op *dist_nccl_reduce_scatter_range(struct dist_group *g, float 
 /* Every rank's part of [a, b) of buf[0..total) to every rank, in place. */
 struct dist_nccl_op *dist_nccl_allgather_range(struct dist_group *g, void *buf, size_t esize, size_t total,
 					       size_t a, size_t b);
+/* Megatron-FSDP's parts (dist_reduce_scatter_part_f32, dist_allgather_part):
+ * in[0..b-a) summed, this rank's part into out; every rank's part (mine,
+ * esize-byte elements) into dst[0..b-a). */
+struct dist_nccl_op *dist_nccl_reduce_scatter_part(struct dist_group *g, const float *in, size_t total, size_t a,
+						   size_t b, float *out);
+struct dist_nccl_op *dist_nccl_allgather_part(struct dist_group *g, const void *mine, size_t esize, size_t total,
+					      size_t a, size_t b, void *dst);
 /* Every rank's shard of buf[0..n) into group rank 0's buf. */
 struct dist_nccl_op *dist_nccl_gather_shards(struct dist_group *g, float *buf, size_t n);
 struct dist_nccl_op *dist_nccl_allgather_equal(struct dist_group *g, const float *in, size_t n, float *out);

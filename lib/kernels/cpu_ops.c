@@ -412,7 +412,7 @@ static void cpu_adamw_segs(float *p, const float *g, float *m, float *v, size_t 
 {
 	for (int i = 0; i < nsegs; i++) {
 		size_t o = segs[i].off;
-		cpu_adamw(p + (o - mv_base), g + o, m + (o - mv_base), v + (o - mv_base), segs[i].n, lr, b1, b2, eps,
+		cpu_adamw(p + (o - mv_base), g + (o - mv_base), m + (o - mv_base), v + (o - mv_base), segs[i].n, lr, b1, b2, eps,
 			  segs[i].decay ? wd : 0.0f, step);
 	}
 }

@@ -195,11 +195,11 @@ struct kops {
 	/* ---- the whole model in one call (the optimizer: one launch on a GPU
 	 * instead of one per tensor, and one host synchronisation per norm) ----
 	 * sumsq_segs: the sum over segments, in order, of sumsq(x + off, n).
-	 * adamw_segs: adamw on every segment of g (at g + off), with the
-	 * parameters and Adam's state of the shard that starts at mv_base:
-	 * p + (off - mv_base), m + (off - mv_base), v + (off - mv_base) (the
-	 * optimizer's fp32 main weights and moments), and weight decay wd on the
-	 * segments marked decay (0 on the others). */
+	 * adamw_segs: adamw on every segment, the buffers holding the shard
+	 * that starts at element mv_base: p + (off - mv_base), g + (off -
+	 * mv_base), m + (off - mv_base), v + (off - mv_base) (the optimizer's
+	 * fp32 main weights, the gradients and the moments), and weight decay
+	 * wd on the segments marked decay (0 on the others). */
 	double (*sumsq_segs)(const float *x, const struct kops_seg *segs, int nsegs);
 	void (*adamw_segs)(float *p, const float *g, float *m, float *v, size_t mv_base,
 			   const struct kops_seg *segs, int nsegs, float lr, float b1, float b2, float eps,

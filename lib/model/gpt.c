@@ -331,6 +331,61 @@ static void alloc_training(struct gpt_model *m, bool any_rc)
 		moe_alloc_scratch(m, true);
 }
 
+/* Megatron-FSDP's units (gpt.h, struct gpt_shards): the embedding, each
+ * layer and the head have their gradients in a unit buffer while their
+ * backward runs; how large each buffer must be. One pipeline stage (the
+ * trainer refuses the rest): the units are runs of adjacent tensors. */
+static int setup_shards(struct gpt_model *m, const struct gpt_shards *sh)
+{
+	if (sh->level < 2 || sh->level > 3 || m->nchunks != 1 || !m->chunks[0].pre || !m->chunks[0].post)
+		BUG("gpt_shards level %d on %d chunks", sh->level, m->nchunks);
+	m->shards = *sh;
+	dist_shard(m->reg.total, sh->size, sh->rank, &m->shards.lo, &m->shards.hi);
+	const struct param *p = m->reg.p;
+	m->unit_n[GPT_UNIT_EMB] = p[m->wte].numel + (m->wpe >= 0 ? p[m->wpe].numel : 0);
+	int head_end = (m->out_w != m->wte ? m->out_w : m->lnf_b >= 0 ? m->lnf_b : m->lnf_w) + 1;
+	m->unit_n[GPT_UNIT_HEAD] = p[head_end - 1].offset + p[head_end - 1].numel - p[m->lnf_w].offset;
+	for (int l = 0; l < m->c.L; l++) {
+		const struct gpt_layer_params *lp = &m->lp[l];
+		size_t n = p[lp->pend - 1].offset + p[lp->pend - 1].numel - p[lp->pfirst].offset;
+		if (n > m->unit_n[GPT_UNIT_LAYER])
+			m->unit_n[GPT_UNIT_LAYER] = n;
+	}
+	return 0;
+}
+
+/* The unit buffer parameter idx's gradient is in (level >= 2), and where. */
+float *gpt_unit_grad(struct gpt_model *m, int idx)
+{
+	const struct param *p = m->reg.p;
+	int first, u;
+	if (idx == m->wte || idx == m->wpe) {
+		u = GPT_UNIT_EMB;
+		first = m->wte;
+	} else if (idx == m->lnf_w || idx == m->lnf_b || idx == m->out_w) {
+		u = GPT_UNIT_HEAD;
+		first = m->lnf_w;
+	} else {
+		u = GPT_UNIT_LAYER;
+		first = idx;
+		for (int l = 0; l < m->c.L; l++)
+			if (idx >= m->lp[l].pfirst && idx < m->lp[l].pend)
+				first = m->lp[l].pfirst;
+	}
+	return m->unit_grad[u] + (p[idx].offset - p[first].offset);
+}
+
+/* After unit u's backward (tensors [first, end)): its gradients to the
+ * shards, and the buffer zeroed for the next micro-batch. */
+static void flush_unit(struct gpt_model *m, int u, int first, int end)
+{
+	if (m->shards.level < 2)
+		return;
+	const struct param *p = m->reg.p;
+	m->shards.reduce(m->shards.ctx, first, end, m->unit_grad[u]);
+	m->k->zero(m->unit_grad[u], p[end - 1].offset + p[end - 1].numel - p[first].offset);
+}
+
 /* A 16-bit model's fp32 views (enum gpt_view), each as large as the
  * largest tensor it ever holds. */
 static void alloc_views(struct gpt_model *m)
@@ -433,13 +488,21 @@ int gpt_init_pipe(struct gpt_model *m, const struct gpt_config *c, const struct 
 		}
 	}
 	register_params(m);
-	if (precision == GPT_FP32) {
-		m->reg.data = gpt_take(m, m->reg.total);
-	} else {
-		m->w16 = gpt_take_bytes(m, m->reg.total * sizeof(uint16_t));
+	if (pipe->shards && !sv && setup_shards(m, pipe->shards) < 0)
+		return -1;
+	/* the weights this rank keeps: all, or its shard at FSDP level 3 */
+	size_t kept = m->shards.level == 3 ? m->shards.hi - m->shards.lo : m->reg.total;
+	if (precision == GPT_FP32)
+		m->reg.data = gpt_take(m, kept);
+	else
+		m->w16 = gpt_take_bytes(m, kept * sizeof(uint16_t));
+	if (m->w16 || m->shards.level == 3)
 		alloc_views(m);
-	}
-	m->reg.grad = sv ? NULL : gpt_take(m, m->reg.total);
+	if (m->shards.level == 3 && m->w16)
+		m->gather16 = gpt_take_bytes(m, m->view_n[GPT_VIEW_W] * sizeof(uint16_t));
+	m->reg.grad = sv || m->shards.level >= 2 ? NULL : gpt_take(m, m->reg.total);
+	for (int u = 0; u < 3; u++)
+		m->unit_grad[u] = m->unit_n[u] ? gpt_take(m, m->unit_n[u]) : NULL;
 	if (sv)
 		alloc_serving(m, sv);
 	else
@@ -533,13 +596,23 @@ enum kops_round gpt_half_kind(const struct gpt_model *m)
 void gpt_set_param(struct gpt_model *m, int idx, const float *host)
 {
 	const struct param *p = &m->reg.p[idx];
+	/* the elements [a, b) this rank keeps: all, or at FSDP level 3 its shard's */
+	size_t a = p->offset, b = p->offset + p->numel, base = 0;
+	if (m->shards.level == 3) {
+		a = a > m->shards.lo ? a : m->shards.lo;
+		b = b < m->shards.hi ? b : m->shards.hi;
+		base = m->shards.lo;
+		if (a >= b)
+			return;
+	}
+	const float *src = host + (a - p->offset);
 	if (!m->w16) {
-		m->k->to_device(m->reg.data + p->offset, host, p->numel * sizeof(float));
+		m->k->to_device(m->reg.data + (a - base), src, (b - a) * sizeof(float));
 		return;
 	}
 	/* through the W view (as large as any tensor), narrowed on the device */
-	m->k->to_device(m->view[GPT_VIEW_W], host, p->numel * sizeof(float));
-	m->k->narrow(m->w16 + p->offset, m->view[GPT_VIEW_W], p->numel, gpt_half_kind(m));
+	m->k->to_device(m->view[GPT_VIEW_W], src, (b - a) * sizeof(float));
+	m->k->narrow(m->w16 + (a - base), m->view[GPT_VIEW_W], b - a, gpt_half_kind(m));
 }
 
 void gpt_set_weights(struct gpt_model *m, const float *host)
@@ -548,17 +621,6 @@ void gpt_set_weights(struct gpt_model *m, const float *host)
 		gpt_set_param(m, i, host + m->reg.p[i].offset);
 }
 
-void gpt_get_weights(struct gpt_model *m, float *host)
-{
-	if (!m->w16) {
-		m->k->to_host(host, m->reg.data, m->reg.total * sizeof(float));
-		return;
-	}
-	for (int i = 0; i < m->reg.n; i++) {
-		const struct param *p = &m->reg.p[i];
-		m->k->to_host(host + p->offset, gpt_param(m, i, GPT_VIEW_W), p->numel * sizeof(float));
-	}
-}
 
 /* The overlapped parameter gather's hook (gpt.h): a layer's parameters, or
  * single ones (-1: none). */
@@ -657,6 +719,8 @@ static void head_backward(struct gpt_model *m, const struct gpt_pass *P, const f
 		if (m->out_w != m->wte)
 			m->grad_ready(m->grad_ctx, m->out_w);
 	}
+	/* a tied output layer is in the embedding's unit */
+	flush_unit(m, GPT_UNIT_HEAD, m->lnf_w, (m->out_w != m->wte ? m->out_w : m->lnf_b >= 0 ? m->lnf_b : m->lnf_w) + 1);
 }
 
 float *gpt_chunk_input(struct gpt_model *m, int v, int s)
@@ -717,10 +781,12 @@ const float *gpt_backward_chunk(struct gpt_model *m, int v, int s, const float *
 		transformer_layer_backward(m, &P, l, x, m->s.dres);
 		for (int i = p->pfirst; m->grad_ready && i < p->pend; i++)
 			m->grad_ready(m->grad_ctx, i);
+		flush_unit(m, GPT_UNIT_LAYER, p->pfirst, p->pend);
 	}
 	if (!ch->pre)
 		return m->s.dres;
 	embedding_backward(m, &P, m->s.dres);
+	flush_unit(m, GPT_UNIT_EMB, m->wte, m->wpe >= 0 ? m->wpe + 1 : m->wte + 1);
 	return NULL;
 }
 

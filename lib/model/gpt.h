@@ -118,6 +118,30 @@ struct gpt_serving {
 	int max_req, max_seq, max_tokens, head_rows;
 };
 
+/* Megatron-FSDP's sharded data parallelism (lib/train/fsdp.h): level 2
+ * (optim_grads) keeps no whole gradient buffer: each unit's gradients (the
+ * embedding, a layer, the final norm and output layer) are reduced into the
+ * ranks' shards after its backward, in every micro-batch; level 3
+ * (optim_grads_params) keeps only this rank's shard of the weights too and
+ * gathers each tensor when a kernel needs it. The trainer does the
+ * communication through the hooks. */
+enum gpt_unit { GPT_UNIT_EMB, GPT_UNIT_LAYER, GPT_UNIT_HEAD, GPT_NUNITS };
+
+struct gpt_shards {
+	int level;              /* 2 or 3 */
+	int size, rank;         /* the data-parallel group's: this rank keeps the dist_shard() of the flat
+				 * buffers, [lo, hi) (level 3: of the weights) */
+	size_t lo, hi;          /* set by gpt_init_pipe */
+	/* level 3: all of tensor idx into dst, 16-bit words for a bf16/fp16
+	 * model, else fp32, gathered from the shards */
+	void (*gather)(void *ctx, int idx, void *dst);
+	/* tensors [first, end) (adjacent) have this micro-batch's gradients in g,
+	 * fp32 from the first one's offset on: reduce them into the shards (the
+	 * model zeroes g after) */
+	void (*reduce)(void *ctx, int first, int end, float *g);
+	void *ctx;
+};
+
 /* How this rank sets the model up: the micro-batch, the precision, its
  * groups and its place in the pipeline, training or serving. A field left
  * zero (designated initializers) means none: one stage, one chunk, no
@@ -134,6 +158,7 @@ struct gpt_setup {
 				       * flight); NULL: one each */
 	bool doc_masks;               /* micro-batches may carry document ids (--reset-attention-mask) */
 	const struct gpt_serving *serve; /* NULL: training */
+	const struct gpt_shards *shards; /* Megatron-FSDP's sharded gradients (and weights); NULL: none */
 };
 
 /* Where this rank sits: its tensor-, context- and expert-parallel groups. */
@@ -230,7 +255,14 @@ struct gpt_model {
 	 * step; a kernel reads a tensor widened into one of the views. The
 	 * gradients (reg.grad) are fp32 either way (Megatron's main_grad). */
 	struct param_registry reg;
-	uint16_t *w16;          /* bf16/fp16: [reg.total] the weights as 16-bit words */
+	uint16_t *w16;          /* bf16/fp16: [reg.total] the weights as 16-bit words (Megatron-FSDP
+				 * level 3: this rank's shard [shards.lo, shards.hi) only, as reg.data) */
+	struct gpt_shards shards; /* level 0: none */
+	uint16_t *gather16;     /* level 3, 16-bit: one tensor's words, gathered */
+	/* level >= 2: the gradients of a unit while its backward runs (the
+	 * embedding's, one layer's, the head's), instead of reg.grad */
+	float *unit_grad[GPT_NUNITS];
+	size_t unit_n[GPT_NUNITS];
 	float *view[GPT_NVIEWS]; /* bf16/fp16: fp32 copies of one tensor each (enum gpt_view) */
 	size_t view_n[GPT_NVIEWS]; /* their sizes, in floats */
 	size_t expert_lo;       /* expert parallelism: the experts' tensors fill [expert_lo, reg.total)
@@ -308,8 +340,6 @@ void gpt_init_weights(struct gpt_model *m, uint64_t seed);
  * weights to the model's type the same way). */
 void gpt_set_param(struct gpt_model *m, int idx, const float *host);
 void gpt_set_weights(struct gpt_model *m, const float *host);
-/* The weights [reg.total] as host fp32 (exact: a 16-bit model's widened). */
-void gpt_get_weights(struct gpt_model *m, float *host);
 /* A bf16/fp16 model's format (KOPS_ROUND_BF16 for fp32 models, unused). */
 enum kops_round gpt_half_kind(const struct gpt_model *m);
 

@@ -56,6 +56,8 @@ void *gpt_take_bytes(struct gpt_model *m, size_t bytes);
 float *gpt_take(struct gpt_model *m, size_t n);
 /* the overlapped parameter gather's hook: before a parameter's first use */
 void gpt_need_param(struct gpt_model *m, int idx);
+/* Megatron-FSDP level >= 2: where parameter idx's gradient is while its unit's backward runs */
+float *gpt_unit_grad(struct gpt_model *m, int idx);
 
 /* ---- building blocks (layers.c) */
 /* Register a tensor with its properties declared here: a weight (NORMAL

@@ -42,10 +42,19 @@ const float *gpt_param(struct gpt_model *m, int idx, enum gpt_view v)
 	if (idx < 0)
 		return NULL;
 	const struct param *p = &m->reg.p[idx];
-	if (!m->w16)
+	if (!m->w16 && m->shards.level < 3)
 		return m->reg.data + p->offset;
 	if (p->numel > m->view_n[v])
 		BUG("'%s' (%zu values) in view %d of %zu", p->name, p->numel, (int)v, m->view_n[v]);
+	if (m->shards.level == 3) { /* Megatron-FSDP: the tensor from every rank's shard */
+		if (!m->w16) {
+			m->shards.gather(m->shards.ctx, idx, m->view[v]);
+			return m->view[v];
+		}
+		m->shards.gather(m->shards.ctx, idx, m->gather16);
+		m->k->widen(m->view[v], m->gather16, p->numel, gpt_half_kind(m));
+		return m->view[v];
+	}
 	/* the CPU backend converts at the kernel's edge; the cost is one pass
 	 * over the weight, against the N passes of its GEMM */
 	m->k->widen(m->view[v], m->w16 + p->offset, p->numel, gpt_half_kind(m));
@@ -54,6 +63,8 @@ const float *gpt_param(struct gpt_model *m, int idx, enum gpt_view v)
 
 float *gpt_grad(struct gpt_model *m, int idx)
 {
+	if (idx >= 0 && m->shards.level >= 2)
+		return gpt_unit_grad(m, idx);
 	return idx < 0 || !m->reg.grad ? NULL : m->reg.grad + m->reg.p[idx].offset;
 }
 

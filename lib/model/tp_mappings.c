@@ -141,7 +141,7 @@ const float *row_output_grad(struct gpt_model *m, const struct gpt_pass *P, cons
 
 void gpt_sp_sync_grads(struct gpt_model *m)
 {
-	if (!m->par.sp)
+	if (!m->par.sp || !m->reg.grad) /* Megatron-FSDP level >= 2 sums them per unit (gpt.h) */
 		return;
 	for (int i = 0; i < m->reg.n; i++)
 		if (m->reg.p[i].flags & PARAM_SP)

@@ -80,17 +80,29 @@ void adam_init(struct adam *o, struct param_registry *reg, const struct kops *k,
 		}
 	}
 	o->main = reg->data ? reg->data + lo : NULL; /* fp32; adam_use_half otherwise */
+	o->grad = reg->grad ? reg->grad + lo : NULL;
+}
+
+void adam_use_shards(struct adam *o, float *grad, float *main, uint16_t *w16_shard)
+{
+	o->grad = grad;
+	if (main)
+		o->main = main;
+	if (w16_shard)
+		o->w16 = w16_shard;
 }
 
 void adam_use_half(struct adam *o, uint16_t *w16, enum kops_round kind)
 {
-	if (o->w16 || !w16)
+	if (o->own_main || !w16)
 		BUG("adam_use_half twice, or without weights");
-	o->w16 = w16;
+	if (!o->w16) /* the whole model's: this shard of it */
+		o->w16 = w16 + o->lo;
 	o->half = kind;
+	o->own_main = true;
 	o->main = mem_alloc_f32(o->mem, o->hi - o->lo);
 	if (o->hi > o->lo && !o->k->counts_only)
-		o->k->widen(o->main, w16 + o->lo, o->hi - o->lo, kind);
+		o->k->widen(o->main, o->w16, o->hi - o->lo, kind);
 }
 
 void adam_set_main(struct adam *o, const float *host)
@@ -109,7 +121,7 @@ void adam_free(struct adam *o)
 		return;
 	mem_free(o->mem, o->exp_avg, (o->hi - o->lo) * sizeof(float));
 	mem_free(o->mem, o->exp_avg_sq, (o->hi - o->lo) * sizeof(float));
-	if (o->w16)
+	if (o->own_main)
 		mem_free(o->mem, o->main, (o->hi - o->lo) * sizeof(float));
 	free(o->main_segs[0]);
 	free(o->main_segs[1]);
@@ -121,17 +133,13 @@ void adam_free(struct adam *o)
 	memset(o, 0, sizeof(*o));
 }
 
-/* Sum of squares of buf over [lo, hi), tensor by tensor; with
- * replicated = false the tensors every TP rank holds whole are left out (TP
- * rank 0 counts them), so summing over the TP group counts each once. */
-static double sumsq_range(const struct adam *o, const float *buf, bool replicated)
-{
-	return o->k->sumsq_segs(buf, o->norm_segs[replicated], o->nnorm_segs[replicated]);
-}
-
+/* The norms are sums of squares over [lo, hi), tensor by tensor
+ * (main_segs); with replicated = false the tensors every TP rank holds whole
+ * are left out (TP rank 0 counts them), so summing over the TP group counts
+ * each once. */
 double adam_grad_sumsq(const struct adam *o, bool replicated)
 {
-	return sumsq_range(o, o->reg->grad, replicated);
+	return o->k->sumsq_segs(o->grad, o->main_segs[replicated], o->nnorm_segs[replicated]);
 }
 
 double adam_grad_zeros(const struct adam *o, bool replicated)
@@ -143,7 +151,7 @@ double adam_grad_zeros(const struct adam *o, bool replicated)
 	for (int i = 0; i < o->nnorm_segs[replicated]; i++) {
 		for (size_t done = 0; done < segs[i].n;) {
 			size_t n = segs[i].n - done < CHUNK ? segs[i].n - done : CHUNK;
-			o->k->to_host(host, o->reg->grad + segs[i].off + done, n * sizeof(float));
+			o->k->to_host(host, o->grad + (segs[i].off - o->lo) + done, n * sizeof(float));
 			for (size_t j = 0; j < n; j++)
 				zeros += host[j] == 0.0f;
 			done += n;
@@ -164,7 +172,7 @@ void adam_clip(struct adam *o, double norm, double clip)
 		return;
 	double coeff = clip / (norm + 1.0e-6);
 	if (coeff < 1.0)
-		o->k->scale(o->reg->grad + o->lo, (float)coeff, o->hi - o->lo);
+		o->k->scale(o->grad, (float)coeff, o->hi - o->lo);
 }
 
 void adam_step(struct adam *o, double lr, double wd)
@@ -177,16 +185,16 @@ void adam_step_lrs(struct adam *o, double lr, double emb_lr, double wd)
 	o->step++;
 	if ((float)emb_lr == (float)lr || o->nemb_segs == 0) {
 		if (o->nstep_segs)
-			o->k->adamw_segs(o->main, o->reg->grad, o->exp_avg, o->exp_avg_sq, o->lo, o->step_segs,
+			o->k->adamw_segs(o->main, o->grad, o->exp_avg, o->exp_avg_sq, o->lo, o->step_segs,
 					 o->nstep_segs, (float)lr, o->beta1, o->beta2, o->eps, (float)wd, (int)o->step);
 	} else {
 		if (o->nrest_segs)
-			o->k->adamw_segs(o->main, o->reg->grad, o->exp_avg, o->exp_avg_sq, o->lo, o->rest_segs,
+			o->k->adamw_segs(o->main, o->grad, o->exp_avg, o->exp_avg_sq, o->lo, o->rest_segs,
 					 o->nrest_segs, (float)lr, o->beta1, o->beta2, o->eps, (float)wd, (int)o->step);
-		o->k->adamw_segs(o->main, o->reg->grad, o->exp_avg, o->exp_avg_sq, o->lo, o->emb_segs,
+		o->k->adamw_segs(o->main, o->grad, o->exp_avg, o->exp_avg_sq, o->lo, o->emb_segs,
 				 o->nemb_segs, (float)emb_lr, o->beta1, o->beta2, o->eps, (float)wd, (int)o->step);
 	}
 	/* Megatron's _copy_main_params_to_model_params: this shard, rounded */
-	if (o->w16 && o->hi > o->lo)
-		o->k->narrow(o->w16 + o->lo, o->main, o->hi - o->lo, o->half);
+	if (o->own_main && o->hi > o->lo)
+		o->k->narrow(o->w16, o->main, o->hi - o->lo, o->half);
 }

@@ -37,8 +37,12 @@ struct adam {
 	struct param_registry *reg;
 	size_t lo, hi;               /* the registry elements this optimizer updates */
 	float *exp_avg, *exp_avg_sq; /* [hi - lo] */
-	float *main;                 /* [hi - lo] fp32 main weights: reg->data + lo, or owned (w16) */
-	uint16_t *w16;               /* a 16-bit model's weights [reg->total], NULL for fp32 */
+	/* the shard's buffers, element e being registry element lo + e */
+	float *main;                 /* [hi - lo] fp32 main weights: reg->data + lo, owned (w16), or
+				      * Megatron-FSDP's parameter shard (adam_use_shards) */
+	float *grad;                 /* [hi - lo] gradients: reg->grad + lo, or FSDP's gradient shard */
+	uint16_t *w16;               /* a 16-bit model's weights of the shard, NULL for fp32 */
+	bool own_main;
 	enum kops_round half;        /* their format */
 	int64_t step;                /* successful steps taken (torch's state['step']) */
 	float beta1, beta2, eps;
@@ -60,6 +64,11 @@ void adam_free(struct adam *o);
  * The main weights start as the model's (widened): the caller sets the
  * model first, or sets them with adam_set_main. */
 void adam_use_half(struct adam *o, uint16_t *w16, enum kops_round kind);
+/* Megatron-FSDP: the gradients of [lo, hi) live in grad[hi - lo] (sharded
+ * gradients), and with sharded parameters the fp32 model's weights of the
+ * shard in main (NULL: as set up) and a 16-bit model's in w16_shard (NULL:
+ * as set up). Before adam_use_half for a 16-bit model with sharded weights. */
+void adam_use_shards(struct adam *o, float *grad, float *main, uint16_t *w16_shard);
 /* The main weights from host fp32 values of the whole registry (host[lo, hi)
  * is taken), or into host[lo, hi); a checkpoint's load and save. */
 void adam_set_main(struct adam *o, const float *host);

@@ -73,7 +73,7 @@ void grad_sync_begin(struct grad_sync *s)
 		s->b[i].pending = 0;
 		s->b[i].started = false;
 	}
-	for (int i = 0; i < s->reg->n; i++)
+	for (int i = 0; s->nb && i < s->reg->n; i++) /* none set up (zeroed): nothing to do */
 		if (s->bucket_of[i] >= 0)
 			s->b[s->bucket_of[i]].pending++;
 }

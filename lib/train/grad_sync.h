@@ -68,6 +68,9 @@ void grad_sync_init_part(struct grad_sync *s, const struct kops *k, struct param
 			 size_t base, size_t end, size_t lo, size_t hi, bool sharded, size_t bucket_elems, bool overlap,
 			 unsigned late_flags);
 void grad_sync_free(struct grad_sync *s);
+/* A zeroed grad_sync (never initialised) is a reduction with nothing to
+ * do: every call below returns at once (Megatron-FSDP's levels 2 and 3,
+ * which reduce in the model's hooks). */
 /* Start of an iteration's backward passes: every bucket pending again
  * (and the non-finite count zero). */
 void grad_sync_begin(struct grad_sync *s);

@@ -70,7 +70,7 @@ void param_gather_start(struct param_gather *s)
 
 void param_gather_need(struct param_gather *s, int idx)
 {
-	if (idx < 0 || s->bucket_of[idx] < 0)
+	if (idx < 0 || !s->nb || s->bucket_of[idx] < 0) /* none set up (zeroed): nothing to do */
 		return;
 	struct pg_bucket *b = &s->b[s->bucket_of[idx]];
 	if (b->pending)

@@ -39,6 +39,8 @@ struct param_gather {
 void param_gather_init(struct param_gather *s, struct gpt_model *m, struct dist_group *g, size_t base, size_t end,
 		       size_t bucket_elems, bool overlap);
 void param_gather_free(struct param_gather *s);
+/* A zeroed param_gather (never initialised) has nothing to gather: every
+ * call below returns at once (Megatron-FSDP's level 3 gathers per tensor). */
 /* After the optimizer step: gather (and refresh the working copy) at once,
  * or with overlap start every bucket's gather. */
 void param_gather_start(struct param_gather *s);

@@ -628,7 +628,7 @@ int train_ckpt_save(struct trainer *t, bool async)
 			j->bad = -1;
 	}
 	size_t total = t->model.reg.total;
-	if (t->model.w16) { /* the fp32 main weights, from the optimizer's shards (collective) */
+	if (t->model.w16 || t->fsdp.level == 3) { /* the fp32 main weights, from the optimizer's shards (collective) */
 		float *local = optim_state_full(t, 2);
 		if (assemble)
 			j->bad |= stream_tensors(t, j, j->mf, NULL, local);

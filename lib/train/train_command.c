@@ -247,6 +247,7 @@ static void trainer_free(struct trainer *t)
 		param_gather_free(&p->pg);
 		adam_free(&p->opt);
 	}
+	fsdp_free(&t->fsdp);
 	gpt_free(&t->model);
 	gpt_data_free(&t->data);
 	gpt_data_config_release(&t->dcfg);
@@ -384,8 +385,13 @@ static int setup(struct trainer *t, const struct args *a)
 	struct gpt_setup pipe = { .B = (int)t->mbs, .precision = prec, .tp = &t->dist.tp, .sp = lay->sp,
 				  .cp = &t->dist.cp, .ep = &t->dist.ep, .pp = lay->pp, .stage = t->dist.pp.rank,
 				  .vpp = lay->vpp, .nslots = t->pp_train.inflight, .doc_masks = a->reset_attention_mask };
+	int level = fsdp_level(a, lay->pp, lay->ep);
+	if (level < 0)
+		return -1;
+	pipe.shards = fsdp_prepare(&t->fsdp, level, t->gdp);
 	if (gpt_init_pipe(&t->model, &t->cfg, t->k, &t->mem, &pipe) < 0)
 		return -1;
+	fsdp_alloc(&t->fsdp, &t->model, &t->mem);
 	gpt_init_weights(&t->model, t->seed);
 	for (int l = 0; t->cfg.E > 0 && l < t->cfg.L; l++)
 		t->moe_layers += t->cfg.moe_layer[l];
@@ -395,8 +401,8 @@ static int setup(struct trainer *t, const struct args *a)
 	struct dist_group *groups[2] = { t->gdp, &t->dist.edp };
 	int gsize[2] = { t->gdp->size, t->dist.edp.size }, grank[2] = { t->gdp->rank, t->dist.edp.rank };
 	size_t base[2], end[2], lo[2], hi[2];
-	t->nparts = train_opt_parts(t->model.reg.total, t->model.expert_lo, ep, a->use_distributed_optimizer, gsize,
-				    grank, base, end, lo, hi);
+	t->nparts = train_opt_parts(t->model.reg.total, t->model.expert_lo, ep, level >= 1, gsize, grank, base, end, lo,
+				    hi);
 	/* gradient buckets (Megatron's default size; one bucket without overlap) */
 	int64_t bucket = a->ddp_bucket_size > 0 ? a->ddp_bucket_size :
 			 (40000000 > 1000000 * (int64_t)t->gdp->size ? 40000000 : 1000000 * (int64_t)t->gdp->size);
@@ -411,13 +417,25 @@ static int setup(struct trainer *t, const struct args *a)
 		p->sharded = hi[i] - lo[i] != end[i] - base[i];
 		adam_init(&p->opt, &t->model.reg, t->k, &t->mem, (float)a->adam_beta1, (float)a->adam_beta2,
 			  (float)a->adam_eps, lo[i], hi[i]);
+		if (level >= 2) { /* Megatron-FSDP: the shards are the model's */
+			if (lo[i] != t->model.shards.lo || hi[i] != t->model.shards.hi)
+				BUG("FSDP shard [%zu, %zu) against the optimizer's [%zu, %zu)", t->model.shards.lo,
+				    t->model.shards.hi, lo[i], hi[i]);
+			bool w = level == 3;
+			adam_use_shards(&p->opt, t->fsdp.grad, w && !t->model.w16 ? t->model.reg.data : NULL,
+					w ? t->model.w16 : NULL);
+		}
 		if (t->model.w16) /* fp32 main weights of the shard, from the model's initial ones */
 			adam_use_half(&p->opt, t->model.w16, gpt_half_kind(&t->model));
 		bool multi = p->g->size > 1;
-		grad_sync_init_part(&p->gs, t->k, &t->model.reg, p->g, base[i], end[i], lo[i], hi[i], p->sharded,
-				    (size_t)bucket, a->overlap_grad_reduce && multi, late);
-		param_gather_init(&p->pg, &t->model, p->g, base[i], end[i], (size_t)bucket,
-				  a->overlap_param_gather && multi);
+		/* levels 2 and 3 reduce in the model's hooks and gather per tensor:
+		 * the bucketed reduction and gather are left empty (no-ops) */
+		if (level < 2)
+			grad_sync_init_part(&p->gs, t->k, &t->model.reg, p->g, base[i], end[i], lo[i], hi[i],
+					    p->sharded, (size_t)bucket, a->overlap_grad_reduce && multi, late);
+		if (level < 3)
+			param_gather_init(&p->pg, &t->model, p->g, base[i], end[i], (size_t)bucket,
+					  a->overlap_param_gather && multi);
 	}
 	if (training && setup_schedule(t) < 0)
 		return -1;

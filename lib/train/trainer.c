@@ -91,6 +91,7 @@ static int nan_stop(struct trainer *t, double local_num)
 	size_t grads = 0;
 	for (int i = 0; i < t->nparts; i++)
 		grads += t->part[i].gs.nonfinite;
+	grads += t->fsdp.nonfinite;
 	int me = t->dist.rank, W = t->dist.world;
 	long long it = (long long)t->iteration + 1;
 	bool bad_loss = !isfinite(local_num), bad_grad = grads > 0;
@@ -118,7 +119,9 @@ static int train_step(struct trainer *t, double *loss, bool *skipped, double *gn
 {
 	const struct kops *k = t->k;
 	struct param_registry *reg = &t->model.reg;
-	k->zero(reg->grad, reg->total);
+	if (reg->grad) /* Megatron-FSDP levels 2 and 3 have none: fsdp_begin zeroes their shard */
+		k->zero(reg->grad, reg->total);
+	fsdp_begin(&t->fsdp);
 	double scale = grad_scaler_scale(&t->scaler);
 	double num = 0, den = 0;
 	/* Megatron's check_for_nan_in_loss_and_grad, off while the loss is
@@ -129,6 +132,7 @@ static int train_step(struct trainer *t, double *loss, bool *skipped, double *gn
 		t->part[i].gs.check = nan_check;
 		grad_sync_begin(&t->part[i].gs);
 	}
+	t->fsdp.check = nan_check;
 	timers_start(&t->timers, "forward-backward", 1);
 	/* on a failure this rank stops without waiting for its sends: a peer
 	 * that failed too would never take them */
@@ -175,9 +179,9 @@ static int train_step(struct trainer *t, double *loss, bool *skipped, double *gn
 		grad_sync_finish(&p->gs);
 		grad_sync_late(&p->gs);
 		if (t->a->calculate_per_token_loss) /* Megatron's finalize_model_grads: sums over the tokens */
-			k->scale(reg->grad + p->opt.lo, (float)(1.0 / fmax(1.0, den)), p->opt.hi - p->opt.lo);
+			k->scale(p->opt.grad, (float)(1.0 / fmax(1.0, den)), p->opt.hi - p->opt.lo);
 		else if (t->gdp->size > 1)
-			k->scale(reg->grad + p->opt.lo, 1.0f / (float)t->dist.dp.size, p->opt.hi - p->opt.lo);
+			k->scale(p->opt.grad, 1.0f / (float)t->dist.dp.size, p->opt.hi - p->opt.lo);
 	}
 	timers_stop(&t->timers, "all-grads-sync");
 	if (nan_check && nan_stop(t, local_num) < 0)
@@ -186,15 +190,14 @@ static int train_step(struct trainer *t, double *loss, bool *skipped, double *gn
 	*loss = den > 0 ? num / den : NAN;
 	timers_start(&t->timers, "optimizer", 1);
 	for (int i = 0; scale != 1.0 && i < t->nparts; i++)
-		k->scale(reg->grad + t->part[i].opt.lo, grad_scaler_inv_scale(&t->scaler),
-			 t->part[i].opt.hi - t->part[i].opt.lo);
+		k->scale(t->part[i].opt.grad, grad_scaler_inv_scale(&t->scaler), t->part[i].opt.hi - t->part[i].opt.lo);
 	*skipped = false;
 	*gnorm = NAN;
 	t->num_zeros = NAN; /* a skipped step has none, as Megatron's */
 	if (grad_scaler_checks_overflow(&t->scaler)) {
 		double found = 0;
 		for (int i = 0; i < t->nparts; i++)
-			found += k->nonfinite(reg->grad + t->part[i].opt.lo, t->part[i].opt.hi - t->part[i].opt.lo) != 0;
+			found += k->nonfinite(t->part[i].opt.grad, t->part[i].opt.hi - t->part[i].opt.lo) != 0;
 		/* every rank checked its own elements: the verdict is the whole job's */
 		dist_allreduce_max_f64(&t->dist.world_g, &found, 1);
 		grad_scaler_update(&t->scaler, found > 0);
@@ -245,11 +248,24 @@ static void memory_split(struct trainer *t, struct sbuf *sb)
 {
 	const struct gpt_model *m = &t->model;
 	size_t n = m->reg.total, per_opt = m->w16 ? 3 * sizeof(float) : 2 * sizeof(float);
-	struct trainlog_mem_split s = { .nparams = n, .grads = n * sizeof(float), .peak = t->mem.peak,
-					.params = n * (m->w16 ? sizeof(uint16_t) : sizeof(float)),
+	/* Megatron-FSDP keeps only the shard's gradients (level 2) and weights (3) */
+	size_t shard = m->shards.hi - m->shards.lo;
+	size_t ng = t->fsdp.level >= 2 ? shard : n, nw = t->fsdp.level == 3 ? shard : n;
+	struct trainlog_mem_split s = { .nparams = n, .grads = ng * sizeof(float), .peak = t->mem.peak,
+					.params = nw * (m->w16 ? sizeof(uint16_t) : sizeof(float)),
 					.dtype = !m->w16 ? "fp32" : m->precision == GPT_FP16 ? "fp16" : "bf16" };
 	for (int i = 0; i < t->nparts; i++)
 		s.optimizer += (t->part[i].opt.hi - t->part[i].opt.lo) * per_opt;
+	if (t->fsdp.level >= 2) {
+		for (int u = 0; u < GPT_NUNITS; u++)
+			s.sharding += m->unit_n[u] * sizeof(float);
+		s.sharding += t->fsdp.part_n * sizeof(float);
+		if (t->fsdp.level == 3) {
+			for (int v = 0; v < GPT_NVIEWS; v++)
+				s.sharding += m->view_n[v] * sizeof(float);
+			s.sharding += m->gather16 ? m->view_n[GPT_VIEW_W] * sizeof(uint16_t) : 0;
+		}
+	}
 	trainlog_memory_split_line(sb, t->dist.rank, &s);
 }
 

@@ -25,6 +25,7 @@
 #include "optim/lr_sched.h"
 #include "tensor/mem.h"
 #include "train/batch.h"
+#include "train/fsdp.h"
 #include "train/grad_sync.h"
 #include "train/health.h"
 #include "train/metrics.h"
@@ -66,6 +67,7 @@ struct trainer {
 	struct gpt_model model;
 	struct train_part part[2];
 	int nparts;
+	struct fsdp fsdp;      /* Megatron-FSDP's sharding level (0: plain data parallelism) and state */
 	struct lr_sched sched;
 	struct grad_scaler scaler;
 	struct batch batch;

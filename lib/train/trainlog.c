@@ -93,6 +93,9 @@ void trainlog_memory_split_line(struct sbuf *out, int rank, const struct trainlo
 		  "| activations and workspaces: %.2f | bytes per parameter before activations: %.3f",
 		  rank, s->dtype, s->params / mb, s->grads / mb, s->optimizer / mb, rest / mb,
 		  s->nparams ? state / (double)s->nparams : 0.0);
+	if (s->sharding)
+		sbuf_addf(out, " | of the rest, Megatron-FSDP's buffers: %.2f (%.3f bytes per parameter)", s->sharding / mb,
+			  s->nparams ? (double)s->sharding / (double)s->nparams : 0.0);
 }
 
 void trainlog_memory_line(struct sbuf *out, int rank, int64_t iteration, size_t allocated, size_t max_allocated)

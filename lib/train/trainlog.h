@@ -64,6 +64,8 @@ struct trainlog_mem_split {
 	size_t nparams;                  /* this rank's parameters */
 	size_t params, grads, optimizer; /* bytes */
 	size_t peak;                     /* max allocated */
+	size_t sharding;                 /* of the rest: Megatron-FSDP's unit gradients, reduce-scatter part and
+					  * fp32 weight views (0 without it) */
 	const char *dtype;               /* the parameters': "fp32", "bf16", "fp16" */
 };
 void trainlog_memory_split_line(struct sbuf *out, int rank, const struct trainlog_mem_split *s);

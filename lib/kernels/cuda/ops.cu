@@ -1199,7 +1199,7 @@ __global__ void adamw_segs_kernel(float *p, const float *g, float *m, float *v, 
 	const float decay = pc.decay ? a.decay : 1.0f;
 	for (unsigned j = threadIdx.x; j < pc.n; j += blockDim.x) {
 		size_t i = pc.off + j, s = i - mv_base;
-		adamw_update(p + s, g[i], m + s, v + s, decay, &a);
+		adamw_update(p + s, g[s], m + s, v + s, decay, &a);
 	}
 }
 

@@ -1,0 +1,128 @@
+/*
+ * fsdp.c - see fsdp.h. The model calls the two hooks; everything else is
+ * the trainer's usual step on the optimizer's shard.
+ */
+#include "train/fsdp.h"
+
+#include <string.h>
+
+#include "base/error.h"
+
+int fsdp_level(const struct args *a, int pp, int ep)
+{
+	static const char *const names[] = { "no_shard", "optim", "optim_grads", "optim_grads_params" };
+	int level = a->use_distributed_optimizer ? 1 : 0;
+	if (!a->use_megatron_fsdp) {
+		if (a->data_parallel_sharding_strategy)
+			return error("--data-parallel-sharding-strategy is Megatron-FSDP's; it needs --use-megatron-fsdp");
+		return level;
+	}
+	const char *s = a->data_parallel_sharding_strategy ? a->data_parallel_sharding_strategy : "optim_grads_params";
+	int want = -1;
+	for (int i = 0; i < 4; i++)
+		if (!strcmp(s, names[i]))
+			want = i;
+	if (want < 0)
+		return error("--data-parallel-sharding-strategy '%s': expected no_shard, optim, optim_grads or "
+			     "optim_grads_params", s);
+	if (want > level)
+		level = want;
+	const char *comm = a->megatron_fsdp_grad_comm_dtype, *main = a->megatron_fsdp_main_grads_dtype;
+	if (comm && strcmp(comm, "auto") && strcmp(comm, "fp32"))
+		return error("--megatron-fsdp-grad-comm-dtype %s: megac sums gradients in fp32 only (auto or fp32)",
+			     comm);
+	if (main && strcmp(main, "auto") && strcmp(main, "fp32"))
+		return error("--megatron-fsdp-main-grads-dtype %s: megac keeps fp32 main gradients only (auto or fp32)",
+			     main);
+	if (level >= 2 && pp > 1)
+		return error("--data-parallel-sharding-strategy %s with --pipeline-model-parallel-size %d: megac shards "
+			     "gradients and weights on one pipeline stage only; use optim (the distributed optimizer) "
+			     "with pipeline parallelism",
+			     names[level], pp);
+	if (level >= 2 && ep > 1)
+		return error("--data-parallel-sharding-strategy %s with --expert-model-parallel-size %d: not in megac "
+			     "yet; use optim (the distributed optimizer) with expert parallelism",
+			     names[level], ep);
+	return level;
+}
+
+/* Tensors [first, end) have this micro-batch's gradients in g: the norms
+ * of a sequence-parallel model summed over TP first (each rank saw a
+ * sequence shard), then all of it summed over the group, each rank keeping
+ * its part, added to its gradient shard. */
+static void reduce(void *ctx, int first, int end, float *g)
+{
+	struct fsdp *f = ctx;
+	struct gpt_model *m = f->m;
+	const struct param *p = m->reg.p;
+	const struct kops *k = m->k;
+	size_t a = p[first].offset, b = p[end - 1].offset + p[end - 1].numel;
+	for (int i = first; m->par.sp && i < end; i++)
+		if (p[i].flags & PARAM_SP)
+			dist_allreduce_sum_f32(m->par.tp, g + (p[i].offset - a), p[i].numel);
+	if (f->check)
+		f->nonfinite += (size_t)k->nonfinite(g, b - a);
+	size_t lo = m->shards.lo, hi = m->shards.hi;
+	size_t x = a > lo ? a : lo, y = b < hi ? b : hi;
+	if (y > x && y - x > f->part_n)
+		BUG("a unit's part of %zu elements in a buffer of %zu", y - x, f->part_n);
+	dist_reduce_scatter_part_f32(f->g, g, m->reg.total, a, b, f->part);
+	if (y > x)
+		k->add(f->grad + (x - lo), f->grad + (x - lo), f->part, y - x);
+}
+
+/* Tensor idx whole, from every rank's shard of the weights. */
+static void gather(void *ctx, int idx, void *dst)
+{
+	struct fsdp *f = ctx;
+	struct gpt_model *m = f->m;
+	const struct param *p = &m->reg.p[idx];
+	const void *shard = m->w16 ? (const void *)m->w16 : (const void *)m->reg.data;
+	dist_allgather_part(f->g, shard, m->w16 ? sizeof(uint16_t) : sizeof(float), m->reg.total, p->offset,
+			    p->offset + p->numel, dst);
+}
+
+const struct gpt_shards *fsdp_prepare(struct fsdp *f, int level, struct dist_group *g)
+{
+	memset(f, 0, sizeof(*f));
+	f->level = level;
+	f->g = g;
+	if (level < 2)
+		return NULL;
+	f->hooks = (struct gpt_shards){ .level = level, .size = g->size, .rank = g->rank, .gather = gather,
+					.reduce = reduce, .ctx = f };
+	return &f->hooks;
+}
+
+void fsdp_alloc(struct fsdp *f, struct gpt_model *m, struct mem_pool *mem)
+{
+	f->m = m;
+	f->mem = mem;
+	if (f->level < 2)
+		return;
+	size_t n = m->shards.hi - m->shards.lo;
+	f->grad = mem_alloc_f32(mem, n ? n : 1);
+	/* a unit's part is at most a unit, and at most the shard */
+	for (int u = 0; u < GPT_NUNITS; u++)
+		f->part_n = m->unit_n[u] > f->part_n ? m->unit_n[u] : f->part_n;
+	if (f->part_n > m->shards.hi - m->shards.lo)
+		f->part_n = m->shards.hi - m->shards.lo;
+	f->part = mem_alloc_f32(mem, f->part_n ? f->part_n : 1);
+}
+
+void fsdp_free(struct fsdp *f)
+{
+	if (f->grad) {
+		size_t n = f->m->shards.hi - f->m->shards.lo;
+		mem_free(f->mem, f->grad, (n ? n : 1) * sizeof(float));
+		mem_free(f->mem, f->part, (f->part_n ? f->part_n : 1) * sizeof(float));
+	}
+	memset(f, 0, sizeof(*f));
+}
+
+void fsdp_begin(struct fsdp *f)
+{
+	f->nonfinite = 0;
+	if (f->level >= 2)
+		f->m->k->zero(f->grad, f->m->shards.hi - f->m->shards.lo);
+}
