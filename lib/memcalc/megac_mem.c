@@ -15,6 +15,7 @@
 #include "model/gpt.h"
 #include "optim/adam.h"
 #include "tensor/mem.h"
+#include "train/fsdp.h"
 #include "train/pp_sched.h"
 #include "train/train_command.h"
 
@@ -112,6 +113,9 @@ int megac_mem_predict(const struct args *a, int64_t vocab, struct megac_stage_me
 	enum gpt_precision prec = a->bf16 ? GPT_BF16 : a->fp16 ? GPT_FP16 : GPT_FP32;
 	bool cuda = megac_mem_cuda(a);
 	const struct kops *plan_ops = cuda ? &plan_cuda : &plan_cpu;
+	int level = fsdp_level(a, l.pp, l.ep); /* Megatron-FSDP's sharding, as train sets it up */
+	if (level < 0)
+		return -1;
 	struct megac_stage_mem *st = xcalloc((size_t)l.pp, sizeof(*st));
 	for (int s = 0; s < l.pp; s++) {
 		struct pp_sched ps;
@@ -126,6 +130,9 @@ int megac_mem_predict(const struct args *a, int64_t vocab, struct megac_stage_me
 		struct gpt_setup pipe = { .B = (int)mbs, .precision = prec, .tp = &tp, .sp = l.sp, .cp = &cp, .ep = &ep,
 					  .pp = l.pp, .stage = s, .vpp = l.vpp, .nslots = ps.inflight,
 					  .doc_masks = a->reset_attention_mask };
+		struct dist_group dpg = { .name = "data-parallel", .size = (int)(dp * l.cp) };
+		struct fsdp fs;
+		pipe.shards = fsdp_prepare(&fs, level, &dpg);
 		struct mem_pool pool;
 		mem_pool_init(&pool, plan_ops);
 		struct gpt_model model;
@@ -135,17 +142,20 @@ int megac_mem_predict(const struct args *a, int64_t vocab, struct megac_stage_me
 			free(st);
 			return -1;
 		}
+		fsdp_alloc(&fs, &model, &pool);
 		/* train's optimizer parts: the distributed optimizer shards over data x
 		 * context parallel, and the experts' part over expert data parallel
 		 * (rank 0's shards, the largest) */
 		size_t total = model.reg.total, ostate = 0;
 		size_t base[2], end[2], lo[2], hi[2];
 		int gsize[2] = { (int)(dp * l.cp), l.edp }, grank[2] = { 0, 0 };
-		int np = train_opt_parts(total, model.expert_lo, l.ep > 1, a->use_distributed_optimizer, gsize, grank, base,
-					 end, lo, hi);
+		int np = train_opt_parts(total, model.expert_lo, l.ep > 1, level >= 1, gsize, grank, base, end, lo, hi);
 		struct adam opt[2];
 		for (int i = 0; i < np; i++) {
 			adam_init(&opt[i], &model.reg, plan_ops, &pool, 0.9f, 0.999f, 1e-8f, lo[i], hi[i]);
+			if (level >= 2)
+				adam_use_shards(&opt[i], fs.grad, level == 3 && !model.w16 ? model.reg.data : NULL,
+						level == 3 ? model.w16 : NULL);
 			ostate += 2 * (hi[i] - lo[i]) * sizeof(float);
 			if (model.w16) { /* and the shard's fp32 main weights */
 				adam_use_half(&opt[i], model.w16, gpt_half_kind(&model));
@@ -155,8 +165,9 @@ int megac_mem_predict(const struct args *a, int64_t vocab, struct megac_stage_me
 		struct megac_stage_mem *e = &st[s];
 		e->pp_stage = s;
 		e->first_rank = s * l.tp * l.cp * (int)dp;
-		e->params = total * (model.w16 ? sizeof(uint16_t) : sizeof(float));
-		e->grads = total * sizeof(float);
+		size_t shard = hi[0] - lo[0]; /* Megatron-FSDP keeps the shard's gradients (2) and weights (3) */
+		e->params = (level == 3 ? shard : total) * (model.w16 ? sizeof(uint16_t) : sizeof(float));
+		e->grads = (level >= 2 ? shard : total) * sizeof(float);
 		e->optimizer = ostate;
 		e->expert_params = np == 2 ? (total - model.expert_lo) * (model.w16 ? sizeof(uint16_t) : sizeof(float)) : 0;
 		if (cuda) {
@@ -175,6 +186,7 @@ int megac_mem_predict(const struct args *a, int64_t vocab, struct megac_stage_me
 		e->activations = e->peak - e->params - e->grads - e->optimizer;
 		for (int i = 0; i < np; i++)
 			adam_free(&opt[i]);
+		fsdp_free(&fs);
 		gpt_free(&model);
 	}
 	*out = st;

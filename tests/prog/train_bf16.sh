@@ -20,7 +20,7 @@ L="$L --log-interval 1 --seed 7 --lr 2e-3 --lr-warmup-iters 2 --micro-batch-size
 expect_ok "4 ranks, --bf16 --use-distributed-optimizer" \
 	sh -c "$MPI -np 4 $BIN/train $L --global-batch-size 16 --train-iters 3 --bf16 --use-distributed-optimizer >$W/m4.log"
 expect_ok "report_memory for the same flags" \
-	sh -c "$BIN/report_memory $L --global-batch-size 16 --train-iters 3 --bf16 --use-distributed-optimizer --world-size 4 --json >$W/m4.json"
+	sh -c "$BIN/report_memory $L --global-batch-size 16 --train-iters 3 --bf16 --use-distributed-optimizer --world-size 4 --device cpu --json >$W/m4.json"
 split=$(grep "memory split" "$W/m4.log" | head -1)
 bpp=$(echo "$split" | sed -n 's/.*bytes per parameter before activations: \([0-9.]*\).*/\1/p')
 if [ -n "$bpp" ] && echo "$split" | grep -q "parameters (bf16)" &&
