@@ -142,6 +142,12 @@ const float *attention_forward(struct gpt_model *m, const struct gpt_pass *P, in
 	} else {
 		m->k->qkv_split_forward(A->q, A->kk, A->v, m->s.qkv, m->rope_cos, m->rope_sin, P->B, P->T, c->a, c->g,
 					c->k, p->spec.rot);
+		if (p->spec.rot) { /* RoPE's output is 16-bit too, as Megatron's (kept so: gpt_layer_stash) */
+			size_t bt = (size_t)P->B * P->T;
+			round_half(m, A->q, bt * c->a * c->k);
+			round_half(m, A->kk, bt * c->g * c->k);
+			round_half(m, A->v, bt * c->g * c->k);
+		}
 		core_attention_forward(m, P, l, A, P->train ? c->attention_dropout : 0);
 	}
 	return row_parallel(m, P, A->atty, p->proj_w, p->proj_b, ak);

@@ -105,6 +105,7 @@ static void alloc_slot(struct gpt_model *m, const struct gpt_chunk *ch, struct g
 	size_t BT = (size_t)m->B * c->S, BTl = (size_t)m->Nl, h = c->h;
 	sl->resid = gpt_take(m, (size_t)(ch->nl + 1) * BTl * h);
 	sl->acts = xcalloc((size_t)ch->nl + 1, sizeof(*sl->acts));
+	sl->stash = m->work_acts.ln1 ? xcalloc((size_t)ch->nl + 1, sizeof(*sl->stash)) : NULL;
 	for (int li = 0; li < ch->nl; li++) {
 		const struct gpt_layer_params *p = &m->lp[ch->l0 + li];
 		if (p->recompute) {
@@ -112,9 +113,21 @@ static void alloc_slot(struct gpt_model *m, const struct gpt_chunk *ch, struct g
 			continue;
 		}
 		bool moe = p->spec.mlp == LAYER_MLP_MOE;
-		/* selective recompute: the dropped modules' buffers are shared */
-		const struct gpt_layer_acts *sh = c->recompute == GPT_RECOMPUTE_SELECTIVE ? &m->rc_acts : NULL;
-		transformer_layer_alloc_acts(m, &sl->acts[li], sh, !moe, moe);
+		/* selective recompute: the dropped modules' buffers are shared;
+		 * 16-bit: the fields the layer keeps run on the work set, their
+		 * 2-byte copies are the layer's (gpt_layer_stash) */
+		struct gpt_layer_acts sh = { 0 };
+		if (c->recompute == GPT_RECOMPUTE_SELECTIVE)
+			sh = m->rc_acts;
+		if (sl->stash) {
+			const struct gpt_layer_acts *W = &m->work_acts;
+#define WORK(f) sh.f = sh.f ? sh.f : W->f;
+			WORK(ln1) WORK(q) WORK(kk) WORK(v) WORK(atty) WORK(res1) WORK(ln2) WORK(fc1) WORK(act)
+#undef WORK
+		}
+		transformer_layer_alloc_acts(m, &sl->acts[li], &sh, !moe, moe);
+		if (sl->stash)
+			transformer_layer_alloc_stash(m, &sl->acts[li], &m->work_acts, &sl->stash[li]);
 	}
 	if (ch->post) {
 		sl->lnf = gpt_take(m, BT * h);
@@ -301,6 +314,16 @@ static void alloc_training(struct gpt_model *m, bool any_rc)
 	}
 	if (c->recompute == GPT_RECOMPUTE_SELECTIVE)
 		alloc_selective(m);
+	/* 16-bit: the layers that keep their activations keep them in 2 bytes
+	 * (gpt_layer_stash) and run on one fp32 work set */
+	bool stash_dense = false, stash_any = false;
+	for (int l = 0; m->precision != GPT_FP32 && l < c->L; l++)
+		if (!m->lp[l].recompute && m->lp[l].pend > 0) {
+			stash_any = true;
+			stash_dense |= m->lp[l].spec.mlp != LAYER_MLP_MOE;
+		}
+	if (stash_any)
+		transformer_layer_alloc_work(m, &m->work_acts, stash_dense);
 	for (int v = 0; v < m->nchunks; v++) {
 		struct gpt_chunk *ch = &m->chunks[v];
 		for (int i = 0; i < ch->nslots; i++)
@@ -528,8 +551,10 @@ void gpt_free(struct gpt_model *m)
 	free(m->allocs);
 	ring_attn_free(&m->par.ring); /* a no-op when it was never set up */
 	for (int v = 0; v < m->nchunks && m->chunks; v++) {
-		for (int s = 0; s < m->chunks[v].nslots; s++)
+		for (int s = 0; s < m->chunks[v].nslots; s++) {
 			free(m->chunks[v].slots[s].acts);
+			free(m->chunks[v].slots[s].stash);
+		}
 		free(m->chunks[v].slots);
 	}
 	free(m->chunks);
@@ -751,6 +776,8 @@ const float *gpt_forward_chunk(struct gpt_model *m, int v, int s, const int32_t 
 		need_layer(m, l);
 		transformer_layer_forward(m, &P, l, resid + (size_t)(l - ch->l0) * nhl,
 					  resid + (size_t)(l - ch->l0 + 1) * nhl);
+		if (train && P.sl->stash) /* what backward reads, in 2 bytes */
+			transformer_layer_stash(m, &P.sl->acts[l - ch->l0], &P.sl->stash[l - ch->l0], true);
 	}
 	if (!ch->post)
 		return resid + (size_t)ch->nl * nhl;
@@ -771,6 +798,8 @@ const float *gpt_backward_chunk(struct gpt_model *m, int v, int s, const float *
 	for (int l = ch->l0 + ch->nl - 1; l >= ch->l0; l--) {
 		const float *x = resid + (size_t)(l - ch->l0) * nhl;
 		const struct gpt_layer_params *p = &m->lp[l];
+		if (P.sl->stash) /* the saved activations back into the work set */
+			transformer_layer_stash(m, &P.sl->acts[l - ch->l0], &P.sl->stash[l - ch->l0], false);
 		if (p->recompute) {
 			struct gpt_pass R = P;
 			R.stats = false; /* counted in the forward pass */

@@ -78,6 +78,16 @@ struct gpt_layer_acts {
 	struct gpt_moe_acts *moe;         /* a MoE layer's, else NULL */
 };
 
+/* A bf16/fp16 model's saved activations of one layer in one slot, as
+ * 16-bit words (docs/mixed-precision.md): the fields of gpt_layer_acts that
+ * hold 16-bit values, each NULL when this layer does not keep it itself
+ * (recomputed, or not there). Between its forward and its backward a layer
+ * keeps these 2-byte copies; both run on one fp32 work set every such layer
+ * shares (gpt_model.work_acts). */
+struct gpt_layer_stash {
+	uint16_t *ln1, *q, *kk, *v, *atty, *res1, *ln2, *fc1, *act;
+};
+
 enum gpt_precision { GPT_FP32, GPT_BF16, GPT_FP16 };
 
 /* The fp32 views a bf16/fp16 model widens its 16-bit weights into for a
@@ -91,6 +101,7 @@ enum gpt_view { GPT_VIEW_W, GPT_VIEW_B, GPT_VIEW_X, GPT_NVIEWS };
 struct gpt_slot {
 	float *resid;                /* [(nl+1), Nl, h]: the chunk's input, then every layer's output */
 	struct gpt_layer_acts *acts; /* [nl]; recomputed layers point at the shared scratch set */
+	struct gpt_layer_stash *stash; /* [nl] bf16/fp16 training: the layers' 16-bit saved activations */
 	float *lnf, *lnf_mean, *lnf_rstd; /* the chunk with the head: final norm */
 	float *logits;               /* [B*T, Vp]; becomes dlogits in backward */
 	float *losses, *lse;         /* [B*T] */
@@ -274,6 +285,7 @@ struct gpt_model {
 	struct gpt_chunk *chunks;
 	struct gpt_layer_acts rc_acts; /* the scratch set recomputed layers (and serving) share; under
 					* selective recompute only the dropped modules' buffers */
+	struct gpt_layer_acts work_acts; /* bf16/fp16 training: the fp32 set stashed layers run on */
 	float *probs_shared;   /* selective recompute: one probs buffer for every layer */
 	float *rope_cos, *rope_sin; /* [T, rot] the rows of this rank's positions */
 	int32_t *flash_pos;     /* flash: positions 0..S-1, the block ops' qpos and kpos */

@@ -151,6 +151,15 @@ void moe_exchange(struct gpt_model *m, const struct gpt_moe_acts *M, float *out,
 
 void transformer_layer_register(struct gpt_model *m, int l);
 /* a layer's activations; the buffers sh holds (NULL: none) are shared, not taken */
+/* 16-bit saved activations (gpt.h, struct gpt_layer_stash): the work set's
+ * buffers (the stashable fields, dense: with an MLP's), a layer's stash for
+ * the fields of A that point into the work set, and the copy from A to the
+ * stash after forward (save) or back before backward. */
+void transformer_layer_alloc_work(struct gpt_model *m, struct gpt_layer_acts *W, bool dense);
+void transformer_layer_alloc_stash(struct gpt_model *m, const struct gpt_layer_acts *A, const struct gpt_layer_acts *W,
+				   struct gpt_layer_stash *S);
+void transformer_layer_stash(struct gpt_model *m, struct gpt_layer_acts *A, const struct gpt_layer_stash *S,
+			     bool save);
 void transformer_layer_alloc_acts(struct gpt_model *m, struct gpt_layer_acts *A, const struct gpt_layer_acts *sh,
 				  bool dense, bool moe);
 /* x, y: this rank's rows of the residual stream ([Nl, h]) */

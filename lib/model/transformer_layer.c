@@ -17,6 +17,7 @@
 #include "model/gpt_int.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 void gpt_layer_spec(const struct gpt_config *c, int l, struct transformer_layer_spec *s)
 {
@@ -63,19 +64,65 @@ void transformer_layer_alloc_acts(struct gpt_model *m, struct gpt_layer_acts *A,
 	A->ln1 = take_or_share(m, sh->ln1, BTl * h); /* with SP the shard; backward gathers it again, as Megatron */
 	A->ln1_mean = take_or_share(m, sh->ln1_mean, BTl);
 	A->ln1_rstd = take_or_share(m, sh->ln1_rstd, BTl);
-	A->q = gpt_take(m, BT * c->a * c->k);
-	A->kk = gpt_take(m, BT * c->g * c->k);
-	A->v = gpt_take(m, BT * c->g * c->k);
+	A->q = take_or_share(m, sh->q, BT * c->a * c->k);
+	A->kk = take_or_share(m, sh->kk, BT * c->g * c->k);
+	A->v = take_or_share(m, sh->v, BT * c->g * c->k);
 	A->probs = lse ? NULL : take_or_share(m, sh->probs, (size_t)m->B * c->a * c->S * c->S);
 	A->alse = lse ? gpt_take(m, (size_t)m->B * c->a * c->S) : NULL;
-	A->atty = gpt_take(m, BT * c->a * c->k);
-	A->res1 = gpt_take(m, BTl * h);
+	A->atty = take_or_share(m, sh->atty, BT * c->a * c->k);
+	A->res1 = take_or_share(m, sh->res1, BTl * h);
 	A->ln2 = take_or_share(m, sh->ln2, BTl * h);
 	A->ln2_mean = take_or_share(m, sh->ln2_mean, BTl);
 	A->ln2_rstd = take_or_share(m, sh->ln2_rstd, BTl);
 	A->fc1 = dense ? take_or_share(m, sh->fc1, BT * f1) : NULL;
 	A->act = dense ? take_or_share(m, sh->act, BT * c->f) : NULL;
 	A->moe = !moe ? NULL : sh->moe ? sh->moe : moe_alloc_acts(m);
+}
+
+/* The fields a stash may hold, with their sizes in values. */
+#define STASH_FIELDS(X)                                                       \
+	X(ln1, BTl * h)                                                       \
+	X(q, BT * c->a * c->k) X(kk, BT * c->g * c->k) X(v, BT * c->g * c->k) \
+	X(atty, BT * c->a * c->k) X(res1, BTl * h) X(ln2, BTl * h)            \
+	X(fc1, BT * f1) X(act, BT * c->f)
+
+void transformer_layer_alloc_work(struct gpt_model *m, struct gpt_layer_acts *W, bool dense)
+{
+	const struct gpt_config *c = &m->lc;
+	size_t BT = (size_t)m->B * c->S, h = c->h, BTl = (size_t)m->Nl;
+	size_t f1 = dense ? (c->swiglu ? 2 * (size_t)c->f : (size_t)c->f) : 0; /* a MoE layer's rows are its own */
+	size_t f = dense ? (size_t)c->f : 0;
+#define TAKE(fld, n) W->fld = gpt_take(m, n);
+	STASH_FIELDS(TAKE)
+#undef TAKE
+	(void)f;
+}
+
+void transformer_layer_alloc_stash(struct gpt_model *m, const struct gpt_layer_acts *A, const struct gpt_layer_acts *W,
+				   struct gpt_layer_stash *S)
+{
+	const struct gpt_config *c = &m->lc;
+	size_t BT = (size_t)m->B * c->S, h = c->h, BTl = (size_t)m->Nl;
+	size_t f1 = c->swiglu ? 2 * (size_t)c->f : (size_t)c->f;
+	memset(S, 0, sizeof(*S));
+#define TAKE(fld, n) S->fld = A->fld && A->fld == W->fld ? gpt_take_bytes(m, (n) * sizeof(uint16_t)) : NULL;
+	STASH_FIELDS(TAKE)
+#undef TAKE
+}
+
+void transformer_layer_stash(struct gpt_model *m, struct gpt_layer_acts *A, const struct gpt_layer_stash *S, bool save)
+{
+	const struct gpt_config *c = &m->lc;
+	size_t BT = (size_t)m->B * c->S, h = c->h, BTl = (size_t)m->Nl;
+	size_t f1 = c->swiglu ? 2 * (size_t)c->f : (size_t)c->f;
+	enum kops_round kind = gpt_half_kind(m);
+#define COPY(fld, n)                                      \
+	if (S->fld && save)                               \
+		m->k->narrow(S->fld, A->fld, n, kind);    \
+	else if (S->fld)                                  \
+		m->k->widen(A->fld, S->fld, n, kind);
+	STASH_FIELDS(COPY)
+#undef COPY
 }
 
 static struct gpt_layer_acts *layer_acts(const struct gpt_pass *P, int l)
