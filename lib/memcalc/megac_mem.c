@@ -103,14 +103,16 @@ int megac_mem_predict(const struct args *a, int64_t vocab, struct megac_stage_me
 		int gsize[2] = { (int)(dp * l.cp), l.edp }, grank[2] = { 0, 0 };
 		int np = train_opt_parts(total, model.expert_lo, l.ep > 1, a->use_distributed_optimizer, gsize, grank, base,
 					 end, lo, hi);
+		/* the states' formats and offload as train sets them up: on a GPU
+		 * unless --device cpu (whose run offloads nothing) */
+		struct adam_options aopt;
+		train_adam_options(a, a->device && !strcmp(a->device, "cpu"), &aopt);
 		struct adam opt[2];
 		for (int i = 0; i < np; i++) {
-			adam_init(&opt[i], &model.reg, &plan_ops, &pool, 0.9f, 0.999f, 1e-8f, lo[i], hi[i]);
-			ostate += 2 * (hi[i] - lo[i]) * sizeof(float);
-			if (model.w16) { /* and the shard's fp32 main weights */
+			adam_init(&opt[i], &model.reg, &plan_ops, &pool, &aopt, lo[i], hi[i]);
+			if (model.w16) /* and the shard's main weights */
 				adam_use_half(&opt[i], model.w16, gpt_half_kind(&model));
-				ostate += (hi[i] - lo[i]) * sizeof(float);
-			}
+			ostate += adam_device_bytes(&opt[i]); /* moments and owned main weights in the pool */
 		}
 		struct megac_stage_mem *e = &st[s];
 		e->pp_stage = s;

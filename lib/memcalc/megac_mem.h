@@ -24,7 +24,9 @@ struct megac_stage_mem {
 	size_t grads;           /* fp32 gradients (Megatron's main grads) */
 	size_t half_weights;    /* 0: no second copy of the weights is kept any more */
 	size_t optimizer;       /* Adam's two moments of this rank's shard, and with --bf16/--fp16
-				 * the shard's fp32 main weights */
+				 * the shard's main weights, in their formats (16-bit with the
+				 * precision-aware optimizer), less what --optimizer-cpu-offload
+				 * keeps on the host */
 	size_t optimizer_scratch; /* the distributed optimizer's reduce-scatter target */
 	size_t activations;     /* activation slots, recompute scratch, workspaces, ring buffers */
 	size_t peak;            /* all of it: train's "max allocated" */

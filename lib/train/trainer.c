@@ -244,12 +244,13 @@ static int train_step(struct trainer *t, double *loss, bool *skipped, double *gn
 static void memory_split(struct trainer *t, struct sbuf *sb)
 {
 	const struct gpt_model *m = &t->model;
-	size_t n = m->reg.total, per_opt = m->w16 ? 3 * sizeof(float) : 2 * sizeof(float);
+	size_t n = m->reg.total;
 	struct trainlog_mem_split s = { .nparams = n, .grads = n * sizeof(float), .peak = t->mem.peak,
 					.params = n * (m->w16 ? sizeof(uint16_t) : sizeof(float)),
 					.dtype = !m->w16 ? "fp32" : m->precision == GPT_FP16 ? "fp16" : "bf16" };
+	/* what the pool holds: 16-bit states count 2 bytes, offloaded ones none */
 	for (int i = 0; i < t->nparts; i++)
-		s.optimizer += (t->part[i].opt.hi - t->part[i].opt.lo) * per_opt;
+		s.optimizer += adam_device_bytes(&t->part[i].opt);
 	trainlog_memory_split_line(sb, t->dist.rank, &s);
 }
 
