@@ -144,6 +144,16 @@ struct args {
 	double loss_scale_window;
 	int64_t hysteresis;
 	bool accumulate_allreduce_grads_in_fp32;
+	bool grad_reduce_in_bf16;
+
+	/* the precision-aware optimizer and optimizer offload */
+	bool use_precision_aware_optimizer;
+	char *main_grads_dtype;        /* "fp32" | "bf16" */
+	char *main_params_dtype;       /* "fp32" | "fp16" */
+	char *exp_avg_dtype;           /* "fp32" | "fp16" | "bf16" | "fp8" (refused) */
+	char *exp_avg_sq_dtype;
+	bool optimizer_cpu_offload;
+	double optimizer_offload_fraction;
 
 	/* activation recomputation */
 	char *recompute_granularity;

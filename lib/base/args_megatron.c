@@ -131,7 +131,8 @@ static const char why_rerun_state[] =
 static const char why_removed_from3[] =
 	"removed from Megatron; use --recompute-granularity full --recompute-method uniform";
 static const char why_optimizer_offload[] =
-	"optimizer offload to the host is not in megac yet";
+	"how Megatron's --optimizer-cpu-offload runs its host step (torch's Adam or its own, copies overlapped or "
+	"not); megac's host step is its CPU backend's AdamW, torch's arithmetic";
 static const char why_debugging_dump[] =
 	"a debugging dump of the optimizer's parameter groups";
 static const char why_pinned_host[] =
@@ -162,8 +163,6 @@ static const char why_copy_tokenizer[] =
 	"megac always records the tokenizer (its type and small files) in model.h5, so that a moved checkpoint still knows it";
 static const char why_old_spelling[] =
 	"old spelling of the distributed checkpoint format; megac writes its own HDF5 checkpoint";
-static const char why_16_bit[] =
-	"16-bit optimizer state and gradient reduction are not in megac yet; megac keeps gradients, main weights and Adam's moments in fp32";
 static const char why_computes_cross[] =
 	"megac computes the cross-entropy in fp32";
 static const char why_communicates_over[] =
@@ -493,11 +492,9 @@ const struct megatron_flag megatron_flags[] = {
 	{ "--no-bias-swiglu-fusion", MF_NO_EFFECT, 0, why_selects_fused2 },
 	{ "--no-rope-fusion", MF_NO_EFFECT, 0, why_selects_fused2 },
 	{ "--rope-type", MF_REFUSED, 1, why_rope_variant },
-	{ "--optimizer-cpu-offload", MF_REFUSED, 0, why_optimizer_offload },
 	{ "--optimizer-cuda-graph", MF_NO_EFFECT, 0, why_cuda_graphs },
-	{ "--optimizer-offload-fraction", MF_REFUSED, 1, why_optimizer_offload },
-	{ "--use-torch-optimizer-for-cpu-offload", MF_REFUSED, 0, why_optimizer_offload },
-	{ "--overlap-cpu-optimizer-d2h-h2d", MF_REFUSED, 0, why_optimizer_offload },
+	{ "--use-torch-optimizer-for-cpu-offload", MF_NO_EFFECT, 0, why_optimizer_offload },
+	{ "--overlap-cpu-optimizer-d2h-h2d", MF_NO_EFFECT, 0, why_optimizer_offload },
 	{ "--dump-param-to-param-group-map", MF_NO_EFFECT, 1, why_debugging_dump },
 	{ "--no-pin-cpu-grads", MF_NO_EFFECT, 0, why_pinned_host },
 	{ "--no-pin-cpu-params", MF_NO_EFFECT, 0, why_pinned_host },
@@ -616,7 +613,6 @@ const struct megatron_flag megatron_flags[] = {
 	{ "--ckpt-fully-parallel-save", MF_NO_EFFECT, 0, why_torch_dist },
 	{ "--ckpt-drop-redundant-extra-state", MF_NO_EFFECT, 0, why_torch_dist },
 	/* ---- mixed precision ---- */
-	{ "--grad-reduce-in-bf16", MF_REFUSED, 0, why_16_bit },
 	{ "--fp16-lm-cross-entropy", MF_REFUSED, 0, why_computes_cross },
 	{ "--output-logit-dtype", MF_REFUSED, 1, why_computes_cross },
 	{ "--reuse-grad-buf-for-mxfp8-param-ag", MF_REFUSED, 0, why_fp8_training },
@@ -870,11 +866,6 @@ const struct megatron_flag megatron_flags[] = {
 	{ "--hybrid-layer-pattern", MF_REFUSED, 1, why_mamba_hybrid },
 	{ "--hybrid-override-pattern", MF_REFUSED, 1, why_mamba_hybrid },
 	{ "--yaml-cfg", MF_REFUSED, 1, why_model_specs },
-	{ "--use-precision-aware-optimizer", MF_REFUSED, 0, why_16_bit },
-	{ "--main-grads-dtype", MF_REFUSED, 1, why_16_bit },
-	{ "--main-params-dtype", MF_REFUSED, 1, why_16_bit },
-	{ "--exp-avg-dtype", MF_REFUSED, 1, why_16_bit },
-	{ "--exp-avg-sq-dtype", MF_REFUSED, 1, why_16_bit },
 	{ "--megatron-fsdp-main-params-dtype", MF_REFUSED, 1, why_fsdp_use },
 	{ "--megatron-fsdp-enable-fine-grained-param-gather", MF_NO_EFFECT, 0, why_fsdp_buffer },
 	{ "--megatron-fsdp-max-pool-double-buffer", MF_NO_EFFECT, 0, why_fsdp_buffer },

@@ -238,6 +238,30 @@ const struct flag_def args_table[] = {
 	  "overflows tolerated before the scale halves" },
 	{ "--accumulate-allreduce-grads-in-fp32", FK_BOOL, F(accumulate_allreduce_grads_in_fp32), TR, 0,
 	  "mixed precision", NULL, NULL, NULL, "accepted; megac always accumulates gradients in fp32", true },
+	{ "--grad-reduce-in-bf16", FK_BOOL, F(grad_reduce_in_bf16), TR, 0, "mixed precision", NULL, NULL, NULL,
+	  "with --bf16, reduce the gradients in bf16: megac rounds each rank's gradient to bf16 before the "
+	  "data-parallel reduction and the sum after it, in its fp32 buffer (docs/mixed-precision.md)" },
+
+	/* ---- the precision-aware optimizer and optimizer offload (Megatron's experimental group) ---- */
+	{ "--use-precision-aware-optimizer", FK_BOOL, F(use_precision_aware_optimizer), TR, 0, "optimizer", NULL,
+	  NULL, NULL, "let the optimizer store its states in the dtypes below (needs --use-distributed-optimizer)" },
+	{ "--main-grads-dtype", FK_STR, F(main_grads_dtype), TR, 0, "optimizer", "fp32", "fp32|bf16", "T",
+	  "the gradients' dtype with --use-precision-aware-optimizer and --bf16: bf16 reduces them as "
+	  "--grad-reduce-in-bf16 does" },
+	{ "--main-params-dtype", FK_STR, F(main_params_dtype), TR, 0, "optimizer", "fp32", "fp32|fp16", "T",
+	  "the main weights' dtype of a --bf16/--fp16 model with --use-precision-aware-optimizer (fp16: "
+	  "scaled per tensor)" },
+	{ "--exp-avg-dtype", FK_STR, F(exp_avg_dtype), TR, 0, "optimizer", "fp32", "fp32|fp16|bf16|fp8", "T",
+	  "how Adam's first moment is stored with --use-precision-aware-optimizer (fp16: scaled per tensor); "
+	  "the step computes in fp32" },
+	{ "--exp-avg-sq-dtype", FK_STR, F(exp_avg_sq_dtype), TR, 0, "optimizer", "fp32", "fp32|fp16|bf16|fp8", "T",
+	  "the same for Adam's second moment" },
+	{ "--optimizer-cpu-offload", FK_BOOL, F(optimizer_cpu_offload), TR, 0, "optimizer", NULL, NULL, NULL,
+	  "on a GPU, keep the optimizer's states and main weights in host memory and step them there (needs "
+	  "--use-precision-aware-optimizer); nothing to do on the CPU backend" },
+	{ "--optimizer-offload-fraction", FK_FLOAT, F(optimizer_offload_fraction), TR, 0, "optimizer", "1.0", NULL,
+	  "F", "with --optimizer-cpu-offload, the share of each optimizer shard offloaded: whole tensors, in "
+	  "order, until it is reached" },
 
 	/* ---- activation recomputation ---- */
 	{ "--recompute-granularity", FK_STR, F(recompute_granularity), TR, 0, "recompute", NULL, "full|selective",
@@ -742,6 +766,8 @@ const struct refused_value args_refused_values[] = {
 	  "megac has learned absolute positions and plain RoPE; YaRN, mRoPE, relative and no position "
 	  "embedding are not in megac yet" },
 	{ "--optimizer", "adam", "megac's optimizer is Adam (AdamW) only" },
+	{ "--exp-avg-dtype", "fp32|fp16|bf16", "FP8 optimizer states are not in megac; use bf16 or fp16" },
+	{ "--exp-avg-sq-dtype", "fp32|fp16|bf16", "FP8 optimizer states are not in megac; use bf16 or fp16" },
 	{ "--dataloader-type", "single",
 	  "megac reads samples in the order of Megatron's 'single' loader; the cyclic (a random sampler per epoch) "
 	  "and external loaders are not in megac" },

@@ -334,31 +334,51 @@ static void cpu_widen(float *out, const uint16_t *x, size_t n, enum kops_round k
  * fmaf below gives the same bits (checked against torch in test_ops).
  * torch 1.13 still updated exp_avg as mul_(beta1).add_(grad, alpha=1-beta1),
  * which differs from lerp by an ulp now and then. */
-static void cpu_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1,
-		      float b2, float eps, float wd, int step)
+/* the step's scalars, rounded once from double (decay: a decaying tensor's) */
+struct cpu_adamw_c {
+	float decay, w1, w1c, w2, b2, eps, neg_step_size, bc2_sqrt;
+};
+
+static struct cpu_adamw_c cpu_adamw_consts(float lr, float b1, float b2, float eps, float wd, int step)
 {
 	if (step < 1)
 		BUG("adamw step %d < 1", step);
-	const float decay = (float)(1.0 - (double)lr * (double)wd);
-	const float w1 = (float)(1.0 - (double)b1);     /* lerp weight */
-	const float w1c = 1.0f - w1;                     /* torch's lerp: opmath 1 - weight */
-	const float w2 = (float)(1.0 - (double)b2);
+	struct cpu_adamw_c c;
+	c.decay = (float)(1.0 - (double)lr * (double)wd);
+	c.w1 = (float)(1.0 - (double)b1); /* lerp weight */
+	c.w1c = 1.0f - c.w1;              /* torch's lerp: opmath 1 - weight */
+	c.w2 = (float)(1.0 - (double)b2);
+	c.b2 = b2;
+	c.eps = eps;
 	const double bc1 = 1.0 - pow((double)b1, (double)step);
 	const double bc2 = 1.0 - pow((double)b2, (double)step);
-	const float neg_step_size = (float)-((double)lr / bc1);
-	const float bc2_sqrt = (float)sqrt(bc2);
+	c.neg_step_size = (float)-((double)lr / bc1);
+	c.bc2_sqrt = (float)sqrt(bc2);
+	return c;
+}
+
+/* One element: *p, *m, *v updated with gradient g (decay: c->decay, or 1
+ * for a tensor without weight decay, what wd = 0 gives). */
+static inline void cpu_adamw_one(float *p, float *m, float *v, float g, float decay, const struct cpu_adamw_c *c)
+{
+	float gi = g, mi = *m, vi = *v;
+	float pi = *p * decay;
+	/* torch's lerp(self, end, w): self + w (end - self) for |w| < 0.5,
+	 * else end - (end - self)(1 - w) */
+	mi = c->w1 < 0.5f ? fmaf(c->w1, gi - mi, mi) : fmaf(-(gi - mi), c->w1c, gi);
+	vi = fmaf(c->w2 * gi, gi, vi * c->b2);
+	float denom = sqrtf(vi) / c->bc2_sqrt + c->eps;
+	pi = pi + (c->neg_step_size * mi) / denom;
+	*p = pi, *m = mi, *v = vi;
+}
+
+static void cpu_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1,
+		      float b2, float eps, float wd, int step)
+{
+	const struct cpu_adamw_c c = cpu_adamw_consts(lr, b1, b2, eps, wd, step);
 #pragma omp parallel for if (n >= CPU_PAR_MIN)
-	for (size_t i = 0; i < n; i++) {
-		float gi = g[i], mi = m[i], vi = v[i];
-		float pi = p[i] * decay;
-		/* torch's lerp(self, end, w): self + w (end - self) for |w| < 0.5,
-		 * else end - (end - self)(1 - w) */
-		mi = w1 < 0.5f ? fmaf(w1, gi - mi, mi) : fmaf(-(gi - mi), w1c, gi);
-		vi = fmaf(w2 * gi, gi, vi * b2);
-		float denom = sqrtf(vi) / bc2_sqrt + eps;
-		pi = pi + (neg_step_size * mi) / denom;
-		p[i] = pi, m[i] = mi, v[i] = vi;
-	}
+	for (size_t i = 0; i < n; i++)
+		cpu_adamw_one(p + i, m + i, v + i, g[i], c.decay, &c);
 }
 
 /* ---- mixture of experts: the weighted sum of the experts' rows ---- */
@@ -412,8 +432,101 @@ static void cpu_adamw_segs(float *p, const float *g, float *m, float *v, size_t 
 {
 	for (int i = 0; i < nsegs; i++) {
 		size_t o = segs[i].off;
-		cpu_adamw(p + (o - mv_base), g + (o - mv_base), m + (o - mv_base), v + (o - mv_base), segs[i].n, lr, b1, b2, eps,
+		cpu_adamw(p + (o - mv_base), g + o, m + (o - mv_base), v + (o - mv_base), segs[i].n, lr, b1, b2, eps,
 			  segs[i].decay ? wd : 0.0f, step);
+	}
+}
+
+/* ---- AdamW on states in their storage formats (the precision-aware optimizer) ---- */
+
+/* an fp16 state's scale maps its largest magnitude to 65504 / 2
+ * (Transformer Engine's headroom for the next step's growth) */
+#define CPU_FP16_STATE_RANGE 32752.0f
+
+static inline float cpu_lp_load(const void *x, size_t i, enum kops_dtype t, float scale)
+{
+	if (t == KOPS_F32)
+		return ((const float *)x)[i];
+	uint16_t h = ((const uint16_t *)x)[i];
+	return t == KOPS_BF16 ? cpu_bits_to_float((uint32_t)h << 16) : cpu_fp16_value(h) * scale;
+}
+
+static inline void cpu_lp_store(void *x, size_t i, enum kops_dtype t, float val, float rscale)
+{
+	if (t == KOPS_F32)
+		((float *)x)[i] = val;
+	else if (t == KOPS_BF16)
+		((uint16_t *)x)[i] = (uint16_t)(cpu_float_to_bits(cpu_round_bf16(val)) >> 16);
+	else
+		((uint16_t *)x)[i] = cpu_fp16_bits(cpu_round_fp16(val * rscale));
+}
+
+/* one element of segment `seg` read, updated, and (store) written back */
+struct cpu_lp_elem {
+	const struct kops_adamw_lp *s;
+	const struct cpu_adamw_c *c;
+	const float *in;  /* the segment's scales [3] */
+	float out[3];     /* 1 / the new scales */
+	float decay;
+};
+
+static inline void cpu_lp_update(const struct cpu_lp_elem *e, size_t k, float g, float r[3])
+{
+	const struct kops_adamw_lp *s = e->s;
+	r[0] = cpu_lp_load(s->p, k, s->p_type, e->in[0]);
+	r[1] = cpu_lp_load(s->m, k, s->m_type, e->in[1]);
+	r[2] = cpu_lp_load(s->v, k, s->v_type, e->in[2]);
+	cpu_adamw_one(&r[0], &r[1], &r[2], g, e->decay, e->c);
+}
+
+static void cpu_adamw_segs_lp(const struct kops_adamw_lp *s, const float *g, size_t mv_base,
+			      const struct kops_seg *segs, int nsegs, float lr, float b1, float b2, float eps,
+			      float wd, int step)
+{
+	const struct cpu_adamw_c c = cpu_adamw_consts(lr, b1, b2, eps, wd, step);
+	const enum kops_dtype type[3] = { s->p_type, s->m_type, s->v_type };
+	bool scaled = type[0] == KOPS_FP16 || type[1] == KOPS_FP16 || type[2] == KOPS_FP16;
+	if (scaled && !s->scale)
+		BUG("adamw_segs_lp: fp16 states without scales");
+	const float ones[3] = { 1.0f, 1.0f, 1.0f };
+	for (int i = 0; i < nsegs; i++) {
+		size_t off = segs[i].off, n = segs[i].n, base = off - mv_base;
+		struct cpu_lp_elem e = { s, &c, s->scale ? s->scale + 3 * i : ones, { 1.0f, 1.0f, 1.0f },
+					 segs[i].decay ? c.decay : 1.0f };
+		float news[3] = { 1.0f, 1.0f, 1.0f };
+		if (scaled) { /* pass 1: the updated values' largest magnitudes */
+			float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f;
+#pragma omp parallel for reduction(max : a0, a1, a2) if (n >= CPU_PAR_MIN)
+			for (size_t j = 0; j < n; j++) {
+				float r[3];
+				cpu_lp_update(&e, base + j, g[off + j], r);
+				a0 = fmaxf(a0, fabsf(r[0]));
+				a1 = fmaxf(a1, fabsf(r[1]));
+				a2 = fmaxf(a2, fabsf(r[2]));
+			}
+			const float amax[3] = { a0, a1, a2 };
+			for (int t = 0; t < 3; t++)
+				if (type[t] == KOPS_FP16) {
+					news[t] = amax[t] / CPU_FP16_STATE_RANGE;
+					e.out[t] = news[t] > 0.0f ? 1.0f / news[t] : 0.0f;
+				}
+		}
+#pragma omp parallel for if (n >= CPU_PAR_MIN)
+		for (size_t j = 0; j < n; j++) {
+			float r[3];
+			size_t k = base + j;
+			cpu_lp_update(&e, k, g[off + j], r);
+			if (s->w16)
+				s->w16[off + j] = s->w16_kind == KOPS_ROUND_BF16 ?
+					(uint16_t)(cpu_float_to_bits(cpu_round_bf16(r[0])) >> 16) :
+					cpu_fp16_bits(cpu_round_fp16(r[0]));
+			cpu_lp_store(s->p, k, type[0], r[0], e.out[0]);
+			cpu_lp_store(s->m, k, type[1], r[1], e.out[1]);
+			cpu_lp_store(s->v, k, type[2], r[2], e.out[2]);
+		}
+		for (int t = 0; scaled && t < 3; t++)
+			if (type[t] == KOPS_FP16)
+				s->scale[3 * i + t] = news[t];
 	}
 }
 
@@ -461,6 +574,7 @@ static const struct kops cpu_ops = {
 	.moe_combine_backward = cpu_moe_combine_backward,
 	.sumsq_segs = cpu_sumsq_segs,
 	.adamw_segs = cpu_adamw_segs,
+	.adamw_segs_lp = cpu_adamw_segs_lp,
 	.attention_block_forward = cpu_attention_block_forward,
 	.attention_block_backward = cpu_attention_block_backward,
 };

@@ -38,11 +38,36 @@ enum kops_round {
 	KOPS_ROUND_FP16, /* round-to-nearest-even to IEEE half (overflow -> inf) */
 };
 
+/* The storage format of one of the optimizer's states (Megatron's
+ * precision-aware optimizer, --main-params-dtype, --exp-avg-dtype,
+ * --exp-avg-sq-dtype, as Transformer Engine's FusedAdam keeps them): fp32;
+ * bf16, narrow()'s 16 bits; or fp16 with a scale per segment: the stored
+ * value times the scale is the state, and after each step the scale
+ * becomes the segment's largest magnitude over 65504/2, so the 16 bits
+ * hold small values (Adam's second moment) without flushing them to zero. */
+enum kops_dtype { KOPS_F32, KOPS_BF16, KOPS_FP16 };
+
 /* A run of elements of the flat parameter buffers, for the whole-model ops
  * (sumsq_segs, adamw_segs): elements [off, off + n). */
 struct kops_seg {
 	size_t off, n;
 	bool decay; /* AdamW: weight decay applies to this run */
+};
+
+/* adamw_segs_lp's state: the shard's main weights p and moments m, v at
+ * [off - mv_base] as adamw_segs has them, each in its format (fp32: float,
+ * 16-bit: uint16_t words); scale: host memory, three floats per segment
+ * (p, m, v; 1 to start with), read and updated where the format is fp16;
+ * w16: NULL, or the model's 16-bit weights at [off] (indexed like the
+ * gradients), each written as narrow(p, w16_kind) of the updated fp32 main
+ * weight before that is stored in its own format (Megatron's copy of the
+ * main weights into the model, in the same pass). */
+struct kops_adamw_lp {
+	void *p, *m, *v;
+	enum kops_dtype p_type, m_type, v_type;
+	float *scale;
+	uint16_t *w16;
+	enum kops_round w16_kind;
 };
 
 struct kops {
@@ -195,15 +220,26 @@ struct kops {
 	/* ---- the whole model in one call (the optimizer: one launch on a GPU
 	 * instead of one per tensor, and one host synchronisation per norm) ----
 	 * sumsq_segs: the sum over segments, in order, of sumsq(x + off, n).
-	 * adamw_segs: adamw on every segment, the buffers holding the shard
-	 * that starts at element mv_base: p + (off - mv_base), g + (off -
-	 * mv_base), m + (off - mv_base), v + (off - mv_base) (the optimizer's
-	 * fp32 main weights, the gradients and the moments), and weight decay
-	 * wd on the segments marked decay (0 on the others). */
+	 * adamw_segs: adamw on every segment of g (at g + off), with the
+	 * parameters and Adam's state of the shard that starts at mv_base:
+	 * p + (off - mv_base), m + (off - mv_base), v + (off - mv_base) (the
+	 * optimizer's fp32 main weights and moments), and weight decay wd on the
+	 * segments marked decay (0 on the others). */
 	double (*sumsq_segs)(const float *x, const struct kops_seg *segs, int nsegs);
 	void (*adamw_segs)(float *p, const float *g, float *m, float *v, size_t mv_base,
 			   const struct kops_seg *segs, int nsegs, float lr, float b1, float b2, float eps,
 			   float wd, int step);
+	/* adamw_segs on states kept in their formats (struct kops_adamw_lp):
+	 * every element is read (widened, times its segment's scale), updated
+	 * in fp32 exactly as adamw does it, and stored rounded to its format
+	 * (RNE); an fp16 state of a segment first gets its new scale, the
+	 * largest updated magnitude / 32752 (0 when all are 0), and stores
+	 * value * (1 / scale) (Transformer Engine's FusedAdam; the update is
+	 * computed twice rather than kept in an fp32 copy). With three fp32
+	 * states and no w16 it is adamw_segs, bit for bit. */
+	void (*adamw_segs_lp)(const struct kops_adamw_lp *s, const float *g, size_t mv_base,
+			      const struct kops_seg *segs, int nsegs, float lr, float b1, float b2, float eps,
+			      float wd, int step);
 
 	/* ---- one block of causal attention on global positions (context parallelism) ----
 	 * Queries q[B,a,Tq,k] sit at global positions qpos[Tq], keys and values

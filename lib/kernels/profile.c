@@ -17,7 +17,7 @@ enum {
 	P_LINEAR_F, P_LINEAR_B, P_EMB_F, P_EMB_B, P_LN_F, P_LN_B, P_RMS_F, P_RMS_B,
 	P_GELU_F, P_GELU_B, P_SWIGLU_F, P_SWIGLU_B, P_QKV_F, P_QKV_B, P_ATTN_F, P_ATTN_B,
 	P_DROP_F, P_DROP_B, P_XENT_F, P_XENT_B, P_ADD, P_SCALE, P_SUMSQ, P_NONFINITE, P_ROUND, P_NARROW, P_WIDEN,
-	P_ADAMW, P_MOE_F, P_MOE_B, P_SUMSQ_SEGS, P_ADAMW_SEGS, P_ABLK_F, P_ABLK_B, P_NOPS
+	P_ADAMW, P_MOE_F, P_MOE_B, P_SUMSQ_SEGS, P_ADAMW_SEGS, P_ADAMW_SEGS_LP, P_ABLK_F, P_ABLK_B, P_NOPS
 };
 
 static const char *const prof_names[P_NOPS] = {
@@ -28,7 +28,7 @@ static const char *const prof_names[P_NOPS] = {
 	"qkv_split_forward", "qkv_split_backward", "attention_forward", "attention_backward",
 	"dropout_add_forward", "dropout_backward", "xent_forward", "xent_backward",
 	"add", "scale", "sumsq", "nonfinite", "round", "narrow", "widen",
-	"adamw", "moe_combine_forward", "moe_combine_backward", "sumsq_segs", "adamw_segs",
+	"adamw", "moe_combine_forward", "moe_combine_backward", "sumsq_segs", "adamw_segs", "adamw_segs_lp",
 	"attention_block_forward", "attention_block_backward",
 };
 
@@ -366,6 +366,22 @@ static void w_adamw_segs(float *p, const float *g, float *m, float *v, size_t mv
 	prof_end(P_ADAMW_SEGS, t, 0, F4 * 7 * seg_elems(segs, nsegs));
 }
 
+/* the bytes of one element of a state in its format */
+static double lp_bytes(enum kops_dtype t)
+{
+	return t == KOPS_F32 ? 4.0 : 2.0;
+}
+
+static void w_adamw_segs_lp(const struct kops_adamw_lp *s, const float *g, size_t mv_base, const struct kops_seg *segs,
+			    int nsegs, float lr, float b1, float b2, float eps, float wd, int step)
+{
+	double t = prof_begin();
+	P.base->adamw_segs_lp(s, g, mv_base, segs, nsegs, lr, b1, b2, eps, wd, step);
+	/* the gradient read, each state read and written, the model's weight written */
+	double per = F4 + 2 * (lp_bytes(s->p_type) + lp_bytes(s->m_type) + lp_bytes(s->v_type)) + (s->w16 ? 2.0 : 0.0);
+	prof_end(P_ADAMW_SEGS_LP, t, 0, per * seg_elems(segs, nsegs));
+}
+
 static void w_attention_block_forward(float *out, float *lse, const float *q, const float *kk, const float *v,
 				      const int32_t *qpos, const int32_t *kpos, int B, int Tq, int Tk, int a, int g,
 				      int k, int S, float scale, float dropout_p, uint64_t seed, uint64_t offset,
@@ -437,6 +453,7 @@ const struct kops *kops_profile_wrap(const struct kops *base)
 	WRAP(moe_combine_backward, w_moe_combine_backward);
 	WRAP(sumsq_segs, w_sumsq_segs);
 	WRAP(adamw_segs, w_adamw_segs);
+	WRAP(adamw_segs_lp, w_adamw_segs_lp);
 	WRAP(attention_block_forward, w_attention_block_forward);
 	WRAP(attention_block_backward, w_attention_block_backward);
 	return &P.table;

@@ -150,17 +150,19 @@ int megac_mem_predict(const struct args *a, int64_t vocab, struct megac_stage_me
 		size_t base[2], end[2], lo[2], hi[2];
 		int gsize[2] = { (int)(dp * l.cp), l.edp }, grank[2] = { 0, 0 };
 		int np = train_opt_parts(total, model.expert_lo, l.ep > 1, level >= 1, gsize, grank, base, end, lo, hi);
+		/* the states' formats and offload as train sets them up: on a GPU
+		 * unless --device cpu (whose run offloads nothing) */
+		struct adam_options aopt;
+		train_adam_options(a, !cuda, &aopt);
 		struct adam opt[2];
 		for (int i = 0; i < np; i++) {
-			adam_init(&opt[i], &model.reg, plan_ops, &pool, 0.9f, 0.999f, 1e-8f, lo[i], hi[i]);
+			adam_init(&opt[i], &model.reg, plan_ops, &pool, &aopt, lo[i], hi[i]);
 			if (level >= 2)
 				adam_use_shards(&opt[i], fs.grad, level == 3 && !model.w16 ? model.reg.data : NULL,
 						level == 3 ? model.w16 : NULL);
-			ostate += 2 * (hi[i] - lo[i]) * sizeof(float);
-			if (model.w16) { /* and the shard's fp32 main weights */
+			if (model.w16) /* and the shard's main weights */
 				adam_use_half(&opt[i], model.w16, gpt_half_kind(&model));
-				ostate += (hi[i] - lo[i]) * sizeof(float);
-			}
+			ostate += adam_device_bytes(&opt[i]); /* moments and owned main weights in the pool */
 		}
 		struct megac_stage_mem *e = &st[s];
 		e->pp_stage = s;
@@ -179,7 +181,7 @@ int megac_mem_predict(const struct args *a, int64_t vocab, struct megac_stage_me
 			for (int i = 0; i < np; i++)
 				cuda_ws_segs(&ws, opt[i].norm_segs[1], opt[i].nnorm_segs[1], true);
 			for (int i = 0; i < np; i++)
-				cuda_ws_segs(&ws, opt[i].step_segs, opt[i].nstep_segs, false);
+				cuda_ws_segs(&ws, opt[i].place[1].step_segs, opt[i].place[1].nstep_segs, false);
 			e->backend_ws = ws.lt_workspace + ws.scratch_total;
 		}
 		e->peak = pool.peak + e->backend_ws;

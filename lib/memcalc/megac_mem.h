@@ -30,7 +30,9 @@ struct megac_stage_mem {
 				 * fp32, or 16-bit with --bf16/--fp16 */
 	size_t grads;           /* fp32 gradients (Megatron's main grads) */
 	size_t optimizer;       /* Adam's two moments of this rank's shard, and with --bf16/--fp16
-				 * the shard's fp32 main weights */
+				 * the shard's main weights, in their formats (16-bit with the
+				 * precision-aware optimizer), less what --optimizer-cpu-offload
+				 * keeps on the host */
 	size_t activations;     /* activation slots, recompute scratch, workspaces, ring buffers,
 				 * and the backend's workspace */
 	size_t backend_ws;      /* of activations: the CUDA backend's scratch buffer and cuBLASLt

@@ -43,6 +43,9 @@ int fsdp_level(const struct args *a, int pp, int ep)
 		return error("--data-parallel-sharding-strategy %s with --expert-model-parallel-size %d: not in megac "
 			     "yet; use optim (the distributed optimizer) with expert parallelism",
 			     names[level], ep);
+	if (level == 3 && a->optimizer_cpu_offload && !a->bf16 && !a->fp16)
+		return error("--optimizer-cpu-offload with --data-parallel-sharding-strategy optim_grads_params on an "
+			     "fp32 model: not in megac (its sharded weights are its main weights); use --bf16");
 	return level;
 }
 

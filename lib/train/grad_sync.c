@@ -85,6 +85,8 @@ static void start(struct grad_sync *s, struct grad_bucket *b)
 	/* this rank's own gradients, before the sum hides where a NaN came from */
 	if (s->check)
 		s->nonfinite += s->k->nonfinite(grad + b->lo, b->hi - b->lo);
+	if (s->bf16) /* what a bf16 gradient buffer would hand the reduction */
+		s->k->round(grad + b->lo, grad + b->lo, b->hi - b->lo, KOPS_ROUND_BF16);
 	if (s->g->size <= 1)
 		return;
 	if (s->sharded) /* the shards are the region's; each lands in place, in this rank's shard */
@@ -107,6 +109,22 @@ void grad_sync_param_ready(struct grad_sync *s, int idx)
 			dist_test(&s->b[i].req);
 }
 
+/* A bucket's reduction is done: with bf16 its sum (this rank's part of
+ * it, sharded) is rounded as a bf16 result buffer holds it. */
+static void done(struct grad_sync *s, struct grad_bucket *b)
+{
+	dist_wait(&b->req);
+	if (!s->bf16 || s->g->size <= 1)
+		return;
+	size_t a = b->lo, e = b->hi;
+	if (s->sharded) {
+		a = a > s->lo ? a : s->lo;
+		e = e < s->hi ? e : s->hi;
+	}
+	if (a < e)
+		s->k->round(s->reg->grad + a, s->reg->grad + a, e - a, KOPS_ROUND_BF16);
+}
+
 void grad_sync_finish(struct grad_sync *s)
 {
 	for (int i = 0; i < s->nb; i++)
@@ -114,7 +132,7 @@ void grad_sync_finish(struct grad_sync *s)
 			start(s, &s->b[i]);
 	for (int i = 0; i < s->nb; i++)
 		if (!s->b[i].late)
-			dist_wait(&s->b[i].req);
+			done(s, &s->b[i]);
 }
 
 void grad_sync_late(struct grad_sync *s)
@@ -122,6 +140,6 @@ void grad_sync_late(struct grad_sync *s)
 	for (int i = 0; i < s->nb; i++)
 		if (s->b[i].late) {
 			start(s, &s->b[i]);
-			dist_wait(&s->b[i].req);
+			done(s, &s->b[i]);
 		}
 }

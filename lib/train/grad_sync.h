@@ -8,6 +8,10 @@
  * parameter in it, and runs while backward goes on; without, one bucket
  * covers everything and is reduced after backward, as before.
  *
+ * With bf16 set, every bucket is rounded to bf16 before its reduction and
+ * its result after it (Megatron's --grad-reduce-in-bf16, approximated: see
+ * the field).
+ *
  * Parameters that other groups still have to sum first (the norms under
  * sequence parallelism, the tied embeddings over a pipeline) are kept out of
  * the overlapped buckets: they form "late" buckets that grad_sync_late()
@@ -50,6 +54,12 @@ struct grad_sync {
 	struct grad_bucket *b;
 	int *bucket_of;       /* [reg->n], -1 for a parameter outside this reduction */
 	bool check;           /* count non-finite gradients of each bucket before it is reduced */
+	/* gradients reduced in bf16 (--grad-reduce-in-bf16, Megatron's bf16 main
+	 * grads): each bucket is rounded to bf16 before its reduction and the
+	 * sum, this rank's part of it, after; the buffer stays fp32, so this is
+	 * the bf16 wire's rounding, not its bytes, and the micro-batches still
+	 * accumulate in fp32 */
+	bool bf16;
 	size_t nonfinite;     /* how many this iteration (Megatron's check_for_nan_in_grad) */
 };
 

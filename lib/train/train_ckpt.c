@@ -393,11 +393,8 @@ static float *optim_state_full(struct trainer *t, int which)
 	float *full = xcalloc(total ? total : 1, sizeof(float)); /* plain memory: a shard's pages only, off the root */
 	for (int i = 0; i < t->nparts; i++) {
 		const struct train_part *p = &t->part[i];
-		if (which == 2)
-			adam_get_main(&p->opt, full);
-		else
-			t->k->to_host(full + p->opt.lo, which ? p->opt.exp_avg_sq : p->opt.exp_avg,
-				      (p->opt.hi - p->opt.lo) * sizeof(float));
+		/* fp32 values, whatever the states' formats and places */
+		adam_get_state(&p->opt, which == 2 ? ADAM_MAIN : which ? ADAM_EXP_AVG_SQ : ADAM_EXP_AVG, full);
 		if (p->sharded)
 			dist_gather_f32(p->g, full + p->base, p->end - p->base);
 	}
@@ -797,8 +794,9 @@ static int get_model(struct ckpt_reader *r, int file, struct trainer *t)
 	int ret = get_tensors(r, file, t, NULL, local);
 	if (!ret)
 		gpt_set_weights(&t->model, local);
-	for (int i = 0; !ret && t->model.w16 && i < t->nparts; i++)
-		adam_set_main(&t->part[i].opt, local);
+	/* a 16-bit model's, or the offloaded part's copy of an fp32 model's */
+	for (int i = 0; !ret && i < t->nparts; i++)
+		adam_set_state(&t->part[i].opt, ADAM_MAIN, local);
 	t->k->host_free(local);
 	return ret;
 }
@@ -810,10 +808,8 @@ static int get_optim_state(struct ckpt_reader *r, int file, struct trainer *t, i
 	size_t total = t->model.reg.total;
 	float *full = xcalloc(total ? total : 1, sizeof(float));
 	int ret = get_tensors(r, file, t, which ? "exp_avg_sq" : "exp_avg", full);
-	for (int i = 0; !ret && i < t->nparts; i++) {
-		struct adam *o = &t->part[i].opt;
-		t->k->to_device(which ? o->exp_avg_sq : o->exp_avg, full + o->lo, (o->hi - o->lo) * sizeof(float));
-	}
+	for (int i = 0; !ret && i < t->nparts; i++) /* into each state's format (16-bit: rounded) */
+		adam_set_state(&t->part[i].opt, which ? ADAM_EXP_AVG_SQ : ADAM_EXP_AVG, full);
 	free(full);
 	return ret;
 }

@@ -5,6 +5,7 @@
  * set-up and validation; the loop is trainer.c.
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,10 +42,75 @@ int train_check_layout(const struct args *a, const struct dist_layout *l)
 	return 0;
 }
 
+/* Megatron's precision-aware optimizer and optimizer offload: its checks
+ * (arguments.py, optimizer_config.py, optimizer/__init__.py), then megac's. */
+static int check_optimizer_precision(const struct args *a)
+{
+	static const struct {
+		const char *flag;
+		size_t off;
+	} dtypes[] = {
+		{ "--main-grads-dtype", offsetof(struct args, main_grads_dtype) },
+		{ "--main-params-dtype", offsetof(struct args, main_params_dtype) },
+		{ "--exp-avg-dtype", offsetof(struct args, exp_avg_dtype) },
+		{ "--exp-avg-sq-dtype", offsetof(struct args, exp_avg_sq_dtype) },
+	};
+	for (size_t i = 0; i < sizeof(dtypes) / sizeof(dtypes[0]); i++) {
+		const char *v = *(char *const *)((const char *)a + dtypes[i].off);
+		if (v && strcmp(v, "fp32") && !a->use_precision_aware_optimizer)
+			return error("%s %s needs --use-precision-aware-optimizer (as in Megatron: without it every "
+				     "optimizer state is fp32)", dtypes[i].flag, v);
+	}
+	if (a->use_precision_aware_optimizer && !a->use_distributed_optimizer)
+		return error("--use-precision-aware-optimizer is only supported with the distributed optimizer, as in "
+			     "Megatron: give --use-distributed-optimizer too");
+	if (a->main_params_dtype && !strcmp(a->main_params_dtype, "fp16") && !a->bf16 && !a->fp16)
+		return error("--main-params-dtype fp16 needs a 16-bit model (--bf16 or --fp16): an fp32 model's "
+			     "weights are its main weights");
+	if (a->bf16 && a->accumulate_allreduce_grads_in_fp32 && a->main_grads_dtype &&
+	    strcmp(a->main_grads_dtype, "fp32"))
+		return error("--main-grads-dtype can only be fp32 when --accumulate-allreduce-grads-in-fp32 is set "
+			     "(Megatron's check)");
+	if (a->optimizer_cpu_offload && !a->use_precision_aware_optimizer)
+		return error("--optimizer-cpu-offload must be used with --use-precision-aware-optimizer, as in "
+			     "Megatron (its offload reuses that optimizer)");
+	if (a->optimizer_cpu_offload && !(a->optimizer_offload_fraction >= 0 && a->optimizer_offload_fraction <= 1))
+		return error("--optimizer-offload-fraction must be between 0 and 1 (got %g)", a->optimizer_offload_fraction);
+	return 0;
+}
+
+static enum kops_dtype dtype_of(const char *v)
+{
+	return !v || !strcmp(v, "fp32") ? KOPS_F32 : !strcmp(v, "bf16") ? KOPS_BF16 : KOPS_FP16;
+}
+
+void train_adam_options(const struct args *a, bool on_host, struct adam_options *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->beta1 = (float)a->adam_beta1;
+	o->beta2 = (float)a->adam_beta2;
+	o->eps = (float)a->adam_eps;
+	if (a->use_precision_aware_optimizer) {
+		o->main = dtype_of(a->main_params_dtype);
+		o->exp_avg = dtype_of(a->exp_avg_dtype);
+		o->exp_avg_sq = dtype_of(a->exp_avg_sq_dtype);
+	}
+	if (a->optimizer_cpu_offload && !on_host)
+		o->offload = a->optimizer_offload_fraction;
+}
+
+bool train_grads_bf16(const struct args *a)
+{
+	bool bf16_main = a->main_grads_dtype && !strcmp(a->main_grads_dtype, "bf16");
+	return a->bf16 && (a->grad_reduce_in_bf16 || (bf16_main && !a->accumulate_allreduce_grads_in_fp32));
+}
+
 int train_check_flags(const struct args *a)
 {
 	if (a->fp16 && a->bf16)
 		return error("--fp16 and --bf16 are mutually exclusive");
+	if (check_optimizer_precision(a) < 0)
+		return -1;
 	if (a->seed <= 0)
 		return error("--seed must be positive (got %lld)", (long long)a->seed);
 	if (a->full_validation)
@@ -290,6 +356,34 @@ static int setup_device(struct trainer *t)
 	return 0;
 }
 
+/* What the precision-aware optimizer, bf16 gradients and offload do in
+ * this run, once, on rank 0 (and what they do not: none is silently
+ * without effect). */
+static void say_optimizer_precision(const struct trainer *t)
+{
+	const struct args *a = t->a;
+	bool bf16_grads_asked = a->grad_reduce_in_bf16 || (a->main_grads_dtype && !strcmp(a->main_grads_dtype, "bf16"));
+	if (train_grads_bf16(a))
+		info("gradients reduced in bf16 (%s): each rank's gradient is rounded to bf16 before the data-parallel "
+		     "reduction and the sum after it; megac's gradient buffer stays fp32 (docs/mixed-precision.md)",
+		     a->grad_reduce_in_bf16 ? "--grad-reduce-in-bf16" : "--main-grads-dtype bf16");
+	else if (bf16_grads_asked && !a->bf16)
+		warning("%s has no effect without --bf16, as in Megatron (the gradients stay in the model's precision, "
+			"fp32 in megac)", a->grad_reduce_in_bf16 ? "--grad-reduce-in-bf16" : "--main-grads-dtype bf16");
+	size_t dev = 0, host = 0;
+	for (int i = 0; i < t->nparts; i++) {
+		dev += adam_device_bytes(&t->part[i].opt);
+		host += adam_host_bytes(&t->part[i].opt);
+	}
+	if (a->use_precision_aware_optimizer)
+		info("precision-aware optimizer: main weights %s, exp_avg %s, exp_avg_sq %s; optimizer state on rank 0: "
+		     "%.2f MB on the device, %.2f MB offloaded to the host", t->model.w16 ? a->main_params_dtype : "fp32 "
+		     "(the model's)", a->exp_avg_dtype, a->exp_avg_sq_dtype, dev / 1048576.0, host / 1048576.0);
+	if (a->optimizer_cpu_offload && t->cuda_device < 0)
+		info("--optimizer-cpu-offload: nothing to offload on the CPU backend, whose memory is the host's; the "
+		     "optimizer runs as without it");
+}
+
 static int setup(struct trainer *t, const struct args *a)
 {
 	memset(t, 0, sizeof(*t));
@@ -401,6 +495,8 @@ static int setup(struct trainer *t, const struct args *a)
 	struct dist_group *groups[2] = { t->gdp, &t->dist.edp };
 	int gsize[2] = { t->gdp->size, t->dist.edp.size }, grank[2] = { t->gdp->rank, t->dist.edp.rank };
 	size_t base[2], end[2], lo[2], hi[2];
+	struct adam_options aopt;
+	train_adam_options(a, t->cuda_device < 0, &aopt);
 	t->nparts = train_opt_parts(t->model.reg.total, t->model.expert_lo, ep, level >= 1, gsize, grank, base, end, lo,
 				    hi);
 	/* gradient buckets (Megatron's default size; one bucket without overlap) */
@@ -415,8 +511,7 @@ static int setup(struct trainer *t, const struct args *a)
 		p->base = base[i];
 		p->end = end[i];
 		p->sharded = hi[i] - lo[i] != end[i] - base[i];
-		adam_init(&p->opt, &t->model.reg, t->k, &t->mem, (float)a->adam_beta1, (float)a->adam_beta2,
-			  (float)a->adam_eps, lo[i], hi[i]);
+		adam_init(&p->opt, &t->model.reg, t->k, &t->mem, &aopt, lo[i], hi[i]);
 		if (level >= 2) { /* Megatron-FSDP: the shards are the model's */
 			if (lo[i] != t->model.shards.lo || hi[i] != t->model.shards.hi)
 				BUG("FSDP shard [%zu, %zu) against the optimizer's [%zu, %zu)", t->model.shards.lo,
@@ -425,18 +520,22 @@ static int setup(struct trainer *t, const struct args *a)
 			adam_use_shards(&p->opt, t->fsdp.grad, w && !t->model.w16 ? t->model.reg.data : NULL,
 					w ? t->model.w16 : NULL);
 		}
-		if (t->model.w16) /* fp32 main weights of the shard, from the model's initial ones */
+		if (t->model.w16) /* main weights of the shard, from the model's initial ones */
 			adam_use_half(&p->opt, t->model.w16, gpt_half_kind(&t->model));
 		bool multi = p->g->size > 1;
 		/* levels 2 and 3 reduce in the model's hooks and gather per tensor:
 		 * the bucketed reduction and gather are left empty (no-ops) */
-		if (level < 2)
+		if (level < 2) {
 			grad_sync_init_part(&p->gs, t->k, &t->model.reg, p->g, base[i], end[i], lo[i], hi[i],
 					    p->sharded, (size_t)bucket, a->overlap_grad_reduce && multi, late);
+			p->gs.bf16 = train_grads_bf16(a);
+		}
 		if (level < 3)
 			param_gather_init(&p->pg, &t->model, p->g, base[i], end[i], (size_t)bucket,
 					  a->overlap_param_gather && multi);
 	}
+	if (t->dist.rank == 0)
+		say_optimizer_precision(t);
 	if (training && setup_schedule(t) < 0)
 		return -1;
 	if (setup_scaler(t) < 0)

@@ -31,4 +31,15 @@ int train_opt_parts(size_t total, size_t expert_lo, bool ep, bool dist_opt, cons
 		    size_t base[2], size_t end[2], size_t lo[2], size_t hi[2]);
 int train_check_layout(const struct args *a, const struct dist_layout *l);
 
+struct adam_options;
+/* The optimizer's options from the flags (Adam's betas and epsilon, the
+ * precision-aware optimizer's dtypes, --optimizer-cpu-offload's fraction);
+ * on_host: the run computes on the CPU backend, whose memory is the host's
+ * already, so nothing is offloaded. The flags have passed train_check_flags. */
+void train_adam_options(const struct args *a, bool on_host, struct adam_options *o);
+/* Whether the gradients are reduced in bf16 (Megatron's bf16 main grads:
+ * --bf16 with --grad-reduce-in-bf16, or with --main-grads-dtype bf16 unless
+ * --accumulate-allreduce-grads-in-fp32). */
+bool train_grads_bf16(const struct args *a);
+
 #endif

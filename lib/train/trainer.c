@@ -247,15 +247,16 @@ static int train_step(struct trainer *t, double *loss, bool *skipped, double *gn
 static void memory_split(struct trainer *t, struct sbuf *sb)
 {
 	const struct gpt_model *m = &t->model;
-	size_t n = m->reg.total, per_opt = m->w16 ? 3 * sizeof(float) : 2 * sizeof(float);
+	size_t n = m->reg.total;
 	/* Megatron-FSDP keeps only the shard's gradients (level 2) and weights (3) */
 	size_t shard = m->shards.hi - m->shards.lo;
 	size_t ng = t->fsdp.level >= 2 ? shard : n, nw = t->fsdp.level == 3 ? shard : n;
 	struct trainlog_mem_split s = { .nparams = n, .grads = ng * sizeof(float), .peak = t->mem.peak,
 					.params = nw * (m->w16 ? sizeof(uint16_t) : sizeof(float)),
 					.dtype = !m->w16 ? "fp32" : m->precision == GPT_FP16 ? "fp16" : "bf16" };
+	/* what the pool holds: 16-bit states count 2 bytes, offloaded ones none */
 	for (int i = 0; i < t->nparts; i++)
-		s.optimizer += (t->part[i].opt.hi - t->part[i].opt.lo) * per_opt;
+		s.optimizer += adam_device_bytes(&t->part[i].opt);
 	if (t->fsdp.level >= 2) {
 		for (int u = 0; u < GPT_NUNITS; u++)
 			s.sharding += m->unit_n[u] * sizeof(float);

@@ -984,6 +984,79 @@ static void r_adamw_segs(const struct kops *k, void **d, const struct cfg *c, do
 			      nsegs_tab, 1e-3f, 0.9f, 0.95f, 1e-8f, c->s, t);
 }
 
+/* adamw_segs_lp: the segments above with the states in a mix of formats
+ * (c->kind indexes lp_mixes), the model's bf16 weights written or not; the
+ * 16-bit states and weights are compared through widen, the fp16 scales
+ * (reset to 1 at each call) as an output too. Buffers: 0-2 p, m, v in
+ * their formats, 3 the gradients, 4 the 16-bit weights, 5-7 p, m, v as
+ * fp32, 8 the weights as fp32, 9 the scales. */
+static const struct {
+	enum kops_dtype p, m, v;
+	bool w16;
+	const char *name;
+} lp_mixes[] = {
+	{ KOPS_F32, KOPS_F32, KOPS_F32, false, "fp32 states" },
+	{ KOPS_F32, KOPS_BF16, KOPS_BF16, true, "bf16 moments, bf16 weights out" },
+	{ KOPS_FP16, KOPS_FP16, KOPS_FP16, true, "fp16 scaled states, bf16 weights out" },
+	{ KOPS_F32, KOPS_FP16, KOPS_BF16, false, "fp16 m, bf16 v" },
+};
+
+static void lp_as_f32(const struct kops *k, float *out, const void *x, enum kops_dtype t, size_t n)
+{
+	if (t == KOPS_F32)
+		k->copy(out, x, n * sizeof(float));
+	else
+		k->widen(out, x, n, t == KOPS_FP16 ? KOPS_ROUND_FP16 : KOPS_ROUND_BF16);
+}
+
+static void r_adamw_segs_lp(const struct kops *k, void **d, const struct cfg *c, double *s)
+{
+	float scale[3 * 8];
+	for (int i = 0; i < 3 * nsegs_tab; i++)
+		scale[i] = 1.0f;
+	int mix = c->kind;
+	struct kops_adamw_lp st = { d[0], d[1], d[2], lp_mixes[mix].p, lp_mixes[mix].m, lp_mixes[mix].v, scale,
+				    lp_mixes[mix].w16 ? d[4] : NULL, KOPS_ROUND_BF16 };
+	for (int t = 1; t <= c->steps; t++)
+		k->adamw_segs_lp(&st, (const float *)d[3] + (size_t)(t - 1) * c->n, segs_base, segs_tab, nsegs_tab,
+				 1e-3f, 0.9f, 0.95f, 1e-8f, c->s, t);
+	size_t n = c->n - segs_base;
+	lp_as_f32(k, d[5], d[0], st.p_type, n);
+	lp_as_f32(k, d[6], d[1], st.m_type, n);
+	lp_as_f32(k, d[7], d[2], st.v_type, n);
+	k->widen(d[8], d[4], c->n, KOPS_ROUND_BF16);
+	k->to_device(d[9], scale, FL(3 * nsegs_tab));
+}
+
+static void test_segs_lp(const struct cfg *c0)
+{
+	for (int mix = 0; mix < (int)(sizeof(lp_mixes) / sizeof(lp_mixes[0])); mix++) {
+		struct cfg c = *c0;
+		c.kind = mix;
+		size_t n = c.n - segs_base, sz = lp_mixes[mix].p == KOPS_F32 ? 4 : 2;
+		fresh();
+		float *p0 = rvec(n, 1);
+		void *p = p0;
+		if (sz == 2) { /* the initial main weights in their format */
+			p = hnew(n * sizeof(uint16_t));
+			kops_cpu()->narrow(p, p0, n, KOPS_ROUND_FP16);
+		}
+		tb_in(p, n * sz);
+		tb_in(NULL, n * (lp_mixes[mix].m == KOPS_F32 ? 4 : 2));
+		tb_in(NULL, n * (lp_mixes[mix].v == KOPS_F32 ? 4 : 2));
+		tb_in(rvec(c.n * (size_t)c.steps, 0.01f), FL(c.n * (size_t)c.steps));
+		tb_in(NULL, c.n * sizeof(uint16_t));
+		tb_out("p", NULL, FL(n), TOL_ADAM);
+		tb_out("m", NULL, FL(n), TOL_ADAM);
+		tb_out("v", NULL, FL(n), TOL_ADAM);
+		tb_out("w16", NULL, FL(c.n), TOL_ADAM);
+		tb_out("scales", NULL, FL(3 * nsegs_tab), TOL_ADAM);
+		run_test("adamw_segs_lp", HAS(adamw_segs_lp),
+			 LABEL("%s, %d segments n=%zu steps=%d", lp_mixes[mix].name, nsegs_tab, c.n, c.steps),
+			 r_adamw_segs_lp, &c, NULL, 0);
+	}
+}
+
 static void test_segs(void)
 {
 	size_t lens[] = { 768, 3, 200000, 65536, 1, 65537, 4096 };
@@ -1008,6 +1081,7 @@ static void test_segs(void)
 	tb_in(rvec(c.n, 2), FL(c.n));
 	run_test("sumsq_segs", HAS(sumsq_segs), LABEL("%d segments n=%zu", nsegs_tab, c.n), r_sumsq_segs, &c, "sumsq",
 		 TOL_RED);
+	test_segs_lp(&c);
 }
 
 /* ================= adamw ================= */

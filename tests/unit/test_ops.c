@@ -1533,6 +1533,124 @@ static void test_timings(void)
 /* kops_check's list is the whole struct kops: every op once, in order, up
  * to the struct's end; a table without one op is named by kops_missing
  * and is a BUG (exit through abort, the op and the table named). */
+/* adamw_segs_lp against its definition composed of other ops: each state
+ * widened (an fp16 one times its scale), adamw in fp32, the model's weights
+ * narrow(p), the new fp16 scale the largest magnitude / 32752, each state
+ * narrowed back (fp16: times 1 / the scale). Two segments (one without
+ * weight decay) of a shard at mv_base, 4 steps; bit for bit. With three fp32
+ * states it is adamw_segs. */
+
+/* One step of one segment: x[3] are p, m, v as stored (16-bit ones as their
+ * widened words, still scaled), sc[3] their scales; w16 gets the weights. */
+static void lp_reference(float *x[3], const float *g, size_t n, const enum kops_dtype t[3], float sc[3], float wd,
+			 int step, uint16_t *w16)
+{
+	for (int k = 0; k < 3; k++)
+		if (t[k] == KOPS_FP16)
+			for (size_t i = 0; i < n; i++)
+				x[k][i] *= sc[k];
+	ops->adamw(x[0], g, x[1], x[2], n, 1e-2f, 0.9f, 0.95f, 1e-8f, wd, step);
+	ops->narrow(w16, x[0], n, KOPS_ROUND_BF16);
+	uint16_t *h = xmalloc(n * sizeof(uint16_t));
+	for (int k = 0; k < 3; k++) {
+		if (t[k] == KOPS_F32)
+			continue;
+		if (t[k] == KOPS_FP16) {
+			float a = 0.0f;
+			for (size_t i = 0; i < n; i++)
+				a = fmaxf(a, fabsf(x[k][i]));
+			sc[k] = a / 32752.0f;
+			float r = sc[k] > 0.0f ? 1.0f / sc[k] : 0.0f;
+			for (size_t i = 0; i < n; i++)
+				x[k][i] *= r;
+		}
+		enum kops_round kind = t[k] == KOPS_FP16 ? KOPS_ROUND_FP16 : KOPS_ROUND_BF16;
+		ops->narrow(h, x[k], n, kind);
+		ops->widen(x[k], h, n, kind);
+	}
+	free(h);
+}
+
+static void test_adamw_segs_lp(void)
+{
+	static const enum kops_dtype mixes[][3] = {
+		{ KOPS_F32, KOPS_F32, KOPS_F32 }, { KOPS_F32, KOPS_BF16, KOPS_BF16 },
+		{ KOPS_FP16, KOPS_FP16, KOPS_FP16 }, { KOPS_FP16, KOPS_BF16, KOPS_FP16 },
+	};
+	const size_t base = 3, n0 = 70000, n1 = 129, total = base + n0 + n1; /* the first runs in parallel */
+	const size_t n = total - base;
+	const struct kops_seg segs[2] = { { base, n0, true }, { base + n0, n1, false } };
+	for (size_t mix = 0; mix < sizeof(mixes) / sizeof(mixes[0]); mix++) {
+		const enum kops_dtype *t = mixes[mix];
+		float *g = randv(total * 4, 0.01f), *p0 = randv(total, 1.0f);
+		/* the op's state in its formats; the reference's as fp32 words */
+		void *st[3];
+		float *ref[3], scale[6] = { 1, 1, 1, 1, 1, 1 }, rsc[2][3] = { { 1, 1, 1 }, { 1, 1, 1 } };
+		for (int k = 0; k < 3; k++) {
+			st[k] = xcalloc(n, t[k] == KOPS_F32 ? sizeof(float) : sizeof(uint16_t));
+			ref[k] = xcalloc(n, sizeof(float));
+		}
+		if (t[0] == KOPS_F32) {
+			memcpy(st[0], p0 + base, n * sizeof(float));
+			memcpy(ref[0], p0 + base, n * sizeof(float));
+		} else {
+			ops->narrow(st[0], p0 + base, n, KOPS_ROUND_FP16);
+			ops->widen(ref[0], st[0], n, KOPS_ROUND_FP16);
+		}
+		uint16_t *w16 = xcalloc(total, sizeof(uint16_t)), *rw16 = xcalloc(n, sizeof(uint16_t));
+		struct kops_adamw_lp lp = { st[0], st[1], st[2], t[0], t[1], t[2], scale, w16, KOPS_ROUND_BF16 };
+		for (int step = 1; step <= 4; step++) {
+			const float *gs = g + (size_t)(step - 1) * total;
+			ops->adamw_segs_lp(&lp, gs, base, segs, 2, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step);
+			for (int sg = 0; sg < 2; sg++) {
+				size_t o = segs[sg].off - base;
+				float *x[3] = { ref[0] + o, ref[1] + o, ref[2] + o };
+				lp_reference(x, gs + segs[sg].off, segs[sg].n, t, rsc[sg], segs[sg].decay ? 0.1f : 0.0f, step,
+					     rw16 + o);
+			}
+		}
+		size_t bad = 0;
+		for (int k = 0; k < 3; k++) {
+			float *got = xmalloc(n * sizeof(float));
+			if (t[k] == KOPS_F32)
+				memcpy(got, st[k], n * sizeof(float));
+			else
+				ops->widen(got, st[k], n, t[k] == KOPS_FP16 ? KOPS_ROUND_FP16 : KOPS_ROUND_BF16);
+			bad += memcmp(got, ref[k], n * sizeof(float)) != 0;
+			free(got);
+		}
+		for (int sg = 0; sg < 2; sg++)
+			for (int k = 0; k < 3; k++)
+				bad += memcmp(&scale[3 * sg + k], &rsc[sg][k], sizeof(float)) != 0;
+		bad += memcmp(w16 + base, rw16, n * sizeof(uint16_t)) != 0;
+		if (bad)
+			printf("#   mix %zu: %zu mismatches\n", mix, bad);
+		CHECK_INT(bad, 0);
+		if (t[2] == KOPS_FP16) /* the scale did its job: the small second moments are not flushed */
+			CHECK(scale[2] > 0.0f && scale[2] < 1e-6f);
+		if (mix == 0) { /* fp32 states: adamw_segs itself */
+			float *q = xmalloc(n * sizeof(float)), *qm = xcalloc(n, sizeof(float)), *qv = xcalloc(n, sizeof(float));
+			memcpy(q, p0 + base, n * sizeof(float));
+			for (int step = 1; step <= 4; step++)
+				ops->adamw_segs(q, g + (size_t)(step - 1) * total, qm, qv, base, segs, 2, 1e-2f, 0.9f, 0.95f,
+						1e-8f, 0.1f, step);
+			CHECK(!memcmp(q, st[0], n * sizeof(float)) && !memcmp(qm, st[1], n * sizeof(float)) &&
+			      !memcmp(qv, st[2], n * sizeof(float)));
+			free(q);
+			free(qm);
+			free(qv);
+		}
+		for (int k = 0; k < 3; k++) {
+			free(st[k]);
+			free(ref[k]);
+		}
+		free(w16);
+		free(rw16);
+		free(g);
+		free(p0);
+	}
+}
+
 static void test_op_table_check(void)
 {
 	const int n = kops_count();
@@ -1581,6 +1699,7 @@ int main(void)
 	ops = kops_cpu();
 	dir = test_tmpdir("ops");
 	RUN(test_op_table_check);
+	RUN(test_adamw_segs_lp);
 	RUN(test_philox_known_answers);
 	RUN(test_uniform_and_normal_definitions);
 	RUN(test_dropout_mask);

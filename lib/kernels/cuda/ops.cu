@@ -1199,7 +1199,7 @@ __global__ void adamw_segs_kernel(float *p, const float *g, float *m, float *v, 
 	const float decay = pc.decay ? a.decay : 1.0f;
 	for (unsigned j = threadIdx.x; j < pc.n; j += blockDim.x) {
 		size_t i = pc.off + j, s = i - mv_base;
-		adamw_update(p + s, g[s], m + s, v + s, decay, &a);
+		adamw_update(p + s, g[i], m + s, v + s, decay, &a);
 	}
 }
 
@@ -1220,6 +1220,173 @@ static void cuda_adamw_segs(float *p, const float *g, float *m, float *v, size_t
 						    adamw_scalars_for(lr, b1, b2, eps, wd, step));
 	KERNEL_CHECK();
 	scratch_free(buf);
+}
+
+/* ---- AdamW on states in their storage formats: cpu_adamw_segs_lp, bit for bit ----
+ * The host cuts the segments into pieces as adamw_segs does; each piece
+ * carries its segment's scales (in: the stored ones; out: 1 / the new
+ * ones). With an fp16 state, a first launch writes each piece's largest
+ * updated magnitudes, the host takes each segment's maximum and its new
+ * scales (one synchronisation per step, as the norm's), and a second
+ * launch stores; otherwise one launch does it all. */
+#define FP16_STATE_RANGE 32752.0f /* cpu_ops.c's CPU_FP16_STATE_RANGE */
+
+struct lp_piece {
+	size_t off;     /* first element, in the gradients' indexing */
+	unsigned n;     /* at most SUM_CHUNK */
+	unsigned decay; /* 1 when weight decay applies */
+	float in[3];    /* the segment's stored scales (p, m, v) */
+	float out[3];   /* 1 / its new scales (fp16 states) */
+};
+
+static __device__ __forceinline__ float lp_load(const void *x, size_t i, int t, float scale)
+{
+	if (t == KOPS_F32)
+		return ((const float *)x)[i];
+	uint16_t h = ((const uint16_t *)x)[i];
+	return t == KOPS_BF16 ? __uint_as_float((uint32_t)h << 16) : __fmul_rn(fp16_value(h), scale);
+}
+
+static __device__ __forceinline__ void lp_store(void *x, size_t i, int t, float val, float rscale)
+{
+	if (t == KOPS_F32)
+		((float *)x)[i] = val;
+	else if (t == KOPS_BF16)
+		((uint16_t *)x)[i] = (uint16_t)(__float_as_uint(round_bf16(val)) >> 16);
+	else
+		((uint16_t *)x)[i] = fp16_bits(round_fp16(__fmul_rn(val, rscale)));
+}
+
+/* the state's pointers and formats, by value in the launch */
+struct lp_state {
+	void *p, *m, *v;
+	uint16_t *w16;
+	int pt, mt, vt, w16_kind;
+};
+
+static __device__ __forceinline__ void lp_update(const struct lp_state &s, const struct lp_piece &pc, size_t k,
+						 float g, float decay, const struct adamw_scalars *a, float r[3])
+{
+	r[0] = lp_load(s.p, k, s.pt, pc.in[0]);
+	r[1] = lp_load(s.m, k, s.mt, pc.in[1]);
+	r[2] = lp_load(s.v, k, s.vt, pc.in[2]);
+	adamw_update(&r[0], g, &r[1], &r[2], decay, a);
+}
+
+/* pass 1: amax[3 * piece + state] of the updated values */
+__global__ void adamw_lp_amax_kernel(float *amax, struct lp_state s, const float *g, size_t mv_base,
+				     const struct lp_piece *tab, struct adamw_scalars a)
+{
+	const struct lp_piece pc = tab[blockIdx.x];
+	const float decay = pc.decay ? a.decay : 1.0f;
+	float m0 = 0.0f, m1 = 0.0f, m2 = 0.0f;
+	for (unsigned j = threadIdx.x; j < pc.n; j += blockDim.x) {
+		float r[3];
+		size_t i = pc.off + j;
+		lp_update(s, pc, i - mv_base, g[i], decay, &a, r);
+		m0 = fmaxf(m0, fabsf(r[0]));
+		m1 = fmaxf(m1, fabsf(r[1]));
+		m2 = fmaxf(m2, fabsf(r[2]));
+	}
+	m0 = block_max(m0);
+	m1 = block_max(m1);
+	m2 = block_max(m2);
+	if (threadIdx.x == 0) {
+		amax[3 * blockIdx.x] = m0;
+		amax[3 * blockIdx.x + 1] = m1;
+		amax[3 * blockIdx.x + 2] = m2;
+	}
+}
+
+__global__ void adamw_lp_kernel(struct lp_state s, const float *g, size_t mv_base, const struct lp_piece *tab,
+				struct adamw_scalars a)
+{
+	const struct lp_piece pc = tab[blockIdx.x];
+	const float decay = pc.decay ? a.decay : 1.0f;
+	for (unsigned j = threadIdx.x; j < pc.n; j += blockDim.x) {
+		float r[3];
+		size_t i = pc.off + j, k = i - mv_base;
+		lp_update(s, pc, k, g[i], decay, &a, r);
+		if (s.w16)
+			s.w16[i] = s.w16_kind == KOPS_ROUND_BF16 ? (uint16_t)(__float_as_uint(round_bf16(r[0])) >> 16) :
+								   fp16_bits(round_fp16(r[0]));
+		lp_store(s.p, k, s.pt, r[0], pc.out[0]);
+		lp_store(s.m, k, s.mt, r[1], pc.out[1]);
+		lp_store(s.v, k, s.vt, r[2], pc.out[2]);
+	}
+}
+
+static void cuda_adamw_segs_lp(const struct kops_adamw_lp *st, const float *g, size_t mv_base,
+			       const struct kops_seg *segs, int nsegs, float lr, float b1, float b2, float eps, float wd,
+			       int step)
+{
+	if (step < 1)
+		CUDA_BUG("adamw step < 1");
+	const int type[3] = { (int)st->p_type, (int)st->m_type, (int)st->v_type };
+	bool scaled = type[0] == KOPS_FP16 || type[1] == KOPS_FP16 || type[2] == KOPS_FP16;
+	if (scaled && !st->scale)
+		CUDA_BUG("adamw_segs_lp: fp16 states without scales");
+	size_t np = 0;
+	for (int i = 0; i < nsegs; i++)
+		np += (segs[i].n + SUM_CHUNK - 1) / SUM_CHUNK;
+	if (np == 0)
+		return;
+	if (np > 0x7fffffffu)
+		CUDA_BUG("adamw_segs_lp: too many pieces");
+	struct lp_piece *host = (struct lp_piece *)malloc(np * sizeof(*host));
+	int *seg_of = (int *)malloc(np * sizeof(int));
+	float *amax = (float *)malloc(np * 3 * sizeof(float));
+	if (!host || !seg_of || !amax)
+		CUDA_BUG("adamw_segs_lp: out of host memory");
+	size_t k = 0;
+	for (int i = 0; i < nsegs; i++)
+		for (size_t a = 0; a < segs[i].n; a += SUM_CHUNK, k++) {
+			host[k].off = segs[i].off + a;
+			host[k].n = (unsigned)(segs[i].n - a < SUM_CHUNK ? segs[i].n - a : SUM_CHUNK);
+			host[k].decay = segs[i].decay;
+			for (int t = 0; t < 3; t++) {
+				host[k].in[t] = st->scale ? st->scale[3 * i + t] : 1.0f;
+				host[k].out[t] = 1.0f;
+			}
+			seg_of[k] = i;
+		}
+	size_t amax_bytes = (np * 3 * sizeof(float) + 15) / 16 * 16;
+	char *buf = (char *)scratch_alloc(amax_bytes + np * sizeof(*host));
+	struct lp_piece *tab = (struct lp_piece *)(buf + amax_bytes);
+	CUDA_CHECK(cudaMemcpy(tab, host, np * sizeof(*host), cudaMemcpyHostToDevice));
+	struct lp_state s = { st->p, st->m, st->v, st->w16, type[0], type[1], type[2], (int)st->w16_kind };
+	struct adamw_scalars sc = adamw_scalars_for(lr, b1, b2, eps, wd, step);
+	if (scaled) {
+		launch<adamw_lp_amax_kernel>((unsigned)np, THREADS, 0, (float *)buf, s, g, mv_base, tab, sc);
+		KERNEL_CHECK();
+		CUDA_CHECK(cudaMemcpy(amax, buf, np * 3 * sizeof(float), cudaMemcpyDeviceToHost));
+		/* each segment's maximum over its pieces, its new scales (the CPU's
+		 * arithmetic, in fp32 on the host), 1 / them into every piece */
+		for (size_t a = 0; a < np;) {
+			int i = seg_of[a];
+			size_t b = a;
+			float m[3] = { 0.0f, 0.0f, 0.0f };
+			for (; b < np && seg_of[b] == i; b++)
+				for (int t = 0; t < 3; t++)
+					m[t] = fmaxf(m[t], amax[3 * b + t]);
+			for (int t = 0; t < 3; t++) {
+				if (type[t] != KOPS_FP16)
+					continue;
+				float ns = m[t] / FP16_STATE_RANGE, r = ns > 0.0f ? 1.0f / ns : 0.0f;
+				st->scale[3 * i + t] = ns;
+				for (size_t q = a; q < b; q++)
+					host[q].out[t] = r;
+			}
+			a = b;
+		}
+		CUDA_CHECK(cudaMemcpy(tab, host, np * sizeof(*host), cudaMemcpyHostToDevice));
+	}
+	launch<adamw_lp_kernel>((unsigned)np, THREADS, 0, s, g, mv_base, tab, sc);
+	KERNEL_CHECK();
+	scratch_free(buf);
+	free(host);
+	free(seg_of);
+	free(amax);
 }
 
 /* ---- the table ---- */
@@ -1268,6 +1435,7 @@ static void table_init(void)
 	t->moe_combine_backward = cuda_moe_combine_backward;
 	t->sumsq_segs = cuda_sumsq_segs;
 	t->adamw_segs = cuda_adamw_segs;
+	t->adamw_segs_lp = cuda_adamw_segs_lp;
 	cuda_gemm_fill(t, GEMM_F32);
 	cuda_attn_fill(t);
 	/* the block ops are flash-style on the GPU: no T x T probs in memory */
