@@ -776,6 +776,10 @@ const struct refused_value args_refused_values[] = {
 	{ "--moe-router-score-function", "softmax|sigmoid", "the sqrtsoftplus router score is not in megac yet" },
 	{ "--moe-token-dispatcher-type", "allgather|alltoall",
 	  "the flex dispatcher (DeepEP/HybridEP) is not in megac yet; use alltoall (the same numbers)" },
+	{ "--megatron-fsdp-grad-comm-dtype", "fp32|auto",
+	  "megac sums Megatron-FSDP's gradients in fp32; a bf16 or fp16 reduction is not in megac yet" },
+	{ "--megatron-fsdp-main-grads-dtype", "fp32|auto",
+	  "megac keeps Megatron-FSDP's main gradients in fp32; bf16 or fp16 ones are not in megac yet" },
 	{ "--recompute-modules", "core_attn|moe_act|layernorm|mlp|moe|shared_experts",
 	  "megac has no multi-latent attention (mla_up_proj), GatedDeltaNet or GatedDeltaProduct layers "
 	  "(gdn_norm_out, gdp_in_proj, gdp_qkv) nor hyper-connections (mhc) to recompute" },

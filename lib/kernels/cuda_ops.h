@@ -39,6 +39,8 @@ const struct kops *kops_cuda_half(enum kops_round kind, const char **why);
 struct kops_cuda_stats {
 	unsigned long mallocs, frees;
 	size_t bytes, scratch_bytes;
+	size_t held; /* what the backend holds beside the buffers alloc returned: every scratch
+		      * buffer (the ones it outgrew are kept too) and cuBLASLt's workspace */
 };
 void kops_cuda_get_stats(struct kops_cuda_stats *st);
 

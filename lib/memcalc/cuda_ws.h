@@ -3,7 +3,7 @@
  * backend takes beside train's memory pool, predicted from the shapes of one
  * training iteration of a pipeline stage (docs/report-memory.md, "--device").
  *
- * Two buffers, neither of them in train's "max allocated":
+ * Two buffers, both counted in train's "max allocated" beside its pool:
  *   - cuBLASLt's workspace, 32 MiB, taken at the first GEMM (gemm.cu,
  *     LT_WORKSPACE);
  *   - the scratch buffer (ops.cu, scratch_alloc): one device buffer that an

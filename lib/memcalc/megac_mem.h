@@ -37,7 +37,7 @@ struct megac_stage_mem {
 				 * and the backend's workspace */
 	size_t backend_ws;      /* of activations: the CUDA backend's scratch buffer and cuBLASLt
 				 * workspace, outside train's pool (0 on the CPU) */
-	size_t peak;            /* all of it: train's "max allocated" plus backend_ws */
+	size_t peak;            /* all of it, backend_ws too: train's "max allocated" */
 	size_t expert_params;   /* of params: the experts' part, reduced over expert data
 				 * parallelism (expert parallelism only; else 0) */
 };

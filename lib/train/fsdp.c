@@ -27,13 +27,8 @@ int fsdp_level(const struct args *a, int pp, int ep)
 			     "optim_grads_params", s);
 	if (want > level)
 		level = want;
-	const char *comm = a->megatron_fsdp_grad_comm_dtype, *main = a->megatron_fsdp_main_grads_dtype;
-	if (comm && strcmp(comm, "auto") && strcmp(comm, "fp32"))
-		return error("--megatron-fsdp-grad-comm-dtype %s: megac sums gradients in fp32 only (auto or fp32)",
-			     comm);
-	if (main && strcmp(main, "auto") && strcmp(main, "fp32"))
-		return error("--megatron-fsdp-main-grads-dtype %s: megac keeps fp32 main gradients only (auto or fp32)",
-			     main);
+	/* --megatron-fsdp-grad-comm-dtype and --megatron-fsdp-main-grads-dtype
+	 * other than fp32 are refused with the command line (args_table.c) */
 	if (level >= 2 && pp > 1)
 		return error("--data-parallel-sharding-strategy %s with --pipeline-model-parallel-size %d: megac shards "
 			     "gradients and weights on one pipeline stage only; use optim (the distributed optimizer) "

@@ -243,6 +243,20 @@ static int train_step(struct trainer *t, double *loss, bool *skipped, double *gn
 	return 0;
 }
 
+/* What the backend holds beside the pool's buffers (the CUDA backend's
+ * scratch buffers, the outgrown ones too, and cuBLASLt's workspace; 0 on
+ * the CPU): counted in "allocated" and "max allocated", so the memory line
+ * is everything megac holds on the device. It only grows, and report_memory
+ * predicts it the same way (its backend workspace). */
+static size_t trainer_backend_held(const struct trainer *t)
+{
+	if (t->cuda_device < 0)
+		return 0;
+	struct kops_cuda_stats st;
+	kops_cuda_get_stats(&st);
+	return st.held;
+}
+
 /* The memory split line (trainlog.h) of this rank. */
 static void memory_split(struct trainer *t, struct sbuf *sb)
 {
@@ -251,7 +265,7 @@ static void memory_split(struct trainer *t, struct sbuf *sb)
 	/* Megatron-FSDP keeps only the shard's gradients (level 2) and weights (3) */
 	size_t shard = m->shards.hi - m->shards.lo;
 	size_t ng = t->fsdp.level >= 2 ? shard : n, nw = t->fsdp.level == 3 ? shard : n;
-	struct trainlog_mem_split s = { .nparams = n, .grads = ng * sizeof(float), .peak = t->mem.peak,
+	struct trainlog_mem_split s = { .nparams = n, .grads = ng * sizeof(float), .peak = t->mem.peak + trainer_backend_held(t),
 					.params = nw * (m->w16 ? sizeof(uint16_t) : sizeof(float)),
 					.dtype = !m->w16 ? "fp32" : m->precision == GPT_FP16 ? "fp16" : "bf16" };
 	/* what the pool holds: 16-bit states count 2 bytes, offloaded ones none */
@@ -409,7 +423,8 @@ static int log_iteration(struct trainer *t, double loss, bool skipped, double lr
 	bool mem_due = a->log_memory_interval > 0 && t->iteration % a->log_memory_interval == 0;
 	if (t->report_memory || mem_due) {
 		if (t->dist.dp.rank == 0) {
-			trainlog_memory_line(&sb, t->dist.rank, t->iteration, t->mem.cur, t->mem.peak);
+			size_t held = trainer_backend_held(t);
+			trainlog_memory_line(&sb, t->dist.rank, t->iteration, t->mem.cur + held, t->mem.peak + held);
 			puts(sb.buf);
 			if (t->iteration == t->start_iteration + 1) {
 				sbuf_reset(&sb);
@@ -474,7 +489,7 @@ static int log_iteration(struct trainer *t, double loss, bool skipped, double lr
 			f[n++] = METRICS_I("num zeros", (int64_t)it.num_zeros);
 		f[n++] = METRICS_I("number of skipped iterations", t->skipped_iters);
 		f[n++] = METRICS_I("number of nan iterations", t->nan_iters);
-		f[n++] = METRICS_I("max allocated bytes", (int64_t)t->mem.peak);
+		f[n++] = METRICS_I("max allocated bytes", (int64_t)(t->mem.peak + trainer_backend_held(t)));
 		if (metrics_write(&t->mx, t->iteration, f, n) < 0)
 			return -1;
 	}
@@ -594,9 +609,9 @@ static void tensorboard_iteration(struct trainer *t, double loss, double lr, dou
 		tboard_add_scalar(tb, "params-norm vs samples", n, pn);
 	}
 	if (t->a->log_memory_to_tensorboard) { /* Megatron's CUDA allocator's numbers; megac's pool's */
-		tboard_add_scalar(tb, "mem-reserved-bytes", it, (double)t->mem.cur);
-		tboard_add_scalar(tb, "mem-allocated-bytes", it, (double)t->mem.cur);
-		tboard_add_scalar(tb, "mem-max-allocated-bytes", it, (double)t->mem.peak);
+		tboard_add_scalar(tb, "mem-reserved-bytes", it, (double)(t->mem.cur + trainer_backend_held(t)));
+		tboard_add_scalar(tb, "mem-allocated-bytes", it, (double)(t->mem.cur + trainer_backend_held(t)));
+		tboard_add_scalar(tb, "mem-max-allocated-bytes", it, (double)(t->mem.peak + trainer_backend_held(t)));
 		tboard_add_scalar(tb, "mem-allocated-count", it, (double)t->mem.count);
 	}
 	tboard_flush(tb);

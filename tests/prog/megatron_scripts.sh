@@ -194,9 +194,8 @@ run_script deepseek_v3 "--multi-latent-attention --qk-layernorm --moe-token-disp
 --moe-router-group-topk --moe-router-num-groups --moe-router-topk-scaling-factor --moe-router-enable-expert-bias \
 --moe-router-bias-update-rate --moe-router-force-load-balancing --q-lora-rank --kv-lora-rank --qk-head-dim \
 --qk-pos-emb-head-dim --v-head-dim --rotary-scaling-factor --mscale --mscale-all-dim --mtp-num-layers \
---mtp-loss-scaling-factor --recompute-modules=mla_up_proj --auto-detect-ckpt-format --use-megatron-fsdp \
---data-parallel-sharding-strategy --ckpt-format=fsdp_dtensor \
---megatron-fsdp-grad-comm-dtype --megatron-fsdp-main-grads-dtype" \
+--mtp-loss-scaling-factor --recompute-modules=mla_up_proj --auto-detect-ckpt-format --ckpt-format=fsdp_dtensor \
+--megatron-fsdp-grad-comm-dtype=bf16 --megatron-fsdp-main-grads-dtype=bf16" \
 	--distributed-timeout-minutes 60 --tensor-model-parallel-size 1 --expert-model-parallel-size 1 \
 	--expert-tensor-parallel-size 1 --context-parallel-size 1 --use-distributed-optimizer --overlap-grad-reduce \
 	--overlap-param-gather --use-mcore-models --sequence-parallel --use-flash-attn --disable-bias-linear \

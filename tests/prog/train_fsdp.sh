@@ -108,5 +108,5 @@ expect_fail "--data-parallel-sharding-strategy without --use-megatron-fsdp" "nee
 	$BIN/train $B --data-parallel-sharding-strategy optim
 expect_fail "ZeRO-3 with pipeline parallelism" "one pipeline stage" \
 	$MPI -np 2 $BIN/train $B --use-megatron-fsdp --pipeline-model-parallel-size 2
-expect_fail "bf16 gradient communication" "megac sums gradients in fp32" \
+expect_fail "bf16 gradient communication" "megac sums Megatron-FSDP's gradients in fp32" \
 	$BIN/train $B --use-megatron-fsdp --megatron-fsdp-grad-comm-dtype bf16

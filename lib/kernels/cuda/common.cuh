@@ -168,6 +168,8 @@ static inline float keep_scale_of(float p)
  * one after another on one host thread, as the table's callers do). */
 void *scratch_alloc(size_t bytes);
 void scratch_free(void *p);
+/* cuBLASLt's workspace, once created (gemm.cu), in bytes */
+size_t gemm_workspace_bytes(void);
 
 /* ---- reductions within a warp / a block ---- */
 

@@ -86,6 +86,11 @@ static void lt_init(void)
 	CUDA_CHECK(cudaMalloc(&lt_workspace, LT_WORKSPACE));
 }
 
+size_t gemm_workspace_bytes(void)
+{
+	return lt_workspace ? LT_WORKSPACE : 0;
+}
+
 /* ---- plans: descriptors and the chosen algorithm, per shape ---- */
 
 enum gemm_op { OP_FWD, OP_DINP, OP_DWEIGHT };

@@ -56,6 +56,7 @@ static struct kops_cuda_stats alloc_stats;
  * the first iteration finds the largest op, and nothing grows after it. */
 static void *scratch_buf;
 static size_t scratch_cap;
+static size_t scratch_total; /* every scratch buffer's bytes, the outgrown ones too */
 #define RETIRED_MAX 64
 static int nretired; /* outgrown buffers, left allocated until the process ends */
 
@@ -71,6 +72,7 @@ void *scratch_alloc(size_t bytes)
 		scratch_buf = NULL;
 		CUDA_CHECK(cudaMalloc(&scratch_buf, cap));
 		scratch_cap = cap;
+		scratch_total += cap;
 		alloc_stats.mallocs++;
 		alloc_stats.bytes += cap;
 	}
@@ -1447,6 +1449,7 @@ extern "C" void kops_cuda_get_stats(struct kops_cuda_stats *st)
 {
 	*st = alloc_stats;
 	st->scratch_bytes = scratch_cap;
+	st->held = scratch_total + gemm_workspace_bytes();
 }
 
 extern "C" void cuda_prepare_runtime(void); /* probe.cu */
