@@ -116,6 +116,24 @@ train_test_begin() {
 		--output-prefix "$W/kjv" $GPT2 --append-eod --workers 1 --log-interval 0
 }
 
+# prediction_close NAME REPORT.json TRAIN.log: report_memory's peak for rank 0
+# (--json) within 5% of the first "max allocated" train printed
+prediction_close() {
+	_measured=$(grep -o "max allocated: [0-9.]*" "$3" | head -1 | cut -d' ' -f3)
+	if /usr/bin/python3 - "$2" "$_measured" <<'EOF' >"$W/pred.txt" 2>&1; then
+import json, sys
+r = json.load(open(sys.argv[1]))["megac"]["ranks"][0]
+pred, meas = r["peak_MB"], float(sys.argv[2])
+assert abs(pred - meas) <= 0.05 * meas, (pred, meas)
+print(f"predicted {pred:.2f} MB, measured {meas:.2f} MB")
+EOF
+		ok "$1: $(cat "$W/pred.txt")"
+	else
+		notok "$1"
+		show "$W/pred.txt"
+	fi
+}
+
 # logits_close NAME A.npy B.npy TOL: two logits arrays agree within TOL (and are
 # not all near zero, which would tell nothing)
 logits_close() {

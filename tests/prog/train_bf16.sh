@@ -29,19 +29,7 @@ if [ -n "$bpp" ] && echo "$split" | grep -q "parameters (bf16)" &&
 else
 	notok "bf16 memory per parameter: '$split'"
 fi
-measured=$(grep -o "max allocated: [0-9.]*" "$W/m4.log" | head -1 | cut -d' ' -f3)
-if $PY - "$W/m4.json" "$measured" <<'EOF' >"$W/pred.txt" 2>&1; then
-import json, sys
-r = json.load(open(sys.argv[1]))["megac"]["ranks"][0]
-pred, meas = r["peak_MB"], float(sys.argv[2])
-assert abs(pred - meas) <= 0.05 * meas, (pred, meas)
-print(f"predicted {pred:.2f} MB, measured {meas:.2f} MB")
-EOF
-	ok "report_memory's prediction for rank 0 is within 5% of train's max allocated: $(cat "$W/pred.txt")"
-else
-	notok "report_memory's bf16 prediction"
-	show "$W/pred.txt"
-fi
+prediction_close "report_memory's prediction for rank 0 is within 5% of train's max allocated" "$W/m4.json" "$W/m4.log"
 
 # ---- bf16 and fp16 against fp32 over 50 iterations ----
 R="$L --global-batch-size 4 --train-iters 50 --hidden-size 64"

@@ -28,19 +28,7 @@ for s in no_shard optim optim_grads optim_grads_params; do
 	fi
 	expect_ok "report_memory for $s" \
 		sh -c "$BIN/report_memory $B --use-megatron-fsdp --data-parallel-sharding-strategy $s --world-size 4 --device cpu --json >$W/$s.json"
-	measured=$(grep -o "max allocated: [0-9.]*" "$W/$s.log" | head -1 | cut -d' ' -f3)
-	if $PY - "$W/$s.json" "$measured" <<'EOF' >"$W/pred.txt" 2>&1; then
-import json, sys
-r = json.load(open(sys.argv[1]))["megac"]["ranks"][0]
-pred, meas = r["peak_MB"], float(sys.argv[2])
-assert abs(pred - meas) <= 0.05 * meas, (pred, meas)
-print(f"predicted {pred:.2f} MB, measured {meas:.2f} MB")
-EOF
-		ok "report_memory's prediction for $s is within 5%: $(cat "$W/pred.txt")"
-	else
-		notok "report_memory for $s"
-		show "$W/pred.txt"
-	fi
+	prediction_close "report_memory's prediction for $s is within 5%" "$W/$s.json" "$W/$s.log"
 done
 # bytes per parameter: the state, and the state with the sharding buffers
 if $PY - "$W/optim.log" "$W/optim_grads.log" "$W/optim_grads_params.log" <<'EOF' >"$W/bpp.txt" 2>&1; then
