@@ -358,7 +358,14 @@ static void alloc_training(struct gpt_model *m, bool any_rc)
  * layer and the head have their gradients in a unit buffer while their
  * backward runs; how large each buffer must be. One pipeline stage (the
  * trainer refuses the rest): the units are runs of adjacent tensors. */
-static int setup_shards(struct gpt_model *m, const struct gpt_shards *sh)
+/* One past the head unit's last tensor: the final norm's, then an untied
+ * output layer (a tied one is the embedding's). */
+static int head_unit_end(const struct gpt_model *m)
+{
+	return (m->out_w != m->wte ? m->out_w : m->lnf_b >= 0 ? m->lnf_b : m->lnf_w) + 1;
+}
+
+static void setup_shards(struct gpt_model *m, const struct gpt_shards *sh)
 {
 	if (sh->level < 2 || sh->level > 3 || m->nchunks != 1 || !m->chunks[0].pre || !m->chunks[0].post)
 		BUG("gpt_shards level %d on %d chunks", sh->level, m->nchunks);
@@ -366,7 +373,7 @@ static int setup_shards(struct gpt_model *m, const struct gpt_shards *sh)
 	dist_shard(m->reg.total, sh->size, sh->rank, &m->shards.lo, &m->shards.hi);
 	const struct param *p = m->reg.p;
 	m->unit_n[GPT_UNIT_EMB] = p[m->wte].numel + (m->wpe >= 0 ? p[m->wpe].numel : 0);
-	int head_end = (m->out_w != m->wte ? m->out_w : m->lnf_b >= 0 ? m->lnf_b : m->lnf_w) + 1;
+	int head_end = head_unit_end(m);
 	m->unit_n[GPT_UNIT_HEAD] = p[head_end - 1].offset + p[head_end - 1].numel - p[m->lnf_w].offset;
 	for (int l = 0; l < m->c.L; l++) {
 		const struct gpt_layer_params *lp = &m->lp[l];
@@ -374,7 +381,6 @@ static int setup_shards(struct gpt_model *m, const struct gpt_shards *sh)
 		if (n > m->unit_n[GPT_UNIT_LAYER])
 			m->unit_n[GPT_UNIT_LAYER] = n;
 	}
-	return 0;
 }
 
 /* The unit buffer parameter idx's gradient is in (level >= 2), and where. */
@@ -511,8 +517,8 @@ int gpt_init_pipe(struct gpt_model *m, const struct gpt_config *c, const struct 
 		}
 	}
 	register_params(m);
-	if (pipe->shards && !sv && setup_shards(m, pipe->shards) < 0)
-		return -1;
+	if (pipe->shards && !sv)
+		setup_shards(m, pipe->shards);
 	/* the weights this rank keeps: all, or its shard at FSDP level 3 */
 	size_t kept = m->shards.level == 3 ? m->shards.hi - m->shards.lo : m->reg.total;
 	if (precision == GPT_FP32)
@@ -745,7 +751,7 @@ static void head_backward(struct gpt_model *m, const struct gpt_pass *P, const f
 			m->grad_ready(m->grad_ctx, m->out_w);
 	}
 	/* a tied output layer is in the embedding's unit */
-	flush_unit(m, GPT_UNIT_HEAD, m->lnf_w, (m->out_w != m->wte ? m->out_w : m->lnf_b >= 0 ? m->lnf_b : m->lnf_w) + 1);
+	flush_unit(m, GPT_UNIT_HEAD, m->lnf_w, head_unit_end(m));
 }
 
 float *gpt_chunk_input(struct gpt_model *m, int v, int s)
