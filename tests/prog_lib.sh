@@ -116,6 +116,11 @@ train_test_begin() {
 		--output-prefix "$W/kjv" $GPT2 --append-eod --workers 1 --log-interval 0
 }
 
+# long_only: true under make check-long (MEGAC_LONG=1), which runs the
+# extended variants of some checks (more layouts, thread orders and
+# precisions of what make test checks once) beside everything make test runs
+long_only() { [ -n "${MEGAC_LONG:-}" ]; }
+
 # prediction_close NAME REPORT.json TRAIN.log: report_memory's peak for rank 0
 # (--json) within 5% of the first "max allocated" train printed
 prediction_close() {
