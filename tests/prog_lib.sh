@@ -98,13 +98,14 @@ compare_ref() {
 	fi
 }
 
-# train_test_begin NAME: the set-up the multi-rank training tests share: W
+# train_env_begin NAME: the set-up the multi-rank training tests share: W
 # (a fresh temporary folder), OUT_LOG and ERR for expect_ok/expect_fail, PY,
 # one BLAS/OpenMP thread per rank, MPI (an oversubscribing mpirun; Open MPI
 # yields when idle), AddressSanitizer's leak check off under make asan (Open
-# MPI's own allocations left at exit are not ours), and the bundled corpus
-# preprocessed into $W/kjv_text_document (a set-up step: no check of its own).
-train_test_begin() {
+# MPI's own allocations left at exit are not ours). train_test_begin NAME:
+# that, and the bundled corpus preprocessed into $W/kjv_text_document (a
+# set-up step: no check of its own).
+train_env_begin() {
 	W=$(new_tmp "$1")
 	OUT_LOG=$W/out.log
 	ERR=$W/err.log
@@ -112,6 +113,9 @@ train_test_begin() {
 	export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 OMPI_MCA_mpi_yield_when_idle=1
 	MPI="mpirun --allow-run-as-root --oversubscribe"
 	if [ -n "${MEGAC_SANITIZE:-}" ]; then export ASAN_OPTIONS=detect_leaks=0; fi
+}
+train_test_begin() {
+	train_env_begin "$1"
 	setup "preprocess the bundled corpus" $BIN/preprocess_data --input examples/data/kjv.jsonl.gz \
 		--output-prefix "$W/kjv" $GPT2 --append-eod --workers 1 --log-interval 0
 }

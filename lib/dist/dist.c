@@ -680,13 +680,17 @@ void dist_reduce_scatter_part_f32(struct dist_group *g, const float *in, size_t 
 		}
 		return;
 	}
-	if (route2(g, in, out, "reduce-scatter") == VIA_NCCL) {
+	enum route w = route2(g, in, out, "reduce-scatter");
+	if (w == VIA_NCCL) {
 		nccl_finish(g, "reduce-scatter", dist_nccl_reduce_scatter_part(g, in, total, a, b, out));
 		count(g, (uint64_t)(g->size - 1) * (b - a) * sizeof(float) / (uint64_t)g->size);
 		return;
 	}
 	if (g->size <= 1) {
-		memcpy(out, in, (b - a) * sizeof(float));
+		if (w == VIA_ALONE)
+			dist_nccl_copy(out, in, (b - a) * sizeof(float));
+		else
+			memcpy(out, in, (b - a) * sizeof(float));
 		return;
 	}
 	int *counts = xmalloc((size_t)g->size * 2 * sizeof(int));
@@ -718,13 +722,17 @@ void dist_allgather_part(struct dist_group *g, const void *shard, size_t esize, 
 	}
 	size_t x = lo > a ? lo : a, y = hi < b ? hi : b; /* this rank's part */
 	const char *mine = (const char *)shard + (y > x ? x - lo : 0) * esize;
-	if (route2(g, dst, mine, "all-gather") == VIA_NCCL) {
+	enum route w = route2(g, dst, mine, "all-gather");
+	if (w == VIA_NCCL) {
 		nccl_finish(g, "all-gather", dist_nccl_allgather_part(g, mine, esize, total, a, b, dst));
 		count(g, (uint64_t)(g->size - 1) * (b - a) * esize / (uint64_t)g->size);
 		return;
 	}
 	if (g->size <= 1) {
-		memcpy(dst, mine, (b - a) * esize);
+		if (w == VIA_ALONE)
+			dist_nccl_copy(dst, mine, (b - a) * esize);
+		else
+			memcpy(dst, mine, (b - a) * esize);
 		return;
 	}
 	int *counts = xmalloc((size_t)g->size * 2 * sizeof(int)), *displs = counts + g->size;

@@ -7,7 +7,7 @@
 # 2% of fp32 over 50 iterations; a resumed bf16 run is bit-exact on its
 # layout and continues on others; checkpoints hold the fp32 main weights.
 . tests/prog_lib.sh
-train_test_begin train_bf16
+train_env_begin train_bf16
 
 # a tiny Llama whose embeddings are a small share of its parameters
 L="--num-layers 4 --hidden-size 128 --num-attention-heads 4 --group-query-attention --num-query-groups 2"

@@ -6,7 +6,7 @@
 # under ZeRO-2 and ZeRO-3 and continues on other layouts and strategies;
 # the settings megac does not do are refused by name.
 . tests/prog_lib.sh
-train_test_begin train_fsdp
+train_env_begin train_fsdp
 
 # a tiny Llama whose embeddings are a small share of its parameters
 L="--num-layers 8 --hidden-size 128 --num-attention-heads 4 --group-query-attention --num-query-groups 2"

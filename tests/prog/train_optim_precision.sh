@@ -15,13 +15,7 @@
 #    half offloaded, bf16 and fp32 models), a resumed one too, and max
 #    allocated drops by the optimizer's bytes, as report_memory predicts.
 . tests/prog_lib.sh
-W=$(new_tmp train_optim_precision)
-OUT_LOG=$W/out.log
-ERR=$W/err.log
-PY=/usr/bin/python3
-export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 OMPI_MCA_mpi_yield_when_idle=1
-MPI="mpirun --allow-run-as-root --oversubscribe"
-if [ -n "${MEGAC_SANITIZE:-}" ]; then export ASAN_OPTIONS=detect_leaks=0; fi
+train_env_begin train_optim_precision
 
 L="--num-layers 2 --hidden-size 64 --num-attention-heads 4 --group-query-attention --num-query-groups 2"
 L="$L --position-embedding-type rope --normalization RMSNorm --swiglu --untie-embeddings-and-output-weights"

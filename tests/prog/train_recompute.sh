@@ -8,12 +8,7 @@
 # bf16, EP2) the same against the layout's own run; and Megatron's rules
 # for the list.
 . tests/prog_lib.sh
-W=$(new_tmp train_recompute)
-OUT_LOG=$W/out.log
-ERR=$W/err.log
-PY=/usr/bin/python3
-export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 OMPI_MCA_mpi_yield_when_idle=1
-MPI="mpirun --allow-run-as-root --oversubscribe"
+train_env_begin train_recompute
 
 COMMON="--num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 32 --max-position-embeddings 32"
 COMMON="$COMMON --micro-batch-size 2 --global-batch-size 4 --lr 1e-3 --train-iters 3 --mock-data"
