@@ -163,6 +163,64 @@ static void cpu_linear_backward(float *dinp, float *dweight, float *dbias, const
 		cpu_colsum_add(dbias, dout, N, OC);
 }
 
+static void cpu_widen(float *out, const uint16_t *x, size_t n, enum kops_round kind);
+
+/* ---- linear and embedding on 16-bit weights ----
+ * The reference versions: the weight widened into a buffer of its own, then
+ * the fp32 op, so the results are the fp32 op's on widen(weight) bit for bit.
+ * The model on this backend does not call the linear ones (w16_direct is
+ * off: it widens each tensor into a view it owns and counts); they are here
+ * for the op table's contract and the CUDA twins' parity tests. */
+static float *cpu_widened(const uint16_t *w, size_t n, enum kops_round kind)
+{
+	float *f = xmalloc(n ? n * sizeof(float) : 1);
+	cpu_widen(f, w, n, kind);
+	return f;
+}
+
+static void cpu_linear_forward_w16(float *out, const float *inp, const uint16_t *weight, const float *bias,
+				   int N, int IC, int OC, enum kops_round kind)
+{
+	float *w = cpu_widened(weight, N > 0 && OC > 0 && IC > 0 ? (size_t)OC * IC : 0, kind);
+	cpu_linear_forward(out, inp, w, bias, N, IC, OC);
+	free(w);
+}
+
+static void cpu_linear_backward_w16(float *dinp, float *dweight, float *dbias, const float *dout,
+				    const float *inp, const uint16_t *weight, int N, int IC, int OC,
+				    enum kops_round kind)
+{
+	float *w = cpu_widened(weight, dinp && N > 0 && OC > 0 && IC > 0 ? (size_t)OC * IC : 0, kind);
+	cpu_linear_backward(dinp, dweight, dbias, dout, inp, w, N, IC, OC);
+	free(w);
+}
+
+/* the rows are widened as they are read: no copy of the table */
+static void cpu_embedding_forward_w16(float *out, const int32_t *tokens, const int32_t *positions,
+				      const uint16_t *wte, const float *wpe, int N, int C, enum kops_round kind)
+{
+	if (kind != KOPS_ROUND_BF16 && kind != KOPS_ROUND_FP16)
+		BUG("unknown rounding kind %d", (int)kind);
+#pragma omp parallel for if ((size_t)N * C >= CPU_PAR_MIN)
+	for (int n = 0; n < N; n++) {
+		float *o = out + (size_t)n * C;
+		if (tokens[n] >= 0)
+			cpu_widen(o, wte + (size_t)tokens[n] * C, (size_t)C, kind);
+		else
+			memset(o, 0, (size_t)C * sizeof(float));
+		if (wpe && positions) {
+			const float *pe = wpe + (size_t)positions[n] * C;
+			if (tokens[n] >= 0) {
+#pragma omp simd
+				for (int c = 0; c < C; c++)
+					o[c] = o[c] + pe[c];
+			} else {
+				memcpy(o, pe, (size_t)C * sizeof(float));
+			}
+		}
+	}
+}
+
 /* ---- vector helpers ---- */
 
 static void cpu_add(float *out, const float *a, const float *b, size_t n)
@@ -544,8 +602,11 @@ static const struct kops cpu_ops = {
 	.host_free = cpu_free,
 	.linear_forward = cpu_linear_forward,
 	.linear_backward = cpu_linear_backward,
+	.linear_forward_w16 = cpu_linear_forward_w16,
+	.linear_backward_w16 = cpu_linear_backward_w16,
 	.embedding_forward = cpu_embedding_forward,
 	.embedding_backward = cpu_embedding_backward,
+	.embedding_forward_w16 = cpu_embedding_forward_w16,
 	.layernorm_forward = cpu_layernorm_forward,
 	.layernorm_backward = cpu_layernorm_backward,
 	.rmsnorm_forward = cpu_rmsnorm_forward,

@@ -16,6 +16,19 @@ int cuda_probe_device_count(int *err); /* cuda/probe.cu */
 int cuda_probe_select(int dev, char *name, int name_len, size_t *total_mem, const char **why);
 #endif
 
+size_t device_gemm_piece_bytes(void)
+{
+	const char *e = getenv("MEGAC_CUDA_GEMM_PIECE");
+	if (e && *e) {
+		char *end;
+		unsigned long long v = strtoull(e, &end, 10);
+		if (*end || v < 256)
+			die("MEGAC_CUDA_GEMM_PIECE='%s': expected a number of bytes, at least 256", e);
+		return (size_t)v;
+	}
+	return (size_t)256 << 20;
+}
+
 bool device_cuda_built(void)
 {
 #ifdef MEGAC_CUDA

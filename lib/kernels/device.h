@@ -15,6 +15,7 @@
 #define MEGAC_KERNELS_DEVICE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "kernels/ops.h"
 
@@ -41,5 +42,13 @@ struct device_choice {
  * device is made current and, for bf16/fp16 models, the table whose GEMMs
  * take half-precision inputs is used. error() and -1 on failure. */
 int device_choose(struct device_choice *d, const char *want, int local_rank, enum device_precision prec);
+
+/* The largest converted operand, in bytes, that a CUDA half table's GEMM
+ * puts in its scratch buffer at once: larger ones are converted and
+ * multiplied in pieces (lib/kernels/cuda/gemm.cu), and report_memory's
+ * model of that buffer uses the same limit. 256 MiB, or
+ * MEGAC_CUDA_GEMM_PIECE (bytes, at least 256) from the environment, which
+ * the tests set small so that small shapes take the pieces' path. */
+size_t device_gemm_piece_bytes(void);
 
 #endif

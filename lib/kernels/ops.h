@@ -77,6 +77,12 @@ struct kops {
 	bool flash;       /* attention_block_* is this backend's fast attention: a model
 			   * keeps each row's log-sum-exp instead of probs[B,a,T,T] where
 			   * it can (no document masks) */
+	bool w16_direct;  /* linear_*_w16 and embedding_forward_w16 multiply and read
+			   * the 16-bit words as they are (the CUDA half tables): a
+			   * --bf16/--fp16 model hands them its own weights and keeps no
+			   * fp32 copy of any; elsewhere the model widens each tensor
+			   * into an fp32 view for the fp32 ops (the CPU converts at
+			   * its kernels' edges) */
 
 	/* ---- memory (device memory for this backend; host memory on the CPU) ---- */
 	void *(*alloc)(size_t bytes);          /* zero-filled; dies on failure */
@@ -99,6 +105,17 @@ struct kops {
 	void (*linear_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
 				const float *inp, const float *weight, int N, int IC, int OC);
 
+	/* ---- the linear layer on 16-bit weights ----
+	 * linear_forward and linear_backward with weight[OC,IC] given as
+	 * narrow()'s words of kind (a --bf16/--fp16 model's own weights): the
+	 * results are those of the fp32 ops on widen(weight). The CPU's versions
+	 * compute exactly that, through a widened copy; a table with w16_direct
+	 * hands the words to its GEMMs as they are. */
+	void (*linear_forward_w16)(float *out, const float *inp, const uint16_t *weight, const float *bias, int N,
+				   int IC, int OC, enum kops_round kind);
+	void (*linear_backward_w16)(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+				    const uint16_t *weight, int N, int IC, int OC, enum kops_round kind);
+
 	/* ---- embedding: out[n] = wte[tokens[n]] (+ wpe[positions[n]]) ----
 	 * wpe/positions may be NULL (RoPE models). Token ids are in [0, V), or -1
 	 * for a token outside this rank's vocabulary shard (a zero row; no grad).
@@ -107,6 +124,11 @@ struct kops {
 				  const float *wte, const float *wpe, int N, int C);
 	void (*embedding_backward)(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
 				   const int32_t *positions, int N, int C);
+	/* embedding_forward with wte given as narrow()'s words of kind: each
+	 * row widened as it is read, so out equals embedding_forward on
+	 * widen(wte) bit for bit (wpe stays fp32) */
+	void (*embedding_forward_w16)(float *out, const int32_t *tokens, const int32_t *positions,
+				      const uint16_t *wte, const float *wpe, int N, int C, enum kops_round kind);
 
 	/* ---- LayerNorm over the last dim: out = (x-mean)*rstd*w + b ----
 	 * mean[N], rstd[N] are saved for backward. b may be NULL (then db ignored). */

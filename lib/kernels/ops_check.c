@@ -18,7 +18,8 @@ static const struct {
 	size_t off;
 } OPS[] = {
 	OP(alloc), OP(free), OP(to_host), OP(to_device), OP(zero), OP(copy), OP(host_alloc), OP(host_free),
-	OP(linear_forward), OP(linear_backward), OP(embedding_forward), OP(embedding_backward),
+	OP(linear_forward), OP(linear_backward), OP(linear_forward_w16), OP(linear_backward_w16),
+	OP(embedding_forward), OP(embedding_backward), OP(embedding_forward_w16),
 	OP(layernorm_forward), OP(layernorm_backward), OP(rmsnorm_forward), OP(rmsnorm_backward),
 	OP(gelu_forward), OP(gelu_backward), OP(swiglu_forward), OP(swiglu_backward), OP(qkv_split_forward),
 	OP(qkv_split_backward), OP(attention_forward), OP(attention_backward), OP(dropout_add_forward),

@@ -130,6 +130,31 @@ static void w_embedding_forward(float *out, const int32_t *tokens, const int32_t
 	prof_end(P_EMB_F, t, 0, F4 * N * C * (wpe ? 3 : 2));
 }
 
+/* the 16-bit-weight twins count into the rows of the fp32 ops */
+static void w_linear_forward_w16(float *out, const float *inp, const uint16_t *weight, const float *bias, int N,
+				 int IC, int OC, enum kops_round kind)
+{
+	double t = prof_begin();
+	P.base->linear_forward_w16(out, inp, weight, bias, N, IC, OC, kind);
+	prof_end(P_LINEAR_F, t, 2.0 * N * IC * OC, 0);
+}
+
+static void w_linear_backward_w16(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+				  const uint16_t *weight, int N, int IC, int OC, enum kops_round kind)
+{
+	double t = prof_begin();
+	P.base->linear_backward_w16(dinp, dweight, dbias, dout, inp, weight, N, IC, OC, kind);
+	prof_end(P_LINEAR_B, t, (dinp ? 4.0 : 2.0) * N * IC * OC, 0);
+}
+
+static void w_embedding_forward_w16(float *out, const int32_t *tokens, const int32_t *positions,
+				    const uint16_t *wte, const float *wpe, int N, int C, enum kops_round kind)
+{
+	double t = prof_begin();
+	P.base->embedding_forward_w16(out, tokens, positions, wte, wpe, N, C, kind);
+	prof_end(P_EMB_F, t, 0, F4 * N * C * (wpe ? 3 : 2) - 2.0 * N * C);
+}
+
 static void w_embedding_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
 				 const int32_t *positions, int N, int C)
 {
@@ -425,6 +450,9 @@ const struct kops *kops_profile_wrap(const struct kops *base)
 	WRAP(linear_backward, w_linear_backward);
 	WRAP(embedding_forward, w_embedding_forward);
 	WRAP(embedding_backward, w_embedding_backward);
+	WRAP(linear_forward_w16, w_linear_forward_w16);
+	WRAP(linear_backward_w16, w_linear_backward_w16);
+	WRAP(embedding_forward_w16, w_embedding_forward_w16);
 	WRAP(layernorm_forward, w_layernorm_forward);
 	WRAP(layernorm_backward, w_layernorm_backward);
 	WRAP(rmsnorm_forward, w_rmsnorm_forward);

@@ -6,6 +6,8 @@
  */
 #include "memcalc/cuda_ws.h"
 
+#include "kernels/device.h"
+
 #include <string.h>
 
 /* gemm.cu, LT_WORKSPACE */
@@ -51,21 +53,37 @@ static size_t row_blocks(size_t n)
 	return (n + ROWS - 1) / ROWS;
 }
 
-/* gemm.cu, linear_forward: the half table converts W and the input */
+/* gemm.cu, linear_forward on the half table: the model's 16-bit weights
+ * go to the GEMM as they are; the input is converted, in pieces of rows
+ * when it is larger than device_gemm_piece_bytes() */
 static void lin_fwd(struct cuda_ws *w, bool half, size_t N, size_t IC, size_t OC)
 {
-	if (half && N && IC && OC)
-		request(w, half_bytes(OC, IC) + half_bytes(N, IC));
+	if (!half || !N || !IC || !OC)
+		return;
+	size_t rows = N, piece = device_gemm_piece_bytes();
+	if (half_bytes(N, IC) > piece) {
+		rows = piece / (((IC + 7) & ~(size_t)7) * 2);
+		rows = rows < 1 ? 1 : rows;
+	}
+	request(w, half_bytes(rows, IC));
 }
 
-/* gemm.cu, linear_backward: dout, W (for dinp) and the input (for dweight)
- * converted in one request, then colsum_add's partials for dbias */
+/* gemm.cu, linear_backward: the input (for dweight) converted whole and a
+ * piece of dout's columns, in one request; then colsum_add's partials for
+ * dbias */
 static void lin_bwd(struct cuda_ws *w, bool half, size_t N, size_t IC, size_t OC, bool dinp, bool bias)
 {
+	(void)dinp; /* the weight needs no scratch either way */
 	if (!N || !OC)
 		return;
-	if (half && IC)
-		request(w, half_bytes(N, OC) + (dinp ? half_bytes(OC, IC) : 0) + half_bytes(N, IC));
+	if (half && IC) {
+		size_t cols = OC, piece = device_gemm_piece_bytes();
+		if (half_bytes(N, OC) > piece) {
+			cols = (piece / (N * 2)) & ~(size_t)7;
+			cols = cols < 8 ? 8 : cols;
+		}
+		request(w, half_bytes(N, IC) + half_bytes(N, cols));
+	}
 	if (bias)
 		request(w, row_blocks(N) * OC * sizeof(double));
 }

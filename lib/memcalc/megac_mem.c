@@ -76,6 +76,7 @@ static const struct kops plan_cuda = {
 	.name = "plan-cuda",
 	.counts_only = true,
 	.flash = true, /* as kops_cuda() and kops_cuda_half() (lib/kernels/cuda/ops.cu) */
+	.w16_direct = true, /* as kops_cuda_half(): a 16-bit model keeps no fp32 weight views */
 	.alloc = plan_alloc,
 	.free = plan_free,
 	.to_host = plan_copy,

@@ -16,9 +16,15 @@ void embedding_forward(struct gpt_model *m, const struct gpt_pass *P, float *out
 	size_t nh = (size_t)P->N * m->c.h;
 	gpt_need_param(m, m->wte);
 	gpt_need_param(m, m->wpe);
+	/* the position table first: at FSDP level 3 both go through one gather buffer */
 	const float *wpe = m->par.tp_rank == 0 ? gpt_param(m, m->wpe, GPT_VIEW_X) : NULL;
-	m->k->embedding_forward(m->par.sp ? m->s.tmp : out, sl->tokens, sl->use_positions ? sl->positions : NULL,
-				gpt_param(m, m->wte, GPT_VIEW_W), wpe, P->N, m->c.h);
+	float *dst = m->par.sp ? m->s.tmp : out;
+	const int32_t *pos = sl->use_positions ? sl->positions : NULL;
+	if (m->direct16)
+		m->k->embedding_forward_w16(dst, sl->tokens, pos, gpt_param16(m, m->wte), wpe, P->N, m->c.h,
+					    gpt_half_kind(m));
+	else
+		m->k->embedding_forward(dst, sl->tokens, pos, gpt_param(m, m->wte, GPT_VIEW_W), wpe, P->N, m->c.h);
 	if (m->par.sp)
 		sp_reduce_scatter(m, P, out, m->s.tmp);
 	else

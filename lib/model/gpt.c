@@ -416,7 +416,9 @@ static void flush_unit(struct gpt_model *m, int u, int first, int end)
 }
 
 /* A 16-bit model's fp32 views (enum gpt_view), each as large as the
- * largest tensor it ever holds. */
+ * largest tensor it ever holds; with direct16 the W view is a staging
+ * buffer of at most GPT_STAGE floats (gpt_set_param). */
+#define GPT_STAGE ((size_t)1 << 20)
 static void alloc_views(struct gpt_model *m)
 {
 	size_t *n = m->view_n;
@@ -425,9 +427,13 @@ static void alloc_views(struct gpt_model *m)
 		size_t *fit = p->ndim == 1 ? &n[GPT_VIEW_B] : i == m->wpe ? &n[GPT_VIEW_X] : &n[GPT_VIEW_W];
 		if (p->numel > *fit)
 			*fit = p->numel;
+		if (p->numel > m->gather16_n)
+			m->gather16_n = p->numel;
 	}
 	if (n[GPT_VIEW_B] > n[GPT_VIEW_X]) /* a norm's bias beside its weight */
 		n[GPT_VIEW_X] = n[GPT_VIEW_B];
+	if (m->direct16 && n[GPT_VIEW_W] > GPT_STAGE)
+		n[GPT_VIEW_W] = GPT_STAGE;
 	for (int v = 0; v < GPT_NVIEWS; v++)
 		m->view[v] = gpt_take(m, n[v]);
 }
@@ -525,10 +531,11 @@ int gpt_init_pipe(struct gpt_model *m, const struct gpt_config *c, const struct 
 		m->reg.data = gpt_take(m, kept);
 	else
 		m->w16 = gpt_take_bytes(m, kept * sizeof(uint16_t));
+	m->direct16 = m->w16 && k->w16_direct;
 	if (m->w16 || m->shards.level == 3)
 		alloc_views(m);
 	if (m->shards.level == 3 && m->w16)
-		m->gather16 = gpt_take_bytes(m, m->view_n[GPT_VIEW_W] * sizeof(uint16_t));
+		m->gather16 = gpt_take_bytes(m, m->gather16_n * sizeof(uint16_t));
 	m->reg.grad = sv || m->shards.level >= 2 ? NULL : gpt_take(m, m->reg.total);
 	for (int u = 0; u < 3; u++)
 		m->unit_grad[u] = m->unit_n[u] ? gpt_take(m, m->unit_n[u]) : NULL;
@@ -641,9 +648,14 @@ void gpt_set_param(struct gpt_model *m, int idx, const float *host)
 		m->k->to_device(m->reg.data + (a - base), src, (b - a) * sizeof(float));
 		return;
 	}
-	/* through the W view (as large as any tensor), narrowed on the device */
-	m->k->to_device(m->view[GPT_VIEW_W], src, (b - a) * sizeof(float));
-	m->k->narrow(m->w16 + (a - base), m->view[GPT_VIEW_W], b - a, gpt_half_kind(m));
+	/* through the W view (as large as any tensor, or the staging buffer),
+	 * narrowed on the device, a view's worth at a time */
+	for (size_t i = a; i < b;) {
+		size_t n = b - i < m->view_n[GPT_VIEW_W] ? b - i : m->view_n[GPT_VIEW_W];
+		m->k->to_device(m->view[GPT_VIEW_W], src + (i - a), n * sizeof(float));
+		m->k->narrow(m->w16 + (i - base), m->view[GPT_VIEW_W], n, gpt_half_kind(m));
+		i += n;
+	}
 }
 
 void gpt_set_weights(struct gpt_model *m, const float *host)
@@ -881,7 +893,7 @@ const float *gpt_serve_logits(struct gpt_model *m, const float *x, int R)
 	size_t lv = (size_t)m->lc.Vp, Vp = (size_t)m->c.Vp;
 	if (!kv || R < 1 || R > kv->head_rows)
 		BUG("%d rows for the output layer of %d", R, kv ? kv->head_rows : 0);
-	m->k->linear_forward(kv->lrows, x, gpt_param(m, m->out_w, GPT_VIEW_W), NULL, R, m->c.h, (int)lv);
+	linear_fwd_raw(m, kv->lrows, x, m->out_w, -1, R, m->c.h, (int)lv);
 	if (!m->par.tp) {
 		m->k->to_host(kv->rows_host, kv->lrows, (size_t)R * lv * sizeof(float));
 		return kv->rows_host;

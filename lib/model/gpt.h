@@ -276,6 +276,11 @@ struct gpt_model {
 	size_t unit_n[GPT_NUNITS];
 	float *view[GPT_NVIEWS]; /* bf16/fp16: fp32 copies of one tensor each (enum gpt_view) */
 	size_t view_n[GPT_NVIEWS]; /* their sizes, in floats */
+	/* bf16/fp16 on a table with w16_direct (ops.h): the weight matrices go to
+	 * the *_w16 ops as 16-bit words, so the W view is only gpt_set_param's
+	 * staging buffer (GPT_STAGE floats at most) and gpt_param(W) is a BUG */
+	bool direct16;
+	size_t gather16_n;      /* gather16's words: the largest tensor */
 	size_t expert_lo;       /* expert parallelism: the experts' tensors fill [expert_lo, reg.total)
 				 * of the buffers (reg.total without it) */
 	int wte, wpe, lnf_w, lnf_b, out_w; /* registry indices; -1 when absent on this rank */
@@ -410,6 +415,9 @@ void gpt_expert_param_name(char *out, size_t n, int l, int e, int fc);
  * model's weights in place; a bf16/fp16 model's widened into view v, valid
  * until the next use of that view. */
 const float *gpt_param(struct gpt_model *m, int idx, enum gpt_view v);
+/* direct16: a weight's 16-bit words for the *_w16 ops, this rank's own or,
+ * at FSDP level 3, gathered (valid until the next gather) */
+const uint16_t *gpt_param16(struct gpt_model *m, int idx);
 /* The fp32 gradient buffer of parameter idx (NULL for idx < 0 or in serving). */
 float *gpt_grad(struct gpt_model *m, int idx);
 /* The weight a norm applies: its parameter, or with --apply-layernorm-1p

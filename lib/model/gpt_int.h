@@ -69,6 +69,7 @@ int reg_weight(struct gpt_model *m, const char *name, int64_t rows, int64_t cols
 int reg_bias(struct gpt_model *m, const char *name, int64_t n, int tp_axis, unsigned flags);
 int reg_norm(struct gpt_model *m, const char *name, const struct transformer_layer_spec *s, bool bias);
 void round_half(struct gpt_model *m, float *x, size_t n);
+void linear_fwd_raw(struct gpt_model *m, float *out, const float *inp, int w, int b, int N, int IC, int OC);
 void linear_fwd(struct gpt_model *m, float *out, const float *inp, int w, int b, int N, int IC, int OC);
 void linear_bwd(struct gpt_model *m, float *dinp, const float *dout, const float *inp, int w, int b, int N,
 		int IC, int OC);

@@ -44,8 +44,9 @@ const float *gpt_param(struct gpt_model *m, int idx, enum gpt_view v)
 	const struct param *p = &m->reg.p[idx];
 	if (!m->w16 && m->shards.level < 3)
 		return m->reg.data + p->offset;
-	if (p->numel > m->view_n[v])
-		BUG("'%s' (%zu values) in view %d of %zu", p->name, p->numel, (int)v, m->view_n[v]);
+	if (p->numel > m->view_n[v] || (m->direct16 && v == GPT_VIEW_W))
+		BUG("'%s' (%zu values) in view %d of %zu%s", p->name, p->numel, (int)v, m->view_n[v],
+		    m->direct16 ? " (the weight matrices go to the *_w16 ops)" : "");
 	if (m->shards.level == 3) { /* Megatron-FSDP: the tensor from every rank's shard */
 		if (!m->w16) {
 			m->shards.gather(m->shards.ctx, idx, m->view[v]);
@@ -59,6 +60,17 @@ const float *gpt_param(struct gpt_model *m, int idx, enum gpt_view v)
 	 * over the weight, against the N passes of its GEMM */
 	m->k->widen(m->view[v], m->w16 + p->offset, p->numel, gpt_half_kind(m));
 	return m->view[v];
+}
+
+const uint16_t *gpt_param16(struct gpt_model *m, int idx)
+{
+	if (!m->direct16)
+		BUG("gpt_param16 on a model without direct16");
+	if (m->shards.level == 3) {
+		m->shards.gather(m->shards.ctx, idx, m->gather16);
+		return m->gather16;
+	}
+	return m->w16 + m->reg.p[idx].offset;
 }
 
 float *gpt_grad(struct gpt_model *m, int idx)
@@ -75,17 +87,35 @@ void round_half(struct gpt_model *m, float *x, size_t n)
 		m->k->round(x, x, n, m->precision == GPT_BF16 ? KOPS_ROUND_BF16 : KOPS_ROUND_FP16);
 }
 
+/* The linear layer without the rounding of its output (the router in
+ * fp32, the server's logits). A 16-bit model on a table with w16_direct
+ * hands the weight's words as they are; otherwise the weight is widened
+ * into the W view. The bias is taken first: at FSDP level 3 both go
+ * through the one gather buffer. */
+void linear_fwd_raw(struct gpt_model *m, float *out, const float *inp, int w, int b, int N, int IC, int OC)
+{
+	const float *bias = gpt_param(m, b, GPT_VIEW_B);
+	if (m->direct16)
+		m->k->linear_forward_w16(out, inp, gpt_param16(m, w), bias, N, IC, OC, gpt_half_kind(m));
+	else
+		m->k->linear_forward(out, inp, gpt_param(m, w, GPT_VIEW_W), bias, N, IC, OC);
+}
+
 void linear_fwd(struct gpt_model *m, float *out, const float *inp, int w, int b, int N, int IC, int OC)
 {
-	m->k->linear_forward(out, inp, gpt_param(m, w, GPT_VIEW_W), gpt_param(m, b, GPT_VIEW_B), N, IC, OC);
+	linear_fwd_raw(m, out, inp, w, b, N, IC, OC);
 	round_half(m, out, (size_t)N * OC);
 }
 
 void linear_bwd(struct gpt_model *m, float *dinp, const float *dout, const float *inp, int w, int b, int N, int IC,
 		int OC)
 {
-	m->k->linear_backward(dinp, gpt_grad(m, w), gpt_grad(m, b), dout, inp, gpt_param(m, w, GPT_VIEW_W), N, IC,
-			      OC);
+	if (m->direct16)
+		m->k->linear_backward_w16(dinp, gpt_grad(m, w), gpt_grad(m, b), dout, inp, gpt_param16(m, w), N, IC,
+					  OC, gpt_half_kind(m));
+	else
+		m->k->linear_backward(dinp, gpt_grad(m, w), gpt_grad(m, b), dout, inp, gpt_param(m, w, GPT_VIEW_W),
+				      N, IC, OC);
 	if (dinp)
 		round_half(m, dinp, (size_t)N * IC);
 }

@@ -278,7 +278,7 @@ static void memory_split(struct trainer *t, struct sbuf *sb)
 		if (t->fsdp.level == 3) {
 			for (int v = 0; v < GPT_NVIEWS; v++)
 				s.sharding += m->view_n[v] * sizeof(float);
-			s.sharding += m->gather16 ? m->view_n[GPT_VIEW_W] * sizeof(uint16_t) : 0;
+			s.sharding += m->gather16 ? m->gather16_n * sizeof(uint16_t) : 0;
 		}
 	}
 	trainlog_memory_split_line(sb, t->dist.rank, &s);

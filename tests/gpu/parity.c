@@ -399,6 +399,72 @@ static void r_linb(const struct kops *k, void **d, const struct cfg *c, double *
 	k->linear_backward(d[0], d[1], d[2], d[3], d[4], d[5], c->N, c->IC, c->OC);
 }
 
+static void r_linf16(const struct kops *k, void **d, const struct cfg *c, double *s)
+{
+	k->linear_forward_w16(d[0], d[1], d[2], d[3], c->N, c->IC, c->OC, (enum kops_round)c->kind);
+}
+static void r_linb16(const struct kops *k, void **d, const struct cfg *c, double *s)
+{
+	k->linear_backward_w16(d[0], d[1], d[2], d[3], d[4], d[5], c->N, c->IC, c->OC, (enum kops_round)c->kind);
+}
+
+static float *rhalf(size_t n, float s, enum kops_round kind);
+
+/* x as 16-bit words of kind (narrow on the CPU: the words the model keeps) */
+static uint16_t *rwords(const float *x, size_t n, enum kops_round kind)
+{
+	uint16_t *w = hnew(n * sizeof *w);
+	kops_cpu()->narrow(w, x, n, kind);
+	return w;
+}
+
+/* linear_*_w16: the same GEMMs with the weight as 16-bit words; tol as the
+ * table's fp32-weight tests. Inputs in.x, in.w are the fp32 values; the
+ * words are narrow(in.w), so the references differ only there. */
+static void linear_w16_cases(const char *opf, const char *opb, const struct cfg *c0, const float *x, const float *w,
+			     const float *bias, const float *dout, float sout, float sdinp, float sdw, double tol,
+			     const char *name)
+{
+	struct cfg c = *c0;
+	size_t nw = (size_t)c.OC * c.IC;
+	bool has_bias = bias != NULL;
+	/* the arena's arrays end with each run_test: keep copies for both */
+	float *keep[4] = { NULL, NULL, NULL, NULL };
+	const float *src[4] = { x, w, bias, dout };
+	size_t len[4] = { (size_t)c.N * c.IC, nw, has_bias ? (size_t)c.OC : 0, (size_t)c.N * c.OC };
+	for (int i = 0; i < 4; i++)
+		if (src[i]) {
+			keep[i] = malloc(len[i] * sizeof(float));
+			if (!keep[i])
+				exit(2);
+			memcpy(keep[i], src[i], len[i] * sizeof(float));
+		}
+	x = keep[0], w = keep[1], bias = keep[2], dout = keep[3];
+	fresh();
+	tb_out("out", rvec((size_t)c.N * c.OC, sout), FL(c.N * c.OC), tol);
+	tb_in(x, FL(c.N * c.IC));
+	tb_in(rwords(w, nw, (enum kops_round)c.kind), nw * sizeof(uint16_t));
+	tb_in(bias, has_bias ? FL(c.OC) : 0);
+	run_test(opf, HAS(linear_forward_w16),
+		 LABEL("%s N=%d IC=%d OC=%d%s, %s words", name, c.N, c.IC, c.OC, has_bias ? " bias" : "",
+		       c.kind == KOPS_ROUND_BF16 ? "bf16" : "fp16"),
+		 r_linf16, &c, NULL, 0);
+	fresh();
+	bool nodinp = c.flags & F_NULL1;
+	tb_out("dinp", nodinp ? NULL : rvec((size_t)c.N * c.IC, sdinp), nodinp ? 0 : FL(c.N * c.IC), tol);
+	tb_out("dweight", rvec(nw, sdw), FL(nw), tol);
+	tb_out("dbias", has_bias ? rvec(c.OC, 1) : NULL, has_bias ? FL(c.OC) : 0, TOL_RED);
+	tb_in(dout, FL(c.N * c.OC));
+	tb_in(x, FL(c.N * c.IC));
+	tb_in(rwords(w, nw, (enum kops_round)c.kind), nw * sizeof(uint16_t));
+	run_test(opb, HAS(linear_backward_w16),
+		 LABEL("%s N=%d IC=%d OC=%d%s, %s words", name, c.N, c.IC, c.OC, nodinp ? " dinp=NULL" : "",
+		       c.kind == KOPS_ROUND_BF16 ? "bf16" : "fp16"),
+		 r_linb16, &c, NULL, 0);
+	for (int i = 0; i < 4; i++)
+		free(keep[i]);
+}
+
 static void test_linear(void)
 {
 	int cf[][4] = { /* N, IC, OC, flags */
@@ -428,6 +494,13 @@ static void test_linear(void)
 			 LABEL("N=%d IC=%d OC=%d%s%s", c.N, c.IC, c.OC, nodinp ? " dinp=NULL" : "",
 			       nodbias ? " dbias=NULL" : ""),
 			 r_linb, &c, NULL, 0);
+		if (i < 3) { /* the fp32 table widens 16-bit words exactly: fp32 GEMMs on both sides */
+			c.kind = i == 1 ? KOPS_ROUND_FP16 : KOPS_ROUND_BF16;
+			float *w = rhalf((size_t)c.OC * c.IC, 0.1f, (enum kops_round)c.kind);
+			linear_w16_cases("linear_forward_w16", "linear_backward_w16", &c, rvec((size_t)c.N * c.IC, 1), w,
+					 bias ? rvec(c.OC, 1) : NULL, rvec((size_t)c.N * c.OC, 1), 5, 7, 1, TOL_GEMM,
+					 GPU->name);
+		}
 	}
 }
 
@@ -478,6 +551,8 @@ static void test_linear_half(bool stand_in)
 {
 	static const char *const opf[2] = { "linear_forward/bf16", "linear_forward/fp16" };
 	static const char *const opb[2] = { "linear_backward/bf16", "linear_backward/fp16" };
+	static const char *const opf16[2] = { "linear_forward_w16/bf16", "linear_forward_w16/fp16" };
+	static const char *const opb16[2] = { "linear_backward_w16/bf16", "linear_backward_w16/fp16" };
 	int cf[][4] = { /* N, IC, OC, flags */
 			{ 37, 96, 515, F_BIAS }, { 5, 515, 37, 0 }, { 37, 96, 515, F_BIAS | F_NULL1 | F_NULL2 },
 			{ 5, 515, 37, F_BIAS | F_NULL1 }, { 512, 768, 2304, F_BIAS } };
@@ -515,6 +590,11 @@ static void test_linear_half(bool stand_in)
 				 LABEL("%s N=%d IC=%d OC=%d%s%s", h->name, c.N, c.IC, c.OC, nodinp ? " dinp=NULL" : "",
 				       nodbias ? " dbias=NULL" : ""),
 				 r_linb, &c, NULL, 0);
+			/* the table's own words: multiplied as they are, no conversion */
+			c.kind = kind;
+			linear_w16_cases(opf16[kind], opb16[kind], &c, rhalf((size_t)c.N * c.IC, sx, rk),
+					 rhalf((size_t)c.OC * c.IC, 0.1f * sw, rk), bias ? rhalf(c.OC, sx * sw, rk) : NULL,
+					 rhalf((size_t)c.N * c.OC, 1, rk), 5 * sx * sw, 7 * sw, sx, TOL_GEMM_HALF, h->name);
 		}
 	}
 	GPU = saved;
@@ -528,6 +608,11 @@ static void r_embf(const struct kops *k, void **d, const struct cfg *c, double *
 static void r_embb(const struct kops *k, void **d, const struct cfg *c, double *s)
 {
 	k->embedding_backward(d[0], d[1], d[2], d[3], d[4], c->N, c->C);
+}
+
+static void r_embf16(const struct kops *k, void **d, const struct cfg *c, double *s)
+{
+	k->embedding_forward_w16(d[0], d[1], d[2], d[3], d[4], c->N, c->C, (enum kops_round)c->kind);
 }
 
 static void test_embedding(void)
@@ -551,6 +636,23 @@ static void test_embedding(void)
 			tb_in(wpe ? rvec((size_t)P * c.C, 1) : NULL, wpe ? FL(P * c.C) : 0);
 			run_test("embedding_forward", HAS(embedding_forward),
 				 LABEL("N=%d C=%d V=%d%s", c.N, c.C, c.V, wpe ? " wpe" : ""), r_embf, &c, NULL, 0);
+			/* the table as 16-bit words, widened as read: exact, as embedding_forward on the widened table */
+			fresh();
+			tok = rtok(c.N, c.V, 0.15);
+			pos = hnew(IN32(c.N));
+			for (int n = 0; n < c.N; n++)
+				pos[n] = rint_below(P);
+			c.kind = i == 1 ? KOPS_ROUND_FP16 : KOPS_ROUND_BF16;
+			tb_out("out", rvec((size_t)c.N * c.C, 9), FL(c.N * c.C), TOL_EXACT);
+			tb_in(tok, IN32(c.N));
+			tb_in(wpe ? pos : NULL, wpe ? IN32(c.N) : 0);
+			tb_in(rwords(rvec((size_t)c.V * c.C, 1), (size_t)c.V * c.C, (enum kops_round)c.kind),
+			      (size_t)c.V * c.C * sizeof(uint16_t));
+			tb_in(wpe ? rvec((size_t)P * c.C, 1) : NULL, wpe ? FL(P * c.C) : 0);
+			run_test("embedding_forward_w16", HAS(embedding_forward_w16),
+				 LABEL("N=%d C=%d V=%d%s, %s words", c.N, c.C, c.V, wpe ? " wpe" : "",
+				       c.kind == KOPS_ROUND_BF16 ? "bf16" : "fp16"),
+				 r_embf16, &c, NULL, 0);
 			fresh();
 			tok = rtok(c.N, c.V, 0.15);
 			pos = hnew(IN32(c.N));

@@ -102,3 +102,17 @@ for order in $orders; do
 		show "$W/parity.err"
 	fi
 done
+
+# the half tables' GEMMs in pieces (lib/kernels/cuda/gemm.cu): a 4 KiB
+# limit splits these shapes' converted activations into 2 to 11 pieces
+# (rows of the input forward, columns of dout backward)
+MEGAC_CUDA_GEMM_PIECE=4096 "$E/gpu/parity" --no-big --reps 1 --only linear >"$W/piece.txt" 2>"$W/piece.err"
+rc=$?
+passed=$(sed -n 's/^\([0-9]*\) passed, 0 failed$/\1/p' "$W/piece.txt")
+if [ $rc -eq 0 ] && [ "${passed:-0}" -ge 40 ]; then
+	ok "linear layers in pieces of 4 KiB on the emulated device: $passed cases pass"
+else
+	notok "linear layers in pieces of 4 KiB on the emulated device (exit $rc)"
+	grep -A1 '^not ok' "$W/piece.txt" | head -n 20 | sed 's/^/#   /'
+	show "$W/piece.err"
+fi

@@ -272,15 +272,22 @@ L, B, a, S = 32, 1, 32, 8192
 pool_cuda = gb["activations_and_workspaces_MB"] - ws
 diff = cb["activations_and_workspaces_MB"] - pool_cuda
 # the probabilities (fp32 words today; 16-bit ones to come), less the fp32
-# log-sum-exp rows and the int32 positions of the flash path
-assert any(abs(diff - (L * B * a * S * S * w - L * B * a * S * 4 - S * 4) / MB) < 1e-6 for w in (4, 2)), diff
+# log-sum-exp rows and the int32 positions of the flash path; plus the fp32
+# view the CPU widens each weight matrix into (as large as the largest, the
+# [128256, 4096] embeddings), where the CUDA half table takes the 16-bit
+# words as they are and keeps a staging buffer of 2^20 floats
+view = (128256 * 4096 - 2**20) * 4
+assert any(abs(diff - (L * B * a * S * S * w - L * B * a * S * 4 - S * 4 + view) / MB) < 1e-6 for w in (4, 2)), diff
 act = gb["activations_and_workspaces_MB"]
 assert act < cb["activations_and_workspaces_MB"] / 3, (act, cb["activations_and_workspaces_MB"])
 ratio = act / mf["activation_MB"]
-# Megatron's formula counts activations only: the CUDA backend's workspace
-# (cuBLASLt's and the shared scratch buffer) is left out of the comparison,
-# as the formula leaves out PyTorch's and cuBLAS's
+# Megatron's formula counts activations only (not PyTorch's or cuBLAS's
+# workspaces): the activations alone within 1.25x, and with the CUDA
+# backend's workspace too (cuBLASLt's and the scratch buffer: the 16-bit
+# weights go to the GEMMs as they are and larger activations are converted
+# in pieces, so the workspace stays about 1 GB)
 ratio_acts = (act - ws) / mf["activation_MB"]
+assert ws < 1200, "backend workspace %.0f MB" % ws
 fixed = sum(gb[k] for k in ("parameters_MB", "gradients_MB", "optimizer_states_MB"))
 per_param = fixed * MB / mf["num_parameters_on_most_loaded_shard"]
 print("activations and workspaces: cuda %.0f MB (backend workspace %.0f), cpu %.0f MB; Megatron's formula %.0f "
@@ -289,6 +296,7 @@ print("activations and workspaces: cuda %.0f MB (backend workspace %.0f), cpu %.
       % (act, ws, cb["activations_and_workspaces_MB"], mf["activation_MB"], ratio, ratio_acts, per_param,
          mf["bytes_per_parameter"]))
 assert 1 / 1.25 <= ratio_acts <= 1.25, "activations: cuda/Megatron %.3fx is not within 1.25x" % ratio_acts
+assert 1 / 1.25 <= ratio <= 1.25, "activations and workspace: cuda/Megatron %.3fx is not within 1.25x" % ratio
 assert abs(per_param / mf["bytes_per_parameter"] - 1) <= 0.05, (per_param, mf["bytes_per_parameter"])
 PYEOF
 	ok "Llama-3 8B, TP1 x DP8, seq 8192: --device cuda against cpu and Megatron ($(cat "$W/l3.cmp"))"

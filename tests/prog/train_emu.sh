@@ -102,6 +102,9 @@ run "interleaved PP2, 2 stages per rank (against one CPU rank)" 1e-4 2 \
 	"--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1" --num-layers 4 $BASE
 run "CP2, ring attention (against one CPU rank)" 1e-4 2 "--context-parallel-size 2" --num-layers 2 $BASE $LLAMA
 run "EP2, MoE, bf16 (against one CPU rank)" 2e-2 2 "--expert-model-parallel-size 2" --num-layers 2 $BASE $MOE --bf16
+# each weight gathered in 16 bits and handed to the GEMMs as gathered
+run "Megatron-FSDP optim_grads_params, DP2, bf16 (against one CPU rank)" 2e-2 2 \
+	"--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params" --num-layers 2 $BASE $LLAMA --bf16
 # the device's work deferred until the host waits or polls, the streams made
 # last run first (MEGAC_EMU_DEFER): a wait missing between the compute and
 # the NCCL streams changes the numbers (checked: without nccl.c's event wait

@@ -1651,6 +1651,51 @@ static void test_adamw_segs_lp(void)
 	}
 }
 
+/* The 16-bit-weight ops give the fp32 ops' results on the widened weights,
+ * bit for bit (ops.h), for both formats, with and without bias and dinp,
+ * and the embedding with a row of another shard (-1) and positions. */
+static void test_w16_ops(void)
+{
+	const int N = 7, IC = 13, OC = 11, V = 9;
+	for (int kind = KOPS_ROUND_BF16; kind <= KOPS_ROUND_FP16; kind++) {
+		enum kops_round rk = (enum kops_round)kind;
+		float *w = randv((size_t)OC * IC, 0.5f), *x = randv((size_t)N * IC, 1), *b = randv(OC, 1);
+		float *dout = randv((size_t)N * OC, 1), *wf = zerov((size_t)OC * IC);
+		uint16_t *wh = xmalloc((size_t)OC * IC * sizeof(uint16_t));
+		ops->narrow(wh, w, (size_t)OC * IC, rk);
+		ops->widen(wf, wh, (size_t)OC * IC, rk);
+		float *o1 = zerov((size_t)N * OC), *o2 = zerov((size_t)N * OC);
+		for (int with_bias = 0; with_bias < 2; with_bias++) {
+			ops->linear_forward(o1, x, wf, with_bias ? b : NULL, N, IC, OC);
+			ops->linear_forward_w16(o2, x, wh, with_bias ? b : NULL, N, IC, OC, rk);
+			CHECK(!memcmp(o1, o2, (size_t)N * OC * sizeof(float)));
+		}
+		for (int with_dinp = 0; with_dinp < 2; with_dinp++) {
+			float *di1 = zerov((size_t)N * IC), *di2 = zerov((size_t)N * IC);
+			float *dw1 = randv((size_t)OC * IC, 1), *dw2 = xmalloc((size_t)OC * IC * sizeof(float));
+			float *db1 = randv(OC, 1), *db2 = xmalloc(OC * sizeof(float));
+			memcpy(dw2, dw1, (size_t)OC * IC * sizeof(float));
+			memcpy(db2, db1, OC * sizeof(float));
+			ops->linear_backward(with_dinp ? di1 : NULL, dw1, db1, dout, x, wf, N, IC, OC);
+			ops->linear_backward_w16(with_dinp ? di2 : NULL, dw2, db2, dout, x, wh, N, IC, OC, rk);
+			CHECK(!memcmp(di1, di2, (size_t)N * IC * sizeof(float)));
+			CHECK(!memcmp(dw1, dw2, (size_t)OC * IC * sizeof(float)));
+			CHECK(!memcmp(db1, db2, OC * sizeof(float)));
+			free(di1), free(di2), free(dw1), free(dw2), free(db1), free(db2);
+		}
+		/* the embedding: [V, IC] words, positions from a [N, IC] table */
+		int32_t tok[7] = { 3, -1, 0, 8, 3, 5, 1 }, pos[7] = { 0, 1, 2, 3, 4, 5, 6 };
+		float *e1 = zerov((size_t)N * IC), *e2 = zerov((size_t)N * IC);
+		for (int with_pos = 0; with_pos < 2; with_pos++) {
+			ops->embedding_forward(e1, tok, with_pos ? pos : NULL, wf, with_pos ? x : NULL, N, IC);
+			ops->embedding_forward_w16(e2, tok, with_pos ? pos : NULL, wh, with_pos ? x : NULL, N, IC, rk);
+			CHECK(!memcmp(e1, e2, (size_t)N * IC * sizeof(float)));
+		}
+		CHECK(V * IC <= OC * IC); /* the table's rows lie inside w */
+		free(w), free(x), free(b), free(dout), free(wf), free(wh), free(o1), free(o2), free(e1), free(e2);
+	}
+}
+
 static void test_op_table_check(void)
 {
 	const int n = kops_count();
@@ -1699,6 +1744,7 @@ int main(void)
 	ops = kops_cpu();
 	dir = test_tmpdir("ops");
 	RUN(test_op_table_check);
+	RUN(test_w16_ops);
 	RUN(test_adamw_segs_lp);
 	RUN(test_philox_known_answers);
 	RUN(test_uniform_and_normal_definitions);

@@ -168,6 +168,9 @@ static inline float keep_scale_of(float p)
  * one after another on one host thread, as the table's callers do). */
 void *scratch_alloc(size_t bytes);
 void scratch_free(void *p);
+/* widen (ops.h) on this backend (ops.cu), for gemm.cu's 16-bit weights of
+ * another format than its table's */
+void cuda_widen16(float *out, const uint16_t *x, size_t n, enum kops_round kind);
 /* cuBLASLt's workspace, once created (gemm.cu), in bytes */
 size_t gemm_workspace_bytes(void);
 

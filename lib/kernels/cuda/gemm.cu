@@ -66,6 +66,7 @@
 
 extern "C" {
 #include "../cuda_ops.h"
+size_t device_gemm_piece_bytes(void); /* device.h */
 }
 
 /* cuBLASLt returns cublasStatus_t like cuBLAS: CUBLAS_CHECK names it. */
@@ -99,6 +100,9 @@ enum gemm_op { OP_FWD, OP_DINP, OP_DWEIGHT };
  * heuristic's algorithm may assume them (cuBLASLt's default is 256 bytes). */
 struct plan_key {
 	int op, prec, N, IC, OC, bias;
+	int ab;          /* the operands' type */
+	int64_t ld[3];   /* leading dimensions of A, B and C/D: the model's 16-bit weights
+			  * (ld IC) and converted ones (padded) differ */
 	unsigned align[5]; /* A, B, C, D, bias: the largest power of two <= 256 dividing the address */
 };
 
@@ -231,6 +235,10 @@ static int lt_matmul_try(int op, int prec, int N, int IC, int OC, const struct g
 	key.IC = IC;
 	key.OC = OC;
 	key.bias = g->bias != NULL;
+	key.ab = (int)g->ab;
+	key.ld[0] = g->lda;
+	key.ld[1] = g->ldb;
+	key.ld[2] = g->ldc;
 	key.align[0] = align_of(g->A);
 	key.align[1] = align_of(g->B);
 	key.align[2] = key.align[3] = align_of(g->D);
@@ -274,24 +282,25 @@ template <typename T> static __global__ void to_half_flat_kernel(T *dst, const f
 }
 
 template <typename T>
-static __global__ void to_half_rows_kernel(T *dst, const float *src, int rows, int cols, int pitch)
+static __global__ void to_half_rows_kernel(T *dst, const float *src, int rows, int cols, int64_t sstride, int pitch)
 {
 	for (int r = blockIdx.y; r < rows; r += gridDim.y) {
-		const float *s = src + (size_t)r * cols;
+		const float *s = src + (size_t)r * sstride;
 		T *d = dst + (size_t)r * pitch;
 		for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += gridDim.x * blockDim.x)
 			to_half(&d[c], s[c]);
 	}
 }
 
-template <typename T> static void to_half_launch(T *dst, const float *src, int rows, int cols, int pitch)
+template <typename T>
+static void to_half_launch(T *dst, const float *src, int rows, int cols, int64_t sstride, int pitch)
 {
-	if (pitch == cols) {
+	if (pitch == cols && sstride == cols) {
 		const size_t n = (size_t)rows * cols;
 		launch<to_half_flat_kernel<T>>(grid_for(n), THREADS, 0, dst, src, n);
 	} else {
 		const dim3 grid((unsigned)((cols + THREADS - 1) / THREADS), rows < 65535 ? (unsigned)rows : 65535u);
-		launch<to_half_rows_kernel<T>>(grid, THREADS, 0, dst, src, rows, cols, pitch);
+		launch<to_half_rows_kernel<T>>(grid, THREADS, 0, dst, src, rows, cols, sstride, pitch);
 	}
 }
 
@@ -306,13 +315,14 @@ static size_t half_bytes(int rows, int cols)
 	return (b + 255) & ~(size_t)255;
 }
 
-static void convert(void *dst, const float *src, int rows, int cols, int prec)
+/* src: rows of cols values, one every sstride floats */
+static void convert(void *dst, const float *src, int rows, int cols, int64_t sstride, int prec)
 {
 	const int pitch = half_pitch(cols);
 	if (prec == GEMM_BF16)
-		to_half_launch((__nv_bfloat16 *)dst, src, rows, cols, pitch);
+		to_half_launch((__nv_bfloat16 *)dst, src, rows, cols, sstride, pitch);
 	else
-		to_half_launch((__half *)dst, src, rows, cols, pitch);
+		to_half_launch((__half *)dst, src, rows, cols, sstride, pitch);
 	KERNEL_CHECK();
 }
 
@@ -365,10 +375,111 @@ static void colsum_add(float *dst, const float *x, int N, int C)
 	scratch_free(part);
 }
 
-/* ---- linear: out[N,OC] = inp[N,IC] . weight[OC,IC]^T + bias ---- */
+/* ---- linear: out[N,OC] = inp[N,IC] . weight[OC,IC]^T + bias ----
+ *
+ * The weight comes as fp32 (linear_forward/backward) or as 16-bit words of
+ * a kind (the *_w16 ops). A half table multiplies words of its own kind as
+ * they are, with leading dimension IC (cuBLASLt is told their alignment;
+ * no copy, no scratch); every other weight is converted (fp32), or widened
+ * and converted (the other 16-bit kind, or 16-bit words for the fp32 table),
+ * into the scratch buffer.
+ *
+ * Pieces. The activations (inp, dout) are converted into scratch; one
+ * larger than device_gemm_piece_bytes() is converted and multiplied in
+ * pieces, so the scratch holds one piece:
+ *   - forward: rows of inp and out. Each output row is the same GEMM's as
+ *     without pieces;
+ *   - backward: columns of dout, that is rows of W and of dweight. Every
+ *     row of dweight still comes from one GEMM over all N rows (beta 1);
+ *     dinp adds the pieces' products in order (beta 0, then 1): the same
+ *     sums in another order, fixed by the shape, so still the same every run.
+ * inp is converted whole for dweight (an activation's size, in 2 bytes).
+ * An LM head's backward at sequence 8192 and 128k vocabulary is the case:
+ * its dout in bf16 is 2 GiB, where a piece is 256 MiB. */
 
-static void linear_forward(int prec, float *out, const float *inp, const float *weight, const float *bias,
-			   int N, int IC, int OC)
+struct wsrc {
+	const float *f;    /* fp32, or NULL */
+	const uint16_t *h; /* else 16-bit words of kind */
+	enum kops_round kind;
+};
+
+static int piece_init;
+static size_t piece_bytes;
+
+static size_t piece_limit(void)
+{
+	if (!piece_init) { /* once, on the one host thread that runs the ops */
+		piece_bytes = device_gemm_piece_bytes();
+		piece_init = 1;
+	}
+	return piece_bytes;
+}
+
+static bool same_kind(const struct wsrc *w, int prec)
+{
+	return w->h && (prec == GEMM_BF16 ? w->kind == KOPS_ROUND_BF16 : prec == GEMM_F16 && w->kind == KOPS_ROUND_FP16);
+}
+
+/* scratch bytes for the weight: none for words the table multiplies as they
+ * are; a 256-aligned fp32 copy for widened words; the converted operand */
+static size_t weight_bytes(const struct wsrc *w, int prec, int OC, int IC)
+{
+	size_t b = 0;
+	if (same_kind(w, prec))
+		return 0;
+	if (w->h) /* widened first */
+		b += ((size_t)OC * IC * sizeof(float) + 255) & ~(size_t)255;
+	if (prec != GEMM_F32)
+		b += half_bytes(OC, IC);
+	return b;
+}
+
+/* The weight as the GEMM's A operand, in buf (weight_bytes of it) when it
+ * needs converting; its leading dimension in *ld. */
+static const void *weight_operand(const struct wsrc *w, int prec, int OC, int IC, void *buf, int64_t *ld)
+{
+	if (same_kind(w, prec)) {
+		*ld = IC;
+		return w->h;
+	}
+	const float *f = w->f;
+	char *p = (char *)buf;
+	if (w->h) {
+		cuda_widen16((float *)p, w->h, (size_t)OC * IC, w->kind);
+		f = (const float *)p;
+		p += ((size_t)OC * IC * sizeof(float) + 255) & ~(size_t)255;
+	}
+	if (prec == GEMM_F32) {
+		*ld = IC;
+		return f;
+	}
+	convert(p, f, OC, IC, IC, prec);
+	*ld = half_pitch(IC);
+	return p;
+}
+
+static cudaDataType_t ab_type(int prec)
+{
+	return prec == GEMM_F32 ? CUDA_R_32F : prec == GEMM_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+}
+
+/* one forward GEMM, with the bias in the epilogue or, where cuBLASLt has no
+ * algorithm for that, filled in first with beta = 1 as the CPU does */
+static void forward_gemm(int prec, int N, int IC, int OC, struct gemm_call *g)
+{
+	if (lt_matmul_try(OP_FWD, prec, N, IC, OC, g))
+		return;
+	if (!g->bias)
+		CUDA_BUG("cuBLASLt has no algorithm for this linear layer (above)");
+	launch<bias_fill_kernel>(grid_for((size_t)N * OC), THREADS, 0, g->D, g->bias, N, OC);
+	KERNEL_CHECK();
+	g->bias = NULL;
+	g->beta = 1.0f;
+	lt_matmul(OP_FWD, prec, N, IC, OC, g);
+}
+
+static void linear_forward(int prec, float *out, const float *inp, struct wsrc w, const float *bias, int N, int IC,
+			   int OC)
 {
 	if (N <= 0 || OC <= 0)
 		return;
@@ -381,38 +492,34 @@ static void linear_forward(int prec, float *out, const float *inp, const float *
 		}
 		return;
 	}
-	struct gemm_call g = { CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, IC, IC, OC, CUDA_R_32F,
-			       weight, inp, out, bias, 0.0f };
-	void *buf = NULL;
-	if (prec != GEMM_F32) {
-		size_t bw = half_bytes(OC, IC);
-		buf = scratch_alloc(bw + half_bytes(N, IC));
-		void *wh = buf, *xh = (char *)buf + bw;
-		convert(wh, weight, OC, IC, prec);
-		convert(xh, inp, N, IC, prec);
-		g.A = wh;
-		g.B = xh;
-		g.lda = g.ldb = half_pitch(IC);
-		g.ab = prec == GEMM_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+	/* rows per piece of the converted input */
+	int rows = N;
+	if (prec != GEMM_F32 && half_bytes(N, IC) > piece_limit()) {
+		size_t r = piece_limit() / ((size_t)half_pitch(IC) * 2);
+		rows = r < 1 ? 1 : (int)r;
 	}
-	if (!lt_matmul_try(OP_FWD, prec, N, IC, OC, &g)) {
-		if (!bias)
-			CUDA_BUG("cuBLASLt has no algorithm for this linear layer (above)");
-		/* no algorithm with the bias epilogue (not expected; cuBLASLt's
-		 * answer is checked, not assumed): start from the bias, beta = 1,
-		 * as the CPU does */
-		launch<bias_fill_kernel>(grid_for((size_t)N * OC), THREADS, 0, out, bias, N, OC);
-		KERNEL_CHECK();
-		g.bias = NULL;
-		g.beta = 1.0f;
-		lt_matmul(OP_FWD, prec, N, IC, OC, &g);
+	size_t bw = weight_bytes(&w, prec, OC, IC), bx = prec != GEMM_F32 ? half_bytes(rows, IC) : 0;
+	void *buf = bw + bx ? scratch_alloc(bw + bx) : NULL;
+	int64_t lda;
+	const void *A = weight_operand(&w, prec, OC, IC, buf, &lda);
+	void *xh = (char *)buf + bw;
+	for (int n0 = 0; n0 < N; n0 += rows) {
+		int n = N - n0 < rows ? N - n0 : rows;
+		struct gemm_call g = { CUBLAS_OP_T, CUBLAS_OP_N, OC, n, IC, lda, IC, OC, ab_type(prec),
+				       A, inp + (size_t)n0 * IC, out + (size_t)n0 * OC, bias, 0.0f };
+		if (prec != GEMM_F32) {
+			convert(xh, inp + (size_t)n0 * IC, n, IC, IC, prec);
+			g.B = xh;
+			g.ldb = half_pitch(IC);
+		}
+		forward_gemm(prec, n, IC, OC, &g);
 	}
 	if (buf)
 		scratch_free(buf);
 }
 
 static void linear_backward(int prec, float *dinp, float *dweight, float *dbias, const float *dout,
-			    const float *inp, const float *weight, int N, int IC, int OC)
+			    const float *inp, struct wsrc w, int N, int IC, int OC)
 {
 	if (N <= 0 || OC <= 0 || IC <= 0) {
 		if (dinp && N > 0 && IC > 0)
@@ -421,78 +528,111 @@ static void linear_backward(int prec, float *dinp, float *dweight, float *dbias,
 			colsum_add(dbias, dout, N, OC);
 		return;
 	}
-	/* dinp^T = W^T . dout^T (overwrite); dweight^T += inp^T . dout (accumulate) */
-	struct gemm_call gi = { CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, IC, OC, IC, CUDA_R_32F,
-				weight, dout, dinp, NULL, 0.0f };
-	struct gemm_call gw = { CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, IC, OC, IC, CUDA_R_32F,
-				inp, dout, dweight, NULL, 1.0f };
-	void *buf = NULL;
-	if (prec != GEMM_F32 && (dinp || dweight)) {
-		/* one scratch allocation carved in three: dout (both GEMMs), W (dinp), inp (dweight) */
-		size_t bd = half_bytes(N, OC), bw = dinp ? half_bytes(OC, IC) : 0;
-		size_t bx = dweight ? half_bytes(N, IC) : 0;
-		buf = scratch_alloc(bd + bw + bx);
-		void *dh = buf, *wh = (char *)buf + bd, *xh = (char *)buf + bd + bw;
-		cudaDataType_t t = prec == GEMM_BF16 ? CUDA_R_16BF : CUDA_R_16F;
-		convert(dh, dout, N, OC, prec);
-		if (dinp) {
-			convert(wh, weight, OC, IC, prec);
-			gi.A = wh;
-			gi.B = dh;
-			gi.lda = half_pitch(IC);
-			gi.ldb = half_pitch(OC);
-			gi.ab = t;
+	if (dinp || dweight) {
+		/* columns of dout per piece: a multiple of 8 (16-byte rows) */
+		int cols = OC;
+		if (prec != GEMM_F32 && half_bytes(N, OC) > piece_limit()) {
+			size_t c = (piece_limit() / ((size_t)N * 2)) & ~(size_t)7;
+			cols = c < 8 ? 8 : (int)c;
 		}
-		if (dweight) {
-			convert(xh, inp, N, IC, prec);
-			gw.A = xh;
-			gw.B = dh;
-			gw.lda = half_pitch(IC);
-			gw.ldb = half_pitch(OC);
-			gw.ab = t;
+		/* one scratch allocation: the weight (dinp), inp (dweight), a piece of dout */
+		size_t bw = dinp ? weight_bytes(&w, prec, OC, IC) : 0;
+		size_t bx = dweight && prec != GEMM_F32 ? half_bytes(N, IC) : 0;
+		size_t bd = prec != GEMM_F32 ? half_bytes(N, cols) : 0;
+		void *buf = bw + bx + bd ? scratch_alloc(bw + bx + bd) : NULL;
+		int64_t lda = IC;
+		const void *W = dinp ? weight_operand(&w, prec, OC, IC, buf, &lda) : NULL;
+		const void *X = inp;
+		void *dh = (char *)buf + bw + bx;
+		if (bx) {
+			convert((char *)buf + bw, inp, N, IC, IC, prec);
+			X = (char *)buf + bw;
 		}
+		const size_t esz = prec == GEMM_F32 ? 4 : 2;
+		const int64_t ldx = prec == GEMM_F32 ? IC : half_pitch(IC);
+		for (int o0 = 0; o0 < OC; o0 += cols) {
+			int oc = OC - o0 < cols ? OC - o0 : cols;
+			const void *D = dout + o0;
+			int64_t ldd = OC;
+			if (prec != GEMM_F32) {
+				convert(dh, dout + o0, N, oc, OC, prec);
+				D = dh;
+				ldd = half_pitch(oc);
+			}
+			/* dinp^T (IC x N) (+)= W[o0:o0+oc]^T . dout[:, o0:o0+oc]^T */
+			if (dinp) {
+				struct gemm_call gi = { CUBLAS_OP_N, CUBLAS_OP_N, IC, N, oc, lda, ldd, IC, ab_type(prec),
+							(const char *)W + (size_t)o0 * lda * esz, D, dinp, NULL,
+							o0 ? 1.0f : 0.0f };
+				lt_matmul(OP_DINP, prec, N, IC, oc, &gi);
+			}
+			/* dweight[o0:o0+oc]^T (IC x oc) += inp^T . dout[:, o0:o0+oc] */
+			if (dweight) {
+				struct gemm_call gw = { CUBLAS_OP_N, CUBLAS_OP_T, IC, oc, N, ldx, ldd, IC, ab_type(prec),
+							X, D, dweight + (size_t)o0 * IC, NULL, 1.0f };
+				lt_matmul(OP_DWEIGHT, prec, N, IC, oc, &gw);
+			}
+		}
+		if (buf)
+			scratch_free(buf); /* before colsum_add, which takes the scratch itself */
 	}
-	if (dinp)
-		lt_matmul(OP_DINP, prec, N, IC, OC, &gi);
-	if (dweight)
-		lt_matmul(OP_DWEIGHT, prec, N, IC, OC, &gw);
-	if (buf)
-		scratch_free(buf); /* before colsum_add, which takes the scratch itself */
 	if (dbias)
 		colsum_add(dbias, dout, N, OC);
 }
 
-/* The table holds plain function pointers: one pair per precision. */
-#define LINEAR_PAIR(suffix, prec)                                                                  \
+/* The table holds plain function pointers: one set per precision. */
+#define LINEAR_OPS(suffix, prec)                                                                   \
 	static void linear_forward_##suffix(float *out, const float *inp, const float *weight,     \
 					    const float *bias, int N, int IC, int OC)              \
 	{                                                                                          \
-		linear_forward(prec, out, inp, weight, bias, N, IC, OC);                           \
+		struct wsrc w = { weight, NULL, KOPS_ROUND_BF16 };                                 \
+		linear_forward(prec, out, inp, w, bias, N, IC, OC);                                \
 	}                                                                                          \
 	static void linear_backward_##suffix(float *dinp, float *dweight, float *dbias,            \
 					     const float *dout, const float *inp,                  \
 					     const float *weight, int N, int IC, int OC)           \
 	{                                                                                          \
-		linear_backward(prec, dinp, dweight, dbias, dout, inp, weight, N, IC, OC);         \
+		struct wsrc w = { weight, NULL, KOPS_ROUND_BF16 };                                 \
+		linear_backward(prec, dinp, dweight, dbias, dout, inp, w, N, IC, OC);              \
+	}                                                                                          \
+	static void linear_forward_w16_##suffix(float *out, const float *inp, const uint16_t *weight, \
+						const float *bias, int N, int IC, int OC,          \
+						enum kops_round kind)                              \
+	{                                                                                          \
+		struct wsrc w = { NULL, weight, kind };                                            \
+		linear_forward(prec, out, inp, w, bias, N, IC, OC);                                \
+	}                                                                                          \
+	static void linear_backward_w16_##suffix(float *dinp, float *dweight, float *dbias,        \
+						 const float *dout, const float *inp,              \
+						 const uint16_t *weight, int N, int IC, int OC,    \
+						 enum kops_round kind)                             \
+	{                                                                                          \
+		struct wsrc w = { NULL, weight, kind };                                            \
+		linear_backward(prec, dinp, dweight, dbias, dout, inp, w, N, IC, OC);              \
 	}
-LINEAR_PAIR(f32, GEMM_F32)
-LINEAR_PAIR(bf16, GEMM_BF16)
-LINEAR_PAIR(f16, GEMM_F16)
+LINEAR_OPS(f32, GEMM_F32)
+LINEAR_OPS(bf16, GEMM_BF16)
+LINEAR_OPS(f16, GEMM_F16)
+
+#define FILL(t, suffix)                                                                            \
+	do {                                                                                       \
+		(t)->linear_forward = linear_forward_##suffix;                                     \
+		(t)->linear_backward = linear_backward_##suffix;                                   \
+		(t)->linear_forward_w16 = linear_forward_w16_##suffix;                             \
+		(t)->linear_backward_w16 = linear_backward_w16_##suffix;                           \
+	} while (0)
 
 void cuda_gemm_fill(struct kops *t, enum gemm_precision prec)
 {
 	switch (prec) {
 	case GEMM_F32:
-		t->linear_forward = linear_forward_f32;
-		t->linear_backward = linear_backward_f32;
+		FILL(t, f32);
 		break;
 	case GEMM_BF16:
-		t->linear_forward = linear_forward_bf16;
-		t->linear_backward = linear_backward_bf16;
+		FILL(t, bf16);
 		break;
 	case GEMM_F16:
-		t->linear_forward = linear_forward_f16;
-		t->linear_backward = linear_backward_f16;
+		FILL(t, f16);
 		break;
 	default:
 		CUDA_BUG("unknown GEMM precision");
@@ -509,10 +649,12 @@ static void half_init(void)
 {
 	half_table[KOPS_ROUND_BF16] = *half_base;
 	half_table[KOPS_ROUND_BF16].name = "cuda-bf16";
+	half_table[KOPS_ROUND_BF16].w16_direct = true;
 	cuda_gemm_fill(&half_table[KOPS_ROUND_BF16], GEMM_BF16);
 	cuda_attn_tc_fill(&half_table[KOPS_ROUND_BF16], GEMM_BF16);
 	half_table[KOPS_ROUND_FP16] = *half_base;
 	half_table[KOPS_ROUND_FP16].name = "cuda-fp16";
+	half_table[KOPS_ROUND_FP16].w16_direct = true;
 	cuda_gemm_fill(&half_table[KOPS_ROUND_FP16], GEMM_F16);
 	cuda_attn_tc_fill(&half_table[KOPS_ROUND_FP16], GEMM_F16);
 	kops_check(&half_table[KOPS_ROUND_BF16]);

@@ -969,13 +969,46 @@ static void cuda_narrow(uint16_t *out, const float *x, size_t n, enum kops_round
 	KERNEL_CHECK();
 }
 
-static void cuda_widen(float *out, const uint16_t *x, size_t n, enum kops_round kind)
+void cuda_widen16(float *out, const uint16_t *x, size_t n, enum kops_round kind)
 {
 	if (kind != KOPS_ROUND_BF16 && kind != KOPS_ROUND_FP16)
 		CUDA_BUG("unknown rounding kind");
 	if (n == 0)
 		return;
 	launch<widen_kernel>(grid_for(n), THREADS, 0, out, x, n, (int)kind);
+	KERNEL_CHECK();
+}
+
+/* embedding_forward on 16-bit words: each value widened as it is read */
+__global__ void embedding_forward_w16_kernel(float *out, const int32_t *tokens, const int32_t *positions,
+					     const uint16_t *wte, const float *wpe, int N, int C, int kind)
+{
+	GRID_STRIDE(i, (size_t)N * C) {
+		size_t n = i / C, c = i % C;
+		int tok = tokens[n];
+		float te = 0.0f;
+		if (tok >= 0) {
+			uint16_t h = wte[(size_t)tok * C + c];
+			te = kind == KOPS_ROUND_BF16 ? __uint_as_float((uint32_t)h << 16) : fp16_value(h);
+		}
+		if (wpe && positions) {
+			float pe = wpe[(size_t)positions[n] * C + c];
+			out[i] = tok >= 0 ? te + pe : pe;
+		} else {
+			out[i] = te;
+		}
+	}
+}
+
+static void cuda_embedding_forward_w16(float *out, const int32_t *tokens, const int32_t *positions,
+				       const uint16_t *wte, const float *wpe, int N, int C, enum kops_round kind)
+{
+	if (kind != KOPS_ROUND_BF16 && kind != KOPS_ROUND_FP16)
+		CUDA_BUG("unknown rounding kind");
+	if (N <= 0 || C <= 0)
+		return;
+	launch<embedding_forward_w16_kernel>(grid_for((size_t)N * C), THREADS, 0, out, tokens, positions, wte,
+					     wpe, N, C, (int)kind);
 	KERNEL_CHECK();
 }
 
@@ -1411,6 +1444,7 @@ static void table_init(void)
 	t->host_free = cuda_host_free;
 	t->embedding_forward = cuda_embedding_forward;
 	t->embedding_backward = cuda_embedding_backward;
+	t->embedding_forward_w16 = cuda_embedding_forward_w16;
 	t->layernorm_forward = cuda_layernorm_forward;
 	t->layernorm_backward = cuda_layernorm_backward;
 	t->rmsnorm_forward = cuda_rmsnorm_forward;
@@ -1431,7 +1465,7 @@ static void table_init(void)
 	t->nonfinite = cuda_nonfinite;
 	t->round = cuda_round;
 	t->narrow = cuda_narrow;
-	t->widen = cuda_widen;
+	t->widen = cuda_widen16;
 	t->adamw = cuda_adamw;
 	t->moe_combine_forward = cuda_moe_combine_forward;
 	t->moe_combine_backward = cuda_moe_combine_backward;

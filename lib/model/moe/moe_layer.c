@@ -187,7 +187,7 @@ static void route_and_experts(struct gpt_model *m, const struct gpt_pass *P, int
 
 	/* x: every row, on every TP rank: they all route alike */
 	if (c->router_fp32) /* --moe-router-dtype: not rounded to the half type */
-		k->linear_forward(M->z, x, gpt_param(m, p->router_w, GPT_VIEW_W), NULL, N, h, E);
+		linear_fwd_raw(m, M->z, x, p->router_w, -1, N, h, E);
 	else
 		linear_fwd(m, M->z, x, p->router_w, -1, N, h, E);
 	k->to_host(M->z_host, M->z, (size_t)N * E * sizeof(float));
