@@ -105,6 +105,10 @@ struct args {
 	double norm_epsilon;
 	bool swiglu;
 	bool apply_layernorm_1p;
+	bool add_qkv_bias;
+	bool qk_layernorm;
+	bool use_rope_scaling;
+	double rope_scaling_factor;
 	bool disable_bias_linear;
 	bool untie_embeddings_and_output_weights;
 	double init_method_std;

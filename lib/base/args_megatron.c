@@ -436,7 +436,6 @@ const struct megatron_flag megatron_flags[] = {
 	{ "--relative-attention-max-distance", MF_REFUSED, 1, why_encoder_bert },
 	{ "--use-rotary-position-embeddings", MF_REFUSED, 0, why_removed_from },
 	{ "--rotary-seq-len-interpolation-factor", MF_REFUSED, 1, why_rope_variant },
-	{ "--rope-scaling-factor", MF_REFUSED, 1, why_rope_variant },
 	{ "--no-rope-freq", MF_REFUSED, 1, why_rope_variant },
 	{ "--quick-geglu", MF_REFUSED, 0, why_model_variant },
 	{ "--onnx-safe", MF_REFUSED, 1, why_encoder_bert },

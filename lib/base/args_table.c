@@ -170,13 +170,17 @@ const struct flag_def args_table[] = {
 	{ "--apply-layernorm-1p", FK_BOOL, F(apply_layernorm_1p), TR, 0, "model", NULL, NULL, NULL,
 	  "zero-centred norm weights: stored as w - 1 (initialised to 0) and applied as w + 1, as Megatron's "
 	  "LayerNorm1P and Transformer Engine's zero_centered_gamma" },
-	{ "--qk-layernorm", FK_UNSUPPORTED, 0, TR, 0, "model", NULL, NULL, NULL, "QK layer norm is not implemented yet" },
-	{ "--add-qkv-bias", FK_UNSUPPORTED, 0, TR, 0, "model", NULL, NULL, NULL,
-	  "a QKV-only bias is not implemented yet" },
+	{ "--qk-layernorm", FK_BOOL, F(qk_layernorm), TR, 0, "model", NULL, NULL, NULL,
+	  "normalize each query and key head over its channels before RoPE (--normalization's norm, one weight "
+	  "of --kv-channels values shared by the heads: q_layernorm, k_layernorm)" },
+	{ "--add-qkv-bias", FK_BOOL, F(add_qkv_bias), TR, 0, "model", NULL, NULL, NULL,
+	  "a bias on linear_qkv even with --disable-bias-linear (Qwen2)" },
 	{ "--rotary-interleaved", FK_UNSUPPORTED, 0, TR, 0, "model", NULL, NULL, NULL,
 	  "interleaved RoPE is not implemented yet (megac uses rotate-half, Megatron's default)" },
-	{ "--use-rope-scaling", FK_UNSUPPORTED, 0, TR, 0, "model", NULL, NULL, NULL,
-	  "Llama 3.x RoPE scaling is not implemented yet" },
+	{ "--use-rope-scaling", FK_BOOL, F(use_rope_scaling), TR, 0, "model", NULL, NULL, NULL,
+	  "Llama 3.x RoPE frequency scaling (low/high frequency factors 1 and 4, original context 8192)" },
+	{ "--rope-scaling-factor", FK_FLOAT, F(rope_scaling_factor), TR, 0, "model", "8.0", NULL, "F",
+	  "the factor of --use-rope-scaling" },
 	{ "--squared-relu", FK_UNSUPPORTED, 0, TR, 0, "model", NULL, NULL, NULL, "squared ReLU is not implemented yet" },
 
 	/* ---- parallelism ---- */

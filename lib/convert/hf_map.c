@@ -15,10 +15,23 @@
 #include "base/error.h"
 #include "base/sbuf.h"
 #include "base/xalloc.h"
+#include "kernels/rope_scaling.h"
 
 const char *hf_arch_class(enum hf_arch arch)
 {
-	return arch == HF_GPT2 ? "GPT2LMHeadModel" : arch == HF_LLAMA ? "LlamaForCausalLM" : "MixtralForCausalLM";
+	switch (arch) {
+	case HF_GPT2:
+		return "GPT2LMHeadModel";
+	case HF_LLAMA:
+		return "LlamaForCausalLM";
+	case HF_MIXTRAL:
+		return "MixtralForCausalLM";
+	case HF_QWEN2:
+		return "Qwen2ForCausalLM";
+	case HF_QWEN3:
+		return "Qwen3ForCausalLM";
+	}
+	return "?";
 }
 
 /* A MoE model as MixtralForCausalLM (docs/moe-spec.md section 7): every
@@ -55,8 +68,20 @@ int hf_arch_for(const struct gpt_config *c, enum hf_arch *arch)
 	if (c->E > 0 && !c->rope)
 		return error("a mixture-of-experts model exports as MixtralForCausalLM, which needs RoPE; this one has "
 			     "learned positions");
+	if (c->qk_norm && !c->rope)
+		return error("a model with --qk-layernorm exports as Qwen3ForCausalLM, which needs RoPE; this one has "
+			     "learned positions");
 	if (c->rope) {
-		*arch = c->E > 0 ? HF_MIXTRAL : HF_LLAMA;
+		*arch = c->E > 0 ? HF_MIXTRAL : c->qk_norm ? HF_QWEN3 : c->qkv_bias && !c->bias ? HF_QWEN2 : HF_LLAMA;
+		if (c->E > 0 && (c->qk_norm || (c->qkv_bias && !c->bias)))
+			return error("a mixture-of-experts model exports as MixtralForCausalLM, which has neither q/k "
+				     "norms (--qk-layernorm) nor a QKV bias (--add-qkv-bias)");
+		if (c->qk_norm && c->qkv_bias)
+			return error("a model with --qk-layernorm exports as Qwen3ForCausalLM, whose attention_bias "
+				     "puts a bias on o_proj too; this one has a bias on linear_qkv only");
+		if (c->E > 0 && c->rope_scaling)
+			return error("--use-rope-scaling: megac exports Llama 3.x RoPE scaling with LlamaForCausalLM, "
+				     "Qwen2ForCausalLM and Qwen3ForCausalLM, not MixtralForCausalLM");
 		if (!c->rmsnorm || !c->swiglu || c->bias || c->rot != c->k)
 			return error("a model with RoPE exports as %s, which needs RMSNorm, SwiGLU, no "
 				     "linear biases and RoPE on every channel; this one has %s, %s, %s and %d of %d "
@@ -151,6 +176,20 @@ void hf_tensors(const struct gpt_config *c, enum hf_arch arch, struct hf_tensor 
 			ADD(HF_QKV_K, 2, gk, h, 0);
 			NAMES("model.layers.%d.self_attn.v_proj.weight", "decoder.layers.%d.self_attention.linear_qkv.weight", l);
 			ADD(HF_QKV_V, 2, gk, h, 0);
+			if (arch == HF_QWEN2) { /* the fused bias unfused as the weight's rows */
+				NAMES("model.layers.%d.self_attn.q_proj.bias", "decoder.layers.%d.self_attention.linear_qkv.bias", l);
+				ADD(HF_QKV_Q, 1, qk, 0, 0);
+				NAMES("model.layers.%d.self_attn.k_proj.bias", "decoder.layers.%d.self_attention.linear_qkv.bias", l);
+				ADD(HF_QKV_K, 1, gk, 0, 0);
+				NAMES("model.layers.%d.self_attn.v_proj.bias", "decoder.layers.%d.self_attention.linear_qkv.bias", l);
+				ADD(HF_QKV_V, 1, gk, 0, 0);
+			}
+			if (arch == HF_QWEN3) {
+				NAMES("model.layers.%d.self_attn.q_norm.weight", "decoder.layers.%d.self_attention.q_layernorm.weight", l);
+				ADD(HF_COPY, 1, c->k, 0, 0);
+				NAMES("model.layers.%d.self_attn.k_norm.weight", "decoder.layers.%d.self_attention.k_layernorm.weight", l);
+				ADD(HF_COPY, 1, c->k, 0, 0);
+			}
 			NAMES("model.layers.%d.self_attn.o_proj.weight", "decoder.layers.%d.self_attention.linear_proj.weight",
 			      l);
 			ADD(HF_COPY, 2, h, qk, 0);
@@ -384,8 +423,9 @@ char *hf_config_json(const struct gpt_config *c, enum hf_arch arch, enum ckpt_dt
 		json_object_set_new(o, "embd_pdrop", f32(c->hidden_dropout));
 		json_object_set_new(o, "attn_pdrop", f32(c->attention_dropout));
 	} else {
-		bool moe = arch == HF_MIXTRAL;
-		json_object_set_new(o, "model_type", json_string(moe ? "mixtral" : "llama"));
+		bool moe = arch == HF_MIXTRAL, qwen = arch == HF_QWEN2 || arch == HF_QWEN3;
+		json_object_set_new(o, "model_type", json_string(moe ? "mixtral" : arch == HF_QWEN2 ? "qwen2" :
+									   arch == HF_QWEN3 ? "qwen3" : "llama"));
 		json_object_set_new(o, "vocab_size", json_integer(c->V));
 		json_object_set_new(o, "hidden_size", json_integer(c->h));
 		json_object_set_new(o, "intermediate_size", json_integer(moe ? c->moe_f : c->f));
@@ -405,9 +445,27 @@ char *hf_config_json(const struct gpt_config *c, enum hf_arch arch, enum ckpt_dt
 			json_object_set_new(o, "router_jitter_noise", json_real(0.0));
 			json_object_set_new(o, "output_router_logits", json_false());
 		} else {
-			json_object_set_new(o, "rope_scaling", json_null());
-			json_object_set_new(o, "attention_bias", json_false());
-			json_object_set_new(o, "mlp_bias", json_false());
+			json_t *rs = json_null();
+			if (c->rope_scaling) { /* Megatron's fixed constants beside the factor */
+				struct rope_scaling sc = rope_scaling_llama3(c->rope_scaling_factor);
+				rs = json_object();
+				json_object_set_new(rs, "factor", f32(sc.factor));
+				json_object_set_new(rs, "low_freq_factor", f32(sc.low_freq_factor));
+				json_object_set_new(rs, "high_freq_factor", f32(sc.high_freq_factor));
+				json_object_set_new(rs, "original_max_position_embeddings",
+						    json_integer(sc.original_max_positions));
+				json_object_set_new(rs, "rope_type", json_string("llama3"));
+			}
+			json_object_set_new(o, "rope_scaling", rs);
+			if (arch != HF_QWEN2)
+				json_object_set_new(o, "attention_bias", json_false());
+			if (qwen) { /* full attention in every layer */
+				json_object_set_new(o, "use_sliding_window", json_false());
+				json_object_set_new(o, "sliding_window", json_null());
+				json_object_set_new(o, "max_window_layers", json_integer(c->L));
+			} else {
+				json_object_set_new(o, "mlp_bias", json_false());
+			}
 		}
 		json_object_set_new(o, "attention_dropout", f32(c->attention_dropout));
 	}
@@ -519,6 +577,49 @@ static void read_gpt2(struct cfg_reader *r, struct gpt_config *c)
 	c->k = c->h / c->a;
 }
 
+/* rope_scaling: none, or Llama 3.x's (rope_type "llama3") with Megatron's
+ * fixed constants (--use-rope-scaling, --rope-scaling-factor) */
+static void read_rope_scaling(struct cfg_reader *r, struct gpt_config *c)
+{
+	json_t *s = json_object_get(r->o, "rope_scaling");
+	if (!s || json_is_null(s))
+		return;
+	const char *type = json_is_object(s) ? json_string_value(json_object_get(s, "rope_type")) : NULL;
+	if (!type && json_is_object(s))
+		type = json_string_value(json_object_get(s, "type")); /* the older key */
+	if (!type || strcmp(type, "llama3")) {
+		r->failed = error("'%s': rope_scaling of rope_type \"%s\": megac has Llama 3.x's (\"llama3\", "
+				  "--use-rope-scaling) only", r->path, type ? type : "(none)");
+		return;
+	}
+	struct cfg_reader sr = { s, r->path, 0 };
+	struct rope_scaling want = rope_scaling_llama3(8);
+	double factor = cfg_num(&sr, "factor", -1), low = cfg_num(&sr, "low_freq_factor", -1);
+	double high = cfg_num(&sr, "high_freq_factor", -1);
+	int64_t orig = cfg_int(&sr, "original_max_position_embeddings", -1, -1);
+	if (sr.failed || factor < 1 || low != want.low_freq_factor || high != want.high_freq_factor ||
+	    orig != want.original_max_positions) {
+		r->failed = error("'%s': rope_scaling llama3 needs factor >= 1, low_freq_factor %g, high_freq_factor %g "
+				  "and original_max_position_embeddings %d (Megatron's fixed constants); this one has "
+				  "%g, %g, %g and %lld", r->path, (double)want.low_freq_factor,
+				  (double)want.high_freq_factor, want.original_max_positions, factor, low, high,
+				  (long long)orig);
+		return;
+	}
+	c->rope_scaling = true;
+	c->rope_scaling_factor = (float)factor;
+}
+
+/* Qwen2/Qwen3: a window shorter than the context is attention megac lacks */
+static void read_window(struct cfg_reader *r, struct gpt_config *c)
+{
+	int64_t window = cfg_int(r, "sliding_window", 0, 0);
+	if (cfg_bool(r, "use_sliding_window", false) && window > 0 && window < c->P)
+		r->failed = error("'%s': use_sliding_window with sliding_window %lld shorter than "
+				  "max_position_embeddings %d; megac's attention sees the whole context", r->path,
+				  (long long)window, c->P);
+}
+
 static void read_llama(struct cfg_reader *r, struct gpt_config *c)
 {
 	c->h = (int)cfg_int(r, "hidden_size", REQUIRED, 1);
@@ -534,9 +635,7 @@ static void read_llama(struct cfg_reader *r, struct gpt_config *c)
 	if (cfg_bool(r, "attention_bias", false) || cfg_bool(r, "mlp_bias", false))
 		r->failed = error("'%s': attention_bias/mlp_bias: megac's Llama-style models have no linear biases",
 				  r->path);
-	json_t *scaling = json_object_get(r->o, "rope_scaling");
-	if (scaling && !json_is_null(scaling))
-		r->failed = error("'%s': rope_scaling is set; megac has plain RoPE only", r->path);
+	read_rope_scaling(r, c);
 	c->eps = (float)cfg_num(r, "rms_norm_eps", 1e-6);
 	double theta = cfg_num(r, "rope_theta", 10000);
 	if (theta != floor(theta) || theta < 1)
@@ -603,9 +702,19 @@ int hf_config_read(const char *path, int64_t divisible_by, int64_t tp, struct gp
 	} else if (name && !strcmp(name, "MixtralForCausalLM")) {
 		*arch = HF_MIXTRAL;
 		read_mixtral(&r, c);
+	} else if (name && !strcmp(name, "Qwen2ForCausalLM")) {
+		*arch = HF_QWEN2; /* Llama's keys; q, k and v always carry biases */
+		read_llama(&r, c);
+		read_window(&r, c);
+		c->qkv_bias = true;
+	} else if (name && !strcmp(name, "Qwen3ForCausalLM")) {
+		*arch = HF_QWEN3; /* Llama's keys, q_norm and k_norm over head_dim */
+		read_llama(&r, c);
+		read_window(&r, c);
+		c->qk_norm = true;
 	} else {
-		error("'%s': architectures %s: ckpt_convert reads GPT2LMHeadModel, LlamaForCausalLM and "
-		      "MixtralForCausalLM", path,
+		error("'%s': architectures %s: ckpt_convert reads GPT2LMHeadModel, LlamaForCausalLM, "
+		      "MixtralForCausalLM, Qwen2ForCausalLM and Qwen3ForCausalLM", path,
 		      name ? name : "(missing, or more than one)");
 		json_decref(o); /* name lives in o */
 		return -1;

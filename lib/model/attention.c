@@ -10,6 +10,16 @@
  *   context-parallel ring_attn over the CP group
  *   serving         each sequence's new rows against its key/value cache slot, which they extend
  *
+ * With --qk-layernorm every query and key head is normalized over its
+ * channels (q_layernorm, k_layernorm: one weight of kv_channels values that
+ * all heads share) after the split and before RoPE, as Megatron's
+ * get_query_key_value_tensors does. The op table's split rotates as it
+ * splits, so the normed heads are put back into the fused layout (the
+ * split's inverse) and split again with RoPE; the backward runs the same
+ * maps the other way. The norms' weights are replicated over TP while each
+ * rank normalizes its own heads: their gradients are summed over TP
+ * (PARAM_TP_SUM), as Megatron's finalize_model_grads does.
+ *
  * Forward and backward side by side; the backward leaves this rank's share
  * of the input norm's output gradient in m->s.dln.
  */
@@ -17,6 +27,14 @@
 
 #include <math.h>
 #include <stdio.h>
+
+/* q_layernorm or k_layernorm's weight or bias: kv_channels values, replicated */
+static int reg_head_norm(struct gpt_model *m, const char *name, bool bias)
+{
+	int64_t shape[1] = { m->c.k };
+	return params_add(&m->reg, name, 1, shape, -1, m->par.tp_size, m->par.tp_rank, PARAM_NO_WD | PARAM_TP_SUM,
+			  bias ? PARAM_INIT_ZERO : PARAM_INIT_ONE, 0);
+}
 
 void attention_register(struct gpt_model *m, int l)
 {
@@ -33,7 +51,66 @@ void attention_register(struct gpt_model *m, int l)
 	p->qkv_b = s->qkv_bias ? reg_bias(m, NAME("linear_qkv.bias"), qkv, 0, 0) : -1;
 	p->proj_w = reg_weight(m, NAME("linear_proj.weight"), c->h, ak, 1, out_std, 0);
 	p->proj_b = s->proj_bias ? reg_bias(m, NAME("linear_proj.bias"), c->h, -1, 0) : -1;
+	p->qn_w = p->qn_b = p->kn_w = p->kn_b = -1;
+	if (s->qk_norm) {
+		bool ln = s->norm == LAYER_NORM;
+		p->qn_w = reg_head_norm(m, NAME("q_layernorm.weight"), false);
+		p->qn_b = ln ? reg_head_norm(m, NAME("q_layernorm.bias"), true) : -1;
+		p->kn_w = reg_head_norm(m, NAME("k_layernorm.weight"), false);
+		p->kn_b = ln ? reg_head_norm(m, NAME("k_layernorm.bias"), true) : -1;
+	}
 #undef NAME
+}
+
+/* A q or k norm over rows of kv_channels values (rows: heads x tokens). */
+static void head_norm_fwd(struct gpt_model *m, float *out, float *mean, float *rstd, const float *inp, int w, int b,
+			  size_t rows)
+{
+	const struct gpt_config *c = &m->lc;
+	if (c->rmsnorm)
+		m->k->rmsnorm_forward(out, rstd, inp, gpt_param(m, w, GPT_VIEW_B), (int)rows, c->k, c->eps);
+	else
+		m->k->layernorm_forward(out, mean, rstd, inp, gpt_param(m, w, GPT_VIEW_B), gpt_param(m, b, GPT_VIEW_X),
+					(int)rows, c->k, c->eps);
+	round_half(m, out, rows * c->k);
+}
+
+static void head_norm_bwd(struct gpt_model *m, float *dinp, const float *dout, const float *inp, int w, int b,
+			  const float *mean, const float *rstd, size_t rows)
+{
+	const struct gpt_config *c = &m->lc;
+	if (c->rmsnorm)
+		m->k->rmsnorm_backward(dinp, gpt_grad(m, w), dout, inp, gpt_param(m, w, GPT_VIEW_B), rstd, (int)rows,
+				       c->k);
+	else
+		m->k->layernorm_backward(dinp, gpt_grad(m, w), gpt_grad(m, b), dout, inp, gpt_param(m, w, GPT_VIEW_B),
+					 mean, rstd, (int)rows, c->k);
+	round_half(m, dinp, rows * c->k);
+}
+
+/* The fused QKV of B x T rows (qkv, [B*T, (a+2g)*k]) into A's q, kk and v,
+ * RoPE'd by the tables cos/sin of T rows; with --qk-layernorm the q and k
+ * norms run between the split and RoPE, their inputs and statistics kept
+ * in A. qkv is scratch: with the norms and RoPE it holds the normed heads
+ * afterwards. */
+static void qkv_split(struct gpt_model *m, const struct gpt_layer_params *p, struct gpt_layer_acts *A, float *qkv,
+		      const float *cos, const float *sin, int B, int T)
+{
+	const struct gpt_config *c = &m->lc;
+	const struct kops *k = m->k;
+	int rot = p->spec.rot;
+	if (!p->spec.qk_norm) {
+		k->qkv_split_forward(A->q, A->kk, A->v, qkv, cos, sin, B, T, c->a, c->g, c->k, rot);
+		return;
+	}
+	size_t bt = (size_t)B * T;
+	k->qkv_split_forward(A->qn, A->kn, A->v, qkv, NULL, NULL, B, T, c->a, c->g, c->k, 0);
+	head_norm_fwd(m, A->q, A->qn_mean, A->qn_rstd, A->qn, p->qn_w, p->qn_b, bt * c->a);
+	head_norm_fwd(m, A->kk, A->kn_mean, A->kn_rstd, A->kn, p->kn_w, p->kn_b, bt * c->g);
+	if (rot) {
+		k->qkv_split_backward(qkv, A->q, A->kk, A->v, NULL, NULL, B, T, c->a, c->g, c->k, 0);
+		k->qkv_split_forward(A->q, A->kk, A->v, qkv, cos, sin, B, T, c->a, c->g, c->k, rot);
+	}
 }
 
 /* Layer l's attention-dropout counters, continued past the heads of the lower
@@ -116,8 +193,7 @@ static void cached_attention_forward(struct gpt_model *m, const struct gpt_pass 
 		int n = st->n[s], pos = st->pos[s];
 		const float *cs = rot ? kv->rope_cos + (size_t)pos * rot : NULL;
 		const float *sn = rot ? kv->rope_sin + (size_t)pos * rot : NULL;
-		k->qkv_split_forward(A->q, A->kk, A->v, m->s.qkv + (size_t)r0 * (ak + 2 * gk), cs, sn, 1, n, c->a, c->g,
-				     c->k, rot);
+		qkv_split(m, &m->lp[l], A, m->s.qkv + (size_t)r0 * (ak + 2 * gk), cs, sn, 1, n);
 		float *K = cache_at(m, kv->k, st->slot[s], l), *V = cache_at(m, kv->v, st->slot[s], l);
 		for (int j = 0; j < c->g; j++) {
 			size_t to = ((size_t)j * kv->max_seq + pos) * c->k, from = (size_t)j * n * c->k;
@@ -140,8 +216,7 @@ const float *attention_forward(struct gpt_model *m, const struct gpt_pass *P, in
 	if (P->kv) {
 		cached_attention_forward(m, P, l, A);
 	} else {
-		m->k->qkv_split_forward(A->q, A->kk, A->v, m->s.qkv, m->rope_cos, m->rope_sin, P->B, P->T, c->a, c->g,
-					c->k, p->spec.rot);
+		qkv_split(m, p, A, m->s.qkv, m->rope_cos, m->rope_sin, P->B, P->T);
 		if (p->spec.rot) { /* RoPE's output is 16-bit too, as Megatron's (kept so: gpt_layer_stash) */
 			size_t bt = (size_t)P->B * P->T;
 			round_half(m, A->q, bt * c->a * c->k);
@@ -162,8 +237,25 @@ void attention_backward(struct gpt_model *m, const struct gpt_pass *P, int l, st
 	int N = P->N, h = c->h, qkv = (c->a + 2 * c->g) * c->k, ak = c->a * c->k;
 	linear_bwd(m, s->datty, dattn, A->atty, p->proj_w, p->proj_b, N, ak, h);
 	core_attention_backward(m, P, l, A, s->datty);
-	m->k->qkv_split_backward(s->qkv, s->dq, s->dk, s->dv, m->rope_cos, m->rope_sin, P->B, P->T, c->a, c->g, c->k,
-				 p->spec.rot);
+	const struct kops *k = m->k;
+	int rot = p->spec.rot;
+	if (!p->spec.qk_norm) {
+		k->qkv_split_backward(s->qkv, s->dq, s->dk, s->dv, m->rope_cos, m->rope_sin, P->B, P->T, c->a, c->g,
+				      c->k, rot);
+	} else {
+		/* RoPE's backward (through the fused layout), then the norms': dL/dq
+		 * before its norm into datty (free since core attention's backward),
+		 * dL/dk into dq */
+		size_t bt = (size_t)P->B * P->T;
+		if (rot) {
+			k->qkv_split_backward(s->qkv, s->dq, s->dk, s->dv, m->rope_cos, m->rope_sin, P->B, P->T, c->a,
+					      c->g, c->k, rot);
+			k->qkv_split_forward(s->dq, s->dk, s->dv, s->qkv, NULL, NULL, P->B, P->T, c->a, c->g, c->k, 0);
+		}
+		head_norm_bwd(m, s->datty, s->dq, A->qn, p->qn_w, p->qn_b, A->qn_mean, A->qn_rstd, bt * c->a);
+		head_norm_bwd(m, s->dq, s->dk, A->kn, p->kn_w, p->kn_b, A->kn_mean, A->kn_rstd, bt * c->g);
+		k->qkv_split_backward(s->qkv, s->datty, s->dq, s->dv, NULL, NULL, P->B, P->T, c->a, c->g, c->k, 0);
+	}
 	/* the fused QKV output's space holds its gradient: free by now */
 	linear_bwd(m, s->dln, s->qkv, seq_full(m, P, A->ln1), p->qkv_w, p->qkv_b, N, h, qkv);
 }

@@ -21,6 +21,7 @@
 
 #include "base/error.h"
 #include "base/xalloc.h"
+#include "kernels/rope_scaling.h"
 
 int gpt_global_pos(const struct gpt_model *m, int j)
 {
@@ -155,7 +156,8 @@ static void build_rope(struct gpt_model *m, float **cos, float **sin, int S, int
 		return;
 	float *hc = xmalloc((size_t)S * rot * sizeof(float));
 	float *hs = xmalloc((size_t)S * rot * sizeof(float));
-	kops_rope_table(hc, hs, S, rot, c->rotary_base);
+	struct rope_scaling sc = rope_scaling_llama3(c->rope_scaling_factor); /* --use-rope-scaling */
+	rope_table_scaled(hc, hs, S, rot, c->rotary_base, c->rope_scaling ? &sc : NULL);
 	if (!m->par.cp) { /* rows in order: one copy */
 		m->k->to_device(*cos, hc, (size_t)T * rot * sizeof(float));
 		m->k->to_device(*sin, hs, (size_t)T * rot * sizeof(float));

@@ -33,6 +33,7 @@ struct gpt_layer_params {
 	bool recompute;  /* full recompute: its forward reruns before its backward */
 	/* attention: input norm (fused into linear_qkv in the TE spec), QKV, projection */
 	int ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b;
+	int qn_w, qn_b, kn_w, kn_b; /* --qk-layernorm: q_layernorm, k_layernorm (-1: none) */
 	/* MLP or MoE: pre-MLP norm, then a dense MLP's fc1/fc2 */
 	int ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b;
 	/* a MoE layer: router, experts, shared expert (-1: none) */
@@ -68,6 +69,9 @@ struct gpt_moe_acts {
 struct gpt_layer_acts {
 	float *ln1, *ln1_mean, *ln1_rstd; /* input norm: out (this rank's rows with SP), stats */
 	float *q, *kk, *v;                /* [B,a,T,k], [B,g,T,k] x2, after RoPE */
+	float *qn, *kn;                   /* --qk-layernorm: q and k before their norms, same layouts */
+	float *qn_mean, *qn_rstd;         /* and the norms' statistics, a row per head and token */
+	float *kn_mean, *kn_rstd;
 	float *probs;                     /* [B,a,T,T] softmax, pre-dropout (NULL with CP, flash or serving) */
 	float *alse;                      /* CP, flash, serving: [B,a,T] the attention rows' log-sum-exp */
 	float *atty;                      /* [B*T, a*k] attention output */

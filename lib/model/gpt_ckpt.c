@@ -80,6 +80,8 @@ int gpt_config_from_json(struct gpt_config *c, const char *json, const char *whe
 	rc |= get_bool(o, "bias_gelu_fusion", where, &fusion);
 	rc |= get_bool(o, "untie_embeddings_and_output_weights", where, &c->untied);
 	c->norm_1p = json_is_true(json_object_get(o, "apply_layernorm_1p")); /* written only when on */
+	c->qkv_bias = c->bias || json_is_true(json_object_get(o, "add_qkv_bias"));
+	c->qk_norm = json_is_true(json_object_get(o, "qk_layernorm"));
 	rc |= get_num(o, "init_method_std", where, &std);
 	rc |= get_num(o, "hidden_dropout", where, &hd);
 	rc |= get_num(o, "attention_dropout", where, &ad);
@@ -118,6 +120,11 @@ int gpt_config_from_json(struct gpt_config *c, const char *json, const char *whe
 	if (rc == 0 && c->rope) {
 		rc |= get_num(o, "rotary_base", where, &base);
 		rc |= get_num(o, "rotary_percent", where, &pct);
+		c->rope_scaling = json_is_true(json_object_get(o, "use_rope_scaling"));
+		double f = 8;
+		if (rc == 0 && c->rope_scaling)
+			rc |= get_num(o, "rope_scaling_factor", where, &f);
+		c->rope_scaling_factor = (float)f;
 	}
 	json_decref(o);
 	if (rc)
@@ -183,6 +190,14 @@ char *gpt_config_to_json(const struct gpt_config *c, double rotary_percent)
 	json_object_set_new(o, "untie_embeddings_and_output_weights", json_boolean(c->untied));
 	if (c->norm_1p) /* written only when on: older readers then refuse nothing they could misread */
 		json_object_set_new(o, "apply_layernorm_1p", json_true());
+	if (c->qkv_bias && !c->bias) /* likewise the options below */
+		json_object_set_new(o, "add_qkv_bias", json_true());
+	if (c->qk_norm)
+		json_object_set_new(o, "qk_layernorm", json_true());
+	if (c->rope && c->rope_scaling) {
+		json_object_set_new(o, "use_rope_scaling", json_true());
+		json_object_set_new(o, "rope_scaling_factor", json_real(c->rope_scaling_factor));
+	}
 	json_object_set_new(o, "vocab_size", json_integer(c->V));
 	json_object_set_new(o, "padded_vocab_size", json_integer(c->Vp));
 	json_object_set_new(o, "init_method_std", json_real(c->init_std));
@@ -257,6 +272,10 @@ static const struct diff_key diff_keys[] = {
 	  DIFF_MATH, NULL, "tanh", "erf" },
 	{ "untie_embeddings_and_output_weights", "--untie-embeddings-and-output-weights", DIFF_MATH, NULL, NULL, NULL },
 	{ "apply_layernorm_1p", "--apply-layernorm-1p", DIFF_MATH, "false", NULL, NULL },
+	{ "add_qkv_bias", "--add-qkv-bias", DIFF_MATH, "false", NULL, NULL },
+	{ "qk_layernorm", "--qk-layernorm", DIFF_MATH, "false", NULL, NULL },
+	{ "use_rope_scaling", "--use-rope-scaling", DIFF_MATH, "false", NULL, NULL },
+	{ "rope_scaling_factor", "--rope-scaling-factor", DIFF_MATH, "null", NULL, NULL },
 	{ "tokenizer_type", "--tokenizer-type", DIFF_MATH, NULL, NULL, NULL },
 	{ "num_experts", "--num-experts", DIFF_MATH, "null", NULL, NULL },
 	{ "moe_router_topk", "--moe-router-topk", DIFF_MATH, NULL, NULL, NULL },

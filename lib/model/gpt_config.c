@@ -210,11 +210,22 @@ int gpt_config_from_args(struct gpt_config *c, const struct args *a, int64_t voc
 			return error("--rotary-percent %g of --kv-channels %d gives %d rotated channels; "
 				     "it must be even and at least 2", a->rotary_percent, c->k, c->rot);
 		c->rotary_base = (float)a->rotary_base;
+		c->rope_scaling = a->use_rope_scaling;
+		c->rope_scaling_factor = (float)a->rope_scaling_factor;
+		if (c->rope_scaling && !(a->rope_scaling_factor >= 1))
+			return error("--rope-scaling-factor must be at least 1 (got %g)", a->rope_scaling_factor);
+	} else if (a->use_rope_scaling) {
+		return error("--use-rope-scaling needs --position-embedding-type rope");
 	}
 	c->rmsnorm = !strcmp(a->normalization, "RMSNorm");
 	c->norm_1p = a->apply_layernorm_1p;
 	c->eps = (float)a->norm_epsilon;
 	c->bias = !a->disable_bias_linear;
+	c->qkv_bias = c->bias || a->add_qkv_bias; /* Megatron keeps add_qkv_bias in sync with linear biases */
+	c->qk_norm = a->qk_layernorm;
+	if (c->qk_norm && c->norm_1p)
+		return error("--qk-layernorm with --apply-layernorm-1p (zero-centred q/k norm weights) is not "
+			     "implemented yet");
 	c->untied = a->untie_embeddings_and_output_weights;
 	/* Megatron: the fused bias-GELU (tanh form) unless biases are off or the fusion is disabled. */
 	c->gelu = (c->bias && a->bias_gelu_fusion) ? KOPS_GELU_TANH : KOPS_GELU_ERF;
@@ -277,7 +288,9 @@ int64_t gpt_num_params(const struct gpt_config *c, int64_t *active)
 	int64_t h = c->h, qkv = (int64_t)(c->a + 2 * c->g) * c->k, ak = (int64_t)c->a * c->k;
 	int64_t f1 = c->swiglu ? 2 * (int64_t)c->f : c->f;
 	int64_t norm = c->rmsnorm ? h : 2 * h;
-	int64_t attn = norm + qkv * h + ak * h + (c->bias ? qkv + h : 0);
+	int64_t attn = norm + qkv * h + ak * h + (c->qkv_bias ? qkv : 0) + (c->bias ? h : 0);
+	if (c->qk_norm) /* q_layernorm and k_layernorm: kv channels each (and a bias with LayerNorm) */
+		attn += 2 * (c->rmsnorm ? 1 : 2) * (int64_t)c->k;
 	int64_t dense_mlp = norm + f1 * h + (int64_t)c->f * h + (c->bias ? f1 + h : 0);
 	/* a MoE layer: its router, every expert and the shared expert (no biases);
 	 * a token runs through k experts of them */

@@ -51,6 +51,10 @@ struct gpt_config {
 	float rotary_base;
 	bool rmsnorm;    /* --normalization RMSNorm */
 	bool norm_1p;    /* --apply-layernorm-1p: norm weights stored zero-centred, applied as w + 1 */
+	bool qkv_bias;   /* --add-qkv-bias: linear_qkv has a bias (also implied by linear biases) */
+	bool qk_norm;    /* --qk-layernorm: q_layernorm, k_layernorm over each head's kv channels */
+	bool rope_scaling;         /* --use-rope-scaling: Llama 3.x frequency scaling */
+	float rope_scaling_factor; /* --rope-scaling-factor */
 	float eps;       /* --norm-epsilon */
 	bool swiglu;
 	bool bias;       /* not --disable-bias-linear */

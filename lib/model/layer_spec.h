@@ -36,6 +36,7 @@ struct transformer_layer_spec {
 	/* self-attention: fused linear_qkv, core attention, linear_proj */
 	bool qkv_bias;          /* linear_qkv has a bias */
 	bool proj_bias;         /* linear_proj has a bias */
+	bool qk_norm;           /* q_layernorm, k_layernorm: each head normalized over its channels before RoPE */
 	int rot;                /* channels of each q/k head that RoPE rotates (0: no RoPE) */
 	/* MLP */
 	enum layer_mlp_kind mlp;

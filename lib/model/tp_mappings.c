@@ -141,9 +141,11 @@ const float *row_output_grad(struct gpt_model *m, const struct gpt_pass *P, cons
 
 void gpt_sp_sync_grads(struct gpt_model *m)
 {
-	if (!m->par.sp || !m->reg.grad) /* Megatron-FSDP level >= 2 sums them per unit (gpt.h) */
+	if (m->par.tp_size < 2 || !m->reg.grad) /* Megatron-FSDP level >= 2 sums them per unit (gpt.h) */
 		return;
+	/* the norms under SP; the q/k norms (each rank's heads) always */
+	unsigned sum = PARAM_TP_SUM | (m->par.sp ? PARAM_SP : 0);
 	for (int i = 0; i < m->reg.n; i++)
-		if (m->reg.p[i].flags & PARAM_SP)
+		if (m->reg.p[i].flags & sum)
 			dist_allreduce_sum_f32(m->par.tp, gpt_grad(m, i), m->reg.p[i].numel);
 }

@@ -23,7 +23,8 @@ void gpt_layer_spec(const struct gpt_config *c, int l, struct transformer_layer_
 {
 	s->norm = c->rmsnorm ? LAYER_RMSNORM : LAYER_NORM;
 	s->norm_1p = c->norm_1p;
-	s->qkv_bias = c->bias;
+	s->qkv_bias = c->qkv_bias;
+	s->qk_norm = c->qk_norm;
 	s->proj_bias = c->bias;
 	s->rot = c->rope ? c->rot : 0;
 	s->mlp = c->E > 0 && c->moe_layer[l] ? LAYER_MLP_MOE : LAYER_MLP_DENSE;
@@ -67,6 +68,15 @@ void transformer_layer_alloc_acts(struct gpt_model *m, struct gpt_layer_acts *A,
 	A->q = take_or_share(m, sh->q, BT * c->a * c->k);
 	A->kk = take_or_share(m, sh->kk, BT * c->g * c->k);
 	A->v = take_or_share(m, sh->v, BT * c->g * c->k);
+	if (c->qk_norm) { /* the q/k norms' inputs and statistics: the layer's own, in fp32 */
+		bool ln = !c->rmsnorm;
+		A->qn = take_or_share(m, sh->qn, BT * c->a * c->k);
+		A->kn = take_or_share(m, sh->kn, BT * c->g * c->k);
+		A->qn_rstd = take_or_share(m, sh->qn_rstd, BT * c->a);
+		A->kn_rstd = take_or_share(m, sh->kn_rstd, BT * c->g);
+		A->qn_mean = ln ? take_or_share(m, sh->qn_mean, BT * c->a) : NULL;
+		A->kn_mean = ln ? take_or_share(m, sh->kn_mean, BT * c->g) : NULL;
+	}
 	A->probs = lse ? NULL : take_or_share(m, sh->probs, (size_t)m->B * c->a * c->S * c->S);
 	A->alse = lse ? gpt_take(m, (size_t)m->B * c->a * c->S) : NULL;
 	A->atty = take_or_share(m, sh->atty, BT * c->a * c->k);

@@ -28,6 +28,8 @@ enum param_flags {
 				* expert-data-parallel group */
 	PARAM_EMB_OR_OUT = 1 << 6, /* the word embeddings or the output layer (Megatron's
 				    * is_embedding_or_output_parameter: --decoupled-lr) */
+	PARAM_TP_SUM = 1 << 7, /* replicated, but each TP rank's gradient covers its own heads only:
+				* summed over TP with or without SP (q_layernorm, k_layernorm) */
 };
 
 enum param_init {

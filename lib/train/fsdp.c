@@ -55,8 +55,9 @@ static void reduce(void *ctx, int first, int end, float *g)
 	const struct param *p = m->reg.p;
 	const struct kops *k = m->k;
 	size_t a = p[first].offset, b = p[end - 1].offset + p[end - 1].numel;
-	for (int i = first; m->par.sp && i < end; i++)
-		if (p[i].flags & PARAM_SP)
+	unsigned sum = m->par.tp_size < 2 ? 0 : PARAM_TP_SUM | (m->par.sp ? PARAM_SP : 0);
+	for (int i = first; sum && i < end; i++)
+		if (p[i].flags & sum)
 			dist_allreduce_sum_f32(m->par.tp, g + (p[i].offset - a), p[i].numel);
 	if (f->check)
 		f->nonfinite += (size_t)k->nonfinite(g, b - a);

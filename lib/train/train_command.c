@@ -504,7 +504,8 @@ static int setup(struct trainer *t, const struct args *a)
 			 (40000000 > 1000000 * (int64_t)t->gdp->size ? 40000000 : 1000000 * (int64_t)t->gdp->size);
 	if (bucket > (1 << 28))
 		bucket = 1 << 28; /* MPI counts are ints */
-	unsigned late = (lay->sp ? PARAM_SP : 0) | (t->dist.emb.size > 1 ? PARAM_TIED : 0);
+	unsigned late = (lay->sp ? PARAM_SP : 0) | (lay->tp > 1 ? PARAM_TP_SUM : 0) |
+			(t->dist.emb.size > 1 ? PARAM_TIED : 0);
 	for (int i = 0; i < t->nparts; i++) {
 		struct train_part *p = &t->part[i];
 		p->g = groups[i];

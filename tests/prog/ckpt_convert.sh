@@ -155,6 +155,36 @@ for m in rg rl; do
 	setup "$m: transformers' logits" $REF logits $W/$m $W/ids1k.npy $W/${m}_hf.npy
 	logits_close "$m: megac's logits on the import equal transformers' (1e-4)" $W/${m}_hf.npy $W/${m}_megac.npy 1e-4
 done
+# Llama's kin from transformers: a Qwen2ForCausalLM (q/k/v biases: --add-qkv-bias,
+# tied), a Qwen3ForCausalLM (q_norm/k_norm: --qk-layernorm, head_dim 24 of
+# hidden 64; hf_ref.py builds it from transformers' Llama modules, the pinned
+# transformers predating Qwen3) and a Llama with rope_scaling llama3
+# (--use-rope-scaling) import with transformers' logits and export back to
+# the same tensors and config
+setup "transformers writes a random Qwen2ForCausalLM (GQA, tied)" $REF make qwen2 $W/rq2 --layers 2 --hidden 64 \
+	--heads 4 --kv-heads 2 --ffn 96 --vocab 1000 --positions 64 --tie --seed 3
+setup "a random Qwen3ForCausalLM (GQA, head_dim 24, rope_scaling)" $REF make qwen3 $W/rq3 --layers 2 \
+	--hidden 64 --heads 4 --kv-heads 2 --head-dim 24 --ffn 96 --vocab 1000 --positions 64 --rope-scaling 8 --seed 4
+setup "transformers writes a random LlamaForCausalLM with rope_scaling llama3 (factor 8)" $REF make llama $W/rl3 \
+	--layers 2 --hidden 64 --heads 4 --kv-heads 2 --ffn 96 --vocab 1000 --positions 64 --rope-scaling 8 --seed 5
+for m in rq2 rq3 rl3; do
+	expect_ok "$m: import" $C --from hf --load $W/$m --save $W/${m}m --verify
+	expect_ok "$m: megac's logits" $LOGITS $W/${m}m $W/ids1k.npy $W/${m}_megac.npy
+	setup "$m: transformers' logits" $REF logits $W/$m $W/ids1k.npy $W/${m}_hf.npy
+	logits_close "$m: megac's logits on the import equal transformers' (1e-4)" $W/${m}_hf.npy $W/${m}_megac.npy 1e-4
+	expect_ok "$m: export back to Hugging Face" $C --load $W/${m}m --save $W/${m}back --to hf --verify
+	if $HF tests/prog/py/hf_same.py $W/$m $W/${m}back >"$W/same.log" 2>&1; then
+		ok "$m: the export holds transformers' tensors and config ($(tail -n 1 "$W/same.log"))"
+	else
+		notok "$m: the export against transformers' folder"
+		show "$W/same.log"
+	fi
+done
+mkdir -p $W/bad/yarn && cp $W/rl3/model.safetensors $W/bad/yarn/
+sed 's/"llama3"/"yarn"/' $W/rl3/config.json >$W/bad/yarn/config.json
+expect_fail "rope_scaling of another rope_type is refused by name" \
+	'rope_scaling of rope_type "yarn": megac has Llama 3.x'"'"'s ("llama3", --use-rope-scaling) only' \
+	$C --from hf --load $W/bad/yarn --save $W/bad/yarnout
 # OpenAI's own GPT-2 files have no "transformer." prefix (and attn.bias mask
 # buffers): the same model stored that way imports to the same tensors
 mkdir -p $W/rgp
@@ -243,7 +273,7 @@ mkdir -p $W/bad
 cp -r $W/rg $W/bad/arch
 sed -i 's/GPT2LMHeadModel/BertForMaskedLM/' $W/bad/arch/config.json
 expect_fail "unknown architecture" \
-	"ckpt_convert reads GPT2LMHeadModel, LlamaForCausalLM and MixtralForCausalLM" \
+	"ckpt_convert reads GPT2LMHeadModel, LlamaForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM and Qwen3ForCausalLM" \
 	$C --from hf --load $W/bad/arch --save $W/bad/out1
 nothing_at "unknown architecture" $W/bad/out1
 cp -r $W/rg $W/bad/shape

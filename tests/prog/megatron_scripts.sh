@@ -190,7 +190,7 @@ run_script mixtral "--tokenizer-type=Llama2Tokenizer" \
 # Its model (MLA, MTP, expert bias, group-limited routing) is not in megac yet: the
 # second run is left out, the first must name every missing piece.
 NOEFFECT="" SECOND=0
-run_script deepseek_v3 "--multi-latent-attention --qk-layernorm --moe-token-dispatcher-type=flex \
+run_script deepseek_v3 "--multi-latent-attention --moe-token-dispatcher-type=flex \
 --moe-router-group-topk --moe-router-num-groups --moe-router-topk-scaling-factor --moe-router-enable-expert-bias \
 --moe-router-bias-update-rate --moe-router-force-load-balancing --q-lora-rank --kv-lora-rank --qk-head-dim \
 --qk-pos-emb-head-dim --v-head-dim --rotary-scaling-factor --mscale --mscale-all-dim --mtp-num-layers \

@@ -2,8 +2,12 @@
 # of Megatron's math (tests/prog/py/torch_ref.py): from our iteration-0
 # model.h5 and our .npy index caches, the reference assembles the same
 # batches and must reproduce every iteration's lm loss and grad norm
-# (rtol 1e-5), for a GPT-2-style and a Llama-style model. Also: model.h5
-# names and shapes as h5py sees them, and the reference's own self-test.
+# (rtol 1e-5), for a GPT-2-style and a Llama-style model, GPT-2 with
+# --qk-layernorm (LayerNorm q/k norms with biases, no RoPE) and a
+# Qwen-style Llama (--add-qkv-bias, RMSNorm --qk-layernorm before RoPE,
+# --use-rope-scaling); the last under TP2 (with and without SP) gives the
+# one-rank run's numbers. Also: model.h5 names and shapes as h5py sees
+# them, and the reference's own self-test.
 . tests/prog_lib.sh
 W=$(new_tmp train_ref)
 OUT_LOG=$W/out.log
@@ -29,9 +33,15 @@ LLAMA="$LLAMA --num-query-groups 2 --position-embedding-type rope --rotary-base 
 LLAMA="$LLAMA --normalization RMSNorm --swiglu --ffn-hidden-size 96 --disable-bias-linear"
 LLAMA="$LLAMA --untie-embeddings-and-output-weights --eod-mask-loss --reset-position-ids"
 LLAMA="$LLAMA --reset-attention-mask"
+QWEN="$LLAMA --add-qkv-bias --qk-layernorm --use-rope-scaling --rope-scaling-factor 8 --rotary-base 500000"
 
-for model in gpt2 llama; do
-	if [ $model = gpt2 ]; then ARGS="$GPT2ARGS $COMMON"; else ARGS="$LLAMA $COMMON"; fi
+for model in gpt2 llama gpt2qk qwen; do
+	case $model in
+	gpt2) ARGS="$GPT2ARGS $COMMON" ;;
+	llama) ARGS="$LLAMA $COMMON" ;;
+	gpt2qk) ARGS="$GPT2ARGS --qk-layernorm $COMMON" ;;
+	qwen) ARGS="$QWEN $COMMON" ;;
+	esac
 	D=$W/$model
 	setup "$model: --train-iters 0 --save writes the initial model" \
 		$BIN/train $ARGS --train-iters 0 --save "$D/init" --data-cache-path "$D/cache"
@@ -42,6 +52,23 @@ for model in gpt2 llama; do
 		--ref-model $D/init/iter_0000000/model.h5 >$D/ref.jsonl"
 	compare_ref "$model: lm loss, grad norm and learning rate match the reference (rtol 1e-5)" \
 		"$D/ours.jsonl" "$D/ref.jsonl" 8
+done
+
+# tensor parallelism: the qkv bias splits with the weight's rows; the q/k
+# norms' weights are replicated and their gradients summed over TP
+MPI="mpirun --allow-run-as-root --oversubscribe"
+export OMPI_MCA_mpi_yield_when_idle=1
+for sp in "" "--sequence-parallel"; do
+	expect_ok "qwen: TP2 $sp 8 iterations" sh -c "$MPI -np 2 $BIN/train $QWEN $COMMON --train-iters 8 \
+		--tensor-model-parallel-size 2 --make-vocab-size-divisible-by 64 $sp --data-cache-path $W/qwen/cache --metrics-file $W/qwen/tp2$sp.jsonl \
+		>$W/qwen/tp2.log"
+	if $PY tests/prog/py/compare_metrics.py same "$W/qwen/ours.jsonl" "$W/qwen/tp2$sp.jsonl" 8 >"$W/cmp.log" 2>&1
+	then
+		ok "qwen: TP2 $sp equals one rank (lm loss, grad norm, lr): $(cat "$W/cmp.log")"
+	else
+		notok "qwen: TP2 $sp against one rank"
+		show "$W/cmp.log"
+	fi
 done
 
 # model.h5 as h5py sees it: Megatron Core names, global shapes, nothing else

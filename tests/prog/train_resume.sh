@@ -223,7 +223,7 @@ expect_fail "--fp16 with --bf16" "mutually exclusive" $T --fp16 --bf16
 expect_fail "tensor parallelism is not here yet" "--tensor-model-parallel-size 2" $T --tensor-model-parallel-size 2
 expect_fail "--global-batch-size not a multiple" "not divisible" $T --global-batch-size 5
 expect_fail "no --lr" "--lr is required" $BIN/train $(echo "$ARGS" | sed 's/--lr 2e-3//')
-expect_fail "an unsupported Megatron flag" "not implemented" $T --qk-layernorm
+expect_fail "an unsupported Megatron flag" "not implemented" $T --rotary-interleaved
 expect_fail "--save without --save-interval" "--save-interval" $T --save "$W/x"
 expect_fail "full recompute without --recompute-num-layers" "--recompute-num-layers" \
 	$T --recompute-granularity full --recompute-method block

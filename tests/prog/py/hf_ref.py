@@ -4,8 +4,9 @@ Runs under the venv that tests/py-env.sh makes (Debian's torch 1.13 and the
 pinned transformers). Only local folders: the hub is switched off before
 transformers is imported, and nothing is downloaded.
 
-  make gpt2|llama|mixtral OUTDIR [--seed S] [--layers L --hidden H
+  make gpt2|llama|mixtral|qwen2|qwen3 OUTDIR [--seed S] [--layers L --hidden H
        --heads A --kv-heads G --ffn F --vocab V --positions P]
+       [--head-dim D] [--rope-scaling FACTOR]
        [--experts E --topk K] [--tie|--untie] [--dtype float32|bfloat16]
        [--shard-size BYTES] [--std X] [--force]
       A small random model saved with save_pretrained (safetensors, sharded
@@ -19,6 +20,14 @@ transformers is imported, and nothing is downloaded.
       config; its --std defaults to 0.2 rather than 0.02, so that the
       router's scores (std ~ std * sqrt(hidden)) spread the tokens over the
       experts instead of routing them by near-ties.
+      qwen2 is a Qwen2ForCausalLM (biases on q, k and v). qwen3 is a
+      Qwen3ForCausalLM (q_norm and k_norm over each head before RoPE,
+      head_dim --head-dim): the pinned transformers predates Qwen3, so it is
+      transformers' own Llama modules with Qwen3's two RMSNorms added, under
+      Qwen3's tensor names and config.json (QWEN3 below). --rope-scaling
+      (llama, qwen2, qwen3): rope_scaling {rope_type llama3, factor FACTOR,
+      low_freq_factor 1, high_freq_factor 4,
+      original_max_position_embeddings 8192}.
   logits HFDIR IDS.npy OUT.npy [--dtype float32|bfloat16]
       Loads HFDIR, forwards the integer token ids [B, T] (no attention mask,
       no padding) in eval mode and saves the logits [B, T, vocab] as float32.
@@ -77,7 +86,10 @@ from transformers import (  # noqa: E402
     LlamaForCausalLM,
     MixtralConfig,
     MixtralForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
 )
+from transformers.models.llama.modeling_llama import LlamaRMSNorm  # noqa: E402
 
 transformers.logging.set_verbosity_error()
 transformers.logging.disable_progress_bar()
@@ -129,6 +141,31 @@ def build_config(a):
         fail(f"--heads {A} is not a multiple of --kv-heads {G}")
     ffn = a.ffn if a.ffn is not None else 3 * H
     tie = False if a.tie is None else a.tie
+    scaling = None
+    if a.rope_scaling is not None:
+        scaling = {"rope_type": "llama3", "factor": a.rope_scaling, "low_freq_factor": 1.0,
+                   "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+    if a.kind == "qwen2":
+        return Qwen2Config(
+            num_hidden_layers=L, hidden_size=H, num_attention_heads=A,
+            num_key_value_heads=G, intermediate_size=ffn, vocab_size=a.vocab,
+            max_position_embeddings=a.positions, hidden_act="silu",
+            rms_norm_eps=1e-6, rope_theta=1e6, rope_scaling=scaling,
+            use_sliding_window=False, sliding_window=None, max_window_layers=L,
+            attention_dropout=0.0, initializer_range=a.std, tie_word_embeddings=tie,
+            bos_token_id=1 % a.vocab, eos_token_id=2 % a.vocab)
+    if a.kind == "qwen3":
+        return qwen3_llama_config({
+            "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
+            "num_hidden_layers": L, "hidden_size": H, "num_attention_heads": A,
+            "num_key_value_heads": G, "head_dim": a.head_dim or H // A,
+            "intermediate_size": ffn, "vocab_size": a.vocab,
+            "max_position_embeddings": a.positions, "hidden_act": "silu",
+            "rms_norm_eps": 1e-6, "rope_theta": 1e6, "rope_scaling": scaling,
+            "attention_bias": False, "use_sliding_window": False, "sliding_window": None,
+            "max_window_layers": L, "attention_dropout": 0.0, "initializer_range": a.std,
+            "tie_word_embeddings": tie, "bos_token_id": 1 % a.vocab, "eos_token_id": 2 % a.vocab,
+            "torch_dtype": a.dtype, "use_cache": True})
     if a.kind == "mixtral":
         if a.experts <= 0 or not 0 < a.topk <= a.experts:
             fail(f"--topk {a.topk} must lie in [1, --experts {a.experts}]")
@@ -146,10 +183,59 @@ def build_config(a):
         num_hidden_layers=L, hidden_size=H, num_attention_heads=A,
         num_key_value_heads=G, intermediate_size=ffn, vocab_size=a.vocab,
         max_position_embeddings=a.positions, hidden_act="silu",
-        rms_norm_eps=1e-5, rope_theta=10000.0, rope_scaling=None,
+        rms_norm_eps=1e-5, rope_theta=10000.0, rope_scaling=scaling,
         attention_bias=False, attention_dropout=0.0, mlp_bias=False,
         pretraining_tp=1, initializer_range=a.std, tie_word_embeddings=tie,
         bos_token_id=1 % a.vocab, eos_token_id=2 % a.vocab)
+
+
+# ---- QWEN3: Qwen3ForCausalLM from transformers' Llama modules. Qwen3's
+# attention is Llama's with an RMSNorm (eps rms_norm_eps, head_dim weights)
+# on each query and key head between the projection's reshape into heads and
+# RoPE; q_proj's output [.., heads * head_dim] viewed as heads is exactly
+# what a hook on q_proj can normalize, so the norms run there, registered on
+# the attention module as q_norm and k_norm (Qwen3's tensor names).
+
+def qwen3_llama_config(d):
+    cfg = LlamaConfig(**{k: v for k, v in d.items() if k not in (
+        "architectures", "model_type", "use_sliding_window", "sliding_window",
+        "max_window_layers", "torch_dtype")})
+    cfg.qwen3_json = d
+    return cfg
+
+
+def qwen3_model(cfg):
+    model = LlamaForCausalLM(cfg)
+    hd = cfg.head_dim
+    for layer in model.model.layers:
+        att = layer.self_attn
+        for proj, name in ((att.q_proj, "q_norm"), (att.k_proj, "k_norm")):
+            norm = LlamaRMSNorm(hd, eps=cfg.rms_norm_eps)
+            setattr(att, name, norm)
+
+            def hook(mod, inp, out, norm=norm):
+                return norm(out.view(*out.shape[:-1], -1, hd)).view(out.shape)
+            proj.register_forward_hook(hook)
+    return model
+
+
+def qwen3_load(hfdir, d, dtype):
+    from safetensors.torch import load_file
+    model = qwen3_model(qwen3_llama_config(d))
+    sd = {}
+    for f in sorted(os.listdir(hfdir)):
+        if f.endswith(".safetensors"):
+            sd.update(load_file(os.path.join(hfdir, f)))
+    if model.config.tie_word_embeddings and "lm_head.weight" not in sd and "model.embed_tokens.weight" in sd:
+        sd["lm_head.weight"] = sd["model.embed_tokens.weight"]
+    want = model.state_dict()
+    bad = sorted(set(want) ^ set(sd)) + sorted(k for k in sd if k in want and sd[k].shape != want[k].shape)
+    if bad:
+        fail(f"{hfdir}: weights do not match Qwen3ForCausalLM: {bad}")
+    model.load_state_dict(sd, strict=True)
+    if model.config.tie_word_embeddings:
+        model.tie_weights()
+    return model.to(dtype).eval()
 
 
 def randomise(model, std, gen):
@@ -178,8 +264,8 @@ def cmd_make(a):
         a.std = 0.2 if a.kind == "mixtral" else 0.02
     cfg = build_config(a)
     torch.manual_seed(a.seed)
-    model = {"gpt2": GPT2LMHeadModel, "llama": LlamaForCausalLM,
-             "mixtral": MixtralForCausalLM}[a.kind](cfg)
+    model = {"gpt2": GPT2LMHeadModel, "llama": LlamaForCausalLM, "qwen2": Qwen2ForCausalLM,
+             "qwen3": qwen3_model, "mixtral": MixtralForCausalLM}[a.kind](cfg)
     gen = torch.Generator().manual_seed(a.seed)
     randomise(model, a.std, gen)
     model.eval()
@@ -187,6 +273,9 @@ def cmd_make(a):
     os.makedirs(out, exist_ok=True)
     shard = a.shard_size if a.shard_size is not None else "5GB"
     model.save_pretrained(out, safe_serialization=True, max_shard_size=shard)
+    if a.kind == "qwen3":  # Qwen3's config.json, not the Llama stand-in's
+        with open(os.path.join(out, "config.json"), "w") as f:
+            json.dump(cfg.qwen3_json, f, indent=2)
     files = sorted(os.listdir(out))
     n = sum(p.numel() for p in model.parameters())
     print(f"{type(model).__name__} params={n} dtype={a.dtype} "
@@ -200,6 +289,10 @@ def load(hfdir, dtype=torch.float32):
         fail(f"{hfdir}: not a directory")
     if not os.path.isfile(os.path.join(hfdir, "config.json")):
         fail(f"{hfdir}: no config.json")
+    with open(os.path.join(hfdir, "config.json")) as f:
+        d = json.load(f)
+    if d.get("model_type") == "qwen3" and not hasattr(transformers, "Qwen3ForCausalLM"):
+        return qwen3_load(hfdir, d, dtype)
     try:
         model, info = AutoModelForCausalLM.from_pretrained(
             hfdir, torch_dtype=dtype, local_files_only=True,
@@ -397,7 +490,10 @@ def main(argv=None):
     sub = p.add_subparsers(dest="cmd", required=True)
 
     m = sub.add_parser("make", help="save a small random GPT-2, Llama or Mixtral")
-    m.add_argument("kind", choices=("gpt2", "llama", "mixtral"))
+    m.add_argument("kind", choices=("gpt2", "llama", "mixtral", "qwen2", "qwen3"))
+    m.add_argument("--head-dim", type=int, default=None, help="qwen3 only (default hidden/heads)")
+    m.add_argument("--rope-scaling", type=float, default=None,
+                   help="llama, qwen2, qwen3: Llama 3.x rope_scaling with this factor")
     m.add_argument("outdir")
     m.add_argument("--seed", type=int, default=1234)
     m.add_argument("--layers", type=int, default=2)

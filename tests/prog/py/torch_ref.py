@@ -106,6 +106,9 @@ def build_parser():
     a("--position-embedding-type", default="learned_absolute", choices=["learned_absolute", "rope"])
     a("--rotary-base", type=int, default=10000)
     a("--rotary-percent", type=float, default=1.0)
+    str2bool_flag(p, "--use-rope-scaling")
+    a("--rope-scaling-factor", type=float, default=8.0)
+    str2bool_flag(p, "--qk-layernorm")
     a("--normalization", default="LayerNorm", choices=["LayerNorm", "RMSNorm"])
     a("--norm-epsilon", type=float, default=1e-5)
     str2bool_flag(p, "--swiglu")
@@ -187,8 +190,8 @@ def build_parser():
 
 # flags that change the math and are not implemented here: refused rather than ignored
 REFUSED = {
-    "--fp16", "--bf16", "--apply-layernorm-1p", "--qk-layernorm", "--rotary-interleaved",
-    "--use-rope-scaling", "--rotary-seq-len-interpolation-factor", "--squared-relu",
+    "--fp16", "--bf16", "--apply-layernorm-1p", "--rotary-interleaved",
+    "--rotary-seq-len-interpolation-factor", "--squared-relu",
     "--quick-geglu", "--apply-residual-connection-post-layernorm", "--calculate-per-token-loss",
     "--decoupled-lr", "--decoupled-min-lr", "--train-samples", "--lr-decay-samples",
     "--lr-warmup-samples", "--lr-wsd-decay-samples", "--start-weight-decay", "--end-weight-decay",
@@ -256,6 +259,8 @@ def model_config(args, vocab_padded=None):
         die("the rotary dimension int(kv_channels*rotary_percent) must be even and positive")
     c.norm = args.normalization
     c.eps = args.norm_epsilon
+    c.qk_norm = args.qk_layernorm
+    c.rope_scaling = args.rope_scaling_factor if args.use_rope_scaling else None
     c.untie = args.untie_embeddings_and_output_weights
     c.V = vocab_padded
     moe_config(args, c)
@@ -532,6 +537,11 @@ def param_shapes(c):
         out.append((pre + "self_attention.linear_proj.weight", (c.h, c.a * c.k)))
         if c.bias:
             out.append((pre + "self_attention.linear_proj.bias", (c.h,)))
+        if getattr(c, "qk_norm", False):
+            for which in ("q_layernorm", "k_layernorm"):
+                out.append((pre + "self_attention.%s.weight" % which, (c.k,)))
+                if ln_bias:
+                    out.append((pre + "self_attention.%s.bias" % which, (c.k,)))
         if is_moe(c, n):
             # MoE layers keep an unfused pre-MLP norm; router, experts, shared experts
             # (MoELayer's registration order); no biases
@@ -593,9 +603,23 @@ def rope_cos_sin(c, S, dtype):
     them: inv_freq = 1/(base**(arange(0,d,2)/d)), positions 0..S-1, cat(freqs, freqs)."""
     d = c.rot
     inv_freq = 1.0 / (c.rotary_base ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
+    if getattr(c, "rope_scaling", None):
+        inv_freq = llama3_scaling(inv_freq, c.rope_scaling)
     freqs = torch.outer(torch.arange(S, dtype=torch.float32), inv_freq)
     emb = torch.cat((freqs, freqs), dim=-1)
     return torch.cos(emb).to(dtype), torch.sin(emb).to(dtype)
+
+
+def llama3_scaling(inv_freq, factor, low=1.0, high=4.0, old=8192):
+    """Llama 3.x frequency scaling (--use-rope-scaling; Meta's reference formula, which
+    Megatron and transformers' rope_type llama3 share): long wavelengths divided by factor,
+    short ones kept, a linear mix in between. fp32 throughout."""
+    wavelen = 2 * math.pi / inv_freq
+    out = torch.where(wavelen > old / low, inv_freq / factor, inv_freq)
+    smooth = (old / wavelen - low) / (high - low)
+    mixed = (1 - smooth) * out / factor + smooth * out
+    medium = (wavelen >= old / high) & (wavelen <= old / low)
+    return torch.where(medium, mixed, out)
 
 
 def apply_rope(t, cos, sin, d):
@@ -615,6 +639,9 @@ def attention(x, P, pre, c, rope, mask):
     q = qkv[..., : c.m * c.k].reshape(b, s, c.a, c.k)     # head G*m + j
     kt = qkv[..., c.m * c.k:(c.m + 1) * c.k]              # [b, s, g, k]
     v = qkv[..., (c.m + 1) * c.k:]
+    if getattr(c, "qk_norm", False):  # per head over its channels, before RoPE
+        q = norm(q, P[pre + "q_layernorm.weight"], P.get(pre + "q_layernorm.bias"), c)
+        kt = norm(kt, P[pre + "k_layernorm.weight"], P.get(pre + "k_layernorm.bias"), c)
     if rope is not None:
         q = apply_rope(q, rope[0], rope[1], c.rot)
         kt = apply_rope(kt, rope[0], rope[1], c.rot)
