@@ -62,6 +62,7 @@ struct args {
 	int64_t tiktoken_num_special_tokens;
 	bool tokenizer_hf_no_use_fast;
 	bool tokenizer_hf_no_include_special_tokens;
+	bool tokenizer_sentencepiece_ignore_extra_whitespaces;
 	bool trust_remote_code;
 	int64_t null_tokenizer_eod_id; /* -1 = vocab_size - 1 */
 	int64_t null_tokenizer_pad_id;

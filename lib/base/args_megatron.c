@@ -185,8 +185,6 @@ static const char why_data_option[] =
 	"this data option is not in megac yet";
 static const char why_fill_middle[] =
 	"fill-in-the-middle data is not in megac";
-static const char why_sentencepiece_tokenizers[] =
-	"SentencePiece tokenizers are not in megac yet";
 static const char why_adlr_auto[] =
 	"ADLR auto-resume is not in megac; use --exit-signal-handler with a requeuing job script (docs/fault-tolerance.md)";
 static const char why_retriever_biencoder[] =
@@ -704,7 +702,6 @@ const struct megatron_flag megatron_flags[] = {
 	{ "--fim-pad-token", MF_REFUSED, 1, why_fill_middle },
 	{ "--fim-eod-token", MF_REFUSED, 1, why_fill_middle },
 	/* ---- tokenizer ---- */
-	{ "--disable-tokenizer-sentencepiece-ignore-extra-whitespaces", MF_REFUSED, 0, why_sentencepiece_tokenizers },
 	/* ---- autoresume ---- */
 	{ "--adlr-autoresume", MF_REFUSED, 0, why_adlr_auto },
 	{ "--adlr-autoresume-interval", MF_REFUSED, 1, why_adlr_auto },

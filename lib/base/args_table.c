@@ -28,13 +28,15 @@ const struct flag_def args_table[] = {
 	/* ---- tokenizer ---- */
 	{ "--tokenizer-type", FK_STR, F(tokenizer_type), TOKPROGS, PP | PROG_GPTINDEX, "tokenizer", NULL,
 	  tokenizer_types, "TYPE",
-	  "tokenizer; megac implements GPT2BPETokenizer, HuggingFaceTokenizer and NullTokenizer" },
+	  "tokenizer; megac implements GPT2BPETokenizer, HuggingFaceTokenizer, NullTokenizer and the "
+	  "SentencePiece types (SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer)" },
 	{ "--vocab-file", FK_STR, F(vocab_file), TOKPROGS, 0, "tokenizer", NULL, NULL, "PATH",
 	  "GPT-2 vocab.json (GPT2BPETokenizer)" },
 	{ "--merge-file", FK_STR, F(merge_file), TOKPROGS, 0, "tokenizer", NULL, NULL, "PATH",
 	  "GPT-2 merges.txt (GPT2BPETokenizer)" },
 	{ "--tokenizer-model", FK_STR, F(tokenizer_model), TOKPROGS, 0, "tokenizer", NULL, NULL, "PATH",
-	  "HuggingFaceTokenizer: a tokenizer.json, or a folder holding one (and tokenizer_config.json)" },
+	  "HuggingFaceTokenizer: a tokenizer.json, or a folder holding one (and tokenizer_config.json); "
+	  "SentencePiece types: the SentencePiece .model file (e.g. Llama-2's tokenizer.model)" },
 	{ "--vocab-size", FK_INT, F(vocab_size), TOKPROGS, 0, "tokenizer", "-1", NULL, "N",
 	  "vocabulary size for NullTokenizer (required there)" },
 	{ "--padded-vocab-size", FK_INT, F(padded_vocab_size), TOKPROGS, 0, "tokenizer", "-1", NULL, "N",
@@ -56,9 +58,15 @@ const struct flag_def args_table[] = {
 	{ "--tiktoken-num-special-tokens", FK_INT, F(tiktoken_num_special_tokens), TOKPROGS, 0, "tokenizer",
 	  "1000", NULL, "N", "a setting of TikTokenizer, which megac does not have yet", true },
 	{ "--tokenizer-sentencepiece-legacy", FK_UNSUPPORTED, 0, TOKPROGS, 0, "tokenizer", NULL, NULL, NULL,
-	  "SentencePiece tokenizers are not implemented yet" },
-	{ "--no-tokenizer-sentencepiece-ignore-extra-whitespaces", FK_UNSUPPORTED, 0, TOKPROGS, 0, "tokenizer",
-	  NULL, NULL, NULL, "SentencePiece tokenizers are not implemented yet" },
+	  "the legacy SentencePiece wrapper (special tokens added outside the model) is not in megac; Megatron's "
+	  "own legacy wrapper has no EOD id when special tokens come from the command line" },
+	{ "--no-tokenizer-sentencepiece-ignore-extra-whitespaces", FK_BOOL_NEG,
+	  F(tokenizer_sentencepiece_ignore_extra_whitespaces), TOKPROGS, 0, "tokenizer", "true", NULL, NULL,
+	  "SentencePiece tokenizers: keep repeated, leading and trailing spaces that the model drops (Megatron's "
+	  "marker trick: each such space is encoded, as the model would encode it before a character)" },
+	{ "--disable-tokenizer-sentencepiece-ignore-extra-whitespaces", FK_BOOL_NEG,
+	  F(tokenizer_sentencepiece_ignore_extra_whitespaces), TOKPROGS, 0, "tokenizer", "true", NULL, NULL,
+	  "same as --no-tokenizer-sentencepiece-ignore-extra-whitespaces" },
 	{ "--tokenizer-hf-no-use-fast", FK_BOOL, F(tokenizer_hf_no_use_fast), TOKPROGS, 0, "tokenizer", NULL,
 	  NULL, NULL, "accepted for compatibility: slow and fast HF tokenizers give the same ids", true },
 	{ "--tokenizer-hf-no-include-special-tokens", FK_BOOL, F(tokenizer_hf_no_include_special_tokens),
@@ -762,10 +770,13 @@ const struct refused_value args_refused_values[] = {
 	{ "--ckpt-format", "hdf5",
 	  "Megatron's checkpoint formats are not in megac yet: megac reads and writes its own HDF5 checkpoint "
 	  "(docs/checkpoint-format.md), which it uses when --ckpt-format is not given" },
-	{ "--tokenizer-type", "GPT2BPETokenizer|HuggingFaceTokenizer|NullTokenizer",
-	  "megac's tokenizers are GPT2BPETokenizer, HuggingFaceTokenizer and NullTokenizer; SentencePiece, "
-	  "TikToken, BERT, multimodal and SFT tokenizers are not in megac yet (the model's Hugging Face "
-	  "tokenizer.json works with HuggingFaceTokenizer)" },
+	{ "--tokenizer-type",
+	  "GPT2BPETokenizer|HuggingFaceTokenizer|NullTokenizer|SentencePieceTokenizer|GPTSentencePieceTokenizer|"
+	  "Llama2Tokenizer",
+	  "megac's tokenizers are GPT2BPETokenizer, HuggingFaceTokenizer, NullTokenizer and the SentencePiece "
+	  "types (SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer); TikToken, BERT, "
+	  "multimodal and SFT tokenizers are not in megac yet (the model's Hugging Face tokenizer.json works "
+	  "with HuggingFaceTokenizer)" },
 	{ "--position-embedding-type", "learned_absolute|rope",
 	  "megac has learned absolute positions and plain RoPE; YaRN, mRoPE, relative and no position "
 	  "embedding are not in megac yet" },

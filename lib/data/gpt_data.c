@@ -201,6 +201,15 @@ static json_t *tokenizer_identifiers(const struct args *a)
 		json_object_set_new(t, "trust_remote_code", py_bool(a->trust_remote_code));
 		json_object_set_new(t, "include_special_tokens", py_bool(!a->tokenizer_hf_no_include_special_tokens));
 		json_object_set_new(t, "use_gigatoken", py_bool(a->use_gigatoken));
+	} else if (!strcmp(type, "SentencePieceTokenizer") || !strcmp(type, "GPTSentencePieceTokenizer") ||
+		   !strcmp(type, "Llama2Tokenizer")) {
+		/* Megatron's SP_TOKENIZERS branch; special tokens and legacy are refused, so None and False */
+		json_object_set_new(t, "tokenizer_path", a->tokenizer_model ? json_string(a->tokenizer_model) : json_null());
+		json_object_set_new(t, "chat_template", py_str_or_none(NULL));
+		json_object_set_new(t, "ignore_extra_whitespaces",
+				    py_bool(a->tokenizer_sentencepiece_ignore_extra_whitespaces));
+		json_object_set_new(t, "legacy", py_bool(false));
+		json_object_set_new(t, "special_tokens", py_str_or_none(NULL));
 	} else { /* GPT2BPETokenizer, as Megatron's MEGATRON_TOKENIZERS branch */
 		json_object_set_new(t, "tokenizer_path", json_string(type));
 		json_object_set_new(t, "additional_special_tokens", py_str_list(&a->tokenizer_special_tokens));

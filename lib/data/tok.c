@@ -2,7 +2,8 @@
  * tok.c - the tokenizer front: tok_load() picks the implementation from
  * Megatron's --tokenizer-type, and every call dispatches on it.
  * GPT2BPETokenizer and HuggingFaceTokenizer share one engine (tok_hf.c on
- * top of tok_bpe.c); NullTokenizer is tok_null.c.
+ * top of tok_bpe.c); NullTokenizer is tok_null.c; the three SentencePiece
+ * types are tok_spm.c.
  */
 #include "tok.h"
 #include "base/error.h"
@@ -11,17 +12,19 @@
 #include "base/xalloc.h"
 #include "tok_bpe.h"
 #include "tok_hf.h"
+#include "tok_spm.h"
 
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-enum tok_kind { TOK_GPT2, TOK_HF, TOK_NULL };
+enum tok_kind { TOK_GPT2, TOK_HF, TOK_NULL, TOK_SPM };
 
 struct tokenizer {
 	enum tok_kind kind;
 	struct tok_hf *hf;
+	struct tok_spm *spm;
 	bool with_template; /* HF: apply the post-processor */
 	int64_t vocab_size, eod;
 	int64_t pad; /* -1: none */
@@ -31,6 +34,7 @@ struct tokenizer {
 struct tok_session {
 	const struct tokenizer *t;
 	struct tok_hf_session *hf;
+	struct tok_spm_session *spm;
 	char err[320];
 };
 
@@ -90,6 +94,29 @@ struct tokenizer *tok_load(const struct tok_config *cfg)
 		t->describe = xasprintf("HuggingFaceTokenizer (%s, vocab %" PRId64 ", eod %" PRId64 ")", path,
 					t->vocab_size, t->eod);
 		free(path);
+	} else if (!strcmp(type, "SentencePieceTokenizer") || !strcmp(type, "GPTSentencePieceTokenizer") ||
+		   !strcmp(type, "Llama2Tokenizer")) {
+		/* Megatron builds the same SentencePiece wrapper for all three */
+		t->kind = TOK_SPM;
+		if (cfg->n_special_tokens > 0) {
+			error("%s: --tokenizer-special-tokens is refused, as Megatron refuses it without "
+			      "--tokenizer-sentencepiece-legacy (which megac does not have): a SentencePiece model's "
+			      "special tokens are given when it is trained",
+			      type);
+			goto fail;
+		}
+		if (!cfg->model || !*cfg->model) {
+			error("%s needs --tokenizer-model (the SentencePiece .model file)", type);
+			goto fail;
+		}
+		t->spm = tok_spm_load(cfg->model, cfg->sp_keep_extra_spaces);
+		if (!t->spm)
+			goto fail;
+		t->vocab_size = tok_spm_piece_count(t->spm);
+		t->eod = tok_spm_eos(t->spm);
+		t->pad = tok_spm_pad(t->spm);
+		t->describe = xasprintf("%s (%s, SentencePiece %s, vocab %" PRId64 ", eod %" PRId64 ")", type,
+					cfg->model, tok_spm_model_type(t->spm), t->vocab_size, t->eod);
 	} else if (!strcmp(type, "NullTokenizer")) {
 		t->kind = TOK_NULL;
 		if (cfg->vocab_size == -1) {
@@ -116,11 +143,12 @@ struct tokenizer *tok_load(const struct tok_config *cfg)
 			known |= !strcmp(type, megatron_types[i]);
 		if (known)
 			error("tokenizer type %s is not implemented in megac yet (implemented: GPT2BPETokenizer, "
-			      "HuggingFaceTokenizer, NullTokenizer)",
+			      "HuggingFaceTokenizer, NullTokenizer, SentencePieceTokenizer, GPTSentencePieceTokenizer, "
+			      "Llama2Tokenizer)",
 			      type);
 		else
 			error("unknown tokenizer type '%s' (implemented: GPT2BPETokenizer, HuggingFaceTokenizer, "
-			      "NullTokenizer)",
+			      "NullTokenizer, SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer)",
 			      type);
 		goto fail;
 	}
@@ -135,6 +163,7 @@ void tok_free(struct tokenizer *t)
 	if (!t)
 		return;
 	tok_hf_free(t->hf);
+	tok_spm_free(t->spm);
 	free(t->describe);
 	free(t);
 }
@@ -165,6 +194,8 @@ struct tok_session *tok_session_new(const struct tokenizer *t)
 	s->t = t;
 	if (t->hf)
 		s->hf = tok_hf_session_new(t->hf);
+	if (t->spm)
+		s->spm = tok_spm_session_new(t->spm);
 	return s;
 }
 
@@ -173,6 +204,7 @@ void tok_session_free(struct tok_session *s)
 	if (!s)
 		return;
 	tok_hf_session_free(s->hf);
+	tok_spm_session_free(s->spm);
 	free(s);
 }
 
@@ -187,6 +219,10 @@ int tok_encode(struct tok_session *s, const char *text, size_t len, struct tok_i
 	if (!utf8_valid(text, len, &bad)) {
 		snprintf(s->err, sizeof(s->err), "invalid UTF-8 at byte %zu of the text", bad);
 		return -1;
+	}
+	if (t->kind == TOK_SPM) {
+		tok_spm_encode(s->spm, text, len, out);
+		return 0;
 	}
 	size_t start = out->n;
 	const char *why;
@@ -211,6 +247,8 @@ int tok_decode(const struct tokenizer *t, const int32_t *ids, size_t n, struct s
 				     t->vocab_size);
 		return 0;
 	}
+	if (t->kind == TOK_SPM)
+		return tok_spm_decode(t->spm, ids, n, out);
 	return tok_hf_decode(t->hf, ids, n, out);
 }
 

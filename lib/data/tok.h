@@ -9,6 +9,10 @@
  *                         tokenizer_config.json for eos): normalizer,
  *                         pre-tokenizer, BPE model, added tokens, post-processor
  *   NullTokenizer         text of space-separated integer ids
+ *   SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer
+ *                         a SentencePiece .model file (BPE or unigram), as
+ *                         the sentencepiece library encodes; no BOS/EOS added,
+ *                         EOD is the model's </s>
  *
  * A `struct tokenizer` is immutable once loaded and shared by every thread;
  * each thread encodes through its own `struct tok_session` (scratch buffers
@@ -31,6 +35,7 @@ struct tok_config {
 	int64_t vocab_size;          /* --vocab-size, -1 when not given (NullTokenizer: 1..2^31-1) */
 	int64_t null_eod_id;         /* --null-tokenizer-eod-id: -1 = vocab_size - 1, else 0..2^31-1 */
 	bool no_include_special;     /* --tokenizer-hf-no-include-special-tokens */
+	bool sp_keep_extra_spaces;   /* --no-tokenizer-sentencepiece-ignore-extra-whitespaces */
 	char *const *special_tokens; /* --tokenizer-special-tokens */
 	int n_special_tokens;
 };
@@ -53,7 +58,7 @@ void tok_free(struct tokenizer *t);
 int64_t tok_vocab_size(const struct tokenizer *t);
 /* End-of-document id appended by --append-eod; -1 when there is none. */
 int64_t tok_eod(const struct tokenizer *t);
-/* The pad id Megatron's tokenizer reports: HF pad_token's id; -1 for none (GPT-2, and
+/* The pad id Megatron's tokenizer reports: HF pad_token's id, SentencePiece's <pad>; -1 for none (GPT-2, and
  * NullTokenizer, whose pad comes from --null-tokenizer-pad-id in the data config). */
 int64_t tok_pad(const struct tokenizer *t);
 /* One line for logs, e.g. "GPT2BPETokenizer (vocab 50257, eod 50256)". */

@@ -19,6 +19,7 @@ struct tok_config tok_config_from_args(const struct args *a)
 	c.vocab_size = a->vocab_size;
 	c.null_eod_id = a->null_tokenizer_eod_id;
 	c.no_include_special = a->tokenizer_hf_no_include_special_tokens;
+	c.sp_keep_extra_spaces = !a->tokenizer_sentencepiece_ignore_extra_whitespaces;
 	c.special_tokens = a->tokenizer_special_tokens.v;
 	c.n_special_tokens = a->tokenizer_special_tokens.n;
 	return c;

@@ -308,8 +308,13 @@ int ckpt_tok_extract(struct ckpt_tok *rec, const char *dir, const char *where, s
 	tc->no_include_special = rec->no_include_special;
 	tc->special_tokens = rec->special;
 	tc->n_special_tokens = rec->nspecial;
-	const char *need = !strcmp(rec->type, "GPT2BPETokenizer") ? "vocab.json" :
-			   !strcmp(rec->type, "HuggingFaceTokenizer") ? "tokenizer.json" : NULL;
+	/* a SentencePiece .model is binary and never kept: its flags must be given */
+	bool spm = !strcmp(rec->type, "SentencePieceTokenizer") || !strcmp(rec->type, "GPTSentencePieceTokenizer") ||
+		   !strcmp(rec->type, "Llama2Tokenizer");
+	const char *need = !strcmp(rec->type, "GPT2BPETokenizer")     ? "vocab.json" :
+			   !strcmp(rec->type, "HuggingFaceTokenizer") ? "tokenizer.json" :
+			   spm					   ? "tokenizer.model" :
+								     NULL;
 	if (need && (!find_file(rec, need) || (!strcmp(need, "vocab.json") && !find_file(rec, "merges.txt"))))
 		return error("%s records a %s without its files (they were not kept): give the tokenizer flags",
 			     where, rec->type);

@@ -164,9 +164,9 @@ run_script llama3_fp8 "--fp8-format --fp8-amax-history-len --fp8-amax-compute-al
 	--distributed-timeout-minutes 60 --save ck --load ck --tensorboard-dir tb
 
 # ---- Mixtral 8x7B (examples/mixtral): 32 layers of 4096, 8 experts -> 2 of 64, 4 experts;
-# PP4 x EP8 -> 1 rank; its Llama-2 SentencePiece tokenizer -> mock data.
+# PP4 x EP8 -> 1 rank; its Llama-2 SentencePiece tokenizer (no .model here) -> mock data with NullTokenizer.
 NOEFFECT="--use-mcore-models --no-masked-softmax-fusion --moe-grouped-gemm"
-run_script mixtral "--tokenizer-type=Llama2Tokenizer" \
+run_script mixtral "" \
 	--use-mcore-models --disable-bias-linear --seq-length 32 --max-position-embeddings 256 --num-layers 2 \
 	--hidden-size 64 --ffn-hidden-size 224 --num-attention-heads 4 --init-method-std 0.01 \
 	--attention-dropout 0.0 --hidden-dropout 0.0 --normalization RMSNorm --position-embedding-type rope \

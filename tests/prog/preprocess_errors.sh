@@ -122,8 +122,8 @@ expect_fail "unsupported tokenizer.json part named" "Whitespace" $BIN/preprocess
 printf '{"model": {"type": "BPE", "vocab": ' >"$W/badhf/tokenizer.json"
 expect_fail "truncated tokenizer.json named" "badhf/tokenizer.json" $BIN/preprocess_data --tokenizer-type HuggingFaceTokenizer \
 	--tokenizer-model "$W/badhf" --input "$W/k.jsonl" --output-prefix "$O/x"
-expect_fail "unimplemented tokenizer type" "SentencePieceTokenizer" $BIN/preprocess_data --tokenizer-type SentencePieceTokenizer \
-	--tokenizer-model x.model --input "$W/k.jsonl" --output-prefix "$O/x"
+expect_fail "unimplemented tokenizer type" "BertWordPieceLowerCase" $BIN/preprocess_data --tokenizer-type BertWordPieceLowerCase \
+	--vocab-file x.txt --input "$W/k.jsonl" --output-prefix "$O/x"
 expect_fail "missing --merge-file" "--merge-file" $BIN/preprocess_data --tokenizer-type GPT2BPETokenizer \
 	--vocab-file "$GPT2_VOCAB" --input "$W/k.jsonl" --output-prefix "$O/x"
 empty_dir "nothing left after tokenizer errors" "$O"
