@@ -21,5 +21,7 @@ struct tok_config tok_config_from_args(const struct args *a)
 	c.no_include_special = a->tokenizer_hf_no_include_special_tokens;
 	c.special_tokens = a->tokenizer_special_tokens.v;
 	c.n_special_tokens = a->tokenizer_special_tokens.n;
+	c.tiktoken_pattern = a->tiktoken_pattern;
+	c.tiktoken_num_special_tokens = a->tiktoken_num_special_tokens;
 	return c;
 }
