@@ -28,17 +28,18 @@ const struct flag_def args_table[] = {
 	/* ---- tokenizer ---- */
 	{ "--tokenizer-type", FK_STR, F(tokenizer_type), TOKPROGS, PP | PROG_GPTINDEX, "tokenizer", NULL,
 	  tokenizer_types, "TYPE",
-	  "tokenizer; megac implements GPT2BPETokenizer, HuggingFaceTokenizer, NullTokenizer and the "
-	  "SentencePiece types (SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer)" },
+	  "tokenizer; megac implements GPT2BPETokenizer, HuggingFaceTokenizer, TikTokenizer, NullTokenizer and "
+	  "the SentencePiece types (SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer)" },
 	{ "--vocab-file", FK_STR, F(vocab_file), TOKPROGS, 0, "tokenizer", NULL, NULL, "PATH",
 	  "GPT-2 vocab.json (GPT2BPETokenizer)" },
 	{ "--merge-file", FK_STR, F(merge_file), TOKPROGS, 0, "tokenizer", NULL, NULL, "PATH",
 	  "GPT-2 merges.txt (GPT2BPETokenizer)" },
 	{ "--tokenizer-model", FK_STR, F(tokenizer_model), TOKPROGS, 0, "tokenizer", NULL, NULL, "PATH",
 	  "HuggingFaceTokenizer: a tokenizer.json, or a folder holding one (and tokenizer_config.json); "
-	  "SentencePiece types: the SentencePiece .model file (e.g. Llama-2's tokenizer.model)" },
+	  "SentencePiece types: the SentencePiece .model file (e.g. Llama-2's tokenizer.model); TikTokenizer: the "
+	  "tiktoken vocabulary .json" },
 	{ "--vocab-size", FK_INT, F(vocab_size), TOKPROGS, 0, "tokenizer", "-1", NULL, "N",
-	  "vocabulary size for NullTokenizer (required there)" },
+	  "vocabulary size for NullTokenizer (required there) and TikTokenizer (default 131072)" },
 	{ "--padded-vocab-size", FK_INT, F(padded_vocab_size), TOKPROGS, 0, "tokenizer", "-1", NULL, "N",
 	  "vocabulary size of the model (training only)" },
 	{ "--no-pad-vocab-size", FK_BOOL_NEG, F(pad_vocab_size), TOKPROGS, 0, "tokenizer", "true", NULL, NULL,
@@ -50,13 +51,16 @@ const struct flag_def args_table[] = {
 	{ "--make-vocab-size-divisible-by", FK_INT, F(make_vocab_size_divisible_by), TOKPROGS, 0, "tokenizer",
 	  "128", NULL, "N", "pad the vocabulary to a multiple of this (training only)" },
 	{ "--tokenizer-special-tokens", FK_STRS, F(tokenizer_special_tokens), TOKPROGS, 0, "tokenizer", NULL,
-	  NULL, "TOKEN", "extra special tokens added to a HuggingFaceTokenizer (recognised in text)" },
+	  NULL, "TOKEN",
+	  "extra special tokens added to a HuggingFaceTokenizer (recognised in text); TikTokenizer: its "
+	  "special tokens (ids 0, 1, ...; must include <unk> <s> </s> <mask> <pad> <cls> <sep>)" },
 	{ "--tokenizer-metadata", FK_UNSUPPORTED, 0, TOKPROGS, 0, "tokenizer", NULL, NULL, "PATH",
 	  "tokenizer library overrides by metadata file are not supported; use --tokenizer-type" },
 	{ "--tiktoken-pattern", FK_STR, F(tiktoken_pattern), TOKPROGS, 0, "tokenizer", NULL, "v1|v2", "V",
-	  "a setting of TikTokenizer, which megac does not have yet", true },
+	  "TikTokenizer split pattern (default v2)" },
 	{ "--tiktoken-num-special-tokens", FK_INT, F(tiktoken_num_special_tokens), TOKPROGS, 0, "tokenizer",
-	  "1000", NULL, "N", "a setting of TikTokenizer, which megac does not have yet", true },
+	  "1000", NULL, "N",
+	  "TikTokenizer: ids below this are special tokens; the vocabulary's ranks are shifted by it" },
 	{ "--tokenizer-sentencepiece-legacy", FK_UNSUPPORTED, 0, TOKPROGS, 0, "tokenizer", NULL, NULL, NULL,
 	  "the legacy SentencePiece wrapper (special tokens added outside the model) is not in megac; Megatron's "
 	  "own legacy wrapper has no EOD id when special tokens come from the command line" },
@@ -771,10 +775,10 @@ const struct refused_value args_refused_values[] = {
 	  "Megatron's checkpoint formats are not in megac yet: megac reads and writes its own HDF5 checkpoint "
 	  "(docs/checkpoint-format.md), which it uses when --ckpt-format is not given" },
 	{ "--tokenizer-type",
-	  "GPT2BPETokenizer|HuggingFaceTokenizer|NullTokenizer|SentencePieceTokenizer|GPTSentencePieceTokenizer|"
-	  "Llama2Tokenizer",
-	  "megac's tokenizers are GPT2BPETokenizer, HuggingFaceTokenizer, NullTokenizer and the SentencePiece "
-	  "types (SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer); TikToken, BERT, "
+	  "GPT2BPETokenizer|HuggingFaceTokenizer|TikTokenizer|NullTokenizer|SentencePieceTokenizer|"
+	  "GPTSentencePieceTokenizer|Llama2Tokenizer",
+	  "megac's tokenizers are GPT2BPETokenizer, HuggingFaceTokenizer, TikTokenizer, NullTokenizer and the "
+	  "SentencePiece types (SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer); BERT, "
 	  "multimodal and SFT tokenizers are not in megac yet (the model's Hugging Face tokenizer.json works "
 	  "with HuggingFaceTokenizer)" },
 	{ "--position-embedding-type", "learned_absolute|rope",

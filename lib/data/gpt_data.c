@@ -210,6 +210,18 @@ static json_t *tokenizer_identifiers(const struct args *a)
 				    py_bool(a->tokenizer_sentencepiece_ignore_extra_whitespaces));
 		json_object_set_new(t, "legacy", py_bool(false));
 		json_object_set_new(t, "special_tokens", py_str_or_none(NULL));
+	} else if (!strcmp(type, "TikTokenizer")) {
+		json_object_set_new(t, "tokenizer_path", a->tokenizer_model ? json_string(a->tokenizer_model) : json_null());
+		json_object_set_new(t, "chat_template", py_str_or_none(NULL));
+		if (a->tiktoken_pattern)
+			json_object_set_new(t, "pattern", json_string(a->tiktoken_pattern));
+		if (a->vocab_size > 0)
+			json_object_set_new(t, "vocab_size", json_sprintf("%lld", (long long)a->vocab_size));
+		json_object_set_new(t, "num_special_tokens",
+				    json_sprintf("%lld", (long long)a->tiktoken_num_special_tokens));
+		json_object_set_new(t, "special_tokens", a->tokenizer_special_tokens.n
+								 ? py_str_list(&a->tokenizer_special_tokens)
+								 : py_str_or_none(NULL));
 	} else { /* GPT2BPETokenizer, as Megatron's MEGATRON_TOKENIZERS branch */
 		json_object_set_new(t, "tokenizer_path", json_string(type));
 		json_object_set_new(t, "additional_special_tokens", py_str_list(&a->tokenizer_special_tokens));

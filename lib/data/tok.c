@@ -1,9 +1,9 @@
 /*
  * tok.c - the tokenizer front: tok_load() picks the implementation from
  * Megatron's --tokenizer-type, and every call dispatches on it.
- * GPT2BPETokenizer and HuggingFaceTokenizer share one engine (tok_hf.c on
- * top of tok_bpe.c); NullTokenizer is tok_null.c; the three SentencePiece
- * types are tok_spm.c.
+ * GPT2BPETokenizer, HuggingFaceTokenizer and TikTokenizer share one engine
+ * (tok_hf.c on top of tok_bpe.c); NullTokenizer is tok_null.c; the three
+ * SentencePiece types are tok_spm.c.
  */
 #include "tok.h"
 #include "base/error.h"
@@ -117,6 +117,17 @@ struct tokenizer *tok_load(const struct tok_config *cfg)
 		t->pad = tok_spm_pad(t->spm);
 		t->describe = xasprintf("%s (%s, SentencePiece %s, vocab %" PRId64 ", eod %" PRId64 ")", type,
 					cfg->model, tok_spm_model_type(t->spm), t->vocab_size, t->eod);
+	} else if (!strcmp(type, "TikTokenizer")) {
+		t->kind = TOK_HF;
+		if (check_special_tokens(cfg))
+			goto fail;
+		t->hf = tok_tiktoken_load(cfg->model, cfg->tiktoken_pattern, cfg->tiktoken_num_special_tokens,
+					  cfg->special_tokens, cfg->n_special_tokens, cfg->vocab_size, &t->eod, &t->pad);
+		if (!t->hf)
+			goto fail;
+		t->vocab_size = t->hf->vocab_size;
+		t->describe = xasprintf("TikTokenizer (%s, pattern %s, vocab %" PRId64 ", eod %" PRId64 ")", cfg->model,
+					cfg->tiktoken_pattern ? cfg->tiktoken_pattern : "v2", t->vocab_size, t->eod);
 	} else if (!strcmp(type, "NullTokenizer")) {
 		t->kind = TOK_NULL;
 		if (cfg->vocab_size == -1) {
@@ -143,12 +154,13 @@ struct tokenizer *tok_load(const struct tok_config *cfg)
 			known |= !strcmp(type, megatron_types[i]);
 		if (known)
 			error("tokenizer type %s is not implemented in megac yet (implemented: GPT2BPETokenizer, "
-			      "HuggingFaceTokenizer, NullTokenizer, SentencePieceTokenizer, GPTSentencePieceTokenizer, "
-			      "Llama2Tokenizer)",
+			      "HuggingFaceTokenizer, TikTokenizer, NullTokenizer, SentencePieceTokenizer, "
+			      "GPTSentencePieceTokenizer, Llama2Tokenizer)",
 			      type);
 		else
 			error("unknown tokenizer type '%s' (implemented: GPT2BPETokenizer, HuggingFaceTokenizer, "
-			      "NullTokenizer, SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer)",
+			      "TikTokenizer, NullTokenizer, SentencePieceTokenizer, GPTSentencePieceTokenizer, "
+			      "Llama2Tokenizer)",
 			      type);
 		goto fail;
 	}

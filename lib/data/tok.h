@@ -8,6 +8,8 @@
  *   HuggingFaceTokenizer  a tokenizer.json (or a folder holding one, with
  *                         tokenizer_config.json for eos): normalizer,
  *                         pre-tokenizer, BPE model, added tokens, post-processor
+ *   TikTokenizer          Megatron's tiktoken JSON vocabulary (ranks shifted
+ *                         by --tiktoken-num-special-tokens), pattern v1/v2
  *   NullTokenizer         text of space-separated integer ids
  *   SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer
  *                         a SentencePiece .model file (BPE or unigram), as
@@ -38,6 +40,8 @@ struct tok_config {
 	bool sp_keep_extra_spaces;   /* --no-tokenizer-sentencepiece-ignore-extra-whitespaces */
 	char *const *special_tokens; /* --tokenizer-special-tokens */
 	int n_special_tokens;
+	const char *tiktoken_pattern;        /* --tiktoken-pattern: v1, v2 (NULL: v2) */
+	int64_t tiktoken_num_special_tokens; /* --tiktoken-num-special-tokens */
 };
 
 struct tok_ids {

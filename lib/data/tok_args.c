@@ -22,5 +22,7 @@ struct tok_config tok_config_from_args(const struct args *a)
 	c.sp_keep_extra_spaces = !a->tokenizer_sentencepiece_ignore_extra_whitespaces;
 	c.special_tokens = a->tokenizer_special_tokens.v;
 	c.n_special_tokens = a->tokenizer_special_tokens.n;
+	c.tiktoken_pattern = a->tiktoken_pattern;
+	c.tiktoken_num_special_tokens = a->tiktoken_num_special_tokens;
 	return c;
 }

@@ -9,6 +9,7 @@
 #include "base/xalloc.h"
 #include "tok.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <utf8proc.h>
@@ -345,6 +346,8 @@ struct tok_bpe {
 	int32_t id_limit;
 	bool ignore_merges, fuse_unk;
 	int32_t unk_id;
+	bool text_mode, byte_fallback;
+	int32_t fb_id[256]; /* "<0xNN>" tokens, -1 when absent */
 };
 
 struct tok_bpe *tok_bpe_new(void)
@@ -412,19 +415,34 @@ static int32_t vlookup(const struct tok_bpe *m, const char *k, size_t n, uint32_
 	return vfind(m, k, n, kind, hash_bytes(k, n, kind))->id;
 }
 
+static void add_key(struct tok_bpe *m, const char *key, size_t klen, uint32_t kind, int32_t id);
+
 void tok_bpe_add_token(struct tok_bpe *m, const char *tok, size_t len, int32_t id)
 {
 	if (id < 0)
 		BUG("negative token id %d", id);
 	struct sbuf raw = SBUF_INIT;
-	uint32_t kind = KEY_TEXT;
-	const char *key = tok;
-	size_t klen = len;
-	if (len && tok_bpe_unmap(tok, len, &raw)) {
-		kind = KEY_BYTES;
-		key = raw.buf;
-		klen = raw.len;
-	}
+	if (len && !m->text_mode && tok_bpe_unmap(tok, len, &raw))
+		add_key(m, raw.buf, raw.len, KEY_BYTES, id);
+	else
+		add_key(m, tok, len, KEY_TEXT, id);
+	sbuf_release(&raw);
+}
+
+void tok_bpe_add_bytes(struct tok_bpe *m, const char *raw, size_t n, int32_t id)
+{
+	if (id < 0 || !n)
+		BUG("token id %d, %zu bytes", id, n);
+	add_key(m, raw, n, KEY_BYTES, id);
+}
+
+int32_t tok_bpe_bytes_id(const struct tok_bpe *m, const char *raw, size_t n)
+{
+	return vlookup(m, raw, n, KEY_BYTES);
+}
+
+static void add_key(struct tok_bpe *m, const char *key, size_t klen, uint32_t kind, int32_t id)
+{
 	if ((m->vused + 1) * 2 > m->vmask + 1)
 		vgrow(m);
 	uint64_t h = hash_bytes(key, klen, kind);
@@ -460,13 +478,14 @@ void tok_bpe_add_token(struct tok_bpe *m, const char *tok, size_t len, int32_t i
 	}
 	if (id >= m->id_limit)
 		m->id_limit = id + 1;
-	sbuf_release(&raw);
 }
 
 int32_t tok_bpe_token_id(const struct tok_bpe *m, const char *tok, size_t len)
 {
 	struct sbuf raw = SBUF_INIT;
 	int32_t id;
+	if (m->text_mode)
+		return vlookup(m, tok, len, KEY_TEXT);
 	if (len && tok_bpe_unmap(tok, len, &raw))
 		id = vlookup(m, raw.buf, raw.len, KEY_BYTES);
 	else
@@ -535,6 +554,43 @@ int tok_bpe_add_merge(struct tok_bpe *m, const char *a, size_t alen, const char 
 	s->rank = rank;
 	s->new_id = inew;
 	return 0;
+}
+
+void tok_bpe_add_merge_ids(struct tok_bpe *m, int32_t a, int32_t b, int32_t merged, uint32_t rank)
+{
+	if (a < 0 || b < 0 || merged < 0)
+		BUG("merge of ids %d %d -> %d", a, b, merged);
+	if ((m->mused + 1) * 2 > m->mmask + 1)
+		mgrow(m);
+	uint64_t key = pair_key(a, b);
+	struct mslot *s = (struct mslot *)mfind(m, key);
+	if (s->new_id < 0)
+		m->mused++;
+	s->key = key;
+	s->rank = rank;
+	s->new_id = merged;
+}
+
+void tok_bpe_set_text_mode(struct tok_bpe *m)
+{
+	if (m->vused)
+		BUG("text mode set after tokens were added");
+	m->text_mode = true;
+}
+
+bool tok_bpe_text_mode(const struct tok_bpe *m)
+{
+	return m->text_mode;
+}
+
+void tok_bpe_set_byte_fallback(struct tok_bpe *m)
+{
+	m->byte_fallback = true;
+	for (int b = 0; b < 256; b++) {
+		char name[8];
+		snprintf(name, sizeof(name), "<0x%02X>", (unsigned)b); /* Rust's format!("<{:#04X}>") */
+		m->fb_id[b] = vlookup(m, name, 6, KEY_TEXT);
+	}
 }
 
 void tok_bpe_set_options(struct tok_bpe *m, bool ignore_merges, int32_t unk_id, bool fuse_unk)
@@ -789,6 +845,52 @@ static size_t word_symbols(const struct tok_bpe *m, struct tok_bpe_cache *c, con
 	return k;
 }
 
+/* Hugging Face's BPE::merge_word start for a vocabulary of strings: one
+ * symbol per character; a character missing from the vocabulary becomes its
+ * byte-fallback tokens, else (pending) unk, fused with the next unk when
+ * fuse_unk. A pending unk is only flushed by a character found in the
+ * vocabulary or by the end of the word, so byte-fallback tokens may come
+ * before it, as in HF. */
+static size_t word_symbols_text(const struct tok_bpe *m, struct tok_bpe_cache *c, const char *w, size_t n)
+{
+	xgrow(&c->sym, &c->capsym, 4 * n + 1, sizeof(int32_t));
+	size_t k = 0;
+	bool pending_unk = false;
+	for (size_t i = 0; i < n;) {
+		size_t l;
+		tok_bpe_utf8_next(w + i, n - i, &l);
+		int32_t id = vlookup(m, w + i, l, KEY_TEXT);
+		if (id >= 0) {
+			if (pending_unk)
+				c->sym[k++] = m->unk_id;
+			pending_unk = false;
+			c->sym[k++] = id;
+			i += l;
+			continue;
+		}
+		if (m->byte_fallback) {
+			bool all = true;
+			for (size_t j = 0; j < l; j++)
+				all &= m->fb_id[(unsigned char)w[i + j]] >= 0;
+			if (all) {
+				for (size_t j = 0; j < l; j++)
+					c->sym[k++] = m->fb_id[(unsigned char)w[i + j]];
+				i += l;
+				continue;
+			}
+		}
+		if (m->unk_id >= 0) {
+			if (pending_unk && !m->fuse_unk)
+				c->sym[k++] = m->unk_id;
+			pending_unk = true;
+		}
+		i += l;
+	}
+	if (pending_unk)
+		c->sym[k++] = m->unk_id;
+	return k;
+}
+
 void tok_bpe_encode_word(const struct tok_bpe *m, struct tok_bpe_cache *c, const char *w, size_t n,
 			 struct tok_ids *out)
 {
@@ -817,13 +919,13 @@ void tok_bpe_encode_word(const struct tok_bpe *m, struct tok_bpe_cache *c, const
 		}
 	}
 	size_t k;
-	int32_t whole = m->ignore_merges ? vlookup(m, w, n, KEY_BYTES) : -1;
+	int32_t whole = m->ignore_merges ? vlookup(m, w, n, m->text_mode ? KEY_TEXT : KEY_BYTES) : -1;
 	if (whole >= 0) {
 		xgrow(&c->sym, &c->capsym, 1, sizeof(int32_t));
 		c->sym[0] = whole;
 		k = 1;
 	} else {
-		k = word_symbols(m, c, w, n);
+		k = m->text_mode ? word_symbols_text(m, c, w, n) : word_symbols(m, c, w, n);
 		k = tok_bpe_merge_ids(m, c, c->sym, k, false);
 	}
 	xgrow(&out->v, &out->cap, out->n + k, sizeof(int32_t));

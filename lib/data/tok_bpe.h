@@ -78,6 +78,23 @@ int32_t tok_bpe_token_id(const struct tok_bpe *m, const char *tok, size_t len);
  * pair replaces the earlier one, as in HF's merge map. */
 int tok_bpe_add_merge(struct tok_bpe *m, const char *a, size_t alen, const char *b, size_t blen,
 		      uint32_t rank, const char **why);
+/* Raw-byte forms for vocabularies that are not written in the byte
+ * alphabet (tiktoken's ranks): the id of the token whose bytes are
+ * raw[0..n) (-1 when absent), adding one, and a merge given by ids, which
+ * must be known tokens. */
+int32_t tok_bpe_bytes_id(const struct tok_bpe *m, const char *raw, size_t n);
+void tok_bpe_add_bytes(struct tok_bpe *m, const char *raw, size_t n, int32_t id);
+void tok_bpe_add_merge_ids(struct tok_bpe *m, int32_t a, int32_t b, int32_t merged, uint32_t rank);
+/* Text mode, for vocabularies of plain UTF-8 strings (SentencePiece
+ * models converted to tokenizer.json): call before adding tokens. Strings
+ * are then kept as they are (no byte-alphabet unmapping), a word starts as
+ * one symbol per character, and tok_bpe_id_bytes gives the token's text. */
+void tok_bpe_set_text_mode(struct tok_bpe *m);
+bool tok_bpe_text_mode(const struct tok_bpe *m);
+/* HF BPE byte_fallback (text mode): a character missing from the
+ * vocabulary becomes the tokens "<0xNN>" of its bytes when all of them
+ * exist. Call after the vocabulary is complete. */
+void tok_bpe_set_byte_fallback(struct tok_bpe *m);
 /* HF BPE options: ignore_merges (a pre-token found whole in the vocabulary
  * is one token), unk_id (-1: bytes missing from the vocabulary are dropped,
  * as HF does without unk_token), fuse_unk. */

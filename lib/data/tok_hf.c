@@ -8,6 +8,7 @@
 #include "tok_hf.h"
 #include "base/error.h"
 #include "base/sbuf.h"
+#include "base/utf8.h"
 #include "base/xalloc.h"
 #include "tok.h"
 #include "tok_bpe.h"
@@ -97,7 +98,10 @@ struct enc {
 	struct tok_ids *out;
 };
 
-static int enc_pretok(struct enc *e, size_t k, const char *t, size_t n);
+/* at0: the piece starts at offset 0 of the original text (HF's
+ * offsets_original().0 == 0, which Metaspace's prepend_scheme "first"
+ * tests). */
+static int enc_pretok(struct enc *e, size_t k, const char *t, size_t n, bool at0);
 
 static inline void span_push(struct span **sp, size_t *n, size_t *cap, size_t s, size_t e, bool m)
 {
@@ -251,7 +255,55 @@ static void digit_spans(struct stage_state *ss, const char *t, size_t n)
 		span_push(&ss->sp, &ss->nsp, &ss->capsp, last, n, false);
 }
 
-static int enc_pretok(struct enc *e, size_t k, const char *t, size_t n)
+/* Metaspace: ' ' -> the replacement, the replacement prepended (always,
+ * or for the piece at the start of the text), then the pieces split before
+ * each replacement (MergedWithNext) when split is set. */
+static int metaspace(struct enc *e, size_t k, const struct tok_hf_stage *st, struct stage_state *ss, const char *t,
+		     size_t n, bool at0)
+{
+	struct sbuf *b = &ss->buf;
+	sbuf_reset(b);
+	bool starts = n >= st->replen && !memcmp(t, st->rep, st->replen);
+	if (!starts && t[0] != ' ' &&
+	    (st->prepend == TOK_HF_PREPEND_ALWAYS || (st->prepend == TOK_HF_PREPEND_FIRST && at0)))
+		sbuf_add(b, st->rep, st->replen);
+	for (size_t i = 0; i < n;) {
+		const char *q = memchr(t + i, ' ', n - i);
+		size_t j = q ? (size_t)(q - t) : n;
+		sbuf_add(b, t + i, j - i);
+		if (q)
+			sbuf_add(b, st->rep, st->replen);
+		i = j + (q != NULL);
+	}
+	/* the stage's buffer is reused by deeper calls of this stage only
+	 * after these pieces are done: copy nothing, but keep the pointer */
+	const char *u = b->buf;
+	size_t un = b->len;
+	if (!st->split)
+		return enc_pretok(e, k + 1, u, un, at0);
+	ss->nsp = 0;
+	size_t last = 0;
+	for (size_t i = 0; i + st->replen <= un;) {
+		if (!memcmp(u + i, st->rep, st->replen)) {
+			if (last < i)
+				span_push(&ss->sp, &ss->nsp, &ss->capsp, last, i, false);
+			span_push(&ss->sp, &ss->nsp, &ss->capsp, i, i + st->replen, true);
+			i += st->replen;
+			last = i;
+		} else {
+			i++;
+		}
+	}
+	if (last < un)
+		span_push(&ss->sp, &ss->nsp, &ss->capsp, last, un, false);
+	apply_behavior(ss, TOK_HF_MERGED_WITH_NEXT);
+	for (size_t i = 0; i < ss->nsp; i++)
+		if (enc_pretok(e, k + 1, u + ss->sp[i].s, ss->sp[i].e - ss->sp[i].s, at0 && ss->sp[i].s == 0))
+			return -1;
+	return 0;
+}
+
+static int enc_pretok(struct enc *e, size_t k, const char *t, size_t n, bool at0)
 {
 	if (!n) /* PreTokenizedString::split drops empty pieces */
 		return 0;
@@ -266,18 +318,20 @@ static int enc_pretok(struct enc *e, size_t k, const char *t, size_t n)
 	case TOK_HF_STAGE_GPT2:
 		for (size_t i = 0; i < n;) {
 			size_t j = tok_bpe_gpt2_split(t, n, i);
-			if (enc_pretok(e, k + 1, t + i, j - i))
+			if (enc_pretok(e, k + 1, t + i, j - i, at0 && i == 0))
 				return -1;
 			i = j;
 		}
 		return 0;
 	case TOK_HF_STAGE_PREFIX:
 		if (t[0] == ' ')
-			return enc_pretok(e, k + 1, t, n);
+			return enc_pretok(e, k + 1, t, n, at0);
 		sbuf_reset(&ss->buf);
 		sbuf_addch(&ss->buf, ' ');
 		sbuf_add(&ss->buf, t, n);
-		return enc_pretok(e, k + 1, ss->buf.buf, ss->buf.len);
+		return enc_pretok(e, k + 1, ss->buf.buf, ss->buf.len, at0);
+	case TOK_HF_STAGE_METASPACE:
+		return metaspace(e, k, st, ss, t, n, at0);
 	case TOK_HF_STAGE_REGEX:
 		if (regex_spans(e, st, ss, t, n))
 			return -1;
@@ -292,7 +346,8 @@ static int enc_pretok(struct enc *e, size_t k, const char *t, size_t n)
 	apply_behavior(ss, st->behavior);
 	/* deeper stages never touch this stage's spans */
 	for (size_t i = 0; i < ss->nsp; i++)
-		if (!ss->sp[i].m && enc_pretok(e, k + 1, t + ss->sp[i].s, ss->sp[i].e - ss->sp[i].s))
+		if (!ss->sp[i].m &&
+		    enc_pretok(e, k + 1, t + ss->sp[i].s, ss->sp[i].e - ss->sp[i].s, at0 && ss->sp[i].s == 0))
 			return -1;
 	return 0;
 }
@@ -379,21 +434,22 @@ static bool find_added(const struct tok_hf *h, const struct tok_hf_matcher *mt, 
 	return false;
 }
 
-static int enc_normalized(struct enc *e, const char *t, size_t n);
+static int enc_normalized(struct enc *e, const char *t, size_t n, bool at0);
 
-static int enc_gap(struct enc *e, int level, const char *t, size_t n)
+static int enc_gap(struct enc *e, int level, const char *t, size_t n, bool at0)
 {
 	if (!n)
 		return 0;
-	return level == 0 ? enc_normalized(e, t, n) : enc_pretok(e, 0, t, n);
+	return level == 0 ? enc_normalized(e, t, n, at0) : enc_pretok(e, 0, t, n, at0);
 }
 
 /* AddedVocabulary::find_matches + split_with_indices. */
-static int enc_added(struct enc *e, const struct tok_hf_matcher *mt, int level, const char *t, size_t n)
+static int enc_added(struct enc *e, const struct tok_hf_matcher *mt, int level, const char *t, size_t n,
+		     bool at0)
 {
 	const struct tok_hf *h = e->h;
 	if (!mt->n)
-		return enc_gap(e, level, t, n);
+		return enc_gap(e, level, t, n, at0);
 	size_t start_offset = 0, pos = 0, at;
 	const struct tok_hf_added *a;
 	while (pos < n && find_added(h, mt, t, n, pos, &at, &a)) {
@@ -424,21 +480,27 @@ static int enc_added(struct enc *e, const struct tok_hf_matcher *mt, int level, 
 				stop += l;
 			}
 		}
-		if (start_offset < start && enc_gap(e, level, t + start_offset, start - start_offset))
+		if (start_offset < start &&
+		    enc_gap(e, level, t + start_offset, start - start_offset, at0 && start_offset == 0))
 			return -1;
 		tok_ids_push(e->out, a->id);
 		start_offset = stop;
 	}
 	if (start_offset < n)
-		return enc_gap(e, level, t + start_offset, n - start_offset);
+		return enc_gap(e, level, t + start_offset, n - start_offset, at0 && start_offset == 0);
 	return 0;
 }
 
-static int enc_normalized(struct enc *e, const char *t, size_t n)
+static int enc_normalized(struct enc *e, const char *t, size_t n, bool at0)
 {
 	const struct tok_hf *h = e->h;
 	for (size_t k = 0; k < h->n_norms; k++) {
-		int r = tok_hf_normalize(h->norms[k], t, n, &e->s->nbuf[k]);
+		const struct tok_hf_normop *op = &h->norms[k];
+		size_t l;
+		/* stripped leading space: the text now starts past offset 0 */
+		if (op->kind == TOK_HF_STRIP && op->left && n && tok_bpe_is_space(tok_bpe_utf8_next(t, n, &l)))
+			at0 = false;
+		int r = tok_hf_normalize(op, t, n, &e->s->nbuf[k]);
 		if (r < 0) {
 			snprintf(e->s->err, sizeof(e->s->err), "normalizer failed on the text");
 			return -1;
@@ -448,7 +510,7 @@ static int enc_normalized(struct enc *e, const char *t, size_t n)
 			n = e->s->nbuf[k].len;
 		}
 	}
-	return enc_added(e, &h->norm, 1, t, n);
+	return enc_added(e, &h->norm, 1, t, n, at0);
 }
 
 int tok_hf_encode(struct tok_hf_session *s, const char *text, size_t len, bool with_template, struct tok_ids *out,
@@ -459,7 +521,7 @@ int tok_hf_encode(struct tok_hf_session *s, const char *text, size_t len, bool w
 	s->err[0] = 0;
 	*err = s->err;
 	if (!with_template || !h->has_tmpl)
-		return enc_added(&e, &h->raw, 0, text, len);
+		return enc_added(&e, &h->raw, 0, text, len, true);
 	size_t na = 0, apos = 0;
 	for (size_t i = 0; i < h->n_tmpl; i++)
 		if (h->tmpl[i] < 0) {
@@ -469,7 +531,7 @@ int tok_hf_encode(struct tok_hf_session *s, const char *text, size_t len, bool w
 	if (na == 1) {
 		for (size_t i = 0; i < apos; i++)
 			tok_ids_push(out, h->tmpl[i]);
-		if (enc_added(&e, &h->raw, 0, text, len))
+		if (enc_added(&e, &h->raw, 0, text, len, true))
 			return -1;
 		for (size_t i = apos + 1; i < h->n_tmpl; i++)
 			tok_ids_push(out, h->tmpl[i]);
@@ -477,7 +539,7 @@ int tok_hf_encode(struct tok_hf_session *s, const char *text, size_t len, bool w
 	}
 	s->tmp.n = 0;
 	e.out = &s->tmp;
-	if (enc_added(&e, &h->raw, 0, text, len))
+	if (enc_added(&e, &h->raw, 0, text, len, true))
 		return -1;
 	for (size_t i = 0; i < h->n_tmpl; i++) {
 		if (h->tmpl[i] >= 0) {
@@ -515,8 +577,187 @@ bool tok_hf_id_known(const struct tok_hf *h, int32_t id)
 	return added_by_id(h, id) || tok_bpe_id_bytes(h->bpe, id, &p, &len);
 }
 
+/* Every occurrence of a (non-empty) in p[0..n) replaced by b, into o; 0
+ * (o untouched) when there is none. */
+static int replace_str(const char *p, size_t n, const char *a, size_t alen, const char *b, size_t blen,
+		       struct sbuf *o)
+{
+	const char *q = alen && alen <= n ? memmem(p, n, a, alen) : NULL;
+	if (!q)
+		return 0;
+	size_t i = 0;
+	while (q) {
+		sbuf_add(o, p + i, (size_t)(q - (p + i)));
+		sbuf_add(o, b, blen);
+		i = (size_t)(q - p) + alen;
+		q = i + alen <= n ? memmem(p + i, n - i, a, alen) : NULL;
+	}
+	sbuf_add(o, p + i, n - i);
+	return 1;
+}
+
+/* ---- text-mode decoding: Hugging Face's decoder chain ------------------ */
+
+struct toks {
+	struct sbuf *v;
+	size_t n, cap;
+};
+
+static struct sbuf *toks_push(struct toks *t)
+{
+	xgrow(&t->v, &t->cap, t->n + 1, sizeof(*t->v));
+	struct sbuf *b = &t->v[t->n++];
+	*b = (struct sbuf)SBUF_INIT;
+	sbuf_addstr(b, "");
+	return b;
+}
+
+static void toks_free(struct toks *t)
+{
+	for (size_t i = 0; i < t->n; i++)
+		sbuf_release(&t->v[i]);
+	free(t->v);
+	t->v = NULL;
+	t->n = t->cap = 0;
+}
+
+/* "<0xNN>" (Rust's u8::from_str_radix on the two characters) */
+static int fallback_byte(const struct sbuf *b)
+{
+	const char *p = b->buf;
+	if (b->len != 6 || memcmp(p, "<0x", 3) || p[5] != '>')
+		return -1;
+	int v = 0;
+	for (int i = 3; i < 5; i++) {
+		int c = (unsigned char)p[i], d;
+		if (c >= '0' && c <= '9')
+			d = c - '0';
+		else if ((c | 0x20) >= 'a' && (c | 0x20) <= 'f')
+			d = (c | 0x20) - 'a' + 10;
+		else
+			return -1;
+		v = v * 16 + d;
+	}
+	return v;
+}
+
+static void flush_bytes(struct toks *out, struct sbuf *bytes)
+{
+	if (!bytes->len)
+		return;
+	size_t bad;
+	if (utf8_valid(bytes->buf, bytes->len, &bad)) {
+		sbuf_add(toks_push(out), bytes->buf, bytes->len);
+	} else {
+		for (size_t i = 0; i < bytes->len; i++)
+			sbuf_addstr(toks_push(out), "\xef\xbf\xbd");
+	}
+	sbuf_reset(bytes);
+}
+
+/* Number of characters c (UTF-8 c[0..cl)) that can be cut: up to max from
+ * the start (from_end false) or the end of s. */
+static size_t strip_len(const struct sbuf *s, const char *c, size_t cl, int64_t max, bool from_end)
+{
+	size_t cut = 0;
+	for (int64_t k = 0; k < max && cut + cl <= s->len; k++) {
+		const char *at = from_end ? s->buf + s->len - cut - cl : s->buf + cut;
+		if (memcmp(at, c, cl))
+			break;
+		cut += cl;
+	}
+	return cut;
+}
+
+static void apply_dec(const struct tok_hf_dec *d, struct toks *in, struct toks *out)
+{
+	struct sbuf bytes = SBUF_INIT;
+	for (size_t i = 0; i < in->n; i++) {
+		struct sbuf *t = &in->v[i];
+		switch (d->kind) {
+		case TOK_HF_DEC_REPLACE: {
+			struct sbuf *o = toks_push(out);
+			if (!replace_str(t->buf, t->len, d->a, d->alen, d->b, d->blen, o))
+				sbuf_add(o, t->buf, t->len);
+			break;
+		}
+		case TOK_HF_DEC_BYTE_FALLBACK: {
+			int b = fallback_byte(t);
+			if (b >= 0) {
+				sbuf_addch(&bytes, b);
+				break;
+			}
+			flush_bytes(out, &bytes);
+			sbuf_add(toks_push(out), t->buf, t->len);
+			break;
+		}
+		case TOK_HF_DEC_FUSE:
+			if (out->n == 0)
+				toks_push(out);
+			sbuf_add(&out->v[0], t->buf, t->len);
+			break;
+		case TOK_HF_DEC_STRIP: {
+			size_t a = strip_len(t, d->a, d->alen, d->start, false);
+			struct sbuf rest = { t->buf + a, t->len - a, 0 };
+			size_t b = strip_len(&rest, d->a, d->alen, d->stop, true);
+			sbuf_add(toks_push(out), t->buf + a, t->len - a - b);
+			break;
+		}
+		case TOK_HF_DEC_METASPACE: {
+			struct sbuf *o = toks_push(out);
+			if (i == 0 && !d->never) {
+				/* every replacement of the first token is dropped */
+				if (!replace_str(t->buf, t->len, d->a, d->alen, "", 0, o))
+					sbuf_add(o, t->buf, t->len);
+			} else if (!replace_str(t->buf, t->len, d->a, d->alen, " ", 1, o)) {
+				sbuf_add(o, t->buf, t->len);
+			}
+			break;
+		}
+		}
+	}
+	if (d->kind == TOK_HF_DEC_BYTE_FALLBACK)
+		flush_bytes(out, &bytes);
+	if (d->kind == TOK_HF_DEC_FUSE && out->n == 0)
+		toks_push(out);
+	sbuf_release(&bytes);
+}
+
+static int decode_text(const struct tok_hf *h, const int32_t *ids, size_t n, struct sbuf *out)
+{
+	struct toks a = { 0 }, b = { 0 };
+	for (size_t i = 0; i < n; i++) {
+		const struct tok_hf_added *ad = added_by_id(h, ids[i]);
+		const char *p;
+		size_t len;
+		if (ad) {
+			p = ad->content;
+			len = ad->len;
+		} else if (!tok_bpe_id_bytes(h->bpe, ids[i], &p, &len)) {
+			toks_free(&a);
+			return error("cannot decode token id %d: not in the vocabulary", (int)ids[i]);
+		}
+		sbuf_add(toks_push(&a), p, len);
+	}
+	for (size_t k = 0; h->has_decoder && k < h->n_decs; k++) {
+		apply_dec(&h->decs[k], &a, &b);
+		toks_free(&a);
+		a = b;
+		b = (struct toks){ 0 };
+	}
+	for (size_t i = 0; i < a.n; i++) {
+		if (i && !h->has_decoder) /* no decoder: HF joins the tokens with spaces */
+			sbuf_addch(out, ' ');
+		sbuf_add(out, a.v[i].buf, a.v[i].len);
+	}
+	toks_free(&a);
+	return 0;
+}
+
 int tok_hf_decode(const struct tok_hf *h, const int32_t *ids, size_t n, struct sbuf *out)
 {
+	if (tok_bpe_text_mode(h->bpe))
+		return decode_text(h, ids, n, out);
 	for (size_t i = 0; i < n; i++) {
 		int32_t id = ids[i];
 		const struct tok_hf_added *a = added_by_id(h, id);

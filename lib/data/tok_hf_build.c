@@ -40,7 +40,16 @@ void tok_hf_free(struct tok_hf *h)
 	free(h->raw.order);
 	free(h->norm.order);
 	free(h->added_by_id);
+	for (size_t i = 0; i < h->n_norms; i++) {
+		free(h->norms[i].a);
+		free(h->norms[i].b);
+	}
 	free(h->norms);
+	for (size_t i = 0; i < h->n_decs; i++) {
+		free(h->decs[i].a);
+		free(h->decs[i].b);
+	}
+	free(h->decs);
 	for (size_t i = 0; i < h->n_stages; i++)
 		pcre2_code_free(h->stages[i].re);
 	free(h->stages);
@@ -86,6 +95,32 @@ int32_t tok_hf_token_id(const struct tok_hf *h, const char *s, size_t n)
 	return a ? a->id : tok_bpe_token_id(h->bpe, s, n);
 }
 
+static struct tok_hf_added *new_added(struct tok_hf *h, const char *content, size_t len, int32_t id)
+{
+	if ((h->n_added + 1) * 2 > (h->added_ht ? h->added_ht_mask + 1 : 0))
+		added_ht_grow(h);
+	xgrow(&h->added, &h->cap_added, h->n_added + 1, sizeof(*h->added));
+	h->added_ht[added_slot(h, content, len)] = (uint32_t)h->n_added + 1;
+	struct tok_hf_added *a = &h->added[h->n_added++];
+	memset(a, 0, sizeof(*a));
+	a->content = xstrndup(content, len);
+	a->len = len;
+	a->match = a->content;
+	a->mlen = len;
+	a->id = id;
+	if (id > h->max_added_id)
+		h->max_added_id = id;
+	return a;
+}
+
+void tok_hf_add_token_id(struct tok_hf *h, const char *content, size_t len, int32_t id)
+{
+	if (!len || id < 0 || tok_hf_find_added(h, content, len))
+		BUG("added token of %zu bytes, id %d", len, (int)id);
+	struct tok_hf_added *a = new_added(h, content, len, id);
+	a->special = true;
+}
+
 int32_t tok_hf_add_token(struct tok_hf *h, const char *content, size_t len, bool special, bool normalized,
 			 bool lstrip, bool rstrip, bool single_word)
 {
@@ -100,19 +135,7 @@ int32_t tok_hf_add_token(struct tok_hf *h, const char *content, size_t len, bool
 			int64_t model = (int64_t)tok_bpe_vocab_count(h->bpe), max = h->max_added_id;
 			id = (int32_t)(max >= 0 && (max >= model || model == 0) ? max + 1 : model);
 		}
-		if ((h->n_added + 1) * 2 > (h->added_ht ? h->added_ht_mask + 1 : 0))
-			added_ht_grow(h);
-		xgrow(&h->added, &h->cap_added, h->n_added + 1, sizeof(*h->added));
-		h->added_ht[added_slot(h, content, len)] = (uint32_t)h->n_added + 1;
-		a = &h->added[h->n_added++];
-		memset(a, 0, sizeof(*a));
-		a->content = xstrndup(content, len);
-		a->len = len;
-		a->match = a->content;
-		a->mlen = len;
-		a->id = id;
-		if (id > h->max_added_id)
-			h->max_added_id = id;
+		a = new_added(h, content, len, id);
 	}
 	a->special = special;
 	a->normalized = normalized;
@@ -124,8 +147,31 @@ int32_t tok_hf_add_token(struct tok_hf *h, const char *content, size_t len, bool
 
 void tok_hf_add_norm(struct tok_hf *h, enum tok_hf_norm n)
 {
+	struct tok_hf_normop op = { .kind = n };
+	tok_hf_add_normop(h, &op);
+}
+
+static char *dup_or_null(const char *p, size_t n)
+{
+	return p ? xstrndup(p, n) : NULL;
+}
+
+void tok_hf_add_normop(struct tok_hf *h, const struct tok_hf_normop *op)
+{
 	h->norms = xrealloc(h->norms, (h->n_norms + 1) * sizeof(*h->norms));
-	h->norms[h->n_norms++] = n;
+	struct tok_hf_normop *o = &h->norms[h->n_norms++];
+	*o = *op;
+	o->a = dup_or_null(op->a, op->alen);
+	o->b = dup_or_null(op->b, op->blen);
+}
+
+void tok_hf_add_dec(struct tok_hf *h, const struct tok_hf_dec *d)
+{
+	h->decs = xrealloc(h->decs, (h->n_decs + 1) * sizeof(*h->decs));
+	struct tok_hf_dec *o = &h->decs[h->n_decs++];
+	*o = *d;
+	o->a = dup_or_null(d->a, d->alen);
+	o->b = dup_or_null(d->b, d->blen);
 }
 
 void tok_hf_add_stage(struct tok_hf *h, enum tok_hf_stage_kind kind, enum tok_hf_behavior b)
@@ -247,8 +293,62 @@ static bool all_ascii(const char *p, size_t n)
 	return true;
 }
 
-int tok_hf_normalize(enum tok_hf_norm k, const char *p, size_t n, struct sbuf *dst)
+/* Every occurrence of a in p[0..n), left to right, replaced by b. */
+static int replace_all(const char *p, size_t n, const char *a, size_t alen, const char *b, size_t blen,
+		       struct sbuf *dst)
 {
+	if (!alen)
+		return 0;
+	const char *q = alen <= n ? memmem(p, n, a, alen) : NULL;
+	if (!q)
+		return 0;
+	sbuf_reset(dst);
+	size_t i = 0;
+	while (q) {
+		sbuf_add(dst, p + i, (size_t)(q - (p + i)));
+		sbuf_add(dst, b, blen);
+		i = (size_t)(q - p) + alen;
+		q = i + alen <= n ? memmem(p + i, n - i, a, alen) : NULL;
+	}
+	sbuf_add(dst, p + i, n - i);
+	if (!dst->buf)
+		sbuf_addstr(dst, "");
+	return 1;
+}
+
+int tok_hf_normalize(const struct tok_hf_normop *op, const char *p, size_t n, struct sbuf *dst)
+{
+	enum tok_hf_norm k = op->kind;
+	if (k == TOK_HF_PREPEND) {
+		if (!n)
+			return 0;
+		sbuf_reset(dst);
+		sbuf_add(dst, op->a, op->alen);
+		sbuf_add(dst, p, n);
+		return 1;
+	}
+	if (k == TOK_HF_REPLACE)
+		return replace_all(p, n, op->a, op->alen, op->b, op->blen, dst);
+	if (k == TOK_HF_STRIP) {
+		size_t s0 = 0, e = n, l;
+		while (op->left && s0 < n && tok_bpe_is_space(tok_bpe_utf8_next(p + s0, n - s0, &l)))
+			s0 += l;
+		while (op->right && e > s0) {
+			size_t j = e - 1;
+			while (j > s0 && ((unsigned char)p[j] & 0xC0) == 0x80)
+				j--;
+			if (!tok_bpe_is_space(tok_bpe_utf8_next(p + j, e - j, &l)))
+				break;
+			e = j;
+		}
+		if (s0 == 0 && e == n)
+			return 0;
+		sbuf_reset(dst);
+		sbuf_add(dst, p + s0, e - s0);
+		if (!dst->buf)
+			sbuf_addstr(dst, "");
+		return 1;
+	}
 	if (k == TOK_HF_LOWERCASE) {
 		size_t i = 0;
 		while (i < n && !((unsigned char)p[i] >= 0x80 || (p[i] >= 'A' && p[i] <= 'Z')))
@@ -373,7 +473,7 @@ int tok_hf_finish(struct tok_hf *h)
 		size_t n = t->len;
 		for (size_t k = 0; k < h->n_norms; k++) {
 			struct sbuf *dst = (p == a.buf) ? &b : &a;
-			int r = tok_hf_normalize(h->norms[k], p, n, dst);
+			int r = tok_hf_normalize(&h->norms[k], p, n, dst);
 			if (r < 0) {
 				sbuf_release(&a);
 				sbuf_release(&b);

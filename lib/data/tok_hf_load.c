@@ -105,7 +105,7 @@ static int merge_parts(const json_t *m, const char **a, size_t *alen, const char
 	return -1;
 }
 
-static struct tok_bpe *load_model(const json_t *root, const char *path)
+static struct tok_bpe *load_model(const json_t *root, const char *path, bool text_mode)
 {
 	json_t *model = json_object_get(root, "model");
 	if (!json_is_object(model)) {
@@ -141,8 +141,10 @@ static struct tok_bpe *load_model(const json_t *root, const char *path)
 		error("%s: model.continuing_subword_prefix / end_of_word_suffix are not supported (only empty)", path);
 		return NULL;
 	}
-	if (byte_fallback) {
-		error("%s: model.byte_fallback = true is not supported", path);
+	if (byte_fallback && !text_mode) {
+		error("%s: model.byte_fallback = true with a ByteLevel pre_tokenizer is not supported (megac implements "
+		      "byte_fallback for vocabularies of plain strings, as SentencePiece conversions are)",
+		      path);
 		return NULL;
 	}
 	json_t *merges = json_object_get(model, "merges");
@@ -151,6 +153,8 @@ static struct tok_bpe *load_model(const json_t *root, const char *path)
 		return NULL;
 	}
 	struct tok_bpe *m = tok_bpe_new();
+	if (text_mode)
+		tok_bpe_set_text_mode(m);
 	char *where = xasprintf("%s: model.vocab", path);
 	int r = tok_hf_vocab_from_json(m, json_object_get(model, "vocab"), where);
 	free(where);
@@ -182,6 +186,8 @@ static struct tok_bpe *load_model(const json_t *root, const char *path)
 		}
 	}
 	tok_bpe_set_options(m, ignore_merges, unk, fuse_unk);
+	if (byte_fallback)
+		tok_bpe_set_byte_fallback(m);
 	return m;
 fail:
 	tok_bpe_free(m);
@@ -245,6 +251,25 @@ static int post_item(struct tok_hf *h, const json_t *node, const char *path, con
 	return load_post(h, node, path, field, ctx);
 }
 
+/* A Replace's "pattern": {"String": s}, non-empty; Regex patterns are
+ * refused by name. *out points into the JSON. */
+static int get_string_pattern(const json_t *o, char **out, const char *path, const char *field, const char *what)
+{
+	json_t *pat = json_object_get(o, "pattern");
+	json_t *str = json_object_get(pat, "String");
+	if (json_is_object(pat) && json_object_get(pat, "Regex") && !str)
+		return error("%s: %s: %s with a Regex pattern is not supported (megac implements string patterns)",
+			     path, field, what);
+	if (!json_is_object(pat) || !json_is_string(str) || json_object_size(pat) != 1)
+		return error("%s: %s.pattern must be {\"String\": string}", path, field);
+	if (strlen(json_string_value(str)) != json_string_length(str))
+		return error("%s: %s.pattern contains a NUL character", path, field);
+	if (!json_string_length(str))
+		return error("%s: %s.pattern is empty", path, field);
+	*out = (char *)json_string_value(str);
+	return 0;
+}
+
 static int load_normalizer(struct tok_hf *h, const json_t *node, const char *path, const char *field)
 {
 	const json_t *n;
@@ -269,7 +294,43 @@ static int load_normalizer(struct tok_hf *h, const json_t *node, const char *pat
 		}
 	if (!strcmp(type, "Sequence"))
 		return load_sequence(h, n, path, field, "normalizer", "normalizers", norm_item, NULL);
-	return unsupported(path, "normalizer", type, "NFC, NFD, NFKC, NFKD, Lowercase and Sequence");
+	struct tok_hf_normop op = { 0 };
+	if (!strcmp(type, "Prepend")) {
+		const char *pre;
+		if (get_str(n, "prepend", &pre, path, field))
+			return -1;
+		if (!pre)
+			return error("%s: %s: Prepend without a \"prepend\" string", path, field);
+		op.kind = TOK_HF_PREPEND;
+		op.a = (char *)pre;
+		op.alen = strlen(pre);
+		tok_hf_add_normop(h, &op);
+		return 0;
+	}
+	if (!strcmp(type, "Replace")) {
+		const char *content;
+		if (get_string_pattern(n, &op.a, path, field, "Replace normalizer") ||
+		    get_str(n, "content", &content, path, field))
+			return -1;
+		if (!content)
+			return error("%s: %s: Replace without a \"content\" string", path, field);
+		op.kind = TOK_HF_REPLACE;
+		op.alen = strlen(op.a);
+		op.b = (char *)content;
+		op.blen = strlen(content);
+		tok_hf_add_normop(h, &op);
+		return 0;
+	}
+	if (!strcmp(type, "Strip")) {
+		if (get_bool(n, "strip_left", true, &op.left, path, field) ||
+		    get_bool(n, "strip_right", true, &op.right, path, field))
+			return -1;
+		op.kind = TOK_HF_STRIP;
+		tok_hf_add_normop(h, &op);
+		return 0;
+	}
+	return unsupported(path, "normalizer", type,
+			   "NFC, NFD, NFKC, NFKD, Lowercase, Prepend, Replace (string patterns), Strip and Sequence");
 }
 
 static int behavior_of(const char *s, enum tok_hf_behavior *b)
@@ -353,6 +414,42 @@ static int load_pretok(struct tok_hf *h, const json_t *node, const char *path, c
 	}
 	if (!strcmp(type, "Split"))
 		return load_split(h, p, path, field);
+	if (!strcmp(type, "Metaspace")) {
+		const char *rep, *scheme;
+		bool split, prefix;
+		json_t *ap = json_object_get(p, "add_prefix_space");
+		if (get_str(p, "replacement", &rep, path, field) || get_str(p, "prepend_scheme", &scheme, path, field) ||
+		    get_bool(p, "split", true, &split, path, field) ||
+		    get_bool(p, "add_prefix_space", true, &prefix, path, field))
+			return -1;
+		if (!rep)
+			rep = "\xe2\x96\x81"; /* U+2581 */
+		size_t l;
+		if (!*rep || strlen(rep) > 4 || (tok_bpe_utf8_next(rep, strlen(rep), &l), l != strlen(rep)))
+			return error("%s: %s.replacement must be one character", path, field);
+		enum tok_hf_prepend pre = TOK_HF_PREPEND_ALWAYS;
+		if (scheme) {
+			if (!strcmp(scheme, "first"))
+				pre = TOK_HF_PREPEND_FIRST;
+			else if (!strcmp(scheme, "never"))
+				pre = TOK_HF_PREPEND_NEVER;
+			else if (strcmp(scheme, "always")) {
+				char *q = tok_bpe_quote(scheme, strlen(scheme), 80);
+				error("%s: %s.prepend_scheme %s is not one of first, always, never", path, field, q);
+				free(q);
+				return -1;
+			}
+		} else if (ap && !prefix) {
+			pre = TOK_HF_PREPEND_NEVER;
+		}
+		tok_hf_add_stage(h, TOK_HF_STAGE_METASPACE, TOK_HF_MERGED_WITH_NEXT);
+		struct tok_hf_stage *st = &h->stages[h->n_stages - 1];
+		memcpy(st->rep, rep, strlen(rep));
+		st->replen = strlen(rep);
+		st->prepend = pre;
+		st->split = split;
+		return 0;
+	}
 	if (!strcmp(type, "Digits")) {
 		bool ind;
 		if (get_bool(p, "individual_digits", false, &ind, path, field))
@@ -360,7 +457,123 @@ static int load_pretok(struct tok_hf *h, const json_t *node, const char *path, c
 		tok_hf_add_stage(h, TOK_HF_STAGE_DIGITS, ind ? TOK_HF_ISOLATED : TOK_HF_CONTIGUOUS);
 		return 0;
 	}
-	return unsupported(path, "pre_tokenizer", type, "ByteLevel, Split, Digits and Sequence");
+	return unsupported(path, "pre_tokenizer", type, "ByteLevel, Split, Digits, Metaspace and Sequence");
+}
+
+/* Whether the pre-tokenizer has a ByteLevel step: then the vocabulary is
+ * written in the byte alphabet; otherwise it is plain text (text mode). */
+static bool has_bytelevel(const json_t *p)
+{
+	const char *type = json_is_object(p) ? jsonio_get_str(p, "type") : NULL;
+	if (!type)
+		return false;
+	if (!strcmp(type, "ByteLevel"))
+		return true;
+	if (!strcmp(type, "Sequence")) {
+		json_t *l = json_object_get(p, "pretokenizers");
+		for (size_t i = 0; json_is_array(l) && i < json_array_size(l); i++)
+			if (has_bytelevel(json_array_get(l, i)))
+				return true;
+	}
+	return false;
+}
+
+/* One character (UTF-8) member, for Strip and Metaspace decoders. */
+static int get_char(const json_t *o, const char *key, const char *dflt, const char **out, const char *path,
+		    const char *field)
+{
+	if (get_str(o, key, out, path, field))
+		return -1;
+	if (!*out)
+		*out = dflt;
+	size_t n = strlen(*out), l;
+	if (!n || n > 4 || (tok_bpe_utf8_next(*out, n, &l), l != n))
+		return error("%s: %s.%s must be one character", path, field, key);
+	return 0;
+}
+
+static int get_count(const json_t *o, const char *key, int64_t *out, const char *path, const char *field)
+{
+	json_t *v = json_object_get(o, key);
+	*out = 0;
+	if (!v || json_is_null(v))
+		return 0;
+	if (!json_is_integer(v) || json_integer_value(v) < 0)
+		return error("%s: %s.%s must be a non-negative integer", path, field, key);
+	*out = json_integer_value(v);
+	return 0;
+}
+
+static int load_decoder(struct tok_hf *h, const json_t *node, const char *path, const char *field);
+
+static int dec_item(struct tok_hf *h, const json_t *node, const char *path, const char *field, void *ctx)
+{
+	(void)ctx;
+	return load_decoder(h, node, path, field);
+}
+
+/* The decoder of a text-mode vocabulary (byte-level ones decode bytes). */
+static int load_decoder(struct tok_hf *h, const json_t *node, const char *path, const char *field)
+{
+	const json_t *d;
+	const char *type;
+	if (get_obj(node, &d, path, field))
+		return -1;
+	if (!d)
+		return 0;
+	if (get_type(d, &type, path, field))
+		return -1;
+	h->has_decoder = true;
+	struct tok_hf_dec dec = { 0 };
+	if (!strcmp(type, "Sequence"))
+		return load_sequence(h, d, path, field, "decoder", "decoders", dec_item, NULL);
+	if (!strcmp(type, "ByteFallback")) {
+		dec.kind = TOK_HF_DEC_BYTE_FALLBACK;
+	} else if (!strcmp(type, "Fuse")) {
+		dec.kind = TOK_HF_DEC_FUSE;
+	} else if (!strcmp(type, "Replace")) {
+		const char *content;
+		if (get_string_pattern(d, &dec.a, path, field, "Replace decoder") ||
+		    get_str(d, "content", &content, path, field))
+			return -1;
+		if (!content)
+			return error("%s: %s: Replace without a \"content\" string", path, field);
+		dec.kind = TOK_HF_DEC_REPLACE;
+		dec.alen = strlen(dec.a);
+		dec.b = (char *)content;
+		dec.blen = strlen(content);
+	} else if (!strcmp(type, "Strip")) {
+		const char *c;
+		if (get_char(d, "content", " ", &c, path, field) || get_count(d, "start", &dec.start, path, field) ||
+		    get_count(d, "stop", &dec.stop, path, field))
+			return -1;
+		dec.kind = TOK_HF_DEC_STRIP;
+		dec.a = (char *)c;
+		dec.alen = strlen(c);
+	} else if (!strcmp(type, "Metaspace")) {
+		const char *rep, *scheme;
+		bool prefix;
+		if (get_char(d, "replacement", "\xe2\x96\x81", &rep, path, field) ||
+		    get_str(d, "prepend_scheme", &scheme, path, field) ||
+		    get_bool(d, "add_prefix_space", true, &prefix, path, field))
+			return -1;
+		if (scheme && strcmp(scheme, "first") && strcmp(scheme, "always") && strcmp(scheme, "never")) {
+			char *q = tok_bpe_quote(scheme, strlen(scheme), 80);
+			error("%s: %s.prepend_scheme %s is not one of first, always, never", path, field, q);
+			free(q);
+			return -1;
+		}
+		dec.kind = TOK_HF_DEC_METASPACE;
+		dec.a = (char *)rep;
+		dec.alen = strlen(rep);
+		dec.never = scheme ? !strcmp(scheme, "never") : !prefix;
+	} else {
+		return unsupported(path, "decoder", type,
+				   "for vocabularies of plain strings ByteFallback, Fuse, Replace (string patterns), "
+				   "Strip, Metaspace and Sequence");
+	}
+	tok_hf_add_dec(h, &dec);
+	return 0;
 }
 
 /* The special tokens a template uses, checked against the vocabulary once
@@ -736,7 +949,8 @@ struct tok_hf *tok_hf_load(const char *model, char *const *special, int n_specia
 		error("%s: not a JSON object", path);
 		goto fail;
 	}
-	struct tok_bpe *m = load_model(root, path);
+	bool text_mode = !has_bytelevel(json_object_get(root, "pre_tokenizer"));
+	struct tok_bpe *m = load_model(root, path, text_mode);
 	if (!m)
 		goto fail;
 	h = tok_hf_new(m);
@@ -744,13 +958,9 @@ struct tok_hf *tok_hf_load(const char *model, char *const *special, int n_specia
 	if (load_normalizer(h, json_object_get(root, "normalizer"), path, "normalizer") ||
 	    load_pretok(h, json_object_get(root, "pre_tokenizer"), path, "pre_tokenizer", &bytelevel) ||
 	    load_post(h, json_object_get(root, "post_processor"), path, "post_processor", &refs) ||
-	    load_added(h, json_object_get(root, "added_tokens"), path))
+	    load_added(h, json_object_get(root, "added_tokens"), path) ||
+	    (text_mode && load_decoder(h, json_object_get(root, "decoder"), path, "decoder")))
 		goto fail;
-	if (!bytelevel) {
-		error("%s: the pre_tokenizer has no ByteLevel step; megac implements byte-level BPE tokenizers only",
-		      path);
-		goto fail;
-	}
 	if (load_optional_json(dir, "tokenizer_config.json", &cfg.config) ||
 	    load_optional_json(dir, "special_tokens_map.json", &cfg.map))
 		goto fail;

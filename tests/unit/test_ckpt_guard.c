@@ -449,7 +449,8 @@ static void test_tokenizer_record(void)
 	a.pad_vocab_size = true;
 	a.make_vocab_size_divisible_by = 128;
 	a.tensor_model_parallel_size = 1;
-	struct tok_config tc = { a.tokenizer_type, a.vocab_file, a.merge_file, NULL, -1, -1, false, NULL, 0 };
+	struct tok_config tc = { .type = a.tokenizer_type, .vocab_file = a.vocab_file, .merge_file = a.merge_file,
+				.vocab_size = -1, .null_eod_id = -1 };
 	struct tokenizer *tok = tok_load(&tc);
 	CHECK(tok != NULL);
 	struct ckpt_tok rec, back;
@@ -493,7 +494,7 @@ static void test_tokenizer_record(void)
 	struct args null_a = a;
 	null_a.tokenizer_type = "NullTokenizer";
 	null_a.vocab_size = 1000;
-	struct tok_config tn = { "NullTokenizer", NULL, NULL, NULL, 1000, -1, false, NULL, 0 };
+	struct tok_config tn = { .type = "NullTokenizer", .vocab_size = 1000, .null_eod_id = -1 };
 	struct tokenizer *nt = tok_load(&tn);
 	struct test_capture cap;
 	test_capture_begin(&cap, 2);
