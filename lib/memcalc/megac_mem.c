@@ -157,12 +157,7 @@ int megac_mem_predict(const struct args *a, int64_t vocab, struct megac_stage_me
 		train_adam_options(a, !cuda, &aopt);
 		struct adam opt[2];
 		for (int i = 0; i < np; i++) {
-			adam_init(&opt[i], &model.reg, plan_ops, &pool, &aopt, lo[i], hi[i]);
-			if (level >= 2)
-				adam_use_shards(&opt[i], fs.grad, level == 3 && !model.w16 ? model.reg.data : NULL,
-						level == 3 ? model.w16 : NULL);
-			if (model.w16) /* and the shard's main weights */
-				adam_use_half(&opt[i], model.w16, gpt_half_kind(&model));
+			train_opt_part_init(&opt[i], &model, &fs, level, plan_ops, &pool, &aopt, lo[i], hi[i]);
 			ostate += adam_device_bytes(&opt[i]); /* moments and owned main weights in the pool */
 		}
 		struct megac_stage_mem *e = &st[s];

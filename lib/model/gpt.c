@@ -383,27 +383,31 @@ static void setup_shards(struct gpt_model *m, const struct gpt_shards *sh)
 		if (n > m->unit_n[GPT_UNIT_LAYER])
 			m->unit_n[GPT_UNIT_LAYER] = n;
 	}
+	/* each tensor's place, for gpt_unit_grad: the unit that holds it
+	 * and its offset from the unit's first tensor */
+	m->unit_pos = xcalloc((size_t)m->reg.n, sizeof(*m->unit_pos));
+	for (int i = 0; i < m->reg.n; i++) {
+		int u = GPT_UNIT_LAYER, first = i;
+		if (i == m->wte || i == m->wpe) {
+			u = GPT_UNIT_EMB;
+			first = m->wte;
+		} else if (i == m->lnf_w || i == m->lnf_b || i == m->out_w) {
+			u = GPT_UNIT_HEAD;
+			first = m->lnf_w;
+		} else {
+			for (int l = 0; l < m->c.L; l++)
+				if (i >= m->lp[l].pfirst && i < m->lp[l].pend)
+					first = m->lp[l].pfirst;
+		}
+		m->unit_pos[i].unit = u;
+		m->unit_pos[i].off = p[i].offset - p[first].offset;
+	}
 }
 
 /* The unit buffer parameter idx's gradient is in (level >= 2), and where. */
 float *gpt_unit_grad(struct gpt_model *m, int idx)
 {
-	const struct param *p = m->reg.p;
-	int first, u;
-	if (idx == m->wte || idx == m->wpe) {
-		u = GPT_UNIT_EMB;
-		first = m->wte;
-	} else if (idx == m->lnf_w || idx == m->lnf_b || idx == m->out_w) {
-		u = GPT_UNIT_HEAD;
-		first = m->lnf_w;
-	} else {
-		u = GPT_UNIT_LAYER;
-		first = idx;
-		for (int l = 0; l < m->c.L; l++)
-			if (idx >= m->lp[l].pfirst && idx < m->lp[l].pend)
-				first = m->lp[l].pfirst;
-	}
-	return m->unit_grad[u] + (p[idx].offset - p[first].offset);
+	return m->unit_grad[m->unit_pos[idx].unit] + m->unit_pos[idx].off;
 }
 
 /* After unit u's backward (tensors [first, end)): its gradients to the
@@ -564,6 +568,7 @@ void gpt_free(struct gpt_model *m)
 	for (size_t i = m->nallocs; i-- > 0;)
 		mem_free(m->mem, m->allocs[i].p, m->allocs[i].bytes);
 	free(m->allocs);
+	free(m->unit_pos);
 	ring_attn_free(&m->par.ring); /* a no-op when it was never set up */
 	for (int v = 0; v < m->nchunks && m->chunks; v++) {
 		for (int s = 0; s < m->chunks[v].nslots; s++) {

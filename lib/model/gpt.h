@@ -277,6 +277,8 @@ struct gpt_model {
 	/* level >= 2: the gradients of a unit while its backward runs (the
 	 * embedding's, one layer's, the head's), instead of reg.grad */
 	float *unit_grad[GPT_NUNITS];
+	struct gpt_unit_pos { int unit; size_t off; } *unit_pos; /* [reg.n] level >= 2: each tensor's unit
+								    * and its offset in the unit's buffer */
 	size_t unit_n[GPT_NUNITS];
 	float *view[GPT_NVIEWS]; /* bf16/fp16: fp32 copies of one tensor each (enum gpt_view) */
 	size_t view_n[GPT_NVIEWS]; /* their sizes, in floats */

@@ -187,9 +187,6 @@ void adam_init(struct adam *o, struct param_registry *reg, const struct kops *k,
 	if (reg->data && opt->main != KOPS_F32)
 		BUG("16-bit main weights for an fp32 model (its weights are its main weights)");
 	o->lp = opt->main != KOPS_F32 || opt->exp_avg != KOPS_F32 || opt->exp_avg_sq != KOPS_F32;
-	o->beta1 = opt->beta1;
-	o->beta2 = opt->beta2;
-	o->eps = opt->eps;
 	o->grad = reg->grad ? reg->grad + lo : NULL;
 	size_t cut = offload_cut(o, opt->offload);
 	place_init(o, &o->place[0], lo, cut, true);
@@ -480,14 +477,14 @@ static void step_list(struct adam *o, struct adam_place *pl, const struct step_a
 	if (l->n == 0)
 		return;
 	if (!o->lp) {
-		pl->k->adamw_segs(pl->main, a->g, pl->exp_avg, pl->exp_avg_sq, a->mv_base, l->segs, l->n, lr, o->beta1,
-				  o->beta2, o->eps, a->wd, (int)o->step);
+		pl->k->adamw_segs(pl->main, a->g, pl->exp_avg, pl->exp_avg_sq, a->mv_base, l->segs, l->n, lr,
+				  o->opt.beta1, o->opt.beta2, o->opt.eps, a->wd, (int)o->step);
 		return;
 	}
 	struct kops_adamw_lp st = { pl->main, pl->exp_avg, pl->exp_avg_sq, o->opt.main, o->opt.exp_avg,
 				    o->opt.exp_avg_sq, l->scale, a->w16, o->half };
-	pl->k->adamw_segs_lp(&st, a->g, a->mv_base, l->segs, l->n, lr, o->beta1, o->beta2, o->eps, a->wd,
-			     (int)o->step);
+	pl->k->adamw_segs_lp(&st, a->g, a->mv_base, l->segs, l->n, lr, o->opt.beta1, o->opt.beta2,
+			     o->opt.eps, a->wd, (int)o->step);
 }
 
 /* The step of one place. On the host: its gradients come down first, and

@@ -99,7 +99,6 @@ struct adam {
 	bool half_set;               /* adam_use_half was called */
 	enum kops_round half;        /* their format */
 	int64_t step;                /* successful steps taken (torch's state['step']) */
-	float beta1, beta2, eps;
 	struct kops_seg *norm_segs[2]; /* the norms' tensors: [0] without the replicated ones, [1] all */
 	int nnorm_segs[2];
 };

@@ -79,6 +79,22 @@ static int check_optimizer_precision(const struct args *a)
 	return 0;
 }
 
+void train_opt_part_init(struct adam *opt, struct gpt_model *m, const struct fsdp *fs, int level,
+			 const struct kops *k, struct mem_pool *pool, const struct adam_options *o, size_t lo,
+			 size_t hi)
+{
+	adam_init(opt, &m->reg, k, pool, o, lo, hi);
+	if (level >= 2) { /* Megatron-FSDP: the shards are the model's */
+		if (lo != m->shards.lo || hi != m->shards.hi)
+			BUG("FSDP shard [%zu, %zu) against the optimizer's [%zu, %zu)", m->shards.lo, m->shards.hi, lo,
+			    hi);
+		bool w = level == 3;
+		adam_use_shards(opt, fs->grad, w && !m->w16 ? m->reg.data : NULL, w ? m->w16 : NULL);
+	}
+	if (m->w16) /* main weights of the shard, from the model's initial ones */
+		adam_use_half(opt, m->w16, gpt_half_kind(m));
+}
+
 static enum kops_dtype dtype_of(const char *v)
 {
 	return !v || !strcmp(v, "fp32") ? KOPS_F32 : !strcmp(v, "bf16") ? KOPS_BF16 : KOPS_FP16;
@@ -512,17 +528,7 @@ static int setup(struct trainer *t, const struct args *a)
 		p->base = base[i];
 		p->end = end[i];
 		p->sharded = hi[i] - lo[i] != end[i] - base[i];
-		adam_init(&p->opt, &t->model.reg, t->k, &t->mem, &aopt, lo[i], hi[i]);
-		if (level >= 2) { /* Megatron-FSDP: the shards are the model's */
-			if (lo[i] != t->model.shards.lo || hi[i] != t->model.shards.hi)
-				BUG("FSDP shard [%zu, %zu) against the optimizer's [%zu, %zu)", t->model.shards.lo,
-				    t->model.shards.hi, lo[i], hi[i]);
-			bool w = level == 3;
-			adam_use_shards(&p->opt, t->fsdp.grad, w && !t->model.w16 ? t->model.reg.data : NULL,
-					w ? t->model.w16 : NULL);
-		}
-		if (t->model.w16) /* main weights of the shard, from the model's initial ones */
-			adam_use_half(&p->opt, t->model.w16, gpt_half_kind(&t->model));
+		train_opt_part_init(&p->opt, &t->model, &t->fsdp, level, t->k, &t->mem, &aopt, lo[i], hi[i]);
 		bool multi = p->g->size > 1;
 		/* levels 2 and 3 reduce in the model's hooks and gather per tensor:
 		 * the bucketed reduction and gather are left empty (no-ops) */

@@ -37,6 +37,19 @@ struct adam_options;
  * on_host: the run computes on the CPU backend, whose memory is the host's
  * already, so nothing is offloaded. The flags have passed train_check_flags. */
 void train_adam_options(const struct args *a, bool on_host, struct adam_options *o);
+
+struct adam;
+struct fsdp;
+struct gpt_model;
+struct kops;
+struct mem_pool;
+/* One optimizer part over [lo, hi) of model m's flat buffers, as train sets
+ * it up and report_memory counts it: adam_init, then at Megatron-FSDP
+ * level >= 2 the shards' gradients (and at level 3 weights) taken from
+ * fsdp, and for a 16-bit model fp32 main weights from its words. */
+void train_opt_part_init(struct adam *opt, struct gpt_model *m, const struct fsdp *fs, int level,
+			 const struct kops *k, struct mem_pool *pool, const struct adam_options *o, size_t lo,
+			 size_t hi);
 /* Whether the gradients are reduced in bf16 (Megatron's bf16 main grads:
  * --bf16 with --grad-reduce-in-bf16, or with --main-grads-dtype bf16 unless
  * --accumulate-allreduce-grads-in-fp32). */
