@@ -212,7 +212,13 @@ const float *attention_forward(struct gpt_model *m, const struct gpt_pass *P, in
 	const struct gpt_config *c = &m->lc;
 	const struct gpt_layer_params *p = &m->lp[l];
 	int qkv = (c->a + 2 * c->g) * c->k, ak = c->a * c->k;
-	linear_fwd(m, m->s.qkv, ln1, p->qkv_w, p->qkv_b, P->N, c->h, qkv);
+	if (qkv_gathered(m)) { /* fewer query groups than TP ranks: this rank's rows of the global split */
+		linear_fwd(m, m->s.qkv_part, ln1, p->qkv_w, p->qkv_b, P->N, c->h,
+			   (m->c.a + 2 * m->c.g) * c->k / m->par.tp_size);
+		qkv_gather(m, m->s.qkv, P->N);
+	} else {
+		linear_fwd(m, m->s.qkv, ln1, p->qkv_w, p->qkv_b, P->N, c->h, qkv);
+	}
 	if (P->kv) {
 		cached_attention_forward(m, P, l, A);
 	} else {
@@ -257,5 +263,11 @@ void attention_backward(struct gpt_model *m, const struct gpt_pass *P, int l, st
 		k->qkv_split_backward(s->qkv, s->datty, s->dq, s->dv, NULL, NULL, P->B, P->T, c->a, c->g, c->k, 0);
 	}
 	/* the fused QKV output's space holds its gradient: free by now */
-	linear_bwd(m, s->dln, s->qkv, seq_full(m, P, A->ln1), p->qkv_w, p->qkv_b, N, h, qkv);
+	if (qkv_gathered(m)) {
+		qkv_scatter_grad(m, s->qkv, N);
+		linear_bwd(m, s->dln, s->qkv_part, seq_full(m, P, A->ln1), p->qkv_w, p->qkv_b, N, h,
+			   (m->c.a + 2 * m->c.g) * c->k / m->par.tp_size);
+	} else {
+		linear_bwd(m, s->dln, s->qkv, seq_full(m, P, A->ln1), p->qkv_w, p->qkv_b, N, h, qkv);
+	}
 }

@@ -184,6 +184,17 @@ static int32_t *device_iota(struct gpt_model *m, int n)
 	return d;
 }
 
+/* Fewer query groups than TP ranks: the fused QKV output's share of this
+ * rank and all ranks' shares (qkv_gather), for rows rows. */
+static void alloc_qkv_gather(struct gpt_model *m, size_t rows)
+{
+	if (!qkv_gathered(m))
+		return;
+	size_t all = (size_t)(m->c.a + 2 * m->c.g) * m->c.k;
+	m->s.qkv_part = gpt_take(m, rows * (all / (size_t)m->par.tp_size));
+	m->s.qkv_all = gpt_take(m, rows * all);
+}
+
 /* Serving: the key/value cache, the rope table of every cache position,
  * and the step's buffers (no gradients, no backward scratch). */
 static void alloc_serving(struct gpt_model *m, const struct gpt_serving *sv)
@@ -229,6 +240,7 @@ static void alloc_serving(struct gpt_model *m, const struct gpt_serving *sv)
 	sl->tokens = gpt_take_bytes(m, T * sizeof(int32_t));
 	sl->positions = gpt_take_bytes(m, T * sizeof(int32_t));
 	m->s.qkv = gpt_take(m, T * (size_t)(c->a + 2 * c->g) * c->k);
+	alloc_qkv_gather(m, T);
 	m->s.tmp = gpt_take(m, T * h);
 	if (c->E > 0)
 		moe_alloc_scratch(m, false);
@@ -337,6 +349,7 @@ static void alloc_training(struct gpt_model *m, bool any_rc)
 	if (m->flash)
 		m->flash_pos = device_iota(m, c->S);
 	s->qkv = gpt_take(m, BT * qkv);
+	alloc_qkv_gather(m, BT);
 	s->tmp = gpt_take(m, BT * h);
 	s->dres = gpt_take(m, BTl * h);
 	if (m->par.sp) {
@@ -489,7 +502,7 @@ int gpt_init_pipe(struct gpt_model *m, const struct gpt_config *c, const struct 
 	if (c->recompute == GPT_RECOMPUTE_SELECTIVE && !c->recompute_modules)
 		m->lc.recompute_modules = GPT_RC_CORE_ATTN; /* Megatron's default */
 	m->lc.a /= t;
-	m->lc.g /= t;
+	m->lc.g = c->g < t ? 1 : c->g / t; /* fewer groups than ranks: each rank's heads share one group */
 	m->lc.f /= t;
 	m->lc.moe_f /= t; /* experts split over TP as the dense MLP (expert TP = TP) */
 	m->lc.shared_f /= t;

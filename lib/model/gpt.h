@@ -203,6 +203,9 @@ struct gpt_scratch {
 	float *norm_gamma, *norm_ones; /* --apply-layernorm-1p: a norm's w + 1, and h ones */
 	float *shard, *perm, *gath; /* SP: a sequence shard [Nl, h], the collectives' reordering space
 				     * [B*S, h], a norm output gathered to all rows [B*S, h] */
+	float *qkv_part, *qkv_all;  /* fewer query groups than TP ranks: this rank's share of the fused
+				     * QKV output [B*T, (a+2g)k/t] (its gradient in backward), and all
+				     * ranks' shares gathered [t][B*T][(a+2g)k/t] (gpt_int.h, qkv_gather) */
 };
 
 /* MoE scratch (any MoE layer) and the logged statistics. */

@@ -346,9 +346,12 @@ int gpt_config_check_layout(const struct gpt_config *c, const struct gpt_layout 
 		BUG("layout TP %d PP %d VPP %d CP %d EP %d", t, pp, vpp, cp, ep);
 	if (c->a % t)
 		sbuf_addf(&why, "; --num-attention-heads %d is not divisible by --tensor-model-parallel-size %d", c->a, t);
-	if (c->g % t && (ours || t % c->g))
-		sbuf_addf(&why, "; %d query groups are not divisible by --tensor-model-parallel-size %d%s", c->g, t,
-			  ours ? " (fewer query groups than TP ranks is not implemented yet)" : " (nor a divisor of it)");
+	if (c->g % t && t % c->g)
+		sbuf_addf(&why, "; %d query groups are neither a multiple nor a divisor of --tensor-model-parallel-size "
+			  "%d", c->g, t);
+	else if (c->g < t && (2 * (int64_t)c->g * c->k) % t)
+		sbuf_addf(&why, "; linear_qkv's %lld output rows ((heads + 2 x %d query groups) x %d channels) are not "
+			  "divisible by --tensor-model-parallel-size %d", (long long)(c->a + 2 * c->g) * c->k, c->g, c->k, t);
 	if (ours && c->f % t)
 		sbuf_addf(&why, "; --ffn-hidden-size %d is not divisible by --tensor-model-parallel-size %d", c->f, t);
 	if (ours && c->Vp % t)

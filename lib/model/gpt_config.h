@@ -101,15 +101,15 @@ double gpt_flops_per_iteration(const struct gpt_config *c, int64_t batch_size);
 struct gpt_layout {
 	int tp, pp, vpp, cp, ep; /* 1 = none */
 	bool sp;                 /* --sequence-parallel */
-	bool megatron_rules;     /* only what Megatron itself requires (report_memory's formula): query
-				  * groups may divide TP (each key/value head replicated), and ffn,
+	bool megatron_rules;     /* only what Megatron itself requires (report_memory's formula): ffn,
 				  * vocabulary and experts' ffn are not checked against TP; megac's
 				  * model needs the rest too */
 };
 
 /* Whether model c fits layout lay: the one place that decides it, for
  * train, report_memory, ckpt_convert and text_gen_server alike. Tensor
- * parallelism splits the heads, query groups, ffn (dense, experts' and
+ * parallelism splits the heads, query groups (or TP is a multiple of
+ * them: linear_qkv's rows still split evenly), ffn (dense, experts' and
  * shared expert's) and padded vocabulary; pipeline stages x virtual stages
  * split the layers; context parallelism cuts each sequence into 2 x cp
  * chunks, and sequence parallelism those again by TP; expert parallelism

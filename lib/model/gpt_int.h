@@ -91,6 +91,17 @@ const float *seq_full(struct gpt_model *m, const struct gpt_pass *P, const float
 const float *row_parallel(struct gpt_model *m, const struct gpt_pass *P, const float *inp, int w, int b, int IC);
 const float *column_input_grad(struct gpt_model *m, const struct gpt_pass *P, float *dln);
 const float *row_output_grad(struct gpt_model *m, const struct gpt_pass *P, const float *dres, float p, int site);
+/* Fewer query groups than TP ranks (Megatron's get_query_key_value_tensors):
+ * linear_qkv is split by rows like any column-parallel linear, so a rank's
+ * share of its output is not its heads. qkv_gather gathers the shares
+ * (s.qkv_part) of N rows over TP and keeps, per row, this rank's query heads
+ * and its group's key and value, as one group [a/t q; k; v] (out); the
+ * backward, qkv_scatter_grad, puts that gradient back in place and
+ * reduce-scatters it into s.qkv_part, summing the key/value gradients of the
+ * ranks that share a group. */
+bool qkv_gathered(const struct gpt_model *m);
+void qkv_gather(struct gpt_model *m, float *out, int N);
+void qkv_scatter_grad(struct gpt_model *m, const float *dout, int N);
 
 /* ---- the modules: register, forward, backward */
 /* the embedding of the slot's tokens into out ([Nl, h], this rank's rows);

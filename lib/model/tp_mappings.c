@@ -149,3 +149,62 @@ void gpt_sp_sync_grads(struct gpt_model *m)
 		if (m->reg.p[i].flags & sum)
 			dist_allreduce_sum_f32(m->par.tp, gpt_grad(m, i), m->reg.p[i].numel);
 }
+
+bool qkv_gathered(const struct gpt_model *m)
+{
+	return m->par.tp && m->c.g < m->par.tp_size;
+}
+
+/* Row n's columns [c0, c0 + len) of the gathered fused QKV output (global
+ * column order; s.qkv_all holds it as [t][N][C]): into get, or from put. */
+static void qkv_cols(struct gpt_model *m, float *get, const float *put, size_t c0, size_t len, size_t n, int N)
+{
+	size_t C = (size_t)(m->c.a + 2 * m->c.g) * m->c.k / (size_t)m->par.tp_size;
+	for (size_t done = 0; done < len;) {
+		size_t ch = (c0 + done) / C, off = (c0 + done) % C, run = len - done < C - off ? len - done : C - off;
+		float *all = m->s.qkv_all + (ch * (size_t)N + n) * C + off;
+		if (get)
+			m->k->copy(get + done, all, run * sizeof(float));
+		else
+			m->k->copy(all, put + done, run * sizeof(float));
+		done += run;
+	}
+}
+
+/* This rank's query heads and its group's key and value: where they start
+ * in the global fused row, and how many columns the query part has. */
+static void qkv_mine(const struct gpt_model *m, size_t *q0, size_t *kv0, size_t *nq)
+{
+	const struct gpt_config *c = &m->c;
+	int per = m->par.tp_size / c->g; /* ranks sharing a group */
+	size_t group = (size_t)(c->a / c->g + 2) * c->k, base = (size_t)(m->par.tp_rank / per) * group;
+	*nq = (size_t)m->lc.a * c->k;
+	*q0 = base + (size_t)(m->par.tp_rank % per) * *nq;
+	*kv0 = base + (size_t)(c->a / c->g) * c->k;
+}
+
+void qkv_gather(struct gpt_model *m, float *out, int N)
+{
+	size_t C = (size_t)(m->c.a + 2 * m->c.g) * m->c.k / (size_t)m->par.tp_size, q0, kv0, nq;
+	size_t row = (size_t)(m->lc.a + 2) * m->c.k;
+	qkv_mine(m, &q0, &kv0, &nq);
+	dist_allgather_equal_f32(m->par.tp, m->s.qkv_part, (size_t)N * C, m->s.qkv_all);
+	for (int n = 0; n < N; n++) {
+		qkv_cols(m, out + (size_t)n * row, NULL, q0, nq, (size_t)n, N);
+		qkv_cols(m, out + (size_t)n * row + nq, NULL, kv0, 2 * (size_t)m->c.k, (size_t)n, N);
+	}
+}
+
+void qkv_scatter_grad(struct gpt_model *m, const float *dout, int N)
+{
+	size_t C = (size_t)(m->c.a + 2 * m->c.g) * m->c.k / (size_t)m->par.tp_size, q0, kv0, nq;
+	size_t row = (size_t)(m->lc.a + 2) * m->c.k;
+	qkv_mine(m, &q0, &kv0, &nq);
+	m->k->zero(m->s.qkv_all, (size_t)N * C * (size_t)m->par.tp_size);
+	for (int n = 0; n < N; n++) {
+		qkv_cols(m, NULL, dout + (size_t)n * row, q0, nq, (size_t)n, N);
+		qkv_cols(m, NULL, dout + (size_t)n * row + nq, kv0, 2 * (size_t)m->c.k, (size_t)n, N);
+	}
+	dist_reduce_scatter_equal_f32(m->par.tp, m->s.qkv_all, (size_t)N * C, m->s.qkv_part);
+	round_half(m, m->s.qkv_part, (size_t)N * C);
+}

@@ -816,13 +816,19 @@ static void test_model_fit(void)
 						    "--ffn-hidden-size 90", "padded vocabulary 190",
 						    "--num-layers 5 is not divisible by --pipeline-model-parallel-size 2",
 						    NULL });
-	/* query groups: a multiple of TP for megac's model; Megatron's rule
-	 * (report_memory's formula) also takes a divisor, replicating KV heads,
-	 * and leaves the ffn and vocabulary to the model */
+	/* query groups: a multiple or a divisor of TP (Megatron's rule; fewer
+	 * groups than ranks gather linear_qkv's output, whose rows must still
+	 * split evenly); Megatron's rules (report_memory's formula) leave the
+	 * ffn and vocabulary to the model */
 	c = fit_model();
 	c.g = 2;
-	expect_fit(&c, &lay, (const char *const[]){ "2 query groups", "not implemented yet", NULL });
+	expect_fit(&c, &lay, (const char *const[]){ NULL });
+	c.g = 1;
+	c.k = 3; /* (12 + 2) x 3 = 42 rows over 4 ranks */
+	expect_fit(&c, &lay, (const char *const[]){ "linear_qkv's 42 output rows", NULL });
+	c.k = 4;
 	lay.megatron_rules = true;
+	c.g = 2;
 	expect_fit(&c, &lay, (const char *const[]){ NULL });
 	c.g = 3;
 	expect_fit(&c, &lay, (const char *const[]){ "3 query groups", "nor a divisor", NULL });
