@@ -110,6 +110,8 @@ struct args {
 	bool qk_layernorm;
 	bool use_rope_scaling;
 	double rope_scaling_factor;
+	char *window_size;           /* --window-size "L,R" (NULL: none) */
+	char *window_attn_skip_freq; /* --window-attn-skip-freq (NULL: every layer windowed) */
 	bool disable_bias_linear;
 	bool untie_embeddings_and_output_weights;
 	double init_method_std;

@@ -100,8 +100,6 @@ static const char why_multi_token2[] =
 	"multi-token prediction is not in megac's train yet (report_memory takes it)";
 static const char why_encoder_bert[] =
 	"encoder (BERT/T5) models are not in megac; megac trains decoder-only models";
-static const char why_sliding_window[] =
-	"sliding-window attention is not in megac yet";
 static const char why_yarn_rope[] =
 	"YaRN RoPE scaling is not in megac yet";
 static const char why_removed_from[] =
@@ -423,8 +421,6 @@ const struct megatron_flag megatron_flags[] = {
 	/* ---- network size ---- */
 	{ "--encoder-num-layers", MF_REFUSED, 1, why_encoder_bert },
 	{ "--decoder-num-layers", MF_REFUSED, 1, why_encoder_bert },
-	{ "--window-size", MF_REFUSED, 1, why_sliding_window },
-	{ "--window-attn-skip-freq", MF_REFUSED, 1, why_sliding_window },
 	{ "--yarn-original-max-position-embeddings", MF_REFUSED, 1, why_yarn_rope },
 	{ "--yarn-beta-fast", MF_REFUSED, 1, why_yarn_rope },
 	{ "--yarn-beta-slow", MF_REFUSED, 1, why_yarn_rope },

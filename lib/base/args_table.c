@@ -193,6 +193,12 @@ const struct flag_def args_table[] = {
 	  "Llama 3.x RoPE frequency scaling (low/high frequency factors 1 and 4, original context 8192)" },
 	{ "--rope-scaling-factor", FK_FLOAT, F(rope_scaling_factor), TR, 0, "model", "8.0", NULL, "F",
 	  "the factor of --use-rope-scaling" },
+	{ "--window-size", FK_STR, F(window_size), TR, 0, "model", NULL, NULL, "L,R",
+	  "sliding-window attention (Mistral): a query at position i sees the keys at i-L .. i (L + 1 keys; -1: "
+	  "no limit); R, the keys after i, is moot under the causal mask (give 0 or -1)" },
+	{ "--window-attn-skip-freq", FK_STR, F(window_attn_skip_freq), TR, 0, "model", NULL, NULL, "N",
+	  "full attention in some layers: every N-th layer (N, 2N... counting from 1), or a list such as "
+	  "[1,1,1,0] of --num-layers entries (1 = window, 0 = full); needs --window-size" },
 	{ "--squared-relu", FK_UNSUPPORTED, 0, TR, 0, "model", NULL, NULL, NULL, "squared ReLU is not implemented yet" },
 
 	/* ---- parallelism ---- */

@@ -30,6 +30,8 @@ const char *hf_arch_class(enum hf_arch arch)
 		return "Qwen2ForCausalLM";
 	case HF_QWEN3:
 		return "Qwen3ForCausalLM";
+	case HF_MISTRAL:
+		return "MistralForCausalLM";
 	}
 	return "?";
 }
@@ -72,7 +74,18 @@ int hf_arch_for(const struct gpt_config *c, enum hf_arch *arch)
 		return error("a model with --qk-layernorm exports as Qwen3ForCausalLM, which needs RoPE; this one has "
 			     "learned positions");
 	if (c->rope) {
-		*arch = c->E > 0 ? HF_MIXTRAL : c->qk_norm ? HF_QWEN3 : c->qkv_bias && !c->bias ? HF_QWEN2 : HF_LLAMA;
+		*arch = c->E > 0 ? HF_MIXTRAL : c->qk_norm ? HF_QWEN3 : c->qkv_bias && !c->bias ? HF_QWEN2 :
+			c->swa && c->window >= 0 ? HF_MISTRAL : HF_LLAMA;
+		if (c->swa && c->window >= 0 && c->swa_skip)
+			return error("--window-attn-skip-freq: Hugging Face's Mistral and Mixtral have the sliding "
+				     "window in every layer; exporting full-attention layers beside it is not in megac");
+		if (c->swa && c->window >= 0 && *arch != HF_MISTRAL && *arch != HF_MIXTRAL)
+			return error("a sliding window (--window-size) exports as MistralForCausalLM or "
+				     "MixtralForCausalLM, which have neither q/k norms (--qk-layernorm) nor a QKV bias "
+				     "(--add-qkv-bias)");
+		if (*arch == HF_MISTRAL && c->rope_scaling)
+			return error("--use-rope-scaling: megac exports Llama 3.x RoPE scaling with LlamaForCausalLM, "
+				     "Qwen2ForCausalLM and Qwen3ForCausalLM, not MistralForCausalLM");
 		if (c->E > 0 && (c->qk_norm || (c->qkv_bias && !c->bias)))
 			return error("a mixture-of-experts model exports as MixtralForCausalLM, which has neither q/k "
 				     "norms (--qk-layernorm) nor a QKV bias (--add-qkv-bias)");
@@ -90,6 +103,9 @@ int hf_arch_for(const struct gpt_config *c, enum hf_arch *arch)
 				     c->bias ? "biases" : "no biases", c->rot, c->k);
 		return c->E > 0 ? mixtral_ok(c) : 0;
 	}
+	if (c->swa && c->window >= 0)
+		return error("a model with learned positions exports as GPT2LMHeadModel, which has no sliding window "
+			     "(--window-size)");
 	*arch = HF_GPT2;
 	if (c->rmsnorm || c->swiglu || !c->bias || c->g != c->a || (int64_t)c->k * c->a != c->h)
 		return error("a model with learned positions exports as GPT2LMHeadModel, which needs LayerNorm, GELU, "
@@ -425,7 +441,8 @@ char *hf_config_json(const struct gpt_config *c, enum hf_arch arch, enum ckpt_dt
 	} else {
 		bool moe = arch == HF_MIXTRAL, qwen = arch == HF_QWEN2 || arch == HF_QWEN3;
 		json_object_set_new(o, "model_type", json_string(moe ? "mixtral" : arch == HF_QWEN2 ? "qwen2" :
-									   arch == HF_QWEN3 ? "qwen3" : "llama"));
+									   arch == HF_QWEN3 ? "qwen3" :
+									   arch == HF_MISTRAL ? "mistral" : "llama"));
 		json_object_set_new(o, "vocab_size", json_integer(c->V));
 		json_object_set_new(o, "hidden_size", json_integer(c->h));
 		json_object_set_new(o, "intermediate_size", json_integer(moe ? c->moe_f : c->f));
@@ -437,14 +454,16 @@ char *hf_config_json(const struct gpt_config *c, enum hf_arch arch, enum ckpt_dt
 		json_object_set_new(o, "max_position_embeddings", json_integer(c->P));
 		json_object_set_new(o, "rms_norm_eps", f32(c->eps));
 		json_object_set_new(o, "rope_theta", f32(c->rotary_base));
+		if (moe || arch == HF_MISTRAL) /* HF's window holds the query's own key: megac's L + 1 */
+			json_object_set_new(o, "sliding_window", c->swa && c->window >= 0 ? json_integer(c->window + 1)
+											  : json_null());
 		if (moe) {
-			json_object_set_new(o, "sliding_window", json_null());
 			json_object_set_new(o, "num_local_experts", json_integer(c->E));
 			json_object_set_new(o, "num_experts_per_tok", json_integer(c->router.k));
 			json_object_set_new(o, "router_aux_loss_coef", f32((float)c->router.aux_coeff));
 			json_object_set_new(o, "router_jitter_noise", json_real(0.0));
 			json_object_set_new(o, "output_router_logits", json_false());
-		} else {
+		} else if (arch != HF_MISTRAL) {
 			json_t *rs = json_null();
 			if (c->rope_scaling) { /* Megatron's fixed constants beside the factor */
 				struct rope_scaling sc = rope_scaling_llama3(c->rope_scaling_factor);
@@ -610,14 +629,27 @@ static void read_rope_scaling(struct cfg_reader *r, struct gpt_config *c)
 	c->rope_scaling_factor = (float)factor;
 }
 
-/* Qwen2/Qwen3: a window shorter than the context is attention megac lacks */
+/* Qwen2/Qwen3: a window shorter than the context, in the layers from
+ * max_window_layers on, is a layer pattern megac does not map */
 static void read_window(struct cfg_reader *r, struct gpt_config *c)
 {
 	int64_t window = cfg_int(r, "sliding_window", 0, 0);
 	if (cfg_bool(r, "use_sliding_window", false) && window > 0 && window < c->P)
 		r->failed = error("'%s': use_sliding_window with sliding_window %lld shorter than "
-				  "max_position_embeddings %d; megac's attention sees the whole context", r->path,
-				  (long long)window, c->P);
+				  "max_position_embeddings %d: Qwen's per-layer windows (max_window_layers) are not "
+				  "mapped to megac's --window-size yet", r->path, (long long)window, c->P);
+}
+
+/* Mistral and Mixtral: sliding_window W (null: none) lets a query see
+ * itself and the W - 1 keys before it (transformers' mask), which is
+ * Megatron's --window-size W-1,0 */
+static void read_mistral_window(struct cfg_reader *r, struct gpt_config *c)
+{
+	int64_t window = cfg_int(r, "sliding_window", 0, 1);
+	c->swa = window > 0;
+	c->window = window > 0 ? (int)(window - 1) : -1;
+	c->window_right = c->swa ? 0 : -1;
+	c->swa_skip = false;
 }
 
 static void read_llama(struct cfg_reader *r, struct gpt_config *c)
@@ -672,11 +704,7 @@ static void read_mixtral(struct cfg_reader *r, struct gpt_config *c)
 		memset(c->moe_layer, 1, (size_t)c->L);
 	c->router.aux_coeff = cfg_num(r, "router_aux_loss_coef", 0.001); /* MixtralConfig's default */
 	c->router.lb = c->router.aux_coeff > 0 ? MOE_LB_AUX : MOE_LB_NONE;
-	/* a window shorter than the context: attention megac does not have */
-	int64_t window = cfg_int(r, "sliding_window", 0, 0);
-	if (window > 0 && window < c->P)
-		r->failed = error("'%s': sliding_window %lld is shorter than max_position_embeddings %d; megac's "
-				  "attention sees the whole context", r->path, (long long)window, c->P);
+	read_mistral_window(r, c);
 }
 
 int hf_config_read(const char *path, int64_t divisible_by, int64_t tp, struct gpt_config *c, enum hf_arch *arch)
@@ -699,6 +727,10 @@ int hf_config_read(const char *path, int64_t divisible_by, int64_t tp, struct gp
 	} else if (name && !strcmp(name, "LlamaForCausalLM")) {
 		*arch = HF_LLAMA;
 		read_llama(&r, c);
+	} else if (name && !strcmp(name, "MistralForCausalLM")) {
+		*arch = HF_MISTRAL; /* Llama's keys and tensors, and the window */
+		read_llama(&r, c);
+		read_mistral_window(&r, c);
 	} else if (name && !strcmp(name, "MixtralForCausalLM")) {
 		*arch = HF_MIXTRAL;
 		read_mixtral(&r, c);
@@ -714,7 +746,7 @@ int hf_config_read(const char *path, int64_t divisible_by, int64_t tp, struct gp
 		c->qk_norm = true;
 	} else {
 		error("'%s': architectures %s: ckpt_convert reads GPT2LMHeadModel, LlamaForCausalLM, "
-		      "MixtralForCausalLM, Qwen2ForCausalLM and Qwen3ForCausalLM", path,
+		      "MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM and Qwen3ForCausalLM", path,
 		      name ? name : "(missing, or more than one)");
 		json_decref(o); /* name lives in o */
 		return -1;

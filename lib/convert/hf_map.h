@@ -18,7 +18,7 @@
 #include "ckpt/ckpt.h"
 #include "model/gpt_config.h"
 
-enum hf_arch { HF_GPT2, HF_LLAMA, HF_MIXTRAL, HF_QWEN2, HF_QWEN3 };
+enum hf_arch { HF_GPT2, HF_LLAMA, HF_MIXTRAL, HF_QWEN2, HF_QWEN3, HF_MISTRAL };
 
 enum hf_xform {
 	HF_COPY,      /* same shape */

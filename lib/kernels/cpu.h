@@ -61,6 +61,12 @@ void cpu_xent_backward(float *dlogits, const float *logits, const float *lse,
 		       const int32_t *targets, const float *dloss, int N, int V);
 
 /* ---- cpu_attn.c ---- */
+/* The first key position a query at position p sees under a sliding window
+ * (ops.h: window < 0 is none): p - window, at least 0. */
+static inline int cpu_window_first(int p, int window)
+{
+	return window < 0 || p - window < 0 ? 0 : p - window;
+}
 void cpu_qkv_split_forward(float *q, float *kk, float *v, const float *qkv, const float *cos,
 			   const float *sin, int B, int T, int a, int g, int k, int rot);
 void cpu_qkv_split_backward(float *dqkv, const float *dq, const float *dk, const float *dv,
@@ -68,7 +74,7 @@ void cpu_qkv_split_backward(float *dqkv, const float *dq, const float *dk, const
 			    int rot);
 void cpu_attention_forward(float *out, float *probs, const float *q, const float *kk,
 			   const float *v, const int32_t *doc, int B, int T, int a, int g, int k,
-			   float scale, float dropout_p, uint64_t seed, uint64_t offset);
+			   float scale, int window, float dropout_p, uint64_t seed, uint64_t offset);
 void cpu_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
 			    const float *kk, const float *v, const float *probs, int B, int T,
 			    int a, int g, int k, float scale, float dropout_p, uint64_t seed,
@@ -77,12 +83,12 @@ void cpu_attention_backward(float *dq, float *dk, float *dv, const float *dout, 
 /* ---- cpu_attn_block.c ---- */
 void cpu_attention_block_forward(float *out, float *lse, const float *q, const float *kk,
 				 const float *v, const int32_t *qpos, const int32_t *kpos, int B, int Tq,
-				 int Tk, int a, int g, int k, int S, float scale, float dropout_p,
+				 int Tk, int a, int g, int k, int S, float scale, int window, float dropout_p,
 				 uint64_t seed, uint64_t offset, int accumulate);
 void cpu_attention_block_backward(float *dq, float *dk, float *dv, const float *dout,
 				  const float *out, const float *lse, const float *q, const float *kk,
 				  const float *v, const int32_t *qpos, const int32_t *kpos, int B,
-				  int Tq, int Tk, int a, int g, int k, int S, float scale,
+				  int Tq, int Tk, int a, int g, int k, int S, float scale, int window,
 				  float dropout_p, uint64_t seed, uint64_t offset);
 
 /* ---- cpu_rand.c ---- */

@@ -171,14 +171,21 @@ void cpu_qkv_split_backward(float *dqkv, const float *dq, const float *dk, const
 /* ---- attention ---- */
 
 /*
- * Softmax of one row of scores in place. Query tq sees keys tk <= tq (and
- * with doc, only those of its own document; it always sees itself, so the
- * row is never empty); every other entry of the row, up to T, becomes 0, the
- * probability backward relies on.
+ * Softmax of one row of scores in place. Query tq sees keys lo <= tk <= tq
+ * (lo > 0 under a sliding window; and with doc, only those of its own
+ * document; it always sees itself, so the row is never empty); every other
+ * entry of the row, up to T, becomes 0, the probability backward relies on.
+ * row points at key 0 of the row.
  */
-static void cpu_softmax_row(float *row, int tq, int T, const int32_t *doc)
+static void cpu_softmax_row(float *row, int lo, int tq, int T, const int32_t *doc)
 {
-	const int n = tq + 1;
+	const int32_t d = doc ? doc[tq] : 0;
+	memset(row, 0, (size_t)lo * sizeof(float));
+	row += lo;
+	T -= lo;
+	if (doc)
+		doc += lo;
+	const int n = tq - lo + 1;
 	float mx = -INFINITY;
 	double sum = 0.0;
 	if (!doc) {
@@ -192,7 +199,6 @@ static void cpu_softmax_row(float *row, int tq, int T, const int32_t *doc)
 			sum += e;
 		}
 	} else {
-		const int32_t d = doc[tq];
 #pragma omp simd reduction(max : mx)
 		for (int tk = 0; tk < n; tk++) {
 			float s = cpu_selectf(doc[tk] == d, row[tk], -INFINITY);
@@ -222,7 +228,7 @@ static inline uint64_t cpu_attn_counter(uint64_t offset, int bh, int a, int B, i
 
 void cpu_attention_forward(float *out, float *probs, const float *q, const float *kk,
 			   const float *v, const int32_t *doc, int B, int T, int a, int g, int k,
-			   float scale, float dropout_p, uint64_t seed, uint64_t offset)
+			   float scale, int window, float dropout_p, uint64_t seed, uint64_t offset)
 {
 	cpu_attn_check(a, g, k, 0);
 	const int m = a / g, nblk = (T + CPU_QB - 1) / CPU_QB;
@@ -238,24 +244,27 @@ void cpu_attention_forward(float *out, float *probs, const float *q, const float
 			const int bh = task / nblk, blk = task % nblk;
 			const int b = bh / a, h = bh % a, G = h / m;
 			const int t0 = blk * CPU_QB, t1 = t0 + CPU_QB < T ? t0 + CPU_QB : T;
-			const int nq = t1 - t0, nk = t1;
+			/* keys [k0, t1): a sliding window hides those before t0 - window */
+			const int k0 = cpu_window_first(t0, window);
+			const int nq = t1 - t0, nk = t1 - k0;
 			const float *Q = q + ((size_t)bh * T + t0) * k;
-			const float *K = kk + ((size_t)b * g + G) * T * k;
-			const float *V = v + ((size_t)b * g + G) * T * k;
+			const float *K = kk + (((size_t)b * g + G) * T + k0) * k;
+			const float *V = v + (((size_t)b * g + G) * T + k0) * k;
 			float *P = probs + ((size_t)bh * T + t0) * T;
-			/* scores[nq, nk] = scale * Q K^T, written into the probs rows */
+			/* scores[nq, nk] = scale * Q K^T, written into the probs rows at key k0 */
 			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, k, scale, Q, k, K, k,
-				    0.0f, P, T);
+				    0.0f, P + k0, T);
 			for (int r = 0; r < nq; r++)
-				cpu_softmax_row(P + (size_t)r * T, t0 + r, T, doc ? doc + (size_t)b * T : NULL);
-			const float *A = P;
+				cpu_softmax_row(P + (size_t)r * T, cpu_window_first(t0 + r, window), t0 + r, T,
+						doc ? doc + (size_t)b * T : NULL);
+			const float *A = P + k0;
 			int lda = T;
 			if (drop) {
 				for (int r = 0; r < nq; r++) {
 					float *d = drop + (size_t)r * nk;
-					const float *p = P + (size_t)r * T;
+					const float *p = P + (size_t)r * T + k0;
 					cpu_dropout_scales(d, (size_t)nk, dropout_p, seed,
-							   cpu_attn_counter(offset, bh, a, B, T, t0 + r));
+							   cpu_attn_counter(offset, bh, a, B, T, t0 + r) + (uint64_t)k0);
 #pragma omp simd
 					for (int tk = 0; tk < nk; tk++)
 						d[tk] *= p[tk];
@@ -263,7 +272,7 @@ void cpu_attention_forward(float *out, float *probs, const float *q, const float
 				A = drop;
 				lda = nk;
 			}
-			/* out[b, t0:t1, h] = A[nq, nk] V[0:nk] */
+			/* out[b, t0:t1, h] = A[nq, nk] V[k0:t1] */
 			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, k, nk, 1.0f, A, lda, V, k,
 				    0.0f, out + ((size_t)b * T + t0) * ldo + (size_t)h * k, (int)ldo);
 		}

@@ -14,6 +14,8 @@
  * the keys its last row sees and no more, and the score and PV sgemms (as
  * in cpu_attn.c, on the strided tensors) skip the rest. Under Megatron's
  * load-balanced chunking that is what halves the off-diagonal ring steps.
+ * A sliding window also hides a prefix (the keys before its first row's
+ * window), which the sgemms skip too: a row sees the range [lo, n).
  */
 #include "kernels/cpu.h"
 #include "kernels/ops.h"
@@ -55,6 +57,14 @@ static int block_visible(const int32_t *kpos, int n, int p)
 	return lo;
 }
 
+/* The first of the keys kpos[0..n) a query at position p sees under a
+ * sliding window (ops.h; window < 0: none): the first at p - window or
+ * later. */
+static int block_first(const int32_t *kpos, int n, int p, int window)
+{
+	return window < 0 ? 0 : block_visible(kpos, n, p - window - 1);
+}
+
 /* Dropout counter of (head h, sample b, query at global position tq, key 0). */
 static inline uint64_t block_counter(uint64_t offset, int h, int b, int B, int S, int tq)
 {
@@ -87,7 +97,7 @@ static void block_dropout_row(float *s, const int32_t *kpos, int n, float p, uin
  */
 void cpu_attention_block_forward(float *out, float *lse, const float *q, const float *kk,
 				 const float *v, const int32_t *qpos, const int32_t *kpos, int B, int Tq,
-				 int Tk, int a, int g, int k, int S, float scale, float dropout_p,
+				 int Tk, int a, int g, int k, int S, float scale, int window, float dropout_p,
 				 uint64_t seed, uint64_t offset, int accumulate)
 {
 	block_check(qpos, kpos, Tq, Tk, a, g, S);
@@ -109,8 +119,10 @@ void cpu_attention_block_forward(float *out, float *lse, const float *q, const f
 			const int nq = t1 - t0;
 			float *O = out + ((size_t)b * Tq + t0) * ldo + (size_t)h * k;
 			float *L = lse + (size_t)bh * Tq + t0;
-			/* the keys the block's last query sees; every earlier row sees a prefix */
-			const int nk = block_visible(kpos, Tk, qpos[t1 - 1]);
+			/* the keys the block's last query sees; every earlier row sees a prefix,
+			 * and none sees a key before k0, its first row's window */
+			const int nk0 = block_visible(kpos, Tk, qpos[t1 - 1]);
+			const int k0 = block_first(kpos, nk0, qpos[t0], window), nk = nk0 - k0;
 			if (nk == 0) { /* all in the future: nothing to add */
 				if (!accumulate)
 					for (int r = 0; r < nq; r++) {
@@ -120,17 +132,20 @@ void cpu_attention_block_forward(float *out, float *lse, const float *q, const f
 				continue;
 			}
 			const float *Q = q + ((size_t)bh * Tq + t0) * k;
-			const float *K = kk + ((size_t)b * g + G) * Tk * k;
-			const float *V = v + ((size_t)b * g + G) * Tk * k;
-			/* scores[nq, nk] = scale * Q K^T */
+			const float *K = kk + (((size_t)b * g + G) * Tk + k0) * k;
+			const float *V = v + (((size_t)b * g + G) * Tk + k0) * k;
+			/* scores[nq, nk] = scale * Q K^T, keys k0.. */
 			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, k, scale, Q, k, K, k, 0.0f,
 				    P, nk);
 			for (int r = 0; r < nq; r++) {
-				float *row = P + (size_t)r * nk;
 				float *o = O + (size_t)r * ldo;
-				const int n = block_visible(kpos, nk, qpos[t0 + r]);
+				const int lo = block_first(kpos, nk0, qpos[t0 + r], window) - k0;
+				const int n1 = block_visible(kpos, nk0, qpos[t0 + r]) - k0;
+				const int n = n1 > lo ? n1 - lo : 0; /* the row's keys [lo, lo + n) */
+				float *row = P + (size_t)r * nk + lo;
 				const float old = accumulate ? L[r] : -INFINITY;
-				memset(row + n, 0, (size_t)(nk - n) * sizeof(float));
+				memset(row - lo, 0, (size_t)lo * sizeof(float));
+				memset(row + n, 0, (size_t)(nk - lo - n) * sizeof(float));
 				if (n == 0) { /* this row sees nothing here: out and lse stay */
 					if (!accumulate)
 						L[r] = -INFINITY; /* and out becomes 0 (beta = 0 below) */
@@ -157,8 +172,8 @@ void cpu_attention_block_forward(float *out, float *lse, const float *q, const f
 						memset(o, 0, (size_t)k * sizeof(float));
 					L[r] = blk_lse;
 				} else {
-					const float hi = old > blk_lse ? old : blk_lse, lo = old > blk_lse ? blk_lse : old;
-					const float nl = hi + log1pf(expf(lo - hi));
+					const float hi = old > blk_lse ? old : blk_lse, low = old > blk_lse ? blk_lse : old;
+					const float nl = hi + log1pf(expf(low - hi));
 					const float w = expf(blk_lse - nl) / fsum, keep = expf(old - nl);
 #pragma omp simd
 					for (int tk = 0; tk < n; tk++)
@@ -168,7 +183,7 @@ void cpu_attention_block_forward(float *out, float *lse, const float *q, const f
 					L[r] = nl;
 				}
 				if (sc) {
-					block_dropout_row(sc, kpos, n, dropout_p, seed,
+					block_dropout_row(sc, kpos + k0 + lo, n, dropout_p, seed,
 							  block_counter(offset, h, b, B, S, qpos[t0 + r]));
 #pragma omp simd
 					for (int tk = 0; tk < n; tk++)
@@ -198,7 +213,7 @@ void cpu_attention_block_forward(float *out, float *lse, const float *q, const f
 void cpu_attention_block_backward(float *dq, float *dk, float *dv, const float *dout,
 				  const float *out, const float *lse, const float *q, const float *kk,
 				  const float *v, const int32_t *qpos, const int32_t *kpos, int B,
-				  int Tq, int Tk, int a, int g, int k, int S, float scale,
+				  int Tq, int Tk, int a, int g, int k, int S, float scale, int window,
 				  float dropout_p, uint64_t seed, uint64_t offset)
 {
 	block_check(qpos, kpos, Tq, Tk, a, g, S);
@@ -219,15 +234,19 @@ void cpu_attention_block_backward(float *dq, float *dk, float *dv, const float *
 		for (int task = 0; task < ntask; task++) {
 			const int b = task / g, G = task % g;
 			const size_t kv = ((size_t)b * g + G) * Tk * k;
-			const float *K = kk + kv, *V = v + kv;
-			float *dK = dk ? dk + kv : NULL, *dV = dv ? dv + kv : NULL;
 			for (int h = G * m; h < (G + 1) * m; h++) {
 				const int bh = b * a + h;
 				for (int blk = 0; blk < nblk; blk++) {
 					const int t0 = blk * CPU_QB, t1 = t0 + CPU_QB < Tq ? t0 + CPU_QB : Tq;
-					const int nq = t1 - t0, nk = block_visible(kpos, Tk, qpos[t1 - 1]);
+					const int nk0 = block_visible(kpos, Tk, qpos[t1 - 1]);
+					const int k0 = block_first(kpos, nk0, qpos[t0], window);
+					const int nq = t1 - t0, nk = nk0 - k0;
 					if (nk == 0)
 						continue;
+					/* keys k0 .. nk0 - 1 */
+					const float *K = kk + kv + (size_t)k0 * k, *V = v + kv + (size_t)k0 * k;
+					float *dK = dk ? dk + kv + (size_t)k0 * k : NULL;
+					float *dV = dv ? dv + kv + (size_t)k0 * k : NULL;
 					const float *Q = q + ((size_t)bh * Tq + t0) * k;
 					const float *dO = dout + ((size_t)b * Tq + t0) * ldo + (size_t)h * k;
 					const float *O = out + ((size_t)b * Tq + t0) * ldo + (size_t)h * k;
@@ -237,15 +256,19 @@ void cpu_attention_block_backward(float *dq, float *dk, float *dv, const float *
 						    k, 0.0f, P, nk);
 					for (int r = 0; r < nq; r++) {
 						float *p = P + (size_t)r * nk;
-						const int n = block_visible(kpos, nk, qpos[t0 + r]);
+						const int lo = block_first(kpos, nk0, qpos[t0 + r], window) - k0;
+						const int n1 = block_visible(kpos, nk0, qpos[t0 + r]) - k0;
+						const int n = n1 > lo ? n1 : lo; /* the row's keys [lo, n) */
 						const float l = L[r];
+						memset(p, 0, (size_t)lo * sizeof(float));
 #pragma omp simd
-						for (int tk = 0; tk < n; tk++)
+						for (int tk = lo; tk < n; tk++)
 							p[tk] = cpu_expf(p[tk] - l);
 						memset(p + n, 0, (size_t)(nk - n) * sizeof(float));
 						if (sc) {
 							float *s = sc + (size_t)r * nk, *d = drop + (size_t)r * nk;
-							block_dropout_row(s, kpos, n, dropout_p, seed,
+							memset(s, 0, (size_t)lo * sizeof(float));
+							block_dropout_row(s + lo, kpos + k0 + lo, n - lo, dropout_p, seed,
 									  block_counter(offset, h, b, B, S, qpos[t0 + r]));
 							memset(s + n, 0, (size_t)(nk - n) * sizeof(float));
 #pragma omp simd
@@ -278,7 +301,7 @@ void cpu_attention_block_backward(float *dq, float *dk, float *dv, const float *
 							for (int tk = 0; tk < nk; tk++)
 								d[tk] *= s[tk];
 						}
-						/* future keys have p = 0, so dS = 0 there */
+						/* future keys and those outside the window have p = 0, so dS = 0 there */
 #pragma omp simd
 						for (int tk = 0; tk < nk; tk++)
 							d[tk] = p[tk] * (d[tk] - fdot);

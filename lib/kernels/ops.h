@@ -176,10 +176,15 @@ struct kops {
 	 * prob is dropped with probability p and the survivors scaled by 1/(1-p), the
 	 * mask drawn from (seed, offset + ((h*B+b)*T+tq)*T+tk): head-major, so a rank
 	 * holding heads h0.. of a tensor-parallel model passes offset + h0*B*T*T and
-	 * draws the masks the whole model would. */
+	 * draws the masks the whole model would.
+	 * Sliding window (Megatron's --window-size, flash attention's
+	 * window_size[0]): window >= 0 also hides the keys more than window
+	 * positions back, so query tq sees tq - window <= tk <= tq (window + 1
+	 * keys at most); window < 0 is no window. The probs outside it are 0, so
+	 * attention_backward, which takes them from probs, needs no window. */
 	void (*attention_forward)(float *out, float *probs, const float *q, const float *kk,
 				  const float *v, const int32_t *doc, int B, int T, int a, int g,
-				  int k, float scale, float dropout_p, uint64_t seed,
+				  int k, float scale, int window, float dropout_p, uint64_t seed,
 				  uint64_t offset);
 	void (*attention_backward)(float *dq, float *dk, float *dv, const float *dout,
 				   const float *q, const float *kk, const float *v,
@@ -268,8 +273,11 @@ struct kops {
 	 * kk/v[B,g,Tk,k] at kpos[Tk] (int32, this backend's memory; each list
 	 * strictly increasing, all below S, the whole sequence's length). Query tq
 	 * sees key tk when kpos[tk] <= qpos[tq]; GQA and scale as attention_forward.
-	 * Blocks of a query range whose keys are all in its future cost no attention
- * work (a backend may still convert its inputs, as the CUDA half tables do).
+	 * window as attention_forward's, on the global positions: query tq sees
+	 * key tk when qpos[tq] - window <= kpos[tk] <= qpos[tq] (window < 0: no
+	 * lower bound). Blocks of a query range whose keys are all in its future,
+	 * or all behind its window, cost no attention work (a backend may still
+	 * convert its inputs, as the CUDA half tables do).
 	 *
 	 * Forward merges this key block into out[B,Tq,a*k] and lse[B,a,Tq] (the
 	 * log-sum-exp of each row's scaled scores over the keys merged so far).
@@ -289,13 +297,13 @@ struct kops {
 	 * needs no other block. A NULL grad skips its work. */
 	void (*attention_block_forward)(float *out, float *lse, const float *q, const float *kk,
 					const float *v, const int32_t *qpos, const int32_t *kpos, int B,
-					int Tq, int Tk, int a, int g, int k, int S, float scale,
+					int Tq, int Tk, int a, int g, int k, int S, float scale, int window,
 					float dropout_p, uint64_t seed, uint64_t offset, int accumulate);
 	void (*attention_block_backward)(float *dq, float *dk, float *dv, const float *dout,
 					 const float *out, const float *lse, const float *q,
 					 const float *kk, const float *v, const int32_t *qpos,
 					 const int32_t *kpos, int B, int Tq, int Tk, int a, int g, int k,
-					 int S, float scale, float dropout_p, uint64_t seed,
+					 int S, float scale, int window, float dropout_p, uint64_t seed,
 					 uint64_t offset);
 };
 

@@ -245,11 +245,11 @@ static double attn_flops(int B, int a, int Tq, int Tk, int k)
 }
 
 static void w_attention_forward(float *out, float *probs, const float *q, const float *kk, const float *v,
-				const int32_t *doc, int B, int T, int a, int g, int k, float scale, float dropout_p,
-				uint64_t seed, uint64_t offset)
+				const int32_t *doc, int B, int T, int a, int g, int k, float scale, int window,
+				float dropout_p, uint64_t seed, uint64_t offset)
 {
 	double t = prof_begin();
-	P.base->attention_forward(out, probs, q, kk, v, doc, B, T, a, g, k, scale, dropout_p, seed, offset);
+	P.base->attention_forward(out, probs, q, kk, v, doc, B, T, a, g, k, scale, window, dropout_p, seed, offset);
 	prof_end(P_ATTN_F, t, attn_flops(B, a, T, T, k), 0);
 }
 
@@ -409,23 +409,24 @@ static void w_adamw_segs_lp(const struct kops_adamw_lp *s, const float *g, size_
 
 static void w_attention_block_forward(float *out, float *lse, const float *q, const float *kk, const float *v,
 				      const int32_t *qpos, const int32_t *kpos, int B, int Tq, int Tk, int a, int g,
-				      int k, int S, float scale, float dropout_p, uint64_t seed, uint64_t offset,
-				      int accumulate)
+				      int k, int S, float scale, int window, float dropout_p, uint64_t seed,
+				      uint64_t offset, int accumulate)
 {
 	double t = prof_begin();
-	P.base->attention_block_forward(out, lse, q, kk, v, qpos, kpos, B, Tq, Tk, a, g, k, S, scale, dropout_p,
-					seed, offset, accumulate);
+	P.base->attention_block_forward(out, lse, q, kk, v, qpos, kpos, B, Tq, Tk, a, g, k, S, scale, window,
+					dropout_p, seed, offset, accumulate);
 	prof_end(P_ABLK_F, t, attn_flops(B, a, Tq, Tk, k), 0);
 }
 
 static void w_attention_block_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
 				       const float *lse, const float *q, const float *kk, const float *v,
 				       const int32_t *qpos, const int32_t *kpos, int B, int Tq, int Tk, int a, int g,
-				       int k, int S, float scale, float dropout_p, uint64_t seed, uint64_t offset)
+				       int k, int S, float scale, int window, float dropout_p, uint64_t seed,
+				       uint64_t offset)
 {
 	double t = prof_begin();
 	P.base->attention_block_backward(dq, dk, dv, dout, out, lse, q, kk, v, qpos, kpos, B, Tq, Tk, a, g, k, S,
-					 scale, dropout_p, seed, offset);
+					 scale, window, dropout_p, seed, offset);
 	prof_end(P_ABLK_B, t, 2.5 * attn_flops(B, a, Tq, Tk, k), 0);
 }
 

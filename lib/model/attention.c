@@ -132,16 +132,17 @@ void core_attention_forward(struct gpt_model *m, const struct gpt_pass *P, int l
 {
 	const struct gpt_config *c = &m->lc;
 	const struct gpt_slot *sl = P->sl;
+	const int w = m->lp[l].spec.window;
 	if (m->par.cp)
-		ring_attn_forward(&m->par.ring, A->atty, A->alse, A->q, A->kk, A->v, attn_scale(m), p, sl->drop_seed,
-				  attn_offset(m, l));
+		ring_attn_forward(&m->par.ring, A->atty, A->alse, A->q, A->kk, A->v, attn_scale(m), w, p,
+				  sl->drop_seed, attn_offset(m, l));
 	else if (m->flash)
 		m->k->attention_block_forward(A->atty, A->alse, A->q, A->kk, A->v, m->flash_pos, m->flash_pos, P->B,
-					      P->T, P->T, c->a, c->g, c->k, P->T, attn_scale(m), p, sl->drop_seed,
+					      P->T, P->T, c->a, c->g, c->k, P->T, attn_scale(m), w, p, sl->drop_seed,
 					      attn_offset(m, l), 0);
 	else
 		m->k->attention_forward(A->atty, A->probs, A->q, A->kk, A->v, sl->use_doc ? sl->doc : NULL, P->B,
-					P->T, c->a, c->g, c->k, attn_scale(m), p, sl->drop_seed, attn_offset(m, l));
+					P->T, c->a, c->g, c->k, attn_scale(m), w, p, sl->drop_seed, attn_offset(m, l));
 	round_half(m, A->atty, (size_t)P->N * c->a * c->k);
 }
 
@@ -153,7 +154,7 @@ static void core_attention_backward(struct gpt_model *m, const struct gpt_pass *
 	struct gpt_scratch *s = &m->s;
 	if (m->par.cp) {
 		ring_attn_backward(&m->par.ring, s->dq, s->dk, s->dv, datty, A->atty, A->alse, A->q, A->kk, A->v,
-				   attn_scale(m), c->attention_dropout, seed, attn_offset(m, l));
+				   attn_scale(m), m->lp[l].spec.window, c->attention_dropout, seed, attn_offset(m, l));
 	} else if (m->flash) {
 		/* the block op adds its share into the grads */
 		size_t nq = (size_t)P->N * c->a * c->k, nkv = (size_t)P->N * c->g * c->k;
@@ -162,7 +163,8 @@ static void core_attention_backward(struct gpt_model *m, const struct gpt_pass *
 		m->k->zero(s->dv, nkv);
 		m->k->attention_block_backward(s->dq, s->dk, s->dv, datty, A->atty, A->alse, A->q, A->kk, A->v,
 					       m->flash_pos, m->flash_pos, P->B, P->T, P->T, c->a, c->g, c->k, P->T,
-					       attn_scale(m), c->attention_dropout, seed, attn_offset(m, l));
+					       attn_scale(m), m->lp[l].spec.window, c->attention_dropout, seed,
+					       attn_offset(m, l));
 	} else {
 		m->k->attention_backward(s->dq, s->dk, s->dv, datty, A->q, A->kk, A->v, A->probs, P->B, P->T, c->a,
 					 c->g, c->k, attn_scale(m), c->attention_dropout, seed, attn_offset(m, l));
@@ -201,8 +203,8 @@ static void cached_attention_forward(struct gpt_model *m, const struct gpt_pass 
 			k->copy(V + to, A->v + from, (size_t)n * c->k * sizeof(float));
 		}
 		k->attention_block_forward(A->atty + (size_t)r0 * ak, A->alse, A->q, K, V, P->sl->positions + r0,
-					   kv->kpos, 1, n, kv->max_seq, c->a, c->g, c->k, kv->max_seq, attn_scale(m), 0,
-					   0, 0, 0);
+					   kv->kpos, 1, n, kv->max_seq, c->a, c->g, c->k, kv->max_seq, attn_scale(m),
+					   m->lp[l].spec.window, 0, 0, 0, 0);
 	}
 }
 

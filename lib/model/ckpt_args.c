@@ -56,6 +56,8 @@ static const struct {
 	{ "moe_router_score_function", "--moe-router-score-function", true, false },
 	{ "moe_expert_capacity_factor", "--moe-expert-capacity-factor", true, false },
 	{ "moe_token_drop_policy", "--moe-token-drop-policy", true, false },
+	{ "window_size", "--window-size", true, false },
+	{ "window_attn_skip_freq", "--window-attn-skip-freq", true, false },
 };
 
 static const struct flag_def *row(const char *flag)

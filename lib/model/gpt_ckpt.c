@@ -117,6 +117,11 @@ int gpt_config_from_json(struct gpt_config *c, const char *json, const char *whe
 		c->router.drop_position = dp && !strcmp(dp, "position");
 		c->router_fp32 = json_is_string(json_object_get(o, "moe_router_dtype"));
 	}
+	/* sliding-window attention: written only when on, as the command line spells it */
+	const char *ws = json_string_value(json_object_get(o, "window_size"));
+	const char *wf = json_string_value(json_object_get(o, "window_attn_skip_freq"));
+	if (rc == 0 && gpt_window_from_text(c, ws, wf, "the recorded window_size") < 0)
+		rc = error("%s: the sliding window cannot be read", where);
 	if (rc == 0 && c->rope) {
 		rc |= get_num(o, "rotary_base", where, &base);
 		rc |= get_num(o, "rotary_percent", where, &pct);
@@ -198,6 +203,20 @@ char *gpt_config_to_json(const struct gpt_config *c, double rotary_percent)
 		json_object_set_new(o, "use_rope_scaling", json_true());
 		json_object_set_new(o, "rope_scaling_factor", json_real(c->rope_scaling_factor));
 	}
+	if (c->swa) {
+		struct sbuf w = SBUF_INIT;
+		sbuf_addf(&w, "%d,%d", c->window, c->window_right);
+		json_object_set_new(o, "window_size", json_string(w.buf));
+		sbuf_release(&w);
+		if (c->swa_skip) {
+			sbuf_addf(&w, "[");
+			for (int l = 0; l < c->L; l++)
+				sbuf_addf(&w, "%s%d", l ? "," : "", c->swa_layer[l]);
+			sbuf_addf(&w, "]");
+			json_object_set_new(o, "window_attn_skip_freq", json_string(w.buf));
+			sbuf_release(&w);
+		}
+	}
 	json_object_set_new(o, "vocab_size", json_integer(c->V));
 	json_object_set_new(o, "padded_vocab_size", json_integer(c->Vp));
 	json_object_set_new(o, "init_method_std", json_real(c->init_std));
@@ -277,6 +296,8 @@ static const struct diff_key diff_keys[] = {
 	{ "use_rope_scaling", "--use-rope-scaling", DIFF_MATH, "false", NULL, NULL },
 	{ "rope_scaling_factor", "--rope-scaling-factor", DIFF_MATH, "null", NULL, NULL },
 	{ "tokenizer_type", "--tokenizer-type", DIFF_MATH, NULL, NULL, NULL },
+	{ "window_size", "--window-size", DIFF_MATH, "null", NULL, NULL },
+	{ "window_attn_skip_freq", "--window-attn-skip-freq", DIFF_MATH, "null", NULL, NULL },
 	{ "num_experts", "--num-experts", DIFF_MATH, "null", NULL, NULL },
 	{ "moe_router_topk", "--moe-router-topk", DIFF_MATH, NULL, NULL, NULL },
 	{ "moe_ffn_hidden_size", "--moe-ffn-hidden-size", DIFF_MATH, NULL, NULL, NULL },

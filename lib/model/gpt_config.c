@@ -3,6 +3,7 @@
  */
 #include "model/gpt_config.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -64,6 +65,61 @@ int gpt_moe_pattern(const char *spec, int64_t L, unsigned char *out)
 	if (n != L)
 		return error("--moe-layer-freq '%s' has %lld entries; --num-layers is %lld", spec, (long long)n,
 			     (long long)L);
+	return 0;
+}
+
+int gpt_layer_window(const struct gpt_config *c, int l)
+{
+	if (!c->swa || (c->swa_skip && !c->swa_layer[l]))
+		return -1;
+	return c->window;
+}
+
+int gpt_window_from_text(struct gpt_config *c, const char *size, const char *skip, const char *what)
+{
+	c->swa = c->swa_skip = false;
+	c->window = c->window_right = -1;
+	if (!size)
+		return 0; /* Megatron ignores --window-attn-skip-freq without a window */
+	const char *p = size;
+	while (*p == ' ' || *p == '(')
+		p++;
+	char *end;
+	long l = strtol(p, &end, 10), r = 0;
+	bool ok = end != p;
+	if (ok && *end == ',') {
+		p = end + 1;
+		r = strtol(p, &end, 10);
+		ok = end != p;
+	} else {
+		ok = false;
+	}
+	while (ok && (*end == ')' || *end == ' '))
+		end++;
+	if (!ok || *end || l < -1 || r < -1 || l > INT32_MAX / 2 || r > INT32_MAX / 2)
+		return error("%s '%s': give the window as L,R (keys before and after a query; -1: no limit), "
+			     "such as 4096,0", what, size);
+	c->swa = true;
+	c->window = (int)l;
+	c->window_right = (int)r;
+	if (!skip)
+		return 0;
+	if (c->L > GPT_MAX_LAYERS)
+		return error("--window-attn-skip-freq with %d layers: megac takes at most %d", c->L, GPT_MAX_LAYERS);
+	p = skip;
+	while (*p == ' ')
+		p++;
+	if (*p != '[') {
+		long long q = strtoll(p, &end, 10);
+		if (end == p || *end || q < 1)
+			return error("--window-attn-skip-freq '%s': give a positive integer or a list such as [1,1,1,0]",
+				     skip);
+		for (int i = 0; i < c->L; i++)
+			c->swa_layer[i] = (i + 1) % q != 0;
+	} else if (gpt_moe_pattern(skip, c->L, c->swa_layer) < 0) {
+		return error("--window-attn-skip-freq '%s': a list of --num-layers entries, 1 = window, 0 = full", skip);
+	}
+	c->swa_skip = true;
 	return 0;
 }
 
@@ -262,7 +318,8 @@ int gpt_config_from_args(struct gpt_config *c, const struct args *a, int64_t voc
 				     c->recompute_layers, c->L);
 	}
 
-	if (moe_from_args(c, a) < 0 || recompute_modules_from_args(c, a) < 0)
+	if (moe_from_args(c, a) < 0 || recompute_modules_from_args(c, a) < 0 ||
+	    gpt_window_from_text(c, a->window_size, a->window_attn_skip_freq, "--window-size") < 0)
 		return -1;
 
 	c->V = (int)vocab_size;

@@ -74,7 +74,24 @@ struct gpt_config {
 	struct moe_router_cfg router;
 	bool router_fp32;      /* --moe-router-dtype: router logits kept in fp32 under --bf16/--fp16 */
 	uint8_t moe_layer[GPT_MAX_LAYERS]; /* 1: layer i (0-based) is a MoE layer */
+
+	/* sliding-window attention (--window-size L,R, --window-attn-skip-freq) */
+	bool swa;              /* --window-size given */
+	int window;            /* L: a query sees the keys at most L positions back (-1: no limit) */
+	int window_right;      /* R as given: moot under the causal mask */
+	bool swa_skip;         /* a skip pattern: swa_layer says which layers keep the window */
+	uint8_t swa_layer[GPT_MAX_LAYERS]; /* with swa_skip: 1 = layer i (0-based) windowed */
 };
+
+/* The window of layer l (0-based) as the attention ops take it (ops.h):
+ * L, or -1 for full attention. */
+int gpt_layer_window(const struct gpt_config *c, int l);
+
+/* --window-size "L,R" (or "(L,R)") and --window-attn-skip-freq (an integer
+ * N: layer i, 0-based, keeps full attention when (i + 1) mod N == 0; or a
+ * list of L 0/1 entries, 1 = windowed) into c (c->L set). what names the
+ * source in errors. error() and -1 on bad text. */
+int gpt_window_from_text(struct gpt_config *c, const char *size, const char *skip, const char *what);
 
 /* Fill c from the flags and the tokenizer's vocabulary size. error() naming
  * the flag and -1 on an invalid combination. */

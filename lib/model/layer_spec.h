@@ -8,7 +8,7 @@
  *
  * gpt_layer_spec() derives layer l's spec from the model's config; every
  * layer of a GPT/Llama/Mixtral model differs only in mlp (the MoE layer
- * pattern of --moe-layer-freq).
+ * pattern of --moe-layer-freq) and window (--window-attn-skip-freq).
  */
 #ifndef MEGAC_MODEL_LAYER_SPEC_H
 #define MEGAC_MODEL_LAYER_SPEC_H
@@ -38,6 +38,7 @@ struct transformer_layer_spec {
 	bool proj_bias;         /* linear_proj has a bias */
 	bool qk_norm;           /* q_layernorm, k_layernorm: each head normalized over its channels before RoPE */
 	int rot;                /* channels of each q/k head that RoPE rotates (0: no RoPE) */
+	int window;             /* sliding window: keys at most this far back (-1: full causal attention) */
 	/* MLP */
 	enum layer_mlp_kind mlp;
 	bool swiglu;            /* fc1 is [gate; up], the activation SiLU(gate) * up */

@@ -67,11 +67,11 @@ int ring_attn_global_pos(const struct ring_attn *r, int j);
 
 /*
  * out[B,T,a*k] and lse[B,a,T] (kept for backward) from this rank's q, kk, v;
- * a collective over the cp group. scale, dropout and offset as
- * attention_forward on the whole sequence.
+ * a collective over the cp group. scale, window (sliding window on global
+ * positions), dropout and offset as attention_forward on the whole sequence.
  */
 void ring_attn_forward(struct ring_attn *r, float *out, float *lse, const float *q,
-		       const float *kk, const float *v, float scale, float dropout_p, uint64_t seed,
+		       const float *kk, const float *v, float scale, int window, float dropout_p, uint64_t seed,
 		       uint64_t offset);
 /*
  * dq, dk, dv (overwritten, like attention_backward; none may be NULL) of this
@@ -79,6 +79,6 @@ void ring_attn_forward(struct ring_attn *r, float *out, float *lse, const float 
  */
 void ring_attn_backward(struct ring_attn *r, float *dq, float *dk, float *dv, const float *dout,
 			const float *out, const float *lse, const float *q, const float *kk,
-			const float *v, float scale, float dropout_p, uint64_t seed, uint64_t offset);
+			const float *v, float scale, int window, float dropout_p, uint64_t seed, uint64_t offset);
 
 #endif

@@ -117,6 +117,7 @@ static int32_t *rsubset(int n, int S)
 /* ---- one test: buffers, both tables, compare, time ---- */
 struct cfg {
 	int N, C, IC, OC, V, F, B, T, a, g, k, rot, Tq, Tk, S, acc, steps, kind, flags;
+	int win; /* the attention ops' sliding window (set by their tests; -1: none) */
 	size_t n;
 	float p, eps, scale, s;
 	uint64_t seed, off;
@@ -1304,7 +1305,7 @@ static void test_qkv(void)
 /* ================= attention ================= */
 static void r_af(const struct kops *k, void **d, const struct cfg *c, double *s)
 {
-	k->attention_forward(d[0], d[1], d[2], d[3], d[4], d[5], c->B, c->T, c->a, c->g, c->k, c->scale, c->p,
+	k->attention_forward(d[0], d[1], d[2], d[3], d[4], d[5], c->B, c->T, c->a, c->g, c->k, c->scale, c->win, c->p,
 			     c->seed, c->off);
 }
 static void r_ab(const struct kops *k, void **d, const struct cfg *c, double *s)
@@ -1343,12 +1344,16 @@ static void test_attention(void)
 		   { 1, 77, 3, 3, 40, 0, 0.1f, 1, 0 },      { 2, 70, 4, 1, 200, F_DOC, 0.0f, 2, 0 },
 		   { 1, 150, 2, 2, 256, 0, 0.1f, 4, 0 },    { 2, 256, 12, 4, 64, 0, 0.1f, 0, 1 },
 		   { 2, 1024, 16, 4, 128, 0, 0.0f, 0, 1 } };
-	for (int i = 0; i < (int)(sizeof cf / sizeof *cf); i++) {
-		if (cf[i].big && !big)
+	/* then the small cases again under a sliding window of about a third of T
+	 * (the probs outside it are zeros that attention_backward reads) */
+	for (int wi = 0; wi < 2 * (int)(sizeof cf / sizeof *cf); wi++) {
+		const int i = wi % (int)(sizeof cf / sizeof *cf), windowed = wi >= (int)(sizeof cf / sizeof *cf);
+		if (cf[i].big && (!big || windowed))
 			continue;
 		struct cfg c = { .B = cf[i].B, .T = cf[i].T, .a = cf[i].a, .g = cf[i].g, .k = cf[i].k,
 				 .flags = cf[i].flags, .p = cf[i].p, .scale = 1.0f / sqrtf((float)cf[i].k),
-				 .seed = 42 + (uint64_t)i, .off = 1000 + 3 * (uint64_t)i };
+				 .seed = 42 + (uint64_t)i, .off = 1000 + 3 * (uint64_t)i,
+				 .win = windowed ? cf[i].T / 3 : -1 };
 		size_t nq = (size_t)c.B * c.a * c.T * c.k, nkv = (size_t)c.B * c.g * c.T * c.k;
 		size_t np = (size_t)c.B * c.a * c.T * c.T;
 		bool doc = c.flags & F_DOC;
@@ -1361,7 +1366,8 @@ static void test_attention(void)
 		tb_in(kk, FL(nkv));
 		tb_in(v, FL(nkv));
 		tb_in(dc, doc ? IN32((size_t)c.B * c.T) : 0);
-		const char *l = LABEL("B=%d T=%d a=%d g=%d k=%d p=%g%s", c.B, c.T, c.a, c.g, c.k, c.p, doc ? " doc" : "");
+		const char *l = LABEL("B=%d T=%d a=%d g=%d k=%d p=%g%s window=%d", c.B, c.T, c.a, c.g, c.k, c.p,
+				      doc ? " doc" : "", c.win);
 		run_test("attention_forward", HAS(attention_forward), l, r_af, &c, NULL, 0);
 
 		/* the probs of the CPU forward (with the documents: zeros across them) */
@@ -1371,8 +1377,8 @@ static void test_attention(void)
 		v = rvec(nkv, 1);
 		dc = doc ? rdoc(c.B, c.T) : NULL;
 		float *probs = hnew(FL(np)), *o = hnew(FL(nq));
-		kops_cpu()->attention_forward(o, probs, q, kk, v, dc, c.B, c.T, c.a, c.g, c.k, c.scale, c.p, c.seed,
-					      c.off);
+		kops_cpu()->attention_forward(o, probs, q, kk, v, dc, c.B, c.T, c.a, c.g, c.k, c.scale, c.win, c.p,
+					      c.seed, c.off);
 		int nul = cf[i].nul;
 		tb_out("dq", nul & 1 ? NULL : rvec(nq, 9), nul & 1 ? 0 : FL(nq), TOL_RED);
 		tb_out("dk", nul & 2 ? NULL : rvec(nkv, 9), nul & 2 ? 0 : FL(nkv), TOL_RED);
@@ -1382,8 +1388,9 @@ static void test_attention(void)
 		tb_in(kk, FL(nkv));
 		tb_in(v, FL(nkv));
 		tb_in(probs, FL(np));
-		l = LABEL("B=%d T=%d a=%d g=%d k=%d p=%g%s%s%s%s", c.B, c.T, c.a, c.g, c.k, c.p, doc ? " doc" : "",
-			  nul & 1 ? " dq=NULL" : "", nul & 2 ? " dk=NULL" : "", nul & 4 ? " dv=NULL" : "");
+		l = LABEL("B=%d T=%d a=%d g=%d k=%d p=%g%s%s%s%s window=%d", c.B, c.T, c.a, c.g, c.k, c.p,
+			  doc ? " doc" : "", nul & 1 ? " dq=NULL" : "", nul & 2 ? " dk=NULL" : "", nul & 4 ? " dv=NULL" : "",
+			  c.win);
 		run_test("attention_backward", HAS(attention_backward), l, r_ab, &c, NULL, 0);
 	}
 }
@@ -1392,12 +1399,12 @@ static void test_attention(void)
 static void r_abf(const struct kops *k, void **d, const struct cfg *c, double *s)
 {
 	k->attention_block_forward(d[0], d[1], d[2], d[3], d[4], d[5], d[6], c->B, c->Tq, c->Tk, c->a, c->g, c->k,
-				   c->S, c->scale, c->p, c->seed, c->off, c->acc);
+				   c->S, c->scale, c->win, c->p, c->seed, c->off, c->acc);
 }
 static void r_abb(const struct kops *k, void **d, const struct cfg *c, double *s)
 {
 	k->attention_block_backward(d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], d[10], c->B, c->Tq,
-				    c->Tk, c->a, c->g, c->k, c->S, c->scale, c->p, c->seed, c->off);
+				    c->Tk, c->a, c->g, c->k, c->S, c->scale, c->win, c->p, c->seed, c->off);
 }
 
 /* the block ops' q, kk, v, qpos, kpos inputs, in their argument order */
@@ -1512,7 +1519,7 @@ static void test_attention_block_half(bool stand_in)
 			if (c.acc) { /* the running state: the other keys merged first */
 				size_t n2 = (size_t)c.B * c.g * Tk2 * c.k;
 				kops_cpu()->attention_block_forward(out, lse, q, rhalf(n2, 2, rk), rhalf(n2, 1, rk), qpos,
-								    kpos2, c.B, c.Tq, Tk2, c.a, c.g, c.k, c.S, c.scale,
+								    kpos2, c.B, c.Tq, Tk2, c.a, c.g, c.k, c.S, c.scale, -1,
 								    c.p, c.seed, c.off, 0);
 			}
 			if (pass == 0) {
@@ -1530,7 +1537,7 @@ static void test_attention_block_half(bool stand_in)
 			 * (out in the format, as the model holds it); grads from zero */
 			float *fo = hnew(FL(nq)), *fl = hnew(FL(nl)), *fo16 = hnew(FL(nq));
 			kops_cpu()->attention_block_forward(fo, fl, q, kk, v, qpos, kpos, c.B, c.Tq, c.Tk, c.a, c.g,
-							    c.k, c.S, c.scale, c.p, c.seed, c.off, 0);
+							    c.k, c.S, c.scale, -1, c.p, c.seed, c.off, 0);
 			kops_cpu()->round(fo16, fo, nq, rk);
 			tb_out("dq", NULL, FL(nq), c.k == 80 ? TOL_RED : tol);
 			tb_out("dk", NULL, FL(nkv), c.k == 80 ? TOL_RED : tol);
@@ -1577,12 +1584,14 @@ static void test_attention_block(void)
 		   { 1, 2, 1, 256, 150, 0, 0, 0, 0.1f, 1, 0, 0, 0, 0, 4, 0 },
 		   { 2, 12, 4, 64, 512, 256, 256, 1, 0.1f, 0, 0, 0, 0, 0, 0, 1 },
 		   { 2, 16, 4, 128, 1024, 0, 0, 0, 0.0f, 1, 0, 0, 0, 0, 0, 1 } };
-	for (int i = 0; i < (int)(sizeof cf / sizeof *cf); i++) {
-		if (cf[i].big && !big)
+	/* then the small cases again under a sliding window of about a fifth of S */
+	for (int wi = 0; wi < 2 * (int)(sizeof cf / sizeof *cf); wi++) {
+		const int i = wi % (int)(sizeof cf / sizeof *cf), windowed = wi >= (int)(sizeof cf / sizeof *cf);
+		if (cf[i].big && (!big || windowed))
 			continue;
 		struct cfg c = { .B = cf[i].B, .a = cf[i].a, .g = cf[i].g, .k = cf[i].k, .S = cf[i].S, .Tq = cf[i].Tq,
 				 .Tk = cf[i].Tk, .acc = cf[i].acc, .p = cf[i].p, .scale = 1.0f / sqrtf((float)cf[i].k),
-				 .seed = 7 + (uint64_t)i, .off = 11 * (uint64_t)i };
+				 .seed = 7 + (uint64_t)i, .off = 11 * (uint64_t)i, .win = windowed ? cf[i].S / 5 : -1 };
 		const int nch = cf[i].nch, nul = cf[i].nul;
 		char where[64] = "";
 		if (nch) {
@@ -1617,16 +1626,16 @@ static void test_attention_block(void)
 			float *out = hnew(FL(nq)), *lse = hnew(FL(nl));
 			if (pass == 0 && c.acc) /* the running state: the other keys merged first */
 				h->attention_block_forward(out, lse, q, kk2, v2, qpos, kpos2, c.B, c.Tq, Tk2, c.a,
-							   c.g, c.k, c.S, c.scale, c.p, c.seed, c.off, 0);
+							   c.g, c.k, c.S, c.scale, c.win, c.p, c.seed, c.off, 0);
 			if (pass == 1) { /* the finished forward: this block alone, or both */
 				if (c.acc)
 					h->attention_block_forward(out, lse, q, kk2, v2, qpos, kpos2, c.B, c.Tq, Tk2,
-								   c.a, c.g, c.k, c.S, c.scale, c.p, c.seed, c.off, 0);
+								   c.a, c.g, c.k, c.S, c.scale, c.win, c.p, c.seed, c.off, 0);
 				h->attention_block_forward(out, lse, q, kk, v, qpos, kpos, c.B, c.Tq, c.Tk, c.a,
-							   c.g, c.k, c.S, c.scale, c.p, c.seed, c.off, c.acc);
+							   c.g, c.k, c.S, c.scale, c.win, c.p, c.seed, c.off, c.acc);
 			}
-			const char *l = LABEL("B=%d a=%d g=%d k=%d S=%d Tq=%d Tk=%d p=%g%s %s%s%s%s", c.B, c.a, c.g, c.k,
-					      c.S, c.Tq, c.Tk, c.p, where,
+			const char *l = LABEL("B=%d a=%d g=%d k=%d S=%d Tq=%d Tk=%d p=%g window=%d%s %s%s%s%s", c.B, c.a,
+					      c.g, c.k, c.S, c.Tq, c.Tk, c.p, c.win, where,
 					      pass == 0 ? (c.acc ? "accumulate=1" : "accumulate=0")
 							: (c.acc ? "share of all keys" : "this block alone"),
 					      pass && nul & 1 ? " dq=NULL" : "", pass && nul & 2 ? " dk=NULL" : "",

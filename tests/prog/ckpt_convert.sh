@@ -160,14 +160,26 @@ done
 # hidden 64; hf_ref.py builds it from transformers' Llama modules, the pinned
 # transformers predating Qwen3) and a Llama with rope_scaling llama3
 # (--use-rope-scaling) import with transformers' logits and export back to
-# the same tensors and config
+# the same tensors and config; so does a MistralForCausalLM with
+# sliding_window 8 on sequences of 40 (megac's --window-size 7,0: HF's window
+# counts the query's own key); one with sliding_window null imports as a
+# Llama (and would export as LlamaForCausalLM)
 setup "transformers writes a random Qwen2ForCausalLM (GQA, tied)" $REF make qwen2 $W/rq2 --layers 2 --hidden 64 \
 	--heads 4 --kv-heads 2 --ffn 96 --vocab 1000 --positions 64 --tie --seed 3
 setup "a random Qwen3ForCausalLM (GQA, head_dim 24, rope_scaling)" $REF make qwen3 $W/rq3 --layers 2 \
 	--hidden 64 --heads 4 --kv-heads 2 --head-dim 24 --ffn 96 --vocab 1000 --positions 64 --rope-scaling 8 --seed 4
 setup "transformers writes a random LlamaForCausalLM with rope_scaling llama3 (factor 8)" $REF make llama $W/rl3 \
 	--layers 2 --hidden 64 --heads 4 --kv-heads 2 --ffn 96 --vocab 1000 --positions 64 --rope-scaling 8 --seed 5
-for m in rq2 rq3 rl3; do
+setup "transformers writes a random MistralForCausalLM (GQA, head_dim 24, sliding_window 8)" $REF make mistral \
+	$W/rmi --layers 2 --hidden 64 --heads 4 --kv-heads 2 --head-dim 24 --ffn 96 --vocab 1000 --positions 64 \
+	--sliding-window 8 --seed 6
+setup "transformers writes a random MistralForCausalLM (sliding_window null)" $REF make mistral $W/rmn --layers 2 \
+	--hidden 64 --heads 4 --kv-heads 2 --ffn 96 --vocab 1000 --positions 64 --seed 7
+expect_ok "rmn: import" $C --from hf --load $W/rmn --save $W/rmnm --verify
+expect_ok "rmn: megac's logits" $LOGITS $W/rmnm $W/ids1k.npy $W/rmn_megac.npy
+setup "rmn: transformers' logits" $REF logits $W/rmn $W/ids1k.npy $W/rmn_hf.npy
+logits_close "rmn: megac's logits on the import equal transformers' (1e-4)" $W/rmn_hf.npy $W/rmn_megac.npy 1e-4
+for m in rq2 rq3 rl3 rmi; do
 	expect_ok "$m: import" $C --from hf --load $W/$m --save $W/${m}m --verify
 	expect_ok "$m: megac's logits" $LOGITS $W/${m}m $W/ids1k.npy $W/${m}_megac.npy
 	setup "$m: transformers' logits" $REF logits $W/$m $W/ids1k.npy $W/${m}_hf.npy
@@ -273,7 +285,7 @@ mkdir -p $W/bad
 cp -r $W/rg $W/bad/arch
 sed -i 's/GPT2LMHeadModel/BertForMaskedLM/' $W/bad/arch/config.json
 expect_fail "unknown architecture" \
-	"ckpt_convert reads GPT2LMHeadModel, LlamaForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM and Qwen3ForCausalLM" \
+	"ckpt_convert reads GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM and Qwen3ForCausalLM" \
 	$C --from hf --load $W/bad/arch --save $W/bad/out1
 nothing_at "unknown architecture" $W/bad/out1
 cp -r $W/rg $W/bad/shape

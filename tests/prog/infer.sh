@@ -65,6 +65,15 @@ expect_ok "megac generates" $GEN $W/rlm $W/p2.json 20 $W/rl.json
 setup "transformers' continuation" $REF generate $W/rl $W/p2.json 20 $W/rl_ref.json
 same "GQA Llama: greedy generation equals transformers'" $W/rl_ref.json $W/rl.json 1e-4
 
+# a sliding window (Mistral's sliding_window 8: each key/value-cached step
+# sees its own key and the 7 before it) over prompts and continuations longer
+setup "a random MistralForCausalLM with sliding_window 8" $REF make mistral $W/rmi --layers 2 --hidden 64 \
+	--heads 4 --kv-heads 2 --ffn 96 --vocab 1000 --positions 64 --sliding-window 8 --seed 6
+setup "import it" $BIN/ckpt_convert --from hf --load $W/rmi --save $W/rmim
+expect_ok "megac generates with the window" $GEN $W/rmim $W/p2.json 20 $W/rmi.json
+setup "transformers' continuation" $REF generate $W/rmi $W/p2.json 20 $W/rmi_ref.json
+same "Mistral (sliding window): greedy generation equals transformers'" $W/rmi_ref.json $W/rmi.json 1e-4
+
 # long prompts batched together: the head runs on 64 rows at a time, so the
 # prompts' log-probs come from chunks that cut across sequences
 /usr/bin/python3 -c '

@@ -92,6 +92,15 @@ run "Llama, bf16, head dim 64: tensor-core attention on mma.sync (sm_80)" 2e-2 1
 ran "the mma.sync forward and backward kernels ran" "attn_tc_fwd_kernel<tc_bf16, 64, 8>" \
 	"attn_tc_dq_kernel<tc_bf16, 64>" "attn_tc_dkv_kernel<tc_bf16, 64>"
 unset MEGAC_EMU_SM MEGAC_EMU_STATS
+# a sliding window (8 keys of 32 positions) on the bf16 flash path: the
+# half table hands windowed attention to the fp32 block kernels
+export MEGAC_EMU_STATS=1
+run "Llama, bf16, sliding window --window-size 7,0 (against one CPU rank)" 2e-2 1 "" $WIDE $LLAMA --bf16 \
+	--window-size 7,0
+ran "the fp32 block kernels ran" "attn_block_fwd_kernel<64>" "attn_dq_kernel<64, false>" "attn_dkv_kernel<64, false>"
+unset MEGAC_EMU_STATS
+run "CP2, ring attention, sliding window (against one CPU rank)" 1e-4 2 "--context-parallel-size 2" --num-layers 2 \
+	$BASE $LLAMA --window-size 5,0
 
 run "TP2 with SP, bf16, Llama (against one CPU rank)" 2e-2 2 "--tensor-model-parallel-size 2 --sequence-parallel" \
 	--num-layers 2 $BASE $LLAMA --bf16

@@ -5,8 +5,10 @@
 # (rtol 1e-5), for a GPT-2-style and a Llama-style model, GPT-2 with
 # --qk-layernorm (LayerNorm q/k norms with biases, no RoPE) and a
 # Qwen-style Llama (--add-qkv-bias, RMSNorm --qk-layernorm before RoPE,
-# --use-rope-scaling); the last under TP2 (with and without SP) gives the
-# one-rank run's numbers. Also: model.h5 names and shapes as h5py sees
+# --use-rope-scaling) and a Mistral-style Llama (a sliding window of 8 keys
+# on 32 positions, full attention in every second layer); the Qwen and
+# Mistral ones under TP2 (Qwen with and without SP) give the one-rank run's
+# numbers. Also: model.h5 names and shapes as h5py sees
 # them, and the reference's own self-test.
 . tests/prog_lib.sh
 W=$(new_tmp train_ref)
@@ -34,13 +36,15 @@ LLAMA="$LLAMA --normalization RMSNorm --swiglu --ffn-hidden-size 96 --disable-bi
 LLAMA="$LLAMA --untie-embeddings-and-output-weights --eod-mask-loss --reset-position-ids"
 LLAMA="$LLAMA --reset-attention-mask"
 QWEN="$LLAMA --add-qkv-bias --qk-layernorm --use-rope-scaling --rope-scaling-factor 8 --rotary-base 500000"
+MISTRAL="$LLAMA --window-size 7,0 --window-attn-skip-freq 2"
 
-for model in gpt2 llama gpt2qk qwen; do
+for model in gpt2 llama gpt2qk qwen mistral; do
 	case $model in
 	gpt2) ARGS="$GPT2ARGS $COMMON" ;;
 	llama) ARGS="$LLAMA $COMMON" ;;
 	gpt2qk) ARGS="$GPT2ARGS --qk-layernorm $COMMON" ;;
 	qwen) ARGS="$QWEN $COMMON" ;;
+	mistral) ARGS="$MISTRAL $COMMON" ;;
 	esac
 	D=$W/$model
 	setup "$model: --train-iters 0 --save writes the initial model" \
@@ -70,6 +74,16 @@ for sp in "" "--sequence-parallel"; do
 		show "$W/cmp.log"
 	fi
 done
+
+expect_ok "mistral: TP2 8 iterations" sh -c "$MPI -np 2 $BIN/train $MISTRAL $COMMON --train-iters 8 \
+	--tensor-model-parallel-size 2 --make-vocab-size-divisible-by 64 --data-cache-path $W/mistral/cache \
+	--metrics-file $W/mistral/tp2.jsonl >$W/mistral/tp2.log"
+if $PY tests/prog/py/compare_metrics.py same "$W/mistral/ours.jsonl" "$W/mistral/tp2.jsonl" 8 >"$W/cmp.log" 2>&1; then
+	ok "mistral: TP2 equals one rank (lm loss, grad norm, lr): $(cat "$W/cmp.log")"
+else
+	notok "mistral: TP2 against one rank"
+	show "$W/cmp.log"
+fi
 
 # model.h5 as h5py sees it: Megatron Core names, global shapes, nothing else
 if $PY - "$W/llama/init/iter_0000000/model.h5" >"$W/h5.log" 2>&1 <<'EOF'; then

@@ -632,13 +632,14 @@ struct attn_case {
 	uint64_t seed, off;
 	const int32_t *doc;
 	float *q, *kk, *v, *out, *probs;
+	int window; /* sliding window (ops.h), -1: none */
 };
 
 static void attn_fwd(void *ctx)
 {
 	struct attn_case *c = ctx;
 	ops->attention_forward(c->out, c->probs, c->q, c->kk, c->v, c->doc, c->B, c->T, c->a, c->g,
-			       c->k, c->scale, c->p, c->seed, c->off);
+			       c->k, c->scale, c->window, c->p, c->seed, c->off);
 }
 
 /* Naive reference in double, straight from ops.h (dropout mask from kops_uniform). */
@@ -654,6 +655,8 @@ static void attn_reference(const struct attn_case *c, double *out)
 				for (int tk = 0; tk <= tq; tk++) {
 					s[tk] = -INFINITY;
 					if (c->doc && c->doc[b * T + tk] != c->doc[b * T + tq])
+						continue;
+					if (c->window >= 0 && tk < tq - c->window)
 						continue;
 					const float *kr = c->kk + (((size_t)b * g + h / m) * T + tk) * k;
 					double d = 0;
@@ -681,9 +684,9 @@ static void attn_reference(const struct attn_case *c, double *out)
 	free(s);
 }
 
-static void attn_case(int B, int T, int a, int g, int k, const int32_t *doc, float p)
+static void attn_case_w(int B, int T, int a, int g, int k, const int32_t *doc, float p, int window)
 {
-	struct attn_case c = { B, T, a, g, k, 1.0f / sqrtf((float)k), p, 99, 12345, doc, 0, 0, 0, 0, 0 };
+	struct attn_case c = { B, T, a, g, k, 1.0f / sqrtf((float)k), p, 99, 12345, doc, 0, 0, 0, 0, 0, window };
 	const size_t nq = (size_t)B * a * T * k, nkv = (size_t)B * g * T * k;
 	c.q = randv(nq, 1.5f), c.kk = randv(nkv, 1.5f), c.v = randv(nkv, 1);
 	c.out = zerov(nq), c.probs = zerov((size_t)B * a * T * T);
@@ -700,7 +703,8 @@ static void attn_case(int B, int T, int a, int g, int k, const int32_t *doc, flo
 			const float *pr = c.probs + ((size_t)bh * T + tq) * T;
 			double sum = 0;
 			for (int tk = 0; tk < T; tk++) {
-				int allowed = tk <= tq && (!doc || doc[bh / a * T + tk] == doc[bh / a * T + tq]);
+				int allowed = tk <= tq && (!doc || doc[bh / a * T + tk] == doc[bh / a * T + tq]) &&
+					      (window < 0 || tk >= tq - window);
 				if (!allowed)
 					bad += pr[tk] != 0.0f;
 				sum += pr[tk];
@@ -725,6 +729,11 @@ static void attn_case(int B, int T, int a, int g, int k, const int32_t *doc, flo
 		free(dk), free(dv), free(dk2);
 }
 
+static void attn_case(int B, int T, int a, int g, int k, const int32_t *doc, float p)
+{
+	attn_case_w(B, T, a, g, k, doc, p, -1);
+}
+
 static void test_attention_grad(void)
 {
 	static const int32_t doc[10] = { 0, 0, 1, 1, 1, 7, 7, 7, 7, 2 };
@@ -732,6 +741,9 @@ static void test_attention_grad(void)
 	attn_case(2, 5, 4, 2, 6, NULL, 0.0f); /* GQA */
 	attn_case(2, 5, 4, 1, 6, doc, 0.0f);  /* MQA, doc mask */
 	attn_case(2, 5, 4, 2, 6, doc, 0.3f);  /* dropout */
+	attn_case_w(2, 5, 4, 2, 6, NULL, 0.0f, 2); /* sliding window: 3 keys */
+	attn_case_w(2, 5, 4, 2, 6, doc, 0.3f, 1);  /* window, doc mask, dropout */
+	attn_case_w(2, 5, 4, 2, 6, NULL, 0.0f, 0); /* window 0: itself only */
 }
 
 /* more than one block of query rows (CPU_QB = 64), with doc mask and dropout */
@@ -741,6 +753,7 @@ static void test_attention_grad_long(void)
 	for (int t = 0; t < 70; t++)
 		doc[t] = t < 20 ? 0 : t < 66 ? 1 : 2;
 	attn_case(1, 70, 2, 1, 3, doc, 0.2f);
+	attn_case_w(1, 140, 2, 1, 3, NULL, 0.2f, 70); /* a window across row blocks */
 }
 
 /* ---- cross-entropy ---- */
@@ -805,7 +818,7 @@ static void run_many(struct run_outputs *o, int threads)
 		float *q = randv(nq, 1), *kk = randv(nkv, 1), *v = randv(nkv, 1), *dout = randv(nq, 1);
 		float *out = zerov(nq), *probs = zerov((size_t)B * a * T * T);
 		float *dq = zerov(nq), *dk = zerov(nkv), *dv = zerov(nkv);
-		ops->attention_forward(out, probs, q, kk, v, doc, B, T, a, g, k, 0.25f, 0.1f, 7, 11);
+		ops->attention_forward(out, probs, q, kk, v, doc, B, T, a, g, k, 0.25f, -1, 0.1f, 7, 11);
 		ops->attention_backward(dq, dk, dv, dout, q, kk, v, probs, B, T, a, g, k, 0.25f, 0.1f, 7, 11);
 		o->buf[i] = out, o->n[i++] = nq;
 		o->buf[i] = dq, o->n[i++] = nq;
@@ -1131,7 +1144,7 @@ static void torch_setup(void)
 	tc.a_q = randv(aq, 2), tc.a_k = randv(akv, 2), tc.a_v = randv(akv, 1), tc.a_dout = randv(aq, 1);
 	tc.a_out = zerov(aq), tc.a_probs = zerov(ap), tc.a_dq = zerov(aq), tc.a_dk = zerov(akv), tc.a_dv = zerov(akv);
 	ops->attention_forward(tc.a_out, tc.a_probs, tc.a_q, tc.a_k, tc.a_v, tc.a_doc, tc.aB, tc.aT,
-			       tc.aa, tc.ag, tc.ak, tc.a_scale, 0.0f, 0, 0);
+			       tc.aa, tc.ag, tc.ak, tc.a_scale, -1, 0.0f, 0, 0);
 	ops->attention_backward(tc.a_dq, tc.a_dk, tc.a_dv, tc.a_dout, tc.a_q, tc.a_k, tc.a_v, tc.a_probs,
 				tc.aB, tc.aT, tc.aa, tc.ag, tc.ak, tc.a_scale, 0.0f, 0, 0);
 	wfile("a_q", tc.a_q, aq * 4), wfile("a_k", tc.a_k, akv * 4), wfile("a_v", tc.a_v, akv * 4);
@@ -1497,7 +1510,7 @@ static void test_timings(void)
 		float *q = randv(nq, 1), *kk = randv(nq, 1), *v = randv(nq, 1), *out = zerov(nq);
 		float *probs = zerov(np), *dq = zerov(nq), *dk = zerov(nq), *dv = zerov(nq);
 		/* warm up, and the results every timed repetition must give again */
-		ops->attention_forward(out, probs, q, kk, v, NULL, B, T, a, g, k, 0.125f, 0.0f, 0, 0);
+		ops->attention_forward(out, probs, q, kk, v, NULL, B, T, a, g, k, 0.125f, -1, 0.0f, 0, 0);
 		ops->attention_backward(dq, dk, dv, out, q, kk, v, probs, B, T, a, g, k, 0.125f, 0.0f, 0, 0);
 		float *ref = xmalloc(4 * nq * sizeof(float));
 		memcpy(ref, out, nq * sizeof(float));
@@ -1507,7 +1520,7 @@ static void test_timings(void)
 		CHECK(all_finite(ref, 4 * nq));
 		double t0 = now();
 		for (int r = 0; r < 10; r++)
-			ops->attention_forward(out, probs, q, kk, v, NULL, B, T, a, g, k, 0.125f, 0.0f, 0, 0);
+			ops->attention_forward(out, probs, q, kk, v, NULL, B, T, a, g, k, 0.125f, -1, 0.0f, 0, 0);
 		double t1 = now();
 		CHECK(!memcmp(ref, out, nq * sizeof(float)));
 		for (int r = 0; r < 10; r++)
@@ -1516,7 +1529,7 @@ static void test_timings(void)
 		CHECK(!memcmp(ref + nq, dq, nq * sizeof(float)) && !memcmp(ref + 2 * nq, dk, nq * sizeof(float)) &&
 		      !memcmp(ref + 3 * nq, dv, nq * sizeof(float)));
 		for (int r = 0; r < 10; r++)
-			ops->attention_forward(out, probs, q, kk, v, NULL, B, T, a, g, k, 0.125f, 0.1f, 1, 0);
+			ops->attention_forward(out, probs, q, kk, v, NULL, B, T, a, g, k, 0.125f, -1, 0.1f, 1, 0);
 		double t3 = now();
 		CHECK(t1 > t0 && t2 > t1 && t3 > t2);
 		/* dropout (p 0.1) changed the output, and left it finite */

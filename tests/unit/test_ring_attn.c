@@ -93,10 +93,12 @@ struct blk_case {
 	uint64_t seed, off;
 	int32_t *qpos, *kpos;
 	float *q, *kk, *v, *dout;
+	int window; /* sliding window, -1: none */
 };
 
 /*
- * Straight from ops.h, in double: query tq sees key tk when kpos <= qpos,
+ * Straight from ops.h, in double: query tq sees key tk when kpos <= qpos
+ * (and, with a sliding window, kpos >= qpos - window),
  * softmax, dropout from kops_uniform at the global counter, O = (P*M) V;
  * backward by the plain chain rule (dP = dO.v * M, dS = P (dP - sum P dP)).
  * lse is -inf for a row that sees nothing (its out and grads are 0).
@@ -122,7 +124,10 @@ static void blk_reference(const struct blk_case *c, double *out, double *lse, do
 				int n = 0;
 				while (n < Tk && c->kpos[n] <= c->qpos[tq])
 					n++;
-				for (int tk = 0; tk < n; tk++) {
+				int lo = 0; /* the sliding window's first key */
+				while (c->window >= 0 && lo < n && c->kpos[lo] < c->qpos[tq] - c->window)
+					lo++;
+				for (int tk = lo; tk < n; tk++) {
 					const float *kr = c->kk + (((size_t)b * g + h / m) * Tk + tk) * k;
 					double d = 0;
 					for (int i = 0; i < k; i++)
@@ -130,10 +135,10 @@ static void blk_reference(const struct blk_case *c, double *out, double *lse, do
 					s[tk] = d * c->scale;
 					mx = s[tk] > mx ? s[tk] : mx;
 				}
-				for (int tk = 0; tk < n; tk++)
+				for (int tk = lo; tk < n; tk++)
 					sum += exp(s[tk] - mx);
-				lse[((size_t)b * a + h) * Tq + tq] = n ? mx + log(sum) : -INFINITY;
-				for (int tk = 0; tk < n; tk++) {
+				lse[((size_t)b * a + h) * Tq + tq] = n > lo ? mx + log(sum) : -INFINITY;
+				for (int tk = lo; tk < n; tk++) {
 					s[tk] = exp(s[tk] - mx) / sum;
 					mk[tk] = 1;
 					if (c->p > 0) {
@@ -146,7 +151,7 @@ static void blk_reference(const struct blk_case *c, double *out, double *lse, do
 						o[i] += s[tk] * mk[tk] * vr[i];
 				}
 				double D = 0;
-				for (int tk = 0; tk < n; tk++) {
+				for (int tk = lo; tk < n; tk++) {
 					const float *vr = c->v + (((size_t)b * g + h / m) * Tk + tk) * k;
 					double d = 0;
 					for (int i = 0; i < k; i++)
@@ -154,7 +159,7 @@ static void blk_reference(const struct blk_case *c, double *out, double *lse, do
 					dp[tk] = d * mk[tk];
 					D += s[tk] * dp[tk];
 				}
-				for (int tk = 0; tk < n; tk++) {
+				for (int tk = lo; tk < n; tk++) {
 					const size_t kr = (((size_t)b * g + h / m) * Tk + tk) * k;
 					const double ds = s[tk] * (dp[tk] - D);
 					for (int i = 0; i < k; i++) {
@@ -197,10 +202,10 @@ static void kv_rows(float *part, float *full, const int *sel, int n, const struc
 /* Positions: two runs for the queries (as a CP rank's two chunks, plus
  * position 0 alone, which sees no key: keys start at 1), a random sorted
  * subset of [1, S) for the keys. */
-static void blk_case(int B, int a, int g, int k, int S, int run, float p)
+static void blk_case_w(int B, int a, int g, int k, int S, int run, float p, int window)
 {
 	struct blk_case c = { .B = B, .a = a, .g = g, .k = k, .S = S, .scale = 1.0f / sqrtf((float)k),
-			      .p = p, .seed = 77, .off = 1000003 };
+			      .p = p, .seed = 77, .off = 1000003, .window = window };
 	c.qpos = xmalloc((size_t)S * sizeof(int32_t));
 	c.kpos = xmalloc((size_t)S * sizeof(int32_t));
 	c.qpos[c.Tq++] = 0;
@@ -222,7 +227,7 @@ static void blk_case(int B, int a, int g, int k, int S, int run, float p)
 	/* all keys in one call */
 	float *out = xmalloc(nq * sizeof(float)), *lse = xmalloc(nl * sizeof(float));
 	ops->attention_block_forward(out, lse, c.q, c.kk, c.v, c.qpos, c.kpos, B, Tq, Tk, a, g, k, S,
-				     c.scale, p, c.seed, c.off, 0);
+				     c.scale, c.window, p, c.seed, c.off, 0);
 	CHECK(close_rel("out, one block", out, ro, nq, 1e-5));
 	CHECK_INT(lse_bad(lse, rl, nl), 0);
 
@@ -245,13 +250,13 @@ static void blk_case(int B, int a, int g, int k, int S, int run, float p)
 			kv_rows(pv, c.v, sel, n, &c, 0);
 			if (pass == 0) {
 				ops->attention_block_forward(out2, lse2, c.q, pk, pv, c.qpos, ppos, B, Tq, n, a, g,
-							     k, S, c.scale, p, c.seed, c.off, part > 0);
+							     k, S, c.scale, c.window, p, c.seed, c.off, part > 0);
 				continue;
 			}
 			memset(pdk, 0, nkv * sizeof(float));
 			memset(pdv, 0, nkv * sizeof(float));
 			ops->attention_block_backward(dq, pdk, pdv, c.dout, out, lse, c.q, pk, pv, c.qpos,
-						      ppos, B, Tq, n, a, g, k, S, c.scale, p, c.seed, c.off);
+						      ppos, B, Tq, n, a, g, k, S, c.scale, c.window, p, c.seed, c.off);
 			kv_rows(pdk, dk, sel, n, &c, 1);
 			kv_rows(pdv, dv, sel, n, &c, 1);
 		}
@@ -267,7 +272,7 @@ static void blk_case(int B, int a, int g, int k, int S, int run, float p)
 	memcpy(dk2, dk, nkv * sizeof(float));
 	memcpy(dv2, dv, nkv * sizeof(float));
 	ops->attention_block_backward(dq2, dk2, dv2, c.dout, out, lse, c.q, c.kk, c.v, c.qpos, c.kpos,
-				      B, Tq, Tk, a, g, k, S, c.scale, p, c.seed, c.off);
+				      B, Tq, Tk, a, g, k, S, c.scale, c.window, p, c.seed, c.off);
 	for (size_t i = 0; i < nq; i++)
 		rdq[i] *= 2;
 	for (size_t i = 0; i < nkv; i++)
@@ -282,19 +287,27 @@ static void blk_case(int B, int a, int g, int k, int S, int run, float p)
 	free(ppos), free(dq2), free(dk2), free(dv2);
 }
 
+static void blk_case(int B, int a, int g, int k, int S, int run, float p)
+{
+	blk_case_w(B, a, g, k, S, run, p, -1);
+}
+
 static void test_block_ops(void)
 {
 	blk_case(2, 4, 2, 5, 40, 6, 0.0f);   /* GQA */
 	blk_case(2, 4, 2, 5, 40, 6, 0.3f);   /* dropout */
 	blk_case(1, 3, 3, 4, 300, 40, 0.0f); /* 81 query rows: two row blocks */
 	blk_case(1, 2, 1, 4, 300, 40, 0.2f); /* MQA, dropout, two row blocks */
+	blk_case_w(2, 4, 2, 5, 40, 6, 0.3f, 4);    /* sliding window, dropout */
+	blk_case_w(1, 3, 3, 4, 300, 40, 0.0f, 50); /* window across row blocks */
+	blk_case_w(1, 2, 1, 4, 300, 40, 0.2f, 1);  /* window 1: two keys at most */
 }
 
 /* ---- ring attention on one rank equals attention_forward/backward ---- */
 
 static struct dist_group one_rank = { .name = "context-parallel", .size = 1 };
 
-static void one_rank_case(int B, int S, int a, int g, int k, float p)
+static void one_rank_case_w(int B, int S, int a, int g, int k, float p, int w)
 {
 	const float scale = 1.0f / sqrtf((float)k);
 	const uint64_t seed = 5, off = 123456789;
@@ -308,13 +321,13 @@ static void one_rank_case(int B, int S, int a, int g, int k, float p)
 	float *q = randv(nq, 1.5f), *kk = randv(nkv, 1.5f), *v = randv(nkv, 1), *dout = randv(nq, 1);
 	float *out = xmalloc(nq * sizeof(float)), *probs = xmalloc((size_t)B * a * S * S * sizeof(float));
 	float *dq = xmalloc(nq * sizeof(float)), *dk = xmalloc(nkv * sizeof(float)), *dv = xmalloc(nkv * sizeof(float));
-	ops->attention_forward(out, probs, q, kk, v, NULL, B, S, a, g, k, scale, p, seed, off);
+	ops->attention_forward(out, probs, q, kk, v, NULL, B, S, a, g, k, scale, w, p, seed, off);
 	ops->attention_backward(dq, dk, dv, dout, q, kk, v, probs, B, S, a, g, k, scale, p, seed, off);
 	/* the ring's outputs start as garbage: everything must be written */
 	float *rout = randv(nq, 9), *lse = randv((size_t)B * a * S, 9);
 	float *rdq = randv(nq, 9), *rdk = randv(nkv, 9), *rdv = randv(nkv, 9);
-	ring_attn_forward(&r, rout, lse, q, kk, v, scale, p, seed, off);
-	ring_attn_backward(&r, rdq, rdk, rdv, dout, rout, lse, q, kk, v, scale, p, seed, off);
+	ring_attn_forward(&r, rout, lse, q, kk, v, scale, w, p, seed, off);
+	ring_attn_backward(&r, rdq, rdk, rdv, dout, rout, lse, q, kk, v, scale, w, p, seed, off);
 	CHECK(close_rel_f("out", rout, out, nq, 1e-5));
 	CHECK(close_rel_f("dq", rdq, dq, nq, 1e-5));
 	CHECK(close_rel_f("dk", rdk, dk, nkv, 1e-5));
@@ -327,8 +340,15 @@ static void one_rank_case(int B, int S, int a, int g, int k, float p)
 	free(rout), free(lse), free(rdq), free(rdk), free(rdv);
 }
 
+static void one_rank_case(int B, int S, int a, int g, int k, float p)
+{
+	one_rank_case_w(B, S, a, g, k, p, -1);
+}
+
 static void test_one_rank(void)
 {
+	one_rank_case_w(2, 150, 4, 2, 8, 0.2f, 70); /* sliding window (probs path = block path) */
+	one_rank_case_w(1, 10, 2, 2, 4, 0.0f, 3);
 	one_rank_case(2, 150, 4, 2, 8, 0.0f); /* GQA, three row blocks */
 	one_rank_case(2, 150, 4, 2, 8, 0.2f); /* dropout */
 	one_rank_case(1, 10, 2, 2, 4, 0.1f);
@@ -346,7 +366,7 @@ struct fd_case {
 /* L = sum(out * R) in double from the fp32 forward */
 static double fd_loss(struct fd_case *c)
 {
-	ring_attn_forward(c->r, c->out, c->lse, c->q, c->kk, c->v, c->scale, c->p, 3, 17);
+	ring_attn_forward(c->r, c->out, c->lse, c->q, c->kk, c->v, c->scale, -1, c->p, 3, 17);
 	double L = 0;
 	for (size_t i = 0; i < (size_t)c->B * c->S * c->a * c->k; i++)
 		L += (double)c->out[i] * c->R[i];
@@ -383,7 +403,7 @@ static void fd_case(float p)
 	c.out = xmalloc(nq * sizeof(float)), c.lse = xmalloc((size_t)c.B * c.a * c.S * sizeof(float));
 	float *dq = xmalloc(nq * sizeof(float)), *dk = xmalloc(nkv * sizeof(float)), *dv = xmalloc(nkv * sizeof(float));
 	fd_loss(&c);
-	ring_attn_backward(&r, dq, dk, dv, c.R, c.out, c.lse, c.q, c.kk, c.v, c.scale, p, 3, 17);
+	ring_attn_backward(&r, dq, dk, dv, c.R, c.out, c.lse, c.q, c.kk, c.v, c.scale, -1, p, 3, 17);
 	const double tol = 5e-4; /* measured ~4e-5 (fp32 forwards, h = 1e-2); a wrong term is off by 10% and more */
 	double eq = fd_relerr(&c, c.q, nq, dq, 1e-2f), ek = fd_relerr(&c, c.kk, nkv, dk, 1e-2f);
 	double ev = fd_relerr(&c, c.v, nkv, dv, 1e-2f);
@@ -434,6 +454,7 @@ static struct dist D;
 struct mr_case {
 	int B, c, a, g, k;
 	float p;
+	int window; /* sliding window; 0 here means none (-1 to the ops) */
 };
 static struct mr_case mr;
 
@@ -448,7 +469,8 @@ static void multi_rank_case(void)
 	float *q = randv(nq, 1.5f), *kk = randv(nkv, 1.5f), *v = randv(nkv, 1), *dout = randv(nq, 1);
 	float *out = xmalloc(nq * sizeof(float)), *probs = xmalloc((size_t)B * a * S * S * sizeof(float));
 	float *dq = xmalloc(nq * sizeof(float)), *dk = xmalloc(nkv * sizeof(float)), *dv = xmalloc(nkv * sizeof(float));
-	ops->attention_forward(out, probs, q, kk, v, NULL, B, S, a, g, k, scale, mr.p, seed, off);
+	const int w = mr.window > 0 ? mr.window : -1;
+	ops->attention_forward(out, probs, q, kk, v, NULL, B, S, a, g, k, scale, w, mr.p, seed, off);
 	ops->attention_backward(dq, dk, dv, dout, q, kk, v, probs, B, S, a, g, k, scale, mr.p, seed, off);
 
 	struct mem_pool mem;
@@ -497,9 +519,9 @@ static void multi_rank_case(void)
 	float *rout = randv(lq, 9), *lse = randv((size_t)B * a * T, 9);
 	float *rdq = randv(lq, 9), *rdk = randv(lkv, 9), *rdv = randv(lkv, 9);
 	const uint64_t b0 = cp->bytes, nbytes = (uint64_t)B * g * k * (S / n) * sizeof(float);
-	ring_attn_forward(&r, rout, lse, lq_, lk, lv, scale, mr.p, seed, off);
+	ring_attn_forward(&r, rout, lse, lq_, lk, lv, scale, w, mr.p, seed, off);
 	const uint64_t b1 = cp->bytes;
-	ring_attn_backward(&r, rdq, rdk, rdv, ldout, rout, lse, lq_, lk, lv, scale, mr.p, seed, off);
+	ring_attn_backward(&r, rdq, rdk, rdv, ldout, rout, lse, lq_, lk, lv, scale, w, mr.p, seed, off);
 	const uint64_t b2 = cp->bytes;
 	CHECK(close_rel_f("out", rout, eout, lq, 1e-5));
 	CHECK(close_rel_f("dq", rdq, edq, lq, 1e-5));
@@ -522,18 +544,20 @@ static int multi_rank_main(void)
 	if (dist_setup(&D, &l) < 0)
 		die("could not set up the context-parallel group");
 	static const struct mr_case cases[] = {
-		{ 2, 5, 4, 2, 8, 0.0f },  /* GQA, odd chunks */
-		{ 2, 5, 4, 2, 8, 0.2f },  /* dropout */
-		{ 1, 40, 2, 1, 4, 0.0f }, /* T = 80: row blocks straddle the chunk boundary */
-		{ 1, 40, 2, 1, 4, 0.1f },
+		{ 2, 5, 4, 2, 8, 0.0f, 0 },  /* GQA, odd chunks */
+		{ 2, 5, 4, 2, 8, 0.2f, 0 },  /* dropout */
+		{ 1, 40, 2, 1, 4, 0.0f, 0 }, /* T = 80: row blocks straddle the chunk boundary */
+		{ 1, 40, 2, 1, 4, 0.1f, 0 },
+		{ 2, 5, 4, 2, 8, 0.2f, 3 },  /* sliding window, dropout */
+		{ 1, 40, 2, 1, 4, 0.0f, 50 }, /* a window across chunks */
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		mr = cases[i];
 		char name[160];
 		snprintf(name, sizeof(name),
 			 "rank %d of cp %d: out, dq, dk, dv are the one-rank rows, bytes as documented "
-			 "(B %d, chunk %d, heads %d/%d, dropout %g)",
-			 D.cp.rank, D.cp.size, mr.B, mr.c, mr.a, mr.g, mr.p);
+			 "(B %d, chunk %d, heads %d/%d, dropout %g, window %d)",
+			 D.cp.rank, D.cp.size, mr.B, mr.c, mr.a, mr.g, mr.p, mr.window);
 		t_run(name, multi_rank_case);
 	}
 	double failed = t_tests_failed;

@@ -38,7 +38,12 @@
  *  - Causality: keys in a tile's future are skipped, never masked one by one:
  *    positions increase, so the keys a query tile sees are a prefix of the
  *    keys (binary search on the last query), and the queries a key tile is
- *    seen by a suffix (binary search on the first key).
+ *    seen by a suffix (binary search on the first key). A sliding window
+ *    (window >= 0) cuts the other end the same way: a query tile starts at
+ *    the first key its first query's window holds, a key tile's queries end
+ *    at the last one whose window holds its last key; inside the tiles that
+ *    remain, a key is masked when it is more than window positions back
+ *    (see()). attention_backward takes the window from the probs (0 outside).
  *  - Dropout: each tile's keep flags are drawn into shared memory as bytes,
  *    16 consecutive keys of one query per thread; their Philox counters are
  *    consecutive within runs of consecutive key positions, so one Philox
@@ -208,6 +213,21 @@ static __device__ __forceinline__ int count_le(const int32_t *pos, int n, int p)
 	return lo;
 }
 
+/* Whether a query at position qp sees a key at kp: causal, and within the
+ * sliding window (window < 0: none). Padding keys (kp = INT_MAX) and
+ * padding queries (qp = -1) see nothing. */
+static __device__ __forceinline__ bool see(int kp, int qp, int window)
+{
+	return kp <= qp && (window < 0 || kp >= qp - window);
+}
+
+/* The first of the increasing key positions pos[0..n) a query at position
+ * p sees under the window (0 without one). */
+static __device__ __forceinline__ int window_first(const int32_t *pos, int n, int p, int window)
+{
+	return window < 0 ? 0 : count_le(pos, n, p - window - 1);
+}
+
 /* Global position of query/key i: the list's entry, or i itself for
  * attention_forward/backward (pos NULL). */
 static __device__ __forceinline__ int pos_at(const int32_t *pos, int i)
@@ -307,7 +327,7 @@ template <int KD>
 __global__ void __launch_bounds__(NT, 2)
 	attn_block_fwd_kernel(float *out, float *lse, const float *q, const float *kk, const float *v,
 			      const int32_t *qpos, const int32_t *kpos, int B, int Tq, int Tk, int a, int g,
-			      int k, int S, float scale, float p, float keep_scale, uint64_t seed,
+			      int k, int S, float scale, int window, float p, float keep_scale, uint64_t seed,
 			      uint64_t offset, int accumulate)
 {
 	constexpr int RT = tiles<KD>::RT, CT = tiles<KD>::CT, BQ = 16 * RT, BK = 16 * CT;
@@ -323,8 +343,9 @@ __global__ void __launch_bounds__(NT, 2)
 	float *O = out + ((size_t)b * Tq + q0) * ldo + (size_t)h * k;
 	float *L = lse + (size_t)bh * Tq + q0;
 	const int nk = count_le(kpos, Tk, qpos[q0 + nq - 1]);
+	const int kb = window_first(kpos, nk, qpos[q0], window); /* keys before kb: behind every window */
 
-	if (nk == 0) { /* every key is in the tile's future */
+	if (nk == kb) { /* every key is in the tile's future or behind its windows */
 		if (!accumulate)
 #pragma unroll
 			for (int r = 0; r < RT; r++) {
@@ -361,7 +382,7 @@ __global__ void __launch_bounds__(NT, 2)
 		for (int e = 0; e < NCH; e++)
 			acc[r][e] = 0.0f;
 	}
-	for (int k0 = 0; k0 < nk; k0 += BK) {
+	for (int k0 = kb; k0 < nk; k0 += BK) {
 		const int nkt = nk - k0 < BK ? nk - k0 : BK;
 		__syncthreads(); /* the last tile's P.V is done with Ks, Vs, Ps, Ms */
 		load_rows<KD, BK>(Ks, Kg + (size_t)k0 * k, k, nkt, k);
@@ -378,7 +399,7 @@ __global__ void __launch_bounds__(NT, 2)
 			float mt = -INFINITY;
 #pragma unroll
 			for (int c = 0; c < CT; c++) {
-				s[r][c] = kp[c] <= qp[r] ? __fmul_rn(s[r][c], scale) : -INFINITY;
+				s[r][c] = see(kp[c], qp[r], window) ? __fmul_rn(s[r][c], scale) : -INFINITY;
 				mt = s[r][c] > mt ? s[r][c] : mt;
 			}
 			mt = max16(mt);
@@ -463,7 +484,7 @@ __global__ void __launch_bounds__(NT, 2)
 template <int KD>
 __global__ void __launch_bounds__(NT, 2)
 	attn_fwd_kernel(float *out, float *probs, const float *q, const float *kk, const float *v,
-			const int32_t *doc, int B, int T, int a, int g, int k, float scale, float p,
+			const int32_t *doc, int B, int T, int a, int g, int k, float scale, int window, float p,
 			float keep_scale, uint64_t seed, uint64_t offset)
 {
 	constexpr int RT = tiles<KD>::RT, CT = tiles<KD>::CT, BQ = 16 * RT, BK = 16 * CT;
@@ -475,6 +496,7 @@ __global__ void __launch_bounds__(NT, 2)
 	const int bh = blockIdx.x / ntile, tile = ntile - 1 - blockIdx.x % ntile;
 	const int b = bh / a, h = bh % a, G = h / (a / g);
 	const int q0 = tile * BQ, nq = T - q0 < BQ ? T - q0 : BQ, nk = q0 + nq;
+	const int kb = window < 0 || q0 - window < 0 ? 0 : q0 - window; /* keys [kb, nk) */
 	const size_t ldo = (size_t)a * k;
 	const int32_t *D = doc ? doc + (size_t)b * T : NULL;
 	float *P = probs + ((size_t)bh * T + q0) * T;
@@ -498,7 +520,7 @@ __global__ void __launch_bounds__(NT, 2)
 		l[r] = 0.0f;
 	}
 	/* pass 1: row max and sum (every real row sees itself: m finite, l >= 1) */
-	for (int k0 = 0; k0 < nk; k0 += BK) {
+	for (int k0 = kb; k0 < nk; k0 += BK) {
 		const int nkt = nk - k0 < BK ? nk - k0 : BK;
 		__syncthreads();
 		load_rows<KD, BK>(Ks, Kg + (size_t)k0 * k, k, nkt, k);
@@ -512,7 +534,7 @@ __global__ void __launch_bounds__(NT, 2)
 			float mt = -INFINITY;
 #pragma unroll
 			for (int c = 0; c < CT; c++) {
-				const bool vis = kp[c] <= qp[r] && kd[c] == qd[r];
+				const bool vis = see(kp[c], qp[r], window) && kd[c] == qd[r];
 				s[r][c] = vis ? __fmul_rn(s[r][c], scale) : -INFINITY;
 				mt = s[r][c] > mt ? s[r][c] : mt;
 			}
@@ -535,7 +557,7 @@ __global__ void __launch_bounds__(NT, 2)
 #pragma unroll
 		for (int e = 0; e < NCH; e++)
 			acc[r][e] = 0.0f;
-	for (int k0 = 0; k0 < nk; k0 += BK) {
+	for (int k0 = kb; k0 < nk; k0 += BK) {
 		const int nkt = nk - k0 < BK ? nk - k0 : BK;
 		__syncthreads();
 		load_rows<KD, BK>(Ks, Kg + (size_t)k0 * k, k, nkt, k);
@@ -553,7 +575,7 @@ __global__ void __launch_bounds__(NT, 2)
 #pragma unroll
 			for (int c = 0; c < CT; c++) {
 				const int j = tx + 16 * c;
-				const bool vis = kp[c] <= qp[r] && kd[c] == qd[r];
+				const bool vis = see(kp[c], qp[r], window) && kd[c] == qd[r];
 				float e = vis ? expf(__fmul_rn(s[r][c], scale) - m[r]) / l[r] : 0.0f;
 				if (i < nq && j < nkt)
 					P[(size_t)i * T + k0 + j] = e;
@@ -565,9 +587,12 @@ __global__ void __launch_bounds__(NT, 2)
 		__syncwarp(); /* P rows are read by the warp that wrote them */
 		mma_pv<KD, RT, BK>(acc, Ps, LP, Vs, tx, ty);
 	}
-	for (int i = ty; i < nq; i += 16) /* keys past the tile's last query */
+	for (int i = ty; i < nq; i += 16) { /* keys past the tile's last query, and behind its windows */
 		for (int j = nk + tx; j < T; j += 16)
 			P[(size_t)i * T + j] = 0.0f;
+		for (int j = tx; j < kb; j += 16)
+			P[(size_t)i * T + j] = 0.0f;
+	}
 #pragma unroll
 	for (int r = 0; r < RT; r++) {
 		const int i = ty + 16 * r;
@@ -631,7 +656,7 @@ __global__ void __launch_bounds__(NT, 2)
 	attn_dq_kernel(float *dq, float *dr, const float *dout, const float *q, const float *kk,
 		       const float *v, const float *probs, const float *lse, const int32_t *qpos,
 		       const int32_t *kpos, int B, int Tq, int Tk, int a, int g, int k, int S, float scale,
-		       float p, float keep_scale, uint64_t seed, uint64_t offset, int want_dq)
+		       int window, float p, float keep_scale, uint64_t seed, uint64_t offset, int want_dq)
 {
 	constexpr int RT = tiles<KD>::RT, CT = tiles<KD>::CT, BQ = 16 * RT, BK = 16 * CT;
 	constexpr int LD = KD + 4, LP = BK + 4, NCH = KD / 16;
@@ -645,7 +670,9 @@ __global__ void __launch_bounds__(NT, 2)
 	const int q0 = tile * BQ, nq = Tq - q0 < BQ ? Tq - q0 : BQ;
 	const size_t ldo = (size_t)a * k;
 	const int nk = FULL ? q0 + nq : count_le(kpos, Tk, qpos[q0 + nq - 1]);
-	if (nk == 0)
+	/* FULL takes the window from the probs (0 outside it) */
+	const int kb = FULL ? 0 : window_first(kpos, nk, qpos[q0], window);
+	if (nk == kb)
 		return; /* block op: nothing to add */
 
 	int qp[RT];
@@ -717,7 +744,7 @@ __global__ void __launch_bounds__(NT, 2)
 #pragma unroll
 		for (int e = 0; e < NCH; e++)
 			acc[r][e] = 0.0f;
-	for (int k0 = 0; k0 < nk; k0 += BK) {
+	for (int k0 = kb; k0 < nk; k0 += BK) {
 		const int nkt = nk - k0 < BK ? nk - k0 : BK;
 		__syncthreads(); /* the last tile's dS K is done with Ks, dSs; Vs, Ms are free too */
 		load_rows<KD, BK>(Ks, Kg + (size_t)k0 * k, k, nkt, k);
@@ -738,7 +765,7 @@ __global__ void __launch_bounds__(NT, 2)
 			for (int c = 0; c < CT; c++) {
 				const int j = tx + 16 * c;
 				float ds = 0.0f;
-				if (kp[c] <= qp[r]) {
+				if (see(kp[c], qp[r], FULL ? -1 : window)) {
 					const float pr = FULL ? Pg[(size_t)i * Tk + k0 + j]
 							      : expf(__fmul_rn(sc[r][c], scale) - lr[r]);
 					float d = dp[r][c];
@@ -790,7 +817,7 @@ __global__ void __launch_bounds__(NT, 1)
 	attn_dkv_kernel(float *dk, float *dv, const float *dout, const float *q, const float *kk,
 			const float *v, const float *probs, const float *lse, const float *dr,
 			const int32_t *qpos, const int32_t *kpos, int B, int Tq, int Tk, int a, int g, int k,
-			int S, float scale, float p, float keep_scale, uint64_t seed, uint64_t offset)
+			int S, float scale, int window, float p, float keep_scale, uint64_t seed, uint64_t offset)
 {
 	constexpr int RT = tiles<KD>::RT, CT = tiles<KD>::CT, BK = 16 * RT, BQ = 16 * CT;
 	constexpr int LD = KD + 4, LT = BQ + 4, LM = BK + 4, LG = BK + 1, NCH = KD / 16;
@@ -805,8 +832,12 @@ __global__ void __launch_bounds__(NT, 1)
 	const bool want_dk = dk != NULL, want_dv = dv != NULL, drop = p > 0.0f;
 	/* the first query that sees the tile's first key */
 	const int first = FULL ? k0 : count_le(qpos, Tq, kpos[k0] - 1);
-	if (first >= Tq)
-		return; /* block op: the tile is in every query's future, nothing to add */
+	/* past the last query whose window holds the tile's last key (FULL: the probs say) */
+	const int last = FULL || window < 0 ? Tq : count_le(qpos, Tq, kpos[k0 + nkt - 1] + window);
+	if (first >= last)
+		return; /* block op: the tile is in every query's future or behind its window */
+	if (FULL)
+		window = -1;
 	const size_t kv = ((size_t)b * g + G) * Tk + k0;
 
 	int kp[RT];
@@ -831,7 +862,7 @@ __global__ void __launch_bounds__(NT, 1)
 	for (int h = G * m; h < (G + 1) * m; h++) {
 		const int bh = b * a + h;
 		const uint64_t row0 = offset + (uint64_t)(h * B + b) * (uint64_t)S * (uint64_t)S;
-		for (int qt = first / BQ; qt < ntq; qt++) {
+		for (int qt = first / BQ; qt < ntq && qt * BQ < last; qt++) {
 			const int j0 = qt * BQ, nqt = Tq - j0 < BQ ? Tq - j0 : BQ;
 			__syncthreads(); /* the last query tile's products are done with every tile */
 			if (want_dk || !FULL)
@@ -864,7 +895,7 @@ __global__ void __launch_bounds__(NT, 1)
 			for (int r = 0; r < RT; r++)
 #pragma unroll
 				for (int c = 0; c < CT; c++) {
-					const bool vis = kp[r] <= qp[c];
+					const bool vis = see(kp[r], qp[c], window);
 					if (FULL)
 						pt[r][c] = vis ? Xs[(tx + 16 * c) * LG + ty + 16 * r] : 0.0f;
 					else /* exp(scale q.k - lse): the final probs */
@@ -899,7 +930,7 @@ __global__ void __launch_bounds__(NT, 1)
 					for (int c = 0; c < CT; c++) {
 						float d = drop ? __fmul_rn(dp[r][c], mu[r][c]) : dp[r][c];
 						Ts[(ty + 16 * r) * LT + tx + 16 * c] =
-							kp[r] <= qp[c] ? pt[r][c] * (d - drc[c]) : 0.0f;
+							see(kp[r], qp[c], window) ? pt[r][c] * (d - drc[c]) : 0.0f;
 					}
 				__syncwarp();
 				mma_pv<KD, RT, BQ>(dka, Ts, LT, Qs, tx, ty);
@@ -942,26 +973,26 @@ static int head_pad(int k)
 
 template <int KD>
 static void fwd_launch(float *out, float *probs, const float *q, const float *kk, const float *v,
-		       const int32_t *doc, int B, int T, int a, int g, int k, float scale, float p,
+		       const int32_t *doc, int B, int T, int a, int g, int k, float scale, int window, float p,
 		       uint64_t seed, uint64_t offset)
 {
 	static bool done;
 	const size_t smem = fwd_smem<KD>();
 	smem_opt_in(attn_fwd_kernel<KD>, smem, &done);
 	const unsigned grid = grid_1d((size_t)B * a, T, 16 * tiles<KD>::RT);
-	launch<attn_fwd_kernel<KD>>(grid, NT, smem, out, probs, q, kk, v, doc, B, T, a, g, k, scale, p,
+	launch<attn_fwd_kernel<KD>>(grid, NT, smem, out, probs, q, kk, v, doc, B, T, a, g, k, scale, window, p,
 					       keep_scale_of(p), seed, offset);
 	KERNEL_CHECK();
 }
 
 static void cuda_attention_forward(float *out, float *probs, const float *q, const float *kk,
 				   const float *v, const int32_t *doc, int B, int T, int a, int g, int k,
-				   float scale, float dropout_p, uint64_t seed, uint64_t offset)
+				   float scale, int window, float dropout_p, uint64_t seed, uint64_t offset)
 {
 	attn_check(a, g, k);
 	if (B <= 0 || T <= 0)
 		return;
-#define F_ARGS out, probs, q, kk, v, doc, B, T, a, g, k, scale, dropout_p, seed, offset
+#define F_ARGS out, probs, q, kk, v, doc, B, T, a, g, k, scale, window, dropout_p, seed, offset
 	switch (head_pad(k)) {
 	case 16: fwd_launch<16>(F_ARGS); break;
 	case 32: fwd_launch<32>(F_ARGS); break;
@@ -978,7 +1009,7 @@ template <int KD, bool FULL>
 static void bwd_launch(float *dq, float *dk, float *dv, float *dr, const float *dout, const float *q,
 		       const float *kk, const float *v, const float *probs, const float *lse,
 		       const int32_t *qpos, const int32_t *kpos, int B, int Tq, int Tk, int a, int g, int k,
-		       int S, float scale, float p, uint64_t seed, uint64_t offset)
+		       int S, float scale, int window, float p, uint64_t seed, uint64_t offset)
 {
 	static bool done_q, done_kv;
 	const float ks = keep_scale_of(p);
@@ -987,7 +1018,7 @@ static void bwd_launch(float *dq, float *dk, float *dv, float *dr, const float *
 		smem_opt_in(attn_dq_kernel<KD, FULL>, smem, &done_q);
 		const unsigned grid = grid_1d((size_t)B * a, Tq, 16 * tiles<KD>::RT);
 		launch<attn_dq_kernel<KD, FULL>>(grid, NT, smem, dq, dr, dout, q, kk, v, probs, lse, qpos, kpos,
-							     B, Tq, Tk, a, g, k, S, scale, p, ks, seed,
+							     B, Tq, Tk, a, g, k, S, scale, window, p, ks, seed,
 							     offset, dq != NULL);
 		KERNEL_CHECK();
 	}
@@ -996,7 +1027,7 @@ static void bwd_launch(float *dq, float *dk, float *dv, float *dr, const float *
 		smem_opt_in(attn_dkv_kernel<KD, FULL>, smem, &done_kv);
 		const unsigned grid = grid_1d((size_t)B * g, Tk, 16 * tiles<KD>::RT);
 		launch<attn_dkv_kernel<KD, FULL>>(grid, NT, smem, dk, dv, dout, q, kk, v, probs, lse, dr, qpos,
-							      kpos, B, Tq, Tk, a, g, k, S, scale, p, ks, seed,
+							      kpos, B, Tq, Tk, a, g, k, S, scale, window, p, ks, seed,
 							      offset);
 		KERNEL_CHECK();
 	}
@@ -1021,14 +1052,14 @@ static void cuda_attention_backward(float *dq, float *dk, float *dv, const float
 		return;
 	float *dr = (float *)scratch_alloc((size_t)B * a * T * sizeof(float));
 	BWD_DISPATCH(true, dq, dk, dv, dr, dout, q, kk, v, probs, NULL, NULL, NULL, B, T, T, a, g, k, T,
-		     scale, dropout_p, seed, offset);
+		     scale, -1, dropout_p, seed, offset);
 	scratch_free(dr);
 }
 
 template <int KD>
 static void block_fwd_launch(float *out, float *lse, const float *q, const float *kk, const float *v,
 			     const int32_t *qpos, const int32_t *kpos, int B, int Tq, int Tk, int a, int g,
-			     int k, int S, float scale, float p, uint64_t seed, uint64_t offset,
+			     int k, int S, float scale, int window, float p, uint64_t seed, uint64_t offset,
 			     int accumulate)
 {
 	static bool done;
@@ -1036,13 +1067,13 @@ static void block_fwd_launch(float *out, float *lse, const float *q, const float
 	smem_opt_in(attn_block_fwd_kernel<KD>, smem, &done);
 	const unsigned grid = grid_1d((size_t)B * a, Tq, 16 * tiles<KD>::RT);
 	launch<attn_block_fwd_kernel<KD>>(grid, NT, smem, out, lse, q, kk, v, qpos, kpos, B, Tq, Tk, a, g, k, S,
-						     scale, p, keep_scale_of(p), seed, offset, accumulate);
+						     scale, window, p, keep_scale_of(p), seed, offset, accumulate);
 	KERNEL_CHECK();
 }
 
 void cuda_attention_block_forward_f32(float *out, float *lse, const float *q, const float *kk, const float *v,
 				      const int32_t *qpos, const int32_t *kpos, int B, int Tq, int Tk, int a,
-				      int g, int k, int S, float scale, float dropout_p, uint64_t seed,
+				      int g, int k, int S, float scale, int window, float dropout_p, uint64_t seed,
 				      uint64_t offset, int accumulate)
 {
 	attn_check(a, g, k);
@@ -1051,7 +1082,7 @@ void cuda_attention_block_forward_f32(float *out, float *lse, const float *q, co
 	if (Tk < 0)
 		Tk = 0;
 #define BF_ARGS                                                                                  \
-	out, lse, q, kk, v, qpos, kpos, B, Tq, Tk, a, g, k, S, scale, dropout_p, seed, offset, accumulate
+	out, lse, q, kk, v, qpos, kpos, B, Tq, Tk, a, g, k, S, scale, window, dropout_p, seed, offset, accumulate
 	switch (head_pad(k)) {
 	case 16: block_fwd_launch<16>(BF_ARGS); break;
 	case 32: block_fwd_launch<32>(BF_ARGS); break;
@@ -1065,7 +1096,8 @@ void cuda_attention_block_forward_f32(float *out, float *lse, const float *q, co
 void cuda_attention_block_backward_f32(float *dq, float *dk, float *dv, const float *dout, const float *out,
 				       const float *lse, const float *q, const float *kk, const float *v,
 				       const int32_t *qpos, const int32_t *kpos, int B, int Tq, int Tk, int a, int g,
-				       int k, int S, float scale, float dropout_p, uint64_t seed, uint64_t offset)
+				       int k, int S, float scale, int window, float dropout_p, uint64_t seed,
+				       uint64_t offset)
 {
 	attn_check(a, g, k);
 	if ((!dq && !dk && !dv) || B <= 0 || Tq <= 0 || Tk <= 0)
@@ -1078,7 +1110,7 @@ void cuda_attention_block_backward_f32(float *dq, float *dk, float *dv, const fl
 		KERNEL_CHECK();
 	}
 	BWD_DISPATCH(false, dq, dk, dv, dr, dout, q, kk, v, NULL, lse, qpos, kpos, B, Tq, Tk, a, g, k, S,
-		     scale, dropout_p, seed, offset);
+		     scale, window, dropout_p, seed, offset);
 	scratch_free(dr);
 }
 

@@ -4,7 +4,7 @@ Runs under the venv that tests/py-env.sh makes (Debian's torch 1.13 and the
 pinned transformers). Only local folders: the hub is switched off before
 transformers is imported, and nothing is downloaded.
 
-  make gpt2|llama|mixtral|qwen2|qwen3 OUTDIR [--seed S] [--layers L --hidden H
+  make gpt2|llama|mixtral|qwen2|qwen3|mistral OUTDIR [--seed S] [--layers L --hidden H
        --heads A --kv-heads G --ffn F --vocab V --positions P]
        [--head-dim D] [--rope-scaling FACTOR]
        [--experts E --topk K] [--tie|--untie] [--dtype float32|bfloat16]
@@ -84,6 +84,8 @@ from transformers import (  # noqa: E402
     GPT2LMHeadModel,
     LlamaConfig,
     LlamaForCausalLM,
+    MistralConfig,
+    MistralForCausalLM,
     MixtralConfig,
     MixtralForCausalLM,
     Qwen2Config,
@@ -166,6 +168,14 @@ def build_config(a):
             "max_window_layers": L, "attention_dropout": 0.0, "initializer_range": a.std,
             "tie_word_embeddings": tie, "bos_token_id": 1 % a.vocab, "eos_token_id": 2 % a.vocab,
             "torch_dtype": a.dtype, "use_cache": True})
+    if a.kind == "mistral":  # sliding_window W: a query sees itself and the W - 1 keys before it
+        return MistralConfig(
+            num_hidden_layers=L, hidden_size=H, num_attention_heads=A,
+            num_key_value_heads=G, head_dim=a.head_dim or H // A, intermediate_size=ffn,
+            vocab_size=a.vocab, max_position_embeddings=a.positions, hidden_act="silu",
+            rms_norm_eps=1e-5, rope_theta=10000.0, sliding_window=a.sliding_window,
+            attention_dropout=0.0, initializer_range=a.std, tie_word_embeddings=tie,
+            bos_token_id=1 % a.vocab, eos_token_id=2 % a.vocab)
     if a.kind == "mixtral":
         if a.experts <= 0 or not 0 < a.topk <= a.experts:
             fail(f"--topk {a.topk} must lie in [1, --experts {a.experts}]")
@@ -265,7 +275,8 @@ def cmd_make(a):
     cfg = build_config(a)
     torch.manual_seed(a.seed)
     model = {"gpt2": GPT2LMHeadModel, "llama": LlamaForCausalLM, "qwen2": Qwen2ForCausalLM,
-             "qwen3": qwen3_model, "mixtral": MixtralForCausalLM}[a.kind](cfg)
+             "qwen3": qwen3_model, "mixtral": MixtralForCausalLM,
+             "mistral": MistralForCausalLM}[a.kind](cfg)
     gen = torch.Generator().manual_seed(a.seed)
     randomise(model, a.std, gen)
     model.eval()
@@ -490,8 +501,11 @@ def main(argv=None):
     sub = p.add_subparsers(dest="cmd", required=True)
 
     m = sub.add_parser("make", help="save a small random GPT-2, Llama or Mixtral")
-    m.add_argument("kind", choices=("gpt2", "llama", "mixtral", "qwen2", "qwen3"))
-    m.add_argument("--head-dim", type=int, default=None, help="qwen3 only (default hidden/heads)")
+    m.add_argument("kind", choices=("gpt2", "llama", "mixtral", "qwen2", "qwen3", "mistral"))
+    m.add_argument("--head-dim", type=int, default=None,
+                   help="qwen3 and mistral only (default hidden/heads)")
+    m.add_argument("--sliding-window", type=int, default=None,
+                   help="mistral only: sliding_window (default null: none)")
     m.add_argument("--rope-scaling", type=float, default=None,
                    help="llama, qwen2, qwen3: Llama 3.x rope_scaling with this factor")
     m.add_argument("outdir")

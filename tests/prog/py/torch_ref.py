@@ -109,6 +109,8 @@ def build_parser():
     str2bool_flag(p, "--use-rope-scaling")
     a("--rope-scaling-factor", type=float, default=8.0)
     str2bool_flag(p, "--qk-layernorm")
+    a("--window-size", default=None)  # "L,R": Megatron's tuple_type
+    a("--window-attn-skip-freq", default=None)
     a("--normalization", default="LayerNorm", choices=["LayerNorm", "RMSNorm"])
     a("--norm-epsilon", type=float, default=1e-5)
     str2bool_flag(p, "--swiglu")
@@ -200,7 +202,7 @@ REFUSED = {
     "--step-batch-size-schedule", "--mtp-num-layers", "--multi-latent-attention", "--load",
     "--finetune", "--pretrained-checkpoint", "--padded-vocab-size", "--no-pad-vocab-size",
     "--init-method-xavier-uniform", "--sft", "--apply-query-key-layer-scaling",
-    "--embedding-multiplier", "--window-size",
+    "--embedding-multiplier",
     "--moe-input-jitter-eps", "--moe-shared-expert-gate", "--moe-router-topk-scaling-factor",
     "--moe-router-num-groups", "--moe-router-group-topk", "--moe-router-enable-expert-bias",
     "--moe-router-dtype", "--moe-apply-probs-on-input",
@@ -260,6 +262,22 @@ def model_config(args, vocab_padded=None):
     c.norm = args.normalization
     c.eps = args.norm_epsilon
     c.qk_norm = args.qk_layernorm
+    # sliding window (Transformer Engine / flash-attn window_size=(L, R) under the
+    # causal mask): query i sees keys j with i - L <= j <= i; L = -1 is no limit.
+    # --window-attn-skip-freq N: layer n (1-based) keeps full attention when n % N == 0;
+    # a list "[1,1,0,...]": 1 = windowed (Megatron's is_layer_window_attention).
+    c.window = None
+    c.swa_layers = None
+    if args.window_size is not None:
+        left = int(args.window_size.strip("()").split(",")[0])
+        c.window = left if left >= 0 else None
+        f = args.window_attn_skip_freq
+        if f is not None:
+            f = f.strip()
+            if f.startswith("["):
+                c.swa_layers = [bool(int(x)) for x in f.strip("[]").split(",")]
+            else:
+                c.swa_layers = [(n + 1) % int(f) != 0 for n in range(c.L)]
     c.rope_scaling = args.rope_scaling_factor if args.use_rope_scaling else None
     c.untie = args.untie_embeddings_and_output_weights
     c.V = vocab_padded
@@ -831,11 +849,17 @@ def gpt_forward(P, c, batch, attention_fn=attention, mlp_fn=mlp, moe_log=None):
     if getattr(c, "causal_only", False):
         S = tokens.shape[1]
         mask = torch.triu(torch.ones(S, S, dtype=torch.bool), 1).expand(tokens.shape[0], S, S)
+    wmask = None
+    if getattr(c, "window", None) is not None:
+        S = tokens.shape[1]
+        i = torch.arange(S)
+        wmask = mask | (i[None, :] < i[:, None] - c.window)[None, :, :]  # keys more than L back
     for n in range(c.L):
         pre = "decoder.layers.%d." % n
         a = pre + "self_attention."
         hn = norm(x, P[a + "linear_qkv.layer_norm_weight"], P.get(a + "linear_qkv.layer_norm_bias"), c)
-        x = x + attention_fn(hn, P, a, c, rope, mask)
+        windowed = wmask is not None and (c.swa_layers is None or c.swa_layers[n])
+        x = x + attention_fn(hn, P, a, c, rope, wmask if windowed else mask)
         m = pre + "mlp."
         if is_moe(c, n):
             hn = norm(x, P[pre + "pre_mlp_layernorm.weight"], P.get(pre + "pre_mlp_layernorm.bias"), c)
