@@ -348,6 +348,10 @@ struct tok_bpe {
 	int32_t unk_id;
 	bool text_mode, byte_fallback;
 	int32_t fb_id[256]; /* "<0xNN>" tokens, -1 when absent */
+	/* text mode: long words are encoded in parts cut before split_sym
+	 * (tok_bpe_set_split); split_len 0: never */
+	char split_sym[8];
+	size_t split_len;
 };
 
 struct tok_bpe *tok_bpe_new(void)
@@ -600,6 +604,52 @@ void tok_bpe_set_options(struct tok_bpe *m, bool ignore_merges, int32_t unk_id, 
 	m->fuse_unk = fuse_unk;
 }
 
+/* sym occurs in t[0..n) only in a leading run */
+static bool only_leading(const char *t, size_t n, const char *sym, size_t sl)
+{
+	size_t i = 0;
+	while (i + sl <= n && !memcmp(t + i, sym, sl))
+		i += sl;
+	return i >= n || !memmem(t + i, n - i, sym, sl);
+}
+
+bool tok_bpe_set_split(struct tok_bpe *m, const char *sym, size_t len)
+{
+	m->split_len = 0;
+	if (!m->text_mode || m->ignore_merges || !len || len > sizeof(m->split_sym) ||
+	    vlookup(m, sym, len, KEY_TEXT) < 0)
+		return false;
+	struct sbuf cat = SBUF_INIT;
+	for (size_t i = 0; i <= m->mmask; i++) {
+		const struct mslot *s = &m->mg[i];
+		if (s->new_id < 0)
+			continue;
+		int32_t a = (int32_t)(s->key >> 32), b = (int32_t)(uint32_t)s->key;
+		const char *pa, *pb;
+		size_t la, lb;
+		bool fb = false;
+		for (int k = 0; k < 256; k++)
+			fb |= m->byte_fallback && m->fb_id[k] >= 0 && (a == m->fb_id[k] || b == m->fb_id[k]);
+		if (fb || a == m->unk_id || b == m->unk_id || !tok_bpe_id_bytes(m, a, &pa, &la) ||
+		    !tok_bpe_id_bytes(m, b, &pb, &lb)) {
+			sbuf_release(&cat);
+			return false;
+		}
+		/* a + b holds sym only in a leading run */
+		sbuf_reset(&cat);
+		sbuf_add(&cat, pa, la);
+		sbuf_add(&cat, pb, lb);
+		if (!only_leading(cat.buf, cat.len, sym, len)) {
+			sbuf_release(&cat);
+			return false;
+		}
+	}
+	sbuf_release(&cat);
+	memcpy(m->split_sym, sym, len);
+	m->split_len = len;
+	return true;
+}
+
 size_t tok_bpe_vocab_count(const struct tok_bpe *m)
 {
 	return m->vused;
@@ -790,7 +840,7 @@ size_t tok_bpe_merge_ids(const struct tok_bpe *m, struct tok_bpe_cache *c, int32
 
 /* ---- the word cache --------------------------------------------------- */
 
-#define CACHE_SLOTS (1u << 16) /* at most half of them used */
+#define CACHE_SLOTS (1u << 17) /* at most half of them used */
 #define CACHE_MAX_KEY 64
 
 struct cslot {
@@ -891,11 +941,88 @@ static size_t word_symbols_text(const struct tok_bpe *m, struct tok_bpe_cache *c
 	return k;
 }
 
-void tok_bpe_encode_word(const struct tok_bpe *m, struct tok_bpe_cache *c, const char *w, size_t n,
-			 struct tok_ids *out)
+/* The slot of w[0..n) (hash h): the matching one, or the empty one where it would go. */
+static struct cslot *cache_slot(struct tok_bpe_cache *c, const char *w, size_t n, uint64_t h)
 {
-	if (!n)
+	for (size_t i = h & (CACHE_SLOTS - 1);; i = (i + 1) & (CACHE_SLOTS - 1)) {
+		struct cslot *s = &c->slots[i];
+		if (!s->h || (s->h == h && s->klen == n && !memcmp(c->keys.buf + s->koff, w, n)))
+			return s;
+	}
+}
+
+static void cache_put(struct tok_bpe_cache *c, struct cslot *slot, const char *w, size_t n, uint64_t h,
+		      const int32_t *ids, size_t k)
+{
+	if (k > UINT16_MAX)
 		return;
+	if ((c->used + 1) * 2 > CACHE_SLOTS) {
+		memset(c->slots, 0, CACHE_SLOTS * sizeof(*c->slots));
+		c->used = 0;
+		sbuf_reset(&c->keys);
+		c->nids = 0;
+		slot = cache_slot(c, w, n, h);
+	}
+	slot->h = h;
+	slot->koff = (uint32_t)c->keys.len;
+	slot->klen = (uint16_t)n;
+	sbuf_add(&c->keys, w, n);
+	xgrow(&c->ids, &c->capids, c->nids + k, sizeof(int32_t));
+	memcpy(c->ids + c->nids, ids, k * sizeof(int32_t));
+	slot->ioff = (uint32_t)c->nids;
+	slot->nids = (uint16_t)k;
+	c->nids += k;
+	c->used++;
+}
+
+bool tok_bpe_cache_get(struct tok_bpe_cache *c, const char *w, size_t n, struct tok_ids *out)
+{
+	if (n > CACHE_MAX_KEY)
+		return false;
+	struct cslot *s = cache_slot(c, w, n, hash_bytes(w, n, 7) | 1);
+	if (!s->h)
+		return false;
+	xgrow(&out->v, &out->cap, out->n + s->nids, sizeof(int32_t));
+	memcpy(out->v + out->n, c->ids + s->ioff, s->nids * sizeof(int32_t));
+	out->n += s->nids;
+	return true;
+}
+
+void tok_bpe_cache_put(struct tok_bpe_cache *c, const char *w, size_t n, const int32_t *ids, size_t k)
+{
+	if (n > CACHE_MAX_KEY)
+		return;
+	uint64_t h = hash_bytes(w, n, 7) | 1;
+	struct cslot *s = cache_slot(c, w, n, h);
+	if (!s->h)
+		cache_put(c, s, w, n, h, ids, k);
+}
+
+/* Split points of a text-mode word for tok_bpe_encode_word: before each
+ * split_sym that follows another character, when no merge can make a token
+ * that holds split_sym after its first character (see tok_bpe_set_split). */
+static size_t next_split(const struct tok_bpe *m, const char *w, size_t n, size_t i)
+{
+	const char *sym = m->split_sym;
+	size_t sl = m->split_len;
+	/* skip the leading run of split_sym, then find the next one */
+	while (i + sl <= n && !memcmp(w + i, sym, sl))
+		i += sl;
+	while (i < n) {
+		const char *q = memchr(w + i, sym[0], n - i);
+		if (!q)
+			return n;
+		i = (size_t)(q - w);
+		if (i + sl <= n && !memcmp(q, sym, sl))
+			return i;
+		i++;
+	}
+	return n;
+}
+
+static void encode_one(const struct tok_bpe *m, struct tok_bpe_cache *c, const char *w, size_t n,
+		       struct tok_ids *out)
+{
 	if (n == 1 && m->byte_id[(unsigned char)w[0]] >= 0) {
 		tok_ids_push(out, m->byte_id[(unsigned char)w[0]]);
 		return;
@@ -904,18 +1031,12 @@ void tok_bpe_encode_word(const struct tok_bpe *m, struct tok_bpe_cache *c, const
 	struct cslot *slot = NULL;
 	if (n <= CACHE_MAX_KEY) {
 		h = hash_bytes(w, n, 7) | 1;
-		for (size_t i = h & (CACHE_SLOTS - 1);; i = (i + 1) & (CACHE_SLOTS - 1)) {
-			struct cslot *s = &c->slots[i];
-			if (!s->h) {
-				slot = s;
-				break;
-			}
-			if (s->h == h && s->klen == n && !memcmp(c->keys.buf + s->koff, w, n)) {
-				xgrow(&out->v, &out->cap, out->n + s->nids, sizeof(int32_t));
-				memcpy(out->v + out->n, c->ids + s->ioff, s->nids * sizeof(int32_t));
-				out->n += s->nids;
-				return;
-			}
+		slot = cache_slot(c, w, n, h);
+		if (slot->h) {
+			xgrow(&out->v, &out->cap, out->n + slot->nids, sizeof(int32_t));
+			memcpy(out->v + out->n, c->ids + slot->ioff, slot->nids * sizeof(int32_t));
+			out->n += slot->nids;
+			return;
 		}
 	}
 	size_t k;
@@ -931,27 +1052,22 @@ void tok_bpe_encode_word(const struct tok_bpe *m, struct tok_bpe_cache *c, const
 	xgrow(&out->v, &out->cap, out->n + k, sizeof(int32_t));
 	memcpy(out->v + out->n, c->sym, k * sizeof(int32_t));
 	out->n += k;
-	if (!slot)
+	if (slot)
+		cache_put(c, slot, w, n, h, c->sym, k);
+}
+
+void tok_bpe_encode_word(const struct tok_bpe *m, struct tok_bpe_cache *c, const char *w, size_t n,
+			 struct tok_ids *out)
+{
+	if (!n)
 		return;
-	if ((c->used + 1) * 2 > CACHE_SLOTS) {
-		memset(c->slots, 0, CACHE_SLOTS * sizeof(*c->slots));
-		c->used = 0;
-		sbuf_reset(&c->keys);
-		c->nids = 0;
-		for (size_t i = h & (CACHE_SLOTS - 1);; i = (i + 1) & (CACHE_SLOTS - 1))
-			if (!c->slots[i].h) {
-				slot = &c->slots[i];
-				break;
-			}
+	if (!m->split_len || n <= CACHE_MAX_KEY) {
+		encode_one(m, c, w, n, out);
+		return;
 	}
-	slot->h = h;
-	slot->koff = (uint32_t)c->keys.len;
-	slot->klen = (uint16_t)n;
-	sbuf_add(&c->keys, w, n);
-	xgrow(&c->ids, &c->capids, c->nids + k, sizeof(int32_t));
-	memcpy(c->ids + c->nids, c->sym, k * sizeof(int32_t));
-	slot->ioff = (uint32_t)c->nids;
-	slot->nids = (uint16_t)k;
-	c->nids += k;
-	c->used++;
+	for (size_t i = 0; i < n;) {
+		size_t j = next_split(m, w, n, i);
+		encode_one(m, c, w + i, j - i, out);
+		i = j;
+	}
 }

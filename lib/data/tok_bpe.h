@@ -99,6 +99,14 @@ void tok_bpe_set_byte_fallback(struct tok_bpe *m);
  * is one token), unk_id (-1: bytes missing from the vocabulary are dropped,
  * as HF does without unk_token), fuse_unk. */
 void tok_bpe_set_options(struct tok_bpe *m, bool ignore_merges, int32_t unk_id, bool fuse_unk);
+/* Text mode, after the vocabulary, merges and options: let words longer
+ * than the cache's keys be encoded in parts cut before each sym (U+2581 for
+ * SentencePiece-style vocabularies) that follows another character, so
+ * the parts hit the word cache. Done only when the result cannot change:
+ * sym is a token, no merge makes a token holding sym after a character
+ * that is not sym, no merge involves a byte-fallback or the unk token,
+ * and ignore_merges is off. Returns whether splitting is on. */
+bool tok_bpe_set_split(struct tok_bpe *m, const char *sym, size_t len);
 /* Number of vocabulary strings (HF's model.get_vocab_size()). */
 size_t tok_bpe_vocab_count(const struct tok_bpe *m);
 /* The bytes an id decodes to (HF ByteLevel decoder: the raw bytes of a
@@ -109,6 +117,12 @@ bool tok_bpe_id_bytes(const struct tok_bpe *m, int32_t id, const char **p, size_
 struct tok_bpe_cache;
 struct tok_bpe_cache *tok_bpe_cache_new(void);
 void tok_bpe_cache_free(struct tok_bpe_cache *c);
+
+/* The cache on its own (tok_spm.c's SentencePiece BPE): append the ids
+ * remembered for w[0..n) to out (false: none), and remember ids for it.
+ * Words longer than 64 bytes are never remembered. */
+bool tok_bpe_cache_get(struct tok_bpe_cache *c, const char *w, size_t n, struct tok_ids *out);
+void tok_bpe_cache_put(struct tok_bpe_cache *c, const char *w, size_t n, const int32_t *ids, size_t k);
 
 /* Append the ids of one pre-token (raw bytes) to out. */
 void tok_bpe_encode_word(const struct tok_bpe *m, struct tok_bpe_cache *c, const char *w, size_t n,

@@ -188,6 +188,8 @@ static struct tok_bpe *load_model(const json_t *root, const char *path, bool tex
 	tok_bpe_set_options(m, ignore_merges, unk, fuse_unk);
 	if (byte_fallback)
 		tok_bpe_set_byte_fallback(m);
+	if (text_mode)
+		tok_bpe_set_split(m, "\xe2\x96\x81", 3); /* U+2581 */
 	return m;
 fail:
 	tok_bpe_free(m);

@@ -43,8 +43,9 @@
  * Pieces live in two hash maps as sentencepiece keeps them: NORMAL,
  * USER_DEFINED and UNUSED pieces (the ones encoding may produce), and
  * CONTROL, UNKNOWN and BYTE pieces; a lookup tries the second first and
- * falls back to the <unk> id. The hash is FNV-1a, so the unigram search
- * extends one prefix hash byte by byte.
+ * falls back to the <unk> id. The encodable pieces are also in a byte trie
+ * (the unigram search and user-defined symbol matching walk it), and BPE
+ * runs on parts of the text through a word cache (see speed_setup).
  *
  * Refused by name: WORD and CHAR models, treat_whitespace_as_suffix, a
  * denormalizer charsmap.
@@ -54,6 +55,7 @@
 #include "base/sbuf.h"
 #include "base/xalloc.h"
 #include "tok.h"
+#include "tok_bpe.h"
 
 #include <float.h>
 #include <stdarg.h>
@@ -83,6 +85,27 @@ struct spm_map {
 	int32_t *slot;
 	uint64_t *hash;
 	size_t mask;
+};
+
+/* A byte trie over the NORMAL, USER_DEFINED and UNUSED pieces: node 0 is
+ * the root; edges (node, byte) -> node in an open-addressing table (the
+ * root's 256 edges in an array), each edge carrying what the unigram search
+ * needs of the piece spelled by the path to its node. */
+enum { TK_NONE = 0, TK_NORMAL = 1, TK_USER = 2, TK_UNUSED = 3 };
+
+struct spm_edge {
+	uint64_t key; /* (node << 8 | byte) + 1; 0: empty */
+	int32_t child;
+	int32_t id; /* the piece at child, -1: none */
+	float score;
+	uint32_t kind; /* TK_* */
+};
+
+struct spm_trie {
+	struct spm_edge *e;
+	size_t emask;
+	struct spm_edge root[256]; /* key 0: no edge */
+	size_t nnodes;
 };
 
 struct spm_norm_spec {
@@ -118,6 +141,13 @@ struct tok_spm {
 	char *norm_name;
 	/* Megatron's ignore_extra_whitespaces=False on a model that drops them */
 	bool keep_extra_spaces;
+	/* speed: a byte trie of the encodable pieces, the bytes that can start
+	 * a user-defined symbol or a charsmap rule, and whether BPE may run on
+	 * the parts of the text cut before each space symbol (see split_ok) */
+	struct spm_trie trie_p;
+	bool user_first[256], rule_first[256];
+	bool bpe_split;	     /* cut before a space symbol after another character */
+	bool lonely[256];    /* BPE: an ASCII character no longer piece holds: cut around it */
 };
 
 /* ---- protobuf wire format ---------------------------------------------- */
@@ -421,6 +451,81 @@ static int32_t map_put(struct tok_spm *m, struct spm_map *mp, int32_t id)
 	return -1;
 }
 
+static inline size_t edge_hash(uint64_t k)
+{
+	k *= 0x9E3779B97F4A7C15ull;
+	return (size_t)(k ^ (k >> 29));
+}
+
+static inline const struct spm_edge *trie_edge(const struct spm_trie *t, int32_t node, uint8_t c)
+{
+	if (node == 0)
+		return t->root[c].key ? &t->root[c] : NULL;
+	uint64_t k = ((uint64_t)node << 8 | c) + 1;
+	for (size_t i = edge_hash(k) & t->emask;; i = (i + 1) & t->emask) {
+		if (t->e[i].key == k)
+			return &t->e[i];
+		if (!t->e[i].key)
+			return NULL;
+	}
+}
+
+static struct spm_edge *trie_add(struct spm_trie *t, int32_t node, uint8_t c)
+{
+	struct spm_edge *e = (struct spm_edge *)trie_edge(t, node, c);
+	if (e)
+		return e;
+	uint64_t k = ((uint64_t)node << 8 | c) + 1;
+	if (node == 0) {
+		e = &t->root[c];
+	} else {
+		size_t i = edge_hash(k) & t->emask;
+		while (t->e[i].key)
+			i = (i + 1) & t->emask;
+		e = &t->e[i];
+	}
+	*e = (struct spm_edge){ k, (int32_t)t->nnodes++, -1, 0.0f, TK_NONE };
+	return e;
+}
+
+static void trie_build(struct tok_spm *m)
+{
+	struct spm_trie *t = &m->trie_p;
+	size_t total = 1;
+	for (int32_t i = 0; i < m->n; i++)
+		total += m->p[i].len;
+	size_t cap = 16;
+	while (cap < total * 2)
+		cap <<= 1;
+	t->e = xcalloc(cap, sizeof(*t->e));
+	t->emask = cap - 1;
+	t->nnodes = 1;
+	for (int32_t id = 0; id < m->n; id++) {
+		const struct spm_piece *p = &m->p[id];
+		if (p->type != PT_NORMAL && p->type != PT_USER && p->type != PT_UNUSED)
+			continue;
+		int32_t node = 0;
+		struct spm_edge *e = NULL;
+		for (uint32_t j = 0; j < p->len; j++) {
+			e = trie_add(t, node, (uint8_t)p->s[j]);
+			node = e->child;
+		}
+		if (e->id < 0) {
+			e->id = id;
+			e->score = p->score;
+			e->kind = p->type == PT_NORMAL ? TK_NORMAL : p->type == PT_USER ? TK_USER : TK_UNUSED;
+		}
+	}
+	for (int32_t id = 0; id < m->n; id++)
+		if (m->p[id].type == PT_USER)
+			m->user_first[(uint8_t)m->p[id].s[0]] = true;
+}
+
+static void trie_free(struct spm_trie *t)
+{
+	free(t->e);
+}
+
 /* sentencepiece's PieceToId */
 static int32_t piece_to_id(const struct tok_spm *m, const char *s, size_t n)
 {
@@ -480,6 +585,7 @@ void tok_spm_free(struct tok_spm *m)
 	free(m->trie);
 	free(m->charsmap);
 	free(m->norm_name);
+	trie_free(&m->trie_p);
 	free(m);
 }
 
@@ -509,6 +615,51 @@ static int setup_charsmap(struct tok_spm *m)
 	m->norm_strs = m->charsmap + 4 + trie_bytes;
 	m->norm_len = n - 4 - trie_bytes;
 	return 0;
+}
+
+#define DA_OFFSET0(u) (((u) >> 10) << (((u) & (1u << 9)) >> 6))
+#define DA_LABEL0(u) ((u) & 0x800000ffu)
+
+/*
+ * BPE on parts of the text: a symbol of the merge loop is always a piece
+ * (or one character). When every encodable piece holds the space symbol
+ * only in a leading run, no symbol can cover a character and a following
+ * space symbol, so the merges on each part cut before such a space symbol
+ * are the merges on the whole text (each part's merges keep their order:
+ * best score, leftmost first), user-defined symbols included. Those parts
+ * (words, mostly) then hit a word cache. Likewise an ASCII character that
+ * no longer piece holds is a symbol of its own: the text is cut before and
+ * after it.
+ */
+static void speed_setup(struct tok_spm *m)
+{
+	trie_build(m);
+	const char *sp = m->escape_ws ? SPACE_SYM : " ";
+	size_t sl = m->escape_ws ? SPACE_SYM_LEN : 1;
+	m->bpe_split = m->model_type == MT_BPE;
+	for (int c = 0; c < 0x80; c++)
+		m->lonely[c] = m->model_type == MT_BPE;
+	for (int32_t id = 0; id < m->n; id++) {
+		const struct spm_piece *p = &m->p[id];
+		if (p->type != PT_NORMAL && p->type != PT_USER && p->type != PT_UNUSED)
+			continue;
+		if (p->len > 1)
+			for (uint32_t k = 0; k < p->len; k++)
+				m->lonely[(uint8_t)p->s[k]] = false;
+		size_t i = 0;
+		while (i + sl <= p->len && !memcmp(p->s + i, sp, sl))
+			i += sl;
+		if (i < p->len && memmem(p->s + i, p->len - i, sp, sl))
+			m->bpe_split = false;
+	}
+	/* the bytes the charsmap trie has a transition for at its root */
+	if (m->trie_units) {
+		uint32_t pos0 = DA_OFFSET0(m->trie[0]);
+		for (int c = 0; c < 256; c++) {
+			uint32_t pos = pos0 ^ (uint32_t)c;
+			m->rule_first[c] = pos < m->trie_units && DA_LABEL0(m->trie[pos]) == (uint32_t)c;
+		}
+	}
 }
 
 static struct tok_spm *parse(const char *path, const uint8_t *d, size_t len)
@@ -675,6 +826,8 @@ static struct tok_spm *parse(const char *path, const uint8_t *d, size_t len)
 	m->trie_units = ns.charsmap_len;
 	ns.charsmap = NULL;
 	rc = setup_charsmap(m);
+	if (rc == 0)
+		speed_setup(m);
 out:
 	for (size_t i = 0; i < nrp; i++)
 		free(rp[i].s);
@@ -721,12 +874,16 @@ static size_t one_char_len(const char *s, size_t n)
 /* The longest user-defined symbol at s[0..n), 0 when none. */
 static size_t user_match(const struct tok_spm *m, const char *s, size_t n)
 {
+	if (!m->user_first[(uint8_t)s[0]])
+		return 0;
 	size_t best = 0, max = m->max_user_len < n ? m->max_user_len : n;
-	uint64_t h = FNV_INIT;
+	int32_t node = 0;
 	for (size_t l = 1; l <= max; l++) {
-		h = FNV_STEP(h, s[l - 1]);
-		int32_t id = map_get(m, &m->normal, s, l, h);
-		if (id >= 0 && m->p[id].type == PT_USER)
+		const struct spm_edge *e = trie_edge(&m->trie_p, node, (uint8_t)s[l - 1]);
+		if (!e)
+			break;
+		node = e->child;
+		if (e->kind == TK_USER)
 			best = l;
 	}
 	return best;
@@ -779,6 +936,12 @@ struct norm_piece {
 
 static void normalize_prefix(const struct tok_spm *m, const char *in, size_t n, struct norm_piece *p)
 {
+	uint8_t c0 = (uint8_t)in[0];
+	if (!m->user_first[c0] && !m->rule_first[c0]) { /* no symbol, no rule starts here */
+		p->s = in;
+		p->len = p->consumed = one_char_len(in, n);
+		return;
+	}
 	size_t l = m->max_user_len ? user_match(m, in, n) : 0;
 	if (l) {
 		p->s = in;
@@ -817,6 +980,16 @@ static void normalize(const struct tok_spm *m, const char *in, size_t n, struct 
 		buf_add(o, m->escape_ws ? SPACE_SYM : " ", m->escape_ws ? SPACE_SYM_LEN : 1);
 	bool prev_space = m->remove_extra_ws;
 	while (i < n) {
+		uint8_t c = (uint8_t)in[i];
+		if (c < 0x80 && c != ' ' && !m->user_first[c] && !m->rule_first[c]) {
+			/* a plain ASCII character: itself (the common case) */
+			if (o->n == o->cap)
+				xgrow(&o->v, &o->cap, o->n + 1, 1);
+			o->v[o->n++] = (char)c;
+			prev_space = false;
+			i++;
+			continue;
+		}
 		normalize_prefix(m, in + i, n - i, &p);
 		const char *s = p.s;
 		size_t len = p.len;
@@ -881,12 +1054,16 @@ struct tok_spm_session {
 	struct uni_node *node;
 	size_t capnode;
 	struct tok_ids res; /* (start, len, id) triples of the model's result */
+	struct tok_bpe_cache *cache; /* BPE: ids of the parts of texts seen */
+	struct tok_ids seg;
 };
 
 struct tok_spm_session *tok_spm_session_new(const struct tok_spm *m)
 {
 	struct tok_spm_session *s = xcalloc(1, sizeof(*s));
 	s->m = m;
+	if (m->model_type == MT_BPE)
+		s->cache = tok_bpe_cache_new();
 	return s;
 }
 
@@ -901,6 +1078,8 @@ void tok_spm_session_free(struct tok_spm_session *s)
 	free(s->rev);
 	free(s->node);
 	tok_ids_free(&s->res);
+	tok_ids_free(&s->seg);
+	tok_bpe_cache_free(s->cache);
 	free(s);
 }
 
@@ -1038,16 +1217,19 @@ static void unigram_encode(struct tok_spm_session *s, const char *ns, size_t n)
 		const float here = best[start].score;
 		size_t mblen = one_char_len(ns + start, n - start);
 		bool single = false;
-		size_t max = n - start < m->max_normal_len ? n - start : m->max_normal_len;
-		uint64_t h = FNV_INIT;
-		for (size_t len = 1; len <= max; len++) {
-			h = FNV_STEP(h, ns[start + len - 1]);
-			int32_t id = map_get(m, &m->normal, ns + start, len, h);
-			if (id < 0 || m->p[id].type == PT_UNUSED)
+		int32_t node = 0;
+		for (size_t len = 1; start + len <= n; len++) {
+			const struct spm_edge *e = trie_edge(&m->trie_p, node, (uint8_t)ns[start + len - 1]);
+			if (!e)
+				break;
+			node = e->child;
+			if (e->kind == TK_NONE || e->kind == TK_UNUSED)
 				continue;
-			/* float sums, as sentencepiece: ties of equal paths break as there */
-			float score = m->p[id].type == PT_USER ? (float)((float)len * m->max_score - 0.1) :
-								 m->p[id].score;
+			int32_t id = e->id;
+			/* as sentencepiece: a user-defined symbol's score is a double
+			 * (length * max_score - 0.1), so the candidate is a double,
+			 * compared with the float kept at the node */
+			float score = e->kind == TK_USER ? (float)((float)len * m->max_score - 0.1) : e->score;
 			float cand = score + here;
 			struct uni_node *t = &best[start + len];
 			if (t->start == -1 || cand > t->score) {
@@ -1088,6 +1270,35 @@ static void unigram_encode(struct tok_spm_session *s, const char *ns, size_t n)
 
 /* ---- encode ----------------------------------------------------------- */
 
+/* The model's result (s->res, offsets into ns) as ids: an <unk> piece
+ * becomes its bytes' <0xNN> pieces when byte_fallback. */
+static void result_ids(struct tok_spm_session *s, const char *ns, struct tok_ids *out)
+{
+	const struct tok_spm *m = s->m;
+	for (size_t i = 0; i < s->res.n; i += 3) {
+		int32_t id = s->res.v[i + 2];
+		if (id == m->unk_id && m->byte_fallback) {
+			const uint8_t *b = (const uint8_t *)ns + s->res.v[i];
+			for (int32_t k = 0; k < s->res.v[i + 1]; k++)
+				tok_ids_push(out, m->byte_id[b[k]]);
+		} else {
+			tok_ids_push(out, id);
+		}
+	}
+}
+
+/* BPE ids of one part of the normalized text, through the word cache */
+static void bpe_part(struct tok_spm_session *s, const char *ns, size_t n, struct tok_ids *out)
+{
+	if (tok_bpe_cache_get(s->cache, ns, n, out))
+		return;
+	size_t start = out->n;
+	s->res.n = 0;
+	bpe_encode(s, ns, n);
+	result_ids(s, ns, out);
+	tok_bpe_cache_put(s->cache, ns, n, out->v + start, out->n - start);
+}
+
 /* sentencepiece's Encode: normalize, segment, bytes for unknowns */
 static void encode_plain(struct tok_spm_session *s, const char *text, size_t len, struct tok_ids *out)
 {
@@ -1095,25 +1306,41 @@ static void encode_plain(struct tok_spm_session *s, const char *text, size_t len
 	normalize(m, text, len, &s->norm);
 	if (!s->norm.n)
 		return;
-	s->res.n = 0;
-	if (m->model_type == MT_BPE)
-		bpe_encode(s, s->norm.v, s->norm.n);
-	else
-		unigram_encode(s, s->norm.v, s->norm.n);
+	const char *ns = s->norm.v;
+	size_t n = s->norm.n;
+	struct tok_ids *ids = &s->seg;
+	ids->n = 0;
+	if (m->model_type == MT_BPE) {
+		const char *sp = m->escape_ws ? SPACE_SYM : " ";
+		size_t sl = m->escape_ws ? SPACE_SYM_LEN : 1;
+		const uint8_t *u = (const uint8_t *)ns;
+		for (size_t i = 0; i < n;) {
+			size_t j = i + 1;
+			for (; j < n; j++) {
+				if (m->lonely[u[j]] || m->lonely[u[j - 1]])
+					break;
+				if (m->bpe_split && u[j] == (uint8_t)sp[0] && j + sl <= n && !memcmp(ns + j, sp, sl) &&
+				    !(j >= sl && !memcmp(ns + j - sl, sp, sl)))
+					break;
+			}
+			bpe_part(s, ns + i, j - i, ids);
+			i = j;
+		}
+	} else {
+		s->res.n = 0;
+		unigram_encode(s, ns, n);
+		result_ids(s, ns, ids);
+	}
+	/* without byte_fallback, a run of unknown pieces is one <unk> */
 	bool prev_unk = false;
-	for (size_t i = 0; i < s->res.n; i += 3) {
-		int32_t id = s->res.v[i + 2];
+	xgrow(&out->v, &out->cap, out->n + ids->n, sizeof(*out->v));
+	for (size_t i = 0; i < ids->n; i++) {
+		int32_t id = ids->v[i];
 		bool unk = id == m->unk_id;
 		if (unk && prev_unk && !m->byte_fallback)
-			continue; /* a run of unknown pieces is one <unk> */
+			continue;
 		prev_unk = unk;
-		if (unk && m->byte_fallback) {
-			const uint8_t *b = (const uint8_t *)s->norm.v + s->res.v[i];
-			for (int32_t k = 0; k < s->res.v[i + 1]; k++)
-				tok_ids_push(out, m->byte_id[b[k]]);
-		} else {
-			tok_ids_push(out, id);
-		}
+		out->v[out->n++] = id;
 	}
 }
 
