@@ -1,7 +1,7 @@
 # ring_attn.sh - context-parallel ring attention over MPI ranks: the unit
 # test test_ring_attn run under mpirun with 2 and 4 ranks (cp = world), where
 # every rank's out, dq, dk and dv must equal its rows of the one-rank
-# attention (with and without dropout) and the cp group's byte counter the
+# attention (with and without dropout and a sliding window) and the cp group's byte counter the
 # volume ring_attn.h documents.
 . tests/prog_lib.sh
 W=$(new_tmp ring_attn)
@@ -16,8 +16,8 @@ if [ -n "${MEGAC_SANITIZE:-}" ]; then export ASAN_OPTIONS=detect_leaks=0; fi
 for np in 2 4; do
 	expect_ok "cp $np: test_ring_attn under mpirun -np $np" $MPI -np $np "$TEST"
 	cp "$OUT_LOG" "$W/cp$np.log"
-	# 4 cases on each rank, plus rank 0's line for the group
-	want=$((4 * np + 1))
+	# 6 cases on each rank (two with a sliding window), plus rank 0's line for the group
+	want=$((6 * np + 1))
 	good=$(grep -c '^ok ' "$W/cp$np.log")
 	bad=$(grep -c '^not ok ' "$W/cp$np.log")
 	if [ "$bad" -eq 0 ] && [ "$good" -eq "$want" ]; then
