@@ -227,6 +227,12 @@ static int copy_tokenizer(const struct args *a, const char *dir)
 		return -1;
 	if (a->merge_file && copy_file(a->merge_file, dir, "merges.txt") < 0)
 		return -1;
+	const char *type = a->tokenizer_type;
+	if (a->tokenizer_model && (!strcmp(type, "SentencePieceTokenizer") || !strcmp(type, "GPTSentencePieceTokenizer") ||
+				   !strcmp(type, "Llama2Tokenizer")))
+		return copy_file(a->tokenizer_model, dir, "tokenizer.model");
+	if (a->tokenizer_model && !strcmp(type, "TikTokenizer"))
+		return copy_file(a->tokenizer_model, dir, "tiktoken.json");
 	if (a->tokenizer_model) {
 		struct stat st;
 		if (stat(a->tokenizer_model, &st) == 0 && S_ISDIR(st.st_mode)) {
@@ -272,6 +278,66 @@ static int gpt2_tokenizer_config(const char *dir, const struct tokenizer *t, con
 	return rc;
 }
 
+static void set_token(json_t *o, const char *key, const char *piece)
+{
+	json_object_set_new(o, key, piece ? json_string(piece) : json_null());
+}
+
+/* A SentencePiece model's tokenizer folder beside tokenizer.model: a
+ * tokenizer_config.json naming LlamaTokenizer with the model's special
+ * pieces (a BOS added, as Llama-2's), and a tokenizer.json converted from
+ * the model when it converts exactly, so that LlamaTokenizerFast loads
+ * without the sentencepiece package. */
+static int spm_tokenizer_files(const char *dir, const struct tokenizer *t, const struct gpt_config *c)
+{
+	int64_t ids[4];
+	const char *pieces[4];
+	if (tok_spm_specials(t, ids, pieces) < 0)
+		return 0;
+	int rc = 0;
+	char *tj = path_join(dir, "tokenizer.json");
+	if (access(tj, F_OK) != 0) {
+		const char *why = NULL;
+		char *json = tok_spm_hf(t, &why);
+		if (json)
+			rc = write_text(dir, "tokenizer.json", json);
+		else
+			warning("the export gets no tokenizer.json (transformers then needs the sentencepiece package to read "
+				"tokenizer.model): the SentencePiece model does not convert to one exactly: %s", why);
+		free(json);
+	}
+	free(tj);
+	char *cfg = path_join(dir, "tokenizer_config.json");
+	if (rc == 0 && access(cfg, F_OK) != 0) {
+		json_t *o = json_object(), *dec = json_object();
+		json_object_set_new(o, "tokenizer_class", json_string("LlamaTokenizer"));
+		json_object_set_new(o, "model_max_length", json_integer(c->P));
+		json_object_set_new(o, "add_bos_token", json_boolean(ids[1] >= 0));
+		json_object_set_new(o, "add_eos_token", json_false());
+		json_object_set_new(o, "legacy", json_true());
+		json_object_set_new(o, "clean_up_tokenization_spaces", json_false());
+		json_object_set_new(o, "sp_model_kwargs", json_object());
+		static const char *const keys[] = { "unk_token", "bos_token", "eos_token", "pad_token" };
+		for (int i = 0; i < 4; i++) {
+			set_token(o, keys[i], pieces[i]);
+			if (!pieces[i] || json_object_get(dec, pieces[i]))
+				continue;
+			char id[32];
+			snprintf(id, sizeof(id), "%lld", (long long)ids[i]);
+			json_object_set_new(dec, id, json_pack("{s:s,s:b,s:b,s:b,s:b,s:b}", "content", pieces[i],
+							       "lstrip", 0, "normalized", 0, "rstrip", 0, "single_word", 0,
+							       "special", 1));
+		}
+		json_object_set_new(o, "added_tokens_decoder", dec);
+		char *s = json_dumps(o, JSON_SORT_KEYS | JSON_INDENT(2));
+		json_decref(o);
+		rc = write_text(dir, "tokenizer_config.json", s);
+		free(s);
+	}
+	free(cfg);
+	return rc;
+}
+
 /* The export's tokenizer: the files the flags give, else the ones the
  * checkpoint records (model/ckpt_tok.h), into dir; its end-of-document id
  * as bos/eos for config.json (-1 without a tokenizer, which is said); and
@@ -308,14 +374,25 @@ static int export_tokenizer(const struct args *a, struct ckpt_reader *r, int mf,
 		     rec.nfiles ? "" : "; no files: transformers has no such tokenizer");
 	}
 	struct tokenizer *t = tok_load(&tc);
-	if (t)
+	int64_t ids[4];
+	const char *pieces[4];
+	if (t && tok_spm_specials(t, ids, pieces) == 0) {
+		*bos = ids[1];
+		*eos = ids[2];
+	} else if (t) {
 		*bos = *eos = tok_eod(t);
-	else
+	} else {
 		warning("config.json gets no bos/eos token ids: the tokenizer did not load");
+	}
 	char *cfg = path_join(dir, "tokenizer_config.json");
 	int rc = 0;
 	if (!strcmp(type, "GPT2BPETokenizer") && access(cfg, F_OK) != 0)
 		rc = gpt2_tokenizer_config(dir, t, c);
+	else if (t && rc == 0)
+		rc = spm_tokenizer_files(dir, t, c);
+	if (!strcmp(type, "TikTokenizer"))
+		warning("the export's tokenizer is TikTokenizer's tiktoken.json, which transformers does not read: convert "
+			"it to a tokenizer.json yourself");
 	free(cfg);
 	if (t)
 		tok_free(t);

@@ -195,6 +195,28 @@ int64_t tok_pad(const struct tokenizer *t)
 	return t->pad;
 }
 
+int tok_spm_specials(const struct tokenizer *t, int64_t ids[4], const char *pieces[4])
+{
+	if (t->kind != TOK_SPM)
+		return -1;
+	ids[0] = tok_spm_unk(t->spm);
+	ids[1] = tok_spm_bos(t->spm);
+	ids[2] = tok_spm_eos(t->spm);
+	ids[3] = tok_spm_pad(t->spm);
+	for (int i = 0; i < 4; i++)
+		pieces[i] = tok_spm_piece(t->spm, ids[i]);
+	return 0;
+}
+
+char *tok_spm_hf(const struct tokenizer *t, const char **why_not)
+{
+	if (t->kind != TOK_SPM) {
+		*why_not = "it is not a SentencePiece tokenizer";
+		return NULL;
+	}
+	return tok_spm_hf_json(t->spm, why_not);
+}
+
 const char *tok_describe(const struct tokenizer *t)
 {
 	return t->describe;

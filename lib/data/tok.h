@@ -65,6 +65,14 @@ int64_t tok_eod(const struct tokenizer *t);
 /* The pad id Megatron's tokenizer reports: HF pad_token's id, SentencePiece's <pad>; -1 for none (GPT-2, and
  * NullTokenizer, whose pad comes from --null-tokenizer-pad-id in the data config). */
 int64_t tok_pad(const struct tokenizer *t);
+/* SentencePiece tokenizers (for a Hugging Face export): the ids of the
+ * model's unk, bos, eos and pad pieces (-1: none) and the pieces (NULL:
+ * none), in that order; -1 for the other kinds. */
+int tok_spm_specials(const struct tokenizer *t, int64_t ids[4], const char *pieces[4]);
+/* SentencePiece tokenizers: the model as Hugging Face's tokenizer.json (a
+ * malloc'd string), or NULL and *why_not when it does not convert exactly
+ * (data/tok_spm.h, tok_spm_hf_json) or t is of another kind. */
+char *tok_spm_hf(const struct tokenizer *t, const char **why_not);
 /* One line for logs, e.g. "GPT2BPETokenizer (vocab 50257, eod 50256)". */
 const char *tok_describe(const struct tokenizer *t);
 

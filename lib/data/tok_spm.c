@@ -58,6 +58,7 @@
 #include "tok_bpe.h"
 
 #include <float.h>
+#include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1580,4 +1581,158 @@ int64_t tok_spm_pad(const struct tok_spm *m)
 const char *tok_spm_model_type(const struct tok_spm *m)
 {
 	return m->model_type == MT_BPE ? "BPE" : "unigram";
+}
+
+/* ---- Hugging Face's view of the model (a checkpoint's export) ---------- */
+
+const char *tok_spm_piece(const struct tok_spm *m, int64_t id)
+{
+	return id >= 0 && id < m->n ? m->p[id].s : NULL;
+}
+
+int64_t tok_spm_unk(const struct tok_spm *m)
+{
+	return m->unk_id;
+}
+
+/* The id of exactly the piece s[0..n), -1 when there is none. */
+static int32_t exact_id(const struct tok_spm *m, const char *s, size_t n)
+{
+	int32_t id = piece_to_id(m, s, n);
+	return id >= 0 && m->p[id].len == n && !memcmp(m->p[id].s, s, n) ? id : -1;
+}
+
+struct hf_merge {
+	int32_t target, l, r;
+	float score;
+};
+
+/* transformers' generate_merges order: by the merged piece's score (highest
+ * first), then its id, then the left and right pieces' ids */
+static int merge_cmp(const void *pa, const void *pb)
+{
+	const struct hf_merge *a = pa, *b = pb;
+	if (a->score != b->score)
+		return a->score > b->score ? -1 : 1;
+	if (a->target != b->target)
+		return a->target < b->target ? -1 : 1;
+	if (a->l != b->l)
+		return a->l < b->l ? -1 : 1;
+	return a->r < b->r ? -1 : a->r > b->r;
+}
+
+static json_t *add_str(json_t *arr, const char *s, size_t n)
+{
+	json_t *v = json_stringn(s, n);
+	if (v)
+		json_array_append_new(arr, v);
+	return v;
+}
+
+char *tok_spm_hf_json(const struct tok_spm *m, const char **why_not)
+{
+	*why_not = m->model_type != MT_BPE ? "it is a unigram model (only BPE models are converted)" :
+		   m->trie		   ? "its normalizer has character rules (a precompiled charsmap)" :
+		   !m->add_dummy_prefix || m->remove_extra_ws || !m->escape_ws ?
+					     "its normalizer is not Llama's (dummy prefix, whitespace kept and escaped)" :
+		   m->max_user_len	   ? "it has user-defined symbols" :
+		   m->unk_id < 0	   ? "it has no <unk> piece" :
+					     NULL;
+	if (*why_not)
+		return NULL;
+	json_t *vocab = json_object(), *merges = json_array(), *added = json_array();
+	size_t nm = 0, cap = 0;
+	struct hf_merge *mv = NULL;
+	for (int32_t i = 0; i < m->n && !*why_not; i++) {
+		const struct spm_piece *p = &m->p[i];
+		json_t *s = json_stringn(p->s, p->len);
+		if (!s || json_object_get(vocab, p->s)) {
+			json_decref(s);
+			*why_not = "a piece is not UTF-8, or is there twice";
+			break;
+		}
+		json_object_set_new(vocab, p->s, json_integer(i));
+		json_decref(s);
+		if (p->type == PT_CONTROL) {
+			json_t *a = json_object();
+			json_object_set_new(a, "id", json_integer(i));
+			json_object_set_new(a, "content", json_string(p->s));
+			json_object_set_new(a, "single_word", json_false());
+			json_object_set_new(a, "lstrip", json_false());
+			json_object_set_new(a, "rstrip", json_false());
+			json_object_set_new(a, "normalized", json_false());
+			json_object_set_new(a, "special", json_true());
+			json_array_append_new(added, a);
+		}
+		if (p->type != PT_NORMAL)
+			continue;
+		for (uint32_t k = 1; k < p->len; k++) {
+			if (((uint8_t)p->s[k] & 0xc0) == 0x80)
+				continue; /* inside a character */
+			int32_t l = exact_id(m, p->s, k), r = exact_id(m, p->s + k, p->len - k);
+			if (l < 0 || r < 0)
+				continue;
+			if (nm == cap)
+				mv = xrealloc(mv, (cap = cap ? 2 * cap : 1024) * sizeof(*mv));
+			mv[nm++] = (struct hf_merge){ i, l, r, p->score };
+		}
+	}
+	qsort(mv, nm, sizeof(*mv), merge_cmp);
+	for (size_t i = 0; i < nm && !*why_not; i++) {
+		json_t *pair = json_array();
+		if (!add_str(pair, m->p[mv[i].l].s, m->p[mv[i].l].len) || !add_str(pair, m->p[mv[i].r].s, m->p[mv[i].r].len))
+			*why_not = "a piece is not UTF-8";
+		json_array_append_new(merges, pair);
+	}
+	free(mv);
+	char *out = NULL;
+	if (!*why_not) {
+		json_t *o = json_object(), *model = json_object();
+		json_object_set_new(o, "version", json_string("1.0"));
+		json_object_set_new(o, "truncation", json_null());
+		json_object_set_new(o, "padding", json_null());
+		json_object_set_new(o, "added_tokens", added);
+		added = NULL;
+		json_t *norm = json_pack("{s:s,s:[{s:s,s:s},{s:s,s:{s:s},s:s}]}", "type", "Sequence", "normalizers", "type",
+					 "Prepend", "prepend", SPACE_SYM, "type", "Replace", "pattern", "String", " ",
+					 "content", SPACE_SYM);
+		json_object_set_new(o, "normalizer", norm);
+		json_object_set_new(o, "pre_tokenizer", json_null());
+		if (m->bos >= 0) {
+			const char *b = m->p[m->bos].s;
+			json_t *pp = json_pack(
+				"{s:s,s:[{s:{s:s,s:i}},{s:{s:s,s:i}}],s:[{s:{s:s,s:i}},{s:{s:s,s:i}},{s:{s:s,s:i}},"
+				"{s:{s:s,s:i}}],s:{s:{s:s,s:[i],s:[s]}}}",
+				"type", "TemplateProcessing", "single", "SpecialToken", "id", b, "type_id", 0, "Sequence", "id",
+				"A", "type_id", 0, "pair", "SpecialToken", "id", b, "type_id", 0, "Sequence", "id", "A",
+				"type_id", 0, "SpecialToken", "id", b, "type_id", 1, "Sequence", "id", "B", "type_id", 1,
+				"special_tokens", b, "id", b, "ids", (int)m->bos, "tokens", b);
+			json_object_set_new(o, "post_processor", pp);
+		} else {
+			json_object_set_new(o, "post_processor", json_null());
+		}
+		json_t *dec = json_pack("{s:s,s:[{s:s,s:{s:s},s:s},{s:s},{s:s},{s:s,s:s,s:i,s:i}]}", "type", "Sequence",
+					"decoders", "type", "Replace", "pattern", "String", SPACE_SYM, "content", " ",
+					"type", "ByteFallback", "type", "Fuse", "type", "Strip", "content", " ", "start", 1,
+					"stop", 0);
+		json_object_set_new(o, "decoder", dec);
+		json_object_set_new(model, "type", json_string("BPE"));
+		json_object_set_new(model, "dropout", json_null());
+		json_object_set_new(model, "unk_token", json_string(m->p[m->unk_id].s));
+		json_object_set_new(model, "continuing_subword_prefix", json_null());
+		json_object_set_new(model, "end_of_word_suffix", json_null());
+		json_object_set_new(model, "fuse_unk", json_true());
+		json_object_set_new(model, "byte_fallback", json_boolean(m->byte_fallback));
+		json_object_set_new(model, "ignore_merges", json_false());
+		json_object_set_new(model, "vocab", vocab);
+		json_object_set_new(model, "merges", merges);
+		vocab = merges = NULL;
+		json_object_set_new(o, "model", model);
+		out = json_dumps(o, JSON_PRESERVE_ORDER | JSON_INDENT(1));
+		json_decref(o);
+	}
+	json_decref(vocab);
+	json_decref(merges);
+	json_decref(added);
+	return out;
 }

@@ -45,6 +45,16 @@ int64_t tok_spm_piece_count(const struct tok_spm *m);
 int64_t tok_spm_bos(const struct tok_spm *m);
 int64_t tok_spm_eos(const struct tok_spm *m);
 int64_t tok_spm_pad(const struct tok_spm *m);
+int64_t tok_spm_unk(const struct tok_spm *m);
+/* The piece of id, NULL outside the vocabulary. */
+const char *tok_spm_piece(const struct tok_spm *m, int64_t id);
+/* Hugging Face's tokenizer.json of the model, as transformers' LlamaConverter
+ * writes it (legacy layout: Prepend + Replace normalizer, BPE with merges
+ * from the pieces' scores, byte_fallback, "<s> $A" template); NULL and
+ * *why_not when the model is not one that converts exactly (unigram, a
+ * character-rule normalizer, not Llama's whitespace handling, user-defined
+ * symbols). */
+char *tok_spm_hf_json(const struct tok_spm *m, const char **why_not);
 /* "BPE" or "unigram" */
 const char *tok_spm_model_type(const struct tok_spm *m);
 

@@ -1,7 +1,9 @@
 /*
  * ckpt_tok.c - see ckpt_tok.h. The record is one JSON root attribute of
  * model.h5 ("tokenizer") plus one string attribute per file
- * ("tokenizer_file.vocab.json"), each file's crc32 in the JSON.
+ * ("tokenizer_file.vocab.json"), each file's crc32 in the JSON; a binary
+ * file (a SentencePiece tokenizer.model) is stored base64-encoded, the JSON
+ * saying so ("encoding": "base64").
  */
 #include "model/ckpt_tok.h"
 
@@ -27,9 +29,68 @@ static uint32_t crc_of(const void *data, size_t len)
 	return h5io_crc32(&c, 0, data, len);
 }
 
+static const char b64chars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+static char *b64_encode(const unsigned char *d, size_t n)
+{
+	char *o = xmalloc((n + 2) / 3 * 4 + 1), *q = o;
+	for (size_t i = 0; i < n; i += 3) {
+		uint32_t v = (uint32_t)d[i] << 16 | (i + 1 < n ? (uint32_t)d[i + 1] << 8 : 0) | (i + 2 < n ? d[i + 2] : 0);
+		*q++ = b64chars[v >> 18 & 63];
+		*q++ = b64chars[v >> 12 & 63];
+		*q++ = i + 1 < n ? b64chars[v >> 6 & 63] : '=';
+		*q++ = i + 2 < n ? b64chars[v & 63] : '=';
+	}
+	*q = 0;
+	return o;
+}
+
+/* The bytes of base64 text s (NUL-terminated in *out), -1 when it is not base64. */
+static int b64_decode(const char *s, char **out, size_t *len)
+{
+	size_t n = strlen(s);
+	if (n % 4)
+		return -1;
+	unsigned char *o = xmalloc(n / 4 * 3 + 1);
+	size_t k = 0;
+	for (size_t i = 0; i < n; i += 4) {
+		uint32_t v = 0;
+		int pad = 0;
+		for (int j = 0; j < 4; j++) {
+			const char *c = s[i + j] ? strchr(b64chars, s[i + j]) : NULL;
+			if (s[i + j] == '=' && i + 4 == n && j >= 2 && (j == 3 || s[i + 3] == '=')) {
+				pad++;
+				v <<= 6;
+				continue;
+			}
+			if (!c || pad) {
+				free(o);
+				return -1;
+			}
+			v = v << 6 | (uint32_t)(c - b64chars);
+		}
+		o[k++] = (unsigned char)(v >> 16);
+		if (pad < 2)
+			o[k++] = (unsigned char)(v >> 8);
+		if (pad < 1)
+			o[k++] = (unsigned char)v;
+	}
+	o[k] = 0;
+	*out = (char *)o;
+	*len = k;
+	return 0;
+}
+
+static bool is_spm_type(const char *type)
+{
+	return !strcmp(type, "SentencePieceTokenizer") || !strcmp(type, "GPTSentencePieceTokenizer") ||
+	       !strcmp(type, "Llama2Tokenizer");
+}
+
 void ckpt_tok_free(struct ckpt_tok *rec)
 {
 	free(rec->type);
+	free(rec->tiktoken_pattern);
 	for (int i = 0; i < rec->nspecial; i++)
 		free(rec->special[i]);
 	free(rec->special);
@@ -50,11 +111,13 @@ static void rec_init(struct ckpt_tok *rec, const char *type)
 	rec->eod = -1;
 	rec->null_vocab_size = -1;
 	rec->null_eod_id = -1;
+	rec->sp_ignore_extra_ws = true;
+	rec->tiktoken_num_special = 1000;
 }
 
 /* Add the file at path as `name`; missing_ok: a file the tokenizer reads
- * only when it is there (tokenizer_config.json). */
-static int add_file(struct ckpt_tok *rec, const char *name, const char *path, bool missing_ok)
+ * only when it is there (tokenizer_config.json); binary: kept base64-encoded. */
+static int add_file_as(struct ckpt_tok *rec, const char *name, const char *path, bool missing_ok, bool binary)
 {
 	struct stat st;
 	if (!path || (stat(path, &st) < 0 && missing_ok))
@@ -64,7 +127,7 @@ static int add_file(struct ckpt_tok *rec, const char *name, const char *path, bo
 	struct sbuf sb = SBUF_INIT;
 	if (sbuf_read_file(&sb, path) < 0)
 		return -1;
-	if (sb.len > MAX_FILE_BYTES || memchr(sb.buf ? sb.buf : "", 0, sb.len)) {
+	if (sb.len > MAX_FILE_BYTES || (!binary && memchr(sb.buf ? sb.buf : "", 0, sb.len))) {
 		warning("the tokenizer file '%s' is not kept in the checkpoint (%s): give the tokenizer flags "
 			"when serving or converting it", path, sb.len > MAX_FILE_BYTES ? "over 64 MB" : "not a text file");
 		sbuf_release(&sb);
@@ -77,7 +140,13 @@ static int add_file(struct ckpt_tok *rec, const char *name, const char *path, bo
 	if (!f->data)
 		f->data = xstrdup("");
 	f->crc32 = crc_of(f->data, f->len);
+	f->binary = binary;
 	return 0;
+}
+
+static int add_file(struct ckpt_tok *rec, const char *name, const char *path, bool missing_ok)
+{
+	return add_file_as(rec, name, path, missing_ok, false);
 }
 
 static const char *const hf_files[] = { "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json" };
@@ -135,6 +204,14 @@ int ckpt_tok_from_args(struct ckpt_tok *rec, const struct args *a, const struct 
 	} else if (!strcmp(rec->type, "NullTokenizer")) {
 		rec->null_vocab_size = a->vocab_size;
 		rec->null_eod_id = a->null_tokenizer_eod_id;
+	} else if (is_spm_type(rec->type)) {
+		rec->sp_ignore_extra_ws = a->tokenizer_sentencepiece_ignore_extra_whitespaces;
+		rc = add_file_as(rec, "tokenizer.model", a->tokenizer_model, false, true);
+	} else if (!strcmp(rec->type, "TikTokenizer")) {
+		rec->null_vocab_size = a->vocab_size;
+		rec->tiktoken_pattern = a->tiktoken_pattern ? xstrdup(a->tiktoken_pattern) : NULL;
+		rec->tiktoken_num_special = a->tiktoken_num_special_tokens;
+		rc = add_file(rec, "tiktoken.json", a->tokenizer_model, false);
 	}
 	if (rc < 0)
 		ckpt_tok_free(rec);
@@ -193,6 +270,14 @@ int ckpt_tok_put(struct ckpt_writer *w, int file, const struct ckpt_tok *rec)
 	if (!strcmp(rec->type, "NullTokenizer")) {
 		json_object_set_new(o, "null_tokenizer_vocab_size", json_integer(rec->null_vocab_size));
 		json_object_set_new(o, "null_tokenizer_eod_id", json_integer(rec->null_eod_id));
+	} else if (is_spm_type(rec->type)) {
+		json_object_set_new(o, "tokenizer_sentencepiece_ignore_extra_whitespaces",
+				    json_boolean(rec->sp_ignore_extra_ws));
+	} else if (!strcmp(rec->type, "TikTokenizer")) {
+		json_object_set_new(o, "tiktoken_pattern",
+				    rec->tiktoken_pattern ? json_string(rec->tiktoken_pattern) : json_null());
+		json_object_set_new(o, "tiktoken_num_special_tokens", json_integer(rec->tiktoken_num_special));
+		json_object_set_new(o, "tiktoken_vocab_size", json_integer(rec->null_vocab_size));
 	}
 	json_object_set_new(o, "tokenizer_hf_no_include_special_tokens", json_boolean(rec->no_include_special));
 	for (int i = 0; i < rec->nspecial; i++)
@@ -202,6 +287,8 @@ int ckpt_tok_put(struct ckpt_writer *w, int file, const struct ckpt_tok *rec)
 		json_t *f = json_object();
 		json_object_set_new(f, "bytes", json_integer((json_int_t)rec->files[i].len));
 		json_object_set_new(f, "crc32", json_integer(rec->files[i].crc32));
+		if (rec->files[i].binary)
+			json_object_set_new(f, "encoding", json_string("base64"));
 		json_object_set_new(files, rec->files[i].name, f);
 	}
 	json_object_set_new(o, "files", files);
@@ -211,7 +298,10 @@ int ckpt_tok_put(struct ckpt_writer *w, int file, const struct ckpt_tok *rec)
 	free(s);
 	for (int i = 0; rc == 0 && i < rec->nfiles; i++) {
 		char *name = xasprintf(FILE_ATTR "%s", rec->files[i].name);
-		rc = ckpt_put_attr_str(w, file, NULL, name, rec->files[i].data);
+		char *enc = rec->files[i].binary ? b64_encode((const unsigned char *)rec->files[i].data,
+							       rec->files[i].len) : NULL;
+		rc = ckpt_put_attr_str(w, file, NULL, name, enc ? enc : rec->files[i].data);
+		free(enc);
 		free(name);
 	}
 	return rc;
@@ -253,6 +343,14 @@ int ckpt_tok_get(struct ckpt_tok *rec, struct ckpt_reader *r, int file)
 		rec->null_vocab_size = json_integer_value(v);
 	if (json_is_integer(v = json_object_get(o, "null_tokenizer_eod_id")))
 		rec->null_eod_id = json_integer_value(v);
+	if (json_is_boolean(v = json_object_get(o, "tokenizer_sentencepiece_ignore_extra_whitespaces")))
+		rec->sp_ignore_extra_ws = json_is_true(v);
+	if (json_is_string(v = json_object_get(o, "tiktoken_pattern")))
+		rec->tiktoken_pattern = xstrdup(json_string_value(v));
+	if (json_is_integer(v = json_object_get(o, "tiktoken_num_special_tokens")))
+		rec->tiktoken_num_special = json_integer_value(v);
+	if (json_is_integer(v = json_object_get(o, "tiktoken_vocab_size")))
+		rec->null_vocab_size = json_integer_value(v);
 	rec->no_include_special = json_is_true(json_object_get(o, "tokenizer_hf_no_include_special_tokens"));
 	json_t *sp = json_object_get(o, "tokenizer_special_tokens");
 	if (json_array_size(sp) > 0) {
@@ -265,7 +363,10 @@ int ckpt_tok_get(struct ckpt_tok *rec, struct ckpt_reader *r, int file)
 	const char *name;
 	json_object_foreach(files, name, v) {
 		json_t *crc = json_object_get(v, "crc32");
-		if (!plain_name(name) || !json_is_integer(crc) || rec->nfiles == CKPT_TOK_MAX_FILES) {
+		const char *encoding = json_string_value(json_object_get(v, "encoding"));
+		bool binary = encoding && !strcmp(encoding, "base64");
+		if (!plain_name(name) || !json_is_integer(crc) || rec->nfiles == CKPT_TOK_MAX_FILES ||
+		    (encoding && !binary)) {
 			rc = error("%s: the tokenizer record lists a file '%s' megac does not know how to keep", where, name);
 			break;
 		}
@@ -276,9 +377,20 @@ int ckpt_tok_get(struct ckpt_tok *rec, struct ckpt_reader *r, int file)
 			break;
 		struct ckpt_tok_file *f = &rec->files[rec->nfiles++];
 		f->name = xstrdup(name);
+		f->binary = binary;
 		f->data = data;
 		f->len = strlen(data);
-		f->crc32 = crc_of(data, f->len);
+		if (binary) {
+			char *raw;
+			if (b64_decode(data, &raw, &f->len) < 0) {
+				rc = error("%s: the tokenizer file '%s' stored there is corrupt: it is not base64", where,
+					   name);
+				break;
+			}
+			free(data);
+			f->data = raw;
+		}
+		f->crc32 = crc_of(f->data, f->len);
 		if (f->crc32 != (uint32_t)json_integer_value(crc)) {
 			rc = error("%s: the tokenizer file '%s' stored there is corrupt: its crc32 is %08x, the record says "
 				   "%08x", where, name, f->crc32, (unsigned)json_integer_value(crc));
@@ -308,12 +420,15 @@ int ckpt_tok_extract(struct ckpt_tok *rec, const char *dir, const char *where, s
 	tc->no_include_special = rec->no_include_special;
 	tc->special_tokens = rec->special;
 	tc->n_special_tokens = rec->nspecial;
-	/* a SentencePiece .model is binary and never kept: its flags must be given */
-	bool spm = !strcmp(rec->type, "SentencePieceTokenizer") || !strcmp(rec->type, "GPTSentencePieceTokenizer") ||
-		   !strcmp(rec->type, "Llama2Tokenizer");
+	tc->sp_keep_extra_spaces = !rec->sp_ignore_extra_ws;
+	tc->tiktoken_pattern = rec->tiktoken_pattern;
+	tc->tiktoken_num_special_tokens = rec->tiktoken_num_special;
+	/* checkpoints written before megac kept a .model (or TikTokenizer's
+	 * vocabulary) record none: their flags must be given */
 	const char *need = !strcmp(rec->type, "GPT2BPETokenizer")     ? "vocab.json" :
 			   !strcmp(rec->type, "HuggingFaceTokenizer") ? "tokenizer.json" :
-			   spm					   ? "tokenizer.model" :
+			   is_spm_type(rec->type)		   ? "tokenizer.model" :
+			   !strcmp(rec->type, "TikTokenizer")	   ? "tiktoken.json" :
 								     NULL;
 	if (need && (!find_file(rec, need) || (!strcmp(need, "vocab.json") && !find_file(rec, "merges.txt"))))
 		return error("%s records a %s without its files (they were not kept): give the tokenizer flags",
@@ -338,6 +453,8 @@ int ckpt_tok_extract(struct ckpt_tok *rec, const char *dir, const char *where, s
 			tc->vocab_file = p;
 		else if (!strcmp(rec->files[i].name, "merges.txt"))
 			tc->merge_file = p;
+		else if (!strcmp(rec->files[i].name, "tokenizer.model") || !strcmp(rec->files[i].name, "tiktoken.json"))
+			tc->model = p;
 	}
 	free(rec->dir);
 	rec->dir = xstrdup(dir);
@@ -443,10 +560,14 @@ int ckpt_tok_use(struct args *a, struct ckpt_tok *rec, const char *where)
 	a->vocab_size = tc.vocab_size;
 	a->null_tokenizer_eod_id = tc.null_eod_id;
 	a->tokenizer_hf_no_include_special_tokens = tc.no_include_special;
+	a->tokenizer_sentencepiece_ignore_extra_whitespaces = !tc.sp_keep_extra_spaces;
+	a->tiktoken_pattern = rec->tiktoken_pattern;
+	a->tiktoken_num_special_tokens = rec->tiktoken_num_special;
 	a->tokenizer_special_tokens.v = rec->special;
 	a->tokenizer_special_tokens.n = rec->nspecial;
 	info("no tokenizer flags: using the tokenizer %s records (%s, %lld tokens%s%s)", where, rec->type,
 	     (long long)rec->vocab_size, rec->nfiles ? ", " : "",
-	     rec->nfiles == 2 ? "vocab.json and merges.txt" : rec->nfiles ? "tokenizer.json" : "");
+	     rec->nfiles == 2 && !strcmp(rec->type, "GPT2BPETokenizer") ? "vocab.json and merges.txt" :
+	     rec->nfiles ? rec->files[0].name : "");
 	return 0;
 }

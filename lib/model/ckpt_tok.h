@@ -1,8 +1,9 @@
 /*
  * ckpt_tok.h - the tokenizer a checkpoint records (docs/checkpoint-format.md,
  * "The tokenizer"): its type, its size, the options that change its ids,
- * and a copy of its files (vocab.json + merges.txt, or tokenizer.json +
- * tokenizer_config.json + special_tokens_map.json), as root attributes of
+ * and a copy of its files (vocab.json + merges.txt, tokenizer.json +
+ * tokenizer_config.json + special_tokens_map.json, a SentencePiece
+ * tokenizer.model, or TikTokenizer's tiktoken.json), as root attributes of
  * model.h5, so that a checkpoint moved elsewhere still knows how to read
  * and write its token ids. train writes it, ckpt_convert carries it over
  * (and puts its files in a Hugging Face export), text_gen_server checks
@@ -23,8 +24,9 @@
 
 struct ckpt_tok_file {
 	char *name;   /* "vocab.json": a plain file name, Hugging Face's */
-	char *data;   /* its bytes (text: no NUL inside), NUL-terminated */
+	char *data;   /* its bytes, NUL-terminated (a text file has no NUL inside) */
 	size_t len;
+	bool binary;  /* kept base64-encoded (tokenizer.model) */
 	uint32_t crc32;
 };
 
@@ -33,9 +35,12 @@ struct ckpt_tok {
 	int64_t vocab_size;        /* the tokenizer's tokens (unpadded) */
 	int64_t eod;               /* its end-of-document id, -1 for none */
 	int64_t padding_multiple;  /* --make-vocab-size-divisible-by x TP; 0: padded by --padded-vocab-size */
-	int64_t null_vocab_size;   /* NullTokenizer's --vocab-size, -1 */
+	int64_t null_vocab_size;   /* NullTokenizer's (or TikTokenizer's) --vocab-size, -1 */
 	int64_t null_eod_id;       /* --null-tokenizer-eod-id */
 	bool no_include_special;   /* --tokenizer-hf-no-include-special-tokens */
+	bool sp_ignore_extra_ws;   /* --tokenizer-sentencepiece-ignore-extra-whitespaces (default on) */
+	char *tiktoken_pattern;    /* --tiktoken-pattern, NULL: not given */
+	int64_t tiktoken_num_special; /* --tiktoken-num-special-tokens */
 	char **special;            /* --tokenizer-special-tokens */
 	int nspecial;
 	struct ckpt_tok_file files[CKPT_TOK_MAX_FILES];
@@ -46,8 +51,9 @@ struct ckpt_tok {
 
 /* The record of the tokenizer the flags load (tok, already loaded from
  * them; the vocabulary padding from the flags too): the files are read
- * from the paths the flags give. Files that are not small text files (over 64 MB, or holding
- * NUL bytes) are left out with a warning. error() and -1 when a file
+ * from the paths the flags give. Files over 64 MB, and text files holding
+ * NUL bytes, are left out with a warning; a SentencePiece .model is kept
+ * base64-encoded. error() and -1 when a file
  * cannot be read. */
 int ckpt_tok_from_args(struct ckpt_tok *rec, const struct args *a, const struct tokenizer *tok);
 
