@@ -314,6 +314,7 @@ struct args {
 	char *moe_layer_freq;
 	char *moe_router_score_function;
 	bool moe_router_pre_softmax;
+	bool moe_shared_expert_gate;
 	char *moe_router_load_balancing_type;
 	double moe_aux_loss_coeff;
 	double moe_z_loss_coeff;          /* -1: none */

@@ -32,6 +32,8 @@ const char *hf_arch_class(enum hf_arch arch)
 		return "Qwen3ForCausalLM";
 	case HF_MISTRAL:
 		return "MistralForCausalLM";
+	case HF_QWEN2_MOE:
+		return "Qwen2MoeForCausalLM";
 	}
 	return "?";
 }
@@ -57,7 +59,46 @@ static int mixtral_ok(const struct gpt_config *c)
 	if (why.len)
 		rc = error("a mixture-of-experts model exports as MixtralForCausalLM, which has MoE in every layer, a "
 			   "softmax router renormalised over the top-k (megac's softmax after the top-k) and no shared "
-			   "expert; this one has %s", why.buf + 2);
+			   "expert; this one has %s (Qwen2MoeForCausalLM takes a shared expert with "
+			   "--moe-shared-expert-gate and --add-qkv-bias)", why.buf + 2);
+	sbuf_release(&why);
+	return rc;
+}
+
+/* Qwen2-MoE: the model megac exports as Qwen2MoeForCausalLM, a MoE model
+ * with a gated shared expert or a QKV bias. */
+static bool is_qwen2_moe(const struct gpt_config *c)
+{
+	return c->E > 0 && (c->shared_gate || (c->qkv_bias && !c->bias));
+}
+
+/* What Qwen2MoeForCausalLM holds: Qwen2's attention (q, k, v biases, head
+ * size hidden / heads), a gated shared expert in every MoE layer, softmax
+ * routing over all experts (norm_topk_prob false: --moe-router-pre-softmax)
+ * or renormalised over the top-k (true: megac's softmax after the top-k);
+ * dense layers anywhere (mlp_only_layers). */
+static int qwen2_moe_ok(const struct gpt_config *c)
+{
+	struct sbuf why = SBUF_INIT;
+	if (!c->qkv_bias || c->bias)
+		sbuf_addf(&why, ", %s", c->bias ? "linear biases" : "no QKV bias (--add-qkv-bias)");
+	if (c->shared_f <= 0)
+		sbuf_addf(&why, ", no shared expert (--moe-shared-expert-intermediate-size)");
+	else if (!c->shared_gate)
+		sbuf_addf(&why, ", a shared expert without its gate (--moe-shared-expert-gate)");
+	if (c->router.sigmoid)
+		sbuf_addf(&why, ", sigmoid routing (--moe-router-score-function sigmoid)");
+	if (c->qk_norm)
+		sbuf_addf(&why, ", q/k norms (--qk-layernorm)");
+	if (c->swa && c->window >= 0)
+		sbuf_addf(&why, ", a sliding window (--window-size)");
+	if ((int64_t)c->k * c->a != c->h)
+		sbuf_addf(&why, ", %d x %d channels for hidden size %d (--kv-channels)", c->k, c->a, c->h);
+	int rc = 0;
+	if (why.len)
+		rc = error("a mixture-of-experts model with a gated shared expert or a QKV bias exports as "
+			   "Qwen2MoeForCausalLM, which has a QKV bias, a shared expert with its sigmoid gate, softmax "
+			   "routing and heads of hidden size / heads channels; this one has %s", why.buf + 2);
 	sbuf_release(&why);
 	return rc;
 }
@@ -68,11 +109,19 @@ int hf_arch_for(const struct gpt_config *c, enum hf_arch *arch)
 		return error("the model stores its norm weights zero-centred (--apply-layernorm-1p); exporting it to "
 			     "Hugging Face (weights + 1) is not in megac yet");
 	if (c->E > 0 && !c->rope)
-		return error("a mixture-of-experts model exports as MixtralForCausalLM, which needs RoPE; this one has "
-			     "learned positions");
+		return error("a mixture-of-experts model exports as %s, which needs RoPE; this one has learned "
+			     "positions", is_qwen2_moe(c) ? "Qwen2MoeForCausalLM" : "MixtralForCausalLM");
 	if (c->qk_norm && !c->rope)
 		return error("a model with --qk-layernorm exports as Qwen3ForCausalLM, which needs RoPE; this one has "
 			     "learned positions");
+	if (c->rope && is_qwen2_moe(c)) {
+		*arch = HF_QWEN2_MOE;
+		if (!c->rmsnorm || !c->swiglu || c->rot != c->k)
+			return error("a model with RoPE exports as Qwen2MoeForCausalLM, which needs RMSNorm, SwiGLU and "
+				     "RoPE on every channel; this one has %s, %s and %d of %d channels rotated",
+				     c->rmsnorm ? "RMSNorm" : "LayerNorm", c->swiglu ? "SwiGLU" : "GELU", c->rot, c->k);
+		return qwen2_moe_ok(c);
+	}
 	if (c->rope) {
 		*arch = c->E > 0 ? HF_MIXTRAL : c->qk_norm ? HF_QWEN3 : c->qkv_bias && !c->bias ? HF_QWEN2 :
 			c->swa && c->window >= 0 ? HF_MISTRAL : HF_LLAMA;
@@ -192,7 +241,7 @@ void hf_tensors(const struct gpt_config *c, enum hf_arch arch, struct hf_tensor 
 			ADD(HF_QKV_K, 2, gk, h, 0);
 			NAMES("model.layers.%d.self_attn.v_proj.weight", "decoder.layers.%d.self_attention.linear_qkv.weight", l);
 			ADD(HF_QKV_V, 2, gk, h, 0);
-			if (arch == HF_QWEN2) { /* the fused bias unfused as the weight's rows */
+			if (arch == HF_QWEN2 || arch == HF_QWEN2_MOE) { /* the fused bias unfused as the weight's rows */
 				NAMES("model.layers.%d.self_attn.q_proj.bias", "decoder.layers.%d.self_attention.linear_qkv.bias", l);
 				ADD(HF_QKV_Q, 1, qk, 0, 0);
 				NAMES("model.layers.%d.self_attn.k_proj.bias", "decoder.layers.%d.self_attention.linear_qkv.bias", l);
@@ -228,6 +277,39 @@ void hf_tensors(const struct gpt_config *c, enum hf_arch arch, struct hf_tensor 
 					snprintf(hf, sizeof(hf), "model.layers.%d.block_sparse_moe.experts.%d.w2.weight", l, e);
 					ADD(HF_COPY, 2, h, F, 0);
 				}
+				continue;
+			}
+			if (arch == HF_QWEN2_MOE && c->moe_layer[l]) {
+				int64_t F = c->moe_f, Fs = c->shared_f;
+				NAMES("model.layers.%d.post_attention_layernorm.weight",
+				      "decoder.layers.%d.pre_mlp_layernorm.weight", l);
+				ADD(HF_COPY, 1, h, 0, 0);
+				NAMES("model.layers.%d.mlp.gate.weight", "decoder.layers.%d.mlp.router.weight", l);
+				ADD(HF_COPY, 2, c->E, h, 0);
+				for (int e = 0; e < c->E; e++) { /* gate_proj and up_proj: one megac tensor */
+					snprintf(mg, sizeof(mg), "decoder.layers.%d.mlp.experts.local_experts.%d.linear_fc1.weight",
+						 l, e);
+					snprintf(hf, sizeof(hf), "model.layers.%d.mlp.experts.%d.gate_proj.weight", l, e);
+					ADD(HF_ROWS, 2, F, h, 0);
+					snprintf(hf, sizeof(hf), "model.layers.%d.mlp.experts.%d.up_proj.weight", l, e);
+					ADD(HF_ROWS, 2, F, h, F);
+					snprintf(mg, sizeof(mg), "decoder.layers.%d.mlp.experts.local_experts.%d.linear_fc2.weight",
+						 l, e);
+					snprintf(hf, sizeof(hf), "model.layers.%d.mlp.experts.%d.down_proj.weight", l, e);
+					ADD(HF_COPY, 2, h, F, 0);
+				}
+				NAMES("model.layers.%d.mlp.shared_expert.gate_proj.weight",
+				      "decoder.layers.%d.mlp.shared_experts.linear_fc1.weight", l);
+				ADD(HF_ROWS, 2, Fs, h, 0);
+				NAMES("model.layers.%d.mlp.shared_expert.up_proj.weight",
+				      "decoder.layers.%d.mlp.shared_experts.linear_fc1.weight", l);
+				ADD(HF_ROWS, 2, Fs, h, Fs);
+				NAMES("model.layers.%d.mlp.shared_expert.down_proj.weight",
+				      "decoder.layers.%d.mlp.shared_experts.linear_fc2.weight", l);
+				ADD(HF_COPY, 2, h, Fs, 0);
+				NAMES("model.layers.%d.mlp.shared_expert_gate.weight",
+				      "decoder.layers.%d.mlp.shared_experts.gate_weight", l);
+				ADD(HF_COPY, 2, 1, h, 0);
 				continue;
 			}
 			NAMES("model.layers.%d.post_attention_layernorm.weight",
@@ -439,9 +521,10 @@ char *hf_config_json(const struct gpt_config *c, enum hf_arch arch, enum ckpt_dt
 		json_object_set_new(o, "embd_pdrop", f32(c->hidden_dropout));
 		json_object_set_new(o, "attn_pdrop", f32(c->attention_dropout));
 	} else {
-		bool moe = arch == HF_MIXTRAL, qwen = arch == HF_QWEN2 || arch == HF_QWEN3;
+		bool moe = arch == HF_MIXTRAL, qwen = arch == HF_QWEN2 || arch == HF_QWEN3 || arch == HF_QWEN2_MOE;
 		json_object_set_new(o, "model_type", json_string(moe ? "mixtral" : arch == HF_QWEN2 ? "qwen2" :
 									   arch == HF_QWEN3 ? "qwen3" :
+									   arch == HF_QWEN2_MOE ? "qwen2_moe" :
 									   arch == HF_MISTRAL ? "mistral" : "llama"));
 		json_object_set_new(o, "vocab_size", json_integer(c->V));
 		json_object_set_new(o, "hidden_size", json_integer(c->h));
@@ -449,7 +532,8 @@ char *hf_config_json(const struct gpt_config *c, enum hf_arch arch, enum ckpt_dt
 		json_object_set_new(o, "num_hidden_layers", json_integer(c->L));
 		json_object_set_new(o, "num_attention_heads", json_integer(c->a));
 		json_object_set_new(o, "num_key_value_heads", json_integer(c->g));
-		json_object_set_new(o, "head_dim", json_integer(c->k));
+		if (arch != HF_QWEN2_MOE) /* Qwen2-MoE's head size is hidden / heads */
+			json_object_set_new(o, "head_dim", json_integer(c->k));
 		json_object_set_new(o, "hidden_act", json_string("silu"));
 		json_object_set_new(o, "max_position_embeddings", json_integer(c->P));
 		json_object_set_new(o, "rms_norm_eps", f32(c->eps));
@@ -464,6 +548,21 @@ char *hf_config_json(const struct gpt_config *c, enum hf_arch arch, enum ckpt_dt
 			json_object_set_new(o, "router_jitter_noise", json_real(0.0));
 			json_object_set_new(o, "output_router_logits", json_false());
 		} else if (arch != HF_MISTRAL) {
+			if (arch == HF_QWEN2_MOE) { /* the dense layers listed, the rest MoE */
+				json_t *dense = json_array();
+				for (int l = 0; l < c->L; l++)
+					if (!c->moe_layer[l])
+						json_array_append_new(dense, json_integer(l));
+				json_object_set_new(o, "decoder_sparse_step", json_integer(1));
+				json_object_set_new(o, "mlp_only_layers", dense);
+				json_object_set_new(o, "num_experts", json_integer(c->E));
+				json_object_set_new(o, "num_experts_per_tok", json_integer(c->router.k));
+				json_object_set_new(o, "moe_intermediate_size", json_integer(c->moe_f));
+				json_object_set_new(o, "shared_expert_intermediate_size", json_integer(c->shared_f));
+				json_object_set_new(o, "norm_topk_prob", json_boolean(!c->router.pre_softmax));
+				json_object_set_new(o, "router_aux_loss_coef", f32((float)c->router.aux_coeff));
+				json_object_set_new(o, "output_router_logits", json_false());
+			}
 			json_t *rs = json_null();
 			if (c->rope_scaling) { /* Megatron's fixed constants beside the factor */
 				struct rope_scaling sc = rope_scaling_llama3(c->rope_scaling_factor);
@@ -476,7 +575,7 @@ char *hf_config_json(const struct gpt_config *c, enum hf_arch arch, enum ckpt_dt
 				json_object_set_new(rs, "rope_type", json_string("llama3"));
 			}
 			json_object_set_new(o, "rope_scaling", rs);
-			if (arch != HF_QWEN2)
+			if (arch != HF_QWEN2 && arch != HF_QWEN2_MOE)
 				json_object_set_new(o, "attention_bias", json_false());
 			if (qwen) { /* full attention in every layer */
 				json_object_set_new(o, "use_sliding_window", json_false());
@@ -707,6 +806,58 @@ static void read_mixtral(struct cfg_reader *r, struct gpt_config *c)
 	read_mistral_window(r, c);
 }
 
+/* Qwen2-MoE: Qwen2's keys (head size hidden / heads: Qwen2MoeAttention
+ * has no head_dim), the experts, a gated shared expert, dense layers
+ * (intermediate_size) where decoder_sparse_step and mlp_only_layers put
+ * them; norm_topk_prob false is --moe-router-pre-softmax. */
+static void read_qwen2_moe(struct cfg_reader *r, struct gpt_config *c)
+{
+	read_llama(r, c);
+	read_window(r, c);
+	c->qkv_bias = true;
+	if (c->a > 0 && c->h % c->a)
+		r->failed = error("'%s': hidden_size %d is not divisible by num_attention_heads %d", r->path, c->h, c->a);
+	else if (c->a > 0)
+		c->k = c->rot = c->h / c->a;
+	c->E = (int)cfg_int(r, "num_experts", REQUIRED, 1);
+	c->router.E = c->E;
+	c->router.k = (int)cfg_int(r, "num_experts_per_tok", 4, 1);
+	if (c->router.k > c->E)
+		r->failed = error("'%s': num_experts_per_tok %d is more than num_experts %d", r->path, c->router.k, c->E);
+	c->moe_f = (int)cfg_int(r, "moe_intermediate_size", REQUIRED, 1);
+	c->shared_f = (int)cfg_int(r, "shared_expert_intermediate_size", REQUIRED, 0);
+	if (c->shared_f == 0)
+		r->failed = error("'%s': shared_expert_intermediate_size 0: a Qwen2-MoE model without its shared "
+				  "expert is not mapped yet", r->path);
+	c->shared_gate = true;
+	c->router.pre_softmax = !cfg_bool(r, "norm_topk_prob", false);
+	int64_t step = cfg_int(r, "decoder_sparse_step", 1, 1);
+	if (c->L > GPT_MAX_LAYERS) {
+		r->failed = error("'%s': num_hidden_layers %d: megac's MoE models have at most %d layers", r->path, c->L,
+				  GPT_MAX_LAYERS);
+		return;
+	}
+	for (int l = 0; l < c->L; l++)
+		c->moe_layer[l] = (l + 1) % step == 0;
+	json_t *only = json_object_get(r->o, "mlp_only_layers");
+	if (only && !json_is_null(only)) {
+		size_t i;
+		json_t *v;
+		if (!json_is_array(only))
+			r->failed = error("'%s': \"mlp_only_layers\" must be a list of layer numbers", r->path);
+		json_array_foreach(only, i, v) {
+			if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= c->L) {
+				r->failed = error("'%s': \"mlp_only_layers\" must be a list of layer numbers below "
+						  "num_hidden_layers %d", r->path, c->L);
+				break;
+			}
+			c->moe_layer[json_integer_value(v)] = 0;
+		}
+	}
+	c->router.aux_coeff = cfg_num(r, "router_aux_loss_coef", 0.001); /* Qwen2MoeConfig's default */
+	c->router.lb = c->router.aux_coeff > 0 ? MOE_LB_AUX : MOE_LB_NONE;
+}
+
 int hf_config_read(const char *path, int64_t divisible_by, int64_t tp, struct gpt_config *c, enum hf_arch *arch)
 {
 	memset(c, 0, sizeof(*c));
@@ -739,6 +890,9 @@ int hf_config_read(const char *path, int64_t divisible_by, int64_t tp, struct gp
 		read_llama(&r, c);
 		read_window(&r, c);
 		c->qkv_bias = true;
+	} else if (name && !strcmp(name, "Qwen2MoeForCausalLM")) {
+		*arch = HF_QWEN2_MOE;
+		read_qwen2_moe(&r, c);
 	} else if (name && !strcmp(name, "Qwen3ForCausalLM")) {
 		*arch = HF_QWEN3; /* Llama's keys, q_norm and k_norm over head_dim */
 		read_llama(&r, c);
@@ -746,7 +900,8 @@ int hf_config_read(const char *path, int64_t divisible_by, int64_t tp, struct gp
 		c->qk_norm = true;
 	} else {
 		error("'%s': architectures %s: ckpt_convert reads GPT2LMHeadModel, LlamaForCausalLM, "
-		      "MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM and Qwen3ForCausalLM", path,
+		      "MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM, Qwen2MoeForCausalLM and Qwen3ForCausalLM",
+		      path,
 		      name ? name : "(missing, or more than one)");
 		json_decref(o); /* name lives in o */
 		return -1;

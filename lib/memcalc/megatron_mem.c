@@ -46,7 +46,8 @@ int megatron_mem_compute(const struct mm_config *c, struct mm_report *r)
 	const double routed = 2 * h * fm * E * G;
 	const double routed_active = 2 * h * fm * K * G;
 	const double norms = 2 * h * n;
-	const double router = moe ? h * E + (c->add_bias_linear ? E : 0) : 0;
+	/* the router, and the shared expert's gate (replicated over TP, as the router) */
+	const double router = moe ? h * E + (c->add_bias_linear ? E : 0) + (fs > 0 && c->shared_gate ? h : 0) : 0;
 	const double final_norm = n * h;
 	const double emb = h * V;
 

@@ -25,6 +25,7 @@ struct mm_config {
 	bool swiglu, rmsnorm, untied, add_bias_linear;
 	/* mixture of experts: num_experts 0 = none; moe_pattern[L] (1 = MoE layer) when set */
 	int64_t num_experts, topk, moe_ffn, shared_ffn; /* shared_ffn 0 = no shared experts */
+	bool shared_gate;                               /* --moe-shared-expert-gate */
 	const unsigned char *moe_pattern;
 	/* multi-latent attention: q_lora 0 = no query compression */
 	bool mla;

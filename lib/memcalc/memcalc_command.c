@@ -135,6 +135,7 @@ int memcalc_config_from_args(struct mm_config *c, const struct args *a, unsigned
 				     (long long)c->num_experts);
 		c->moe_ffn = a->moe_ffn_hidden_size == -1 ? g.f : a->moe_ffn_hidden_size;
 		c->shared_ffn = a->moe_shared_expert_intermediate_size == -1 ? 0 : a->moe_shared_expert_intermediate_size;
+		c->shared_gate = a->moe_shared_expert_gate;
 		if (c->moe_ffn < 1 || c->shared_ffn < 0)
 			return error("--moe-ffn-hidden-size and --moe-shared-expert-intermediate-size must be positive");
 		*pattern = xmalloc((size_t)c->L);

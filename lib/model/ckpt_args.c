@@ -53,6 +53,7 @@ static const struct {
 	{ "moe_router_topk", "--moe-router-topk", true, false },
 	{ "moe_router_pre_softmax", "--moe-router-pre-softmax", true, false },
 	{ "moe_shared_expert_intermediate_size", "--moe-shared-expert-intermediate-size", true, false },
+	{ "moe_shared_expert_gate", "--moe-shared-expert-gate", true, false },
 	{ "moe_router_score_function", "--moe-router-score-function", true, false },
 	{ "moe_expert_capacity_factor", "--moe-expert-capacity-factor", true, false },
 	{ "moe_token_drop_policy", "--moe-token-drop-policy", true, false },

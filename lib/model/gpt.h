@@ -37,7 +37,7 @@ struct gpt_layer_params {
 	/* MLP or MoE: pre-MLP norm, then a dense MLP's fc1/fc2 */
 	int ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b;
 	/* a MoE layer: router, experts, shared expert (-1: none) */
-	int router_w, sfc1_w, sfc2_w;
+	int router_w, sfc1_w, sfc2_w, sgate_w; /* sgate_w: --moe-shared-expert-gate (-1: none) */
 	int *efc1_w, *efc2_w; /* [E] by global expert number; -1 for another expert-parallel rank's */
 	int pfirst, pend;     /* the layer's registry indices [pfirst, pend), in registration order */
 };
@@ -55,6 +55,7 @@ struct gpt_moe_acts {
 	float *xperm;                /* [R, h] the rows' inputs */
 	float *fc1, *act, *y;        /* [R, f1], [R, f], [R, h] */
 	float *sfc1, *sact;          /* shared expert: [B*T, f1s], [B*T, fs] */
+	float *sgate, *sgate_host;   /* --moe-shared-expert-gate: [B*T] its sigmoid, and a host copy (else NULL) */
 	/* expert parallelism: this rank's experts run on the rows every rank
 	 * of the group routed to them, expert-major, peer after peer within
 	 * an expert (fc1 and act then hold those rows, y stays this rank's
@@ -215,6 +216,11 @@ struct gpt_moe_state {
 	float *xa, *xb;    /* expert parallelism: rows in transit, and expert-major rows [max(R, Rl), h] */
 	size_t rows_cap;   /* the rows dact, dfc1, xa and xb hold */
 	int32_t *cnt_all;  /* host [ep, E]: every peer's rows per expert */
+	/* --moe-shared-expert-gate: the gated output or its gradient [B*T, h],
+	 * the logits or their gradient [B*T], 0 .. B*T (moe_combine's index
+	 * arrays for one row per token) and the host copy of the gradient */
+	float *gout, *glogit, *gd_host;
+	int32_t *giota;
 	/* selective recompute: the experts' activation (moe_act; act_cap rows)
 	 * and the shared expert's fc1 and activation (shared_experts) every
 	 * layer shares, NULL without */

@@ -96,6 +96,7 @@ int gpt_config_from_json(struct gpt_config *c, const char *json, const char *whe
 		rc |= get_int(o, "moe_ffn_hidden_size", where, 1, &c->moe_f);
 		json_t *sf = json_object_get(o, "moe_shared_expert_intermediate_size");
 		c->shared_f = json_is_integer(sf) ? (int)json_integer_value(sf) : 0;
+		c->shared_gate = c->shared_f > 0 && json_is_true(json_object_get(o, "moe_shared_expert_gate"));
 		const char *freq = json_string_value(json_object_get(o, "moe_layer_freq"));
 		if (rc == 0 && (c->L > GPT_MAX_LAYERS || gpt_moe_pattern(freq ? freq : "1", c->L, c->moe_layer) < 0))
 			rc = error("%s: the MoE layer pattern cannot be read", where);
@@ -233,6 +234,8 @@ char *gpt_config_to_json(const struct gpt_config *c, double rotary_percent)
 		json_object_set_new(o, "moe_ffn_hidden_size", json_integer(c->moe_f));
 		if (c->shared_f > 0)
 			json_object_set_new(o, "moe_shared_expert_intermediate_size", json_integer(c->shared_f));
+		if (c->shared_gate)
+			json_object_set_new(o, "moe_shared_expert_gate", json_true());
 		json_object_set_new(o, "moe_layer_freq", json_string(pat.buf));
 		json_object_set_new(o, "moe_router_score_function", json_string(c->router.sigmoid ? "sigmoid" : "softmax"));
 		json_object_set_new(o, "moe_router_pre_softmax", json_boolean(c->router.pre_softmax));
@@ -302,6 +305,7 @@ static const struct diff_key diff_keys[] = {
 	{ "moe_router_topk", "--moe-router-topk", DIFF_MATH, NULL, NULL, NULL },
 	{ "moe_ffn_hidden_size", "--moe-ffn-hidden-size", DIFF_MATH, NULL, NULL, NULL },
 	{ "moe_shared_expert_intermediate_size", "--moe-shared-expert-intermediate-size", DIFF_MATH, "null", NULL, NULL },
+	{ "moe_shared_expert_gate", "--moe-shared-expert-gate", DIFF_MATH, "false", NULL, NULL },
 	{ "moe_layer_freq", "--moe-layer-freq", DIFF_MATH, NULL, NULL, NULL },
 	{ "moe_router_score_function", "--moe-router-score-function", DIFF_MATH, NULL, NULL, NULL },
 	{ "moe_router_pre_softmax", "--moe-router-pre-softmax", DIFF_MATH, NULL, NULL, NULL },

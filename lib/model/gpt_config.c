@@ -145,6 +145,7 @@ static int moe_from_args(struct gpt_config *c, const struct args *a)
 	if (a->moe_shared_expert_intermediate_size == 0)
 		return error("--moe-shared-expert-intermediate-size must be positive (leave it out for no shared expert)");
 	c->shared_f = a->moe_shared_expert_intermediate_size > 0 ? (int)a->moe_shared_expert_intermediate_size : 0;
+	c->shared_gate = a->moe_shared_expert_gate && c->shared_f > 0; /* Megatron: no shared expert, no gate */
 	if (c->bias)
 		return error("mixture of experts with linear biases is not implemented yet (give --disable-bias-linear)");
 	struct moe_router_cfg *r = &c->router;

@@ -71,6 +71,7 @@ struct gpt_config {
 	int E;                 /* --num-experts */
 	int moe_f;             /* --moe-ffn-hidden-size (per half with SwiGLU) */
 	int shared_f;          /* --moe-shared-expert-intermediate-size (0: none) */
+	bool shared_gate;      /* --moe-shared-expert-gate (with a shared expert) */
 	struct moe_router_cfg router;
 	bool router_fp32;      /* --moe-router-dtype: router logits kept in fp32 under --bf16/--fp16 */
 	uint8_t moe_layer[GPT_MAX_LAYERS]; /* 1: layer i (0-based) is a MoE layer */

@@ -1,6 +1,7 @@
 # ckpt_convert.sh - ckpt_convert: GPT-2-style and Llama-style models
 # trained a few iterations as TP2xPP2 on 4 ranks (and a Mixtral-style MoE
-# model on one, exported as MixtralForCausalLM and back, the same checks); layout A -> B -> A and
+# model on one, exported as MixtralForCausalLM and back, the same checks; Qwen2MoeForCausalLMs
+# both ways); layout A -> B -> A and
 # megac -> Hugging Face -> megac are bitwise round trips; the exported folders
 # load in transformers (pinned in tests/py-env.sh, an independent reference)
 # and give megac's own logits (tests/tools/megac_logits) within 1e-4; folders
@@ -281,11 +282,64 @@ setup "mx: train a MoE model with sigmoid routing, 1 iteration" sh -c "$BIN/trai
 expect_fail "mx: sigmoid routing is not Mixtral" "this one has sigmoid routing" \
 	$C --load $W/mxsg --save $W/mxsghf --to hf
 
+# Qwen2-MoE: random Qwen2MoeForCausalLMs from transformers (QKV biases, 4
+# experts top-2, a shared expert with its sigmoid gate; one with a dense
+# layer in mlp_only_layers and norm_topk_prob false, one tied with
+# norm_topk_prob true) import with transformers' logits, export back to the
+# same tensors and config; a megac-trained one (--moe-layer-freq 2) exports
+# and transformers loads it with megac's logits
+setup "transformers writes a random Qwen2MoeForCausalLM (GQA, layer 1 dense)" $REF make qwen2_moe $W/rqm \
+	--layers 3 --hidden 64 --heads 4 --kv-heads 2 --ffn 96 --moe-ffn 32 --shared-ffn 48 --experts 4 --topk 2 \
+	--mlp-only 1 --vocab 1000 --positions 64 --seed 8
+setup "a random Qwen2MoeForCausalLM (tied, norm_topk_prob true)" $REF make qwen2_moe $W/rqn --layers 2 \
+	--hidden 64 --heads 4 --ffn 96 --moe-ffn 32 --shared-ffn 48 --experts 4 --topk 2 --norm-topk-prob --tie \
+	--vocab 1000 --positions 64 --seed 9
+for m in rqm rqn; do
+	expect_ok "$m: import" $C --from hf --load $W/$m --save $W/${m}m --verify
+	expect_ok "$m: megac's logits" $LOGITS $W/${m}m $W/ids1k.npy $W/${m}_megac.npy
+	setup "$m: transformers' logits" $REF logits $W/$m $W/ids1k.npy $W/${m}_hf.npy
+	logits_close "$m: megac's logits on the import equal transformers' (1e-4)" $W/${m}_hf.npy $W/${m}_megac.npy 1e-4
+	expect_ok "$m: export back to Hugging Face" $C --load $W/${m}m --save $W/${m}back --to hf --verify
+	if $HF tests/prog/py/hf_same.py $W/$m $W/${m}back >"$W/same.log" 2>&1 && /usr/bin/python3 -c '
+import sys, json
+a, b = (json.load(open(p + "/config.json")) for p in sys.argv[1:])
+keys = ("num_experts", "num_experts_per_tok", "moe_intermediate_size", "shared_expert_intermediate_size",
+        "norm_topk_prob", "intermediate_size", "router_aux_loss_coef")
+bad = {k: (a.get(k), b.get(k)) for k in keys if a.get(k) != b.get(k)}
+la = [l for l in range(a["num_hidden_layers"]) if l in a["mlp_only_layers"] or (l + 1) % a["decoder_sparse_step"]]
+lb = [l for l in range(b["num_hidden_layers"]) if l in b["mlp_only_layers"] or (l + 1) % b["decoder_sparse_step"]]
+assert not bad and la == lb, (bad, la, lb)' $W/$m $W/${m}back >>"$W/same.log" 2>&1; then
+		ok "$m: the export holds transformers' tensors and config, the MoE keys too ($(tail -n 1 "$W/same.log"))"
+	else
+		notok "$m: the export against transformers' folder"
+		show "$W/same.log"
+	fi
+done
+QM="--num-layers 2 --hidden-size 64 --num-attention-heads 4 --group-query-attention --num-query-groups 2"
+QM="$QM --position-embedding-type rope --normalization RMSNorm --swiglu --disable-bias-linear --add-qkv-bias"
+QM="$QM --untie-embeddings-and-output-weights --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 32"
+QM="$QM --moe-router-pre-softmax --moe-shared-expert-intermediate-size 48 --moe-shared-expert-gate"
+QM="$QM --moe-layer-freq 2 --ffn-hidden-size 96 --moe-aux-loss-coeff 0.001 --seq-length 32"
+QM="$QM --max-position-embeddings 32 --micro-batch-size 2 --global-batch-size 4 --lr 2e-3 --mock-data"
+QM="$QM --eval-interval 100 --eval-iters 0 --log-interval 1 --data-cache-path $W/cache $GPT2 $(v64 1)"
+setup "qm: train a Qwen2-MoE-style model, 2 iterations" sh -c "$BIN/train $QM --train-iters 2 --save $W/qmc \
+	--save-interval 2 >$W/qmc.log 2>&1"
+expect_ok "qm: export to Hugging Face" $C --load $W/qmc --save $W/qmhf --to hf --verify $GPT2
+expect_ok "qm: transformers loads the export" $REF check $W/qmhf
+setup "qm: megac's logits" $LOGITS $W/qmc $W/ids.npy $W/qm_megac.npy
+expect_ok "qm: transformers' logits" $REF logits $W/qmhf $W/ids.npy $W/qm_hf.npy
+logits_close "qm: transformers' logits on the export equal megac's (1e-4)" $W/qm_megac.npy $W/qm_hf.npy 1e-4
+setup "qm: train without the gate, 1 iteration" sh -c "$BIN/train $(echo "$QM" | sed 's/ --moe-shared-expert-gate//') \
+	--train-iters 1 --save $W/qmng --save-interval 1 >$W/qmng.log 2>&1"
+expect_fail "qm: a shared expert without its gate is not Qwen2-MoE" \
+	"this one has a shared expert without its gate (--moe-shared-expert-gate)" $C --load $W/qmng --save $W/qmnghf --to hf
+nothing_at "qm: no gate" $W/qmnghf
+
 mkdir -p $W/bad
 cp -r $W/rg $W/bad/arch
 sed -i 's/GPT2LMHeadModel/BertForMaskedLM/' $W/bad/arch/config.json
 expect_fail "unknown architecture" \
-	"ckpt_convert reads GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM and Qwen3ForCausalLM" \
+	"ckpt_convert reads GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM, Qwen2MoeForCausalLM and Qwen3ForCausalLM" \
 	$C --from hf --load $W/bad/arch --save $W/bad/out1
 nothing_at "unknown architecture" $W/bad/out1
 cp -r $W/rg $W/bad/shape

@@ -1,5 +1,7 @@
 # infer_moe.sh - text_gen_server on the training model's own layers: a
-# random MixtralForCausalLM (4 experts, top-2, GQA) and a random GQA Llama
+# random MixtralForCausalLM (4 experts, top-2, GQA), a random
+# Qwen2MoeForCausalLM (QKV biases, a gated shared expert, softmax over all
+# experts, a dense layer) and a random GQA Llama
 # that transformers writes (tests/prog/py/hf_ref.py make), imported with
 # ckpt_convert --from hf, served on loopback (--port 0) with a NullTokenizer
 # (prompts are ids); Megatron's PUT /api with top_k 1 and "logprobs": true
@@ -141,14 +143,18 @@ SHAPE="--layers 2 --hidden 64 --heads 8 --kv-heads 4 --ffn 96 --vocab 1000 --pos
 setup "transformers: a random MixtralForCausalLM (4 experts, top-2) and LlamaForCausalLM, their answers" \
 	$HF tests/prog/py/hf_ref.py batch "make mixtral $W/mx $SHAPE --experts 4 --topk 2 --seed 5" \
 	"make llama $W/ll $SHAPE --seed 6" "generate $W/mx $W/p.json $N $W/mx_ref.json --routing $W/mx_routing.json" \
-	"generate $W/ll $W/p.json $N $W/ll_ref.json" "logits $W/mx $W/ids.npy $W/mx_hf.npy"
-if $SV routing $W/mx_routing.json --margin 1e-4 >"$W/routing.log" 2>&1; then
-	ok "mx: the reference routes to every expert, no top-k near-ties ($(cat "$W/routing.log"))"
-else
-	notok "mx: the reference's routing is degenerate (the comparisons below are then weak)"
-	show "$W/routing.log"
-fi
-for m in mx ll; do
+	"generate $W/ll $W/p.json $N $W/ll_ref.json" "logits $W/mx $W/ids.npy $W/mx_hf.npy" \
+	"make qwen2_moe $W/qm $SHAPE --experts 4 --topk 2 --moe-ffn 32 --shared-ffn 48 --mlp-only 1 --seed 7" \
+	"generate $W/qm $W/p.json $N $W/qm_ref.json --routing $W/qm_routing.json"
+for m in mx qm; do
+	if $SV routing $W/${m}_routing.json --margin 1e-4 >"$W/routing.log" 2>&1; then
+		ok "$m: the reference routes to every expert, no top-k near-ties ($(cat "$W/routing.log"))"
+	else
+		notok "$m: the reference's routing is degenerate (the comparisons below are then weak)"
+		show "$W/routing.log"
+	fi
+done
+for m in mx ll qm; do
 	setup "$m: import with ckpt_convert --from hf" $BIN/ckpt_convert --from hf --load $W/$m --save $W/${m}m --verify
 done
 # the import itself, through the training model's forward (megac_logits):
@@ -157,7 +163,7 @@ expect_ok "mx: megac's logits (the training model) on the import" $MEGAC_BUILD/t
 	$W/ids.npy $W/mx_megac.npy
 logits_close "mx: the imported Mixtral's logits equal transformers' (1e-4)" $W/mx_hf.npy $W/mx_megac.npy 1e-4
 
-for m in mx ll; do
+for m in mx ll qm; do
 	# one rank, on the CPU
 	serve ${m}_cpu $BIN/text_gen_server --load $W/${m}m $TOK --device cpu
 	ask "$m: the CPU server answers" $W/${m}_cpu.log $SRV $W/p.json $N $W/${m}_cpu.json &&
@@ -166,17 +172,19 @@ for m in mx ll; do
 	same "$m: the CPU server's greedy tokens and log-probs are transformers' (1e-4)" \
 		$W/${m}_ref.json $W/${m}_cpu.json 1e-4
 
-	# TP2, EP2 and TP2 x EP2 (the Mixtral): the one-rank answers
-	if [ $m = mx ]; then
-		for lay in "2 1" "1 2" "2 2"; do
-			set -- $lay
-			name="TP$1 x EP$2"
-			serve mx_p$1$2 $MPI -np $(($1 * $2)) $BIN/text_gen_server --load $W/mxm $TOK --device cpu \
-				--tensor-model-parallel-size $1 --expert-model-parallel-size $2
-			ask "mx: the $name server answers" $W/mx_p$1$2.log $SRV $W/p.json $N $W/mx_p$1$2.json
+	# TP2, EP2 and TP2 x EP2 (the Mixtral; the Qwen2-MoE TP2 x EP2): the one-rank answers
+	if [ $m != ll ]; then
+		lays="21 12 22"
+		[ $m = qm ] && lays="22"
+		for lay in $lays; do
+			t=${lay%?} e=${lay#?}
+			name="TP$t x EP$e"
+			serve ${m}_p$lay $MPI -np $((t * e)) $BIN/text_gen_server --load $W/${m}m $TOK --device cpu \
+				--tensor-model-parallel-size $t --expert-model-parallel-size $e
+			ask "$m: the $name server answers" $W/${m}_p$lay.log $SRV $W/p.json $N $W/${m}_p$lay.json
 			stop $SRV
-			same "mx: $name gives the one-rank server's tokens, log-probs within 1e-5" \
-				$W/mx_cpu.json $W/mx_p$1$2.json 1e-5
+			same "$m: $name gives the one-rank server's tokens, log-probs within 1e-5" \
+				$W/${m}_cpu.json $W/${m}_p$lay.json 1e-5
 		done
 	fi
 
@@ -185,8 +193,8 @@ for m in mx ll; do
 	# (which takes the emulated GPU) and --device cpu (no kernel at all)
 	if [ -z "${MEGAC_EMU:-}" ]; then
 		echo "ok - $m: the emulated device's server # SKIP MEGAC_EMU is not set (make emu)"
-	elif [ $m = mx ]; then
-		emu mx cuda moe_
+	elif [ $m != ll ]; then
+		emu $m cuda moe_
 	else
 		for d in cuda auto cpu; do emu ll $d; done
 	fi

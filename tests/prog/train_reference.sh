@@ -8,7 +8,10 @@
 # --use-rope-scaling) and a Mistral-style Llama (a sliding window of 8 keys
 # on 32 positions, full attention in every second layer); the Qwen and
 # Mistral ones under TP2 (Qwen with and without SP) give the one-rank run's
-# numbers. Also: model.h5 names and shapes as h5py sees
+# numbers. A Qwen2-MoE-shaped model (QKV bias, a shared expert with its
+# sigmoid gate, softmax over all experts before the top-2, a dense layer
+# between two MoE ones) matches the reference over 6 iterations (rtol 1e-4),
+# and recompute, TP2 with SP and EP2 give its one-rank numbers. Also: model.h5 names and shapes as h5py sees
 # them, and the reference's own self-test.
 . tests/prog_lib.sh
 W=$(new_tmp train_ref)
@@ -84,6 +87,62 @@ else
 	notok "mistral: TP2 against one rank"
 	show "$W/cmp.log"
 fi
+
+# Qwen2-MoE: --moe-shared-expert-gate scales the shared expert's output by
+# sigmoid(x . w) per token; routing is --moe-router-pre-softmax
+QMOE="$LLAMA --add-qkv-bias --num-experts 4 --moe-router-topk 2 --moe-router-pre-softmax --moe-ffn-hidden-size 32"
+QMOE="$QMOE --moe-shared-expert-intermediate-size 48 --moe-shared-expert-gate --moe-aux-loss-coeff 0.001"
+QMOE="$QMOE --moe-layer-freq 2 --num-layers 3"
+D=$W/qmoe
+setup "qwen2-moe: --train-iters 0 --save writes the initial model" \
+	$BIN/train $QMOE $COMMON --train-iters 0 --save "$D/init" --data-cache-path "$D/cache"
+expect_ok "qwen2-moe: 6 iterations" $BIN/train $QMOE $COMMON --train-iters 6 --data-cache-path "$D/cache" \
+	--metrics-file "$D/ours.jsonl"
+setup "qwen2-moe: the PyTorch reference from the same model.h5 and index caches" \
+	sh -c "$PY tests/prog/py/torch_ref.py $QMOE $COMMON --train-iters 6 --data-cache-path $D/cache \
+	--ref-model $D/init/iter_0000000/model.h5 >$D/ref.jsonl"
+export RTOL=1e-4
+compare_ref "qwen2-moe: lm loss, grad norm, lr and load_balancing_loss match the reference (rtol 1e-4)" \
+	"$D/ours.jsonl" "$D/ref.jsonl" 6
+unset RTOL
+if $PY - "$D/init/iter_0000000/model.h5" >"$W/h5q.log" 2>&1 <<'EOF'; then
+import h5py, sys
+f = h5py.File(sys.argv[1], "r")
+assert f["decoder.layers.0.mlp.shared_experts.gate_weight"].shape == (1, 64)
+assert "decoder.layers.1.mlp.shared_experts.gate_weight" not in f  # the dense layer
+assert f["decoder.layers.0.self_attention.linear_qkv.bias"].shape == (128,)
+EOF
+	ok "qwen2-moe: model.h5 holds mlp.shared_experts.gate_weight [1, h] in the MoE layer"
+else
+	notok "qwen2-moe: model.h5 gate_weight"
+	show "$W/h5q.log"
+fi
+# selective recompute of the MoE layers (which share one set of buffers,
+# the gate's too) and full recompute give the same numbers
+for rc in "--recompute-granularity selective --recompute-modules moe shared_experts" \
+	"--recompute-granularity full --recompute-method uniform --recompute-num-layers 1"; do
+	tag=$(echo "$rc" | tr -dc 'a-z0-9')
+	expect_ok "qwen2-moe: $rc, 6 iterations" $BIN/train $QMOE $COMMON --train-iters 6 $rc \
+		--data-cache-path "$D/cache" --metrics-file "$D/$tag.jsonl"
+	if $PY tests/prog/py/compare_metrics.py same "$D/ours.jsonl" "$D/$tag.jsonl" 6 >"$W/cmp.log" 2>&1; then
+		ok "qwen2-moe: $rc gives the same numbers: $(cat "$W/cmp.log")"
+	else
+		notok "qwen2-moe: $rc against no recompute"
+		show "$W/cmp.log"
+	fi
+done
+for par in "--tensor-model-parallel-size 2 --sequence-parallel" "--expert-model-parallel-size 2"; do
+	tag=$(echo "$par" | tr -dc 'a-z0-9')
+	expect_ok "qwen2-moe: $par, 6 iterations" sh -c "$MPI -np 2 $BIN/train $QMOE $COMMON --train-iters 6 \
+		$par --make-vocab-size-divisible-by 64 --data-cache-path $D/cache --metrics-file $D/$tag.jsonl \
+		>$D/$tag.log"
+	if $PY tests/prog/py/compare_metrics.py same "$D/ours.jsonl" "$D/$tag.jsonl" 6 >"$W/cmp.log" 2>&1; then
+		ok "qwen2-moe: $par equals one rank: $(cat "$W/cmp.log")"
+	else
+		notok "qwen2-moe: $par against one rank"
+		show "$W/cmp.log"
+	fi
+done
 
 # model.h5 as h5py sees it: Megatron Core names, global shapes, nothing else
 if $PY - "$W/llama/init/iter_0000000/model.h5" >"$W/h5.log" 2>&1 <<'EOF'; then

@@ -432,14 +432,20 @@ static void test_gradcheck_moe(void)
 	c.router.pre_softmax = true;
 	c.router.k = 1;
 	gradcheck_cfg(kops_cpu(), c, false, false, "gelu experts, pre-softmax top-1");
+	c = tiny_moe(true); /* Qwen2-MoE: the shared expert's output times sigmoid(x . w) */
+	c.shared_f = 4;
+	c.shared_gate = true;
+	c.router.pre_softmax = true;
+	gradcheck_cfg(kops_cpu(), c, false, false, "gated shared expert, pre-softmax");
 	/* names */
 	struct mem_pool mp;
 	mem_pool_init(&mp, kops_cpu());
 	struct gpt_model m;
 	c = tiny_moe(true);
 	c.shared_f = 4;
+	c.shared_gate = true;
 	CHECK_INT(gpt_init(&m, &c, kops_cpu(), &mp, 1, GPT_FP32, NULL, false), 0);
-	const char *want[] = { "decoder.layers.0.pre_mlp_layernorm.weight", "decoder.layers.0.mlp.router.weight",
+	const char *want[] = { "decoder.layers.1.mlp.shared_experts.gate_weight", "decoder.layers.0.pre_mlp_layernorm.weight", "decoder.layers.0.mlp.router.weight",
 			       "decoder.layers.0.mlp.experts.local_experts.3.linear_fc1.weight",
 			       "decoder.layers.1.mlp.experts.local_experts.0.linear_fc2.weight",
 			       "decoder.layers.1.mlp.shared_experts.linear_fc1.weight" };
@@ -449,6 +455,10 @@ static void test_gradcheck_moe(void)
 			if (!strcmp(m.reg.p[j].name, want[i]))
 				found = j;
 		CHECK(found >= 0);
+		if (found >= 0 && strstr(want[i], "gate_weight")) {
+			CHECK_INT(m.reg.p[found].shape[0], 1);
+			CHECK_INT(m.reg.p[found].shape[1], 8);
+		}
 		if (found >= 0 && strstr(want[i], "local_experts.3.linear_fc1")) {
 			CHECK_INT(m.reg.p[found].shape[0], 12);
 			CHECK_INT(m.reg.p[found].shape[1], 8);

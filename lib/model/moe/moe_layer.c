@@ -11,6 +11,12 @@
  * token_dispatcher.c's all-to-all under expert parallelism), and the
  * weighted sum per token is moe_combine.
  *
+ * With --moe-shared-expert-gate the shared expert's output is scaled by
+ * sigmoid(x . w) per token (mlp.shared_experts.gate_weight [1, h], as
+ * Megatron's SharedExpertMLP): the logit is a linear of one output column,
+ * the sigmoid runs on the host (N values, beside the router's), and the
+ * scaling is moe_combine with one row per token.
+ *
  * Experts split over TP as the dense MLP does; with expert parallelism
  * this rank registers only its own experts, under their global numbers, so
  * checkpoints do not depend on the split.
@@ -62,6 +68,12 @@ void moe_register(struct gpt_model *m, int l)
 		p->sfc2_w = reg_weight(m, NAME("decoder.layers.%d.mlp.shared_experts.linear_fc2.weight", l), c->h,
 				       c->shared_f, 1, out_std, 0);
 	}
+	/* replicated over TP like the router: every TP rank gates every row
+	 * alike, so its gradient is whole on each rank */
+	p->sgate_w = -1;
+	if (s->shared_expert && c->shared_gate)
+		p->sgate_w = reg_weight(m, NAME("decoder.layers.%d.mlp.shared_experts.gate_weight", l), 1, c->h, -1, std,
+					0);
 #undef NAME
 }
 
@@ -122,6 +134,10 @@ struct gpt_moe_acts *moe_alloc_acts(struct gpt_model *m)
 		M->sfc1 = gpt_take(m, BT * s1);
 		M->sact = gpt_take(m, BT * (size_t)c->shared_f);
 	}
+	if (c->shared_f > 0 && c->shared_gate) {
+		M->sgate = gpt_take(m, BT);
+		M->sgate_host = xmalloc(BT * sizeof(float) + 1);
+	}
 	return M;
 }
 
@@ -136,6 +152,17 @@ void moe_alloc_scratch(struct gpt_model *m, bool backward)
 	size_t f1m = c->swiglu ? 2 * fm : fm, f1s = c->swiglu ? 2 * fs : fs, Rl = gpt_moe_rows_local(m);
 	if (fs > 0)
 		S->out2 = gpt_take(m, BT * h);
+	if (fs > 0 && c->shared_gate && !S->giota) {
+		S->gout = gpt_take(m, BT * h);
+		S->glogit = gpt_take(m, BT);
+		S->giota = gpt_take_bytes(m, (BT + 1) * sizeof(int32_t));
+		int32_t *iota = xmalloc((BT + 1) * sizeof(int32_t));
+		for (size_t i = 0; i <= BT; i++)
+			iota[i] = (int32_t)i;
+		m->k->to_device(S->giota, iota, (BT + 1) * sizeof(int32_t));
+		free(iota);
+		S->gd_host = xmalloc(BT * sizeof(float) + 1);
+	}
 	if (m->par.ep) {
 		size_t rows = Rl > R ? Rl : R;
 		S->xa = gpt_take(m, rows * h);
@@ -165,12 +192,14 @@ void moe_free(struct gpt_model *m)
 		free(S->all[i]->z_host);
 		free(S->all[i]->cnt);
 		free(S->all[i]->loff);
+		free(S->all[i]->sgate_host);
 		free(S->all[i]);
 	}
 	free(S->all);
 	free(S->dw_host);
 	free(S->dprobs_host);
 	free(S->dz_host);
+	free(S->gd_host);
 	free(S->cnt_all);
 }
 
@@ -225,6 +254,23 @@ static void shared_fc1(struct gpt_model *m, const struct gpt_pass *P, int l, str
 	act_fwd(m, &p->spec, M->sact, M->sfc1, P->N, fs);
 }
 
+/* The shared expert's gate, sigmoid(x . w) per row, into M->sgate (and
+ * its host copy, which backward reads). */
+static void shared_gate_fwd(struct gpt_model *m, const struct gpt_pass *P, int l, struct gpt_moe_acts *M,
+			    const float *x)
+{
+	const struct gpt_layer_params *p = &m->lp[l];
+	struct gpt_moe_state *S = &m->moe;
+	int N = P->N;
+	linear_fwd(m, S->glogit, x, p->sgate_w, -1, N, m->lc.h, 1);
+	m->k->to_host(M->sgate_host, S->glogit, (size_t)N * sizeof(float));
+	for (int i = 0; i < N; i++)
+		M->sgate_host[i] = (float)(1.0 / (1.0 + exp(-(double)M->sgate_host[i])));
+	m->k->to_device(M->sgate, M->sgate_host, (size_t)N * sizeof(float));
+	round_half(m, M->sgate, (size_t)N);
+	m->k->to_host(M->sgate_host, M->sgate, (size_t)N * sizeof(float));
+}
+
 const float *moe_forward(struct gpt_model *m, const struct gpt_pass *P, int l, struct gpt_layer_acts *A,
 			 const float *x)
 {
@@ -241,7 +287,14 @@ const float *moe_forward(struct gpt_model *m, const struct gpt_pass *P, int l, s
 	if (p->sfc1_w >= 0) {
 		shared_fc1(m, P, l, M, x);
 		linear_fwd(m, S->out2, M->sact, p->sfc2_w, -1, N, c->shared_f, h);
-		k->add(out, out, S->out2, (size_t)N * h);
+		if (p->sgate_w >= 0) { /* each TP rank scales its share alike: the sum over TP is the gated output */
+			shared_gate_fwd(m, P, l, M, x);
+			k->moe_combine_forward(S->gout, S->out2, M->sgate, S->giota, S->giota, N, h);
+			round_half(m, S->gout, (size_t)N * h);
+			k->add(out, out, S->gout, (size_t)N * h);
+		} else {
+			k->add(out, out, S->out2, (size_t)N * h);
+		}
 	}
 	round_half(m, out, (size_t)N * h);
 	/* each TP rank holds a slice of every expert's MLP, as of the dense
@@ -260,6 +313,8 @@ void moe_recompute(struct gpt_model *m, const struct gpt_pass *P, int l, struct 
 			m->lc.moe_f);
 	if (p->sfc1_w >= 0 && (gpt_rc(m, GPT_RC_MOE) || gpt_rc(m, GPT_RC_SHARED_EXPERTS)))
 		shared_fc1(m, P, l, M, x);
+	if (p->sgate_w >= 0 && gpt_rc(m, GPT_RC_MOE)) /* the layers share M: this layer's gate again */
+		shared_gate_fwd(m, P, l, M, x);
 }
 
 /* dout: dL/d(the MoE output), every row; leaves this rank's share of
@@ -278,9 +333,33 @@ void moe_backward(struct gpt_model *m, const struct gpt_pass *P, int l, struct g
 
 	if (p->sfc1_w >= 0) {
 		int fs = c->shared_f, s1 = p->spec.swiglu ? 2 * fs : fs;
-		linear_bwd(m, S->dact, dout, M->sact, p->sfc2_w, -1, N, fs, h);
+		const float *dsh = dout;
+		if (p->sgate_w >= 0) {
+			/* out = g * y with y the shared expert's output (this rank's
+			 * share under TP, recomputed): dy = g * dout, dg = dout . y
+			 * summed over TP, dlogit = dg * g * (1 - g) */
+			linear_fwd(m, S->out2, M->sact, p->sfc2_w, -1, N, fs, h);
+			k->moe_combine_backward(S->gout, S->glogit, dout, S->out2, M->sgate, S->giota, N, h);
+			round_half(m, S->gout, (size_t)N * h);
+			dsh = S->gout;
+			k->to_host(S->gd_host, S->glogit, (size_t)N * sizeof(float));
+			if (m->par.tp)
+				dist_allreduce_sum_f32(m->par.tp, S->gd_host, (size_t)N);
+			for (int i = 0; i < N; i++) {
+				double g = M->sgate_host[i];
+				S->gd_host[i] = (float)((double)S->gd_host[i] * g * (1.0 - g));
+			}
+			k->to_device(S->glogit, S->gd_host, (size_t)N * sizeof(float));
+			round_half(m, S->glogit, (size_t)N);
+		}
+		linear_bwd(m, S->dact, dsh, M->sact, p->sfc2_w, -1, N, fs, h);
 		act_bwd(m, &p->spec, S->dfc1, S->dact, M->sfc1, N, fs);
 		linear_bwd(m, dln, S->dfc1, x, p->sfc1_w, -1, N, h, s1);
+		if (p->sgate_w >= 0) { /* the gate's input share counts once in the sum over TP, as the router's */
+			linear_bwd(m, m->par.tp_rank == 0 ? S->dx : NULL, S->glogit, x, p->sgate_w, -1, N, h, 1);
+			if (m->par.tp_rank == 0)
+				k->add(dln, dln, S->dx, (size_t)N * h);
+		}
 	} else {
 		k->zero(dln, (size_t)N * h);
 	}

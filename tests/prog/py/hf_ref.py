@@ -4,7 +4,7 @@ Runs under the venv that tests/py-env.sh makes (Debian's torch 1.13 and the
 pinned transformers). Only local folders: the hub is switched off before
 transformers is imported, and nothing is downloaded.
 
-  make gpt2|llama|mixtral|qwen2|qwen3|mistral OUTDIR [--seed S] [--layers L --hidden H
+  make gpt2|llama|mixtral|qwen2|qwen3|mistral|qwen2_moe OUTDIR [--seed S] [--layers L --hidden H
        --heads A --kv-heads G --ffn F --vocab V --positions P]
        [--head-dim D] [--rope-scaling FACTOR]
        [--experts E --topk K] [--tie|--untie] [--dtype float32|bfloat16]
@@ -19,7 +19,11 @@ transformers is imported, and nothing is downloaded.
       routing), rope_theta 1e6 and no sliding window, as Mixtral's own
       config; its --std defaults to 0.2 rather than 0.02, so that the
       router's scores (std ~ std * sqrt(hidden)) spread the tokens over the
-      experts instead of routing them by near-ties.
+      experts instead of routing them by near-ties. qwen2_moe is a
+      Qwen2MoeForCausalLM: Qwen2's attention, --experts experts of
+      --moe-ffn, --topk per token (softmax over all, renormalised with
+      --norm-topk-prob), a shared expert of --shared-ffn with its sigmoid
+      gate, the layers of --mlp-only dense (--ffn); --std 0.2 as mixtral.
       qwen2 is a Qwen2ForCausalLM (biases on q, k and v). qwen3 is a
       Qwen3ForCausalLM (q_norm and k_norm over each head before RoPE,
       head_dim --head-dim): the pinned transformers predates Qwen3, so it is
@@ -37,7 +41,7 @@ transformers is imported, and nothing is downloaded.
       Greedy continuation of each prompt ([[id, ...], ...]) by full forward
       passes, and the log-probs of each whole sequence from its second
       token: OUT.json is [{"tokens": [new ids], "logprobs": [...]}, ...].
-      --routing (MixtralForCausalLM only) writes how the final sequences
+      --routing (MixtralForCausalLM and Qwen2MoeForCausalLM only) writes how the final sequences
       were routed: per layer, how many tokens each expert took and the
       smallest gap between the k-th and (k+1)-th routing probability
       (a gap near 0 is a near-tie that rounding could flip).
@@ -90,6 +94,8 @@ from transformers import (  # noqa: E402
     MixtralForCausalLM,
     Qwen2Config,
     Qwen2ForCausalLM,
+    Qwen2MoeConfig,
+    Qwen2MoeForCausalLM,
 )
 from transformers.models.llama.modeling_llama import LlamaRMSNorm  # noqa: E402
 
@@ -175,6 +181,22 @@ def build_config(a):
             vocab_size=a.vocab, max_position_embeddings=a.positions, hidden_act="silu",
             rms_norm_eps=1e-5, rope_theta=10000.0, sliding_window=a.sliding_window,
             attention_dropout=0.0, initializer_range=a.std, tie_word_embeddings=tie,
+            bos_token_id=1 % a.vocab, eos_token_id=2 % a.vocab)
+    if a.kind == "qwen2_moe":  # experts with a gated shared expert; layers in --mlp-only dense
+        if a.experts <= 0 or not 0 < a.topk <= a.experts:
+            fail(f"--topk {a.topk} must lie in [1, --experts {a.experts}]")
+        only = [int(x) for x in a.mlp_only.split(",")] if a.mlp_only else []
+        return Qwen2MoeConfig(
+            num_hidden_layers=L, hidden_size=H, num_attention_heads=A,
+            num_key_value_heads=G, intermediate_size=ffn, vocab_size=a.vocab,
+            max_position_embeddings=a.positions, hidden_act="silu",
+            rms_norm_eps=1e-6, rope_theta=1e6, rope_scaling=scaling,
+            use_sliding_window=False, sliding_window=None, max_window_layers=L,
+            attention_dropout=0.0, decoder_sparse_step=1, mlp_only_layers=only,
+            moe_intermediate_size=a.moe_ffn or H, shared_expert_intermediate_size=a.shared_ffn or 2 * H,
+            num_experts=a.experts, num_experts_per_tok=a.topk, norm_topk_prob=a.norm_topk_prob,
+            output_router_logits=False, router_aux_loss_coef=0.001,
+            initializer_range=a.std, tie_word_embeddings=tie,
             bos_token_id=1 % a.vocab, eos_token_id=2 % a.vocab)
     if a.kind == "mixtral":
         if a.experts <= 0 or not 0 < a.topk <= a.experts:
@@ -271,11 +293,11 @@ def cmd_make(a):
             if f in HF_FILES or (f.startswith("model-") and f.endswith(".safetensors")):
                 os.remove(os.path.join(out, f))
     if a.std is None:
-        a.std = 0.2 if a.kind == "mixtral" else 0.02
+        a.std = 0.2 if a.kind in ("mixtral", "qwen2_moe") else 0.02
     cfg = build_config(a)
     torch.manual_seed(a.seed)
     model = {"gpt2": GPT2LMHeadModel, "llama": LlamaForCausalLM, "qwen2": Qwen2ForCausalLM,
-             "qwen3": qwen3_model, "mixtral": MixtralForCausalLM,
+             "qwen3": qwen3_model, "mixtral": MixtralForCausalLM, "qwen2_moe": Qwen2MoeForCausalLM,
              "mistral": MistralForCausalLM}[a.kind](cfg)
     gen = torch.Generator().manual_seed(a.seed)
     randomise(model, a.std, gen)
@@ -390,7 +412,7 @@ def cmd_generate(a):
     sequence from its second token."""
     prompts = json.load(open(a.prompts))
     model = load(a.hfdir)
-    if a.routing and not hasattr(model.config, "num_local_experts"):
+    if a.routing and not hasattr(model.config, "num_local_experts") and not hasattr(model.config, "num_experts"):
         fail(f"{a.hfdir}: --routing: {type(model).__name__} has no experts")
     out, seqs = [], []
     with torch.no_grad():
@@ -415,13 +437,15 @@ def routing(model, seqs):
     """How the sequences were routed, layer by layer: the tokens each expert
     took, and the smallest margin between the k-th and (k+1)-th routing
     probability over every token (inf when k = the number of experts)."""
-    E, k = model.config.num_local_experts, model.config.num_experts_per_tok
-    layers = [{"tokens_per_expert": [0] * E, "min_margin": float("inf")}
-              for _ in range(model.config.num_hidden_layers)]
+    E = getattr(model.config, "num_local_experts", None) or model.config.num_experts
+    k = model.config.num_experts_per_tok
+    layers = None  # one entry per MoE layer (Qwen2-MoE's dense layers have no router)
     with torch.no_grad():
         for ids in seqs:
             r = model(input_ids=torch.tensor([ids]), use_cache=False,
                       output_router_logits=True).router_logits
+            if layers is None:
+                layers = [{"tokens_per_expert": [0] * E, "min_margin": float("inf")} for _ in r]
             for l, logits in enumerate(r):
                 probs = torch.softmax(logits.float(), dim=-1)
                 top = torch.topk(probs, min(k + 1, E), dim=-1)
@@ -501,7 +525,7 @@ def main(argv=None):
     sub = p.add_subparsers(dest="cmd", required=True)
 
     m = sub.add_parser("make", help="save a small random GPT-2, Llama or Mixtral")
-    m.add_argument("kind", choices=("gpt2", "llama", "mixtral", "qwen2", "qwen3", "mistral"))
+    m.add_argument("kind", choices=("gpt2", "llama", "mixtral", "qwen2", "qwen3", "mistral", "qwen2_moe"))
     m.add_argument("--head-dim", type=int, default=None,
                    help="qwen3 and mistral only (default hidden/heads)")
     m.add_argument("--sliding-window", type=int, default=None,
@@ -519,6 +543,10 @@ def main(argv=None):
                    help="default 4*hidden (gpt2), 3*hidden (llama; mixtral: each expert's)")
     m.add_argument("--experts", type=int, default=4, help="mixtral only")
     m.add_argument("--topk", type=int, default=2, help="mixtral only: experts per token")
+    m.add_argument("--moe-ffn", type=int, default=None, help="qwen2_moe: each expert's size (default hidden)")
+    m.add_argument("--shared-ffn", type=int, default=None, help="qwen2_moe: the shared expert's (default 2*hidden)")
+    m.add_argument("--mlp-only", default="", help="qwen2_moe: dense layers, comma-separated (mlp_only_layers)")
+    m.add_argument("--norm-topk-prob", action="store_true", help="qwen2_moe: renormalise the top-k weights")
     m.add_argument("--vocab", type=int, default=256)
     m.add_argument("--positions", type=int, default=64)
     t = m.add_mutually_exclusive_group()
@@ -547,7 +575,7 @@ def main(argv=None):
     g.add_argument("max_new", type=int)
     g.add_argument("out")
     g.add_argument("--routing", default=None,
-                   help="MixtralForCausalLM: write the routing of the final sequences here (JSON)")
+                   help="MixtralForCausalLM, Qwen2MoeForCausalLM: write the routing of the final sequences here (JSON)")
 
     c = sub.add_parser("check", help="load a folder and summarise it")
     c.add_argument("hfdir")

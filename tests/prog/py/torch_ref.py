@@ -139,6 +139,7 @@ def build_parser():
     a("--moe-token-drop-policy", default="probs", choices=["probs", "position"])
     str2bool_flag(p, "--moe-pad-expert-input-to-capacity")
     a("--moe-shared-expert-intermediate-size", type=int)
+    str2bool_flag(p, "--moe-shared-expert-gate")
     # training
     a("--micro-batch-size", type=int)
     a("--global-batch-size", type=int)
@@ -203,7 +204,7 @@ REFUSED = {
     "--finetune", "--pretrained-checkpoint", "--padded-vocab-size", "--no-pad-vocab-size",
     "--init-method-xavier-uniform", "--sft", "--apply-query-key-layer-scaling",
     "--embedding-multiplier",
-    "--moe-input-jitter-eps", "--moe-shared-expert-gate", "--moe-router-topk-scaling-factor",
+    "--moe-input-jitter-eps", "--moe-router-topk-scaling-factor",
     "--moe-router-num-groups", "--moe-router-group-topk", "--moe-router-enable-expert-bias",
     "--moe-router-dtype", "--moe-apply-probs-on-input",
 }
@@ -333,6 +334,8 @@ def moe_config(args, c):
     c.fs = args.moe_shared_expert_intermediate_size
     if c.fs is not None and c.fs <= 0:
         die("--moe-shared-expert-intermediate-size must be positive")
+    # the shared expert's sigmoid gate (Megatron: none without a shared expert)
+    c.sgate = bool(args.moe_shared_expert_gate) and c.fs is not None
     if c.bias:
         # Megatron allows biases with expert-TP 1; megac refuses them for now, and so do we
         die("MoE with linear biases is not implemented: pass --disable-bias-linear")
@@ -574,6 +577,8 @@ def param_shapes(c):
             if c.fs is not None:
                 out.append((pre + "mlp.shared_experts.linear_fc1.weight", (2 * c.fs if c.swiglu else c.fs, c.h)))
                 out.append((pre + "mlp.shared_experts.linear_fc2.weight", (c.h, c.fs)))
+                if c.sgate:
+                    out.append((pre + "mlp.shared_experts.gate_weight", (1, c.h)))
             continue
         out.append((pre + "mlp.linear_fc1.layer_norm_weight", (c.h,)))
         if ln_bias:
@@ -819,7 +824,10 @@ def moe_layer(x, P, pre, c, moe_log=None):
         a = a * probs[rows, j].unsqueeze(1)  # Megatron weights the activation, before fc2
         out = out.index_add(0, rows, F.linear(a, P[e + "linear_fc2.weight"]))
     if c.fs is not None:
-        out = out + mlp(xt, P, pre + "shared_experts.", c)
+        sh = mlp(xt, P, pre + "shared_experts.", c)
+        if c.sgate:  # sigmoid(x . w) per token scales the shared expert's output
+            sh = sh * torch.sigmoid(F.linear(xt, P[pre + "shared_experts.gate_weight"]))
+        out = out + sh
     if moe_log is not None:
         moe_log.append((extra, log))
     return out.view(B, S, h)
@@ -1378,7 +1386,11 @@ def alt_moe(x, P, pre, c, moe_log):
         for e in sorted(chosen[t]):
             y = y + chosen[t][e] * alt_mlp(xs[t], P, pre + "experts.local_experts.%d." % e, c, c.fm)
         if c.fs is not None:
-            y = y + alt_mlp(xs[t], P, pre + "shared_experts.", c, c.fs)
+            ys_ = alt_mlp(xs[t], P, pre + "shared_experts.", c, c.fs)
+            if c.sgate:
+                g = torch.dot(xs[t], P[pre + "shared_experts.gate_weight"][0])
+                ys_ = ys_ / (1 + torch.exp(-g))
+            y = y + ys_
         ys.append(y)
 
     extra, log = torch.zeros((), dtype=x.dtype), {}
@@ -1450,12 +1462,13 @@ SELFTEST_CONFIGS = [
      "--rotary-percent 0.5 --rotary-base 100 --disable-bias-linear --add-qkv-bias --ffn-hidden-size 20 "
      "--eod-mask-loss --reset-position-ids --reset-attention-mask"),
     ("Mixtral-style MoE: 3 layers, MoE at 0 and 2 (freq 2), softmax top-2 of 4, aux_loss + z-loss, "
-     "capacity 1.0 by probs, shared expert, SwiGLU, RoPE, RMSNorm",
+     "capacity 1.0 by probs, gated shared expert, SwiGLU, RoPE, RMSNorm",
      "--num-layers 3 --hidden-size 16 --num-attention-heads 4 --group-query-attention --num-query-groups 2 "
      "--seq-length 8 --max-position-embeddings 8 --position-embedding-type rope --normalization RMSNorm "
      "--swiglu --ffn-hidden-size 24 --disable-bias-linear --untie-embeddings-and-output-weights "
      "--num-experts 4 --moe-layer-freq 2 --moe-ffn-hidden-size 12 --moe-aux-loss-coeff 0.1 "
-     "--moe-z-loss-coeff 0.01 --moe-expert-capacity-factor 1.0 --moe-shared-expert-intermediate-size 8"),
+     "--moe-z-loss-coeff 0.01 --moe-expert-capacity-factor 1.0 --moe-shared-expert-intermediate-size 8 "
+     "--moe-shared-expert-gate"),
     ("GPT-style MoE: LayerNorm pre-MLP norm with bias, erf-GELU experts, sigmoid top-1 of 3, "
      "seq_aux_loss, capacity 1.25 by position with padding, learned positions, tied",
      "--num-layers 2 --hidden-size 12 --num-attention-heads 3 --seq-length 8 --max-position-embeddings 8 "
