@@ -158,4 +158,4 @@ else
 	show "$W/srv4.log"
 fi
 kill -TERM $S1 $S4 2>/dev/null
-wait $S1 $S4 2>/dev/null
+wait $S1 $S4 2>/dev/null || true # the servers' status after the signal is not a check
