@@ -50,6 +50,7 @@ struct fwd_case {
 	int accumulate;
 	float p;                      /* dropout */
 	std::vector<int32_t> kpos0;   /* accumulate: the first block's keys (empty: 0 .. kpos[0]-1) */
+	int window = -1;              /* sliding window (ops.h); -1: none */
 };
 
 const uint64_t SEED = 1234, OFFSET = 77;
@@ -88,7 +89,8 @@ int launch(const fwd_case &c, float *out, float *lse, const std::vector<float> &
 	return emu_launch(dim3{(unsigned)(c.B * c.a * ntile), 1, 1}, dim3{32 * WQ, 1, 1}, tc_fwd_smem<KD, WQ, WG>(),
 			  order, [&] {
 				  attn_tc_fwd_kernel<H, KD, WQ, WG>(out, lse, q, kk, v, c.qpos.data(), c.kpos.data(),
-								c.Tq, c.Tk, c.a, c.g, scale, c.accumulate, drop_of(c));
+								c.Tq, c.Tk, c.a, c.g, scale, c.window, c.accumulate,
+								drop_of(c));
 			  });
 }
 
@@ -148,11 +150,11 @@ template <class H, int KD, int WQ, bool WG = false> void run_case(const fwd_case
 		std::vector<float> k1 = rand_half((size_t)c.B * c.g * T1 * c.k, 2.0f, kind, r),
 				   v1 = rand_half((size_t)c.B * c.g * T1 * c.k, 1.0f, kind, r);
 		cpu->attention_block_forward(out0.data(), lse0.data(), q.data(), k1.data(), v1.data(), c.qpos.data(),
-					     p1.data(), c.B, c.Tq, T1, c.a, c.g, c.k, c.S, scale, -1, 0.0f, 0, 0, 0);
+					     p1.data(), c.B, c.Tq, T1, c.a, c.g, c.k, c.S, scale, c.window, 0.0f, 0, 0, 0);
 	}
 	std::vector<float> ref_out = out0, ref_lse = lse0;
 	cpu->attention_block_forward(ref_out.data(), ref_lse.data(), q.data(), kk.data(), v.data(), c.qpos.data(),
-				     c.kpos.data(), c.B, c.Tq, c.Tk, c.a, c.g, c.k, c.S, scale, -1, c.p, SEED, OFFSET,
+				     c.kpos.data(), c.B, c.Tq, c.Tk, c.a, c.g, c.k, c.S, scale, c.window, c.p, SEED, OFFSET,
 				     c.accumulate);
 	std::vector<float> out[4] = { out0, out0, out0, out0 }, lse[4] = { lse0, lse0, lse0, lse0 };
 	for (int order = 0; order < 4; order++)
@@ -160,8 +162,11 @@ template <class H, int KD, int WQ, bool WG = false> void run_case(const fwd_case
 					     order)),
 			  0);
 	const double dout = rel_diff(out[0], ref_out), dlse = abs_diff(lse[0], ref_lse);
-	printf("#   %s (%s, head dim %d, %d warps%s%s): out %.2e of max |out| (tolerance %.0e), lse %.2e\n", c.name,
-	       kind ? "fp16" : "bf16", c.k, WQ, WG ? ", wgmma" : "", c.p > 0 ? ", dropout" : "", dout, tol, dlse);
+	char win[32] = "";
+	if (c.window >= 0)
+		snprintf(win, sizeof win, ", window %d", c.window);
+	printf("#   %s (%s, head dim %d, %d warps%s%s%s): out %.2e of max |out| (tolerance %.0e), lse %.2e\n", c.name,
+	       kind ? "fp16" : "bf16", c.k, WQ, WG ? ", wgmma" : "", c.p > 0 ? ", dropout" : "", win, dout, tol, dlse);
 	CHECK(dout >= 0 && dout <= tol);
 	CHECK(dlse >= 0 && dlse <= 2e-5);
 	for (int order = 1; order < 4; order++) {
@@ -257,7 +262,8 @@ template <class H, int KD, bool WG = false> void run_bwd_case(const fwd_case &c,
 	const struct kops *cpu = kops_cpu();
 	const float scale = 1.0f / sqrtf((float)c.k);
 	cpu->attention_block_forward(out.data(), lse.data(), q.data(), kk.data(), v.data(), c.qpos.data(),
-				     c.kpos.data(), c.B, c.Tq, c.Tk, c.a, c.g, c.k, c.S, scale, -1, c.p, SEED, OFFSET, 0);
+				     c.kpos.data(), c.B, c.Tq, c.Tk, c.a, c.g, c.k, c.S, scale, c.window, c.p, SEED, OFFSET,
+				     0);
 	for (auto &x : out) /* the model holds out in the half format */
 		x = round_half(x, kind);
 	std::vector<float> g0q(nq), g0k(nkv), g0v(nkv);
@@ -267,7 +273,8 @@ template <class H, int KD, bool WG = false> void run_bwd_case(const fwd_case &c,
 	std::vector<float> rq = g0q, rk = g0k, rv = g0v;
 	cpu->attention_block_backward(nul & 1 ? NULL : rq.data(), nul & 2 ? NULL : rk.data(), nul & 4 ? NULL : rv.data(),
 				      dout.data(), out.data(), lse.data(), q.data(), kk.data(), v.data(), c.qpos.data(),
-				      c.kpos.data(), c.B, c.Tq, c.Tk, c.a, c.g, c.k, c.S, scale, -1, c.p, SEED, OFFSET);
+				      c.kpos.data(), c.B, c.Tq, c.Tk, c.a, c.g, c.k, c.S, scale, c.window, c.p, SEED,
+				      OFFSET);
 	std::vector<float> eq[4] = { g0q, g0q, g0q, g0q }, ek[4] = { g0k, g0k, g0k, g0k }, ev[4] = { g0v, g0v, g0v, g0v };
 	const std::vector<uint16_t> qh = to_half<H>(q), kh = to_half<H>(kk), vh = to_half<H>(v), oh = to_half<H>(dout);
 	for (int order = 0; order < 4; order++) {
@@ -289,7 +296,7 @@ template <class H, int KD, bool WG = false> void run_bwd_case(const fwd_case &c,
 						     attn_tc_dq_kernel<H, KD, WG>(eq[order].data(), oh.data(), lse.data(),
 									      dr.data(), qh.data(), kh.data(), vh.data(),
 									      c.qpos.data(), c.kpos.data(), c.Tq, c.Tk,
-									      c.a, c.g, scale, drop_of(c));
+									      c.a, c.g, scale, c.window, drop_of(c));
 					     }),
 				  0);
 		if ((nul & 6) != 6)
@@ -302,7 +309,7 @@ template <class H, int KD, bool WG = false> void run_bwd_case(const fwd_case &c,
 									       need_dr ? dr.data() : NULL, qh.data(),
 									       kh.data(), vh.data(), c.qpos.data(),
 									       c.kpos.data(), c.Tq, c.Tk, c.a, c.g, scale,
-									       drop_of(c));
+									       c.window, drop_of(c));
 					     }),
 				  0);
 	}
@@ -315,8 +322,11 @@ template <class H, int KD, bool WG = false> void run_bwd_case(const fwd_case &c,
 	};
 	const double e_q = rel_diff(added(eq[0], g0q), added(rq, g0q)), e_k = rel_diff(added(ek[0], g0k), added(rk, g0k)),
 		     e_v = rel_diff(added(ev[0], g0v), added(rv, g0v));
-	printf("#   %s backward (%s, head dim %d%s%s%s%s%s): dq %.2e, dk %.2e, dv %.2e of their max (tolerance %.0e)\n",
-	       c.name, kind ? "fp16" : "bf16", c.k, WG ? ", wgmma" : "", c.p > 0 ? ", dropout" : "",
+	char win[32] = "";
+	if (c.window >= 0)
+		snprintf(win, sizeof win, ", window %d", c.window);
+	printf("#   %s backward (%s, head dim %d%s%s%s%s%s%s): dq %.2e, dk %.2e, dv %.2e of their max (tolerance %.0e)\n",
+	       c.name, kind ? "fp16" : "bf16", c.k, WG ? ", wgmma" : "", c.p > 0 ? ", dropout" : "", win,
 	       nul & 1 ? ", dq NULL" : "", nul & 2 ? ", dk NULL" : "",
 	       nul & 4 ? ", dv NULL" : "", e_q, e_k, e_v, tol);
 	CHECK(nul & 1 ? eq[0] == g0q : e_q >= 0 && e_q <= tol);
@@ -400,6 +410,128 @@ void test_wgmma_backward(void)
 		run_bwd_case<tc_bf16, 128, true>(c, 1e-2, nul);
 }
 
+/*
+ * Sliding windows (ops.h's window L: a query at position p sees the keys at
+ * p-L..p). Windows smaller than, equal to and crossing the 64- and
+ * 128-query blocks (and the 64-key tiles; 32 at head dim 128 in the
+ * backward), so that blocks skip leading key tiles, start mid-tile and mask
+ * both edges in one tile; self-attention as the flash path calls it (the
+ * causal diagonal in every block), and blocks of context parallelism as ring
+ * attention calls them: load-balanced chunks (rank 1 of 2 holds chunks 1
+ * and 2 of 4), the diagonal block and the one against chunks 0 and 3 (no
+ * diagonal: only the window's edge, rows that see nothing, query tiles and
+ * key tiles wholly outside), strided positions, and a merge.
+ */
+fwd_case win_case(const char *name, int B, int T, int a, int g, int k, int L)
+{
+	fwd_case c = self_case(name, B, T, a, g, k);
+	c.window = L;
+	return c;
+}
+
+std::vector<int32_t> chunks(int S, int nch, int ca, int cb)
+{
+	std::vector<int32_t> p;
+	const int len = S / nch;
+	for (int i = 0; i < S; i++) {
+		const int ch = i / len < nch ? i / len : nch - 1;
+		if (ch == ca || ch == cb)
+			p.push_back(i);
+	}
+	return p;
+}
+
+/* rank 1 of CP 2 over S = 512: queries in chunks 1, 2 of 4; keys the same
+ * (diag) or chunks 0, 3 */
+fwd_case cp_case(const char *name, bool diag, int k, int L, int accumulate)
+{
+	std::vector<int32_t> q = chunks(512, 4, 1, 2), kp = diag ? q : chunks(512, 4, 0, 3);
+	fwd_case c{ name, 1, (int)q.size(), (int)kp.size(), 2, 1, k, 512, q, kp, accumulate, 0.0f, {} };
+	c.window = L;
+	if (accumulate) { /* the state: the other chunks' keys */
+		std::vector<int32_t> other;
+		for (int i = 0, j = 0; i < 512; i++) {
+			if (j < (int)kp.size() && kp[j] == i)
+				j++;
+			else
+				other.push_back(i);
+		}
+		c.kpos0 = other;
+	}
+	return c;
+}
+
+void test_window_forward(void)
+{
+	for (int L : { 0, 40, 63, 64, 100, 128, 200 }) { /* 8 warps: blocks of 128 queries */
+		fwd_case c = win_case("window, T 300, GQA 4/2", 1, 300, 4, 2, 64, L);
+		run_case<tc_bf16, 64, 8>(c, 5e-3);
+	}
+	for (int L : { 16, 64, 65 }) { /* 4 warps: blocks of 64 */
+		fwd_case c = win_case("window, T 200", 2, 200, 2, 1, 64, L);
+		run_case<tc_f16, 64, 4>(c, 1e-3);
+	}
+	for (int L : { 100, 128 }) {
+		fwd_case c = win_case("window, T 300", 1, 300, 2, 1, 128, L);
+		run_case<tc_f16, 128, 8>(c, 1e-3);
+	}
+	run_case<tc_bf16, 128, 4>(win_case("window, T 150, GQA 4/1", 1, 150, 4, 1, 128, 50), 5e-3);
+	fwd_case s{ "block: strided positions", 1, 70, 90, 2, 1, 64, 400, iota(70, 5, 5), iota(90, 20, 3), 0, 0.0f, {} };
+	s.window = 30;
+	run_case<tc_bf16, 64, 8>(s, 5e-3);
+	s.accumulate = 1;
+	s.name = "block: strided positions, merged";
+	run_case<tc_bf16, 64, 4>(s, 5e-3);
+	run_case<tc_bf16, 64, 8>(cp_case("CP: diagonal block", true, 64, 100, 0), 5e-3);
+	run_case<tc_bf16, 64, 8>(cp_case("CP: block of chunks 0, 3, merged", false, 64, 100, 1), 5e-3);
+	run_case<tc_f16, 128, 8>(cp_case("CP: diagonal block, merged", true, 128, 70, 1), 1e-3);
+	run_case<tc_f16, 128, 4>(cp_case("CP: block of chunks 0, 3", false, 128, 150, 0), 1e-3);
+	fwd_case d = win_case("window, T 200, GQA 4/2", 1, 200, 4, 2, 64, 70);
+	d.p = 0.1f;
+	run_case<tc_bf16, 64, 8>(d, 5e-3);
+}
+
+void test_window_backward(void)
+{
+	/* not window 0: each row's P is 1 on its own key, dS = dP - Dr is 0 but
+	 * for rounding, and dq, dk are noise on both sides */
+	for (int L : { 1, 31, 40, 64, 100, 128, 200 }) {
+		fwd_case c = win_case("window, T 300, GQA 4/2", 1, 300, 4, 2, 64, L);
+		run_bwd_case<tc_bf16, 64>(c, 1e-2, 0);
+	}
+	for (int L : { 32, 50 }) {
+		fwd_case c = win_case("window, T 150", 1, 150, 2, 1, 128, L);
+		run_bwd_case<tc_f16, 128>(c, 2e-3, 0);
+	}
+	run_bwd_case<tc_bf16, 128>(win_case("window, T 130, GQA 4/1", 1, 130, 4, 1, 128, 64), 1e-2, 0);
+	fwd_case s{ "block: strided positions", 1, 70, 90, 2, 1, 64, 400, iota(70, 5, 5), iota(90, 20, 3), 0, 0.0f, {} };
+	s.window = 30;
+	for (int nul : { 0, 3, 5, 6 })
+		run_bwd_case<tc_bf16, 64>(s, 1e-2, nul);
+	run_bwd_case<tc_bf16, 64>(cp_case("CP: diagonal block", true, 64, 100, 0), 1e-2, 0);
+	run_bwd_case<tc_f16, 64>(cp_case("CP: block of chunks 0, 3", false, 64, 100, 0), 2e-3, 0);
+	run_bwd_case<tc_bf16, 128>(cp_case("CP: block of chunks 0, 3", false, 128, 150, 0), 1e-2, 0);
+	fwd_case d = win_case("window, T 200, GQA 4/2", 1, 200, 4, 2, 64, 70);
+	d.p = 0.1f;
+	run_bwd_case<tc_bf16, 64>(d, 1e-2, 0);
+}
+
+/* the wgmma kernels under a window: the same masks and skips, warpgroup products */
+void test_window_wgmma(void)
+{
+	for (int L : { 40, 128 }) {
+		run_case<tc_bf16, 64, 8, true>(win_case("window, T 300, GQA 4/2", 1, 300, 4, 2, 64, L), 5e-3);
+		run_bwd_case<tc_bf16, 64, true>(win_case("window, T 300, GQA 4/2", 1, 300, 4, 2, 64, L), 1e-2, 0);
+	}
+	run_case<tc_f16, 128, 4, true>(win_case("window, T 150", 1, 150, 2, 1, 128, 50), 1e-3);
+	run_bwd_case<tc_f16, 128, true>(win_case("window, T 150", 1, 150, 2, 1, 128, 50), 2e-3, 0);
+	run_case<tc_bf16, 128, 8, true>(cp_case("CP: block of chunks 0, 3, merged", false, 128, 100, 1), 5e-3);
+	fwd_case s{ "block: strided positions", 1, 70, 90, 2, 1, 128, 400, iota(70, 5, 5), iota(90, 20, 3), 0, 0.2f, {} };
+	s.window = 30;
+	run_bwd_case<tc_bf16, 128, true>(s, 1e-2, 0);
+	run_bwd_case<tc_bf16, 64, true>(cp_case("CP: diagonal block", true, 64, 100, 0), 1e-2, 0);
+}
+
 } // namespace
 
 int main(void)
@@ -415,5 +547,8 @@ int main(void)
 	RUN(test_edges);
 	RUN(test_wgmma_forward);
 	RUN(test_wgmma_backward);
+	RUN(test_window_forward);
+	RUN(test_window_backward);
+	RUN(test_window_wgmma);
 	return test_summary();
 }

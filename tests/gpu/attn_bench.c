@@ -3,7 +3,8 @@
  * table's flash-style block attention (attention_block_forward/backward on
  * positions 0..T-1, the path the model takes on a GPU), causal, forward and
  * backward, at head dims 64 and 128, in TFLOP/s by the usual count (forward
- * 4·B·a·T²·k/2 for the causal half, backward 2.5 times that), for the
+ * 4·B·a·T²·k/2 for the causal half, backward 2.5 times that), and once with
+ * a sliding window of 512 (the count of the query-key pairs it holds), for the
  * fp32 table (kops_cuda: fp32 kernels on the CUDA cores) and the bf16 one
  * (kops_cuda_half: the tensor-core kernels of attn_tc.cuh, whose forward
  * runs on wgmma on an H100/H200, then again on mma.sync in blocks of 8 warps
@@ -48,6 +49,7 @@ static float *fill(const struct kops *k, size_t n, unsigned seed)
 
 struct bench_case {
 	int B, a, g, T, kd;
+	int win; /* sliding window (ops.h); 0: none, causal */
 };
 
 static void bench_table(const struct kops *k, const struct bench_case *cases, int ncase, int reps, int cpu)
@@ -56,6 +58,7 @@ static void bench_table(const struct kops *k, const struct bench_case *cases, in
 	printf("%-34s %10s %10s %10s %10s\n", "case", "fwd ms", "fwd TF/s", "bwd ms", "bwd TF/s");
 	for (int c = 0; c < ncase; c++) {
 		int B = cases[c].B, a = cases[c].a, g = cases[c].g, T = cases[c].T, kd = cases[c].kd;
+		const int win = cases[c].win > 0 ? cases[c].win : -1;
 		if (cpu)
 			B = 1, T = 128;
 		size_t nq = (size_t)B * a * T * kd, nkv = (size_t)B * g * T * kd;
@@ -72,12 +75,12 @@ static void bench_table(const struct kops *k, const struct bench_case *cases, in
 		double tf = 0, tb = 0;
 		for (int r = 0; r <= reps; r++) {
 			double t0 = now();
-			k->attention_block_forward(out, lse, q, kk, v, pos, pos, B, T, T, a, g, kd, T, scale, -1, 0.0f, 1, 0,
-						   0);
+			k->attention_block_forward(out, lse, q, kk, v, pos, pos, B, T, T, a, g, kd, T, scale, win, 0.0f, 1,
+						   0, 0);
 			k->to_host(&sync, lse, sizeof(float)); /* waits for the kernels */
 			double t1 = now();
 			k->attention_block_backward(dq, dk, dv, dout, out, lse, q, kk, v, pos, pos, B, T, T, a, g, kd, T,
-						    scale, -1, 0.0f, 1, 0);
+						    scale, win, 0.0f, 1, 0);
 			k->to_host(&sync, dv, sizeof(float));
 			double t2 = now();
 			if (r > 0) { /* the first run warms up */
@@ -88,8 +91,12 @@ static void bench_table(const struct kops *k, const struct bench_case *cases, in
 		tf /= reps;
 		tb /= reps;
 		double flops = 4.0 * B * a * (double)T * T * kd / 2; /* QK^T and PV, causal half */
-		char label[64];
-		snprintf(label, sizeof(label), "B=%d a=%d g=%d T=%d k=%d", B, a, g, T, kd);
+		if (win >= 0 && win < T) /* the pairs the window holds: L(L+1)/2 + (T-L)(L+1) */
+			flops = 4.0 * B * a * kd * ((double)win * (win + 1) / 2 + (double)(T - win) * (win + 1));
+		char label[64], wl[24] = "";
+		if (win >= 0)
+			snprintf(wl, sizeof(wl), " window=%d", win);
+		snprintf(label, sizeof(label), "B=%d a=%d g=%d T=%d k=%d%s", B, a, g, T, kd, wl);
 		printf("%-34s %10.3f %10.1f %10.3f %10.1f\n", label, tf * 1e3, flops / tf / 1e12, tb * 1e3,
 		       2.5 * flops / tb / 1e12);
 		float *bufs[] = { q, kk, v, dout, out, lse, dq, dk, dv };
@@ -124,7 +131,8 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	static const struct bench_case cases[] = {
-		{ 4, 16, 16, 2048, 64 }, { 2, 16, 16, 4096, 64 }, { 2, 16, 16, 4096, 128 }, { 2, 32, 8, 4096, 128 }
+		{ 4, 16, 16, 2048, 64, 0 }, { 2, 16, 16, 4096, 64, 0 }, { 2, 16, 16, 4096, 128, 0 },
+		{ 2, 32, 8, 4096, 128, 0 }, { 2, 16, 16, 4096, 128, 512 }
 	};
 	int ncase = (int)(sizeof(cases) / sizeof(cases[0]));
 	for (int t = 0; t < 2 && tables[t]; t++)

@@ -1460,7 +1460,12 @@ static int chunk_pos(int32_t *out, int S, int nch, int ca, int cb)
  * kernel's does. Self-attention as training
  * calls it (ragged tiles, GQA), and a context-parallel block merged into
  * the state of another (accumulate). Also a case the half table hands to
- * the fp32 kernel (head dim 80). */
+ * the fp32 kernel (head dim 80). Then sliding windows at head dims 64 and
+ * 128: smaller than, equal to and crossing the 64- and 128-query blocks, on
+ * self-attention (the flash path's positions, the causal diagonal in every
+ * block) and on ring attention's blocks (rank 1 of CP 2: chunks 1 and 2 of
+ * 4 against themselves, the diagonal block, or against chunks 0 and 3, no
+ * diagonal: only the window's edge). */
 #define TOL_ATTN_BF16 1e-2
 #define TOL_ATTN_F16 2e-3
 
@@ -1468,14 +1473,25 @@ static void test_attention_block_half(bool stand_in)
 {
 	static const char *const op[2] = { "attention_block_forward/bf16", "attention_block_forward/fp16" };
 	static const char *const opb[2] = { "attention_block_backward/bf16", "attention_block_backward/fp16" };
-	int cf[][8] = { /* B, a, g, k, T, Tq of a CP block (0: self-attention), accumulate, dropout % */
-			{ 2, 4, 2, 64, 300, 0, 0, 0 },
-			{ 1, 2, 1, 128, 257, 0, 0, 0 },
-			{ 1, 4, 4, 64, 512, 128, 1, 0 },
-			{ 1, 2, 2, 80, 100, 0, 0, 0 },
-			{ 2, 4, 2, 128, 200, 0, 0, 10 },
-			{ 4, 12, 12, 64, 1024, 0, 0, 0 } };
-	int ncf = big ? 6 : 5;
+	int cf[][9] = { /* B, a, g, k, T, CP block (0: self-attention, 1: against chunks 0, 3, 2: the
+			 * diagonal block), accumulate, dropout %, window (-1: none) */
+			{ 2, 4, 2, 64, 300, 0, 0, 0, -1 },
+			{ 1, 2, 1, 128, 257, 0, 0, 0, -1 },
+			{ 1, 4, 4, 64, 512, 1, 1, 0, -1 },
+			{ 1, 2, 2, 80, 100, 0, 0, 0, -1 },
+			{ 2, 4, 2, 128, 200, 0, 0, 10, -1 },
+			{ 2, 4, 2, 64, 300, 0, 0, 0, 40 },
+			{ 1, 4, 2, 64, 300, 0, 0, 0, 64 },
+			{ 1, 4, 2, 64, 300, 0, 0, 10, 100 },
+			{ 1, 2, 1, 128, 257, 0, 0, 0, 128 },
+			{ 1, 2, 2, 128, 200, 0, 0, 0, 31 },
+			{ 1, 4, 2, 64, 512, 1, 1, 0, 100 },
+			{ 1, 4, 2, 64, 512, 2, 1, 0, 64 },
+			{ 1, 2, 1, 128, 512, 1, 0, 10, 150 },
+			{ 1, 2, 1, 128, 512, 2, 0, 0, 200 },
+			{ 1, 2, 2, 80, 100, 0, 0, 0, 30 },
+			{ 4, 12, 12, 64, 1024, 0, 0, 0, -1 } };
+	int ncf = big ? 16 : 15;
 	uint64_t rs_case = 0;
 	const struct kops *saved = GPU;
 	for (int kind = KOPS_ROUND_BF16; kind <= KOPS_ROUND_FP16; kind++) {
@@ -1491,7 +1507,7 @@ static void test_attention_block_half(bool stand_in)
 			const int pass = i % 2;
 			struct cfg c = { .B = cf[i / 2][0], .a = cf[i / 2][1], .g = cf[i / 2][2], .k = cf[i / 2][3],
 					 .S = cf[i / 2][4], .acc = cf[i / 2][6], .p = 0.01f * (float)cf[i / 2][7],
-					 .seed = 99, .off = 12345 };
+					 .win = cf[i / 2][8], .seed = 99, .off = 12345 };
 			if (pass == 0)
 				fresh();
 			else
@@ -1500,13 +1516,14 @@ static void test_attention_block_half(bool stand_in)
 			c.scale = 1.0f / sqrtf((float)c.k);
 			int32_t *qpos, *kpos, *kpos2 = NULL;
 			int Tk2 = 0;
-			if (cf[i / 2][5]) { /* rank 1 of CP 2: chunks 1 and 2 of 4, against chunks 0 and 3 */
+			if (cf[i / 2][5]) { /* rank 1 of CP 2: chunks 1 and 2 of 4, against chunks 0 and 3 (or 1 and 2) */
+				const int ka = cf[i / 2][5] == 2 ? 1 : 0, kb = cf[i / 2][5] == 2 ? 2 : 3;
 				c.Tq = chunk_pos(NULL, c.S, 4, 1, 2);
 				qpos = hnew(IN32(c.Tq));
 				chunk_pos(qpos, c.S, 4, 1, 2);
-				c.Tk = chunk_pos(NULL, c.S, 4, 0, 3);
+				c.Tk = chunk_pos(NULL, c.S, 4, ka, kb);
 				kpos = hnew(IN32(c.Tk));
-				chunk_pos(kpos, c.S, 4, 0, 3);
+				chunk_pos(kpos, c.S, 4, ka, kb);
 				kpos2 = complement(kpos, c.Tk, c.S, &Tk2);
 			} else {
 				c.Tq = c.Tk = c.S;
@@ -1519,16 +1536,17 @@ static void test_attention_block_half(bool stand_in)
 			if (c.acc) { /* the running state: the other keys merged first */
 				size_t n2 = (size_t)c.B * c.g * Tk2 * c.k;
 				kops_cpu()->attention_block_forward(out, lse, q, rhalf(n2, 2, rk), rhalf(n2, 1, rk), qpos,
-								    kpos2, c.B, c.Tq, Tk2, c.a, c.g, c.k, c.S, c.scale, -1,
-								    c.p, c.seed, c.off, 0);
+								    kpos2, c.B, c.Tq, Tk2, c.a, c.g, c.k, c.S, c.scale,
+								    c.win, c.p, c.seed, c.off, 0);
 			}
 			if (pass == 0) {
 				tb_out("out", out, FL(nq), c.k == 80 ? TOL_RED : tol);
 				tb_out("lse", lse, FL(nl), TOL_RED);
 				tb_in_block(q, kk, v, qpos, kpos, &c);
 				run_test(op[kind], HAS(attention_block_forward),
-					 LABEL("%s B=%d a=%d g=%d k=%d S=%d Tq=%d Tk=%d p=%g%s%s", h->name, c.B, c.a, c.g,
-					       c.k, c.S, c.Tq, c.Tk, c.p, c.acc ? " accumulate=1" : "",
+					 LABEL("%s B=%d a=%d g=%d k=%d S=%d Tq=%d Tk=%d p=%g window=%d%s%s%s", h->name, c.B,
+					       c.a, c.g, c.k, c.S, c.Tq, c.Tk, c.p, c.win,
+					       cf[i / 2][5] == 2 ? " diagonal block" : "", c.acc ? " accumulate=1" : "",
 					       c.k == 80 ? " (fp32 kernel)" : ""),
 					 r_abf, &c, NULL, 0);
 				continue;
@@ -1537,7 +1555,7 @@ static void test_attention_block_half(bool stand_in)
 			 * (out in the format, as the model holds it); grads from zero */
 			float *fo = hnew(FL(nq)), *fl = hnew(FL(nl)), *fo16 = hnew(FL(nq));
 			kops_cpu()->attention_block_forward(fo, fl, q, kk, v, qpos, kpos, c.B, c.Tq, c.Tk, c.a, c.g,
-							    c.k, c.S, c.scale, -1, c.p, c.seed, c.off, 0);
+							    c.k, c.S, c.scale, c.win, c.p, c.seed, c.off, 0);
 			kops_cpu()->round(fo16, fo, nq, rk);
 			tb_out("dq", NULL, FL(nq), c.k == 80 ? TOL_RED : tol);
 			tb_out("dk", NULL, FL(nkv), c.k == 80 ? TOL_RED : tol);
@@ -1547,8 +1565,9 @@ static void test_attention_block_half(bool stand_in)
 			tb_in(fl, FL(nl));
 			tb_in_block(q, kk, v, qpos, kpos, &c);
 			run_test(opb[kind], HAS(attention_block_backward),
-				 LABEL("%s B=%d a=%d g=%d k=%d S=%d Tq=%d Tk=%d p=%g%s", h->name, c.B, c.a, c.g, c.k,
-				       c.S, c.Tq, c.Tk, c.p, c.k == 80 ? " (fp32 kernel)" : ""),
+				 LABEL("%s B=%d a=%d g=%d k=%d S=%d Tq=%d Tk=%d p=%g window=%d%s%s", h->name, c.B, c.a,
+				       c.g, c.k, c.S, c.Tq, c.Tk, c.p, c.win, cf[i / 2][5] == 2 ? " diagonal block" : "",
+				       c.k == 80 ? " (fp32 kernel)" : ""),
 				 r_abb, &c, NULL, 0);
 		}
 	}

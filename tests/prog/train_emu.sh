@@ -92,12 +92,26 @@ run "Llama, bf16, head dim 64: tensor-core attention on mma.sync (sm_80)" 2e-2 1
 ran "the mma.sync forward and backward kernels ran" "attn_tc_fwd_kernel<tc_bf16, 64, 8>" \
 	"attn_tc_dq_kernel<tc_bf16, 64>" "attn_tc_dkv_kernel<tc_bf16, 64>"
 unset MEGAC_EMU_SM MEGAC_EMU_STATS
-# a sliding window (8 keys of 32 positions) on the bf16 flash path: the
-# half table hands windowed attention to the fp32 block kernels
+# a sliding window (8 keys of 64 positions) on the bf16 flash path: the
+# tensor-core kernels take the window (wgmma on the emulated H200, and
+# mma.sync on an emulated sm_80 part), not the fp32 block kernels
 export MEGAC_EMU_STATS=1
-run "Llama, bf16, sliding window --window-size 7,0 (against one CPU rank)" 2e-2 1 "" $WIDE $LLAMA --bf16 \
+run "Llama, bf16, sliding window --window-size 7,0, wgmma (against one CPU rank)" 2e-2 1 "" $WIDE $LLAMA --bf16 \
 	--window-size 7,0
-ran "the fp32 block kernels ran" "attn_block_fwd_kernel<64>" "attn_dq_kernel<64, false>" "attn_dkv_kernel<64, false>"
+ran "the wgmma kernels ran with a window" "attn_tc_fwd_kernel<tc_bf16, 64, 8, true>" \
+	"attn_tc_dq_kernel<tc_bf16, 64, true>" "attn_tc_dkv_kernel<tc_bf16, 64, true>"
+export MEGAC_EMU_SM=80
+run "Llama, bf16, sliding window --window-size 20,0, mma.sync (against one CPU rank)" 2e-2 1 "" $WIDE $LLAMA \
+	--bf16 --window-size 20,0
+ran "the mma.sync kernels ran with a window" "attn_tc_fwd_kernel<tc_bf16, 64, 8>" \
+	"attn_tc_dq_kernel<tc_bf16, 64>" "attn_tc_dkv_kernel<tc_bf16, 64>"
+unset MEGAC_EMU_SM
+# ring attention's blocks (chunks of 16 positions) under a window that
+# crosses them, on the tensor cores
+run "CP2, ring attention, bf16, head dim 64, sliding window --window-size 20,0 (against one CPU rank)" 2e-2 2 \
+	"--context-parallel-size 2" $WIDE $LLAMA --bf16 --window-size 20,0
+ran "the wgmma kernels ran in ring attention with a window" "attn_tc_fwd_kernel<tc_bf16, 64, 8, true>" \
+	"attn_tc_dq_kernel<tc_bf16, 64, true>" "attn_tc_dkv_kernel<tc_bf16, 64, true>"
 unset MEGAC_EMU_STATS
 run "CP2, ring attention, sliding window (against one CPU rank)" 1e-4 2 "--context-parallel-size 2" --num-layers 2 \
 	$BASE $LLAMA --window-size 5,0

@@ -25,6 +25,13 @@
  *  - Causality by positions as in attn.cu: the tile sees keys [0, nk) (a
  *    prefix, found by binary search on its last query); per element masks
  *    only in the key tiles that reach past the warp's first row's prefix.
+ *  - A sliding window (ops.h's window L >= 0: qpos - L <= kpos <= qpos)
+ *    cuts the other end the same way: the tile's keys start at kb, the
+ *    first its first query's window holds, so the key tiles wholly behind
+ *    every window are never loaded; tiles then start at kb, not at a
+ *    multiple of BK. The masks also cover the tiles that start before the
+ *    warp's last row's window. The dkv kernel's query range ends at the last
+ *    query whose window holds the block's last key.
  * Rows past the end of the queries read zero Q rows (in masked tiles they see
  * no key; in unmasked ones their scores are 0, harmless, never written out);
  * key rows past nk are zero in shared memory (0 * a NaN pattern would poison
@@ -105,6 +112,20 @@ static __device__ __forceinline__ int tc_count_le(const int32_t *pos, int n, int
 	return lo;
 }
 
+/* Sliding window (ops.h; window < 0: none): the first of pos[0, n) that
+ * position p's window holds (pos[i] >= p - window), and the lowest key
+ * position a query at qp sees (INT_MIN without a window). qp - window
+ * cannot overflow: positions are >= 0, or -1 for rows past the end. */
+static __device__ __forceinline__ int tc_window_first(const int32_t *pos, int n, int p, int window)
+{
+	return window < 0 ? 0 : tc_count_le(pos, n, p - window - 1);
+}
+
+static __device__ __forceinline__ int tc_window_lo(int qp, int window)
+{
+	return window < 0 ? INT_MIN : qp - window;
+}
+
 /* Dropout of the probabilities (ops.h): prob (h, b, tq, tk) is kept when the
  * draw at counter offset + ((h B + b) S + qpos[tq]) S + kpos[tk] is >= p,
  * and then scaled by ks = 1/(1-p); p = 0: no dropout. */
@@ -118,12 +139,12 @@ struct tc_drop {
  * halves in qh/kh/vh (bf16, or fp16 when fp16) */
 void cuda_attn_wg_forward(int fp16, int k, float *out, float *lse, const uint16_t *qh, const uint16_t *kh,
 			  const uint16_t *vh, const int32_t *qpos, const int32_t *kpos, int B, int Tq, int Tk, int a,
-			  int g, float scale, int accumulate, tc_drop drop);
+			  int g, float scale, int window, int accumulate, tc_drop drop);
 /* the backward's dq and dkv kernels with wgmma (Dr in dr, halves of dO in oh) */
 void cuda_attn_wg_backward(int fp16, int k, float *dq, float *dk, float *dv, const uint16_t *oh, const float *lse,
 			   const float *dr, const uint16_t *qh, const uint16_t *kh, const uint16_t *vh,
 			   const int32_t *qpos, const int32_t *kpos, int B, int Tq, int Tk, int a, int g, float scale,
-			   tc_drop drop);
+			   int window, tc_drop drop);
 
 /* the counter of (h, b, position qp, key position 0) */
 static __device__ __forceinline__ uint64_t tc_drop_row(const tc_drop &d, int b, int h, int qp)
@@ -255,14 +276,17 @@ static __device__ __forceinline__ void tc_copy(uint16_t *dst, const uint16_t *sr
 
 /* The query tile of this block (forward and dq kernels): tile-major over
  * the grid, the last (longest) tiles first over every (sample, head); its
- * sample, head, K/V group, first row, rows, and the keys [0, nk) its last
- * query sees (a prefix: positions increase). */
+ * sample, head, K/V group, first row, rows, and the keys it visits: from kb
+ * (the first its first query's window holds; 0 without a window) on, nk of
+ * them, up to the last its last query sees (positions increase, so the
+ * keys before kb are behind every row's window and those after in every
+ * row's future). */
 struct tc_qtile {
-	int bh, b, h, G, q0, nq, nk;
+	int bh, b, h, G, q0, nq, kb, nk;
 };
 
 static __device__ __forceinline__ tc_qtile tc_qtile_of(int BQ, const int32_t *qpos, const int32_t *kpos, int Tq,
-						       int Tk, int a, int g)
+						       int Tk, int a, int g, int window)
 {
 	tc_qtile t;
 	const int ntile = (Tq + BQ - 1) / BQ, nbh = (int)(gridDim.x / ntile);
@@ -273,7 +297,9 @@ static __device__ __forceinline__ tc_qtile tc_qtile_of(int BQ, const int32_t *qp
 	t.G = t.h / (a / g);
 	t.q0 = tile * BQ;
 	t.nq = Tq - t.q0 < BQ ? Tq - t.q0 : BQ;
-	t.nk = tc_count_le(kpos, Tk, qpos[t.q0 + t.nq - 1]);
+	const int ne = tc_count_le(kpos, Tk, qpos[t.q0 + t.nq - 1]);
+	t.kb = tc_window_first(kpos, ne, qpos[t.q0], window);
+	t.nk = ne - t.kb;
 	return t;
 }
 
@@ -322,7 +348,7 @@ template <class H, int KD, int WQ, bool WG = false>
 __global__ void __launch_bounds__(32 * WQ, WQ > 4 ? 1 : 2)
 	attn_tc_fwd_kernel(float *out, float *lse, const uint16_t *qh, const uint16_t *kh, const uint16_t *vh,
 			   const int32_t *qpos, const int32_t *kpos, int Tq, int Tk, int a, int g, float scale,
-			   int accumulate, tc_drop drop)
+			   int window, int accumulate, tc_drop drop)
 {
 	constexpr int NT = 32 * WQ, BQ = 16 * WQ, BK = TC_BK, LDS = tc_geom<KD>::LDS;
 	constexpr int NKS = KD / 16;  /* 16-channel steps of Q K^T */
@@ -331,13 +357,14 @@ __global__ void __launch_bounds__(32 * WQ, WQ > 4 ? 1 : 2)
 	constexpr int RH = WG ? KD : LDS; /* halves per row of a tile */
 	uint16_t *Qs = (uint16_t *)TC_SMEM, *KV = Qs + BQ * RH; /* K, V of stage t at KV + 2 t BK RH */
 	const int lane = threadIdx.x % 32, w = threadIdx.x / 32, gid = lane / 4, tig = lane % 4;
-	const tc_qtile qt = tc_qtile_of(BQ, qpos, kpos, Tq, Tk, a, g);
+	const tc_qtile qt = tc_qtile_of(BQ, qpos, kpos, Tq, Tk, a, g, window);
 	const int bh = qt.bh, b = qt.b, h = qt.h, G = qt.G, q0 = qt.q0, nq = qt.nq, nk = qt.nk;
 	const size_t ldo = (size_t)a * KD;
 	/* this thread's two rows (gid, gid+8 of the warp's 16), tile-relative */
 	const int r0 = 16 * w + gid, r1 = r0 + 8;
+	kpos += qt.kb; /* from here on the keys are the visited ones, kb.. */
 
-	if (nk == 0) { /* every key is in the tile's future */
+	if (nk == 0) { /* every key is in the tile's future or behind its windows */
 		if (!accumulate)
 			for (int i = threadIdx.x; i < nq * KD; i += NT) {
 				out[((size_t)b * Tq + q0 + i / KD) * ldo + (size_t)h * KD + i % KD] = 0.0f;
@@ -348,12 +375,17 @@ __global__ void __launch_bounds__(32 * WQ, WQ > 4 ? 1 : 2)
 	}
 
 	const int qp0 = r0 < nq ? qpos[q0 + r0] : -1, qp1 = r1 < nq ? qpos[q0 + r1] : -1;
-	/* keys every row of this warp sees: tiles below it need no mask */
+	const int lo0 = tc_window_lo(qp0, window), lo1 = tc_window_lo(qp1, window);
+	/* keys [kb_w, nk_w) every row of this warp sees (nk_w: its first row's
+	 * prefix, kb_w: its last row's window): tiles inside need no mask */
+	const int wl = 16 * w + 15 < nq ? 16 * w + 15 : nq - 1;
 	const int nk_w = 16 * w < nq ? tc_count_le(kpos, nk, qpos[q0 + 16 * w]) : 0;
+	const int kb_w = 16 * w < nq ? tc_window_first(kpos, nk, qpos[q0 + wl], window) : 0;
 
 	/* Q, and the first K/V tile, in flight at once; the next tile's copies
 	 * go out while this one is computed (two stages) */
-	const uint16_t *Kg = kh + ((size_t)b * g + G) * Tk * KD, *Vg = vh + ((size_t)b * g + G) * Tk * KD;
+	const uint16_t *Kg = kh + (((size_t)b * g + G) * Tk + qt.kb) * KD,
+		       *Vg = vh + (((size_t)b * g + G) * Tk + qt.kb) * KD;
 	const int ntk = (nk + BK - 1) / BK;
 	tc_copy<KD, BQ, NT, WG>(Qs, qh + ((size_t)bh * Tq + q0) * KD, KD, nq);
 	tc_cp_async_commit();
@@ -415,8 +447,9 @@ __global__ void __launch_bounds__(32 * WQ, WQ > 4 ? 1 : 2)
 		}
 
 		/* scale into the log2 domain; mask keys past a row's position
-		 * (and past nk) in the tiles that reach past nk_w */
-		const bool mask = k0 + BK > nk_w;
+		 * (and past nk), or behind its window, in the tiles that reach
+		 * outside [kb_w, nk_w) */
+		const bool mask = k0 + BK > nk_w || k0 < kb_w;
 		float t0 = -INFINITY, t1 = -INFINITY;
 #pragma unroll
 		for (int t = 0; t < NST; t++)
@@ -426,8 +459,8 @@ __global__ void __launch_bounds__(32 * WQ, WQ > 4 ? 1 : 2)
 				if (mask) {
 					const int key = k0 + 8 * t + 2 * tig + e;
 					const int kp = key < nk ? kpos[key] : INT_MAX;
-					x0 = kp <= qp0 ? x0 : -INFINITY;
-					x1 = kp <= qp1 ? x1 : -INFINITY;
+					x0 = kp <= qp0 && kp >= lo0 ? x0 : -INFINITY;
+					x1 = kp <= qp1 && kp >= lo1 ? x1 : -INFINITY;
 				}
 				s[t][e] = x0;
 				s[t][2 + e] = x1;
@@ -626,7 +659,7 @@ template <class H, int KD, bool WG = false>
 __global__ void __launch_bounds__(128)
 	attn_tc_dq_kernel(float *dq, const uint16_t *oh, const float *lse, const float *dr, const uint16_t *qh,
 			  const uint16_t *kh, const uint16_t *vh, const int32_t *qpos, const int32_t *kpos, int Tq,
-			  int Tk, int a, int g, float scale, tc_drop drop)
+			  int Tk, int a, int g, float scale, int window, tc_drop drop)
 {
 	constexpr int NT = 128, BQ = 64, BK = tc_bwd_geom<KD>::BK2, LDS = tc_geom<KD>::LDS;
 	constexpr int NKS = KD / 16, NST = BK / 8, NOT = KD / 8;
@@ -634,12 +667,14 @@ __global__ void __launch_bounds__(128)
 	constexpr uint32_t RS = KD * 16;  /* wgmma: bytes from 8 rows of core matrices to the next 8 */
 	uint16_t *Qs = (uint16_t *)TC_SMEM, *Os = Qs + BQ * RH, *KV = Os + BQ * RH; /* stage t: KV + 2 t BK RH */
 	const int lane = threadIdx.x % 32, w = threadIdx.x / 32, gid = lane / 4, tig = lane % 4;
-	const tc_qtile qt = tc_qtile_of(BQ, qpos, kpos, Tq, Tk, a, g);
+	const tc_qtile qt = tc_qtile_of(BQ, qpos, kpos, Tq, Tk, a, g, window);
 	const int bh = qt.bh, b = qt.b, h = qt.h, G = qt.G, q0 = qt.q0, nq = qt.nq, nk = qt.nk;
 	const size_t ldo = (size_t)a * KD;
 	if (nk == 0)
 		return; /* no key of this block is seen by the tile */
-	const uint16_t *Kg = kh + ((size_t)b * g + G) * Tk * KD, *Vg = vh + ((size_t)b * g + G) * Tk * KD;
+	kpos += qt.kb; /* from here on the keys are the visited ones, kb.. */
+	const uint16_t *Kg = kh + (((size_t)b * g + G) * Tk + qt.kb) * KD,
+		       *Vg = vh + (((size_t)b * g + G) * Tk + qt.kb) * KD;
 	const int ntk = (nk + BK - 1) / BK;
 	tc_copy<KD, BQ, NT, WG>(Qs, qh + ((size_t)bh * Tq + q0) * KD, KD, nq);
 	tc_copy<KD, BQ, NT, WG>(Os, oh + ((size_t)b * Tq + q0) * ldo + (size_t)h * KD, ldo, nq);
@@ -648,8 +683,14 @@ __global__ void __launch_bounds__(128)
 	tc_cp_async_commit();
 	const int r0 = 16 * w + gid, r1 = r0 + 8;
 	const int qp0 = r0 < nq ? qpos[q0 + r0] : -1, qp1 = r1 < nq ? qpos[q0 + r1] : -1;
+	const int lo0 = tc_window_lo(qp0, window), lo1 = tc_window_lo(qp1, window);
+	/* keys [kb_w, nk_w) every row of the warp sees, as in the forward */
+	const int wl = 16 * w + 15 < nq ? 16 * w + 15 : nq - 1;
 	const int nk_w = 16 * w < nq ? tc_count_le(kpos, nk, qpos[q0 + 16 * w]) : 0;
-	/* lse in the log2 domain and Dr of this thread's rows (0 for rows that see nothing) */
+	const int kb_w = 16 * w < nq ? tc_window_first(kpos, nk, qpos[q0 + wl], window) : 0;
+	/* lse in the log2 domain and Dr of this thread's rows (0 for rows that
+	 * see no visited key; a row whose window holds none has p = 0 in every
+	 * masked tile, whatever its lse, and no unmasked one) */
 	const float *Lr = lse + (size_t)bh * Tq + q0, *Dg = dr + (size_t)bh * Tq + q0;
 	const bool see0 = qp0 >= kpos[0], see1 = qp1 >= kpos[0];
 	const float ls0 = see0 ? Lr[r0] * TC_LOG2E : 0.0f, ls1 = see1 ? Lr[r1] * TC_LOG2E : 0.0f;
@@ -703,7 +744,7 @@ __global__ void __launch_bounds__(128)
 				}
 		}
 		/* P, then dS = P (dP M - Dr) in s, M the dropout multipliers */
-		const bool mask = k0 + BK > nk_w;
+		const bool mask = k0 + BK > nk_w || k0 < kb_w;
 #pragma unroll
 		for (int t = 0; t < NST; t++) {
 			float m0[2] = { 1.0f, 1.0f }, m1[2] = { 1.0f, 1.0f };
@@ -715,8 +756,8 @@ __global__ void __launch_bounds__(128)
 				if (mask) {
 					const int key = k0 + 8 * t + 2 * tig + e;
 					const int kp = key < nk ? kpos[key] : INT_MAX;
-					v0 = kp <= qp0;
-					v1 = kp <= qp1;
+					v0 = kp <= qp0 && kp >= lo0;
+					v1 = kp <= qp1 && kp >= lo1;
 				}
 				const float p0 = v0 ? exp2f(s[t][e] * sl - ls0) : 0.0f;
 				const float p1 = v1 ? exp2f(s[t][2 + e] * sl - ls1) : 0.0f;
@@ -785,7 +826,7 @@ template <class H, int KD, bool WG = false>
 __global__ void __launch_bounds__(128)
 	attn_tc_dkv_kernel(float *dk, float *dv, const uint16_t *oh, const float *lse, const float *dr,
 			   const uint16_t *qh, const uint16_t *kh, const uint16_t *vh, const int32_t *qpos,
-			   const int32_t *kpos, int Tq, int Tk, int a, int g, float scale, tc_drop drop)
+			   const int32_t *kpos, int Tq, int Tk, int a, int g, float scale, int window, tc_drop drop)
 {
 	constexpr int NT = 128, BKV = 64, BQ = tc_bwd_geom<KD>::BQ2, LDS = tc_geom<KD>::LDS;
 	constexpr int NKS = KD / 16, NST = BQ / 8, NOT = KD / 8;
@@ -799,23 +840,27 @@ __global__ void __launch_bounds__(128)
 	const int b = bg / g, G = bg % g, m = a / g;
 	const int k0 = kt * BKV, nkk = Tk - k0 < BKV ? Tk - k0 : BKV;
 	const size_t ldo = (size_t)a * KD;
-	/* the first query that sees the tile's first key: the queries from there on */
-	const int qa = tc_count_le(qpos, Tq, kpos[k0] - 1);
-	if (qa >= Tq)
-		return; /* every query is before every key of the tile */
+	/* the queries [qa, qe) that see a key of the tile: from the first that
+	 * sees its first key to the last whose window holds its last key */
+	const int qa = tc_count_le(qpos, Tq, kpos[k0] - 1), kl = kpos[k0 + nkk - 1];
+	const int qe = window < 0 ? Tq : tc_count_le(qpos, Tq, kl > INT_MAX - window ? INT_MAX : kl + window);
+	if (qa >= qe)
+		return; /* every query is before every key of the tile, or past its window */
 	/* this thread's keys: rows gid, gid+8 of the warp's 16 */
 	const int c0 = 16 * w + gid, c1 = c0 + 8;
 	const int kp0 = c0 < nkk ? kpos[k0 + c0] : INT_MAX, kp1 = c1 < nkk ? kpos[k0 + c1] : INT_MAX;
-	/* the warp's last key: query tiles from its position on need no mask */
+	/* the warp's last and first keys: query tiles from the last's position
+	 * on, up to the first's window, need no mask */
 	const int wlast = 16 * w + 15 < nkk ? 16 * w + 15 : nkk - 1;
 	const int kp_w = 16 * w < nkk ? kpos[k0 + wlast] : INT_MAX;
+	const int kf_w = 16 * w < nkk ? kpos[k0 + 16 * w] : INT_MAX;
 
-	/* the steps: each head of the group, each tile of BQ queries from qa on;
-	 * step sn's Q, dO, lse and Dr go to stage sn & 1 by cp.async while
-	 * step sn-1 is computed */
-	const int nqt = (Tq - qa + BQ - 1) / BQ, nstep = m * nqt;
+	/* the steps: each head of the group, each tile of BQ queries of
+	 * [qa, qe); step sn's Q, dO, lse and Dr go to stage sn & 1 by cp.async
+	 * while step sn-1 is computed */
+	const int nqt = (qe - qa + BQ - 1) / BQ, nstep = m * nqt;
 	auto load_step = [&](int sn) {
-		const int hs = G * m + sn / nqt, qs = qa + (sn % nqt) * BQ, ns = Tq - qs < BQ ? Tq - qs : BQ;
+		const int hs = G * m + sn / nqt, qs = qa + (sn % nqt) * BQ, ns = qe - qs < BQ ? qe - qs : BQ;
 		const size_t bhs = (size_t)b * a + hs;
 		uint16_t *Qt = QO + 2 * (sn & 1) * BQ * RH;
 		tc_copy<KD, BQ, NT, WG>(Qt, qh + (bhs * Tq + qs) * KD, KD, ns);
@@ -886,7 +931,8 @@ __global__ void __launch_bounds__(128)
 			}
 		}
 		/* P^T (dropped) into st, dS^T into dpt */
-		const bool mask = q0 + BQ > Tq || qpos[q0] < kp_w;
+		const bool mask = q0 + BQ > qe || qpos[q0] < kp_w ||
+				  (window >= 0 && qpos[q0 + BQ - 1] - window > kf_w);
 #pragma unroll
 		for (int t = 0; t < NST; t++)
 #pragma unroll
@@ -894,16 +940,16 @@ __global__ void __launch_bounds__(128)
 				const int col = 8 * t + 2 * tig + e;
 				bool v0 = true, v1 = true;
 				if (mask) {
-					const int qp = q0 + col < Tq ? qpos[q0 + col] : -1;
-					v0 = kp0 <= qp;
-					v1 = kp1 <= qp;
+					const int qp = q0 + col < qe ? qpos[q0 + col] : -1, lo = tc_window_lo(qp, window);
+					v0 = kp0 <= qp && kp0 >= lo;
+					v1 = kp1 <= qp && kp1 >= lo;
 				}
 				const float l2 = Ls[col] * TC_LOG2E;
 				const float p0 = v0 ? exp2f(st[t][e] * sl - l2) : 0.0f;
 				const float p1 = v1 ? exp2f(st[t][2 + e] * sl - l2) : 0.0f;
 				float ma = 1.0f, mb = 1.0f; /* dropout: P M for dV, dP M for dS */
 				if (drop.p > 0.0f) {
-					const int qp = q0 + col < Tq ? qpos[q0 + col] : -1;
+					const int qp = q0 + col < qe ? qpos[q0 + col] : -1;
 					const uint64_t r = tc_drop_row(drop, b, h, qp);
 					ma = tc_keep(drop, r + (uint64_t)kp0);
 					mb = tc_keep(drop, r + (uint64_t)kp1);
