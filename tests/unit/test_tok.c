@@ -17,6 +17,7 @@
 #include "data/tok_bpe.h"
 #include "data/tok_hf.h"
 #include "test.h"
+#include "tok_test.h"
 
 #include <fcntl.h>
 #include <pthread.h>
@@ -107,49 +108,11 @@ static char *tmp_path(const char *name)
 	return xasprintf("%s/%s", g_tmp, name);
 }
 
-/* Compare ids with a JSON array; prints the first difference. */
-static bool same_ids(const struct tok_ids *ids, const json_t *want, const char *what)
-{
-	size_t n = json_array_size(want);
-	size_t i = 0;
-	while (i < n && i < ids->n && ids->v[i] == json_integer_value(json_array_get(want, i)))
-		i++;
-	if (i == n && i == ids->n)
-		return true;
-	printf("#   %s: ids differ at %zu (got %zu ids, want %zu): got %d, want %lld\n", what, i, ids->n, n,
-	       i < ids->n ? ids->v[i] : -1, i < n ? (long long)json_integer_value(json_array_get(want, i)) : -1LL);
-	return false;
-}
-
-/* Lines of a JSONL file (NUL bytes allowed inside strings). */
-static json_t *read_jsonl_cmd(const char *cmd)
-{
-	FILE *f = popen(cmd, "r");
-	if (!f)
-		return NULL;
-	json_t *all = json_array();
-	char *line = NULL;
-	size_t cap = 0;
-	ssize_t n;
-	while ((n = getline(&line, &cap, f)) > 0) {
-		json_error_t je;
-		json_t *j = json_loadb(line, (size_t)n, JSON_ALLOW_NUL, &je);
-		if (!j) {
-			printf("#   bad JSON line from '%s': %s\n", cmd, je.text);
-			continue;
-		}
-		json_array_append_new(all, j);
-	}
-	free(line);
-	pclose(f);
-	return all;
-}
-
 static json_t *read_jsonl(const char *path)
 {
 	char cmd[4200];
 	snprintf(cmd, sizeof(cmd), "cat '%s'", path);
-	return read_jsonl_cmd(cmd);
+	return tok_test_read_jsonl(cmd);
 }
 
 /* The "text" of every document of a corpus file. */
@@ -157,7 +120,7 @@ static json_t *corpus_texts(const char *name)
 {
 	char cmd[4200];
 	snprintf(cmd, sizeof(cmd), "gzip -dc examples/data/%s", name);
-	json_t *lines = read_jsonl_cmd(cmd), *texts = json_array();
+	json_t *lines = tok_test_read_jsonl(cmd), *texts = json_array();
 	size_t i;
 	json_t *v;
 	json_array_foreach(lines, i, v) json_array_append(texts, json_object_get(v, "text"));
@@ -190,7 +153,7 @@ static void check_refs(struct tokenizer *t, const char *key, bool roundtrip_exac
 		CHECK_INT(encode_str(s, text, &ids), 0);
 		char what[64];
 		snprintf(what, sizeof(what), "%s line %zu", key, i + 1);
-		if (same_ids(&ids, json_object_get(r, key), what))
+		if (tok_test_same_ids(&ids, json_object_get(r, key), what))
 			g_ref_checked++;
 		else
 			CHECK(!"reference ids");
@@ -282,7 +245,7 @@ static void test_reference_count(void)
 
 static void test_corpus_refs(void)
 {
-	json_t *refs = read_jsonl_cmd("xz -dc " FIX "/corpus-refs.jsonl.xz");
+	json_t *refs = tok_test_read_jsonl("xz -dc " FIX "/corpus-refs.jsonl.xz");
 	json_t *kjv = corpus_texts("kjv.jsonl.gz"), *fort = corpus_texts("fortunes.jsonl.gz");
 	struct tokenizer *g = load_gpt2(), *q = load_hf(g_qwen_dir, false, NULL);
 	CHECK(g && q);
@@ -303,10 +266,10 @@ static void test_corpus_refs(void)
 		char what[128];
 		snprintf(what, sizeof(what), "%s doc %zu gpt2", src, doc);
 		CHECK_INT(encode_str(gs, text, &ids), 0);
-		bool a = same_ids(&ids, json_object_get(r, "gpt2"), what);
+		bool a = tok_test_same_ids(&ids, json_object_get(r, "gpt2"), what);
 		snprintf(what, sizeof(what), "%s doc %zu qwen3", src, doc);
 		CHECK_INT(encode_str(qs, text, &ids), 0);
-		bool b = same_ids(&ids, json_object_get(r, "qwen3"), what);
+		bool b = tok_test_same_ids(&ids, json_object_get(r, "qwen3"), what);
 		CHECK(a && b);
 		ok += a && b;
 	}
@@ -366,10 +329,10 @@ static void test_hf_variants(void)
 				char what[128];
 				snprintf(what, sizeof(what), "variant %s case %zu", name, ci);
 				CHECK_INT(encode_str(s, json_object_get(c, "text"), &ids), 0);
-				bool a = same_ids(&ids, json_object_get(c, "ids"), what);
+				bool a = tok_test_same_ids(&ids, json_object_get(c, "ids"), what);
 				snprintf(what, sizeof(what), "variant %s case %zu (no special)", name, ci);
 				CHECK_INT(encode_str(sn, json_object_get(c, "text"), &ids), 0);
-				bool b = same_ids(&ids, json_object_get(c, "ids_nospecial"), what);
+				bool b = tok_test_same_ids(&ids, json_object_get(c, "ids_nospecial"), what);
 				CHECK(a && b);
 				checked += a && b;
 			}

@@ -16,6 +16,7 @@
 #include "base/xalloc.h"
 #include "data/tok.h"
 #include "test.h"
+#include "tok_test.h"
 
 #include <sys/stat.h>
 
@@ -33,24 +34,6 @@ static char *model_path(const char *name)
 
 /* ---- helpers ---------------------------------------------------------- */
 
-static void *load_fn(void *cfg)
-{
-	return tok_load(cfg);
-}
-
-static struct tokenizer *load_cfg(const struct tok_config *cfg, char **msg)
-{
-	struct test_capture c;
-	test_capture_begin(&c, 2);
-	struct tokenizer *t = load_fn((void *)cfg);
-	char *m = test_capture_end(&c);
-	if (msg)
-		*msg = m;
-	else
-		free(m);
-	return t;
-}
-
 static struct tok_config cfg_of(const char *type, const char *model)
 {
 	struct tok_config c = { 0 };
@@ -67,7 +50,7 @@ static struct tokenizer *load_model(const char *name, const char *type, bool kee
 	struct tok_config c = cfg_of(type, p);
 	c.sp_keep_extra_spaces = keep_spaces;
 	char *msg;
-	struct tokenizer *t = load_cfg(&c, &msg);
+	struct tokenizer *t = tok_test_load(&c, &msg);
 	if (!t)
 		printf("#   loading %s failed: %s", p, msg);
 	free(msg);
@@ -87,36 +70,7 @@ static json_t *read_jsonl_xz(const char *path)
 {
 	char cmd[4200];
 	snprintf(cmd, sizeof(cmd), "xz -dc '%s'", path);
-	FILE *f = popen(cmd, "r");
-	if (!f)
-		return NULL;
-	json_t *all = json_array();
-	char *line = NULL;
-	size_t cap = 0;
-	ssize_t n;
-	while ((n = getline(&line, &cap, f)) > 0) {
-		json_error_t je;
-		json_t *j = json_loadb(line, (size_t)n, JSON_ALLOW_NUL, &je);
-		if (j)
-			json_array_append_new(all, j);
-		else
-			printf("#   bad JSON line in %s: %s\n", path, je.text);
-	}
-	free(line);
-	pclose(f);
-	return all;
-}
-
-static bool same_ids(const struct tok_ids *ids, const json_t *want, const char *what)
-{
-	size_t n = json_array_size(want), i = 0;
-	while (i < n && i < ids->n && ids->v[i] == json_integer_value(json_array_get(want, i)))
-		i++;
-	if (i == n && i == ids->n)
-		return true;
-	printf("#   %s: ids differ at %zu (got %zu ids, want %zu): got %d, want %lld\n", what, i, ids->n, n,
-	       i < ids->n ? ids->v[i] : -1, i < n ? (long long)json_integer_value(json_array_get(want, i)) : -1LL);
-	return false;
+	return tok_test_read_jsonl(cmd);
 }
 
 static bool same_text(const struct sbuf *sb, const json_t *want, const char *what)
@@ -159,7 +113,7 @@ static void test_reference_ids(void)
 		snprintf(what, sizeof(what), "refs line %zu (%s)", i + 1, model_names[m]);
 		ids.n = 0;
 		CHECK_INT(tok_encode(sp[m], json_string_value(text), json_string_length(text), &ids), 0);
-		bool ok = same_ids(&ids, json_object_get(r, "ids"), what);
+		bool ok = tok_test_same_ids(&ids, json_object_get(r, "ids"), what);
 		struct sbuf sb = SBUF_INIT;
 		CHECK_INT(tok_decode(plain[m], ids.v, ids.n, &sb), 0);
 		ok &= same_text(&sb, json_object_get(r, "decoded"), what);
@@ -170,7 +124,7 @@ static void test_reference_ids(void)
 		ids.n = 0;
 		CHECK_INT(tok_encode(sk[m], json_string_value(text), json_string_length(text), &ids), 0);
 		strcat(what, " keep-spaces");
-		ok &= same_ids(&ids, kw ? kw : json_object_get(r, "ids"), what);
+		ok &= tok_test_same_ids(&ids, kw ? kw : json_object_get(r, "ids"), what);
 		if (ok)
 			matched[m]++;
 		else if (++bad > 20)
@@ -367,7 +321,7 @@ static void test_handmade_bpe(void)
 	char *p = write_model("hand-bpe.model", &sb);
 	struct tok_config c = cfg_of("Llama2Tokenizer", p);
 	char *msg;
-	struct tokenizer *t = load_cfg(&c, &msg);
+	struct tokenizer *t = tok_test_load(&c, &msg);
 	CHECK(t != NULL);
 	if (!t)
 		printf("#   %s", msg);
@@ -389,7 +343,7 @@ static void expect_fail(const char *type, const char *model, const char *a, cons
 {
 	struct tok_config c = cfg_of(type, model);
 	char *msg;
-	struct tokenizer *t = load_cfg(&c, &msg);
+	struct tokenizer *t = tok_test_load(&c, &msg);
 	CHECK(t == NULL);
 	bool ok = msg && strstr(msg, a) && (!b || strstr(msg, b));
 	CHECK(ok);
@@ -486,7 +440,7 @@ static void test_errors(void)
 	c.special_tokens = tokens;
 	c.n_special_tokens = 1;
 	char *msg;
-	struct tokenizer *t = load_cfg(&c, &msg);
+	struct tokenizer *t = tok_test_load(&c, &msg);
 	CHECK(t == NULL && msg && strstr(msg, "--tokenizer-special-tokens is refused"));
 	free(msg);
 	tok_free(t);

@@ -14,6 +14,7 @@
 #include "base/xalloc.h"
 #include "data/tok.h"
 #include "test.h"
+#include "tok_test.h"
 
 #include <jansson.h>
 #include <sys/stat.h>
@@ -31,15 +32,7 @@ static struct tokenizer *load(const char *dir, bool no_special, char **msg)
 	c.vocab_size = -1;
 	c.null_eod_id = -1;
 	c.no_include_special = no_special;
-	struct test_capture cap;
-	test_capture_begin(&cap, 2);
-	struct tokenizer *t = tok_load(&c);
-	char *m = test_capture_end(&cap);
-	if (msg)
-		*msg = m;
-	else
-		free(m);
-	return t;
+	return tok_test_load(&c, msg);
 }
 
 static char *write_dir(const char *name, const json_t *tokenizer)
@@ -51,18 +44,6 @@ static char *write_dir(const char *name, const json_t *tokenizer)
 		abort();
 	free(file);
 	return dir;
-}
-
-static bool same_ids(const struct tok_ids *ids, const json_t *want, const char *what)
-{
-	size_t n = json_array_size(want), i = 0;
-	while (i < n && i < ids->n && ids->v[i] == json_integer_value(json_array_get(want, i)))
-		i++;
-	if (i == n && i == ids->n)
-		return true;
-	printf("#   %s: ids differ at %zu (got %zu ids, want %zu): got %d, want %lld\n", what, i, ids->n, n,
-	       i < ids->n ? ids->v[i] : -1, i < n ? (long long)json_integer_value(json_array_get(want, i)) : -1LL);
-	return false;
 }
 
 static void check_variant(const json_t *v)
@@ -93,7 +74,7 @@ static void check_variant(const json_t *v)
 		snprintf(what, sizeof(what), "%s case %zu", name, i);
 		ids.n = 0;
 		CHECK_INT(tok_encode(s, json_string_value(text), json_string_length(text), &ids), 0);
-		ok_ids += same_ids(&ids, json_object_get(c, "ids"), what);
+		ok_ids += tok_test_same_ids(&ids, json_object_get(c, "ids"), what);
 		struct sbuf sb = SBUF_INIT;
 		CHECK_INT(tok_decode(t, ids.v, ids.n, &sb), 0);
 		if (sb.len == json_string_length(dec) && !memcmp(sb.buf ? sb.buf : "", json_string_value(dec), sb.len))
@@ -103,7 +84,7 @@ static void check_variant(const json_t *v)
 		sbuf_release(&sb);
 		ids.n = 0;
 		CHECK_INT(tok_encode(sn, json_string_value(text), json_string_length(text), &ids), 0);
-		ok_nosp += same_ids(&ids, json_object_get(c, "ids_nospecial"), what);
+		ok_nosp += tok_test_same_ids(&ids, json_object_get(c, "ids_nospecial"), what);
 	}
 	size_t n = json_array_size(cases);
 	CHECK(n > 400);

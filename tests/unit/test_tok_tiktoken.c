@@ -12,6 +12,7 @@
 #include "base/xalloc.h"
 #include "data/tok.h"
 #include "test.h"
+#include "tok_test.h"
 
 #include <jansson.h>
 
@@ -23,24 +24,6 @@ static char *g_vocab; /* the decompressed vocabulary */
 static int sh(const char *cmd)
 {
 	return system(cmd);
-}
-
-static void *load_fn(void *cfg)
-{
-	return tok_load(cfg);
-}
-
-static struct tokenizer *load_cfg(const struct tok_config *cfg, char **msg)
-{
-	struct test_capture c;
-	test_capture_begin(&c, 2);
-	struct tokenizer *t = load_fn((void *)cfg);
-	char *m = test_capture_end(&c);
-	if (msg)
-		*msg = m;
-	else
-		free(m);
-	return t;
 }
 
 static char *const v1_specials[] = { "<unk>", "<s>",	    "</s>",	  "<mask>", "<pad>",
@@ -69,42 +52,14 @@ static struct tok_config cfg_of(const char *name)
 
 static json_t *read_refs(void)
 {
-	FILE *f = popen("xz -dc " FIX "/refs.jsonl.xz", "r");
-	json_t *all = json_array();
-	char *line = NULL;
-	size_t cap = 0;
-	ssize_t n;
-	while (f && (n = getline(&line, &cap, f)) > 0) {
-		json_error_t je;
-		json_t *j = json_loadb(line, (size_t)n, JSON_ALLOW_NUL, &je);
-		if (j)
-			json_array_append_new(all, j);
-		else
-			printf("#   bad JSON line: %s\n", je.text);
-	}
-	free(line);
-	if (f)
-		pclose(f);
-	return all;
-}
-
-static bool same_ids(const struct tok_ids *ids, const json_t *want, const char *what)
-{
-	size_t n = json_array_size(want), i = 0;
-	while (i < n && i < ids->n && ids->v[i] == json_integer_value(json_array_get(want, i)))
-		i++;
-	if (i == n && i == ids->n)
-		return true;
-	printf("#   %s: ids differ at %zu (got %zu ids, want %zu): got %d, want %lld\n", what, i, ids->n, n,
-	       i < ids->n ? ids->v[i] : -1, i < n ? (long long)json_integer_value(json_array_get(want, i)) : -1LL);
-	return false;
+	return tok_test_read_jsonl("xz -dc " FIX "/refs.jsonl.xz");
 }
 
 static void check_config(const char *name, int64_t vocab, int64_t eod, int64_t pad)
 {
 	struct tok_config c = cfg_of(name);
 	char *msg;
-	struct tokenizer *t = load_cfg(&c, &msg);
+	struct tokenizer *t = tok_test_load(&c, &msg);
 	CHECK(t != NULL);
 	if (!t) {
 		printf("#   %s: %s", name, msg);
@@ -127,7 +82,7 @@ static void check_config(const char *name, int64_t vocab, int64_t eod, int64_t p
 		snprintf(what, sizeof(what), "%s: line %zu (%s)", name, i + 1, json_string_value(json_object_get(r, "src")));
 		ids.n = 0;
 		CHECK_INT(tok_encode(s, json_string_value(text), json_string_length(text), &ids), 0);
-		if (same_ids(&ids, json_object_get(r, name), what))
+		if (tok_test_same_ids(&ids, json_object_get(r, name), what))
 			matched++;
 		struct sbuf sb = SBUF_INIT;
 		CHECK_INT(tok_decode(t, ids.v, ids.n, &sb), 0);
@@ -171,7 +126,7 @@ static void test_v1_reference(void)
 static void test_specials(void)
 {
 	struct tok_config c = cfg_of("v2");
-	struct tokenizer *t = load_cfg(&c, NULL);
+	struct tokenizer *t = tok_test_load(&c, NULL);
 	CHECK(t != NULL);
 	if (!t)
 		return;
@@ -198,7 +153,7 @@ static void test_specials(void)
 	/* fewer special tokens: the ranks move down with them */
 	c.tiktoken_num_special_tokens = 7;
 	c.vocab_size = 4007;
-	t = load_cfg(&c, NULL);
+	t = tok_test_load(&c, NULL);
 	CHECK(t != NULL);
 	if (t) {
 		s = tok_session_new(t);
@@ -215,7 +170,7 @@ static void test_specials(void)
 static void expect_fail(struct tok_config *c, const char *a, const char *b)
 {
 	char *msg;
-	struct tokenizer *t = load_cfg(c, &msg);
+	struct tokenizer *t = tok_test_load(c, &msg);
 	CHECK(t == NULL);
 	bool ok = msg && strstr(msg, a) && (!b || strstr(msg, b));
 	CHECK(ok);
@@ -329,7 +284,7 @@ static void test_errors(void)
 			      ",{\"rank\": 256, \"token_bytes\": \"YWI=\", \"token_str\": \"ab\"}"
 			      ",{\"rank\": 999, \"junk\": 1}",
 			      -1);
-	struct tokenizer *t = load_cfg(&c, NULL);
+	struct tokenizer *t = tok_test_load(&c, NULL);
 	CHECK(t != NULL);
 	if (t) {
 		struct tok_session *s = tok_session_new(t);
