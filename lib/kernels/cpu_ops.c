@@ -39,6 +39,12 @@ static void cpu_copy(void *dst, const void *src, size_t bytes)
 		memcpy(dst, src, bytes);
 }
 
+static void cpu_copy_rows(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t rows)
+{
+	for (size_t r = 0; r < rows && width; r++)
+		memcpy((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
+}
+
 static void cpu_zero(float *x, size_t n)
 {
 	if (n)
@@ -598,6 +604,7 @@ static const struct kops cpu_ops = {
 	.to_device = cpu_copy,
 	.zero = cpu_zero,
 	.copy = cpu_copy,
+	.copy_rows = cpu_copy_rows,
 	.host_alloc = cpu_alloc,
 	.host_free = cpu_free,
 	.linear_forward = cpu_linear_forward,

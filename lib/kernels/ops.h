@@ -92,6 +92,10 @@ struct kops {
 	void (*zero)(float *x, size_t n);
 	/* bytes from one buffer of this backend to another (not overlapping) */
 	void (*copy)(void *dst, const void *src, size_t bytes);
+	/* rows runs of width bytes, the r-th from src + r * spitch to dst + r *
+	 * dpitch (byte pitches, both of this backend, not overlapping): a
+	 * column block of a row-major matrix in one call (cudaMemcpy2D on a GPU) */
+	void (*copy_rows)(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t rows);
 	/* Host memory for staging transfers to and from this backend (page-locked
 	 * on a GPU, so copies run at full speed); zero-filled, dies on failure. */
 	void *(*host_alloc)(size_t bytes);

@@ -17,7 +17,7 @@ static const struct {
 	const char *name;
 	size_t off;
 } OPS[] = {
-	OP(alloc), OP(free), OP(to_host), OP(to_device), OP(zero), OP(copy), OP(host_alloc), OP(host_free),
+	OP(alloc), OP(free), OP(to_host), OP(to_device), OP(zero), OP(copy), OP(copy_rows), OP(host_alloc), OP(host_free),
 	OP(linear_forward), OP(linear_backward), OP(linear_forward_w16), OP(linear_backward_w16),
 	OP(embedding_forward), OP(embedding_backward), OP(embedding_forward_w16),
 	OP(layernorm_forward), OP(layernorm_backward), OP(rmsnorm_forward), OP(rmsnorm_backward),

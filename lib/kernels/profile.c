@@ -92,6 +92,13 @@ static void w_copy(void *dst, const void *src, size_t bytes)
 	prof_end(P_COPY, t, 0, 2.0 * (double)bytes);
 }
 
+static void w_copy_rows(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t rows)
+{
+	double t = prof_begin();
+	P.base->copy_rows(dst, dpitch, src, spitch, width, rows);
+	prof_end(P_COPY, t, 0, 2.0 * (double)(width * rows));
+}
+
 static void w_to_host(void *dst, const void *src, size_t bytes)
 {
 	double t = prof_begin();
@@ -445,6 +452,7 @@ const struct kops *kops_profile_wrap(const struct kops *base)
 	P.word = base->alloc(16);
 	WRAP(zero, w_zero);
 	WRAP(copy, w_copy);
+	WRAP(copy_rows, w_copy_rows);
 	WRAP(to_host, w_to_host);
 	WRAP(to_device, w_to_device);
 	WRAP(linear_forward, w_linear_forward);

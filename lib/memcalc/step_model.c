@@ -68,6 +68,11 @@ static void volumes(const struct gpt_config *c, const struct step_layout *l, str
 			ring_steps = (m * (4 * Ll + pre + post + 3 * post) + 1) * 2 * (t - 1);
 		}
 		per += post * ring(t, 3 * WORD * N); /* the vocabulary-parallel cross-entropy */
+		if (c->g < t) { /* fewer KV groups than ranks: the fused QKV output all-gathered
+				 * forward and its gradient reduce-scattered backward, per layer */
+			per += Ll * 2 * (t - 1) * WORD * N * (c->a + 2 * c->g) * c->k / t;
+			ring_steps += m * Ll * 2 * (t - 1);
+		}
 		e->bytes[SM_TP] = m * per + ring(t, 2 * WORD) + (l->sp ? ring(t, WORD * norms) : 0);
 		e->messages[SM_TP] = (double)ring_steps;
 	}
@@ -81,7 +86,7 @@ static void volumes(const struct gpt_config *c, const struct step_layout *l, str
 		}
 	}
 	if (cp > 1) { /* ring attention: K/V forward, K/V and dK/dV backward */
-		int64_t g = c->g / t;
+		int64_t g = c->g >= t ? c->g / t : 1; /* with fewer groups than TP ranks, each holds one */
 		e->bytes[SM_CP] = m * Ll * 6 * WORD * (cp - 1) * l->mbs * g * c->k * c->S / cp;
 		e->messages[SM_CP] = (double)(m * Ll * 3 * (cp - 1)); /* K/V forward, K/V and dK/dV backward */
 	}

@@ -155,18 +155,21 @@ bool qkv_gathered(const struct gpt_model *m)
 	return m->par.tp && m->c.g < m->par.tp_size;
 }
 
-/* Row n's columns [c0, c0 + len) of the gathered fused QKV output (global
- * column order; s.qkv_all holds it as [t][N][C]): into get, or from put. */
-static void qkv_cols(struct gpt_model *m, float *get, const float *put, size_t c0, size_t len, size_t n, int N)
+/* Columns [c0, c0 + len) of the gathered fused QKV output (global column
+ * order; s.qkv_all holds it as [t][N][C]) for all N rows: into get, or
+ * from put, both [N] rows of row floats starting at their column 0. The
+ * range crosses at most a few ranks' blocks: one strided copy per block,
+ * never one per row. */
+static void qkv_cols(struct gpt_model *m, float *get, const float *put, size_t c0, size_t len, size_t row, int N)
 {
-	size_t C = (size_t)(m->c.a + 2 * m->c.g) * m->c.k / (size_t)m->par.tp_size;
+	size_t C = (size_t)(m->c.a + 2 * m->c.g) * m->c.k / (size_t)m->par.tp_size, F = sizeof(float);
 	for (size_t done = 0; done < len;) {
 		size_t ch = (c0 + done) / C, off = (c0 + done) % C, run = len - done < C - off ? len - done : C - off;
-		float *all = m->s.qkv_all + (ch * (size_t)N + n) * C + off;
+		float *all = m->s.qkv_all + ch * (size_t)N * C + off;
 		if (get)
-			m->k->copy(get + done, all, run * sizeof(float));
+			m->k->copy_rows(get + done, row * F, all, C * F, run * F, (size_t)N);
 		else
-			m->k->copy(all, put + done, run * sizeof(float));
+			m->k->copy_rows(all, C * F, put + done, row * F, run * F, (size_t)N);
 		done += run;
 	}
 }
@@ -189,10 +192,8 @@ void qkv_gather(struct gpt_model *m, float *out, int N)
 	size_t row = (size_t)(m->lc.a + 2) * m->c.k;
 	qkv_mine(m, &q0, &kv0, &nq);
 	dist_allgather_equal_f32(m->par.tp, m->s.qkv_part, (size_t)N * C, m->s.qkv_all);
-	for (int n = 0; n < N; n++) {
-		qkv_cols(m, out + (size_t)n * row, NULL, q0, nq, (size_t)n, N);
-		qkv_cols(m, out + (size_t)n * row + nq, NULL, kv0, 2 * (size_t)m->c.k, (size_t)n, N);
-	}
+	qkv_cols(m, out, NULL, q0, nq, row, N);
+	qkv_cols(m, out + nq, NULL, kv0, 2 * (size_t)m->c.k, row, N);
 }
 
 void qkv_scatter_grad(struct gpt_model *m, const float *dout, int N)
@@ -201,10 +202,8 @@ void qkv_scatter_grad(struct gpt_model *m, const float *dout, int N)
 	size_t row = (size_t)(m->lc.a + 2) * m->c.k;
 	qkv_mine(m, &q0, &kv0, &nq);
 	m->k->zero(m->s.qkv_all, (size_t)N * C * (size_t)m->par.tp_size);
-	for (int n = 0; n < N; n++) {
-		qkv_cols(m, NULL, dout + (size_t)n * row, q0, nq, (size_t)n, N);
-		qkv_cols(m, NULL, dout + (size_t)n * row + nq, kv0, 2 * (size_t)m->c.k, (size_t)n, N);
-	}
+	qkv_cols(m, NULL, dout, q0, nq, row, N);
+	qkv_cols(m, NULL, dout + nq, kv0, 2 * (size_t)m->c.k, row, N);
 	dist_reduce_scatter_equal_f32(m->par.tp, m->s.qkv_all, (size_t)N * C, m->s.qkv_part);
 	round_half(m, m->s.qkv_part, (size_t)N * C);
 }

@@ -400,6 +400,26 @@ static void check_runtime(void)
 	CK(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost));
 	check(h[0] == 63 && h[63] == 0, "runtime: with the attribute it runs, reading dynamic shared memory");
 
+	/* cudaMemcpy2D: columns 2..4 of an 8x8 row-major block into a 8x3 one */
+	for (int i = 0; i < 64; i++)
+		h[i] = (float)i;
+	CK(cudaMemcpy(d, h, sizeof h, cudaMemcpyHostToDevice));
+	float *cols = NULL, got[24];
+	CK(cudaMalloc((void **)&cols, sizeof got));
+	CK(cudaMemcpy2D(cols, 3 * sizeof(float), d + 2, 8 * sizeof(float), 3 * sizeof(float), 8,
+			cudaMemcpyDeviceToDevice));
+	CK(cudaMemcpy(got, cols, sizeof got, cudaMemcpyDeviceToHost));
+	bool same = true;
+	for (int r = 0; r < 8; r++)
+		for (int c = 0; c < 3; c++)
+			same = same && got[r * 3 + c] == (float)(r * 8 + 2 + c);
+	check(same, "runtime: cudaMemcpy2D copies a column block row by row at both pitches");
+	check(cudaMemcpy2D(cols, 2 * sizeof(float), d, 8 * sizeof(float), 3 * sizeof(float), 2,
+			   cudaMemcpyDeviceToDevice) == cudaErrorInvalidPitchValue &&
+		      cudaGetLastError() == cudaErrorInvalidPitchValue,
+	      "runtime: cudaMemcpy2D with a width above a pitch is refused");
+	CK(cudaFree(cols));
+
 	/* a non-blocking stream that waits for an event of the legacy stream sees its work */
 	cudaStream_t s;
 	cudaEvent_t e;

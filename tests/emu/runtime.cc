@@ -487,6 +487,7 @@ static const char *error_name(cudaError_t e)
 	case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
 	case cudaErrorInitializationError: return "cudaErrorInitializationError";
 	case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+	case cudaErrorInvalidPitchValue: return "cudaErrorInvalidPitchValue";
 	case cudaErrorInvalidMemcpyDirection: return "cudaErrorInvalidMemcpyDirection";
 	case cudaErrorInsufficientDriver: return "cudaErrorInsufficientDriver";
 	case cudaErrorNoDevice: return "cudaErrorNoDevice";
@@ -512,6 +513,7 @@ extern "C" const char *cudaGetErrorString(cudaError_t e)
 	case cudaErrorMemoryAllocation: return "out of memory";
 	case cudaErrorInitializationError: return "initialization error";
 	case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+	case cudaErrorInvalidPitchValue: return "invalid pitch argument";
 	case cudaErrorInvalidMemcpyDirection: return "invalid copy direction for memcpy";
 	case cudaErrorInsufficientDriver: return "CUDA driver version is insufficient for CUDA runtime version";
 	case cudaErrorNoDevice: return "no CUDA-capable device is detected";
@@ -786,6 +788,42 @@ extern "C" cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, enum
 		     [bytes] { return copy_what("cudaMemcpy", bytes); });
 	const uint64_t seq = l->enq;
 	emu::wait_until([l, seq] { return l->done >= seq; }, "cudaMemcpy");
+	return cudaSuccess;
+}
+
+/* A column block: height runs of width bytes at the two pitches. As the
+ * runtime, a width above either pitch is cudaErrorInvalidPitchValue; both
+ * spans are checked against the allocation table, then it runs as one item
+ * on the legacy stream and returns when done (cudaMemcpy's semantics). */
+extern "C" cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+				    size_t height, enum cudaMemcpyKind kind)
+{
+	LOCK;
+	if (width > dpitch || width > spitch) {
+		fprintf(stderr, "emu: cudaMemcpy2D: width %zu bytes exceeds a pitch (dpitch %zu, spitch %zu)\n", width,
+			dpitch, spitch);
+		return err(cudaErrorInvalidPitchValue);
+	}
+	if (width == 0 || height == 0)
+		return cudaSuccess;
+	const size_t dspan = (height - 1) * dpitch + width, sspan = (height - 1) * spitch + width;
+	cudaError_t e = check_copy(dst, src, width, kind, "cudaMemcpy2D");
+	if (e != cudaSuccess)
+		return e;
+	if (is_device(dst))
+		emu::need_device_range(dst, dspan, "cudaMemcpy2D", "its destination");
+	if (is_device(src))
+		emu::need_device_range(src, sspan, "cudaMemcpy2D", "its source");
+	emu_stream *l = S.streams[0];
+	emu::enqueue(NULL, emu::ITEM_COPY,
+		     [dst, dpitch, src, spitch, width, height] {
+			     for (size_t r = 0; r < height; r++)
+				     memmove((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
+			     return true;
+		     },
+		     [width, height] { return copy_what("cudaMemcpy2D", width * height); });
+	const uint64_t seq = l->enq;
+	emu::wait_until([l, seq] { return l->done >= seq; }, "cudaMemcpy2D");
 	return cudaSuccess;
 }
 

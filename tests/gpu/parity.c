@@ -379,6 +379,30 @@ static void test_memory(void)
 	mark_tested(GPU, "copy");
 	mark_tested(GPU, "host_alloc");
 	mark_tested(GPU, "host_free");
+
+	/* copy_rows: columns [5, 5+w) of a [rows, 37] matrix into a [rows, w+3]
+	 * one at column 2, against the CPU table's copy of the same block */
+	{
+		size_t rows = 301, sc = 37, w = 11, dc = w + 3;
+		float *hm = hnew(FL(rows * sc)), *got = hnew(FL(rows * dc)), *want = hnew(FL(rows * dc));
+		for (size_t i = 0; i < rows * sc; i++)
+			hm[i] = x[i % n];
+		for (size_t i = 0; i < rows * dc; i++)
+			got[i] = want[i] = -1.0f;
+		float *dm = GPU->alloc(FL(rows * sc)), *dd = GPU->alloc(FL(rows * dc));
+		GPU->to_device(dm, hm, FL(rows * sc));
+		GPU->to_device(dd, got, FL(rows * dc));
+		GPU->copy_rows(dd + 2, FL(dc), dm + 5, FL(sc), FL(w), rows);
+		GPU->to_host(got, dd, FL(rows * dc));
+		CPU->copy_rows(want + 2, FL(dc), hm + 5, FL(sc), FL(w), rows);
+		bool ok5 = !memcmp(got, want, FL(rows * dc)) && want[2] == hm[5] && want[dc + 2] == hm[sc + 5];
+		GPU->free(dm);
+		GPU->free(dd);
+		printf("%s - copy_rows: a column block at two pitches [%zu x %zu of %zu] (%s)\n", ok5 ? "ok" : "not ok",
+		       rows, w, sc, ok5 ? "exact" : "DIFFERS");
+		ok5 ? n_pass++ : n_fail++;
+		mark_tested(GPU, "copy_rows");
+	}
 	hfree_all();
 
 	size_t ns[] = { 37, 100003 };

@@ -8,7 +8,8 @@
 # (rtol 1e-4), and the Llama one the PyTorch transcription's
 # (tests/prog/py/torch_ref.py); a checkpoint saved at TP4 resumes at TP1
 # and TP2 with the straight run's losses; ckpt_convert to TP4 and back
-# gives the same tensors; report_memory counts linear_qkv's rows per rank;
+# gives the same tensors; --log-comm counts the gather and the scatter as
+# analysed; report_memory counts linear_qkv's rows per rank;
 # layouts Megatron refuses are refused.
 . tests/prog_lib.sh
 train_test_begin train_gqa_tp
@@ -61,6 +62,24 @@ for model in llama qwen; do
 		[ $model = llama ] && compare_ref "$model: TP4 $sp matches the PyTorch reference" "$D/tp4$sp.jsonl" \
 			"$D/ref.jsonl" 6
 	done
+done
+
+# --log-comm: the fused QKV output's all-gather and its gradient's
+# reduce-scatter are in the TP group's bytes as docs/parallel.md's table has
+# them (tests/prog/py/comm_volume.py), with and without SP
+for sp in 0 1; do
+	_f=""
+	[ $sp = 1 ] && _f=--sequence-parallel
+	if $MPI -np 4 $BIN/train $LLAMA $COMMON $(v128 4) --tensor-model-parallel-size 4 $_f --train-iters 4 \
+		--eval-interval 100 --log-comm --data-cache-path $W/llama/cache >"$W/comm$sp.log" 2>&1 &&
+		$PY tests/prog/py/comm_volume.py "$W/comm$sp.log" h=64 L=2 S=32 V=50304 mbs=2 gbs=4 tp=4 sp=$sp llama=1 \
+			heads=4 groups=2 ffn=96 >"$W/vol.log" 2>&1; then
+		ok "llama: TP4 $_f --log-comm bytes as analysed ($(cat "$W/vol.log"))"
+	else
+		notok "llama: TP4 $_f --log-comm bytes"
+		show "$W/vol.log"
+		tail -5 "$W/comm$sp.log"
+	fi
 done
 
 # saved at TP4 (iteration 3), resumed at TP1 and TP2: iterations 4..6 of the straight run

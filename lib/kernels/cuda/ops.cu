@@ -146,6 +146,12 @@ static void cuda_copy(void *dst, const void *src, size_t bytes)
 		CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
 }
 
+static void cuda_copy_rows(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t rows)
+{
+	if (width && rows)
+		CUDA_CHECK(cudaMemcpy2D(dst, dpitch, src, spitch, width, rows, cudaMemcpyDeviceToDevice));
+}
+
 /* Page-locked host memory: cudaMemcpy from and to it runs at the link's
  * speed and without a bounce through a driver buffer. */
 static void *cuda_host_alloc(size_t bytes)
@@ -1440,6 +1446,7 @@ static void table_init(void)
 	t->to_device = cuda_to_device;
 	t->zero = cuda_zero;
 	t->copy = cuda_copy;
+	t->copy_rows = cuda_copy_rows;
 	t->host_alloc = cuda_host_alloc;
 	t->host_free = cuda_host_free;
 	t->embedding_forward = cuda_embedding_forward;

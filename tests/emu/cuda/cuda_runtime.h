@@ -30,6 +30,7 @@ typedef enum cudaError {
 	cudaErrorMemoryAllocation = 2,
 	cudaErrorInitializationError = 3,
 	cudaErrorInvalidConfiguration = 9,
+	cudaErrorInvalidPitchValue = 12,
 	cudaErrorInvalidMemcpyDirection = 21,
 	cudaErrorInsufficientDriver = 35,
 	cudaErrorNoDevice = 100,
@@ -125,6 +126,8 @@ cudaError_t cudaMallocHost(void **p, size_t bytes);
 cudaError_t cudaFreeHost(void *p);
 cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void *p);
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind);
+cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
+			 enum cudaMemcpyKind kind);
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind, cudaStream_t s);
 cudaError_t cudaMemset(void *p, int value, size_t bytes);
 cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t s);

@@ -35,7 +35,7 @@ def flops(h, L, S, Vp, heads, groups, ffn, swiglu, gbs):
     return tokens * (mlp + attn + logits) + sq * core, tokens * logits, sq * core
 
 
-def messages(L, m, t, p, v, c, d, sp, distopt, llama):
+def messages(L, m, t, p, v, c, d, sp, distopt, llama, groups):
     """Ring steps and sends of world rank 0 per group: 2(p-1) per all-reduce,
     p-1 per all-gather or reduce-scatter, one per point-to-point send."""
     Ll, pre, post = L // p, 1, int(p == 1)
@@ -48,6 +48,8 @@ def messages(L, m, t, p, v, c, d, sp, distopt, llama):
                                             + (3 * m * post + 1 + norm_tensors) * allreduce)
         else:
             out["tensor-model-parallel"] = (m * (4 * Ll + pre + post + 3 * post) + 1) * allreduce
+        if groups < t:  # the fused QKV output's all-gather and its gradient's reduce-scatter
+            out["tensor-model-parallel"] += m * Ll * 2 * (t - 1)
     if p > 1:
         out["pipeline-model-parallel"] = m * (2 * v - 1) + 2 * 2 * (p - 1)
         if not llama:
@@ -93,7 +95,8 @@ def main():
                                     llama=llama, heads=heads, groups=groups, ffn=ffn)
         want = {g: n for g, n in want.items() if n}
         assert want == l["comm_bytes"], (l["flags"], want, l["comm_bytes"])
-        msgs = messages(L, m, t, p, v, c, d, l["sequence_parallel"], l["distributed_optimizer"], llama)
+        msgs = messages(L, m, t, p, v, c, d, l["sequence_parallel"], l["distributed_optimizer"], llama,
+                        groups)
         assert msgs == l["comm_messages"], (l["flags"], msgs, l["comm_messages"])
         total, logits, core = flops(h, L, S, Vp, heads, groups, ffn, swiglu, gbs)
         layers = total - logits

@@ -46,6 +46,8 @@ def expected(h, L, S, V, mbs, gbs, tp=1, pp=1, vpp=1, cp=1, dp=1, sp=0, distopt=
         else:
             per = (4 * Ll + pre + post) * ring(t, hid)
         per += post * ring(t, 3 * 4 * N)  # the vocabulary-parallel loss
+        if groups < t:  # KV groups shared by ranks: the fused QKV output gathered, its gradient scattered
+            per += Ll * 2 * (t - 1) * 4 * N * (heads + 2 * groups) * k // t
         out["tensor-model-parallel"] = m * per + ring(t, 8) + (ring(t, 4 * norms) if sp else 0)
     else:
         out["tensor-model-parallel"] = 0
@@ -60,7 +62,7 @@ def expected(h, L, S, V, mbs, gbs, tp=1, pp=1, vpp=1, cp=1, dp=1, sp=0, distopt=
         out["embedding"] = 0
     # context parallel: ring attention, per layer and micro-batch K/V forward,
     # K/V and dK/dV backward
-    g = groups // t
+    g = groups // t if groups >= t else 1  # a rank holds one group when they are fewer than TP ranks
     out["context-parallel"] = m * Ll * 24 * (c - 1) * mbs * g * k * S // c if c > 1 else 0
     # data parallel (with context parallel): gradients, loss sums, the sharded norm
     n = d * c
