@@ -34,6 +34,8 @@ const char *hf_arch_class(enum hf_arch arch)
 		return "MistralForCausalLM";
 	case HF_QWEN2_MOE:
 		return "Qwen2MoeForCausalLM";
+	case HF_QWEN3_MOE:
+		return "Qwen3MoeForCausalLM";
 	}
 	return "?";
 }
@@ -103,6 +105,33 @@ static int qwen2_moe_ok(const struct gpt_config *c)
 	return rc;
 }
 
+/* What Qwen3MoeForCausalLM holds: Qwen3's attention (q/k norms, no
+ * biases, head_dim free), experts without a shared one, softmax routing
+ * over all experts (norm_topk_prob false: --moe-router-pre-softmax) or
+ * renormalised over the top-k; dense layers anywhere (mlp_only_layers). */
+static int qwen3_moe_ok(const struct gpt_config *c)
+{
+	struct sbuf why = SBUF_INIT;
+	if (!c->rmsnorm || !c->swiglu || c->rot != c->k)
+		sbuf_addf(&why, ", %s, %s and %d of %d channels rotated", c->rmsnorm ? "RMSNorm" : "LayerNorm",
+			  c->swiglu ? "SwiGLU" : "GELU", c->rot, c->k);
+	if (c->bias || c->qkv_bias)
+		sbuf_addf(&why, ", %s", c->bias ? "linear biases" : "a QKV bias (--add-qkv-bias)");
+	if (c->shared_f > 0)
+		sbuf_addf(&why, ", a shared expert (--moe-shared-expert-intermediate-size %d)", c->shared_f);
+	if (c->router.sigmoid)
+		sbuf_addf(&why, ", sigmoid routing (--moe-router-score-function sigmoid)");
+	if (c->swa && c->window >= 0)
+		sbuf_addf(&why, ", a sliding window (--window-size)");
+	int rc = 0;
+	if (why.len)
+		rc = error("a mixture-of-experts model with --qk-layernorm exports as Qwen3MoeForCausalLM, which has "
+			   "RMSNorm, SwiGLU, RoPE on every channel, no linear biases, no shared expert and softmax "
+			   "routing; this one has %s", why.buf + 2);
+	sbuf_release(&why);
+	return rc;
+}
+
 int hf_arch_for(const struct gpt_config *c, enum hf_arch *arch)
 {
 	if (c->norm_1p) /* Hugging Face's norms apply their weight as stored */
@@ -122,6 +151,10 @@ int hf_arch_for(const struct gpt_config *c, enum hf_arch *arch)
 				     c->rmsnorm ? "RMSNorm" : "LayerNorm", c->swiglu ? "SwiGLU" : "GELU", c->rot, c->k);
 		return qwen2_moe_ok(c);
 	}
+	if (c->rope && c->E > 0 && c->qk_norm) {
+		*arch = HF_QWEN3_MOE;
+		return qwen3_moe_ok(c);
+	}
 	if (c->rope) {
 		*arch = c->E > 0 ? HF_MIXTRAL : c->qk_norm ? HF_QWEN3 : c->qkv_bias && !c->bias ? HF_QWEN2 :
 			c->swa && c->window >= 0 ? HF_MISTRAL : HF_LLAMA;
@@ -135,9 +168,6 @@ int hf_arch_for(const struct gpt_config *c, enum hf_arch *arch)
 		if (*arch == HF_MISTRAL && c->rope_scaling)
 			return error("--use-rope-scaling: megac exports Llama 3.x RoPE scaling with LlamaForCausalLM, "
 				     "Qwen2ForCausalLM and Qwen3ForCausalLM, not MistralForCausalLM");
-		if (c->E > 0 && (c->qk_norm || (c->qkv_bias && !c->bias)))
-			return error("a mixture-of-experts model exports as MixtralForCausalLM, which has neither q/k "
-				     "norms (--qk-layernorm) nor a QKV bias (--add-qkv-bias)");
 		if (c->qk_norm && c->qkv_bias)
 			return error("a model with --qk-layernorm exports as Qwen3ForCausalLM, whose attention_bias "
 				     "puts a bias on o_proj too; this one has a bias on linear_qkv only");
@@ -249,7 +279,7 @@ void hf_tensors(const struct gpt_config *c, enum hf_arch arch, struct hf_tensor 
 				NAMES("model.layers.%d.self_attn.v_proj.bias", "decoder.layers.%d.self_attention.linear_qkv.bias", l);
 				ADD(HF_QKV_V, 1, gk, 0, 0);
 			}
-			if (arch == HF_QWEN3) {
+			if (arch == HF_QWEN3 || arch == HF_QWEN3_MOE) {
 				NAMES("model.layers.%d.self_attn.q_norm.weight", "decoder.layers.%d.self_attention.q_layernorm.weight", l);
 				ADD(HF_COPY, 1, c->k, 0, 0);
 				NAMES("model.layers.%d.self_attn.k_norm.weight", "decoder.layers.%d.self_attention.k_layernorm.weight", l);
@@ -279,7 +309,7 @@ void hf_tensors(const struct gpt_config *c, enum hf_arch arch, struct hf_tensor 
 				}
 				continue;
 			}
-			if (arch == HF_QWEN2_MOE && c->moe_layer[l]) {
+			if ((arch == HF_QWEN2_MOE || arch == HF_QWEN3_MOE) && c->moe_layer[l]) {
 				int64_t F = c->moe_f, Fs = c->shared_f;
 				NAMES("model.layers.%d.post_attention_layernorm.weight",
 				      "decoder.layers.%d.pre_mlp_layernorm.weight", l);
@@ -298,6 +328,8 @@ void hf_tensors(const struct gpt_config *c, enum hf_arch arch, struct hf_tensor 
 					snprintf(hf, sizeof(hf), "model.layers.%d.mlp.experts.%d.down_proj.weight", l, e);
 					ADD(HF_COPY, 2, h, F, 0);
 				}
+				if (arch == HF_QWEN3_MOE)
+					continue;
 				NAMES("model.layers.%d.mlp.shared_expert.gate_proj.weight",
 				      "decoder.layers.%d.mlp.shared_experts.linear_fc1.weight", l);
 				ADD(HF_ROWS, 2, Fs, h, 0);
@@ -521,10 +553,12 @@ char *hf_config_json(const struct gpt_config *c, enum hf_arch arch, enum ckpt_dt
 		json_object_set_new(o, "embd_pdrop", f32(c->hidden_dropout));
 		json_object_set_new(o, "attn_pdrop", f32(c->attention_dropout));
 	} else {
-		bool moe = arch == HF_MIXTRAL, qwen = arch == HF_QWEN2 || arch == HF_QWEN3 || arch == HF_QWEN2_MOE;
+		bool moe = arch == HF_MIXTRAL, qwen_moe = arch == HF_QWEN2_MOE || arch == HF_QWEN3_MOE;
+		bool qwen = arch == HF_QWEN2 || arch == HF_QWEN3 || qwen_moe;
 		json_object_set_new(o, "model_type", json_string(moe ? "mixtral" : arch == HF_QWEN2 ? "qwen2" :
 									   arch == HF_QWEN3 ? "qwen3" :
 									   arch == HF_QWEN2_MOE ? "qwen2_moe" :
+									   arch == HF_QWEN3_MOE ? "qwen3_moe" :
 									   arch == HF_MISTRAL ? "mistral" : "llama"));
 		json_object_set_new(o, "vocab_size", json_integer(c->V));
 		json_object_set_new(o, "hidden_size", json_integer(c->h));
@@ -548,7 +582,7 @@ char *hf_config_json(const struct gpt_config *c, enum hf_arch arch, enum ckpt_dt
 			json_object_set_new(o, "router_jitter_noise", json_real(0.0));
 			json_object_set_new(o, "output_router_logits", json_false());
 		} else if (arch != HF_MISTRAL) {
-			if (arch == HF_QWEN2_MOE) { /* the dense layers listed, the rest MoE */
+			if (qwen_moe) { /* the dense layers listed, the rest MoE */
 				json_t *dense = json_array();
 				for (int l = 0; l < c->L; l++)
 					if (!c->moe_layer[l])
@@ -558,7 +592,8 @@ char *hf_config_json(const struct gpt_config *c, enum hf_arch arch, enum ckpt_dt
 				json_object_set_new(o, "num_experts", json_integer(c->E));
 				json_object_set_new(o, "num_experts_per_tok", json_integer(c->router.k));
 				json_object_set_new(o, "moe_intermediate_size", json_integer(c->moe_f));
-				json_object_set_new(o, "shared_expert_intermediate_size", json_integer(c->shared_f));
+				if (arch == HF_QWEN2_MOE)
+					json_object_set_new(o, "shared_expert_intermediate_size", json_integer(c->shared_f));
 				json_object_set_new(o, "norm_topk_prob", json_boolean(!c->router.pre_softmax));
 				json_object_set_new(o, "router_aux_loss_coef", f32((float)c->router.aux_coeff));
 				json_object_set_new(o, "output_router_logits", json_false());
@@ -806,30 +841,19 @@ static void read_mixtral(struct cfg_reader *r, struct gpt_config *c)
 	read_mistral_window(r, c);
 }
 
-/* Qwen2-MoE: Qwen2's keys (head size hidden / heads: Qwen2MoeAttention
- * has no head_dim), the experts, a gated shared expert, dense layers
+/* Qwen2-MoE's and Qwen3-MoE's experts: num_experts of
+ * moe_intermediate_size, num_experts_per_tok (default topk) per token,
+ * norm_topk_prob false is --moe-router-pre-softmax; dense layers
  * (intermediate_size) where decoder_sparse_step and mlp_only_layers put
- * them; norm_topk_prob false is --moe-router-pre-softmax. */
-static void read_qwen2_moe(struct cfg_reader *r, struct gpt_config *c)
+ * them. */
+static void read_qwen_experts(struct cfg_reader *r, struct gpt_config *c, int topk)
 {
-	read_llama(r, c);
-	read_window(r, c);
-	c->qkv_bias = true;
-	if (c->a > 0 && c->h % c->a)
-		r->failed = error("'%s': hidden_size %d is not divisible by num_attention_heads %d", r->path, c->h, c->a);
-	else if (c->a > 0)
-		c->k = c->rot = c->h / c->a;
 	c->E = (int)cfg_int(r, "num_experts", REQUIRED, 1);
 	c->router.E = c->E;
-	c->router.k = (int)cfg_int(r, "num_experts_per_tok", 4, 1);
+	c->router.k = (int)cfg_int(r, "num_experts_per_tok", topk, 1);
 	if (c->router.k > c->E)
 		r->failed = error("'%s': num_experts_per_tok %d is more than num_experts %d", r->path, c->router.k, c->E);
 	c->moe_f = (int)cfg_int(r, "moe_intermediate_size", REQUIRED, 1);
-	c->shared_f = (int)cfg_int(r, "shared_expert_intermediate_size", REQUIRED, 0);
-	if (c->shared_f == 0)
-		r->failed = error("'%s': shared_expert_intermediate_size 0: a Qwen2-MoE model without its shared "
-				  "expert is not mapped yet", r->path);
-	c->shared_gate = true;
 	c->router.pre_softmax = !cfg_bool(r, "norm_topk_prob", false);
 	int64_t step = cfg_int(r, "decoder_sparse_step", 1, 1);
 	if (c->L > GPT_MAX_LAYERS) {
@@ -854,10 +878,42 @@ static void read_qwen2_moe(struct cfg_reader *r, struct gpt_config *c)
 			c->moe_layer[json_integer_value(v)] = 0;
 		}
 	}
-	c->router.aux_coeff = cfg_num(r, "router_aux_loss_coef", 0.001); /* Qwen2MoeConfig's default */
+	c->router.aux_coeff = cfg_num(r, "router_aux_loss_coef", 0.001); /* Qwen2/3MoeConfig's default */
 	c->router.lb = c->router.aux_coeff > 0 ? MOE_LB_AUX : MOE_LB_NONE;
 }
 
+
+/* Qwen2-MoE: Qwen2's keys (head size hidden / heads: Qwen2MoeAttention
+ * has no head_dim), the experts and a gated shared expert. */
+static void read_qwen2_moe(struct cfg_reader *r, struct gpt_config *c)
+{
+	read_llama(r, c);
+	read_window(r, c);
+	c->qkv_bias = true;
+	if (c->a > 0 && c->h % c->a)
+		r->failed = error("'%s': hidden_size %d is not divisible by num_attention_heads %d", r->path, c->h, c->a);
+	else if (c->a > 0)
+		c->k = c->rot = c->h / c->a;
+	c->shared_f = (int)cfg_int(r, "shared_expert_intermediate_size", REQUIRED, 0);
+	if (c->shared_f == 0)
+		r->failed = error("'%s': shared_expert_intermediate_size 0: a Qwen2-MoE model without its shared "
+				  "expert is not mapped yet", r->path);
+	c->shared_gate = true;
+	read_qwen_experts(r, c, 4); /* Qwen2MoeConfig's default top-k */
+}
+
+/* Qwen3-MoE: Qwen3's keys (q/k norms over head_dim), the experts of
+ * Qwen2-MoE without a shared expert. */
+static void read_qwen3_moe(struct cfg_reader *r, struct gpt_config *c)
+{
+	read_llama(r, c);
+	read_window(r, c);
+	c->qk_norm = true;
+	if (json_object_get(r->o, "shared_expert_intermediate_size"))
+		r->failed = error("'%s': shared_expert_intermediate_size: Qwen3MoeForCausalLM has no shared expert",
+				  r->path);
+	read_qwen_experts(r, c, 8); /* Qwen3MoeConfig's default top-k */
+}
 int hf_config_read(const char *path, int64_t divisible_by, int64_t tp, struct gpt_config *c, enum hf_arch *arch)
 {
 	memset(c, 0, sizeof(*c));
@@ -893,6 +949,9 @@ int hf_config_read(const char *path, int64_t divisible_by, int64_t tp, struct gp
 	} else if (name && !strcmp(name, "Qwen2MoeForCausalLM")) {
 		*arch = HF_QWEN2_MOE;
 		read_qwen2_moe(&r, c);
+	} else if (name && !strcmp(name, "Qwen3MoeForCausalLM")) {
+		*arch = HF_QWEN3_MOE;
+		read_qwen3_moe(&r, c);
 	} else if (name && !strcmp(name, "Qwen3ForCausalLM")) {
 		*arch = HF_QWEN3; /* Llama's keys, q_norm and k_norm over head_dim */
 		read_llama(&r, c);
@@ -900,7 +959,8 @@ int hf_config_read(const char *path, int64_t divisible_by, int64_t tp, struct gp
 		c->qk_norm = true;
 	} else {
 		error("'%s': architectures %s: ckpt_convert reads GPT2LMHeadModel, LlamaForCausalLM, "
-		      "MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM, Qwen2MoeForCausalLM and Qwen3ForCausalLM",
+		      "MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM, Qwen2MoeForCausalLM, Qwen3ForCausalLM "
+		      "and Qwen3MoeForCausalLM",
 		      path,
 		      name ? name : "(missing, or more than one)");
 		json_decref(o); /* name lives in o */

@@ -3,9 +3,10 @@
  * (GPT2LMHeadModel), Llama-style (LlamaForCausalLM) and Mixtral-style
  * mixture-of-experts (MixtralForCausalLM, docs/moe-spec.md section 7) models,
  * and Llama's kin: Qwen2ForCausalLM (a bias on q, k and v: --add-qkv-bias)
- * and Qwen3ForCausalLM (q_norm, k_norm: --qk-layernorm), and Qwen2MoeForCausalLM
+ * and Qwen3ForCausalLM (q_norm, k_norm: --qk-layernorm), Qwen2MoeForCausalLM
  * (Qwen2's attention, experts with a gated shared expert, dense layers where
- * --moe-layer-freq has them)
+ * --moe-layer-freq has them) and Qwen3MoeForCausalLM (Qwen3's attention,
+ * Qwen2-MoE's experts without the shared one)
  * (as Megatron's tools/checkpoint/schema_hf.py names them; docs/ckpt-convert.md): which HF tensors a
  * model has, which megac tensor each one's values come from and how
  * (vocabulary rows without the padding, transposes for GPT-2's Conv1D,
@@ -20,7 +21,7 @@
 #include "ckpt/ckpt.h"
 #include "model/gpt_config.h"
 
-enum hf_arch { HF_GPT2, HF_LLAMA, HF_MIXTRAL, HF_QWEN2, HF_QWEN3, HF_MISTRAL, HF_QWEN2_MOE };
+enum hf_arch { HF_GPT2, HF_LLAMA, HF_MIXTRAL, HF_QWEN2, HF_QWEN3, HF_MISTRAL, HF_QWEN2_MOE, HF_QWEN3_MOE };
 
 enum hf_xform {
 	HF_COPY,      /* same shape */

@@ -1,10 +1,12 @@
 """Hugging Face transformers as an independent reference for ckpt_convert.
 
 Runs under the venv that tests/py-env.sh makes (Debian's torch 1.13 and the
-pinned transformers). Only local folders: the hub is switched off before
-transformers is imported, and nothing is downloaded.
+pinned transformers 4.49), or under tests/py-env-long.sh's (torch 2.5.1 and
+transformers 4.53.3, which have Qwen3 and Qwen3-MoE). Only local folders:
+the hub is switched off before transformers is imported, and nothing is
+downloaded.
 
-  make gpt2|llama|mixtral|qwen2|qwen3|mistral|qwen2_moe OUTDIR [--seed S] [--layers L --hidden H
+  make gpt2|llama|mixtral|qwen2|qwen3|mistral|qwen2_moe|qwen3_moe OUTDIR [--seed S] [--layers L --hidden H
        --heads A --kv-heads G --ffn F --vocab V --positions P]
        [--head-dim D] [--rope-scaling FACTOR]
        [--experts E --topk K] [--tie|--untie] [--dtype float32|bfloat16]
@@ -26,10 +28,16 @@ transformers is imported, and nothing is downloaded.
       gate, the layers of --mlp-only dense (--ffn); --std 0.2 as mixtral.
       qwen2 is a Qwen2ForCausalLM (biases on q, k and v). qwen3 is a
       Qwen3ForCausalLM (q_norm and k_norm over each head before RoPE,
-      head_dim --head-dim): the pinned transformers predates Qwen3, so it is
-      transformers' own Llama modules with Qwen3's two RMSNorms added, under
-      Qwen3's tensor names and config.json (QWEN3 below). --rope-scaling
-      (llama, qwen2, qwen3): rope_scaling {rope_type llama3, factor FACTOR,
+      head_dim --head-dim): transformers' own where it has Qwen3; 4.49
+      predates it, so there it is transformers' own Llama modules with
+      Qwen3's two RMSNorms added, under Qwen3's tensor names and config.json
+      (QWEN3 below; loading a qwen3 folder uses the same stand-in then).
+      qwen3_moe (transformers with Qwen3 only) is a Qwen3MoeForCausalLM:
+      Qwen3's attention, --experts experts of --moe-ffn, --topk per token
+      (softmax over all, renormalised with --norm-topk-prob), no shared
+      expert, the layers of --mlp-only dense (--ffn); --std 0.2 as mixtral.
+      --rope-scaling (llama, qwen2, qwen3, qwen3_moe): rope_scaling
+      {rope_type llama3, factor FACTOR,
       low_freq_factor 1, high_freq_factor 4,
       original_max_position_embeddings 8192}.
   logits HFDIR IDS.npy OUT.npy [--dtype float32|bfloat16]
@@ -41,7 +49,7 @@ transformers is imported, and nothing is downloaded.
       Greedy continuation of each prompt ([[id, ...], ...]) by full forward
       passes, and the log-probs of each whole sequence from its second
       token: OUT.json is [{"tokens": [new ids], "logprobs": [...]}, ...].
-      --routing (MixtralForCausalLM and Qwen2MoeForCausalLM only) writes how the final sequences
+      --routing (MixtralForCausalLM, Qwen2MoeForCausalLM and Qwen3MoeForCausalLM only) writes how the final sequences
       were routed: per layer, how many tokens each expert took and the
       smallest gap between the k-th and (k+1)-th routing probability
       (a gap near 0 is a near-tie that rounding could flip).
@@ -98,6 +106,10 @@ from transformers import (  # noqa: E402
     Qwen2MoeForCausalLM,
 )
 from transformers.models.llama.modeling_llama import LlamaRMSNorm  # noqa: E402
+
+# transformers 4.51 and later have Qwen3 and Qwen3-MoE (tests/py-env-long.sh's
+# 4.53.3); tests/py-env.sh's 4.49 has neither, so qwen3 is the stand-in there.
+HAS_QWEN3 = hasattr(transformers, "Qwen3ForCausalLM")
 
 transformers.logging.set_verbosity_error()
 transformers.logging.disable_progress_bar()
@@ -163,7 +175,7 @@ def build_config(a):
             attention_dropout=0.0, initializer_range=a.std, tie_word_embeddings=tie,
             bos_token_id=1 % a.vocab, eos_token_id=2 % a.vocab)
     if a.kind == "qwen3":
-        return qwen3_llama_config({
+        return qwen3_config({
             "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
             "num_hidden_layers": L, "hidden_size": H, "num_attention_heads": A,
             "num_key_value_heads": G, "head_dim": a.head_dim or H // A,
@@ -174,6 +186,25 @@ def build_config(a):
             "max_window_layers": L, "attention_dropout": 0.0, "initializer_range": a.std,
             "tie_word_embeddings": tie, "bos_token_id": 1 % a.vocab, "eos_token_id": 2 % a.vocab,
             "torch_dtype": a.dtype, "use_cache": True})
+    if a.kind == "qwen3_moe":  # Qwen3's attention, experts without a shared one; layers in --mlp-only dense
+        if not HAS_QWEN3:
+            fail("qwen3_moe: this transformers (%s) has no Qwen3MoeForCausalLM; "
+                 "tests/py-env-long.sh's has" % transformers.__version__)
+        if a.experts <= 0 or not 0 < a.topk <= a.experts:
+            fail(f"--topk {a.topk} must lie in [1, --experts {a.experts}]")
+        only = [int(x) for x in a.mlp_only.split(",")] if a.mlp_only else []
+        return transformers.Qwen3MoeConfig(
+            num_hidden_layers=L, hidden_size=H, num_attention_heads=A,
+            num_key_value_heads=G, head_dim=a.head_dim or H // A, intermediate_size=ffn,
+            vocab_size=a.vocab, max_position_embeddings=a.positions, hidden_act="silu",
+            rms_norm_eps=1e-6, rope_theta=1e6, rope_scaling=scaling, attention_bias=False,
+            use_sliding_window=False, sliding_window=None, max_window_layers=L,
+            attention_dropout=0.0, decoder_sparse_step=1, mlp_only_layers=only,
+            moe_intermediate_size=a.moe_ffn or H, num_experts=a.experts,
+            num_experts_per_tok=a.topk, norm_topk_prob=a.norm_topk_prob,
+            output_router_logits=False, router_aux_loss_coef=0.001,
+            initializer_range=a.std, tie_word_embeddings=tie,
+            bos_token_id=1 % a.vocab, eos_token_id=2 % a.vocab)
     if a.kind == "mistral":  # sliding_window W: a query sees itself and the W - 1 keys before it
         return MistralConfig(
             num_hidden_layers=L, hidden_size=H, num_attention_heads=A,
@@ -227,6 +258,14 @@ def build_config(a):
 # RoPE; q_proj's output [.., heads * head_dim] viewed as heads is exactly
 # what a hook on q_proj can normalize, so the norms run there, registered on
 # the attention module as q_norm and k_norm (Qwen3's tensor names).
+
+def qwen3_config(d):
+    """transformers' own Qwen3Config where it has one, else the stand-in's."""
+    if not HAS_QWEN3:
+        return qwen3_llama_config(d)
+    return transformers.Qwen3Config(**{k: v for k, v in d.items() if k not in (
+        "architectures", "model_type", "torch_dtype")})
+
 
 def qwen3_llama_config(d):
     cfg = LlamaConfig(**{k: v for k, v in d.items() if k not in (
@@ -293,11 +332,14 @@ def cmd_make(a):
             if f in HF_FILES or (f.startswith("model-") and f.endswith(".safetensors")):
                 os.remove(os.path.join(out, f))
     if a.std is None:
-        a.std = 0.2 if a.kind in ("mixtral", "qwen2_moe") else 0.02
+        a.std = 0.2 if a.kind in ("mixtral", "qwen2_moe", "qwen3_moe") else 0.02
     cfg = build_config(a)
+    standin = a.kind == "qwen3" and not HAS_QWEN3
     torch.manual_seed(a.seed)
     model = {"gpt2": GPT2LMHeadModel, "llama": LlamaForCausalLM, "qwen2": Qwen2ForCausalLM,
-             "qwen3": qwen3_model, "mixtral": MixtralForCausalLM, "qwen2_moe": Qwen2MoeForCausalLM,
+             "qwen3": qwen3_model if standin else getattr(transformers, "Qwen3ForCausalLM", None),
+             "qwen3_moe": getattr(transformers, "Qwen3MoeForCausalLM", None),
+             "mixtral": MixtralForCausalLM, "qwen2_moe": Qwen2MoeForCausalLM,
              "mistral": MistralForCausalLM}[a.kind](cfg)
     gen = torch.Generator().manual_seed(a.seed)
     randomise(model, a.std, gen)
@@ -306,7 +348,7 @@ def cmd_make(a):
     os.makedirs(out, exist_ok=True)
     shard = a.shard_size if a.shard_size is not None else "5GB"
     model.save_pretrained(out, safe_serialization=True, max_shard_size=shard)
-    if a.kind == "qwen3":  # Qwen3's config.json, not the Llama stand-in's
+    if standin:  # Qwen3's config.json, not the Llama stand-in's
         with open(os.path.join(out, "config.json"), "w") as f:
             json.dump(cfg.qwen3_json, f, indent=2)
     files = sorted(os.listdir(out))
@@ -525,13 +567,14 @@ def main(argv=None):
     sub = p.add_subparsers(dest="cmd", required=True)
 
     m = sub.add_parser("make", help="save a small random GPT-2, Llama or Mixtral")
-    m.add_argument("kind", choices=("gpt2", "llama", "mixtral", "qwen2", "qwen3", "mistral", "qwen2_moe"))
+    m.add_argument("kind", choices=("gpt2", "llama", "mixtral", "qwen2", "qwen3", "mistral", "qwen2_moe",
+                                    "qwen3_moe"))
     m.add_argument("--head-dim", type=int, default=None,
-                   help="qwen3 and mistral only (default hidden/heads)")
+                   help="qwen3, qwen3_moe and mistral only (default hidden/heads)")
     m.add_argument("--sliding-window", type=int, default=None,
                    help="mistral only: sliding_window (default null: none)")
     m.add_argument("--rope-scaling", type=float, default=None,
-                   help="llama, qwen2, qwen3: Llama 3.x rope_scaling with this factor")
+                   help="llama, qwen2, qwen3, qwen3_moe: Llama 3.x rope_scaling with this factor")
     m.add_argument("outdir")
     m.add_argument("--seed", type=int, default=1234)
     m.add_argument("--layers", type=int, default=2)
@@ -543,10 +586,13 @@ def main(argv=None):
                    help="default 4*hidden (gpt2), 3*hidden (llama; mixtral: each expert's)")
     m.add_argument("--experts", type=int, default=4, help="mixtral only")
     m.add_argument("--topk", type=int, default=2, help="mixtral only: experts per token")
-    m.add_argument("--moe-ffn", type=int, default=None, help="qwen2_moe: each expert's size (default hidden)")
+    m.add_argument("--moe-ffn", type=int, default=None,
+                   help="qwen2_moe, qwen3_moe: each expert's size (default hidden)")
     m.add_argument("--shared-ffn", type=int, default=None, help="qwen2_moe: the shared expert's (default 2*hidden)")
-    m.add_argument("--mlp-only", default="", help="qwen2_moe: dense layers, comma-separated (mlp_only_layers)")
-    m.add_argument("--norm-topk-prob", action="store_true", help="qwen2_moe: renormalise the top-k weights")
+    m.add_argument("--mlp-only", default="",
+                   help="qwen2_moe, qwen3_moe: dense layers, comma-separated (mlp_only_layers)")
+    m.add_argument("--norm-topk-prob", action="store_true",
+                   help="qwen2_moe, qwen3_moe: renormalise the top-k weights")
     m.add_argument("--vocab", type=int, default=256)
     m.add_argument("--positions", type=int, default=64)
     t = m.add_mutually_exclusive_group()
@@ -575,7 +621,8 @@ def main(argv=None):
     g.add_argument("max_new", type=int)
     g.add_argument("out")
     g.add_argument("--routing", default=None,
-                   help="MixtralForCausalLM, Qwen2MoeForCausalLM: write the routing of the final sequences here (JSON)")
+                   help="MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM: write the routing of "
+                   "the final sequences here (JSON)")
 
     c = sub.add_parser("check", help="load a folder and summarise it")
     c.add_argument("hfdir")
