@@ -110,6 +110,12 @@ struct args {
 	bool qk_layernorm;
 	bool use_rope_scaling;
 	double rope_scaling_factor;
+	bool rotary_interleaved;
+	double rotary_scaling_factor;  /* YaRN (--position-embedding-type yarn) */
+	int64_t yarn_original_max_position_embeddings;
+	double yarn_beta_fast, yarn_beta_slow;
+	double mscale, mscale_all_dim;
+	bool yarn_correction_range_round_to_int;
 	char *window_size;           /* --window-size "L,R" (NULL: none) */
 	char *window_attn_skip_freq; /* --window-attn-skip-freq (NULL: every layer windowed) */
 	bool disable_bias_linear;

@@ -100,8 +100,6 @@ static const char why_multi_token2[] =
 	"multi-token prediction is not in megac's train yet (report_memory takes it)";
 static const char why_encoder_bert[] =
 	"encoder (BERT/T5) models are not in megac; megac trains decoder-only models";
-static const char why_yarn_rope[] =
-	"YaRN RoPE scaling is not in megac yet";
 static const char why_removed_from[] =
 	"removed from Megatron; use --position-embedding-type rope";
 static const char why_weight_decay[] =
@@ -421,11 +419,6 @@ const struct megatron_flag megatron_flags[] = {
 	/* ---- network size ---- */
 	{ "--encoder-num-layers", MF_REFUSED, 1, why_encoder_bert },
 	{ "--decoder-num-layers", MF_REFUSED, 1, why_encoder_bert },
-	{ "--yarn-original-max-position-embeddings", MF_REFUSED, 1, why_yarn_rope },
-	{ "--yarn-beta-fast", MF_REFUSED, 1, why_yarn_rope },
-	{ "--yarn-beta-slow", MF_REFUSED, 1, why_yarn_rope },
-	{ "--yarn-correction-range-round-to-int", MF_REFUSED, 0, why_yarn_rope },
-	{ "--no-yarn-correction-range-round-to-int", MF_REFUSED, 0, why_yarn_rope },
 	{ "--relative-attention-num-buckets", MF_REFUSED, 1, why_encoder_bert },
 	{ "--relative-attention-max-distance", MF_REFUSED, 1, why_encoder_bert },
 	{ "--use-rotary-position-embeddings", MF_REFUSED, 0, why_removed_from },
@@ -747,9 +740,6 @@ const struct megatron_flag megatron_flags[] = {
 	{ "--moe-use-upcycling", MF_REFUSED, 0, why_moe_option },
 	{ "--moe-upcycling-granularity", MF_REFUSED, 1, why_moe_option },
 	/* ---- mla ---- */
-	{ "--rotary-scaling-factor", MF_REFUSED, 1, why_yarn_rope },
-	{ "--mscale", MF_REFUSED, 1, why_yarn_rope },
-	{ "--mscale-all-dim", MF_REFUSED, 1, why_yarn_rope },
 	{ "--cache-mla-latents", MF_REFUSED, 0, why_multi_latent },
 	{ "--mla-down-proj-fusion", MF_NO_EFFECT, 0, why_selects_fused2 },
 	{ "--q-lora-rank", MF_REFUSED, 1, why_multi_latent },

@@ -151,7 +151,8 @@ const struct flag_def args_table[] = {
 	  "nothing (Megatron's deprecated spelling)" },
 	{ "--position-embedding-type", FK_STR, F(position_embedding_type), TR, 0, "model", "learned_absolute",
 	  "learned_absolute|rope|yarn|mrope|relative|none", "TYPE",
-	  "position embedding: learned_absolute or rope (Megatron's other types are refused)" },
+	  "position embedding: learned_absolute, rope, or yarn (RoPE with YaRN's frequency scaling; Megatron's "
+	  "other types are refused)" },
 	{ "--rotary-base", FK_INT, F(rotary_base), TR, 0, "model", "10000", NULL, "N", "RoPE theta" },
 	{ "--rotary-percent", FK_FLOAT, F(rotary_percent), TR, 0, "model", "1.0", NULL, "P",
 	  "fraction of the head dimension rotated" },
@@ -187,8 +188,29 @@ const struct flag_def args_table[] = {
 	  "of --kv-channels values shared by the heads: q_layernorm, k_layernorm)" },
 	{ "--add-qkv-bias", FK_BOOL, F(add_qkv_bias), TR, 0, "model", NULL, NULL, NULL,
 	  "a bias on linear_qkv even with --disable-bias-linear (Qwen2)" },
-	{ "--rotary-interleaved", FK_UNSUPPORTED, 0, TR, 0, "model", NULL, NULL, NULL,
-	  "interleaved RoPE is not implemented yet (megac uses rotate-half, Megatron's default)" },
+	{ "--rotary-interleaved", FK_BOOL, F(rotary_interleaved), TR, 0, "model", NULL, NULL, NULL,
+	  "RoPE rotates channel pairs (2i, 2i+1) instead of (i, i + rot/2) (rope or yarn)" },
+	{ "--rotary-scaling-factor", FK_FLOAT, F(rotary_scaling_factor), TR, 0, "model", "1.0", NULL, "F",
+	  "YaRN: the context extension factor (position embedding type yarn; no effect otherwise)" },
+	{ "--yarn-original-max-position-embeddings", FK_INT, F(yarn_original_max_position_embeddings), TR, 0,
+	  "model", "4096", NULL, "N",
+	  "YaRN: the context the model was first trained for, which sets the correction range (Megatron's "
+	  "default None means 4096)" },
+	{ "--yarn-beta-fast", FK_FLOAT, F(yarn_beta_fast), TR, 0, "model", "32.0", NULL, "B",
+	  "YaRN: channel pairs turning more than B times over the original context keep their frequency (the "
+	  "correction range's low end; None means 32)" },
+	{ "--yarn-beta-slow", FK_FLOAT, F(yarn_beta_slow), TR, 0, "model", "1.0", NULL, "B",
+	  "YaRN: pairs turning fewer than B times take their frequency divided by the factor (the correction "
+	  "range's high end; None means 1)" },
+	{ "--mscale", FK_FLOAT, F(mscale), TR, 0, "model", "1.0", NULL, "M",
+	  "YaRN: cos and sin are multiplied by (0.1 M ln F + 1) / (0.1 A ln F + 1), F the scaling factor and A "
+	  "--mscale-all-dim (1 when F <= 1)" },
+	{ "--mscale-all-dim", FK_FLOAT, F(mscale_all_dim), TR, 0, "model", "0.0", NULL, "A",
+	  "YaRN: the divisor's coefficient in --mscale's factor" },
+	{ "--yarn-correction-range-round-to-int", FK_BOOL, F(yarn_correction_range_round_to_int), TR, 0, "model",
+	  "true", NULL, NULL, "YaRN: round the correction range outwards to whole channel pairs (the default)" },
+	{ "--no-yarn-correction-range-round-to-int", FK_BOOL_NEG, F(yarn_correction_range_round_to_int), TR, 0,
+	  "model", "true", NULL, NULL, "YaRN: keep the correction range's ends fractional" },
 	{ "--use-rope-scaling", FK_BOOL, F(use_rope_scaling), TR, 0, "model", NULL, NULL, NULL,
 	  "Llama 3.x RoPE frequency scaling (low/high frequency factors 1 and 4, original context 8192)" },
 	{ "--rope-scaling-factor", FK_FLOAT, F(rope_scaling_factor), TR, 0, "model", "8.0", NULL, "F",
@@ -787,9 +809,9 @@ const struct refused_value args_refused_values[] = {
 	  "SentencePiece types (SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer); BERT, "
 	  "multimodal and SFT tokenizers are not in megac yet (the model's Hugging Face tokenizer.json works "
 	  "with HuggingFaceTokenizer)" },
-	{ "--position-embedding-type", "learned_absolute|rope",
-	  "megac has learned absolute positions and plain RoPE; YaRN, mRoPE, relative and no position "
-	  "embedding are not in megac yet" },
+	{ "--position-embedding-type", "learned_absolute|rope|yarn",
+	  "megac has learned absolute positions, RoPE and YaRN; mRoPE, relative and no position embedding are "
+	  "not in megac yet" },
 	{ "--optimizer", "adam", "megac's optimizer is Adam (AdamW) only" },
 	{ "--exp-avg-dtype", "fp32|fp16|bf16", "FP8 optimizer states are not in megac; use bf16 or fp16" },
 	{ "--exp-avg-sq-dtype", "fp32|fp16|bf16", "FP8 optimizer states are not in megac; use bf16 or fp16" },

@@ -92,6 +92,8 @@ static int qwen2_moe_ok(const struct gpt_config *c)
 		sbuf_addf(&why, ", sigmoid routing (--moe-router-score-function sigmoid)");
 	if (c->qk_norm)
 		sbuf_addf(&why, ", q/k norms (--qk-layernorm)");
+	if (c->yarn)
+		sbuf_addf(&why, ", YaRN (--position-embedding-type yarn)");
 	if (c->swa && c->window >= 0)
 		sbuf_addf(&why, ", a sliding window (--window-size)");
 	if ((int64_t)c->k * c->a != c->h)
@@ -121,6 +123,8 @@ static int qwen3_moe_ok(const struct gpt_config *c)
 		sbuf_addf(&why, ", a shared expert (--moe-shared-expert-intermediate-size %d)", c->shared_f);
 	if (c->router.sigmoid)
 		sbuf_addf(&why, ", sigmoid routing (--moe-router-score-function sigmoid)");
+	if (c->yarn)
+		sbuf_addf(&why, ", YaRN (--position-embedding-type yarn)");
 	if (c->swa && c->window >= 0)
 		sbuf_addf(&why, ", a sliding window (--window-size)");
 	int rc = 0;
@@ -168,6 +172,12 @@ int hf_arch_for(const struct gpt_config *c, enum hf_arch *arch)
 		if (*arch == HF_MISTRAL && c->rope_scaling)
 			return error("--use-rope-scaling: megac exports Llama 3.x RoPE scaling with LlamaForCausalLM, "
 				     "Qwen2ForCausalLM and Qwen3ForCausalLM, not MistralForCausalLM");
+		if ((*arch == HF_MISTRAL || c->E > 0) && c->yarn)
+			return error("--position-embedding-type yarn: megac exports YaRN with LlamaForCausalLM, "
+				     "Qwen2ForCausalLM and Qwen3ForCausalLM, not %s", hf_arch_class(*arch));
+		if (c->yarn && !c->yarn_cfg.round_to_int)
+			return error("--no-yarn-correction-range-round-to-int: transformers' YaRN (rope_type \"yarn\") "
+				     "always rounds the correction range to whole channel pairs");
 		if (c->qk_norm && c->qkv_bias)
 			return error("a model with --qk-layernorm exports as Qwen3ForCausalLM, whose attention_bias "
 				     "puts a bias on o_proj too; this one has a bias on linear_qkv only");
@@ -363,6 +373,13 @@ void hf_tensors(const struct gpt_config *c, enum hf_arch arch, struct hf_tensor 
 	}
 #undef ADD
 #undef NAMES
+	/* interleaved RoPE: the query and key rows, their biases and their
+	 * per-head norms' weights travel regrouped into rotate-half order */
+	for (int i = 0; c->rope && c->rope_interleaved && i < *n; i++) {
+		struct hf_tensor *t = &v[i];
+		t->rope_pairs = t->x == HF_QKV_Q || t->x == HF_QKV_K || strstr(t->src, ".q_layernorm.") ||
+				strstr(t->src, ".k_layernorm.");
+	}
 	*out = v;
 }
 
@@ -431,7 +448,39 @@ static void transpose(const float *in, int64_t rows, int64_t cols, float *out)
 			out[j * rows + r] = in[r * cols + j];
 }
 
+/* Regroup the rows of every head (k rows of cols each; rows a multiple
+ * of k): to Hugging Face, row j of a head takes megac's row 2j (j < k/2)
+ * or 2(j - k/2) + 1, so that megac's pair (2i, 2i+1) becomes HF's (i, i +
+ * k/2); back from it, the inverse. The attention scores q.k are the same:
+ * both sides move the same way. */
+static void regroup_pairs(float *x, int64_t rows, int64_t cols, int k, bool to_hf)
+{
+	size_t head = (size_t)k * cols;
+	float *tmp = xmalloc(head * sizeof(float));
+	for (int64_t r0 = 0; r0 + k <= rows; r0 += k) {
+		float *h = x + r0 * cols;
+		memcpy(tmp, h, head * sizeof(float));
+		for (int j = 0; j < k; j++) {
+			int from = j < k / 2 ? 2 * j : 2 * (j - k / 2) + 1; /* megac's row of HF's row j */
+			if (to_hf)
+				memcpy(h + (size_t)j * cols, tmp + (size_t)from * cols, (size_t)cols * sizeof(float));
+			else
+				memcpy(h + (size_t)from * cols, tmp + (size_t)j * cols, (size_t)cols * sizeof(float));
+		}
+	}
+	free(tmp);
+}
+
+static void export_plain(const struct gpt_config *c, const struct hf_tensor *t, const float *src, float *out);
+
 void hf_export(const struct gpt_config *c, const struct hf_tensor *t, const float *src, float *out)
+{
+	export_plain(c, t, src, out);
+	if (t->rope_pairs)
+		regroup_pairs(out, t->shape[0], t->ndim == 2 ? t->shape[1] : 1, c->k, true);
+}
+
+static void export_plain(const struct gpt_config *c, const struct hf_tensor *t, const float *src, float *out)
 {
 	int64_t cols = t->ndim == 2 ? t->shape[1] : 1;
 	size_t n = (size_t)(t->shape[0] * cols);
@@ -466,7 +515,24 @@ void hf_export(const struct gpt_config *c, const struct hf_tensor *t, const floa
 	}
 }
 
+static void import_plain(const struct gpt_config *c, const struct hf_tensor *t, const float *in, float *dst);
+
 void hf_import(const struct gpt_config *c, const struct hf_tensor *t, const float *in, float *dst)
+{
+	if (!t->rope_pairs) {
+		import_plain(c, t, in, dst);
+		return;
+	}
+	int64_t cols = t->ndim == 2 ? t->shape[1] : 1;
+	size_t n = (size_t)(t->shape[0] * cols);
+	float *tmp = xmalloc(n * sizeof(float));
+	memcpy(tmp, in, n * sizeof(float));
+	regroup_pairs(tmp, t->shape[0], cols, c->k, false);
+	import_plain(c, t, tmp, dst);
+	free(tmp);
+}
+
+static void import_plain(const struct gpt_config *c, const struct hf_tensor *t, const float *in, float *dst)
 {
 	int64_t cols = t->ndim == 2 ? t->shape[1] : 1;
 	size_t n = (size_t)(t->shape[0] * cols);
@@ -530,6 +596,30 @@ static char *dump(json_t *o)
 	if (!s)
 		die("out of memory writing JSON");
 	return s;
+}
+
+/* YaRN as transformers 4.49's _compute_yarn_parameters reads it: the
+ * correction range comes from max_position_embeddings (Megatron's
+ * --yarn-original-max-position-embeddings, so o's value is replaced; the
+ * key original_max_position_embeddings is written too, for later
+ * versions, which read it), the rounding is always on, and the
+ * concentration factor is attention_factor, written only where it is not
+ * transformers' default 0.1 ln(factor) + 1 (which Megatron's --mscale 1
+ * and --mscale-all-dim 0 give), as the float both multiply cos and sin by. */
+static json_t *yarn_json(const struct gpt_config *c, json_t *o)
+{
+	const struct rope_yarn *y = &c->yarn_cfg;
+	json_t *rs = json_object();
+	json_object_set_new(o, "max_position_embeddings", json_integer(y->original_max_positions));
+	json_object_set_new(rs, "rope_type", json_string("yarn"));
+	json_object_set_new(rs, "factor", json_real(y->factor));
+	json_object_set_new(rs, "original_max_position_embeddings", json_integer(y->original_max_positions));
+	json_object_set_new(rs, "beta_fast", json_real(y->beta_fast));
+	json_object_set_new(rs, "beta_slow", json_real(y->beta_slow));
+	double m = rope_yarn_concentration(y);
+	if (m != 0.1 * log(y->factor) + 1.0) /* cos and sin take it as a float: its shortest decimal */
+		json_object_set_new(rs, "attention_factor", f32((float)m));
+	return rs;
 }
 
 char *hf_config_json(const struct gpt_config *c, enum hf_arch arch, enum ckpt_dtype dt, int64_t bos, int64_t eos)
@@ -599,6 +689,8 @@ char *hf_config_json(const struct gpt_config *c, enum hf_arch arch, enum ckpt_dt
 				json_object_set_new(o, "output_router_logits", json_false());
 			}
 			json_t *rs = json_null();
+			if (c->yarn)
+				rs = yarn_json(c, o);
 			if (c->rope_scaling) { /* Megatron's fixed constants beside the factor */
 				struct rope_scaling sc = rope_scaling_llama3(c->rope_scaling_factor);
 				rs = json_object();
@@ -730,6 +822,88 @@ static void read_gpt2(struct cfg_reader *r, struct gpt_config *c)
 	c->k = c->h / c->a;
 }
 
+/* rope_scaling of rope_type "yarn", as transformers 4.49's
+ * _compute_yarn_parameters uses it: factor (required), attention_factor
+ * (default 0.1 ln(factor) + 1), beta_fast and beta_slow (default, also for
+ * 0, 32 and 1), the correction range from max_position_embeddings (c->P,
+ * read already) and always rounded. Megatron's concentration factor is
+ * (0.1 mscale ln(factor) + 1) / (0.1 mscale_all_dim ln(factor) + 1):
+ * attention_factor A is --mscale (A - 1) / (0.1 ln(factor)) with
+ * --mscale-all-dim 0. Keys 4.49 would not read, or read differently from
+ * later versions, are refused by name. */
+static void read_yarn(struct cfg_reader *r, json_t *s, struct gpt_config *c)
+{
+	static const char *const known[] = { "rope_type", "type", "factor", "attention_factor", "beta_fast",
+					     "beta_slow", "original_max_position_embeddings" };
+	const char *key;
+	json_t *v;
+	json_object_foreach(s, key, v) {
+		size_t i = 0;
+		while (i < sizeof(known) / sizeof(known[0]) && strcmp(known[i], key))
+			i++;
+		if (i == sizeof(known) / sizeof(known[0])) {
+			r->failed = error("'%s': rope_scaling yarn: the key \"%s\" is not among those transformers "
+					  "4.49's YaRN reads (factor, attention_factor, beta_fast, beta_slow); megac "
+					  "would not know what it means", r->path, key);
+			return;
+		}
+	}
+	struct cfg_reader sr = { s, r->path, 0 };
+	double factor = cfg_num(&sr, "factor", -1), attn = cfg_num(&sr, "attention_factor", -1);
+	double fast = cfg_num(&sr, "beta_fast", 0), slow = cfg_num(&sr, "beta_slow", 0);
+	int64_t orig = cfg_int(&sr, "original_max_position_embeddings", c->P, 1);
+	if (sr.failed) {
+		r->failed = -1;
+		return;
+	}
+	if (!(factor >= 1)) {
+		r->failed = error("'%s': rope_scaling yarn needs factor, a number of at least 1 (got %g)", r->path,
+				  factor);
+		return;
+	}
+	if (orig != c->P) {
+		r->failed = error("'%s': rope_scaling yarn: original_max_position_embeddings %lld differs from "
+				  "max_position_embeddings %d; transformers 4.49 takes YaRN's correction range from "
+				  "max_position_embeddings and later versions from original_max_position_embeddings, "
+				  "so the model's numbers are ambiguous", r->path, (long long)orig, c->P);
+		return;
+	}
+	struct rope_yarn *y = &c->yarn_cfg;
+	*y = rope_yarn_defaults();
+	y->factor = factor;
+	y->original_max_positions = c->P;
+	y->beta_fast = fast != 0 ? fast : 32; /* transformers: `or 32` */
+	y->beta_slow = slow != 0 ? slow : 1;
+	bool has_attn = json_is_number(json_object_get(s, "attention_factor"));
+	if (has_attn && !(attn > 0)) {
+		r->failed = error("'%s': rope_scaling yarn: attention_factor must be positive (got %g)", r->path, attn);
+		return;
+	}
+	if (has_attn && attn != 0.1 * log(factor) + 1.0) {
+		if (factor == 1 && attn != 1) {
+			r->failed = error("'%s': rope_scaling yarn: attention_factor %g with factor 1: Megatron's YaRN "
+					  "scales cos and sin by 1 when the factor is 1", r->path, attn);
+			return;
+		}
+		if (factor > 1) { /* the nearest mscale whose factor is attn again, so an export writes attn back */
+			double m = (attn - 1) / (0.1 * log(factor)), best = m;
+			for (int step = 0; step < 8 && 0.1 * best * log(factor) + 1.0 != attn; step++) {
+				double up = nextafter(m, INFINITY), down = nextafter(m, -INFINITY);
+				for (int i = 0; i < step; i++)
+					up = nextafter(up, INFINITY), down = nextafter(down, -INFINITY);
+				best = 0.1 * up * log(factor) + 1.0 == attn ? up : 0.1 * down * log(factor) + 1.0 == attn ? down : m;
+			}
+			y->mscale = best;
+		}
+	}
+	if (rope_yarn_check(y, "rope_scaling factor", "max_position_embeddings", "rope_scaling beta_fast",
+			    "rope_scaling beta_slow") < 0) {
+		r->failed = error("'%s': rope_scaling yarn cannot be used", r->path);
+		return;
+	}
+	c->yarn = true;
+}
+
 /* rope_scaling: none, or Llama 3.x's (rope_type "llama3") with Megatron's
  * fixed constants (--use-rope-scaling, --rope-scaling-factor) */
 static void read_rope_scaling(struct cfg_reader *r, struct gpt_config *c)
@@ -740,9 +914,14 @@ static void read_rope_scaling(struct cfg_reader *r, struct gpt_config *c)
 	const char *type = json_is_object(s) ? json_string_value(json_object_get(s, "rope_type")) : NULL;
 	if (!type && json_is_object(s))
 		type = json_string_value(json_object_get(s, "type")); /* the older key */
+	if (type && !strcmp(type, "yarn")) {
+		read_yarn(r, s, c);
+		return;
+	}
 	if (!type || strcmp(type, "llama3")) {
 		r->failed = error("'%s': rope_scaling of rope_type \"%s\": megac has Llama 3.x's (\"llama3\", "
-				  "--use-rope-scaling) only", r->path, type ? type : "(none)");
+				  "--use-rope-scaling) and YaRN (\"yarn\", --position-embedding-type yarn) only", r->path,
+				  type ? type : "(none)");
 		return;
 	}
 	struct cfg_reader sr = { s, r->path, 0 };

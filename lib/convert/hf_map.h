@@ -10,12 +10,15 @@
  * (as Megatron's tools/checkpoint/schema_hf.py names them; docs/ckpt-convert.md): which HF tensors a
  * model has, which megac tensor each one's values come from and how
  * (vocabulary rows without the padding, transposes for GPT-2's Conv1D,
- * the fused QKV per query group unfused, SwiGLU's [gate; up] split), the
- * conversions both ways, and config.json.
+ * the fused QKV per query group unfused, SwiGLU's [gate; up] split, the
+ * query and key rows of an interleaved-RoPE model regrouped into
+ * rotate-half order), the conversions both ways, and config.json with its
+ * RoPE scaling (Llama 3.x's and YaRN's).
  */
 #ifndef MEGAC_CONVERT_HF_MAP_H
 #define MEGAC_CONVERT_HF_MAP_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "ckpt/ckpt.h"
@@ -43,6 +46,9 @@ struct hf_tensor {
 	int ndim;
 	int64_t shape[2];       /* Hugging Face's shape */
 	int64_t r0;             /* HF_ROWS */
+	bool rope_pairs;        /* rows are heads of kv-channels each, rotated in interleaved pairs (2i, 2i+1)
+				 * by megac (--rotary-interleaved) and in halves (i, i + k/2) by Hugging Face:
+				 * each head's rows are regrouped on the way (Meta's Llama-to-HF permutation) */
 };
 
 const char *hf_arch_class(enum hf_arch arch); /* "GPT2LMHeadModel" */

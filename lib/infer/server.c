@@ -91,10 +91,12 @@ static int check_model_flags(const struct args *a, const struct gpt_config *c)
 	if (args_given(a, "--normalization") && strcmp(a->normalization, c->rmsnorm ? "RMSNorm" : "LayerNorm"))
 		sbuf_addf(&why, "; --normalization %s (the checkpoint has %s)", a->normalization,
 			  c->rmsnorm ? "RMSNorm" : "LayerNorm");
-	if (args_given(a, "--position-embedding-type") &&
-	    strcmp(a->position_embedding_type, c->rope ? "rope" : "learned_absolute"))
+	const char *pet = c->yarn ? "yarn" : c->rope ? "rope" : "learned_absolute";
+	if (args_given(a, "--position-embedding-type") && strcmp(a->position_embedding_type, pet))
 		sbuf_addf(&why, "; --position-embedding-type %s (the checkpoint has %s)", a->position_embedding_type,
-			  c->rope ? "rope" : "learned_absolute");
+			  pet);
+	if (args_given(a, "--rotary-interleaved") && a->rotary_interleaved != (c->rope && c->rope_interleaved))
+		sbuf_addf(&why, "; --rotary-interleaved (the checkpoint rotates halves)");
 	int rc = 0;
 	if (why.len)
 		rc = error("the model flags disagree with the checkpoint: %s", why.buf + 2);

@@ -68,10 +68,10 @@ static inline int cpu_window_first(int p, int window)
 	return window < 0 || p - window < 0 ? 0 : p - window;
 }
 void cpu_qkv_split_forward(float *q, float *kk, float *v, const float *qkv, const float *cos,
-			   const float *sin, int B, int T, int a, int g, int k, int rot);
+			   const float *sin, int B, int T, int a, int g, int k, int rot, bool interleaved);
 void cpu_qkv_split_backward(float *dqkv, const float *dq, const float *dk, const float *dv,
 			    const float *cos, const float *sin, int B, int T, int a, int g, int k,
-			    int rot);
+			    int rot, bool interleaved);
 void cpu_attention_forward(float *out, float *probs, const float *q, const float *kk,
 			   const float *v, const int32_t *doc, int B, int T, int a, int g, int k,
 			   float scale, int window, float dropout_p, uint64_t seed, uint64_t offset);

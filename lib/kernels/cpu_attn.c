@@ -52,27 +52,41 @@ static void cpu_attn_check(int a, int g, int k, int rot)
 		BUG("attention: rotary dim %d must be even and at most the head dim %d", rot, k);
 }
 
-/* ---- RoPE (rotate-half) ----
- * y = x cos + rotate_half(x) sin, rotate_half([x1, x2]) = [-x2, x1], on the
- * first rot channels; c, s are the table rows of this position. */
+/* ---- RoPE ----
+ * y = x cos + rotate(x) sin on the first rot channels; c, s are the table
+ * rows of this position. Rotate-half: rotate([x1, x2]) = [-x2, x1] over the
+ * two halves; interleaved: each pair (x[2i], x[2i+1]) -> (-x[2i+1], x[2i]).
+ * Either way channel i0 pairs with i1 (i0 < i1). */
+static inline void rope_pair(int i, int half, bool interleaved, int *i0, int *i1)
+{
+	*i0 = interleaved ? 2 * i : i;
+	*i1 = interleaved ? 2 * i + 1 : i + half;
+}
+
 static inline void cpu_rope_forward(float *y, const float *x, const float *c, const float *s,
-				    int rot)
+				    int rot, bool interleaved)
 {
 	int half = rot / 2;
 	for (int i = 0; i < half; i++) {
-		y[i] = x[i] * c[i] - x[i + half] * s[i];
-		y[i + half] = x[i + half] * c[i + half] + x[i] * s[i + half];
+		int a, b;
+		rope_pair(i, half, interleaved, &a, &b);
+		float xa = x[a], xb = x[b];
+		y[a] = xa * c[a] - xb * s[a];
+		y[b] = xb * c[b] + xa * s[b];
 	}
 }
 
 /* The transpose of the map above: dx = R^T dy. */
 static inline void cpu_rope_backward(float *dx, const float *dy, const float *c, const float *s,
-				     int rot)
+				     int rot, bool interleaved)
 {
 	int half = rot / 2;
 	for (int i = 0; i < half; i++) {
-		dx[i] = dy[i] * c[i] + dy[i + half] * s[i + half];
-		dx[i + half] = dy[i + half] * c[i + half] - dy[i] * s[i];
+		int a, b;
+		rope_pair(i, half, interleaved, &a, &b);
+		float ya = dy[a], yb = dy[b];
+		dx[a] = ya * c[a] + yb * s[b];
+		dx[b] = yb * c[b] - ya * s[a];
 	}
 }
 
@@ -108,7 +122,7 @@ void kops_rope_table(float *cos, float *sin, int T, int rot, float base)
  * G*m + j (j < m), the group's key (j = m) or its value (j = m + 1). */
 
 void cpu_qkv_split_forward(float *q, float *kk, float *v, const float *qkv, const float *cos,
-			   const float *sin, int B, int T, int a, int g, int k, int rot)
+			   const float *sin, int B, int T, int a, int g, int k, int rot, bool interleaved)
 {
 	cpu_attn_check(a, g, k, rot);
 	const int m = a / g;
@@ -130,7 +144,7 @@ void cpu_qkv_split_forward(float *q, float *kk, float *v, const float *qkv, cons
 					y = v + (((size_t)b * g + G) * T + t) * k;
 				int r = j <= m ? rot : 0; /* rotate queries and keys, not values */
 				if (r)
-					cpu_rope_forward(y, x, c, s, r);
+					cpu_rope_forward(y, x, c, s, r, interleaved);
 				memcpy(y + r, x + r, (size_t)(k - r) * sizeof(float));
 			}
 		}
@@ -139,7 +153,7 @@ void cpu_qkv_split_forward(float *q, float *kk, float *v, const float *qkv, cons
 
 void cpu_qkv_split_backward(float *dqkv, const float *dq, const float *dk, const float *dv,
 			    const float *cos, const float *sin, int B, int T, int a, int g, int k,
-			    int rot)
+			    int rot, bool interleaved)
 {
 	cpu_attn_check(a, g, k, rot);
 	const int m = a / g;
@@ -161,7 +175,7 @@ void cpu_qkv_split_backward(float *dqkv, const float *dq, const float *dk, const
 					dy = dv + (((size_t)b * g + G) * T + t) * k;
 				int r = j <= m ? rot : 0;
 				if (r)
-					cpu_rope_backward(dx, dy, c, s, r);
+					cpu_rope_backward(dx, dy, c, s, r, interleaved);
 				memcpy(dx + r, dy + r, (size_t)(k - r) * sizeof(float));
 			}
 		}

@@ -161,15 +161,21 @@ struct kops {
 	/* ---- fused QKV split (+ RoPE) ----
 	 * qkv[B,T,(a+2g)*k] holds, per token, g query groups, each [m query heads; key; value]
 	 * with m = a/g heads and k channels per head (Megatron's layout). Writes
-	 * q[B,a,T,k], kk[B,g,T,k], v[B,g,T,k]. When rot > 0, RoPE (rotate-half) is applied
-	 * to the first rot channels of every q and k head using cos/sin tables of shape
-	 * [T, rot] (see rope_table). Backward is the exact inverse map: it writes all of
-	 * dqkv from dq, dk, dv. */
+	 * q[B,a,T,k], kk[B,g,T,k], v[B,g,T,k]. When rot > 0, RoPE is applied to the
+	 * first rot channels of every q and k head using cos/sin tables of shape
+	 * [T, rot] (rope_table in rope_scaling.h builds them, in the layout asked):
+	 * y = x cos + rotate(x) sin. Rotate-half (interleaved false, Megatron's
+	 * default) pairs channel i with i + rot/2: rotate(x)[i] = -x[i + rot/2],
+	 * rotate(x)[i + rot/2] = x[i] for i < rot/2. Interleaved
+	 * (--rotary-interleaved) pairs 2i with 2i + 1: rotate(x)[2i] = -x[2i+1],
+	 * rotate(x)[2i+1] = x[2i]. The tables are used as given (a scale such as
+	 * YaRN's is in them). Backward is the exact inverse map (the transpose of
+	 * the rotation): it writes all of dqkv from dq, dk, dv. */
 	void (*qkv_split_forward)(float *q, float *kk, float *v, const float *qkv, const float *cos,
-				  const float *sin, int B, int T, int a, int g, int k, int rot);
+				  const float *sin, int B, int T, int a, int g, int k, int rot, bool interleaved);
 	void (*qkv_split_backward)(float *dqkv, const float *dq, const float *dk, const float *dv,
 				   const float *cos, const float *sin, int B, int T, int a, int g,
-				   int k, int rot);
+				   int k, int rot, bool interleaved);
 
 	/* ---- causal self-attention with grouped K/V ----
 	 * q[B,a,T,k], kk/v[B,g,T,k] -> out[B,T,a*k] (heads major within a token, ready
@@ -331,7 +337,8 @@ kops_fn kops_op(const struct kops *k, int i);
 
 /* RoPE tables for positions 0..T-1: cos/sin[t, j] for j < rot, with
  * inv_freq[i] = base^(-2i/rot) and the frequencies repeated [f, f] across the
- * rot channels (Megatron's non-interleaved layout). Host memory, fp32. */
+ * rot channels (Megatron's non-interleaved layout). Host memory, fp32. The
+ * other layouts and scalings: rope_table (rope_scaling.h). */
 void kops_rope_table(float *cos, float *sin, int T, int rot, float base);
 
 /* The counter-based uniform draw in [0,1) that dropout uses: exposed so tests

@@ -230,18 +230,18 @@ static void w_swiglu_backward(float *dinp, const float *dout, const float *inp, 
 }
 
 static void w_qkv_split_forward(float *q, float *kk, float *v, const float *qkv, const float *cos, const float *sin,
-				int B, int T, int a, int g, int k, int rot)
+				int B, int T, int a, int g, int k, int rot, bool interleaved)
 {
 	double t = prof_begin();
-	P.base->qkv_split_forward(q, kk, v, qkv, cos, sin, B, T, a, g, k, rot);
+	P.base->qkv_split_forward(q, kk, v, qkv, cos, sin, B, T, a, g, k, rot, interleaved);
 	prof_end(P_QKV_F, t, 0, F4 * 2 * B * T * (double)(a + 2 * g) * k);
 }
 
 static void w_qkv_split_backward(float *dqkv, const float *dq, const float *dk, const float *dv, const float *cos,
-				 const float *sin, int B, int T, int a, int g, int k, int rot)
+				 const float *sin, int B, int T, int a, int g, int k, int rot, bool interleaved)
 {
 	double t = prof_begin();
-	P.base->qkv_split_backward(dqkv, dq, dk, dv, cos, sin, B, T, a, g, k, rot);
+	P.base->qkv_split_backward(dqkv, dq, dk, dv, cos, sin, B, T, a, g, k, rot, interleaved);
 	prof_end(P_QKV_B, t, 0, F4 * 2 * B * T * (double)(a + 2 * g) * k);
 }
 

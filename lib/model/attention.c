@@ -100,16 +100,18 @@ static void qkv_split(struct gpt_model *m, const struct gpt_layer_params *p, str
 	const struct kops *k = m->k;
 	int rot = p->spec.rot;
 	if (!p->spec.qk_norm) {
-		k->qkv_split_forward(A->q, A->kk, A->v, qkv, cos, sin, B, T, c->a, c->g, c->k, rot);
+		k->qkv_split_forward(A->q, A->kk, A->v, qkv, cos, sin, B, T, c->a, c->g, c->k, rot,
+				     p->spec.rot_interleaved);
 		return;
 	}
 	size_t bt = (size_t)B * T;
-	k->qkv_split_forward(A->qn, A->kn, A->v, qkv, NULL, NULL, B, T, c->a, c->g, c->k, 0);
+	k->qkv_split_forward(A->qn, A->kn, A->v, qkv, NULL, NULL, B, T, c->a, c->g, c->k, 0, false);
 	head_norm_fwd(m, A->q, A->qn_mean, A->qn_rstd, A->qn, p->qn_w, p->qn_b, bt * c->a);
 	head_norm_fwd(m, A->kk, A->kn_mean, A->kn_rstd, A->kn, p->kn_w, p->kn_b, bt * c->g);
 	if (rot) {
-		k->qkv_split_backward(qkv, A->q, A->kk, A->v, NULL, NULL, B, T, c->a, c->g, c->k, 0);
-		k->qkv_split_forward(A->q, A->kk, A->v, qkv, cos, sin, B, T, c->a, c->g, c->k, rot);
+		k->qkv_split_backward(qkv, A->q, A->kk, A->v, NULL, NULL, B, T, c->a, c->g, c->k, 0, false);
+		k->qkv_split_forward(A->q, A->kk, A->v, qkv, cos, sin, B, T, c->a, c->g, c->k, rot,
+				     p->spec.rot_interleaved);
 	}
 }
 
@@ -249,7 +251,7 @@ void attention_backward(struct gpt_model *m, const struct gpt_pass *P, int l, st
 	int rot = p->spec.rot;
 	if (!p->spec.qk_norm) {
 		k->qkv_split_backward(s->qkv, s->dq, s->dk, s->dv, m->rope_cos, m->rope_sin, P->B, P->T, c->a, c->g,
-				      c->k, rot);
+				      c->k, rot, p->spec.rot_interleaved);
 	} else {
 		/* RoPE's backward (through the fused layout), then the norms': dL/dq
 		 * before its norm into datty (free since core attention's backward),
@@ -257,12 +259,12 @@ void attention_backward(struct gpt_model *m, const struct gpt_pass *P, int l, st
 		size_t bt = (size_t)P->B * P->T;
 		if (rot) {
 			k->qkv_split_backward(s->qkv, s->dq, s->dk, s->dv, m->rope_cos, m->rope_sin, P->B, P->T, c->a,
-					      c->g, c->k, rot);
-			k->qkv_split_forward(s->dq, s->dk, s->dv, s->qkv, NULL, NULL, P->B, P->T, c->a, c->g, c->k, 0);
+					      c->g, c->k, rot, p->spec.rot_interleaved);
+			k->qkv_split_forward(s->dq, s->dk, s->dv, s->qkv, NULL, NULL, P->B, P->T, c->a, c->g, c->k, 0, false);
 		}
 		head_norm_bwd(m, s->datty, s->dq, A->qn, p->qn_w, p->qn_b, A->qn_mean, A->qn_rstd, bt * c->a);
 		head_norm_bwd(m, s->dq, s->dk, A->kn, p->kn_w, p->kn_b, A->kn_mean, A->kn_rstd, bt * c->g);
-		k->qkv_split_backward(s->qkv, s->datty, s->dq, s->dv, NULL, NULL, P->B, P->T, c->a, c->g, c->k, 0);
+		k->qkv_split_backward(s->qkv, s->datty, s->dq, s->dv, NULL, NULL, P->B, P->T, c->a, c->g, c->k, 0, false);
 	}
 	/* the fused QKV output's space holds its gradient: free by now */
 	if (qkv_gathered(m)) {

@@ -157,7 +157,9 @@ static void build_rope(struct gpt_model *m, float **cos, float **sin, int S, int
 	float *hc = xmalloc((size_t)S * rot * sizeof(float));
 	float *hs = xmalloc((size_t)S * rot * sizeof(float));
 	struct rope_scaling sc = rope_scaling_llama3(c->rope_scaling_factor); /* --use-rope-scaling */
-	rope_table_scaled(hc, hs, S, rot, c->rotary_base, c->rope_scaling ? &sc : NULL);
+	struct rope_spec sp = { rot, c->rotary_base, c->rope_scaling ? &sc : NULL, c->yarn ? &c->yarn_cfg : NULL,
+				c->rope_interleaved };
+	rope_table(hc, hs, S, &sp);
 	if (!m->par.cp) { /* rows in order: one copy */
 		m->k->to_device(*cos, hc, (size_t)T * rot * sizeof(float));
 		m->k->to_device(*sin, hs, (size_t)T * rot * sizeof(float));

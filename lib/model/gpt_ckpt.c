@@ -72,7 +72,11 @@ int gpt_config_from_json(struct gpt_config *c, const char *json, const char *whe
 	rc |= get_int(o, "max_position_embeddings", where, 1, &c->P);
 	rc |= get_int(o, "vocab_size", where, 1, &c->V);
 	rc |= get_int(o, "padded_vocab_size", where, 1, &c->Vp);
-	rc |= get_choice(o, "position_embedding_type", where, "rope", "learned_absolute", &learned);
+	const char *pet = json_string_value(json_object_get(o, "position_embedding_type"));
+	if (pet && !strcmp(pet, "yarn"))
+		c->yarn = true;
+	else
+		rc |= get_choice(o, "position_embedding_type", where, "rope", "learned_absolute", &learned);
 	rc |= get_choice(o, "normalization", where, "LayerNorm", "RMSNorm", &c->rmsnorm);
 	rc |= get_num(o, "norm_epsilon", where, &eps);
 	rc |= get_bool(o, "swiglu", where, &c->swiglu);
@@ -131,6 +135,22 @@ int gpt_config_from_json(struct gpt_config *c, const char *json, const char *whe
 		if (rc == 0 && c->rope_scaling)
 			rc |= get_num(o, "rope_scaling_factor", where, &f);
 		c->rope_scaling_factor = (float)f;
+		c->rope_interleaved = json_is_true(json_object_get(o, "rotary_interleaved"));
+	}
+	if (rc == 0 && c->yarn) { /* every setting is written with yarn */
+		struct rope_yarn *y = &c->yarn_cfg;
+		double orig = 0;
+		rc |= get_num(o, "rotary_scaling_factor", where, &y->factor);
+		rc |= get_num(o, "yarn_original_max_position_embeddings", where, &orig);
+		rc |= get_num(o, "yarn_beta_fast", where, &y->beta_fast);
+		rc |= get_num(o, "yarn_beta_slow", where, &y->beta_slow);
+		rc |= get_num(o, "mscale", where, &y->mscale);
+		rc |= get_num(o, "mscale_all_dim", where, &y->mscale_all_dim);
+		rc |= get_bool(o, "yarn_correction_range_round_to_int", where, &y->round_to_int);
+		y->original_max_positions = orig >= 1 && orig <= INT32_MAX ? (int)orig : 0;
+		if (rc == 0 && rope_yarn_check(y, "rotary_scaling_factor", "yarn_original_max_position_embeddings",
+					       "yarn_beta_fast", "yarn_beta_slow") < 0)
+			rc = error("%s: the YaRN settings above cannot be used", where);
 	}
 	json_decref(o);
 	if (rc)
@@ -182,7 +202,8 @@ char *gpt_config_to_json(const struct gpt_config *c, double rotary_percent)
 	json_object_set_new(o, "kv_channels", json_integer(c->k));
 	json_object_set_new(o, "seq_length", json_integer(c->S));
 	json_object_set_new(o, "max_position_embeddings", json_integer(c->P));
-	json_object_set_new(o, "position_embedding_type", json_string(c->rope ? "rope" : "learned_absolute"));
+	json_object_set_new(o, "position_embedding_type",
+			    json_string(c->yarn ? "yarn" : c->rope ? "rope" : "learned_absolute"));
 	/* Megatron's rotary_base is an integer; a fractional one is kept whole */
 	json_object_set_new(o, "rotary_base", c->rotary_base == (float)(json_int_t)c->rotary_base ?
 						      json_integer((json_int_t)c->rotary_base) :
@@ -203,6 +224,18 @@ char *gpt_config_to_json(const struct gpt_config *c, double rotary_percent)
 	if (c->rope && c->rope_scaling) {
 		json_object_set_new(o, "use_rope_scaling", json_true());
 		json_object_set_new(o, "rope_scaling_factor", json_real(c->rope_scaling_factor));
+	}
+	if (c->rope && c->rope_interleaved)
+		json_object_set_new(o, "rotary_interleaved", json_true());
+	if (c->yarn) { /* Megatron's argument names */
+		const struct rope_yarn *y = &c->yarn_cfg;
+		json_object_set_new(o, "rotary_scaling_factor", json_real(y->factor));
+		json_object_set_new(o, "yarn_original_max_position_embeddings", json_integer(y->original_max_positions));
+		json_object_set_new(o, "yarn_beta_fast", json_real(y->beta_fast));
+		json_object_set_new(o, "yarn_beta_slow", json_real(y->beta_slow));
+		json_object_set_new(o, "mscale", json_real(y->mscale));
+		json_object_set_new(o, "mscale_all_dim", json_real(y->mscale_all_dim));
+		json_object_set_new(o, "yarn_correction_range_round_to_int", json_boolean(y->round_to_int));
 	}
 	if (c->swa) {
 		struct sbuf w = SBUF_INIT;
@@ -298,6 +331,16 @@ static const struct diff_key diff_keys[] = {
 	{ "qk_layernorm", "--qk-layernorm", DIFF_MATH, "false", NULL, NULL },
 	{ "use_rope_scaling", "--use-rope-scaling", DIFF_MATH, "false", NULL, NULL },
 	{ "rope_scaling_factor", "--rope-scaling-factor", DIFF_MATH, "null", NULL, NULL },
+	{ "rotary_interleaved", "--rotary-interleaved", DIFF_MATH, "false", NULL, NULL },
+	{ "rotary_scaling_factor", "--rotary-scaling-factor", DIFF_MATH, "null", NULL, NULL },
+	{ "yarn_original_max_position_embeddings", "--yarn-original-max-position-embeddings", DIFF_MATH, "null", NULL,
+	  NULL },
+	{ "yarn_beta_fast", "--yarn-beta-fast", DIFF_MATH, "null", NULL, NULL },
+	{ "yarn_beta_slow", "--yarn-beta-slow", DIFF_MATH, "null", NULL, NULL },
+	{ "mscale", "--mscale", DIFF_MATH, "null", NULL, NULL },
+	{ "mscale_all_dim", "--mscale-all-dim", DIFF_MATH, "null", NULL, NULL },
+	{ "yarn_correction_range_round_to_int", "--yarn-correction-range-round-to-int", DIFF_MATH, "null", NULL,
+	  NULL },
 	{ "tokenizer_type", "--tokenizer-type", DIFF_MATH, NULL, NULL, NULL },
 	{ "window_size", "--window-size", DIFF_MATH, "null", NULL, NULL },
 	{ "window_attn_skip_freq", "--window-attn-skip-freq", DIFF_MATH, "null", NULL, NULL },
@@ -378,7 +421,8 @@ int gpt_config_diff(const char *ckpt_json, const char *flags_json, const char *w
 	}
 	const char *cp = json_string_value(json_object_get(c, "position_embedding_type"));
 	const char *fp = json_string_value(json_object_get(f, "position_embedding_type"));
-	bool rope = cp && fp && !strcmp(cp, "rope") && !strcmp(fp, "rope");
+	bool rope = cp && fp && (!strcmp(cp, "rope") || !strcmp(cp, "yarn")) &&
+		    (!strcmp(fp, "rope") || !strcmp(fp, "yarn"));
 	bool learned = cp && fp && !strcmp(cp, "learned_absolute") && !strcmp(fp, "learned_absolute");
 	json_t *ce = json_object_get(c, "num_experts"), *fe = json_object_get(f, "num_experts");
 	bool moe = json_integer_value(ce) > 0 && json_integer_value(fe) > 0;

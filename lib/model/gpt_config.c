@@ -251,7 +251,8 @@ int gpt_config_from_args(struct gpt_config *c, const struct args *a, int64_t voc
 	if (a->seq_length < 1)
 		return error("--seq-length must be at least 1");
 	c->S = (int)a->seq_length;
-	c->rope = !strcmp(a->position_embedding_type, "rope");
+	c->yarn = !strcmp(a->position_embedding_type, "yarn");
+	c->rope = c->yarn || !strcmp(a->position_embedding_type, "rope");
 	if (!a->add_position_embedding && !c->rope) /* Megatron refuses it the same way */
 		return error("--no-position-embedding is deprecated and allowed only with --position-embedding-type "
 			     "rope; give --position-embedding-type rope instead");
@@ -262,17 +263,42 @@ int gpt_config_from_args(struct gpt_config *c, const struct args *a, int64_t voc
 	if (c->rope) {
 		if (a->rotary_percent <= 0 || a->rotary_percent > 1)
 			return error("--rotary-percent must be in (0, 1] (got %g)", a->rotary_percent);
+		/* Megatron's YarnRotaryEmbedding rotates all --kv-channels whatever the
+		 * percent: a smaller one would be silently ignored */
+		if (c->yarn && a->rotary_percent != 1)
+			return error("--rotary-percent %g with --position-embedding-type yarn: Megatron's YaRN rotates "
+				     "every one of the --kv-channels and ignores --rotary-percent; give 1.0",
+				     a->rotary_percent);
 		c->rot = (int)(c->k * a->rotary_percent);
 		if (c->rot < 2 || c->rot % 2)
 			return error("--rotary-percent %g of --kv-channels %d gives %d rotated channels; "
 				     "it must be even and at least 2", a->rotary_percent, c->k, c->rot);
 		c->rotary_base = (float)a->rotary_base;
+		c->rope_interleaved = a->rotary_interleaved;
 		c->rope_scaling = a->use_rope_scaling;
 		c->rope_scaling_factor = (float)a->rope_scaling_factor;
 		if (c->rope_scaling && !(a->rope_scaling_factor >= 1))
 			return error("--rope-scaling-factor must be at least 1 (got %g)", a->rope_scaling_factor);
+		if (c->yarn && c->rope_scaling) /* Megatron's YaRN would ignore it */
+			return error("--use-rope-scaling is Llama 3.x's scaling of --position-embedding-type rope; "
+				     "with yarn, YaRN's own flags (--rotary-scaling-factor, ...) scale the frequencies");
+		if (c->yarn) {
+			struct rope_yarn *y = &c->yarn_cfg;
+			y->factor = a->rotary_scaling_factor;
+			y->original_max_positions = (int)a->yarn_original_max_position_embeddings;
+			y->beta_fast = a->yarn_beta_fast;
+			y->beta_slow = a->yarn_beta_slow;
+			y->mscale = a->mscale;
+			y->mscale_all_dim = a->mscale_all_dim;
+			y->round_to_int = a->yarn_correction_range_round_to_int;
+			if (rope_yarn_check(y, "--rotary-scaling-factor", "--yarn-original-max-position-embeddings",
+					    "--yarn-beta-fast", "--yarn-beta-slow") < 0)
+				return -1;
+		}
 	} else if (a->use_rope_scaling) {
 		return error("--use-rope-scaling needs --position-embedding-type rope");
+	} else if (a->rotary_interleaved) {
+		return error("--rotary-interleaved needs --position-embedding-type rope or yarn");
 	}
 	c->rmsnorm = !strcmp(a->normalization, "RMSNorm");
 	c->norm_1p = a->apply_layernorm_1p;

@@ -13,6 +13,7 @@
 
 #include "base/args.h"
 #include "kernels/ops.h"
+#include "kernels/rope_scaling.h"
 #include "model/moe/router.h"
 
 #define GPT_MAX_LAYERS 1024 /* of a mixture-of-experts layer pattern */
@@ -46,7 +47,7 @@ struct gpt_config {
 	int P;           /* --max-position-embeddings */
 	int V;           /* tokenizer vocabulary */
 	int Vp;          /* padded vocabulary: the embedding's rows */
-	bool rope;       /* --position-embedding-type rope */
+	bool rope;       /* --position-embedding-type rope or yarn */
 	int rot;         /* rotated channels per head (0 without RoPE) */
 	float rotary_base;
 	bool rmsnorm;    /* --normalization RMSNorm */
@@ -55,6 +56,9 @@ struct gpt_config {
 	bool qk_norm;    /* --qk-layernorm: q_layernorm, k_layernorm over each head's kv channels */
 	bool rope_scaling;         /* --use-rope-scaling: Llama 3.x frequency scaling */
 	float rope_scaling_factor; /* --rope-scaling-factor */
+	bool rope_interleaved;     /* --rotary-interleaved: RoPE pairs channels (2i, 2i+1) */
+	bool yarn;                 /* --position-embedding-type yarn (rope is set too) */
+	struct rope_yarn yarn_cfg; /* its settings (with yarn) */
 	float eps;       /* --norm-epsilon */
 	bool swiglu;
 	bool bias;       /* not --disable-bias-linear */

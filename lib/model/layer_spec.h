@@ -38,6 +38,7 @@ struct transformer_layer_spec {
 	bool proj_bias;         /* linear_proj has a bias */
 	bool qk_norm;           /* q_layernorm, k_layernorm: each head normalized over its channels before RoPE */
 	int rot;                /* channels of each q/k head that RoPE rotates (0: no RoPE) */
+	bool rot_interleaved;   /* RoPE pairs channels (2i, 2i+1), not (i, i + rot/2) (--rotary-interleaved) */
 	int window;             /* sliding window: keys at most this far back (-1: full causal attention) */
 	/* MLP */
 	enum layer_mlp_kind mlp;

@@ -27,6 +27,7 @@ void gpt_layer_spec(const struct gpt_config *c, int l, struct transformer_layer_
 	s->qk_norm = c->qk_norm;
 	s->proj_bias = c->bias;
 	s->rot = c->rope ? c->rot : 0;
+	s->rot_interleaved = c->rope && c->rope_interleaved;
 	s->window = gpt_layer_window(c, l);
 	s->mlp = c->E > 0 && c->moe_layer[l] ? LAYER_MLP_MOE : LAYER_MLP_DENSE;
 	s->swiglu = c->swiglu;

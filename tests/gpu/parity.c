@@ -29,6 +29,7 @@
  */
 #include "kernels/cuda_ops.h"
 #include "kernels/ops.h"
+#include "kernels/rope_scaling.h"
 
 #include <math.h>
 #include <stdbool.h>
@@ -122,7 +123,7 @@ struct cfg {
 	float p, eps, scale, s;
 	uint64_t seed, off;
 };
-enum { F_BIAS = 1, F_ALIAS = 2, F_NULL1 = 4, F_NULL2 = 8, F_WPE = 16, F_DOC = 32 };
+enum { F_BIAS = 1, F_ALIAS = 2, F_NULL1 = 4, F_NULL2 = 8, F_WPE = 16, F_DOC = 32, F_INTERLEAVED = 64 };
 
 typedef void (*runfn)(const struct kops *k, void **d, const struct cfg *c, double *scal);
 
@@ -1280,25 +1281,42 @@ static void test_xent(void)
 /* ================= qkv split + RoPE ================= */
 static void r_qf(const struct kops *k, void **d, const struct cfg *c, double *s)
 {
-	k->qkv_split_forward(d[0], d[1], d[2], d[3], d[4], d[5], c->B, c->T, c->a, c->g, c->k, c->rot);
+	k->qkv_split_forward(d[0], d[1], d[2], d[3], d[4], d[5], c->B, c->T, c->a, c->g, c->k, c->rot,
+			     (c->flags & F_INTERLEAVED) != 0);
 }
 static void r_qb(const struct kops *k, void **d, const struct cfg *c, double *s)
 {
-	k->qkv_split_backward(d[0], d[1], d[2], d[3], d[4], d[5], c->B, c->T, c->a, c->g, c->k, c->rot);
+	k->qkv_split_backward(d[0], d[1], d[2], d[3], d[4], d[5], c->B, c->T, c->a, c->g, c->k, c->rot,
+			      (c->flags & F_INTERLEAVED) != 0);
+}
+
+/* the table of case c: plain rotate-half, or (interleaved cases) YaRN's in
+ * the interleaved layout, so that the scaled values reach the kernels */
+static void qkv_table(const struct cfg *c, float *cs, float *sn)
+{
+	struct rope_yarn y = rope_yarn_defaults();
+	y.factor = 4;
+	y.original_max_positions = 16;
+	struct rope_spec sp = { c->rot, 10000.0f, NULL, (c->flags & F_INTERLEAVED) ? &y : NULL,
+				(c->flags & F_INTERLEAVED) != 0 };
+	rope_table(cs, sn, c->T, &sp);
 }
 
 static void test_qkv(void)
 {
-	int cf[][6] = { /* B, T, a, g, k, rot */
-			{ 2, 37, 4, 2, 32, 32 }, { 2, 37, 4, 2, 32, 16 }, { 1, 13, 4, 4, 24, 0 },
-			{ 3, 5, 6, 1, 16, 8 },   { 2, 37, 2, 2, 64, 64 }, { 4, 512, 16, 4, 128, 128 } };
-	for (int i = 0; i < (big ? 6 : 5); i++) {
-		struct cfg c = { .B = cf[i][0], .T = cf[i][1], .a = cf[i][2], .g = cf[i][3], .k = cf[i][4], .rot = cf[i][5] };
+	int cf[][7] = { /* B, T, a, g, k, rot, interleaved */
+			{ 2, 37, 4, 2, 32, 32, 0 }, { 2, 37, 4, 2, 32, 16, 0 }, { 1, 13, 4, 4, 24, 0, 0 },
+			{ 3, 5, 6, 1, 16, 8, 0 },   { 2, 37, 2, 2, 64, 64, 0 }, { 2, 37, 4, 2, 32, 32, 1 },
+			{ 3, 5, 6, 1, 16, 8, 1 },   { 4, 512, 16, 4, 128, 128, 0 } };
+	int n = (int)(sizeof(cf) / sizeof(cf[0]));
+	for (int i = 0; i < (big ? n : n - 1); i++) {
+		struct cfg c = { .B = cf[i][0], .T = cf[i][1], .a = cf[i][2], .g = cf[i][3], .k = cf[i][4], .rot = cf[i][5],
+				 .flags = cf[i][6] ? F_INTERLEAVED : 0 };
 		size_t BT = (size_t)c.B * c.T, nq = BT * c.a * c.k, nkv = BT * c.g * c.k, nqkv = nq + 2 * nkv;
 		size_t nr = (size_t)c.T * c.rot;
 		float *cs = nr ? hnew(FL(nr)) : NULL, *sn = nr ? hnew(FL(nr)) : NULL;
 		if (nr)
-			kops_rope_table(cs, sn, c.T, c.rot, 10000.0f);
+			qkv_table(&c, cs, sn);
 		fresh();
 		tb_out("q", rvec(nq, 1), FL(nq), TOL_EW);
 		tb_out("k", rvec(nkv, 1), FL(nkv), TOL_EW);
@@ -1306,13 +1324,14 @@ static void test_qkv(void)
 		tb_in(rvec(nqkv, 2), FL(nqkv));
 		tb_in(cs, FL(nr));
 		tb_in(sn, FL(nr));
-		const char *l = LABEL("B=%d T=%d a=%d g=%d k=%d rot=%d", c.B, c.T, c.a, c.g, c.k, c.rot);
+		const char *il = (c.flags & F_INTERLEAVED) ? " interleaved yarn" : "";
+		const char *l = LABEL("B=%d T=%d a=%d g=%d k=%d rot=%d%s", c.B, c.T, c.a, c.g, c.k, c.rot, il);
 		run_test("qkv_split_forward", HAS(qkv_split_forward), l, r_qf, &c, NULL, 0);
 
 		if (nr) { /* run_test freed the tables */
 			cs = hnew(FL(nr));
 			sn = hnew(FL(nr));
-			kops_rope_table(cs, sn, c.T, c.rot, 10000.0f);
+			qkv_table(&c, cs, sn);
 		}
 		fresh();
 		tb_out("dqkv", rvec(nqkv, 9), FL(nqkv), TOL_EW);
@@ -1321,7 +1340,7 @@ static void test_qkv(void)
 		tb_in(rvec(nkv, 1), FL(nkv));
 		tb_in(cs, FL(nr));
 		tb_in(sn, FL(nr));
-		l = LABEL("B=%d T=%d a=%d g=%d k=%d rot=%d", c.B, c.T, c.a, c.g, c.k, c.rot);
+		l = LABEL("B=%d T=%d a=%d g=%d k=%d rot=%d%s", c.B, c.T, c.a, c.g, c.k, c.rot, il);
 		run_test("qkv_split_backward", HAS(qkv_split_backward), l, r_qb, &c, NULL, 0);
 	}
 }

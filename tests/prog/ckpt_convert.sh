@@ -171,6 +171,9 @@ setup "a random Qwen3ForCausalLM (GQA, head_dim 24, rope_scaling)" $REF make qwe
 	--hidden 64 --heads 4 --kv-heads 2 --head-dim 24 --ffn 96 --vocab 1000 --positions 64 --rope-scaling 8 --seed 4
 setup "transformers writes a random LlamaForCausalLM with rope_scaling llama3 (factor 8)" $REF make llama $W/rl3 \
 	--layers 2 --hidden 64 --heads 4 --kv-heads 2 --ffn 96 --vocab 1000 --positions 64 --rope-scaling 8 --seed 5
+setup "transformers writes a random LlamaForCausalLM with rope_scaling yarn (factor 4, attention_factor 1.2)" \
+	$REF make llama $W/rly --layers 2 --hidden 64 --heads 4 --kv-heads 2 --ffn 96 --vocab 1000 --positions 512 \
+	--yarn 4 --seed 8
 setup "transformers writes a random MistralForCausalLM (GQA, head_dim 24, sliding_window 8)" $REF make mistral \
 	$W/rmi --layers 2 --hidden 64 --heads 4 --kv-heads 2 --head-dim 24 --ffn 96 --vocab 1000 --positions 64 \
 	--sliding-window 8 --seed 6
@@ -180,7 +183,7 @@ expect_ok "rmn: import" $C --from hf --load $W/rmn --save $W/rmnm --verify
 expect_ok "rmn: megac's logits" $LOGITS $W/rmnm $W/ids1k.npy $W/rmn_megac.npy
 setup "rmn: transformers' logits" $REF logits $W/rmn $W/ids1k.npy $W/rmn_hf.npy
 logits_close "rmn: megac's logits on the import equal transformers' (1e-4)" $W/rmn_hf.npy $W/rmn_megac.npy 1e-4
-for m in rq2 rq3 rl3 rmi; do
+for m in rq2 rq3 rl3 rly rmi; do
 	expect_ok "$m: import" $C --from hf --load $W/$m --save $W/${m}m --verify
 	expect_ok "$m: megac's logits" $LOGITS $W/${m}m $W/ids1k.npy $W/${m}_megac.npy
 	setup "$m: transformers' logits" $REF logits $W/$m $W/ids1k.npy $W/${m}_hf.npy
@@ -193,11 +196,89 @@ for m in rq2 rq3 rl3 rmi; do
 		show "$W/same.log"
 	fi
 done
-mkdir -p $W/bad/yarn && cp $W/rl3/model.safetensors $W/bad/yarn/
-sed 's/"llama3"/"yarn"/' $W/rl3/config.json >$W/bad/yarn/config.json
+mkdir -p $W/bad/dyn && cp $W/rl3/model.safetensors $W/bad/dyn/
+sed 's/"llama3"/"dynamic"/' $W/rl3/config.json >$W/bad/dyn/config.json
 expect_fail "rope_scaling of another rope_type is refused by name" \
-	'rope_scaling of rope_type "yarn": megac has Llama 3.x'"'"'s ("llama3", --use-rope-scaling) only' \
-	$C --from hf --load $W/bad/yarn --save $W/bad/yarnout
+	'rope_scaling of rope_type "dynamic": megac has Llama 3.x'"'"'s ("llama3", --use-rope-scaling) and YaRN' \
+	$C --from hf --load $W/bad/dyn --save $W/bad/dynout
+# YaRN: the import recorded Megatron's settings; what transformers 4.49
+# reads otherwise than later versions, or not at all, is refused by name
+if /usr/bin/python3 -c '
+import json, sys
+c = json.loads(__import__("h5py").File(sys.argv[1], "r").attrs["config"])
+want = {"position_embedding_type": "yarn", "rotary_scaling_factor": 4.0, "yarn_original_max_position_embeddings": 512,
+        "yarn_beta_fast": 16.0, "yarn_beta_slow": 2.0, "mscale_all_dim": 0.0, "yarn_correction_range_round_to_int": True}
+bad = {k: c.get(k) for k in want if c.get(k) != want[k]}
+assert not bad, bad
+assert abs(0.1 * c["mscale"] * __import__("math").log(4.0) + 1 - 1.2) < 1e-15, c["mscale"]
+print("mscale %.17g" % c["mscale"])' $W/rlym/iter_0000000/model.h5 >"$W/yarncfg.log" 2>&1; then
+	ok "rly: the import records Megatron's YaRN settings ($(cat "$W/yarncfg.log"))"
+else
+	notok "rly: the import records Megatron's YaRN settings"
+	show "$W/yarncfg.log"
+fi
+for bad in omax mscale; do
+	mkdir -p $W/bad/$bad && cp $W/rly/model.safetensors $W/bad/$bad/
+	/usr/bin/python3 -c '
+import json, sys
+c = json.load(open(sys.argv[1] + "/config.json"))
+if sys.argv[3] == "omax":
+    c["rope_scaling"]["original_max_position_embeddings"] = 128
+else:
+    c["rope_scaling"]["mscale"] = 1.0
+json.dump(c, open(sys.argv[2] + "/config.json", "w"))' $W/rly $W/bad/$bad $bad
+done
+expect_fail "yarn: original_max_position_embeddings other than max_position_embeddings is refused" \
+	"original_max_position_embeddings 128 differs from max_position_embeddings 512" \
+	$C --from hf --load $W/bad/omax --save $W/bad/omaxout
+expect_fail "yarn: a key transformers 4.49's YaRN does not read is refused by name" \
+	'rope_scaling yarn: the key "mscale"' $C --from hf --load $W/bad/mscale --save $W/bad/mscaleout
+# --rotary-interleaved: no Hugging Face flag; the export regroups each q/k
+# head's rows (and q/k norm weights) into rotate-half order, and transformers'
+# logits equal megac's: a Llama with YaRN (its export's config read back),
+# and (under MEGAC_LONG=1) a Qwen3-style model with q/k norms, Llama 3.x scaling
+IL="--num-layers 2 --hidden-size 64 --num-attention-heads 4 --group-query-attention --num-query-groups 2"
+IL="$IL --normalization RMSNorm --swiglu --disable-bias-linear --untie-embeddings-and-output-weights"
+IL="$IL --seq-length 32 --max-position-embeddings 32 --micro-batch-size 2 --global-batch-size 4 --lr 1e-2"
+IL="$IL --mock-data --eval-interval 100 --eval-iters 0 --log-interval 1 --data-cache-path $W/cache $GPT2 $(v64 1)"
+IL="$IL --rotary-interleaved --train-iters 3 --save-interval 3"
+ILM=ily
+long_only && ILM="ily ilq"
+for m in $ILM; do
+	case $m in
+	ily) M="--position-embedding-type yarn --rotary-scaling-factor 8 --yarn-original-max-position-embeddings 512 \
+		--mscale 0.9" ;;
+	ilq) M="--position-embedding-type rope --qk-layernorm --use-rope-scaling --rope-scaling-factor 8 \
+		--rotary-base 500000" ;;
+	esac
+	setup "$m: train an interleaved-RoPE model, 3 iterations" sh -c "$BIN/train $IL $M --save $W/${m}c >$W/${m}c.log 2>&1"
+	expect_ok "$m: export to Hugging Face" $C --load $W/${m}c --save $W/${m}hf --to hf --verify $GPT2
+	setup "$m: megac's logits" $LOGITS $W/${m}c $W/ids.npy $W/${m}_megac.npy
+	expect_ok "$m: transformers' logits" $REF logits $W/${m}hf $W/ids.npy $W/${m}_hf.npy
+	logits_close "$m: transformers' logits on the export equal megac's (1e-4)" $W/${m}_megac.npy $W/${m}_hf.npy 1e-4
+	expect_ok "$m: import the export (rotate-half)" $C --load $W/${m}hf --from hf --save $W/${m}back $(v64 1)
+	expect_ok "$m: megac's logits of the re-import" $LOGITS $W/${m}back $W/ids.npy $W/${m}_back.npy
+	logits_close "$m: the re-import gives the interleaved model's logits (1e-4)" $W/${m}_megac.npy \
+		$W/${m}_back.npy 1e-4
+done
+if /usr/bin/python3 -c '
+import json, sys
+c = json.load(open(sys.argv[1]))
+want = {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 512, "beta_fast": 32.0,
+        "beta_slow": 1.0, "attention_factor": 1.18715}
+assert c["rope_scaling"] == want, c["rope_scaling"]
+assert c["max_position_embeddings"] == 512, c["max_position_embeddings"]
+print("rope_scaling %s" % c["rope_scaling"])' $W/ilyhf/config.json >"$W/ilycfg.log" 2>&1; then
+	ok "ily: config.json holds YaRN as transformers reads it ($(cat "$W/ilycfg.log"))"
+else
+	notok "ily: config.json holds YaRN as transformers reads it"
+	show "$W/ilycfg.log"
+fi
+mkdir -p $W/bad
+expect_fail "yarn: an unrounded correction range does not export" \
+	"--no-yarn-correction-range-round-to-int: transformers' YaRN" \
+	sh -c "$BIN/train $IL --position-embedding-type yarn --no-yarn-correction-range-round-to-int --save $W/bad/nr \
+		>$W/bad/nr.log 2>&1 && $C --load $W/bad/nr --save $W/bad/nrhf --to hf $GPT2"
 # OpenAI's own GPT-2 files have no "transformer." prefix (and attn.bias mask
 # buffers): the same model stored that way imports to the same tensors
 mkdir -p $W/rgp

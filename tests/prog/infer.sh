@@ -3,7 +3,8 @@
 # continuation that transformers computes by full forward passes on the same
 # weights (the checkpoint exported by ckpt_convert), token for token, with
 # log-probs within 1e-4, for a GPT-2-style and a Llama-style model trained a
-# few iterations and for a random GQA Llama written by transformers itself;
+# few iterations (and one with YaRN and interleaved RoPE) and for a random
+# GQA Llama written by transformers itself;
 # the same requests give the same answers batched together (continuous
 # batching, three cache slots) and one at a time (one slot); a seeded
 # sampled request is reproducible whatever runs beside it.
@@ -45,9 +46,14 @@ print("%d prompts, %d tokens each, log-probs within %.2g" % (len(a), len(a[0]["t
 }
 
 echo '[[464, 3290, 318], [1, 2, 3, 4, 5, 6, 7], [50256], [11, 12]]' >$W/prompts.json
-for m in g l; do
+# y: RoPE with YaRN and interleaved pairs, exported with each head's rows
+# regrouped into rotate-half order: the cache's table is the training one
+YI="$LL --position-embedding-type yarn --rotary-scaling-factor 4 --yarn-original-max-position-embeddings 64"
+YI="$YI --mscale 0.8 --rotary-interleaved"
+for m in g l y; do
 	M=""
 	[ $m = l ] && M=$LL
+	[ $m = y ] && M=$YI
 	setup "$m: train 4 iterations" sh -c "$BIN/train $ARGS $M --save $W/${m}c --save-interval 4 >$W/$m.log 2>&1"
 	setup "$m: export to Hugging Face" $BIN/ckpt_convert --load $W/${m}c --save $W/${m}hf --to hf
 	expect_ok "$m: megac generates (4 requests batched)" $GEN $W/${m}c $W/prompts.json 12 $W/${m}.json

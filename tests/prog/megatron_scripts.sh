@@ -193,7 +193,7 @@ NOEFFECT="" SECOND=0
 run_script deepseek_v3 "--multi-latent-attention --moe-token-dispatcher-type=flex \
 --moe-router-group-topk --moe-router-num-groups --moe-router-topk-scaling-factor --moe-router-enable-expert-bias \
 --moe-router-bias-update-rate --moe-router-force-load-balancing --q-lora-rank --kv-lora-rank --qk-head-dim \
---qk-pos-emb-head-dim --v-head-dim --rotary-scaling-factor --mscale --mscale-all-dim --mtp-num-layers \
+--qk-pos-emb-head-dim --v-head-dim --mtp-num-layers \
 --mtp-loss-scaling-factor --recompute-modules=mla_up_proj --auto-detect-ckpt-format --ckpt-format=fsdp_dtensor \
 --megatron-fsdp-grad-comm-dtype=bf16 --megatron-fsdp-main-grads-dtype=bf16" \
 	--distributed-timeout-minutes 60 --tensor-model-parallel-size 1 --expert-model-parallel-size 1 \

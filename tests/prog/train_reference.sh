@@ -11,8 +11,13 @@
 # numbers. A Qwen2-MoE-shaped model (QKV bias, a shared expert with its
 # sigmoid gate, softmax over all experts before the top-2, a dense layer
 # between two MoE ones) matches the reference over 6 iterations (rtol 1e-4),
-# and recompute, TP2 with SP and EP2 give its one-rank numbers. Also: model.h5 names and shapes as h5py sees
-# them, and the reference's own self-test.
+# and recompute, TP2 with SP and EP2 give its one-rank numbers. Two RoPE
+# variants match the reference over 6 iterations on one rank and under TP2:
+# YaRN (--position-embedding-type yarn, its correction range inside the
+# rotated channels, a concentration factor from --mscale/--mscale-all-dim)
+# with interleaved pairs, and --rotary-interleaved on its own with Llama 3.x
+# scaling, half the channels rotated and q/k norms. Also: model.h5 names and
+# shapes as h5py sees them, and the reference's own self-test.
 . tests/prog_lib.sh
 W=$(new_tmp train_ref)
 OUT_LOG=$W/out.log
@@ -61,6 +66,34 @@ for model in gpt2 llama gpt2qk qwen mistral; do
 		"$D/ours.jsonl" "$D/ref.jsonl" 8
 done
 
+# RoPE variants: YaRN (interleaved) and interleaved Llama 3.x scaling, 6
+# iterations each against the reference, then TP2 against one rank
+YARN="$LLAMA --position-embedding-type yarn --rotary-scaling-factor 4 --yarn-original-max-position-embeddings 256"
+YARN="$YARN --yarn-beta-fast 16 --mscale 1.0 --mscale-all-dim 0.5 --rotary-interleaved"
+INTER="$LLAMA --rotary-interleaved --use-rope-scaling --rope-scaling-factor 8 --rotary-base 500000"
+INTER="$INTER --rotary-percent 0.5 --qk-layernorm"
+for model in yarn inter; do
+	case $model in
+	yarn) ARGS="$YARN $COMMON" ;;
+	inter) ARGS="$INTER $COMMON" ;;
+	esac
+	D=$W/$model
+	setup "$model: --train-iters 0 --save writes the initial model" \
+		$BIN/train $ARGS --train-iters 0 --save "$D/init" --data-cache-path "$D/cache"
+	expect_ok "$model: 6 iterations" $BIN/train $ARGS --train-iters 6 --data-cache-path "$D/cache" \
+		--metrics-file "$D/ours.jsonl"
+	setup "$model: the PyTorch reference from the same model.h5 and index caches" \
+		sh -c "$PY tests/prog/py/torch_ref.py $ARGS --train-iters 6 --data-cache-path $D/cache \
+		--ref-model $D/init/iter_0000000/model.h5 >$D/ref.jsonl"
+	compare_ref "$model: lm loss, grad norm and learning rate match the reference (rtol 1e-5)" \
+		"$D/ours.jsonl" "$D/ref.jsonl" 6
+done
+# a resume with other RoPE settings is refused, naming each
+expect_fail "yarn: resuming with another factor, mscale and layout is refused" \
+	"--mscale: 1 in the checkpoint, 0.5 from the flags; --rotary-interleaved: on in the checkpoint, off from the flags; --rotary-scaling-factor: 4 in the checkpoint, 8 from the flags" \
+	$BIN/train $(echo "$YARN" | sed 's/--rotary-interleaved//; s/--rotary-scaling-factor 4/--rotary-scaling-factor 8/; s/--mscale 1.0/--mscale 0.5/') \
+	$COMMON --train-iters 7 --load $W/yarn/init --data-cache-path $W/yarn/cache
+
 # tensor parallelism: the qkv bias splits with the weight's rows; the q/k
 # norms' weights are replicated and their gradients summed over TP
 MPI="mpirun --allow-run-as-root --oversubscribe"
@@ -74,6 +107,23 @@ for sp in "" "--sequence-parallel"; do
 		ok "qwen: TP2 $sp equals one rank (lm loss, grad norm, lr): $(cat "$W/cmp.log")"
 	else
 		notok "qwen: TP2 $sp against one rank"
+		show "$W/cmp.log"
+	fi
+done
+
+for model in yarn inter; do
+	case $model in
+	yarn) ARGS="$YARN $COMMON" ;;
+	inter) ARGS="$INTER $COMMON" ;;
+	esac
+	expect_ok "$model: TP2 6 iterations" sh -c "$MPI -np 2 $BIN/train $ARGS --train-iters 6 \
+		--tensor-model-parallel-size 2 --make-vocab-size-divisible-by 64 --data-cache-path $W/$model/cache \
+		--metrics-file $W/$model/tp2.jsonl >$W/$model/tp2.log"
+	if $PY tests/prog/py/compare_metrics.py same "$W/$model/ours.jsonl" "$W/$model/tp2.jsonl" 6 >"$W/cmp.log" 2>&1
+	then
+		ok "$model: TP2 equals one rank (lm loss, grad norm, lr): $(cat "$W/cmp.log")"
+	else
+		notok "$model: TP2 against one rank"
 		show "$W/cmp.log"
 	fi
 done

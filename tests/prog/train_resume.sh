@@ -223,7 +223,15 @@ expect_fail "--fp16 with --bf16" "mutually exclusive" $T --fp16 --bf16
 expect_fail "tensor parallelism is not here yet" "--tensor-model-parallel-size 2" $T --tensor-model-parallel-size 2
 expect_fail "--global-batch-size not a multiple" "not divisible" $T --global-batch-size 5
 expect_fail "no --lr" "--lr is required" $BIN/train $(echo "$ARGS" | sed 's/--lr 2e-3//')
-expect_fail "an unsupported Megatron flag" "not implemented" $T --rotary-interleaved
+expect_fail "an unsupported Megatron flag" "not implemented" $T --squared-relu
+expect_fail "--rotary-interleaved without RoPE" "--rotary-interleaved needs --position-embedding-type rope or yarn" \
+	$T --rotary-interleaved
+expect_fail "YaRN with --rotary-percent below 1" "Megatron's YaRN rotates every one of the --kv-channels" \
+	$T --position-embedding-type yarn --rotary-percent 0.5
+expect_fail "YaRN with Llama 3.x scaling" "--use-rope-scaling is Llama 3.x's scaling" \
+	$T --position-embedding-type yarn --use-rope-scaling
+expect_fail "YaRN with a beta of 0" "--yarn-beta-fast must be a positive number" \
+	$T --position-embedding-type yarn --yarn-beta-fast 0
 expect_fail "--save without --save-interval" "--save-interval" $T --save "$W/x"
 expect_fail "full recompute without --recompute-num-layers" "--recompute-num-layers" \
 	$T --recompute-granularity full --recompute-method block

@@ -17,6 +17,8 @@
 #include "test.h"
 
 #include <dirent.h>
+#include <stdlib.h>
+#include <string.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -436,6 +438,48 @@ static void test_config_diff(void)
 	sbuf_release(&other);
 }
 
+/* the RoPE variants: YaRN's settings and --rotary-interleaved are written,
+ * read back, and a resume with other values is refused naming each flag */
+static void test_rope_record(void)
+{
+	struct gpt_config c;
+	memset(&c, 0, sizeof(c));
+	c.L = 2, c.h = 64, c.f = 96, c.a = 4, c.g = 2, c.k = 16, c.S = 32, c.P = 32, c.V = 1000, c.Vp = 1024;
+	c.rope = c.yarn = c.rope_interleaved = c.rmsnorm = c.swiglu = true;
+	c.rot = 16, c.rotary_base = 10000, c.eps = 1e-5f;
+	c.yarn_cfg = rope_yarn_defaults();
+	c.yarn_cfg.factor = 4, c.yarn_cfg.original_max_positions = 256, c.yarn_cfg.beta_fast = 16;
+	c.yarn_cfg.mscale = 0.9, c.yarn_cfg.mscale_all_dim = 0.5, c.yarn_cfg.round_to_int = false;
+	char *j = gpt_config_to_json(&c, 1.0);
+	struct gpt_config r;
+	CHECK_INT(gpt_config_from_json(&r, j, "x"), 0);
+	CHECK(r.rope && r.yarn && r.rope_interleaved && r.rot == 16);
+	const struct rope_yarn *ry = &r.yarn_cfg, *cy = &c.yarn_cfg;
+	CHECK(ry->factor == cy->factor && ry->original_max_positions == cy->original_max_positions &&
+	      ry->beta_fast == cy->beta_fast && ry->beta_slow == cy->beta_slow && ry->mscale == cy->mscale &&
+	      ry->mscale_all_dim == cy->mscale_all_dim && ry->round_to_int == cy->round_to_int);
+	/* plain RoPE, and another factor, mscale and layout */
+	struct gpt_config d = c;
+	d.yarn_cfg.factor = 8, d.yarn_cfg.mscale = 1, d.rope_interleaved = false;
+	char *jd = gpt_config_to_json(&d, 1.0);
+	struct sbuf math = SBUF_INIT, other = SBUF_INIT;
+	CHECK_INT(gpt_config_diff(j, jd, "x", &math, &other), 3);
+	CHECK(contains_all(math.buf, "--rotary-scaling-factor: 4 in the checkpoint, 8 from the flags",
+			   "--mscale: 0.9 in the checkpoint, 1 from the flags",
+			   "--rotary-interleaved: on in the checkpoint, off from the flags", NULL));
+	sbuf_release(&math);
+	d = c;
+	d.yarn = false;
+	char *jr = gpt_config_to_json(&d, 1.0);
+	CHECK(gpt_config_diff(j, jr, "x", &math, &other) >= 1);
+	CHECK(contains_all(math.buf, "--position-embedding-type: yarn in the checkpoint, rope from the flags", NULL));
+	sbuf_release(&math);
+	sbuf_release(&other);
+	CHECK_INT(gpt_config_from_json(&r, jr, "x"), 0);
+	CHECK(r.rope && !r.yarn && r.rope_interleaved);
+	free(j), free(jd), free(jr);
+}
+
 /* ---- the tokenizer record ------------------------------------------------------ */
 
 static void test_tokenizer_record(void)
@@ -552,6 +596,7 @@ int main(void)
 	RUN(test_mixed_iterations);
 	RUN(test_partial_saves);
 	RUN(test_config_diff);
+	RUN(test_rope_record);
 	RUN(test_tokenizer_record);
 	return test_summary();
 }

@@ -20,6 +20,7 @@
 #include "ckpt/dtype.h"
 #include "kernels/cpu.h"
 #include "kernels/ops.h"
+#include "kernels/rope_scaling.h"
 #include "test.h"
 
 #include <float.h>
@@ -552,6 +553,7 @@ static void test_swiglu_grad(void)
 
 struct qkv_case {
 	int B, T, a, g, k, rot;
+	bool inter; /* --rotary-interleaved */
 	float *qkv, *q, *kk, *v, *cos, *sin;
 	float *out; /* [q | kk | v] concatenated, for the fd harness */
 };
@@ -560,12 +562,12 @@ static void qkv_fwd(void *ctx)
 {
 	struct qkv_case *c = ctx;
 	ops->qkv_split_forward(c->q, c->kk, c->v, c->qkv, c->cos, c->sin, c->B, c->T, c->a, c->g,
-			       c->k, c->rot);
+			       c->k, c->rot, c->inter);
 }
 
-static void qkv_case(int B, int T, int a, int g, int k, int rot)
+static void qkv_case(int B, int T, int a, int g, int k, int rot, bool inter)
 {
-	struct qkv_case c = { B, T, a, g, k, rot, 0, 0, 0, 0, 0, 0, 0 };
+	struct qkv_case c = { B, T, a, g, k, rot, inter, 0, 0, 0, 0, 0, 0, 0 };
 	const int m = a / g;
 	const size_t nq = (size_t)B * a * T * k, nkv = (size_t)B * g * T * k;
 	const size_t nqkv = (size_t)B * T * (a + 2 * g) * k, nout = nq + 2 * nkv;
@@ -573,7 +575,8 @@ static void qkv_case(int B, int T, int a, int g, int k, int rot)
 	c.out = zerov(nout), c.q = c.out, c.kk = c.out + nq, c.v = c.out + nq + nkv;
 	if (rot) {
 		c.cos = zerov((size_t)T * rot), c.sin = zerov((size_t)T * rot);
-		kops_rope_table(c.cos, c.sin, T, rot, 10000.0f);
+		struct rope_spec sp = { rot, 10000.0f, NULL, NULL, inter };
+		rope_table(c.cos, c.sin, T, &sp);
 	}
 	qkv_fwd(&c);
 	/* direct index computation: token (b,t), group G, piece j, channel i */
@@ -586,10 +589,12 @@ static void qkv_case(int B, int T, int a, int g, int k, int rot)
 						const float *x = c.qkv + ((size_t)(b * T + t) * (a + 2 * g) + G * (m + 2) + j) * k;
 						double want = x[i];
 						if (rot && j <= m && i < rot) {
-							int h2 = rot / 2;
+							/* the partner channel, and whether i leads its pair */
+							int h2 = rot / 2, o = inter ? i ^ 1 : i < h2 ? i + h2 : i - h2;
+							bool lead = inter ? i % 2 == 0 : i < h2;
 							const float *cs = c.cos + t * rot, *sn = c.sin + t * rot;
-							want = i < h2 ? (double)x[i] * cs[i] - (double)x[i + h2] * sn[i]
-								      : (double)x[i] * cs[i] + (double)x[i - h2] * sn[i];
+							want = lead ? (double)x[i] * cs[i] - (double)x[o] * sn[i]
+								    : (double)x[i] * cs[i] + (double)x[o] * sn[i];
 						}
 						float got;
 						if (j < m)
@@ -603,7 +608,7 @@ static void qkv_case(int B, int T, int a, int g, int k, int rot)
 	CHECK_INT(bad, 0);
 	/* backward is the exact adjoint: <dout, F x> == <F^T dout, x> */
 	float *R = randv(nout, 1), *dqkv = randv(nqkv, 9);
-	ops->qkv_split_backward(dqkv, R, R + nq, R + nq + nkv, c.cos, c.sin, B, T, a, g, k, rot);
+	ops->qkv_split_backward(dqkv, R, R + nq, R + nq + nkv, c.cos, c.sin, B, T, a, g, k, rot, inter);
 	double lhs = 0, rhs = 0, mag = 0;
 	for (size_t i = 0; i < nout; i++)
 		lhs += (double)R[i] * c.out[i], mag += fabs((double)R[i] * c.out[i]);
@@ -617,11 +622,17 @@ static void qkv_case(int B, int T, int a, int g, int k, int rot)
 
 static void test_qkv_split(void)
 {
-	qkv_case(2, 5, 4, 2, 6, 0);
-	qkv_case(2, 5, 4, 2, 6, 4); /* partial rotary */
-	qkv_case(2, 5, 4, 2, 6, 6);
-	qkv_case(1, 3, 3, 3, 4, 4); /* no GQA */
-	qkv_case(1, 3, 4, 1, 4, 2); /* one group */
+	qkv_case(2, 5, 4, 2, 6, 0, false);
+	qkv_case(2, 5, 4, 2, 6, 4, false); /* partial rotary */
+	qkv_case(2, 5, 4, 2, 6, 6, false);
+	qkv_case(1, 3, 3, 3, 4, 4, false); /* no GQA */
+	qkv_case(1, 3, 4, 1, 4, 2, false); /* one group */
+	/* interleaved pairs, full and partial, on their own random draws (the
+	 * later tests' inputs stay what they were) */
+	uint64_t saved = rng;
+	qkv_case(2, 5, 4, 2, 6, 6, true);
+	qkv_case(2, 5, 4, 2, 8, 4, true);
+	rng = saved;
 }
 
 /* ---- attention ---- */
@@ -1179,7 +1190,7 @@ static void torch_setup(void)
 		float *c = zerov((size_t)tc.qT * tc.qrot), *s = zerov((size_t)tc.qT * tc.qrot);
 		kops_rope_table(c, s, tc.qT, tc.qrot, 10000.0f);
 		ops->qkv_split_forward(tc.q_q, tc.q_k, tc.q_v, tc.q_qkv, c, s, tc.qB, tc.qT, tc.qa, tc.qg,
-				       tc.qk, tc.qrot);
+				       tc.qk, tc.qrot, false);
 		free(c), free(s);
 	}
 	wfile("q_qkv", tc.q_qkv, qn * 4);

@@ -589,16 +589,19 @@ static void cuda_swiglu_backward(float *dinp, const float *dout, const float *in
 	KERNEL_CHECK();
 }
 
-/* ---- fused QKV split (+ RoPE, rotate-half) ----
+/* ---- fused QKV split (+ RoPE) ----
  * One thread per channel of a piece: qkv row bt holds, for each group G,
  * pieces j = 0..m+1 ([m query heads | key | value], k channels each);
- * piece p = G*(m+2) + j. Forward (cpu_rope_forward), with half = rot/2:
- *   y[i]        = x[i] c[i] - x[i+half] s[i]            (i < half)
- *   y[i]        = x[i] c[i] + x[i-half] s[i]            (half <= i < rot)
+ * piece p = G*(m+2) + j. Channel i < rot of a query or key belongs to the
+ * rotation pair (i0, i1), i0 < i1: (i, i+half) / (i-half, i) in rotate-half
+ * with half = rot/2, (i, i+1) / (i-1, i) interleaved. Forward
+ * (cpu_rope_forward):
+ *   y[i0]       = x[i0] c[i0] - x[i1] s[i0]
+ *   y[i1]       = x[i1] c[i1] + x[i0] s[i1]
  *   y[i]        = x[i]                                  (i >= rot, or values)
  * Backward is the transpose (cpu_rope_backward):
- *   dx[i]       = dy[i] c[i] + dy[i+half] s[i+half]     (i < half)
- *   dx[i]       = dy[i] c[i] - dy[i-half] s[i-half]     (half <= i < rot)
+ *   dx[i0]      = dy[i0] c[i0] + dy[i1] s[i1]
+ *   dx[i1]      = dy[i1] c[i1] - dy[i0] s[i0]
  */
 
 /* where piece p of token (b, t) lives in q/kk/v, and its rotary width */
@@ -615,9 +618,18 @@ __device__ __forceinline__ size_t qkv_dest(int *which, int *r, int p, int b, int
 	return (((size_t)b * g + G) * T + t) * k;
 }
 
+/* channel i's partner in its rotation pair; true when i is the pair's first */
+__device__ __forceinline__ bool rope_partner(int i, int r, bool interleaved, int *other)
+{
+	int half = r / 2;
+	bool first = interleaved ? (i % 2 == 0) : (i < half);
+	*other = interleaved ? (first ? i + 1 : i - 1) : (first ? i + half : i - half);
+	return first;
+}
+
 __global__ void qkv_split_forward_kernel(float *q, float *kk, float *v, const float *qkv,
 					 const float *cos, const float *sin, int B, int T, int a,
-					 int g, int k, int rot)
+					 int g, int k, int rot, bool interleaved)
 {
 	const int m = a / g, P = a + 2 * g;
 	GRID_STRIDE(e, (size_t)B * T * P * k) {
@@ -632,11 +644,11 @@ __global__ void qkv_split_forward_kernel(float *q, float *kk, float *v, const fl
 		float val;
 		if (i < r) {
 			const float *c = cos + (size_t)t * rot, *s = sin + (size_t)t * rot;
-			int half = r / 2;
-			if (i < half)
-				val = x[i] * c[i] - x[i + half] * s[i];
+			int o;
+			if (rope_partner(i, r, interleaved, &o))
+				val = x[i] * c[i] - x[o] * s[i];
 			else
-				val = x[i] * c[i] + x[i - half] * s[i];
+				val = x[i] * c[i] + x[o] * s[i];
 		} else {
 			val = x[i];
 		}
@@ -646,7 +658,7 @@ __global__ void qkv_split_forward_kernel(float *q, float *kk, float *v, const fl
 
 __global__ void qkv_split_backward_kernel(float *dqkv, const float *dq, const float *dk,
 					  const float *dv, const float *cos, const float *sin, int B,
-					  int T, int a, int g, int k, int rot)
+					  int T, int a, int g, int k, int rot, bool interleaved)
 {
 	const int m = a / g, P = a + 2 * g;
 	GRID_STRIDE(e, (size_t)B * T * P * k) {
@@ -660,11 +672,11 @@ __global__ void qkv_split_backward_kernel(float *dqkv, const float *dq, const fl
 		float val;
 		if (i < r) {
 			const float *c = cos + (size_t)t * rot, *s = sin + (size_t)t * rot;
-			int half = r / 2;
-			if (i < half)
-				val = dy[i] * c[i] + dy[i + half] * s[i + half];
+			int o;
+			if (rope_partner(i, r, interleaved, &o))
+				val = dy[i] * c[i] + dy[o] * s[o];
 			else
-				val = dy[i] * c[i] - dy[i - half] * s[i - half];
+				val = dy[i] * c[i] - dy[o] * s[o];
 		} else {
 			val = dy[i];
 		}
@@ -682,27 +694,27 @@ static void qkv_check(int a, int g, int k, int rot)
 
 static void cuda_qkv_split_forward(float *q, float *kk, float *v, const float *qkv,
 				   const float *cos, const float *sin, int B, int T, int a, int g,
-				   int k, int rot)
+				   int k, int rot, bool interleaved)
 {
 	qkv_check(a, g, k, rot);
 	size_t n = (size_t)B * T * (a + 2 * g) * k;
 	if (n == 0)
 		return;
 	launch<qkv_split_forward_kernel>(grid_for(n), THREADS, 0, q, kk, v, qkv, cos, sin, B, T, a, g, k,
-							   rot);
+							   rot, interleaved);
 	KERNEL_CHECK();
 }
 
 static void cuda_qkv_split_backward(float *dqkv, const float *dq, const float *dk,
 				    const float *dv, const float *cos, const float *sin, int B,
-				    int T, int a, int g, int k, int rot)
+				    int T, int a, int g, int k, int rot, bool interleaved)
 {
 	qkv_check(a, g, k, rot);
 	size_t n = (size_t)B * T * (a + 2 * g) * k;
 	if (n == 0)
 		return;
 	launch<qkv_split_backward_kernel>(grid_for(n), THREADS, 0, dqkv, dq, dk, dv, cos, sin, B, T, a, g,
-							    k, rot);
+							    k, rot, interleaved);
 	KERNEL_CHECK();
 }
 

@@ -8,7 +8,7 @@ downloaded.
 
   make gpt2|llama|mixtral|qwen2|qwen3|mistral|qwen2_moe|qwen3_moe OUTDIR [--seed S] [--layers L --hidden H
        --heads A --kv-heads G --ffn F --vocab V --positions P]
-       [--head-dim D] [--rope-scaling FACTOR]
+       [--head-dim D] [--rope-scaling FACTOR] [--yarn FACTOR]
        [--experts E --topk K] [--tie|--untie] [--dtype float32|bfloat16]
        [--shard-size BYTES] [--std X] [--force]
       A small random model saved with save_pretrained (safetensors, sharded
@@ -39,7 +39,9 @@ downloaded.
       --rope-scaling (llama, qwen2, qwen3, qwen3_moe): rope_scaling
       {rope_type llama3, factor FACTOR,
       low_freq_factor 1, high_freq_factor 4,
-      original_max_position_embeddings 8192}.
+      original_max_position_embeddings 8192}. --yarn (llama, qwen2, qwen3):
+      rope_scaling {rope_type yarn, factor FACTOR, beta_fast 16, beta_slow 2,
+      attention_factor 1.2, original_max_position_embeddings --positions}.
   logits HFDIR IDS.npy OUT.npy [--dtype float32|bfloat16]
       Loads HFDIR, forwards the integer token ids [B, T] (no attention mask,
       no padding) in eval mode and saves the logits [B, T, vocab] as float32.
@@ -165,6 +167,9 @@ def build_config(a):
     if a.rope_scaling is not None:
         scaling = {"rope_type": "llama3", "factor": a.rope_scaling, "low_freq_factor": 1.0,
                    "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+    if a.yarn is not None:  # every key transformers' YaRN reads, none left to its defaults
+        scaling = {"rope_type": "yarn", "factor": a.yarn, "original_max_position_embeddings": a.positions,
+                   "beta_fast": 16.0, "beta_slow": 2.0, "attention_factor": 1.2}
     if a.kind == "qwen2":
         return Qwen2Config(
             num_hidden_layers=L, hidden_size=H, num_attention_heads=A,
@@ -575,6 +580,9 @@ def main(argv=None):
                    help="mistral only: sliding_window (default null: none)")
     m.add_argument("--rope-scaling", type=float, default=None,
                    help="llama, qwen2, qwen3, qwen3_moe: Llama 3.x rope_scaling with this factor")
+    m.add_argument("--yarn", type=float, default=None,
+                   help="llama, qwen2, qwen3: YaRN rope_scaling with this factor (beta_fast 16, beta_slow 2, "
+                        "attention_factor 1.2, original_max_position_embeddings --positions)")
     m.add_argument("outdir")
     m.add_argument("--seed", type=int, default=1234)
     m.add_argument("--layers", type=int, default=2)

@@ -103,11 +103,21 @@ def build_parser():
     a("--num-query-groups", type=int, default=1)
     a("--seq-length", type=int)
     a("--max-position-embeddings", type=int)
-    a("--position-embedding-type", default="learned_absolute", choices=["learned_absolute", "rope"])
+    a("--position-embedding-type", default="learned_absolute", choices=["learned_absolute", "rope", "yarn"])
     a("--rotary-base", type=int, default=10000)
     a("--rotary-percent", type=float, default=1.0)
     str2bool_flag(p, "--use-rope-scaling")
     a("--rope-scaling-factor", type=float, default=8.0)
+    str2bool_flag(p, "--rotary-interleaved")
+    # YaRN: Megatron's training arguments (None -> YarnRotaryEmbedding's defaults)
+    a("--rotary-scaling-factor", type=float, default=1.0)
+    a("--yarn-original-max-position-embeddings", type=int, default=None)
+    a("--yarn-beta-fast", type=float, default=None)
+    a("--yarn-beta-slow", type=float, default=None)
+    a("--mscale", type=float, default=1.0)
+    a("--mscale-all-dim", type=float, default=0.0)
+    p.add_argument("--yarn-correction-range-round-to-int", dest="yarn_round", action="store_true", default=None)
+    p.add_argument("--no-yarn-correction-range-round-to-int", dest="yarn_round", action="store_false")
     str2bool_flag(p, "--qk-layernorm")
     a("--window-size", default=None)  # "L,R": Megatron's tuple_type
     a("--window-attn-skip-freq", default=None)
@@ -193,7 +203,7 @@ def build_parser():
 
 # flags that change the math and are not implemented here: refused rather than ignored
 REFUSED = {
-    "--fp16", "--bf16", "--apply-layernorm-1p", "--rotary-interleaved",
+    "--fp16", "--bf16", "--apply-layernorm-1p",
     "--rotary-seq-len-interpolation-factor", "--squared-relu",
     "--quick-geglu", "--apply-residual-connection-post-layernorm", "--calculate-per-token-loss",
     "--decoupled-lr", "--decoupled-min-lr", "--train-samples", "--lr-decay-samples",
@@ -258,6 +268,16 @@ def model_config(args, vocab_padded=None):
         die("--max-position-embeddings must be >= --seq-length")
     c.rotary_base = args.rotary_base
     c.rot = int(c.k * args.rotary_percent)
+    c.yarn = None
+    if c.pos == "yarn":  # YarnRotaryEmbedding: a RoPE over all kv channels, whatever the percent
+        c.pos, c.rot = "rope", c.k
+        c.yarn = dict(factor=args.rotary_scaling_factor,
+                      original=args.yarn_original_max_position_embeddings or 4096,
+                      beta_fast=32.0 if args.yarn_beta_fast is None else args.yarn_beta_fast,
+                      beta_slow=1.0 if args.yarn_beta_slow is None else args.yarn_beta_slow,
+                      mscale=args.mscale, mscale_all_dim=args.mscale_all_dim,
+                      round=True if args.yarn_round is None else args.yarn_round)
+    c.interleaved = args.rotary_interleaved
     if c.pos == "rope" and (c.rot % 2 or c.rot <= 0):
         die("the rotary dimension int(kv_channels*rotary_percent) must be even and positive")
     c.norm = args.normalization
@@ -622,15 +642,56 @@ def norm(x, w, b, c):
 
 
 def rope_cos_sin(c, S, dtype):
-    """cos/sin [S, rot] of the rotate-half RoPE; frequencies in fp32 as Megatron computes
-    them: inv_freq = 1/(base**(arange(0,d,2)/d)), positions 0..S-1, cat(freqs, freqs)."""
+    """cos/sin [S, rot] of the RoPE; frequencies in fp32 as Megatron computes
+    them: inv_freq = 1/(base**(arange(0,d,2)/d)), positions 0..S-1, cat(freqs, freqs)
+    (rotate-half) or each frequency twice in place (--rotary-interleaved). YaRN's
+    frequencies and its cos/sin factor (yarn_inv_freq) where --position-embedding-type yarn."""
     d = c.rot
-    inv_freq = 1.0 / (c.rotary_base ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
+    mscale = 1.0
+    if getattr(c, "yarn", None):
+        inv_freq, mscale = yarn_inv_freq(d, c.rotary_base, c.yarn)
+    else:
+        inv_freq = 1.0 / (c.rotary_base ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
     if getattr(c, "rope_scaling", None):
         inv_freq = llama3_scaling(inv_freq, c.rope_scaling)
     freqs = torch.outer(torch.arange(S, dtype=torch.float32), inv_freq)
-    emb = torch.cat((freqs, freqs), dim=-1)
-    return torch.cos(emb).to(dtype), torch.sin(emb).to(dtype)
+    if getattr(c, "interleaved", False):
+        emb = freqs.repeat_interleave(2, dim=-1)  # [f0, f0, f1, f1, ...]
+    else:
+        emb = torch.cat((freqs, freqs), dim=-1)
+    return (torch.cos(emb) * mscale).to(dtype), (torch.sin(emb) * mscale).to(dtype)
+
+
+def yarn_inv_freq(d, base, y):
+    """YaRN (Peng et al.; Megatron's YarnRotaryEmbedding over d channels): pair i's
+    frequency is base^(-2i/d) (extrapolation) below the correction range, that divided by
+    the factor (interpolation) above it, and a linear blend across it. The range's ends are
+    the pair indices at which the wavelength fits beta_fast and beta_slow turns into the
+    original context: i(r) = d ln(orig / (2 pi r)) / (2 ln base), rounded outwards unless
+    told not to, clipped to [0, d-1]. cos and sin are scaled by
+    m(mscale) / m(mscale_all_dim), m(x) = 0.1 x ln(factor) + 1 (1 when factor <= 1)."""
+    f, orig = y["factor"], y["original"]
+
+    def pair_at(turns):
+        return d * math.log(orig / (turns * 2 * math.pi)) / (2 * math.log(base))
+
+    lo, hi = pair_at(y["beta_fast"]), pair_at(y["beta_slow"])
+    if y["round"]:
+        lo, hi = math.floor(lo), math.ceil(hi)
+    lo, hi = max(lo, 0), min(hi, d - 1)
+    if lo == hi:
+        hi += 0.001
+    i = torch.arange(d // 2, dtype=torch.float32)
+    blend = torch.clamp((i - lo) / (hi - lo), 0, 1)  # 0: extrapolate, 1: interpolate
+    powers = base ** (torch.arange(0, d, 2, dtype=torch.float32) / d)
+    extrapolated, interpolated = 1.0 / powers, 1.0 / (f * powers)
+    keep = 1.0 - blend
+    inv_freq = interpolated * (1 - keep) + extrapolated * keep
+
+    def m(x):
+        return 1.0 if f <= 1 else 0.1 * x * math.log(f) + 1.0
+
+    return inv_freq, m(y["mscale"]) / m(y["mscale_all_dim"])
 
 
 def llama3_scaling(inv_freq, factor, low=1.0, high=4.0, old=8192):
@@ -645,11 +706,16 @@ def llama3_scaling(inv_freq, factor, low=1.0, high=4.0, old=8192):
     return torch.where(medium, mixed, out)
 
 
-def apply_rope(t, cos, sin, d):
-    """t [b, s, heads, k]; rotate the first d channels of every head."""
+def apply_rope(t, cos, sin, d, interleaved=False):
+    """t [b, s, heads, k]; rotate the first d channels of every head: pairs (i, i + d/2),
+    or (2i, 2i+1) when interleaved."""
     rot, rest = t[..., :d], t[..., d:]
-    x1, x2 = rot[..., : d // 2], rot[..., d // 2:]
-    rotated = torch.cat((-x2, x1), dim=-1)
+    if interleaved:
+        x1, x2 = rot[..., 0::2], rot[..., 1::2]
+        rotated = torch.stack((-x2, x1), dim=-1).flatten(-2)
+    else:
+        x1, x2 = rot[..., : d // 2], rot[..., d // 2:]
+        rotated = torch.cat((-x2, x1), dim=-1)
     cos, sin = cos[None, :, None, :], sin[None, :, None, :]
     return torch.cat((rot * cos + rotated * sin, rest), dim=-1)
 
@@ -666,8 +732,8 @@ def attention(x, P, pre, c, rope, mask):
         q = norm(q, P[pre + "q_layernorm.weight"], P.get(pre + "q_layernorm.bias"), c)
         kt = norm(kt, P[pre + "k_layernorm.weight"], P.get(pre + "k_layernorm.bias"), c)
     if rope is not None:
-        q = apply_rope(q, rope[0], rope[1], c.rot)
-        kt = apply_rope(kt, rope[0], rope[1], c.rot)
+        q = apply_rope(q, rope[0], rope[1], c.rot, getattr(c, "interleaved", False))
+        kt = apply_rope(kt, rope[0], rope[1], c.rot, getattr(c, "interleaved", False))
     kt = kt.repeat_interleave(c.m, dim=2)                 # query head i uses group i // m
     v = v.repeat_interleave(c.m, dim=2)
     scores = torch.einsum("bqhd,bkhd->bhqk", q, kt) * (1.0 / math.sqrt(c.k))
