@@ -329,6 +329,14 @@ struct args {
 	bool moe_pad_expert_input_to_capacity;
 	char *moe_token_dispatcher_type;
 	char *moe_router_dtype;
+	double moe_router_topk_scaling_factor; /* 0: none */
+	int64_t moe_router_num_groups;     /* -1: none */
+	int64_t moe_router_group_topk;     /* -1: none */
+	bool moe_router_enable_expert_bias;
+	double moe_router_bias_update_rate;
+	bool moe_router_force_load_balancing;
+	bool moe_enable_deepep;
+	char *moe_flex_dispatcher_backend;
 	int64_t expert_tensor_parallel_size; /* -1: the tensor-parallel size */
 	bool multi_latent_attention;
 	int64_t q_lora_rank;           /* -1: none */

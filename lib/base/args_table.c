@@ -755,19 +755,34 @@ const struct flag_def args_table[] = {
 	  "zero-weight tokens; megac runs the same numbers without the padding rows" },
 	{ "--moe-token-dispatcher-type", FK_STR, F(moe_token_dispatcher_type), TR, 0, "mixture of experts",
 	  "allgather", "allgather|alltoall|flex", "T", "how tokens reach the experts of other expert-parallel ranks (megac "
-	  "sends each rank only the rows routed to its experts, all-to-all, for both: the same numbers)" },
+	  "sends each rank only the rows routed to its experts, all-to-all, for all three: the same numbers)" },
 	{ "--moe-grouped-gemm", FK_BOOL, F(perf_flag), TR, 0, "mixture of experts", NULL, NULL, NULL,
 	  "accepted: megac runs the experts one GEMM each", true },
 	{ "--moe-router-dtype", FK_STR, F(moe_router_dtype), TR, 0, "mixture of experts", NULL, "fp32|fp64", "D",
-	  "accepted for fp32 training (megac routes in fp32 and double); with --bf16 the router logits are bf16" },
-	{ "--moe-router-topk-scaling-factor", FK_UNSUPPORTED, 0, TR, 0, "mixture of experts", NULL, NULL, "F",
-	  "the router's scaling factor is not implemented yet" },
-	{ "--moe-router-num-groups", FK_UNSUPPORTED, 0, TR, 0, "mixture of experts", NULL, NULL, "G",
-	  "group-limited routing is not implemented yet" },
-	{ "--moe-router-group-topk", FK_UNSUPPORTED, 0, TR, 0, "mixture of experts", NULL, NULL, "G",
-	  "group-limited routing is not implemented yet" },
-	{ "--moe-router-enable-expert-bias", FK_UNSUPPORTED, 0, TR, 0, "mixture of experts", NULL, NULL, NULL,
-	  "expert bias (aux-loss-free balancing) is not implemented yet" },
+	  "keep the router's logits in fp32 under --bf16/--fp16 (megac computes them in fp32 and routes in double "
+	  "for both values; fp64 logits are not computed in fp64)" },
+	{ "--moe-router-topk-scaling-factor", FK_FLOAT, F(moe_router_topk_scaling_factor), TR, 0,
+	  "mixture of experts", NULL, NULL, "F", "multiply the top-k weights by F, after any normalisation "
+	  "(default: none)" },
+	{ "--moe-router-num-groups", FK_INT, F(moe_router_num_groups), TR, 0, "mixture of experts", "-1", NULL, "G",
+	  "group-limited routing: the experts form G equal groups (with --moe-router-group-topk)" },
+	{ "--moe-router-group-topk", FK_INT, F(moe_router_group_topk), TR, 0, "mixture of experts", "-1", NULL, "G",
+	  "group-limited routing: each token's experts come from the G groups whose top topk/G scores sum highest" },
+	{ "--moe-router-enable-expert-bias", FK_BOOL, F(moe_router_enable_expert_bias), TR, 0, "mixture of experts",
+	  NULL, NULL, NULL, "aux-loss-free load balancing (sigmoid scores): a per-expert bias, added to the scores "
+	  "only to choose the experts, moves towards balance once per iteration" },
+	{ "--moe-router-bias-update-rate", FK_FLOAT, F(moe_router_bias_update_rate), TR, 0, "mixture of experts",
+	  "1e-3", NULL, "R", "the expert bias's step per iteration: +R for experts below the mean count of the "
+	  "global batch, -R above it" },
+	{ "--moe-router-force-load-balancing", FK_BOOL, F(moe_router_force_load_balancing), TR, 0,
+	  "mixture of experts", NULL, NULL, NULL, "benchmarking: route by random N(0,1) logits (the router's "
+	  "gradient passes straight through), as Megatron" },
+	{ "--moe-enable-deepep", FK_BOOL, F(moe_enable_deepep), TR, 0, "mixture of experts", NULL, NULL, NULL,
+	  "Megatron's deprecated DeepEP switch (needs --moe-token-dispatcher-type flex); megac's all-to-all "
+	  "exchange, the same numbers" },
+	{ "--moe-flex-dispatcher-backend", FK_STR, F(moe_flex_dispatcher_backend), TR, 0, "mixture of experts",
+	  "deepep", "deepep|hybridep|ncclep", "B", "the flex dispatcher's kernels in Megatron; megac's all-to-all "
+	  "exchange, the same numbers" },
 	{ "--moe-shared-expert-gate", FK_BOOL, F(moe_shared_expert_gate), TR, 0, "mixture of experts", NULL, NULL,
 	  NULL, "scale the shared expert's output by a sigmoid gate, sigmoid(x . w) per token (Qwen2-MoE)" },
 	{ "--moe-input-jitter-eps", FK_UNSUPPORTED, 0, TR, 0, "mixture of experts", NULL, NULL, "E",
@@ -821,8 +836,6 @@ const struct refused_value args_refused_values[] = {
 	{ "--moe-router-load-balancing-type", "aux_loss|seq_aux_loss|none",
 	  "global_aux_loss, sinkhorn and quantile balancing are not in megac yet" },
 	{ "--moe-router-score-function", "softmax|sigmoid", "the sqrtsoftplus router score is not in megac yet" },
-	{ "--moe-token-dispatcher-type", "allgather|alltoall",
-	  "the flex dispatcher (DeepEP/HybridEP) is not in megac yet; use alltoall (the same numbers)" },
 	{ "--megatron-fsdp-grad-comm-dtype", "fp32|auto",
 	  "megac sums Megatron-FSDP's gradients in fp32; a bf16 or fp16 reduction is not in megac yet" },
 	{ "--megatron-fsdp-main-grads-dtype", "fp32|auto",

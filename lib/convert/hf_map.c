@@ -40,6 +40,17 @@ const char *hf_arch_class(enum hf_arch arch)
 	return "?";
 }
 
+/* DeepSeek-V3's routing options, which neither Mixtral nor Qwen2-MoE has */
+static void deepseek_routing_why(const struct gpt_config *c, struct sbuf *why)
+{
+	if (c->router.group_topk > 0)
+		sbuf_addf(why, ", group-limited routing (--moe-router-group-topk)");
+	if (c->router.scale > 0 && c->router.scale != 1)
+		sbuf_addf(why, ", a top-k scaling factor (--moe-router-topk-scaling-factor)");
+	if (c->router.expert_bias)
+		sbuf_addf(why, ", an expert bias (--moe-router-enable-expert-bias)");
+}
+
 /* A MoE model as MixtralForCausalLM (docs/moe-spec.md section 7): every
  * layer MoE, softmax routing after the top-k (HF renormalises the top-k of
  * a softmax over all experts, which is the same), no shared expert. */
@@ -57,6 +68,7 @@ static int mixtral_ok(const struct gpt_config *c)
 		sbuf_addf(&why, ", sigmoid routing (--moe-router-score-function sigmoid)");
 	if (c->router.pre_softmax)
 		sbuf_addf(&why, ", the softmax before the top-k (--moe-router-pre-softmax)");
+	deepseek_routing_why(c, &why);
 	int rc = 0;
 	if (why.len)
 		rc = error("a mixture-of-experts model exports as MixtralForCausalLM, which has MoE in every layer, a "
@@ -90,6 +102,7 @@ static int qwen2_moe_ok(const struct gpt_config *c)
 		sbuf_addf(&why, ", a shared expert without its gate (--moe-shared-expert-gate)");
 	if (c->router.sigmoid)
 		sbuf_addf(&why, ", sigmoid routing (--moe-router-score-function sigmoid)");
+	deepseek_routing_why(c, &why);
 	if (c->qk_norm)
 		sbuf_addf(&why, ", q/k norms (--qk-layernorm)");
 	if (c->yarn)

@@ -65,6 +65,10 @@ static const struct {
 	{ "moe_router_score_function", "--moe-router-score-function", true, false },
 	{ "moe_expert_capacity_factor", "--moe-expert-capacity-factor", true, false },
 	{ "moe_token_drop_policy", "--moe-token-drop-policy", true, false },
+	{ "moe_router_num_groups", "--moe-router-num-groups", true, false },
+	{ "moe_router_group_topk", "--moe-router-group-topk", true, false },
+	{ "moe_router_topk_scaling_factor", "--moe-router-topk-scaling-factor", true, false },
+	{ "moe_router_enable_expert_bias", "--moe-router-enable-expert-bias", true, false },
 	{ "window_size", "--window-size", true, false },
 	{ "window_attn_skip_freq", "--window-attn-skip-freq", true, false },
 };

@@ -544,6 +544,10 @@ int gpt_init_pipe(struct gpt_model *m, const struct gpt_config *c, const struct 
 		}
 	}
 	register_params(m);
+	if (c->E > 0 && c->router.expert_bias) { /* host state beside the routing, not parameters */
+		m->moe.expert_bias = xcalloc((size_t)c->L * c->E, sizeof(float));
+		m->moe.tok_count = xcalloc((size_t)c->L * c->E, sizeof(double));
+	}
 	if (pipe->shards && !sv)
 		setup_shards(m, pipe->shards);
 	/* the weights this rank keeps: all, or its shard at FSDP level 3 */

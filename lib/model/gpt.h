@@ -233,6 +233,14 @@ struct gpt_moe_state {
 	double aux_scale;
 	double aux_sum, zsq_sum;
 	int calls;
+	/* --moe-router-enable-expert-bias: every MoE layer's bias [L][E] (fp32,
+	 * host, beside the routing; Megatron's router buffer expert_bias, in
+	 * the checkpoint), and the slots each expert kept in this iteration's
+	 * training forwards [L][E] (Megatron's local_tokens_per_expert), which
+	 * gpt_update_expert_bias sums over data parallelism and clears. NULL
+	 * without. */
+	float *expert_bias;
+	double *tok_count;
 	struct gpt_moe_acts **all; /* every MoE layer's activations, to free them */
 	size_t nall, cap_all;
 };
@@ -425,6 +433,18 @@ static inline bool gpt_layer_is_moe(const struct gpt_model *m, int l)
 /* Megatron Core's name of expert e's (global number) linear_fc1 or
  * linear_fc2 (fc 1 or 2) weight in MoE layer l. */
 void gpt_expert_param_name(char *out, size_t n, int l, int e, int fc);
+
+/* Megatron Core's name of MoE layer l's expert bias (a router buffer). */
+void gpt_expert_bias_name(char *out, size_t n, int l);
+
+/* Aux-loss-free load balancing, once per iteration after the backward
+ * passes (Megatron's finalize_model_grads): each of this rank's MoE
+ * layers' kept-slot counts summed over dp (the ranks that hold the same
+ * layers with other tokens; NULL: this rank alone), then each bias moved by
+ * the update rate towards balance; the counts cleared. Collective over dp.
+ * Nothing without --moe-router-enable-expert-bias. */
+struct dist_group;
+void gpt_update_expert_bias(struct gpt_model *m, struct dist_group *dp);
 
 /* What a kernel reads for parameter idx (NULL for idx < 0): an fp32
  * model's weights in place; a bf16/fp16 model's widened into view v, valid

@@ -121,6 +121,22 @@ int gpt_config_from_json(struct gpt_config *c, const char *json, const char *whe
 		const char *dp = json_string_value(json_object_get(o, "moe_token_drop_policy"));
 		c->router.drop_position = dp && !strcmp(dp, "position");
 		c->router_fp32 = json_is_string(json_object_get(o, "moe_router_dtype"));
+		/* DeepSeek-V3's routing, written only when on */
+		if (json_is_integer(v = json_object_get(o, "moe_router_group_topk")) && json_integer_value(v) > 0) {
+			c->router.group_topk = (int)json_integer_value(v);
+			rc |= get_int(o, "moe_router_num_groups", where, 1, &c->router.groups);
+			if (rc == 0 && (c->router.groups > c->E || c->E % c->router.groups ||
+					c->router.group_topk > c->router.groups || c->router.k < c->router.group_topk ||
+					c->router.k > c->router.group_topk * (c->E / c->router.groups)))
+				rc = error("%s: the group-limited routing (%d of %d groups) does not fit %d experts, top-%d",
+					   where, c->router.group_topk, c->router.groups, c->E, c->router.k);
+		}
+		if (json_is_number(v = json_object_get(o, "moe_router_topk_scaling_factor")))
+			c->router.scale = json_number_value(v);
+		c->router.expert_bias = json_is_true(json_object_get(o, "moe_router_enable_expert_bias"));
+		if (json_is_number(v = json_object_get(o, "moe_router_bias_update_rate")))
+			c->router.bias_rate = json_number_value(v);
+		c->router.force_balance = json_is_true(json_object_get(o, "moe_router_force_load_balancing"));
 	}
 	/* sliding-window attention: written only when on, as the command line spells it */
 	const char *ws = json_string_value(json_object_get(o, "window_size"));
@@ -283,6 +299,18 @@ char *gpt_config_to_json(const struct gpt_config *c, double rotary_percent)
 						c->router.lb == MOE_LB_SEQ_AUX ? "seq_aux_loss" : "aux_loss"));
 		json_object_set_new(o, "moe_token_drop_policy", json_string(c->router.drop_position ? "position" : "probs"));
 		json_object_set_new(o, "moe_router_dtype", c->router_fp32 ? json_string("fp32") : json_null());
+		if (c->router.group_topk > 0) {
+			json_object_set_new(o, "moe_router_num_groups", json_integer(c->router.groups));
+			json_object_set_new(o, "moe_router_group_topk", json_integer(c->router.group_topk));
+		}
+		if (c->router.scale > 0)
+			json_object_set_new(o, "moe_router_topk_scaling_factor", json_real(c->router.scale));
+		if (c->router.expert_bias) {
+			json_object_set_new(o, "moe_router_enable_expert_bias", json_true());
+			json_object_set_new(o, "moe_router_bias_update_rate", json_real(c->router.bias_rate));
+		}
+		if (c->router.force_balance)
+			json_object_set_new(o, "moe_router_force_load_balancing", json_true());
 		sbuf_release(&pat);
 	}
 	char *s = json_dumps(o, JSON_SORT_KEYS | JSON_INDENT(1));
@@ -358,6 +386,12 @@ static const struct diff_key diff_keys[] = {
 	{ "moe_aux_loss_coeff", "--moe-aux-loss-coeff", DIFF_WARN, NULL, NULL, NULL },
 	{ "moe_z_loss_coeff", "--moe-z-loss-coeff", DIFF_WARN, "null", NULL, NULL },
 	{ "moe_router_dtype", "--moe-router-dtype", DIFF_WARN, NULL, NULL, NULL },
+	{ "moe_router_num_groups", "--moe-router-num-groups", DIFF_MATH, "null", NULL, NULL },
+	{ "moe_router_group_topk", "--moe-router-group-topk", DIFF_MATH, "null", NULL, NULL },
+	{ "moe_router_topk_scaling_factor", "--moe-router-topk-scaling-factor", DIFF_MATH, "null", NULL, NULL },
+	{ "moe_router_enable_expert_bias", "--moe-router-enable-expert-bias", DIFF_MATH, "false", NULL, NULL },
+	{ "moe_router_bias_update_rate", "--moe-router-bias-update-rate", DIFF_WARN, "null", NULL, NULL },
+	{ "moe_router_force_load_balancing", "--moe-router-force-load-balancing", DIFF_WARN, "false", NULL, NULL },
 	{ "hidden_dropout", "--hidden-dropout", DIFF_WARN, NULL, NULL, NULL },
 	{ "attention_dropout", "--attention-dropout", DIFF_WARN, NULL, NULL, NULL },
 	{ "fp16", "--fp16", DIFF_WARN, "false", NULL, NULL },
@@ -515,6 +549,28 @@ int gpt_read_param(struct ckpt_reader *r, int file, const char *name, const stru
 	return ret;
 }
 
+int gpt_load_expert_bias(struct gpt_model *m, struct ckpt_reader *r, int file)
+{
+	if (!m->moe.expert_bias)
+		return 0;
+	int64_t shape[1] = { m->c.E };
+	for (int l = 0; l < m->c.L; l++) {
+		if (!gpt_layer_is_moe(m, l))
+			continue;
+		char name[PARAM_NAME_MAX];
+		gpt_expert_bias_name(name, sizeof(name), l);
+		int has = ckpt_has_tensor(r, file, name);
+		if (has < 0)
+			return -1;
+		if (!has)
+			return error("%s has no %s: it was saved without --moe-router-enable-expert-bias", ckpt_reader_dir(r),
+				     name);
+		if (ckpt_get_tensor(r, file, name, CKPT_F32, 1, shape, m->moe.expert_bias + (size_t)l * m->c.E) < 0)
+			return -1;
+	}
+	return 0;
+}
+
 int gpt_load_weights(struct gpt_model *m, struct ckpt_reader *r, int file)
 {
 	size_t most = 0;
@@ -529,5 +585,7 @@ int gpt_load_weights(struct gpt_model *m, struct ckpt_reader *r, int file)
 			gpt_set_param(m, i, host);
 	}
 	m->k->host_free(host);
+	if (!ret)
+		ret = gpt_load_expert_bias(m, r, file);
 	return ret < 0 ? -1 : 0;
 }

@@ -50,5 +50,8 @@ int gpt_read_param(struct ckpt_reader *r, int file, const char *name, const stru
  * name; then refresh the working copy. The model's memory is host memory
  * (the CPU backend). */
 int gpt_load_weights(struct gpt_model *m, struct ckpt_reader *r, int file);
+/* Each of m's MoE layers' expert bias (--moe-router-enable-expert-bias),
+ * which is no parameter; error() naming a missing one. 0 without. */
+int gpt_load_expert_bias(struct gpt_model *m, struct ckpt_reader *r, int file);
 
 #endif

@@ -102,9 +102,13 @@ int gpt_window_from_text(struct gpt_config *c, const char *size, const char *ski
  * the flag and -1 on an invalid combination. */
 int gpt_config_from_args(struct gpt_config *c, const struct args *a, int64_t vocab_size);
 
-/* --moe-layer-freq: an integer Q (layer i is MoE when i mod Q == 0) or a
- * list such as [1,0,1,0] of L entries. error() and -1 on bad text. */
+/* --moe-layer-freq: an integer Q (layer i is MoE when i mod Q == 0), or
+ * Megatron's list expression of L entries 0 or 1: a list such as
+ * [1,0,1,0], or lists joined by '+' and repeated by '*' with parentheses,
+ * such as ([0]*3+[1]*58). error() naming the position and -1 on bad text. */
 int gpt_moe_pattern(const char *spec, int64_t L, unsigned char *out);
+/* The same for another flag of the same form (named in errors). */
+int gpt_layer_pattern(const char *spec, int64_t L, unsigned char *out, const char *flag);
 
 /* Megatron's padded vocabulary (make_vocab_size_divisible_by x TP);
  * error() and -1 when it does not fit a C int. */

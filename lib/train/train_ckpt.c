@@ -257,6 +257,23 @@ static int stream_tensors(struct trainer *t, struct train_save *w, int file, con
 	return ret;
 }
 
+/* Each MoE layer's expert bias of this stage (the same on every rank: no
+ * gather), beside the parameters in the model file. */
+static int put_expert_bias(struct trainer *t, struct train_save *w, int file)
+{
+	struct gpt_model *m = &t->model;
+	int64_t shape[1] = { m->c.E };
+	int ret = 0;
+	for (int l = 0; m->moe.expert_bias && l < m->c.L && !ret; l++) {
+		char name[PARAM_NAME_MAX];
+		if (!gpt_layer_is_moe(m, l))
+			continue;
+		gpt_expert_bias_name(name, sizeof(name), l);
+		ret = put_global(w, file, NULL, name, 1, shape, m->moe.expert_bias + (size_t)l * m->c.E);
+	}
+	return ret;
+}
+
 /* A stage leader's writer: world rank 0 begins the transaction and tells
  * the other leaders its directory, which they join. *bad: this rank's own
  * failure (a leader told that rank 0 could not begin writes nothing, and is
@@ -321,10 +338,19 @@ static char *stage_names(const struct trainer *t)
 	for (int l = 0; t->dist.ep.size > 1 && l < m->c.L; l++) /* the other EP ranks' experts */
 		if (gpt_layer_is_moe(m, l))
 			len += 2 * (size_t)(m->c.E - m->par.El) * PARAM_NAME_MAX;
+	for (int l = 0; m->moe.expert_bias && l < m->c.L; l++)
+		len += gpt_layer_is_moe(m, l) ? PARAM_NAME_MAX + 1 : 0;
 	char *s = xmalloc(len + 1), *e = s;
 	for (int i = 0; i < reg->n; i++)
 		if (!(reg->p[i].flags & PARAM_SHARED))
 			e += sprintf(e, "%s\n", reg->p[i].name);
+	for (int l = 0; m->moe.expert_bias && l < m->c.L; l++) { /* '!': in the model file only */
+		char name[PARAM_NAME_MAX];
+		if (!gpt_layer_is_moe(m, l))
+			continue;
+		gpt_expert_bias_name(name, sizeof(name), l);
+		e += sprintf(e, "!%s\n", name);
+	}
 	for (int l = 0; t->dist.ep.size > 1 && l < m->c.L; l++)
 		for (int peer = 1; gpt_layer_is_moe(m, l) && peer < t->dist.ep.size; peer++)
 			for (int el = 0; el < m->par.El; el++)
@@ -362,8 +388,10 @@ static int link_stages(struct trainer *t, struct ckpt_writer *w, int mf, int of)
 			if (!e)
 				BUG("pipeline stage %d sent a bad list of checkpoint tensors", s);
 			*e = 0;
+			bool model_only = *n == '!'; /* a buffer (the expert bias): no optimizer state */
+			n += model_only;
 			ret = ckpt_put_external_link(w, mf, n, mname, n);
-			for (int g = 0; !ret && of >= 0 && g < 2; g++) {
+			for (int g = 0; !ret && !model_only && of >= 0 && g < 2; g++) {
 				char gn[PARAM_NAME_MAX + 32];
 				snprintf(gn, sizeof(gn), "%s/%s", g ? "exp_avg_sq" : "exp_avg", n);
 				ret = ckpt_put_external_link(w, of, gn, oname, gn);
@@ -632,6 +660,8 @@ int train_ckpt_save(struct trainer *t, bool async)
 		if (experts)
 			j->bad |= stream_experts(t, j, j->mf, NULL, local);
 		free(local);
+		if (assemble)
+			j->bad |= put_expert_bias(t, j, j->mf);
 	} else if (assemble || experts) {
 		float *local = t->k->host_alloc((total ? total : 1) * sizeof(float));
 		t->k->to_host(local, t->model.reg.data, total * sizeof(float));
@@ -640,6 +670,8 @@ int train_ckpt_save(struct trainer *t, bool async)
 		if (experts)
 			j->bad |= stream_experts(t, j, j->mf, NULL, local);
 		t->k->host_free(local);
+		if (assemble)
+			j->bad |= put_expert_bias(t, j, j->mf);
 	}
 	const char *groups[2] = { "exp_avg", "exp_avg_sq" };
 	for (int s = 0; optim && s < 2; s++) {
@@ -794,6 +826,8 @@ static int get_model(struct ckpt_reader *r, int file, struct trainer *t)
 	int ret = get_tensors(r, file, t, NULL, local);
 	if (!ret)
 		gpt_set_weights(&t->model, local);
+	if (!ret)
+		ret = gpt_load_expert_bias(&t->model, r, file);
 	/* a 16-bit model's, or the offloaded part's copy of an fp32 model's */
 	for (int i = 0; !ret && i < t->nparts; i++)
 		adam_set_state(&t->part[i].opt, ADAM_MAIN, local);

@@ -572,6 +572,10 @@ static int setup(struct trainer *t, const struct args *a)
 		     "%s; %d data-parallel rank(s), %lld micro-batches of %lld per rank per iteration",
 		     t->cfg.L, t->cfg.h, t->cfg.a, t->cfg.g, t->cfg.k, t->cfg.f, t->cfg.swiglu ? " (SwiGLU)" : "",
 		     experts, t->cfg.Vp, params, t->dist.dp.size, (long long)t->num_micro, (long long)t->mbs);
+		if (t->cfg.E > 0 && a->moe_token_dispatcher_type && !strcmp(a->moe_token_dispatcher_type, "flex"))
+			info("--moe-token-dispatcher-type flex (%s backend): megac's all-to-all exchange of the routed rows, "
+			     "the same numbers as Megatron's", a->moe_enable_deepep ? "deepep" :
+			     a->moe_flex_dispatcher_backend ? a->moe_flex_dispatcher_backend : "deepep");
 	}
 	return 0;
 }

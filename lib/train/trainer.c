@@ -702,6 +702,9 @@ int trainer_run(struct trainer *t)
 				settle_save(t, true, true);
 			return -1;
 		}
+		/* Megatron's finalize_model_grads: the expert bias from this
+		 * iteration's counts, whether or not the step was skipped */
+		gpt_update_expert_bias(&t->model, t->gdp);
 		t->iteration++;
 		dist_watchdog_progress(&t->dist);
 		if (settle_save(t, false, false) < 0)

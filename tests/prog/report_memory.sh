@@ -168,6 +168,13 @@ measured "MoE with a capacity factor, PP2" 2 $T $LL $MOE --pipeline-model-parall
 # buffers start at the balanced share and grow with the imbalance)
 measured "MoE with expert parallelism, EP2 x DP2, distributed optimizer" 4 $T $LL $MOE --expert-model-parallel-size 2 \
 	--use-distributed-optimizer --moe-expert-capacity-factor 1.5
+# DeepSeek-V3's routing flags (an expression for the layer pattern, group-limited
+# sigmoid routing, the expert bias, the flex dispatcher) change no memory term
+measured "DeepSeek-V3 routing, EP2" 2 $T $LL $MOE --moe-layer-freq '([0]*1+[1]*3)' --moe-router-score-function sigmoid \
+	--moe-router-num-groups 2 --moe-router-group-topk 1 --moe-router-topk-scaling-factor 2.5 \
+	--moe-router-enable-expert-bias --moe-router-bias-update-rate 1e-3 --moe-token-dispatcher-type flex \
+	--moe-flex-dispatcher-backend hybridep --moe-router-dtype fp32 --expert-model-parallel-size 2 \
+	--moe-expert-capacity-factor 1.5
 
 # --device cuda on the emulated device (make emu: the CUDA backend's own
 # kernels and allocator, no GPU needed): train's "max allocated" (its pool,

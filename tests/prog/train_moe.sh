@@ -229,8 +229,13 @@ expect_fail "loading a checkpoint into a model without its shared expert is refu
 	$BIN/train $(echo "$ARGS" | sed 's/--moe-shared-expert-intermediate-size 32//') --train-iters 8 --load "$W/ck"
 expect_fail "MoE with linear biases is refused" "--disable-bias-linear" \
 	$BIN/train $(echo "$ARGS" | sed 's/--disable-bias-linear//') --train-iters 1
-expect_fail "group-limited routing is refused by name" "--moe-router-num-groups" \
-	$BIN/train $ARGS --train-iters 1 --moe-router-num-groups 2
+expect_fail "group-limited routing needs the number of groups (Megatron's rule)" \
+	"--moe-router-group-topk needs --moe-router-num-groups" $BIN/train $ARGS --train-iters 1 --moe-router-group-topk 1
+expect_fail "the expert bias needs sigmoid scores (Megatron's rule)" \
+	"--moe-router-enable-expert-bias needs --moe-router-score-function sigmoid" \
+	$BIN/train $ARGS --train-iters 1 --moe-router-enable-expert-bias
+expect_fail "DeepEP needs the flex dispatcher (Megatron's rule)" \
+	"--moe-enable-deepep needs --moe-token-dispatcher-type flex" $BIN/train $ARGS --train-iters 1 --moe-enable-deepep
 expect_fail "top-1 softmax without pre-softmax is refused (Megatron's rule)" "--moe-router-pre-softmax" \
 	$BIN/train $ARGS --train-iters 1 --moe-router-topk 1
 expect_fail "padding without a capacity factor is refused" "needs --moe-expert-capacity-factor" \

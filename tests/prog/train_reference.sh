@@ -11,11 +11,15 @@
 # numbers. A Qwen2-MoE-shaped model (QKV bias, a shared expert with its
 # sigmoid gate, softmax over all experts before the top-2, a dense layer
 # between two MoE ones) matches the reference over 6 iterations (rtol 1e-4),
-# and recompute, TP2 with SP and EP2 give its one-rank numbers. Two RoPE
-# variants match the reference over 6 iterations on one rank and under TP2:
-# YaRN (--position-embedding-type yarn, its correction range inside the
-# rotated channels, a concentration factor from --mscale/--mscale-all-dim)
-# with interleaved pairs, and --rotary-interleaved on its own with Llama 3.x
+# and recompute, TP2 with SP and EP2 give its one-rank numbers. A DeepSeek-V3-style
+# one (sigmoid top-k with an expert bias, group-limited routing, a scaling
+# factor, a shared expert, an expression for --moe-layer-freq) matches the
+# reference over 6 iterations, TP2 with SP and EP2 give its numbers, and a
+# resume carries its expert bias bit for bit. Two RoPE variants match the
+# reference over 6 iterations on one rank and under TP2: YaRN
+# (--position-embedding-type yarn, its correction range inside the rotated
+# channels, a concentration factor from --mscale/--mscale-all-dim) with
+# interleaved pairs, and --rotary-interleaved on its own with Llama 3.x
 # scaling, half the channels rotated and q/k norms. Also: model.h5 names and
 # shapes as h5py sees them, and the reference's own self-test.
 . tests/prog_lib.sh
@@ -193,6 +197,105 @@ for par in "--tensor-model-parallel-size 2 --sequence-parallel" "--expert-model-
 		show "$W/cmp.log"
 	fi
 done
+
+# DeepSeek-V3-style routing: sigmoid scores normalised over the top-2 and
+# scaled by 2.5, 8 experts in 2 groups of which each token's come from the
+# better one (group-topk 1), an expert bias moved by 0.01 per iteration from
+# the global batch's counts (aux-loss-free balancing) beside a small
+# seq_aux_loss, a shared expert, and --moe-layer-freq as a Python expression
+# with a dense first layer
+DFREQ='([0]*1+[1]*2)'
+DSV3="$LLAMA --num-layers 3 --num-experts 8 --moe-router-topk 2 --moe-router-score-function sigmoid"
+DSV3="$DSV3 --moe-router-enable-expert-bias --moe-router-bias-update-rate 0.01 --moe-router-num-groups 2"
+DSV3="$DSV3 --moe-router-group-topk 1 --moe-router-topk-scaling-factor 2.5 --moe-ffn-hidden-size 32"
+DSV3="$DSV3 --moe-shared-expert-intermediate-size 48 --moe-router-load-balancing-type seq_aux_loss"
+DSV3="$DSV3 --moe-aux-loss-coeff 0.001"
+D=$W/dsv3
+setup "deepseek-v3 routing: --train-iters 0 --save writes the initial model" \
+	$BIN/train $DSV3 --moe-layer-freq "$DFREQ" $COMMON --train-iters 0 --save "$D/init" --data-cache-path "$D/cache"
+expect_ok "deepseek-v3 routing: 6 iterations" $BIN/train $DSV3 --moe-layer-freq "$DFREQ" $COMMON --train-iters 6 \
+	--data-cache-path "$D/cache" --metrics-file "$D/ours.jsonl"
+setup "deepseek-v3 routing: the PyTorch reference from the same model.h5 and index caches" \
+	sh -c "$PY tests/prog/py/torch_ref.py $DSV3 --moe-layer-freq '$DFREQ' $COMMON --train-iters 6 \
+	--data-cache-path $D/cache --ref-model $D/init/iter_0000000/model.h5 >$D/ref.jsonl"
+export RTOL=1e-4
+compare_ref "deepseek-v3 routing: lm loss, grad norm, lr and seq_load_balancing_loss match the reference (rtol 1e-4)" \
+	"$D/ours.jsonl" "$D/ref.jsonl" 6
+unset RTOL
+for par in "--tensor-model-parallel-size 2 --sequence-parallel" "--expert-model-parallel-size 2"; do
+	tag=$(echo "$par" | tr -dc 'a-z0-9')
+	expect_ok "deepseek-v3 routing: $par, 6 iterations" sh -c "$MPI -np 2 $BIN/train $DSV3 --moe-layer-freq '$DFREQ' \
+		$COMMON --train-iters 6 $par --make-vocab-size-divisible-by 64 --data-cache-path $D/cache \
+		--metrics-file $D/$tag.jsonl >$D/$tag.log"
+	if $PY tests/prog/py/compare_metrics.py same "$D/ours.jsonl" "$D/$tag.jsonl" 6 >"$W/cmp.log" 2>&1; then
+		ok "deepseek-v3 routing: $par equals one rank (the bias's counts summed over the batch): $(cat "$W/cmp.log")"
+	else
+		notok "deepseek-v3 routing: $par against one rank"
+		show "$W/cmp.log"
+	fi
+done
+# the expert bias is router state in the checkpoint: 3 + resume 3 is the straight run bit for bit
+expect_ok "deepseek-v3 routing: 3 iterations, save" $BIN/train $DSV3 --moe-layer-freq "$DFREQ" $COMMON \
+	--train-iters 6 --save "$D/ck" --save-interval 3 --exit-interval 3 --data-cache-path "$D/cache"
+expect_ok "deepseek-v3 routing: resume to 6" $BIN/train $DSV3 --moe-layer-freq "$DFREQ" $COMMON --train-iters 6 \
+	--load "$D/ck" --data-cache-path "$D/cache" --metrics-file "$D/resumed.jsonl"
+if RTOL=0 $PY tests/prog/py/compare_metrics.py tail "$D/ours.jsonl" "$D/resumed.jsonl" 4 6 >"$W/cmp.log" 2>&1 &&
+	$PY - "$D/ck/iter_0000003/model.h5" >"$W/h5d.log" 2>&1 <<'EOF'; then
+import h5py, sys
+f = h5py.File(sys.argv[1], "r")
+assert "decoder.layers.0.mlp.router.expert_bias" not in f  # the dense first layer
+for l in (1, 2):
+    b = f["decoder.layers.%d.mlp.router.expert_bias" % l]
+    assert b.shape == (8,) and b.dtype == "float32", (b.shape, b.dtype)
+    steps = b[()] / 0.01  # three steps of -1, 0 or +1 times the rate
+    assert abs(steps - steps.round()).max() < 1e-4 and abs(steps).max() <= 3 and abs(steps).max() > 0, steps
+EOF
+	ok "deepseek-v3 routing: the resumed run equals the straight one bit for bit; model.h5 holds each MoE layer's mlp.router.expert_bias [8] ($(cat "$W/cmp.log"))"
+else
+	notok "deepseek-v3 routing: resume with the expert bias"
+	show "$W/cmp.log"
+	show "$W/h5d.log"
+fi
+
+# the served model routes with the checkpoint's bias: megac's forward from
+# the iteration-3 checkpoint (tests/tools/megac_logits, the loader
+# text_gen_server uses) against the reference's forward with the same bias
+if $PY - "$D/ids.npy" <<'EOF' >"$W/ids.log" 2>&1 &&
+import numpy as np, sys
+np.save(sys.argv[1], (np.arange(1, 33, dtype=np.int64) * 1543 % 50000).reshape(1, 32))
+EOF
+	$MEGAC_BUILD/tools/megac_logits "$D/ck" "$D/ids.npy" "$D/logits.npy" >"$W/lg.log" 2>&1 &&
+	$PY - "$D/ck/iter_0000003/model.h5" "$D/ids.npy" "$D/logits.npy" $DSV3 --moe-layer-freq "$DFREQ" $COMMON \
+		>"$W/lg.log" 2>&1 <<'EOF'; then
+import sys
+import numpy as np
+import torch
+sys.path.insert(0, "tests/prog/py")
+import torch_ref as R
+model, ids, ours = sys.argv[1:4]
+c = R.model_config(R.parse_args(sys.argv[4:] + ["--train-iters", "1"]), 50304)
+P, _ = R.load_model(model, c, torch.float32)
+assert sorted(c.ebias) == ["decoder.layers.1.mlp.", "decoder.layers.2.mlp."]
+tok = torch.from_numpy(np.load(ids))
+S = tok.shape[1]
+batch = {"tokens": tok, "position_ids": torch.arange(S)[None],
+         "attention_mask": torch.triu(torch.ones(S, S, dtype=torch.bool), 1)[None]}
+ours = np.load(ours)
+with torch.no_grad():
+    ref = R.gpt_forward(P, c, batch, logits_only=True)[..., :ours.shape[-1]].numpy()
+    for k in c.ebias:  # a loader that dropped the bias would give these
+        c.ebias[k] = torch.zeros_like(c.ebias[k])
+    nob = R.gpt_forward(P, c, batch, logits_only=True)[..., :ours.shape[-1]].numpy()
+d, dn = np.abs(ours - ref).max(), np.abs(ours - nob).max()
+print("max |logit difference| %.2g (%.2g without the bias)" % (d, dn))
+assert d < 1e-4 < dn, (d, dn)
+EOF
+	ok "deepseek-v3 routing: the checkpoint's forward (the serving loader) routes with its bias: $(tail -n 1 "$W/lg.log")"
+else
+	notok "deepseek-v3 routing: the checkpoint's forward against the reference"
+	show "$W/ids.log"
+	show "$W/lg.log"
+fi
 
 # model.h5 as h5py sees it: Megatron Core names, global shapes, nothing else
 if $PY - "$W/llama/init/iter_0000000/model.h5" >"$W/h5.log" 2>&1 <<'EOF'; then

@@ -201,7 +201,7 @@ static void test_megatron_choices(void)
 	struct args a;
 	struct test_capture c;
 	char *argv[] = { "train", "--position-embedding-type", "mrope", "--tokenizer-type", "BertWordPieceCase",
-			 "--moe-token-dispatcher-type", "flex", "--fp8-format", "hybrid", NULL };
+			 "--moe-router-score-function", "sqrtsoftplus", "--fp8-format", "hybrid", NULL };
 	test_capture_begin(&c, 2);
 	int r = args_parse(&a, &train_p, 9, argv);
 	char *msg = test_capture_end(&c);
@@ -209,7 +209,7 @@ static void test_megatron_choices(void)
 	CHECK(msg && strstr(msg, "--position-embedding-type mrope: megac has learned absolute positions, RoPE and "
 				 "YaRN"));
 	CHECK(msg && strstr(msg, "--tokenizer-type BertWordPieceCase: megac's tokenizers are"));
-	CHECK(msg && strstr(msg, "--moe-token-dispatcher-type flex: the flex dispatcher"));
+	CHECK(msg && strstr(msg, "--moe-router-score-function sqrtsoftplus: the sqrtsoftplus router score"));
 	CHECK(msg && strstr(msg, "--fp8-format is a Megatron flag that megac does not support"));
 	CHECK(msg && !strstr(msg, "invalid choice"));
 	refused = msg != NULL;

@@ -7,6 +7,9 @@
  * the program against Megatron's code on 81 configurations.
  */
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "base/error.h"
 #include "base/size.h"
@@ -196,6 +199,94 @@ static void test_moe_layer_freq(void)
 	CHECK_INT(gpt_moe_pattern("[1,1,1,1]x", 4, p), -1);
 }
 
+/* The pattern of `spec` for L layers as a string of 0/1, or the error
+ * message (which must name the flag) with rc -1. */
+static int pattern_of(const char *spec, int L, char *out, size_t n)
+{
+	unsigned char p[64];
+	struct test_capture cap;
+	test_capture_begin(&cap, 2);
+	int rc = gpt_moe_pattern(spec, L, p);
+	char *msg = test_capture_end(&cap);
+	if (rc == 0) {
+		for (int i = 0; i < L && i + 1 < (int)n; i++)
+			out[i] = (char)('0' + p[i]);
+		out[L < (int)n ? L : (int)n - 1] = 0;
+	} else {
+		snprintf(out, n, "%s", msg);
+		CHECK(strstr(msg, "--moe-layer-freq") != NULL);
+	}
+	free(msg);
+	return rc;
+}
+
+/* Megatron's expressions (what Python's eval gives for them), and the
+ * errors: the position of what is wrong */
+static void test_moe_layer_freq_expr(void)
+{
+	static const struct { const char *spec; int L; const char *want; } good[] = {
+		{ "([0]*3+[1]*5)", 8, "00011111" },         /* DeepSeek-V3's form */
+		{ "[0]*1+[1]*3", 4, "0111" },
+		{ "([1]*3+[0]*1)*2", 8, "11101110" },        /* Megatron's help example */
+		{ "2*[1,0]", 4, "1010" },                    /* int times list */
+		{ "[1]*(1+1)+[0]*2*1", 4, "1100" },          /* '*' before '+', left to right */
+		{ "[0,1,]*2", 4, "0101" },                   /* a trailing comma */
+		{ "[1*1,0+0,(1),0*5]", 4, "1010" },          /* entries are expressions */
+		{ "((([1])))*4", 4, "1111" },
+		{ "[1]*0+[0,1]", 2, "01" },
+		{ "[00,1]", 2, "01" },                       /* Python reads 00 as 0 */
+		{ "[]+[1,1,1]", 3, "111" },
+		{ "(1+1)*[1]", 2, "11" },
+		{ " ( [0] + [1] * 2 ) ", 3, "011" },         /* spaces (Megatron's check refuses them) */
+	};
+	char out[256];
+	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+		int rc = pattern_of(good[i].spec, good[i].L, out, sizeof(out));
+		CHECK_INT(rc, 0);
+		if (rc == 0)
+			CHECK_STR(out, good[i].want);
+	}
+	static const struct { const char *spec; int L; const char *msg; } bad[] = {
+		{ "([0]*3+[1]*5", 8, "expected ')' at position 13" },
+		{ "[0]*3+[1]*4", 8, "gives 7 entries; --num-layers is 8" },
+		{ "[0]*3+1", 4, "a list plus an integer at position 6" },
+		{ "1+[1]", 2, "a list plus an integer at position 2" },
+		{ "[0]*[1]", 1, "a list times a list at position 4" },
+		{ "[0]**2", 2, "'**'" },
+		{ "[[1],[0]]", 2, "a list inside a list (entries are 0 or 1) at position 2" },
+		{ "[1,2]", 2, "entry 1 is 2; entries are 0 or 1" },
+		{ "[1]*2-[1]", 1, "unexpected text (only digits, ',', '[', ']', '(', ')', '+' and '*') at position 6" },
+		{ "([1],[0])", 2, "a tuple" },
+		{ "[1]*(2,)", 2, "a tuple" },
+		{ "[1][0]", 1, "indexing" },
+		{ "([1]*2)[0]", 2, "indexing" },
+		{ "[01]", 1, "leading zero at position 2" },
+		{ "[1,,0]", 2, "expected an integer, '[' or '(' at position 4" },
+		{ "[1,0", 2, "expected ',' or ']' at position 5" },
+		{ "[1]*", 1, "the text ends" },
+		{ "2*([1]", 1, "expected ')' at position 7" },
+		{ "[1]*99999999", 1, "an integer too large" },
+		{ "[1]*9999*9999", 1, "longer than any model" },
+		{ "[1,0]*x", 2, "at position 7" },
+		{ "[1]*(2*0)+2", 2, "a list plus an integer" },
+		{ "(2)*(3)+[1]", 7, "a list plus an integer" },
+		{ "([2]*2)", 2, "entry 0 is 2" },
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		int rc = pattern_of(bad[i].spec, bad[i].L, out, sizeof(out));
+		CHECK_INT(rc, -1);
+		if (!strstr(out, bad[i].msg)) {
+			fprintf(stderr, "  %s: wanted \"%s\" in: %s", bad[i].spec, bad[i].msg, out);
+			CHECK(false);
+		}
+	}
+	/* no '[': an integer, as Megatron's int(x) */
+	CHECK_INT(pattern_of(" 2 ", 4, out, sizeof(out)), 0);
+	CHECK_STR(out, "1010");
+	CHECK_INT(pattern_of("(2)", 4, out, sizeof(out)), -1);
+	CHECK_INT(pattern_of("1+1", 4, out, sizeof(out)), -1);
+}
+
 /* --gpu-memory sizes: decimal and binary units, any case, plain bytes */
 static void test_advise_sizes(void)
 {
@@ -228,6 +319,7 @@ int main(void)
 	RUN(test_tiny_moe);
 	RUN(test_printed_lines);
 	RUN(test_moe_layer_freq);
+	RUN(test_moe_layer_freq_expr);
 	RUN(test_advise_sizes);
 	return test_summary();
 }

@@ -3,12 +3,18 @@
  * examples of docs/moe-spec.md (computed there with Megatron's own routing
  * functions): weights for post-softmax, pre-softmax and sigmoid scoring,
  * the load-balancing and z losses, dropping under both policies, the row
- * order; and backward against central finite differences of the whole
- * objective (the weights' share plus the injected losses).
+ * order; DeepSeek-V3's options (group-limited routing, the expert bias, the
+ * top-k scaling factor, the bias update, force-load-balancing's logits) on
+ * examples where each changes the outcome, with the expected values
+ * computed here from their formulas; and backward against central finite
+ * differences of the whole objective (the weights' share plus the injected
+ * losses).
  */
 #include "test.h"
 
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "model/moe/router.h"
 
@@ -103,16 +109,16 @@ static void test_example_dropping(void)
 /* The objective backward differentiates: sum over kept slots of w * prob,
  * plus scale * (aux_coeff * aux + z_coeff * zsq). */
 static double objective(struct moe_route *r, const struct moe_router_cfg *c, const float *z, int N, int S,
-			const float *w, double scale)
+			const float *w, double scale, const float *bias)
 {
-	moe_route_forward(r, c, z, N, S);
+	moe_route_forward_biased(r, c, z, bias, N, S);
 	double o = 0;
 	for (int i = 0; i < N * c->k; i++)
 		o += (double)w[i] * r->probs[i];
 	return o + scale * (c->aux_coeff * r->aux + (c->z_coeff > 0 ? c->z_coeff * r->zsq : 0));
 }
 
-static void gradcheck(struct moe_router_cfg c, const char *what)
+static void gradcheck_biased(struct moe_router_cfg c, const char *what, const float *bias)
 {
 	enum { N = 12, S = 4 };
 	int E = c.E;
@@ -126,15 +132,15 @@ static void gradcheck(struct moe_router_cfg c, const char *what)
 		w[i] = 0.3f + 0.1f * (float)(i % 7);
 	struct moe_route r = { 0 };
 	double scale = 0.7;
-	moe_route_forward(&r, &c, z, N, S);
+	moe_route_forward_biased(&r, &c, z, bias, N, S);
 	moe_route_backward(&r, &c, z, w, S, scale, dz);
 	double worst = 0, gmax = 0;
 	for (int i = 0; i < N * E; i++) {
 		float z0 = z[i], eps = 1e-3f;
 		z[i] = z0 + eps;
-		double lp = objective(&r, &c, z, N, S, w, scale);
+		double lp = objective(&r, &c, z, N, S, w, scale, bias);
 		z[i] = z0 - eps;
-		double lm = objective(&r, &c, z, N, S, w, scale);
+		double lm = objective(&r, &c, z, N, S, w, scale, bias);
 		z[i] = z0;
 		double fd = (lp - lm) / (2.0 * eps);
 		worst = fmax(worst, fabs(fd - dz[i]));
@@ -145,6 +151,11 @@ static void gradcheck(struct moe_router_cfg c, const char *what)
 	CHECK(worst <= 1e-3 * gmax);
 	CHECK(gmax > 0);
 	moe_route_free(&r);
+}
+
+static void gradcheck(struct moe_router_cfg c, const char *what)
+{
+	gradcheck_biased(c, what, NULL);
 }
 
 static void test_backward(void)
@@ -164,6 +175,19 @@ static void test_backward(void)
 	gradcheck(c, "seq_aux_loss, top-3");
 	c.capacity = 1.0; /* drops slots: their weights leave the objective */
 	gradcheck(c, "capacity 1.0");
+	/* DeepSeek-V3's: groups, a scaling factor, an expert bias (the aux
+	 * loss's own top-k differs from the chosen experts) */
+	static const float bias[8] = { 0.3f, -0.2f, 0.1f, 0, -0.1f, 0.2f, 0, 0.05f };
+	struct moe_router_cfg d = { .E = 8, .k = 2, .sigmoid = true, .lb = MOE_LB_SEQ_AUX, .aux_coeff = 0.1,
+				    .groups = 4, .group_topk = 2, .scale = 2.5, .expert_bias = true };
+	gradcheck_biased(d, "sigmoid, 2 of 4 groups, bias, scale 2.5, seq_aux_loss", bias);
+	d.sigmoid = false;
+	d.expert_bias = false;
+	d.lb = MOE_LB_AUX;
+	gradcheck(d, "softmax, 2 of 4 groups, scale 2.5");
+	d.pre_softmax = true;
+	d.group_topk = 1;
+	gradcheck(d, "pre-softmax, 1 of 4 groups, scale 2.5");
 }
 
 /* Capacity per sequence shard (TP with SP: Megatron's router sees each
@@ -209,11 +233,98 @@ static void test_shard_capacity(void)
 	}
 }
 
+/* DeepSeek-V3's routing on worked examples, each chosen so that the option
+ * changes the choice: z = [3, -1, 2, 1.5], experts in 2 groups {0,1} {2,3} */
+static void test_deepseek_routing(void)
+{
+	static const float z[4] = { 3, -1, 2, 1.5f };
+	struct moe_router_cfg c = { .E = 4, .k = 2, .lb = MOE_LB_NONE };
+	struct moe_route r = { 0 };
+	/* plain top-2: {0, 2} */
+	moe_route_forward(&r, &c, z, 1, 1);
+	CHECK_INT(r.idx[0], 0);
+	CHECK_INT(r.idx[1], 2);
+	/* groups by the sum of their top-2 logits: {0,1} 2, {2,3} 3.5: experts 2, 3,
+	 * weighted softmax([2, 1.5]) */
+	c.groups = 2;
+	c.group_topk = 1;
+	moe_route_forward(&r, &c, z, 1, 1);
+	CHECK_INT(r.idx[0], 2);
+	CHECK_INT(r.idx[1], 3);
+	CHECK(near(r.probs[0], 1 / (1 + exp(-0.5)), 1e-6));
+	CHECK(near(r.probs[1], 1 / (1 + exp(0.5)), 1e-6));
+	/* the aux loss counts the plain top-k */
+	CHECK_INT(r.aux_idx[0], 0);
+	CHECK_INT(r.aux_idx[1], 2);
+	/* pre-softmax groups sum probabilities: e^3 + e^-1 > e^2 + e^1.5, experts 0, 1 */
+	c.pre_softmax = true;
+	moe_route_forward(&r, &c, z, 1, 1);
+	double Z = exp(3) + exp(-1) + exp(2) + exp(1.5);
+	CHECK_INT(r.idx[0], 0);
+	CHECK_INT(r.idx[1], 1);
+	CHECK(near(r.probs[0], exp(3) / Z, 1e-6));
+	CHECK(near(r.probs[1], exp(-1) / Z, 1e-6));
+	/* both groups: the plain top-2 again */
+	c.group_topk = 2;
+	moe_route_forward(&r, &c, z, 1, 1);
+	CHECK_INT(r.idx[0], 0);
+	CHECK_INT(r.idx[1], 2);
+	/* sigmoid with an expert bias: it chooses, the unbiased scores weigh;
+	 * then the scaling factor */
+	static const float zs[4] = { 0, 0.1f, 0.2f, 0.3f };
+	static const float bias[4] = { 0.5f, 0, 0, 0 };
+	struct moe_router_cfg s = { .E = 4, .k = 2, .sigmoid = true, .lb = MOE_LB_AUX, .aux_coeff = 0.01,
+				    .expert_bias = true };
+	moe_route_forward_biased(&r, &s, zs, bias, 1, 1);
+	double s0 = 0.5, s3 = 1 / (1 + exp(-0.3f));
+	CHECK_INT(r.idx[0], 0);
+	CHECK_INT(r.idx[1], 3);
+	CHECK(near(r.probs[0], s0 / (s0 + s3), 1e-6));
+	CHECK(near(r.probs[1], s3 / (s0 + s3), 1e-6));
+	CHECK_INT(r.aux_idx[0], 3);
+	CHECK_INT(r.aux_idx[1], 2);
+	s.scale = 2.5;
+	moe_route_forward_biased(&r, &s, zs, bias, 1, 1);
+	CHECK(near(r.probs[0], 2.5 * s0 / (s0 + s3), 1e-6));
+	CHECK(near(r.probs[1], 2.5 * s3 / (s0 + s3), 1e-6));
+	/* no bias: the plain sigmoid top-2 {3, 2} */
+	moe_route_forward_biased(&r, &s, zs, NULL, 1, 1);
+	CHECK_INT(r.idx[0], 3);
+	CHECK_INT(r.idx[1], 2);
+	moe_route_free(&r);
+
+	/* the update: sign(mean - count) * rate, mean 2 */
+	float b[4] = { 0.25f, 0, 0, -0.125f };
+	double cnt[4] = { 4, 2, 2, 0 };
+	moe_update_expert_bias(b, cnt, 4, 1e-3);
+	CHECK(b[0] == 0.25f - 1e-3f);
+	CHECK(b[1] == 0 && b[2] == 0);
+	CHECK(b[3] == -0.125f + 1e-3f);
+
+	/* the random logits of force-load-balancing: a pure function of the key, about N(0, 1) */
+	enum { M = 4096 };
+	float *x = malloc(M * sizeof(float)), *y = malloc(M * sizeof(float));
+	moe_random_logits(x, M / 8, 8, 42);
+	moe_random_logits(y, M / 8, 8, 42);
+	double m = 0, v = 0;
+	for (int i = 0; i < M; i++)
+		m += x[i] / M;
+	for (int i = 0; i < M; i++)
+		v += (x[i] - m) * (x[i] - m) / M;
+	CHECK(memcmp(x, y, M * sizeof(float)) == 0);
+	CHECK(fabs(m) < 0.1 && fabs(v - 1) < 0.1);
+	moe_random_logits(y, M / 8, 8, 43);
+	CHECK(memcmp(x, y, M * sizeof(float)) != 0);
+	free(x);
+	free(y);
+}
+
 int main(void)
 {
 	RUN(test_example_weights);
 	RUN(test_example_dropping);
 	RUN(test_backward);
 	RUN(test_shard_capacity);
+	RUN(test_deepseek_routing);
 	return test_summary();
 }

@@ -17,6 +17,11 @@
  * the sigmoid runs on the host (N values, beside the router's), and the
  * scaling is moe_combine with one row per token.
  *
+ * With --moe-router-enable-expert-bias each layer's bias (host, fp32)
+ * goes to the router with the logits, training forwards add the slots each
+ * expert kept to the iteration's counts, and gpt_update_expert_bias turns
+ * the counts of the global batch into the next bias once per iteration.
+ *
  * Experts split over TP as the dense MLP does; with expert parallelism
  * this rank registers only its own experts, under their global numbers, so
  * checkpoints do not depend on the split.
@@ -33,6 +38,27 @@
 void gpt_expert_param_name(char *out, size_t n, int l, int e, int fc)
 {
 	snprintf(out, n, "decoder.layers.%d.mlp.experts.local_experts.%d.linear_fc%d.weight", l, e, fc);
+}
+
+void gpt_expert_bias_name(char *out, size_t n, int l)
+{
+	snprintf(out, n, "decoder.layers.%d.mlp.router.expert_bias", l);
+}
+
+void gpt_update_expert_bias(struct gpt_model *m, struct dist_group *dp)
+{
+	struct gpt_moe_state *S = &m->moe;
+	int E = m->c.E, L = m->c.L;
+	if (!S->expert_bias)
+		return;
+	/* every layer's counts in one sum (the layers a rank lacks count 0) */
+	if (dp && dp->size > 1)
+		dist_allreduce_sum_f64(dp, S->tok_count, (size_t)L * E);
+	for (int l = 0; l < L; l++)
+		if (gpt_layer_is_moe(m, l))
+			moe_update_expert_bias(S->expert_bias + (size_t)l * E, S->tok_count + (size_t)l * E, E,
+					       m->c.router.bias_rate);
+	memset(S->tok_count, 0, (size_t)L * E * sizeof(*S->tok_count));
 }
 
 void moe_register(struct gpt_model *m, int l)
@@ -201,6 +227,8 @@ void moe_free(struct gpt_model *m)
 	free(S->dz_host);
 	free(S->gd_host);
 	free(S->cnt_all);
+	free(S->expert_bias);
+	free(S->tok_count);
 }
 
 /* The router, the rows to their experts and the experts' MLPs: every
@@ -220,12 +248,19 @@ static void route_and_experts(struct gpt_model *m, const struct gpt_pass *P, int
 	else
 		linear_fwd(m, M->z, x, p->router_w, -1, N, h, E);
 	k->to_host(M->z_host, M->z, (size_t)N * E * sizeof(float));
+	if (c->router.force_balance) /* Megatron's RandomSTE: random logits, the gradient passes to the real ones */
+		moe_random_logits(M->z_host, N, E, P->sl->drop_seed ^ (0x5eedull << 32) ^ ((uint64_t)l << 20) ^
+							   (uint64_t)m->par.ep_rank);
 	struct moe_route *r = &M->route;
-	moe_route_forward(r, &c->router, M->z_host, N, P->T);
+	const float *bias = S->expert_bias ? S->expert_bias + (size_t)l * E : NULL;
+	moe_route_forward_biased(r, &c->router, M->z_host, bias, N, P->T);
 	if (P->stats) {
 		S->aux_sum += r->aux;
 		S->zsq_sum += r->zsq;
 		S->calls++;
+		/* the expert bias's counts: the slots kept, of training forwards only */
+		for (int e = 0; S->tok_count && e < E; e++)
+			S->tok_count[(size_t)l * E + e] += r->exp_off[e + 1] - r->exp_off[e];
 	}
 	int R = r->R;
 	k->to_device(M->row_tok, r->row_tok, (size_t)R * sizeof(int32_t));

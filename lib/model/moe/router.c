@@ -1,6 +1,13 @@
 /*
  * router.c - see router.h. Scores, weights and losses are computed
  * in double and stored as float (Megatron computes the routing in fp32).
+ *
+ * Choosing the experts (Megatron's topk_routing_with_score_function): by
+ * the logits (softmax after the top-k; the same order as the scores), by
+ * the softmax over all experts (pre-softmax), or by the sigmoid scores plus
+ * the expert bias. With groups, the experts form `groups` equal runs; a
+ * group scores the sum of its top k/group_topk choosing scores, the
+ * group_topk best groups are kept, and the top-k come from those.
  */
 #include "model/moe/router.h"
 
@@ -27,6 +34,7 @@ int moe_route_capacity(const struct moe_router_cfg *c, int N)
 
 void moe_route_free(struct moe_route *r)
 {
+	free(r->aux_idx);
 	free(r->idx);
 	free(r->probs);
 	free(r->kept);
@@ -46,6 +54,7 @@ static void route_alloc(struct moe_route *r, int N, int E, int k)
 	moe_route_free(r);
 	size_t nk = (size_t)N * k;
 	r->idx = xmalloc(nk * sizeof(*r->idx));
+	r->aux_idx = xmalloc(nk * sizeof(*r->aux_idx));
 	r->probs = xmalloc(nk * sizeof(*r->probs));
 	r->kept = xmalloc(nk);
 	r->row_tok = xmalloc(nk * sizeof(*r->row_tok));
@@ -76,6 +85,65 @@ static void topk(const float *z, int E, int k, int32_t *idx)
 	}
 }
 
+/* The k largest of s[0..E) where allow[e] (NULL: all), ties to the lower
+ * index. */
+static void topk_d(const double *s, const uint8_t *allow, int E, int k, int32_t *idx)
+{
+	for (int j = 0; j < k; j++) {
+		int best = -1;
+		for (int e = 0; e < E; e++) {
+			bool taken = allow && !allow[e];
+			for (int i = 0; i < j && !taken; i++)
+				taken = idx[i] == e;
+			if (!taken && (best < 0 || s[e] > s[best]))
+				best = e;
+		}
+		idx[j] = best;
+	}
+}
+
+static double sigmoid(double x);
+
+/* One token's choice with a bias or groups: the choosing scores (see the
+ * top), then the group limit. w: scratch of 2E + 2 doubles + E bytes. */
+static void choose(const struct moe_router_cfg *c, const float *z, const float *bias, int32_t *idx, double *w)
+{
+	int E = c->E, k = c->k;
+	double *s = w, *gs = w + E;
+	uint8_t *allow = (uint8_t *)(gs + E + 2);
+	if (c->sigmoid) {
+		for (int e = 0; e < E; e++) /* fp32 scores plus the fp32 bias, as Megatron adds them */
+			s[e] = (double)((float)sigmoid(z[e]) + (bias ? bias[e] : 0.0f));
+	} else if (c->pre_softmax) {
+		double mx = z[0], sum = 0;
+		for (int e = 1; e < E; e++)
+			mx = z[e] > mx ? z[e] : mx;
+		for (int e = 0; e < E; e++)
+			sum += s[e] = exp((double)z[e] - mx);
+		for (int e = 0; e < E; e++)
+			s[e] /= sum;
+	} else {
+		for (int e = 0; e < E; e++)
+			s[e] = z[e];
+	}
+	if (c->group_topk <= 0) {
+		topk_d(s, NULL, E, k, idx);
+		return;
+	}
+	int G = c->groups, per = E / G, kk = k / c->group_topk;
+	for (int g = 0; g < G; g++) {
+		topk_d(s + (size_t)g * per, NULL, per, kk, idx); /* idx as scratch: it is written last */
+		gs[g] = 0;
+		for (int j = 0; j < kk; j++)
+			gs[g] += s[(size_t)g * per + idx[j]];
+	}
+	topk_d(gs, NULL, G, c->group_topk, idx);
+	memset(allow, 0, (size_t)E);
+	for (int j = 0; j < c->group_topk; j++)
+		memset(allow + (size_t)idx[j] * per, 1, (size_t)per);
+	topk_d(s, allow, E, k, idx);
+}
+
 static double lse_of(const float *z, int E)
 {
 	double mx = z[0], sum = 0;
@@ -95,6 +163,9 @@ static double sigmoid(double x)
 static void slot_probs(const struct moe_router_cfg *c, const float *z, const int32_t *idx, double *p)
 {
 	int k = c->k;
+	double mx = z[idx[0]];
+	for (int s = 1; s < k; s++) /* the largest chosen logit (with groups not always the first) */
+		mx = z[idx[s]] > mx ? z[idx[s]] : mx;
 	if (c->sigmoid) {
 		double sum = 0;
 		for (int s = 0; s < k; s++)
@@ -107,7 +178,7 @@ static void slot_probs(const struct moe_router_cfg *c, const float *z, const int
 		for (int s = 0; s < k; s++)
 			p[s] = exp((double)z[idx[s]] - l);
 	} else {
-		double mx = z[idx[0]], sum = 0; /* idx[0] holds the largest */
+		double sum = 0;
 		for (int s = 0; s < k; s++)
 			sum += p[s] = exp((double)z[idx[s]] - mx);
 		for (int s = 0; s < k; s++)
@@ -145,7 +216,7 @@ static void group_stats(const struct moe_router_cfg *c, const struct moe_route *
 		cnt[e] = P[e] = 0;
 	for (int t = t0; t < t1; t++) {
 		for (int s = 0; s < c->k; s++)
-			cnt[r->idx[(size_t)t * c->k + s]] += 1;
+			cnt[r->aux_idx[(size_t)t * c->k + s]] += 1;
 		aux_scores(c, z + (size_t)t * c->E, q);
 		for (int e = 0; e < c->E; e++)
 			P[e] += q[e];
@@ -173,19 +244,36 @@ static int by_order(const void *a, const void *b)
 
 void moe_route_forward(struct moe_route *r, const struct moe_router_cfg *c, const float *z, int N, int seq_len)
 {
+	moe_route_forward_biased(r, c, z, NULL, N, seq_len);
+}
+
+void moe_route_forward_biased(struct moe_route *r, const struct moe_router_cfg *c, const float *z,
+			      const float *bias, int N, int seq_len)
+{
 	int E = c->E, k = c->k;
 	if (k < 1 || k > E || N < 0 || (seq_len > 0 && N % seq_len))
 		BUG("moe route: %d tokens, %d experts, top-%d, sequences of %d", N, E, k, seq_len);
+	if (c->group_topk > 0 && (c->groups < 1 || E % c->groups || c->group_topk > c->groups ||
+				  k < c->group_topk || k > c->group_topk * (E / c->groups)))
+		BUG("moe route: top-%d of %d experts in the best %d of %d groups", k, E, c->group_topk, c->groups);
 	route_alloc(r, N > 0 ? N : 1, E, k);
 	r->N = N;
-	double *p = xmalloc(((size_t)k + 3 * (size_t)E) * sizeof(double)), *cnt = p + k, *P = cnt + E, *q = P + E;
+	bool plain = c->group_topk <= 0 && !(bias && c->sigmoid); /* Megatron applies the bias to sigmoid only */
+	double *p = xmalloc(((size_t)k + 6 * (size_t)E + 2) * sizeof(double)), *cnt = p + k, *P = cnt + E, *q = P + E;
+	double *w = q + E;
 	double zsq = 0;
 	for (int t = 0; t < N; t++) {
 		const float *zt = z + (size_t)t * E;
 		int32_t *it = r->idx + (size_t)t * k;
-		topk(zt, E, k, it);
+		topk(zt, E, k, r->aux_idx + (size_t)t * k);
+		if (plain)
+			memcpy(it, r->aux_idx + (size_t)t * k, (size_t)k * sizeof(*it));
+		else
+			choose(c, zt, c->sigmoid ? bias : NULL, it, w);
 		slot_probs(c, zt, it, p);
 		for (int s = 0; s < k; s++) {
+			if (c->scale > 0) /* --moe-router-topk-scaling-factor, after any normalisation */
+				p[s] = (double)((float)p[s] * (float)c->scale);
 			r->probs[(size_t)t * k + s] = (float)p[s];
 			r->kept[(size_t)t * k + s] = 1;
 		}
@@ -284,8 +372,8 @@ void moe_route_backward(const struct moe_route *r, const struct moe_router_cfg *
 		for (int e = 0; e < E; e++)
 			acc[e] = 0;
 		slot_probs(c, zt, it, p);
-		for (int s = 0; s < k; s++)
-			dp[s] = r->kept[(size_t)t * k + s] ? dprobs[(size_t)t * k + s] : 0.0;
+		for (int s = 0; s < k; s++) /* the weights are the scores times the scaling factor */
+			dp[s] = r->kept[(size_t)t * k + s] ? dprobs[(size_t)t * k + s] * (c->scale > 0 ? c->scale : 1.0) : 0.0;
 		if (c->sigmoid) {
 			double sum = 0, dot = 0, sg[64];
 			for (int s = 0; s < k; s++)
@@ -358,4 +446,36 @@ void moe_route_backward(const struct moe_route *r, const struct moe_router_cfg *
 	}
 	free(acc);
 	free(p);
+}
+
+void moe_update_expert_bias(float *bias, const double *cnt, int E, double rate)
+{
+	/* fp32 as Megatron: the counts are whole numbers, the mean their fp32 sum over E */
+	float sum = 0;
+	for (int e = 0; e < E; e++)
+		sum += (float)cnt[e];
+	float mean = sum / (float)E, step = (float)rate;
+	for (int e = 0; e < E; e++) {
+		float off = mean - (float)cnt[e];
+		float sgn = off > 0 ? 1.0f : off < 0 ? -1.0f : 0.0f;
+		bias[e] = bias[e] + sgn * step;
+	}
+}
+
+/* splitmix64: a counter-based generator, so a value depends only on its key */
+static uint64_t mix64(uint64_t x)
+{
+	x += 0x9e3779b97f4a7c15ull;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+void moe_random_logits(float *z, int N, int E, uint64_t seed)
+{
+	for (size_t i = 0; i < (size_t)N * E; i++) {
+		uint64_t a = mix64(seed ^ mix64(2 * i)), b = mix64(seed ^ mix64(2 * i + 1));
+		double u1 = ((double)(a >> 11) + 1.0) / 9007199254740993.0, u2 = (double)(b >> 11) / 9007199254740992.0;
+		z[i] = (float)(sqrt(-2.0 * log(u1)) * cos(2.0 * 3.14159265358979323846 * u2));
+	}
 }

@@ -44,12 +44,22 @@ struct moe_router_cfg {
 	int shards;        /* the capacity applies to each of this many equal sequence shards
 			    * (tensor parallelism with SP: Megatron routes each rank's
 			    * shard on its own); 0 or 1: to all tokens at once */
+	int groups, group_topk; /* --moe-router-num-groups, --moe-router-group-topk: choose the
+				 * group_topk best of `groups` equal groups of experts first
+				 * (0: no group limit) */
+	double scale;      /* --moe-router-topk-scaling-factor (0: none) */
+	bool expert_bias;  /* --moe-router-enable-expert-bias (sigmoid): a per-expert bias added
+			    * to the scores for choosing the experts only */
+	double bias_rate;  /* --moe-router-bias-update-rate */
+	bool force_balance; /* --moe-router-force-load-balancing: random N(0,1) logits */
 };
 
 struct moe_route {
 	int N, E, k, R;          /* tokens, experts, slots, rows kept */
 	int cap;                 /* tokens an expert takes (N when dropless) */
 	int32_t *idx;            /* [N*k] expert of each slot, best first */
+	int32_t *aux_idx;        /* [N*k] the plain top-k of the scores the load-balancing loss
+				  * counts (Megatron's: no bias, no groups); idx when the same */
 	float *probs;            /* [N*k] its weight (0 when dropped) */
 	uint8_t *kept;           /* [N*k] */
 	int32_t *row_tok, *row_slot; /* [R] */
@@ -74,6 +84,20 @@ int moe_route_capacity_total(const struct moe_router_cfg *c, int N);
  * of seq_aux_loss; N is a multiple of it). Reuses r's memory when it is
  * large enough. */
 void moe_route_forward(struct moe_route *r, const struct moe_router_cfg *c, const float *z, int N, int seq_len);
+/* The same with c->expert_bias: bias[E] (fp32, as Megatron keeps it) is
+ * added to the sigmoid scores to choose the experts; the weights are the
+ * unbiased scores of the chosen ones. bias NULL: none. */
+void moe_route_forward_biased(struct moe_route *r, const struct moe_router_cfg *c, const float *z,
+			      const float *bias, int N, int seq_len);
+
+/* Aux-loss-free load balancing (Megatron's get_updated_expert_bias), once
+ * per iteration: cnt[E] the slots each expert kept over the global batch;
+ * bias[e] += rate if e got fewer than the mean, -= rate if more, in fp32. */
+void moe_update_expert_bias(float *bias, const double *cnt, int E, double rate);
+
+/* Force-load-balancing's logits: N(0, 1) values keyed by (seed, token,
+ * expert), the same on a recompute. */
+void moe_random_logits(float *z, int N, int E, uint64_t seed);
 
 /* dz[N, E] (overwritten) from dprobs[N*k] (the gradient of each slot's
  * weight; dropped slots' are ignored) plus `scale` times the gradient of the

@@ -47,12 +47,18 @@ Semantics worth knowing:
   (the global batch's micro-batches are the same contiguous blocks of mbs samples).
 
 Mixture of experts (moe-spec.md §1-§6, one rank, Megatron's flag names): --num-experts E,
---moe-layer-freq N (an integer only: layer i is MoE iff i % N == 0), --moe-ffn-hidden-size,
+--moe-layer-freq N or a list expression (Megatron's: checked against its characters, then
+Python's eval), --moe-ffn-hidden-size,
 --moe-router-topk, --moe-router-score-function softmax|sigmoid, --moe-router-pre-softmax,
 --moe-router-load-balancing-type aux_loss|seq_aux_loss|none (one type, one coefficient),
 --moe-aux-loss-coeff, --moe-z-loss-coeff, --moe-expert-capacity-factor,
 --moe-token-drop-policy probs|position, --moe-pad-expert-input-to-capacity,
 --moe-shared-expert-intermediate-size; --disable-bias-linear is required with experts.
+DeepSeek-V3's routing: --moe-router-num-groups/--moe-router-group-topk (group-limited top-k),
+--moe-router-topk-scaling-factor, --moe-router-enable-expert-bias with
+--moe-router-bias-update-rate (the bias is read from the model file, added to the sigmoid
+scores only to choose, and after every iteration moved by sign(mean - count) * rate from the
+kept slots per expert of the iteration's training forwards).
 - Tokens of a router call are megac's micro-batch flattened batch-major, t = b*S + s
   (Megatron: sequence-major); this decides which tokens the position policy keeps (the
   earliest; ties in either policy go to the earlier token) and the seq_aux_loss sequences
@@ -69,6 +75,7 @@ import glob
 import json
 import math
 import os
+import re
 import sys
 import tempfile
 
@@ -150,6 +157,11 @@ def build_parser():
     str2bool_flag(p, "--moe-pad-expert-input-to-capacity")
     a("--moe-shared-expert-intermediate-size", type=int)
     str2bool_flag(p, "--moe-shared-expert-gate")
+    a("--moe-router-num-groups", type=int)
+    a("--moe-router-group-topk", type=int)
+    a("--moe-router-topk-scaling-factor", type=float)
+    str2bool_flag(p, "--moe-router-enable-expert-bias")
+    a("--moe-router-bias-update-rate", type=float, default=1e-3)
     # training
     a("--micro-batch-size", type=int)
     a("--global-batch-size", type=int)
@@ -214,8 +226,7 @@ REFUSED = {
     "--finetune", "--pretrained-checkpoint", "--padded-vocab-size", "--no-pad-vocab-size",
     "--init-method-xavier-uniform", "--sft", "--apply-query-key-layer-scaling",
     "--embedding-multiplier",
-    "--moe-input-jitter-eps", "--moe-router-topk-scaling-factor",
-    "--moe-router-num-groups", "--moe-router-group-topk", "--moe-router-enable-expert-bias",
+    "--moe-input-jitter-eps", "--moe-router-force-load-balancing",
     "--moe-router-dtype", "--moe-apply-probs-on-input",
 }
 
@@ -317,13 +328,19 @@ def moe_config(args, c):
         if args.moe_ffn_hidden_size is not None:
             die("--moe-ffn-hidden-size needs --num-experts")
         return
-    try:
-        c.moe_freq = int(args.moe_layer_freq)
-    except ValueError:
-        die("--moe-layer-freq: only an integer N is implemented (layer i is MoE iff i %% N == 0), not %r"
-            % args.moe_layer_freq)
-    if c.moe_freq <= 0:
-        die("--moe-layer-freq must be positive")
+    f = args.moe_layer_freq
+    if "[" in f:  # Megatron's moe_freq_type: only these characters, then Python's eval
+        if re.search(r"[^,\d\[\]\(\)\+\*]", f):
+            die("--moe-layer-freq: invalid pattern %r" % f)
+        c.moe_pattern = eval(f)
+        if not isinstance(c.moe_pattern, list) or len(c.moe_pattern) != c.L or \
+                any(v not in (0, 1) for v in c.moe_pattern):
+            die("--moe-layer-freq %r: not a list of --num-layers entries 0 or 1" % f)
+    else:
+        q = int(f)
+        if q <= 0:
+            die("--moe-layer-freq must be positive")
+        c.moe_pattern = [1 if n % q == 0 else 0 for n in range(c.L)]
     c.fm = args.moe_ffn_hidden_size if args.moe_ffn_hidden_size is not None else c.f
     c.topk = args.moe_router_topk
     if not 1 <= c.topk <= c.E:
@@ -356,6 +373,20 @@ def moe_config(args, c):
         die("--moe-shared-expert-intermediate-size must be positive")
     # the shared expert's sigmoid gate (Megatron: none without a shared expert)
     c.sgate = bool(args.moe_shared_expert_gate) and c.fs is not None
+    # DeepSeek-V3's routing (TransformerConfig's checks)
+    c.group_topk = args.moe_router_group_topk or 0
+    c.groups = args.moe_router_num_groups
+    if c.group_topk:
+        if not c.groups or c.E % c.groups or c.group_topk > c.groups:
+            die("bad --moe-router-num-groups / --moe-router-group-topk")
+    c.scale = args.moe_router_topk_scaling_factor
+    c.ebias = None  # per MoE layer's "decoder.layers.N.mlp.": its expert bias, from the model file
+    c.bias_rate = args.moe_router_bias_update_rate
+    if args.moe_router_enable_expert_bias:
+        if c.score != "sigmoid":
+            die("--moe-router-enable-expert-bias needs sigmoid scores")
+        c.ebias = {}
+    c.counts = {}
     if c.bias:
         # Megatron allows biases with expert-TP 1; megac refuses them for now, and so do we
         die("MoE with linear biases is not implemented: pass --disable-bias-linear")
@@ -363,7 +394,7 @@ def moe_config(args, c):
 
 def is_moe(c, n):
     """Layer n (0-based, global) is a MoE layer."""
-    return bool(c.E) and n % c.moe_freq == 0
+    return bool(c.E) and c.moe_pattern[n] == 1
 
 
 # --------------------------------------------------------------------------- indexed dataset
@@ -767,19 +798,42 @@ def mlp(x, P, pre, c):
 MOE_LOG_NAMES = ("load_balancing_loss", "seq_load_balancing_loss", "z_loss")
 
 
-def moe_scores(z, c):
+def choose(s, c):
+    """The k experts of each token by the choosing scores s [T, E]: the plain top-k, or with
+    group-limited routing the top-k of the group_topk groups (equal runs of E/groups experts)
+    whose top-(k/group_topk) scores sum highest."""
+    k = c.topk
+    if c.group_topk:
+        T = s.shape[0]
+        per = c.E // c.groups
+        gsum = s.detach().view(T, c.groups, per).topk(k // c.group_topk, dim=-1)[0].sum(-1)
+        best = gsum.topk(c.group_topk, dim=-1)[1]
+        allowed = torch.zeros(T, c.groups, dtype=torch.bool).scatter(1, best, True)
+        allowed = allowed.repeat_interleave(per, dim=1)
+        s = s.detach().masked_fill(~allowed, float("-inf"))
+    return torch.topk(s.detach(), k, dim=-1)[1]
+
+
+def moe_scores(z, c, ebias=None):
     """(probs [T, E], routing map [T, E] bool) from the router logits z [T, E]: the k chosen
-    columns hold the token's weights, the others 0 (moe-spec.md §2)."""
+    columns hold the token's weights, the others 0 (moe-spec.md §2). ebias [E]: the expert
+    bias, added to the sigmoid scores to choose only."""
     k = c.topk
     if c.score == "softmax" and not c.pre_softmax:
-        top, idx = torch.topk(z, k, dim=-1)
-        w = torch.softmax(top, dim=-1)                  # over the k chosen logits: sums to 1
+        idx = choose(z, c)
+        w = torch.softmax(z.gather(1, idx), dim=-1)     # over the k chosen logits: sums to 1
     elif c.score == "softmax":
-        w, idx = torch.topk(torch.softmax(z, dim=-1), k, dim=-1)  # not renormalised
+        sc = torch.softmax(z, dim=-1)
+        idx = choose(sc, c)
+        w = sc.gather(1, idx)                           # not renormalised
     else:
-        w, idx = torch.topk(torch.sigmoid(z), k, dim=-1)
+        sg = torch.sigmoid(z)
+        idx = choose(sg if ebias is None else sg + ebias.to(sg.dtype), c)
+        w = sg.gather(1, idx)
         if k > 1:
             w = w / (w.sum(-1, keepdim=True) + 1e-20)
+    if c.scale:
+        w = w * c.scale
     probs = torch.zeros_like(z).scatter(1, idx, w)
     rmap = torch.zeros(z.shape, dtype=torch.bool).scatter(1, idx, True)
     return probs, rmap
@@ -825,7 +879,7 @@ def switch_aux(scores, amap, c):
     return torch.sum(scores.sum(0) * counts) * (c.E / (c.topk * N * N))
 
 
-def moe_router(z, c, B):
+def moe_router(z, c, B, ebias=None):
     """The router after its logits z [T, E], T = B*S tokens of B samples: (probs, map) after
     token dropping, the auxiliary objective (the z-loss and the load-balancing loss with their
     coefficients; the caller scales it by 1/num_microbatches, as Megatron's MoEAuxLossAutoScaler
@@ -838,7 +892,7 @@ def moe_router(z, c, B):
         zl = torch.logsumexp(z, dim=-1).pow(2).mean()
         extra = extra + c.z_coeff * zl
         log["z_loss"] = float(zl) if c.z_coeff != 0 else float("nan")  # Megatron logs 0/0
-    probs, rmap = moe_scores(z, c)
+    probs, rmap = moe_scores(z, c, ebias)
     if c.cf is not None:
         keep = moe_keep(probs, rmap, c, B)
         # (capacity > T with padding: Megatron's dispatcher fails; here nothing is dropped)
@@ -879,7 +933,10 @@ def moe_layer(x, P, pre, c, moe_log=None):
     B, S, h = x.shape
     xt = x.reshape(B * S, h)  # t = b*S + s
     z = F.linear(xt, P[pre + "router.weight"])
-    probs, rmap, extra, log = moe_router(z, c, B)
+    ebias = c.ebias[pre] if c.ebias is not None else None
+    probs, rmap, extra, log = moe_router(z, c, B, ebias)
+    if ebias is not None and torch.is_grad_enabled():  # training forwards count the kept slots
+        c.counts[pre] = c.counts.get(pre, 0) + rmap.sum(0).to(torch.float32)
     out = torch.zeros_like(xt)
     for j in range(c.E):  # expert by expert, each adding its rows in token order (Megatron's combine)
         rows = torch.nonzero(rmap[:, j]).squeeze(1)
@@ -911,9 +968,10 @@ def moe_report(logs):
     return out
 
 
-def gpt_forward(P, c, batch, attention_fn=attention, mlp_fn=mlp, moe_log=None):
-    """Per-token cross-entropy [b, s] over the full padded vocabulary. MoE layers append
-    their attached auxiliary objective and logged values to moe_log."""
+def gpt_forward(P, c, batch, attention_fn=attention, mlp_fn=mlp, moe_log=None, logits_only=False):
+    """Per-token cross-entropy [b, s] over the full padded vocabulary (logits_only: the
+    logits [b, s, V] instead). MoE layers append their attached auxiliary objective and
+    logged values to moe_log."""
     tokens = batch["tokens"]
     x = F.embedding(tokens, P["embedding.word_embeddings.weight"])
     if c.pos == "learned_absolute":
@@ -944,6 +1002,8 @@ def gpt_forward(P, c, batch, attention_fn=attention, mlp_fn=mlp, moe_log=None):
     x = norm(x, P["decoder.final_layernorm.weight"], P.get("decoder.final_layernorm.bias"), c)
     w_out = P["output_layer.weight"] if c.untie else P["embedding.word_embeddings.weight"]
     logits = F.linear(x, w_out)
+    if logits_only:
+        return logits
     V = logits.shape[-1]
     return F.cross_entropy(logits.reshape(-1, V), batch["labels"].reshape(-1), reduction="none").view(tokens.shape)
 
@@ -1065,8 +1125,15 @@ def load_model(path, c, dtype):
     shapes = param_shapes(c)
     want = dict(shapes)
     P = {}
+    buffers = ["decoder.layers.%d.mlp.router.expert_bias" % n for n in range(c.L)
+               if c.E and c.ebias is not None and is_moe(c, n)]
     with h5py.File(path, "r") as f:
         have = set(k for k in f.keys() if not k.endswith("_extra_state"))
+        for n in buffers:  # the expert bias: router state, not a parameter
+            if n not in have:
+                die("%s has no %s" % (path, n))
+            c.ebias[n[:-len("router.expert_bias")]] = torch.from_numpy(np.asarray(f[n]).astype(np.float32))
+            have.discard(n)
         missing = [n for n in want if n not in have]
         extra = sorted(have - set(want))
         if missing or extra:
@@ -1174,6 +1241,11 @@ def train(args):
         moe_log = []
         _, lsum, ntok = step_objective(P, c, mbs_list, moe_log=moe_log)
         lm_loss = lsum / ntok if ntok > 0 else float("nan")
+        if c.E and c.ebias is not None:  # aux-loss-free balancing, once per iteration, in fp32
+            for pre, cnt in c.counts.items():
+                mean = cnt.sum() / c.E
+                c.ebias[pre] = c.ebias[pre] + torch.sign(mean - cnt) * torch.tensor(c.bias_rate, dtype=torch.float32)
+            c.counts = {}
         gn = grad_norm(P, names)
         if args.dump_grads and it == 0:
             os.makedirs(args.dump_grads, exist_ok=True)
