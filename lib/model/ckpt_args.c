@@ -58,6 +58,13 @@ static const struct {
 	{ "moe_expert_capacity_factor", "--moe-expert-capacity-factor", true, false },
 	{ "moe_token_drop_policy", "--moe-token-drop-policy", true, false },
 	{ "window_size", "--window-size", true, false },
+	{ "multi_latent_attention", "--multi-latent-attention", true, false },
+	{ "q_lora_rank", "--q-lora-rank", true, false },
+	{ "kv_lora_rank", "--kv-lora-rank", true, false },
+	{ "qk_head_dim", "--qk-head-dim", true, false },
+	{ "qk_pos_emb_head_dim", "--qk-pos-emb-head-dim", true, false },
+	{ "v_head_dim", "--v-head-dim", true, false },
+	{ "rope_type", "--rope-type", true, false },
 	{ "window_attn_skip_freq", "--window-attn-skip-freq", true, false },
 };
 

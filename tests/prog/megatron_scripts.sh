@@ -187,13 +187,13 @@ run_script mixtral "" \
 
 # ---- DeepSeek-V3 with Megatron-FSDP (examples/megatron_fsdp): 61 layers of 7168, 256
 # experts -> 2 of 64, 8 experts; EP8 -> 1 rank; its Hugging Face tokenizer -> mock data.
-# Its model (MLA, MTP, expert bias, group-limited routing) is not in megac yet: the
-# second run is left out, the first must name every missing piece.
+# Its model (MLA's YaRN RoPE, MTP, expert bias, group-limited routing) is not in megac
+# yet: the second run is left out, the first must name every missing piece.
 NOEFFECT="" SECOND=0
-run_script deepseek_v3 "--multi-latent-attention --moe-token-dispatcher-type=flex \
+run_script deepseek_v3 "--moe-token-dispatcher-type=flex \
 --moe-router-group-topk --moe-router-num-groups --moe-router-topk-scaling-factor --moe-router-enable-expert-bias \
---moe-router-bias-update-rate --moe-router-force-load-balancing --q-lora-rank --kv-lora-rank --qk-head-dim \
---qk-pos-emb-head-dim --v-head-dim --rotary-scaling-factor --mscale --mscale-all-dim --mtp-num-layers \
+--moe-router-bias-update-rate --moe-router-force-load-balancing \
+--rotary-scaling-factor --mscale --mscale-all-dim --mtp-num-layers \
 --mtp-loss-scaling-factor --recompute-modules=mla_up_proj --auto-detect-ckpt-format --ckpt-format=fsdp_dtensor \
 --megatron-fsdp-grad-comm-dtype=bf16 --megatron-fsdp-main-grads-dtype=bf16" \
 	--distributed-timeout-minutes 60 --tensor-model-parallel-size 1 --expert-model-parallel-size 1 \
