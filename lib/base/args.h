@@ -344,6 +344,7 @@ struct args {
 	int64_t qk_head_dim;
 	int64_t qk_pos_emb_head_dim;
 	int64_t v_head_dim;
+	char *rope_type;                /* --rope-type: NULL (Megatron's default: yarn with MLA), rope, yarn */
 	int64_t mtp_num_layers;        /* -1: none */
 
 	/* bookkeeping: which table rows were given on the command line */

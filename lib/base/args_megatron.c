@@ -95,7 +95,8 @@ static const char why_rope_variant[] =
 static const char why_mamba_hybrid[] =
 	"Mamba and hybrid models are not in megac yet";
 static const char why_multi_latent[] =
-	"multi-latent attention is not in megac's train yet (report_memory takes it)";
+	"caching multi-latent attention's latents is an inference-engine option; megac's server does not "
+	"serve multi-latent attention yet";
 static const char why_multi_token2[] =
 	"multi-token prediction is not in megac's train yet (report_memory takes it)";
 static const char why_encoder_bert[] =
@@ -410,7 +411,6 @@ const struct megatron_flag megatron_flags[] = {
 	{ "--moe-paged-stash-buffer-size-factor-cuda", MF_REFUSED, 1, why_activation_offload },
 	{ "--moe-paged-stash-buffer-size-factor-cpu", MF_REFUSED, 1, why_activation_offload },
 	{ "--fine-grained-offloading-max-inflight-offloads", MF_REFUSED, 1, why_activation_offload },
-	{ "--multi-latent-attention", MF_REFUSED, 0, why_multi_latent },
 	{ "--mtp-num-layers", MF_REFUSED, 1, why_multi_token2 },
 	/* ---- network size ---- */
 	{ "--encoder-num-layers", MF_REFUSED, 1, why_encoder_bert },
@@ -473,7 +473,6 @@ const struct megatron_flag megatron_flags[] = {
 	{ "--checkpoint-activations", MF_REFUSED, 0, why_removed_from3 },
 	{ "--no-bias-swiglu-fusion", MF_NO_EFFECT, 0, why_selects_fused2 },
 	{ "--no-rope-fusion", MF_NO_EFFECT, 0, why_selects_fused2 },
-	{ "--rope-type", MF_REFUSED, 1, why_rope_variant },
 	{ "--optimizer-cuda-graph", MF_NO_EFFECT, 0, why_cuda_graphs },
 	{ "--use-torch-optimizer-for-cpu-offload", MF_NO_EFFECT, 0, why_optimizer_offload },
 	{ "--overlap-cpu-optimizer-d2h-h2d", MF_NO_EFFECT, 0, why_optimizer_offload },
@@ -738,11 +737,6 @@ const struct megatron_flag megatron_flags[] = {
 	/* ---- mla ---- */
 	{ "--cache-mla-latents", MF_REFUSED, 0, why_multi_latent },
 	{ "--mla-down-proj-fusion", MF_NO_EFFECT, 0, why_selects_fused2 },
-	{ "--q-lora-rank", MF_REFUSED, 1, why_multi_latent },
-	{ "--kv-lora-rank", MF_REFUSED, 1, why_multi_latent },
-	{ "--qk-head-dim", MF_REFUSED, 1, why_multi_latent },
-	{ "--qk-pos-emb-head-dim", MF_REFUSED, 1, why_multi_latent },
-	{ "--v-head-dim", MF_REFUSED, 1, why_multi_latent },
 	/* ---- experimental_attention_variant ---- */
 	{ "--linear-attention-freq", MF_REFUSED, 1, why_attention_variant },
 	/* ---- heterogeneous architecture ---- */

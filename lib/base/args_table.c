@@ -791,16 +791,18 @@ const struct flag_def args_table[] = {
 	  "per-layer MoE logging is not implemented yet" },
 	{ "--expert-tensor-parallel-size", FK_INT, F(expert_tensor_parallel_size), TR, 0, "distributed", "-1",
 	  NULL, "N", "tensor-parallel size of the experts (default --tensor-model-parallel-size)" },
-	{ "--multi-latent-attention", FK_BOOL, F(multi_latent_attention), MEM, 0, "model", NULL, NULL, NULL,
+	{ "--multi-latent-attention", FK_BOOL, F(multi_latent_attention), TR, 0, "model", NULL, NULL, NULL,
 	  "multi-latent attention (DeepSeek's MLA)" },
-	{ "--q-lora-rank", FK_INT, F(q_lora_rank), MEM, 0, "model", "-1", NULL, "R",
+	{ "--q-lora-rank", FK_INT, F(q_lora_rank), TR, 0, "model", "-1", NULL, "R",
 	  "MLA query low-rank size (default: no query compression)" },
-	{ "--kv-lora-rank", FK_INT, F(kv_lora_rank), MEM, 0, "model", "32", NULL, "R", "MLA key/value low-rank size" },
-	{ "--qk-head-dim", FK_INT, F(qk_head_dim), MEM, 0, "model", "128", NULL, "D",
+	{ "--kv-lora-rank", FK_INT, F(kv_lora_rank), TR, 0, "model", "32", NULL, "R", "MLA key/value low-rank size" },
+	{ "--qk-head-dim", FK_INT, F(qk_head_dim), TR, 0, "model", "128", NULL, "D",
 	  "MLA query/key head size (without the position part)" },
-	{ "--qk-pos-emb-head-dim", FK_INT, F(qk_pos_emb_head_dim), MEM, 0, "model", "64", NULL, "D",
+	{ "--qk-pos-emb-head-dim", FK_INT, F(qk_pos_emb_head_dim), TR, 0, "model", "64", NULL, "D",
 	  "MLA query/key position-embedding head size" },
-	{ "--v-head-dim", FK_INT, F(v_head_dim), MEM, 0, "model", "128", NULL, "D", "MLA value head size" },
+	{ "--v-head-dim", FK_INT, F(v_head_dim), TR, 0, "model", "128", NULL, "D", "MLA value head size" },
+	{ "--rope-type", FK_STR, F(rope_type), TR, 0, "model", NULL, "rope|yarn", "TYPE",
+	  "the RoPE of multi-latent attention (Megatron's default there: yarn, not in megac yet; give rope)" },
 	{ "--mtp-num-layers", FK_INT, F(mtp_num_layers), MEM, 0, "model", "-1", NULL, "M",
 	  "multi-token-prediction layers" },
 };
@@ -841,8 +843,9 @@ const struct refused_value args_refused_values[] = {
 	{ "--megatron-fsdp-main-grads-dtype", "fp32|auto",
 	  "megac keeps Megatron-FSDP's main gradients in fp32; bf16 or fp16 ones are not in megac yet" },
 	{ "--recompute-modules", "core_attn|moe_act|layernorm|mlp|moe|shared_experts",
-	  "megac has no multi-latent attention (mla_up_proj), GatedDeltaNet or GatedDeltaProduct layers "
-	  "(gdn_norm_out, gdp_in_proj, gdp_qkv) nor hyper-connections (mhc) to recompute" },
+	  "recomputing multi-latent attention's up-projections (mla_up_proj) is not in megac yet; megac has "
+	  "no GatedDeltaNet or GatedDeltaProduct layers (gdn_norm_out, gdp_in_proj, gdp_qkv) nor "
+	  "hyper-connections (mhc) to recompute" },
 };
 
 const size_t args_refused_values_len = sizeof(args_refused_values) / sizeof(args_refused_values[0]);

@@ -151,6 +151,9 @@ static int qwen3_moe_ok(const struct gpt_config *c)
 
 int hf_arch_for(const struct gpt_config *c, enum hf_arch *arch)
 {
+	if (c->mla)
+		return error("exporting a multi-latent attention model to Hugging Face (DeepSeek-V2/V3) is not in "
+			     "megac yet");
 	if (c->norm_1p) /* Hugging Face's norms apply their weight as stored */
 		return error("the model stores its norm weights zero-centred (--apply-layernorm-1p); exporting it to "
 			     "Hugging Face (weights + 1) is not in megac yet");

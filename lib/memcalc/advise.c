@@ -219,8 +219,8 @@ int advise_run(const struct args *a, int64_t vocab, const struct advise_opts *o,
 {
 	memset(r, 0, sizeof(*r));
 	if (a->multi_latent_attention || a->mtp_num_layers != -1)
-		return error("--advise does not plan multi-latent attention or multi-token prediction, which train "
-			     "lacks: use report_memory without --advise for Megatron's formula");
+		return error("--advise does not plan multi-latent attention or multi-token prediction yet: use "
+			     "report_memory without --advise for Megatron's formula and megac's prediction");
 	if (a->world_size < 1 || a->world_size > (1 << 24))
 		return error("--world-size %lld: give the number of ranks, 1 to %d", (long long)a->world_size, 1 << 24);
 	if (a->global_batch_size <= 0)

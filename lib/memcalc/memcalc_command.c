@@ -74,8 +74,11 @@ int memcalc_config_from_args(struct mm_config *c, const struct args *a, unsigned
 
 	/* the dense layout and model exactly as train checks them; the expert
 	 * axes and the MoE shape below are Megatron's formula's own (it takes
-	 * any MoE flags, also those megac cannot train yet) */
+	 * any MoE flags, also those megac cannot train yet); likewise the MLA
+	 * shape (below, from a), with RoPE settings megac cannot train yet */
 	struct args dense = *a;
+	dense.multi_latent_attention = false;
+	dense.rope_type = NULL;
 	dense.expert_model_parallel_size = 1;
 	dense.expert_tensor_parallel_size = -1;
 	dense.num_experts = -1;
@@ -218,13 +221,13 @@ static void print_table(const struct args *a, const struct mm_config *c, const s
 }
 
 /* megac's own prediction, for what train can run: 1 and *st filled, or 0
- * when it does not apply (MLA, MTP), or when train would refuse the
+ * when it does not apply (MTP), or when train would refuse the
  * configuration (the reason went to stderr; Megatron's part still stands). */
 static int megac_part(const struct args *a, const struct mm_config *c, struct megac_stage_mem **st, int *n)
 {
 	*st = NULL;
 	*n = 0;
-	if (c->mla || a->mtp_num_layers > 0)
+	if (a->mtp_num_layers > 0)
 		return 0;
 	int64_t vocab;
 	if (memcalc_vocab_size(a, &vocab) < 0 || megac_mem_predict(a, vocab, st, n) < 0) {
@@ -397,8 +400,8 @@ static int memcalc_run(struct args *w)
 			else if (have)
 				print_megac(a, st, n);
 			else
-				printf("\nmegac's own prediction: none (train does not run this configuration: MLA and "
-				       "MTP are not there yet, or see the message above)\n");
+				printf("\nmegac's own prediction: none (train does not run this configuration: MTP is not "
+				       "there yet, or see the message above)\n");
 			free(st);
 			if (fflush(stdout))
 				rc = error_errno("writing the report");

@@ -20,6 +20,27 @@
  * rank normalizes its own heads: their gradients are summed over TP
  * (PARAM_TP_SUM), as Megatron's finalize_model_grads does.
  *
+ * Multi-latent attention (--multi-latent-attention, Megatron Core's
+ * MLASelfAttention with the TE spec; docs/mla.md) replaces linear_qkv: the
+ * input norm is its own module (input_layernorm); the query comes from
+ * linear_q_proj, or linear_q_down_proj, a norm and linear_q_up_proj; the
+ * keys and values from linear_kv_down_proj, whose last qk_pos columns are
+ * one RoPE key all heads share, and linear_kv_up_proj on the rest (after
+ * its norm). The norms exist with --qk-layernorm, fused into the
+ * up-projections (layer_norm_weight) as in the TE spec. The heads are
+ * packed into the fused layout the split op takes, one group per head:
+ *   q: [RoPE part | qk_head]  k: [shared RoPE part | qk_head]  v: [v_head | 0]
+ * so core attention runs unchanged on k = qk_head + qk_pos channels with
+ * the value zero-padded to that width (exact: the padded output columns are
+ * zero and dropped, their gradient never read back). Megatron's MLA RoPE
+ * first de-interleaves the rotated channels (even ones, then odd ones) and
+ * then rotates halves; the packing does the de-interleave, the split op the
+ * rotation. Only the dot products of q and k see the RoPE part, so its
+ * channel order after RoPE is free. The down-projections and the norms are
+ * replicated over TP while each rank runs its own heads: their gradients
+ * are this rank's heads' share and are summed over TP (PARAM_TP_SUM), which
+ * also gives the shared RoPE key the gradient of every head.
+ *
  * Forward and backward side by side; the backward leaves this rank's share
  * of the input norm's output gradient in m->s.dln.
  */
@@ -36,6 +57,56 @@ static int reg_head_norm(struct gpt_model *m, const char *name, bool bias)
 			  bias ? PARAM_INIT_ZERO : PARAM_INIT_ONE, 0);
 }
 
+/* A norm over the compressed query or key/value (n channels), fused into
+ * the up-projection in the TE spec: replicated, its gradient summed over TP. */
+static int reg_latent_norm(struct gpt_model *m, const char *name, int64_t n, bool bias)
+{
+	return params_add(&m->reg, name, 1, &n, -1, m->par.tp_size, m->par.tp_rank, PARAM_NO_WD | PARAM_TP_SUM,
+			  bias ? PARAM_INIT_ZERO : PARAM_INIT_ONE, 0);
+}
+
+static void mla_register(struct gpt_model *m, int l)
+{
+	const struct gpt_config *c = &m->c;
+	struct gpt_layer_params *p = &m->lp[l];
+	const struct transformer_layer_spec *s = &p->spec;
+	char name[PARAM_NAME_MAX];
+	float std = c->init_std, out_std = c->init_std / sqrtf(2.0f * (float)c->L);
+	int64_t qk = (int64_t)c->a * c->k, kvu = (int64_t)c->a * (c->qk_head + c->v_head);
+	bool ln = s->norm == LAYER_NORM;
+#define NAME(fmt) (snprintf(name, sizeof(name), "decoder.layers.%d." fmt, l), name)
+	p->ln1_w = reg_norm(m, NAME("input_layernorm.weight"), s, false);
+	p->ln1_b = ln ? reg_norm(m, NAME("input_layernorm.bias"), s, true) : -1;
+	p->mqd_w = p->mqn_w = p->mqn_b = p->mkvn_w = p->mkvn_b = -1;
+	if (c->q_lora) {
+		p->mqd_w = reg_weight(m, NAME("self_attention.linear_q_down_proj.weight"), c->q_lora, c->h, -1, std,
+				      PARAM_TP_SUM);
+		if (s->mla_norm) {
+			p->mqn_w = reg_latent_norm(m, NAME("self_attention.linear_q_up_proj.layer_norm_weight"), c->q_lora,
+						   false);
+			p->mqn_b = ln ? reg_latent_norm(m, NAME("self_attention.linear_q_up_proj.layer_norm_bias"),
+							c->q_lora, true) : -1;
+		}
+		p->mq_w = reg_weight(m, NAME("self_attention.linear_q_up_proj.weight"), qk, c->q_lora, 0, std, 0);
+	} else {
+		p->mq_w = reg_weight(m, NAME("self_attention.linear_q_proj.weight"), qk, c->h, 0, std, 0);
+	}
+	p->mkvd_w = reg_weight(m, NAME("self_attention.linear_kv_down_proj.weight"), c->kv_lora + c->qk_pos, c->h, -1,
+			       std, PARAM_TP_SUM);
+	if (s->mla_norm) {
+		p->mkvn_w = reg_latent_norm(m, NAME("self_attention.linear_kv_up_proj.layer_norm_weight"), c->kv_lora,
+					    false);
+		p->mkvn_b = ln ? reg_latent_norm(m, NAME("self_attention.linear_kv_up_proj.layer_norm_bias"), c->kv_lora,
+						 true) : -1;
+	}
+	p->mkvu_w = reg_weight(m, NAME("self_attention.linear_kv_up_proj.weight"), kvu, c->kv_lora, 0, std, 0);
+	p->proj_w = reg_weight(m, NAME("self_attention.linear_proj.weight"), c->h, (int64_t)c->a * c->v_head, 1, out_std,
+			       0);
+	p->proj_b = s->proj_bias ? reg_bias(m, NAME("self_attention.linear_proj.bias"), c->h, -1, 0) : -1;
+	p->qkv_w = p->qkv_b = p->qn_w = p->qn_b = p->kn_w = p->kn_b = -1;
+#undef NAME
+}
+
 void attention_register(struct gpt_model *m, int l)
 {
 	const struct gpt_config *c = &m->c; /* global shapes; the registry derives each rank's slice */
@@ -44,6 +115,11 @@ void attention_register(struct gpt_model *m, int l)
 	char name[PARAM_NAME_MAX];
 	float std = c->init_std, out_std = c->init_std / sqrtf(2.0f * (float)c->L);
 	int64_t qkv = (int64_t)(c->a + 2 * c->g) * c->k, ak = (int64_t)c->a * c->k;
+	p->mq_w = p->mqd_w = p->mqn_w = p->mqn_b = p->mkvd_w = p->mkvu_w = p->mkvn_w = p->mkvn_b = -1;
+	if (s->mla) {
+		mla_register(m, l);
+		return;
+	}
 #define NAME(fmt) (snprintf(name, sizeof(name), "decoder.layers.%d.self_attention." fmt, l), name)
 	p->ln1_w = reg_norm(m, NAME("linear_qkv.layer_norm_weight"), s, false);
 	p->ln1_b = s->norm == LAYER_RMSNORM ? -1 : reg_norm(m, NAME("linear_qkv.layer_norm_bias"), s, true);
@@ -62,30 +138,43 @@ void attention_register(struct gpt_model *m, int l)
 #undef NAME
 }
 
+/* A norm of the model's kind over rows of n channels (a q or k head, or a
+ * compressed query or key/value). */
+static void chan_norm_fwd(struct gpt_model *m, float *out, float *mean, float *rstd, const float *inp, int w, int b,
+			  size_t rows, int n)
+{
+	const struct gpt_config *c = &m->lc;
+	if (c->rmsnorm)
+		m->k->rmsnorm_forward(out, rstd, inp, gpt_param(m, w, GPT_VIEW_B), (int)rows, n, c->eps);
+	else
+		m->k->layernorm_forward(out, mean, rstd, inp, gpt_param(m, w, GPT_VIEW_B), gpt_param(m, b, GPT_VIEW_X),
+					(int)rows, n, c->eps);
+	round_half(m, out, rows * n);
+}
+
+static void chan_norm_bwd(struct gpt_model *m, float *dinp, const float *dout, const float *inp, int w, int b,
+			  const float *mean, const float *rstd, size_t rows, int n)
+{
+	const struct gpt_config *c = &m->lc;
+	if (c->rmsnorm)
+		m->k->rmsnorm_backward(dinp, gpt_grad(m, w), dout, inp, gpt_param(m, w, GPT_VIEW_B), rstd, (int)rows, n);
+	else
+		m->k->layernorm_backward(dinp, gpt_grad(m, w), gpt_grad(m, b), dout, inp, gpt_param(m, w, GPT_VIEW_B),
+					 mean, rstd, (int)rows, n);
+	round_half(m, dinp, rows * n);
+}
+
 /* A q or k norm over rows of kv_channels values (rows: heads x tokens). */
 static void head_norm_fwd(struct gpt_model *m, float *out, float *mean, float *rstd, const float *inp, int w, int b,
 			  size_t rows)
 {
-	const struct gpt_config *c = &m->lc;
-	if (c->rmsnorm)
-		m->k->rmsnorm_forward(out, rstd, inp, gpt_param(m, w, GPT_VIEW_B), (int)rows, c->k, c->eps);
-	else
-		m->k->layernorm_forward(out, mean, rstd, inp, gpt_param(m, w, GPT_VIEW_B), gpt_param(m, b, GPT_VIEW_X),
-					(int)rows, c->k, c->eps);
-	round_half(m, out, rows * c->k);
+	chan_norm_fwd(m, out, mean, rstd, inp, w, b, rows, m->lc.k);
 }
 
 static void head_norm_bwd(struct gpt_model *m, float *dinp, const float *dout, const float *inp, int w, int b,
 			  const float *mean, const float *rstd, size_t rows)
 {
-	const struct gpt_config *c = &m->lc;
-	if (c->rmsnorm)
-		m->k->rmsnorm_backward(dinp, gpt_grad(m, w), dout, inp, gpt_param(m, w, GPT_VIEW_B), rstd, (int)rows,
-				       c->k);
-	else
-		m->k->layernorm_backward(dinp, gpt_grad(m, w), gpt_grad(m, b), dout, inp, gpt_param(m, w, GPT_VIEW_B),
-					 mean, rstd, (int)rows, c->k);
-	round_half(m, dinp, rows * c->k);
+	chan_norm_bwd(m, dinp, dout, inp, w, b, mean, rstd, rows, m->lc.k);
 }
 
 /* The fused QKV of B x T rows (qkv, [B*T, (a+2g)*k]) into A's q, kk and v,
@@ -123,6 +212,9 @@ static uint64_t attn_offset(const struct gpt_model *m, int l)
 					    (uint64_t)m->c.S * (uint64_t)m->c.S;
 }
 
+/* 1/sqrt(k); with multi-latent attention k is qk_head + qk_pos, and
+ * Megatron's scale is mscale^2/sqrt(k) with YaRN's mscale, 1 for
+ * --rope-type rope (the only one megac's MLA takes so far) */
 static float attn_scale(const struct gpt_model *m)
 {
 	return 1.0f / sqrtf((float)m->lc.k);
@@ -210,12 +302,153 @@ static void cached_attention_forward(struct gpt_model *m, const struct gpt_pass 
 	}
 }
 
+/* ---- multi-latent attention: the projections around core attention ---- */
+
+/* Column blocks of float matrices (ops.h copy_rows, in floats): rows runs
+ * of width floats, from src with row pitch sp to dst with row pitch dp. */
+static void cols(struct gpt_model *m, float *dst, size_t dp, const float *src, size_t sp, size_t width, size_t rows)
+{
+	m->k->copy_rows(dst, dp * sizeof(float), src, sp * sizeof(float), width * sizeof(float), rows);
+}
+
+/* Megatron's MLA RoPE de-interleave: channel i of the RoPE part after it is
+ * channel mla_perm(i) before (the even channels, then the odd ones). */
+static int mla_perm(int i, int rot)
+{
+	return i < rot / 2 ? 2 * i : 2 * (i - rot / 2) + 1;
+}
+
+/* The projections' outputs (s.mla_q, s.mla_kv, s.mla_kvc) into the fused
+ * layout F ([N][a][q | k | v], k channels each; zeroed first), or, with
+ * back, F's gradient into theirs (s.mla_kvc: only its RoPE columns). */
+static void mla_pack(struct gpt_model *m, float *F, int N, bool back)
+{
+	const struct gpt_config *c = &m->lc;
+	struct gpt_scratch *s = &m->s;
+	size_t a = (size_t)c->a, k = (size_t)c->k, qh = (size_t)c->qk_head, qp = (size_t)c->qk_pos;
+	size_t vh = (size_t)c->v_head, kv = qh + vh, dn = (size_t)c->kv_lora + qp, f = 3 * k, rows = (size_t)N * a;
+	if (!back) {
+		m->k->zero(F, rows * f);
+		cols(m, F + qp, f, s->mla_q, k, qh, rows);
+		cols(m, F + k + qp, f, s->mla_kv, kv, qh, rows);
+		cols(m, F + 2 * k, f, s->mla_kv + qh, kv, vh, rows);
+		for (size_t i = 0; i < qp; i++) {
+			size_t j = (size_t)mla_perm((int)i, (int)qp);
+			cols(m, F + i, f, s->mla_q + qh + j, k, 1, rows);
+			cols(m, s->mla_kp + i, qp, s->mla_kvc + c->kv_lora + j, dn, 1, (size_t)N);
+		}
+		for (size_t h = 0; h < a; h++) /* the one RoPE key into every head */
+			cols(m, F + h * f + k, a * f, s->mla_kp, qp, qp, (size_t)N);
+		return;
+	}
+	cols(m, s->mla_q, k, F + qp, f, qh, rows);
+	cols(m, s->mla_kv, kv, F + k + qp, f, qh, rows);
+	cols(m, s->mla_kv + qh, kv, F + 2 * k, f, vh, rows);
+	for (size_t h = 0; h < a; h++) { /* the shared key's gradient: every head's */
+		cols(m, h ? s->mla_kt : s->mla_kp, qp, F + h * f + k, a * f, qp, (size_t)N);
+		if (h)
+			m->k->add(s->mla_kp, s->mla_kp, s->mla_kt, (size_t)N * qp);
+	}
+	for (size_t i = 0; i < qp; i++) {
+		size_t j = (size_t)mla_perm((int)i, (int)qp);
+		cols(m, s->mla_q + qh + j, k, F + i, f, 1, rows);
+		cols(m, s->mla_kvc + c->kv_lora + j, dn, s->mla_kp + i, qp, 1, (size_t)N);
+	}
+}
+
+/* ln1 (all rows) through the down- and up-projections into A's q, kk, v
+ * (RoPE'd, the value zero-padded to k channels). */
+static void mla_qkv_forward(struct gpt_model *m, const struct gpt_pass *P, int l, struct gpt_layer_acts *A,
+			    const float *ln1)
+{
+	const struct gpt_config *c = &m->lc;
+	const struct gpt_layer_params *p = &m->lp[l];
+	struct gpt_scratch *s = &m->s;
+	int N = P->N, h = c->h, ql = c->q_lora, kvl = c->kv_lora, qk = c->a * c->k;
+	if (ql) {
+		linear_fwd(m, A->mla_qc, ln1, p->mqd_w, -1, N, h, ql);
+		if (p->spec.mla_norm)
+			chan_norm_fwd(m, A->mla_qcn, A->mla_qc_mean, A->mla_qc_rstd, A->mla_qc, p->mqn_w, p->mqn_b,
+				      (size_t)N, ql);
+		linear_fwd(m, s->mla_q, A->mla_qcn, p->mq_w, -1, N, ql, qk);
+	} else {
+		linear_fwd(m, s->mla_q, ln1, p->mq_w, -1, N, h, qk);
+	}
+	linear_fwd(m, s->mla_kvc, ln1, p->mkvd_w, -1, N, h, kvl + c->qk_pos);
+	cols(m, A->mla_kvx, (size_t)kvl, s->mla_kvc, (size_t)kvl + c->qk_pos, (size_t)kvl, (size_t)N);
+	if (p->spec.mla_norm)
+		chan_norm_fwd(m, A->mla_kvn, A->mla_kv_mean, A->mla_kv_rstd, A->mla_kvx, p->mkvn_w, p->mkvn_b, (size_t)N,
+			      kvl);
+	linear_fwd(m, s->mla_kv, A->mla_kvn, p->mkvu_w, -1, N, kvl, c->a * (c->qk_head + c->v_head));
+	mla_pack(m, s->qkv, N, false);
+	m->k->qkv_split_forward(A->q, A->kk, A->v, s->qkv, m->rope_cos, m->rope_sin, P->B, P->T, c->a, c->a, c->k,
+				c->qk_pos, false);
+	size_t n = (size_t)N * qk;
+	round_half(m, A->q, n);
+	round_half(m, A->kk, n);
+	round_half(m, A->v, n);
+}
+
+/* The backward of mla_qkv_forward from s.dq, s.dk, s.dv: this rank's share
+ * of dL/d(ln1) into s.dln. */
+static void mla_qkv_backward(struct gpt_model *m, const struct gpt_pass *P, int l, struct gpt_layer_acts *A)
+{
+	const struct gpt_config *c = &m->lc;
+	const struct gpt_layer_params *p = &m->lp[l];
+	struct gpt_scratch *s = &m->s;
+	int N = P->N, h = c->h, ql = c->q_lora, kvl = c->kv_lora, qk = c->a * c->k, dn = kvl + c->qk_pos;
+	m->k->qkv_split_backward(s->qkv, s->dq, s->dk, s->dv, m->rope_cos, m->rope_sin, P->B, P->T, c->a, c->a, c->k,
+				 c->qk_pos, false);
+	mla_pack(m, s->qkv, N, true);
+	const float *ln1 = seq_full(m, P, A->ln1);
+	/* key/value: the up-projection, its norm, the down-projection (into s.dtmp) */
+	linear_bwd(m, s->mla_dc, s->mla_kv, A->mla_kvn, p->mkvu_w, -1, N, kvl, c->a * (c->qk_head + c->v_head));
+	const float *dkvx = s->mla_dc;
+	if (p->spec.mla_norm) {
+		chan_norm_bwd(m, s->mla_dc2, s->mla_dc, A->mla_kvx, p->mkvn_w, p->mkvn_b, A->mla_kv_mean, A->mla_kv_rstd,
+			      (size_t)N, kvl);
+		dkvx = s->mla_dc2;
+	}
+	cols(m, s->mla_kvc, (size_t)dn, dkvx, (size_t)kvl, (size_t)kvl, (size_t)N);
+	linear_bwd(m, s->dtmp, s->mla_kvc, ln1, p->mkvd_w, -1, N, h, dn);
+	/* query */
+	if (ql) {
+		linear_bwd(m, s->mla_dc, s->mla_q, A->mla_qcn, p->mq_w, -1, N, ql, qk);
+		const float *dqc = s->mla_dc;
+		if (p->spec.mla_norm) {
+			chan_norm_bwd(m, s->mla_dc2, s->mla_dc, A->mla_qc, p->mqn_w, p->mqn_b, A->mla_qc_mean,
+				      A->mla_qc_rstd, (size_t)N, ql);
+			dqc = s->mla_dc2;
+		}
+		linear_bwd(m, s->dln, dqc, ln1, p->mqd_w, -1, N, h, ql);
+	} else {
+		linear_bwd(m, s->dln, s->mla_q, ln1, p->mq_w, -1, N, h, qk);
+	}
+	m->k->add(s->dln, s->dln, s->dtmp, (size_t)N * h);
+	round_half(m, s->dln, (size_t)N * h);
+}
+
+/* Core attention's output [N, a*k] without the value's padding: [N, a*v_head] */
+static void mla_out_compact(struct gpt_model *m, float *dst, const float *atty, int N)
+{
+	const struct gpt_config *c = &m->lc;
+	cols(m, dst, (size_t)c->v_head, atty, (size_t)c->k, (size_t)c->v_head, (size_t)N * c->a);
+}
+
 const float *attention_forward(struct gpt_model *m, const struct gpt_pass *P, int l, struct gpt_layer_acts *A,
 			       const float *ln1)
 {
 	const struct gpt_config *c = &m->lc;
 	const struct gpt_layer_params *p = &m->lp[l];
 	int qkv = (c->a + 2 * c->g) * c->k, ak = c->a * c->k;
+	if (p->spec.mla) {
+		if (P->kv)
+			BUG("serving a multi-latent attention model");
+		mla_qkv_forward(m, P, l, A, ln1);
+		core_attention_forward(m, P, l, A, P->train ? c->attention_dropout : 0);
+		mla_out_compact(m, m->s.datty, A->atty, P->N);
+		return row_parallel(m, P, m->s.datty, p->proj_w, p->proj_b, c->a * c->v_head);
+	}
 	if (qkv_gathered(m)) { /* fewer query groups than TP ranks: this rank's rows of the global split */
 		linear_fwd(m, m->s.qkv_part, ln1, p->qkv_w, p->qkv_b, P->N, c->h,
 			   (m->c.a + 2 * m->c.g) * c->k / m->par.tp_size);
@@ -245,6 +478,16 @@ void attention_backward(struct gpt_model *m, const struct gpt_pass *P, int l, st
 	const struct gpt_layer_params *p = &m->lp[l];
 	struct gpt_scratch *s = &m->s;
 	int N = P->N, h = c->h, qkv = (c->a + 2 * c->g) * c->k, ak = c->a * c->k;
+	if (p->spec.mla) { /* linear_proj on the unpadded output, the padding's gradient 0 */
+		int av = c->a * c->v_head;
+		mla_out_compact(m, s->dq, A->atty, N);
+		linear_bwd(m, s->dk, dattn, s->dq, p->proj_w, p->proj_b, N, av, h);
+		m->k->zero(s->datty, (size_t)N * ak);
+		cols(m, s->datty, (size_t)c->k, s->dk, (size_t)c->v_head, (size_t)c->v_head, (size_t)N * c->a);
+		core_attention_backward(m, P, l, A, s->datty);
+		mla_qkv_backward(m, P, l, A);
+		return;
+	}
 	linear_bwd(m, s->datty, dattn, A->atty, p->proj_w, p->proj_b, N, ak, h);
 	core_attention_backward(m, P, l, A, s->datty);
 	const struct kops *k = m->k;

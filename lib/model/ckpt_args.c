@@ -70,6 +70,13 @@ static const struct {
 	{ "moe_router_topk_scaling_factor", "--moe-router-topk-scaling-factor", true, false },
 	{ "moe_router_enable_expert_bias", "--moe-router-enable-expert-bias", true, false },
 	{ "window_size", "--window-size", true, false },
+	{ "multi_latent_attention", "--multi-latent-attention", true, false },
+	{ "q_lora_rank", "--q-lora-rank", true, false },
+	{ "kv_lora_rank", "--kv-lora-rank", true, false },
+	{ "qk_head_dim", "--qk-head-dim", true, false },
+	{ "qk_pos_emb_head_dim", "--qk-pos-emb-head-dim", true, false },
+	{ "v_head_dim", "--v-head-dim", true, false },
+	{ "rope_type", "--rope-type", true, false },
 	{ "window_attn_skip_freq", "--window-attn-skip-freq", true, false },
 };
 

@@ -346,7 +346,7 @@ static void alloc_training(struct gpt_model *m, bool any_rc)
 			alloc_slot(m, ch, &ch->slots[i]);
 	}
 	s->dloss = gpt_take(m, BT);
-	if (c->rope)
+	if (c->rope || c->mla) /* multi-latent attention: its own RoPE on qk_pos channels, whatever the embedding */
 		build_rope(m, &m->rope_cos, &m->rope_sin, m->c.S, c->S);
 	if (m->flash)
 		m->flash_pos = device_iota(m, c->S);
@@ -367,6 +367,16 @@ static void alloc_training(struct gpt_model *m, bool any_rc)
 	s->dv = gpt_take(m, BT * c->g * c->k);
 	s->dfc1 = gpt_take(m, BT * f1);
 	s->dact = gpt_take(m, BT * c->f);
+	if (c->mla) {
+		size_t lat = (size_t)(c->q_lora > c->kv_lora ? c->q_lora : c->kv_lora);
+		s->mla_q = gpt_take(m, BT * ak);
+		s->mla_kv = gpt_take(m, BT * c->a * (c->qk_head + c->v_head));
+		s->mla_kvc = gpt_take(m, BT * (c->kv_lora + c->qk_pos));
+		s->mla_kp = gpt_take(m, BT * c->qk_pos);
+		s->mla_kt = gpt_take(m, BT * c->qk_pos);
+		s->mla_dc = gpt_take(m, BT * lat);
+		s->mla_dc2 = gpt_take(m, BT * lat);
+	}
 	if (c->E > 0)
 		moe_alloc_scratch(m, true);
 }
@@ -487,6 +497,10 @@ int gpt_init_pipe(struct gpt_model *m, const struct gpt_config *c, const struct 
 		return -1;
 	if (c->E > 0 && par->cp)
 		return error("mixture of experts with context parallelism is not implemented yet");
+	if (c->mla && par->cp)
+		return error("multi-latent attention with context parallelism is not in megac yet");
+	if (c->mla && pipe->serve)
+		return error("serving a multi-latent attention model is not in megac yet");
 	const struct gpt_serving *sv = pipe->serve;
 	if (sv && (B != 1 || pipe->pp != 1 || par->cp || sv->max_tokens != c->S || sv->head_rows < 1 ||
 		   (sv->max_seq > c->P && !c->rope)))

@@ -34,6 +34,10 @@ struct gpt_layer_params {
 	/* attention: input norm (fused into linear_qkv in the TE spec), QKV, projection */
 	int ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b;
 	int qn_w, qn_b, kn_w, kn_b; /* --qk-layernorm: q_layernorm, k_layernorm (-1: none) */
+	/* multi-latent attention (attention.c; -1: none): linear_q_proj or
+	 * linear_q_up_proj (mq_w), linear_q_down_proj, their norm (fused into
+	 * linear_q_up_proj), linear_kv_down_proj, linear_kv_up_proj and its norm */
+	int mq_w, mqd_w, mqn_w, mqn_b, mkvd_w, mkvu_w, mkvn_w, mkvn_b;
 	/* MLP or MoE: pre-MLP norm, then a dense MLP's fc1/fc2 */
 	int ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b;
 	/* a MoE layer: router, experts, shared expert (-1: none) */
@@ -73,6 +77,11 @@ struct gpt_layer_acts {
 	float *qn, *kn;                   /* --qk-layernorm: q and k before their norms, same layouts */
 	float *qn_mean, *qn_rstd;         /* and the norms' statistics, a row per head and token */
 	float *kn_mean, *kn_rstd;
+	/* multi-latent attention: the compressed query [B*T, q_lora] before and
+	 * after its norm (the same buffer without one), and the norm's
+	 * statistics; likewise the compressed key/value [B*T, kv_lora] */
+	float *mla_qc, *mla_qcn, *mla_qc_mean, *mla_qc_rstd;
+	float *mla_kvx, *mla_kvn, *mla_kv_mean, *mla_kv_rstd;
 	float *probs;                     /* [B,a,T,T] softmax, pre-dropout (NULL with CP, flash or serving) */
 	float *alse;                      /* CP, flash, serving: [B,a,T] the attention rows' log-sum-exp */
 	float *atty;                      /* [B*T, a*k] attention output */
@@ -204,6 +213,12 @@ struct gpt_scratch {
 	float *norm_gamma, *norm_ones; /* --apply-layernorm-1p: a norm's w + 1, and h ones */
 	float *shard, *perm, *gath; /* SP: a sequence shard [Nl, h], the collectives' reordering space
 				     * [B*S, h], a norm output gathered to all rows [B*S, h] */
+	/* multi-latent attention: the query projection's output [B*T, a*k],
+	 * linear_kv_up_proj's [B*T, a*(qk_head+v_head)], linear_kv_down_proj's
+	 * [B*T, kv_lora+qk_pos] (each its gradient in backward), the shared
+	 * RoPE key [B*T, qk_pos] and a second one, and two latent gradients
+	 * [B*T, max(q_lora, kv_lora)] */
+	float *mla_q, *mla_kv, *mla_kvc, *mla_kp, *mla_kt, *mla_dc, *mla_dc2;
 	float *qkv_part, *qkv_all;  /* fewer query groups than TP ranks: this rank's share of the fused
 				     * QKV output [B*T, (a+2g)k/t] (its gradient in backward), and all
 				     * ranks' shares gathered [t][B*T][(a+2g)k/t] (gpt_int.h, qkv_gather) */

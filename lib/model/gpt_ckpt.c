@@ -168,9 +168,26 @@ int gpt_config_from_json(struct gpt_config *c, const char *json, const char *whe
 					       "yarn_beta_fast", "yarn_beta_slow") < 0)
 			rc = error("%s: the YaRN settings above cannot be used", where);
 	}
+	bool mla = rc == 0 && json_is_true(json_object_get(o, "multi_latent_attention"));
+	if (mla) {
+		json_t *ql = json_object_get(o, "q_lora_rank");
+		c->q_lora = json_is_integer(ql) ? (int)json_integer_value(ql) : 0;
+		rc |= get_int(o, "kv_lora_rank", where, 1, &c->kv_lora);
+		rc |= get_int(o, "qk_head_dim", where, 1, &c->qk_head);
+		rc |= get_int(o, "qk_pos_emb_head_dim", where, 2, &c->qk_pos);
+		rc |= get_int(o, "v_head_dim", where, 1, &c->v_head);
+		if (!c->rope)
+			rc |= get_num(o, "mla_rotary_base", where, &base);
+	}
 	json_decref(o);
 	if (rc)
 		return -1;
+	if (mla) {
+		if (c->q_lora < 0 || c->qk_pos % 2 || c->v_head > c->qk_head + c->qk_pos || c->g != c->a)
+			return error("%s: the multi-latent attention settings are not ones megac trains", where);
+		c->mla = true;
+		c->k = c->qk_head + c->qk_pos;
+	}
 	if (c->a % c->g)
 		return error("%s: num_query_groups %d does not divide num_attention_heads %d", where, c->g, c->a);
 	if (c->Vp < c->V)
@@ -183,6 +200,10 @@ int gpt_config_from_json(struct gpt_config *c, const char *json, const char *whe
 		if (c->rot < 2 || c->rot % 2 || pct > 1)
 			return error("%s: rotary_percent %g of kv_channels %d is not an even number of channels", where,
 				     pct, c->k);
+	}
+	if (c->mla) {
+		c->rot = c->qk_pos;
+		c->rotary_base = (float)base;
 	}
 	c->eps = (float)eps;
 	c->gelu = fusion ? KOPS_GELU_TANH : KOPS_GELU_ERF;
@@ -237,6 +258,18 @@ char *gpt_config_to_json(const struct gpt_config *c, double rotary_percent)
 		json_object_set_new(o, "add_qkv_bias", json_true());
 	if (c->qk_norm)
 		json_object_set_new(o, "qk_layernorm", json_true());
+	if (c->mla) { /* written only when on; kv_channels above is then the q/k head size */
+		json_object_set_new(o, "multi_latent_attention", json_true());
+		if (c->q_lora)
+			json_object_set_new(o, "q_lora_rank", json_integer(c->q_lora));
+		json_object_set_new(o, "kv_lora_rank", json_integer(c->kv_lora));
+		json_object_set_new(o, "qk_head_dim", json_integer(c->qk_head));
+		json_object_set_new(o, "qk_pos_emb_head_dim", json_integer(c->qk_pos));
+		json_object_set_new(o, "v_head_dim", json_integer(c->v_head));
+		json_object_set_new(o, "rope_type", json_string("rope"));
+		if (!c->rope) /* the MLA RoPE's base, which the rope branch above leaves out */
+			json_object_set_new(o, "mla_rotary_base", json_real(c->rotary_base));
+	}
 	if (c->rope && c->rope_scaling) {
 		json_object_set_new(o, "use_rope_scaling", json_true());
 		json_object_set_new(o, "rope_scaling_factor", json_real(c->rope_scaling_factor));
@@ -358,6 +391,14 @@ static const struct diff_key diff_keys[] = {
 	{ "add_qkv_bias", "--add-qkv-bias", DIFF_MATH, "false", NULL, NULL },
 	{ "qk_layernorm", "--qk-layernorm", DIFF_MATH, "false", NULL, NULL },
 	{ "use_rope_scaling", "--use-rope-scaling", DIFF_MATH, "false", NULL, NULL },
+	{ "multi_latent_attention", "--multi-latent-attention", DIFF_MATH, "false", NULL, NULL },
+	{ "q_lora_rank", "--q-lora-rank", DIFF_MATH, "null", NULL, NULL },
+	{ "kv_lora_rank", "--kv-lora-rank", DIFF_MATH, "null", NULL, NULL },
+	{ "qk_head_dim", "--qk-head-dim", DIFF_MATH, "null", NULL, NULL },
+	{ "qk_pos_emb_head_dim", "--qk-pos-emb-head-dim", DIFF_MATH, "null", NULL, NULL },
+	{ "v_head_dim", "--v-head-dim", DIFF_MATH, "null", NULL, NULL },
+	{ "rope_type", "--rope-type", DIFF_MATH, "null", NULL, NULL },
+	{ "mla_rotary_base", "--rotary-base", DIFF_MATH, "null", NULL, NULL },
 	{ "rope_scaling_factor", "--rope-scaling-factor", DIFF_MATH, "null", NULL, NULL },
 	{ "rotary_interleaved", "--rotary-interleaved", DIFF_MATH, "false", NULL, NULL },
 	{ "rotary_scaling_factor", "--rotary-scaling-factor", DIFF_MATH, "null", NULL, NULL },

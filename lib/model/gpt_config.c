@@ -471,6 +471,65 @@ static int recompute_modules_from_args(struct gpt_config *c, const struct args *
 	return 0;
 }
 
+/* --multi-latent-attention (Megatron's MLASelfAttention with the TE spec):
+ * the shapes, and what megac does not have with it yet */
+static int mla_from_args(struct gpt_config *c, const struct args *a)
+{
+	if (!a->multi_latent_attention) {
+		if (a->rope_type && strcmp(a->rope_type, "rope"))
+			return error("--rope-type %s: megac's attention without --multi-latent-attention takes rope only "
+				     "(as Megatron's)", a->rope_type);
+		return 0;
+	}
+	if (a->group_query_attention)
+		return error("--group-query-attention with --multi-latent-attention: Megatron refuses them together");
+	if (!a->rope_type || strcmp(a->rope_type, "rope"))
+		return error("--multi-latent-attention with --rope-type %s: YaRN RoPE is not in megac's multi-latent "
+			     "attention yet; give --rope-type rope", a->rope_type ? a->rope_type : "yarn (Megatron's "
+			     "default for multi-latent attention)");
+	if (a->q_lora_rank == 0 || a->q_lora_rank < -1 || a->kv_lora_rank < 1 || a->qk_head_dim < 1 ||
+	    a->qk_pos_emb_head_dim < 2 || a->qk_pos_emb_head_dim % 2 || a->v_head_dim < 1 ||
+	    a->q_lora_rank > INT32_MAX / 2 || a->kv_lora_rank > INT32_MAX / 2 || a->qk_head_dim > 65536 ||
+	    a->qk_pos_emb_head_dim > 65536 || a->v_head_dim > 65536)
+		return error("multi-latent attention: --q-lora-rank (positive, or left out), --kv-lora-rank, "
+			     "--qk-head-dim and --v-head-dim must be positive and --qk-pos-emb-head-dim even and at "
+			     "least 2 (got %lld, %lld, %lld, %lld, %lld)", (long long)a->q_lora_rank,
+			     (long long)a->kv_lora_rank, (long long)a->qk_head_dim, (long long)a->qk_pos_emb_head_dim,
+			     (long long)a->v_head_dim);
+	if (a->v_head_dim > a->qk_head_dim + a->qk_pos_emb_head_dim)
+		return error("multi-latent attention with --v-head-dim %lld larger than --qk-head-dim + "
+			     "--qk-pos-emb-head-dim (%lld) is not in megac yet", (long long)a->v_head_dim,
+			     (long long)(a->qk_head_dim + a->qk_pos_emb_head_dim));
+	if (a->rotary_percent != 1.0)
+		return error("--rotary-percent %g with --multi-latent-attention is not in megac yet (its RoPE turns "
+			     "all --qk-pos-emb-head-dim channels)", a->rotary_percent);
+	if (a->rotary_interleaved)
+		return error("--rotary-interleaved with --multi-latent-attention is not in megac yet");
+	if (c->yarn)
+		return error("--position-embedding-type yarn with --multi-latent-attention: multi-latent attention "
+			     "has its own RoPE (--rope-type), and YaRN in it is not in megac yet; give "
+			     "--position-embedding-type rope or none with --rope-type rope");
+	if (a->use_rope_scaling)
+		return error("--use-rope-scaling with --multi-latent-attention: Megatron's multi-latent attention "
+			     "does not scale its RoPE frequencies that way");
+	if (a->apply_layernorm_1p)
+		return error("--apply-layernorm-1p with --multi-latent-attention is not in megac yet");
+	if (a->qk_layernorm && a->q_lora_rank == -1)
+		return error("--qk-layernorm with --multi-latent-attention and no --q-lora-rank (a norm fused into "
+			     "linear_q_proj) is not in megac yet");
+	c->mla = true;
+	c->q_lora = a->q_lora_rank == -1 ? 0 : (int)a->q_lora_rank;
+	c->kv_lora = (int)a->kv_lora_rank;
+	c->qk_head = (int)a->qk_head_dim;
+	c->qk_pos = (int)a->qk_pos_emb_head_dim;
+	c->v_head = (int)a->v_head_dim;
+	c->k = c->qk_head + c->qk_pos;
+	c->g = c->a;
+	c->rot = c->qk_pos;
+	c->rotary_base = (float)a->rotary_base;
+	return 0;
+}
+
 int gpt_config_from_args(struct gpt_config *c, const struct args *a, int64_t vocab_size)
 {
 	memset(c, 0, sizeof(*c));
@@ -606,7 +665,7 @@ int gpt_config_from_args(struct gpt_config *c, const struct args *a, int64_t voc
 				     c->recompute_layers, c->L);
 	}
 
-	if (moe_from_args(c, a) < 0 || recompute_modules_from_args(c, a) < 0 ||
+	if (moe_from_args(c, a) < 0 || recompute_modules_from_args(c, a) < 0 || mla_from_args(c, a) < 0 ||
 	    gpt_window_from_text(c, a->window_size, a->window_attn_skip_freq, "--window-size") < 0)
 		return -1;
 
@@ -634,8 +693,14 @@ int64_t gpt_num_params(const struct gpt_config *c, int64_t *active)
 	int64_t f1 = c->swiglu ? 2 * (int64_t)c->f : c->f;
 	int64_t norm = c->rmsnorm ? h : 2 * h;
 	int64_t attn = norm + qkv * h + ak * h + (c->qkv_bias ? qkv : 0) + (c->bias ? h : 0);
-	if (c->qk_norm) /* q_layernorm and k_layernorm: kv channels each (and a bias with LayerNorm) */
+	if (c->qk_norm && !c->mla) /* q_layernorm and k_layernorm: kv channels each (and a bias with LayerNorm) */
 		attn += 2 * (c->rmsnorm ? 1 : 2) * (int64_t)c->k;
+	if (c->mla) { /* docs/mla.md: input norm, the down- and up-projections (their norms), linear_proj */
+		int64_t nw = c->rmsnorm ? 1 : 2, a = c->a, qk = c->k, ql = c->q_lora, kvl = c->kv_lora;
+		attn = norm + (ql ? ql * h + a * qk * ql + (c->qk_norm ? nw * ql : 0) : a * qk * h) +
+		       (kvl + c->qk_pos) * h + a * (int64_t)(c->qk_head + c->v_head) * kvl +
+		       (c->qk_norm ? nw * kvl : 0) + h * a * c->v_head + (c->bias ? h : 0);
+	}
 	int64_t dense_mlp = norm + f1 * h + (int64_t)c->f * h + (c->bias ? f1 + h : 0);
 	/* a MoE layer: its router, every expert and the shared expert (no biases);
 	 * a token runs through k experts of them */
@@ -679,6 +744,12 @@ double gpt_flops_per_iteration(const struct gpt_config *c, int64_t batch_size)
 	double attn = 6 * (h * (Q + KV + KV) + Q * h) * L;
 	double logits = 6 * h * V;
 	double core = 6 * Q;
+	if (c->mla) { /* Megatron's multi-latent attention terms (the norms count one flop per rank) */
+		double a = c->a, qk = c->k, ql = c->q_lora, kvl = c->kv_lora;
+		double q = ql > 0 ? ql * (h + a * qk + 1) : h * a * qk;
+		attn = 6 * (q + kvl * (h + a * (c->qk_head + c->v_head) + 1) + h * c->qk_pos + a * c->v_head * h) * L;
+		core = 6 * (a * qk / 2 + a * c->v_head / 2.0);
+	}
 	return tokens * (mlp + attn + logits) + sq * core * L;
 }
 

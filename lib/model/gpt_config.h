@@ -60,6 +60,17 @@ struct gpt_config {
 	bool yarn;                 /* --position-embedding-type yarn (rope is set too) */
 	struct rope_yarn yarn_cfg; /* its settings (with yarn) */
 	float eps;       /* --norm-epsilon */
+	/* multi-latent attention (--multi-latent-attention, docs/mla.md): each
+	 * head's query and key have k = qk_head + qk_pos channels and its value
+	 * v_head; g = a; the shared RoPE key part has rot = qk_pos channels.
+	 * qk_norm then means the norms over the compressed query and key/value
+	 * (fused into linear_q_up_proj and linear_kv_up_proj), not per head. */
+	bool mla;
+	int q_lora;      /* --q-lora-rank (0: none, linear_q_proj) */
+	int kv_lora;     /* --kv-lora-rank */
+	int qk_head;     /* --qk-head-dim */
+	int qk_pos;      /* --qk-pos-emb-head-dim */
+	int v_head;      /* --v-head-dim */
 	bool swiglu;
 	bool bias;       /* not --disable-bias-linear */
 	bool untied;     /* --untie-embeddings-and-output-weights */

@@ -37,6 +37,8 @@ struct transformer_layer_spec {
 	bool qkv_bias;          /* linear_qkv has a bias */
 	bool proj_bias;         /* linear_proj has a bias */
 	bool qk_norm;           /* q_layernorm, k_layernorm: each head normalized over its channels before RoPE */
+	bool mla;               /* multi-latent attention (attention.c, docs/mla.md) instead of linear_qkv */
+	bool mla_norm;          /* its norms over the compressed query and key/value (--qk-layernorm) */
 	int rot;                /* channels of each q/k head that RoPE rotates (0: no RoPE) */
 	bool rot_interleaved;   /* RoPE pairs channels (2i, 2i+1), not (i, i + rot/2) (--rotary-interleaved) */
 	int window;             /* sliding window: keys at most this far back (-1: full causal attention) */

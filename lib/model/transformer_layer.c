@@ -24,10 +24,12 @@ void gpt_layer_spec(const struct gpt_config *c, int l, struct transformer_layer_
 	s->norm = c->rmsnorm ? LAYER_RMSNORM : LAYER_NORM;
 	s->norm_1p = c->norm_1p;
 	s->qkv_bias = c->qkv_bias;
-	s->qk_norm = c->qk_norm;
+	s->qk_norm = c->qk_norm && !c->mla;
+	s->mla = c->mla;
+	s->mla_norm = c->mla && c->qk_norm;
 	s->proj_bias = c->bias;
-	s->rot = c->rope ? c->rot : 0;
-	s->rot_interleaved = c->rope && c->rope_interleaved;
+	s->rot = c->mla ? c->qk_pos : c->rope ? c->rot : 0;
+	s->rot_interleaved = !c->mla && c->rope && c->rope_interleaved;
 	s->window = gpt_layer_window(c, l);
 	s->mlp = c->E > 0 && c->moe_layer[l] ? LAYER_MLP_MOE : LAYER_MLP_DENSE;
 	s->swiglu = c->swiglu;
@@ -70,7 +72,19 @@ void transformer_layer_alloc_acts(struct gpt_model *m, struct gpt_layer_acts *A,
 	A->q = take_or_share(m, sh->q, BT * c->a * c->k);
 	A->kk = take_or_share(m, sh->kk, BT * c->g * c->k);
 	A->v = take_or_share(m, sh->v, BT * c->g * c->k);
-	if (c->qk_norm) { /* the q/k norms' inputs and statistics: the layer's own, in fp32 */
+	if (c->mla) { /* the compressed query and key/value, before and after their norms */
+		size_t ql = (size_t)c->q_lora, kvl = (size_t)c->kv_lora;
+		bool ln = !c->rmsnorm;
+		A->mla_qc = ql ? take_or_share(m, sh->mla_qc, BT * ql) : NULL;
+		A->mla_qcn = ql && c->qk_norm ? take_or_share(m, sh->mla_qcn, BT * ql) : A->mla_qc;
+		A->mla_qc_rstd = ql && c->qk_norm ? take_or_share(m, sh->mla_qc_rstd, BT) : NULL;
+		A->mla_qc_mean = ql && c->qk_norm && ln ? take_or_share(m, sh->mla_qc_mean, BT) : NULL;
+		A->mla_kvx = take_or_share(m, sh->mla_kvx, BT * kvl);
+		A->mla_kvn = c->qk_norm ? take_or_share(m, sh->mla_kvn, BT * kvl) : A->mla_kvx;
+		A->mla_kv_rstd = c->qk_norm ? take_or_share(m, sh->mla_kv_rstd, BT) : NULL;
+		A->mla_kv_mean = c->qk_norm && ln ? take_or_share(m, sh->mla_kv_mean, BT) : NULL;
+	}
+	if (c->qk_norm && !c->mla) { /* the q/k norms' inputs and statistics: the layer's own, in fp32 */
 		bool ln = !c->rmsnorm;
 		A->qn = take_or_share(m, sh->qn, BT * c->a * c->k);
 		A->kn = take_or_share(m, sh->kn, BT * c->g * c->k);

@@ -568,10 +568,18 @@ static int setup(struct trainer *t, const struct args *a)
 				 active / 1e6);
 		else
 			snprintf(params, sizeof(params), "%.2f M parameters", total / 1e6);
-		info("model: %d layers, hidden %d, %d heads (%d query groups, %d channels), ffn %d%s%s, vocab %d, "
-		     "%s; %d data-parallel rank(s), %lld micro-batches of %lld per rank per iteration",
-		     t->cfg.L, t->cfg.h, t->cfg.a, t->cfg.g, t->cfg.k, t->cfg.f, t->cfg.swiglu ? " (SwiGLU)" : "",
-		     experts, t->cfg.Vp, params, t->dist.dp.size, (long long)t->num_micro, (long long)t->mbs);
+		char heads[160];
+		if (t->cfg.mla)
+			snprintf(heads, sizeof(heads), "%d heads (multi-latent attention: q/k %d + %d RoPE channels, v %d, "
+				 "kv rank %d, q rank %d)", t->cfg.a, t->cfg.qk_head, t->cfg.qk_pos, t->cfg.v_head,
+				 t->cfg.kv_lora, t->cfg.q_lora);
+		else
+			snprintf(heads, sizeof(heads), "%d heads (%d query groups, %d channels)", t->cfg.a, t->cfg.g,
+				 t->cfg.k);
+		info("model: %d layers, hidden %d, %s, ffn %d%s%s, vocab %d, %s; %d data-parallel rank(s), %lld "
+		     "micro-batches of %lld per rank per iteration",
+		     t->cfg.L, t->cfg.h, heads, t->cfg.f, t->cfg.swiglu ? " (SwiGLU)" : "", experts, t->cfg.Vp, params,
+		     t->dist.dp.size, (long long)t->num_micro, (long long)t->mbs);
 		if (t->cfg.E > 0 && a->moe_token_dispatcher_type && !strcmp(a->moe_token_dispatcher_type, "flex"))
 			info("--moe-token-dispatcher-type flex (%s backend): megac's all-to-all exchange of the routed rows, "
 			     "the same numbers as Megatron's", a->moe_enable_deepep ? "deepep" :

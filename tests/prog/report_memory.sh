@@ -92,8 +92,7 @@ expect_fail "missing --num-layers" "missing required flag --num-layers" \
 	--micro-batch-size 1 --vocab-size 32
 # shellcheck disable=SC2086
 expect_fail "no vocabulary" "needs the vocabulary size" $R $M
-# train refuses the model flags only report_memory takes (MLA, MTP)
-expect_fail "train refuses --multi-latent-attention" "multi-latent attention is not in megac's train yet" $BIN/train --multi-latent-attention
+# train refuses the model flags only report_memory takes (MTP)
 expect_fail "train refuses --mtp-num-layers" "multi-token prediction is not in megac's train yet" $BIN/train --mtp-num-layers 1
 # report_memory takes train's flags (a whole train command line)
 # shellcheck disable=SC2086

@@ -46,6 +46,11 @@ Semantics worth knowing:
 - Any data-parallel size gives the same gradient as DP=1 with the same micro-batch size
   (the global batch's micro-batches are the same contiguous blocks of mbs samples).
 
+Multi-latent attention (Megatron's MLASelfAttention with the TE spec, one rank):
+--multi-latent-attention --rope-type rope, --q-lora-rank, --kv-lora-rank, --qk-head-dim,
+--qk-pos-emb-head-dim, --v-head-dim; --qk-layernorm gives the q and kv norms fused into the
+up-projections (with --q-lora-rank only). YaRN (Megatron's MLA default) is refused.
+
 Mixture of experts (moe-spec.md §1-§6, one rank, Megatron's flag names): --num-experts E,
 --moe-layer-freq N or a list expression (Megatron's: checked against its characters, then
 Python's eval), --moe-ffn-hidden-size,
@@ -126,6 +131,14 @@ def build_parser():
     p.add_argument("--yarn-correction-range-round-to-int", dest="yarn_round", action="store_true", default=None)
     p.add_argument("--no-yarn-correction-range-round-to-int", dest="yarn_round", action="store_false")
     str2bool_flag(p, "--qk-layernorm")
+    # multi-latent attention (Megatron's MLASelfAttention, TE spec)
+    str2bool_flag(p, "--multi-latent-attention")
+    a("--q-lora-rank", type=int)
+    a("--kv-lora-rank", type=int, default=32)
+    a("--qk-head-dim", type=int, default=128)
+    a("--qk-pos-emb-head-dim", type=int, default=64)
+    a("--v-head-dim", type=int, default=128)
+    a("--rope-type", choices=["rope", "yarn"])
     a("--window-size", default=None)  # "L,R": Megatron's tuple_type
     a("--window-attn-skip-freq", default=None)
     a("--normalization", default="LayerNorm", choices=["LayerNorm", "RMSNorm"])
@@ -222,7 +235,7 @@ REFUSED = {
     "--lr-warmup-samples", "--lr-wsd-decay-samples", "--start-weight-decay", "--end-weight-decay",
     "--mock-data", "--train-data-path", "--valid-data-path", "--test-data-path",
     "--data-args-path", "--per-split-data-args-path", "--dataloader-inter-document-masking",
-    "--step-batch-size-schedule", "--mtp-num-layers", "--multi-latent-attention", "--load",
+    "--step-batch-size-schedule", "--mtp-num-layers", "--load",
     "--finetune", "--pretrained-checkpoint", "--padded-vocab-size", "--no-pad-vocab-size",
     "--init-method-xavier-uniform", "--sft", "--apply-query-key-layer-scaling",
     "--embedding-multiplier",
@@ -313,6 +326,19 @@ def model_config(args, vocab_padded=None):
     c.rope_scaling = args.rope_scaling_factor if args.use_rope_scaling else None
     c.untie = args.untie_embeddings_and_output_weights
     c.V = vocab_padded
+    c.mla = args.multi_latent_attention
+    if c.mla:
+        # MLATransformerConfig: rope_type defaults to yarn, which this reference does not have
+        if args.rope_type != "rope":
+            die("--multi-latent-attention: only --rope-type rope is implemented here")
+        if args.group_query_attention:
+            die("--multi-latent-attention excludes --group-query-attention")
+        c.q_lora, c.kv_lora = args.q_lora_rank, args.kv_lora_rank
+        c.qk_head, c.qk_pos, c.v_head = args.qk_head_dim, args.qk_pos_emb_head_dim, args.v_head_dim
+        c.g, c.m = c.a, 1
+        c.rot = c.qk_pos  # MLA's own RotaryEmbedding over the position part, all of it
+        if c.qk_norm and c.q_lora is None:
+            die("--qk-layernorm without --q-lora-rank (a norm fused into linear_q_proj) is not implemented here")
     moe_config(args, c)
     return c
 
@@ -592,6 +618,56 @@ def tokenizer_ids(args):
 
 # --------------------------------------------------------------------------- model
 
+def attention_param_shapes(c, pre, ln_bias):
+    out = [(pre + "self_attention.linear_qkv.layer_norm_weight", (c.h,))]
+    if ln_bias:
+        out.append((pre + "self_attention.linear_qkv.layer_norm_bias", (c.h,)))
+    out.append((pre + "self_attention.linear_qkv.weight", ((c.a + 2 * c.g) * c.k, c.h)))
+    if c.qkv_bias:
+        out.append((pre + "self_attention.linear_qkv.bias", ((c.a + 2 * c.g) * c.k,)))
+    out.append((pre + "self_attention.linear_proj.weight", (c.h, c.a * c.k)))
+    if c.bias:
+        out.append((pre + "self_attention.linear_proj.bias", (c.h,)))
+    if getattr(c, "qk_norm", False):
+        for which in ("q_layernorm", "k_layernorm"):
+            out.append((pre + "self_attention.%s.weight" % which, (c.k,)))
+            if ln_bias:
+                out.append((pre + "self_attention.%s.bias" % which, (c.k,)))
+    return out
+
+
+def mla_param_shapes(c, pre, ln_bias):
+    """MLASelfAttention with the TE spec (get_gpt_layer_with_transformer_engine_spec,
+    multi_latent_attention=True): a separate input_layernorm; the down-projections are
+    plain (duplicated) linears without bias; with --qk-layernorm the q and kv norms are
+    fused into the up-projections (TELayerNormColumnParallelLinear: layer_norm_weight),
+    without it they are identities."""
+    a = pre + "self_attention."
+    qd = c.qk_head + c.qk_pos
+    out = [(pre + "input_layernorm.weight", (c.h,))]
+    if ln_bias:
+        out.append((pre + "input_layernorm.bias", (c.h,)))
+    if c.q_lora is None:
+        out.append((a + "linear_q_proj.weight", (c.a * qd, c.h)))
+    else:
+        out.append((a + "linear_q_down_proj.weight", (c.q_lora, c.h)))
+        if c.qk_norm:
+            out.append((a + "linear_q_up_proj.layer_norm_weight", (c.q_lora,)))
+            if ln_bias:
+                out.append((a + "linear_q_up_proj.layer_norm_bias", (c.q_lora,)))
+        out.append((a + "linear_q_up_proj.weight", (c.a * qd, c.q_lora)))
+    out.append((a + "linear_kv_down_proj.weight", (c.kv_lora + c.qk_pos, c.h)))
+    if c.qk_norm:
+        out.append((a + "linear_kv_up_proj.layer_norm_weight", (c.kv_lora,)))
+        if ln_bias:
+            out.append((a + "linear_kv_up_proj.layer_norm_bias", (c.kv_lora,)))
+    out.append((a + "linear_kv_up_proj.weight", (c.a * (c.qk_head + c.v_head), c.kv_lora)))
+    out.append((a + "linear_proj.weight", (c.h, c.a * c.v_head)))
+    if c.bias:
+        out.append((a + "linear_proj.bias", (c.h,)))
+    return out
+
+
 def param_shapes(c):
     """Megatron Core TE-spec names and global shapes, in registration order."""
     out = [("embedding.word_embeddings.weight", (c.V, c.h))]
@@ -600,20 +676,10 @@ def param_shapes(c):
     ln_bias = c.norm == "LayerNorm"
     for n in range(c.L):
         pre = "decoder.layers.%d." % n
-        out.append((pre + "self_attention.linear_qkv.layer_norm_weight", (c.h,)))
-        if ln_bias:
-            out.append((pre + "self_attention.linear_qkv.layer_norm_bias", (c.h,)))
-        out.append((pre + "self_attention.linear_qkv.weight", ((c.a + 2 * c.g) * c.k, c.h)))
-        if c.qkv_bias:
-            out.append((pre + "self_attention.linear_qkv.bias", ((c.a + 2 * c.g) * c.k,)))
-        out.append((pre + "self_attention.linear_proj.weight", (c.h, c.a * c.k)))
-        if c.bias:
-            out.append((pre + "self_attention.linear_proj.bias", (c.h,)))
-        if getattr(c, "qk_norm", False):
-            for which in ("q_layernorm", "k_layernorm"):
-                out.append((pre + "self_attention.%s.weight" % which, (c.k,)))
-                if ln_bias:
-                    out.append((pre + "self_attention.%s.bias" % which, (c.k,)))
+        if getattr(c, "mla", False):
+            out.extend(mla_param_shapes(c, pre, ln_bias))
+        else:
+            out.extend(attention_param_shapes(c, pre, ln_bias))
         if is_moe(c, n):
             # MoE layers keep an unfused pre-MLP norm; router, experts, shared experts
             # (MoELayer's registration order); no biases
@@ -771,6 +837,44 @@ def attention(x, P, pre, c, rope, mask):
     scores = scores.masked_fill(mask[:, None, :, :], float("-inf"))
     probs = torch.softmax(scores, dim=-1)
     ctx = torch.einsum("bhqk,bkhd->bqhd", probs, v).reshape(b, s, c.a * c.k)
+    return F.linear(ctx, P[pre + "linear_proj.weight"], P.get(pre + "linear_proj.bias"))
+
+
+def mla_rope(t, cos, sin, d):
+    """Megatron's RoPE for MLA (apply_rotary_pos_emb with mla_rotary_interleaved): the
+    channels are first reordered even ones then odd ones, then rotated by halves."""
+    t = torch.cat((t[..., 0::2], t[..., 1::2]), dim=-1)
+    return apply_rope(t, cos, sin, d)
+
+
+def mla_attention(x, P, pre, c, rope, mask):
+    """MLASelfAttention.get_query_key_value_tensors + core attention + linear_proj, one
+    rank, rope_type rope (mscale 1). x [b, s, h] is input_layernorm's output."""
+    b, s, _ = x.shape
+    qd = c.qk_head + c.qk_pos
+    if c.q_lora is None:
+        q = F.linear(x, P[pre + "linear_q_proj.weight"])
+    else:
+        qc = F.linear(x, P[pre + "linear_q_down_proj.weight"])
+        if c.qk_norm:
+            qc = norm(qc, P[pre + "linear_q_up_proj.layer_norm_weight"], P.get(pre + "linear_q_up_proj.layer_norm_bias"), c)
+        q = F.linear(qc, P[pre + "linear_q_up_proj.weight"])
+    q = q.view(b, s, c.a, qd)
+    kv_combined = F.linear(x, P[pre + "linear_kv_down_proj.weight"])
+    kv_c, k_pos = torch.split(kv_combined, [c.kv_lora, c.qk_pos], dim=-1)
+    if c.qk_norm:
+        kv_c = norm(kv_c, P[pre + "linear_kv_up_proj.layer_norm_weight"], P.get(pre + "linear_kv_up_proj.layer_norm_bias"), c)
+    kv = F.linear(kv_c, P[pre + "linear_kv_up_proj.weight"]).view(b, s, c.a, c.qk_head + c.v_head)
+    q_nope, q_pos = torch.split(q, [c.qk_head, c.qk_pos], dim=-1)
+    k_nope, v = torch.split(kv, [c.qk_head, c.v_head], dim=-1)
+    q_pos = mla_rope(q_pos, rope[0], rope[1], c.qk_pos)
+    k_pos = mla_rope(k_pos[:, :, None, :], rope[0], rope[1], c.qk_pos)   # one head, shared
+    query = torch.cat((q_nope, q_pos), dim=-1)
+    key = torch.cat((k_nope, k_pos.expand(-1, -1, c.a, -1)), dim=-1)
+    scores = torch.einsum("bqhd,bkhd->bhqk", query, key) * (1.0 / math.sqrt(qd))
+    scores = scores.masked_fill(mask[:, None, :, :], float("-inf"))
+    probs = torch.softmax(scores, dim=-1)
+    ctx = torch.einsum("bhqk,bkhd->bqhd", probs, v).reshape(b, s, c.a * c.v_head)
     return F.linear(ctx, P[pre + "linear_proj.weight"], P.get(pre + "linear_proj.bias"))
 
 
@@ -976,7 +1080,8 @@ def gpt_forward(P, c, batch, attention_fn=attention, mlp_fn=mlp, moe_log=None, l
     x = F.embedding(tokens, P["embedding.word_embeddings.weight"])
     if c.pos == "learned_absolute":
         x = x + F.embedding(batch["position_ids"], P["embedding.position_embeddings.weight"])
-    rope = rope_cos_sin(c, tokens.shape[1], x.dtype) if c.pos == "rope" else None
+    mla = getattr(c, "mla", False)
+    rope = rope_cos_sin(c, tokens.shape[1], x.dtype) if c.pos == "rope" or mla else None
     mask = batch["attention_mask"]
     if getattr(c, "causal_only", False):
         S = tokens.shape[1]
@@ -989,9 +1094,13 @@ def gpt_forward(P, c, batch, attention_fn=attention, mlp_fn=mlp, moe_log=None, l
     for n in range(c.L):
         pre = "decoder.layers.%d." % n
         a = pre + "self_attention."
-        hn = norm(x, P[a + "linear_qkv.layer_norm_weight"], P.get(a + "linear_qkv.layer_norm_bias"), c)
         windowed = wmask is not None and (c.swa_layers is None or c.swa_layers[n])
-        x = x + attention_fn(hn, P, a, c, rope, wmask if windowed else mask)
+        if mla:
+            hn = norm(x, P[pre + "input_layernorm.weight"], P.get(pre + "input_layernorm.bias"), c)
+            x = x + mla_attention(hn, P, a, c, rope, wmask if windowed else mask)
+        else:
+            hn = norm(x, P[a + "linear_qkv.layer_norm_weight"], P.get(a + "linear_qkv.layer_norm_bias"), c)
+            x = x + attention_fn(hn, P, a, c, rope, wmask if windowed else mask)
         m = pre + "mlp."
         if is_moe(c, n):
             hn = norm(x, P[pre + "pre_mlp_layernorm.weight"], P.get(pre + "pre_mlp_layernorm.bias"), c)
