@@ -17,6 +17,7 @@
 #include "base/timer.h"
 #include "base/xalloc.h"
 #include "data/input.h"
+#include "data/jsonl_fast.h"
 
 #include <jansson.h>
 #include <pthread.h>
@@ -98,11 +99,11 @@ static const char *json_type_name(const json_t *v)
 }
 
 /* Tokenize one sentence into key output k; -1 with *why on failure. */
-static int encode_sentence(struct tok_session *s, struct key_out *k, const json_t *v, char *why, size_t whylen,
-			   const char *key, int elem)
+static int encode_sentence(struct tok_session *s, struct key_out *k, const char *text, size_t text_len, char *why,
+			   size_t whylen, const char *key, int elem)
 {
 	size_t before = k->ids.n;
-	if (tok_encode(s, json_string_value(v), json_string_length(v), &k->ids) < 0) {
+	if (tok_encode(s, text, text_len, &k->ids) < 0) {
 		if (elem >= 0)
 			snprintf(why, whylen, "key '%s', sentence %d: %s", key, elem, tok_session_error(s));
 		else
@@ -120,9 +121,21 @@ static int encode_sentence(struct tok_session *s, struct key_out *k, const json_
 	return 0;
 }
 
-/* One JSONL line to one document per key. 0 ok, 1 blank line, -1 bad (why). */
-static int process_line(const struct prep_config *cfg, struct tok_session *s, struct result *res,
-			const char *line, size_t len, char *why, size_t whylen)
+/* The end of a key's document: EOD and the sequence count. */
+static void end_key(const struct prep_config *cfg, struct result *res, struct key_out *ko, size_t seq_before)
+{
+	if (cfg->append_eod && ko->n_seqlens > seq_before) {
+		tok_ids_push(&ko->ids, (int32_t)tok_eod(cfg->tok));
+		ko->seqlens[ko->n_seqlens - 1]++;
+	}
+	ko->doc_seqs[res->n_docs] = (uint32_t)(ko->n_seqlens - seq_before);
+}
+
+/* One JSONL line to one document per key. 0 ok, 1 blank line, -1 bad (why).
+ * The common line (an object with a string under each key) takes
+ * jsonl_fast; any other, jansson, which also words the errors. */
+static int process_line(const struct prep_config *cfg, struct tok_session *s, struct jsonl_fast_value *fv,
+			struct result *res, const char *line, size_t len, char *why, size_t whylen)
 {
 	while (len && (line[len - 1] == '\n' || line[len - 1] == '\r'))
 		len--;
@@ -131,6 +144,16 @@ static int process_line(const struct prep_config *cfg, struct tok_session *s, st
 		i++;
 	if (i == len)
 		return 1;
+	if (jsonl_fast_strings(line, len, (const char *const *)cfg->keys, cfg->n_keys, fv)) {
+		for (int k = 0; k < cfg->n_keys; k++) {
+			struct key_out *ko = &res->keys[k];
+			size_t seq_before = ko->n_seqlens;
+			if (encode_sentence(s, ko, fv[k].s, fv[k].len, why, whylen, cfg->keys[k], -1) < 0)
+				return -1;
+			end_key(cfg, res, ko, seq_before);
+		}
+		return 0;
+	}
 	json_error_t je;
 	json_t *root = json_loadb(line, len, JSON_DECODE_ANY | JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL, &je);
 	if (!root) {
@@ -163,7 +186,7 @@ static int process_line(const struct prep_config *cfg, struct tok_session *s, st
 			sbuf_release(&have);
 			ret = -1;
 		} else if (json_is_string(v)) {
-			ret = encode_sentence(s, ko, v, why, whylen, key, -1);
+			ret = encode_sentence(s, ko, json_string_value(v), json_string_length(v), why, whylen, key, -1);
 		} else if (json_is_array(v)) {
 			size_t idx;
 			json_t *e;
@@ -174,7 +197,8 @@ static int process_line(const struct prep_config *cfg, struct tok_session *s, st
 					ret = -1;
 					break;
 				}
-				if ((ret = encode_sentence(s, ko, e, why, whylen, key, (int)idx)) < 0)
+				if ((ret = encode_sentence(s, ko, json_string_value(e), json_string_length(e), why, whylen,
+							   key, (int)idx)) < 0)
 					break;
 			}
 		} else {
@@ -182,12 +206,8 @@ static int process_line(const struct prep_config *cfg, struct tok_session *s, st
 				 json_type_name(v));
 			ret = -1;
 		}
-		if (!ret && cfg->append_eod && ko->n_seqlens > seq_before) {
-			tok_ids_push(&ko->ids, (int32_t)tok_eod(cfg->tok));
-			ko->seqlens[ko->n_seqlens - 1]++;
-		}
 		if (!ret)
-			ko->doc_seqs[res->n_docs] = (uint32_t)(ko->n_seqlens - seq_before);
+			end_key(cfg, res, ko, seq_before);
 	}
 out:
 	json_decref(root);
@@ -210,7 +230,8 @@ static bool bad_line(const struct prep_config *cfg, struct result *res, const ch
 	return false;
 }
 
-static void process_chunk(struct pipe *p, struct tok_session *s, const struct job *j, struct result *res)
+static void process_chunk(struct pipe *p, struct tok_session *s, struct jsonl_fast_value *fv, const struct job *j,
+			  struct result *res)
 {
 	const struct prep_config *cfg = p->cfg;
 	res->n_docs = res->n_bad = res->n_blank = 0;
@@ -243,7 +264,7 @@ static void process_chunk(struct pipe *p, struct tok_session *s, const struct jo
 				res->keys[k].doc_seqs = xrealloc(res->keys[k].doc_seqs, cap * sizeof(uint32_t));
 			res->cap_docs = cap;
 		}
-		int r = process_line(cfg, s, res, line, len, why, sizeof(why));
+		int r = process_line(cfg, s, fv, res, line, len, why, sizeof(why));
 		if (r == 1) {
 			res->n_blank++;
 			continue;
@@ -315,6 +336,7 @@ static void *worker_main(void *arg)
 {
 	struct pipe *p = arg;
 	struct tok_session *s = tok_session_new(p->cfg->tok);
+	struct jsonl_fast_value *fv = xcalloc((size_t)p->cfg->n_keys, sizeof(*fv));
 	for (;;) {
 		pthread_mutex_lock(&p->mu);
 		while (!p->stop && !p->job_count && !p->reader_done)
@@ -330,7 +352,7 @@ static void *worker_main(void *arg)
 		pthread_mutex_unlock(&p->mu);
 
 		/* the slot is ours: the reader only hands out chunks whose slot the writer has freed */
-		process_chunk(p, s, &j, res);
+		process_chunk(p, s, fv, &j, res);
 		free(j.c.data);
 
 		pthread_mutex_lock(&p->mu);
@@ -339,6 +361,7 @@ static void *worker_main(void *arg)
 		pthread_mutex_unlock(&p->mu);
 	}
 	tok_session_free(s);
+	jsonl_fast_values_free(fv, p->cfg->n_keys);
 	return NULL;
 }
 

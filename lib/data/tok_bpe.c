@@ -296,8 +296,22 @@ static inline uint64_t hash_bytes(const char *p, size_t n, uint64_t seed)
 		n -= 8;
 	}
 	if (n) {
-		uint64_t w = 0;
-		memcpy(&w, p, n);
+		/* the tail as memcpy into a zeroed word would give it (little
+		 * endian), from two overlapping loads instead of a library call */
+		uint64_t w;
+		if (n >= 4) {
+			uint32_t lo, hi;
+			memcpy(&lo, p, 4);
+			memcpy(&hi, p + n - 4, 4);
+			w = (uint64_t)lo | (uint64_t)hi << (8 * (n - 4));
+		} else if (n >= 2) {
+			uint16_t lo, hi;
+			memcpy(&lo, p, 2);
+			memcpy(&hi, p + n - 2, 2);
+			w = (uint64_t)lo | (uint64_t)hi << (8 * (n - 2));
+		} else {
+			w = (uint8_t)p[0];
+		}
 		h = (h ^ w) * 0x94d049bb133111ebull;
 	}
 	return mix64(h);
@@ -840,8 +854,25 @@ size_t tok_bpe_merge_ids(const struct tok_bpe *m, struct tok_bpe_cache *c, int32
 
 /* ---- the word cache --------------------------------------------------- */
 
+/* memcmp(a, b, n) == 0 for the short keys of the cache and the split
+ * symbol, without a library call: eight bytes at a time, then the rest */
+static inline bool short_eq(const char *a, const char *b, size_t n)
+{
+	for (; n >= 8; a += 8, b += 8, n -= 8) {
+		uint64_t x, y;
+		memcpy(&x, a, 8);
+		memcpy(&y, b, 8);
+		if (x != y)
+			return false;
+	}
+	for (size_t i = 0; i < n; i++)
+		if (a[i] != b[i])
+			return false;
+	return true;
+}
+
 #define CACHE_SLOTS (1u << 17) /* at most half of them used */
-#define CACHE_MAX_KEY 64
+#define CACHE_MAX_KEY TOK_BPE_CACHE_MAX_KEY
 
 struct cslot {
 	uint64_t h; /* 0: empty */
@@ -946,7 +977,7 @@ static struct cslot *cache_slot(struct tok_bpe_cache *c, const char *w, size_t n
 {
 	for (size_t i = h & (CACHE_SLOTS - 1);; i = (i + 1) & (CACHE_SLOTS - 1)) {
 		struct cslot *s = &c->slots[i];
-		if (!s->h || (s->h == h && s->klen == n && !memcmp(c->keys.buf + s->koff, w, n)))
+		if (!s->h || (s->h == h && s->klen == n && short_eq(c->keys.buf + s->koff, w, n)))
 			return s;
 	}
 }
@@ -988,6 +1019,17 @@ bool tok_bpe_cache_get(struct tok_bpe_cache *c, const char *w, size_t n, struct 
 	return true;
 }
 
+const int32_t *tok_bpe_cache_find(struct tok_bpe_cache *c, const char *w, size_t n, size_t *k)
+{
+	if (n > CACHE_MAX_KEY)
+		return NULL;
+	struct cslot *s = cache_slot(c, w, n, hash_bytes(w, n, 7) | 1);
+	if (!s->h)
+		return NULL;
+	*k = s->nids;
+	return c->ids + s->ioff;
+}
+
 void tok_bpe_cache_put(struct tok_bpe_cache *c, const char *w, size_t n, const int32_t *ids, size_t k)
 {
 	if (n > CACHE_MAX_KEY)
@@ -1006,14 +1048,14 @@ static size_t next_split(const struct tok_bpe *m, const char *w, size_t n, size_
 	const char *sym = m->split_sym;
 	size_t sl = m->split_len;
 	/* skip the leading run of split_sym, then find the next one */
-	while (i + sl <= n && !memcmp(w + i, sym, sl))
+	while (i + sl <= n && short_eq(w + i, sym, sl))
 		i += sl;
 	while (i < n) {
 		const char *q = memchr(w + i, sym[0], n - i);
 		if (!q)
 			return n;
 		i = (size_t)(q - w);
-		if (i + sl <= n && !memcmp(q, sym, sl))
+		if (i + sl <= n && short_eq(q, sym, sl))
 			return i;
 		i++;
 	}
@@ -1033,8 +1075,11 @@ static void encode_one(const struct tok_bpe *m, struct tok_bpe_cache *c, const c
 		h = hash_bytes(w, n, 7) | 1;
 		slot = cache_slot(c, w, n, h);
 		if (slot->h) {
-			xgrow(&out->v, &out->cap, out->n + slot->nids, sizeof(int32_t));
-			memcpy(out->v + out->n, c->ids + slot->ioff, slot->nids * sizeof(int32_t));
+			if (out->n + slot->nids > out->cap)
+				xgrow(&out->v, &out->cap, out->n + slot->nids, sizeof(int32_t));
+			const int32_t *src = c->ids + slot->ioff;
+			for (size_t i = 0; i < slot->nids; i++)
+				out->v[out->n + i] = src[i];
 			out->n += slot->nids;
 			return;
 		}

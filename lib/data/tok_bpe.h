@@ -118,10 +118,14 @@ struct tok_bpe_cache;
 struct tok_bpe_cache *tok_bpe_cache_new(void);
 void tok_bpe_cache_free(struct tok_bpe_cache *c);
 
-/* The cache on its own (tok_spm.c's SentencePiece BPE): append the ids
+/* The cache on its own (tok_spm.c's SentencePiece models): append the ids
  * remembered for w[0..n) to out (false: none), and remember ids for it.
- * Words longer than 64 bytes are never remembered. */
+ * Words longer than TOK_BPE_CACHE_MAX_KEY bytes are never remembered. */
+#define TOK_BPE_CACHE_MAX_KEY 64
 bool tok_bpe_cache_get(struct tok_bpe_cache *c, const char *w, size_t n, struct tok_ids *out);
+/* The ids remembered for w[0..n) in place (*k of them), NULL when none;
+ * valid until the next put. */
+const int32_t *tok_bpe_cache_find(struct tok_bpe_cache *c, const char *w, size_t n, size_t *k);
 void tok_bpe_cache_put(struct tok_bpe_cache *c, const char *w, size_t n, const int32_t *ids, size_t k);
 
 /* Append the ids of one pre-token (raw bytes) to out. */

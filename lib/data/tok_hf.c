@@ -181,7 +181,10 @@ static int regex_spans(struct enc *e, const struct tok_hf_stage *st, struct stag
 	}
 	size_t prev = 0, last_end = 0, lme = SIZE_MAX;
 	while (last_end <= n) {
-		int rc = pcre2_match(st->re, (PCRE2_SPTR)t, n, last_end, PCRE2_NO_UTF_CHECK, ss->md, e->s->mctx);
+		/* JIT-compiled: PCRE2's fast path, without pcre2_match's checks
+		 * (valid UTF-8 and a pattern fit for JIT, both known here) */
+		int rc = st->jit ? pcre2_jit_match(st->re, (PCRE2_SPTR)t, n, last_end, 0, ss->md, e->s->mctx)
+				 : pcre2_match(st->re, (PCRE2_SPTR)t, n, last_end, PCRE2_NO_UTF_CHECK, ss->md, e->s->mctx);
 		if (rc == PCRE2_ERROR_NOMATCH)
 			break;
 		if (rc < 0) {
@@ -267,14 +270,22 @@ static int metaspace(struct enc *e, size_t k, const struct tok_hf_stage *st, str
 	if (!starts && t[0] != ' ' &&
 	    (st->prepend == TOK_HF_PREPEND_ALWAYS || (st->prepend == TOK_HF_PREPEND_FIRST && at0)))
 		sbuf_add(b, st->rep, st->replen);
+	/* room for every byte a space, then plain copies */
+	sbuf_grow(b, n * (st->replen > 1 ? st->replen : 1));
+	char *o = b->buf + b->len;
 	for (size_t i = 0; i < n;) {
 		const char *q = memchr(t + i, ' ', n - i);
 		size_t j = q ? (size_t)(q - t) : n;
-		sbuf_add(b, t + i, j - i);
-		if (q)
-			sbuf_add(b, st->rep, st->replen);
+		memcpy(o, t + i, j - i);
+		o += j - i;
+		if (q) {
+			memcpy(o, st->rep, st->replen);
+			o += st->replen;
+		}
 		i = j + (q != NULL);
 	}
+	b->len = (size_t)(o - b->buf);
+	b->buf[b->len] = 0;
 	/* the stage's buffer is reused by deeper calls of this stage only
 	 * after these pieces are done: copy nothing, but keep the pointer */
 	const char *u = b->buf;
@@ -284,6 +295,10 @@ static int metaspace(struct enc *e, size_t k, const struct tok_hf_stage *st, str
 	ss->nsp = 0;
 	size_t last = 0;
 	for (size_t i = 0; i + st->replen <= un;) {
+		const char *q = memchr(u + i, st->rep[0], un - i);
+		if (!q || (size_t)(q - u) + st->replen > un)
+			break;
+		i = (size_t)(q - u);
 		if (!memcmp(u + i, st->rep, st->replen)) {
 			if (last < i)
 				span_push(&ss->sp, &ss->nsp, &ss->capsp, last, i, false);

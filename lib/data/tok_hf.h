@@ -93,6 +93,7 @@ struct tok_hf_stage {
 	enum tok_hf_behavior behavior;
 	bool invert;
 	pcre2_code *re;
+	bool jit; /* re is JIT-compiled: matched with pcre2_jit_match */
 	/* Metaspace */
 	char rep[8];
 	size_t replen;

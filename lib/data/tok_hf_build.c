@@ -269,10 +269,11 @@ int tok_hf_add_split(struct tok_hf *h, const char *pattern, bool is_regex, enum 
 		free(q);
 		return r;
 	}
-	pcre2_jit_compile(re, PCRE2_JIT_COMPLETE); /* without JIT it still works, slower */
+	bool jit = pcre2_jit_compile(re, PCRE2_JIT_COMPLETE) == 0; /* without JIT it still works, slower */
 	tok_hf_add_stage(h, TOK_HF_STAGE_REGEX, b);
 	h->stages[h->n_stages - 1].invert = invert;
 	h->stages[h->n_stages - 1].re = re;
+	h->stages[h->n_stages - 1].jit = jit;
 	return 0;
 }
 
@@ -303,14 +304,22 @@ static int replace_all(const char *p, size_t n, const char *a, size_t alen, cons
 	if (!q)
 		return 0;
 	sbuf_reset(dst);
+	/* room for the worst case (a at every alen bytes), then plain copies */
+	sbuf_grow(dst, n + (blen > alen ? n / alen * (blen - alen) : 0));
+	char *o = dst->buf;
 	size_t i = 0;
 	while (q) {
-		sbuf_add(dst, p + i, (size_t)(q - (p + i)));
-		sbuf_add(dst, b, blen);
+		size_t k = (size_t)(q - (p + i));
+		memcpy(o, p + i, k);
+		memcpy(o + k, b, blen);
+		o += k + blen;
 		i = (size_t)(q - p) + alen;
-		q = i + alen <= n ? memmem(p + i, n - i, a, alen) : NULL;
+		q = i + alen > n ? NULL : alen == 1 ? memchr(p + i, a[0], n - i) : memmem(p + i, n - i, a, alen);
 	}
-	sbuf_add(dst, p + i, n - i);
+	memcpy(o, p + i, n - i);
+	o += n - i;
+	dst->len = (size_t)(o - dst->buf);
+	dst->buf[dst->len] = 0;
 	if (!dst->buf)
 		sbuf_addstr(dst, "");
 	return 1;

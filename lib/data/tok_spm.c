@@ -44,8 +44,9 @@
  * USER_DEFINED and UNUSED pieces (the ones encoding may produce), and
  * CONTROL, UNKNOWN and BYTE pieces; a lookup tries the second first and
  * falls back to the <unk> id. The encodable pieces are also in a byte trie
- * (the unigram search and user-defined symbol matching walk it), and BPE
- * runs on parts of the text through a word cache (see speed_setup).
+ * (the unigram search and user-defined symbol matching walk it), and both
+ * models run on parts of the text through a word cache (see speed_setup;
+ * for unigram, unigram_word says why its cache cannot change an id).
  *
  * Refused by name: WORD and CHAR models, treat_whitespace_as_suffix, a
  * denormalizer charsmap.
@@ -59,6 +60,7 @@
 
 #include <float.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -143,11 +145,14 @@ struct tok_spm {
 	/* Megatron's ignore_extra_whitespaces=False on a model that drops them */
 	bool keep_extra_spaces;
 	/* speed: a byte trie of the encodable pieces, the bytes that can start
-	 * a user-defined symbol or a charsmap rule, and whether BPE may run on
-	 * the parts of the text cut before each space symbol (see split_ok) */
+	 * a user-defined symbol or a charsmap rule, and whether the model may
+	 * run on the parts of the text cut before each space symbol (see
+	 * speed_setup) */
 	struct spm_trie trie_p;
 	bool user_first[256], rule_first[256];
-	bool bpe_split;	     /* cut before a space symbol after another character */
+	bool ascii_plain[128]; /* normalizes to itself when the next byte is ASCII */
+	bool ws_split;	     /* cut before a space symbol after another character */
+	bool uni_cache;      /* unigram: the word cache may be used (finite scores) */
 	bool lonely[256];    /* BPE: an ASCII character no longer piece holds: cut around it */
 };
 
@@ -622,7 +627,7 @@ static int setup_charsmap(struct tok_spm *m)
 #define DA_LABEL0(u) ((u) & 0x800000ffu)
 
 /*
- * BPE on parts of the text: a symbol of the merge loop is always a piece
+ * Parts of the text. BPE: a symbol of the merge loop is always a piece
  * (or one character). When every encodable piece holds the space symbol
  * only in a leading run, no symbol can cover a character and a following
  * space symbol, so the merges on each part cut before such a space symbol
@@ -630,14 +635,18 @@ static int setup_charsmap(struct tok_spm *m)
  * best score, leftmost first), user-defined symbols included. Those parts
  * (words, mostly) then hit a word cache. Likewise an ASCII character that
  * no longer piece holds is a symbol of its own: the text is cut before and
- * after it.
+ * after it. Unigram: with the same condition (ws_split) no piece, and no
+ * <unk> (one character), crosses such a cut, so the search runs word by
+ * word (unigram_word), words through a cache when every score is finite.
  */
 static void speed_setup(struct tok_spm *m)
 {
 	trie_build(m);
 	const char *sp = m->escape_ws ? SPACE_SYM : " ";
 	size_t sl = m->escape_ws ? SPACE_SYM_LEN : 1;
-	m->bpe_split = m->model_type == MT_BPE;
+	m->ws_split = true;
+	m->uni_cache = m->model_type == MT_UNIGRAM && isfinite(m->min_score - UNK_PENALTY) &&
+		       isfinite(m->max_score * (float)m->max_normal_len);
 	for (int c = 0; c < 0x80; c++)
 		m->lonely[c] = m->model_type == MT_BPE;
 	for (int32_t id = 0; id < m->n; id++) {
@@ -651,7 +660,9 @@ static void speed_setup(struct tok_spm *m)
 		while (i + sl <= p->len && !memcmp(p->s + i, sp, sl))
 			i += sl;
 		if (i < p->len && memmem(p->s + i, p->len - i, sp, sl))
-			m->bpe_split = false;
+			m->ws_split = false;
+		if (!isfinite(p->score))
+			m->uni_cache = false;
 	}
 	/* the bytes the charsmap trie has a transition for at its root */
 	if (m->trie_units) {
@@ -660,6 +671,25 @@ static void speed_setup(struct tok_spm *m)
 			uint32_t pos = pos0 ^ (uint32_t)c;
 			m->rule_first[c] = pos < m->trie_units && DA_LABEL0(m->trie[pos]) == (uint32_t)c;
 		}
+	}
+	/* An ASCII byte normalizes to itself, followed by an ASCII byte, when
+	 * no user-defined symbol starts with it and no charsmap rule matches
+	 * it alone or continues it with an ASCII byte (NFKC's rules that start
+	 * with an ASCII letter go on with a combining mark, a non-ASCII byte). */
+	for (int c = 0; c < 0x80; c++) {
+		m->ascii_plain[c] = !m->user_first[c];
+		if (!m->ascii_plain[c] || !m->rule_first[c])
+			continue;
+		uint32_t pos = DA_OFFSET0(m->trie[0]) ^ (uint32_t)c;
+		uint32_t u = m->trie[pos];
+		if ((u >> 8) & 1) { /* a rule for the byte alone */
+			m->ascii_plain[c] = false;
+			continue;
+		}
+		pos ^= DA_OFFSET0(u);
+		for (uint32_t d = 0; d < 0x80; d++)
+			if ((pos ^ d) < m->trie_units && DA_LABEL0(m->trie[pos ^ d]) == d)
+				m->ascii_plain[c] = false;
 	}
 }
 
@@ -982,12 +1012,40 @@ static void normalize(const struct tok_spm *m, const char *in, size_t n, struct 
 	bool prev_space = m->remove_extra_ws;
 	while (i < n) {
 		uint8_t c = (uint8_t)in[i];
-		if (c < 0x80 && c != ' ' && !m->user_first[c] && !m->rule_first[c]) {
-			/* a plain ASCII character: itself (the common case) */
-			if (o->n == o->cap)
-				xgrow(&o->v, &o->cap, o->n + 1, 1);
-			o->v[o->n++] = (char)c;
-			prev_space = false;
+		if (c < 0x80 && c != ' ' && m->ascii_plain[c]) {
+			/* a run of plain ASCII characters but its last, when a
+			 * non-ASCII byte follows that */
+			size_t j = i + 1;
+			while (j < n && (uint8_t)in[j] < 0x80 && in[j] != ' ' && m->ascii_plain[(uint8_t)in[j]])
+				j++;
+			if (j < n && (uint8_t)in[j] >= 0x80)
+				j--;
+			if (j > i) {
+				buf_add(o, in + i, j - i);
+				prev_space = false;
+				i = j;
+				continue;
+			}
+		}
+		if (c < 0x80 && m->ascii_plain[c] && (i + 1 == n || (uint8_t)in[i + 1] < 0x80)) {
+			/* a plain ASCII character: itself (the common case); a
+			 * space as the general path below treats a " " */
+			if (o->n + SPACE_SYM_LEN > o->cap)
+				xgrow(&o->v, &o->cap, o->n + SPACE_SYM_LEN, 1);
+			if (c != ' ') {
+				o->v[o->n++] = (char)c;
+				prev_space = false;
+			} else {
+				if (!prev_space) {
+					if (m->escape_ws) {
+						memcpy(o->v + o->n, SPACE_SYM, SPACE_SYM_LEN);
+						o->n += SPACE_SYM_LEN;
+					} else {
+						o->v[o->n++] = ' ';
+					}
+				}
+				prev_space = m->remove_extra_ws;
+			}
 			i++;
 			continue;
 		}
@@ -1043,6 +1101,13 @@ struct uni_node {
 	int32_t start, id;
 };
 
+/* the word cache's margin pass (see unigram_word) */
+struct uni_dnode {
+	double best, second;
+	int32_t start, id;
+	float score;
+};
+
 struct tok_spm_session {
 	const struct tok_spm *m;
 	struct spm_buf norm, text;
@@ -1055,15 +1120,18 @@ struct tok_spm_session {
 	struct uni_node *node;
 	size_t capnode;
 	struct tok_ids res; /* (start, len, id) triples of the model's result */
-	struct tok_bpe_cache *cache; /* BPE: ids of the parts of texts seen */
+	struct tok_bpe_cache *cache; /* ids of the parts of texts seen (BPE, unigram) */
 	struct tok_ids seg;
+	struct uni_dnode *dnode;
+	size_t capdnode;
+	struct tok_ids rec; /* unigram: a word's cache record */
 };
 
 struct tok_spm_session *tok_spm_session_new(const struct tok_spm *m)
 {
 	struct tok_spm_session *s = xcalloc(1, sizeof(*s));
 	s->m = m;
-	if (m->model_type == MT_BPE)
+	if (m->model_type == MT_BPE || (m->uni_cache && m->ws_split))
 		s->cache = tok_bpe_cache_new();
 	return s;
 }
@@ -1078,6 +1146,8 @@ void tok_spm_session_free(struct tok_spm_session *s)
 	free(s->heap);
 	free(s->rev);
 	free(s->node);
+	free(s->dnode);
+	tok_ids_free(&s->rec);
 	tok_ids_free(&s->res);
 	tok_ids_free(&s->seg);
 	tok_bpe_cache_free(s->cache);
@@ -1205,7 +1275,18 @@ static void bpe_encode(struct tok_spm_session *s, const char *ns, size_t n)
 
 /* ---- unigram ---------------------------------------------------------- */
 
-static void unigram_encode(struct tok_spm_session *s, const char *ns, size_t n)
+/* as sentencepiece: a user-defined symbol's score is a double (length *
+ * max_score - 0.1), so the candidate is a double, compared with the float
+ * kept at the node */
+static inline float piece_score(const struct tok_spm *m, const struct spm_edge *e, size_t len)
+{
+	return e->kind == TK_USER ? (float)((float)len * m->max_score - 0.1) : e->score;
+}
+
+/* sentencepiece's Viterbi over ns[0..n), its path's score starting at base
+ * (0 for a whole text; see unigram_word): the triples in s->res, the best
+ * path's score returned. */
+static float unigram_encode(struct tok_spm_session *s, const char *ns, size_t n, float base)
 {
 	const struct tok_spm *m = s->m;
 	if (n + 1 > s->capnode)
@@ -1213,6 +1294,7 @@ static void unigram_encode(struct tok_spm_session *s, const char *ns, size_t n)
 	struct uni_node *best = s->node;
 	for (size_t i = 0; i <= n; i++)
 		best[i] = (struct uni_node){ 0.0f, -1, -1 };
+	best[0].score = base;
 	const float unk_score = m->min_score - UNK_PENALTY;
 	for (size_t start = 0; start < n;) {
 		const float here = best[start].score;
@@ -1227,11 +1309,7 @@ static void unigram_encode(struct tok_spm_session *s, const char *ns, size_t n)
 			if (e->kind == TK_NONE || e->kind == TK_UNUSED)
 				continue;
 			int32_t id = e->id;
-			/* as sentencepiece: a user-defined symbol's score is a double
-			 * (length * max_score - 0.1), so the candidate is a double,
-			 * compared with the float kept at the node */
-			float score = e->kind == TK_USER ? (float)((float)len * m->max_score - 0.1) : e->score;
-			float cand = score + here;
+			float cand = piece_score(m, e, len) + here;
 			struct uni_node *t = &best[start + len];
 			if (t->start == -1 || cand > t->score) {
 				t->score = cand;
@@ -1253,6 +1331,7 @@ static void unigram_encode(struct tok_spm_session *s, const char *ns, size_t n)
 		start += mblen;
 	}
 	size_t first = s->res.n;
+	float total = best[n].score;
 	for (size_t end = n; end > 0;) {
 		struct uni_node *t = &best[end];
 		result(s, (uint32_t)t->start, (uint32_t)(end - (size_t)t->start), t->id);
@@ -1267,6 +1346,7 @@ static void unigram_encode(struct tok_spm_session *s, const char *ns, size_t n)
 			v[3 * i + j] = v[3 * (k - 1 - i) + j];
 			v[3 * (k - 1 - i) + j] = tmp;
 		}
+	return total;
 }
 
 /* ---- encode ----------------------------------------------------------- */
@@ -1300,6 +1380,189 @@ static void bpe_part(struct tok_spm_session *s, const char *ns, size_t n, struct
 	tok_bpe_cache_put(s->cache, ns, n, out->v + start, out->n - start);
 }
 
+/*
+ * The unigram word cache. The Viterbi search over a whole text cannot be
+ * cut into words by itself: its path scores are float sums that carry the
+ * score of the text before each word, and the rounding of a sum depends on
+ * its size, so a near tie inside a word may go either way with the text
+ * before it. What is cached is therefore each word's segmentation together
+ * with the largest |base| (the float score the search reaches at the word's
+ * start) for which the float search provably picks that segmentation.
+ *
+ * With ws_split no piece crosses a cut before a space symbol, so every path
+ * passes through each cut: the search over the text is the search over
+ * each word in turn, started at the score reached at the word's start
+ * (unigram_encode's base), and the score at the word's end is the float
+ * sum, in path order, of the base and the scores of the word's pieces.
+ *
+ * The bound: the margin pass below runs the search in double from 0, at
+ * each position the best and the second-best candidate (real arithmetic:
+ * the decisions do not depend on the base). Each float addition of the
+ * search errs by at most u|x| (u = 2^-24), |x| <= |base| + W (to a factor
+ * 1 + 64u), W the largest |score reached| + |piece score| of a candidate;
+ * a path of at most c pieces (c: the word's characters) reaches a position
+ * with an error of at most c u (|base| + W), and a candidate at most
+ * (c + 1) u (|base| + W) from its real value. When every position's margin
+ * (best - second) exceeds twice that, the float search picks the real
+ * winner everywhere, by induction over the positions. The record keeps
+ * |base| < margin / (2.5 (c + 1) u) - W, a quarter more than needed (the
+ * double pass's own error is some 2^-29 of the float one). A word whose
+ * margin is too small for the base at hand (a near or exact tie) runs the
+ * float search there, as before.
+ */
+#define UNI_U (1.0 / 16777216.0)
+
+/* The margin pass over w[0..n): the largest |base| for which the float
+ * search picks this pass's path (-1 when no base is safe); that path's
+ * piece scores (in order) in s->rec after `at`, its triples in s->res. */
+static float unigram_margin(struct tok_spm_session *s, const char *w, size_t n, size_t at)
+{
+	const struct tok_spm *m = s->m;
+	if (n + 1 > s->capdnode)
+		xgrow(&s->dnode, &s->capdnode, n + 1, sizeof(*s->dnode));
+	struct uni_dnode *d = s->dnode;
+	for (size_t i = 0; i <= n; i++)
+		d[i] = (struct uni_dnode){ 0.0, -HUGE_VAL, -1, -1, 0.0f };
+	const float unk_score = m->min_score - UNK_PENALTY;
+	double wmax = 0.0;
+#define UNI_CAND(t_, sc_, id_)                                                         \
+	do {                                                                           \
+		struct uni_dnode *t = (t_);                                            \
+		double c = (double)(sc_) + here;                                       \
+		double mag = fabs(here) + fabs((double)(sc_));                         \
+		wmax = mag > wmax ? mag : wmax;                                        \
+		if (t->start == -1 || c > t->best) {                                   \
+			t->second = t->start == -1 ? -HUGE_VAL : t->best;              \
+			t->best = c;                                                   \
+			t->start = (int32_t)start;                                     \
+			t->id = (id_);                                                 \
+			t->score = (sc_);                                              \
+		} else if (c > t->second) {                                            \
+			t->second = c;                                                 \
+		}                                                                      \
+	} while (0)
+	size_t chars = 0;
+	for (size_t start = 0; start < n; chars++) {
+		const double here = d[start].best;
+		size_t mblen = one_char_len(w + start, n - start);
+		bool single = false;
+		int32_t node = 0;
+		for (size_t len = 1; start + len <= n; len++) {
+			const struct spm_edge *e = trie_edge(&m->trie_p, node, (uint8_t)w[start + len - 1]);
+			if (!e)
+				break;
+			node = e->child;
+			if (e->kind == TK_NONE || e->kind == TK_UNUSED)
+				continue;
+			UNI_CAND(&d[start + len], piece_score(m, e, len), e->id);
+			if (len == mblen)
+				single = true;
+		}
+		if (!single)
+			UNI_CAND(&d[start + mblen], unk_score, m->unk_id);
+		start += mblen;
+	}
+#undef UNI_CAND
+	double margin = HUGE_VAL;
+	for (size_t i = 1; i <= n; i++)
+		if (d[i].start >= 0 && d[i].best - d[i].second < margin)
+			margin = d[i].best - d[i].second;
+	/* the path's scores, first piece first */
+	size_t k = 0;
+	for (size_t end = n; end > 0; end = (size_t)d[end].start)
+		k++;
+	xgrow(&s->rec.v, &s->rec.cap, at + k, sizeof(int32_t));
+	xgrow(&s->res.v, &s->res.cap, 3 * k, sizeof(int32_t));
+	s->rec.n = at + k;
+	s->res.n = 3 * k;
+	for (size_t end = n; end > 0; end = (size_t)d[end].start) {
+		k--;
+		memcpy(&s->rec.v[at + k], &d[end].score, sizeof(float));
+		s->res.v[3 * k] = d[end].start;
+		s->res.v[3 * k + 1] = (int32_t)end - d[end].start;
+		s->res.v[3 * k + 2] = d[end].id;
+	}
+	double bmax = margin / (2.5 * (double)(chars + 1) * UNI_U) - wmax;
+	if (!(bmax > 0.0))
+		return -1.0f;
+	return bmax >= FLT_MAX ? FLT_MAX : (float)(bmax * 0.999);
+}
+
+/* One word of a unigram text: its ids appended to ids, the score at its
+ * end returned (base: the score at its start). A record in the cache is
+ * { bound (float), k, k piece scores (floats), the ids }. A new word takes
+ * the margin pass first: when the base is within its bound, that pass's
+ * path is the float search's, and the float search need not run. */
+static float unigram_word(struct tok_spm_session *s, const char *w, size_t n, float base, struct tok_ids *ids)
+{
+	if (n <= TOK_BPE_CACHE_MAX_KEY) {
+		size_t len;
+		const int32_t *r = tok_bpe_cache_find(s->cache, w, n, &len);
+		if (!r) {
+			struct tok_ids *rec = &s->rec;
+			rec->n = 0;
+			tok_ids_push(rec, 0);
+			tok_ids_push(rec, 0);
+			float bound = unigram_margin(s, w, n, 2);
+			if (bound > 0.0f) { /* remembered, for the bases within the bound */
+				size_t k = rec->n - 2, first = ids->n;
+				result_ids(s, w, ids);
+				memcpy(&rec->v[0], &bound, sizeof(float));
+				rec->v[1] = (int32_t)k;
+				xgrow(&rec->v, &rec->cap, rec->n + (ids->n - first), sizeof(int32_t));
+				memcpy(rec->v + rec->n, ids->v + first, (ids->n - first) * sizeof(int32_t));
+				rec->n += ids->n - first;
+				tok_bpe_cache_put(s->cache, w, n, rec->v, rec->n);
+				if (fabsf(base) < bound) {
+					float sum = base;
+					for (size_t i = 0; i < k; i++) {
+						float sc;
+						memcpy(&sc, &rec->v[2 + i], sizeof(float));
+						sum = sc + sum;
+					}
+					return sum;
+				}
+				ids->n = first;
+			}
+		} else {
+			float bound;
+			memcpy(&bound, &r[0], sizeof(float));
+			if (fabsf(base) < bound) {
+				size_t k = (size_t)r[1], nid = len - 2 - k;
+				float sum = base;
+				for (size_t i = 0; i < k; i++) {
+					float sc;
+					memcpy(&sc, &r[2 + i], sizeof(float));
+					sum = sc + sum;
+				}
+				if (ids->n + nid > ids->cap)
+					xgrow(&ids->v, &ids->cap, ids->n + nid, sizeof(int32_t));
+				for (size_t i = 0; i < nid; i++)
+					ids->v[ids->n + i] = r[2 + k + i];
+				ids->n += nid;
+				return sum;
+			}
+		}
+	}
+	/* too long to remember, or a tie too close for this base: the search */
+	s->res.n = 0;
+	float end = unigram_encode(s, w, n, base);
+	result_ids(s, w, ids);
+	return end;
+}
+
+static inline bool is_space_sym(const struct tok_spm *m, const char *s)
+{
+	return m->escape_ws ? s[0] == SPACE_SYM[0] && s[1] == SPACE_SYM[1] && s[2] == SPACE_SYM[2] : s[0] == ' ';
+}
+
+/* a cut before the space symbol at ns[j] (see speed_setup) */
+static inline bool ws_cut(const struct tok_spm *m, const char *ns, size_t n, size_t j)
+{
+	size_t sl = m->escape_ws ? SPACE_SYM_LEN : 1;
+	return j + sl <= n && is_space_sym(m, ns + j) && !(j >= sl && is_space_sym(m, ns + j - sl));
+}
+
 /* sentencepiece's Encode: normalize, segment, bytes for unknowns */
 static void encode_plain(struct tok_spm_session *s, const char *text, size_t len, struct tok_ids *out)
 {
@@ -1312,24 +1575,40 @@ static void encode_plain(struct tok_spm_session *s, const char *text, size_t len
 	struct tok_ids *ids = &s->seg;
 	ids->n = 0;
 	if (m->model_type == MT_BPE) {
-		const char *sp = m->escape_ws ? SPACE_SYM : " ";
-		size_t sl = m->escape_ws ? SPACE_SYM_LEN : 1;
 		const uint8_t *u = (const uint8_t *)ns;
 		for (size_t i = 0; i < n;) {
 			size_t j = i + 1;
 			for (; j < n; j++) {
 				if (m->lonely[u[j]] || m->lonely[u[j - 1]])
 					break;
-				if (m->bpe_split && u[j] == (uint8_t)sp[0] && j + sl <= n && !memcmp(ns + j, sp, sl) &&
-				    !(j >= sl && !memcmp(ns + j - sl, sp, sl)))
+				if (m->ws_split && ws_cut(m, ns, n, j))
 					break;
 			}
 			bpe_part(s, ns + i, j - i, ids);
 			i = j;
 		}
+	} else if (s->cache) {
+		float base = 0.0f;
+		const char sp0 = m->escape_ws ? SPACE_SYM[0] : ' ';
+		for (size_t i = 0; i < n;) {
+			size_t j = i + 1;
+			for (const char *p; j < n; j = (size_t)(p - ns) + 1) {
+				p = memchr(ns + j, sp0, n - j);
+				if (!p) {
+					j = n;
+					break;
+				}
+				if (ws_cut(m, ns, n, (size_t)(p - ns))) {
+					j = (size_t)(p - ns);
+					break;
+				}
+			}
+			base = unigram_word(s, ns + i, j - i, base, ids);
+			i = j;
+		}
 	} else {
 		s->res.n = 0;
-		unigram_encode(s, ns, n);
+		unigram_encode(s, ns, n, 0.0f);
 		result_ids(s, ns, ids);
 	}
 	/* without byte_fallback, a run of unknown pieces is one <unk> */
