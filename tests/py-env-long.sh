@@ -69,45 +69,10 @@ if not torch.__file__.startswith(sys.prefix) or not numpy.__file__.startswith(sy
 EOF
 }
 
-if ok_env; then
-	(cd "$VENV/bin" && echo "$(pwd -P)/python")
-	exit 0
-fi
-
-# One installer at a time (tests may start in parallel); the winner's work
-# may leave nothing to do.
-mkdir -p "$B" || die "cannot create $B"
-if command -v flock >/dev/null 2>&1; then
-	exec 9>"$B/pyenv-long.lock"
-	flock 9 || die "cannot lock $B/pyenv-long.lock"
-	if ok_env; then
-		(cd "$VENV/bin" && echo "$(pwd -P)/python")
-		exit 0
-	fi
-fi
-
-# Debian packages
-missing=""
-for p in $DEB_PKGS; do
-	if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
-		missing="$missing $p"
-	fi
-done
-if [ -n "$missing" ]; then
-	cmd="apt-get install -y --no-install-recommends$missing"
-	if [ "$(id -u)" = 0 ]; then
-		SUDO=""
-	elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
-		SUDO="sudo"
-	else
-		die "needs these Debian packages:$missing; install them with: sudo apt-get update && sudo $cmd"
-	fi
-	say "installing Debian packages:$missing"
-	export DEBIAN_FRONTEND=noninteractive
-	$SUDO apt-get update -qq >&2 || die "apt-get update failed"
-	# shellcheck disable=SC2086 # $cmd is words
-	$SUDO $cmd -qq >&2 || die "$cmd failed"
-fi
+# shellcheck source=tests/py-env-common.sh
+. "$(dirname "$0")/py-env-common.sh"
+py_env_done_if_ready pyenv-long.lock
+py_env_debian
 [ -x "$SYS_PY" ] || die "$SYS_PY not found"
 
 # The venv: (re)made when its python does not run, or when it sees the
@@ -135,4 +100,4 @@ if ! ok_env; then
 	"$VENV/bin/python" -c 'import h5py, numpy, safetensors.torch, torch, transformers; print(torch.__file__, numpy.__file__)' >&2 || true
 	die "$VENV does not import torch, numpy, h5py and transformers with the pinned versions"
 fi
-(cd "$VENV/bin" && echo "$(pwd -P)/python")
+py_env_print

@@ -55,45 +55,10 @@ import torch, numpy, safetensors.torch, transformers  # noqa: E401,F401
 EOF
 }
 
-if ok_env; then
-	(cd "$VENV/bin" && echo "$(pwd -P)/python")
-	exit 0
-fi
-
-# One installer at a time (tests may start in parallel); the winner's work
-# may leave nothing to do.
-mkdir -p "$B" || die "cannot create $B"
-if command -v flock >/dev/null 2>&1; then
-	exec 9>"$B/pyenv.lock"
-	flock 9 || die "cannot lock $B/pyenv.lock"
-	if ok_env; then
-		(cd "$VENV/bin" && echo "$(pwd -P)/python")
-		exit 0
-	fi
-fi
-
-# Debian packages
-missing=""
-for p in $DEB_PKGS; do
-	if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
-		missing="$missing $p"
-	fi
-done
-if [ -n "$missing" ]; then
-	cmd="apt-get install -y --no-install-recommends$missing"
-	if [ "$(id -u)" = 0 ]; then
-		SUDO=""
-	elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
-		SUDO="sudo"
-	else
-		die "needs these Debian packages:$missing; install them with: sudo apt-get update && sudo $cmd"
-	fi
-	say "installing Debian packages:$missing"
-	export DEBIAN_FRONTEND=noninteractive
-	$SUDO apt-get update -qq >&2 || die "apt-get update failed"
-	# shellcheck disable=SC2086 # $cmd is words
-	$SUDO $cmd -qq >&2 || die "$cmd failed"
-fi
+# shellcheck source=tests/py-env-common.sh
+. "$(dirname "$0")/py-env-common.sh"
+py_env_done_if_ready pyenv.lock
+py_env_debian
 [ -x "$SYS_PY" ] || die "$SYS_PY not found"
 "$SYS_PY" -c 'import torch, numpy' 2>/dev/null ||
 	die "$SYS_PY cannot import torch and numpy (Debian's python3-torch, python3-numpy)"
@@ -120,4 +85,4 @@ if ! ok_env; then
 	"$VENV/bin/python" -c 'import torch, numpy, safetensors.torch, transformers' >&2 || true
 	die "$VENV does not import torch, numpy and transformers with the pinned versions"
 fi
-(cd "$VENV/bin" && echo "$(pwd -P)/python")
+py_env_print
