@@ -98,6 +98,18 @@ compare_ref() {
 	fi
 }
 
+# compare_same NAME A.jsonl B.jsonl ITERS: two of our runs' metrics files
+# agree (tests/prog/py/compare_metrics.py same: lm loss, grad norm, lr and
+# the evaluations; $PY runs it); the caller's $W holds the output
+compare_same() {
+	if $PY tests/prog/py/compare_metrics.py same "$2" "$3" "$4" >"$W/cmp.log" 2>&1; then
+		ok "$1: $(cat "$W/cmp.log")"
+	else
+		notok "$1"
+		show "$W/cmp.log"
+	fi
+}
+
 # train_env_begin NAME: the set-up the multi-rank training tests share: W
 # (a fresh temporary folder), OUT_LOG and ERR for expect_ok/expect_fail, PY,
 # one BLAS/OpenMP thread per rank, MPI (an oversubscribing mpirun; Open MPI

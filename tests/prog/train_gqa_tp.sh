@@ -29,15 +29,6 @@ LLAMA="$LLAMA --untie-embeddings-and-output-weights"
 QWEN="$LLAMA --add-qkv-bias --qk-layernorm"
 v128() { echo "--make-vocab-size-divisible-by $((128 / $1))"; }
 
-same() { # NAME A B N
-	if $PY tests/prog/py/compare_metrics.py same "$2" "$3" "$4" >"$W/cmp.log" 2>&1; then
-		ok "$1: $(cat "$W/cmp.log")"
-	else
-		notok "$1"
-		show "$W/cmp.log"
-	fi
-}
-
 for model in llama qwen; do
 	case $model in
 	llama) ARGS="$LLAMA $COMMON" ;;
@@ -58,7 +49,7 @@ for model in llama qwen; do
 		expect_ok "$model: TP4 (2 query groups) $sp 6 iterations" sh -c "$MPI -np 4 $BIN/train $ARGS $(v128 4) \
 			--tensor-model-parallel-size 4 $sp --train-iters 6 --data-cache-path $D/cache \
 			--metrics-file $D/tp4$sp.jsonl >$D/tp4.log 2>&1"
-		same "$model: TP4 $sp equals one rank" "$D/tp1.jsonl" "$D/tp4$sp.jsonl" 6
+		compare_same "$model: TP4 $sp equals one rank" "$D/tp1.jsonl" "$D/tp4$sp.jsonl" 6
 		[ $model = llama ] && compare_ref "$model: TP4 $sp matches the PyTorch reference" "$D/tp4$sp.jsonl" \
 			"$D/ref.jsonl" 6
 	done

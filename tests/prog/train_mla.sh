@@ -69,12 +69,7 @@ for run in $RUNS; do
 	expect_ok "$model: $par, 6 iterations" sh -c "$MPI -np 2 $BIN/train $ARGS $COMMON --train-iters 6 \
 		$par --make-vocab-size-divisible-by 64 --data-cache-path $D/cache --metrics-file $D/$tag.jsonl \
 		>$D/$tag.log"
-	if $PY tests/prog/py/compare_metrics.py same "$D/ours.jsonl" "$D/$tag.jsonl" 6 >"$W/cmp.log" 2>&1; then
-		ok "$model: $par equals one rank: $(cat "$W/cmp.log")"
-	else
-		notok "$model: $par against one rank"
-		show "$W/cmp.log"
-	fi
+	compare_same "$model: $par equals one rank" "$D/ours.jsonl" "$D/$tag.jsonl" 6
 done
 D=$W/dsv3
 

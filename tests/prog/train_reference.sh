@@ -106,13 +106,7 @@ for sp in "" "--sequence-parallel"; do
 	expect_ok "qwen: TP2 $sp 8 iterations" sh -c "$MPI -np 2 $BIN/train $QWEN $COMMON --train-iters 8 \
 		--tensor-model-parallel-size 2 --make-vocab-size-divisible-by 64 $sp --data-cache-path $W/qwen/cache --metrics-file $W/qwen/tp2$sp.jsonl \
 		>$W/qwen/tp2.log"
-	if $PY tests/prog/py/compare_metrics.py same "$W/qwen/ours.jsonl" "$W/qwen/tp2$sp.jsonl" 8 >"$W/cmp.log" 2>&1
-	then
-		ok "qwen: TP2 $sp equals one rank (lm loss, grad norm, lr): $(cat "$W/cmp.log")"
-	else
-		notok "qwen: TP2 $sp against one rank"
-		show "$W/cmp.log"
-	fi
+	compare_same "qwen: TP2 $sp equals one rank (lm loss, grad norm, lr)" "$W/qwen/ours.jsonl" "$W/qwen/tp2$sp.jsonl" 8
 done
 
 for model in yarn inter; do
@@ -123,24 +117,13 @@ for model in yarn inter; do
 	expect_ok "$model: TP2 6 iterations" sh -c "$MPI -np 2 $BIN/train $ARGS --train-iters 6 \
 		--tensor-model-parallel-size 2 --make-vocab-size-divisible-by 64 --data-cache-path $W/$model/cache \
 		--metrics-file $W/$model/tp2.jsonl >$W/$model/tp2.log"
-	if $PY tests/prog/py/compare_metrics.py same "$W/$model/ours.jsonl" "$W/$model/tp2.jsonl" 6 >"$W/cmp.log" 2>&1
-	then
-		ok "$model: TP2 equals one rank (lm loss, grad norm, lr): $(cat "$W/cmp.log")"
-	else
-		notok "$model: TP2 against one rank"
-		show "$W/cmp.log"
-	fi
+	compare_same "$model: TP2 equals one rank (lm loss, grad norm, lr)" "$W/$model/ours.jsonl" "$W/$model/tp2.jsonl" 6
 done
 
 expect_ok "mistral: TP2 8 iterations" sh -c "$MPI -np 2 $BIN/train $MISTRAL $COMMON --train-iters 8 \
 	--tensor-model-parallel-size 2 --make-vocab-size-divisible-by 64 --data-cache-path $W/mistral/cache \
 	--metrics-file $W/mistral/tp2.jsonl >$W/mistral/tp2.log"
-if $PY tests/prog/py/compare_metrics.py same "$W/mistral/ours.jsonl" "$W/mistral/tp2.jsonl" 8 >"$W/cmp.log" 2>&1; then
-	ok "mistral: TP2 equals one rank (lm loss, grad norm, lr): $(cat "$W/cmp.log")"
-else
-	notok "mistral: TP2 against one rank"
-	show "$W/cmp.log"
-fi
+compare_same "mistral: TP2 equals one rank (lm loss, grad norm, lr)" "$W/mistral/ours.jsonl" "$W/mistral/tp2.jsonl" 8
 
 # Qwen2-MoE: --moe-shared-expert-gate scales the shared expert's output by
 # sigmoid(x . w) per token; routing is --moe-router-pre-softmax
@@ -178,24 +161,14 @@ for rc in "--recompute-granularity selective --recompute-modules moe shared_expe
 	tag=$(echo "$rc" | tr -dc 'a-z0-9')
 	expect_ok "qwen2-moe: $rc, 6 iterations" $BIN/train $QMOE $COMMON --train-iters 6 $rc \
 		--data-cache-path "$D/cache" --metrics-file "$D/$tag.jsonl"
-	if $PY tests/prog/py/compare_metrics.py same "$D/ours.jsonl" "$D/$tag.jsonl" 6 >"$W/cmp.log" 2>&1; then
-		ok "qwen2-moe: $rc gives the same numbers: $(cat "$W/cmp.log")"
-	else
-		notok "qwen2-moe: $rc against no recompute"
-		show "$W/cmp.log"
-	fi
+	compare_same "qwen2-moe: $rc gives the same numbers" "$D/ours.jsonl" "$D/$tag.jsonl" 6
 done
 for par in "--tensor-model-parallel-size 2 --sequence-parallel" "--expert-model-parallel-size 2"; do
 	tag=$(echo "$par" | tr -dc 'a-z0-9')
 	expect_ok "qwen2-moe: $par, 6 iterations" sh -c "$MPI -np 2 $BIN/train $QMOE $COMMON --train-iters 6 \
 		$par --make-vocab-size-divisible-by 64 --data-cache-path $D/cache --metrics-file $D/$tag.jsonl \
 		>$D/$tag.log"
-	if $PY tests/prog/py/compare_metrics.py same "$D/ours.jsonl" "$D/$tag.jsonl" 6 >"$W/cmp.log" 2>&1; then
-		ok "qwen2-moe: $par equals one rank: $(cat "$W/cmp.log")"
-	else
-		notok "qwen2-moe: $par against one rank"
-		show "$W/cmp.log"
-	fi
+	compare_same "qwen2-moe: $par equals one rank" "$D/ours.jsonl" "$D/$tag.jsonl" 6
 done
 
 # DeepSeek-V3-style routing: sigmoid scores normalised over the top-2 and
@@ -227,12 +200,7 @@ for par in "--tensor-model-parallel-size 2 --sequence-parallel" "--expert-model-
 	expect_ok "deepseek-v3 routing: $par, 6 iterations" sh -c "$MPI -np 2 $BIN/train $DSV3 --moe-layer-freq '$DFREQ' \
 		$COMMON --train-iters 6 $par --make-vocab-size-divisible-by 64 --data-cache-path $D/cache \
 		--metrics-file $D/$tag.jsonl >$D/$tag.log"
-	if $PY tests/prog/py/compare_metrics.py same "$D/ours.jsonl" "$D/$tag.jsonl" 6 >"$W/cmp.log" 2>&1; then
-		ok "deepseek-v3 routing: $par equals one rank (the bias's counts summed over the batch): $(cat "$W/cmp.log")"
-	else
-		notok "deepseek-v3 routing: $par against one rank"
-		show "$W/cmp.log"
-	fi
+	compare_same "deepseek-v3 routing: $par equals one rank (the bias's counts summed over the batch)" "$D/ours.jsonl" "$D/$tag.jsonl" 6
 done
 # the expert bias is router state in the checkpoint: 3 + resume 3 is the straight run bit for bit
 expect_ok "deepseek-v3 routing: 3 iterations, save" $BIN/train $DSV3 --moe-layer-freq "$DFREQ" $COMMON \
