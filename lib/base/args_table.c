@@ -191,7 +191,8 @@ const struct flag_def args_table[] = {
 	{ "--rotary-interleaved", FK_BOOL, F(rotary_interleaved), TR, 0, "model", NULL, NULL, NULL,
 	  "RoPE rotates channel pairs (2i, 2i+1) instead of (i, i + rot/2) (rope or yarn)" },
 	{ "--rotary-scaling-factor", FK_FLOAT, F(rotary_scaling_factor), TR, 0, "model", "1.0", NULL, "F",
-	  "YaRN: the context extension factor (position embedding type yarn; no effect otherwise)" },
+	  "YaRN: the context extension factor (position embedding type yarn, or multi-latent attention, where it also "
+	  "sets the softmax scale; no effect otherwise)" },
 	{ "--yarn-original-max-position-embeddings", FK_INT, F(yarn_original_max_position_embeddings), TR, 0,
 	  "model", "4096", NULL, "N",
 	  "YaRN: the context the model was first trained for, which sets the correction range (Megatron's "
@@ -206,7 +207,8 @@ const struct flag_def args_table[] = {
 	  "YaRN: cos and sin are multiplied by (0.1 M ln F + 1) / (0.1 A ln F + 1), F the scaling factor and A "
 	  "--mscale-all-dim (1 when F <= 1)" },
 	{ "--mscale-all-dim", FK_FLOAT, F(mscale_all_dim), TR, 0, "model", "0.0", NULL, "A",
-	  "YaRN: the divisor's coefficient in --mscale's factor" },
+	  "YaRN: the divisor's coefficient in --mscale's factor; with multi-latent attention the softmax scale is "
+	  "(0.1 A ln F + 1)^2 / sqrt(q head size)" },
 	{ "--yarn-correction-range-round-to-int", FK_BOOL, F(yarn_correction_range_round_to_int), TR, 0, "model",
 	  "true", NULL, NULL, "YaRN: round the correction range outwards to whole channel pairs (the default)" },
 	{ "--no-yarn-correction-range-round-to-int", FK_BOOL_NEG, F(yarn_correction_range_round_to_int), TR, 0,
@@ -319,7 +321,8 @@ const struct flag_def args_table[] = {
 	{ "--recompute-modules", FK_STRS, F(recompute_modules), TR, 0, "recompute", NULL,
 	  "core_attn|moe_act|layernorm|mla_up_proj|mlp|moe|shared_experts|gdn_norm_out|gdp_in_proj|gdp_qkv|mhc", "M",
 	  "selective recompute: the modules whose activations are dropped in forward and recomputed in backward "
-	  "(default core_attn): core_attn (attention probabilities), layernorm (both norms' outputs), mlp (a dense "
+	  "(default core_attn): core_attn (attention probabilities), layernorm (both norms' outputs), mla_up_proj "
+	  "(multi-latent attention's q, k, v after its up-projections and RoPE), mlp (a dense "
 	  "MLP's fc1 and activation), moe (a MoE layer's every activation), moe_act (the experts' activation, with "
 	  "--moe-grouped-gemm), shared_experts (the shared expert's fc1 and activation)" },
 
@@ -802,7 +805,8 @@ const struct flag_def args_table[] = {
 	  "MLA query/key position-embedding head size" },
 	{ "--v-head-dim", FK_INT, F(v_head_dim), TR, 0, "model", "128", NULL, "D", "MLA value head size" },
 	{ "--rope-type", FK_STR, F(rope_type), TR, 0, "model", NULL, "rope|yarn", "TYPE",
-	  "the RoPE of multi-latent attention (Megatron's default there: yarn, not in megac yet; give rope)" },
+	  "the RoPE of multi-latent attention: rope, or yarn (Megatron's default there; --rotary-scaling-factor, "
+	  "--mscale and --mscale-all-dim, with original max positions 4096 and betas 32 and 1)" },
 	{ "--mtp-num-layers", FK_INT, F(mtp_num_layers), MEM, 0, "model", "-1", NULL, "M",
 	  "multi-token-prediction layers" },
 };
@@ -842,9 +846,8 @@ const struct refused_value args_refused_values[] = {
 	  "megac sums Megatron-FSDP's gradients in fp32; a bf16 or fp16 reduction is not in megac yet" },
 	{ "--megatron-fsdp-main-grads-dtype", "fp32|auto",
 	  "megac keeps Megatron-FSDP's main gradients in fp32; bf16 or fp16 ones are not in megac yet" },
-	{ "--recompute-modules", "core_attn|moe_act|layernorm|mlp|moe|shared_experts",
-	  "recomputing multi-latent attention's up-projections (mla_up_proj) is not in megac yet; megac has "
-	  "no GatedDeltaNet or GatedDeltaProduct layers (gdn_norm_out, gdp_in_proj, gdp_qkv) nor "
+	{ "--recompute-modules", "core_attn|moe_act|layernorm|mla_up_proj|mlp|moe|shared_experts",
+	  "megac has no GatedDeltaNet or GatedDeltaProduct layers (gdn_norm_out, gdp_in_proj, gdp_qkv) nor "
 	  "hyper-connections (mhc) to recompute" },
 };
 

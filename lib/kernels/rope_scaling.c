@@ -85,14 +85,14 @@ void rope_yarn_inv_freq(float *inv_freq, int rot, float base, const struct rope_
 	}
 }
 
-static double yarn_m(double factor, double mscale)
+double rope_yarn_mscale(double factor, double mscale)
 {
 	return factor <= 1 ? 1.0 : 0.1 * mscale * log(factor) + 1.0;
 }
 
 double rope_yarn_concentration(const struct rope_yarn *y)
 {
-	return yarn_m(y->factor, y->mscale) / yarn_m(y->factor, y->mscale_all_dim);
+	return rope_yarn_mscale(y->factor, y->mscale) / rope_yarn_mscale(y->factor, y->mscale_all_dim);
 }
 
 int rope_yarn_check(const struct rope_yarn *y, const char *factor, const char *original, const char *beta_fast,

@@ -88,6 +88,10 @@ void rope_yarn_range(const struct rope_yarn *y, int rot, double base, double *lo
 int rope_yarn_check(const struct rope_yarn *y, const char *factor, const char *original, const char *beta_fast,
 		    const char *beta_slow);
 
+/* YaRN's m(factor, mscale) = 0.1 mscale ln(factor) + 1, 1 for a factor of
+ * at most 1 (_yarn_get_mscale). */
+double rope_yarn_mscale(double factor, double mscale);
+
 /* The factor YaRN multiplies cos and sin by
  * (_yarn_get_concentration_factor). */
 double rope_yarn_concentration(const struct rope_yarn *y);

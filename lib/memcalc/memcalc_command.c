@@ -79,6 +79,8 @@ int memcalc_config_from_args(struct mm_config *c, const struct args *a, unsigned
 	struct args dense = *a;
 	dense.multi_latent_attention = false;
 	dense.rope_type = NULL;
+	dense.recompute_modules.n = 0; /* the formula models selective recompute whatever the modules (and
+					* mla_up_proj needs the MLA taken out here) */
 	dense.expert_model_parallel_size = 1;
 	dense.expert_tensor_parallel_size = -1;
 	dense.num_experts = -1;

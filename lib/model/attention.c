@@ -213,11 +213,16 @@ static uint64_t attn_offset(const struct gpt_model *m, int l)
 }
 
 /* 1/sqrt(k); with multi-latent attention k is qk_head + qk_pos, and
- * Megatron's scale is mscale^2/sqrt(k) with YaRN's mscale, 1 for
- * --rope-type rope (the only one megac's MLA takes so far) */
+ * Megatron's scale is m^2/sqrt(k) with m = rope_yarn_mscale(--rotary-scaling-
+ * factor, --mscale-all-dim), whichever --rope-type (MLASelfAttention) */
 static float attn_scale(const struct gpt_model *m)
 {
-	return 1.0f / sqrtf((float)m->lc.k);
+	const struct gpt_config *c = &m->lc;
+	if (c->mla) {
+		double ms = rope_yarn_mscale(c->yarn_cfg.factor, c->yarn_cfg.mscale_all_dim);
+		return (float)(ms * ms / sqrt((double)c->k));
+	}
+	return 1.0f / sqrtf((float)c->k);
 }
 
 /* Core attention of layer l on a training pass (the block op on positions
@@ -356,17 +361,18 @@ static void mla_pack(struct gpt_model *m, float *F, int N, bool back)
 	}
 }
 
-/* ln1 (all rows) through the down- and up-projections into A's q, kk, v
- * (RoPE'd, the value zero-padded to k channels). */
-static void mla_qkv_forward(struct gpt_model *m, const struct gpt_pass *P, int l, struct gpt_layer_acts *A,
-			    const float *ln1)
+/* The up-projections from A's compressed query (ln1 without --q-lora-rank)
+ * and key/value and s.mla_kvc's RoPE key, their norms, and RoPE, into A's q,
+ * kk, v (the value zero-padded to k channels); Megatron's
+ * qkv_up_proj_and_rope_apply, which --recompute-modules mla_up_proj reruns. */
+static void mla_up_forward(struct gpt_model *m, const struct gpt_pass *P, int l, struct gpt_layer_acts *A,
+			   const float *ln1)
 {
 	const struct gpt_config *c = &m->lc;
 	const struct gpt_layer_params *p = &m->lp[l];
 	struct gpt_scratch *s = &m->s;
 	int N = P->N, h = c->h, ql = c->q_lora, kvl = c->kv_lora, qk = c->a * c->k;
 	if (ql) {
-		linear_fwd(m, A->mla_qc, ln1, p->mqd_w, -1, N, h, ql);
 		if (p->spec.mla_norm)
 			chan_norm_fwd(m, A->mla_qcn, A->mla_qc_mean, A->mla_qc_rstd, A->mla_qc, p->mqn_w, p->mqn_b,
 				      (size_t)N, ql);
@@ -374,8 +380,6 @@ static void mla_qkv_forward(struct gpt_model *m, const struct gpt_pass *P, int l
 	} else {
 		linear_fwd(m, s->mla_q, ln1, p->mq_w, -1, N, h, qk);
 	}
-	linear_fwd(m, s->mla_kvc, ln1, p->mkvd_w, -1, N, h, kvl + c->qk_pos);
-	cols(m, A->mla_kvx, (size_t)kvl, s->mla_kvc, (size_t)kvl + c->qk_pos, (size_t)kvl, (size_t)N);
 	if (p->spec.mla_norm)
 		chan_norm_fwd(m, A->mla_kvn, A->mla_kv_mean, A->mla_kv_rstd, A->mla_kvx, p->mkvn_w, p->mkvn_b, (size_t)N,
 			      kvl);
@@ -387,6 +391,32 @@ static void mla_qkv_forward(struct gpt_model *m, const struct gpt_pass *P, int l
 	round_half(m, A->q, n);
 	round_half(m, A->kk, n);
 	round_half(m, A->v, n);
+}
+
+/* ln1 (all rows) through the down- and up-projections into A's q, kk, v. */
+static void mla_qkv_forward(struct gpt_model *m, const struct gpt_pass *P, int l, struct gpt_layer_acts *A,
+			    const float *ln1)
+{
+	const struct gpt_config *c = &m->lc;
+	const struct gpt_layer_params *p = &m->lp[l];
+	struct gpt_scratch *s = &m->s;
+	int N = P->N, h = c->h, ql = c->q_lora, kvl = c->kv_lora, dn = kvl + c->qk_pos;
+	if (ql)
+		linear_fwd(m, A->mla_qc, ln1, p->mqd_w, -1, N, h, ql);
+	linear_fwd(m, s->mla_kvc, ln1, p->mkvd_w, -1, N, h, dn);
+	cols(m, A->mla_kvx, (size_t)kvl, s->mla_kvc, (size_t)dn, (size_t)kvl, (size_t)N);
+	if (A->mla_kpos) /* kept for the recompute */
+		cols(m, A->mla_kpos, (size_t)c->qk_pos, s->mla_kvc + kvl, (size_t)dn, (size_t)c->qk_pos, (size_t)N);
+	mla_up_forward(m, P, l, A, ln1);
+}
+
+void mla_up_recompute(struct gpt_model *m, const struct gpt_pass *P, int l, struct gpt_layer_acts *A)
+{
+	const struct gpt_config *c = &m->lc;
+	struct gpt_scratch *s = &m->s;
+	size_t dn = (size_t)c->kv_lora + c->qk_pos;
+	cols(m, s->mla_kvc + c->kv_lora, dn, A->mla_kpos, (size_t)c->qk_pos, (size_t)c->qk_pos, (size_t)P->N);
+	mla_up_forward(m, P, l, A, c->q_lora ? NULL : seq_full(m, P, A->ln1));
 }
 
 /* The backward of mla_qkv_forward from s.dq, s.dk, s.dv: this rank's share

@@ -157,8 +157,8 @@ static void build_rope(struct gpt_model *m, float **cos, float **sin, int S, int
 	float *hc = xmalloc((size_t)S * rot * sizeof(float));
 	float *hs = xmalloc((size_t)S * rot * sizeof(float));
 	struct rope_scaling sc = rope_scaling_llama3(c->rope_scaling_factor); /* --use-rope-scaling */
-	struct rope_spec sp = { rot, c->rotary_base, c->rope_scaling ? &sc : NULL, c->yarn ? &c->yarn_cfg : NULL,
-				c->rope_interleaved };
+	const struct rope_yarn *yarn = c->yarn || c->mla_yarn ? &c->yarn_cfg : NULL; /* MLA's own too */
+	struct rope_spec sp = { rot, c->rotary_base, c->rope_scaling ? &sc : NULL, yarn, c->rope_interleaved };
 	rope_table(hc, hs, S, &sp);
 	if (!m->par.cp) { /* rows in order: one copy */
 		m->k->to_device(*cos, hc, (size_t)T * rot * sizeof(float));
@@ -307,6 +307,22 @@ static void alloc_selective(struct gpt_model *m)
 	}
 	if (gpt_rc(m, GPT_RC_MOE) && moe)
 		R->moe = moe_alloc_acts(m);
+	if (gpt_rc(m, GPT_RC_MLA_UP_PROJ) && c->mla) { /* q, k, v after RoPE and the up-projections' norms */
+		bool ln = !c->rmsnorm;
+		R->q = gpt_take(m, BT * c->a * c->k);
+		R->kk = gpt_take(m, BT * c->g * c->k);
+		R->v = gpt_take(m, BT * c->g * c->k);
+		if (c->qk_norm && c->q_lora) {
+			R->mla_qcn = gpt_take(m, BT * c->q_lora);
+			R->mla_qc_rstd = gpt_take(m, BT);
+			R->mla_qc_mean = ln ? gpt_take(m, BT) : NULL;
+		}
+		if (c->qk_norm) {
+			R->mla_kvn = gpt_take(m, BT * c->kv_lora);
+			R->mla_kv_rstd = gpt_take(m, BT);
+			R->mla_kv_mean = ln ? gpt_take(m, BT) : NULL;
+		}
+	}
 }
 
 /* Every buffer of training (forward and backward scratch). */

@@ -82,6 +82,7 @@ struct gpt_layer_acts {
 	 * statistics; likewise the compressed key/value [B*T, kv_lora] */
 	float *mla_qc, *mla_qcn, *mla_qc_mean, *mla_qc_rstd;
 	float *mla_kvx, *mla_kvn, *mla_kv_mean, *mla_kv_rstd;
+	float *mla_kpos; /* --recompute-modules mla_up_proj: the RoPE key before RoPE [B*T, qk_pos] */
 	float *probs;                     /* [B,a,T,T] softmax, pre-dropout (NULL with CP, flash or serving) */
 	float *alse;                      /* CP, flash, serving: [B,a,T] the attention rows' log-sum-exp */
 	float *atty;                      /* [B*T, a*k] attention output */

@@ -178,6 +178,26 @@ int gpt_config_from_json(struct gpt_config *c, const char *json, const char *whe
 		rc |= get_int(o, "v_head_dim", where, 1, &c->v_head);
 		if (!c->rope)
 			rc |= get_num(o, "mla_rotary_base", where, &base);
+		const char *rt = json_string_value(json_object_get(o, "rope_type"));
+		if (rc == 0 && (!rt || (strcmp(rt, "rope") && strcmp(rt, "yarn"))))
+			rc = error("%s: rope_type must be \"rope\" or \"yarn\" with multi_latent_attention", where);
+		struct rope_yarn *y = &c->yarn_cfg;
+		*y = rope_yarn_defaults();
+		c->mla_yarn = rc == 0 && !strcmp(rt, "yarn");
+		if (c->mla_yarn) { /* every setting is written with yarn */
+			rc |= get_num(o, "rotary_scaling_factor", where, &y->factor);
+			rc |= get_num(o, "mscale", where, &y->mscale);
+			rc |= get_num(o, "mscale_all_dim", where, &y->mscale_all_dim);
+			if (rc == 0 && rope_yarn_check(y, "rotary_scaling_factor", "original_max_position_embeddings",
+						       "beta_fast", "beta_slow") < 0)
+				rc = error("%s: the YaRN settings above cannot be used", where);
+		} else if (rc == 0 && json_object_get(o, "rotary_scaling_factor")) { /* the softmax scale's */
+			rc |= get_num(o, "rotary_scaling_factor", where, &y->factor);
+			rc |= get_num(o, "mscale_all_dim", where, &y->mscale_all_dim);
+		}
+		double ms = rope_yarn_mscale(y->factor, y->mscale_all_dim);
+		if (rc == 0 && (ms == 0 || !isfinite(ms)))
+			rc = error("%s: rotary_scaling_factor and mscale_all_dim give a softmax scale of zero", where);
 	}
 	json_decref(o);
 	if (rc)
@@ -266,9 +286,19 @@ char *gpt_config_to_json(const struct gpt_config *c, double rotary_percent)
 		json_object_set_new(o, "qk_head_dim", json_integer(c->qk_head));
 		json_object_set_new(o, "qk_pos_emb_head_dim", json_integer(c->qk_pos));
 		json_object_set_new(o, "v_head_dim", json_integer(c->v_head));
-		json_object_set_new(o, "rope_type", json_string("rope"));
+		json_object_set_new(o, "rope_type", json_string(c->mla_yarn ? "yarn" : "rope"));
 		if (!c->rope) /* the MLA RoPE's base, which the rope branch above leaves out */
 			json_object_set_new(o, "mla_rotary_base", json_real(c->rotary_base));
+		/* MLA's YaRN settings by Megatron's argument names (the others are
+		 * MLATransformerConfig's constants); with rope only those that
+		 * change the softmax scale, when they do */
+		const struct rope_yarn *y = &c->yarn_cfg;
+		if (c->mla_yarn || rope_yarn_mscale(y->factor, y->mscale_all_dim) != 1) {
+			json_object_set_new(o, "rotary_scaling_factor", json_real(y->factor));
+			json_object_set_new(o, "mscale_all_dim", json_real(y->mscale_all_dim));
+		}
+		if (c->mla_yarn)
+			json_object_set_new(o, "mscale", json_real(y->mscale));
 	}
 	if (c->rope && c->rope_scaling) {
 		json_object_set_new(o, "use_rope_scaling", json_true());

@@ -447,6 +447,7 @@ static int recompute_modules_from_args(struct gpt_config *c, const struct args *
 		{ "core_attn", GPT_RC_CORE_ATTN }, { "layernorm", GPT_RC_LAYERNORM },
 		{ "mlp", GPT_RC_MLP },             { "moe", GPT_RC_MOE },
 		{ "moe_act", GPT_RC_MOE_ACT },     { "shared_experts", GPT_RC_SHARED_EXPERTS },
+		{ "mla_up_proj", GPT_RC_MLA_UP_PROJ },
 	};
 	const struct strlist *l = &a->recompute_modules;
 	if (c->recompute != GPT_RECOMPUTE_SELECTIVE)
@@ -458,12 +459,14 @@ static int recompute_modules_from_args(struct gpt_config *c, const struct args *
 			j++;
 		if (j == sizeof(mods) / sizeof(mods[0]))
 			return error("--recompute-modules %s is not in megac (it recomputes core_attn, layernorm, "
-				     "mlp, moe, moe_act and shared_experts)", l->v[i]);
+				     "mla_up_proj, mlp, moe, moe_act and shared_experts)", l->v[i]);
 		c->recompute_modules |= mods[j].bit;
 	}
 	if ((c->recompute_modules & GPT_RC_MOE_ACT) && !args_given(a, "--moe-grouped-gemm"))
 		return error("--recompute-modules moe_act needs --moe-grouped-gemm (Megatron recomputes the experts' "
 			     "activation only in its grouped MLP)");
+	if ((c->recompute_modules & GPT_RC_MLA_UP_PROJ) && !a->multi_latent_attention)
+		return error("--recompute-modules mla_up_proj needs --multi-latent-attention (as in Megatron)");
 	if ((c->recompute_modules & GPT_RC_SHARED_EXPERTS) && c->shared_f > 0 &&
 	    args_given(a, "--moe-shared-expert-overlap"))
 		return error("--recompute-modules shared_experts does not work with --moe-shared-expert-overlap (as in "
@@ -483,10 +486,21 @@ static int mla_from_args(struct gpt_config *c, const struct args *a)
 	}
 	if (a->group_query_attention)
 		return error("--group-query-attention with --multi-latent-attention: Megatron refuses them together");
-	if (!a->rope_type || strcmp(a->rope_type, "rope"))
-		return error("--multi-latent-attention with --rope-type %s: YaRN RoPE is not in megac's multi-latent "
-			     "attention yet; give --rope-type rope", a->rope_type ? a->rope_type : "yarn (Megatron's "
-			     "default for multi-latent attention)");
+	/* MLATransformerConfig's rope_type: yarn unless --rope-type says rope */
+	bool yarn = !a->rope_type || !strcmp(a->rope_type, "yarn");
+	if (!yarn && strcmp(a->rope_type, "rope"))
+		return error("--rope-type %s: expected rope or yarn", a->rope_type);
+	/* MLA's YaRN takes original_max_position_embeddings 4096, beta_fast 32
+	 * and beta_slow 1 from MLATransformerConfig: Megatron's --yarn-* flags
+	 * feed only the YaRN of --position-embedding-type yarn */
+	static const char *const gpt_yarn_flags[] = { "--yarn-original-max-position-embeddings", "--yarn-beta-fast",
+						      "--yarn-beta-slow", "--yarn-correction-range-round-to-int",
+						      "--no-yarn-correction-range-round-to-int" };
+	for (size_t i = 0; i < sizeof(gpt_yarn_flags) / sizeof(gpt_yarn_flags[0]); i++)
+		if (args_given(a, gpt_yarn_flags[i]))
+			return error("%s with --multi-latent-attention: Megatron's multi-latent attention ignores it (its "
+				     "YaRN always uses original max positions 4096, beta_fast 32, beta_slow 1 and a "
+				     "rounded correction range); leave it out", gpt_yarn_flags[i]);
 	if (a->q_lora_rank == 0 || a->q_lora_rank < -1 || a->kv_lora_rank < 1 || a->qk_head_dim < 1 ||
 	    a->qk_pos_emb_head_dim < 2 || a->qk_pos_emb_head_dim % 2 || a->v_head_dim < 1 ||
 	    a->q_lora_rank > INT32_MAX / 2 || a->kv_lora_rank > INT32_MAX / 2 || a->qk_head_dim > 65536 ||
@@ -505,10 +519,10 @@ static int mla_from_args(struct gpt_config *c, const struct args *a)
 			     "all --qk-pos-emb-head-dim channels)", a->rotary_percent);
 	if (a->rotary_interleaved)
 		return error("--rotary-interleaved with --multi-latent-attention is not in megac yet");
-	if (c->yarn)
+	if (c->yarn) /* Megatron's GPTModel then reads YaRN settings its MLA config does not have, and fails */
 		return error("--position-embedding-type yarn with --multi-latent-attention: multi-latent attention "
-			     "has its own RoPE (--rope-type), and YaRN in it is not in megac yet; give "
-			     "--position-embedding-type rope or none with --rope-type rope");
+			     "has its own RoPE, and --rope-type yarn (its default) gives it YaRN; give "
+			     "--position-embedding-type rope or none");
 	if (a->use_rope_scaling)
 		return error("--use-rope-scaling with --multi-latent-attention: Megatron's multi-latent attention "
 			     "does not scale its RoPE frequencies that way");
@@ -527,6 +541,21 @@ static int mla_from_args(struct gpt_config *c, const struct args *a)
 	c->g = c->a;
 	c->rot = c->qk_pos;
 	c->rotary_base = (float)a->rotary_base;
+	/* MLASelfAttention's YaRN settings; the factor and mscale_all_dim set
+	 * its softmax scale with either rope type */
+	c->mla_yarn = yarn;
+	c->yarn_cfg = rope_yarn_defaults();
+	c->yarn_cfg.factor = a->rotary_scaling_factor;
+	c->yarn_cfg.mscale = a->mscale;
+	c->yarn_cfg.mscale_all_dim = a->mscale_all_dim;
+	if (yarn && rope_yarn_check(&c->yarn_cfg, "--rotary-scaling-factor", "original_max_position_embeddings",
+				    "beta_fast", "beta_slow") < 0)
+		return -1;
+	double ms = rope_yarn_mscale(c->yarn_cfg.factor, c->yarn_cfg.mscale_all_dim);
+	if (ms == 0 || !isfinite(ms))
+		return error("--mscale-all-dim %g with --rotary-scaling-factor %g: the softmax scale of multi-latent "
+			     "attention, (0.1 mscale_all_dim ln factor + 1)^2 / sqrt(q head dim), must not be zero",
+			     a->mscale_all_dim, a->rotary_scaling_factor);
 	return 0;
 }
 

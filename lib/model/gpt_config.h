@@ -34,6 +34,7 @@ enum gpt_rc_module {
 	GPT_RC_MOE = 1 << 3,            /* a MoE layer's every activation (router, rows, experts, shared expert) */
 	GPT_RC_MOE_ACT = 1 << 4,        /* the experts' activation */
 	GPT_RC_SHARED_EXPERTS = 1 << 5, /* the shared expert's fc1 output and activation */
+	GPT_RC_MLA_UP_PROJ = 1 << 6,    /* MLA's up-projections' norms and q, k, v after RoPE */
 };
 
 struct gpt_config {
@@ -58,7 +59,7 @@ struct gpt_config {
 	float rope_scaling_factor; /* --rope-scaling-factor */
 	bool rope_interleaved;     /* --rotary-interleaved: RoPE pairs channels (2i, 2i+1) */
 	bool yarn;                 /* --position-embedding-type yarn (rope is set too) */
-	struct rope_yarn yarn_cfg; /* its settings (with yarn) */
+	struct rope_yarn yarn_cfg; /* its settings (with yarn, or MLA's: see mla_yarn) */
 	float eps;       /* --norm-epsilon */
 	/* multi-latent attention (--multi-latent-attention, docs/mla.md): each
 	 * head's query and key have k = qk_head + qk_pos channels and its value
@@ -71,6 +72,8 @@ struct gpt_config {
 	int qk_head;     /* --qk-head-dim */
 	int qk_pos;      /* --qk-pos-emb-head-dim */
 	int v_head;      /* --v-head-dim */
+	bool mla_yarn;   /* --rope-type yarn (Megatron's default): yarn_cfg turns the MLA RoPE; its
+			  * factor and mscale_all_dim also set the MLA softmax scale with rope */
 	bool swiglu;
 	bool bias;       /* not --disable-bias-linear */
 	bool untied;     /* --untie-embeddings-and-output-weights */

@@ -176,6 +176,9 @@ void transformer_layer_alloc_acts(struct gpt_model *m, struct gpt_layer_acts *A,
 				  bool dense, bool moe);
 /* x, y: this rank's rows of the residual stream ([Nl, h]) */
 void transformer_layer_forward(struct gpt_model *m, const struct gpt_pass *P, int l, const float *x, float *y);
+/* --recompute-modules mla_up_proj: MLA's up-projections, their norms and
+ * RoPE again, from what the layer kept, into A's q, kk, v */
+void mla_up_recompute(struct gpt_model *m, const struct gpt_pass *P, int l, struct gpt_layer_acts *A);
 /* selective recompute: what the forward dropped (--recompute-modules), right
  * before the layer's backward; x: its input */
 void transformer_layer_recompute(struct gpt_model *m, const struct gpt_pass *P, int l, const float *x);

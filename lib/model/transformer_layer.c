@@ -83,6 +83,8 @@ void transformer_layer_alloc_acts(struct gpt_model *m, struct gpt_layer_acts *A,
 		A->mla_kvn = c->qk_norm ? take_or_share(m, sh->mla_kvn, BT * kvl) : A->mla_kvx;
 		A->mla_kv_rstd = c->qk_norm ? take_or_share(m, sh->mla_kv_rstd, BT) : NULL;
 		A->mla_kv_mean = c->qk_norm && ln ? take_or_share(m, sh->mla_kv_mean, BT) : NULL;
+		/* the layer's own: what the up-projections are recomputed from */
+		A->mla_kpos = gpt_rc(m, GPT_RC_MLA_UP_PROJ) ? gpt_take(m, BT * c->qk_pos) : NULL;
 	}
 	if (c->qk_norm && !c->mla) { /* the q/k norms' inputs and statistics: the layer's own, in fp32 */
 		bool ln = !c->rmsnorm;
@@ -186,6 +188,8 @@ void transformer_layer_recompute(struct gpt_model *m, const struct gpt_pass *P, 
 		norm_fwd(m, A->ln1, A->ln1_mean, A->ln1_rstd, x, p->ln1_w, p->ln1_b, P->Nl);
 		norm_fwd(m, A->ln2, A->ln2_mean, A->ln2_rstd, A->res1, p->ln2_w, p->ln2_b, P->Nl);
 	}
+	if ((rc & GPT_RC_MLA_UP_PROJ) && p->spec.mla) /* core attention's q, k and v */
+		mla_up_recompute(m, P, l, A);
 	if (rc & GPT_RC_CORE_ATTN)
 		core_attention_forward(m, P, l, A, c->attention_dropout);
 	if (p->spec.mlp == LAYER_MLP_MOE && (rc & (GPT_RC_MOE | GPT_RC_MOE_ACT | GPT_RC_SHARED_EXPERTS))) {

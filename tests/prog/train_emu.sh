@@ -2,7 +2,8 @@
 # backend's kernels, cuBLASLt GEMMs and NCCL collectives from their own
 # source, against the CPU backend's losses, evaluations and grad norms
 # (rtol 1e-4 in fp32, 2e-2 in bf16 and fp16): tiny GPT, Llama and MoE
-# models on one rank in each precision, multi-latent attention in fp32 and bf16; on two ranks TP2 with SP (bf16),
+# models on one rank in each precision, multi-latent attention in fp32 and
+# (with YaRN and mla_up_proj recompute) bf16; on two ranks TP2 with SP (bf16),
 # DP2 with the distributed optimizer and overlapped reduce and gather, PP2,
 # interleaved PP2 and CP2 (ring attention) through the NCCL stand-in, whose
 # point-to-point channels connect at their first use and whose
@@ -76,7 +77,11 @@ done
 MLA="$LLAMA --multi-latent-attention --rope-type rope --q-lora-rank 16 --kv-lora-rank 12 --qk-layernorm"
 MLA="$(echo "$MLA" | sed 's/--group-query-attention --num-query-groups 2//') --qk-head-dim 12 --qk-pos-emb-head-dim 4 --v-head-dim 8"
 run "MLA, fp32, 1 rank" 1e-4 1 "" --num-layers 2 $BASE $MLA
-run "MLA, bf16, 1 rank" 2e-2 1 "" --num-layers 2 $BASE $MLA --bf16
+# in bf16 with YaRN (its table's factor and the softmax scale it changes) and
+# the up-projections recomputed (--recompute-modules mla_up_proj)
+MLAY="$(echo "$MLA" | sed 's/--rope-type rope/--rope-type yarn/') --rotary-scaling-factor 40 --mscale 2.0 --mscale-all-dim 0.5"
+run "MLA, YaRN, mla_up_proj recomputed, bf16, 1 rank" 2e-2 1 "" --num-layers 2 $BASE $MLAY --bf16 \
+	--recompute-granularity selective --recompute-modules mla_up_proj
 # head dim 64 in bf16: the tensor-core flash attention, on Hopper's wgmma
 # (the emulated H200) and on mma.sync (an emulated sm_80 part)
 WIDE="--num-layers 2 --hidden-size 128 --num-attention-heads 2 $(echo "$BASE" | sed 's/--hidden-size 32 --num-attention-heads 4 //; s/--seq-length 32 --max-position-embeddings 32/--seq-length 64 --max-position-embeddings 64/')"

@@ -1,13 +1,15 @@
 # train_mla.sh - multi-latent attention (--multi-latent-attention, Megatron's
 # MLASelfAttention with the TE spec) in train: a DeepSeek-shaped small model
 # with --q-lora-rank and the fused q/kv norms (--qk-layernorm), one with
-# linear_q_proj and no norms (LayerNorm, learned positions) and one with
-# LayerNorm norms and MoE layers match the independent PyTorch reference
+# linear_q_proj and no norms (LayerNorm, learned positions), one with
+# LayerNorm norms and MoE layers and one with YaRN (--rope-type yarn, the
+# default, with its own factor and mscales) match the independent PyTorch reference
 # (tests/prog/py/torch_ref.py) over 6 iterations (rtol 1e-5: a RoPE channel
 # order other than Megatron's MLA one is off by 1e-4); TP2 without
-# SP (dense) and with SP (MoE), and under make check-long PP2 and the dense
+# SP (dense and YaRN) and with SP (MoE), and under make check-long PP2 and the dense
 # model with SP, give the one-rank numbers; a
-# resumed run gives the uninterrupted one's; model.h5 holds Megatron's names
+# resumed run gives the uninterrupted one's, and one with another RoPE or
+# --mscale is refused by name; model.h5 holds Megatron's names
 # and shapes; train's parameter count is the one report_memory computes
 # with Megatron's formula, and report_memory's own prediction is within 5%
 # of what train allocates; what is not there yet is refused by name.
@@ -31,13 +33,20 @@ LITE=$(echo "$BASE" | sed 's/--position-embedding-type rope//; s/--normalization
 # with LayerNorm (the q and kv norms get biases) and DeepSeek's MoE layers
 MOE="$(echo "$DSV3" | sed 's/--normalization RMSNorm//') --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 32"
 MOE="$MOE --moe-shared-expert-intermediate-size 48 --moe-aux-loss-coeff 0.001 --moe-layer-freq 2"
+# DeepSeek-V3's RoPE: YaRN, Megatron's default --rope-type with MLA, with a factor, concentration
+# and softmax scale of their own (the correction range falls inside the 4 channel pairs); the
+# larger init makes attention matter: plain RoPE, or a wrong mscale, softmax scale or
+# factor in the reference, is then off by 5e-5 to 1e-4 at the first iteration
+YARN="$(echo "$DSV3" | sed 's/--rope-type rope//') --rotary-scaling-factor 40 --mscale 2.0 --mscale-all-dim 0.5"
+YARN="$YARN --init-method-std 0.08"
 
 export RTOL=1e-5
-for model in dsv3 lite moe; do
+for model in dsv3 lite moe yarn; do
 	case $model in
 	dsv3) ARGS="$DSV3 $COMMON" ;;
 	lite) ARGS="$LITE --qk-head-dim 16 --v-head-dim 24 $COMMON" ;;
 	moe) ARGS="$MOE $COMMON" ;;
+	yarn) ARGS="$YARN $COMMON" ;;
 	esac
 	D=$W/$model
 	setup "$model: --train-iters 0 --save writes the initial model" \
@@ -59,13 +68,14 @@ unset RTOL
 # nothing of its own
 # (mixture of experts under TP needs SP, as in Megatron)
 RUNS="dsv3:--tensor-model-parallel-size_2 moe:--tensor-model-parallel-size_2_--sequence-parallel"
+RUNS="$RUNS yarn:--tensor-model-parallel-size_2"
 if long_only; then RUNS="$RUNS dsv3:--tensor-model-parallel-size_2_--sequence-parallel dsv3:--pipeline-model-parallel-size_2"; fi
 for run in $RUNS; do
 	model=${run%%:*}
 	par=$(echo "${run#*:}" | tr _ ' ')
 	tag=$(echo "$par" | tr -dc 'a-z0-9')
 	D=$W/$model
-	case $model in dsv3) ARGS=$DSV3 ;; moe) ARGS=$MOE ;; esac
+	case $model in dsv3) ARGS=$DSV3 ;; moe) ARGS=$MOE ;; yarn) ARGS=$YARN ;; esac
 	expect_ok "$model: $par, 6 iterations" sh -c "$MPI -np 2 $BIN/train $ARGS $COMMON --train-iters 6 \
 		$par --make-vocab-size-divisible-by 64 --data-cache-path $D/cache --metrics-file $D/$tag.jsonl \
 		>$D/$tag.log"
@@ -88,6 +98,12 @@ fi
 expect_fail "dsv3: resuming with another --kv-lora-rank is refused by name" "--kv-lora-rank" \
 	$BIN/train $(echo "$DSV3" | sed 's/--kv-lora-rank 24/--kv-lora-rank 16/') $COMMON --train-iters 6 \
 	--data-cache-path "$D/cache" --load "$D/ck"
+expect_fail "dsv3: resuming a rope checkpoint with --rope-type yarn is refused by name" "--rope-type" \
+	$BIN/train $(echo "$DSV3" | sed 's/--rope-type rope/--rope-type yarn/') $COMMON --train-iters 6 \
+	--data-cache-path "$D/cache" --load "$D/ck"
+expect_fail "yarn: resuming with another --mscale is refused by name" "--mscale" \
+	$BIN/train $(echo "$YARN" | sed 's/--mscale 2.0/--mscale 1.5/') $COMMON --train-iters 6 \
+	--data-cache-path "$W/yarn/cache" --load "$W/yarn/init"
 
 # model.h5: Megatron Core's TE-spec names and global shapes
 if $PY - "$W/dsv3/init/iter_0000000/model.h5" "$W/lite/init/iter_0000000/model.h5" >"$W/h5.log" 2>&1 <<'EOF'; then
@@ -150,14 +166,54 @@ else
 fi
 prediction_close "report_memory's own prediction is within 5% of train's max allocated" "$W/rm.json" "$D/ours.log"
 
+# --recompute-modules mla_up_proj (Megatron's output-discarding checkpoint of
+# qkv_up_proj_and_rope_apply): exactly the numbers of the run without
+# recompute, fewer bytes held, and report_memory (the same allocation plan)
+# predicts the drop; V2-Lite's linear_q_proj recomputes from the input norm's
+# output, itself recomputed first with layernorm
+SEL="--recompute-granularity selective --recompute-modules"
+for run in "dsv3:mla_up_proj" "lite:mla_up_proj layernorm" "yarn:mla_up_proj core_attn"; do
+	model=${run%%:*}
+	mods=${run#*:}
+	case $model in
+	dsv3) ARGS=$DSV3 ;;
+	lite) ARGS="$LITE --qk-head-dim 16 --v-head-dim 24" ;;
+	yarn) ARGS=$YARN ;;
+	esac
+	D=$W/$model
+	expect_ok "$model: --recompute-modules $mods, 6 iterations" sh -c "$BIN/train $ARGS $COMMON --train-iters 6 \
+		$SEL $mods --data-cache-path $D/cache --metrics-file $D/rc.jsonl >$D/rc.log"
+	RTOL=0 compare_same "$model: --recompute-modules $mods gives bit-identical numbers" "$D/ours.jsonl" "$D/rc.jsonl" 6
+	$BIN/report_memory $ARGS $COMMON --train-iters 6 --device cpu --json >"$D/rm0.json" 2>"$D/rm0.err"
+	$BIN/report_memory $ARGS $COMMON --train-iters 6 $SEL $mods --device cpu --json >"$D/rm1.json" 2>"$D/rm1.err"
+	if $PY - "$D/ours.log" "$D/rc.log" "$D/rm0.json" "$D/rm1.json" >"$W/rc.txt" 2>&1 <<'EOF'; then
+import json, re, sys
+meas = [float(re.search(r"max allocated: ([0-9.]+)", open(p).read()).group(1)) for p in sys.argv[1:3]]
+pred = [json.load(open(p))["megac"]["ranks"][0]["peak_MB"] for p in sys.argv[3:5]]
+assert meas[1] < meas[0], ("max allocated", meas)
+assert pred[1] < pred[0], ("predicted", pred)
+assert abs(pred[1] - meas[1]) <= 0.05 * meas[1], ("prediction", pred[1], "measured", meas[1])
+print("max allocated %.2f -> %.2f MB, predicted %.2f -> %.2f MB" % (meas[0], meas[1], pred[0], pred[1]))
+EOF
+		ok "$model: --recompute-modules $mods holds less, as report_memory predicts: $(cat "$W/rc.txt")"
+	else
+		notok "$model: --recompute-modules $mods holds less, as report_memory predicts"
+		show "$W/rc.txt"
+	fi
+done
+D=$W/dsv3
+expect_fail "mla_up_proj without multi-latent attention is refused (Megatron's rule)" \
+	"--recompute-modules mla_up_proj needs --multi-latent-attention" \
+	$BIN/train $(echo "$DSV3" | sed 's/--multi-latent-attention//') $COMMON --train-iters 1 $SEL mla_up_proj
+
 # what is not there yet, refused by name
-expect_fail "MLA without --rope-type rope (Megatron's default there is YaRN) is refused" "--rope-type rope" \
-	$BIN/train $(echo "$DSV3" | sed 's/--rope-type rope//') $COMMON --train-iters 1
-expect_fail "--rope-type yarn is refused" "YaRN" $BIN/train $DSV3 --rope-type yarn $COMMON --train-iters 1
+expect_fail "MLA with --position-embedding-type yarn (Megatron's GPTModel fails on it) is refused" \
+	"--position-embedding-type yarn" $BIN/train $(echo "$YARN" | sed 's/--position-embedding-type rope//') \
+	--position-embedding-type yarn $COMMON --train-iters 1
+expect_fail "MLA with --yarn-beta-fast (which Megatron's MLA ignores) is refused" "--yarn-beta-fast" \
+	$BIN/train $YARN --yarn-beta-fast 16 $COMMON --train-iters 1
 expect_fail "MLA with --group-query-attention is refused" "--group-query-attention" \
 	$BIN/train $DSV3 --group-query-attention --num-query-groups 2 $COMMON --train-iters 1
-expect_fail "--recompute-modules mla_up_proj is refused" "mla_up_proj" \
-	$BIN/train $DSV3 $COMMON --train-iters 1 --recompute-granularity selective --recompute-modules mla_up_proj
 expect_fail "MLA with --mtp-num-layers is refused" "--mtp-num-layers" \
 	$BIN/train $DSV3 $COMMON --train-iters 1 --mtp-num-layers 1
 expect_fail "MLA with context parallelism is refused" "context parallelism" \

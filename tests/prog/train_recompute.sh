@@ -104,7 +104,7 @@ run ep2 $MPI -np 2 $BIN/train $MOE --expert-model-parallel-size 2 $SEL moe layer
 same_less "MoE on 2 ranks (--expert-model-parallel-size 2), --recompute-modules moe layernorm" ep0 ep2
 
 # Megatron's rules
-expect_fail "mla_up_proj is refused naming the flag" "--recompute-modules mla_up_proj: recomputing multi-latent attention's up-projections" \
+expect_fail "mla_up_proj needs multi-latent attention (Megatron)" "--recompute-modules mla_up_proj needs --multi-latent-attention" \
 	$BIN/train $DENSE $SEL mlp mla_up_proj
 expect_fail "an unknown module is an invalid choice" "--recompute-modules: invalid choice 'attn'" \
 	$BIN/train $DENSE $SEL attn

@@ -480,6 +480,53 @@ static void test_rope_record(void)
 	free(j), free(jd), free(jr);
 }
 
+/* multi-latent attention's RoPE: --rope-type yarn records its factor and
+ * mscales (its other YaRN settings are constants), read back as MLA's; with
+ * rope the factor and mscale_all_dim only where they change the softmax
+ * scale; a resume with another value or rope type is refused by name */
+static void test_mla_rope_record(void)
+{
+	struct gpt_config c;
+	memset(&c, 0, sizeof(c));
+	c.L = 2, c.h = 64, c.f = 96, c.a = 4, c.g = 4, c.S = 32, c.P = 32, c.V = 1000, c.Vp = 1024;
+	c.rope = c.rmsnorm = c.swiglu = c.mla = c.mla_yarn = true;
+	c.q_lora = 20, c.kv_lora = 24, c.qk_head = 12, c.qk_pos = 8, c.v_head = 16, c.k = 20, c.rot = 8;
+	c.rotary_base = 10000, c.eps = 1e-5f;
+	c.yarn_cfg = rope_yarn_defaults();
+	c.yarn_cfg.factor = 40, c.yarn_cfg.mscale = 2, c.yarn_cfg.mscale_all_dim = 0.5;
+	char *j = gpt_config_to_json(&c, 1.0);
+	struct gpt_config r;
+	CHECK_INT(gpt_config_from_json(&r, j, "x"), 0);
+	CHECK(r.mla && r.mla_yarn && !r.yarn && r.rot == 8 && r.k == 20);
+	CHECK(r.yarn_cfg.factor == 40 && r.yarn_cfg.mscale == 2 && r.yarn_cfg.mscale_all_dim == 0.5 &&
+	      r.yarn_cfg.original_max_positions == 4096 && r.yarn_cfg.beta_fast == 32 && r.yarn_cfg.beta_slow == 1 &&
+	      r.yarn_cfg.round_to_int);
+	struct gpt_config d = c;
+	d.yarn_cfg.mscale = 1;
+	char *jd = gpt_config_to_json(&d, 1.0);
+	struct sbuf math = SBUF_INIT, other = SBUF_INIT;
+	CHECK_INT(gpt_config_diff(j, jd, "x", &math, &other), 1);
+	CHECK(contains_all(math.buf, "--mscale: 2 in the checkpoint, 1 from the flags", NULL));
+	sbuf_release(&math);
+	/* rope: the softmax scale's settings stay recorded, the mscale goes */
+	d = c;
+	d.mla_yarn = false;
+	char *jr = gpt_config_to_json(&d, 1.0);
+	CHECK(gpt_config_diff(j, jr, "x", &math, &other) >= 2);
+	CHECK(contains_all(math.buf, "--rope-type: yarn in the checkpoint, rope from the flags", "--mscale", NULL));
+	sbuf_release(&math);
+	CHECK_INT(gpt_config_from_json(&r, jr, "x"), 0);
+	CHECK(r.mla && !r.mla_yarn && r.yarn_cfg.factor == 40 && r.yarn_cfg.mscale_all_dim == 0.5);
+	/* rope with a scale of 1: nothing of YaRN's is written */
+	d.yarn_cfg.mscale_all_dim = 0;
+	char *j1 = gpt_config_to_json(&d, 1.0);
+	CHECK(!strstr(j1, "rotary_scaling_factor") && !strstr(j1, "mscale"));
+	CHECK_INT(gpt_config_from_json(&r, j1, "x"), 0);
+	CHECK(r.mla && !r.mla_yarn && r.yarn_cfg.factor == 1 && r.yarn_cfg.mscale_all_dim == 0);
+	sbuf_release(&other);
+	free(j), free(jd), free(jr), free(j1);
+}
+
 /* ---- the tokenizer record ------------------------------------------------------ */
 
 static void test_tokenizer_record(void)
@@ -597,6 +644,7 @@ int main(void)
 	RUN(test_partial_saves);
 	RUN(test_config_diff);
 	RUN(test_rope_record);
+	RUN(test_mla_rope_record);
 	RUN(test_tokenizer_record);
 	return test_summary();
 }

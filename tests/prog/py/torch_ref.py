@@ -47,9 +47,11 @@ Semantics worth knowing:
   (the global batch's micro-batches are the same contiguous blocks of mbs samples).
 
 Multi-latent attention (Megatron's MLASelfAttention with the TE spec, one rank):
---multi-latent-attention --rope-type rope, --q-lora-rank, --kv-lora-rank, --qk-head-dim,
+--multi-latent-attention, --rope-type, --q-lora-rank, --kv-lora-rank, --qk-head-dim,
 --qk-pos-emb-head-dim, --v-head-dim; --qk-layernorm gives the q and kv norms fused into the
-up-projections (with --q-lora-rank only). YaRN (Megatron's MLA default) is refused.
+up-projections (with --q-lora-rank only). --rope-type yarn (Megatron's MLA default) turns
+the position part with YaRN (--rotary-scaling-factor, --mscale, --mscale-all-dim; original
+context 4096, betas 32 and 1), and the softmax scale is m(mscale_all_dim)^2 / sqrt(q head).
 
 Mixture of experts (moe-spec.md §1-§6, one rank, Megatron's flag names): --num-experts E,
 --moe-layer-freq N or a list expression (Megatron's: checked against its characters, then
@@ -328,9 +330,17 @@ def model_config(args, vocab_padded=None):
     c.V = vocab_padded
     c.mla = args.multi_latent_attention
     if c.mla:
-        # MLATransformerConfig: rope_type defaults to yarn, which this reference does not have
-        if args.rope_type != "rope":
-            die("--multi-latent-attention: only --rope-type rope is implemented here")
+        if c.yarn:
+            die("--position-embedding-type yarn with --multi-latent-attention: Megatron's GPTModel fails on it")
+        # MLATransformerConfig: rope_type defaults to yarn; its YaRN reads --rotary-scaling-factor,
+        # --mscale and --mscale-all-dim and keeps the config's own original context (4096) and betas
+        if args.rope_type in (None, "yarn"):
+            c.yarn = dict(factor=args.rotary_scaling_factor, original=4096, beta_fast=32.0, beta_slow=1.0,
+                          mscale=args.mscale, mscale_all_dim=args.mscale_all_dim, round=True)
+        # MLASelfAttention's softmax scale m(mscale_all_dim)^2 / sqrt(q head dim), either rope type
+        f = args.rotary_scaling_factor
+        m_all = 1.0 if f <= 1 else 0.1 * args.mscale_all_dim * math.log(f) + 1.0
+        c.mla_softmax_scale = m_all * m_all / math.sqrt(args.qk_head_dim + args.qk_pos_emb_head_dim)
         if args.group_query_attention:
             die("--multi-latent-attention excludes --group-query-attention")
         c.q_lora, c.kv_lora = args.q_lora_rank, args.kv_lora_rank
@@ -849,7 +859,8 @@ def mla_rope(t, cos, sin, d):
 
 def mla_attention(x, P, pre, c, rope, mask):
     """MLASelfAttention.get_query_key_value_tensors + core attention + linear_proj, one
-    rank, rope_type rope (mscale 1). x [b, s, h] is input_layernorm's output."""
+    rank; rope holds YaRN's cos/sin factor with rope_type yarn. x [b, s, h] is
+    input_layernorm's output."""
     b, s, _ = x.shape
     qd = c.qk_head + c.qk_pos
     if c.q_lora is None:
@@ -871,7 +882,7 @@ def mla_attention(x, P, pre, c, rope, mask):
     k_pos = mla_rope(k_pos[:, :, None, :], rope[0], rope[1], c.qk_pos)   # one head, shared
     query = torch.cat((q_nope, q_pos), dim=-1)
     key = torch.cat((k_nope, k_pos.expand(-1, -1, c.a, -1)), dim=-1)
-    scores = torch.einsum("bqhd,bkhd->bhqk", query, key) * (1.0 / math.sqrt(qd))
+    scores = torch.einsum("bqhd,bkhd->bhqk", query, key) * c.mla_softmax_scale
     scores = scores.masked_fill(mask[:, None, :, :], float("-inf"))
     probs = torch.softmax(scores, dim=-1)
     ctx = torch.einsum("bhqk,bkhd->bqhd", probs, v).reshape(b, s, c.a * c.v_head)
