@@ -11,6 +11,21 @@
 #                                   apt-get (as root or through sudo that
 #                                   needs no password; else die saying how)
 
+py_env_check() {
+	[ -x "$VENV/bin/python" ] || return 1
+	# shellcheck disable=SC2086 # the pins are one word each
+	"$VENV/bin/python" -c "import sys
+from importlib.metadata import version, PackageNotFoundError
+for pin in sys.argv[1:]:
+    name, want = pin.split('==')
+    try:
+        if version(name) != want:
+            sys.exit(1)
+    except PackageNotFoundError:
+        sys.exit(1)
+$1" $PINS >/dev/null 2>&1
+}
+
 py_env_print() {
 	(cd "$VENV/bin" && echo "$(pwd -P)/python")
 }

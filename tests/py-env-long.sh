@@ -51,22 +51,9 @@ die() {
 # ok_env: the venv runs, has exactly the pinned versions, imports torch,
 # numpy, h5py and transformers, and they are the venv's own (not Debian's).
 ok_env() {
-	[ -x "$VENV/bin/python" ] || return 1
-	# shellcheck disable=SC2086 # the pins are one word each
-	"$VENV/bin/python" - $PINS <<'EOF' >/dev/null 2>&1
-import sys
-from importlib.metadata import version, PackageNotFoundError
-for pin in sys.argv[1:]:
-    name, want = pin.split("==")
-    try:
-        if version(name) != want:
-            sys.exit(1)
-    except PackageNotFoundError:
-        sys.exit(1)
-import h5py, numpy, safetensors.torch, torch, transformers  # noqa: E401,F401
+	py_env_check 'import h5py, numpy, safetensors.torch, torch, transformers  # noqa: E401,F401
 if not torch.__file__.startswith(sys.prefix) or not numpy.__file__.startswith(sys.prefix):
-    sys.exit(1)
-EOF
+    sys.exit(1)'
 }
 
 # shellcheck source=tests/py-env-common.sh

@@ -39,20 +39,7 @@ die() {
 # ok_env: the venv runs, has exactly the pinned versions, and imports torch,
 # numpy and transformers.
 ok_env() {
-	[ -x "$VENV/bin/python" ] || return 1
-	# shellcheck disable=SC2086 # the pins are one word each
-	"$VENV/bin/python" - $PINS <<'EOF' >/dev/null 2>&1
-import sys
-from importlib.metadata import version, PackageNotFoundError
-for pin in sys.argv[1:]:
-    name, want = pin.split("==")
-    try:
-        if version(name) != want:
-            sys.exit(1)
-    except PackageNotFoundError:
-        sys.exit(1)
-import torch, numpy, safetensors.torch, transformers  # noqa: E401,F401
-EOF
+	py_env_check 'import torch, numpy, safetensors.torch, transformers  # noqa: E401,F401'
 }
 
 # shellcheck source=tests/py-env-common.sh
