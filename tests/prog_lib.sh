@@ -110,6 +110,27 @@ compare_same() {
 	fi
 }
 
+# against_reference MODEL ITERS ARGS...: train with ARGS in $W/MODEL (D is
+# set to it; the run's output in $D/ours.log, its metrics in
+# $D/ours.jsonl) from a saved initial model for ITERS iterations, and hold the
+# metrics to tests/prog/py/torch_ref.py's ($PY) from the same model.h5 and
+# index caches (compare_ref; RTOL as the caller exports it)
+against_reference() {
+	_ar_m=$1
+	_ar_n=$2
+	shift 2
+	D=$W/$_ar_m
+	setup "$_ar_m: --train-iters 0 --save writes the initial model" \
+		$BIN/train "$@" --train-iters 0 --save "$D/init" --data-cache-path "$D/cache"
+	expect_ok "$_ar_m: $_ar_n iterations" sh -c "$BIN/train $* --train-iters $_ar_n --data-cache-path $D/cache \
+		--metrics-file $D/ours.jsonl >$D/ours.log"
+	setup "$_ar_m: the PyTorch reference from the same model.h5 and index caches" \
+		sh -c "$PY tests/prog/py/torch_ref.py $* --train-iters $_ar_n --data-cache-path $D/cache \
+		--ref-model $D/init/iter_0000000/model.h5 >$D/ref.jsonl"
+	compare_ref "$_ar_m: lm loss, grad norm and learning rate match the reference (rtol 1e-5)" \
+		"$D/ours.jsonl" "$D/ref.jsonl" "$_ar_n"
+}
+
 # train_env_begin NAME: the set-up the multi-rank training tests share: W
 # (a fresh temporary folder), OUT_LOG and ERR for expect_ok/expect_fail, PY,
 # one BLAS/OpenMP thread per rank, MPI (an oversubscribing mpirun; Open MPI

@@ -48,16 +48,8 @@ for model in dsv3 lite moe yarn; do
 	moe) ARGS="$MOE $COMMON" ;;
 	yarn) ARGS="$YARN $COMMON" ;;
 	esac
-	D=$W/$model
-	setup "$model: --train-iters 0 --save writes the initial model" \
-		$BIN/train $ARGS --train-iters 0 --save "$D/init" --data-cache-path "$D/cache"
-	expect_ok "$model: 6 iterations" sh -c "$BIN/train $ARGS --train-iters 6 --data-cache-path $D/cache \
-		--metrics-file $D/ours.jsonl >$D/ours.log"
-	setup "$model: the PyTorch reference from the same model.h5 and index caches" \
-		sh -c "$PY tests/prog/py/torch_ref.py $ARGS --train-iters 6 --data-cache-path $D/cache \
-		--ref-model $D/init/iter_0000000/model.h5 >$D/ref.jsonl"
-	compare_ref "$model: lm loss, grad norm and learning rate match the reference (rtol 1e-5)" \
-		"$D/ours.jsonl" "$D/ref.jsonl" 6
+	# shellcheck disable=SC2086 # ARGS is words
+	against_reference $model 6 $ARGS
 done
 unset RTOL
 

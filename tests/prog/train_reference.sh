@@ -58,16 +58,8 @@ for model in gpt2 llama gpt2qk qwen mistral; do
 	qwen) ARGS="$QWEN $COMMON" ;;
 	mistral) ARGS="$MISTRAL $COMMON" ;;
 	esac
-	D=$W/$model
-	setup "$model: --train-iters 0 --save writes the initial model" \
-		$BIN/train $ARGS --train-iters 0 --save "$D/init" --data-cache-path "$D/cache"
-	expect_ok "$model: 8 iterations" $BIN/train $ARGS --train-iters 8 --data-cache-path "$D/cache" \
-		--metrics-file "$D/ours.jsonl"
-	setup "$model: the PyTorch reference from the same model.h5 and index caches" \
-		sh -c "$PY tests/prog/py/torch_ref.py $ARGS --train-iters 8 --data-cache-path $D/cache \
-		--ref-model $D/init/iter_0000000/model.h5 >$D/ref.jsonl"
-	compare_ref "$model: lm loss, grad norm and learning rate match the reference (rtol 1e-5)" \
-		"$D/ours.jsonl" "$D/ref.jsonl" 8
+	# shellcheck disable=SC2086 # ARGS is words
+	against_reference $model 8 $ARGS
 done
 
 # RoPE variants: YaRN (interleaved) and interleaved Llama 3.x scaling, 6
@@ -81,16 +73,8 @@ for model in yarn inter; do
 	yarn) ARGS="$YARN $COMMON" ;;
 	inter) ARGS="$INTER $COMMON" ;;
 	esac
-	D=$W/$model
-	setup "$model: --train-iters 0 --save writes the initial model" \
-		$BIN/train $ARGS --train-iters 0 --save "$D/init" --data-cache-path "$D/cache"
-	expect_ok "$model: 6 iterations" $BIN/train $ARGS --train-iters 6 --data-cache-path "$D/cache" \
-		--metrics-file "$D/ours.jsonl"
-	setup "$model: the PyTorch reference from the same model.h5 and index caches" \
-		sh -c "$PY tests/prog/py/torch_ref.py $ARGS --train-iters 6 --data-cache-path $D/cache \
-		--ref-model $D/init/iter_0000000/model.h5 >$D/ref.jsonl"
-	compare_ref "$model: lm loss, grad norm and learning rate match the reference (rtol 1e-5)" \
-		"$D/ours.jsonl" "$D/ref.jsonl" 6
+	# shellcheck disable=SC2086 # ARGS is words
+	against_reference $model 6 $ARGS
 done
 # a resume with other RoPE settings is refused, naming each
 expect_fail "yarn: resuming with another factor, mscale and layout is refused" \
