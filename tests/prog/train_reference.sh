@@ -7,16 +7,19 @@
 # Qwen-style Llama (--add-qkv-bias, RMSNorm --qk-layernorm before RoPE,
 # --use-rope-scaling) and a Mistral-style Llama (a sliding window of 8 keys
 # on 32 positions, full attention in every second layer); the Qwen and
-# Mistral ones under TP2 (Qwen with and without SP) give the one-rank run's
+# Mistral ones under TP2 (Qwen with SP, and without under make
+# check-long) give the one-rank run's
 # numbers. A Qwen2-MoE-shaped model (QKV bias, a shared expert with its
 # sigmoid gate, softmax over all experts before the top-2, a dense layer
 # between two MoE ones) matches the reference over 6 iterations (rtol 1e-4),
-# and recompute, TP2 with SP and EP2 give its one-rank numbers. A DeepSeek-V3-style
+# and recompute, TP2 with SP and (under make check-long) EP2 give its
+# one-rank numbers. A DeepSeek-V3-style
 # one (sigmoid top-k with an expert bias, group-limited routing, a scaling
 # factor, a shared expert, an expression for --moe-layer-freq) matches the
 # reference over 6 iterations, TP2 with SP and EP2 give its numbers, and a
 # resume carries its expert bias bit for bit. Two RoPE variants match the
-# reference over 6 iterations on one rank and under TP2: YaRN
+# reference over 6 iterations on one rank, and the first under TP2 (the
+# second too under make check-long): YaRN
 # (--position-embedding-type yarn, its correction range inside the rotated
 # channels, a concentration factor from --mscale/--mscale-all-dim) with
 # interleaved pairs, and --rotary-interleaved on its own with Llama 3.x
@@ -86,14 +89,21 @@ expect_fail "yarn: resuming with another factor, mscale and layout is refused" \
 # norms' weights are replicated and their gradients summed over TP
 MPI="mpirun --allow-run-as-root --oversubscribe"
 export OMPI_MCA_mpi_yield_when_idle=1
-for sp in "" "--sequence-parallel"; do
+# (TP2 without SP only under make check-long)
+qsp="--sequence-parallel"
+long_only && qsp="none --sequence-parallel"
+for sp in $qsp; do
+	[ "$sp" = none ] && sp=""
 	expect_ok "qwen: TP2 $sp 8 iterations" sh -c "$MPI -np 2 $BIN/train $QWEN $COMMON --train-iters 8 \
 		--tensor-model-parallel-size 2 --make-vocab-size-divisible-by 64 $sp --data-cache-path $W/qwen/cache --metrics-file $W/qwen/tp2$sp.jsonl \
 		>$W/qwen/tp2.log"
 	compare_same "qwen: TP2 $sp equals one rank (lm loss, grad norm, lr)" "$W/qwen/ours.jsonl" "$W/qwen/tp2$sp.jsonl" 8
 done
 
-for model in yarn inter; do
+# (the interleaved RoPE under TP2 only under make check-long)
+tpm=yarn
+long_only && tpm="yarn inter"
+for model in $tpm; do
 	case $model in
 	yarn) ARGS="$YARN $COMMON" ;;
 	inter) ARGS="$INTER $COMMON" ;;
@@ -147,7 +157,9 @@ for rc in "--recompute-granularity selective --recompute-modules moe shared_expe
 		--data-cache-path "$D/cache" --metrics-file "$D/$tag.jsonl"
 	compare_same "qwen2-moe: $rc gives the same numbers" "$D/ours.jsonl" "$D/$tag.jsonl" 6
 done
+# (EP2 only under make check-long: the DeepSeek-V3 routing below runs it)
 for par in "--tensor-model-parallel-size 2 --sequence-parallel" "--expert-model-parallel-size 2"; do
+	case "$par" in --expert*) long_only || continue ;; esac
 	tag=$(echo "$par" | tr -dc 'a-z0-9')
 	expect_ok "qwen2-moe: $par, 6 iterations" sh -c "$MPI -np 2 $BIN/train $QMOE $COMMON --train-iters 6 \
 		$par --make-vocab-size-divisible-by 64 --data-cache-path $D/cache --metrics-file $D/$tag.jsonl \
