@@ -135,6 +135,8 @@ struct args {
 	int64_t expert_model_parallel_size;
 	int64_t num_layers_per_virtual_pipeline_stage;  /* -1: not given */
 	int64_t num_virtual_stages_per_pipeline_rank;   /* -1: not given */
+	int64_t decoder_first_pipeline_num_layers;      /* -1: not given (the even split) */
+	int64_t decoder_last_pipeline_num_layers;       /* -1: not given */
 	int64_t microbatch_group_size_per_vp_stage;     /* -1: the pipeline size */
 	bool sequence_parallel;
 	bool use_distributed_optimizer;

@@ -246,10 +246,11 @@ const struct flag_def args_table[] = {
 	{ "--microbatch-group-size-per-virtual-pipeline-stage", FK_INT, F(microbatch_group_size_per_vp_stage), TR,
 	  0, "distributed", "-1", NULL, "N", "interleaved schedule: micro-batches run back to back on one model "
 	  "chunk (default: the pipeline size)" },
-	{ "--decoder-first-pipeline-num-layers", FK_UNSUPPORTED, 0, TR, 0, "distributed", NULL, NULL, "N",
-	  "uneven pipeline stages are not implemented yet" },
-	{ "--decoder-last-pipeline-num-layers", FK_UNSUPPORTED, 0, TR, 0, "distributed", NULL, NULL, "N",
-	  "uneven pipeline stages are not implemented yet" },
+	{ "--decoder-first-pipeline-num-layers", FK_INT, F(decoder_first_pipeline_num_layers), TR, 0, "distributed",
+	  "-1", NULL, "N", "uneven pipeline stages: the first stage holds N layers, the stages between the first "
+	  "and last share the rest evenly (default: every stage the same)" },
+	{ "--decoder-last-pipeline-num-layers", FK_INT, F(decoder_last_pipeline_num_layers), TR, 0, "distributed",
+	  "-1", NULL, "N", "uneven pipeline stages: the last stage holds N layers" },
 	{ "--distributed-timeout-minutes", FK_FLOAT, F(distributed_timeout_minutes), TR, 0, "distributed", "10",
 	  NULL, "M", "a collective waiting longer than this ends the job with a message naming the rank" },
 	{ "--use-distributed-optimizer", FK_BOOL, F(use_distributed_optimizer), TR, 0, "distributed", NULL, NULL,

@@ -391,14 +391,49 @@ int dist_position_embedding_ranks(const int *pp_group, int pp, int *out)
 	return 1;
 }
 
-void dist_stage_layers(int L, int pp, int vpp, int stage, int vstage, int *first, int *count)
+/* Layers of stage s, all its chunks, under a split dist_split_check passed. */
+static int split_stage_total(const struct dist_split *s, int stage)
 {
-	if (pp < 1 || vpp < 1 || L < 0 || L % ((int64_t)pp * vpp) || stage < 0 || stage >= pp ||
-	    vstage < 0 || vstage >= vpp)
-		BUG("stage %d/%d, virtual stage %d/%d of %d layers", stage, pp, vstage, vpp, L);
-	/* Interleaving deals the layers out in vpp rounds: round i gives each
-	 * stage, in pipeline order, its next chunk of L/(pp·vpp) layers. */
-	int chunk = L / (pp * vpp);
-	*first = vstage * (L / vpp) + stage * chunk;
-	*count = chunk;
+	if (stage == 0 && s->first)
+		return s->first;
+	if (stage == s->pp - 1 && s->last)
+		return s->last;
+	int middle = s->pp - (s->first > 0) - (s->last > 0);
+	return (s->L - s->first - s->last) / middle;
+}
+
+const char *dist_split_check(const struct dist_split *s)
+{
+	if (s->pp < 1 || s->vpp < 1 || s->L < 0 || s->first < 0 || s->last < 0)
+		return "a negative size";
+	if (!s->first && !s->last)
+		return s->L % ((int64_t)s->pp * s->vpp) ? "the layers do not divide evenly over the stages" : NULL;
+	if (s->pp == 1)
+		return "uneven pipeline stages need more than one stage";
+	if (s->first % s->vpp || s->last % s->vpp)
+		return "the first or last stage's layers do not divide over its model chunks";
+	int middle = s->pp - (s->first > 0) - (s->last > 0);
+	int rest = s->L - s->first - s->last;
+	if (rest < 0)
+		return "the first and last stages hold more layers than the model has";
+	if ((rest > 0) != (middle > 0))
+		return rest ? "layers are left over with no stage between the first and last to hold them"
+			    : "the stages between the first and last get no layers";
+	if (middle && (rest % middle || (rest / middle) % s->vpp))
+		return "the layers left for the stages between the first and last do not divide evenly over them "
+		       "and their model chunks";
+	return NULL;
+}
+
+void dist_stage_layers(const struct dist_split *s, int stage, int vstage, int *first, int *count)
+{
+	if (dist_split_check(s) || stage < 0 || stage >= s->pp || vstage < 0 || vstage >= s->vpp)
+		BUG("stage %d/%d, virtual stage %d/%d of %d layers (first %d, last %d)", stage, s->pp, vstage, s->vpp,
+		    s->L, s->first, s->last);
+	/* round vstage holds 1/vpp of every stage's layers, stage by stage */
+	int before = 0;
+	for (int q = 0; q < stage; q++)
+		before += split_stage_total(s, q) / s->vpp;
+	*first = vstage * (s->L / s->vpp) + before;
+	*count = split_stage_total(s, stage) / s->vpp;
 }

@@ -139,10 +139,33 @@ int dist_embedding_ranks(const int *pp_group, int pp, bool tied, int *out);
 int dist_position_embedding_ranks(const int *pp_group, int pp, int *out);
 
 /*
- * The transformer layers of pipeline stage `stage` (0..pp), virtual stage
- * `vstage` (0..vpp), under the uniform split: *first (0-based global layer
- * number) and *count. L must be divisible by pp·vpp.
+ * How the L transformer layers split over pp pipeline stages of vpp model
+ * chunks each: evenly, or (Megatron's uneven pipeline) with `first` layers on
+ * the first stage and `last` on the last (0: that stage is split like the
+ * others), the stages in between sharing the rest evenly.
  */
-void dist_stage_layers(int L, int pp, int vpp, int stage, int vstage, int *first, int *count);
+struct dist_split {
+	int L, pp, vpp;
+	int first, last; /* --decoder-first/last-pipeline-num-layers, 0: not given */
+};
+
+/*
+ * The transformer layers of pipeline stage `stage` (0..pp), virtual stage
+ * `vstage` (0..vpp): *first (0-based global layer number) and *count.
+ * Interleaving deals the layers out in vpp rounds of L/vpp layers: round v
+ * gives each stage, in pipeline order, 1/vpp of that stage's layers.
+ * dist_split_check must have passed.
+ */
+void dist_stage_layers(const struct dist_split *s, int stage, int vstage, int *first, int *count);
+
+/*
+ * Whether a split is possible, as Megatron's TransformerConfig checks it:
+ * without first/last, L divisible by pp·vpp; with them, pp > 1, each given
+ * count positive and divisible by vpp, and the layers left for the stages
+ * in between (there must be some exactly when there are such stages)
+ * divisible by their number, each share by vpp. Returns NULL when it is,
+ * or a static description of what does not divide.
+ */
+const char *dist_split_check(const struct dist_split *s);
 
 #endif

@@ -47,7 +47,13 @@ static void volumes(const struct gpt_config *c, const struct step_layout *l, str
 	int64_t N = l->mbs * c->S / cp;      /* tokens of a micro-batch on this rank */
 	int64_t Nl = l->sp ? N / t : N;      /* rows of the residual stream here */
 	int64_t hid = WORD * N * h;          /* a whole [N, h] activation */
-	int64_t Ll = c->L / p;               /* layers on rank 0, all its chunks */
+	struct dist_split split = { .L = c->L, .pp = (int)p, .vpp = (int)v, .first = c->pp_first, .last = c->pp_last };
+	int64_t Ll = 0;                      /* layers on rank 0, all its chunks */
+	for (int ch = 0; ch < v; ch++) {
+		int first, count;
+		dist_stage_layers(&split, 0, ch, &first, &count);
+		Ll += count;
+	}
 	int64_t pre = 1, post = p == 1;      /* the embedding is here; the head only without PP */
 	int64_t norm = c->rmsnorm ? h : 2 * h; /* one norm's parameters (TP-replicated) */
 	int64_t norms = Ll * 2 * norm + post * norm;
@@ -100,7 +106,9 @@ static void volumes(const struct gpt_config *c, const struct step_layout *l, str
 		int64_t ep = l->ep, moe = 0;
 		for (int ch = 0; ch < l->vpp; ch++) {
 			int first, count;
-			dist_stage_layers(c->L, l->pp, l->vpp, 0, ch, &first, &count);
+			dist_stage_layers(&(struct dist_split){ .L = c->L, .pp = l->pp, .vpp = l->vpp,
+								.first = c->pp_first, .last = c->pp_last },
+					  0, ch, &first, &count);
 			for (int j = first; j < first + count; j++)
 				moe += c->moe_layer[j] != 0;
 		}

@@ -559,7 +559,9 @@ int gpt_init_pipe(struct gpt_model *m, const struct gpt_config *c, const struct 
 	bool any_rc = false;
 	for (int v = 0; v < m->nchunks; v++) {
 		struct gpt_chunk *ch = &m->chunks[v];
-		dist_stage_layers(c->L, pipe->pp, pipe->vpp, pipe->stage, v, &ch->l0, &ch->nl);
+		dist_stage_layers(&(struct dist_split){ .L = c->L, .pp = pipe->pp, .vpp = pipe->vpp, .first = c->pp_first,
+							.last = c->pp_last },
+				  pipe->stage, v, &ch->l0, &ch->nl);
 		ch->pre = pipe->stage == 0 && v == 0;
 		ch->post = pipe->stage == pipe->pp - 1 && v == pipe->vpp - 1;
 		ch->nslots = sv ? 1 : pipe->nslots ? pipe->nslots[v] : 1;

@@ -11,6 +11,7 @@
 #include "base/error.h"
 #include "base/sbuf.h"
 #include "base/xalloc.h"
+#include "dist/layout.h"
 
 int64_t gpt_padded_vocab(int64_t vocab, int64_t divisible_by, int64_t tp)
 {
@@ -318,6 +319,23 @@ int gpt_config_from_args(struct gpt_config *c, const struct args *a, int64_t voc
 		return error("--num-attention-heads must be at least 1 (got %lld)",
 			     (long long)a->num_attention_heads);
 	c->L = (int)a->num_layers;
+	/* Megatron's uneven pipeline: given counts must be positive, and the
+	 * interleaved schedule is then given by its number of chunks */
+	if ((a->decoder_first_pipeline_num_layers != -1 && a->decoder_first_pipeline_num_layers < 1) ||
+	    (a->decoder_last_pipeline_num_layers != -1 && a->decoder_last_pipeline_num_layers < 1))
+		return error("--decoder-first-pipeline-num-layers and --decoder-last-pipeline-num-layers must be at "
+			     "least 1");
+	if ((a->decoder_first_pipeline_num_layers > 0 || a->decoder_last_pipeline_num_layers > 0) &&
+	    a->num_layers_per_virtual_pipeline_stage > 0)
+		return error("with --decoder-first-pipeline-num-layers or --decoder-last-pipeline-num-layers, give the "
+			     "interleaved schedule as --num-virtual-stages-per-pipeline-rank, not "
+			     "--num-layers-per-virtual-pipeline-stage (Megatron's rule)");
+	if (a->decoder_first_pipeline_num_layers > c->L || a->decoder_last_pipeline_num_layers > c->L)
+		return error("--decoder-first-pipeline-num-layers %lld and --decoder-last-pipeline-num-layers %lld: a "
+			     "stage cannot hold more than the --num-layers %d", (long long)a->decoder_first_pipeline_num_layers,
+			     (long long)a->decoder_last_pipeline_num_layers, c->L);
+	c->pp_first = a->decoder_first_pipeline_num_layers > 0 ? (int)a->decoder_first_pipeline_num_layers : 0;
+	c->pp_last = a->decoder_last_pipeline_num_layers > 0 ? (int)a->decoder_last_pipeline_num_layers : 0;
 	c->h = (int)a->hidden_size;
 	c->a = (int)a->num_attention_heads;
 	if (a->kv_channels > 0) {
@@ -552,12 +570,24 @@ int gpt_config_check_layout(const struct gpt_config *c, const struct gpt_layout 
 	if (ours && c->E > 0 && (c->moe_f % t || c->shared_f % t))
 		sbuf_addf(&why, "; the experts' ffn size %d (--moe-ffn-hidden-size) and the shared expert's %d are not "
 			  "both divisible by --tensor-model-parallel-size %d", c->moe_f, c->shared_f, t);
-	if (vpp > 1 && c->L % ((int64_t)pp * vpp))
+	struct dist_split split = { .L = c->L, .pp = pp, .vpp = vpp, .first = c->pp_first, .last = c->pp_last };
+	const char *bad_split = dist_split_check(&split);
+	if (bad_split && (c->pp_first || c->pp_last)) {
+		sbuf_addf(&why, "; --num-layers %d over --pipeline-model-parallel-size %d (%d virtual stages per rank) with",
+			  c->L, pp, vpp);
+		if (c->pp_first)
+			sbuf_addf(&why, " --decoder-first-pipeline-num-layers %d", c->pp_first);
+		if (c->pp_last)
+			sbuf_addf(&why, "%s --decoder-last-pipeline-num-layers %d", c->pp_first ? " and" : "", c->pp_last);
+		sbuf_addf(&why, ": %s", bad_split);
+	}
+	else if (bad_split && vpp > 1)
 		sbuf_addf(&why, "; --num-layers %d is not divisible by --pipeline-model-parallel-size %d x %d virtual "
 			  "stages per rank", c->L, pp, vpp);
-	else if (c->L % pp)
+	else if (bad_split)
 		sbuf_addf(&why, "; --num-layers %d is not divisible by --pipeline-model-parallel-size %d (each pipeline "
-			  "stage holds the same number of layers)", c->L, pp);
+			  "stage holds the same number of layers unless --decoder-first-pipeline-num-layers or "
+			  "--decoder-last-pipeline-num-layers says otherwise)", c->L, pp);
 	if (cp > 1 && c->S % (2 * (int64_t)cp))
 		sbuf_addf(&why, "; --seq-length %d is not a multiple of 2 * --context-parallel-size %d = %lld (two "
 			  "chunks per rank)", c->S, cp, 2 * (long long)cp);

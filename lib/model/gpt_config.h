@@ -39,6 +39,8 @@ enum gpt_rc_module {
 
 struct gpt_config {
 	int L;           /* --num-layers */
+	int pp_first;    /* --decoder-first-pipeline-num-layers: the first pipeline stage's layers (0: even split) */
+	int pp_last;     /* --decoder-last-pipeline-num-layers: the last stage's (0: even split) */
 	int h;           /* --hidden-size */
 	int f;           /* --ffn-hidden-size (per half with SwiGLU) */
 	int a;           /* --num-attention-heads */

@@ -5,7 +5,9 @@
 # every iteration (rtol 1e-5); --log-comm's bytes per group equal the analytic
 # volumes of tests/prog/py/comm_volume.py (docs/parallel.md); a TP2xPP2xDP2
 # checkpoint resumes on 1 rank and as TP4xDP2 with the uninterrupted losses, and
-# checkpoints are the same files whatever layout wrote them.
+# checkpoints are the same files whatever layout wrote them. Uneven stages
+# (--decoder-first/last-pipeline-num-layers) on PP2 and PP3 give the one-rank
+# losses too.
 . tests/prog_lib.sh
 train_test_begin train_pipe
 
@@ -90,6 +92,34 @@ run pp2g4 $MPI -np 2 $BIN/train $ARGS $(v64 1) --pipeline-model-parallel-size 2 
 compare "PP2 interleaved, micro-batch groups of 4, equals one rank" "$W/g1.jsonl" "$W/pp2g4.jsonl"
 run cp4 $MPI -np 4 $BIN/train $ARGS $LL $(v64 1) --context-parallel-size 4
 compare "Llama CP4 equals one rank" "$W/l1.jsonl" "$W/cp4.jsonl"
+# uneven stages (Megatron's --decoder-first/last-pipeline-num-layers): 1 + 3
+# layers on PP2, 1 + 2 + 1 on PP3; the PP2 checkpoint's stage file holds
+# layers 1-3, and the split that does not divide is refused naming the flags
+run pp2f1 $MPI -np 2 $BIN/train $ARGS $(v64 1) --pipeline-model-parallel-size 2 \
+	--decoder-first-pipeline-num-layers 1 --save $W/uneven --save-interval 8
+compare "PP2 with one layer on the first stage (1 + 3) equals one rank" "$W/g1.jsonl" "$W/pp2f1.jsonl"
+run pp3fl $MPI -np 3 $BIN/train $ARGS $LL $(v64 1) --pipeline-model-parallel-size 3 \
+	--decoder-first-pipeline-num-layers 1 --decoder-last-pipeline-num-layers 1
+compare "Llama PP3 with one layer on the first and last stages (1 + 2 + 1) equals one rank" \
+	"$W/l1.jsonl" "$W/pp3fl.jsonl"
+if $PY - "$W/uneven/iter_0000008" >"$W/cmp.log" 2>&1 <<'PYEOF'; then
+import h5py, re, sys
+def layers(path):
+    f = h5py.File(path, "r")
+    names = [n for n in f if f.get(n, getlink=True).__class__.__name__ == "HardLink"]
+    return sorted({int(m.group(1)) for n in names for m in [re.match(r"decoder\.layers\.(\d+)\.", n)] if m})
+a, b = layers(sys.argv[1] + "/model.h5"), layers(sys.argv[1] + "/model.stage-001.h5")
+assert (a, b) == ([0], [1, 2, 3]), (a, b)
+print("stage 0 writes layer 0, stage 1 layers 1-3")
+PYEOF
+	ok "PP2 uneven checkpoint: $(cat "$W/cmp.log")"
+else
+	notok "PP2 uneven checkpoint's stage files"
+	show "$W/cmp.log"
+fi
+expect_fail "uneven stages that do not divide over the model chunks are refused" \
+	"--decoder-first-pipeline-num-layers 1" $MPI -np 2 $BIN/train $ARGS $(v64 1) --pipeline-model-parallel-size 2 \
+	--num-virtual-stages-per-pipeline-rank 2 --decoder-first-pipeline-num-layers 1
 # gradients reduced in buckets of 5000 parameters while backward runs
 # (--overlap-grad-reduce): all-reduce, and reduce-scatter for the distributed
 # optimizer, with the late buckets of SP norms and tied embeddings
@@ -116,10 +146,14 @@ else
 	notok "bf16 overlap vs not"
 	show "$W/cmp.log"
 fi
-run ov2 $MPI -np 8 $BIN/train $ARGS $LL $(v64 2) $O --context-parallel-size 2 --tensor-model-parallel-size 2
-compare "overlapped buckets, Llama CP2xTP2xDP2, equal one rank" "$W/l1.jsonl" "$W/ov2.jsonl"
-run ov3 $MPI -np 8 $BIN/train $ARGS $(v64 1) $O --pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2
-compare "overlapped buckets, PP2 interleaved xDP4, equal one rank" "$W/g1.jsonl" "$W/ov3.jsonl"
+# two more overlapped layouts under make check-long (the bf16 pair above
+# already runs the interleaved PP2 x DP4 overlap)
+if long_only; then
+	run ov2 $MPI -np 8 $BIN/train $ARGS $LL $(v64 2) $O --context-parallel-size 2 --tensor-model-parallel-size 2
+	compare "overlapped buckets, Llama CP2xTP2xDP2, equal one rank" "$W/l1.jsonl" "$W/ov2.jsonl"
+	run ov3 $MPI -np 8 $BIN/train $ARGS $(v64 1) $O --pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2
+	compare "overlapped buckets, PP2 interleaved xDP4, equal one rank" "$W/g1.jsonl" "$W/ov3.jsonl"
+fi
 
 if [ "$(grep -c "iteration .*/ *8 |" "$W/l_tp2pp2dp2.log")" -eq 8 ] &&
 	[ "$(grep -c "validation loss at iteration" "$W/l_tp2pp2dp2.log")" -eq 3 ]; then
@@ -174,10 +208,12 @@ for m in g l; do
 	ckpt_cmp "$m: TP2xPP2xDP2 iteration 4 matches one rank's" close $W/${m}c1/iter_0000004 $W/${m}c8/iter_0000004
 	expect_ok "$m: resume on 1 rank" sh -c "$BIN/train $ARGS $M $(v64 1) --load $W/${m}c8 \
 		--metrics-file $W/${m}r1.jsonl >$W/${m}r1.log"
-	expect_ok "$m: resume as TP4xDP2" sh -c "$MPI -np 8 $BIN/train $ARGS $M $(v64 4) --load $W/${m}c8 \
-		--tensor-model-parallel-size 4 --metrics-file $W/${m}r4.jsonl >$W/${m}r4.log"
 	resumed "$m: the TP2xPP2xDP2 checkpoint resumed on 1 rank continues the straight run (rtol 1e-5)" \
 		$W/${m}s1.jsonl $W/${m}r1.jsonl
+	# the Llama-style model's other two reloads only under make check-long
+	[ $m = l ] && ! long_only && continue
+	expect_ok "$m: resume as TP4xDP2" sh -c "$MPI -np 8 $BIN/train $ARGS $M $(v64 4) --load $W/${m}c8 \
+		--tensor-model-parallel-size 4 --metrics-file $W/${m}r4.jsonl >$W/${m}r4.log"
 	resumed "$m: the TP2xPP2xDP2 checkpoint resumed as TP4xDP2 continues the straight run (rtol 1e-5)" \
 		$W/${m}s1.jsonl $W/${m}r4.jsonl
 	expect_ok "$m: load the one-rank iteration 8 as PP2 interleaved, distributed optimizer, save" sh -c "$MPI -np 8 \

@@ -284,25 +284,25 @@ static void test_stage_layers(void)
 	static const int expect[2][2] = { { 0, 4 }, { 2, 6 } };
 	for (int s = 0; s < 2; s++)
 		for (int v = 0; v < 2; v++) {
-			dist_stage_layers(8, 2, 2, s, v, &first, &count);
+			dist_stage_layers(&(struct dist_split){ .L = 8, .pp = 2, .vpp = 2 }, s, v, &first, &count);
 			CHECK_INT(first, expect[s][v]);
 			CHECK_INT(count, 2);
 		}
 	/* without interleaving: [r·L/pp, (r+1)·L/pp) */
-	dist_stage_layers(8, 2, 1, 0, 0, &first, &count);
+	dist_stage_layers(&(struct dist_split){ .L = 8, .pp = 2, .vpp = 1 }, 0, 0, &first, &count);
 	CHECK_INT(first, 0);
 	CHECK_INT(count, 4);
-	dist_stage_layers(8, 2, 1, 1, 0, &first, &count);
+	dist_stage_layers(&(struct dist_split){ .L = 8, .pp = 2, .vpp = 1 }, 1, 0, &first, &count);
 	CHECK_INT(first, 4);
 	CHECK_INT(count, 4);
-	dist_stage_layers(12, 1, 1, 0, 0, &first, &count);
+	dist_stage_layers(&(struct dist_split){ .L = 12, .pp = 1, .vpp = 1 }, 0, 0, &first, &count);
 	CHECK_INT(first, 0);
 	CHECK_INT(count, 12);
 	/* Megatron's docstring, 16 layers, pp 4, vpp 2 (1-based there):
 	 * GPU 0: [1,2] [9,10]  GPU 1: [3,4] [11,12]  ...  GPU 3: [7,8] [15,16] */
 	for (int s = 0; s < 4; s++)
 		for (int v = 0; v < 2; v++) {
-			dist_stage_layers(16, 4, 2, s, v, &first, &count);
+			dist_stage_layers(&(struct dist_split){ .L = 16, .pp = 4, .vpp = 2 }, s, v, &first, &count);
 			CHECK_INT(first + 1, 1 + 2 * s + 8 * v);
 			CHECK_INT(count, 2);
 		}
@@ -310,12 +310,100 @@ static void test_stage_layers(void)
 	int seen[24] = { 0 };
 	for (int s = 0; s < 3; s++)
 		for (int v = 0; v < 4; v++) {
-			dist_stage_layers(24, 3, 4, s, v, &first, &count);
+			dist_stage_layers(&(struct dist_split){ .L = 24, .pp = 3, .vpp = 4 }, s, v, &first, &count);
 			for (int k = 0; k < count; k++)
 				seen[first + k]++;
 		}
 	for (int k = 0; k < 24; k++)
 		CHECK_INT(seen[k], 1);
+}
+
+/* Megatron's uneven pipeline (num_layers_in_first/last_pipeline_stage), as
+ * its get_transformer_layer_offset computes each chunk's first layer: a
+ * transcription of that function, fed every valid split of small models. */
+static const char *py_uneven =
+	"def offset(L, pp, vpp, F, La, r, v):\n"
+	"    mid = pp - (F is not None) - (La is not None)\n"
+	"    f = F or 0; la = La or 0\n"
+	"    midL = L - f - la\n"
+	"    mr = r if F is None else r - 1\n"
+	"    if vpp > 1:\n"
+	"        cf = f // vpp; cl = la // vpp; cm = midL // vpp\n"
+	"        tot = cf + cm + cl\n"
+	"        # (Megatron divides by mid here even when it is 0, with pp 2 and both\n"
+	"        # counts given: the last stage's offset is then v * tot + cf)\n"
+	"        return v * tot if r == 0 else v * tot + cf + mr * (cm // mid if mid else 0)\n"
+	"    per = midL // mid if mid > 0 else 0\n"
+	"    return 0 if r == 0 else mr * per + f\n"
+	"bad = n = 0\n"
+	"for line in open(os.path.join(sys.argv[1], 'uneven.txt')):\n"
+	"    L, pp, vpp, F, La, r, v, first = map(int, line.split())\n"
+	"    n += 1\n"
+	"    want = offset(L, pp, vpp, F or None, La or None, r, v)\n"
+	"    if want != first:\n"
+	"        bad += 1\n"
+	"        print('mismatch', L, pp, vpp, F, La, r, v, first, want)\n"
+	"print('bad', bad, 'of', n > 100)\n";
+
+static void test_stage_layers_uneven(void)
+{
+	int first, count;
+	/* DeepSeek-V3's 61 layers on 16 stages, 3 on the first, 4 on each other
+	 * (61 = 3 + 14·4 + 2 with 2 on the last) */
+	struct dist_split ds = { .L = 61, .pp = 16, .vpp = 1, .first = 3, .last = 2 };
+	CHECK(dist_split_check(&ds) == NULL);
+	dist_stage_layers(&ds, 0, 0, &first, &count);
+	CHECK_INT(first, 0);
+	CHECK_INT(count, 3);
+	dist_stage_layers(&ds, 5, 0, &first, &count);
+	CHECK_INT(first, 3 + 4 * 4);
+	CHECK_INT(count, 4);
+	dist_stage_layers(&ds, 15, 0, &first, &count);
+	CHECK_INT(first, 59);
+	CHECK_INT(count, 2);
+	/* what does not split is said */
+	CHECK(dist_split_check(&(struct dist_split){ .L = 61, .pp = 16, .vpp = 1, .first = 3 }) != NULL);
+	CHECK(dist_split_check(&(struct dist_split){ .L = 8, .pp = 2, .vpp = 2, .first = 3 }) != NULL);
+	CHECK(dist_split_check(&(struct dist_split){ .L = 8, .pp = 1, .vpp = 1, .first = 8 }) != NULL);
+	CHECK(dist_split_check(&(struct dist_split){ .L = 4, .pp = 2, .vpp = 1, .first = 2, .last = 1 }) != NULL);
+	CHECK(dist_split_check(&(struct dist_split){ .L = 4, .pp = 3, .vpp = 1, .first = 2, .last = 2 }) != NULL);
+	/* every valid split of up to 24 layers on up to 5 stages of up to 3
+	 * chunks: each layer on one chunk exactly, and the offsets Megatron's */
+	char *dir = test_tmpdir("uneven");
+	char path[4200];
+	snprintf(path, sizeof(path), "%s/uneven.txt", dir);
+	FILE *f = fopen(path, "w");
+	CHECK(f != NULL);
+	if (!f)
+		return;
+	for (int L = 1; L <= 24; L++)
+		for (int pp = 2; pp <= 5; pp++)
+			for (int vpp = 1; vpp <= 3; vpp++)
+				for (int F = 0; F <= L; F++)
+					for (int La = 0; La <= L - F; La++) {
+						struct dist_split s = { .L = L, .pp = pp, .vpp = vpp, .first = F, .last = La };
+						if ((!F && !La) || dist_split_check(&s))
+							continue;
+						int seen[24] = { 0 };
+						for (int r = 0; r < pp; r++)
+							for (int v = 0; v < vpp; v++) {
+								dist_stage_layers(&s, r, v, &first, &count);
+								for (int k = 0; k < count; k++)
+									seen[first + k]++;
+								fprintf(f, "%d %d %d %d %d %d %d %d\n", L, pp, vpp, F, La, r,
+									v, first);
+							}
+						for (int k = 0; k < L; k++)
+							CHECK_INT(seen[k], 1);
+					}
+	fclose(f);
+	char *out = test_python(dir, "import sys, os\n", py_uneven);
+	CHECK(out != NULL);
+	if (out) {
+		CHECK_STR(out, "bad 0 of True\n");
+		free(out);
+	}
+	free(dir);
 }
 
 /* ---------------------------------------------------------------- layout checks */
@@ -883,6 +971,7 @@ int main(void)
 	RUN(test_rank_gen_init);
 	RUN(test_embedding_ranks);
 	RUN(test_groups_vs_python);
+	RUN(test_stage_layers_uneven);
 	RUN(test_groups_properties);
 	return test_summary();
 }
