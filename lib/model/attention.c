@@ -40,6 +40,10 @@
  * replicated over TP while each rank runs its own heads: their gradients
  * are this rank's heads' share and are summed over TP (PARAM_TP_SUM), which
  * also gives the shared RoPE key the gradient of every head.
+ * Under context parallelism MLA needs nothing of its own: the padded
+ * heads go through ring_attn like any others (the zero value columns travel
+ * with the keys), and the RoPE tables (YaRN too) hold each local row's
+ * global position, as for the dense attention (gpt.c build_rope).
  *
  * Forward and backward side by side; the backward leaves this rank's share
  * of the input norm's output gradient in m->s.dln.

@@ -511,10 +511,9 @@ int gpt_init_pipe(struct gpt_model *m, const struct gpt_config *c, const struct 
 				  .ep = par->ep_size, .sp = par->sp };
 	if (gpt_config_check_layout(c, &lay, NULL) < 0)
 		return -1;
-	if (c->E > 0 && par->cp)
-		return error("mixture of experts with context parallelism is not implemented yet");
-	if (c->mla && par->cp)
-		return error("multi-latent attention with context parallelism is not in megac yet");
+	if (c->E > 0 && par->cp && par->ep)
+		return error("--expert-model-parallel-size %d with --context-parallel-size %d is not in megac yet (it "
+			     "needs Megatron's expert rank generator with context parallelism)", par->ep_size, par->cp_size);
 	if (c->mla && pipe->serve)
 		return error("serving a multi-latent attention model is not in megac yet");
 	const struct gpt_serving *sv = pipe->serve;
@@ -541,6 +540,7 @@ int gpt_init_pipe(struct gpt_model *m, const struct gpt_config *c, const struct 
 	/* Megatron's router sees one TP rank's sequence shard (SP is required
 	 * with TP): the capacity applies to each shard */
 	m->lc.router.shards = sp && par->tp ? t : 1;
+	m->lc.router.cp = par->cp_size; /* and each CP rank's own share (moe_route_cp) */
 	m->lc.Vp /= t;
 	par->vstart = par->tp_rank * m->lc.Vp;
 	if (par->cp) {

@@ -208,8 +208,6 @@ expect_fail "MLA with --group-query-attention is refused" "--group-query-attenti
 	$BIN/train $DSV3 --group-query-attention --num-query-groups 2 $COMMON --train-iters 1
 expect_fail "MLA with --mtp-num-layers is refused" "--mtp-num-layers" \
 	$BIN/train $DSV3 $COMMON --train-iters 1 --mtp-num-layers 1
-expect_fail "MLA with context parallelism is refused" "context parallelism" \
-	sh -c "$MPI -np 2 $BIN/train $DSV3 $COMMON --train-iters 1 --context-parallel-size 2 --data-cache-path $D/cache"
 expect_fail "serving an MLA checkpoint is refused" "multi-latent attention" \
 	$BIN/text_gen_server --load "$D/ck" --port 0
 expect_fail "exporting an MLA checkpoint to Hugging Face is refused" "multi-latent attention" \

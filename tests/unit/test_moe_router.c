@@ -8,7 +8,8 @@
  * examples where each changes the outcome, with the expected values
  * computed here from their formulas; and backward against central finite
  * differences of the whole objective (the weights' share plus the injected
- * losses).
+ * losses); context parallelism: the CP ranks' shares of the losses and of
+ * dz add up to the one-rank ones.
  */
 #include "test.h"
 
@@ -233,6 +234,64 @@ static void test_shard_capacity(void)
 	}
 }
 
+/* Context parallelism (cp = 2, no capacity): rank r routes chunks r and
+ * 3 - r of every sample (Megatron's load-balanced split, [B, S/2] local
+ * tokens); with each load-balancing group's counts summed over the two
+ * ranks, their losses add up to the one-rank loss and their dz rows are
+ * the one-rank rows (weights, aux or seq_aux and the z-loss). */
+static void test_cp_split(void)
+{
+	enum { B = 3, S = 8, E = 4, K = 2, N = B * S, CP = 2, T = S / CP, NL = N / CP, C = S / (2 * CP) };
+	float z[N * E], zl[CP][NL * E], dprobs[N * K], dpl[CP][NL * K], dz[N * E], dzl[CP][NL * E];
+	int glob[CP][NL]; /* local token -> one-rank token */
+	uint32_t x = 777;
+	for (int i = 0; i < N * E; i++) {
+		x = x * 1664525u + 1013904223u;
+		z[i] = (float)((x >> 8) % 1000) / 250.0f - 2.0f;
+	}
+	for (int i = 0; i < N * K; i++) {
+		x = x * 1664525u + 1013904223u;
+		dprobs[i] = (float)((x >> 8) % 1000) / 500.0f - 1.0f;
+	}
+	for (int r = 0; r < CP; r++)
+		for (int b = 0; b < B; b++)
+			for (int j = 0; j < T; j++) {
+				int pos = j < C ? r * C + j : (2 * CP - 1 - r) * C + (j - C), t = b * T + j;
+				glob[r][t] = b * S + pos;
+				memcpy(zl[r] + t * E, z + glob[r][t] * E, E * sizeof(float));
+				memcpy(dpl[r] + t * K, dprobs + glob[r][t] * K, K * sizeof(float));
+			}
+	for (int lb = MOE_LB_AUX; lb <= MOE_LB_SEQ_AUX; lb++) {
+		struct moe_router_cfg c = { .E = E, .k = K, .sigmoid = lb == MOE_LB_SEQ_AUX, .lb = (enum moe_lb)lb,
+					    .aux_coeff = 0.1, .z_coeff = 0.01 };
+		struct moe_route all = { 0 }, part[CP] = { { 0 } };
+		moe_route_forward(&all, &c, z, N, S);
+		moe_route_backward(&all, &c, z, dprobs, S, 0.5, dz);
+		c.cp = CP;
+		for (int r = 0; r < CP; r++)
+			moe_route_forward(&part[r], &c, zl[r], NL, T);
+		CHECK_INT(part[0].lb_groups, all.lb_groups);
+		for (int i = 0; i < part[0].lb_groups * E; i++) { /* the all-reduce over CP */
+			double sum = part[0].lb_cnt[i] + part[1].lb_cnt[i];
+			part[0].lb_cnt[i] = part[1].lb_cnt[i] = sum;
+		}
+		double aux = 0, worst = 0;
+		for (int r = 0; r < CP; r++) {
+			moe_route_lb(&part[r], &c, zl[r]);
+			aux += part[r].aux;
+			moe_route_backward(&part[r], &c, zl[r], dpl[r], T, 0.5, dzl[r]);
+			for (int t = 0; t < NL; t++)
+				for (int e = 0; e < E; e++)
+					worst = fmax(worst, fabs((double)dzl[r][t * E + e] - dz[glob[r][t] * E + e]));
+		}
+		CHECK(all.aux > 0.1 && near(aux, all.aux, 1e-12 * all.aux));
+		CHECK(worst < 1e-7);
+		moe_route_free(&all);
+		for (int r = 0; r < CP; r++)
+			moe_route_free(&part[r]);
+	}
+}
+
 /* DeepSeek-V3's routing on worked examples, each chosen so that the option
  * changes the choice: z = [3, -1, 2, 1.5], experts in 2 groups {0,1} {2,3} */
 static void test_deepseek_routing(void)
@@ -325,6 +384,7 @@ int main(void)
 	RUN(test_example_dropping);
 	RUN(test_backward);
 	RUN(test_shard_capacity);
+	RUN(test_cp_split);
 	RUN(test_deepseek_routing);
 	return test_summary();
 }

@@ -231,6 +231,19 @@ void moe_free(struct gpt_model *m)
 	free(S->tok_count);
 }
 
+/* Context parallelism: each CP rank routes its own tokens (the capacity
+ * too applies to them alone); the load-balancing loss counts the slots of
+ * the whole sequences, summed over the CP group as Megatron sums its
+ * tokens_per_expert over TP x CP (TP ranks here route the same gathered
+ * rows, so the CP sum is all). */
+static void moe_route_cp(struct gpt_model *m, struct moe_route *r, const float *z)
+{
+	if (!m->par.cp || r->lb_groups <= 0)
+		return;
+	dist_allreduce_sum_f64(m->par.cp, r->lb_cnt, (size_t)r->lb_groups * m->lc.E);
+	moe_route_lb(r, &m->lc.router, z);
+}
+
 /* The router, the rows to their experts and the experts' MLPs: every
  * activation of M but the shared expert's. */
 static void route_and_experts(struct gpt_model *m, const struct gpt_pass *P, int l, struct gpt_moe_acts *M,
@@ -250,12 +263,15 @@ static void route_and_experts(struct gpt_model *m, const struct gpt_pass *P, int
 	k->to_host(M->z_host, M->z, (size_t)N * E * sizeof(float));
 	if (c->router.force_balance) /* Megatron's RandomSTE: random logits, the gradient passes to the real ones */
 		moe_random_logits(M->z_host, N, E, P->sl->drop_seed ^ (0x5eedull << 32) ^ ((uint64_t)l << 20) ^
-							   (uint64_t)m->par.ep_rank);
+							   (uint64_t)m->par.ep_rank ^ ((uint64_t)m->par.cp_rank << 8));
 	struct moe_route *r = &M->route;
 	const float *bias = S->expert_bias ? S->expert_bias + (size_t)l * E : NULL;
 	moe_route_forward_biased(r, &c->router, M->z_host, bias, N, P->T);
+	moe_route_cp(m, r, M->z_host);
 	if (P->stats) {
-		S->aux_sum += r->aux;
+		/* under CP each rank has its share of the loss; the report averages
+		 * over every rank of a stage, CP ones too (Megatron sums over TP x CP) */
+		S->aux_sum += r->aux * m->par.cp_size;
 		S->zsq_sum += r->zsq;
 		S->calls++;
 		/* the expert bias's counts: the slots kept, of training forwards only */

@@ -34,6 +34,7 @@ int moe_route_capacity(const struct moe_router_cfg *c, int N)
 
 void moe_route_free(struct moe_route *r)
 {
+	free(r->lb_cnt);
 	free(r->aux_idx);
 	free(r->idx);
 	free(r->probs);
@@ -207,20 +208,61 @@ static void aux_scores(const struct moe_router_cfg *c, const float *z, double *q
 }
 
 /* Tokens [t0, t1) form one group of the load-balancing loss (the whole
- * micro-batch, or one sample for seq_aux_loss): c[e] = their slots on e,
- * P[e] = the sum of their scores for e. */
-static void group_stats(const struct moe_router_cfg *c, const struct moe_route *r, const float *z, int t0, int t1,
-			double *cnt, double *P, double *q)
+ * micro-batch, or one sample for seq_aux_loss): P[e] = the sum of their
+ * scores for e. */
+static void group_scores(const struct moe_router_cfg *c, const float *z, int t0, int t1, double *P, double *q)
 {
 	for (int e = 0; e < c->E; e++)
-		cnt[e] = P[e] = 0;
+		P[e] = 0;
 	for (int t = t0; t < t1; t++) {
-		for (int s = 0; s < c->k; s++)
-			cnt[r->aux_idx[(size_t)t * c->k + s]] += 1;
 		aux_scores(c, z + (size_t)t * c->E, q);
 		for (int e = 0; e < c->E; e++)
 			P[e] += q[e];
 	}
+}
+
+static bool lb_on(const struct moe_router_cfg *c)
+{
+	return c->lb != MOE_LB_NONE && c->aux_coeff != 0;
+}
+
+/* The groups' slot counts (this rank's tokens) into r->lb_cnt. */
+static void lb_counts(struct moe_route *r, const struct moe_router_cfg *c, int N, int seq_len)
+{
+	r->lb_groups = 0;
+	if (!lb_on(c) || N <= 0)
+		return;
+	int G = c->lb == MOE_LB_SEQ_AUX && seq_len > 0 ? seq_len : N, E = c->E, k = c->k;
+	r->lb_groups = N / G;
+	size_t n = (size_t)r->lb_groups * E;
+	if ((size_t)r->lb_cap < n) {
+		free(r->lb_cnt);
+		r->lb_cnt = xmalloc(n * sizeof(*r->lb_cnt));
+		r->lb_cap = (int)n;
+	}
+	memset(r->lb_cnt, 0, n * sizeof(*r->lb_cnt));
+	for (int t = 0; t < N; t++)
+		for (int s = 0; s < k; s++)
+			r->lb_cnt[(size_t)(t / G) * E + r->aux_idx[(size_t)t * k + s]] += 1;
+}
+
+void moe_route_lb(struct moe_route *r, const struct moe_router_cfg *c, const float *z)
+{
+	int N = r->N, E = c->E, k = c->k, cp = c->cp > 1 ? c->cp : 1;
+	r->aux = 0;
+	if (r->lb_groups <= 0)
+		return;
+	int G = N / r->lb_groups;
+	double Gg = (double)G * cp, *P = xmalloc(2 * (size_t)E * sizeof(double)), *q = P + E;
+	for (int g = 0; g < r->lb_groups; g++) {
+		group_scores(c, z, g * G, (g + 1) * G, P, q);
+		double s = 0;
+		for (int e = 0; e < E; e++)
+			s += P[e] * r->lb_cnt[(size_t)g * E + e];
+		r->aux += s * E / ((double)k * Gg * Gg);
+	}
+	r->aux /= r->lb_groups;
+	free(P);
 }
 
 struct cand {
@@ -259,8 +301,7 @@ void moe_route_forward_biased(struct moe_route *r, const struct moe_router_cfg *
 	route_alloc(r, N > 0 ? N : 1, E, k);
 	r->N = N;
 	bool plain = c->group_topk <= 0 && !(bias && c->sigmoid); /* Megatron applies the bias to sigmoid only */
-	double *p = xmalloc(((size_t)k + 6 * (size_t)E + 2) * sizeof(double)), *cnt = p + k, *P = cnt + E, *q = P + E;
-	double *w = q + E;
+	double *p = xmalloc(((size_t)k + 2 * (size_t)E + 2) * sizeof(double)), *w = p + k;
 	double zsq = 0;
 	for (int t = 0; t < N; t++) {
 		const float *zt = z + (size_t)t * E;
@@ -282,19 +323,12 @@ void moe_route_forward_biased(struct moe_route *r, const struct moe_router_cfg *
 	}
 	r->zsq = N ? zsq / N : 0;
 
-	/* the load-balancing loss over the micro-batch or per sample */
+	/* the load-balancing loss over the micro-batch or per sample (under
+	 * context parallelism once the caller has summed the counts) */
 	r->aux = 0;
-	if (c->lb != MOE_LB_NONE && c->aux_coeff != 0 && N > 0) {
-		int G = c->lb == MOE_LB_SEQ_AUX ? seq_len : N;
-		for (int t0 = 0; t0 < N; t0 += G) {
-			group_stats(c, r, z, t0, t0 + G, cnt, P, q);
-			double s = 0;
-			for (int e = 0; e < E; e++)
-				s += P[e] * cnt[e];
-			r->aux += s * E / ((double)k * G * G);
-		}
-		r->aux /= N / G;
-	}
+	lb_counts(r, c, N, seq_len);
+	if (c->cp <= 1)
+		moe_route_lb(r, c, z);
 
 	/* capacity: ceil((N k / E) cf) tokens per expert, the rest dropped; the
 	 * earliest are the earliest positions (Megatron's tokens are [s, b]).
@@ -362,8 +396,8 @@ void moe_route_backward(const struct moe_route *r, const struct moe_router_cfg *
 			const float *dprobs, int seq_len, double scale, float *dz)
 {
 	int N = r->N, E = c->E, k = c->k;
-	double *p = xmalloc(((size_t)2 * k + 4 * (size_t)E) * sizeof(double)), *dp = p + k, *g = dp + k;
-	double *cnt = g + E, *P = cnt + E, *q = P + E;
+	double *p = xmalloc(((size_t)2 * k + 2 * (size_t)E) * sizeof(double)), *dp = p + k, *g = dp + k;
+	double *q = g + E, cp = c->cp > 1 ? c->cp : 1;
 	memset(dz, 0, (size_t)N * E * sizeof(float));
 	double *acc = xcalloc((size_t)E, sizeof(double));
 	for (int t = 0; t < N; t++) {
@@ -404,23 +438,24 @@ void moe_route_backward(const struct moe_route *r, const struct moe_router_cfg *
 			for (int s = 0; s < k; s++)
 				acc[it[s]] += p[s] * (dp[s] - dot);
 		}
-		/* z-loss: coeff · mean_t lse_t², injected with `scale` */
+		/* z-loss: coeff · mean_t lse_t² over the cp·N tokens, injected with `scale` */
 		if (c->z_coeff > 0) {
 			double l = lse_of(zt, E);
 			for (int e = 0; e < E; e++)
-				acc[e] += scale * c->z_coeff * 2.0 * l * exp((double)zt[e] - l) / N;
+				acc[e] += scale * c->z_coeff * 2.0 * l * exp((double)zt[e] - l) / (N * cp);
 		}
 		for (int e = 0; e < E; e++)
 			dz[(size_t)t * E + e] = (float)acc[e];
 	}
-	/* the load-balancing loss: d/dscore[t][e] = coeff E c_e / (k G^2) (/ groups) */
-	if (c->lb != MOE_LB_NONE && c->aux_coeff != 0 && N > 0) {
-		int G = c->lb == MOE_LB_SEQ_AUX ? seq_len : N;
-		double groups = (double)(N / G);
+	/* the load-balancing loss: d/dscore[t][e] = coeff E c_e / (k G^2) (/ groups),
+	 * G the group's tokens on all cp ranks, c_e as lb_cnt holds them */
+	if (r->lb_groups > 0) {
+		int G = N / r->lb_groups;
+		double groups = (double)r->lb_groups, Gg = (double)G * cp;
 		for (int t0 = 0; t0 < N; t0 += G) {
-			group_stats(c, r, z, t0, t0 + G, cnt, P, q);
+			const double *cnt = r->lb_cnt + (size_t)(t0 / G) * E;
 			for (int e = 0; e < E; e++)
-				g[e] = scale * c->aux_coeff * E * cnt[e] / ((double)k * G * G * groups);
+				g[e] = scale * c->aux_coeff * E * cnt[e] / ((double)k * Gg * Gg * groups);
 			for (int t = t0; t < t0 + G; t++) {
 				const float *zt = z + (size_t)t * E;
 				double dot = 0;

@@ -52,6 +52,8 @@ struct moe_router_cfg {
 			    * to the scores for choosing the experts only */
 	double bias_rate;  /* --moe-router-bias-update-rate */
 	bool force_balance; /* --moe-router-force-load-balancing: random N(0,1) logits */
+	int cp;            /* context parallelism: the N tokens are this rank's share of sequences
+			    * that cp ranks hold (moe_route_lb); 0 or 1: none */
 };
 
 struct moe_route {
@@ -67,9 +69,14 @@ struct moe_route {
 	int32_t *tok_rowptr;     /* [N+1] */
 	int32_t *tok_rows;       /* [R] */
 	float *row_w;            /* [R] the weight of each row */
-	double aux;              /* the load-balancing loss / coeff (0 without one), Megatron's logged value */
+	double aux;              /* the load-balancing loss / coeff (0 without one), Megatron's logged value
+				  * (under context parallelism this rank's share: moe_route_lb) */
 	double zsq;              /* mean over tokens of logsumexp(z)^2 (Megatron's logged z_loss) */
+	double *lb_cnt;          /* [lb_groups][E] the load-balancing loss's slot counts per group
+				  * (the micro-batch, or each sample with seq_aux_loss) */
+	int lb_groups;           /* 0: no load-balancing loss */
 	int cap_N;               /* allocation size in tokens */
+	int lb_cap;              /* allocation size of lb_cnt in values */
 };
 
 void moe_route_free(struct moe_route *r);
@@ -82,13 +89,25 @@ int moe_route_capacity_total(const struct moe_router_cfg *c, int N);
 
 /* Route N tokens (z: host [N, E]); seq_len: tokens per sample (the groups
  * of seq_aux_loss; N is a multiple of it). Reuses r's memory when it is
- * large enough. */
+ * large enough. With c->cp > 1 the load-balancing loss is left out (aux 0):
+ * the caller sums lb_cnt over the context-parallel group and then calls
+ * moe_route_lb. */
 void moe_route_forward(struct moe_route *r, const struct moe_router_cfg *c, const float *z, int N, int seq_len);
 /* The same with c->expert_bias: bias[E] (fp32, as Megatron keeps it) is
  * added to the sigmoid scores to choose the experts; the weights are the
  * unbiased scores of the chosen ones. bias NULL: none. */
 void moe_route_forward_biased(struct moe_route *r, const struct moe_router_cfg *c, const float *z,
 			      const float *bias, int N, int seq_len);
+
+/*
+ * The load-balancing loss r->aux from the counts in r->lb_cnt (this rank's,
+ * or under context parallelism their sums over the cp ranks, as Megatron
+ * reduces tokens_per_expert over TP x CP): sum_e P_e c_e E / (k G^2) per
+ * group of G tokens (G = cp x this rank's share), with P_e this rank's
+ * tokens' scores only, so that the cp ranks' values (and the gradients
+ * moe_route_backward derives the same way) add up to the one-rank loss.
+ */
+void moe_route_lb(struct moe_route *r, const struct moe_router_cfg *c, const float *z);
 
 /* Aux-loss-free load balancing (Megatron's get_updated_expert_bias), once
  * per iteration: cnt[E] the slots each expert kept over the global batch;
@@ -102,7 +121,8 @@ void moe_random_logits(float *z, int N, int E, uint64_t seed);
 /* dz[N, E] (overwritten) from dprobs[N*k] (the gradient of each slot's
  * weight; dropped slots' are ignored) plus `scale` times the gradient of the
  * attached losses (aux_coeff · aux and z_coeff · mean lse², as Megatron
- * injects them). */
+ * injects them; under context parallelism this rank's share of the whole
+ * sequences' losses: the mean over all cp·N tokens, lb_cnt as summed). */
 void moe_route_backward(const struct moe_route *r, const struct moe_router_cfg *c, const float *z,
 			const float *dprobs, int seq_len, double scale, float *dz);
 

@@ -66,6 +66,10 @@ DeepSeek-V3's routing: --moe-router-num-groups/--moe-router-group-topk (group-li
 --moe-router-bias-update-rate (the bias is read from the model file, added to the sigmoid
 scores only to choose, and after every iteration moved by sign(mean - count) * rate from the
 kept slots per expert of the iteration's training forwards).
+- Capacity dropping per router: --tensor-model-parallel-size T (with SP each TP rank's
+  sequence shard) and --context-parallel-size C (each CP rank's chunks r and 2C-1-r of the
+  2C chunks of every sample, Megatron's load-balanced split) cut the tokens into T*C groups,
+  each with its own capacity; nothing else in the reference depends on either.
 - Tokens of a router call are megac's micro-batch flattened batch-major, t = b*S + s
   (Megatron: sequence-major); this decides which tokens the position policy keeps (the
   earliest; ties in either policy go to the earlier token) and the seq_aux_loss sequences
@@ -156,6 +160,7 @@ def build_parser():
     a("--attention-dropout", type=float, default=0.1)
     a("--make-vocab-size-divisible-by", type=int, default=128)
     a("--tensor-model-parallel-size", type=int, default=1)
+    a("--context-parallel-size", type=int, default=1)
     # mixture of experts (moe-spec.md §1; single rank: EP/ETP/dispatcher flags are ignored)
     a("--num-experts", type=int)
     a("--moe-layer-freq", default="1")
@@ -401,6 +406,8 @@ def moe_config(args, c):
     # Megatron's router runs on each tensor-parallel rank's sequence shard (SP is required
     # with TP and MoE), so a capacity applies to each shard's tokens on their own
     c.shards = args.tensor_model_parallel_size
+    # context parallelism: each CP rank routes its own two chunks of every sequence
+    c.cp = args.context_parallel_size
     c.pad = args.moe_pad_expert_input_to_capacity
     if c.pad and c.cf is None:
         die("--moe-pad-expert-input-to-capacity needs --moe-expert-capacity-factor")
@@ -968,7 +975,8 @@ def moe_keep(probs, rmap, c, B=1):
     Megatron's order: its tokens are [S, B] (position-major), ours [B, S], so token
     t = b*S + s comes at s*B + b."""
     T = probs.shape[0]
-    G = c.shards  # tensor parallelism (with SP): each rank's router sees its sequence shard alone
+    cp = getattr(c, "cp", 1)
+    G = c.shards * cp  # tensor parallelism (with SP): each rank's router sees its sequence shard alone
     cap = moe_capacity(T // G, c)
     if cap > T // G:
         return None
@@ -976,7 +984,14 @@ def moe_keep(probs, rmap, c, B=1):
     keep = np.zeros(key.shape, dtype=bool)
     S = T // B
     tok = (np.arange(T) % S) * B + np.arange(T) // S
-    shard = (np.arange(T) % S) // (S // G)  # positions [g S/G, (g+1) S/G) of every sample
+    pos = np.arange(T) % S
+    # context parallelism (Megatron's load-balanced split): CP rank r holds chunks r and
+    # 2cp-1-r of the 2cp chunks of each sequence, in that order; its SP shards cut that.
+    # Within a rank the earlier local position is the earlier global one, so tok still orders.
+    ch = pos // (S // (2 * cp))
+    r = np.where(ch < cp, ch, 2 * cp - 1 - ch)
+    local = np.where(ch < cp, pos - r * (S // (2 * cp)), pos - (2 * cp - 2 - r) * (S // (2 * cp)))
+    shard = r * c.shards + local // (S // G)  # local positions [g S/G, (g+1) S/G) of every sample
     for e in range(c.E):
         for g in range(G):
             rows = np.nonzero(shard == g)[0]
