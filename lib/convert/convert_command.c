@@ -808,6 +808,20 @@ static int check_hf(struct st_folder *f, const char *dir, const struct gpt_confi
 	return rc;
 }
 
+/* DeepSeek-V3's multi-token prediction layers (num_nextn_predict_layers)
+ * are stored as the layers after the last one, which transformers' class
+ * does not load either: refused by name rather than listed as unexpected. */
+static int deepseek_mtp(struct st_folder *f, const char *dir, int L)
+{
+	char prefix[64];
+	snprintf(prefix, sizeof(prefix), "model.layers.%d.", L);
+	for (int i = 0; i < st_folder_count(f); i++)
+		if (!strncmp(st_folder_name(f, i), prefix, strlen(prefix)))
+			return error("'%s' holds %s: DeepSeek-V3's multi-token prediction layers (num_nextn_predict_layers) "
+				     "are not imported by megac yet", dir, st_folder_name(f, i));
+	return 0;
+}
+
 /* The HF tensors [i, *j) that fill one megac tensor (they are listed
  * together), that tensor's shape and element count. */
 static size_t src_group(const struct gpt_config *c, const struct hf_tensor *ts, int nt, int i, int *j, int *nd,
@@ -872,6 +886,11 @@ static int from_hf(const struct args *a)
 		for (int i = 0; i < nt; i++)
 			if (!strncmp(ts[i].name, "transformer.", 12))
 				memmove(ts[i].name, ts[i].name + 12, strlen(ts[i].name + 12) + 1);
+	if ((arch == HF_DEEPSEEK_V3 || arch == HF_DEEPSEEK_V3_HALVES) && deepseek_mtp(f, a->load, c.L) < 0) {
+		free(ts);
+		st_folder_close(f);
+		return -1;
+	}
 	if (check_hf(f, a->load, &c, ts, nt) < 0) {
 		free(ts);
 		st_folder_close(f);

@@ -3,6 +3,10 @@
  * m = a/g query heads' rows, then the group's key rows, then its value rows
  * (k rows per head); Hugging Face keeps q, k and v apart, all heads in
  * order. GPT-2's Conv1D stores [in, out], the transpose of a linear layer.
+ * DeepSeek-V3's multi-latent attention keeps Megatron's rows (per head
+ * [nope; rope] queries and [nope; value] up-projected keys, the compressed
+ * key/value then the shared RoPE key), so its tensors copy; only a folder
+ * with rope_interleave false has its RoPE rows regrouped (hf_tensor.mla_rope).
  */
 #include "convert/hf_map.h"
 
@@ -36,6 +40,9 @@ const char *hf_arch_class(enum hf_arch arch)
 		return "Qwen2MoeForCausalLM";
 	case HF_QWEN3_MOE:
 		return "Qwen3MoeForCausalLM";
+	case HF_DEEPSEEK_V3:
+	case HF_DEEPSEEK_V3_HALVES:
+		return "DeepseekV3ForCausalLM";
 	}
 	return "?";
 }
@@ -149,11 +156,95 @@ static int qwen3_moe_ok(const struct gpt_config *c)
 	return rc;
 }
 
+/* The first MoE layer of a model whose MoE layers are all those from it
+ * on (DeepSeek-V3's first_k_dense_replace); -1 when they are not. */
+static int first_moe_layer(const struct gpt_config *c)
+{
+	int K = 0;
+	while (K < c->L && !(c->E > 0 && c->moe_layer[K]))
+		K++;
+	for (int l = K; l < c->L; l++)
+		if (!c->moe_layer[l])
+			return -1;
+	return K;
+}
+
+/* What DeepseekV3ForCausalLM holds (transformers 4.53): multi-latent
+ * attention with a compressed query and both latent norms, RMSNorm and
+ * SwiGLU without biases, RoPE (plain, or YaRN whose correction range comes
+ * from original_max_position_embeddings 4096, as Megatron's MLA has it);
+ * dense layers first, then MoE layers of sigmoid-routed experts chosen
+ * with the expert bias (e_score_correction_bias), renormalised over the
+ * top-k when k > 1, scaled by routed_scaling_factor, groups scored by
+ * their top-2 choosing scores, and an ungated shared expert of a multiple
+ * of the experts' size. */
+static int deepseek_v3_ok(const struct gpt_config *c)
+{
+	struct sbuf why = SBUF_INIT;
+	if (!c->rmsnorm || !c->swiglu || c->bias || !c->rope)
+		sbuf_addf(&why, ", %s, %s, %s and %s", c->rmsnorm ? "RMSNorm" : "LayerNorm",
+			  c->swiglu ? "SwiGLU" : "GELU", c->bias ? "linear biases" : "no linear biases",
+			  c->rope ? "no learned positions" : "learned positions");
+	if (!c->q_lora)
+		sbuf_addf(&why, ", no compressed query (--q-lora-rank)");
+	if (!c->qk_norm)
+		sbuf_addf(&why, ", no norms over the compressed query and key/value (--qk-layernorm)");
+	if (c->eps != 1e-6f)
+		sbuf_addf(&why, ", --norm-epsilon %g (transformers' q_a_layernorm and kv_a_layernorm always use 1e-6, "
+			  "megac's latent norms --norm-epsilon)", (double)c->eps);
+	const struct rope_yarn *y = &c->yarn_cfg;
+	if (c->mla_yarn) {
+		double P = y->factor * y->original_max_positions;
+		if (P != floor(P) || P > INT32_MAX)
+			sbuf_addf(&why, ", a YaRN factor %g that is no whole number of 1/%d (transformers takes it as "
+				  "max_position_embeddings / original_max_position_embeddings)", y->factor,
+				  y->original_max_positions);
+		if (y->factor > 1 && y->mscale_all_dim == 0 && y->mscale != 1)
+			sbuf_addf(&why, ", --mscale %g with --mscale-all-dim 0 (transformers' YaRN then takes mscale "
+				  "as 1)", y->mscale);
+	} else if (rope_yarn_mscale(y->factor, y->mscale_all_dim) != 1) {
+		sbuf_addf(&why, ", --rope-type rope with a softmax scale changed by --rotary-scaling-factor and "
+			  "--mscale-all-dim (transformers applies mscale_all_dim with YaRN only)");
+	}
+	if (c->E > 0) {
+		int K = first_moe_layer(c);
+		if (K < 0)
+			sbuf_addf(&why, ", MoE layers that are not all those after the dense ones (--moe-layer-freq)");
+		if (!c->router.sigmoid || c->router.pre_softmax)
+			sbuf_addf(&why, ", softmax routing (--moe-router-score-function sigmoid)");
+		if (!c->router.expert_bias)
+			sbuf_addf(&why, ", no expert bias (--moe-router-enable-expert-bias)");
+		if (c->router.group_topk > 0 && c->router.k / c->router.group_topk != 2)
+			sbuf_addf(&why, ", groups scored by their top %d (top-%d over --moe-router-group-topk %d; "
+				  "transformers scores a group by its top 2)", c->router.k / c->router.group_topk,
+				  c->router.k, c->router.group_topk);
+		if (c->shared_f <= 0 || c->shared_f % c->moe_f)
+			sbuf_addf(&why, ", a shared expert of %d channels (--moe-shared-expert-intermediate-size; "
+				  "DeepSeek-V3's is n_shared_experts x the experts' %d)", c->shared_f, c->moe_f);
+		if (c->shared_gate)
+			sbuf_addf(&why, ", a gated shared expert (--moe-shared-expert-gate)");
+	}
+	if (c->swa && c->window >= 0)
+		sbuf_addf(&why, ", a sliding window (--window-size)");
+	int rc = 0;
+	if (why.len)
+		rc = error("a multi-latent attention model exports as DeepseekV3ForCausalLM, which has RMSNorm, "
+			   "SwiGLU, no linear biases, RoPE, a compressed query, both latent norms with epsilon 1e-6, YaRN from 4096 "
+			   "original positions, dense layers first, then sigmoid routing with the expert bias, "
+			   "top-2 group scores and a shared expert; this one has %s", why.buf + 2);
+	sbuf_release(&why);
+	return rc;
+}
+
 int hf_arch_for(const struct gpt_config *c, enum hf_arch *arch)
 {
-	if (c->mla)
-		return error("exporting a multi-latent attention model to Hugging Face (DeepSeek-V2/V3) is not in "
-			     "megac yet");
+	if (c->mla) {
+		*arch = HF_DEEPSEEK_V3;
+		if (c->norm_1p)
+			return error("the model stores its norm weights zero-centred (--apply-layernorm-1p); exporting it "
+				     "to Hugging Face (weights + 1) is not in megac yet");
+		return deepseek_v3_ok(c);
+	}
 	if (c->norm_1p) /* Hugging Face's norms apply their weight as stored */
 		return error("the model stores its norm weights zero-centred (--apply-layernorm-1p); exporting it to "
 			     "Hugging Face (weights + 1) is not in megac yet");
@@ -240,6 +331,79 @@ static void add(struct hf_tensor **v, int *n, int *cap, const char *name, const 
 	t->r0 = r0;
 }
 
+/* DeepseekV3ForCausalLM's tensors: MLA's projections and latent norms
+ * (docs/mla.md's names: the same rows, the query's and kv_a_proj's RoPE
+ * rows in Megatron's order when rope_interleave is true), dense layers,
+ * then MoE layers with the router's weight and expert bias, the experts
+ * and the shared expert. */
+static void deepseek_v3_tensors(const struct gpt_config *c, struct hf_tensor **v, int *n, int *cap)
+{
+	int64_t h = c->h, qk = (int64_t)c->a * c->k, kvu = (int64_t)c->a * (c->qk_head + c->v_head);
+	int64_t F = c->moe_f, Fs = c->shared_f, f = c->f;
+	char hf[HF_NAME_MAX], mg[HF_NAME_MAX];
+#define ADD(x, nd, d0, d1, r0) add(v, n, cap, hf, mg, x, nd, d0, d1, r0)
+#define NAMES(h_, m_, ...) (snprintf(hf, sizeof(hf), h_, __VA_ARGS__), snprintf(mg, sizeof(mg), m_, __VA_ARGS__))
+#define LAYER(h_, m_) NAMES("model.layers.%d." h_, "decoder.layers.%d." m_, l)
+	NAMES("model.embed_tokens.weight%s", "embedding.word_embeddings.weight%s", "");
+	ADD(HF_VOCAB, 2, c->V, h, 0);
+	for (int l = 0; l < c->L; l++) {
+		LAYER("input_layernorm.weight", "input_layernorm.weight");
+		ADD(HF_COPY, 1, h, 0, 0);
+		LAYER("self_attn.q_a_proj.weight", "self_attention.linear_q_down_proj.weight");
+		ADD(HF_COPY, 2, c->q_lora, h, 0);
+		LAYER("self_attn.q_a_layernorm.weight", "self_attention.linear_q_up_proj.layer_norm_weight");
+		ADD(HF_COPY, 1, c->q_lora, 0, 0);
+		LAYER("self_attn.q_b_proj.weight", "self_attention.linear_q_up_proj.weight");
+		ADD(HF_COPY, 2, qk, c->q_lora, 0);
+		LAYER("self_attn.kv_a_proj_with_mqa.weight", "self_attention.linear_kv_down_proj.weight");
+		ADD(HF_COPY, 2, c->kv_lora + c->qk_pos, h, 0);
+		LAYER("self_attn.kv_a_layernorm.weight", "self_attention.linear_kv_up_proj.layer_norm_weight");
+		ADD(HF_COPY, 1, c->kv_lora, 0, 0);
+		LAYER("self_attn.kv_b_proj.weight", "self_attention.linear_kv_up_proj.weight");
+		ADD(HF_COPY, 2, kvu, c->kv_lora, 0);
+		LAYER("self_attn.o_proj.weight", "self_attention.linear_proj.weight");
+		ADD(HF_COPY, 2, h, (int64_t)c->a * c->v_head, 0);
+		if (!(c->E > 0 && c->moe_layer[l])) {
+			LAYER("post_attention_layernorm.weight", "mlp.linear_fc1.layer_norm_weight");
+			ADD(HF_COPY, 1, h, 0, 0);
+			LAYER("mlp.gate_proj.weight", "mlp.linear_fc1.weight");
+			ADD(HF_ROWS, 2, f, h, 0);
+			LAYER("mlp.up_proj.weight", "mlp.linear_fc1.weight");
+			ADD(HF_ROWS, 2, f, h, f);
+			LAYER("mlp.down_proj.weight", "mlp.linear_fc2.weight");
+			ADD(HF_COPY, 2, h, f, 0);
+			continue;
+		}
+		LAYER("post_attention_layernorm.weight", "pre_mlp_layernorm.weight");
+		ADD(HF_COPY, 1, h, 0, 0);
+		LAYER("mlp.gate.weight", "mlp.router.weight");
+		ADD(HF_COPY, 2, c->E, h, 0);
+		LAYER("mlp.gate.e_score_correction_bias", "mlp.router.expert_bias");
+		ADD(HF_COPY, 1, c->E, 0, 0);
+		for (int e = 0; e < c->E; e++) { /* gate_proj and up_proj: one megac tensor */
+			snprintf(mg, sizeof(mg), "decoder.layers.%d.mlp.experts.local_experts.%d.linear_fc1.weight", l, e);
+			snprintf(hf, sizeof(hf), "model.layers.%d.mlp.experts.%d.gate_proj.weight", l, e);
+			ADD(HF_ROWS, 2, F, h, 0);
+			snprintf(hf, sizeof(hf), "model.layers.%d.mlp.experts.%d.up_proj.weight", l, e);
+			ADD(HF_ROWS, 2, F, h, F);
+			snprintf(mg, sizeof(mg), "decoder.layers.%d.mlp.experts.local_experts.%d.linear_fc2.weight", l, e);
+			snprintf(hf, sizeof(hf), "model.layers.%d.mlp.experts.%d.down_proj.weight", l, e);
+			ADD(HF_COPY, 2, h, F, 0);
+		}
+		LAYER("mlp.shared_experts.gate_proj.weight", "mlp.shared_experts.linear_fc1.weight");
+		ADD(HF_ROWS, 2, Fs, h, 0);
+		LAYER("mlp.shared_experts.up_proj.weight", "mlp.shared_experts.linear_fc1.weight");
+		ADD(HF_ROWS, 2, Fs, h, Fs);
+		LAYER("mlp.shared_experts.down_proj.weight", "mlp.shared_experts.linear_fc2.weight");
+		ADD(HF_COPY, 2, h, Fs, 0);
+	}
+	NAMES("model.norm.weight%s", "decoder.final_layernorm.weight%s", "");
+	ADD(HF_COPY, 1, h, 0, 0);
+#undef LAYER
+#undef NAMES
+#undef ADD
+}
+
 void hf_tensors(const struct gpt_config *c, enum hf_arch arch, struct hf_tensor **out, int *n)
 {
 	struct hf_tensor *v = NULL;
@@ -284,6 +448,8 @@ void hf_tensors(const struct gpt_config *c, enum hf_arch arch, struct hf_tensor 
 		ADD(HF_COPY, 1, h, 0, 0);
 		NAMES("transformer.ln_f.bias%s", "decoder.final_layernorm.bias%s", "");
 		ADD(HF_COPY, 1, h, 0, 0);
+	} else if (arch == HF_DEEPSEEK_V3 || arch == HF_DEEPSEEK_V3_HALVES) {
+		deepseek_v3_tensors(c, &v, n, &cap);
 	} else {
 		NAMES("model.embed_tokens.weight%s", "embedding.word_embeddings.weight%s", "");
 		ADD(HF_VOCAB, 2, V, h, 0);
@@ -389,6 +555,17 @@ void hf_tensors(const struct gpt_config *c, enum hf_arch arch, struct hf_tensor 
 	}
 #undef ADD
 #undef NAMES
+	/* DeepSeek-V3 stored for rotation by halves: the query's RoPE rows of
+	 * every head, and the shared RoPE key's rows of kv_a_proj_with_mqa */
+	for (int i = 0; arch == HF_DEEPSEEK_V3_HALVES && i < *n; i++) {
+		struct hf_tensor *t = &v[i];
+		bool q = strstr(t->name, ".self_attn.q_b_proj.") != NULL, kv = strstr(t->name, ".kv_a_proj_with_mqa.") != NULL;
+		if (q || kv) {
+			t->mla_block = q ? c->k : c->kv_lora + c->qk_pos;
+			t->mla_off = q ? c->qk_head : c->kv_lora;
+			t->mla_rope = c->qk_pos;
+		}
+	}
 	/* interleaved RoPE: the query and key rows, their biases and their
 	 * per-head norms' weights travel regrouped into rotate-half order */
 	for (int i = 0; c->rope && c->rope_interleaved && i < *n; i++) {
@@ -489,11 +666,22 @@ static void regroup_pairs(float *x, int64_t rows, int64_t cols, int k, bool to_h
 
 static void export_plain(const struct gpt_config *c, const struct hf_tensor *t, const float *src, float *out);
 
+/* The RoPE rows of every block of a DeepSeek-V3 tensor regrouped as
+ * regroup_pairs does (hf_tensor.mla_rope). */
+static void regroup_mla(float *x, const struct hf_tensor *t, bool to_hf)
+{
+	int64_t cols = t->ndim == 2 ? t->shape[1] : 1;
+	for (int64_t r0 = 0; r0 + t->mla_block <= t->shape[0]; r0 += t->mla_block)
+		regroup_pairs(x + (r0 + t->mla_off) * cols, t->mla_rope, cols, t->mla_rope, to_hf);
+}
+
 void hf_export(const struct gpt_config *c, const struct hf_tensor *t, const float *src, float *out)
 {
 	export_plain(c, t, src, out);
 	if (t->rope_pairs)
 		regroup_pairs(out, t->shape[0], t->ndim == 2 ? t->shape[1] : 1, c->k, true);
+	if (t->mla_rope)
+		regroup_mla(out, t, true);
 }
 
 static void export_plain(const struct gpt_config *c, const struct hf_tensor *t, const float *src, float *out)
@@ -535,7 +723,7 @@ static void import_plain(const struct gpt_config *c, const struct hf_tensor *t, 
 
 void hf_import(const struct gpt_config *c, const struct hf_tensor *t, const float *in, float *dst)
 {
-	if (!t->rope_pairs) {
+	if (!t->rope_pairs && !t->mla_rope) {
 		import_plain(c, t, in, dst);
 		return;
 	}
@@ -543,7 +731,10 @@ void hf_import(const struct gpt_config *c, const struct hf_tensor *t, const floa
 	size_t n = (size_t)(t->shape[0] * cols);
 	float *tmp = xmalloc(n * sizeof(float));
 	memcpy(tmp, in, n * sizeof(float));
-	regroup_pairs(tmp, t->shape[0], cols, c->k, false);
+	if (t->mla_rope)
+		regroup_mla(tmp, t, false);
+	else
+		regroup_pairs(tmp, t->shape[0], cols, c->k, false);
 	import_plain(c, t, tmp, dst);
 	free(tmp);
 }
@@ -638,13 +829,73 @@ static json_t *yarn_json(const struct gpt_config *c, json_t *o)
 	return rs;
 }
 
+/* DeepseekV3Config's keys (transformers 4.53). With YaRN, transformers
+ * takes the factor as max_position_embeddings over
+ * original_max_position_embeddings (4096, as Megatron's MLA), so the first
+ * is written as factor x 4096 rather than megac's --max-position-embeddings
+ * (which an MLA model, with RoPE only, does not use otherwise). Without
+ * MoE layers: first_k_dense_replace is the layer count and the experts'
+ * keys are placeholders no layer reads. */
+static void deepseek_v3_json(const struct gpt_config *c, json_t *o)
+{
+	bool moe = c->E > 0;
+	int K = moe ? first_moe_layer(c) : c->L;
+	const struct rope_yarn *y = &c->yarn_cfg;
+	json_object_set_new(o, "model_type", json_string("deepseek_v3"));
+	json_object_set_new(o, "vocab_size", json_integer(c->V));
+	json_object_set_new(o, "hidden_size", json_integer(c->h));
+	json_object_set_new(o, "intermediate_size", json_integer(c->f));
+	json_object_set_new(o, "moe_intermediate_size", json_integer(moe ? c->moe_f : c->f));
+	json_object_set_new(o, "num_hidden_layers", json_integer(c->L));
+	json_object_set_new(o, "num_attention_heads", json_integer(c->a));
+	json_object_set_new(o, "num_key_value_heads", json_integer(c->a));
+	json_object_set_new(o, "n_shared_experts", json_integer(moe ? c->shared_f / c->moe_f : 1));
+	json_object_set_new(o, "n_routed_experts", json_integer(moe ? c->E : 1));
+	json_object_set_new(o, "routed_scaling_factor", json_real(moe && c->router.scale > 0 ? c->router.scale : 1.0));
+	json_object_set_new(o, "kv_lora_rank", json_integer(c->kv_lora));
+	json_object_set_new(o, "q_lora_rank", json_integer(c->q_lora));
+	json_object_set_new(o, "qk_rope_head_dim", json_integer(c->qk_pos));
+	json_object_set_new(o, "v_head_dim", json_integer(c->v_head));
+	json_object_set_new(o, "qk_nope_head_dim", json_integer(c->qk_head));
+	json_object_set_new(o, "head_dim", json_integer(c->qk_pos)); /* what DeepseekV3Config sets: the RoPE's */
+	bool groups = moe && c->router.group_topk > 0;
+	json_object_set_new(o, "n_group", json_integer(groups ? c->router.groups : 1));
+	json_object_set_new(o, "topk_group", json_integer(groups ? c->router.group_topk : 1));
+	json_object_set_new(o, "num_experts_per_tok", json_integer(moe ? c->router.k : 1));
+	json_object_set_new(o, "first_k_dense_replace", json_integer(K));
+	json_object_set_new(o, "norm_topk_prob", json_boolean(moe && c->router.k > 1));
+	json_object_set_new(o, "hidden_act", json_string("silu"));
+	json_object_set_new(o, "max_position_embeddings",
+			    json_integer(c->mla_yarn ? (int64_t)(y->factor * y->original_max_positions) : c->P));
+	json_object_set_new(o, "rms_norm_eps", f32(c->eps));
+	json_object_set_new(o, "rope_theta", f32(c->rotary_base));
+	json_t *rs = json_null();
+	if (c->mla_yarn) {
+		rs = json_object();
+		json_object_set_new(rs, "rope_type", json_string("yarn"));
+		json_object_set_new(rs, "factor", json_real(y->factor));
+		json_object_set_new(rs, "original_max_position_embeddings", json_integer(y->original_max_positions));
+		json_object_set_new(rs, "beta_fast", json_real(y->beta_fast));
+		json_object_set_new(rs, "beta_slow", json_real(y->beta_slow));
+		json_object_set_new(rs, "mscale", json_real(y->mscale));
+		json_object_set_new(rs, "mscale_all_dim", json_real(y->mscale_all_dim));
+	}
+	json_object_set_new(o, "rope_scaling", rs);
+	json_object_set_new(o, "rope_interleave", json_true());
+	json_object_set_new(o, "attention_bias", json_false());
+	json_object_set_new(o, "attention_dropout", f32(c->attention_dropout));
+	json_object_set_new(o, "num_nextn_predict_layers", json_integer(0));
+}
+
 char *hf_config_json(const struct gpt_config *c, enum hf_arch arch, enum ckpt_dtype dt, int64_t bos, int64_t eos)
 {
 	json_t *o = json_object();
 	json_t *archs = json_array();
 	json_array_append_new(archs, json_string(hf_arch_class(arch)));
 	json_object_set_new(o, "architectures", archs);
-	if (arch == HF_GPT2) {
+	if (arch == HF_DEEPSEEK_V3 || arch == HF_DEEPSEEK_V3_HALVES) {
+		deepseek_v3_json(c, o);
+	} else if (arch == HF_GPT2) {
 		json_object_set_new(o, "model_type", json_string("gpt2"));
 		json_object_set_new(o, "vocab_size", json_integer(c->V));
 		json_object_set_new(o, "n_positions", json_integer(c->P));
@@ -1109,6 +1360,196 @@ static void read_qwen3_moe(struct cfg_reader *r, struct gpt_config *c)
 				  r->path);
 	read_qwen_experts(r, c, 8); /* Qwen3MoeConfig's default top-k */
 }
+/* DeepSeek-V3's rope_scaling: none, or YaRN as transformers 4.53 computes
+ * it for DeepseekV3ForCausalLM (the factor of the frequencies and of the
+ * concentration max_position_embeddings / original_max_position_embeddings,
+ * the concentration m(mscale) / m(mscale_all_dim) when both are given, else
+ * m(1); the softmax scale m(mscale_all_dim)^2 from the key factor), which
+ * is Megatron's MLA YaRN when original_max_position_embeddings is 4096,
+ * beta_fast 32 and beta_slow 1 (MLATransformerConfig's fixed values). */
+static void read_deepseek_rope(struct cfg_reader *r, struct gpt_config *c)
+{
+	struct rope_yarn *y = &c->yarn_cfg;
+	*y = rope_yarn_defaults();
+	json_t *s = json_object_get(r->o, "rope_scaling");
+	if (!s || json_is_null(s))
+		return;
+	const char *type = json_is_object(s) ? json_string_value(json_object_get(s, "rope_type")) : NULL;
+	if (!type && json_is_object(s))
+		type = json_string_value(json_object_get(s, "type"));
+	if (!type || strcmp(type, "yarn")) {
+		r->failed = error("'%s': rope_scaling of rope_type \"%s\": megac's multi-latent attention has YaRN "
+				  "(\"yarn\") or plain RoPE (rope_scaling null)", r->path, type ? type : "(none)");
+		return;
+	}
+	static const char *const known[] = { "rope_type", "type", "factor", "beta_fast", "beta_slow", "mscale",
+					     "mscale_all_dim", "original_max_position_embeddings" };
+	const char *key;
+	json_t *v;
+	json_object_foreach(s, key, v) {
+		size_t i = 0;
+		while (i < sizeof(known) / sizeof(known[0]) && strcmp(known[i], key))
+			i++;
+		if (i == sizeof(known) / sizeof(known[0])) {
+			r->failed = error("'%s': rope_scaling yarn: the key \"%s\" is not mapped to megac's multi-latent "
+					  "attention YaRN (factor, mscale, mscale_all_dim, original_max_position_embeddings "
+					  "4096, beta_fast 32, beta_slow 1)", r->path, key);
+			return;
+		}
+	}
+	struct cfg_reader sr = { s, r->path, 0 };
+	double factor = cfg_num(&sr, "factor", -1), fast = cfg_num(&sr, "beta_fast", 0);
+	double slow = cfg_num(&sr, "beta_slow", 0), ms = cfg_num(&sr, "mscale", 0), msa = cfg_num(&sr, "mscale_all_dim", 0);
+	int64_t orig = cfg_int(&sr, "original_max_position_embeddings", REQUIRED, 1);
+	if (sr.failed) {
+		r->failed = -1;
+		return;
+	}
+	fast = fast != 0 ? fast : 32; /* transformers: `or 32` */
+	slow = slow != 0 ? slow : 1;
+	if (orig != 4096 || fast != 32 || slow != 1) {
+		r->failed = error("'%s': rope_scaling yarn with original_max_position_embeddings %lld, beta_fast %g and "
+				  "beta_slow %g: Megatron's multi-latent attention (and megac's) fixes them at 4096, 32 "
+				  "and 1", r->path, (long long)orig, fast, slow);
+		return;
+	}
+	if (!(factor >= 1) || c->P != factor * (double)orig) {
+		r->failed = error("'%s': rope_scaling yarn factor %g with max_position_embeddings %d: transformers "
+				  "takes the factor of the frequencies as max_position_embeddings / "
+				  "original_max_position_embeddings (%g) and that of the softmax scale from factor; megac "
+				  "needs them equal, and at least 1", r->path, factor, c->P, c->P / (double)orig);
+		return;
+	}
+	if (ms != 0 && msa == 0)
+		ms = 1; /* transformers then uses m(1) as the concentration, whatever mscale is */
+	if (ms == 0 && msa != 0 && factor > 1) {
+		r->failed = error("'%s': rope_scaling yarn with mscale_all_dim %g and no mscale: transformers' "
+				  "concentration is then 0.1 ln(factor) + 1, which megac's m(mscale) / m(mscale_all_dim) "
+				  "cannot give", r->path, msa);
+		return;
+	}
+	y->factor = factor;
+	y->mscale = ms != 0 ? ms : 1;
+	y->mscale_all_dim = msa;
+	if (rope_yarn_check(y, "rope_scaling factor", "original_max_position_embeddings", "rope_scaling beta_fast",
+			    "rope_scaling beta_slow") < 0) {
+		r->failed = error("'%s': rope_scaling yarn cannot be used", r->path);
+		return;
+	}
+	c->mla_yarn = true;
+}
+
+/* DeepseekV3ForCausalLM (transformers 4.53's DeepseekV3Config): see
+ * deepseek_v3_ok for what it is in megac's terms. What megac cannot
+ * represent is refused by its key. */
+static void read_deepseek_v3(struct cfg_reader *r, struct gpt_config *c, enum hf_arch *arch)
+{
+	c->h = (int)cfg_int(r, "hidden_size", REQUIRED, 1);
+	c->f = (int)cfg_int(r, "intermediate_size", REQUIRED, 1);
+	c->L = (int)cfg_int(r, "num_hidden_layers", REQUIRED, 1);
+	c->a = (int)cfg_int(r, "num_attention_heads", REQUIRED, 1);
+	c->P = (int)cfg_int(r, "max_position_embeddings", REQUIRED, 1);
+	if (cfg_int(r, "num_key_value_heads", c->a, 1) != c->a)
+		r->failed = error("'%s': num_key_value_heads differs from num_attention_heads %d: DeepSeek-V3's "
+				  "attention has a key and value per head", r->path, c->a);
+	json_t *ql = json_object_get(r->o, "q_lora_rank");
+	if (ql && json_is_null(ql))
+		r->failed = error("'%s': q_lora_rank null (q_proj, DeepSeek-V2-Lite's shape) with kv_a_layernorm: "
+				  "megac's --qk-layernorm puts norms over both a compressed query and the compressed "
+				  "key/value; importing q_proj with the key/value norm alone is not in megac yet", r->path);
+	c->q_lora = (int)cfg_int(r, "q_lora_rank", 1536, 1);
+	c->kv_lora = (int)cfg_int(r, "kv_lora_rank", 512, 1);
+	c->qk_head = (int)cfg_int(r, "qk_nope_head_dim", 128, 1);
+	c->qk_pos = (int)cfg_int(r, "qk_rope_head_dim", 64, 2);
+	c->v_head = (int)cfg_int(r, "v_head_dim", 128, 1);
+	if (c->qk_pos % 2)
+		r->failed = error("'%s': qk_rope_head_dim %d must be even", r->path, c->qk_pos);
+	if (c->v_head > c->qk_head + c->qk_pos)
+		r->failed = error("'%s': v_head_dim %d larger than qk_nope_head_dim + qk_rope_head_dim (%d) is not in "
+				  "megac yet", r->path, c->v_head, c->qk_head + c->qk_pos);
+	c->mla = c->qk_norm = c->rope = c->rmsnorm = c->swiglu = true;
+	c->k = c->qk_head + c->qk_pos;
+	c->g = c->a;
+	c->rot = c->qk_pos;
+	const char *act = cfg_str(r, "hidden_act", "silu");
+	if (strcmp(act, "silu"))
+		r->failed = error("'%s': hidden_act \"%s\": megac's SwiGLU uses silu", r->path, act);
+	if (cfg_bool(r, "attention_bias", false))
+		r->failed = error("'%s': attention_bias: megac's multi-latent attention has no biases", r->path);
+	c->eps = (float)cfg_num(r, "rms_norm_eps", 1e-6);
+	if (c->eps != 1e-6f)
+		r->failed = error("'%s': rms_norm_eps %g: transformers' DeepSeek-V3 uses it for the hidden-size norms "
+				  "and 1e-6 for q_a_layernorm and kv_a_layernorm, megac --norm-epsilon for all of them; "
+				  "megac maps rms_norm_eps 1e-6 only", r->path, (double)c->eps);
+	double theta = cfg_num(r, "rope_theta", 10000);
+	if (theta != floor(theta) || theta < 1)
+		r->failed = error("'%s': rope_theta %g: megac's --rotary-base is a whole number", r->path, theta);
+	c->rotary_base = (float)theta;
+	read_deepseek_rope(r, c);
+	*arch = cfg_bool(r, "rope_interleave", true) ? HF_DEEPSEEK_V3 : HF_DEEPSEEK_V3_HALVES;
+	c->attention_dropout = (float)cfg_num(r, "attention_dropout", 0);
+	c->hidden_dropout = 0;
+	c->untied = !cfg_bool(r, "tie_word_embeddings", false);
+	/* keys of DeepSeek's own modeling code that transformers' class does not read */
+	const char *tm = cfg_str(r, "topk_method", "noaux_tc"), *sf = cfg_str(r, "scoring_func", "sigmoid");
+	if (strcmp(tm, "noaux_tc") || strcmp(sf, "sigmoid"))
+		r->failed = error("'%s': topk_method \"%s\", scoring_func \"%s\": megac maps DeepSeek-V3's routing "
+				  "(\"noaux_tc\", \"sigmoid\") only", r->path, tm, sf);
+	if (cfg_int(r, "moe_layer_freq", 1, 1) != 1)
+		r->failed = error("'%s': moe_layer_freq other than 1: transformers' DeepSeek-V3 makes every layer from "
+				  "first_k_dense_replace on a MoE layer", r->path);
+	/* the experts: every layer from first_k_dense_replace on */
+	int64_t K = cfg_int(r, "first_k_dense_replace", 3, 0);
+	if (c->L > GPT_MAX_LAYERS) {
+		r->failed = error("'%s': num_hidden_layers %d: megac's models have at most %d layers here", r->path, c->L,
+				  GPT_MAX_LAYERS);
+		return;
+	}
+	if (K >= c->L)
+		return; /* all dense: the experts' keys are not read */
+	c->E = (int)cfg_int(r, "n_routed_experts", REQUIRED, 1);
+	c->router.E = c->E;
+	c->router.k = (int)cfg_int(r, "num_experts_per_tok", REQUIRED, 1);
+	c->moe_f = (int)cfg_int(r, "moe_intermediate_size", REQUIRED, 1);
+	int64_t ns = cfg_int(r, "n_shared_experts", REQUIRED, 0);
+	if (ns < 1)
+		r->failed = error("'%s': n_shared_experts %lld: megac maps DeepSeek-V3's MoE layers with their shared "
+				  "expert (at least one)", r->path, (long long)ns);
+	c->shared_f = (int)(ns * c->moe_f);
+	if ((int64_t)c->shared_f != ns * c->moe_f)
+		r->failed = error("'%s': n_shared_experts %lld x moe_intermediate_size %d is too large", r->path,
+				  (long long)ns, c->moe_f);
+	for (int l = 0; l < c->L; l++)
+		c->moe_layer[l] = l >= K;
+	c->router.sigmoid = c->router.expert_bias = true;
+	if (c->router.k > c->E)
+		r->failed = error("'%s': num_experts_per_tok %d is more than n_routed_experts %d", r->path, c->router.k,
+				  c->E);
+	if (cfg_bool(r, "norm_topk_prob", true) != (c->router.k > 1))
+		r->failed = error("'%s': norm_topk_prob %s with num_experts_per_tok %d: Megatron's sigmoid router "
+				  "renormalises the top-k exactly when k > 1", r->path,
+				  c->router.k > 1 ? "false" : "true", c->router.k);
+	double rsf = cfg_num(r, "routed_scaling_factor", 2.5);
+	if (!(rsf > 0))
+		r->failed = error("'%s': routed_scaling_factor %g must be positive", r->path, rsf);
+	c->router.scale = rsf != 1 ? rsf : 0;
+	int64_t G = cfg_int(r, "n_group", 8, 1), TG = cfg_int(r, "topk_group", 4, 1);
+	if (c->E % G || TG > G || c->E / G < 2)
+		r->failed = error("'%s': n_group %lld and topk_group %lld do not fit n_routed_experts %d (groups of at "
+				  "least 2 experts, topk_group at most n_group)", r->path, (long long)G, (long long)TG,
+				  c->E);
+	else if (TG < G) { /* with every group kept the limit changes nothing */
+		if (c->router.k / TG != 2 || c->router.k > TG * (c->E / G))
+			r->failed = error("'%s': num_experts_per_tok %d with topk_group %lld: transformers scores a group "
+					  "by its top 2 experts, Megatron by its top num_experts_per_tok / topk_group; "
+					  "megac maps them when that is 2", r->path, c->router.k, (long long)TG);
+		c->router.groups = (int)G;
+		c->router.group_topk = (int)TG;
+	}
+	c->router.aux_coeff = 0; /* DeepSeek-V3 trains without an aux loss (the bias balances) */
+	c->router.lb = MOE_LB_NONE;
+}
+
 int hf_config_read(const char *path, int64_t divisible_by, int64_t tp, struct gpt_config *c, enum hf_arch *arch)
 {
 	memset(c, 0, sizeof(*c));
@@ -1147,6 +1588,8 @@ int hf_config_read(const char *path, int64_t divisible_by, int64_t tp, struct gp
 	} else if (name && !strcmp(name, "Qwen3MoeForCausalLM")) {
 		*arch = HF_QWEN3_MOE;
 		read_qwen3_moe(&r, c);
+	} else if (name && !strcmp(name, "DeepseekV3ForCausalLM")) {
+		read_deepseek_v3(&r, c, arch);
 	} else if (name && !strcmp(name, "Qwen3ForCausalLM")) {
 		*arch = HF_QWEN3; /* Llama's keys, q_norm and k_norm over head_dim */
 		read_llama(&r, c);
@@ -1154,8 +1597,8 @@ int hf_config_read(const char *path, int64_t divisible_by, int64_t tp, struct gp
 		c->qk_norm = true;
 	} else {
 		error("'%s': architectures %s: ckpt_convert reads GPT2LMHeadModel, LlamaForCausalLM, "
-		      "MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM, Qwen2MoeForCausalLM, Qwen3ForCausalLM "
-		      "and Qwen3MoeForCausalLM",
+		      "MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM, Qwen2MoeForCausalLM, Qwen3ForCausalLM, "
+		      "Qwen3MoeForCausalLM and DeepseekV3ForCausalLM",
 		      path,
 		      name ? name : "(missing, or more than one)");
 		json_decref(o); /* name lives in o */

@@ -6,7 +6,9 @@
  * and Qwen3ForCausalLM (q_norm, k_norm: --qk-layernorm), Qwen2MoeForCausalLM
  * (Qwen2's attention, experts with a gated shared expert, dense layers where
  * --moe-layer-freq has them) and Qwen3MoeForCausalLM (Qwen3's attention,
- * Qwen2-MoE's experts without the shared one)
+ * Qwen2-MoE's experts without the shared one), and DeepseekV3ForCausalLM
+ * (multi-latent attention, dense first layers, then sigmoid-routed experts
+ * with the expert bias, group-limited top-k and a shared expert)
  * (as Megatron's tools/checkpoint/schema_hf.py names them; docs/ckpt-convert.md): which HF tensors a
  * model has, which megac tensor each one's values come from and how
  * (vocabulary rows without the padding, transposes for GPT-2's Conv1D,
@@ -24,7 +26,11 @@
 #include "ckpt/ckpt.h"
 #include "model/gpt_config.h"
 
-enum hf_arch { HF_GPT2, HF_LLAMA, HF_MIXTRAL, HF_QWEN2, HF_QWEN3, HF_MISTRAL, HF_QWEN2_MOE, HF_QWEN3_MOE };
+/* HF_DEEPSEEK_V3_HALVES: a DeepseekV3ForCausalLM whose config.json has
+ * rope_interleave false (its RoPE rows rotated by halves as stored; read
+ * only: megac writes rope_interleave true, which needs no regrouping) */
+enum hf_arch { HF_GPT2, HF_LLAMA, HF_MIXTRAL, HF_QWEN2, HF_QWEN3, HF_MISTRAL, HF_QWEN2_MOE, HF_QWEN3_MOE,
+	       HF_DEEPSEEK_V3, HF_DEEPSEEK_V3_HALVES };
 
 enum hf_xform {
 	HF_COPY,      /* same shape */
@@ -49,6 +55,12 @@ struct hf_tensor {
 	bool rope_pairs;        /* rows are heads of kv-channels each, rotated in interleaved pairs (2i, 2i+1)
 				 * by megac (--rotary-interleaved) and in halves (i, i + k/2) by Hugging Face:
 				 * each head's rows are regrouped on the way (Meta's Llama-to-HF permutation) */
+	/* DeepSeek-V3 with rope_interleave false: in every block of mla_block rows, the
+	 * mla_rope rows from mla_off are a RoPE part that Hugging Face rotates by halves
+	 * as stored and megac (Megatron's MLA) after taking the even channels, then the
+	 * odd ones: regrouped as rope_pairs are (0: none) */
+	int64_t mla_block, mla_off;
+	int mla_rope;
 };
 
 const char *hf_arch_class(enum hf_arch arch); /* "GPT2LMHeadModel" */

@@ -389,6 +389,8 @@ static void mla_up_forward(struct gpt_model *m, const struct gpt_pass *P, int l,
 			      kvl);
 	linear_fwd(m, s->mla_kv, A->mla_kvn, p->mkvu_w, -1, N, kvl, c->a * (c->qk_head + c->v_head));
 	mla_pack(m, s->qkv, N, false);
+	if (P->kv) /* serving: cached_attention_forward splits and turns each sequence at its positions */
+		return;
 	m->k->qkv_split_forward(A->q, A->kk, A->v, s->qkv, m->rope_cos, m->rope_sin, P->B, P->T, c->a, c->a, c->k,
 				c->qk_pos, false);
 	size_t n = (size_t)N * qk;
@@ -476,10 +478,11 @@ const float *attention_forward(struct gpt_model *m, const struct gpt_pass *P, in
 	const struct gpt_layer_params *p = &m->lp[l];
 	int qkv = (c->a + 2 * c->g) * c->k, ak = c->a * c->k;
 	if (p->spec.mla) {
-		if (P->kv)
-			BUG("serving a multi-latent attention model");
 		mla_qkv_forward(m, P, l, A, ln1);
-		core_attention_forward(m, P, l, A, P->train ? c->attention_dropout : 0);
+		if (P->kv) /* serving: each head's key and padded value go into the cache as any head's */
+			cached_attention_forward(m, P, l, A);
+		else
+			core_attention_forward(m, P, l, A, P->train ? c->attention_dropout : 0);
 		mla_out_compact(m, m->s.datty, A->atty, P->N);
 		return row_parallel(m, P, m->s.datty, p->proj_w, p->proj_b, c->a * c->v_head);
 	}

@@ -215,7 +215,7 @@ static void alloc_serving(struct gpt_model *m, const struct gpt_serving *sv)
 		m->k->zero(kv->k, cache);
 		m->k->zero(kv->v, cache);
 	}
-	if (c->rope) /* every position a cache slot holds */
+	if (c->rope || c->mla) /* every position a cache slot holds (MLA: its own RoPE) */
 		build_rope(m, &kv->rope_cos, &kv->rope_sin, sv->max_seq, sv->max_seq);
 	kv->kpos = device_iota(m, sv->max_seq);
 	kv->x = gpt_take(m, T * h);
@@ -244,6 +244,13 @@ static void alloc_serving(struct gpt_model *m, const struct gpt_serving *sv)
 	m->s.qkv = gpt_take(m, T * (size_t)(c->a + 2 * c->g) * c->k);
 	alloc_qkv_gather(m, T);
 	m->s.tmp = gpt_take(m, T * h);
+	if (c->mla) { /* the projections' outputs, and core attention's output without the value's padding */
+		m->s.mla_q = gpt_take(m, T * (size_t)c->a * c->k);
+		m->s.mla_kv = gpt_take(m, T * (size_t)c->a * (c->qk_head + c->v_head));
+		m->s.mla_kvc = gpt_take(m, T * (size_t)(c->kv_lora + c->qk_pos));
+		m->s.mla_kp = gpt_take(m, T * (size_t)c->qk_pos);
+		m->s.datty = gpt_take(m, T * (size_t)c->a * c->v_head);
+	}
 	if (c->E > 0)
 		moe_alloc_scratch(m, false);
 }
@@ -514,8 +521,6 @@ int gpt_init_pipe(struct gpt_model *m, const struct gpt_config *c, const struct 
 	if (c->E > 0 && par->cp && par->ep)
 		return error("--expert-model-parallel-size %d with --context-parallel-size %d is not in megac yet (it "
 			     "needs Megatron's expert rank generator with context parallelism)", par->ep_size, par->cp_size);
-	if (c->mla && pipe->serve)
-		return error("serving a multi-latent attention model is not in megac yet");
 	const struct gpt_serving *sv = pipe->serve;
 	if (sv && (B != 1 || pipe->pp != 1 || par->cp || sv->max_tokens != c->S || sv->head_rows < 1 ||
 		   (sv->max_seq > c->P && !c->rope)))

@@ -13,7 +13,10 @@
 # (norm_topk_prob true and false, a dense layer) imports with transformers'
 # logits and exports back the same; a megac model trained with q/k norms and
 # experts exports as one with megac's logits, and one with a shared expert
-# (which Qwen3-MoE lacks) is refused, as is such a config.json.
+# (which Qwen3-MoE lacks) is refused, as is such a config.json. Random
+# DeepseekV3ForCausalLMs (YaRN, groups, rope_interleave true and false)
+# import with transformers' logits and export back; a megac model trained as
+# DeepSeek-V3 exports as one with megac's logits.
 # shellcheck disable=SC2086 # paths, flag lists and $HFL, $NEW, $OLD are words
 . tests/prog_lib.sh
 if ! long_only; then
@@ -147,4 +150,61 @@ setup "tm: train with a shared expert, 1 iteration" sh -c "$BIN/train $TM --moe-
 expect_fail "tm: a shared expert is not Qwen3-MoE" \
 	"Qwen3MoeForCausalLM, which has RMSNorm, SwiGLU, RoPE on every channel, no linear biases, no shared expert and softmax routing; this one has a shared expert (--moe-shared-expert-intermediate-size 48)" \
 	$C --load $W/tms --save $W/tmshf --to hf
+
+# DeepSeek-V3 (multi-latent attention, sigmoid-routed experts with the
+# expert bias, groups, a shared expert): random DeepseekV3ForCausalLMs that
+# transformers writes, with DeepSeek-V3's YaRN and rope_interleave true
+# (Megatron's MLA RoPE order: nothing regrouped), and without YaRN but with
+# rope_interleave false (the RoPE rows regrouped on import), import with
+# transformers' logits; the first exports back to the same tensors, the
+# second to a folder (rope_interleave true) with megac's logits in
+# transformers. tests/prog/hf_deepseek_v3.sh checks serving on a fixture.
+DS="--hidden 64 --heads 4 --ffn 96 --vocab 1000 --moe-ffn 32 --routed-scale 2.5"
+setup "transformers writes random DeepseekV3ForCausalLMs" $NEW batch \
+	"make deepseek_v3 $W/dv1 $DS --layers 3 --experts 8 --topk 4 --groups 4 --topk-group 2 --dense 1 \
+		--yarn-ds 4 --seed 31" \
+	"make deepseek_v3 $W/dv2 $DS --layers 2 --experts 4 --topk 2 --dense 1 --no-rope-interleave --seed 32"
+import_export dv1 DeepseekV3ForCausalLM
+setup "dv2: transformers loads the folder (rope_interleave false), and its logits" $NEW batch "check $W/dv2" \
+	"logits $W/dv2 $W/ids.npy $W/dv2_hf.npy"
+expect_ok "dv2: import" $C --from hf --load $W/dv2 --save $W/dv2m --verify
+expect_ok "dv2: megac's logits" $LOGITS $W/dv2m $W/ids.npy $W/dv2_megac.npy
+logits_close "dv2: megac's logits on the import equal transformers' (rope_interleave false, 1e-4)" \
+	$W/dv2_hf.npy $W/dv2_megac.npy 1e-4
+expect_ok "dv2: export (rope_interleave true)" $C --load $W/dv2m --save $W/dv2back --to hf --verify
+setup "dv2: transformers loads the export, and its logits" $NEW batch "check $W/dv2back" \
+	"logits $W/dv2back $W/ids.npy $W/dv2_back.npy"
+ref_class "dv2: transformers 4.53.3 loads the export as DeepseekV3ForCausalLM" $OUT_LOG DeepseekV3ForCausalLM
+logits_close "dv2: transformers' logits on the export equal megac's (1e-4)" $W/dv2_megac.npy $W/dv2_back.npy 1e-4
+
+# megac -> DeepSeek-V3: an MLA model trained 2 iterations with a dense first
+# layer, then MoE layers routed as DeepSeek-V3 (sigmoid, expert bias, 1 of 2
+# groups, top-2, scaling 2.5, a shared expert), YaRN and --norm-epsilon 1e-6
+# (transformers' latent norms always have it) exports as
+# DeepseekV3ForCausalLM with megac's logits; one with softmax routing and
+# epsilon 1e-5 is refused, naming both
+TD="--num-layers 3 --hidden-size 64 --num-attention-heads 4 --multi-latent-attention --q-lora-rank 24"
+TD="$TD --kv-lora-rank 16 --qk-head-dim 12 --qk-pos-emb-head-dim 8 --v-head-dim 16 --qk-layernorm"
+TD="$TD --rotary-scaling-factor 4 --mscale 0.8 --mscale-all-dim 0.6"
+TD="$TD --position-embedding-type rope --normalization RMSNorm --norm-epsilon 1e-6 --swiglu --disable-bias-linear"
+TD="$TD --untie-embeddings-and-output-weights --ffn-hidden-size 96 --num-experts 4 --moe-router-topk 2"
+TD="$TD --moe-ffn-hidden-size 32 --moe-layer-freq [0,1,1] --moe-shared-expert-intermediate-size 32"
+TD="$TD --seq-length 64 --max-position-embeddings 64 --micro-batch-size 2 --global-batch-size 4 --lr 2e-3"
+TD="$TD --mock-data --eval-interval 100 --eval-iters 0 --log-interval 1 --data-cache-path $W/cache $GPT2"
+DSR="--moe-router-score-function sigmoid --moe-router-enable-expert-bias --moe-router-num-groups 2"
+DSR="$DSR --moe-router-group-topk 1 --moe-router-topk-scaling-factor 2.5"
+setup "td: train a DeepSeek-V3-style model, 2 iterations" sh -c "$BIN/train $TD $DSR --train-iters 2 --save $W/tdc \
+	--save-interval 2 >$W/tdc.log 2>&1"
+expect_ok "td: export to Hugging Face" $C --load $W/tdc --save $W/tdhf --to hf --verify $GPT2
+setup "td: megac's logits" $LOGITS $W/tdc $W/ids.npy $W/td_megac.npy
+setup "td: transformers loads the export, and its logits" $NEW batch "check $W/tdhf" \
+	"logits $W/tdhf $W/ids.npy $W/td_hf.npy"
+ref_class "td: transformers 4.53.3 loads the export as DeepseekV3ForCausalLM" $OUT_LOG DeepseekV3ForCausalLM
+logits_close "td: transformers' logits on the export equal megac's (1e-4)" $W/td_megac.npy $W/td_hf.npy 1e-4
+setup "td: train with softmax routing and --norm-epsilon 1e-5, 1 iteration" sh -c "$BIN/train $TD \
+	--norm-epsilon 1e-5 --train-iters 1 --save $W/tds \
+	--save-interval 1 >$W/tds.log 2>&1"
+expect_fail "td: softmax routing and another norm epsilon are not DeepSeek-V3's" \
+	"--norm-epsilon 1e-05 (transformers' q_a_layernorm and kv_a_layernorm always use 1e-6, megac's latent norms --norm-epsilon), softmax routing (--moe-router-score-function sigmoid)" \
+	$C --load $W/tds --save $W/tdshf --to hf
 [ -n "${KEEP:-}" ] || rm -rf "$W"

@@ -12,7 +12,10 @@
 # --mscale is refused by name; model.h5 holds Megatron's names
 # and shapes; train's parameter count is the one report_memory computes
 # with Megatron's formula, and report_memory's own prediction is within 5%
-# of what train allocates; what is not there yet is refused by name.
+# of what train allocates; the serving engine (megac_generate) gives the
+# training forward's prompt log-probs on the DeepSeek-shaped checkpoint;
+# what is not there yet (or what DeepseekV3ForCausalLM cannot hold) is
+# refused by name.
 . tests/prog_lib.sh
 train_test_begin train_mla
 PY=$(sh tests/gpu/torch_python.sh torch h5py numpy) || PY=/usr/bin/python3
@@ -208,7 +211,36 @@ expect_fail "MLA with --group-query-attention is refused" "--group-query-attenti
 	$BIN/train $DSV3 --group-query-attention --num-query-groups 2 $COMMON --train-iters 1
 expect_fail "MLA with --mtp-num-layers is refused" "--mtp-num-layers" \
 	$BIN/train $DSV3 $COMMON --train-iters 1 --mtp-num-layers 1
-expect_fail "serving an MLA checkpoint is refused" "multi-latent attention" \
-	$BIN/text_gen_server --load "$D/ck" --port 0
-expect_fail "exporting an MLA checkpoint to Hugging Face is refused" "multi-latent attention" \
+# serving (the engine's cache) of the trained DSV3-shaped checkpoint
+# (tests/prog/hf_deepseek_v3.sh checks it against transformers): the
+# engine's prompt log-probs are those of the training forward (megac_logits)
+echo '[[5, 900, 31, 7, 7, 11, 3, 250, 4000, 17, 2]]' >$W/p.json
+/usr/bin/python3 -c '
+import json, numpy as np
+np.save("'"$W"'/p.npy", np.array(json.load(open("'"$W"'/p.json")), dtype=np.int64))'
+expect_ok "the engine serves the MLA checkpoint" $MEGAC_BUILD/tools/megac_generate "$D/ck" $W/p.json 4 $W/gen.json
+expect_ok "the training forward's logits on the prompt" $MEGAC_BUILD/tools/megac_logits "$D/ck" $W/p.npy $W/p_lg.npy
+if /usr/bin/python3 -c '
+import json, sys, numpy as np
+lg = np.load(sys.argv[1])[0].astype(np.float64)
+ids = json.load(open(sys.argv[2]))[0]
+lp = lg - lg.max(-1, keepdims=True)
+lp = lp - np.log(np.exp(lp).sum(-1, keepdims=True))
+want = [lp[j - 1, ids[j]] for j in range(1, len(ids))]
+got = json.load(open(sys.argv[3]))[0]["logprobs"][:len(want)]
+d = max(abs(a - b) for a, b in zip(want, got))
+assert len(got) == len(want) and d < 1e-5, d
+print("%d prompt log-probs within %.2g" % (len(want), d))' $W/p_lg.npy $W/p.json $W/gen.json >$W/lp.log 2>&1; then
+	ok "the engine's prompt log-probs are the training forward's ($(cat $W/lp.log))"
+else
+	notok "the engine's prompt log-probs are the training forward's"
+	show $W/lp.log
+fi
+# The DeepSeek-V3 export (tests/prog/hf_deepseek_v3.sh and hf_long.sh check its round
+# trips and numbers): this one has Megatron's default --norm-epsilon, which
+# transformers' latent norms cannot take
+expect_fail "exporting it to Hugging Face is refused, naming --norm-epsilon" \
+	"--norm-epsilon 1e-05 (transformers' q_a_layernorm and kv_a_layernorm always use 1e-6" \
 	$BIN/ckpt_convert --load "$D/ck" --save "$W/hf" --to hf $GPT2
+expect_fail "exporting an MLA checkpoint without --q-lora-rank to Hugging Face is refused by name" \
+	"no compressed query (--q-lora-rank)" $BIN/ckpt_convert --load "$W/lite/init" --save "$W/hf_lite" --to hf $GPT2

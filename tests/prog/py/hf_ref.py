@@ -6,7 +6,7 @@ transformers 4.53.3, which have Qwen3 and Qwen3-MoE). Only local folders:
 the hub is switched off before transformers is imported, and nothing is
 downloaded.
 
-  make gpt2|llama|mixtral|qwen2|qwen3|mistral|qwen2_moe|qwen3_moe OUTDIR [--seed S] [--layers L --hidden H
+  make gpt2|llama|mixtral|qwen2|qwen3|mistral|qwen2_moe|qwen3_moe|deepseek_v3 OUTDIR [--seed S] [--layers L --hidden H
        --heads A --kv-heads G --ffn F --vocab V --positions P]
        [--head-dim D] [--rope-scaling FACTOR] [--yarn FACTOR]
        [--experts E --topk K] [--tie|--untie] [--dtype float32|bfloat16]
@@ -36,6 +36,12 @@ downloaded.
       Qwen3's attention, --experts experts of --moe-ffn, --topk per token
       (softmax over all, renormalised with --norm-topk-prob), no shared
       expert, the layers of --mlp-only dense (--ffn); --std 0.2 as mixtral.
+      deepseek_v3 (transformers with DeepSeek-V3 only) is a
+      DeepseekV3ForCausalLM: multi-latent attention (--q-lora ... --v-head),
+      --dense dense layers, then experts with a shared one, sigmoid routing
+      with a random nonzero e_score_correction_bias, --groups groups of
+      which --topk-group are kept, --routed-scale; --yarn-ds F gives it
+      DeepSeek-V3's YaRN; --std 0.2 as mixtral.
       --rope-scaling (llama, qwen2, qwen3, qwen3_moe): rope_scaling
       {rope_type llama3, factor FACTOR,
       low_freq_factor 1, high_freq_factor 4,
@@ -210,6 +216,8 @@ def build_config(a):
             output_router_logits=False, router_aux_loss_coef=0.001,
             initializer_range=a.std, tie_word_embeddings=tie,
             bos_token_id=1 % a.vocab, eos_token_id=2 % a.vocab)
+    if a.kind == "deepseek_v3":
+        return deepseek_v3_config(a, L, H, A, ffn, tie)
     if a.kind == "mistral":  # sliding_window W: a query sees itself and the W - 1 keys before it
         return MistralConfig(
             num_hidden_layers=L, hidden_size=H, num_attention_heads=A,
@@ -254,6 +262,35 @@ def build_config(a):
         rms_norm_eps=1e-5, rope_theta=10000.0, rope_scaling=scaling,
         attention_bias=False, attention_dropout=0.0, mlp_bias=False,
         pretraining_tp=1, initializer_range=a.std, tie_word_embeddings=tie,
+        bos_token_id=1 % a.vocab, eos_token_id=2 % a.vocab)
+
+
+def deepseek_v3_config(a, L, H, A, ffn, tie):
+    """DeepseekV3ForCausalLM (transformers 4.51 and later): MLA with a
+    compressed query (--q-lora), --dense dense layers first, then MoE layers
+    of --experts experts (--moe-ffn) in --groups groups, the best
+    --topk-group groups kept, --topk per token, sigmoid routing with
+    e_score_correction_bias, renormalised, scaled by --routed-scale, one
+    shared expert; --yarn-ds F: YaRN as DeepSeek-V3's config has it
+    (max_position_embeddings F x 4096 then, mscale 0.8, mscale_all_dim 0.6)."""
+    if not hasattr(transformers, "DeepseekV3Config"):
+        fail("deepseek_v3: this transformers (%s) has no DeepseekV3ForCausalLM; "
+             "tests/py-env-long.sh's has" % transformers.__version__)
+    scaling, P = None, a.positions
+    if a.yarn_ds is not None:
+        scaling = {"rope_type": "yarn", "factor": a.yarn_ds, "original_max_position_embeddings": 4096,
+                   "beta_fast": 32, "beta_slow": 1, "mscale": 0.8, "mscale_all_dim": 0.6}
+        P = int(a.yarn_ds * 4096)
+    return transformers.DeepseekV3Config(
+        num_hidden_layers=L, hidden_size=H, num_attention_heads=A, num_key_value_heads=A,
+        intermediate_size=ffn, moe_intermediate_size=a.moe_ffn or H, vocab_size=a.vocab,
+        q_lora_rank=a.q_lora, kv_lora_rank=a.kv_lora, qk_nope_head_dim=a.qk_nope,
+        qk_rope_head_dim=a.qk_rope, v_head_dim=a.v_head, n_routed_experts=a.experts,
+        n_shared_experts=1, num_experts_per_tok=a.topk, n_group=a.groups, topk_group=a.topk_group,
+        first_k_dense_replace=a.dense, norm_topk_prob=a.topk > 1, routed_scaling_factor=a.routed_scale,
+        max_position_embeddings=P, hidden_act="silu", rms_norm_eps=1e-6, rope_theta=10000.0,
+        rope_scaling=scaling, rope_interleave=not a.no_rope_interleave, attention_bias=False,
+        attention_dropout=0.0, initializer_range=a.std, tie_word_embeddings=tie,
         bos_token_id=1 % a.vocab, eos_token_id=2 % a.vocab)
 
 
@@ -337,7 +374,7 @@ def cmd_make(a):
             if f in HF_FILES or (f.startswith("model-") and f.endswith(".safetensors")):
                 os.remove(os.path.join(out, f))
     if a.std is None:
-        a.std = 0.2 if a.kind in ("mixtral", "qwen2_moe", "qwen3_moe") else 0.02
+        a.std = 0.2 if a.kind in ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3") else 0.02
     cfg = build_config(a)
     standin = a.kind == "qwen3" and not HAS_QWEN3
     torch.manual_seed(a.seed)
@@ -345,9 +382,18 @@ def cmd_make(a):
              "qwen3": qwen3_model if standin else getattr(transformers, "Qwen3ForCausalLM", None),
              "qwen3_moe": getattr(transformers, "Qwen3MoeForCausalLM", None),
              "mixtral": MixtralForCausalLM, "qwen2_moe": Qwen2MoeForCausalLM,
-             "mistral": MistralForCausalLM}[a.kind](cfg)
+             "mistral": MistralForCausalLM,
+             "deepseek_v3": getattr(transformers, "DeepseekV3ForCausalLM", None)}[a.kind](cfg)
     gen = torch.Generator().manual_seed(a.seed)
     randomise(model, a.std, gen)
+    # DeepSeek-V3's expert bias (a buffer): nonzero, so that it matters, and
+    # not negative: transformers masks the groups it drops with choosing
+    # scores of 0, Megatron with -inf, which differ once a kept expert's
+    # sigmoid plus bias is below 0
+    with torch.no_grad():
+        for name, b in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):
+                b.copy_(torch.rand(b.shape, generator=gen) * 0.2)
     model.eval()
     model.to(DTYPES[a.dtype])
     os.makedirs(out, exist_ok=True)
@@ -459,7 +505,8 @@ def cmd_generate(a):
     sequence from its second token."""
     prompts = json.load(open(a.prompts))
     model = load(a.hfdir)
-    if a.routing and not hasattr(model.config, "num_local_experts") and not hasattr(model.config, "num_experts"):
+    if a.routing and not any(hasattr(model.config, x) for x in ("num_local_experts", "num_experts",
+                                                                  "n_routed_experts")):
         fail(f"{a.hfdir}: --routing: {type(model).__name__} has no experts")
     out, seqs = [], []
     with torch.no_grad():
@@ -480,10 +527,56 @@ def cmd_generate(a):
     print(f"{type(model).__name__} greedy: {len(out)} prompts, {a.max_new} tokens each -> {a.out}")
 
 
+def deepseek_routing(model, seqs):
+    """routing() for DeepSeek-V3: the router logits caught at each MoE
+    layer's gate; the margins are those of the choosing scores (sigmoid plus
+    the expert bias): between the kept groups' and the others' group scores,
+    and between the k-th and (k+1)-th expert among the kept groups. An expert
+    transformers chose outside the kept groups (it masks the others' scores
+    with 0, not -inf, so a negative choosing score loses to them) counts as a
+    margin of 0: megac, as Megatron, never chooses one."""
+    c = model.config
+    E, k, G, TG = c.n_routed_experts, c.num_experts_per_tok, c.n_group, c.topk_group
+    gates = [m for n, m in model.named_modules() if n.endswith("mlp.gate")]
+    caught = []
+
+    def catch(mod, inp, out):
+        h = inp[0].reshape(-1, c.hidden_size).float()
+        caught.append((mod, torch.nn.functional.linear(h, mod.weight.float()), out[0]))
+    hooks = [g.register_forward_hook(catch) for g in gates]
+    layers = [{"tokens_per_expert": [0] * E, "min_margin": float("inf")} for _ in gates]
+    with torch.no_grad():
+        for ids in seqs:
+            caught.clear()
+            model(input_ids=torch.tensor([ids]), use_cache=False)
+            for l, (mod, logits, chosen) in enumerate(caught):
+                s = logits.float().sigmoid() + mod.e_score_correction_bias
+                gs = s.view(-1, G, E // G).topk(2, dim=-1)[0].sum(-1)
+                m = float("inf")
+                if TG < G:
+                    gt = gs.topk(TG + 1, dim=-1)[0]
+                    m = float((gt[:, TG - 1] - gt[:, TG]).min())
+                keep = torch.zeros_like(gs).scatter_(1, gs.topk(TG, dim=-1)[1], 1)
+                masked = s.masked_fill(~keep.repeat_interleave(E // G, 1).bool(), float("-inf"))
+                top = masked.topk(min(k + 1, TG * (E // G)), dim=-1)
+                for e in top.indices[:, :k].reshape(-1).tolist():
+                    layers[l]["tokens_per_expert"][e] += 1
+                if k < TG * (E // G):
+                    m = min(m, float((top.values[:, k - 1] - top.values[:, k]).min()))
+                if not torch.equal(chosen.sort(dim=-1)[0], top.indices[:, :k].sort(dim=-1)[0]):
+                    m = 0.0
+                layers[l]["min_margin"] = min(layers[l]["min_margin"], m)
+    for h in hooks:
+        h.remove()
+    return {"experts": E, "topk": k, "layers": layers}
+
+
 def routing(model, seqs):
     """How the sequences were routed, layer by layer: the tokens each expert
     took, and the smallest margin between the k-th and (k+1)-th routing
     probability over every token (inf when k = the number of experts)."""
+    if hasattr(model.config, "n_routed_experts"):
+        return deepseek_routing(model, seqs)
     E = getattr(model.config, "num_local_experts", None) or model.config.num_experts
     k = model.config.num_experts_per_tok
     layers = None  # one entry per MoE layer (Qwen2-MoE's dense layers have no router)
@@ -573,7 +666,19 @@ def main(argv=None):
 
     m = sub.add_parser("make", help="save a small random GPT-2, Llama or Mixtral")
     m.add_argument("kind", choices=("gpt2", "llama", "mixtral", "qwen2", "qwen3", "mistral", "qwen2_moe",
-                                    "qwen3_moe"))
+                                    "qwen3_moe", "deepseek_v3"))
+    d = m.add_argument_group("deepseek_v3 (DeepseekV3ForCausalLM; --experts, --topk, --moe-ffn as above)")
+    d.add_argument("--q-lora", type=int, default=24)
+    d.add_argument("--kv-lora", type=int, default=16)
+    d.add_argument("--qk-nope", type=int, default=12)
+    d.add_argument("--qk-rope", type=int, default=8)
+    d.add_argument("--v-head", type=int, default=16)
+    d.add_argument("--groups", type=int, default=1, help="n_group")
+    d.add_argument("--topk-group", type=int, default=1)
+    d.add_argument("--dense", type=int, default=1, help="first_k_dense_replace")
+    d.add_argument("--routed-scale", type=float, default=1.0, help="routed_scaling_factor")
+    d.add_argument("--yarn-ds", type=float, default=None, help="DeepSeek-V3's YaRN with this factor")
+    d.add_argument("--no-rope-interleave", action="store_true", help="rope_interleave false")
     m.add_argument("--head-dim", type=int, default=None,
                    help="qwen3, qwen3_moe and mistral only (default hidden/heads)")
     m.add_argument("--sliding-window", type=int, default=None,
