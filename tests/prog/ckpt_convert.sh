@@ -72,14 +72,14 @@ for m in g l; do
 		notok "$m: megac -> HF -> megac round trip"
 		show "$W/rt.log"
 	fi
-	# the export loads in transformers and gives megac's logits
-	expect_ok "$m: transformers loads the export" $REF check $W/${m}hf
+	# the export loads in transformers and gives megac's logits; so does the
+	# bf16 export (transformers run once for the three: hf_ref.py batch)
 	setup "$m: megac's logits" $LOGITS $W/${m}c $W/ids.npy $W/${m}_megac.npy
-	expect_ok "$m: transformers' logits" $REF logits $W/${m}hf $W/ids.npy $W/${m}_hf.npy
-	logits_close "$m: transformers' logits on the export equal megac's (1e-4)" $W/${m}_megac.npy $W/${m}_hf.npy 1e-4
 	expect_ok "$m: export as bf16, sharded" $C --load $W/${m}c --save $W/${m}hf16 --to hf --dtype bf16 \
 		--max-shard-size 200KB --verify
-	expect_ok "$m: transformers' logits of the bf16 export" $REF logits $W/${m}hf16 $W/ids.npy $W/${m}_hf16.npy
+	expect_ok "$m: transformers loads the export and gives its logits, and the bf16 export's" $REF batch \
+		"check $W/${m}hf" "logits $W/${m}hf $W/ids.npy $W/${m}_hf.npy" "logits $W/${m}hf16 $W/ids.npy $W/${m}_hf16.npy"
+	logits_close "$m: transformers' logits on the export equal megac's (1e-4)" $W/${m}_megac.npy $W/${m}_hf.npy 1e-4
 	logits_close "$m: the bf16 export's logits stay close (0.05)" $W/${m}_megac.npy $W/${m}_hf16.npy 0.05
 
 	# TP2xPP2 -> TP4: training on gives the original's losses
@@ -145,15 +145,31 @@ expect_fail "convert.py: --loader against --from" "--loader core and --from hf c
 expect_fail "convert.py: another --true-vocab-size" "--true-vocab-size 1000: the checkpoint's vocabulary has 50257" \
 	$C --true-vocab-size 1000 --load-dir $W/gc --save-dir $W/bad/vocab
 
-# folders written by transformers itself: a GPT-2 and a sharded Llama with GQA
-setup "transformers writes a random GPT2LMHeadModel" $REF make gpt2 $W/rg --layers 2 --hidden 64 --heads 4 \
-	--vocab 1000 --positions 64 --seed 1
-setup "transformers writes a random LlamaForCausalLM (GQA, untied, 5 shards)" $REF make llama $W/rl --layers 2 \
-	--hidden 64 --heads 8 --kv-heads 2 --ffn 96 --vocab 1000 --positions 64 --untie --seed 2 --shard-size 100000
+# folders written by transformers itself: a GPT-2 and a sharded Llama with
+# GQA, and (below) Llama's kin and two Qwen2-MoE models; transformers writes
+# them all and computes their logits in one process (hf_ref.py batch: torch
+# and transformers imported once)
+set --
+while IFS=: read -r _rm_dir _rm_kind _rm_args; do
+	set -- "$@" "make $_rm_kind $W/$_rm_dir $_rm_args" "logits $W/$_rm_dir $W/ids1k.npy $W/${_rm_dir}_hf.npy"
+done <<EOF
+rg:gpt2:--layers 2 --hidden 64 --heads 4 --vocab 1000 --positions 64 --seed 1
+rl:llama:--layers 2 --hidden 64 --heads 8 --kv-heads 2 --ffn 96 --vocab 1000 --positions 64 --untie --seed 2 --shard-size 100000
+rq2:qwen2:--layers 2 --hidden 64 --heads 4 --kv-heads 2 --ffn 96 --vocab 1000 --positions 64 --tie --seed 3
+rq3:qwen3:--layers 2 --hidden 64 --heads 4 --kv-heads 2 --head-dim 24 --ffn 96 --vocab 1000 --positions 64 --rope-scaling 8 --seed 4
+rl3:llama:--layers 2 --hidden 64 --heads 4 --kv-heads 2 --ffn 96 --vocab 1000 --positions 64 --rope-scaling 8 --seed 5
+rly:llama:--layers 2 --hidden 64 --heads 4 --kv-heads 2 --ffn 96 --vocab 1000 --positions 512 --yarn 4 --seed 8
+rmi:mistral:--layers 2 --hidden 64 --heads 4 --kv-heads 2 --head-dim 24 --ffn 96 --vocab 1000 --positions 64 --sliding-window 8 --seed 6
+rmn:mistral:--layers 2 --hidden 64 --heads 4 --kv-heads 2 --ffn 96 --vocab 1000 --positions 64 --seed 7
+rqm:qwen2_moe:--layers 3 --hidden 64 --heads 4 --kv-heads 2 --ffn 96 --moe-ffn 32 --shared-ffn 48 --experts 4 --topk 2 --mlp-only 1 --vocab 1000 --positions 64 --seed 8
+rqn:qwen2_moe:--layers 2 --hidden 64 --heads 4 --ffn 96 --moe-ffn 32 --shared-ffn 48 --experts 4 --topk 2 --norm-topk-prob --tie --vocab 1000 --positions 64 --seed 9
+EOF
+setup "transformers writes 10 random models (GPT-2; Llama, sharded, with llama3 and YaRN rope_scaling; Qwen2, Qwen3; Mistral with and without a window; Qwen2-MoE) and their logits" \
+	$REF batch "$@"
+set --
 for m in rg rl; do
 	expect_ok "$m: import" $C --from hf --load $W/$m --save $W/${m}m --verify
 	expect_ok "$m: megac's logits" $LOGITS $W/${m}m $W/ids1k.npy $W/${m}_megac.npy
-	setup "$m: transformers' logits" $REF logits $W/$m $W/ids1k.npy $W/${m}_hf.npy
 	logits_close "$m: megac's logits on the import equal transformers' (1e-4)" $W/${m}_hf.npy $W/${m}_megac.npy 1e-4
 done
 # Llama's kin from transformers: a Qwen2ForCausalLM (q/k/v biases: --add-qkv-bias,
@@ -165,28 +181,12 @@ done
 # sliding_window 8 on sequences of 40 (megac's --window-size 7,0: HF's window
 # counts the query's own key); one with sliding_window null imports as a
 # Llama (and would export as LlamaForCausalLM)
-setup "transformers writes a random Qwen2ForCausalLM (GQA, tied)" $REF make qwen2 $W/rq2 --layers 2 --hidden 64 \
-	--heads 4 --kv-heads 2 --ffn 96 --vocab 1000 --positions 64 --tie --seed 3
-setup "a random Qwen3ForCausalLM (GQA, head_dim 24, rope_scaling)" $REF make qwen3 $W/rq3 --layers 2 \
-	--hidden 64 --heads 4 --kv-heads 2 --head-dim 24 --ffn 96 --vocab 1000 --positions 64 --rope-scaling 8 --seed 4
-setup "transformers writes a random LlamaForCausalLM with rope_scaling llama3 (factor 8)" $REF make llama $W/rl3 \
-	--layers 2 --hidden 64 --heads 4 --kv-heads 2 --ffn 96 --vocab 1000 --positions 64 --rope-scaling 8 --seed 5
-setup "transformers writes a random LlamaForCausalLM with rope_scaling yarn (factor 4, attention_factor 1.2)" \
-	$REF make llama $W/rly --layers 2 --hidden 64 --heads 4 --kv-heads 2 --ffn 96 --vocab 1000 --positions 512 \
-	--yarn 4 --seed 8
-setup "transformers writes a random MistralForCausalLM (GQA, head_dim 24, sliding_window 8)" $REF make mistral \
-	$W/rmi --layers 2 --hidden 64 --heads 4 --kv-heads 2 --head-dim 24 --ffn 96 --vocab 1000 --positions 64 \
-	--sliding-window 8 --seed 6
-setup "transformers writes a random MistralForCausalLM (sliding_window null)" $REF make mistral $W/rmn --layers 2 \
-	--hidden 64 --heads 4 --kv-heads 2 --ffn 96 --vocab 1000 --positions 64 --seed 7
 expect_ok "rmn: import" $C --from hf --load $W/rmn --save $W/rmnm --verify
 expect_ok "rmn: megac's logits" $LOGITS $W/rmnm $W/ids1k.npy $W/rmn_megac.npy
-setup "rmn: transformers' logits" $REF logits $W/rmn $W/ids1k.npy $W/rmn_hf.npy
 logits_close "rmn: megac's logits on the import equal transformers' (1e-4)" $W/rmn_hf.npy $W/rmn_megac.npy 1e-4
 for m in rq2 rq3 rl3 rly rmi; do
 	expect_ok "$m: import" $C --from hf --load $W/$m --save $W/${m}m --verify
 	expect_ok "$m: megac's logits" $LOGITS $W/${m}m $W/ids1k.npy $W/${m}_megac.npy
-	setup "$m: transformers' logits" $REF logits $W/$m $W/ids1k.npy $W/${m}_hf.npy
 	logits_close "$m: megac's logits on the import equal transformers' (1e-4)" $W/${m}_hf.npy $W/${m}_megac.npy 1e-4
 	expect_ok "$m: export back to Hugging Face" $C --load $W/${m}m --save $W/${m}back --to hf --verify
 	if $HF tests/prog/py/hf_same.py $W/$m $W/${m}back >"$W/same.log" 2>&1; then
@@ -340,9 +340,9 @@ else
 	notok "mx: config.json is a MixtralForCausalLM's"
 	show "$W/mxcfg.log"
 fi
-expect_ok "mx: transformers loads the export" $REF check $W/mxhf
 setup "mx: megac's logits" $LOGITS $W/mxc $W/ids.npy $W/mx_megac.npy
-expect_ok "mx: transformers' logits" $REF logits $W/mxhf $W/ids.npy $W/mx_hf.npy
+expect_ok "mx: transformers loads the export and gives its logits" $REF batch "check $W/mxhf" \
+	"logits $W/mxhf $W/ids.npy $W/mx_hf.npy"
 logits_close "mx: transformers' logits on the export equal megac's (1e-4)" $W/mx_megac.npy $W/mx_hf.npy 1e-4
 expect_ok "mx: import it again" $C --load $W/mxhf --from hf --save $W/mxback --verify $(v64 1)
 if /usr/bin/python3 tests/prog/py/hf_roundtrip.py "$W/mxc/iter_0000004/model.h5" "$W/mxback/iter_0000000/model.h5" \
@@ -369,16 +369,9 @@ expect_fail "mx: sigmoid routing is not Mixtral" "this one has sigmoid routing" 
 # norm_topk_prob true) import with transformers' logits, export back to the
 # same tensors and config; a megac-trained one (--moe-layer-freq 2) exports
 # and transformers loads it with megac's logits
-setup "transformers writes a random Qwen2MoeForCausalLM (GQA, layer 1 dense)" $REF make qwen2_moe $W/rqm \
-	--layers 3 --hidden 64 --heads 4 --kv-heads 2 --ffn 96 --moe-ffn 32 --shared-ffn 48 --experts 4 --topk 2 \
-	--mlp-only 1 --vocab 1000 --positions 64 --seed 8
-setup "a random Qwen2MoeForCausalLM (tied, norm_topk_prob true)" $REF make qwen2_moe $W/rqn --layers 2 \
-	--hidden 64 --heads 4 --ffn 96 --moe-ffn 32 --shared-ffn 48 --experts 4 --topk 2 --norm-topk-prob --tie \
-	--vocab 1000 --positions 64 --seed 9
 for m in rqm rqn; do
 	expect_ok "$m: import" $C --from hf --load $W/$m --save $W/${m}m --verify
 	expect_ok "$m: megac's logits" $LOGITS $W/${m}m $W/ids1k.npy $W/${m}_megac.npy
-	setup "$m: transformers' logits" $REF logits $W/$m $W/ids1k.npy $W/${m}_hf.npy
 	logits_close "$m: megac's logits on the import equal transformers' (1e-4)" $W/${m}_hf.npy $W/${m}_megac.npy 1e-4
 	expect_ok "$m: export back to Hugging Face" $C --load $W/${m}m --save $W/${m}back --to hf --verify
 	if $HF tests/prog/py/hf_same.py $W/$m $W/${m}back >"$W/same.log" 2>&1 && /usr/bin/python3 -c '
@@ -406,9 +399,9 @@ QM="$QM --eval-interval 100 --eval-iters 0 --log-interval 1 --data-cache-path $W
 setup "qm: train a Qwen2-MoE-style model, 2 iterations" sh -c "$BIN/train $QM --train-iters 2 --save $W/qmc \
 	--save-interval 2 >$W/qmc.log 2>&1"
 expect_ok "qm: export to Hugging Face" $C --load $W/qmc --save $W/qmhf --to hf --verify $GPT2
-expect_ok "qm: transformers loads the export" $REF check $W/qmhf
 setup "qm: megac's logits" $LOGITS $W/qmc $W/ids.npy $W/qm_megac.npy
-expect_ok "qm: transformers' logits" $REF logits $W/qmhf $W/ids.npy $W/qm_hf.npy
+expect_ok "qm: transformers loads the export and gives its logits" $REF batch "check $W/qmhf" \
+	"logits $W/qmhf $W/ids.npy $W/qm_hf.npy"
 logits_close "qm: transformers' logits on the export equal megac's (1e-4)" $W/qm_megac.npy $W/qm_hf.npy 1e-4
 setup "qm: train without the gate, 1 iteration" sh -c "$BIN/train $(echo "$QM" | sed 's/ --moe-shared-expert-gate//') \
 	--train-iters 1 --save $W/qmng --save-interval 1 >$W/qmng.log 2>&1"
