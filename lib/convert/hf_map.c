@@ -154,6 +154,9 @@ int hf_arch_for(const struct gpt_config *c, enum hf_arch *arch)
 	if (c->mla)
 		return error("exporting a multi-latent attention model to Hugging Face (DeepSeek-V2/V3) is not in "
 			     "megac yet");
+	if (c->mtp) /* Llama/Qwen/Mixtral have no place for the depths; dropping them would lose trained weights */
+		return error("exporting a model with multi-token prediction (--mtp-num-layers %d) to Hugging Face is not "
+			     "in megac yet", c->mtp);
 	if (c->norm_1p) /* Hugging Face's norms apply their weight as stored */
 		return error("the model stores its norm weights zero-centred (--apply-layernorm-1p); exporting it to "
 			     "Hugging Face (weights + 1) is not in megac yet");

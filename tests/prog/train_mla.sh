@@ -206,8 +206,6 @@ expect_fail "MLA with --yarn-beta-fast (which Megatron's MLA ignores) is refused
 	$BIN/train $YARN --yarn-beta-fast 16 $COMMON --train-iters 1
 expect_fail "MLA with --group-query-attention is refused" "--group-query-attention" \
 	$BIN/train $DSV3 --group-query-attention --num-query-groups 2 $COMMON --train-iters 1
-expect_fail "MLA with --mtp-num-layers is refused" "--mtp-num-layers" \
-	$BIN/train $DSV3 $COMMON --train-iters 1 --mtp-num-layers 1
 expect_fail "MLA with context parallelism is refused" "context parallelism" \
 	sh -c "$MPI -np 2 $BIN/train $DSV3 $COMMON --train-iters 1 --context-parallel-size 2 --data-cache-path $D/cache"
 expect_fail "serving an MLA checkpoint is refused" "multi-latent attention" \
