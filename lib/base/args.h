@@ -348,6 +348,7 @@ struct args {
 	int64_t v_head_dim;
 	char *rope_type;                /* --rope-type: NULL (Megatron's default: yarn with MLA), rope, yarn */
 	int64_t mtp_num_layers;        /* -1: none */
+	double mtp_loss_scaling_factor;
 
 	/* bookkeeping: which table rows were given on the command line */
 	unsigned char given[512];

@@ -49,7 +49,7 @@ static const char why_selects_fused[] =
 static const char why_communication_computation[] =
 	"communication/computation overlap and bucketing (speed only)";
 static const char why_multi_token[] =
-	"multi-token prediction is not in megac's train yet";
+	"this multi-token prediction variant is not in megac yet (docs/mtp.md)";
 static const char why_activation_offload[] =
 	"activation offload to the host is not in megac yet; use --recompute-granularity";
 static const char why_uneven_pipeline[] =
@@ -97,8 +97,6 @@ static const char why_mamba_hybrid[] =
 static const char why_multi_latent[] =
 	"caching multi-latent attention's latents is an inference-engine option; megac's server does not "
 	"serve multi-latent attention yet";
-static const char why_multi_token2[] =
-	"multi-token prediction is not in megac's train yet (report_memory takes it)";
 static const char why_encoder_bert[] =
 	"encoder (BERT/T5) models are not in megac; megac trains decoder-only models";
 static const char why_removed_from[] =
@@ -258,7 +256,6 @@ const struct megatron_flag megatron_flags[] = {
 	{ "--mtp-standalone", MF_REFUSED, 0, why_multi_token },
 	{ "--cpu-offloading-num-layers", MF_REFUSED, 1, why_activation_offload },
 	{ "--cpu-offloading-retain-pinned-cpu-buffers", MF_REFUSED, 0, why_activation_offload },
-	{ "--mtp-loss-scaling-factor", MF_REFUSED, 1, why_multi_token },
 	{ "--mtp-use-repeated-layer", MF_REFUSED, 0, why_multi_token },
 	{ "--mtp-detach-heads", MF_REFUSED, 0, why_multi_token },
 	{ "--mtp-hsm", MF_REFUSED, 0, why_multi_token },
@@ -411,7 +408,6 @@ const struct megatron_flag megatron_flags[] = {
 	{ "--moe-paged-stash-buffer-size-factor-cuda", MF_REFUSED, 1, why_activation_offload },
 	{ "--moe-paged-stash-buffer-size-factor-cpu", MF_REFUSED, 1, why_activation_offload },
 	{ "--fine-grained-offloading-max-inflight-offloads", MF_REFUSED, 1, why_activation_offload },
-	{ "--mtp-num-layers", MF_REFUSED, 1, why_multi_token2 },
 	/* ---- network size ---- */
 	{ "--encoder-num-layers", MF_REFUSED, 1, why_encoder_bert },
 	{ "--decoder-num-layers", MF_REFUSED, 1, why_encoder_bert },

@@ -808,8 +808,11 @@ const struct flag_def args_table[] = {
 	{ "--rope-type", FK_STR, F(rope_type), TR, 0, "model", NULL, "rope|yarn", "TYPE",
 	  "the RoPE of multi-latent attention: rope, or yarn (Megatron's default there; --rotary-scaling-factor, "
 	  "--mscale and --mscale-all-dim, with original max positions 4096 and betas 32 and 1)" },
-	{ "--mtp-num-layers", FK_INT, F(mtp_num_layers), MEM, 0, "model", "-1", NULL, "M",
-	  "multi-token-prediction layers" },
+	{ "--mtp-num-layers", FK_INT, F(mtp_num_layers), TR, 0, "model", "-1", NULL, "D",
+	  "multi-token prediction: D depths on the last pipeline stage, each predicting one more token ahead "
+	  "(docs/mtp.md)" },
+	{ "--mtp-loss-scaling-factor", FK_FLOAT, F(mtp_loss_scaling_factor), TR, 0, "model", "0.1", NULL, "F",
+	  "weight of the multi-token-prediction losses (their mean over the depths) in the loss" },
 };
 
 const size_t args_table_len = sizeof(args_table) / sizeof(args_table[0]);

@@ -238,6 +238,9 @@ static int deepseek_v3_ok(const struct gpt_config *c)
 
 int hf_arch_for(const struct gpt_config *c, enum hf_arch *arch)
 {
+	if (c->mtp) /* no Hugging Face class here has a place for the depths; dropping them would lose trained weights */
+		return error("exporting a model with multi-token prediction (--mtp-num-layers %d) to Hugging Face is not "
+			     "in megac yet", c->mtp);
 	if (c->mla) {
 		*arch = HF_DEEPSEEK_V3;
 		if (c->norm_1p)

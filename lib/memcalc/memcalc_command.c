@@ -223,14 +223,12 @@ static void print_table(const struct args *a, const struct mm_config *c, const s
 }
 
 /* megac's own prediction, for what train can run: 1 and *st filled, or 0
- * when it does not apply (MTP), or when train would refuse the
- * configuration (the reason went to stderr; Megatron's part still stands). */
+ * when train would refuse the configuration (the reason went to stderr;
+ * Megatron's part still stands). */
 static int megac_part(const struct args *a, const struct mm_config *c, struct megac_stage_mem **st, int *n)
 {
 	*st = NULL;
 	*n = 0;
-	if (a->mtp_num_layers > 0)
-		return 0;
 	int64_t vocab;
 	if (memcalc_vocab_size(a, &vocab) < 0 || megac_mem_predict(a, vocab, st, n) < 0) {
 		warning("so megac has no prediction of its own for this configuration (train would refuse it)");

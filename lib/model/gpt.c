@@ -57,13 +57,13 @@ static void register_params(struct gpt_model *m)
 	const struct gpt_config *c = &m->c;
 	struct transformer_layer_spec fs; /* the final norm is the layers' kind of norm */
 	gpt_layer_spec(c, 0, &fs);
-	m->wte = m->wpe = m->lnf_w = m->lnf_b = m->out_w = -1;
+	m->wte = m->wpe = m->lnf_w = m->lnf_b = m->out_w = m->mtp_emb = -1;
 	for (int v = 0; v < m->nchunks; v++) {
 		const struct gpt_chunk *ch = &m->chunks[v];
 		if (ch->pre) {
 			/* tied: the output layer too, here or as the last stage's copy */
 			m->wte = reg_weight(m, "embedding.word_embeddings.weight", c->Vp, c->h, 0, c->init_std,
-					    PARAM_EMB_OR_OUT | (c->untied ? 0 : PARAM_TIED));
+					    PARAM_EMB_OR_OUT | (c->untied && !c->mtp ? 0 : PARAM_TIED));
 			m->wpe = c->rope ? -1 :
 				reg_weight(m, "embedding.position_embeddings.weight", c->P, c->h, -1, c->init_std, 0);
 		}
@@ -73,6 +73,13 @@ static void register_params(struct gpt_model *m)
 			continue;
 		m->lnf_w = reg_norm(m, "decoder.final_layernorm.weight", &fs, false);
 		m->lnf_b = fs.norm == LAYER_RMSNORM ? -1 : reg_norm(m, "decoder.final_layernorm.bias", &fs, true);
+		if (c->mtp) { /* the depths look up the word embeddings: the first stage's, or a copy */
+			m->mtp_emb = m->wte;
+			if (m->wte < 0 && c->untied)
+				m->mtp_emb = reg_weight(m, "embedding.word_embeddings.weight", c->Vp, c->h, 0, c->init_std,
+							PARAM_TIED | PARAM_SHARED | PARAM_EMB_OR_OUT);
+			mtp_register(m);
+		}
 		if (c->untied)
 			m->out_w = reg_weight(m, "output_layer.weight", c->Vp, c->h, 0, c->init_std, PARAM_EMB_OR_OUT);
 		else if (m->wte >= 0)
@@ -81,6 +88,8 @@ static void register_params(struct gpt_model *m)
 		      * name, so it initialises and loads to the same values */
 			m->out_w = reg_weight(m, "embedding.word_embeddings.weight", c->Vp, c->h, 0, c->init_std,
 					      PARAM_TIED | PARAM_SHARED | PARAM_EMB_OR_OUT);
+		if (c->mtp && m->mtp_emb < 0)
+			m->mtp_emb = m->out_w;
 	}
 	/* expert parallelism: the experts after everything else, the part of
 	 * the buffers reduced over its own data-parallel group (without it the
@@ -105,9 +114,10 @@ static void alloc_slot(struct gpt_model *m, const struct gpt_chunk *ch, struct g
 	const struct gpt_config *c = &m->lc;
 	size_t BT = (size_t)m->B * c->S, BTl = (size_t)m->Nl, h = c->h;
 	sl->resid = gpt_take(m, (size_t)(ch->nl + 1) * BTl * h);
-	sl->acts = xcalloc((size_t)ch->nl + 1, sizeof(*sl->acts));
-	sl->stash = m->work_acts.ln1 ? xcalloc((size_t)ch->nl + 1, sizeof(*sl->stash)) : NULL;
-	for (int li = 0; li < ch->nl; li++) {
+	int nl = ch->nl + (ch->post ? m->c.mtp : 0); /* the depths' layers follow the head's chunk */
+	sl->acts = xcalloc((size_t)nl + 1, sizeof(*sl->acts));
+	sl->stash = m->work_acts.ln1 ? xcalloc((size_t)nl + 1, sizeof(*sl->stash)) : NULL;
+	for (int li = 0; li < nl; li++) {
 		const struct gpt_layer_params *p = &m->lp[ch->l0 + li];
 		if (p->recompute) {
 			sl->acts[li] = m->rc_acts;
@@ -137,6 +147,8 @@ static void alloc_slot(struct gpt_model *m, const struct gpt_chunk *ch, struct g
 		sl->logits = gpt_take(m, BT * (size_t)c->Vp);
 		sl->losses = gpt_take(m, BT);
 		sl->lse = gpt_take(m, BT);
+		if (m->c.mtp)
+			mtp_alloc_slot(m, sl);
 	}
 	sl->tokens = gpt_take_bytes(m, BT * sizeof(int32_t));
 	sl->targets = gpt_take_bytes(m, BT * sizeof(int32_t));
@@ -356,7 +368,7 @@ static void alloc_training(struct gpt_model *m, bool any_rc)
 	/* 16-bit: the layers that keep their activations keep them in 2 bytes
 	 * (gpt_layer_stash) and run on one fp32 work set */
 	bool stash_dense = false, stash_any = false;
-	for (int l = 0; m->precision != GPT_FP32 && l < c->L; l++)
+	for (int l = 0; m->precision != GPT_FP32 && l < gpt_num_layers_all(m); l++)
 		if (!m->lp[l].recompute && m->lp[l].pend > 0) {
 			stash_any = true;
 			stash_dense |= m->lp[l].spec.mlp != LAYER_MLP_MOE;
@@ -369,6 +381,8 @@ static void alloc_training(struct gpt_model *m, bool any_rc)
 			alloc_slot(m, ch, &ch->slots[i]);
 	}
 	s->dloss = gpt_take(m, BT);
+	if (m->c.mtp)
+		mtp_alloc_scratch(m);
 	if (c->rope || c->mla) /* multi-latent attention: its own RoPE on qk_pos channels, whatever the embedding */
 		build_rope(m, &m->rope_cos, &m->rope_sin, m->c.S, c->S);
 	if (m->flash)
@@ -509,6 +523,7 @@ int gpt_init_pipe(struct gpt_model *m, const struct gpt_config *c, const struct 
 	m->B = B;
 	m->precision = precision;
 	m->moe.aux_scale = 1.0; /* Megatron's initial MoEAuxLossAutoScaler scale */
+	m->mtp_grad_scale = 1.0; /* and MTPLossAutoScaler's */
 	if (B < 1 || pipe->stage < 0 || pipe->stage >= pipe->pp)
 		BUG("micro-batch %d, stage %d of %d", B, pipe->stage, pipe->pp);
 	set_parallel(m, pipe);
@@ -521,6 +536,20 @@ int gpt_init_pipe(struct gpt_model *m, const struct gpt_config *c, const struct 
 	if (c->E > 0 && par->cp && par->ep)
 		return error("--expert-model-parallel-size %d with --context-parallel-size %d is not in megac yet (it "
 			     "needs Megatron's expert rank generator with context parallelism)", par->ep_size, par->cp_size);
+	if (c->mtp && !pipe->serve) {
+		if (par->cp)
+			return error("--mtp-num-layers with context parallelism is not in megac yet");
+		if (pipe->shards)
+			return error("--mtp-num-layers with Megatron-FSDP is not in megac yet");
+		if (c->h % t)
+			return error("--mtp-num-layers: --hidden-size %d is not divisible by --tensor-model-parallel-size %d "
+				     "(eh_proj is split by its output rows)", c->h, t);
+		if (pipe->pp > 1 && !c->rope && !c->mla)
+			return error("--mtp-num-layers with learned position embeddings over pipeline stages is not in "
+				     "megac yet");
+	}
+	if (pipe->serve) /* Megatron serves without the MTP depths */
+		m->c.mtp = 0;
 	const struct gpt_serving *sv = pipe->serve;
 	if (sv && (B != 1 || pipe->pp != 1 || par->cp || sv->max_tokens != c->S || sv->head_rows < 1 ||
 		   (sv->max_seq > c->P && !c->rope)))
@@ -535,6 +564,7 @@ int gpt_init_pipe(struct gpt_model *m, const struct gpt_config *c, const struct 
 			     c->a, B, c->S, SITE_SHIFT);
 	/* what this rank computes: its heads, groups, ffn columns and vocabulary rows */
 	m->lc = *c;
+	m->lc.mtp = m->c.mtp; /* none when serving */
 	if (c->recompute == GPT_RECOMPUTE_SELECTIVE && !c->recompute_modules)
 		m->lc.recompute_modules = GPT_RC_CORE_ATTN; /* Megatron's default */
 	m->lc.a /= t;
@@ -560,7 +590,7 @@ int gpt_init_pipe(struct gpt_model *m, const struct gpt_config *c, const struct 
 	m->Nl = B * (par->sp ? m->lc.S / t : m->lc.S);
 	m->nchunks = pipe->vpp;
 	m->chunks = xcalloc((size_t)m->nchunks, sizeof(*m->chunks));
-	m->lp = xcalloc((size_t)c->L, sizeof(*m->lp));
+	m->lp = xcalloc((size_t)gpt_num_layers_all(m), sizeof(*m->lp));
 	bool any_rc = false;
 	for (int v = 0; v < m->nchunks; v++) {
 		struct gpt_chunk *ch = &m->chunks[v];
@@ -579,11 +609,13 @@ int gpt_init_pipe(struct gpt_model *m, const struct gpt_config *c, const struct 
 			p->recompute = !sv && layer_recomputed(c, li);
 			any_rc |= p->recompute;
 		}
+		for (int d = 0; ch->post && d < m->c.mtp; d++) /* the depths: the last layer's kind, kept whole */
+			gpt_layer_spec(c, c->L - 1, &m->lp[c->L + d].spec);
 	}
 	register_params(m);
 	if (c->E > 0 && c->router.expert_bias) { /* host state beside the routing, not parameters */
-		m->moe.expert_bias = xcalloc((size_t)c->L * c->E, sizeof(float));
-		m->moe.tok_count = xcalloc((size_t)c->L * c->E, sizeof(double));
+		m->moe.expert_bias = xcalloc((size_t)gpt_num_layers_all(m) * c->E, sizeof(float));
+		m->moe.tok_count = xcalloc((size_t)gpt_num_layers_all(m) * c->E, sizeof(double));
 	}
 	if (pipe->shards && !sv)
 		setup_shards(m, pipe->shards);
@@ -628,6 +660,9 @@ void gpt_free(struct gpt_model *m)
 	ring_attn_free(&m->par.ring); /* a no-op when it was never set up */
 	for (int v = 0; v < m->nchunks && m->chunks; v++) {
 		for (int s = 0; s < m->chunks[v].nslots; s++) {
+			for (int k = 0; m->chunks[v].slots[s].mtp && k < m->c.mtp; k++)
+				free(m->chunks[v].slots[s].mtp[k].dloss_host);
+			free(m->chunks[v].slots[s].mtp);
 			free(m->chunks[v].slots[s].acts);
 			free(m->chunks[v].slots[s].stash);
 		}
@@ -635,7 +670,7 @@ void gpt_free(struct gpt_model *m)
 	}
 	free(m->chunks);
 	moe_free(m);
-	for (int l = 0; m->lp && l < m->c.L; l++) {
+	for (int l = 0; m->lp && l < gpt_num_layers_all(m); l++) {
 		free(m->lp[l].efc1_w);
 		free(m->lp[l].efc2_w);
 	}
@@ -646,6 +681,8 @@ void gpt_free(struct gpt_model *m)
 	}
 	params_free(&m->reg);
 	free(m->lp);
+	free(m->mtp);
+	free(m->mtp_log);
 	memset(m, 0, sizeof(*m));
 }
 
@@ -804,19 +841,26 @@ static void head_forward(struct gpt_model *m, const struct gpt_pass *P, const fl
 	gpt_need_param(m, m->lnf_b);
 	gpt_need_param(m, m->out_w);
 	norm_fwd(m, m->par.sp ? m->s.shard : sl->lnf, sl->lnf_mean, sl->lnf_rstd, x, m->lnf_w, m->lnf_b, P->Nl);
+	if (m->par.sp && sl->mtp) /* the depths' hidden input: this rank's rows */
+		m->k->copy(sl->lnf_local, m->s.shard, (size_t)P->Nl * m->c.h * sizeof(float));
 	if (m->par.sp)
 		sp_gather(m, P, sl->lnf, m->s.shard);
 	linear_fwd(m, sl->logits, sl->lnf, m->out_w, -1, P->N, m->c.h, m->lc.Vp);
 	vocab_parallel_xent_forward(m, P, losses_host);
 }
 
-/* From dL/dloss to dL/d(the last layer's output) in s.dres. */
-static void head_backward(struct gpt_model *m, const struct gpt_pass *P, const float *x, const float *dloss_host)
+/* From dL/dloss to dL/d(the last layer's output) in s.dres; dmtp: the
+ * multi-token-prediction depths' share of dL/d(the final norm's output)
+ * (this rank's rows; NULL: none). */
+static void head_backward(struct gpt_model *m, const struct gpt_pass *P, const float *x, const float *dloss_host,
+			  const float *dmtp)
 {
 	struct gpt_slot *sl = P->sl;
 	vocab_parallel_xent_backward(m, P, dloss_host);
 	linear_bwd(m, m->s.dln, sl->logits, sl->lnf, m->out_w, -1, P->N, m->c.h, m->lc.Vp);
-	const float *dlnf = column_input_grad(m, P, m->s.dln);
+	float *dlnf = (float *)column_input_grad(m, P, m->s.dln);
+	if (dmtp)
+		m->k->add(dlnf, dlnf, dmtp, (size_t)P->Nl * m->c.h);
 	norm_bwd(m, m->s.dres, dlnf, x, m->lnf_w, m->lnf_b, sl->lnf_mean, sl->lnf_rstd, P->Nl);
 	if (m->grad_ready) { /* a tied output layer is the embedding: final only after it */
 		m->grad_ready(m->grad_ctx, m->lnf_w);
@@ -851,6 +895,8 @@ const float *gpt_forward_chunk(struct gpt_model *m, int v, int s, const int32_t 
 	size_t nhl = (size_t)P.Nl * m->c.h;
 
 	load_inputs(m, P.sl, tokens, labels, positions, doc, drop_seed);
+	if (ch->post && m->c.mtp && train)
+		mtp_load_inputs(m, P.sl, tokens, labels, positions);
 	if (ch->pre)
 		embedding_forward(m, &P, resid);
 	for (int l = ch->l0; l < ch->l0 + ch->nl; l++) {
@@ -863,6 +909,8 @@ const float *gpt_forward_chunk(struct gpt_model *m, int v, int s, const int32_t 
 	if (!ch->post)
 		return resid + (size_t)ch->nl * nhl;
 	head_forward(m, &P, resid + (size_t)ch->nl * nhl, losses_host);
+	if (m->c.mtp && train)
+		mtp_forward(m, &P);
 	return NULL;
 }
 
@@ -875,7 +923,7 @@ const float *gpt_backward_chunk(struct gpt_model *m, int v, int s, const float *
 	size_t nhl = (size_t)P.Nl * c->h;
 
 	if (ch->post)
-		head_backward(m, &P, resid + (size_t)ch->nl * nhl, dloss_host);
+		head_backward(m, &P, resid + (size_t)ch->nl * nhl, dloss_host, m->c.mtp ? mtp_backward(m, &P) : NULL);
 	for (int l = ch->l0 + ch->nl - 1; l >= ch->l0; l--) {
 		const float *x = resid + (size_t)(l - ch->l0) * nhl;
 		const struct gpt_layer_params *p = &m->lp[l];

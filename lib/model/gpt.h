@@ -112,6 +112,29 @@ enum gpt_precision { GPT_FP32, GPT_BF16, GPT_FP16 };
  * position embeddings beside the word embeddings. */
 enum gpt_view { GPT_VIEW_W, GPT_VIEW_B, GPT_VIEW_X, GPT_NVIEWS };
 
+/* Multi-token prediction (mtp.c, docs/mtp.md): depth k's activations in
+ * one slot. Its inputs are the micro-batch rolled k+1 places to the left
+ * (zero-filled at each sample's end), its hidden input the previous depth's
+ * output (depth 0: the decoder's final-norm output). */
+struct gpt_mtp_acts {
+	int32_t *tokens, *targets, *positions; /* [B*T] rolled, tokens and targets as shard-local ids */
+	float *emb;                        /* [Nl, h] the rolled tokens' embedding */
+	float *en, *en_mean, *en_rstd;     /* enorm of emb */
+	float *hn, *hn_mean, *hn_rstd;     /* hnorm of the hidden input */
+	float *x, *y;                      /* [Nl, h] eh_proj's output (the layer's input), the layer's output */
+	float *out, *out_mean, *out_rstd;  /* [Nl, h] final_layernorm of y: the next depth's hidden input */
+	float *outg;                       /* [B*T, h] out on all rows (SP: gathered; else out) */
+	float *logits, *losses, *lse;      /* [B*T, Vp], [B*T] x2 */
+	float *dloss_host;                 /* host [B*T]: dL/dloss of its tokens, set in forward */
+};
+
+/* One depth's parameters (registry indices; -1: absent) and the depth's
+ * run of the registry [pfirst, pend). Its transformer layer is lp[L + k]. */
+struct gpt_mtp_params {
+	int en_w, en_b, hn_w, hn_b, eh_w, fn_w, fn_b;
+	int pfirst, pend;
+};
+
 /* One micro-batch in flight through one model chunk: what its backward needs. */
 struct gpt_slot {
 	float *resid;                /* [(nl+1), Nl, h]: the chunk's input, then every layer's output */
@@ -123,6 +146,8 @@ struct gpt_slot {
 	int32_t *tokens, *positions, *targets, *doc; /* tokens and targets as shard-local ids, -1 elsewhere */
 	bool use_doc, use_positions;
 	uint64_t drop_seed;          /* keys every dropout mask of the micro-batch */
+	struct gpt_mtp_acts *mtp;    /* [c.mtp] multi-token prediction (the chunk with the head), else NULL */
+	float *lnf_local;            /* the final norm's output, this rank's rows: lnf, or with SP its shard */
 };
 
 /* A model chunk: the layers one pipeline stage runs in one pass (one chunk
@@ -337,6 +362,25 @@ struct gpt_model {
 	struct gpt_moe_state moe;
 	struct gpt_kv_cache *kv; /* serving; NULL in training */
 
+	/* Multi-token prediction (mtp.c): the depths' parameters, the word
+	 * embeddings they look up (the embedding's, or the last stage's copy),
+	 * their scratch, and what the caller sets: the loss mask of the next
+	 * training forward (host [B*T]; NULL: all ones), the gradient weight of
+	 * the MTP losses (Megatron's MTPLossAutoScaler: loss scale /
+	 * micro-batches) and whether the loss is per token
+	 * (--calculate-per-token-loss); and the logged values, each depth's
+	 * masked mean loss summed over training micro-batches until the
+	 * caller reads them. */
+	struct gpt_mtp_params *mtp;
+	int mtp_emb;
+	float *mtp_cat, *mtp_dcat;  /* [B*T, 2h] eh_proj's input [e ; h] on all rows, its gradient */
+	float *mtp_part, *mtp_all;  /* TP: eh_proj's output columns of this rank [B*T, h/t], all ranks' [t][B*T][h/t] */
+	float *mtp_de, *mtp_dh, *mtp_demb, *mtp_dnext[2]; /* [Nl, h] */
+	const float *mtp_mask;
+	double mtp_grad_scale;
+	bool mtp_per_token;
+	double *mtp_log;           /* [c.mtp] */
+
 	/* Set by the caller around a chunk's last backward of an iteration:
 	 * called with each parameter as its gradient becomes final (the
 	 * bucketed data-parallel reduction starts on it). */
@@ -439,6 +483,18 @@ const float *gpt_backward_chunk(struct gpt_model *m, int v, int s, const float *
 /* The position in the sequence of this rank's local position j: j, or with
  * context parallelism ring_attn's load-balanced chunks. */
 int gpt_global_pos(const struct gpt_model *m, int j);
+
+/* The model's layers with their multi-token-prediction ones (L + mtp):
+ * layer L + k is depth k's transformer layer. */
+static inline int gpt_num_layers_all(const struct gpt_model *m)
+{
+	return m->c.L + m->c.mtp;
+}
+
+/* A layer's parameter name as Megatron Core writes it: names registered as
+ * "decoder.layers.N." with N >= L (a multi-token-prediction depth's layer)
+ * become "mtp.layers.K.transformer_layer." in place (n: the buffer's size). */
+void gpt_mtp_layer_name(const struct gpt_config *c, char *name, size_t n);
 
 /* Whether layer l is a mixture-of-experts layer. */
 static inline bool gpt_layer_is_moe(const struct gpt_model *m, int l)

@@ -199,6 +199,11 @@ int gpt_config_from_json(struct gpt_config *c, const char *json, const char *whe
 		if (rc == 0 && (ms == 0 || !isfinite(ms)))
 			rc = error("%s: rotary_scaling_factor and mscale_all_dim give a softmax scale of zero", where);
 	}
+	json_t *mtp = json_object_get(o, "mtp_num_layers"); /* multi-token prediction: its depths' tensors */
+	if (json_is_integer(mtp) && json_integer_value(mtp) > 0 && json_integer_value(mtp) <= 64) {
+		c->mtp = (int)json_integer_value(mtp);
+		c->mtp_scale = (float)json_number_value(json_object_get(o, "mtp_loss_scaling_factor"));
+	}
 	json_decref(o);
 	if (rc)
 		return -1;
@@ -335,6 +340,10 @@ char *gpt_config_to_json(const struct gpt_config *c, double rotary_percent)
 	json_object_set_new(o, "init_method_std", json_real(c->init_std));
 	json_object_set_new(o, "hidden_dropout", json_real(c->hidden_dropout));
 	json_object_set_new(o, "attention_dropout", json_real(c->attention_dropout));
+	if (c->mtp > 0) { /* training only: readers of the model leave the depths' tensors alone */
+		json_object_set_new(o, "mtp_num_layers", json_integer(c->mtp));
+		json_object_set_new(o, "mtp_loss_scaling_factor", json_real(c->mtp_scale));
+	}
 	if (c->E > 0) { /* what a reader needs to rebuild the model; the training-only router settings too */
 		struct sbuf pat = SBUF_INIT;
 		sbuf_addf(&pat, "[");
@@ -463,6 +472,8 @@ static const struct diff_key diff_keys[] = {
 	{ "moe_router_enable_expert_bias", "--moe-router-enable-expert-bias", DIFF_MATH, "false", NULL, NULL },
 	{ "moe_router_bias_update_rate", "--moe-router-bias-update-rate", DIFF_WARN, "null", NULL, NULL },
 	{ "moe_router_force_load_balancing", "--moe-router-force-load-balancing", DIFF_WARN, "false", NULL, NULL },
+	{ "mtp_num_layers", "--mtp-num-layers", DIFF_MATH, "null", NULL, NULL },
+	{ "mtp_loss_scaling_factor", "--mtp-loss-scaling-factor", DIFF_WARN, "null", NULL, NULL },
 	{ "hidden_dropout", "--hidden-dropout", DIFF_WARN, NULL, NULL, NULL },
 	{ "attention_dropout", "--attention-dropout", DIFF_WARN, NULL, NULL, NULL },
 	{ "fp16", "--fp16", DIFF_WARN, "false", NULL, NULL },
@@ -625,11 +636,12 @@ int gpt_load_expert_bias(struct gpt_model *m, struct ckpt_reader *r, int file)
 	if (!m->moe.expert_bias)
 		return 0;
 	int64_t shape[1] = { m->c.E };
-	for (int l = 0; l < m->c.L; l++) {
+	for (int l = 0; l < gpt_num_layers_all(m); l++) {
 		if (!gpt_layer_is_moe(m, l))
 			continue;
 		char name[PARAM_NAME_MAX];
 		gpt_expert_bias_name(name, sizeof(name), l);
+		gpt_mtp_layer_name(&m->c, name, sizeof(name));
 		int has = ckpt_has_tensor(r, file, name);
 		if (has < 0)
 			return -1;

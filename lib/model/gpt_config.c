@@ -464,6 +464,14 @@ int gpt_config_from_args(struct gpt_config *c, const struct args *a, int64_t voc
 	    gpt_window_from_text(c, a->window_size, a->window_attn_skip_freq, "--window-size") < 0)
 		return -1;
 
+	if (a->mtp_num_layers != -1) {
+		if (a->mtp_num_layers < 1 || a->mtp_num_layers > 64)
+			return error("--mtp-num-layers %lld: give a number of depths from 1 to 64",
+				     (long long)a->mtp_num_layers);
+		c->mtp = (int)a->mtp_num_layers;
+		c->mtp_scale = (float)a->mtp_loss_scaling_factor;
+	}
+
 	c->V = (int)vocab_size;
 	if (a->padded_vocab_size > 0) {
 		if (a->padded_vocab_size < vocab_size)
@@ -508,6 +516,14 @@ int64_t gpt_num_params(const struct gpt_config *c, int64_t *active)
 		n += attn + (moe ? norm + (int64_t)c->E * h + c->E * expert + shared : dense_mlp);
 		act += attn + (moe ? norm + (int64_t)c->E * h + c->router.k * expert + shared : dense_mlp);
 	}
+	/* the multi-token-prediction depths: enorm, hnorm, eh_proj, a layer of
+	 * the last layer's kind, final_layernorm */
+	for (int d = 0; d < c->mtp; d++) {
+		bool moe = c->E > 0 && c->moe_layer[c->L - 1];
+		int64_t own = 3 * norm + 2 * h * h + attn;
+		n += own + (moe ? norm + (int64_t)c->E * h + c->E * expert + shared : dense_mlp);
+		act += own + (moe ? norm + (int64_t)c->E * h + c->router.k * expert + shared : dense_mlp);
+	}
 	if (!c->rope) {
 		n += (int64_t)c->P * h;
 		act += (int64_t)c->P * h;
@@ -525,7 +541,8 @@ double gpt_flops_per_iteration(const struct gpt_config *c, int64_t batch_size)
 {
 	/* Megatron's formula, dense layers only: 6 flops per weight element per token
 	 * (forward + 2 backward GEMMs, multiply-add), plus the quadratic attention term. */
-	double h = c->h, s = c->S, L = c->L, f = c->f, V = c->Vp;
+	/* the multi-token-prediction depths count as layers of the last layer's kind */
+	double h = c->h, s = c->S, L = c->L + c->mtp, f = c->f, V = c->Vp, D = c->mtp;
 	double F = c->swiglu ? 3 : 2;
 	double Q = (double)c->k * c->a, KV = (double)c->k * c->g;
 	double tokens = (double)batch_size * s, sq = (double)batch_size * s * s;
@@ -534,10 +551,11 @@ double gpt_flops_per_iteration(const struct gpt_config *c, int64_t batch_size)
 		double Lm = 0;
 		for (int l = 0; l < c->L; l++)
 			Lm += c->moe_layer[l];
+		Lm += c->moe_layer[c->L - 1] * D;
 		mlp = 6 * h * F * (f * (L - Lm) + ((double)c->moe_f * c->router.k + c->shared_f) * Lm);
 	}
 	double attn = 6 * (h * (Q + KV + KV) + Q * h) * L;
-	double logits = 6 * h * V;
+	double logits = 6 * h * V * (1 + D) + 6 * D * (3 * h + 2 * h * h); /* and the depths' norms and eh_proj */
 	double core = 6 * Q;
 	if (c->mla) { /* Megatron's multi-latent attention terms (the norms count one flop per rank) */
 		double a = c->a, qk = c->k, ql = c->q_lora, kvl = c->kv_lora;

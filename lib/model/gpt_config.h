@@ -102,6 +102,12 @@ struct gpt_config {
 	int window_right;      /* R as given: moot under the causal mask */
 	bool swa_skip;         /* a skip pattern: swa_layer says which layers keep the window */
 	uint8_t swa_layer[GPT_MAX_LAYERS]; /* with swa_skip: 1 = layer i (0-based) windowed */
+	/* multi-token prediction (--mtp-num-layers, docs/mtp.md): mtp depths
+	 * after the decoder, each a layer of the last decoder layer's kind
+	 * (model layer L + k for depth k), their losses weighted by
+	 * mtp_scale / mtp in the loss; 0: none */
+	int mtp;
+	float mtp_scale;   /* --mtp-loss-scaling-factor */
 };
 
 /* The window of layer l (0-based) as the attention ops take it (ops.h):

@@ -17,6 +17,7 @@
  *   tp_mappings.c       tensor_parallel/mappings: sums, SP gather / reduce-scatter, dropout by row
  *   layers.c            linear layers, norms, parameter registration with declared properties
  *   cross_entropy.c     vocabulary-parallel cross-entropy
+ *   mtp.c               MultiTokenPredictionBlock: the depths after the decoder, their losses
  *
  * No file keeps a "current" micro-batch: every forward and backward takes
  * the pass (struct gpt_pass) it works on.
@@ -184,6 +185,22 @@ void mla_up_recompute(struct gpt_model *m, const struct gpt_pass *P, int l, stru
 void transformer_layer_recompute(struct gpt_model *m, const struct gpt_pass *P, int l, const float *x);
 /* dres: in = dL/d(layer output), out = dL/d(layer input) */
 void transformer_layer_backward(struct gpt_model *m, const struct gpt_pass *P, int l, const float *x, float *dres);
+
+/* ---- multi-token prediction (mtp.c), on the chunk with the head */
+/* the depths' parameters, after the final norm (Megatron's order) */
+void mtp_register(struct gpt_model *m);
+/* a slot's depth activations, and the backward scratch every slot shares */
+void mtp_alloc_slot(struct gpt_model *m, struct gpt_slot *sl);
+void mtp_alloc_scratch(struct gpt_model *m);
+/* the micro-batch rolled for each depth (host arrays as gpt_forward_chunk's) */
+void mtp_load_inputs(struct gpt_model *m, struct gpt_slot *sl, const int32_t *tokens, const int32_t *labels,
+		     const int32_t *positions);
+/* every depth from the final norm's output (sl->lnf_local): losses, the
+ * logged values, and the depths' dL/dloss for backward */
+void mtp_forward(struct gpt_model *m, const struct gpt_pass *P);
+/* every depth's backward; returns dL/d(the final norm's output) from the
+ * depths, this rank's rows [Nl, h] (scratch, valid until the next backward) */
+const float *mtp_backward(struct gpt_model *m, const struct gpt_pass *P);
 
 /* ---- vocabulary-parallel cross-entropy (cross_entropy.c) */
 void vocab_parallel_xent_forward(struct gpt_model *m, const struct gpt_pass *P, float *losses_host);

@@ -177,6 +177,7 @@ static int forward(struct trainer *t, const struct pp_sched *s, const struct pp_
 		for (;;) /* the injected hang: only the hang detector ends it */
 			sleep(1);
 	tstart(t, "forward-compute", train);
+	m->mtp_mask = b->loss_mask; /* multi-token prediction rolls it for each depth */
 	const float *out = gpt_forward_chunk(m, o->chunk, slot, b->tokens, b->labels,
 					     t->a->reset_position_ids ? b->positions : NULL, b->doc,
 					     micro_seed(t->seed, t->iteration, micro_global(t, o->micro)), train,
@@ -262,6 +263,9 @@ int pipeline_run(struct trainer *t, const struct pp_sched *s, int split, int64_t
 {
 	/* MoE: the attached losses' gradient weight, Megatron's loss scale x cp / micro-batches */
 	t->model.moe.aux_scale = t->a->calculate_per_token_loss ? scale : scale / (double)t->num_micro;
+	/* multi-token prediction: Megatron's MTPLossAutoScaler, loss scale / micro-batches */
+	t->model.mtp_grad_scale = t->a->calculate_per_token_loss ? scale : scale / (double)t->num_micro;
+	t->model.mtp_per_token = t->a->calculate_per_token_loss;
 	for (int i = 0; i < s->nops; i++) {
 		const struct pp_op *o = &s->ops[i];
 		if (o->kind == PP_FORWARD) {

@@ -186,6 +186,7 @@ static int put_global(struct train_save *j, int file, const char *group, const c
 static void expert_name(const struct trainer *t, int l, int peer, int e_local, int fc, char *out, size_t n)
 {
 	gpt_expert_param_name(out, n, l, peer * t->model.par.El + e_local, fc);
+	gpt_mtp_layer_name(&t->model.c, out, n); /* a multi-token-prediction depth's layer */
 }
 
 /*
@@ -204,7 +205,7 @@ static int stream_experts(struct trainer *t, struct train_save *w, int file, con
 	size_t gcap = 0, scap = 0;
 	float *global = NULL, *scratch = NULL;
 	int ret = 0;
-	for (int l = 0; l < m->c.L; l++) {
+	for (int l = 0; l < gpt_num_layers_all(m); l++) {
 		if (!gpt_layer_is_moe(m, l))
 			continue;
 		for (int el = 0; el < m->par.El; el++)
@@ -264,11 +265,12 @@ static int put_expert_bias(struct trainer *t, struct train_save *w, int file)
 	struct gpt_model *m = &t->model;
 	int64_t shape[1] = { m->c.E };
 	int ret = 0;
-	for (int l = 0; m->moe.expert_bias && l < m->c.L && !ret; l++) {
+	for (int l = 0; m->moe.expert_bias && l < gpt_num_layers_all(m) && !ret; l++) {
 		char name[PARAM_NAME_MAX];
 		if (!gpt_layer_is_moe(m, l))
 			continue;
 		gpt_expert_bias_name(name, sizeof(name), l);
+		gpt_mtp_layer_name(&m->c, name, sizeof(name));
 		ret = put_global(w, file, NULL, name, 1, shape, m->moe.expert_bias + (size_t)l * m->c.E);
 	}
 	return ret;
@@ -335,23 +337,24 @@ static char *stage_names(const struct trainer *t)
 	for (int i = 0; i < reg->n; i++)
 		len += strlen(reg->p[i].name) + 1;
 	const struct gpt_model *m = &t->model;
-	for (int l = 0; t->dist.ep.size > 1 && l < m->c.L; l++) /* the other EP ranks' experts */
+	for (int l = 0; t->dist.ep.size > 1 && l < gpt_num_layers_all(m); l++) /* the other EP ranks' experts */
 		if (gpt_layer_is_moe(m, l))
 			len += 2 * (size_t)(m->c.E - m->par.El) * PARAM_NAME_MAX;
-	for (int l = 0; m->moe.expert_bias && l < m->c.L; l++)
+	for (int l = 0; m->moe.expert_bias && l < gpt_num_layers_all(m); l++)
 		len += gpt_layer_is_moe(m, l) ? PARAM_NAME_MAX + 1 : 0;
 	char *s = xmalloc(len + 1), *e = s;
 	for (int i = 0; i < reg->n; i++)
 		if (!(reg->p[i].flags & PARAM_SHARED))
 			e += sprintf(e, "%s\n", reg->p[i].name);
-	for (int l = 0; m->moe.expert_bias && l < m->c.L; l++) { /* '!': in the model file only */
+	for (int l = 0; m->moe.expert_bias && l < gpt_num_layers_all(m); l++) { /* '!': in the model file only */
 		char name[PARAM_NAME_MAX];
 		if (!gpt_layer_is_moe(m, l))
 			continue;
 		gpt_expert_bias_name(name, sizeof(name), l);
+		gpt_mtp_layer_name(&m->c, name, sizeof(name));
 		e += sprintf(e, "!%s\n", name);
 	}
-	for (int l = 0; t->dist.ep.size > 1 && l < m->c.L; l++)
+	for (int l = 0; t->dist.ep.size > 1 && l < gpt_num_layers_all(m); l++)
 		for (int peer = 1; gpt_layer_is_moe(m, l) && peer < t->dist.ep.size; peer++)
 			for (int el = 0; el < m->par.El; el++)
 				for (int fc = 1; fc <= 2; fc++) {

@@ -318,6 +318,8 @@ static void trainer_free(struct trainer *t)
 	for (int i = 0; i < t->pp_ndloss; i++)
 		free(t->pp_dloss[i]);
 	free(t->pp_dloss);
+	free(t->mtp_iter);
+	free(t->mtp_sum);
 	pipeline_free(t);
 	pp_sched_free(&t->pp_train);
 	pp_sched_free(&t->pp_eval);
@@ -505,6 +507,10 @@ static int setup(struct trainer *t, const struct args *a)
 	gpt_init_weights(&t->model, t->seed);
 	for (int l = 0; t->cfg.E > 0 && l < t->cfg.L; l++)
 		t->moe_layers += t->cfg.moe_layer[l];
+	if (t->cfg.E > 0 && t->cfg.moe_layer[t->cfg.L - 1])
+		t->moe_layers += t->cfg.mtp;
+	t->mtp_iter = xcalloc((size_t)t->cfg.mtp + 1, sizeof(double));
+	t->mtp_sum = xcalloc((size_t)t->cfg.mtp + 1, sizeof(double));
 	/* the optimizer's parts (trainer.h), each reduced over its group and,
 	 * with --use-distributed-optimizer, sharded over it */
 	bool ep = t->dist.ep.size > 1;
@@ -576,9 +582,12 @@ static int setup(struct trainer *t, const struct args *a)
 		else
 			snprintf(heads, sizeof(heads), "%d heads (%d query groups, %d channels)", t->cfg.a, t->cfg.g,
 				 t->cfg.k);
-		info("model: %d layers, hidden %d, %s, ffn %d%s%s, vocab %d, %s; %d data-parallel rank(s), %lld "
+		char mtp[48] = ""; /* the MoE layers above count the depths' too, as Megatron's report */
+		if (t->cfg.mtp)
+			snprintf(mtp, sizeof(mtp), " and %d multi-token-prediction depth(s)", t->cfg.mtp);
+		info("model: %d layers%s, hidden %d, %s, ffn %d%s%s, vocab %d, %s; %d data-parallel rank(s), %lld "
 		     "micro-batches of %lld per rank per iteration",
-		     t->cfg.L, t->cfg.h, heads, t->cfg.f, t->cfg.swiglu ? " (SwiGLU)" : "", experts, t->cfg.Vp, params,
+		     t->cfg.L, mtp, t->cfg.h, heads, t->cfg.f, t->cfg.swiglu ? " (SwiGLU)" : "", experts, t->cfg.Vp, params,
 		     t->dist.dp.size, (long long)t->num_micro, (long long)t->mbs);
 		if (t->cfg.E > 0 && a->moe_token_dispatcher_type && !strcmp(a->moe_token_dispatcher_type, "flex"))
 			info("--moe-token-dispatcher-type flex (%s backend): megac's all-to-all exchange of the routed rows, "

@@ -9,11 +9,13 @@
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/error.h"
 #include "base/pyjson.h"
 #include "base/sbuf.h"
+#include "base/xalloc.h"
 #include "kernels/cuda_ops.h"
 #include "kernels/profile.h"
 #include "train/pipeline.h"
@@ -410,6 +412,9 @@ static int log_iteration(struct trainer *t, double loss, bool skipped, double lr
 		.eta_s = per_iter * (double)(t->train_iters - t->iteration),
 		.num_zeros_on = a->log_num_zeros_in_grad,
 		.num_zeros = t->num_zeros,
+		.mtp = t->cfg.mtp,
+		.mtp_loss = t->mtp_sum,
+		.mtp_div = t->advanced,
 	};
 	struct sbuf sb = SBUF_INIT;
 	if (dist_is_last(&t->dist)) { /* the iteration line: print_rank_last */
@@ -465,7 +470,8 @@ static int log_iteration(struct trainer *t, double loss, bool skipped, double lr
 	fflush(stdout);
 	sbuf_release(&sb);
 	if (t->have_mx) {
-		struct metrics_field f[20];
+		struct metrics_field f[20 + 64];
+		char mtp_names[64][24];
 		size_t n = 0;
 		f[n++] = METRICS_I("consumed samples", t->consumed_train);
 		f[n++] = METRICS_D("elapsed time per iteration (ms)", per_iter * 1000.0);
@@ -482,6 +488,10 @@ static int log_iteration(struct trainer *t, double loss, bool skipped, double lr
 			f[n++] = METRICS_D("seq_load_balancing_loss", t->moe_lb_iter);
 		if (it.moe_z_on)
 			f[n++] = METRICS_D("z_loss", t->moe_z_iter);
+		for (int k = 0; k < t->cfg.mtp && k < 64; k++) { /* this iteration's, as the MoE losses */
+			snprintf(mtp_names[k], sizeof(mtp_names[k]), "mtp_%d loss", k + 1);
+			f[n++] = METRICS_D(mtp_names[k], t->mtp_iter[k]);
+		}
 		f[n++] = METRICS_D("loss scale", grad_scaler_scale(&t->scaler));
 		if (!isnan(gnorm))
 			f[n++] = METRICS_D("grad norm", gnorm);
@@ -497,6 +507,8 @@ static int log_iteration(struct trainer *t, double loss, bool skipped, double lr
 		return 0;
 	t->loss_sum = 0;
 	t->moe_lb_sum = t->moe_z_sum = 0;
+	for (int k = 0; k < t->cfg.mtp; k++)
+		t->mtp_sum[k] = 0;
 	t->advanced = t->skipped_iters = t->nan_iters = 0;
 	t->paused = 0;
 	clock_gettime(CLOCK_MONOTONIC, &t->interval_start);
@@ -579,6 +591,11 @@ static void tensorboard_iteration(struct trainer *t, double loss, double lr, dou
 	tboard_add_scalar(tb, "batch-size vs samples", n, (double)t->gbs);
 	tboard_add_scalar(tb, "lm loss", it, loss);
 	tboard_add_scalar(tb, "lm loss vs samples", n, loss);
+	for (int k = 0; k < t->cfg.mtp; k++) { /* Megatron's MTPLossLoggingHelper: "mtp_K loss" */
+		char name[32];
+		snprintf(name, sizeof(name), "mtp_%d loss", k + 1);
+		tboard_add_scalar(tb, name, it, t->mtp_iter[k]);
+	}
 	if (t->cfg.E > 0) { /* Megatron's MoE scalars, every iteration */
 		if (t->cfg.router.lb != MOE_LB_NONE)
 			tboard_add_scalar(tb, "load_balancing_loss", it, t->cfg.router.lb == MOE_LB_AUX ? t->moe_lb_iter : 0);
@@ -636,6 +653,30 @@ static void moe_iteration_stats(struct trainer *t)
 	t->moe_z_sum += t->moe_z_iter;
 	m->moe.aux_sum = m->moe.zsq_sum = 0;
 	m->moe.calls = 0;
+}
+
+/* Megatron's MTP loss report: each depth's masked means summed over the
+ * micro-batches of the last stage's ranks, averaged over the ranks that
+ * compute them (data parallelism; TP ranks hold the same values), divided
+ * by the micro-batches. Collective. */
+static void mtp_iteration_stats(struct trainer *t)
+{
+	struct gpt_model *m = &t->model;
+	int D = t->cfg.mtp;
+	if (D <= 0)
+		return;
+	double *v = xcalloc((size_t)D, sizeof(double));
+	for (int k = 0; m->mtp_log && k < D; k++)
+		v[k] = m->mtp_log[k];
+	dist_allreduce_sum_f64(&t->dist.world_g, v, (size_t)D);
+	double copies = (double)t->dist.world / t->dist.layout.pp; /* ranks of the last stage */
+	for (int k = 0; k < D; k++) {
+		t->mtp_iter[k] = v[k] / (copies * (double)t->num_micro);
+		t->mtp_sum[k] += t->mtp_iter[k];
+		if (m->mtp_log)
+			m->mtp_log[k] = 0;
+	}
+	free(v);
 }
 
 /* --step-batch-size-schedule: the batch in force for the samples consumed,
@@ -711,6 +752,7 @@ int trainer_run(struct trainer *t)
 			return -1;
 		dist_watchdog_phase(&t->dist, "the end of iteration", t->iteration);
 		moe_iteration_stats(t);
+		mtp_iteration_stats(t);
 		if (t->cuda_device >= 0 && t->iteration == t->start_iteration + 1)
 			kops_cuda_get_stats(&t->cuda_first); /* what set-up and one iteration took */
 		if (t->iteration == t->start_iteration + 1)

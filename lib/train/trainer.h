@@ -102,7 +102,12 @@ struct trainer {
 	 * reduction over layers, micro-batches and ranks), and their sums over
 	 * the logging interval */
 	double moe_lb_iter, moe_z_iter, moe_lb_sum, moe_z_sum;
-	int moe_layers;        /* MoE layers in the whole model */
+	int moe_layers;        /* MoE layers in the whole model (the MTP depths' too, as Megatron counts) */
+	/* multi-token prediction: each depth's logged loss of this iteration
+	 * (Megatron's MTPLossLoggingHelper: the micro-batches' masked means,
+	 * averaged over the data-parallel ranks, divided by the micro-batches)
+	 * and its sum over the logging interval; [cfg.mtp] */
+	double *mtp_iter, *mtp_sum;
 
 	/* logging interval accumulators */
 	double loss_sum;      /* sum of per-iteration lm losses over advanced iterations */

@@ -51,6 +51,8 @@ void trainlog_iteration_line(struct sbuf *out, const struct trainlog_iter *it)
 		sbuf_addf(out, " seq_load_balancing_loss: %.6E |", it->moe_seq_lb);
 	if (it->moe_z_on)
 		sbuf_addf(out, " z_loss: %.6E |", it->moe_z);
+	for (int k = 0; it->mtp_div > 0 && k < it->mtp; k++)
+		sbuf_addf(out, " mtp_%d loss: %.6E |", k + 1, it->mtp_loss[k] / it->mtp_div);
 	sbuf_addf(out, " loss scale: %.1f |", it->loss_scale);
 	if (!isnan(it->grad_norm))
 		sbuf_addf(out, " grad norm: %.3f |", it->grad_norm);

@@ -36,6 +36,12 @@ struct trainlog_iter {
 	 * Megatron prints it (not on a skipped iteration: NAN) */
 	bool num_zeros_on;
 	double num_zeros;
+	/* multi-token prediction: " mtp_K loss: |" for each of the mtp depths,
+	 * after the MoE losses, each mtp_loss[k] / mtp_div (Megatron's average
+	 * over the advanced iterations; not printed when mtp_div is 0) */
+	int mtp;
+	const double *mtp_loss;
+	int mtp_div;
 };
 
 #define TRAINLOG_TIME_MAX 40

@@ -187,12 +187,11 @@ run_script mixtral "" \
 
 # ---- DeepSeek-V3 with Megatron-FSDP (examples/megatron_fsdp): 61 layers of 7168, 256
 # experts -> 2 of 64, 8 experts; EP8 -> 1 rank; its Hugging Face tokenizer -> mock data.
-# Its model's MTP is not in megac yet: the second run is left out, the first
-# must name every missing piece (its MLA with YaRN, routing, expert bias and
-# flex dispatcher are in).
+# MTP with Megatron-FSDP is not in megac yet: the second run is left out, the
+# first must name every missing piece (its MLA with YaRN, routing, expert bias,
+# flex dispatcher and MTP are in).
 NOEFFECT="" SECOND=0
-run_script deepseek_v3 "--mtp-num-layers \
---mtp-loss-scaling-factor --auto-detect-ckpt-format --ckpt-format=fsdp_dtensor \
+run_script deepseek_v3 "--auto-detect-ckpt-format --ckpt-format=fsdp_dtensor \
 --megatron-fsdp-grad-comm-dtype=bf16 --megatron-fsdp-main-grads-dtype=bf16" \
 	--distributed-timeout-minutes 60 --tensor-model-parallel-size 1 --expert-model-parallel-size 1 \
 	--expert-tensor-parallel-size 1 --context-parallel-size 1 --use-distributed-optimizer --overlap-grad-reduce \

@@ -92,8 +92,9 @@ expect_fail "missing --num-layers" "missing required flag --num-layers" \
 	--micro-batch-size 1 --vocab-size 32
 # shellcheck disable=SC2086
 expect_fail "no vocabulary" "needs the vocabulary size" $R $M
-# train refuses the model flags only report_memory takes (MTP)
-expect_fail "train refuses --mtp-num-layers" "multi-token prediction is not in megac's train yet" $BIN/train --mtp-num-layers 1
+# train refuses the MTP variants megac lacks (report_memory's formula takes them)
+expect_fail "train refuses --mtp-use-repeated-layer" "multi-token prediction variant is not in megac yet" \
+	$BIN/train --mtp-use-repeated-layer
 # report_memory takes train's flags (a whole train command line)
 # shellcheck disable=SC2086
 expect_ok "a train command line" $R $M --vocab-size 50257 --train-iters 10 --lr 3e-4 --data-path x \

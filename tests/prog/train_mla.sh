@@ -209,8 +209,6 @@ expect_fail "MLA with --yarn-beta-fast (which Megatron's MLA ignores) is refused
 	$BIN/train $YARN --yarn-beta-fast 16 $COMMON --train-iters 1
 expect_fail "MLA with --group-query-attention is refused" "--group-query-attention" \
 	$BIN/train $DSV3 --group-query-attention --num-query-groups 2 $COMMON --train-iters 1
-expect_fail "MLA with --mtp-num-layers is refused" "--mtp-num-layers" \
-	$BIN/train $DSV3 $COMMON --train-iters 1 --mtp-num-layers 1
 # serving (the engine's cache) of the trained DSV3-shaped checkpoint
 # (tests/prog/hf_deepseek_v3.sh checks it against transformers): the
 # engine's prompt log-probs are those of the training forward (megac_logits)

@@ -22,16 +22,20 @@ static const char *after_stamp(const char *line)
 
 static void test_iteration_lines(void)
 {
+	static const double mtp_sums[2] = { 32.4, 31.5 };
 	struct trainlog_iter cases[] = {
 		{ 1, 10000, 512, 0, 812.3456, 123.44, 1.5e-4, 512, 4.1234567, 1.0, 0.98765, NAN, 0, 0, false, false,
-		  false, 0, 0, 0, 0, false, 0 },
+		  false, 0, 0, 0, 0, false, 0, 0, NULL, 0 },
 		{ 100, 500000, 51200, 1024, 0.04, -1, NAN, 8, -1, 65536.0, NAN, 12.3456, 3, 1, false, false, false, 0, 0,
-		  0, 0, false, 0 },
+		  0, 0, false, 0, 0, NULL, 0 },
 		{ 123456789, 123456789, 99999999999LL, 0, 1e6, 1e-3, 1e-12, 99999, 1e-9, 4294967296.0, 1234.5678,
-		  NAN, 999, 1000, false, false, false, 0, 0, 0, 0, false, 0 },
+		  NAN, 999, 1000, false, false, false, 0, 0, 0, 0, false, 0, 0, NULL, 0 },
 		/* MoE: Megatron's loss names after lm loss, in its order */
 		{ 7, 20, 28, 0, 61.3, -1, 1.872724e-3, 4, 10.80476, 1.0, 1.3, NAN, 0, 0, true, true, true, 0.0, 1.19,
-		  1.93684, 0, false, 0 },
+		  1.93684, 0, false, 0, 0, NULL, 0 },
+		/* multi-token prediction: "mtp_K loss" after the MoE losses, the sums over the advanced iterations */
+		{ 7, 20, 28, 0, 61.3, -1, 1.872724e-3, 4, 10.80476, 1.0, 1.3, NAN, 0, 0, true, true, false, 0.0, 1.19,
+		  0, 0, false, 0, 2, mtp_sums, 3 },
 	};
 	int n = (int)(sizeof(cases) / sizeof(cases[0]));
 	/* Python: the same fields through Megatron's format specs */
@@ -43,6 +47,9 @@ static void test_iteration_lines(void)
 		" (123456789, 123456789, 99999999999, 0, 1e6, 1e-3, 1e-12, 99999, 1e-9, 4294967296.0, 1234.5678, None, 999, 1000),\n"
 		" (7, 20, 28, 0, 61.3, None, 1.872724e-3, 4, 10.80476, 1.0, 1.3, None, 0, 0,\n"
 		"  {'load_balancing_loss': 0.0, 'seq_load_balancing_loss': 1.19, 'z_loss': 1.93684}),\n"
+		" (7, 20, 28, 0, 61.3, None, 1.872724e-3, 4, 10.80476, 1.0, 1.3, None, 0, 0,\n"
+		"  {'load_balancing_loss': 0.0, 'seq_load_balancing_loss': 1.19, 'mtp_1 loss': 32.4 / 3,\n"
+		"   'mtp_2 loss': 31.5 / 3}),\n"
 		"]\n",
 		"for (it, ti, cs, sk, ms, tf, lr, bs, loss, scale, gn, pn, ski, nan, *moe) in cases:\n"
 		"    s = ' iteration {:8d}/{:8d} |'.format(it, ti)\n"

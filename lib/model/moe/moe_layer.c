@@ -48,7 +48,7 @@ void gpt_expert_bias_name(char *out, size_t n, int l)
 void gpt_update_expert_bias(struct gpt_model *m, struct dist_group *dp)
 {
 	struct gpt_moe_state *S = &m->moe;
-	int E = m->c.E, L = m->c.L;
+	int E = m->c.E, L = gpt_num_layers_all(m);
 	if (!S->expert_bias)
 		return;
 	/* every layer's counts in one sum (the layers a rank lacks count 0) */

@@ -137,6 +137,9 @@ def build_parser():
     p.add_argument("--yarn-correction-range-round-to-int", dest="yarn_round", action="store_true", default=None)
     p.add_argument("--no-yarn-correction-range-round-to-int", dest="yarn_round", action="store_false")
     str2bool_flag(p, "--qk-layernorm")
+    # multi-token prediction (Megatron's MultiTokenPredictionBlock)
+    a("--mtp-num-layers", type=int, default=None)
+    a("--mtp-loss-scaling-factor", type=float, default=0.1)
     # multi-latent attention (Megatron's MLASelfAttention, TE spec)
     str2bool_flag(p, "--multi-latent-attention")
     a("--q-lora-rank", type=int)
@@ -242,7 +245,7 @@ REFUSED = {
     "--lr-warmup-samples", "--lr-wsd-decay-samples", "--start-weight-decay", "--end-weight-decay",
     "--mock-data", "--train-data-path", "--valid-data-path", "--test-data-path",
     "--data-args-path", "--per-split-data-args-path", "--dataloader-inter-document-masking",
-    "--step-batch-size-schedule", "--mtp-num-layers", "--load",
+    "--step-batch-size-schedule", "--load",
     "--finetune", "--pretrained-checkpoint", "--padded-vocab-size", "--no-pad-vocab-size",
     "--init-method-xavier-uniform", "--sft", "--apply-query-key-layer-scaling",
     "--embedding-multiplier",
@@ -355,6 +358,8 @@ def model_config(args, vocab_padded=None):
         if c.qk_norm and c.q_lora is None:
             die("--qk-layernorm without --q-lora-rank (a norm fused into linear_q_proj) is not implemented here")
     moe_config(args, c)
+    c.mtp = args.mtp_num_layers or 0
+    c.mtp_scale = args.mtp_loss_scaling_factor
     return c
 
 
@@ -692,43 +697,63 @@ def param_shapes(c):
         out.append(("embedding.position_embeddings.weight", (c.P, c.h)))
     ln_bias = c.norm == "LayerNorm"
     for n in range(c.L):
-        pre = "decoder.layers.%d." % n
-        if getattr(c, "mla", False):
-            out.extend(mla_param_shapes(c, pre, ln_bias))
-        else:
-            out.extend(attention_param_shapes(c, pre, ln_bias))
-        if is_moe(c, n):
-            # MoE layers keep an unfused pre-MLP norm; router, experts, shared experts
-            # (MoELayer's registration order); no biases
-            out.append((pre + "pre_mlp_layernorm.weight", (c.h,)))
-            if ln_bias:
-                out.append((pre + "pre_mlp_layernorm.bias", (c.h,)))
-            out.append((pre + "mlp.router.weight", (c.E, c.h)))
-            for j in range(c.E):
-                e = pre + "mlp.experts.local_experts.%d." % j
-                out.append((e + "linear_fc1.weight", (2 * c.fm if c.swiglu else c.fm, c.h)))
-                out.append((e + "linear_fc2.weight", (c.h, c.fm)))
-            if c.fs is not None:
-                out.append((pre + "mlp.shared_experts.linear_fc1.weight", (2 * c.fs if c.swiglu else c.fs, c.h)))
-                out.append((pre + "mlp.shared_experts.linear_fc2.weight", (c.h, c.fs)))
-                if c.sgate:
-                    out.append((pre + "mlp.shared_experts.gate_weight", (1, c.h)))
-            continue
-        out.append((pre + "mlp.linear_fc1.layer_norm_weight", (c.h,)))
-        if ln_bias:
-            out.append((pre + "mlp.linear_fc1.layer_norm_bias", (c.h,)))
-        f1 = 2 * c.f if c.swiglu else c.f
-        out.append((pre + "mlp.linear_fc1.weight", (f1, c.h)))
-        if c.bias:
-            out.append((pre + "mlp.linear_fc1.bias", (f1,)))
-        out.append((pre + "mlp.linear_fc2.weight", (c.h, c.f)))
-        if c.bias:
-            out.append((pre + "mlp.linear_fc2.bias", (c.h,)))
+        out.extend(layer_param_shapes(c, "decoder.layers.%d." % n, is_moe(c, n)))
     out.append(("decoder.final_layernorm.weight", (c.h,)))
     if ln_bias:
         out.append(("decoder.final_layernorm.bias", (c.h,)))
+    for k in range(getattr(c, "mtp", 0)):
+        # MultiTokenPredictionLayer: enorm, hnorm, eh_proj, the transformer layer (the last
+        # decoder layer's kind), final_layernorm
+        pre = "mtp.layers.%d." % k
+        for nm in ("enorm", "hnorm"):
+            out.append((pre + nm + ".weight", (c.h,)))
+            if ln_bias:
+                out.append((pre + nm + ".bias", (c.h,)))
+        out.append((pre + "eh_proj.weight", (c.h, 2 * c.h)))
+        out.extend(layer_param_shapes(c, pre + "transformer_layer.", is_moe(c, c.L - 1)))
+        out.append((pre + "final_layernorm.weight", (c.h,)))
+        if ln_bias:
+            out.append((pre + "final_layernorm.bias", (c.h,)))
     if c.untie:
         out.append(("output_layer.weight", (c.V, c.h)))
+    return out
+
+
+def layer_param_shapes(c, pre, moe):
+    """One transformer layer's names (prefix pre) and shapes."""
+    out = []
+    ln_bias = c.norm == "LayerNorm"
+    if getattr(c, "mla", False):
+        out.extend(mla_param_shapes(c, pre, ln_bias))
+    else:
+        out.extend(attention_param_shapes(c, pre, ln_bias))
+    if moe:
+        # MoE layers keep an unfused pre-MLP norm; router, experts, shared experts
+        # (MoELayer's registration order); no biases
+        out.append((pre + "pre_mlp_layernorm.weight", (c.h,)))
+        if ln_bias:
+            out.append((pre + "pre_mlp_layernorm.bias", (c.h,)))
+        out.append((pre + "mlp.router.weight", (c.E, c.h)))
+        for j in range(c.E):
+            e = pre + "mlp.experts.local_experts.%d." % j
+            out.append((e + "linear_fc1.weight", (2 * c.fm if c.swiglu else c.fm, c.h)))
+            out.append((e + "linear_fc2.weight", (c.h, c.fm)))
+        if c.fs is not None:
+            out.append((pre + "mlp.shared_experts.linear_fc1.weight", (2 * c.fs if c.swiglu else c.fs, c.h)))
+            out.append((pre + "mlp.shared_experts.linear_fc2.weight", (c.h, c.fs)))
+            if c.sgate:
+                out.append((pre + "mlp.shared_experts.gate_weight", (1, c.h)))
+        return out
+    out.append((pre + "mlp.linear_fc1.layer_norm_weight", (c.h,)))
+    if ln_bias:
+        out.append((pre + "mlp.linear_fc1.layer_norm_bias", (c.h,)))
+    f1 = 2 * c.f if c.swiglu else c.f
+    out.append((pre + "mlp.linear_fc1.weight", (f1, c.h)))
+    if c.bias:
+        out.append((pre + "mlp.linear_fc1.bias", (f1,)))
+    out.append((pre + "mlp.linear_fc2.weight", (c.h, c.f)))
+    if c.bias:
+        out.append((pre + "mlp.linear_fc2.bias", (c.h,)))
     return out
 
 
@@ -1098,7 +1123,7 @@ def moe_report(logs):
     return out
 
 
-def gpt_forward(P, c, batch, attention_fn=attention, mlp_fn=mlp, moe_log=None, logits_only=False):
+def gpt_forward(P, c, batch, attention_fn=attention, mlp_fn=mlp, moe_log=None, logits_only=False, mtp_losses=None):
     """Per-token cross-entropy [b, s] over the full padded vocabulary (logits_only: the
     logits [b, s, V] instead). MoE layers append their attached auxiliary objective and
     logged values to moe_log."""
@@ -1117,8 +1142,7 @@ def gpt_forward(P, c, batch, attention_fn=attention, mlp_fn=mlp, moe_log=None, l
         S = tokens.shape[1]
         i = torch.arange(S)
         wmask = mask | (i[None, :] < i[:, None] - c.window)[None, :, :]  # keys more than L back
-    for n in range(c.L):
-        pre = "decoder.layers.%d." % n
+    def layer(x, pre, n, moe):
         a = pre + "self_attention."
         windowed = wmask is not None and (c.swa_layers is None or c.swa_layers[n])
         if mla:
@@ -1128,22 +1152,50 @@ def gpt_forward(P, c, batch, attention_fn=attention, mlp_fn=mlp, moe_log=None, l
             hn = norm(x, P[a + "linear_qkv.layer_norm_weight"], P.get(a + "linear_qkv.layer_norm_bias"), c)
             x = x + attention_fn(hn, P, a, c, rope, wmask if windowed else mask)
         m = pre + "mlp."
-        if is_moe(c, n):
+        if moe:
             hn = norm(x, P[pre + "pre_mlp_layernorm.weight"], P.get(pre + "pre_mlp_layernorm.bias"), c)
-            x = x + moe_layer(hn, P, m, c, moe_log)
-            continue
+            return x + moe_layer(hn, P, m, c, moe_log)
         hn = norm(x, P[m + "linear_fc1.layer_norm_weight"], P.get(m + "linear_fc1.layer_norm_bias"), c)
-        x = x + mlp_fn(hn, P, m, c)
+        return x + mlp_fn(hn, P, m, c)
+
+    for n in range(c.L):
+        x = layer(x, "decoder.layers.%d." % n, n, is_moe(c, n))
     x = norm(x, P["decoder.final_layernorm.weight"], P.get("decoder.final_layernorm.bias"), c)
     w_out = P["output_layer.weight"] if c.untie else P["embedding.word_embeddings.weight"]
     logits = F.linear(x, w_out)
     if logits_only:
         return logits
     V = logits.shape[-1]
+    if mtp_losses is not None and getattr(c, "mtp", 0):
+        # multi-token prediction: depth k sees the ids (and positions) rolled k+1 places left,
+        # zero-filled at the end, and predicts the labels rolled alike
+        ids, pos, labels, hid = tokens, batch.get("position_ids"), batch["labels"], x
+        for k in range(c.mtp):
+            pre = "mtp.layers.%d." % k
+            ids, pos, labels = roll_left(ids), roll_left(pos) if pos is not None else None, roll_left(labels)
+            e = F.embedding(ids, P["embedding.word_embeddings.weight"])
+            if c.pos == "learned_absolute":
+                e = e + F.embedding(pos, P["embedding.position_embeddings.weight"])
+            e = norm(e, P[pre + "enorm.weight"], P.get(pre + "enorm.bias"), c)
+            hh = norm(hid, P[pre + "hnorm.weight"], P.get(pre + "hnorm.bias"), c)
+            y = F.linear(torch.cat([e, hh], -1), P[pre + "eh_proj.weight"])
+            y = layer(y, pre + "transformer_layer.", c.L - 1, is_moe(c, c.L - 1))
+            hid = norm(y, P[pre + "final_layernorm.weight"], P.get(pre + "final_layernorm.bias"), c)
+            lg = F.linear(hid, w_out)
+            mtp_losses.append(F.cross_entropy(lg.reshape(-1, V), labels.reshape(-1),
+                                              reduction="none").view(tokens.shape))
     return F.cross_entropy(logits.reshape(-1, V), batch["labels"].reshape(-1), reduction="none").view(tokens.shape)
 
 
-def step_objective(P, c, micro_batches, forward=gpt_forward, backward=True, moe_log=None):
+def roll_left(t):
+    """Megatron's roll_tensor(shifts=-1, dims=-1) without context parallelism: each row
+    moved one place left, the last place 0."""
+    out = torch.zeros_like(t)
+    out[..., :-1] = t[..., 1:]
+    return out
+
+
+def step_objective(P, c, micro_batches, forward=gpt_forward, backward=True, moe_log=None, mtp_log=None):
     """Megatron's train step objective: each micro-batch contributes
     (sum(loss*mask) / max(1, sum(mask)) + the MoE layers' attached aux/z losses) / M: the
     auxiliary losses get the gradient scale 1/M (loss scale 1, cp 1) and stay out of the lm
@@ -1153,11 +1205,23 @@ def step_objective(P, c, micro_batches, forward=gpt_forward, backward=True, moe_
     obj, lsum, ntok = 0.0, 0.0, 0.0
     for mb in micro_batches:
         calls = []
-        losses = forward(P, c, mb, moe_log=calls)
+        mtp = []
+        losses = forward(P, c, mb, moe_log=calls, mtp_losses=mtp) if getattr(c, "mtp", 0) else \
+            forward(P, c, mb, moe_log=calls)
         mask = mb["loss_mask"].to(losses.dtype)
         s = torch.sum(losses.reshape(-1) * mask.reshape(-1))
         nt = float(mask.sum().item())
         o = s / max(1.0, nt) / M
+        mk = mask
+        for k, lk in enumerate(mtp):
+            # MTPLossAutoScaler: (scale / D) x the masked mean over the rolled mask, with the
+            # main loss's backward scale 1/M; logged: the masked mean, summed over micro-batches / M
+            mk = roll_left(mk)
+            nk = float(mk.sum().item())
+            sk = torch.sum(lk.reshape(-1) * mk.reshape(-1))
+            o = o + c.mtp_scale / c.mtp * sk / max(1.0, nk) / M
+            if mtp_log is not None and nk > 0:
+                mtp_log[k] = mtp_log.get(k, 0.0) + float(sk.item()) / nk / M
         for extra, _ in calls:
             o = o + extra / M
         if moe_log is not None:
@@ -1262,6 +1326,8 @@ def load_model(path, c, dtype):
     P = {}
     buffers = ["decoder.layers.%d.mlp.router.expert_bias" % n for n in range(c.L)
                if c.E and c.ebias is not None and is_moe(c, n)]
+    buffers += ["mtp.layers.%d.transformer_layer.mlp.router.expert_bias" % k for k in range(c.mtp)
+                if c.E and c.ebias is not None and is_moe(c, c.L - 1)]
     with h5py.File(path, "r") as f:
         have = set(k for k in f.keys() if not k.endswith("_extra_state"))
         for n in buffers:  # the expert bias: router state, not a parameter
@@ -1374,7 +1440,8 @@ def train(args):
             b["tokens"], b["labels"] = b["tokens"].long(), b["labels"].long()
             mbs_list.append(b)
         moe_log = []
-        _, lsum, ntok = step_objective(P, c, mbs_list, moe_log=moe_log)
+        mtp_log = {}
+        _, lsum, ntok = step_objective(P, c, mbs_list, moe_log=moe_log, mtp_log=mtp_log)
         lm_loss = lsum / ntok if ntok > 0 else float("nan")
         if c.E and c.ebias is not None:  # aux-loss-free balancing, once per iteration, in fp32
             for pre, cnt in c.counts.items():
@@ -1396,6 +1463,8 @@ def train(args):
         n += gbs
         line = {"iteration": it + 1, "lm loss": lm_loss}
         line.update(moe_report(moe_log))  # Megatron prints these right after the lm loss
+        for k in range(c.mtp):
+            line["mtp_%d loss" % (k + 1)] = mtp_log.get(k, 0.0)
         line.update({"grad norm": gn, "learning rate": sched(n)})
         print(json.dumps(line), flush=True)
         if args.exit_interval and (it + 1) % args.exit_interval == 0:
