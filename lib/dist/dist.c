@@ -156,7 +156,7 @@ static void watch_start(struct dist *d, double timeout_s, double hang_s)
 	}
 	d->watch = w;
 	struct dist_group *gs[] = { &d->world_g, &d->tp, &d->cp, &d->dp, &d->dp_cp, &d->pp, &d->mp, &d->emb,
-				    &d->ep, &d->edp };
+				    &d->ep, &d->edp, &d->etp, &d->etmp };
 	for (size_t i = 0; i < sizeof(gs) / sizeof(gs[0]); i++)
 		gs[i]->watch = w;
 }
@@ -380,6 +380,8 @@ int dist_setup(struct dist *d, const struct dist_layout *l)
 		return -1;
 	unsigned EP = 1u << DIST_EP;
 	if (make_group(d, &d->ep, "expert-model-parallel", EP, &eg) < 0 ||
+	    make_group(d, &d->etp, "expert-tensor-parallel", TP, &eg) < 0 ||
+	    make_group(d, &d->etmp, "expert-tensor-and-model-parallel", TP | EP, &eg) < 0 ||
 	    make_group(d, &d->edp, "expert-data-parallel", DP, &eg) < 0)
 		return -1;
 	return 0;
@@ -396,11 +398,11 @@ static void free_group(struct dist_group *g)
 
 /* The groups in the order their NCCL communicators are made (dist_use_device)
  * and destroyed (dist_finalize): one order, the same on every rank. */
-#define NCCL_GROUPS 10
+#define NCCL_GROUPS 12
 static void nccl_group_order(struct dist *d, struct dist_group *gs[NCCL_GROUPS])
 {
-	struct dist_group *order[NCCL_GROUPS] = { &d->world_g, &d->dp_cp, &d->dp, &d->cp, &d->mp,
-						  &d->tp,      &d->pp,    &d->emb, &d->ep, &d->edp };
+	struct dist_group *order[NCCL_GROUPS] = { &d->world_g, &d->dp_cp, &d->dp,  &d->cp,  &d->mp,  &d->tp,
+						  &d->pp,      &d->emb,   &d->ep,  &d->edp, &d->etp, &d->etmp };
 	memcpy(gs, order, sizeof(order));
 }
 
@@ -422,7 +424,8 @@ void dist_finalize(struct dist *d)
 		dist_nccl_group_free(all[i]);
 	if (!d->mpi)
 		return;
-	struct dist_group *gs[] = { &d->tp, &d->cp, &d->dp, &d->dp_cp, &d->pp, &d->mp, &d->emb, &d->ep, &d->edp };
+	struct dist_group *gs[] = { &d->tp,  &d->cp, &d->dp,  &d->dp_cp, &d->pp,  &d->mp,
+				    &d->emb, &d->ep, &d->edp, &d->etp,   &d->etmp };
 	for (size_t i = 0; i < sizeof(gs) / sizeof(gs[0]); i++)
 		free_group(gs[i]);
 	MPI_Finalize();
@@ -438,10 +441,11 @@ int dist_use_device(struct dist *d)
 	struct dist_group *gs[NCCL_GROUPS];
 	nccl_group_order(d, gs);
 	for (size_t i = 0; i < NCCL_GROUPS; i++) {
-		/* the expert groups move device memory under expert parallelism only
-		 * (without it edp is the data-parallel ranks again) */
-		bool expert = gs[i] == &d->ep || gs[i] == &d->edp;
-		if (gs[i]->size > 1 && !gs[i]->nccl && (!expert || d->layout.ep > 1))
+		/* the expert groups move device memory only when the experts are
+		 * apart (without EP and with expert TP = TP, edp is the data-parallel
+		 * ranks and etp the tensor-parallel ones again) */
+		bool expert = gs[i] == &d->ep || gs[i] == &d->edp || gs[i] == &d->etp || gs[i] == &d->etmp;
+		if (gs[i]->size > 1 && !gs[i]->nccl && (!expert || dist_experts_apart(&d->layout)))
 			dist_nccl_group_init(gs[i], gs[i] == &d->cp || gs[i] == &d->pp);
 	}
 	return 0;

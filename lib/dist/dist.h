@@ -78,8 +78,11 @@ struct dist {
 	 * that split a MoE layer's experts) and expert-data-parallel (the
 	 * replicas of one set of experts, which sum its gradients); without
 	 * expert parallelism ep is a group of one and edp the data-parallel
-	 * ranks */
-	struct dist_group ep, edp;
+	 * ranks; expert-tensor-parallel (the ranks that split each expert's
+	 * MLP, --expert-tensor-parallel-size) and expert-tensor-and-model-
+	 * parallel (both: the ranks whose experts make up one replica, over
+	 * which the experts' norms are summed) */
+	struct dist_group ep, edp, etp, etmp;
 	struct dist_watch *watch;
 };
 

@@ -264,15 +264,15 @@ int dist_layout_from_args(struct dist_layout *l, const struct args *a, int world
 			     world, l->tp, l->pp, l->cp, (long long)model);
 	l->dp = (int)(world / model);
 
-	if (a->expert_tensor_parallel_size > 0 && a->expert_tensor_parallel_size != l->tp)
-		return error("--expert-tensor-parallel-size %lld: experts split like the dense layers "
-			     "(--tensor-model-parallel-size %d) in megac so far", (long long)a->expert_tensor_parallel_size,
-			     l->tp);
-	/* The expert generator: etp = tp (no --expert-tensor-parallel-size yet). */
-	l->etp = l->tp;
+	/* The expert generator: --expert-tensor-parallel-size splits each
+	 * expert's MLP (Megatron's default, -1, is the TP size). */
+	if (a->expert_tensor_parallel_size == -1)
+		l->etp = l->tp;
+	else if (size_flag("--expert-tensor-parallel-size", a->expert_tensor_parallel_size, &l->etp) < 0)
+		return -1;
 	int64_t expert = (int64_t)l->etp * l->ep * l->pp;
 	if (world % expert)
-		return error("world size %d is not divisible by expert tensor-parallel size %d * "
+		return error("world size %d is not divisible by --expert-tensor-parallel-size %d * "
 			     "--expert-model-parallel-size %d * --pipeline-model-parallel-size %d = %lld",
 			     world, l->etp, l->ep, l->pp, (long long)expert);
 	l->edp = (int)(world / expert);

@@ -91,8 +91,8 @@ int rank_gen_group_of(const struct rank_gen *g, unsigned axes, int rank, int *me
 
 /*
  * The parallel layout of one training run: world = tp·pp·cp·dp for the dense
- * part, world = etp·ep·pp·edp for the expert part (etp = tp; megac has no
- * --expert-tensor-parallel-size). vpp is the number of virtual pipeline
+ * part, world = etp·ep·pp·edp for the expert part (etp:
+ * --expert-tensor-parallel-size, by default tp). vpp is the number of virtual pipeline
  * stages per rank (model chunks), 1 = no interleaving. sp is
  * --sequence-parallel after Megatron's tp == 1 rule.
  */
@@ -113,6 +113,14 @@ struct dist_layout {
  * with a warning. Returns 0, or -1 after error() naming the flags.
  */
 int dist_layout_from_args(struct dist_layout *l, const struct args *a, int world);
+
+/* Whether the experts' tensors form a part of their own, reduced over the
+ * expert-data-parallel group and gathered over the expert-tensor-parallel
+ * one: with expert parallelism, or an expert TP size other than TP. */
+static inline bool dist_experts_apart(const struct dist_layout *l)
+{
+	return l->ep > 1 || l->etp != l->tp;
+}
 
 /* The dense generator (tp, ep = 1, dp, pp, cp) and the expert generator
  * (etp, ep, edp, pp, cp = 1) of a layout, under `order` (NULL: the default). */

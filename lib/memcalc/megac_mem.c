@@ -129,8 +129,9 @@ int megac_mem_predict(const struct args *a, int64_t vocab, struct megac_stage_me
 		struct dist_group tp = { .name = "tensor-model-parallel", .size = l.tp };
 		struct dist_group cp = { .name = "context-parallel", .size = l.cp };
 		struct dist_group ep = { .name = "expert-model-parallel", .size = l.ep };
+		struct dist_group etp = { .name = "expert-tensor-parallel", .size = l.etp };
 		struct gpt_setup pipe = { .B = (int)mbs, .precision = prec, .tp = &tp, .sp = l.sp, .cp = &cp, .ep = &ep,
-					  .pp = l.pp, .stage = s, .vpp = l.vpp, .nslots = ps.inflight,
+					  .etp = &etp, .pp = l.pp, .stage = s, .vpp = l.vpp, .nslots = ps.inflight,
 					  .doc_masks = a->reset_attention_mask };
 		struct dist_group dpg = { .name = "data-parallel", .size = (int)(dp * l.cp) };
 		struct fsdp fs;
@@ -151,7 +152,8 @@ int megac_mem_predict(const struct args *a, int64_t vocab, struct megac_stage_me
 		size_t total = model.reg.total, ostate = 0;
 		size_t base[2], end[2], lo[2], hi[2];
 		int gsize[2] = { (int)(dp * l.cp), l.edp }, grank[2] = { 0, 0 };
-		int np = train_opt_parts(total, model.expert_lo, l.ep > 1, level >= 1, gsize, grank, base, end, lo, hi);
+		int np = train_opt_parts(total, model.expert_lo, dist_experts_apart(&l), level >= 1, gsize, grank, base, end,
+					 lo, hi);
 		/* the states' formats and offload as train sets them up: on a GPU
 		 * unless --device cpu (whose run offloads nothing) */
 		struct adam_options aopt;

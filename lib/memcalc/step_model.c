@@ -35,6 +35,8 @@ const char *step_group_name(int group, int cp)
 		return "expert-model-parallel";
 	case SM_EDP:
 		return "expert-data-parallel";
+	case SM_ETP:
+		return "expert-tensor-parallel";
 	}
 	BUG("no step-model group %d", group);
 }
@@ -97,13 +99,17 @@ static void volumes(const struct gpt_config *c, const struct step_layout *l, str
 		e->messages[SM_CP] = (double)(m * Ll * 3 * (cp - 1)); /* K/V forward, K/V and dK/dV backward */
 	}
 	int64_t n = d * cp, P = l->rank0_params - l->rank0_expert_params;
-	if (c->E > 0 && l->ep > 1) {
+	int64_t et = l->etp > 0 ? l->etp : t;
+	if (c->E > 0 && (l->ep > 1 || et != t)) {
 		/* per micro-batch and MoE layer of rank 0: the routing counts
-		 * (an all-gather of E ints), then the rows of its tokens to their
-		 * experts and back, forward and backward (four all-to-alls, each
-		 * sending the (ep-1)/ep of the N*topk rows that go to other ranks
-		 * when routing is balanced) */
-		int64_t ep = l->ep, moe = 0;
+		 * (an all-gather of E ints), then the rows of its sequence shard's
+		 * tokens to their experts and back, forward and backward (four
+		 * all-to-alls over EP, each sending the (ep-1)/ep of the shard's
+		 * rows that go to other ranks when routing is balanced; then
+		 * four exchanges over expert TP, the rows an EP rank received
+		 * gathered from every expert-TP peer and the partial outputs
+		 * summed back, with the all-gather of El counts) */
+		int64_t ep = l->ep, moe = 0, El = c->E / ep;
 		for (int ch = 0; ch < l->vpp; ch++) {
 			int first, count;
 			dist_stage_layers(&(struct dist_split){ .L = c->L, .pp = l->pp, .vpp = l->vpp,
@@ -112,11 +118,14 @@ static void volumes(const struct gpt_config *c, const struct step_layout *l, str
 			for (int j = first; j < first + count; j++)
 				moe += c->moe_layer[j] != 0;
 		}
-		int64_t rows = N * c->router.k;
+		int64_t rows = (l->sp ? N / t : N) * c->router.k;
 		e->bytes[SM_EP] = m * moe * (4 * (ep - 1) * rows / ep * WORD * h + (ep - 1) * c->E * 4);
 		e->messages[SM_EP] = (double)(m * moe * 5 * (ep - 1));
+		int64_t eg = et > 1 && (l->sp || et != t) ? et : 1; /* the expert-TP ranks that gather rows */
+		e->bytes[SM_ETP] = m * moe * (4 * (eg - 1) * rows * WORD * h + (eg - 1) * El * 4);
+		e->messages[SM_ETP] = (double)(m * moe * 5 * (eg - 1));
 		/* the experts' gradients over expert data parallelism (no loss sums) */
-		int64_t ne = (int64_t)l->tp * l->cp * l->dp / ((int64_t)l->tp * ep), Pe = l->rank0_expert_params;
+		int64_t ne = (int64_t)t * l->cp * l->dp / (et * ep), Pe = l->rank0_expert_params;
 		if (ne > 1) {
 			if (l->dist_opt)
 				e->bytes[SM_EDP] = 2 * ((ne - 1) * WORD * Pe / ne) + ring(ne, 2 * WORD);
@@ -147,9 +156,11 @@ void step_estimate(const struct gpt_config *c, const struct step_layout *l, cons
 	int64_t span[SM_NGROUPS] = { l->tp, (int64_t)l->tp * l->cp * l->dp * l->pp, 0, (int64_t)l->tp * l->cp,
 				     (int64_t)l->tp * l->cp * l->dp };
 	span[SM_EMB] = span[SM_PP];
-	/* the expert generator orders expert tensor (= TP), expert, expert
-	 * data and pipeline ranks */
-	span[SM_EP] = (int64_t)l->tp * l->ep;
+	/* the expert generator orders expert tensor, expert, expert data and
+	 * pipeline ranks */
+	int64_t et = l->etp > 0 ? l->etp : l->tp;
+	span[SM_EP] = et * l->ep;
+	span[SM_ETP] = et;
 	span[SM_EDP] = span[SM_DP];
 	double comm = 0;
 	for (int g = 0; g < SM_NGROUPS; g++) {

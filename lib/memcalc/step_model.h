@@ -33,16 +33,18 @@
 /* The groups in --log-comm order; the data-parallel group is named
  * "data-parallel with context-parallel" when context parallelism is on.
  * The expert groups carry bytes with mixture-of-experts layers only. */
-enum { SM_TP, SM_PP, SM_EMB, SM_CP, SM_DP, SM_EP, SM_EDP, SM_NGROUPS };
+enum { SM_TP, SM_PP, SM_EMB, SM_CP, SM_DP, SM_EP, SM_EDP, SM_ETP, SM_NGROUPS };
 
 struct step_layout {
 	int tp, pp, vpp, cp, dp; /* vpp 1: not interleaved */
 	int ep;                  /* expert-model-parallel size (1: none) */
+	int etp;                 /* expert-tensor-parallel size (0: tp) */
 	int64_t mbs, gbs;
 	bool sp, dist_opt;
 	int64_t rank0_params;    /* parameters held by world rank 0 (its stage, its TP slices) */
 	int64_t rank0_expert_params; /* of them, the experts' reduced over expert data parallelism
-				      * (expert parallelism only; else 0) */
+				      * (the experts apart only: expert parallelism or expert TP
+				      * other than TP; else 0) */
 };
 
 struct step_rates {

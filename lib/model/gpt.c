@@ -91,10 +91,11 @@ static void register_params(struct gpt_model *m)
 		if (c->mtp && m->mtp_emb < 0)
 			m->mtp_emb = m->out_w;
 	}
-	/* expert parallelism: the experts after everything else, the part of
-	 * the buffers reduced over its own data-parallel group (without it the
-	 * registration order stays the buffers' order, one run of buckets) */
-	m->expert_lo = c->E > 0 && m->par.ep ? params_move_last(&m->reg, PARAM_EXPERT) : m->reg.total;
+	/* the experts apart (expert parallelism, or expert TP other than TP):
+	 * the experts after everything else, the part of the buffers reduced
+	 * over its own data-parallel group (otherwise the registration order
+	 * stays the buffers' order, one run of buckets) */
+	m->expert_lo = c->E > 0 && m->par.dispatch ? params_move_last(&m->reg, PARAM_EXPERT) : m->reg.total;
 }
 
 /* Which layers are recomputed whole: uniform = all (Megatron recomputes every
@@ -291,6 +292,7 @@ static void set_parallel(struct gpt_model *m, const struct gpt_setup *pipe)
 	par->ep_rank = par->ep ? par->ep->rank : 0;
 	par->El = m->c.E / par->ep_size;
 	par->e0 = par->ep_rank * par->El;
+	moe_set_parallel(par, pipe->etp);
 }
 
 /* Selective recompute: the buffers of the modules --recompute-modules drops,
@@ -530,7 +532,7 @@ int gpt_init_pipe(struct gpt_model *m, const struct gpt_config *c, const struct 
 	struct gpt_parallel *par = &m->par;
 	int t = par->tp_size;
 	struct gpt_layout lay = { .tp = t, .pp = pipe->pp, .vpp = pipe->vpp, .cp = par->cp_size,
-				  .ep = par->ep_size, .sp = par->sp };
+				  .ep = par->ep_size, .etp = par->etp_size, .sp = par->sp };
 	if (gpt_config_check_layout(c, &lay, NULL) < 0)
 		return -1;
 	if (c->E > 0 && par->cp && par->ep)
@@ -570,7 +572,7 @@ int gpt_init_pipe(struct gpt_model *m, const struct gpt_config *c, const struct 
 	m->lc.a /= t;
 	m->lc.g = c->g < t ? 1 : c->g / t; /* fewer groups than ranks: each rank's heads share one group */
 	m->lc.f /= t;
-	m->lc.moe_f /= t; /* experts split over TP as the dense MLP (expert TP = TP) */
+	m->lc.moe_f /= par->etp_size; /* experts split over expert TP (moe/moe_layer.c) */
 	m->lc.shared_f /= t;
 	/* Megatron's router sees one TP rank's sequence shard (SP is required
 	 * with TP): the capacity applies to each shard */

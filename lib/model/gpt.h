@@ -60,14 +60,21 @@ struct gpt_moe_acts {
 	float *fc1, *act, *y;        /* [R, f1], [R, f], [R, h] */
 	float *sfc1, *sact;          /* shared expert: [B*T, f1s], [B*T, fs] */
 	float *sgate, *sgate_host;   /* --moe-shared-expert-gate: [B*T] its sigmoid, and a host copy (else NULL) */
-	/* expert parallelism: this rank's experts run on the rows every rank
-	 * of the group routed to them, expert-major, peer after peer within
-	 * an expert (fc1 and act then hold those rows, y stays this rank's
-	 * tokens' rows, back from their experts) */
-	float *xloc;                 /* [Rl, h] (xperm without expert parallelism) */
+	/* the experts apart (gpt_parallel.dispatch): this rank sends the rows of
+	 * its sequence shard (sel: nsel of the R rows, in their order) to their
+	 * experts; its experts run on the rows every rank of the expert-parallel
+	 * group sent them, gathered over expert TP, expert-major (fc1 and act
+	 * then hold those rows); y holds this rank's shard's rows, back from
+	 * their experts, and zeros for the other rows */
+	float *xloc;                 /* [Rl, h] (xperm without dispatching) */
 	size_t rows_cap;             /* the rows xloc, fc1 and act hold (they grow: gpt_moe_rows_local) */
 	int32_t *cnt;                /* host [ep, El]: rows peer p sent for local expert e */
+	int32_t *ecnt;               /* host [etp, El]: rows expert-TP peer j got for local expert e */
 	int32_t *loff;               /* host [El + 1]: expert e's rows of xloc */
+	int32_t *sel_off;            /* host [E + 1]: expert e's rows of this rank's shard, of the nsel */
+	int32_t *sel_row, *sel_tok;  /* [R] the shard's rows (indices into the R) and their tokens (device) */
+	int32_t *sel_host;           /* host [R] sel_row */
+	int nsel;
 };
 
 /* What one layer's backward needs, [B*T, ...] row-major. */
@@ -204,6 +211,7 @@ struct gpt_setup {
 	bool sp;                      /* sequence parallelism (with TP) */
 	struct dist_group *cp;        /* context-parallel group (NULL: none) */
 	struct dist_group *ep;        /* expert-model-parallel group (NULL: none) */
+	struct dist_group *etp;       /* expert-tensor-parallel group (NULL: the experts split over tp) */
 	int pp, stage, vpp;           /* pipeline stages (0: 1), this rank's, model chunks per stage (0: 1) */
 	const int *nslots;            /* [vpp] micro-batches chunk v holds at once (the schedule's most in
 				       * flight); NULL: one each */
@@ -223,6 +231,16 @@ struct gpt_parallel {
 	struct ring_attn ring;  /* CP: the attention over the whole sequence */
 	struct dist_group *ep;  /* expert parallelism: this rank holds experts [e0, e0 + El) of each MoE layer */
 	int ep_size, ep_rank, e0, El;
+	/* expert tensor parallelism: each expert's MLP split over etp_size ranks
+	 * (the tp group when it is the same size: then etp is tp) */
+	struct dist_group *etp;
+	int etp_size, etp_rank;
+	/* the experts are apart (expert parallelism, or expert TP other than
+	 * TP): each TP rank dispatches its sequence shard's rows through the
+	 * expert-parallel all-to-all and the expert-TP exchange
+	 * (moe/token_dispatcher.c), and the experts' tensors are a part of
+	 * their own (expert_lo) */
+	bool dispatch;
 };
 
 /* Scratch the layers share: forward temporaries and the gradients a
@@ -254,8 +272,9 @@ struct gpt_scratch {
 struct gpt_moe_state {
 	float *dy, *dact, *dfc1, *dx, *dw, *dz, *out2; /* rows [R, ...], router [B*T, E] */
 	float *dw_host, *dprobs_host, *dz_host;        /* host */
-	float *xa, *xb;    /* expert parallelism: rows in transit, and expert-major rows [max(R, Rl), h] */
-	size_t rows_cap;   /* the rows dact, dfc1, xa and xb hold */
+	float *xa, *xb;    /* dispatching: rows in transit [max(R, Rl), h] */
+	float *xc;         /* dispatching, backward: the experts' rows' gradients [Rl, h] */
+	size_t rows_cap;   /* the rows dact, dfc1, xa, xb and xc hold */
 	int32_t *cnt_all;  /* host [ep, E]: every peer's rows per expert */
 	/* --moe-shared-expert-gate: the gated output or its gradient [B*T, h],
 	 * the logits or their gradient [B*T], 0 .. B*T (moe_combine's index

@@ -585,9 +585,13 @@ int gpt_config_check_layout(const struct gpt_config *c, const struct gpt_layout 
 		sbuf_addf(&why, "; --ffn-hidden-size %d is not divisible by --tensor-model-parallel-size %d", c->f, t);
 	if (ours && c->Vp % t)
 		sbuf_addf(&why, "; the padded vocabulary %d is not divisible by --tensor-model-parallel-size %d", c->Vp, t);
-	if (ours && c->E > 0 && (c->moe_f % t || c->shared_f % t))
-		sbuf_addf(&why, "; the experts' ffn size %d (--moe-ffn-hidden-size) and the shared expert's %d are not "
-			  "both divisible by --tensor-model-parallel-size %d", c->moe_f, c->shared_f, t);
+	int et = lay->etp > 0 ? lay->etp : t;
+	if (ours && c->E > 0 && c->moe_f % et)
+		sbuf_addf(&why, "; the experts' ffn size %d (--moe-ffn-hidden-size) is not divisible by the expert "
+			  "tensor-parallel size %d", c->moe_f, et);
+	if (ours && c->E > 0 && c->shared_f % t)
+		sbuf_addf(&why, "; the shared expert's ffn size %d (--moe-shared-expert-intermediate-size) is not "
+			  "divisible by --tensor-model-parallel-size %d", c->shared_f, t);
 	struct dist_split split = { .L = c->L, .pp = pp, .vpp = vpp, .first = c->pp_first, .last = c->pp_last };
 	const char *bad_split = dist_split_check(&split);
 	if (bad_split && (c->pp_first || c->pp_last)) {

@@ -148,6 +148,7 @@ double gpt_flops_per_iteration(const struct gpt_config *c, int64_t batch_size);
 /* A parallel layout, as far as the model's shapes care. */
 struct gpt_layout {
 	int tp, pp, vpp, cp, ep; /* 1 = none */
+	int etp;                 /* --expert-tensor-parallel-size (0: tp) */
 	bool sp;                 /* --sequence-parallel */
 	bool megatron_rules;     /* only what Megatron itself requires (report_memory's formula): ffn,
 				  * vocabulary and experts' ffn are not checked against TP; megac's

@@ -136,6 +136,9 @@ void mlp_fc1_forward(struct gpt_model *m, const struct gpt_pass *P, int l, struc
 void mlp_backward(struct gpt_model *m, const struct gpt_pass *P, int l, struct gpt_layer_acts *A, const float *ln2,
 		  const float *dout);
 
+/* par's expert-tensor-parallel group (NULL: the experts split over TP)
+ * and whether the layers dispatch (gpt_parallel) */
+void moe_set_parallel(struct gpt_parallel *par, struct dist_group *etp);
 void moe_register(struct gpt_model *m, int l);
 struct gpt_moe_acts *moe_alloc_acts(struct gpt_model *m);
 void moe_alloc_scratch(struct gpt_model *m, bool backward);
@@ -159,7 +162,7 @@ void moe_experts_backward(struct gpt_model *m, int l, const int32_t *off, const 
 /* the token dispatcher over expert parallelism (moe/token_dispatcher.c) */
 size_t moe_rows_most(const struct gpt_model *m);
 void moe_reserve(struct gpt_model *m, struct gpt_moe_acts *M, size_t rows);
-void moe_plan_exchange(struct gpt_model *m, struct gpt_moe_acts *M, const struct moe_route *r);
+void moe_plan_exchange(struct gpt_model *m, struct gpt_moe_acts *M, const struct moe_route *r, int T);
 void moe_exchange(struct gpt_model *m, const struct gpt_moe_acts *M, float *out, const float *in, bool to_experts);
 
 void transformer_layer_register(struct gpt_model *m, int l);

@@ -38,6 +38,12 @@ int fsdp_level(const struct args *a, int pp, int ep)
 		return error("--data-parallel-sharding-strategy %s with --expert-model-parallel-size %d: not in megac "
 			     "yet; use optim (the distributed optimizer) with expert parallelism",
 			     names[level], ep);
+	if (level >= 2 && a->expert_tensor_parallel_size > 0 &&
+	    a->expert_tensor_parallel_size != a->tensor_model_parallel_size)
+		return error("--data-parallel-sharding-strategy %s with --expert-tensor-parallel-size %lld other than "
+			     "--tensor-model-parallel-size %lld: not in megac yet; use optim (the distributed optimizer)",
+			     names[level], (long long)a->expert_tensor_parallel_size,
+			     (long long)a->tensor_model_parallel_size);
 	if (level == 3 && a->optimizer_cpu_offload && !a->bf16 && !a->fp16)
 		return error("--optimizer-cpu-offload with --data-parallel-sharding-strategy optim_grads_params on an "
 			     "fp32 model: not in megac (its sharded weights are its main weights); use --bf16");

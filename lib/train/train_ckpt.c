@@ -61,12 +61,12 @@ static size_t global_numel(const struct param *p)
 }
 
 /* One parameter's global tensor from this rank's slice (local: its elements),
- * complete on tensor-parallel rank 0: the TP ranks' slices are gathered and
- * put where params_global_pos_rank says. Collective over the TP group. */
-static void param_global(struct trainer *t, const struct param *p, const float *local, float *global,
+ * complete on rank 0 of tp, the group that splits it (the tensor-parallel
+ * one, or for the experts the expert-tensor-parallel one): the slices are
+ * gathered and put where params_global_pos_rank says. Collective over tp. */
+static void param_global(struct dist_group *tp, const struct param *p, const float *local, float *global,
 			 float *scratch)
 {
-	struct dist_group *tp = &t->dist.tp;
 	if (p->tp_axis < 0 || tp->size == 1) {
 		memcpy(global, local, p->numel * sizeof(float));
 		return;
@@ -192,8 +192,8 @@ static void expert_name(const struct trainer *t, int l, int peer, int e_local, i
 /*
  * Expert parallelism: the stage's experts live on the expert-parallel ranks
  * of the writer's replica (its expert-data-parallel rank 0), each its own.
- * Every such rank assembles its experts tensor by tensor (TP gathers as
- * above), in one order all of them know, (layer, local expert, fc1/fc2), and
+ * Every such rank assembles its experts tensor by tensor (gathered over
+ * expert TP as above), in one order all of them know, (layer, local expert, fc1/fc2), and
  * sends each to the writer's EP rank 0, which writes them under their
  * global names after its own. Called on the ranks with expert-data-parallel
  * rank 0; the dense tensors are stream_tensors' alone.
@@ -214,9 +214,9 @@ static int stream_experts(struct trainer *t, struct train_save *w, int file, con
 				const struct param *p = &m->reg.p[idx];
 				size_t n = global_numel(p);
 				xgrow(&global, &gcap, n, sizeof(float));
-				xgrow(&scratch, &scap, p->numel * (size_t)t->dist.tp.size, sizeof(float));
-				param_global(t, p, local + p->offset, global, scratch);
-				if (t->dist.tp.rank != 0)
+				xgrow(&scratch, &scap, p->numel * (size_t)t->dist.etp.size, sizeof(float));
+				param_global(&t->dist.etp, p, local + p->offset, global, scratch);
+				if (t->dist.etp.rank != 0)
 					continue;
 				if (ep->rank != 0) {
 					dist_send_bytes(ep, global, n * sizeof(float), 0, CKPT_TAG_EXPERT);
@@ -245,11 +245,11 @@ static int stream_tensors(struct trainer *t, struct train_save *w, int file, con
 	int ret = 0;
 	for (int i = 0; i < reg->n; i++) {
 		const struct param *p = &reg->p[i];
-		if ((p->flags & PARAM_SHARED) || (t->dist.ep.size > 1 && (p->flags & PARAM_EXPERT)))
-			continue; /* experts under expert parallelism: stream_experts */
+		if ((p->flags & PARAM_SHARED) || (dist_experts_apart(&t->dist.layout) && (p->flags & PARAM_EXPERT)))
+			continue; /* the experts apart: stream_experts */
 		xgrow(&global, &gcap, global_numel(p), sizeof(float));
 		xgrow(&scratch, &scap, p->numel * (size_t)t->dist.tp.size, sizeof(float));
-		param_global(t, p, local + p->offset, global, scratch);
+		param_global(&t->dist.tp, p, local + p->offset, global, scratch);
 		if (!ret)
 			ret = put_global(w, file, group, p->name, p->ndim, p->shape, global);
 	}
@@ -643,11 +643,13 @@ int train_ckpt_save(struct trainer *t, bool async)
 	j->mf = j->of = -1;
 	const char *kill_at = getenv("MEGAC_FAULT_KILL_SAVE");
 	j->fault_kill = kill_at && atoll(kill_at) == t->iteration;
-	/* expert parallelism: the experts of the writer's replica are spread
-	 * over its EP group (the ranks with expert-data-parallel rank 0) */
-	bool experts = t->dist.ep.size > 1 && t->dist.edp.rank == 0;
-	if (t->dist.ep.size > 1 && assemble && t->dist.ep.rank != 0)
-		BUG("data-parallel rank 0 is expert-parallel rank %d, not 0", t->dist.ep.rank);
+	/* the experts apart: the experts of the writer's replica are spread
+	 * over its expert-TP and EP groups (the ranks with expert-data-parallel
+	 * rank 0) */
+	bool experts = dist_experts_apart(&t->dist.layout) && t->dist.edp.rank == 0;
+	if (experts && j->leader && (t->dist.ep.rank != 0 || t->dist.etp.rank != 0))
+		BUG("the writer is expert-parallel rank %d and expert-tensor-parallel rank %d, not 0 and 0",
+		    t->dist.ep.rank, t->dist.etp.rank);
 	dist_watchdog_pause(&t->dist, true); /* the others wait while the leaders write */
 	if (j->leader) {
 		j->w = open_stage(t, &j->mf, &j->of, &j->bad);

@@ -481,7 +481,7 @@ static int setup(struct trainer *t, const struct args *a)
 	/* the model must fit the layout: said now, before any data is built */
 	const struct dist_layout *fl = &t->dist.layout;
 	struct gpt_layout fit = { .tp = fl->tp, .pp = fl->pp, .vpp = fl->vpp, .cp = fl->cp, .ep = fl->ep,
-				  .sp = fl->sp };
+				  .etp = fl->etp, .sp = fl->sp };
 	if (gpt_config_check_layout(&t->cfg, &fit, NULL) < 0)
 		return -1;
 	if (t->dist.rank == 0 && t->cfg.Vp != t->cfg.V) /* Megatron's line */
@@ -495,11 +495,15 @@ static int setup(struct trainer *t, const struct args *a)
 	mem_pool_init(&t->mem, t->k);
 	const struct dist_layout *lay = &t->dist.layout;
 	struct gpt_setup pipe = { .B = (int)t->mbs, .precision = prec, .tp = &t->dist.tp, .sp = lay->sp,
-				  .cp = &t->dist.cp, .ep = &t->dist.ep, .pp = lay->pp, .stage = t->dist.pp.rank,
+				  .cp = &t->dist.cp, .ep = &t->dist.ep, .etp = &t->dist.etp, .pp = lay->pp,
+				  .stage = t->dist.pp.rank,
 				  .vpp = lay->vpp, .nslots = t->pp_train.inflight, .doc_masks = a->reset_attention_mask };
 	int level = fsdp_level(a, lay->pp, lay->ep);
 	if (level < 0)
 		return -1;
+	if (lay->etp != lay->tp && a->moe_router_force_load_balancing)
+		return error("--moe-router-force-load-balancing with --expert-tensor-parallel-size %d other than "
+			     "--tensor-model-parallel-size %d: not in megac yet", lay->etp, lay->tp);
 	pipe.shards = fsdp_prepare(&t->fsdp, level, t->gdp);
 	if (gpt_init_pipe(&t->model, &t->cfg, t->k, &t->mem, &pipe) < 0)
 		return -1;
@@ -513,7 +517,7 @@ static int setup(struct trainer *t, const struct args *a)
 	t->mtp_sum = xcalloc((size_t)t->cfg.mtp + 1, sizeof(double));
 	/* the optimizer's parts (trainer.h), each reduced over its group and,
 	 * with --use-distributed-optimizer, sharded over it */
-	bool ep = t->dist.ep.size > 1;
+	bool ep = dist_experts_apart(lay);
 	struct dist_group *groups[2] = { t->gdp, &t->dist.edp };
 	int gsize[2] = { t->gdp->size, t->dist.edp.size }, grank[2] = { t->gdp->rank, t->dist.edp.rank };
 	size_t base[2], end[2], lo[2], hi[2];

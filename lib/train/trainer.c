@@ -55,8 +55,9 @@ static double secs_since(const struct timespec *t0)
 /* The sum of squares of this rank's parameters or gradients, or the
  * gradients' zeros, in the optimizer's elements, every tensor of the model once
  * over the whole job: each part's shards over its group (distributed
- * optimizer), the experts over EP (each EP rank holds its own; the rest is
- * the same on every EP rank), slices over TP, stages over PP. */
+ * optimizer), the dense part's slices over TP, the experts' over expert TP
+ * and EP (Megatron's expert-tensor-and-model-parallel group: each EP rank
+ * holds its own experts, each expert-TP rank its slices), stages over PP. */
 enum trainer_stat { STAT_PARAMS_SUMSQ, STAT_GRADS_SUMSQ, STAT_GRADS_ZEROS };
 
 static double trainer_stat(struct trainer *t, enum trainer_stat what)
@@ -69,11 +70,9 @@ static double trainer_stat(struct trainer *t, enum trainer_stat what)
 			   what == STAT_GRADS_ZEROS ? adam_grad_zeros(&p->opt, rep) : adam_params_sumsq(&p->opt, rep);
 		if (p->sharded)
 			dist_allreduce_sum_f64(p->g, &s, 1);
-		if (i == 1)
-			dist_allreduce_sum_f64(&t->dist.ep, &s, 1);
+		dist_allreduce_sum_f64(i == 1 ? &t->dist.etmp : &t->dist.tp, &s, 1);
 		ss += s;
 	}
-	dist_allreduce_sum_f64(&t->dist.tp, &ss, 1);
 	dist_allreduce_sum_f64(&t->dist.pp, &ss, 1);
 	return ss;
 }
@@ -345,8 +344,8 @@ static int eval_and_print(struct trainer *t, int split, const char *prefix, int6
 
 /* --log-comm: bytes per iteration each group sent since the last line. */
 #define COMM_GROUPS(t) { &(t)->dist.dp, &(t)->dist.dp_cp, &(t)->dist.tp, &(t)->dist.pp, &(t)->dist.cp, \
-			  &(t)->dist.emb, &(t)->dist.world_g, &(t)->dist.ep, &(t)->dist.edp }
-#define COMM_DENSE 7 /* the groups before the expert ones, which are shown with expert parallelism only */
+			  &(t)->dist.emb, &(t)->dist.world_g, &(t)->dist.ep, &(t)->dist.edp, &(t)->dist.etp }
+#define COMM_DENSE 7 /* the groups before the expert ones, which are shown when the experts are apart only */
 
 /* Start counting --log-comm volumes from now (set-up traffic excluded). */
 static void trainer_comm_mark(struct trainer *t)
@@ -363,7 +362,7 @@ static void trainer_comm_line(struct trainer *t, struct sbuf *sb)
 	struct dist_group *gs[] = COMM_GROUPS(t);
 	uint64_t iters = (uint64_t)(t->iteration - t->comm_iteration);
 	sbuf_addf(sb, "[Rank %d] communication per iteration (bytes sent by this rank)", t->dist.rank);
-	for (size_t i = 0; i < (t->dist.layout.ep > 1 ? sizeof(gs) / sizeof(gs[0]) : COMM_DENSE); i++)
+	for (size_t i = 0; i < (dist_experts_apart(&t->dist.layout) ? sizeof(gs) / sizeof(gs[0]) : COMM_DENSE); i++)
 		sbuf_addf(sb, " | %s: %llu", gs[i]->name,
 			  (unsigned long long)((gs[i]->bytes - t->comm_last[i]) / (iters ? iters : 1)));
 	sbuf_addstr(sb, " |");

@@ -132,7 +132,7 @@ struct trainer {
 	struct metrics mx;
 	struct timers timers;  /* --timing-log-level */
 	bool have_mx;
-	uint64_t comm_last[10]; /* --log-comm: group byte counters at the last line */
+	uint64_t comm_last[12]; /* --log-comm: group byte counters at the last line */
 	int64_t comm_iteration; /* ... and the iteration then */
 };
 

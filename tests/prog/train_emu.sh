@@ -139,6 +139,12 @@ run "interleaved PP2, 2 stages per rank (against one CPU rank)" 1e-4 2 \
 	"--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1" --num-layers 4 $BASE
 run "CP2, ring attention (against one CPU rank)" 1e-4 2 "--context-parallel-size 2" --num-layers 2 $BASE $LLAMA
 run "EP2, MoE, bf16 (against one CPU rank)" 2e-2 2 "--expert-model-parallel-size 2" --num-layers 2 $BASE $MOE --bf16
+# each TP rank's sequence shard through the all-to-all, the expert-TP exchange
+run "ETP1 x TP2 (+SP) x EP2, MoE (against one CPU rank)" 1e-4 4 \
+	"--tensor-model-parallel-size 2 --sequence-parallel --expert-tensor-parallel-size 1 --expert-model-parallel-size 2" \
+	--num-layers 2 $BASE $MOE
+run "ETP2 x TP2 (+SP) x EP2, MoE, bf16 (against one CPU rank)" 2e-2 4 \
+	"--tensor-model-parallel-size 2 --sequence-parallel --expert-model-parallel-size 2" --num-layers 2 $BASE $MOE --bf16
 # each weight gathered in 16 bits and handed to the GEMMs as gathered
 run "Megatron-FSDP optim_grads_params, DP2, bf16 (against one CPU rank)" 2e-2 2 \
 	"--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params" --num-layers 2 $BASE $LLAMA --bf16

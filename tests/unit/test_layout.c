@@ -78,6 +78,7 @@ static struct args make_args(int tp, int pp, int cp)
 	a.pipeline_model_parallel_size = pp;
 	a.context_parallel_size = cp;
 	a.expert_model_parallel_size = 1;
+	a.expert_tensor_parallel_size = -1; /* the flag table's "not given": the TP size */
 	a.num_layers = 8;
 	a.num_attention_heads = 8;
 	a.num_query_groups = 1;
@@ -227,6 +228,49 @@ static void test_example_expert(void)
 	/* both generators give the same pipeline groups (initialize_model_parallel checks it) */
 	CHECK_GROUPS(&d, PP, "[0] [1] [2] [3] [4] [5] [6] [7]");
 	CHECK_GROUPS(&e, PP, "[0] [1] [2] [3] [4] [5] [6] [7]");
+}
+
+/* world = 8, tp = 2, ep = 2 with --expert-tensor-parallel-size 1: each
+ * expert whole, the EP groups inside the dense TP groups, edp = 4. */
+static void test_example_etp(void)
+{
+	struct args a = make_args(2, 1, 1);
+	a.expert_model_parallel_size = 2;
+	a.expert_tensor_parallel_size = 1;
+	struct dist_layout l;
+	CHECK_INT(dist_layout_from_args(&l, &a, 8), 0);
+	CHECK_INT(l.tp, 2);
+	CHECK_INT(l.dp, 4);
+	CHECK_INT(l.etp, 1);
+	CHECK_INT(l.ep, 2);
+	CHECK_INT(l.edp, 4);
+	CHECK(dist_experts_apart(&l));
+	struct rank_gen e;
+	CHECK_INT(dist_expert_gen(&e, &l, NULL), 0);
+	CHECK_GROUPS(&e, TP, "[0] [1] [2] [3] [4] [5] [6] [7]");
+	CHECK_GROUPS(&e, EP, "[0,1] [2,3] [4,5] [6,7]");
+	CHECK_GROUPS(&e, TP | EP, "[0,1] [2,3] [4,5] [6,7]");
+	CHECK_GROUPS(&e, DP, "[0,2,4,6] [1,3,5,7]");
+	CHECK_INT(dist_check_order(&l, NULL), 0);
+	/* expert TP larger than TP: tp 1, etp 2 on 4 ranks (edp 2) */
+	a = make_args(1, 1, 1);
+	a.expert_tensor_parallel_size = 2;
+	CHECK_INT(dist_layout_from_args(&l, &a, 4), 0);
+	CHECK_INT(l.etp, 2);
+	CHECK_INT(l.edp, 2);
+	CHECK(dist_experts_apart(&l));
+	CHECK_INT(dist_expert_gen(&e, &l, NULL), 0);
+	CHECK_GROUPS(&e, TP, "[0,1] [2,3]");
+	CHECK_GROUPS(&e, DP, "[0,2] [1,3]");
+	/* the default: expert TP = TP, nothing apart without EP */
+	a = make_args(2, 1, 1);
+	CHECK_INT(dist_layout_from_args(&l, &a, 4), 0);
+	CHECK_INT(l.etp, 2);
+	CHECK(!dist_experts_apart(&l));
+	a.expert_tensor_parallel_size = 3;
+	expect_refusal(&a, 8, (const char *const[]){ "not divisible by --expert-tensor-parallel-size 3", NULL });
+	a.expert_tensor_parallel_size = 0;
+	expect_refusal(&a, 8, (const char *const[]){ "--expert-tensor-parallel-size 0", "between 1", NULL });
 }
 
 /* the docstring example of initialize_model_parallel: world = 16, tp = 2, pp = 4. */
@@ -961,6 +1005,7 @@ int main(void)
 	log_init("test_layout", 0, 1);
 	RUN(test_example_8);
 	RUN(test_example_expert);
+	RUN(test_example_etp);
 	RUN(test_example_16);
 	RUN(test_dp_cp_order);
 	RUN(test_stage_layers);

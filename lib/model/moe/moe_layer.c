@@ -22,9 +22,12 @@
  * expert kept to the iteration's counts, and gpt_update_expert_bias turns
  * the counts of the global batch into the next bias once per iteration.
  *
- * Experts split over TP as the dense MLP does; with expert parallelism
- * this rank registers only its own experts, under their global numbers, so
- * checkpoints do not depend on the split.
+ * Experts split over expert TP (--expert-tensor-parallel-size, by
+ * default TP) as the dense MLP over TP; with expert parallelism this rank
+ * registers only its own experts, under their global numbers, so
+ * checkpoints do not depend on the split. With expert parallelism or an
+ * expert TP other than TP the layers dispatch (token_dispatcher.c): every
+ * TP rank routes all rows alike, but sends only its sequence shard's.
  */
 #include "model/gpt_int.h"
 
@@ -61,6 +64,29 @@ void gpt_update_expert_bias(struct gpt_model *m, struct dist_group *dp)
 	memset(S->tok_count, 0, (size_t)L * E * sizeof(*S->tok_count));
 }
 
+void moe_set_parallel(struct gpt_parallel *par, struct dist_group *etp)
+{
+	if (etp) {
+		par->etp = etp->size > 1 ? etp : NULL;
+		par->etp_size = etp->size;
+		par->etp_rank = etp->rank;
+	} else { /* serving: the TP ranks (the expert generator's fastest axis, as TP the dense one's) */
+		par->etp = par->tp;
+		par->etp_size = par->tp_size;
+		par->etp_rank = par->tp_rank;
+	}
+	par->dispatch = par->ep || par->etp_size != par->tp_size;
+}
+
+/* An expert's weight: split over expert TP along tp_axis. */
+static int reg_expert(struct gpt_model *m, const char *name, int64_t rows, int64_t cols, int tp_axis, float std,
+		      unsigned flags)
+{
+	int64_t shape[2] = { rows, cols };
+	return params_add(&m->reg, name, 2, shape, tp_axis, m->par.etp_size, m->par.etp_rank, flags | PARAM_EXPERT,
+			  PARAM_INIT_NORMAL, std);
+}
+
 void moe_register(struct gpt_model *m, int l)
 {
 	const struct gpt_config *c = &m->c;
@@ -83,9 +109,9 @@ void moe_register(struct gpt_model *m, int l)
 		if (e < m->par.e0 || e >= m->par.e0 + m->par.El)
 			continue;
 		gpt_expert_param_name(name, sizeof(name), l, e, 1);
-		p->efc1_w[e] = reg_weight(m, name, f1, c->h, 0, std, PARAM_EXPERT | glu);
+		p->efc1_w[e] = reg_expert(m, name, f1, c->h, 0, std, glu);
 		gpt_expert_param_name(name, sizeof(name), l, e, 2);
-		p->efc2_w[e] = reg_weight(m, name, c->h, c->moe_f, 1, out_std, PARAM_EXPERT);
+		p->efc2_w[e] = reg_expert(m, name, c->h, c->moe_f, 1, out_std, 0);
 	}
 	p->sfc1_w = p->sfc2_w = -1;
 	if (s->shared_expert) {
@@ -142,13 +168,20 @@ struct gpt_moe_acts *moe_alloc_acts(struct gpt_model *m)
 	M->tok_rows = gpt_take_bytes(m, R * sizeof(int32_t));
 	M->row_w = gpt_take(m, R);
 	M->xperm = gpt_take(m, R * h);
-	M->xloc = m->par.ep ? gpt_take(m, Rl * h) : M->xperm;
+	M->xloc = m->par.dispatch ? gpt_take(m, Rl * h) : M->xperm;
 	M->fc1 = gpt_take(m, Rl * f1);
 	M->act = moe_take_act(m, Rl);
 	M->rows_cap = Rl;
 	M->y = gpt_take(m, R * h);
 	M->cnt = xcalloc((size_t)m->par.ep_size * (size_t)m->par.El, sizeof(int32_t));
 	M->loff = xcalloc((size_t)m->par.El + 1, sizeof(int32_t));
+	if (m->par.dispatch) {
+		M->ecnt = xcalloc((size_t)m->par.etp_size * (size_t)m->par.El, sizeof(int32_t));
+		M->sel_off = xcalloc((size_t)c->E + 1, sizeof(int32_t));
+		M->sel_host = xmalloc(R * sizeof(int32_t) + 1);
+		M->sel_row = gpt_take_bytes(m, R * sizeof(int32_t));
+		M->sel_tok = gpt_take_bytes(m, R * sizeof(int32_t));
+	}
 	if (c->shared_f > 0 && rc_part(m, GPT_RC_SHARED_EXPERTS)) {
 		if (!S->sfc1_rc) {
 			S->sfc1_rc = gpt_take(m, BT * s1);
@@ -189,10 +222,11 @@ void moe_alloc_scratch(struct gpt_model *m, bool backward)
 		free(iota);
 		S->gd_host = xmalloc(BT * sizeof(float) + 1);
 	}
-	if (m->par.ep) {
+	if (m->par.dispatch) {
 		size_t rows = Rl > R ? Rl : R;
 		S->xa = gpt_take(m, rows * h);
 		S->xb = gpt_take(m, rows * h);
+		S->xc = gpt_take(m, Rl * h);
 		S->cnt_all = xcalloc((size_t)m->par.ep_size * (size_t)c->E, sizeof(int32_t));
 	}
 	S->rows_cap = Rl;
@@ -218,6 +252,9 @@ void moe_free(struct gpt_model *m)
 		free(S->all[i]->z_host);
 		free(S->all[i]->cnt);
 		free(S->all[i]->loff);
+		free(S->all[i]->ecnt);
+		free(S->all[i]->sel_off);
+		free(S->all[i]->sel_host);
 		free(S->all[i]->sgate_host);
 		free(S->all[i]);
 	}
@@ -283,15 +320,22 @@ static void route_and_experts(struct gpt_model *m, const struct gpt_pass *P, int
 	k->to_device(M->tok_rowptr, r->tok_rowptr, ((size_t)N + 1) * sizeof(int32_t));
 	k->to_device(M->tok_rows, r->tok_rows, (size_t)R * sizeof(int32_t));
 	k->to_device(M->row_w, r->row_w, (size_t)R * sizeof(float));
-	if (R > 0)
-		k->embedding_forward(M->xperm, M->row_tok, NULL, x, NULL, R, h);
-	if (m->par.ep) {
-		moe_plan_exchange(m, M, r);
+	if (m->par.dispatch) {
+		/* this rank's shard's rows (xperm [nsel, h]) to their experts, and
+		 * their outputs (xperm again) back to their places in y */
+		moe_plan_exchange(m, M, r, P->T);
 		moe_reserve(m, M, (size_t)M->loff[m->par.El]);
+		if (M->nsel > 0)
+			k->embedding_forward(M->xperm, M->sel_tok, NULL, x, NULL, M->nsel, h);
 		moe_exchange(m, M, M->xloc, M->xperm, true);
-		moe_experts_forward(m, l, M->loff, M->xloc, M->fc1, M->act, S->xb);
-		moe_exchange(m, M, M->y, S->xb, false);
+		moe_experts_forward(m, l, M->loff, M->xloc, M->fc1, M->act, S->xc);
+		moe_exchange(m, M, M->xperm, S->xc, false);
+		k->zero(M->y, (size_t)R * h);
+		if (M->nsel > 0)
+			k->embedding_backward(M->y, NULL, M->xperm, M->sel_row, NULL, M->nsel, h);
 	} else {
+		if (R > 0)
+			k->embedding_forward(M->xperm, M->row_tok, NULL, x, NULL, R, h);
 		moe_experts_forward(m, l, r->exp_off, M->xperm, M->fc1, M->act, M->y);
 	}
 }
@@ -360,7 +404,7 @@ void moe_recompute(struct gpt_model *m, const struct gpt_pass *P, int l, struct 
 	if (gpt_rc(m, GPT_RC_MOE)) /* the whole layer but its output, which backward does not read */
 		route_and_experts(m, P, l, M, x);
 	else if (gpt_rc(m, GPT_RC_MOE_ACT)) /* the experts' rows as the forward left them */
-		act_fwd(m, &p->spec, M->act, M->fc1, m->par.ep ? M->loff[m->par.El] : M->route.exp_off[m->par.El],
+		act_fwd(m, &p->spec, M->act, M->fc1, m->par.dispatch ? M->loff[m->par.El] : M->route.exp_off[m->par.El],
 			m->lc.moe_f);
 	if (p->sfc1_w >= 0 && (gpt_rc(m, GPT_RC_MOE) || gpt_rc(m, GPT_RC_SHARED_EXPERTS)))
 		shared_fc1(m, P, l, M, x);
@@ -415,19 +459,26 @@ void moe_backward(struct gpt_model *m, const struct gpt_pass *P, int l, struct g
 		k->zero(dln, (size_t)N * h);
 	}
 	k->moe_combine_backward(S->dy, S->dw, dout, M->y, M->row_w, M->row_tok, R, h);
-	if (m->par.ep) { /* the rows' gradients to their experts' ranks and back */
-		moe_exchange(m, M, S->xb, S->dy, true);
+	if (m->par.dispatch) { /* the shard's rows' gradients to their experts' ranks and back */
+		if (M->nsel > 0)
+			k->embedding_forward(S->dx, M->sel_row, NULL, S->dy, NULL, M->nsel, h);
+		moe_exchange(m, M, S->xc, S->dx, true);
 		/* dx over dy: the experts read all of dy before they write dx */
-		moe_experts_backward(m, l, M->loff, S->xb, M->xloc, M->fc1, M->act, S->xb);
-		moe_exchange(m, M, S->dx, S->xb, false);
+		moe_experts_backward(m, l, M->loff, S->xc, M->xloc, M->fc1, M->act, S->xc);
+		moe_exchange(m, M, S->dx, S->xc, false);
+		if (M->nsel > 0) /* the gather's backward adds each row back to its token */
+			k->embedding_backward(dln, NULL, S->dx, M->sel_tok, NULL, M->nsel, h);
 	} else {
 		moe_experts_backward(m, l, r->exp_off, S->dy, M->xperm, M->fc1, M->act, S->dx);
+		if (R > 0) /* the gather's backward adds each row back to its token */
+			k->embedding_backward(dln, NULL, S->dx, M->row_tok, NULL, R, h);
 	}
-	if (R > 0) /* the gather's backward adds each row back to its token */
-		k->embedding_backward(dln, NULL, S->dx, M->row_tok, NULL, R, h);
 	/* the router: each kept slot's weight gradient, plus the attached losses */
 	k->to_host(S->dw_host, S->dw, (size_t)R * sizeof(float));
-	if (m->par.tp) /* y, hence each row's dot product, is this rank's share of the expert's output */
+	/* y, hence each row's dot product, is this rank's share of the expert's
+	 * output (or, dispatching, the whole output of this rank's shard's rows
+	 * and zero for the others) */
+	if (m->par.tp)
 		dist_allreduce_sum_f32(m->par.tp, S->dw_host, (size_t)R);
 	memset(S->dprobs_host, 0, (size_t)N * c->router.k * sizeof(float));
 	for (int i = 0; i < R; i++)

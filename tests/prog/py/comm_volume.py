@@ -8,6 +8,12 @@ Counting rules (lib/dist): an all-reduce of n bytes over p ranks sends
 2(p-1)/p n, an all-gather or reduce-scatter (p-1)/p of the whole buffer, a
 point-to-point send n. World rank 0 is the first pipeline stage, tensor,
 context and data-parallel rank 0.
+
+Mixture of experts (E > 0, every layer MoE, dropless): the expert groups
+only (expert-model-parallel, expert-tensor-parallel, expert-data-parallel),
+exact when every token takes every expert (topk = E), as the tests run it:
+each TP rank sends its sequence shard's rows once to each expert's EP rank,
+whose expert-TP peers gather them (docs/moe.md).
 """
 import re
 import sys
@@ -18,7 +24,9 @@ def ring(p, n):
 
 
 def expected(h, L, S, V, mbs, gbs, tp=1, pp=1, vpp=1, cp=1, dp=1, sp=0, distopt=0, llama=0,
-             heads=4, groups=4, ffn=None):
+             heads=4, groups=4, ffn=None, E=0, topk=0, moeffn=0, ep=1, etp=0, swiglu=0):
+    if E:
+        return expected_moe(h, L, S, mbs, gbs, tp, pp, cp, dp, sp, distopt, E, topk, moeffn, ep, etp or tp, swiglu)
     t, p, v, c, d = tp, pp, vpp, cp, dp
     f = ffn or 4 * h
     k = h // heads
@@ -73,6 +81,34 @@ def expected(h, L, S, V, mbs, gbs, tp=1, pp=1, vpp=1, cp=1, dp=1, sp=0, distopt=
         else:
             grads = ring(n, 4 * P) + ring(n, 16)
     out["data-parallel with context-parallel" if c > 1 else "data-parallel"] = grads
+    return out
+
+
+def expected_moe(h, L, S, mbs, gbs, t, p, c, d, sp, distopt, E, k, F, ep, etp, swiglu):
+    m = gbs // (mbs * d)                 # micro-batches per iteration
+    N = mbs * S // c                     # tokens of a micro-batch on this rank
+    Ns = N // t if sp else N             # of them, this TP rank's sequence shard
+    rows = Ns * k                        # the shard's rows, each sent once
+    El = E // ep                         # this rank's experts
+    Lm = L // p                          # MoE layers on this rank
+    world = t * c * d * p
+    out = {}
+    # per layer and micro-batch: the counts all-gathered, then four all-to-alls
+    # (rows forward and back, gradients forward and back), each sending the
+    # rows of the other EP ranks' experts
+    out["expert-model-parallel"] = m * Lm * ((ep - 1) * E * 4 + 4 * (ep - 1) * rows // ep * 4 * h) if ep > 1 else 0
+    # expert TP: the rows an EP rank received (rows, balanced) to every other
+    # expert-TP rank, the partial outputs back, the same for the gradients
+    g = etp if etp > 1 and (sp or etp != t) else 1
+    out["expert-tensor-parallel"] = m * Lm * ((g - 1) * El * 4 + 4 * (g - 1) * rows * 4 * h) if g > 1 else 0
+    # the experts' gradients over expert data parallelism
+    ne = world // (etp * ep * p)
+    Pe = Lm * El * ((2 if swiglu else 1) * F * h + h * F) // etp
+    if ne > 1:
+        edp = 2 * ((ne - 1) * 4 * Pe // ne) + ring(ne, 8) if distopt else ring(ne, 4 * Pe)
+    else:
+        edp = 0
+    out["expert-data-parallel"] = edp
     return out
 
 
