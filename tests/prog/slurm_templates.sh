@@ -16,11 +16,13 @@ xz -dc $FIX/tokenizers/qwen3/tokenizer.json.xz >"$W/qwen.json"
 xz -dc $FIX/tokenizers/gpt2/tokenizer.json.xz >"$W/gpt2.json"
 printf '{"text": "In the beginning God created the heaven and the earth."}\n' >"$W/corpus.jsonl"
 
-for t in llama3_8b_8nodes mixtral_8x7b qwen2.5_7b; do
+# (no pathname expansion: DeepSeek-V3's --moe-layer-freq expression holds * and [)
+set -f
+for t in llama3_8b_8nodes mixtral_8x7b qwen2.5_7b deepseek_v3; do
 	f=examples/slurm/$t.sbatch
 	case $t in
 	mixtral*) TOKENIZER=$FIX/tokenizers/spm/llama.model ;;
-	qwen*) TOKENIZER=$W/qwen.json ;;
+	qwen* | deepseek*) TOKENIZER=$W/qwen.json ;;
 	*) TOKENIZER=$W/gpt2.json ;;
 	esac
 	CHECKOUT=$PWD WORK=$W/$t DATA=$W/${t}_text_document

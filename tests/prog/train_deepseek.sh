@@ -38,7 +38,9 @@ against_reference dsv3 6 $DSV3 $COMMON
 unset RTOL
 
 # the layouts of the acceptance list, each against the one-rank run
-for run in "ep2dp2:4:--expert-model-parallel-size_2" \
+# (EP2 x DP2: 4 data-parallel ranks, each with micro-batches of 1 to fill
+# the global batch of 4; sequences are routed alike in any grouping)
+for run in "ep2dp2:4:--expert-model-parallel-size_2_--micro-batch-size_1" \
 	"tp2ep2sp:4:--tensor-model-parallel-size_2_--expert-model-parallel-size_2_--sequence-parallel" \
 	"etp1tp2sp:2:--tensor-model-parallel-size_2_--expert-tensor-parallel-size_1_--sequence-parallel" \
 	"pp2:2:--pipeline-model-parallel-size_2_--decoder-first-pipeline-num-layers_1" \
