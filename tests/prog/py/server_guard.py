@@ -439,7 +439,8 @@ srv.signal(signal.SIGINT)
 rc = srv.wait(10)
 t = time.time() - t0
 th.join()
-check("a second SIGINT cuts the drain short: exit %s after %.2f s" % (rc, t), rc == 0 and t < 1.5, (rc, t))
+# (the drain would last --drain-timeout's default 25 s; 3 s leaves room for a loaded machine)
+check("a second SIGINT cuts the drain short: exit %s after %.2f s" % (rc, t), rc == 0 and t < 3.0, (rc, t))
 srv.stop()
 
 srv = Server()
