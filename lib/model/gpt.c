@@ -539,8 +539,6 @@ int gpt_init_pipe(struct gpt_model *m, const struct gpt_config *c, const struct 
 		return error("--expert-model-parallel-size %d with --context-parallel-size %d is not in megac yet (it "
 			     "needs Megatron's expert rank generator with context parallelism)", par->ep_size, par->cp_size);
 	if (c->mtp && !pipe->serve) {
-		if (par->cp)
-			return error("--mtp-num-layers with context parallelism is not in megac yet");
 		if (pipe->shards)
 			return error("--mtp-num-layers with Megatron-FSDP is not in megac yet");
 		if (c->h % t)

@@ -383,8 +383,8 @@ struct gpt_model {
 
 	/* Multi-token prediction (mtp.c): the depths' parameters, the word
 	 * embeddings they look up (the embedding's, or the last stage's copy),
-	 * their scratch, and what the caller sets: the loss mask of the next
-	 * training forward (host [B*T]; NULL: all ones), the gradient weight of
+	 * their scratch, and what the caller sets: the next training forward's
+	 * whole micro-batch (mtp_in), the gradient weight of
 	 * the MTP losses (Megatron's MTPLossAutoScaler: loss scale /
 	 * micro-batches) and whether the loss is per token
 	 * (--calculate-per-token-loss); and the logged values, each depth's
@@ -395,7 +395,15 @@ struct gpt_model {
 	float *mtp_cat, *mtp_dcat;  /* [B*T, 2h] eh_proj's input [e ; h] on all rows, its gradient */
 	float *mtp_part, *mtp_all;  /* TP: eh_proj's output columns of this rank [B*T, h/t], all ranks' [t][B*T][h/t] */
 	float *mtp_de, *mtp_dh, *mtp_demb, *mtp_dnext[2]; /* [Nl, h] */
-	const float *mtp_mask;
+	/* Host [B*S] arrays over every position of the sequence (S = c.S, all
+	 * context-parallel ranks' positions): the depths roll them along each
+	 * sample before taking this rank's positions. tokens NULL: the chunk's
+	 * own inputs (only without context parallelism); positions NULL:
+	 * 0..S-1; mask NULL: all ones. */
+	struct gpt_mtp_input {
+		const int32_t *tokens, *labels, *positions;
+		const float *mask;
+	} mtp_in;
 	double mtp_grad_scale;
 	bool mtp_per_token;
 	double *mtp_log;           /* [c.mtp] */

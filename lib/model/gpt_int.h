@@ -195,7 +195,8 @@ void mtp_register(struct gpt_model *m);
 /* a slot's depth activations, and the backward scratch every slot shares */
 void mtp_alloc_slot(struct gpt_model *m, struct gpt_slot *sl);
 void mtp_alloc_scratch(struct gpt_model *m);
-/* the micro-batch rolled for each depth (host arrays as gpt_forward_chunk's) */
+/* the micro-batch rolled for each depth at this rank's positions: m->mtp_in
+ * when set, else the host arrays as gpt_forward_chunk's (no CP) */
 void mtp_load_inputs(struct gpt_model *m, struct gpt_slot *sl, const int32_t *tokens, const int32_t *labels,
 		     const int32_t *positions);
 /* every depth from the final norm's output (sl->lnf_local): losses, the

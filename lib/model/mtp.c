@@ -10,7 +10,10 @@
  *   hin_k+1  = final_layernorm(layer_k(x))  a layer of the last decoder layer's kind
  *   loss_k   = xent(output_layer(hin_k+1), roll(labels, k + 1))
  *
- * with the loss mask rolled alike (zero-filled). Each depth's loss enters
+ * with the loss mask rolled alike (zero-filled). Under context parallelism
+ * the rolls are on the whole sequence, then each rank takes its positions
+ * (mtp_load_inputs); the depth's layer runs through the ring as the
+ * decoder's, and the hidden state is not rolled. Each depth's loss enters
  * the gradient as Megatron's MTPLossAutoScaler does: mtp_scale / D x the
  * depth's masked mean over the micro-batch, times the main loss's backward
  * scale (loss scale / micro-batches); with --calculate-per-token-loss the
@@ -122,41 +125,58 @@ void mtp_alloc_scratch(struct gpt_model *m)
 	m->mtp_log = xcalloc((size_t)m->c.mtp, sizeof(double));
 }
 
-/* Megatron's roll_tensor(shifts=-1) applied `by` times along each sample:
- * x[i + by], 0 past the end. */
-static void roll_host(int32_t *out, const int32_t *in, int B, int S, int by)
+/* The micro-batch over every position of the sequence: the trainer's
+ * mtp_in, or without context parallelism the chunk's own inputs. */
+static struct gpt_mtp_input whole_batch(const struct gpt_model *m, const int32_t *tokens, const int32_t *labels,
+					const int32_t *positions)
 {
-	for (int b = 0; b < B; b++)
-		for (int j = 0; j < S; j++)
-			out[(size_t)b * S + j] = j + by < S ? in[(size_t)b * S + j + by] : 0;
+	if (m->mtp_in.tokens)
+		return m->mtp_in;
+	if (m->par.cp)
+		BUG("multi-token prediction under context parallelism without the whole micro-batch (mtp_in)");
+	return (struct gpt_mtp_input){ tokens, labels, positions, m->mtp_in.mask };
 }
 
+/* Megatron's roll_tensor(shifts=-1) applied `by` times to sample b of x
+ * [B, S], read at global position g: x[b, g + by], 0 past the end; x NULL
+ * stands for the positions 0..S-1. */
+static int32_t rolled_at(const int32_t *x, int b, int S, int g, int by)
+{
+	if (g + by >= S)
+		return 0;
+	return x ? x[(size_t)b * S + g + by] : g + by;
+}
+
+/* Each depth's ids, labels and positions at this rank's positions, rolled
+ * on the whole sequence. Under context parallelism Megatron rolls each of
+ * the rank's two chunks and trades the boundary elements with the
+ * neighbouring CP ranks (the next chunk's first element comes from the rank
+ * that holds it, the last chunk's end is filled with 0); every rank here
+ * holds the whole micro-batch before it takes its positions, so rolling the
+ * whole sequence and then taking them gives the same values with no
+ * communication. */
 void mtp_load_inputs(struct gpt_model *m, struct gpt_slot *sl, const int32_t *tokens, const int32_t *labels,
 		     const int32_t *positions)
 {
 	const struct gpt_config *c = &m->lc;
-	int S = c->S, B = m->B, N = B * S, vstart = m->par.vstart;
-	int32_t *r = xmalloc((size_t)N * 3 * sizeof(int32_t)), *t = r + N, *pos = r + 2 * N;
-	for (int i = 0; i < N; i++)
-		pos[i] = positions ? positions[i] : i % S;
+	struct gpt_mtp_input in = whole_batch(m, tokens, labels, positions);
+	int S = m->c.S, T = c->S, N = m->B * T, vstart = m->par.vstart;
+	int32_t *t = xmalloc((size_t)N * 3 * sizeof(int32_t)), *y = t + N, *pos = t + 2 * N;
 	for (int k = 0; k < c->mtp; k++) {
 		struct gpt_mtp_acts *A = &sl->mtp[k];
-		roll_host(r, tokens, B, S, k + 1);
 		for (int i = 0; i < N; i++) {
-			int32_t l = r[i] - vstart;
-			t[i] = l >= 0 && l < c->Vp ? l : -1;
+			int b = i / T, g = gpt_global_pos(m, i % T);
+			int32_t tl = rolled_at(in.tokens, b, S, g, k + 1) - vstart;
+			int32_t ll = rolled_at(in.labels, b, S, g, k + 1) - vstart;
+			t[i] = tl >= 0 && tl < c->Vp ? tl : -1;
+			y[i] = ll >= 0 && ll < c->Vp ? ll : -1;
+			pos[i] = rolled_at(in.positions, b, S, g, k + 1);
 		}
 		m->k->to_device(A->tokens, t, (size_t)N * 4);
-		roll_host(r, labels, B, S, k + 1);
-		for (int i = 0; i < N; i++) {
-			int32_t l = r[i] - vstart;
-			t[i] = l >= 0 && l < c->Vp ? l : -1;
-		}
-		m->k->to_device(A->targets, t, (size_t)N * 4);
-		roll_host(r, pos, B, S, k + 1);
-		m->k->to_device(A->positions, r, (size_t)N * 4);
+		m->k->to_device(A->targets, y, (size_t)N * 4);
+		m->k->to_device(A->positions, pos, (size_t)N * 4);
 	}
-	free(r);
+	free(t);
 }
 
 /* [e ; h] on all rows into m->mtp_cat [B*T, 2h]: the norms' outputs, gathered under SP */
@@ -250,25 +270,31 @@ static struct gpt_slot depth_slot(const struct gpt_slot *sl, const struct gpt_mt
 	return d;
 }
 
-/* The depth's loss: logged (its masked mean) and its gradient weights. */
+/* The depth's loss: logged (its masked mean) and its gradient weights on
+ * this rank's positions. The token counts are the whole micro-batch's
+ * (every CP rank's positions), so the CP ranks' shares add up to the
+ * one-rank loss and gradient. */
 static void depth_loss(struct gpt_model *m, int k, const float *losses, float *dloss)
 {
-	const struct gpt_config *c = &m->lc;
-	int S = c->S, B = m->B, N = B * S;
+	const float *mask = m->mtp_in.mask;
+	int S = m->c.S, T = m->lc.S, B = m->B, N = B * T, by = k + 1;
 	double sum = 0, ntok = 0, orig = 0;
+	for (int b = 0; b < B; b++)
+		for (int g = 0; g < S; g++) {
+			orig += mask ? mask[(size_t)b * S + g] : 1.0;
+			if (g + by < S) /* the rolled mask */
+				ntok += mask ? mask[(size_t)b * S + g + by] : 1.0;
+		}
 	for (int i = 0; i < N; i++) {
-		int b = i / S, j = i % S;
-		double w = m->mtp_mask ? m->mtp_mask[i] : 1.0;
-		orig += w;
-		double wk = j + k + 1 < S ? (m->mtp_mask ? m->mtp_mask[(size_t)b * S + j + k + 1] : 1.0) : 0.0;
+		int b = i / T, g = gpt_global_pos(m, i % T);
+		double wk = g + by < S ? (mask ? mask[(size_t)b * S + g + by] : 1.0) : 0.0;
 		dloss[i] = (float)wk; /* the rolled mask, weighted below */
-		ntok += wk;
 		sum += wk * losses[i];
 	}
 	double safe = ntok > 1 ? ntok : 1;
-	if (ntok > 0)
+	if (ntok > 0) /* this rank's share: the trainer sums the CP ranks' */
 		m->mtp_log[k] += sum / safe;
-	double w = m->mtp_grad_scale * (double)c->mtp_scale / (double)c->mtp;
+	double w = m->mtp_grad_scale * (double)m->lc.mtp_scale / (double)m->lc.mtp;
 	w = m->mtp_per_token ? w * orig / safe : w / safe;
 	for (int i = 0; i < N; i++)
 		dloss[i] = (float)(dloss[i] * w);

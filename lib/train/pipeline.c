@@ -162,6 +162,10 @@ static int forward(struct trainer *t, const struct pp_sched *s, const struct pp_
 	double mfull = 0;
 	for (size_t i = 0; i < nfull; i++)
 		mfull += b->loss_mask[i];
+	/* multi-token prediction rolls the whole micro-batch for each depth,
+	 * then takes this rank's positions */
+	m->mtp_in = (struct gpt_mtp_input){ b->tokens, b->labels, t->a->reset_position_ids ? b->positions : NULL,
+					    b->loss_mask };
 	if (m->par.cp) {
 		batch_slice(&t->cp_batch, b, model_pos, m);
 		b = &t->cp_batch;
@@ -177,7 +181,6 @@ static int forward(struct trainer *t, const struct pp_sched *s, const struct pp_
 		for (;;) /* the injected hang: only the hang detector ends it */
 			sleep(1);
 	tstart(t, "forward-compute", train);
-	m->mtp_mask = b->loss_mask; /* multi-token prediction rolls it for each depth */
 	const float *out = gpt_forward_chunk(m, o->chunk, slot, b->tokens, b->labels,
 					     t->a->reset_position_ids ? b->positions : NULL, b->doc,
 					     micro_seed(t->seed, t->iteration, micro_global(t, o->micro)), train,

@@ -656,8 +656,9 @@ static void moe_iteration_stats(struct trainer *t)
 
 /* Megatron's MTP loss report: each depth's masked means summed over the
  * micro-batches of the last stage's ranks, averaged over the ranks that
- * compute them (data parallelism; TP ranks hold the same values), divided
- * by the micro-batches. Collective. */
+ * compute them (data parallelism; TP ranks hold the same values; CP ranks
+ * each their positions' share, which add up), divided by the micro-batches.
+ * Collective. */
 static void mtp_iteration_stats(struct trainer *t)
 {
 	struct gpt_model *m = &t->model;
@@ -668,7 +669,8 @@ static void mtp_iteration_stats(struct trainer *t)
 	for (int k = 0; m->mtp_log && k < D; k++)
 		v[k] = m->mtp_log[k];
 	dist_allreduce_sum_f64(&t->dist.world_g, v, (size_t)D);
-	double copies = (double)t->dist.world / t->dist.layout.pp; /* ranks of the last stage */
+	/* the last stage's ranks, less the CP ranks that hold shares of one value */
+	double copies = (double)t->dist.world / (t->dist.layout.pp * t->dist.layout.cp);
 	for (int k = 0; k < D; k++) {
 		t->mtp_iter[k] = v[k] / (copies * (double)t->num_micro);
 		t->mtp_sum[k] += t->mtp_iter[k];

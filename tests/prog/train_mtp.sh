@@ -8,7 +8,10 @@
 # (tests/prog/py/torch_ref.py) over 6 iterations: lm loss, grad norm and
 # the logged mtp_K losses (rtol 1e-5). TP2 with SP, PP2 (the depth and a
 # copy of the untied word embeddings on the last stage), DP2 and EP2, and
-# TP2 with SP with dropout, give the one-rank numbers; a resumed run gives
+# TP2 with SP with dropout, give the one-rank numbers, and so do context
+# parallelism (CP2, and TP2 x CP2 with SP: ids, labels, positions and mask
+# rolled on the whole sequence, the depth's layer through the ring) for the
+# Llama and DeepSeek-V3 shapes; a resumed run gives
 # the uninterrupted one's, and so does the checkpoint resharded to TP2;
 # model.h5 holds Megatron's mtp.layers.* names and shapes; the log line and
 # the metrics file have "mtp_1 loss"; report_memory's prediction is train's
@@ -73,6 +76,40 @@ for run in $RUNS; do
 		$par --make-vocab-size-divisible-by 64 --data-cache-path $D/cache --metrics-file $D/$tag.jsonl \
 		>$D/$tag.log"
 	compare_same "$model: ${run#*:} equals one rank" "$D/ours.jsonl" "$D/$tag.jsonl" 6
+done
+
+# context parallelism: each rank's depth inputs are the whole sequence's
+# rolls at its two chunks' positions (Megatron's roll_tensor over the CP
+# group), the depth's layer goes through the ring; CP2 and TP2 x CP2 with SP
+# give the one-rank numbers (lm loss, grad norm, mtp_1 loss, rtol 1e-5).
+# Under make check-long also Llama TP2 x CP2, and the GPT shape (learned
+# positions rolled, two depths) on CP2 with --eod-mask-loss and
+# --reset-position-ids (rolled masks and positions across the chunks)
+CPRUNS="llama:2:--context-parallel-size_2 dsv3:2:--context-parallel-size_2"
+CPRUNS="$CPRUNS dsv3:4:--context-parallel-size_2_--tensor-model-parallel-size_2_--sequence-parallel"
+if long_only; then
+	CPRUNS="$CPRUNS llama:4:--context-parallel-size_2_--tensor-model-parallel-size_2_--sequence-parallel"
+	CPRUNS="$CPRUNS gpt:2:--context-parallel-size_2"
+fi
+for run in $CPRUNS; do
+	model=${run%%:*}
+	np=$(echo "$run" | cut -d: -f2)
+	par=$(echo "$run" | cut -d: -f3 | tr _ ' ')
+	tag=$(echo "$run" | cut -d: -f3 | tr -dc 'a-z0-9')
+	D=$W/$model
+	ref=$D/ours.jsonl
+	case $model in llama) ARGS=$LLAMA ;; dsv3) ARGS=$DSV3 ;; gpt) ARGS="$GPT --eod-mask-loss --reset-position-ids" ;; esac
+	if [ "$model" = gpt ]; then
+		ref=$D/eod.jsonl
+		# shellcheck disable=SC2086
+		expect_ok "gpt with --eod-mask-loss --reset-position-ids: one rank, 6 iterations" sh -c "$BIN/train \
+			$ARGS $COMMON --train-iters 6 --make-vocab-size-divisible-by 64 --data-cache-path $D/cache \
+			--metrics-file $ref >$D/eod.log"
+	fi
+	expect_ok "$model: $par, 6 iterations" sh -c "$MPI -np $np $BIN/train $ARGS $COMMON --train-iters 6 \
+		$par --make-vocab-size-divisible-by 64 --data-cache-path $D/cache --metrics-file $D/$tag.jsonl \
+		>$D/$tag.log"
+	compare_same "$model: $par equals one rank" "$ref" "$D/$tag.jsonl" 6
 done
 
 # dropout (the depths' masks drawn by global row from seeds of their own):
@@ -169,11 +206,16 @@ fi
 
 # report_memory's prediction (train's own allocation plan, the depths
 # included) against what train allocated: one rank (the DeepSeek-V3 shape),
-# and the last stage of PP2, which holds the depth
+# its CP2 run, and the last stage of PP2, which holds the depth
 # shellcheck disable=SC2086
 setup "dsv3: report_memory --device cpu" sh -c "$BIN/report_memory $DSV3 $COMMON --train-iters 6 --world-size 1 \
 	--device cpu --json >$W/dsv3.rm.json"
 prediction_close "dsv3: report_memory's prediction within 5% of train's peak" "$W/dsv3.rm.json" "$W/dsv3/ours.log"
+# shellcheck disable=SC2086
+setup "dsv3 CP2: report_memory --device cpu" sh -c "$BIN/report_memory $DSV3 $COMMON --train-iters 6 --world-size 2 \
+	--context-parallel-size 2 --make-vocab-size-divisible-by 64 --device cpu --json >$W/cp.rm.json"
+prediction_close "dsv3 CP2: report_memory's prediction within 5% of train's peak" "$W/cp.rm.json" \
+	"$W/dsv3/contextparallelsize2.log"
 # shellcheck disable=SC2086
 setup "llama PP2: report_memory --device cpu" sh -c "$BIN/report_memory $LLAMA $COMMON --train-iters 6 \
 	--world-size 2 --pipeline-model-parallel-size 2 --make-vocab-size-divisible-by 64 --device cpu --json \
@@ -195,20 +237,24 @@ fi
 
 # the emulated CUDA device's kernels (and NCCL stand-in) give the CPU's
 # numbers for the first 3 iterations: Llama on one rank; under make
-# check-long the DeepSeek-V3 shape and Llama with TP2 and SP too
+# check-long the DeepSeek-V3 shape, and Llama with TP2 and SP and with CP2
 EMU_RUNS="llama:1:"
-if long_only; then EMU_RUNS="$EMU_RUNS dsv3:1: llama:2:--tensor-model-parallel-size_2_--sequence-parallel"; fi
+if long_only; then
+	EMU_RUNS="$EMU_RUNS dsv3:1: llama:2:--tensor-model-parallel-size_2_--sequence-parallel"
+	EMU_RUNS="$EMU_RUNS llama:2:--context-parallel-size_2"
+fi
 for run in $EMU_RUNS; do
 	[ -n "${MEGAC_EMU:-}" ] || break
 	model=${run%%:*}
 	np=$(echo "$run" | cut -d: -f2)
 	par=$(echo "$run" | cut -d: -f3 | tr _ ' ')
+	tag=$(echo "$run" | cut -d: -f3 | tr -dc 'a-z0-9')
 	D=$W/$model
 	case $model in llama) ARGS=$LLAMA ;; dsv3) ARGS=$DSV3 ;; esac
 	expect_ok "$model: the emulated CUDA device on $np rank(s)${par:+ with $par}, 3 iterations" sh -c "$MPI -np $np \
 		$MEGAC_EMU/bin/train $ARGS $COMMON $par --make-vocab-size-divisible-by 64 --train-iters 6 --exit-interval 3 \
-		--device cuda --data-cache-path $D/cache --metrics-file $D/emu$np.jsonl >$D/emu$np.log"
-	if RTOL=1e-4 $PY tests/prog/py/compare_metrics.py tail "$D/ours.jsonl" "$D/emu$np.jsonl" 1 3 >"$W/cmp.log" 2>&1
+		--device cuda --data-cache-path $D/cache --metrics-file $D/emu$np$tag.jsonl >$D/emu$np$tag.log"
+	if RTOL=1e-4 $PY tests/prog/py/compare_metrics.py tail "$D/ours.jsonl" "$D/emu$np$tag.jsonl" 1 3 >"$W/cmp.log" 2>&1
 	then
 		ok "$model: the emulated device${par:+ with $par} equals the CPU (rtol 1e-4): $(cat "$W/cmp.log")"
 	else
@@ -222,9 +268,6 @@ done
 expect_fail "--mtp-num-layers with Megatron-FSDP is refused by name" "with Megatron-FSDP" \
 	$MPI -np 2 $BIN/train $LLAMA $COMMON --train-iters 1 --use-megatron-fsdp --use-distributed-optimizer \
 	--data-parallel-sharding-strategy optim_grads
-# shellcheck disable=SC2086
-expect_fail "--mtp-num-layers with context parallelism is refused by name" "context parallelism" \
-	$MPI -np 2 $BIN/train $LLAMA $COMMON --train-iters 1 --context-parallel-size 2
 # shellcheck disable=SC2086
 expect_fail "--mtp-use-repeated-layer is refused by name" "--mtp-use-repeated-layer" \
 	$BIN/train $LLAMA $COMMON --train-iters 1 --mtp-use-repeated-layer
