@@ -3,7 +3,8 @@
 # layers with a shared expert, sigmoid scores with an expert bias,
 # group-limited top-k with a scaling factor, one multi-token-prediction
 # layer. It matches the independent PyTorch reference (tests/prog/py/
-# torch_ref.py) over 6 iterations (rtol 1e-4), and EP2 x DP2, TP2 x EP2 with
+# torch_ref.py) over 6 iterations (rtol 1e-5: lm loss, grad norm, the MoE
+# and MTP losses), and EP2 x DP2, TP2 x EP2 with
 # SP, expert TP 1 under TP2 with SP, PP2 and CP2 each give the one-rank
 # losses (rtol 1e-5); report_memory's prediction for it is within 5% of
 # train's measured peak.
@@ -32,10 +33,9 @@ DSV3="$DSV3 --moe-router-num-groups 4 --moe-router-group-topk 2 --moe-router-top
 DSV3="$DSV3 --moe-router-load-balancing-type seq_aux_loss --moe-aux-loss-coeff 0.001"
 DSV3="$DSV3 --mtp-num-layers 1 --mtp-loss-scaling-factor 0.1 --init-method-std 0.05"
 
-export RTOL=1e-4
+# (the acceptance asks for rtol 1e-4; the run holds to 1e-5, the default)
 # shellcheck disable=SC2086 # flag lists are words
 against_reference dsv3 6 $DSV3 $COMMON
-unset RTOL
 
 # the layouts of the acceptance list, each against the one-rank run
 # (EP2 x DP2: 4 data-parallel ranks, each with micro-batches of 1 to fill
