@@ -1092,6 +1092,21 @@ static void read_gpt2(struct cfg_reader *r, struct gpt_config *c)
 	c->k = c->h / c->a;
 }
 
+/* The first key of object s not among known[0..n), or NULL. */
+static const char *unknown_key(json_t *s, const char *const *known, size_t n)
+{
+	const char *key;
+	json_t *v;
+	json_object_foreach(s, key, v) {
+		size_t i = 0;
+		while (i < n && strcmp(known[i], key))
+			i++;
+		if (i == n)
+			return key;
+	}
+	return NULL;
+}
+
 /* rope_scaling of rope_type "yarn", as transformers 4.49's
  * _compute_yarn_parameters uses it: factor (required), attention_factor
  * (default 0.1 ln(factor) + 1), beta_fast and beta_slow (default, also for
@@ -1105,18 +1120,12 @@ static void read_yarn(struct cfg_reader *r, json_t *s, struct gpt_config *c)
 {
 	static const char *const known[] = { "rope_type", "type", "factor", "attention_factor", "beta_fast",
 					     "beta_slow", "original_max_position_embeddings" };
-	const char *key;
-	json_t *v;
-	json_object_foreach(s, key, v) {
-		size_t i = 0;
-		while (i < sizeof(known) / sizeof(known[0]) && strcmp(known[i], key))
-			i++;
-		if (i == sizeof(known) / sizeof(known[0])) {
-			r->failed = error("'%s': rope_scaling yarn: the key \"%s\" is not among those transformers "
-					  "4.49's YaRN reads (factor, attention_factor, beta_fast, beta_slow); megac "
-					  "would not know what it means", r->path, key);
-			return;
-		}
+	const char *key = unknown_key(s, known, sizeof(known) / sizeof(known[0]));
+	if (key) {
+		r->failed = error("'%s': rope_scaling yarn: the key \"%s\" is not among those transformers "
+				  "4.49's YaRN reads (factor, attention_factor, beta_fast, beta_slow); megac "
+				  "would not know what it means", r->path, key);
+		return;
 	}
 	struct cfg_reader sr = { s, r->path, 0 };
 	double factor = cfg_num(&sr, "factor", -1), attn = cfg_num(&sr, "attention_factor", -1);
@@ -1387,18 +1396,12 @@ static void read_deepseek_rope(struct cfg_reader *r, struct gpt_config *c)
 	}
 	static const char *const known[] = { "rope_type", "type", "factor", "beta_fast", "beta_slow", "mscale",
 					     "mscale_all_dim", "original_max_position_embeddings" };
-	const char *key;
-	json_t *v;
-	json_object_foreach(s, key, v) {
-		size_t i = 0;
-		while (i < sizeof(known) / sizeof(known[0]) && strcmp(known[i], key))
-			i++;
-		if (i == sizeof(known) / sizeof(known[0])) {
-			r->failed = error("'%s': rope_scaling yarn: the key \"%s\" is not mapped to megac's multi-latent "
-					  "attention YaRN (factor, mscale, mscale_all_dim, original_max_position_embeddings "
-					  "4096, beta_fast 32, beta_slow 1)", r->path, key);
-			return;
-		}
+	const char *key = unknown_key(s, known, sizeof(known) / sizeof(known[0]));
+	if (key) {
+		r->failed = error("'%s': rope_scaling yarn: the key \"%s\" is not mapped to megac's multi-latent "
+				  "attention YaRN (factor, mscale, mscale_all_dim, original_max_position_embeddings "
+				  "4096, beta_fast 32, beta_slow 1)", r->path, key);
+		return;
 	}
 	struct cfg_reader sr = { s, r->path, 0 };
 	double factor = cfg_num(&sr, "factor", -1), fast = cfg_num(&sr, "beta_fast", 0);
