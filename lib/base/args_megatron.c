@@ -53,7 +53,8 @@ static const char why_multi_token[] =
 static const char why_activation_offload[] =
 	"activation offload to the host is not in megac yet; use --recompute-granularity";
 static const char why_uneven_pipeline[] =
-	"uneven pipeline stages are not in megac yet";
+	"megac splits stages unevenly by --decoder-first-pipeline-num-layers and "
+	"--decoder-last-pipeline-num-layers only so far";
 static const char why_selects_attention[] =
 	"selects Megatron's attention kernel; megac picks its own (same math)";
 static const char why_model_variant[] =
