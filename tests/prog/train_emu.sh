@@ -5,8 +5,9 @@
 # models on one rank in fp32 and bf16, GPT in fp16 (all three in fp16
 # under make check-long), multi-latent attention in fp32 and
 # (with YaRN and mla_up_proj recompute) bf16; on two ranks TP2 with SP (bf16),
-# DP2 with the distributed optimizer and overlapped reduce and gather, PP2,
-# interleaved PP2 and CP2 (ring attention) through the NCCL stand-in, whose
+# DP2 with the distributed optimizer and overlapped reduce and gather, PP2
+# (interleaved too under make check-long), CP2 (ring attention), EP2 and
+# ETP1 x TP2 x EP2 through the NCCL stand-in, whose
 # point-to-point channels connect at their first use and whose
 # communicators must be destroyed in one order (the runs also check that
 # each rank chose its GPU before MPI_Init and that no kernel is loaded
@@ -114,12 +115,14 @@ run "Llama, bf16, sliding window --window-size 7,0, wgmma (against one CPU rank)
 	--window-size 7,0
 ran "the wgmma kernels ran with a window" "attn_tc_fwd_kernel<tc_bf16, 64, 8, true>" \
 	"attn_tc_dq_kernel<tc_bf16, 64, true>" "attn_tc_dkv_kernel<tc_bf16, 64, true>"
-export MEGAC_EMU_SM=80
-run "Llama, bf16, sliding window --window-size 20,0, mma.sync (against one CPU rank)" 2e-2 1 "" $WIDE $LLAMA \
-	--bf16 --window-size 20,0
-ran "the mma.sync kernels ran with a window" "attn_tc_fwd_kernel<tc_bf16, 64, 8>" \
-	"attn_tc_dq_kernel<tc_bf16, 64>" "attn_tc_dkv_kernel<tc_bf16, 64>"
-unset MEGAC_EMU_SM
+if long_only; then # (mma.sync with a window under make check-long)
+	export MEGAC_EMU_SM=80
+	run "Llama, bf16, sliding window --window-size 20,0, mma.sync (against one CPU rank)" 2e-2 1 "" $WIDE \
+		$LLAMA --bf16 --window-size 20,0
+	ran "the mma.sync kernels ran with a window" "attn_tc_fwd_kernel<tc_bf16, 64, 8>" \
+		"attn_tc_dq_kernel<tc_bf16, 64>" "attn_tc_dkv_kernel<tc_bf16, 64>"
+	unset MEGAC_EMU_SM
+fi
 # ring attention's blocks (chunks of 16 positions) under a window that
 # crosses them, on the tensor cores
 run "CP2, ring attention, bf16, head dim 64, sliding window --window-size 20,0 (against one CPU rank)" 2e-2 2 \
@@ -127,24 +130,31 @@ run "CP2, ring attention, bf16, head dim 64, sliding window --window-size 20,0 (
 ran "the wgmma kernels ran in ring attention with a window" "attn_tc_fwd_kernel<tc_bf16, 64, 8, true>" \
 	"attn_tc_dq_kernel<tc_bf16, 64, true>" "attn_tc_dkv_kernel<tc_bf16, 64, true>"
 unset MEGAC_EMU_STATS
-run "CP2, ring attention, sliding window (against one CPU rank)" 1e-4 2 "--context-parallel-size 2" --num-layers 2 \
-	$BASE $LLAMA --window-size 5,0
+if long_only; then # (the fp32 ring with a window; the bf16 one above runs always)
+	run "CP2, ring attention, sliding window (against one CPU rank)" 1e-4 2 "--context-parallel-size 2" \
+		--num-layers 2 $BASE $LLAMA --window-size 5,0
+fi
 
 run "TP2 with SP, bf16, Llama (against one CPU rank)" 2e-2 2 "--tensor-model-parallel-size 2 --sequence-parallel" \
 	--num-layers 2 $BASE $LLAMA --bf16
 run "DP2, distributed optimizer, overlapped reduce and gather (against one CPU rank)" 1e-4 2 \
 	"--use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather" --num-layers 2 $BASE
 run "PP2 (against one CPU rank)" 1e-4 2 "--pipeline-model-parallel-size 2" --num-layers 4 $BASE $LLAMA
-run "interleaved PP2, 2 stages per rank (against one CPU rank)" 1e-4 2 \
-	"--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1" --num-layers 4 $BASE
+if long_only; then # (the interleaved schedule is the CPU's; PP2's transfers run always)
+	run "interleaved PP2, 2 stages per rank (against one CPU rank)" 1e-4 2 \
+		"--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1" --num-layers 4 $BASE
+fi
 run "CP2, ring attention (against one CPU rank)" 1e-4 2 "--context-parallel-size 2" --num-layers 2 $BASE $LLAMA
 run "EP2, MoE, bf16 (against one CPU rank)" 2e-2 2 "--expert-model-parallel-size 2" --num-layers 2 $BASE $MOE --bf16
 # each TP rank's sequence shard through the all-to-all, the expert-TP exchange
 run "ETP1 x TP2 (+SP) x EP2, MoE (against one CPU rank)" 1e-4 4 \
 	"--tensor-model-parallel-size 2 --sequence-parallel --expert-tensor-parallel-size 1 --expert-model-parallel-size 2" \
 	--num-layers 2 $BASE $MOE
-run "ETP2 x TP2 (+SP) x EP2, MoE, bf16 (against one CPU rank)" 2e-2 4 \
-	"--tensor-model-parallel-size 2 --sequence-parallel --expert-model-parallel-size 2" --num-layers 2 $BASE $MOE --bf16
+if long_only; then
+	run "ETP2 x TP2 (+SP) x EP2, MoE, bf16 (against one CPU rank)" 2e-2 4 \
+		"--tensor-model-parallel-size 2 --sequence-parallel --expert-model-parallel-size 2" --num-layers 2 $BASE \
+		$MOE --bf16
+fi
 # each weight gathered in 16 bits and handed to the GEMMs as gathered
 run "Megatron-FSDP optim_grads_params, DP2, bf16 (against one CPU rank)" 2e-2 2 \
 	"--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params" --num-layers 2 $BASE $LLAMA --bf16
@@ -156,7 +166,9 @@ MPI0=$MPI
 MPI="$MPI -x MEGAC_EMU_DEFER=1"
 run "TP2 with SP, work deferred until the host waits" 1e-4 2 "--tensor-model-parallel-size 2 --sequence-parallel" \
 	--num-layers 2 $BASE $LLAMA
-run "CP2, work deferred until the host waits" 1e-4 2 "--context-parallel-size 2" --num-layers 2 $BASE $LLAMA
+if long_only; then
+	run "CP2, work deferred until the host waits" 1e-4 2 "--context-parallel-size 2" --num-layers 2 $BASE $LLAMA
+fi
 run "DP2, overlapped reduce and gather, work deferred until the host waits" 1e-4 2 \
 	"--use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather" --num-layers 2 $BASE
 MPI=$MPI0

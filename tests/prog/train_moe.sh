@@ -117,6 +117,8 @@ for lay in "dp2:-np 2" "pp2:-np 2 --pipeline-model-parallel-size 2" \
 	"tp2-sp:-np 2 --tensor-model-parallel-size 2 --sequence-parallel" \
 	"tp2-sp-dp2:-np 4 --tensor-model-parallel-size 2 --sequence-parallel --use-distributed-optimizer"; do
 	name=${lay%%:*}
+	# (plain DP2 and TP2 + SP, which the next two extend, under make check-long)
+	case $name in dp2 | tp2-sp) long_only || continue ;; esac
 	rest=${lay#*:}
 	np=$(echo "$rest" | cut -d' ' -f2)
 	flags=$(echo "$rest" | cut -d' ' -f3-)
@@ -155,6 +157,9 @@ for lay in "ep2-dp2:4:mb1:--micro-batch-size 1 --expert-model-parallel-size 2" \
 	"ep2-dp2-distopt:4:mb1:--micro-batch-size 1 --expert-model-parallel-size 2 --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 5000" \
 	"tp2-ep2-sp-distopt:4:mixtral/ours:--expert-model-parallel-size 2 --tensor-model-parallel-size 2 --sequence-parallel --use-distributed-optimizer"; do
 	name=${lay%%:*}
+	# (EP2 x DP2 and TP2 x EP2 + SP without the distributed optimizer under
+	# make check-long: the -distopt runs extend them)
+	case $name in ep2-dp2 | tp2-ep2-sp) long_only || continue ;; esac
 	rest=${lay#*:}
 	np=${rest%%:*}
 	rest=${rest#*:}

@@ -60,9 +60,10 @@ fi
 # column-parallel), PP2 (the depth on the last stage with its copy of the
 # untied word embeddings), DP2, EP2 (the depth's experts too)
 RUNS="llama:--tensor-model-parallel-size_2_--sequence-parallel llama:--pipeline-model-parallel-size_2"
-RUNS="$RUNS llama:--data-parallel-size_2 dsv3:--tensor-model-parallel-size_2_--sequence-parallel"
-RUNS="$RUNS dsv3:--expert-model-parallel-size_2"
+RUNS="$RUNS dsv3:--tensor-model-parallel-size_2_--sequence-parallel"
+# (DP2, and EP2 that train_deepseek.sh also runs, under make check-long)
 if long_only; then
+	RUNS="$RUNS llama:--data-parallel-size_2 dsv3:--expert-model-parallel-size_2"
 	RUNS="$RUNS dsv3:--pipeline-model-parallel-size_2 llama:--tensor-model-parallel-size_2"
 	RUNS="$RUNS gpt:--tensor-model-parallel-size_2_--sequence-parallel"
 fi
@@ -85,9 +86,11 @@ done
 # Under make check-long also Llama TP2 x CP2, and the GPT shape (learned
 # positions rolled, two depths) on CP2 with --eod-mask-loss and
 # --reset-position-ids (rolled masks and positions across the chunks)
-CPRUNS="llama:2:--context-parallel-size_2 dsv3:2:--context-parallel-size_2"
+# (DeepSeek-V3's CP2 alone, which train_deepseek.sh also runs, under make check-long)
+CPRUNS="llama:2:--context-parallel-size_2"
 CPRUNS="$CPRUNS dsv3:4:--context-parallel-size_2_--tensor-model-parallel-size_2_--sequence-parallel"
 if long_only; then
+	CPRUNS="$CPRUNS dsv3:2:--context-parallel-size_2"
 	CPRUNS="$CPRUNS llama:4:--context-parallel-size_2_--tensor-model-parallel-size_2_--sequence-parallel"
 	CPRUNS="$CPRUNS gpt:2:--context-parallel-size_2"
 fi
@@ -211,11 +214,13 @@ fi
 setup "dsv3: report_memory --device cpu" sh -c "$BIN/report_memory $DSV3 $COMMON --train-iters 6 --world-size 1 \
 	--device cpu --json >$W/dsv3.rm.json"
 prediction_close "dsv3: report_memory's prediction within 5% of train's peak" "$W/dsv3.rm.json" "$W/dsv3/ours.log"
-# shellcheck disable=SC2086
-setup "dsv3 CP2: report_memory --device cpu" sh -c "$BIN/report_memory $DSV3 $COMMON --train-iters 6 --world-size 2 \
-	--context-parallel-size 2 --make-vocab-size-divisible-by 64 --device cpu --json >$W/cp.rm.json"
-prediction_close "dsv3 CP2: report_memory's prediction within 5% of train's peak" "$W/cp.rm.json" \
-	"$W/dsv3/contextparallelsize2.log"
+if long_only; then # (the CP2 run is check-long's)
+	# shellcheck disable=SC2086
+	setup "dsv3 CP2: report_memory --device cpu" sh -c "$BIN/report_memory $DSV3 $COMMON --train-iters 6 \
+		--world-size 2 --context-parallel-size 2 --make-vocab-size-divisible-by 64 --device cpu --json >$W/cp.rm.json"
+	prediction_close "dsv3 CP2: report_memory's prediction within 5% of train's peak" "$W/cp.rm.json" \
+		"$W/dsv3/contextparallelsize2.log"
+fi
 # shellcheck disable=SC2086
 setup "llama PP2: report_memory --device cpu" sh -c "$BIN/report_memory $LLAMA $COMMON --train-iters 6 \
 	--world-size 2 --pipeline-model-parallel-size 2 --make-vocab-size-divisible-by 64 --device cpu --json \
