@@ -264,7 +264,8 @@ static void backward(struct trainer *t, const struct pp_sched *s, const struct p
 int pipeline_run(struct trainer *t, const struct pp_sched *s, int split, int64_t consumed, bool train,
 		 double scale, double *num, double *den)
 {
-	/* MoE: the attached losses' gradient weight, Megatron's loss scale x cp / micro-batches */
+	/* MoE: the attached losses' gradient weight, loss scale / micro-batches (Megatron's
+	 * x cp is not needed: under CP each rank's aux and z losses are already its share) */
 	t->model.moe.aux_scale = t->a->calculate_per_token_loss ? scale : scale / (double)t->num_micro;
 	/* multi-token prediction: Megatron's MTPLossAutoScaler, loss scale / micro-batches */
 	t->model.mtp_grad_scale = t->a->calculate_per_token_loss ? scale : scale / (double)t->num_micro;
