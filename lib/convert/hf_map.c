@@ -58,6 +58,17 @@ static void deepseek_routing_why(const struct gpt_config *c, struct sbuf *why)
 		sbuf_addf(why, ", an expert bias (--moe-router-enable-expert-bias)");
 }
 
+/* Ends an export checker: 0 when `why` (", reason" items) is empty, else
+ * error "HEAD; this one has REASONS[TAIL]"; releases `why` either way. */
+static int refuse_export(struct sbuf *why, const char *head, const char *tail)
+{
+	int rc = 0;
+	if (why->len)
+		rc = error("%s; this one has %s%s", head, why->buf + 2, tail ? tail : "");
+	sbuf_release(why);
+	return rc;
+}
+
 /* A MoE model as MixtralForCausalLM (docs/moe-spec.md section 7): every
  * layer MoE, softmax routing after the top-k (HF renormalises the top-k of
  * a softmax over all experts, which is the same), no shared expert. */
@@ -76,14 +87,11 @@ static int mixtral_ok(const struct gpt_config *c)
 	if (c->router.pre_softmax)
 		sbuf_addf(&why, ", the softmax before the top-k (--moe-router-pre-softmax)");
 	deepseek_routing_why(c, &why);
-	int rc = 0;
-	if (why.len)
-		rc = error("a mixture-of-experts model exports as MixtralForCausalLM, which has MoE in every layer, a "
-			   "softmax router renormalised over the top-k (megac's softmax after the top-k) and no shared "
-			   "expert; this one has %s (Qwen2MoeForCausalLM takes a shared expert with "
-			   "--moe-shared-expert-gate and --add-qkv-bias)", why.buf + 2);
-	sbuf_release(&why);
-	return rc;
+	return refuse_export(&why, "a mixture-of-experts model exports as MixtralForCausalLM, which has MoE in "
+			     "every layer, a softmax router renormalised over the top-k (megac's softmax after the "
+			     "top-k) and no shared expert",
+			     " (Qwen2MoeForCausalLM takes a shared expert with --moe-shared-expert-gate and "
+			     "--add-qkv-bias)");
 }
 
 /* Qwen2-MoE: the model megac exports as Qwen2MoeForCausalLM, a MoE model
@@ -118,13 +126,9 @@ static int qwen2_moe_ok(const struct gpt_config *c)
 		sbuf_addf(&why, ", a sliding window (--window-size)");
 	if ((int64_t)c->k * c->a != c->h)
 		sbuf_addf(&why, ", %d x %d channels for hidden size %d (--kv-channels)", c->k, c->a, c->h);
-	int rc = 0;
-	if (why.len)
-		rc = error("a mixture-of-experts model with a gated shared expert or a QKV bias exports as "
-			   "Qwen2MoeForCausalLM, which has a QKV bias, a shared expert with its sigmoid gate, softmax "
-			   "routing and heads of hidden size / heads channels; this one has %s", why.buf + 2);
-	sbuf_release(&why);
-	return rc;
+	return refuse_export(&why, "a mixture-of-experts model with a gated shared expert or a QKV bias exports as "
+			     "Qwen2MoeForCausalLM, which has a QKV bias, a shared expert with its sigmoid gate, softmax "
+			     "routing and heads of hidden size / heads channels", NULL);
 }
 
 /* What Qwen3MoeForCausalLM holds: Qwen3's attention (q/k norms, no
@@ -147,13 +151,9 @@ static int qwen3_moe_ok(const struct gpt_config *c)
 		sbuf_addf(&why, ", YaRN (--position-embedding-type yarn)");
 	if (c->swa && c->window >= 0)
 		sbuf_addf(&why, ", a sliding window (--window-size)");
-	int rc = 0;
-	if (why.len)
-		rc = error("a mixture-of-experts model with --qk-layernorm exports as Qwen3MoeForCausalLM, which has "
-			   "RMSNorm, SwiGLU, RoPE on every channel, no linear biases, no shared expert and softmax "
-			   "routing; this one has %s", why.buf + 2);
-	sbuf_release(&why);
-	return rc;
+	return refuse_export(&why, "a mixture-of-experts model with --qk-layernorm exports as Qwen3MoeForCausalLM, "
+			     "which has RMSNorm, SwiGLU, RoPE on every channel, no linear biases, no shared expert and "
+			     "softmax routing", NULL);
 }
 
 /* The first MoE layer of a model whose MoE layers are all those from it
@@ -226,14 +226,10 @@ static int deepseek_v3_ok(const struct gpt_config *c)
 	}
 	if (c->swa && c->window >= 0)
 		sbuf_addf(&why, ", a sliding window (--window-size)");
-	int rc = 0;
-	if (why.len)
-		rc = error("a multi-latent attention model exports as DeepseekV3ForCausalLM, which has RMSNorm, "
-			   "SwiGLU, no linear biases, RoPE, a compressed query, both latent norms with epsilon 1e-6, YaRN from 4096 "
-			   "original positions, dense layers first, then sigmoid routing with the expert bias, "
-			   "top-2 group scores and a shared expert; this one has %s", why.buf + 2);
-	sbuf_release(&why);
-	return rc;
+	return refuse_export(&why, "a multi-latent attention model exports as DeepseekV3ForCausalLM, which has "
+			     "RMSNorm, SwiGLU, no linear biases, RoPE, a compressed query, both latent norms with "
+			     "epsilon 1e-6, YaRN from 4096 original positions, dense layers first, then sigmoid routing "
+			     "with the expert bias, top-2 group scores and a shared expert", NULL);
 }
 
 int hf_arch_for(const struct gpt_config *c, enum hf_arch *arch)
