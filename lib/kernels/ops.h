@@ -70,6 +70,44 @@ struct kops_adamw_lp {
 	enum kops_round w16_kind;
 };
 
+/* FP8 (docs/fp8.md). The two formats Transformer Engine trains with:
+ * E4M3 (float8_e4m3fn: no infinities, largest 448) and E5M2 (largest
+ * 57344, IEEE-like). The casts, the scale rules and their edge cases are
+ * lib/kernels/fp8.h's, which both backends compile. */
+enum kops_fp8 { KOPS_E4M3, KOPS_E5M2 };
+
+/* How fp8_quantize finds each block's scale (the value x is multiplied by
+ * before the cast; the tensor keeps its inverse, the dequantization scale):
+ *  GIVEN: one scale for the whole tensor, passed in (the delayed and the
+ *         tensorwise recipes; block = the whole tensor);
+ *  AMAX:  per block, fp8_scale_from_amax(amax of the block, format's max,
+ *         pow2) (Transformer Engine's compute_scale_from_amax; the
+ *         blockwise recipe, 1x128 and 128x128 blocks);
+ *  MX:    per block, the E8M0 scale of MXFP8: the decoding scale is
+ *         2^(fp8_e8m0_from(amax * (1/max)) - 127) (fp8.h). */
+enum kops_fp8_scaling { KOPS_FP8_GIVEN, KOPS_FP8_AMAX, KOPS_FP8_MX };
+
+/* A quantized matrix: codes q[rows, cols] (one byte each, row-major) in
+ * blocks of br x bc values (the last block of a row or column may be
+ * short), block (i, j) with dequantization scale sinv[i * ceil(cols/bc) +
+ * j]; deq(t)[r, c] = fp8_to_f32(q[r, c]) * sinv[r/br][c/bc]. q and sinv
+ * are this backend's memory. */
+struct kops_fp8_tensor {
+	uint8_t *q;
+	float *sinv;
+	int rows, cols, br, bc;
+	enum kops_fp8 fmt;
+};
+
+/* fp8_quantize's choices (see enum kops_fp8_scaling) */
+struct kops_fp8_quant {
+	enum kops_fp8_scaling how;
+	float scale; /* GIVEN: the scale (> 0, finite) */
+	bool pow2;   /* AMAX: scales rounded down to powers of two */
+	bool transpose; /* x is [cols, rows] and t gets x^T (the columnwise copy
+			 * a GEMM over the other dimension needs) */
+};
+
 struct kops {
 	const char *name; /* "cpu", "cuda" */
 	bool counts_only; /* report_memory's plan: buffers are counted, none holds data,
@@ -277,6 +315,26 @@ struct kops {
 	void (*adamw_segs_lp)(const struct kops_adamw_lp *s, const float *g, size_t mv_base,
 			      const struct kops_seg *segs, int nsegs, float lr, float b1, float b2, float eps,
 			      float wd, int step);
+
+	/* ---- FP8 (docs/fp8.md) ----
+	 * fp8_amax: *amax = max |x[i]| over n values (NaN when any is NaN;
+	 * 0 when n is 0), amax in this backend's memory.
+	 * fp8_quantize: t->q and t->sinv from x (fp32, t->rows x t->cols, or
+	 * its transpose with q->transpose), each value cast as
+	 * fp8_from_f32(x * scale, t->fmt) (round to nearest even, saturating
+	 * to the format's largest finite value; NaN stays NaN). amax: NULL,
+	 * or this backend's float that receives max |x| over the whole tensor
+	 * (the delayed recipe's history).
+	 * fp8_gemm: out[M, N] = sum_k deq(a)[m, k] * deq(b)[n, k] (+ bias[n]),
+	 * a [M, K], b [N, K] (both K-contiguous, cuBLASLt's "TN"), with fp32
+	 * accumulation; accumulate: out += the product (bias must be NULL).
+	 * The CPU dequantizes in fp32 and multiplies; a GPU multiplies the
+	 * codes and applies the scales (the order of the sums may differ). */
+	void (*fp8_amax)(float *amax, const float *x, size_t n);
+	void (*fp8_quantize)(const struct kops_fp8_tensor *t, const float *x, const struct kops_fp8_quant *how,
+			     float *amax);
+	void (*fp8_gemm)(float *out, const struct kops_fp8_tensor *a, const struct kops_fp8_tensor *b,
+			 const float *bias, bool accumulate);
 
 	/* ---- one block of causal attention on global positions (context parallelism) ----
 	 * Queries q[B,a,Tq,k] sit at global positions qpos[Tq], keys and values
