@@ -161,6 +161,18 @@ struct args {
 	bool accumulate_allreduce_grads_in_fp32;
 	bool grad_reduce_in_bf16;
 
+	/* FP8 training (docs/fp8.md) */
+	char *fp8_format;              /* NULL (off) | "e4m3" | "hybrid" */
+	char *fp8_recipe;              /* "delayed" | "tensorwise" | "blockwise" | "mxfp8" */
+	int64_t fp8_margin;
+	int64_t fp8_amax_history_len;
+	char *fp8_amax_compute_algo;   /* "most_recent" | "max" */
+	bool fp8_wgrad;
+	bool tp_only_amax_red;
+	bool first_last_layers_bf16;
+	int64_t num_layers_at_start_in_bf16;
+	int64_t num_layers_at_end_in_bf16;
+
 	/* the precision-aware optimizer and optimizer offload */
 	bool use_precision_aware_optimizer;
 	char *main_grads_dtype;        /* "fp32" | "bf16" */

@@ -70,7 +70,14 @@ static const char why_selects_fused2[] =
 static const char why_recompute_option[] =
 	"this recompute option is not in megac yet (megac has --recompute-granularity full|selective)";
 static const char why_fp8_training[] =
-	"FP8 training is not in megac yet; train in bf16 (--bf16)";
+	"this FP8 option is not in megac yet (megac trains the linear layers in FP8 with --fp8-format, docs/fp8.md)";
+static const char why_fp8_param_gather[] =
+	"FP8 weight copies are not in megac yet: it all-gathers the bf16 weights and quantizes them in each FP8 "
+	"layer (drop the flag: 2 bytes per parameter on the wire instead of 1)";
+static const char why_fp8_interval[] =
+	"deprecated in Transformer Engine, which ignores it: the delayed recipe updates its scales every step";
+static const char why_fp8_attention[] =
+	"FP8 attention is not in megac: with --fp8-format the attention runs in bf16 and the linear layers in FP8";
 static const char why_nvidia_kitchen[] =
 	"NVIDIA Kitchen quantized kernels are not in megac";
 static const char why_fp4_training[] =
@@ -311,19 +318,11 @@ const struct megatron_flag megatron_flags[] = {
 	{ "--fused-residual-rmsnorm", MF_NO_EFFECT, 0, why_selects_fused2 },
 	{ "--use-transformer-engine-op-fuser", MF_NO_EFFECT, 0, why_selects_fused2 },
 	{ "--distribute-saved-activations", MF_REFUSED, 0, why_recompute_option },
-	{ "--fp8-format", MF_REFUSED, 1, why_fp8_training },
-	{ "--fp8-recipe", MF_REFUSED, 1, why_fp8_training },
 	{ "--fp8-quantizer-factory", MF_REFUSED, 1, why_fp8_training },
-	{ "--fp8-margin", MF_REFUSED, 1, why_fp8_training },
-	{ "--fp8-interval", MF_REFUSED, 1, why_fp8_training },
-	{ "--fp8-amax-history-len", MF_REFUSED, 1, why_fp8_training },
-	{ "--fp8-amax-compute-algo", MF_REFUSED, 1, why_fp8_training },
-	{ "--no-fp8-wgrad", MF_REFUSED, 0, why_fp8_training },
-	{ "--disable-fp8-wgrad", MF_REFUSED, 0, why_fp8_training },
+	{ "--fp8-interval", MF_NO_EFFECT, 1, why_fp8_interval },
+	{ "--fp8-dot-product-attention", MF_REFUSED, 0, why_fp8_attention },
+	{ "--fp8-multi-head-attention", MF_REFUSED, 0, why_fp8_attention },
 	{ "--fp8-output-proj", MF_REFUSED, 0, why_fp8_training },
-	{ "--first-last-layers-bf16", MF_REFUSED, 0, why_fp8_training },
-	{ "--num-layers-at-start-in-bf16", MF_REFUSED, 1, why_fp8_training },
-	{ "--num-layers-at-end-in-bf16", MF_REFUSED, 1, why_fp8_training },
 	{ "--use-kitchen-attention", MF_REFUSED, 0, why_nvidia_kitchen },
 	{ "--kitchen-attention-backend", MF_REFUSED, 1, why_nvidia_kitchen },
 	{ "--fp4-format", MF_REFUSED, 1, why_fp4_training },
@@ -827,7 +826,7 @@ const struct megatron_flag megatron_flags[] = {
 	{ "--inference-shards", MF_NO_EFFECT, 1, why_inference_engine },
 	/* ---- Transformer-Engine ---- */
 	{ "--fp4-param-gather", MF_REFUSED, 0, why_fp4_training },
-	{ "--fp8-param-gather", MF_REFUSED, 0, why_fp8_training },
+	{ "--fp8-param-gather", MF_REFUSED, 0, why_fp8_param_gather },
 	{ "--te-precision-config-file", MF_REFUSED, 1, why_fp8_training },
 	/* ---- experimental ---- */
 	{ "--enable-experimental", MF_NO_EFFECT, 0, why_switch_experimental },

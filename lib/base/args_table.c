@@ -289,6 +289,33 @@ const struct flag_def args_table[] = {
 	  "with --bf16, reduce the gradients in bf16: megac rounds each rank's gradient to bf16 before the "
 	  "data-parallel reduction and the sum after it, in its fp32 buffer (docs/mixed-precision.md)" },
 
+	/* ---- FP8 (Megatron's transformer configuration; docs/fp8.md) ---- */
+	{ "--fp8-format", FK_STR, F(fp8_format), TR, 0, "fp8", NULL, "e4m3|hybrid", "FMT",
+	  "train the transformer layers' linear layers in FP8 (needs --bf16): e4m3 everywhere, or hybrid (E4M3 "
+	  "forward, E5M2 output gradients)" },
+	{ "--fp8-recipe", FK_STR, F(fp8_recipe), TR, 0, "fp8", "delayed", "tensorwise|delayed|mxfp8|blockwise|custom",
+	  "R",
+	  "how the FP8 scales are found: delayed (from an amax history), tensorwise (each tensor's current amax), "
+	  "blockwise (1x128 and 128x128 blocks), mxfp8 (32-value blocks, power-of-two scales)" },
+	{ "--fp8-margin", FK_INT, F(fp8_margin), TR, 0, "fp8", "0", NULL, "M",
+	  "delayed recipe: scale = (FP8 max / amax) / 2^margin" },
+	{ "--fp8-amax-history-len", FK_INT, F(fp8_amax_history_len), TR, 0, "fp8", "1", NULL, "N",
+	  "delayed recipe: the amaxes kept per tensor" },
+	{ "--fp8-amax-compute-algo", FK_STR, F(fp8_amax_compute_algo), TR, 0, "fp8", "most_recent", "most_recent|max",
+	  "A", "delayed recipe: the amax a scale comes from, the newest or the largest of the history" },
+	{ "--no-fp8-wgrad", FK_BOOL_NEG, F(fp8_wgrad), TR, 0, "fp8", "true", NULL, NULL,
+	  "compute the weight gradients in bf16 rather than FP8" },
+	{ "--disable-fp8-wgrad", FK_BOOL_NEG, F(fp8_wgrad), TR, 0, "fp8", "true", NULL, NULL,
+	  "same as --no-fp8-wgrad" },
+	{ "--tp-only-amax-red", FK_BOOL, F(tp_only_amax_red), TR, 0, "fp8", NULL, NULL, NULL,
+	  "delayed recipe: reduce the amaxes over tensor (and context) parallelism only, not data parallelism" },
+	{ "--first-last-layers-bf16", FK_BOOL, F(first_last_layers_bf16), TR, 0, "fp8", NULL, NULL, NULL,
+	  "keep the first and last transformer layers in bf16 (not with the delayed recipe)" },
+	{ "--num-layers-at-start-in-bf16", FK_INT, F(num_layers_at_start_in_bf16), TR, 0, "fp8", "1", NULL, "N",
+	  "with --first-last-layers-bf16: the layers kept in bf16 at the start" },
+	{ "--num-layers-at-end-in-bf16", FK_INT, F(num_layers_at_end_in_bf16), TR, 0, "fp8", "1", NULL, "N",
+	  "with --first-last-layers-bf16: the layers kept in bf16 at the end" },
+
 	/* ---- the precision-aware optimizer and optimizer offload (Megatron's experimental group) ---- */
 	{ "--use-precision-aware-optimizer", FK_BOOL, F(use_precision_aware_optimizer), TR, 0, "optimizer", NULL,
 	  NULL, NULL, "let the optimizer store its states in the dtypes below (needs --use-distributed-optimizer)" },
@@ -838,6 +865,8 @@ const struct refused_value args_refused_values[] = {
 	  "megac has learned absolute positions, RoPE and YaRN; mRoPE, relative and no position embedding are "
 	  "not in megac yet" },
 	{ "--optimizer", "adam", "megac's optimizer is Adam (AdamW) only" },
+	{ "--fp8-recipe", "tensorwise|delayed|mxfp8|blockwise",
+	  "custom quantizer factories run Python; megac has the four built-in recipes" },
 	{ "--exp-avg-dtype", "fp32|fp16|bf16", "FP8 optimizer states are not in megac; use bf16 or fp16" },
 	{ "--exp-avg-sq-dtype", "fp32|fp16|bf16", "FP8 optimizer states are not in megac; use bf16 or fp16" },
 	{ "--dataloader-type", "single",

@@ -136,6 +136,12 @@ int megac_mem_predict(const struct args *a, int64_t vocab, struct megac_stage_me
 		struct dist_group dpg = { .name = "data-parallel", .size = (int)(dp * l.cp) };
 		struct fsdp fs;
 		pipe.shards = fsdp_prepare(&fs, level, &dpg);
+		struct gpt_fp8_config f8;
+		if (gpt_fp8_config_from_args(&f8, a, cfg.L, l.pp) < 0) {
+			free(st);
+			return -1;
+		}
+		pipe.fp8 = &f8;
 		struct mem_pool pool;
 		mem_pool_init(&pool, plan_ops);
 		struct gpt_model model;

@@ -641,6 +641,8 @@ int gpt_init_pipe(struct gpt_model *m, const struct gpt_config *c, const struct 
 		m->s.norm_gamma = gpt_take(m, c->h);
 		m->s.norm_ones = gpt_take(m, c->h);
 	}
+	if (!sv && gpt_fp8_init(m, pipe->fp8) < 0)
+		return -1;
 	if (m->s.norm_ones && !k->counts_only) {
 		float *ones = xmalloc((size_t)c->h * sizeof(float));
 		for (int i = 0; i < c->h; i++)
@@ -653,6 +655,7 @@ int gpt_init_pipe(struct gpt_model *m, const struct gpt_config *c, const struct 
 
 void gpt_free(struct gpt_model *m)
 {
+	gpt_fp8_free(m); /* its scratch, which grows, is outside the allocs list */
 	for (size_t i = m->nallocs; i-- > 0;)
 		mem_free(m->mem, m->allocs[i].p, m->allocs[i].bytes);
 	free(m->allocs);

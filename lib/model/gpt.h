@@ -112,6 +112,8 @@ struct gpt_layer_stash {
 
 enum gpt_precision { GPT_FP32, GPT_BF16, GPT_FP16 };
 
+struct gpt_fp8; /* FP8 training's state (fp8_linear.c) */
+
 /* The fp32 views a bf16/fp16 model widens its 16-bit weights into for a
  * kernel (gpt_param): one tensor per view at a time. W: a weight matrix (a
  * linear layer's, the word embeddings, the router); B: a 1-D tensor (a
@@ -218,6 +220,7 @@ struct gpt_setup {
 	bool doc_masks;               /* micro-batches may carry document ids (--reset-attention-mask) */
 	const struct gpt_serving *serve; /* NULL: training */
 	const struct gpt_shards *shards; /* Megatron-FSDP's sharded gradients (and weights); NULL: none */
+	const struct gpt_fp8_config *fp8; /* FP8 training; NULL: none */
 };
 
 /* Where this rank sits: its tensor-, context- and expert-parallel groups. */
@@ -390,6 +393,7 @@ struct gpt_model {
 	 * (--calculate-per-token-loss); and the logged values, each depth's
 	 * masked mean loss summed over training micro-batches until the
 	 * caller reads them. */
+	struct gpt_fp8 *fp8;     /* FP8 training (fp8_linear.c); NULL: none */
 	struct gpt_mtp_params *mtp;
 	int mtp_emb;
 	float *mtp_cat, *mtp_dcat;  /* [B*T, 2h] eh_proj's input [e ; h] on all rows, its gradient */
@@ -522,6 +526,23 @@ static inline int gpt_num_layers_all(const struct gpt_model *m)
  * "decoder.layers.N." with N >= L (a multi-token-prediction depth's layer)
  * become "mtp.layers.K.transformer_layer." in place (n: the buffer's size). */
 void gpt_mtp_layer_name(const struct gpt_config *c, char *name, size_t n);
+
+/* FP8 (fp8_linear.c). gpt_fp8_update: after an iteration's backward, the
+ * delayed recipe's amax reduction (over tensor, context and, given dp,
+ * data parallelism) and its history and scale update; nothing for the
+ * other recipes. The checkpointed state: gpt_fp8_nstate() slots, each an
+ * amax history [3, history] and scales [3] (gpt_fp8_state, host memory,
+ * read and written in place) under gpt_fp8_state_name's names. */
+void gpt_fp8_update(struct gpt_model *m, struct dist_group *dp);
+int gpt_fp8_nstate(const struct gpt_model *m);
+void gpt_fp8_state_name(const struct gpt_model *m, int i, bool scale, char *out, size_t n);
+float *gpt_fp8_state(struct gpt_model *m, int i, bool scale, int64_t shape[2]);
+const char *gpt_fp8_recipe_name(enum gpt_fp8_recipe r);
+struct ckpt_reader;
+int gpt_fp8_load_state(struct gpt_model *m, struct ckpt_reader *r, int file);
+/* the delayed recipe's update of one meta (exposed for its test): h[len]
+ * with h[0] the iteration's reduced amax, *scale in and out */
+void fp8_update_meta(float *h, int len, float *scale, bool amax_max, float scaled_max);
 
 /* Whether layer l is a mixture-of-experts layer. */
 static inline bool gpt_layer_is_moe(const struct gpt_model *m, int l)

@@ -308,6 +308,46 @@ static int mla_from_args(struct gpt_config *c, const struct args *a)
 	return 0;
 }
 
+int gpt_fp8_config_from_args(struct gpt_fp8_config *f, const struct args *a, int L, int pp)
+{
+	memset(f, 0, sizeof(*f));
+	if (!a->fp8_format)
+		return 0;
+	f->on = true;
+	f->hybrid = !strcmp(a->fp8_format, "hybrid");
+	const char *r = a->fp8_recipe ? a->fp8_recipe : "delayed";
+	f->recipe = !strcmp(r, "tensorwise") ? GPT_FP8_TENSORWISE
+		    : !strcmp(r, "blockwise") ? GPT_FP8_BLOCKWISE
+		    : !strcmp(r, "mxfp8")     ? GPT_FP8_MXFP8
+					      : GPT_FP8_DELAYED;
+	f->margin = (int)a->fp8_margin;
+	f->history = (int)a->fp8_amax_history_len;
+	f->amax_max = a->fp8_amax_compute_algo && !strcmp(a->fp8_amax_compute_algo, "max");
+	f->tp_only_red = a->tp_only_amax_red;
+	f->wgrad = a->fp8_wgrad;
+	if (!a->bf16)
+		return error("--fp8-format needs --bf16 (megac's FP8 GEMMs give bf16 outputs to a bf16 model)");
+	if (a->fp8_amax_history_len < 1 || a->fp8_amax_history_len > 1 << 20)
+		return error("--fp8-amax-history-len %lld: expected 1 to %d", (long long)a->fp8_amax_history_len, 1 << 20);
+	if (a->fp8_margin < -64 || a->fp8_margin > 64)
+		return error("--fp8-margin %lld: expected -64 to 64", (long long)a->fp8_margin);
+	if (a->first_last_layers_bf16) {
+		if (f->recipe == GPT_FP8_DELAYED) /* Megatron's check */
+			return error("--first-last-layers-bf16 does not work with --fp8-recipe delayed (as in "
+				     "Megatron); use tensorwise, blockwise or mxfp8");
+		int most = L / (pp > 0 ? pp : 1);
+		if (a->num_layers_at_start_in_bf16 < 0 || a->num_layers_at_start_in_bf16 > most ||
+		    a->num_layers_at_end_in_bf16 < 0 || a->num_layers_at_end_in_bf16 > most)
+			return error("--num-layers-at-start-in-bf16 %lld and --num-layers-at-end-in-bf16 %lld: each must "
+				     "be 0 to the layers per pipeline stage (%d)",
+				     (long long)a->num_layers_at_start_in_bf16, (long long)a->num_layers_at_end_in_bf16,
+				     most);
+		f->bf16_start = (int)a->num_layers_at_start_in_bf16;
+		f->bf16_end = (int)a->num_layers_at_end_in_bf16;
+	}
+	return 0;
+}
+
 int gpt_config_from_args(struct gpt_config *c, const struct args *a, int64_t vocab_size)
 {
 	memset(c, 0, sizeof(*c));

@@ -122,7 +122,25 @@ int gpt_window_from_text(struct gpt_config *c, const char *size, const char *ski
 
 /* Fill c from the flags and the tokenizer's vocabulary size. error() naming
  * the flag and -1 on an invalid combination. */
+/* FP8 training (fp8_linear.c, docs/fp8.md): the transformer layers' linear
+ * layers multiply FP8 codes under one of Transformer Engine's recipes. */
+enum gpt_fp8_recipe { GPT_FP8_DELAYED, GPT_FP8_TENSORWISE, GPT_FP8_BLOCKWISE, GPT_FP8_MXFP8 };
+struct gpt_fp8_config {
+	bool on;
+	bool hybrid;              /* E5M2 output gradients (--fp8-format hybrid), else E4M3 everywhere */
+	enum gpt_fp8_recipe recipe;
+	int margin, history;      /* delayed: --fp8-margin, --fp8-amax-history-len */
+	bool amax_max;            /* delayed: --fp8-amax-compute-algo max (else most_recent) */
+	bool tp_only_red;         /* delayed: --tp-only-amax-red */
+	bool wgrad;               /* the weight gradients in FP8 (not --no-fp8-wgrad) */
+	int bf16_start, bf16_end; /* --first-last-layers-bf16: layers [0, start) and [L - end, L) stay bf16 */
+};
+
 int gpt_config_from_args(struct gpt_config *c, const struct args *a, int64_t vocab_size);
+/* The FP8 flags (--fp8-format and its recipe's), checked against the model's
+ * L layers and pp stages: f->on false without --fp8-format. error() and -1
+ * on a bad combination. */
+int gpt_fp8_config_from_args(struct gpt_fp8_config *f, const struct args *a, int L, int pp);
 
 /* --moe-layer-freq: an integer Q (layer i is MoE when i mod Q == 0), or
  * Megatron's list expression of L entries 0 or 1: a list such as

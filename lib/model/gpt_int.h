@@ -74,6 +74,14 @@ void linear_fwd_raw(struct gpt_model *m, float *out, const float *inp, int w, in
 void linear_fwd(struct gpt_model *m, float *out, const float *inp, int w, int b, int N, int IC, int OC);
 void linear_bwd(struct gpt_model *m, float *dinp, const float *dout, const float *inp, int w, int b, int N,
 		int IC, int OC);
+/* FP8 (fp8_linear.c): set-up after the weights, the free, a weight's slot
+ * (-1: a bf16 layer), and the linear layer of a weight with a slot */
+int gpt_fp8_init(struct gpt_model *m, const struct gpt_fp8_config *cfg);
+void gpt_fp8_free(struct gpt_model *m);
+int gpt_fp8_slot(const struct gpt_model *m, int w);
+void fp8_linear_fwd(struct gpt_model *m, float *out, const float *inp, int w, int b, int N, int IC, int OC);
+void fp8_linear_bwd(struct gpt_model *m, float *dinp, const float *dout, const float *inp, int w, int b, int N,
+		    int IC, int OC);
 void norm_fwd(struct gpt_model *m, float *out, float *mean, float *rstd, const float *inp, int w, int b, int N);
 void norm_bwd(struct gpt_model *m, float *dinp, const float *dout, const float *inp, int w, int b,
 	      const float *mean, const float *rstd, int N);

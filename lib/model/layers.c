@@ -103,6 +103,10 @@ void linear_fwd_raw(struct gpt_model *m, float *out, const float *inp, int w, in
 
 void linear_fwd(struct gpt_model *m, float *out, const float *inp, int w, int b, int N, int IC, int OC)
 {
+	if (gpt_fp8_slot(m, w) >= 0) {
+		fp8_linear_fwd(m, out, inp, w, b, N, IC, OC);
+		return;
+	}
 	linear_fwd_raw(m, out, inp, w, b, N, IC, OC);
 	round_half(m, out, (size_t)N * OC);
 }
@@ -110,6 +114,10 @@ void linear_fwd(struct gpt_model *m, float *out, const float *inp, int w, int b,
 void linear_bwd(struct gpt_model *m, float *dinp, const float *dout, const float *inp, int w, int b, int N, int IC,
 		int OC)
 {
+	if (gpt_fp8_slot(m, w) >= 0) {
+		fp8_linear_bwd(m, dinp, dout, inp, w, b, N, IC, OC);
+		return;
+	}
 	if (m->direct16)
 		m->k->linear_backward_w16(dinp, gpt_grad(m, w), gpt_grad(m, b), dout, inp, gpt_param16(m, w), N, IC,
 					  OC, gpt_half_kind(m));

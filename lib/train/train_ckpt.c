@@ -276,6 +276,25 @@ static int put_expert_bias(struct trainer *t, struct train_save *w, int file)
 	return ret;
 }
 
+/* The delayed FP8 recipe's amax histories and scales of this stage's FP8
+ * layers (the same on every rank of the amax group: no gather), beside the
+ * parameters in the model file. */
+static int put_fp8_state(struct trainer *t, struct train_save *w, int file)
+{
+	struct gpt_model *m = &t->model;
+	int ret = 0;
+	for (int i = 0; i < gpt_fp8_nstate(m) && !ret; i++) {
+		for (int sc = 0; sc < 2 && !ret; sc++) {
+			char name[PARAM_NAME_MAX + 40];
+			int64_t shape[2];
+			const float *v = gpt_fp8_state(m, i, sc, shape);
+			gpt_fp8_state_name(m, i, sc, name, sizeof(name));
+			ret = put_global(w, file, NULL, name, sc ? 1 : 2, shape, v);
+		}
+	}
+	return ret;
+}
+
 /* A stage leader's writer: world rank 0 begins the transaction and tells
  * the other leaders its directory, which they join. *bad: this rank's own
  * failure (a leader told that rank 0 could not begin writes nothing, and is
@@ -342,6 +361,7 @@ static char *stage_names(const struct trainer *t)
 			len += 2 * (size_t)(m->c.E - m->par.El) * PARAM_NAME_MAX;
 	for (int l = 0; m->moe.expert_bias && l < gpt_num_layers_all(m); l++)
 		len += gpt_layer_is_moe(m, l) ? PARAM_NAME_MAX + 1 : 0;
+	len += (size_t)gpt_fp8_nstate(m) * 2 * (PARAM_NAME_MAX + 42);
 	char *s = xmalloc(len + 1), *e = s;
 	for (int i = 0; i < reg->n; i++)
 		if (!(reg->p[i].flags & PARAM_SHARED))
@@ -354,6 +374,12 @@ static char *stage_names(const struct trainer *t)
 		gpt_mtp_layer_name(&m->c, name, sizeof(name));
 		e += sprintf(e, "!%s\n", name);
 	}
+	for (int i = 0; i < gpt_fp8_nstate(m); i++) /* '!': in the model file only */
+		for (int sc = 0; sc < 2; sc++) {
+			char name[PARAM_NAME_MAX + 40];
+			gpt_fp8_state_name(m, i, sc, name, sizeof(name));
+			e += sprintf(e, "!%s\n", name);
+		}
 	for (int l = 0; t->dist.ep.size > 1 && l < gpt_num_layers_all(m); l++)
 		for (int peer = 1; gpt_layer_is_moe(m, l) && peer < t->dist.ep.size; peer++)
 			for (int el = 0; el < m->par.El; el++)
@@ -666,7 +692,7 @@ int train_ckpt_save(struct trainer *t, bool async)
 			j->bad |= stream_experts(t, j, j->mf, NULL, local);
 		free(local);
 		if (assemble)
-			j->bad |= put_expert_bias(t, j, j->mf);
+			j->bad |= put_expert_bias(t, j, j->mf) | put_fp8_state(t, j, j->mf);
 	} else if (assemble || experts) {
 		float *local = t->k->host_alloc((total ? total : 1) * sizeof(float));
 		t->k->to_host(local, t->model.reg.data, total * sizeof(float));
@@ -676,7 +702,7 @@ int train_ckpt_save(struct trainer *t, bool async)
 			j->bad |= stream_experts(t, j, j->mf, NULL, local);
 		t->k->host_free(local);
 		if (assemble)
-			j->bad |= put_expert_bias(t, j, j->mf);
+			j->bad |= put_expert_bias(t, j, j->mf) | put_fp8_state(t, j, j->mf);
 	}
 	const char *groups[2] = { "exp_avg", "exp_avg_sq" };
 	for (int s = 0; optim && s < 2; s++) {
@@ -833,6 +859,8 @@ static int get_model(struct ckpt_reader *r, int file, struct trainer *t)
 		gpt_set_weights(&t->model, local);
 	if (!ret)
 		ret = gpt_load_expert_bias(&t->model, r, file);
+	if (!ret && t->model.fp8)
+		ret = gpt_fp8_load_state(&t->model, r, file);
 	/* a 16-bit model's, or the offloaded part's copy of an fp32 model's */
 	for (int i = 0; !ret && i < t->nparts; i++)
 		adam_set_state(&t->part[i].opt, ADAM_MAIN, local);

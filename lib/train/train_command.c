@@ -505,6 +505,9 @@ static int setup(struct trainer *t, const struct args *a)
 		return error("--moe-router-force-load-balancing with --expert-tensor-parallel-size %d other than "
 			     "--tensor-model-parallel-size %d: not in megac yet", lay->etp, lay->tp);
 	pipe.shards = fsdp_prepare(&t->fsdp, level, t->gdp);
+	if (gpt_fp8_config_from_args(&t->fp8, a, t->cfg.L, lay->pp) < 0)
+		return -1;
+	pipe.fp8 = &t->fp8;
 	if (gpt_init_pipe(&t->model, &t->cfg, t->k, &t->mem, &pipe) < 0)
 		return -1;
 	fsdp_alloc(&t->fsdp, &t->model, &t->mem);

@@ -747,6 +747,8 @@ int trainer_run(struct trainer *t)
 		/* Megatron's finalize_model_grads: the expert bias from this
 		 * iteration's counts, whether or not the step was skipped */
 		gpt_update_expert_bias(&t->model, t->gdp);
+		/* the delayed FP8 recipe's amax histories and scales, once per iteration */
+		gpt_fp8_update(&t->model, t->gdp);
 		t->iteration++;
 		dist_watchdog_progress(&t->dist);
 		if (settle_save(t, false, false) < 0)

@@ -55,6 +55,7 @@ struct trainer {
 	const struct args *a;
 	struct dist dist;
 	struct dist_group *gdp; /* where gradients are reduced: data-parallel (with context-parallel under CP) */
+	struct gpt_fp8_config fp8; /* --fp8-format and its recipe (off: fp8.on false) */
 	const struct kops *k;
 	struct mem_pool mem;
 	struct tokenizer *tok;

@@ -10,7 +10,8 @@ device's runs against the CPU's take 1e-4 in fp32, 2e-2 in bf16 and fp16)
 on the iteration's lm loss, grad norm and learning rate
 and on the MoE metrics load_balancing_loss, seq_load_balancing_loss and z_loss
 and the multi-token-prediction losses mtp_1 loss .. mtp_8 loss
-(each where both sides have it; NaN equals NaN: Megatron logs z_loss 0/0 for a
+(each where both sides have it; LOSS_ONLY=1 in the environment: the lm loss
+alone; NaN equals NaN: Megatron logs z_loss 0/0 for a
 zero coefficient, and JSON null is read as NaN). In "same" mode the evaluation lines
 (validation and test lm loss) must agree too: both files have the same ones.
 Prints the worst relative difference.
@@ -38,6 +39,8 @@ def rows(path, loss_key=LOSS):
 
 KEYS = ("lm loss", "grad norm", "learning rate",
         "load_balancing_loss", "seq_load_balancing_loss", "z_loss") + tuple("mtp_%d loss" % k for k in range(1, 9))
+if os.environ.get("LOSS_ONLY"):
+    KEYS = ("lm loss",)
 
 
 def isnan(v):

@@ -1,0 +1,477 @@
+/*
+ * fp8_linear.c - the transformer layers' linear layers in FP8 (Megatron's
+ * fp8_utils with Transformer Engine's recipes; docs/fp8.md is the spec).
+ *
+ * A linear layer with an FP8 slot multiplies FP8 codes instead of bf16
+ * words in its three GEMMs:
+ *   forward  out[N,OC]  = X[N,IC] . W[OC,IC]^T     A = q(X),      B = q(W)
+ *   dgrad    dX[N,IC]   = dY[N,OC] . W             A = q(dY),     B = q(W^T)
+ *   wgrad    dW[OC,IC] += dY^T . X                 A = q(dY^T),   B = q(X^T)
+ * Each operand is quantized from the bf16-valued tensor in the orientation
+ * its GEMM reads (the K dimension contiguous), so the blockwise and MXFP8
+ * recipes' columnwise copies come from high precision, as in Transformer
+ * Engine. Three roles carry a scale each: the input X, the weight W and
+ * the output gradient dY (E5M2 under --fp8-format hybrid, else E4M3).
+ * Outputs are rounded to bf16 as every GEMM output of a --bf16 model is;
+ * the bias gradient is taken from the bf16 dY.
+ *
+ * Scales, per recipe:
+ *   delayed     one scale per slot and role, from its amax history; the
+ *               tensors record their amax while the iteration runs, and
+ *               gpt_fp8_update() reduces them over the amax group and rolls
+ *               the histories once per iteration (Transformer Engine's
+ *               amax_and_scale_update, transcribed in fp8_update_meta);
+ *   tensorwise  each tensor's own amax, reduced over tensor and context
+ *               parallelism so every layout quantizes as one rank does;
+ *   blockwise   1x128 blocks (X, dY) and 128x128 blocks (W), power-of-two
+ *               scales, found by the quantize op itself;
+ *   mxfp8       1x32 blocks with E8M0 scales, likewise.
+ *
+ * Invariants:
+ *   1. A slot's delayed scales change only in gpt_fp8_update(), so every
+ *      micro-batch of an iteration, a recomputed forward and the backward
+ *      quantize with the same scales (the history holds the max of what
+ *      they recorded).
+ *   2. Every rank of the amax group holds the same histories and scales
+ *      after an update; a checkpoint stores one copy.
+ *   3. A slot exists for every FP8 linear weight this rank holds and only
+ *      for those: m->fp8->slot[param] >= 0.
+ */
+#include "model/gpt_int.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "base/xalloc.h"
+#include "ckpt/ckpt.h"
+#include "kernels/fp8.h"
+
+enum { ROLE_X, ROLE_W, ROLE_DY, NROLES };
+
+struct gpt_fp8 {
+	struct gpt_fp8_config cfg;
+	int nslots;
+	int *slot;        /* [reg.n] a weight's slot, -1: not FP8 */
+	int *param;       /* [nslots] the slot's weight */
+	float *hist;      /* delayed: [nslots][NROLES][history]; [0] this iteration's amax so far */
+	float *scale;     /* delayed: [nslots][NROLES] */
+	float *dev_amax;  /* backend: one float an op writes its amax into */
+	/* backend scratch, grown on demand: two operands' codes and scales, a
+	 * weight widened from 16-bit words, ones for the bias gradient */
+	uint8_t *qa, *qb;
+	float *sa, *sb, *wf, *ones;
+	size_t qa_n, qb_n, sa_n, sb_n, wf_n, ones_n;
+};
+
+const char *gpt_fp8_recipe_name(enum gpt_fp8_recipe r)
+{
+	static const char *names[] = { "delayed", "tensorwise", "blockwise", "mxfp8" };
+	return names[r];
+}
+
+static void reserve(struct gpt_model *m, struct gpt_fp8 *f);
+
+/* ---- slots ---- */
+
+static bool layer_in_bf16(const struct gpt_fp8_config *c, int L, int l)
+{
+	return l < c->bf16_start || l >= L - c->bf16_end;
+}
+
+/* Weight w of layer l (fields of a layer's kind it does not have, and of
+ * layers on other ranks, hold other indices: only a 2-D tensor named after
+ * the layer counts). */
+static void add_slot(struct gpt_model *m, struct gpt_fp8 *f, int l, int w)
+{
+	char prefix[48];
+	if (w < 0 || w >= m->reg.n || f->slot[w] >= 0)
+		return;
+	const struct param *p = &m->reg.p[w];
+	int n = snprintf(prefix, sizeof(prefix), "decoder.layers.%d.", l);
+	if (p->ndim != 2 || strncmp(p->name, prefix, (size_t)n))
+		return;
+	f->slot[w] = f->nslots;
+	f->param = xrealloc(f->param, (size_t)(f->nslots + 1) * sizeof(*f->param));
+	f->param[f->nslots++] = w;
+}
+
+int gpt_fp8_init(struct gpt_model *m, const struct gpt_fp8_config *cfg)
+{
+	if (!cfg || !cfg->on)
+		return 0;
+	if (m->precision != GPT_BF16)
+		return error("--fp8-format needs --bf16: FP8 GEMMs give bf16 outputs to a bf16 model");
+	if (cfg->recipe == GPT_FP8_DELAYED || cfg->recipe == GPT_FP8_TENSORWISE) {
+		if (m->par.ep || m->par.etp_size != m->par.tp_size)
+			return error("--fp8-recipe %s with expert parallelism or --expert-tensor-parallel-size other "
+				     "than the tensor-parallel size is not in megac yet (the experts' amax groups); use "
+				     "--fp8-recipe blockwise or mxfp8, whose scales need no reduction",
+				     gpt_fp8_recipe_name(cfg->recipe));
+	}
+	struct gpt_fp8 *f = xcalloc(1, sizeof(*f));
+	f->cfg = *cfg;
+	f->slot = xmalloc((size_t)(m->reg.n ? m->reg.n : 1) * sizeof(*f->slot));
+	for (int i = 0; i < m->reg.n; i++)
+		f->slot[i] = -1;
+	int L = m->c.L;
+	for (int l = 0; l < gpt_num_layers_all(m); l++) {
+		const struct gpt_layer_params *p = &m->lp[l];
+		/* the multi-token-prediction depths' layers are in FP8 like the
+		 * decoder's last layer unless that is kept in bf16 */
+		if (layer_in_bf16(cfg, L, l < L ? l : L - 1))
+			continue;
+		int ws[] = { p->qkv_w, p->proj_w, p->mq_w, p->mqd_w, p->mkvd_w, p->mkvu_w, p->fc1_w, p->fc2_w,
+			     p->sfc1_w, p->sfc2_w };
+		for (size_t i = 0; i < sizeof(ws) / sizeof(ws[0]); i++)
+			add_slot(m, f, l, ws[i]);
+		for (int e = 0; p->efc1_w && e < m->c.E; e++) {
+			add_slot(m, f, l, p->efc1_w[e]);
+			add_slot(m, f, l, p->efc2_w[e]);
+		}
+	}
+	if (cfg->recipe == GPT_FP8_DELAYED) {
+		size_t n = (size_t)f->nslots * NROLES;
+		f->hist = xcalloc(n * (size_t)cfg->history + 1, sizeof(float));
+		f->scale = xmalloc((n + 1) * sizeof(float));
+		for (size_t i = 0; i < n; i++)
+			f->scale[i] = 1.0f; /* Transformer Engine's initial scale */
+	}
+	f->dev_amax = gpt_take(m, 1);
+	reserve(m, f);
+	m->fp8 = f;
+	return 0;
+}
+
+void gpt_fp8_free(struct gpt_model *m)
+{
+	struct gpt_fp8 *f = m->fp8;
+	if (!f)
+		return;
+	mem_free(m->mem, f->qa, f->qa_n);
+	mem_free(m->mem, f->qb, f->qb_n);
+	mem_free(m->mem, f->sa, f->sa_n * sizeof(float));
+	mem_free(m->mem, f->sb, f->sb_n * sizeof(float));
+	mem_free(m->mem, f->wf, f->wf_n * sizeof(float));
+	mem_free(m->mem, f->ones, f->ones_n * sizeof(float));
+	free(f->slot);
+	free(f->param);
+	free(f->hist);
+	free(f->scale);
+	free(f);
+	m->fp8 = NULL;
+}
+
+int gpt_fp8_slot(const struct gpt_model *m, int w)
+{
+	return m->fp8 && w >= 0 ? m->fp8->slot[w] : -1;
+}
+
+/* backend scratch of at least n elements of size es, from the model's pool
+ * (so train's memory lines and report_memory's plan count it) */
+static void *grow(struct gpt_model *m, void **buf, size_t *have, size_t n, size_t es)
+{
+	if (n > *have) {
+		if (*buf)
+			mem_free(m->mem, *buf, *have * es);
+		*have = n;
+		*buf = mem_alloc(m->mem, n * es);
+	}
+	return *buf;
+}
+
+/* The scratch a dense micro-batch needs, taken at set-up: the A operand
+ * (X, dY or dY^T: N rows of the widest side), the B operand (W, W^T or X^T),
+ * their scales (at most one per value / 32 plus one per row), and a
+ * widened weight on a table that hands the model 16-bit words. Expert
+ * layers with more rows than a dense micro-batch grow it at their first
+ * use. */
+static void reserve(struct gpt_model *m, struct gpt_fp8 *f)
+{
+	size_t N = (size_t)m->B * (size_t)m->lc.S, side = 0, inw = 0, most = 0;
+	for (int i = 0; i < f->nslots; i++) {
+		const struct param *p = &m->reg.p[f->param[i]];
+		size_t oc = (size_t)p->local_shape[0], ic = (size_t)p->local_shape[1];
+		side = oc > side ? oc : side;
+		side = ic > side ? ic : side;
+		inw = ic > inw ? ic : inw;
+		most = p->numel > most ? p->numel : most;
+	}
+	if (!f->nslots)
+		return;
+	size_t qa = N * side, qb = most > N * inw ? most : N * inw;
+	grow(m, (void **)&f->qa, &f->qa_n, qa, 1);
+	grow(m, (void **)&f->qb, &f->qb_n, qb, 1);
+	grow(m, (void **)&f->sa, &f->sa_n, qa / 32 + N + side, sizeof(float));
+	grow(m, (void **)&f->sb, &f->sb_n, qb / 32 + N + side, sizeof(float));
+	if (m->direct16)
+		grow(m, (void **)&f->wf, &f->wf_n, most, sizeof(float));
+}
+
+/* ---- scales ---- */
+
+static enum kops_fp8 role_fmt(const struct gpt_fp8 *f, int role)
+{
+	return role == ROLE_DY && f->cfg.hybrid ? KOPS_E5M2 : KOPS_E4M3;
+}
+
+/* max over the groups a tensorwise amax is reduced over: tensor and
+ * context parallelism (the ranks that hold parts of what one rank holds) */
+static float reduce_amax(struct gpt_model *m, float amax)
+{
+	if (m->par.tp)
+		dist_allreduce_max_f32(m->par.tp, &amax, 1);
+	if (m->par.cp)
+		dist_allreduce_max_f32(m->par.cp, &amax, 1);
+	return amax;
+}
+
+/* Quantize x (rows x cols as the GEMM reads it; transpose: x is cols x
+ * rows) for slot s in role `role` into t, with the buffers of side b (0: A,
+ * 1: B). */
+static void quantize(struct gpt_model *m, struct kops_fp8_tensor *t, int side, const float *x, int rows, int cols,
+		     bool transpose, int s, int role)
+{
+	struct gpt_fp8 *f = m->fp8;
+	const struct kops *k = m->k;
+	size_t n = (size_t)rows * cols;
+	struct kops_fp8_quant how = { .transpose = transpose };
+	t->rows = rows;
+	t->cols = cols;
+	t->fmt = role_fmt(f, role);
+	switch (f->cfg.recipe) {
+	case GPT_FP8_DELAYED:
+	case GPT_FP8_TENSORWISE:
+		t->br = rows;
+		t->bc = cols;
+		how.how = KOPS_FP8_GIVEN;
+		break;
+	case GPT_FP8_BLOCKWISE:
+		t->br = role == ROLE_W ? 128 : 1;
+		t->bc = 128;
+		how.how = KOPS_FP8_AMAX;
+		how.pow2 = true;
+		break;
+	case GPT_FP8_MXFP8:
+		t->br = 1;
+		t->bc = 32;
+		how.how = KOPS_FP8_MX;
+		break;
+	}
+	size_t nb = (size_t)((rows + t->br - 1) / t->br) * (size_t)((cols + t->bc - 1) / t->bc);
+	if (side == 0) {
+		t->q = grow(m, (void **)&f->qa, &f->qa_n, n, 1);
+		t->sinv = grow(m, (void **)&f->sa, &f->sa_n, nb, sizeof(float));
+	} else {
+		t->q = grow(m, (void **)&f->qb, &f->qb_n, n, 1);
+		t->sinv = grow(m, (void **)&f->sb, &f->sb_n, nb, sizeof(float));
+	}
+	float *rec = NULL;
+	if (f->cfg.recipe == GPT_FP8_DELAYED) {
+		how.scale = f->scale[(size_t)s * NROLES + role];
+		rec = f->dev_amax;
+	} else if (f->cfg.recipe == GPT_FP8_TENSORWISE) {
+		float amax;
+		k->fp8_amax(f->dev_amax, x, n);
+		k->to_host(&amax, f->dev_amax, sizeof(amax));
+		amax = reduce_amax(m, amax);
+		how.scale = fp8_scale_from_amax(amax, fp8_max(t->fmt), false, FP8_BF16_MAX);
+	}
+	k->fp8_quantize(t, x, &how, rec);
+	if (rec) { /* the history's newest entry: the largest this iteration saw */
+		float amax;
+		k->to_host(&amax, rec, sizeof(amax));
+		float *h = f->hist + ((size_t)s * NROLES + role) * (size_t)f->cfg.history;
+		if (isnan(amax) || amax > h[0])
+			h[0] = amax;
+	}
+}
+
+/* the weight as fp32 values (the W view, or widened from the words) */
+static const float *weight_f32(struct gpt_model *m, int w)
+{
+	if (!m->direct16)
+		return gpt_param(m, w, GPT_VIEW_W);
+	struct gpt_fp8 *f = m->fp8;
+	size_t n = m->reg.p[w].numel;
+	float *wf = grow(m, (void **)&f->wf, &f->wf_n, n, sizeof(float));
+	m->k->widen(wf, gpt_param16(m, w), n, gpt_half_kind(m));
+	return wf;
+}
+
+void fp8_linear_fwd(struct gpt_model *m, float *out, const float *inp, int w, int b, int N, int IC, int OC)
+{
+	int s = m->fp8->slot[w];
+	struct kops_fp8_tensor A, B;
+	const float *bias = gpt_param(m, b, GPT_VIEW_B);
+	quantize(m, &A, 0, inp, N, IC, false, s, ROLE_X);
+	quantize(m, &B, 1, weight_f32(m, w), OC, IC, false, s, ROLE_W);
+	m->k->fp8_gemm(out, &A, &B, bias, false);
+	round_half(m, out, (size_t)N * OC);
+}
+
+void fp8_linear_bwd(struct gpt_model *m, float *dinp, const float *dout, const float *inp, int w, int b, int N,
+		    int IC, int OC)
+{
+	struct gpt_fp8 *f = m->fp8;
+	const struct kops *k = m->k;
+	int s = f->slot[w];
+	struct kops_fp8_tensor A, B;
+	float *dw = gpt_grad(m, w), *db = gpt_grad(m, b);
+	if (dinp) {
+		quantize(m, &A, 0, dout, N, OC, false, s, ROLE_DY);
+		quantize(m, &B, 1, weight_f32(m, w), IC, OC, true, s, ROLE_W);
+		k->fp8_gemm(dinp, &A, &B, NULL, false);
+		round_half(m, dinp, (size_t)N * IC);
+	}
+	if (dw && f->cfg.wgrad) {
+		quantize(m, &A, 0, dout, OC, N, true, s, ROLE_DY);
+		quantize(m, &B, 1, inp, IC, N, true, s, ROLE_X);
+		k->fp8_gemm(dw, &A, &B, NULL, true);
+	} else if (dw) { /* --no-fp8-wgrad: the bf16 weight gradient */
+		if (m->direct16)
+			k->linear_backward_w16(NULL, dw, NULL, dout, inp, gpt_param16(m, w), N, IC, OC,
+					       gpt_half_kind(m));
+		else
+			k->linear_backward(NULL, dw, NULL, dout, inp, gpt_param(m, w, GPT_VIEW_W), N, IC, OC);
+	}
+	if (db) { /* column sums of dY: dbias[OC, 1] += dY^T . ones[N, 1] */
+		if ((size_t)N > f->ones_n) {
+			float *ones = xmalloc((size_t)N * sizeof(float));
+			for (int i = 0; i < N; i++)
+				ones[i] = 1.0f;
+			grow(m, (void **)&f->ones, &f->ones_n, (size_t)N, sizeof(float));
+			k->to_device(f->ones, ones, (size_t)N * sizeof(float));
+			free(ones);
+		}
+		k->linear_backward(NULL, db, NULL, dout, f->ones, f->ones, N, 1, OC);
+	}
+}
+
+/* ---- the delayed recipe's update (Transformer Engine's
+ * amax_and_scale_update, after the amax reduction) ---- */
+
+/* One meta: h[len] with h[0] the reduced amax of the iteration; scale in
+ * and out. */
+void fp8_update_meta(float *h, int len, float *scale, bool amax_max, float scaled_max)
+{
+	float last = h[0], amax = 0;
+	if (last != 0.0f) { /* a tensor unused since the last update keeps its history and scale */
+		for (int i = 0; i < len; i++) {
+			float a = i < len - 1 ? h[i + 1] : last;
+			amax = fmaxf(amax, a);
+			h[i] = i > 0 ? a : 0.0f;
+		}
+	}
+	if (!amax_max)
+		amax = last;
+	float sc = isfinite(amax) && amax > 0 ? scaled_max / amax : *scale;
+	if (isinf(sc))
+		sc = FLT_MAX;
+	*scale = sc;
+}
+
+void gpt_fp8_update(struct gpt_model *m, struct dist_group *dp)
+{
+	struct gpt_fp8 *f = m->fp8;
+	if (!f || f->cfg.recipe != GPT_FP8_DELAYED)
+		return;
+	size_t n = (size_t)f->nslots * NROLES, len = (size_t)f->cfg.history;
+	float *cur = xmalloc((n + 1) * sizeof(float));
+	for (size_t i = 0; i < n; i++)
+		cur[i] = f->hist[i * len];
+	/* Megatron's amax reduction group: tensor, context and (without
+	 * --tp-only-amax-red) data parallelism */
+	struct dist_group *groups[3] = { m->par.tp, m->par.cp, f->cfg.tp_only_red ? NULL : dp };
+	for (int g = 0; g < 3; g++)
+		if (groups[g] && groups[g]->size > 1 && n)
+			dist_allreduce_max_f32(groups[g], cur, n);
+	for (size_t i = 0; i < n; i++) {
+		int role = (int)(i % NROLES);
+		float scaled_max = ldexpf(fp8_max(role_fmt(f, role)), -f->cfg.margin);
+		f->hist[i * len] = cur[i];
+		fp8_update_meta(f->hist + i * len, (int)len, &f->scale[i], f->cfg.amax_max, scaled_max);
+	}
+	free(cur);
+}
+
+/* ---- checkpoints: each slot's histories [NROLES, len] and scales [NROLES]
+ * as "<module>._extra_state.fp8_amax_history" and ".fp8_scale" ---- */
+
+int gpt_fp8_nstate(const struct gpt_model *m)
+{
+	return m->fp8 && m->fp8->cfg.recipe == GPT_FP8_DELAYED ? m->fp8->nslots : 0;
+}
+
+void gpt_fp8_state_name(const struct gpt_model *m, int i, bool scale, char *out, size_t n)
+{
+	const char *w = m->reg.p[m->fp8->param[i]].name;
+	size_t base = strlen(w);
+	if (base > 7 && !strcmp(w + base - 7, ".weight"))
+		base -= 7;
+	snprintf(out, n, "%.*s._extra_state.%s", (int)base, w, scale ? "fp8_scale" : "fp8_amax_history");
+	gpt_mtp_layer_name(&m->c, out, n);
+}
+
+float *gpt_fp8_state(struct gpt_model *m, int i, bool scale, int64_t shape[2])
+{
+	struct gpt_fp8 *f = m->fp8;
+	shape[0] = NROLES;
+	shape[1] = f->cfg.history;
+	return scale ? f->scale + (size_t)i * NROLES : f->hist + (size_t)i * NROLES * (size_t)f->cfg.history;
+}
+
+/* The delayed recipe's state from a checkpoint: each slot's history and
+ * scales where the checkpoint has them (a checkpoint of another history
+ * length gives its newest entries; one without FP8 state, a bf16 run's or
+ * another recipe's, leaves the fresh state: scales 1, histories 0). */
+int gpt_fp8_load_state(struct gpt_model *m, struct ckpt_reader *r, int file)
+{
+	struct gpt_fp8 *f = m->fp8;
+	int missing = 0;
+	for (int i = 0; i < gpt_fp8_nstate(m); i++) {
+		char hname[PARAM_NAME_MAX + 40], sname[PARAM_NAME_MAX + 40];
+		gpt_fp8_state_name(m, i, false, hname, sizeof(hname));
+		gpt_fp8_state_name(m, i, true, sname, sizeof(sname));
+		int has = ckpt_has_tensor(r, file, hname);
+		if (has < 0)
+			return -1;
+		if (!has) {
+			missing++;
+			continue;
+		}
+		enum ckpt_dtype dt;
+		int nd;
+		int64_t shape[CKPT_MAX_NDIM], want[2];
+		float *h = gpt_fp8_state(m, i, false, want);
+		if (ckpt_tensor_info(r, file, hname, &dt, &nd, shape) < 0)
+			return -1;
+		if (nd != 2 || shape[0] != NROLES || shape[1] < 1)
+			return error("%s: %s has shape %dD, expected [%d, history]", ckpt_reader_dir(r), hname, nd,
+				     NROLES);
+		int64_t len = shape[1], mine = want[1];
+		float *old = xmalloc((size_t)(NROLES * len) * sizeof(float));
+		int64_t sshape[1] = { NROLES };
+		if (ckpt_get_tensor(r, file, hname, CKPT_F32, 2, shape, old) < 0 ||
+		    ckpt_get_tensor(r, file, sname, CKPT_F32, 1, sshape, f->scale + (size_t)i * NROLES) < 0) {
+			free(old);
+			return -1;
+		}
+		for (int role = 0; role < NROLES; role++) {
+			float *dst = h + (size_t)role * (size_t)mine, *src = old + (size_t)role * (size_t)len;
+			memset(dst, 0, (size_t)mine * sizeof(float));
+			/* [0] accumulates, [len-1] is the newest: align the ends */
+			for (int64_t j = 1; j < mine && j < len; j++)
+				dst[mine - j] = src[len - j];
+		}
+		free(old);
+	}
+	if (missing && missing < gpt_fp8_nstate(m))
+		return error("%s has the FP8 state of some layers and not of %d others", ckpt_reader_dir(r), missing);
+	if (missing)
+		info("%s has no delayed-scaling FP8 state: the FP8 scales start at 1", ckpt_reader_dir(r));
+	return 0;
+}
