@@ -26,6 +26,9 @@ SYS_PY=/usr/bin/python3
 PINS="transformers==4.49.0 tokenizers==0.21.0 safetensors==0.5.3 huggingface_hub==0.29.1"
 # their dependencies that Debian's python3-* do not provide
 PINS="$PINS filelock==4.3.1 fsspec==2026.9.0 packaging==26.4 regex==2026.11.19 tqdm==4.70.1"
+# ml_dtypes: NumPy's float8_e4m3fn and float8_e5m2, the casts tests/prog/fp8_casts.sh
+# holds lib/kernels/fp8.h to (0.5.4 still accepts Debian's numpy 1.24)
+PINS="$PINS ml_dtypes==0.5.4"
 # Debian packages: the interpreter, venv (its ensurepip), and the system
 # packages the venv reuses (python3-torch brings python3-yaml and -requests).
 DEB_PKGS="python3 python3-venv python3-torch python3-numpy python3-h5py python3-yaml python3-requests"
@@ -39,7 +42,7 @@ die() {
 # ok_env: the venv runs, has exactly the pinned versions, and imports torch,
 # numpy and transformers.
 ok_env() {
-	py_env_check 'import torch, numpy, safetensors.torch, transformers  # noqa: E401,F401'
+	py_env_check 'import torch, numpy, safetensors.torch, transformers, ml_dtypes  # noqa: E401,F401'
 }
 
 # shellcheck source=tests/py-env-common.sh

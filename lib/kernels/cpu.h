@@ -13,6 +13,7 @@
 
 #include "kernels/ops.h"
 
+#include <cblas.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -32,6 +33,12 @@
  * begin returns what end restores. */
 int cpu_blas_serial_begin(void);
 void cpu_blas_serial_end(int saved);
+
+/* ---- cpu_ops.c ---- */
+/* cblas_sgemm (row-major), large products split over our OpenMP team by
+ * output blocks: the result does not depend on the thread count */
+void cpu_sgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float *A, int lda,
+	       const float *B, int ldb, float beta, float *C, int ldc);
 
 /* ---- cpu_nn.c ---- */
 void cpu_embedding_forward(float *out, const int32_t *tokens, const int32_t *positions,
@@ -90,6 +97,13 @@ void cpu_attention_block_backward(float *dq, float *dk, float *dv, const float *
 				  const float *v, const int32_t *qpos, const int32_t *kpos, int B,
 				  int Tq, int Tk, int a, int g, int k, int S, float scale, int window,
 				  float dropout_p, uint64_t seed, uint64_t offset);
+
+/* ---- cpu_fp8.c ---- */
+void cpu_fp8_amax(float *amax, const float *x, size_t n);
+void cpu_fp8_quantize(const struct kops_fp8_tensor *t, const float *x, const struct kops_fp8_quant *how,
+		      float *amax);
+void cpu_fp8_gemm(float *out, const struct kops_fp8_tensor *a, const struct kops_fp8_tensor *b, const float *bias,
+		  bool accumulate);
 
 /* ---- cpu_rand.c ---- */
 

@@ -2,7 +2,8 @@
  * cpu_ops.c - the CPU backend of the op table (ops.h): host memory, the
  * linear layer (OpenBLAS sgemm), the vector helpers, half-precision rounding
  * and AdamW, plus the table itself. The layer ops live in cpu_nn.c, the
- * attention path in cpu_attn.c, the random numbers in cpu_rand.c.
+ * attention path in cpu_attn.c, the random numbers in cpu_rand.c, the FP8
+ * ops in cpu_fp8.c.
  *
  * Threading: OpenMP over rows or elements. Every output element is computed
  * by one thread in a fixed order, and every reduction across threads
@@ -68,8 +69,8 @@ static void cpu_zero(float *x, size_t n)
 #define CPU_GEMM_PAR_MIN (1 << 21) /* M*N*K below this: one call */
 #define CPU_GEMM_BLOCKS 8          /* blocks per product: enough to balance 2-8 threads */
 
-static void cpu_sgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha,
-		      const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc)
+void cpu_sgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float *A, int lda,
+	       const float *B, int ldb, float beta, float *C, int ldc)
 {
 	bool split_n = N >= M;
 	int len = split_n ? N : M;
@@ -643,6 +644,9 @@ static const struct kops cpu_ops = {
 	.sumsq_segs = cpu_sumsq_segs,
 	.adamw_segs = cpu_adamw_segs,
 	.adamw_segs_lp = cpu_adamw_segs_lp,
+	.fp8_amax = cpu_fp8_amax,
+	.fp8_quantize = cpu_fp8_quantize,
+	.fp8_gemm = cpu_fp8_gemm,
 	.attention_block_forward = cpu_attention_block_forward,
 	.attention_block_backward = cpu_attention_block_backward,
 };

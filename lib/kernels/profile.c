@@ -17,7 +17,8 @@ enum {
 	P_LINEAR_F, P_LINEAR_B, P_EMB_F, P_EMB_B, P_LN_F, P_LN_B, P_RMS_F, P_RMS_B,
 	P_GELU_F, P_GELU_B, P_SWIGLU_F, P_SWIGLU_B, P_QKV_F, P_QKV_B, P_ATTN_F, P_ATTN_B,
 	P_DROP_F, P_DROP_B, P_XENT_F, P_XENT_B, P_ADD, P_SCALE, P_SUMSQ, P_NONFINITE, P_ROUND, P_NARROW, P_WIDEN,
-	P_ADAMW, P_MOE_F, P_MOE_B, P_SUMSQ_SEGS, P_ADAMW_SEGS, P_ADAMW_SEGS_LP, P_ABLK_F, P_ABLK_B, P_NOPS
+	P_ADAMW, P_MOE_F, P_MOE_B, P_SUMSQ_SEGS, P_ADAMW_SEGS, P_ADAMW_SEGS_LP, P_FP8_AMAX, P_FP8_QUANT, P_FP8_GEMM,
+	P_ABLK_F, P_ABLK_B, P_NOPS
 };
 
 static const char *const prof_names[P_NOPS] = {
@@ -29,7 +30,7 @@ static const char *const prof_names[P_NOPS] = {
 	"dropout_add_forward", "dropout_backward", "xent_forward", "xent_backward",
 	"add", "scale", "sumsq", "nonfinite", "round", "narrow", "widen",
 	"adamw", "moe_combine_forward", "moe_combine_backward", "sumsq_segs", "adamw_segs", "adamw_segs_lp",
-	"attention_block_forward", "attention_block_backward",
+	"fp8_amax", "fp8_quantize", "fp8_gemm", "attention_block_forward", "attention_block_backward",
 };
 
 struct prof_row {
@@ -414,6 +415,30 @@ static void w_adamw_segs_lp(const struct kops_adamw_lp *s, const float *g, size_
 	prof_end(P_ADAMW_SEGS_LP, t, 0, per * seg_elems(segs, nsegs));
 }
 
+static void w_fp8_amax(float *amax, const float *x, size_t n)
+{
+	double t = prof_begin();
+	P.base->fp8_amax(amax, x, n);
+	prof_end(P_FP8_AMAX, t, 0, F4 * (double)n);
+}
+
+static void w_fp8_quantize(const struct kops_fp8_tensor *q, const float *x, const struct kops_fp8_quant *how,
+			   float *amax)
+{
+	double t = prof_begin();
+	P.base->fp8_quantize(q, x, how, amax);
+	/* each value read in fp32 and written as one byte */
+	prof_end(P_FP8_QUANT, t, 0, (F4 + 1.0) * q->rows * q->cols);
+}
+
+static void w_fp8_gemm(float *out, const struct kops_fp8_tensor *a, const struct kops_fp8_tensor *b,
+		       const float *bias, bool accumulate)
+{
+	double t = prof_begin();
+	P.base->fp8_gemm(out, a, b, bias, accumulate);
+	prof_end(P_FP8_GEMM, t, 2.0 * a->rows * b->rows * a->cols, 0);
+}
+
 static void w_attention_block_forward(float *out, float *lse, const float *q, const float *kk, const float *v,
 				      const int32_t *qpos, const int32_t *kpos, int B, int Tq, int Tk, int a, int g,
 				      int k, int S, float scale, int window, float dropout_p, uint64_t seed,
@@ -491,6 +516,9 @@ const struct kops *kops_profile_wrap(const struct kops *base)
 	WRAP(sumsq_segs, w_sumsq_segs);
 	WRAP(adamw_segs, w_adamw_segs);
 	WRAP(adamw_segs_lp, w_adamw_segs_lp);
+	WRAP(fp8_amax, w_fp8_amax);
+	WRAP(fp8_quantize, w_fp8_quantize);
+	WRAP(fp8_gemm, w_fp8_gemm);
 	WRAP(attention_block_forward, w_attention_block_forward);
 	WRAP(attention_block_backward, w_attention_block_backward);
 	return &P.table;
