@@ -169,6 +169,27 @@ if [ -n "${MEGAC_EMU:-}" ]; then
 	done
 fi
 
+# ---- Megatron's Llama-3 8B FP8 example (examples/llama/train_llama3_8b_h100_fp8.sh), shrunk, on two
+# ranks: 32 layers of 4096 -> 2 of 64, 8 GPUs -> DP2; less --fp8-param-gather and --ckpt-format
+# torch_dist, which megac refuses by name (megatron_scripts.sh checks the whole line on one rank)
+LL="--use-mcore-models --num-layers 2 --hidden-size 64 --ffn-hidden-size 224 --num-attention-heads 4"
+LL="$LL --group-query-attention --num-query-groups 2 --kv-channels 16 --seq-length 32 --max-position-embeddings 32"
+LL="$LL --position-embedding-type rope --rotary-base 1000000 --rotary-percent 1.0 --attention-dropout 0.0"
+LL="$LL --hidden-dropout 0.0 --swiglu --normalization RMSNorm --init-method-std 0.0134 --attention-backend fused"
+LL="$LL --apply-layernorm-1p --untie-embeddings-and-output-weights --disable-bias-linear"
+LL="$LL --micro-batch-size 1 --global-batch-size 4 --train-samples 8 --lr-decay-samples 6 --lr-warmup-samples 2"
+LL="$LL --lr 0.00015 --min-lr 0.00001 --decoupled-lr 5.0e-4 --decoupled-min-lr 4.5e-5 --lr-decay-style cosine"
+LL="$LL --clip-grad 1.0 --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95 --bf16 --grad-reduce-in-bf16"
+LL="$LL --cross-entropy-loss-fusion --calculate-per-token-loss --manual-gc --empty-unused-memory-level 1"
+LL="$LL --exit-duration-in-mins 235 --fp8-format hybrid --fp8-amax-history-len 1024 --fp8-amax-compute-algo max"
+LL="$LL --tensor-model-parallel-size 1 --context-parallel-size 1 --sequence-parallel --use-distributed-optimizer"
+LL="$LL --overlap-grad-reduce --overlap-param-gather --mock-data --tokenizer-type NullTokenizer --vocab-size 1000"
+LL="$LL --data-cache-path $W/llcache --tiktoken-pattern v2 --split 99,1,0 --no-create-attention-mask-in-dataloader"
+LL="$LL --no-mmap-bin-files --num-workers 1 --log-interval 1 --eval-iters 1 --eval-interval 100 --save-interval 1000"
+LL="$LL --distributed-timeout-minutes 60 --save $W/llck --tensorboard-dir $W/lltb"
+expect_ok "Megatron's Llama-3 8B FP8 example, shrunk, 2 iterations on 2 ranks" \
+	sh -c "$MPI -np 2 $BIN/train $LL >$W/ll.log 2>&1 && grep -q 'iteration *2/ *2' $W/ll.log"
+
 # ---- refusals ----
 expect_fail "--fp8-format without --bf16" "needs --bf16" $BIN/train $NB --train-iters 1 $HY
 expect_fail "--fp8-param-gather is refused by name" "--fp8-param-gather" $BIN/train $R $HY --fp8-param-gather
