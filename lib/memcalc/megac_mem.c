@@ -190,6 +190,7 @@ int megac_mem_predict(const struct args *a, int64_t vocab, struct megac_stage_me
 			e->backend_ws = ws.lt_workspace + ws.scratch_total;
 		}
 		e->peak = pool.peak + e->backend_ws;
+		gpt_fp8_mem(&model, &e->fp8_scratch, &e->fp8_host);
 		e->activations = e->peak - e->params - e->grads - e->optimizer;
 		for (int i = 0; i < np; i++)
 			adam_free(&opt[i]);

@@ -40,6 +40,8 @@ struct megac_stage_mem {
 	size_t peak;            /* all of it, backend_ws too: train's "max allocated" */
 	size_t expert_params;   /* of params: the experts' part, reduced over expert data
 				 * parallelism (expert parallelism only; else 0) */
+	size_t fp8_scratch;     /* of activations: the FP8 GEMM operands' codes and scales (--fp8-format) */
+	size_t fp8_host;        /* host memory beside it: the delayed recipe's amax histories and scales */
 };
 
 /* The backend --device plans for: true for cuda (and auto: a planned job

@@ -258,6 +258,15 @@ static void print_megac(const struct args *a, const struct megac_stage_mem *st, 
 		       "to %.2f MB), which train's \"max allocated\" counts too; attention keeps each row's log-sum-exp "
 		       "(flash), not its probabilities\n", ws / MIB);
 	}
+	size_t f8 = 0, f8h = 0;
+	for (int i = 0; i < n; i++) {
+		f8 = st[i].fp8_scratch > f8 ? st[i].fp8_scratch : f8;
+		f8h = st[i].fp8_host > f8h ? st[i].fp8_host : f8h;
+	}
+	if (a->fp8_format)
+		printf("  activations include the FP8 GEMM operands' codes and scales (up to %.2f MB); the delayed "
+		       "recipe's amax histories and scales take %.1f KB of host memory per rank (docs/fp8.md)\n",
+		       f8 / MIB, f8h / 1024.0);
 }
 
 static json_t *megac_json(const struct megac_stage_mem *st, int n)
@@ -274,6 +283,8 @@ static json_t *megac_json(const struct megac_stage_mem *st, int n)
 		json_object_set_new(b, "optimizer_states_MB", json_real(st[i].optimizer / MIB));
 		json_object_set_new(b, "activations_and_workspaces_MB", json_real(st[i].activations / MIB));
 		json_object_set_new(b, "backend_workspace_MB", json_real(st[i].backend_ws / MIB));
+		json_object_set_new(b, "fp8_operands_MB", json_real(st[i].fp8_scratch / MIB));
+		json_object_set_new(b, "fp8_host_KB", json_real(st[i].fp8_host / 1024.0));
 		json_object_set_new(e, "breakdown", b);
 		json_array_append_new(ranks, e);
 	}

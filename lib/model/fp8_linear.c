@@ -165,6 +165,17 @@ void gpt_fp8_free(struct gpt_model *m)
 	m->fp8 = NULL;
 }
 
+void gpt_fp8_mem(const struct gpt_model *m, size_t *dev, size_t *host)
+{
+	const struct gpt_fp8 *f = m->fp8;
+	*dev = *host = 0;
+	if (!f)
+		return;
+	*dev = f->qa_n + f->qb_n + (f->sa_n + f->sb_n + f->wf_n + f->ones_n + 1) * sizeof(float);
+	if (f->cfg.recipe == GPT_FP8_DELAYED)
+		*host = (size_t)f->nslots * NROLES * ((size_t)f->cfg.history + 1) * sizeof(float);
+}
+
 int gpt_fp8_slot(const struct gpt_model *m, int w)
 {
 	return m->fp8 && w >= 0 ? m->fp8->slot[w] : -1;

@@ -538,6 +538,8 @@ int gpt_fp8_nstate(const struct gpt_model *m);
 void gpt_fp8_state_name(const struct gpt_model *m, int i, bool scale, char *out, size_t n);
 float *gpt_fp8_state(struct gpt_model *m, int i, bool scale, int64_t shape[2]);
 const char *gpt_fp8_recipe_name(enum gpt_fp8_recipe r);
+/* bytes FP8 holds: operand scratch in the pool (*dev) and host state (*host); 0 without FP8 */
+void gpt_fp8_mem(const struct gpt_model *m, size_t *dev, size_t *host);
 struct ckpt_reader;
 int gpt_fp8_load_state(struct gpt_model *m, struct ckpt_reader *r, int file);
 /* the delayed recipe's update of one meta (exposed for its test): h[len]

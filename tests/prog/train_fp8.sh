@@ -63,6 +63,24 @@ expect_ok "report_memory for the mxfp8 run" \
 	sh -c "$BIN/report_memory $R --fp8-format e4m3 --fp8-recipe mxfp8 --device cpu --json >$W/mx.json 2>/dev/null"
 prediction_close "report_memory's prediction for an FP8 run is within 5% of train's max allocated" "$W/mx.json" "$W/mx.log"
 
+expect_ok "report_memory for the delayed run" \
+	sh -c "$BIN/report_memory $R $DL --fp8-amax-history-len 1024 --device cpu --json >$W/dl.json 2>/dev/null"
+if $PY - "$W/dl.json" "$W/mx.json" <<'PYEND' >"$W/rm.txt" 2>&1; then
+import json, sys
+dl, mx = (json.load(open(p))["megac"]["ranks"][0]["breakdown"] for p in sys.argv[1:])
+# 2 layers x 4 linear layers, 3 metas each: 1024 history entries and a scale, fp32
+want = 2 * 4 * 3 * (1024 + 1) * 4 / 1024
+assert abs(dl["fp8_host_KB"] - want) < 1e-9, (dl["fp8_host_KB"], want)
+# at least the widest operand: 64 rows (micro-batch 2 x 32) x fc1's 2 x 171 outputs, one byte each
+assert mx["fp8_operands_MB"] * 2**20 >= 64 * 342, mx["fp8_operands_MB"]
+print(f"{dl['fp8_host_KB']:.1f} KB of amax histories, {mx['fp8_operands_MB'] * 1024:.1f} KB of operands")
+PYEND
+	ok "report_memory counts the FP8 operands and the delayed recipe's histories: $(cat "$W/rm.txt")"
+else
+	notok "report_memory's FP8 lines"
+	show "$W/rm.txt"
+fi
+
 # ---- resume: the delayed recipe's histories are in the checkpoint ----
 expect_ok "delayed, 10 iterations and a checkpoint" \
 	sh -c "$BIN/train $R $DL --save $W/ck --save-interval 10 --exit-interval 10 >$W/h1.log"
