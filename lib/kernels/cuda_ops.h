@@ -41,6 +41,8 @@ struct kops_cuda_stats {
 	size_t bytes, scratch_bytes;
 	size_t held; /* what the backend holds beside the buffers alloc returned: every scratch
 		      * buffer (the ones it outgrew are kept too) and cuBLASLt's workspace */
+	unsigned long fp8_lt_gemms; /* fp8_gemm calls that ran on cuBLASLt's FP8 matmul (the
+				     * others dequantized their operands first) */
 };
 void kops_cuda_get_stats(struct kops_cuda_stats *st);
 

@@ -6,7 +6,8 @@
  *
  *   check_standins warp         shuffles (idx, up, down, xor, widths), votes, atomics, shared memory
  *   check_standins cublaslt     matmuls against a reference: transposes, bias, beta, bf16/fp16
- *                               inputs, TF32 rounding, batches; shape/alignment/ld errors refused
+ *                               inputs, TF32 rounding, batches; shape/alignment/ld errors refused;
+ *                               FP8 with scales and AMAX_D, and the FP8 products cuBLASLt refuses
  *   check_standins runtime      copies, kinds, streams and events (a non-blocking stream's wait,
  *                               the legacy stream's implicit synchronisation), launch errors
  *   check_standins nccl [pre]   (2 ranks) collectives, and the context-parallel ring pattern on
@@ -364,6 +365,132 @@ static void check_cublaslt(void)
 	      "cublasLt: the same product, aligned, runs");
 }
 
+/* ---- cuBLASLt FP8 ---- */
+
+/* an FP8 code's value, written out per format (E4M3: bias 7, 3 mantissa bits; E5M2: bias 15, 2) */
+static double fp8_ref(uint8_t q, bool e4m3)
+{
+	const int mb = e4m3 ? 3 : 2, bias = e4m3 ? 7 : 15;
+	const int e = (q & 0x7f) >> mb, m = q & ((1 << mb) - 1);
+	const double mag = e ? ldexp(1.0 + m / (double)(1 << mb), e - bias) : ldexp(m / (double)(1 << mb), 1 - bias);
+	return q & 0x80 ? -mag : mag;
+}
+
+/* finite codes, the extremes among them (largest finite, smallest subnormal) */
+static std::vector<uint8_t> fp8_codes(size_t n, bool e4m3, unsigned seed)
+{
+	std::vector<uint8_t> c(n);
+	for (size_t i = 0; i < n; i++) {
+		seed = seed * 1103515245u + 12345u;
+		uint8_t q = (uint8_t)(seed >> 16);
+		if (e4m3 ? (q & 0x7f) == 0x7f : (q & 0x7c) == 0x7c) /* NaN (or E5M2's infinities) */
+			q &= 0xbf;
+		c[i] = q;
+	}
+	c[0] = e4m3 ? 0x7e : 0x7b; /* 448, 57344 */
+	c[1] = 0x81;             /* -2^-9, -2^-16 */
+	return c;
+}
+
+struct fp8_lt {
+	cublasLtHandle_t h;
+	cublasLtMatmulDesc_t d;
+	cublasLtMatrixLayout_t a, b, c;
+	cublasLtMatmulPreference_t p;
+};
+
+static void fp8_lt_setup(fp8_lt *x, int ta, int tb, cudaDataType_t at, cudaDataType_t bt, int m, int n, int k)
+{
+	cublasLtCreate(&x->h);
+	cublasLtMatmulDescCreate(&x->d, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+	int32_t t1 = ta, t2 = tb;
+	int8_t fast = 0;
+	cublasLtMatmulDescSetAttribute(x->d, CUBLASLT_MATMUL_DESC_TRANSA, &t1, sizeof t1);
+	cublasLtMatmulDescSetAttribute(x->d, CUBLASLT_MATMUL_DESC_TRANSB, &t2, sizeof t2);
+	cublasLtMatmulDescSetAttribute(x->d, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast);
+	cublasLtMatrixLayoutCreate(&x->a, at, ta ? k : m, ta ? m : k, ta ? k : m);
+	cublasLtMatrixLayoutCreate(&x->b, bt, tb ? n : k, tb ? k : n, tb ? n : k);
+	cublasLtMatrixLayoutCreate(&x->c, CUDA_R_32F, m, n, m);
+	cublasLtMatmulPreferenceCreate(&x->p);
+}
+
+static void check_cublaslt_fp8(void)
+{
+	/* D (16 x 8) = alpha sA sB A^T B + beta C, A E4M3 stored k x m, B E5M2 stored k x n ("TN") */
+	const int m = 16, n = 8, k = 32;
+	const std::vector<uint8_t> a = fp8_codes((size_t)k * m, true, 21), b = fp8_codes((size_t)k * n, false, 22);
+	std::vector<float> c((size_t)m * n), d((size_t)m * n);
+	for (size_t i = 0; i < c.size(); i++)
+		c[i] = (float)((int)(i * 7 % 13) - 6);
+	const float sc[2] = { 0.25f, 3.0f }, alpha = 1.5f, beta = 0.5f;
+	uint8_t *dA = NULL, *dB = NULL;
+	float *dC = NULL, *dS = NULL, *dAmax = NULL;
+	CK(cudaMalloc((void **)&dA, a.size()));
+	CK(cudaMalloc((void **)&dB, b.size()));
+	CK(cudaMalloc((void **)&dC, c.size() * 4));
+	CK(cudaMalloc((void **)&dS, 2 * 4));
+	CK(cudaMalloc((void **)&dAmax, 4));
+	CK(cudaMemcpy(dA, a.data(), a.size(), cudaMemcpyHostToDevice));
+	CK(cudaMemcpy(dB, b.data(), b.size(), cudaMemcpyHostToDevice));
+	CK(cudaMemcpy(dC, c.data(), c.size() * 4, cudaMemcpyHostToDevice));
+	CK(cudaMemcpy(dS, sc, 2 * 4, cudaMemcpyHostToDevice));
+	fp8_lt x;
+	fp8_lt_setup(&x, CUBLAS_OP_T, CUBLAS_OP_N, CUDA_R_8F_E4M3, CUDA_R_8F_E5M2, m, n, k);
+	const float *sa = dS, *sb = dS + 1;
+	cublasLtMatmulDescSetAttribute(x.d, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa, sizeof sa);
+	cublasLtMatmulDescSetAttribute(x.d, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb, sizeof sb);
+	cublasLtMatmulDescSetAttribute(x.d, CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, &dAmax, sizeof dAmax);
+	cublasLtMatmulHeuristicResult_t r;
+	int got = 0;
+	cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(x.h, x.d, x.a, x.b, x.c, x.c, x.p, 1, &r, &got);
+	if (s == CUBLAS_STATUS_SUCCESS && got == 1)
+		s = cublasLtMatmul(x.h, x.d, &alpha, dA, x.a, dB, x.b, &beta, dC, x.c, dC, x.c, &r.algo, NULL, 0, 0);
+	float amax = -1;
+	CK(cudaMemcpy(d.data(), dC, d.size() * 4, cudaMemcpyDeviceToHost));
+	CK(cudaMemcpy(&amax, dAmax, 4, cudaMemcpyDeviceToHost));
+	double worst = 0, big = 1e-30;
+	float dmax = 0;
+	for (int j = 0; j < n; j++)
+		for (int i = 0; i < m; i++) {
+			double ref = 0;
+			for (int q = 0; q < k; q++)
+				ref += fp8_ref(a[(size_t)i * k + q], true) * fp8_ref(b[(size_t)j * k + q], false);
+			ref = alpha * (double)sc[0] * sc[1] * ref + beta * c[(size_t)j * m + i];
+			worst = fmax(worst, fabs(d[(size_t)j * m + i] - ref));
+			big = fmax(big, fabs(ref));
+			dmax = fmaxf(dmax, fabsf(d[(size_t)j * m + i]));
+		}
+	char buf[200];
+	snprintf(buf, sizeof buf, "cublasLt: FP8 E4M3 x E5M2 \"TN\" with A/B scales and beta (max error %.2g of max %.2g)",
+		 worst / big, big);
+	check(s == CUBLAS_STATUS_SUCCESS && worst / big <= 1e-6, buf);
+	check(amax == dmax, "cublasLt: FP8 AMAX_D_POINTER receives max |D|");
+
+	/* refusals: what real cuBLASLt has no FP8 kernel for */
+	fp8_lt y;
+	fp8_lt_setup(&y, CUBLAS_OP_T, CUBLAS_OP_N, CUDA_R_8F_E5M2, CUDA_R_8F_E5M2, m, n, k);
+	check(cublasLtMatmulAlgoGetHeuristic(y.h, y.d, y.a, y.b, y.c, y.c, y.p, 1, &r, &got) == CUBLAS_STATUS_NOT_SUPPORTED,
+	      "cublasLt: FP8 E5M2 x E5M2 is refused");
+	fp8_lt z;
+	fp8_lt_setup(&z, CUBLAS_OP_N, CUBLAS_OP_N, CUDA_R_8F_E4M3, CUDA_R_8F_E4M3, m, n, k);
+	check(cublasLtMatmulAlgoGetHeuristic(z.h, z.d, z.a, z.b, z.c, z.c, z.p, 1, &r, &got) == CUBLAS_STATUS_NOT_SUPPORTED,
+	      "cublasLt: FP8 in the \"NN\" layout is refused (TN only)");
+	fp8_lt w;
+	fp8_lt_setup(&w, CUBLAS_OP_T, CUBLAS_OP_N, CUDA_R_8F_E4M3, CUDA_R_8F_E4M3, m, n, 24);
+	check(cublasLtMatmulAlgoGetHeuristic(w.h, w.d, w.a, w.b, w.c, w.c, w.p, 1, &r, &got) == CUBLAS_STATUS_NOT_SUPPORTED,
+	      "cublasLt: FP8 with k = 24 (not a multiple of 16 bytes) is refused");
+	fp8_lt v;
+	fp8_lt_setup(&v, CUBLAS_OP_T, CUBLAS_OP_N, CUDA_R_32F, CUDA_R_32F, m, n, k);
+	cublasLtMatmulDescSetAttribute(v.d, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa, sizeof sa);
+	check(cublasLtMatmulAlgoGetHeuristic(v.h, v.d, v.a, v.b, v.c, v.c, v.p, 1, &r, &got) == CUBLAS_STATUS_INVALID_VALUE,
+	      "cublasLt: an A scale pointer with fp32 inputs is refused");
+	cudaFree(dA);
+	cudaFree(dB);
+	cudaFree(dC);
+	cudaFree(dS);
+	cudaFree(dAmax);
+}
+
 /* ---- runtime ---- */
 
 __global__ void fill_kernel(float *x, float v, size_t n)
@@ -647,8 +774,10 @@ int main(int argc, char **argv)
 		CK(cudaSetDevice(0));
 		if (!strcmp(mode, "warp"))
 			check_warp();
-		else if (!strcmp(mode, "cublaslt"))
+		else if (!strcmp(mode, "cublaslt")) {
 			check_cublaslt();
+			check_cublaslt_fp8();
+		}
 		else
 			check_runtime();
 		rc = failures != 0;

@@ -17,6 +17,19 @@
  * fp32, so only the order of the sums differs from the tensor cores'.
  * Epilogues other than DEFAULT and BIAS are refused (NOT_SUPPORTED) with a
  * message: the emulator would have to learn them first.
+ *
+ * FP8 (A and B in CUDA_R_8F_E4M3 / CUDA_R_8F_E5M2, decoded here on their
+ * own, not with lib/kernels/fp8.h, so a mistake there shows): D = alpha *
+ * scaleA * scaleB * op(A) op(B) + beta C with the scales read from the
+ * device floats of CUDA_R_8F_*'s A/B_SCALE_POINTER when the product runs (1
+ * when unset), and AMAX_D_POINTER, when set, receiving max |D|. What real
+ * cuBLASLt refuses on Ada and Hopper is refused too: E5M2 times E5M2, any
+ * layout but "TN" (TRANSA = T, TRANSB = N), an FP8 operand beside a
+ * non-FP8 one, K or a leading dimension of A/B not a multiple of 16 bytes,
+ * rows of D (m) or its leading dimension not 16 bytes, a scale or amax
+ * pointer with non-FP8 inputs. The emulator has fp32 C and D only for FP8
+ * and no FP8 bias epilogue (cuBLASLt takes a bf16 bias there); FAST_ACCUM is
+ * accepted and changes nothing (the sums are fp32 either way here).
  */
 #include "device.h"
 
@@ -43,6 +56,9 @@ struct emu_lt_desc {
 	uint32_t epi;
 	const void *bias;
 	int64_t bias_stride;
+	const void *scale_a, *scale_b; /* FP8: device floats, or NULL (1) */
+	void *amax_d;
+	int8_t fast_accum;
 };
 struct emu_lt_layout {
 	int32_t type, order, batch;
@@ -75,6 +91,7 @@ size_t elem_size(int t)
 	switch (t) {
 	case CUDA_R_32F: return 4;
 	case CUDA_R_16F: case CUDA_R_16BF: return 2;
+	case CUDA_R_8F_E4M3: case CUDA_R_8F_E5M2: return 1;
 	default: return 0;
 	}
 }
@@ -85,8 +102,31 @@ const char *type_name(int t)
 	case CUDA_R_32F: return "fp32";
 	case CUDA_R_16F: return "fp16";
 	case CUDA_R_16BF: return "bf16";
+	case CUDA_R_8F_E4M3: return "fp8 E4M3";
+	case CUDA_R_8F_E5M2: return "fp8 E5M2";
 	default: return "an unsupported type";
 	}
+}
+
+bool is_fp8(int t)
+{
+	return t == CUDA_R_8F_E4M3 || t == CUDA_R_8F_E5M2;
+}
+
+/* an FP8 code's value: E4M3 (bias 7, no infinities, S.1111.111 NaN) or E5M2 (bias 15, IEEE-like) */
+float fp8_value(uint8_t q, int type)
+{
+	const bool e4 = type == CUDA_R_8F_E4M3;
+	const int mbits = e4 ? 3 : 2, bias = e4 ? 7 : 15, emax = e4 ? 15 : 31;
+	const int e = (q & 0x7f) >> mbits, m = q & ((1 << mbits) - 1);
+	const float sign = q & 0x80 ? -1.0f : 1.0f;
+	if (e4 && (q & 0x7f) == 0x7f)
+		return NAN;
+	if (!e4 && e == emax)
+		return m ? NAN : sign * INFINITY;
+	if (e == 0)
+		return sign * ldexpf((float)m, 1 - bias - mbits);
+	return sign * ldexpf((float)((1 << mbits) + m), e - bias - mbits);
 }
 
 /* a setter's buffer must be exactly the attribute's size */
@@ -143,6 +183,34 @@ cublasStatus_t check(const emu_lt_desc *d, const emu_lt_layout *a, const emu_lt_
 			   (unsigned long long)am, (unsigned long long)*k, (unsigned long long)bk, (unsigned long long)bn,
 			   (unsigned long long)c->rows, (unsigned long long)c->cols, (unsigned long long)*m,
 			   (unsigned long long)*n);
+	if (is_fp8(a->type) || is_fp8(b->type)) {
+		if (!is_fp8(a->type) || !is_fp8(b->type))
+			return bad(CUBLAS_STATUS_NOT_SUPPORTED, "A in %s and B in %s (FP8 takes both in FP8)",
+				   type_name(a->type), type_name(b->type));
+		if (a->type == CUDA_R_8F_E5M2 && b->type == CUDA_R_8F_E5M2)
+			return bad(CUBLAS_STATUS_NOT_SUPPORTED, "A and B both in fp8 E5M2 (not an FP8 matmul cuBLASLt has)");
+		if (d->ta != CUBLAS_OP_T || d->tb != CUBLAS_OP_N)
+			return bad(CUBLAS_STATUS_NOT_SUPPORTED, "FP8 with TRANSA %s, TRANSB %s: FP8 takes the \"TN\" layout "
+				   "(TRANSA = T, TRANSB = N)", d->ta == CUBLAS_OP_N ? "N" : "T", d->tb == CUBLAS_OP_N ? "N" : "T");
+		if (d->compute != CUBLAS_COMPUTE_32F)
+			return bad(CUBLAS_STATUS_NOT_SUPPORTED, "FP8 with compute type %d (CUBLAS_COMPUTE_32F)", d->compute);
+		if (c->type != CUDA_R_32F || dd->type != CUDA_R_32F)
+			return bad(CUBLAS_STATUS_NOT_SUPPORTED, "FP8 with C in %s and D in %s (the emulator has fp32 C and D)",
+				   type_name(c->type), type_name(dd->type));
+		if (d->epi != CUBLASLT_EPILOGUE_DEFAULT)
+			return bad(CUBLAS_STATUS_NOT_SUPPORTED, "FP8 with epilogue %u (the emulator has DEFAULT; cuBLASLt "
+				   "takes a bf16 bias with an fp32 D)", d->epi);
+		if (*k % 16 || a->ld % 16 || b->ld % 16 || *m % 4 || dd->ld % 4 || c->ld % 4)
+			return bad(CUBLAS_STATUS_NOT_SUPPORTED,
+				   "FP8 with k %llu, lda %lld, ldb %lld, m %llu, ldc %lld, ldd %lld: k, lda and ldb must "
+				   "be multiples of 16 bytes, m and the fp32 leading dimensions of C and D of 4 values",
+				   (unsigned long long)*k, (long long)a->ld, (long long)b->ld, (unsigned long long)*m,
+				   (long long)c->ld, (long long)dd->ld);
+		return CUBLAS_STATUS_SUCCESS;
+	}
+	if (d->scale_a || d->scale_b || d->amax_d)
+		return bad(CUBLAS_STATUS_INVALID_VALUE, "an A/B scale or AMAX_D pointer with %s inputs (FP8 only)",
+			   type_name(a->type));
 	if (a->type != b->type || !elem_size(a->type))
 		return bad(CUBLAS_STATUS_NOT_SUPPORTED, "A in %s and B in %s (both fp32, fp16 or bf16)",
 			   type_name(a->type), type_name(b->type));
@@ -179,6 +247,7 @@ float load(const void *base, int type, size_t i)
 	switch (type) {
 	case CUDA_R_32F: return ((const float *)base)[i];
 	case CUDA_R_16BF: return ckpt_bf16_to_f32(((const uint16_t *)base)[i]);
+	case CUDA_R_8F_E4M3: case CUDA_R_8F_E5M2: return fp8_value(((const uint8_t *)base)[i], type);
 	default: return ckpt_f16_to_f32(((const uint16_t *)base)[i]);
 	}
 }
@@ -238,10 +307,15 @@ void run(const call &x)
 		std::vector<float> d((size_t)x.m * x.n, 0.0f);
 		if (x.beta != 0.0f)
 			d = unpack(C, &x.c, false);
+		float alpha = x.alpha; /* FP8: alpha * scaleA * scaleB, read now (device floats) */
+		if (x.d.scale_a)
+			alpha *= *(const float *)x.d.scale_a;
+		if (x.d.scale_b)
+			alpha *= *(const float *)x.d.scale_b;
 		if (x.m && x.n && x.k)
 			cblas_sgemm(CblasColMajor, x.d.ta == CUBLAS_OP_N ? CblasNoTrans : CblasTrans,
 				    x.d.tb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, (int)x.m, (int)x.n, (int)x.k,
-				    x.alpha, a.data(), (int)(x.a.rows ? x.a.rows : 1), b.data(),
+				    alpha, a.data(), (int)(x.a.rows ? x.a.rows : 1), b.data(),
 				    (int)(x.b.rows ? x.b.rows : 1), x.beta, d.data(), (int)(x.m ? x.m : 1));
 		else
 			for (float &e : d)
@@ -255,6 +329,12 @@ void run(const call &x)
 		for (uint64_t j = 0; j < x.n; j++)
 			for (uint64_t i = 0; i < x.m; i++)
 				store(D, x.dd.type, (size_t)j * x.dd.ld + i, d[(size_t)j * x.m + i]);
+		if (x.d.amax_d) { /* max |D|, a NaN winning */
+			float am = 0.0f;
+			for (float e : d)
+				am = fabsf(e) > am || e != e ? fabsf(e) : am;
+			*(float *)x.d.amax_d = am;
+		}
 	}
 }
 
@@ -342,6 +422,10 @@ extern "C" cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d,
 	case CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE:
 		return set(&d->bias_stride, buf, size, "CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE");
 	case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: return set(&d->bias_type, buf, size, "CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE");
+	case CUBLASLT_MATMUL_DESC_A_SCALE_POINTER: return set(&d->scale_a, buf, size, "CUBLASLT_MATMUL_DESC_A_SCALE_POINTER");
+	case CUBLASLT_MATMUL_DESC_B_SCALE_POINTER: return set(&d->scale_b, buf, size, "CUBLASLT_MATMUL_DESC_B_SCALE_POINTER");
+	case CUBLASLT_MATMUL_DESC_AMAX_D_POINTER: return set(&d->amax_d, buf, size, "CUBLASLT_MATMUL_DESC_AMAX_D_POINTER");
+	case CUBLASLT_MATMUL_DESC_FAST_ACCUM: return set(&d->fast_accum, buf, size, "CUBLASLT_MATMUL_DESC_FAST_ACCUM");
 	default: return bad(CUBLAS_STATUS_NOT_SUPPORTED, "matmul descriptor attribute %d", (int)attr);
 	}
 }
@@ -350,7 +434,7 @@ extern "C" cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, 
 						     uint64_t cols, int64_t ld)
 {
 	if (!elem_size(type))
-		return bad(CUBLAS_STATUS_NOT_SUPPORTED, "a matrix layout of type %d (the emulator has fp32, fp16, bf16)",
+		return bad(CUBLAS_STATUS_NOT_SUPPORTED, "a matrix layout of type %d (the emulator has fp32, fp16, bf16, fp8)",
 			   (int)type);
 	*l = new emu_lt_layout{ type, CUBLASLT_ORDER_COL, 1, rows, cols, ld, 0 };
 	return CUBLAS_STATUS_SUCCESS;
@@ -431,6 +515,10 @@ extern "C" cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cub
 	cublasStatus_t s = check(d, a, b, c, dd, &m, &n, &k);
 	if (s != CUBLAS_STATUS_SUCCESS)
 		return s;
+	for (int i = 0; i < 4 && is_fp8(a->type); i++)
+		if (pref->align[i] < 16)
+			return bad(CUBLAS_STATUS_NOT_SUPPORTED, "FP8 with a minimum alignment of %u bytes for %c (FP8 "
+				   "kernels want 16)", pref->align[i], "ABCD"[i]);
 	memset(&results[0], 0, sizeof results[0]);
 	results[0].algo.data[0] = ALGO_MAGIC;
 	for (int i = 0; i < 4; i++)
@@ -499,6 +587,11 @@ extern "C" cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_
 			emu::need_device_range(ptrs[i], bytes, "cublasLtMatmul", what);
 		}
 	}
+	const void *fp8p[3] = { d->scale_a, d->scale_b, d->amax_d };
+	const char *fp8n[3] = { "the A scale", "the B scale", "AMAX_D" };
+	for (int i = 0; i < 3; i++)
+		if (fp8p[i])
+			emu::need_device_range(fp8p[i], sizeof(float), "cublasLtMatmul", fp8n[i]);
 	if (d->epi == CUBLASLT_EPILOGUE_BIAS)
 		emu::need_device_range(d->bias,
 				       ((size_t)x.m + (size_t)(batch - 1) * (size_t)d->bias_stride) * elem_size(x.dd.type),

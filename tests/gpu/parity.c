@@ -28,6 +28,7 @@
  *            --no-big (leave out the larger timing-only-sized configs)
  */
 #include "kernels/cuda_ops.h"
+#include "kernels/fp8.h"
 #include "kernels/ops.h"
 #include "kernels/rope_scaling.h"
 
@@ -134,18 +135,23 @@ struct buf {
 	const void *host; /* initial contents (NULL: zeros) */
 	double tol;
 	int mask; /* the zero pattern must match exactly (dropout masks) */
+	int raw;  /* bytes that must match exactly (FP8 codes and scales; any size) */
 };
 static struct buf tb[MAXB];
 static int ntb;
 
-static void tb_in(const void *host, size_t bytes) { tb[ntb++] = (struct buf){ NULL, bytes, host, 0, 0 }; }
+static void tb_in(const void *host, size_t bytes) { tb[ntb++] = (struct buf){ NULL, bytes, host, 0, 0, 0 }; }
 static void tb_out(const char *name, const void *init, size_t bytes, double tol)
 {
-	tb[ntb++] = (struct buf){ name, bytes, init, tol, 0 };
+	tb[ntb++] = (struct buf){ name, bytes, init, tol, 0, 0 };
 }
 static void tb_mask(const char *name, const void *init, size_t bytes, double tol)
 {
-	tb[ntb++] = (struct buf){ name, bytes, init, tol, 1 };
+	tb[ntb++] = (struct buf){ name, bytes, init, tol, 1, 0 };
+}
+static void tb_raw(const char *name, const void *init, size_t bytes)
+{
+	tb[ntb++] = (struct buf){ name, bytes, init, 0, 0, 1 };
 }
 
 static double now(void)
@@ -260,6 +266,27 @@ static void run_test(const char *op, bool has, const char *label, runfn fn, cons
 		}
 		CPU->to_host(h0, d[0][i], tb[i].bytes);
 		GPU->to_host(h1, d[1][i], tb[i].bytes);
+		if (tb[i].raw) { /* bit for bit: the count of differing bytes */
+			size_t nd = 0, first = 0;
+			for (size_t j = tb[i].bytes; j-- > 0;)
+				if (((unsigned char *)h0)[j] != ((unsigned char *)h1)[j]) {
+					nd++;
+					first = j;
+				}
+			bad_any |= nd != 0;
+			if (nd)
+				maxe = INFINITY;
+			if (dl < (int)sizeof detail - 100)
+				dl += snprintf(detail + dl, sizeof detail - (size_t)dl, "%s%s %s", dl ? ", " : "",
+					       tb[i].name, nd ? "FAIL" : "bit-exact");
+			if (nd && dl < (int)sizeof detail - 100)
+				dl += snprintf(detail + dl, sizeof detail - (size_t)dl,
+					       " [%zu of %zu bytes differ, the first at %zu: cpu %02x, gpu %02x]", nd,
+					       tb[i].bytes, first, ((unsigned char *)h0)[first], ((unsigned char *)h1)[first]);
+			free(h0);
+			free(h1);
+			continue;
+		}
 		long mis = 0;
 		double e = relerr(h1, h0, n, tb[i].mask ? &mis : NULL);
 		bool bad = !(e <= tb[i].tol) || mis;
@@ -1721,6 +1748,268 @@ static void test_attention_block(void)
 	}
 }
 
+/* ================= FP8: amax, quantize, GEMM on codes =================
+ * Codes and dequantization scales come from lib/kernels/fp8.h on both
+ * sides, so they must agree bit for bit (compared as bytes); the GEMM's
+ * fp32 output differs only in the order of the sums (and, on cuBLASLt's
+ * per-tensor path, in the scales applied to the sum rather than to each
+ * value): TOL_FP8_GEMM. A table without the FP8 ops that is the CPU's (this
+ * tree's CPU table before its FP8 ops land, and --self / --perturb) runs
+ * the host reference below instead, the contract of ops.h written out. */
+#include "kernels/fp8.h"
+
+#define TOL_FP8_GEMM 1e-5
+
+static bool host_table(const struct kops *k) { return !strncmp(k->name, "cpu", 3); }
+
+static void ref_fp8_amax(float *amax, const float *x, size_t n)
+{
+	uint32_t m = 0;
+	for (size_t i = 0; i < n; i++)
+		m = fp8_abs_bits(x[i]) > m ? fp8_abs_bits(x[i]) : m;
+	*amax = fp8_bits_f32(m);
+}
+
+static void ref_fp8_quantize(const struct kops_fp8_tensor *t, const float *x, const struct kops_fp8_quant *how,
+			     float *amax)
+{
+	const int nbr = (t->rows + t->br - 1) / t->br, nbc = (t->cols + t->bc - 1) / t->bc;
+	if (amax)
+		ref_fp8_amax(amax, x, (size_t)t->rows * t->cols);
+	for (int bi = 0; bi < nbr; bi++)
+		for (int bj = 0; bj < nbc; bj++) {
+			int r1 = (bi + 1) * t->br < t->rows ? (bi + 1) * t->br : t->rows;
+			int c1 = (bj + 1) * t->bc < t->cols ? (bj + 1) * t->bc : t->cols;
+#define XAT(r, c) (how->transpose ? x[(size_t)(c) * t->rows + (r)] : x[(size_t)(r) * t->cols + (c)])
+			uint32_t m = 0;
+			for (int r = bi * t->br; r < r1; r++)
+				for (int c = bj * t->bc; c < c1; c++)
+					m = fp8_abs_bits(XAT(r, c)) > m ? fp8_abs_bits(XAT(r, c)) : m;
+			float scale, si;
+			if (how->how == KOPS_FP8_GIVEN) {
+				scale = how->scale;
+				si = 1.0f / scale;
+			} else {
+				fp8_block_scale(fp8_bits_f32(m), t->fmt, how->how, how->pow2, &scale, &si);
+			}
+			t->sinv[bi * nbc + bj] = si;
+			for (int r = bi * t->br; r < r1; r++)
+				for (int c = bj * t->bc; c < c1; c++)
+					t->q[(size_t)r * t->cols + c] = fp8_from_f32(XAT(r, c) * scale, t->fmt);
+#undef XAT
+		}
+}
+
+static float ref_deq(const struct kops_fp8_tensor *t, int r, int c)
+{
+	const int nbc = (t->cols + t->bc - 1) / t->bc;
+	return fp8_to_f32(t->q[(size_t)r * t->cols + c], t->fmt) * t->sinv[(r / t->br) * nbc + c / t->bc];
+}
+
+static void ref_fp8_gemm(float *out, const struct kops_fp8_tensor *a, const struct kops_fp8_tensor *b,
+			 const float *bias, bool accumulate)
+{
+	for (int m = 0; m < a->rows; m++)
+		for (int n = 0; n < b->rows; n++) {
+			float s = 0.0f;
+			for (int k = 0; k < a->cols; k++)
+				s += ref_deq(a, m, k) * ref_deq(b, n, k);
+			float *o = &out[(size_t)m * b->rows + n];
+			*o = accumulate ? *o + s : bias ? s + bias[n] : s;
+		}
+}
+
+#define HAS_FP8(f) (HAS(f) || host_table(GPU))
+
+/* the case the run functions read (set before each run_test) */
+static struct {
+	struct kops_fp8_tensor t, b; /* t: quantize's tensor, or the GEMM's a; b: the GEMM's b (q, sinv unset) */
+	struct kops_fp8_quant how;
+	size_t n;
+	bool amax, accumulate;
+} f8;
+
+/* buffers: 0 amax out, 1 x */
+static void r_fp8_amax(const struct kops *k, void **d, const struct cfg *c, double *s)
+{
+	if (!k->fp8_amax && host_table(k))
+		ref_fp8_amax(d[0], d[1], f8.n);
+	else
+		k->fp8_amax(d[0], d[1], f8.n);
+}
+
+/* buffers: 0 q, 1 sinv, 2 amax (or NULL), 3 x */
+static void r_fp8_quantize(const struct kops *k, void **d, const struct cfg *c, double *s)
+{
+	struct kops_fp8_tensor t = f8.t;
+	t.q = d[0];
+	t.sinv = d[1];
+	if (!k->fp8_quantize && host_table(k))
+		ref_fp8_quantize(&t, d[3], &f8.how, d[2]);
+	else
+		k->fp8_quantize(&t, d[3], &f8.how, d[2]);
+}
+
+/* buffers: 0 out, 1 a.q, 2 a.sinv, 3 b.q, 4 b.sinv, 5 bias (or NULL) */
+static void r_fp8_gemm(const struct kops *k, void **d, const struct cfg *c, double *s)
+{
+	struct kops_fp8_tensor a = f8.t, b = f8.b;
+	a.q = d[1];
+	a.sinv = d[2];
+	b.q = d[3];
+	b.sinv = d[4];
+	if (!k->fp8_gemm && host_table(k))
+		ref_fp8_gemm(d[0], &a, &b, d[5], f8.accumulate);
+	else
+		k->fp8_gemm(d[0], &a, &b, d[5], f8.accumulate);
+}
+
+/* values over many binades (subnormal codes, saturation), a row of zeros, sign mixed */
+static float *fp8_values(int rows, int cols, float s)
+{
+	float *x = hnew((size_t)rows * cols * sizeof *x);
+	for (int r = 0; r < rows; r++)
+		for (int c = 0; c < cols; c++)
+			x[(size_t)r * cols + c] =
+				r == 3 ? 0.0f : (float)((2 * runif() - 1) * s * ldexp(1.0, rint_below(21) - 14));
+	return x;
+}
+
+static const char *fmt_name(enum kops_fp8 f) { return f == KOPS_E4M3 ? "E4M3" : "E5M2"; }
+static const char *how_name(enum kops_fp8_scaling h)
+{
+	return h == KOPS_FP8_GIVEN ? "GIVEN" : h == KOPS_FP8_AMAX ? "AMAX" : "MX";
+}
+
+static size_t nblocks(const struct kops_fp8_tensor *t)
+{
+	return (size_t)((t->rows + t->br - 1) / t->br) * ((t->cols + t->bc - 1) / t->bc);
+}
+
+/* a quantized operand made on the host (the reference), per-tensor scale from its amax for GIVEN */
+static void fp8_operand(struct kops_fp8_tensor *t, int rows, int cols, int br, int bc, enum kops_fp8 fmt,
+			enum kops_fp8_scaling h, float s)
+{
+	float *x = rvec((size_t)rows * cols, s);
+	*t = (struct kops_fp8_tensor){ .rows = rows, .cols = cols, .br = br, .bc = bc, .fmt = fmt };
+	t->q = hnew((size_t)rows * cols);
+	t->sinv = hnew(nblocks(t) * sizeof(float));
+	struct kops_fp8_quant how = { .how = h, .scale = 1.0f };
+	if (h == KOPS_FP8_GIVEN) {
+		float m;
+		ref_fp8_amax(&m, x, (size_t)rows * cols);
+		how.scale = fp8_max(fmt) / m;
+	}
+	ref_fp8_quantize(t, x, &how, NULL);
+}
+
+static void test_fp8(void)
+{
+	/* amax: short, a few blocks, past the capped grid; a NaN; n = 0 */
+	struct {
+		size_t n, nan_at;
+	} am[] = { { 37, 0 }, { 100003, 0 }, { 1000003, 0 }, { 100003, 77777 }, { 0, 0 } };
+	for (int i = 0; i < 5; i++) {
+		struct cfg c = { 0 };
+		fresh();
+		f8.n = am[i].n;
+		float *x = rvec(am[i].n ? am[i].n : 1, 3);
+		if (am[i].nan_at)
+			x[am[i].nan_at] = NAN;
+		tb_raw("amax", rvec(1, 1), FL(1));
+		tb_in(x, FL(am[i].n ? am[i].n : 1));
+		run_test("fp8_amax", HAS_FP8(fp8_amax), LABEL("n=%zu%s", am[i].n, am[i].nan_at ? " NaN" : ""),
+			 r_fp8_amax, &c, NULL, 0);
+	}
+
+	/* quantize: rows, cols, br, bc (0: the whole dimension), format, mode, pow2, transpose, amax,
+	 * special (a NaN and an Inf in the input) */
+	struct {
+		int rows, cols, br, bc, fmt, how, pow2, tr, amax, special;
+	} qc[] = {
+		{ 37, 300, 0, 0, KOPS_E4M3, KOPS_FP8_GIVEN, 0, 0, 1, 0 },  { 37, 300, 0, 0, KOPS_E5M2, KOPS_FP8_GIVEN, 0, 1, 1, 0 },
+		{ 37, 300, 1, 128, KOPS_E4M3, KOPS_FP8_AMAX, 0, 0, 0, 0 }, { 37, 300, 1, 128, KOPS_E5M2, KOPS_FP8_AMAX, 1, 1, 1, 0 },
+		{ 300, 200, 128, 128, KOPS_E4M3, KOPS_FP8_AMAX, 1, 0, 0, 0 },
+		{ 200, 300, 128, 128, KOPS_E4M3, KOPS_FP8_AMAX, 0, 1, 0, 0 },
+		{ 37, 300, 1, 32, KOPS_E4M3, KOPS_FP8_MX, 0, 0, 1, 0 },    { 70, 45, 32, 1, KOPS_E5M2, KOPS_FP8_MX, 0, 1, 0, 0 },
+		{ 37, 300, 0, 0, KOPS_E4M3, KOPS_FP8_GIVEN, 0, 0, 1, 1 },
+		{ 37, 300, 1, 128, KOPS_E4M3, KOPS_FP8_AMAX, 0, 1, 1, 1 },
+		{ 37, 300, 1, 32, KOPS_E5M2, KOPS_FP8_MX, 0, 0, 0, 1 },
+	};
+	for (int i = 0; i < (int)(sizeof qc / sizeof *qc); i++) {
+		struct cfg c = { 0 };
+		fresh();
+		f8.t = (struct kops_fp8_tensor){ .rows = qc[i].rows, .cols = qc[i].cols,
+						 .br = qc[i].br ? qc[i].br : qc[i].rows,
+						 .bc = qc[i].bc ? qc[i].bc : qc[i].cols, .fmt = (enum kops_fp8)qc[i].fmt };
+		f8.how = (struct kops_fp8_quant){ .how = (enum kops_fp8_scaling)qc[i].how, .scale = 37.5f,
+						  .pow2 = qc[i].pow2, .transpose = qc[i].tr };
+		const size_t n = (size_t)qc[i].rows * qc[i].cols;
+		float *x = qc[i].tr ? fp8_values(qc[i].cols, qc[i].rows, 4) : fp8_values(qc[i].rows, qc[i].cols, 4);
+		if (qc[i].special) {
+			x[5] = NAN;
+			x[400] = -INFINITY;
+		}
+		tb_raw("q", NULL, n);
+		tb_raw("sinv", NULL, FL(nblocks(&f8.t)));
+		tb_raw("amax", qc[i].amax ? rvec(1, 1) : NULL, qc[i].amax ? FL(1) : 0);
+		tb_in(x, FL(n));
+		run_test("fp8_quantize", HAS_FP8(fp8_quantize),
+			 LABEL("%dx%d blocks %dx%d %s %s%s%s%s%s", qc[i].rows, qc[i].cols, f8.t.br, f8.t.bc,
+			       fmt_name(f8.t.fmt), how_name(f8.how.how), qc[i].pow2 ? " pow2" : "",
+			       qc[i].tr ? " transpose" : "", qc[i].amax ? " amax" : "", qc[i].special ? " NaN, -Inf" : ""),
+			 r_fp8_quantize, &c, NULL, 0);
+	}
+
+	/* GEMM: M, N, K, a's and b's format, blocks (0: per tensor), bias, accumulate */
+	struct {
+		int M, N, K, fa, fb, abr, abc, bbr, bbc, bias, acc;
+		const char *what;
+	} gc[] = {
+		{ 37, 96, 128, KOPS_E4M3, KOPS_E4M3, 0, 0, 0, 0, 0, 0, "cuBLASLt fprop" },
+		{ 37, 96, 128, KOPS_E4M3, KOPS_E4M3, 0, 0, 0, 0, 1, 0, "cuBLASLt fprop, bias" },
+		{ 40, 64, 96, KOPS_E5M2, KOPS_E4M3, 0, 0, 0, 0, 0, 0, "cuBLASLt hybrid dgrad" },
+		{ 64, 48, 80, KOPS_E4M3, KOPS_E5M2, 0, 0, 0, 0, 0, 1, "cuBLASLt hybrid wgrad, accumulate" },
+		{ 37, 96, 128, KOPS_E5M2, KOPS_E5M2, 0, 0, 0, 0, 0, 0, "E5M2 x E5M2: dequantized" },
+		{ 37, 90, 100, KOPS_E4M3, KOPS_E4M3, 0, 0, 0, 0, 1, 0, "unaligned: dequantized" },
+		{ 37, 96, 300, KOPS_E4M3, KOPS_E4M3, 1, 128, 128, 128, 1, 0, "1x128 x 128x128 blocks, bias" },
+		{ 37, 96, 300, KOPS_E5M2, KOPS_E4M3, 1, 128, 1, 128, 0, 1, "1x128 blocks, accumulate" },
+		{ 33, 64, 96, KOPS_E4M3, KOPS_E4M3, 1, 32, 1, 32, 0, 0, "MX 1x32 blocks" },
+	};
+	for (int i = 0; i < (int)(sizeof gc / sizeof *gc); i++) {
+		struct cfg c = { 0 };
+		fresh();
+		struct kops_fp8_tensor a, b;
+		enum kops_fp8_scaling ha = gc[i].abr ? (gc[i].abc == 32 ? KOPS_FP8_MX : KOPS_FP8_AMAX) : KOPS_FP8_GIVEN;
+		enum kops_fp8_scaling hb = gc[i].bbr ? (gc[i].bbc == 32 ? KOPS_FP8_MX : KOPS_FP8_AMAX) : KOPS_FP8_GIVEN;
+		fp8_operand(&a, gc[i].M, gc[i].K, gc[i].abr ? gc[i].abr : gc[i].M, gc[i].abc ? gc[i].abc : gc[i].K,
+			    (enum kops_fp8)gc[i].fa, ha, 2);
+		fp8_operand(&b, gc[i].N, gc[i].K, gc[i].bbr ? gc[i].bbr : gc[i].N, gc[i].bbc ? gc[i].bbc : gc[i].K,
+			    (enum kops_fp8)gc[i].fb, hb, 0.1f);
+		f8.t = a;
+		f8.b = b;
+		f8.accumulate = gc[i].acc;
+		tb_out("out", rvec((size_t)gc[i].M * gc[i].N, 3), FL((size_t)gc[i].M * gc[i].N), TOL_FP8_GEMM);
+		tb_in(a.q, (size_t)a.rows * a.cols);
+		tb_in(a.sinv, FL(nblocks(&a)));
+		tb_in(b.q, (size_t)b.rows * b.cols);
+		tb_in(b.sinv, FL(nblocks(&b)));
+		tb_in(gc[i].bias ? rvec(gc[i].N, 1) : NULL, gc[i].bias ? FL(gc[i].N) : 0);
+		struct kops_cuda_stats st0, st1;
+		kops_cuda_get_stats(&st0);
+		run_test("fp8_gemm", HAS_FP8(fp8_gemm),
+			 LABEL("M=%d N=%d K=%d %s x %s, %s", gc[i].M, gc[i].N, gc[i].K, fmt_name(a.fmt), fmt_name(b.fmt),
+			       gc[i].what),
+			 r_fp8_gemm, &c, NULL, 0);
+		kops_cuda_get_stats(&st1);
+		/* which path the CUDA table took (make test's emulated run wants cuBLASLt's for the 4
+		 * cases so named: a fallback would hide a layout cuBLASLt refuses) */
+		if (!host_table(GPU) && (!only || strstr("fp8_gemm", only)))
+			printf("#   fp8_gemm path: %s%s\n", st1.fp8_lt_gemms > st0.fp8_lt_gemms ? "cuBLASLt FP8" : "dequantized",
+			       strstr(gc[i].what, "cuBLASLt") ? " (cuBLASLt FP8 wanted)" : "");
+	}
+}
+
 /* --perturb: the CPU table with planted faults, to see the harness catch them */
 static struct kops bad_table;
 static void bad_linear_forward(float *out, const float *inp, const float *weight, const float *bias, int N,
@@ -1854,6 +2143,7 @@ int main(int argc, char **argv)
 	test_attention();
 	test_attention_block();
 	test_attention_block_half(self || perturb);
+	test_fp8();
 	coverage(self || perturb);
 	print_timings();
 	printf("1..%d\n", n_pass + n_fail);

@@ -103,6 +103,17 @@ for order in $orders; do
 	fi
 done
 
+# fp8_gemm of per-tensor-scaled, aligned operands must have run on the
+# cuBLASLt stand-in's FP8 matmul (which refuses what cuBLASLt refuses: a
+# layout but "TN", E5M2 x E5M2), not on the fallback that would hide it
+lt=$(grep -c '^#   fp8_gemm path: cuBLASLt FP8 (cuBLASLt FP8 wanted)$' "$W/parity.txt")
+if [ "$lt" -eq 4 ] && ! grep -q '^#   fp8_gemm path: dequantized (cuBLASLt FP8 wanted)' "$W/parity.txt"; then
+	ok "fp8_gemm on the emulated device: the 4 per-tensor cases ran on cuBLASLt's FP8 matmul"
+else
+	notok "fp8_gemm on the emulated device: $lt of 4 per-tensor cases on cuBLASLt's FP8 matmul"
+	grep 'FP8 algorithm\|emu: cuBLASLt' "$W/parity.err" | head -n 5 | sed 's/^/#   /'
+fi
+
 # the half tables' GEMMs in pieces (lib/kernels/cuda/gemm.cu): a 4 KiB
 # limit splits these shapes' converted activations into 2 to 11 pieces
 # (rows of the input forward, columns of dout backward)

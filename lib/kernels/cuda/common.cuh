@@ -173,6 +173,8 @@ void scratch_free(void *p);
 void cuda_widen16(float *out, const uint16_t *x, size_t n, enum kops_round kind);
 /* cuBLASLt's workspace, once created (gemm.cu), in bytes */
 size_t gemm_workspace_bytes(void);
+/* gemm.cu's cuBLASLt handle and workspace, created on first use (fp8.cu's GEMMs share them) */
+void cuda_lt_get(cublasLtHandle_t *h, void **ws, size_t *ws_bytes);
 
 /* ---- reductions within a warp / a block ---- */
 
@@ -316,5 +318,8 @@ enum gemm_precision { GEMM_F32, GEMM_BF16, GEMM_F16 };
 void cuda_gemm_fill(struct kops *t, enum gemm_precision prec);
 /* attn_tc.cu: the tensor-core attention_block_forward of the bf16/fp16 tables */
 void cuda_attn_tc_fill(struct kops *t, enum gemm_precision prec);
+/* fp8.cu: fp8_amax, fp8_quantize and fp8_gemm (every table shares them) */
+void cuda_fp8_fill(struct kops *t);
+unsigned long cuda_fp8_lt_gemms(void); /* fp8_gemm calls that ran on cuBLASLt's FP8 path */
 
 #endif

@@ -92,6 +92,14 @@ size_t gemm_workspace_bytes(void)
 	return lt_workspace ? LT_WORKSPACE : 0;
 }
 
+void cuda_lt_get(cublasLtHandle_t *h, void **ws, size_t *ws_bytes)
+{
+	pthread_once(&lt_once, lt_init);
+	*h = lt_handle;
+	*ws = lt_workspace;
+	*ws_bytes = LT_WORKSPACE;
+}
+
 /* ---- plans: descriptors and the chosen algorithm, per shape ---- */
 
 enum gemm_op { OP_FWD, OP_DINP, OP_DWEIGHT };

@@ -1493,6 +1493,7 @@ static void table_init(void)
 	t->adamw_segs_lp = cuda_adamw_segs_lp;
 	cuda_gemm_fill(t, GEMM_F32);
 	cuda_attn_fill(t);
+	cuda_fp8_fill(t);
 	/* the block ops are flash-style on the GPU: no T x T probs in memory */
 	t->flash = true;
 	kops_check(t);
@@ -1503,6 +1504,7 @@ extern "C" void kops_cuda_get_stats(struct kops_cuda_stats *st)
 	*st = alloc_stats;
 	st->scratch_bytes = scratch_cap;
 	st->held = scratch_total + gemm_workspace_bytes();
+	st->fp8_lt_gemms = cuda_fp8_lt_gemms();
 }
 
 extern "C" void cuda_prepare_runtime(void); /* probe.cu */

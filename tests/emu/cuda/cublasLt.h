@@ -6,7 +6,8 @@
  * on column-major matrices, optionally batched with strides; inputs fp32,
  * bf16 or fp16 multiplied with fp32 accumulation (CUBLAS_COMPUTE_32F; the
  * _FAST_TF32 compute type rounds fp32 inputs to TF32 first), outputs
- * rounded to D's type. Plain C.
+ * rounded to D's type; FP8 inputs (E4M3, E5M2, not both E5M2) in the "TN"
+ * layout with per-tensor A/B scales, fp32 C and D. Plain C.
  */
 #ifndef MEGAC_EMU_CUBLASLT_H
 #define MEGAC_EMU_CUBLASLT_H
@@ -82,6 +83,10 @@ typedef enum {
 	CUBLASLT_MATMUL_DESC_EPILOGUE = 7,     /* uint32 (cublasLtEpilogue_t) */
 	CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8, /* void * */
 	CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE = 10, /* int64 */
+	CUBLASLT_MATMUL_DESC_A_SCALE_POINTER = 17,   /* const void * (device, compute type: fp32) */
+	CUBLASLT_MATMUL_DESC_B_SCALE_POINTER = 18,   /* const void * */
+	CUBLASLT_MATMUL_DESC_AMAX_D_POINTER = 21,    /* void * (device fp32) */
+	CUBLASLT_MATMUL_DESC_FAST_ACCUM = 25,        /* int8 */
 	CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE = 26     /* int32 (cudaDataType) */
 } cublasLtMatmulDescAttributes_t;
 
