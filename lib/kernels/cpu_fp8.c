@@ -128,8 +128,10 @@ void cpu_fp8_quantize(const struct kops_fp8_tensor *t, const float *x, const str
 	} else {
 		BUG("fp8_quantize: scaling %d", (int)how->how);
 	}
-	if (amax)
-		*amax = fp8_bits_f32(m);
+	if (amax) { /* raised, not set (ops.h) */
+		uint32_t o = fp8_abs_bits(*amax);
+		*amax = fp8_bits_f32(m > o ? m : o);
+	}
 }
 
 /* deq(t) into d[rows, cols] */

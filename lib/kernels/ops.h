@@ -323,8 +323,10 @@ struct kops {
 	 * its transpose with q->transpose), each value cast as
 	 * fp8_from_f32(x * scale, t->fmt) (round to nearest even, saturating
 	 * to the format's largest finite value; NaN stays NaN). amax: NULL,
-	 * or this backend's float that receives max |x| over the whole tensor
-	 * (the delayed recipe's history).
+	 * or this backend's float raised to max |x| over the whole tensor:
+	 * *amax = max(|*amax|, max |x|), compared as bit patterns (a NaN
+	 * wins), so the delayed recipe's history entry gathers every use of a
+	 * tensor without a trip to the host; the caller zeroes it.
 	 * fp8_gemm: out[M, N] = sum_k deq(a)[m, k] * deq(b)[n, k] (+ bias[n]),
 	 * a [M, K], b [N, K] (both K-contiguous, cuBLASLt's "TN"), with fp32
 	 * accumulation; accumulate: out += the product (bias must be NULL).

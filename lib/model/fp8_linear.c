@@ -17,7 +17,8 @@
  *
  * Scales, per recipe:
  *   delayed     one scale per slot and role, from its amax history; the
- *               tensors record their amax while the iteration runs, and
+ *               tensors raise their entry of a device array as they are
+ *               quantized (no trip to the host), and
  *               gpt_fp8_update() reduces them over the amax group and rolls
  *               the histories once per iteration (Transformer Engine's
  *               amax_and_scale_update, transcribed in fp8_update_meta);
@@ -57,9 +58,11 @@ struct gpt_fp8 {
 	int nslots;
 	int *slot;        /* [reg.n] a weight's slot, -1: not FP8 */
 	int *param;       /* [nslots] the slot's weight */
-	float *hist;      /* delayed: [nslots][NROLES][history]; [0] this iteration's amax so far */
+	float *hist;      /* delayed: [nslots][NROLES][history]; [0] the last update's reduced amax, 0 after it */
 	float *scale;     /* delayed: [nslots][NROLES] */
-	float *dev_amax;  /* backend: one float an op writes its amax into */
+	float *rec;       /* delayed, backend: [nslots][NROLES] this iteration's amaxes, raised by the
+			   * quantize op at every use and read once per iteration */
+	float *dev_amax;  /* backend: one float fp8_amax writes into (tensorwise) */
 	/* backend scratch, grown on demand: two operands' codes and scales, a
 	 * weight widened from 16-bit words, ones for the bias gradient */
 	uint8_t *qa, *qb;
@@ -135,6 +138,7 @@ int gpt_fp8_init(struct gpt_model *m, const struct gpt_fp8_config *cfg)
 	}
 	if (cfg->recipe == GPT_FP8_DELAYED) {
 		size_t n = (size_t)f->nslots * NROLES;
+		f->rec = gpt_take(m, n + 1); /* zero-filled */
 		f->hist = xcalloc(n * (size_t)cfg->history + 1, sizeof(float));
 		f->scale = xmalloc((n + 1) * sizeof(float));
 		for (size_t i = 0; i < n; i++)
@@ -283,7 +287,7 @@ static void quantize(struct gpt_model *m, struct kops_fp8_tensor *t, int side, c
 	float *rec = NULL;
 	if (f->cfg.recipe == GPT_FP8_DELAYED) {
 		how.scale = f->scale[(size_t)s * NROLES + role];
-		rec = f->dev_amax;
+		rec = f->rec + (size_t)s * NROLES + role;
 	} else if (f->cfg.recipe == GPT_FP8_TENSORWISE) {
 		float amax;
 		k->fp8_amax(f->dev_amax, x, n);
@@ -292,13 +296,6 @@ static void quantize(struct gpt_model *m, struct kops_fp8_tensor *t, int side, c
 		how.scale = fp8_scale_from_amax(amax, fp8_max(t->fmt), false, FP8_BF16_MAX);
 	}
 	k->fp8_quantize(t, x, &how, rec);
-	if (rec) { /* the history's newest entry: the largest this iteration saw */
-		float amax;
-		k->to_host(&amax, rec, sizeof(amax));
-		float *h = f->hist + ((size_t)s * NROLES + role) * (size_t)f->cfg.history;
-		if (isnan(amax) || amax > h[0])
-			h[0] = amax;
-	}
 }
 
 /* the weight as fp32 values (the W view, or widened from the words) */
@@ -392,8 +389,9 @@ void gpt_fp8_update(struct gpt_model *m, struct dist_group *dp)
 		return;
 	size_t n = (size_t)f->nslots * NROLES, len = (size_t)f->cfg.history;
 	float *cur = xmalloc((n + 1) * sizeof(float));
-	for (size_t i = 0; i < n; i++)
-		cur[i] = f->hist[i * len];
+	/* the iteration's amaxes: one read, then the device's entries start over */
+	m->k->to_host(cur, f->rec, n * sizeof(float));
+	m->k->zero(f->rec, n);
 	/* Megatron's amax reduction group: tensor, context and (without
 	 * --tp-only-amax-red) data parallelism */
 	struct dist_group *groups[3] = { m->par.tp, m->par.cp, f->cfg.tp_only_red ? NULL : dp };

@@ -1774,8 +1774,14 @@ static void ref_fp8_quantize(const struct kops_fp8_tensor *t, const float *x, co
 			     float *amax)
 {
 	const int nbr = (t->rows + t->br - 1) / t->br, nbc = (t->cols + t->bc - 1) / t->bc;
-	if (amax)
-		ref_fp8_amax(amax, x, (size_t)t->rows * t->cols);
+	if (amax) { /* raised, not set (ops.h) */
+		float now;
+		ref_fp8_amax(&now, x, (size_t)t->rows * t->cols);
+		if (fp8_abs_bits(now) > fp8_abs_bits(*amax))
+			*amax = now;
+		else
+			*amax = fp8_bits_f32(fp8_abs_bits(*amax));
+	}
 	for (int bi = 0; bi < nbr; bi++)
 		for (int bj = 0; bj < nbc; bj++) {
 			int r1 = (bi + 1) * t->br < t->rows ? (bi + 1) * t->br : t->rows;

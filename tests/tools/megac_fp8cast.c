@@ -153,7 +153,7 @@ static int cmd_quant(int argc, char **argv)
 	size_t nb = (size_t)((t.rows + t.br - 1) / t.br) * ((t.cols + t.bc - 1) / t.bc);
 	t.q = xmalloc(n + 1);
 	t.sinv = xmalloc((nb + 1) * sizeof(float));
-	float amax;
+	float amax = 0; /* raised by the op (ops.h) */
 	kops_cpu()->fp8_quantize(&t, x, &h, &amax);
 	FILE *f = open_out(argv[12]);
 	fwrite(t.q, 1, n, f);

@@ -501,7 +501,7 @@ static void run_qcase(const struct qcase *c, const float *x, const char *what)
 	const size_t nb = (size_t)((c->rows + c->br - 1) / c->br) * ((c->cols + c->bc - 1) / c->bc);
 	uint8_t *q = xcalloc(n + 1, 1), *rq = xcalloc(n + 1, 1), *q1 = xcalloc(n + 1, 1);
 	float *s = xcalloc(nb + 1, sizeof(float)), *rs = xcalloc(nb + 1, sizeof(float));
-	float *s1 = xcalloc(nb + 1, sizeof(float)), am = -1, ram = -2, am1 = -3;
+	float *s1 = xcalloc(nb + 1, sizeof(float)), am = 0, ram = -2, am1 = 0;
 	struct kops_fp8_tensor t = { q, s, c->rows, c->cols, c->br, c->bc, c->fmt };
 	struct kops_fp8_quant h = { c->how, c->scale, c->pow2, c->transpose };
 	int saved = omp_get_max_threads();
@@ -597,7 +597,7 @@ static void test_quantize_edges(void)
 			}
 	/* spot checks of the rules on those blocks */
 	uint8_t q[8 * 64];
-	float s[32], am;
+	float s[32], am = 0;
 	struct kops_fp8_tensor t = { q, s, R, C, 1, 16, E4 };
 	struct kops_fp8_quant h = { KOPS_FP8_AMAX, 0, false, false };
 	ops->fp8_quantize(&t, x, &h, &am);
@@ -617,9 +617,21 @@ static void test_quantize_edges(void)
 	ops->fp8_quantize(&t, x, &h, NULL);
 	CHECK(q[4 * C + 5] == 0x7e && s[0] == 1.0f / 1e3f);
 	/* empty tensors: nothing written, amax 0 */
-	t.rows = 0, am = -1;
+	t.rows = 0, am = 0;
 	ops->fp8_quantize(&t, x, &h, &am);
 	CHECK(am == 0.0f);
+	/* the amax is raised, not set: a larger stored value stays, a smaller
+	 * one (by magnitude) gives way, a stored NaN stays */
+	float y[4] = { 0.5f, -3.0f, 2.0f, 1.0f };
+	t.rows = 1, t.cols = 4, t.br = 1, t.bc = 4, am = 1e30f;
+	ops->fp8_quantize(&t, y, &h, &am);
+	CHECK(am == 1e30f);
+	am = -0x1p-100f;
+	ops->fp8_quantize(&t, y, &h, &am);
+	CHECK(am == 3.0f);
+	am = NAN;
+	ops->fp8_quantize(&t, y, &h, &am);
+	CHECK(isnan(am));
 	free(x);
 }
 

@@ -22,7 +22,8 @@
  *     x[c * rows + r] (the writes stay coalesced, the reads do not: a tiled
  *     transpose through shared memory is the faster version for later);
  *   - the whole tensor's amax (the delayed recipe's history), when asked,
- *     is fp8_amax over x.
+ *     raises the caller's float: fp8_amax's kernels, keeping the larger of
+ *     the new and the stored bit patterns.
  *
  * fp8_gemm: out[M, N] (+)= deq(a)[M, K] . deq(b)[N, K]^T (+ bias).
  *   - Both operands one block each (per-tensor scales: the delayed and the
@@ -93,8 +94,9 @@ static __device__ uint32_t block_max_bits(uint32_t v)
 
 #define AMAX_BLOCKS 1024
 
-/* part[block] = the largest |x| bits of the block's grid-stride share; as a float (bits kept) */
-static __global__ void amax_partial_kernel(float *part, const float *x, size_t n)
+/* part[block] = the largest |x| bits of the block's grid-stride share; as a float (bits kept);
+ * raise: the largest of that and |part[block]| (fp8_quantize's amax, ops.h) */
+static __global__ void amax_partial_kernel(float *part, const float *x, size_t n, bool raise)
 {
 	uint32_t m = 0;
 	GRID_STRIDE(i, n) {
@@ -102,11 +104,13 @@ static __global__ void amax_partial_kernel(float *part, const float *x, size_t n
 		m = u > m ? u : m;
 	}
 	m = block_max_bits(m);
-	if (threadIdx.x == 0)
-		part[blockIdx.x] = fp8_bits_f32(m);
+	if (threadIdx.x == 0) {
+		uint32_t o = raise ? fp8_abs_bits(part[blockIdx.x]) : 0u;
+		part[blockIdx.x] = fp8_bits_f32(m > o ? m : o);
+	}
 }
 
-static __global__ void amax_final_kernel(float *amax, const float *part, int nblk)
+static __global__ void amax_final_kernel(float *amax, const float *part, int nblk, bool raise)
 {
 	uint32_t m = 0;
 	for (int i = threadIdx.x; i < nblk; i += blockDim.x) {
@@ -114,26 +118,34 @@ static __global__ void amax_final_kernel(float *amax, const float *part, int nbl
 		m = u > m ? u : m;
 	}
 	m = block_max_bits(m);
-	if (threadIdx.x == 0)
-		*amax = fp8_bits_f32(m);
+	if (threadIdx.x == 0) {
+		uint32_t o = raise ? fp8_abs_bits(*amax) : 0u;
+		*amax = fp8_bits_f32(m > o ? m : o);
+	}
 }
 
-static void cuda_fp8_amax(float *amax, const float *x, size_t n)
+/* *amax = max |x| (raise: the largest of that and |*amax|) */
+static void amax_into(float *amax, const float *x, size_t n, bool raise)
 {
 	unsigned nblk = grid_for(n);
 	if (nblk > AMAX_BLOCKS)
 		nblk = AMAX_BLOCKS;
 	if (nblk == 1) {
-		launch<amax_partial_kernel>(1, THREADS, 0, amax, x, n);
+		launch<amax_partial_kernel>(1, THREADS, 0, amax, x, n, raise);
 		KERNEL_CHECK();
 		return;
 	}
 	float *part = (float *)scratch_alloc(nblk * sizeof(float));
-	launch<amax_partial_kernel>(nblk, THREADS, 0, part, x, n);
+	launch<amax_partial_kernel>(nblk, THREADS, 0, part, x, n, false);
 	KERNEL_CHECK();
-	launch<amax_final_kernel>(1, THREADS, 0, amax, part, (int)nblk);
+	launch<amax_final_kernel>(1, THREADS, 0, amax, part, (int)nblk, raise);
 	KERNEL_CHECK();
 	scratch_free(part);
+}
+
+static void cuda_fp8_amax(float *amax, const float *x, size_t n)
+{
+	amax_into(amax, x, n, false);
 }
 
 /* ---- quantize ---- */
@@ -195,8 +207,8 @@ static void cuda_fp8_quantize(const struct kops_fp8_tensor *t, const float *x, c
 	check_tensor(t, "fp8_quantize: a bad tensor (shape, blocks or format)");
 	const size_t n = (size_t)t->rows * t->cols;
 	const int nbr = (t->rows + t->br - 1) / t->br, nbc = (t->cols + t->bc - 1) / t->bc;
-	if (amax)
-		cuda_fp8_amax(amax, x, n);
+	if (amax) /* raised, not set (ops.h) */
+		amax_into(amax, x, n, true);
 	if (!n)
 		return;
 	const int tr = how->transpose ? 1 : 0;
