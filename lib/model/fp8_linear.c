@@ -22,8 +22,9 @@
  *               gpt_fp8_update() reduces them over the amax group and rolls
  *               the histories once per iteration (Transformer Engine's
  *               amax_and_scale_update, transcribed in fp8_update_meta);
- *   tensorwise  each tensor's own amax, reduced over tensor and context
- *               parallelism so every layout quantizes as one rank does;
+ *   tensorwise  each tensor's own amax (found by the quantize op, or under
+ *               tensor and context parallelism reduced over them on the
+ *               host, so every layout quantizes as one rank does);
  *   blockwise   1x128 blocks (X, dY) and 128x128 blocks (W), power-of-two
  *               scales, found by the quantize op itself;
  *   mxfp8       1x32 blocks with E8M0 scales, likewise.
@@ -259,10 +260,17 @@ static void quantize(struct gpt_model *m, struct kops_fp8_tensor *t, int side, c
 	t->fmt = role_fmt(f, role);
 	switch (f->cfg.recipe) {
 	case GPT_FP8_DELAYED:
-	case GPT_FP8_TENSORWISE:
 		t->br = rows;
 		t->bc = cols;
 		how.how = KOPS_FP8_GIVEN;
+		break;
+	case GPT_FP8_TENSORWISE:
+		t->br = rows;
+		t->bc = cols;
+		/* alone, the op finds the scale on the device (the AMAX rule on one
+		 * block is the tensorwise rule); with ranks to agree with, the amax
+		 * goes through the host for their max */
+		how.how = m->par.tp || m->par.cp ? KOPS_FP8_GIVEN : KOPS_FP8_AMAX;
 		break;
 	case GPT_FP8_BLOCKWISE:
 		t->br = role == ROLE_W ? 128 : 1;
@@ -288,7 +296,7 @@ static void quantize(struct gpt_model *m, struct kops_fp8_tensor *t, int side, c
 	if (f->cfg.recipe == GPT_FP8_DELAYED) {
 		how.scale = f->scale[(size_t)s * NROLES + role];
 		rec = f->rec + (size_t)s * NROLES + role;
-	} else if (f->cfg.recipe == GPT_FP8_TENSORWISE) {
+	} else if (how.how == KOPS_FP8_GIVEN) { /* tensorwise over TP or CP */
 		float amax;
 		k->fp8_amax(f->dev_amax, x, n);
 		k->to_host(&amax, f->dev_amax, sizeof(amax));

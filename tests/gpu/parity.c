@@ -1941,6 +1941,8 @@ static void test_fp8(void)
 		{ 37, 300, 0, 0, KOPS_E4M3, KOPS_FP8_GIVEN, 0, 0, 1, 1 },
 		{ 37, 300, 1, 128, KOPS_E4M3, KOPS_FP8_AMAX, 0, 1, 1, 1 },
 		{ 37, 300, 1, 32, KOPS_E5M2, KOPS_FP8_MX, 0, 0, 0, 1 },
+		/* one block of the whole tensor (the tensorwise recipe's scale on the device) */
+		{ 37, 300, 0, 0, KOPS_E4M3, KOPS_FP8_AMAX, 0, 0, 1, 0 },  { 37, 300, 0, 0, KOPS_E5M2, KOPS_FP8_AMAX, 0, 1, 0, 1 },
 	};
 	for (int i = 0; i < (int)(sizeof qc / sizeof *qc); i++) {
 		struct cfg c = { 0 };

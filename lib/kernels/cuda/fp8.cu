@@ -124,8 +124,9 @@ static __global__ void amax_final_kernel(float *amax, const float *part, int nbl
 	}
 }
 
-/* *amax = max |x| (raise: the largest of that and |*amax|) */
-static void amax_into(float *amax, const float *x, size_t n, bool raise)
+/* *amax = max |x| (raise: the largest of that and |*amax|), with part
+ * room for AMAX_BLOCKS partials (NULL: taken from the scratch) */
+static void amax_with(float *amax, const float *x, size_t n, bool raise, float *part)
 {
 	unsigned nblk = grid_for(n);
 	if (nblk > AMAX_BLOCKS)
@@ -135,12 +136,18 @@ static void amax_into(float *amax, const float *x, size_t n, bool raise)
 		KERNEL_CHECK();
 		return;
 	}
-	float *part = (float *)scratch_alloc(nblk * sizeof(float));
-	launch<amax_partial_kernel>(nblk, THREADS, 0, part, x, n, false);
+	float *own = part ? NULL : (float *)scratch_alloc(nblk * sizeof(float));
+	launch<amax_partial_kernel>(nblk, THREADS, 0, part ? part : own, x, n, false);
 	KERNEL_CHECK();
-	launch<amax_final_kernel>(1, THREADS, 0, amax, part, (int)nblk, raise);
+	launch<amax_final_kernel>(1, THREADS, 0, amax, part ? part : own, (int)nblk, raise);
 	KERNEL_CHECK();
-	scratch_free(part);
+	if (own)
+		scratch_free(own);
+}
+
+static void amax_into(float *amax, const float *x, size_t n, bool raise)
+{
+	amax_with(amax, x, n, raise, NULL);
 }
 
 static void cuda_fp8_amax(float *amax, const float *x, size_t n)
@@ -193,7 +200,30 @@ static __global__ void quant_block_kernel(uint8_t *q, float *sinv, const float *
 	}
 }
 
+/* A tensor that is one block (the tensorwise recipe's scale found on the
+ * device): its amax over the whole grid first (amax_into), then the scale
+ * from it in one thread, then a grid-stride cast reading that scale, so no
+ * single thread block walks the whole tensor. */
+static __global__ void quant_scale_kernel(float *scale_out, float *sinv, const float *amax, int fmt, int how, int pow2)
+{
+	float scale, si;
+	fp8_block_scale(*amax, (enum kops_fp8)fmt, (enum kops_fp8_scaling)how, pow2 != 0, &scale, &si);
+	*scale_out = scale;
+	*sinv = si;
+}
+
+static __global__ void quant_devscale_kernel(uint8_t *q, const float *x, int rows, int cols, const float *scale,
+					     int fmt, int tr)
+{
+	const float sc = *scale;
+	GRID_STRIDE(i, (size_t)rows * cols) {
+		int r = (int)(i / cols), c = (int)(i % cols);
+		q[i] = fp8_from_f32(fp8_mul(x_at(x, rows, cols, r, c, tr), sc), (enum kops_fp8)fmt);
+	}
+}
+
 #define QUANT_THREADS 128
+#define QUANT_WHOLE_MIN 4096 /* one block of at least this many values: the three-step path */
 
 static void check_tensor(const struct kops_fp8_tensor *t, const char *what)
 {
@@ -223,6 +253,19 @@ static void cuda_fp8_quantize(const struct kops_fp8_tensor *t, const float *x, c
 	}
 	case KOPS_FP8_AMAX:
 	case KOPS_FP8_MX: {
+		if (nbr * nbc == 1 && n >= QUANT_WHOLE_MIN) {
+			/* [0] the amax, [1] the scale, then the partials: one scratch holder */
+			float *tmp = (float *)scratch_alloc((2 + AMAX_BLOCKS) * sizeof(float));
+			amax_with(tmp, x, n, false, tmp + 2);
+			launch<quant_scale_kernel>(1, 1, 0, tmp + 1, t->sinv, tmp, (int)t->fmt, (int)how->how,
+						   how->pow2 ? 1 : 0);
+			KERNEL_CHECK();
+			launch<quant_devscale_kernel>(grid_for(n), THREADS, 0, t->q, x, t->rows, t->cols, tmp + 1,
+						      (int)t->fmt, tr);
+			KERNEL_CHECK();
+			scratch_free(tmp);
+			return;
+		}
 		/* a warp per 32 values of a block, up to QUANT_THREADS (MXFP8's 32-value blocks: one warp) */
 		const size_t per = (size_t)t->br * t->bc, warps = (per + WARP - 1) / WARP;
 		const unsigned thr = warps * WARP < QUANT_THREADS ? (unsigned)(warps * WARP) : QUANT_THREADS;
