@@ -111,7 +111,7 @@ void cpu_fp8_quantize(const struct kops_fp8_tensor *t, const float *x, const str
 			}
 			fp8_block_cast(t->q, x, tr, R, C, r, r + 1, 0, C, scale, t->fmt);
 		}
-	} else if (how->how == KOPS_FP8_AMAX || how->how == KOPS_FP8_MX) {
+	} else if (how->how == KOPS_FP8_AMAX || how->how == KOPS_FP8_MX || how->how == KOPS_FP8_TENSOR) {
 #pragma omp parallel for schedule(static) reduction(max : m) if (n >= CPU_PAR_MIN)
 		for (int b = 0; b < nbr * nbc; b++) {
 			const int i = b / nbc, j = b % nbc;

@@ -61,6 +61,8 @@
  *            finite value of the input type, bf16 under --bf16: 0x7f7f =
  *            3.38953139e38, 2^127 after pow2); codes fp8_from_f32(x * scale);
  *            sinv = 1 / scale (correctly rounded);
+ *     TENSOR: AMAX without pow2 and with FP8_F32_MAX for an Inf quotient
+ *            (TE's current scaling, nvte_compute_scale_from_amax);
  *     MX:    e = fp8_e8m0_from(block amax * (1.0f / fp8_max(fmt))), the
  *            reciprocal rounded to float first (fp8_mx_code); codes
  *            fp8_from_f32(x * fp8_e8m0_rcp(e)); sinv = fp8_e8m0_to_f32(e).
@@ -86,6 +88,8 @@
 /* the largest finite bfloat16, 0x7f7f: TE's value_for_inf (rule 8, AMAX), the largest
  * value of the quantized input's type, which is bf16 under --bf16 */
 #define FP8_BF16_MAX 3.38953139e38f
+/* the largest finite float (FLT_MAX): TE's current scaling's value_for_inf (rule 8, TENSOR) */
+#define FP8_F32_MAX 3.40282347e38f
 
 FP8_HD uint32_t fp8_f32_bits(float x)
 {
@@ -297,6 +301,9 @@ FP8_HD void fp8_block_scale(float amax, enum kops_fp8 f, enum kops_fp8_scaling h
 
 		*scale = fp8_e8m0_rcp(e);
 		*sinv = fp8_e8m0_to_f32(e);
+	} else if (how == KOPS_FP8_TENSOR) {
+		*scale = fp8_scale_from_amax(amax, fp8_max(f), false, FP8_F32_MAX);
+		*sinv = fp8_div(1.0f, *scale);
 	} else {
 		*scale = fp8_scale_from_amax(amax, fp8_max(f), pow2, FP8_BF16_MAX);
 		*sinv = fp8_div(1.0f, *scale);

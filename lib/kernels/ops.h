@@ -84,8 +84,12 @@ enum kops_fp8 { KOPS_E4M3, KOPS_E5M2 };
  *         pow2) (Transformer Engine's compute_scale_from_amax; the
  *         blockwise recipe, 1x128 and 128x128 blocks);
  *  MX:    per block, the E8M0 scale of MXFP8: the decoding scale is
- *         2^(fp8_e8m0_from(amax * (1/max)) - 127) (fp8.h). */
-enum kops_fp8_scaling { KOPS_FP8_GIVEN, KOPS_FP8_AMAX, KOPS_FP8_MX };
+ *         2^(fp8_e8m0_from(amax * (1/max)) - 127) (fp8.h);
+ *  TENSOR: the tensorwise recipe's scale (TE's current scaling) found by
+ *         the op: AMAX without pow2, except that a quotient that overflows
+ *         becomes FLT_MAX (TE's value there) rather than bf16's largest
+ *         (the blockwise recipe's); one block in the recipes. */
+enum kops_fp8_scaling { KOPS_FP8_GIVEN, KOPS_FP8_AMAX, KOPS_FP8_MX, KOPS_FP8_TENSOR };
 
 /* A quantized matrix: codes q[rows, cols] (one byte each, row-major) in
  * blocks of br x bc values (the last block of a row or column may be
@@ -320,7 +324,7 @@ struct kops {
 	 * fp8_amax: *amax = max |x[i]| over n values (NaN when any is NaN;
 	 * 0 when n is 0), amax in this backend's memory.
 	 * fp8_quantize: t->q and t->sinv from x (fp32, t->rows x t->cols, or
-	 * its transpose with q->transpose), each value cast as
+	 * its transpose with how->transpose), each value cast as
 	 * fp8_from_f32(x * scale, t->fmt) (round to nearest even, saturating
 	 * to the format's largest finite value; NaN stays NaN). amax: NULL,
 	 * or this backend's float raised to max |x| over the whole tensor:

@@ -2,7 +2,9 @@
  * cuda_ws.c - see cuda_ws.h. Each helper below is one op of the CUDA
  * backend and requests what its scratch_alloc takes (the file and function
  * named beside it); the model's order of ops is that of
- * lib/model/{gpt,transformer_layer,attention,mlp}.c and moe/.
+ * lib/model/{gpt,transformer_layer,attention,mlp}.c, moe/ and fp8_linear.c.
+ * Multi-latent attention's projections are not modelled (its q/k/v widths
+ * stand in).
  */
 #include "memcalc/cuda_ws.h"
 
@@ -99,7 +101,94 @@ static void norm_bwd(struct cuda_ws *w, bool rms, size_t rows, size_t C)
 struct shape {
 	bool half, tc;
 	size_t B, T, N, Nl, h, a, g, k;
+	const struct gpt_fp8_config *fp8; /* FP8 training, else NULL */
+	bool fp8_alone;                   /* no TP or CP rank shares a tensorwise amax */
 };
+
+/* ---- FP8 (fp8.cu; the model's calls are lib/model/fp8_linear.c's) ---- */
+
+/* fp8.cu, AMAX_BLOCKS and QUANT_WHOLE_MIN */
+#define FP8_AMAX_BLOCKS 1024
+#define FP8_WHOLE_MIN 4096
+
+/* amax_into over n values: its partial maxima when it takes more than one block */
+static void fp8_amax_req(struct cuda_ws *w, size_t n)
+{
+	size_t nblk = (n + 255) / 256;
+	nblk = nblk > FP8_AMAX_BLOCKS ? FP8_AMAX_BLOCKS : nblk;
+	if (nblk > 1)
+		request(w, nblk * sizeof(float));
+}
+
+/* one operand of n values quantized for the recipe */
+static void fp8_quant_req(struct cuda_ws *w, const struct shape *s, size_t n)
+{
+	switch (s->fp8->recipe) {
+	case GPT_FP8_DELAYED: /* GIVEN, raising the slot's amax */
+		fp8_amax_req(w, n);
+		break;
+	case GPT_FP8_TENSORWISE:
+		if (!s->fp8_alone) /* fp8_amax, read back, then GIVEN */
+			fp8_amax_req(w, n);
+		else if (n >= FP8_WHOLE_MIN) /* the whole-tensor block: amax, scale, partials */
+			request(w, (2 + FP8_AMAX_BLOCKS) * sizeof(float));
+		break;
+	default: /* per-block scales inside the kernel */
+		break;
+	}
+}
+
+/* fp8_gemm, out[M, N] from a[M, K] and b[N, K]: nothing on cuBLASLt's FP8
+ * matmul (per-tensor scales, K a multiple of 16, N of 4; the buffers are
+ * taken to be 16-byte aligned), else both operands dequantized (and the
+ * product, when accumulating) */
+static void fp8_gemm_req(struct cuda_ws *w, const struct shape *s, size_t M, size_t N, size_t K, bool acc)
+{
+	bool per_tensor = s->fp8->recipe == GPT_FP8_DELAYED || s->fp8->recipe == GPT_FP8_TENSORWISE;
+	if (!M || !N || !K || (per_tensor && K % 16 == 0 && N % 4 == 0))
+		return;
+	request(w, up256(M * K * sizeof(float)) + up256(N * K * sizeof(float)) + (acc ? M * N * sizeof(float) : 0));
+}
+
+static void lin8_fwd(struct cuda_ws *w, const struct shape *s, size_t N, size_t IC, size_t OC)
+{
+	fp8_quant_req(w, s, N * IC);
+	fp8_quant_req(w, s, OC * IC);
+	fp8_gemm_req(w, s, N, OC, IC, false);
+}
+
+static void lin8_bwd(struct cuda_ws *w, const struct shape *s, size_t N, size_t IC, size_t OC, bool bias)
+{
+	fp8_quant_req(w, s, N * OC); /* dgrad: dY and W^T */
+	fp8_quant_req(w, s, OC * IC);
+	fp8_gemm_req(w, s, N, IC, OC, false);
+	if (s->fp8->wgrad) { /* wgrad: dY^T and X^T, accumulated */
+		fp8_quant_req(w, s, N * OC);
+		fp8_quant_req(w, s, N * IC);
+		fp8_gemm_req(w, s, OC, IC, N, true);
+	} else {
+		lin_bwd(w, s->half, N, IC, OC, false, false);
+	}
+	if (bias) /* the bias gradient: dY^T . ones, a GEMM with IC = 1 */
+		lin_bwd(w, s->half, N, 1, OC, false, false);
+}
+
+/* a transformer layer's linear layer: FP8 where the model made it so */
+static void tl_fwd(struct cuda_ws *w, const struct shape *s, bool fp8, size_t N, size_t IC, size_t OC)
+{
+	if (fp8)
+		lin8_fwd(w, s, N, IC, OC);
+	else
+		lin_fwd(w, s->half, N, IC, OC);
+}
+
+static void tl_bwd(struct cuda_ws *w, const struct shape *s, bool fp8, size_t N, size_t IC, size_t OC, bool bias)
+{
+	if (fp8)
+		lin8_bwd(w, s, N, IC, OC, bias);
+	else
+		lin_bwd(w, s->half, N, IC, OC, true, bias);
+}
 
 /* attn_tc.cu, tc_block_forward: q, k and v in half precision (the fp32
  * block op of attn.cu takes none) */
@@ -135,22 +224,23 @@ static void layer_fwd(struct cuda_ws *w, const struct gpt_model *m, const struct
 	const struct gpt_config *c = &m->lc;
 	const struct transformer_layer_spec *sp = &m->lp[l].spec;
 	size_t qkv = (s->a + 2 * s->g) * s->k, ak = s->a * s->k;
-	lin_fwd(w, s->half, s->N, s->h, qkv);
+	bool f8 = gpt_fp8_layer(m, l);
+	tl_fwd(w, s, f8, s->N, s->h, qkv);
 	attn_fwd(w, s, flash);
-	lin_fwd(w, s->half, s->N, ak, s->h);
+	tl_fwd(w, s, f8, s->N, ak, s->h);
 	if (sp->mlp == LAYER_MLP_MOE) {
 		size_t fm = (size_t)c->moe_f, fs = (size_t)c->shared_f, n = expert_rows(m, s);
 		lin_fwd(w, s->half, s->N, s->h, (size_t)c->E); /* the router */
-		lin_fwd(w, s->half, n, s->h, sp->swiglu ? 2 * fm : fm);
-		lin_fwd(w, s->half, n, fm, s->h);
+		tl_fwd(w, s, f8, n, s->h, sp->swiglu ? 2 * fm : fm);
+		tl_fwd(w, s, f8, n, fm, s->h);
 		if (sp->shared_expert) {
-			lin_fwd(w, s->half, s->N, s->h, sp->swiglu ? 2 * fs : fs);
-			lin_fwd(w, s->half, s->N, fs, s->h);
+			tl_fwd(w, s, f8, s->N, s->h, sp->swiglu ? 2 * fs : fs);
+			tl_fwd(w, s, f8, s->N, fs, s->h);
 		}
 	} else {
 		size_t f = (size_t)c->f;
-		lin_fwd(w, s->half, s->N, s->h, sp->swiglu ? 2 * f : f);
-		lin_fwd(w, s->half, s->N, f, s->h);
+		tl_fwd(w, s, f8, s->N, s->h, sp->swiglu ? 2 * f : f);
+		tl_fwd(w, s, f8, s->N, f, s->h);
 	}
 }
 
@@ -159,27 +249,27 @@ static void layer_bwd(struct cuda_ws *w, const struct gpt_model *m, const struct
 	const struct gpt_config *c = &m->lc;
 	const struct transformer_layer_spec *sp = &m->lp[l].spec;
 	size_t qkv = (s->a + 2 * s->g) * s->k, ak = s->a * s->k;
-	bool rms = sp->norm == LAYER_RMSNORM;
+	bool rms = sp->norm == LAYER_RMSNORM, f8 = gpt_fp8_layer(m, l);
 	/* a recomputed forward repeats the forward's requests: nothing new */
 	if (sp->mlp == LAYER_MLP_MOE) {
 		size_t fm = (size_t)c->moe_f, fs = (size_t)c->shared_f, n = expert_rows(m, s);
 		if (sp->shared_expert) {
-			lin_bwd(w, s->half, s->N, fs, s->h, true, false);
-			lin_bwd(w, s->half, s->N, s->h, sp->swiglu ? 2 * fs : fs, true, false);
+			tl_bwd(w, s, f8, s->N, fs, s->h, false);
+			tl_bwd(w, s, f8, s->N, s->h, sp->swiglu ? 2 * fs : fs, false);
 		}
-		lin_bwd(w, s->half, n, fm, s->h, true, false);
-		lin_bwd(w, s->half, n, s->h, sp->swiglu ? 2 * fm : fm, true, false);
+		tl_bwd(w, s, f8, n, fm, s->h, false);
+		tl_bwd(w, s, f8, n, s->h, sp->swiglu ? 2 * fm : fm, false);
 		/* the router: the input's gradient on tensor-parallel rank 0 */
 		lin_bwd(w, s->half, s->N, s->h, (size_t)c->E, true, false);
 	} else {
 		size_t f = (size_t)c->f;
-		lin_bwd(w, s->half, s->N, f, s->h, true, sp->fc_bias);
-		lin_bwd(w, s->half, s->N, s->h, sp->swiglu ? 2 * f : f, true, sp->fc_bias);
+		tl_bwd(w, s, f8, s->N, f, s->h, sp->fc_bias);
+		tl_bwd(w, s, f8, s->N, s->h, sp->swiglu ? 2 * f : f, sp->fc_bias);
 	}
 	norm_bwd(w, rms, s->Nl, s->h);
-	lin_bwd(w, s->half, s->N, ak, s->h, true, sp->proj_bias);
+	tl_bwd(w, s, f8, s->N, ak, s->h, sp->proj_bias);
 	attn_bwd(w, s, flash);
-	lin_bwd(w, s->half, s->N, s->h, qkv, true, sp->qkv_bias);
+	tl_bwd(w, s, f8, s->N, s->h, qkv, sp->qkv_bias);
 	norm_bwd(w, rms, s->Nl, s->h);
 }
 
@@ -189,6 +279,8 @@ void cuda_ws_model(struct cuda_ws *w, const struct gpt_model *m, bool half)
 	struct shape s = { .half = half, .B = (size_t)m->B, .T = (size_t)c->S, .Nl = (size_t)m->Nl,
 			   .h = (size_t)c->h, .a = (size_t)c->a, .g = (size_t)c->g, .k = (size_t)c->k };
 	s.N = s.B * s.T;
+	s.fp8 = gpt_fp8_config(m);
+	s.fp8_alone = !m->par.tp && !m->par.cp;
 	/* attn_tc.cu: the tensor-core kernels at head dims 64 and 128 (on a
 	 * GPU whose shared memory holds their tiles: Ampere and later) */
 	s.tc = half && (c->k == 64 || c->k == 128);

@@ -35,7 +35,11 @@
  *      quantize with the same scales (the history holds the max of what
  *      they recorded).
  *   2. Every rank of the amax group holds the same histories and scales
- *      after an update; a checkpoint stores one copy.
+ *      after an update; a checkpoint stores one copy (with
+ *      --tp-only-amax-red the data-parallel replicas differ, and a resume
+ *      gives them all the first one's).
+ *   4. Evaluation quantizes with the current scales and records nothing,
+ *      so between updates the device's amax entries hold training's only.
  *   3. A slot exists for every FP8 linear weight this rank holds and only
  *      for those: m->fp8->slot[param] >= 0.
  */
@@ -64,6 +68,7 @@ struct gpt_fp8 {
 	float *rec;       /* delayed, backend: [nslots][NROLES] this iteration's amaxes, raised by the
 			   * quantize op at every use and read once per iteration */
 	float *dev_amax;  /* backend: one float fp8_amax writes into (tensorwise) */
+	bool recording;   /* a training pass: the delayed recipe records its amaxes (not in evaluation) */
 	/* backend scratch, grown on demand: two operands' codes and scales, a
 	 * weight widened from 16-bit words, ones for the bias gradient */
 	uint8_t *qa, *qb;
@@ -86,16 +91,17 @@ static bool layer_in_bf16(const struct gpt_fp8_config *c, int L, int l)
 	return l < c->bf16_start || l >= L - c->bf16_end;
 }
 
-/* Weight w of layer l (fields of a layer's kind it does not have, and of
- * layers on other ranks, hold other indices: only a 2-D tensor named after
- * the layer counts). */
+/* Weight w of layer l, or with l < 0 of a multi-token-prediction depth
+ * (fields of a layer's kind it does not have, and of layers on other ranks,
+ * hold other indices: only a 2-D tensor named after its module counts). */
 static void add_slot(struct gpt_model *m, struct gpt_fp8 *f, int l, int w)
 {
 	char prefix[48];
 	if (w < 0 || w >= m->reg.n || f->slot[w] >= 0)
 		return;
 	const struct param *p = &m->reg.p[w];
-	int n = snprintf(prefix, sizeof(prefix), "decoder.layers.%d.", l);
+	int n = l >= 0 ? snprintf(prefix, sizeof(prefix), "decoder.layers.%d.", l)
+		       : snprintf(prefix, sizeof(prefix), "mtp.layers.");
 	if (p->ndim != 2 || strncmp(p->name, prefix, (size_t)n))
 		return;
 	f->slot[w] = f->nslots;
@@ -124,9 +130,9 @@ int gpt_fp8_init(struct gpt_model *m, const struct gpt_fp8_config *cfg)
 	int L = m->c.L;
 	for (int l = 0; l < gpt_num_layers_all(m); l++) {
 		const struct gpt_layer_params *p = &m->lp[l];
-		/* the multi-token-prediction depths' layers are in FP8 like the
-		 * decoder's last layer unless that is kept in bf16 */
-		if (layer_in_bf16(cfg, L, l < L ? l : L - 1))
+		/* the multi-token-prediction depths' layers run in Megatron's
+		 * global FP8 context: --first-last-layers-bf16 does not reach them */
+		if (l < L && layer_in_bf16(cfg, L, l))
 			continue;
 		int ws[] = { p->qkv_w, p->proj_w, p->mq_w, p->mqd_w, p->mkvd_w, p->mkvu_w, p->fc1_w, p->fc2_w,
 			     p->sfc1_w, p->sfc2_w };
@@ -137,6 +143,8 @@ int gpt_fp8_init(struct gpt_model *m, const struct gpt_fp8_config *cfg)
 			add_slot(m, f, l, p->efc2_w[e]);
 		}
 	}
+	for (int k = 0; m->mtp && k < m->c.mtp; k++) /* eh_proj: a TE linear in that context too */
+		add_slot(m, f, -1, m->mtp[k].eh_w);
 	if (cfg->recipe == GPT_FP8_DELAYED) {
 		size_t n = (size_t)f->nslots * NROLES;
 		f->rec = gpt_take(m, n + 1); /* zero-filled */
@@ -179,6 +187,27 @@ void gpt_fp8_mem(const struct gpt_model *m, size_t *dev, size_t *host)
 	*dev = f->qa_n + f->qb_n + (f->sa_n + f->sb_n + f->wf_n + f->ones_n + 1) * sizeof(float);
 	if (f->cfg.recipe == GPT_FP8_DELAYED)
 		*host = (size_t)f->nslots * NROLES * ((size_t)f->cfg.history + 1) * sizeof(float);
+}
+
+const struct gpt_fp8_config *gpt_fp8_config(const struct gpt_model *m)
+{
+	return m->fp8 ? &m->fp8->cfg : NULL;
+}
+
+bool gpt_fp8_layer(const struct gpt_model *m, int l)
+{
+	const struct gpt_layer_params *p = &m->lp[l];
+	int ws[] = { p->qkv_w, p->proj_w, p->mq_w, p->fc1_w, p->sfc1_w };
+	for (size_t i = 0; i < sizeof(ws) / sizeof(ws[0]); i++)
+		if (gpt_fp8_slot(m, ws[i]) >= 0)
+			return true;
+	return false;
+}
+
+void gpt_fp8_training(struct gpt_model *m, bool train)
+{
+	if (m->fp8)
+		m->fp8->recording = train;
 }
 
 int gpt_fp8_slot(const struct gpt_model *m, int w)
@@ -235,12 +264,15 @@ static enum kops_fp8 role_fmt(const struct gpt_fp8 *f, int role)
 }
 
 /* max over the groups a tensorwise amax is reduced over: tensor and
- * context parallelism (the ranks that hold parts of what one rank holds) */
-static float reduce_amax(struct gpt_model *m, float amax)
+ * context parallelism (the ranks that hold parts of what one rank holds).
+ * A routed expert's is not reduced over CP: the CP ranks route their own
+ * tokens, an expert without rows is skipped, and the ranks would not meet
+ * in the same collectives (its TP ranks route the same gathered rows). */
+static float reduce_amax(struct gpt_model *m, float amax, bool expert)
 {
 	if (m->par.tp)
 		dist_allreduce_max_f32(m->par.tp, &amax, 1);
-	if (m->par.cp)
+	if (m->par.cp && !expert)
 		dist_allreduce_max_f32(m->par.cp, &amax, 1);
 	return amax;
 }
@@ -267,10 +299,10 @@ static void quantize(struct gpt_model *m, struct kops_fp8_tensor *t, int side, c
 	case GPT_FP8_TENSORWISE:
 		t->br = rows;
 		t->bc = cols;
-		/* alone, the op finds the scale on the device (the AMAX rule on one
-		 * block is the tensorwise rule); with ranks to agree with, the amax
-		 * goes through the host for their max */
-		how.how = m->par.tp || m->par.cp ? KOPS_FP8_GIVEN : KOPS_FP8_AMAX;
+		/* alone, the op finds the scale on the device (the TENSOR rule);
+		 * with ranks to agree with, the amax goes through the host for
+		 * their max and the same rule */
+		how.how = m->par.tp || m->par.cp ? KOPS_FP8_GIVEN : KOPS_FP8_TENSOR;
 		break;
 	case GPT_FP8_BLOCKWISE:
 		t->br = role == ROLE_W ? 128 : 1;
@@ -295,13 +327,13 @@ static void quantize(struct gpt_model *m, struct kops_fp8_tensor *t, int side, c
 	float *rec = NULL;
 	if (f->cfg.recipe == GPT_FP8_DELAYED) {
 		how.scale = f->scale[(size_t)s * NROLES + role];
-		rec = f->rec + (size_t)s * NROLES + role;
+		rec = f->recording ? f->rec + (size_t)s * NROLES + role : NULL;
 	} else if (how.how == KOPS_FP8_GIVEN) { /* tensorwise over TP or CP */
 		float amax;
 		k->fp8_amax(f->dev_amax, x, n);
 		k->to_host(&amax, f->dev_amax, sizeof(amax));
-		amax = reduce_amax(m, amax);
-		how.scale = fp8_scale_from_amax(amax, fp8_max(t->fmt), false, FP8_BF16_MAX);
+		amax = reduce_amax(m, amax, m->reg.p[f->param[s]].flags & PARAM_EXPERT);
+		how.scale = fp8_scale_from_amax(amax, fp8_max(t->fmt), false, FP8_F32_MAX); /* as KOPS_FP8_TENSOR */
 	}
 	k->fp8_quantize(t, x, &how, rec);
 }
@@ -354,7 +386,8 @@ void fp8_linear_bwd(struct gpt_model *m, float *dinp, const float *dout, const f
 		else
 			k->linear_backward(NULL, dw, NULL, dout, inp, gpt_param(m, w, GPT_VIEW_W), N, IC, OC);
 	}
-	if (db) { /* column sums of dY: dbias[OC, 1] += dY^T . ones[N, 1] */
+	if (db) { /* column sums of dY: dbias[OC, 1] += dY^T . ones[N, 1] (a GEMM with IC = 1; the
+		   * weight argument is never read, since no input gradient is asked) */
 		if ((size_t)N > f->ones_n) {
 			float *ones = xmalloc((size_t)N * sizeof(float));
 			for (int i = 0; i < N; i++)

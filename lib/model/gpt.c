@@ -895,6 +895,7 @@ const float *gpt_forward_chunk(struct gpt_model *m, int v, int s, const int32_t 
 	const struct gpt_chunk *ch = &m->chunks[v];
 	struct gpt_pass P = chunk_pass(m, v, s, train);
 	float *resid = P.sl->resid;
+	gpt_fp8_training(m, train); /* and so for the backward (and recompute) that follows */
 	size_t nhl = (size_t)P.Nl * m->c.h;
 
 	load_inputs(m, P.sl, tokens, labels, positions, doc, drop_seed);

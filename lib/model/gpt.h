@@ -539,6 +539,10 @@ void gpt_fp8_state_name(const struct gpt_model *m, int i, bool scale, char *out,
 float *gpt_fp8_state(struct gpt_model *m, int i, bool scale, int64_t shape[2]);
 const char *gpt_fp8_recipe_name(enum gpt_fp8_recipe r);
 /* bytes FP8 holds: operand scratch in the pool (*dev) and host state (*host); 0 without FP8 */
+/* FP8's configuration (NULL without FP8) and whether layer l's linear
+ * layers are FP8 (not one --first-last-layers-bf16 keeps, and on this rank) */
+const struct gpt_fp8_config *gpt_fp8_config(const struct gpt_model *m);
+bool gpt_fp8_layer(const struct gpt_model *m, int l);
 void gpt_fp8_mem(const struct gpt_model *m, size_t *dev, size_t *host);
 struct ckpt_reader;
 int gpt_fp8_load_state(struct gpt_model *m, struct ckpt_reader *r, int file);

@@ -120,8 +120,6 @@ int gpt_layer_window(const struct gpt_config *c, int l);
  * source in errors. error() and -1 on bad text. */
 int gpt_window_from_text(struct gpt_config *c, const char *size, const char *skip, const char *what);
 
-/* Fill c from the flags and the tokenizer's vocabulary size. error() naming
- * the flag and -1 on an invalid combination. */
 /* FP8 training (fp8_linear.c, docs/fp8.md): the transformer layers' linear
  * layers multiply FP8 codes under one of Transformer Engine's recipes. */
 enum gpt_fp8_recipe { GPT_FP8_DELAYED, GPT_FP8_TENSORWISE, GPT_FP8_BLOCKWISE, GPT_FP8_MXFP8 };
@@ -136,6 +134,8 @@ struct gpt_fp8_config {
 	int bf16_start, bf16_end; /* --first-last-layers-bf16: layers [0, start) and [L - end, L) stay bf16 */
 };
 
+/* Fill c from the flags and the tokenizer's vocabulary size. error() naming
+ * the flag and -1 on an invalid combination. */
 int gpt_config_from_args(struct gpt_config *c, const struct args *a, int64_t vocab_size);
 /* The FP8 flags (--fp8-format and its recipe's), checked against the model's
  * L layers and pp stages: f->on false without --fp8-format. error() and -1

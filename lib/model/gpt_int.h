@@ -79,6 +79,8 @@ void linear_bwd(struct gpt_model *m, float *dinp, const float *dout, const float
 int gpt_fp8_init(struct gpt_model *m, const struct gpt_fp8_config *cfg);
 void gpt_fp8_free(struct gpt_model *m);
 int gpt_fp8_slot(const struct gpt_model *m, int w);
+/* a forward of training (true) or of evaluation, which records no amax */
+void gpt_fp8_training(struct gpt_model *m, bool train);
 void fp8_linear_fwd(struct gpt_model *m, float *out, const float *inp, int w, int b, int N, int IC, int OC);
 void fp8_linear_bwd(struct gpt_model *m, float *dinp, const float *dout, const float *inp, int w, int b, int N,
 		    int IC, int OC);

@@ -1884,7 +1884,7 @@ static float *fp8_values(int rows, int cols, float s)
 static const char *fmt_name(enum kops_fp8 f) { return f == KOPS_E4M3 ? "E4M3" : "E5M2"; }
 static const char *how_name(enum kops_fp8_scaling h)
 {
-	return h == KOPS_FP8_GIVEN ? "GIVEN" : h == KOPS_FP8_AMAX ? "AMAX" : "MX";
+	return h == KOPS_FP8_GIVEN ? "GIVEN" : h == KOPS_FP8_AMAX ? "AMAX" : h == KOPS_FP8_TENSOR ? "TENSOR" : "MX";
 }
 
 static size_t nblocks(const struct kops_fp8_tensor *t)
@@ -1942,7 +1942,8 @@ static void test_fp8(void)
 		{ 37, 300, 1, 128, KOPS_E4M3, KOPS_FP8_AMAX, 0, 1, 1, 1 },
 		{ 37, 300, 1, 32, KOPS_E5M2, KOPS_FP8_MX, 0, 0, 0, 1 },
 		/* one block of the whole tensor (the tensorwise recipe's scale on the device) */
-		{ 37, 300, 0, 0, KOPS_E4M3, KOPS_FP8_AMAX, 0, 0, 1, 0 },  { 37, 300, 0, 0, KOPS_E5M2, KOPS_FP8_AMAX, 0, 1, 0, 1 },
+		{ 37, 300, 0, 0, KOPS_E4M3, KOPS_FP8_TENSOR, 0, 0, 1, 0 }, { 37, 300, 0, 0, KOPS_E5M2, KOPS_FP8_TENSOR, 0, 1, 0, 1 },
+		{ 37, 300, 0, 0, KOPS_E4M3, KOPS_FP8_AMAX, 0, 0, 1, 0 },
 	};
 	for (int i = 0; i < (int)(sizeof qc / sizeof *qc); i++) {
 		struct cfg c = { 0 };

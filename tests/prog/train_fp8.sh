@@ -190,6 +190,33 @@ if [ -n "${MEGAC_EMU:-}" ]; then
 			show "$W/cmp.txt"
 		fi
 	done
+	# report_memory --device cuda against the emulated device's allocations:
+	# the FP8 ops' scratch (the whole-tensor amax, dequantized block-scaled
+	# operands) as the CUDA backend takes it
+	EM="--num-layers 2 --hidden-size 128 --num-attention-heads 2 --seq-length 128 --max-position-embeddings 128"
+	EM="$EM --micro-batch-size 2 --global-batch-size 2 --lr 2e-3 --train-iters 1 --mock-data --eval-interval 100"
+	EM="$EM --eval-iters 0 --log-interval 1 --tokenizer-type NullTokenizer --vocab-size 2000 --bf16"
+	EM="$EM --position-embedding-type rope --normalization RMSNorm --swiglu --disable-bias-linear"
+	EM="$EM --untie-embeddings-and-output-weights --data-cache-path $W/emcache"
+	for r in tw mx; do
+		case $r in tw) F="$HY --fp8-recipe tensorwise" ;; mx) F="--fp8-format e4m3 --fp8-recipe mxfp8" ;; esac
+		if $MEGAC_EMU/bin/train $EM $F --device cuda >"$W/em$r.log" 2>&1 &&
+			$BIN/report_memory $EM $F --device cuda --json >"$W/em$r.json" 2>/dev/null &&
+			$PY - "$W/em$r.log" "$W/em$r.json" >"$W/emc.txt" 2>&1 <<'PYEND'; then
+import json, re, sys
+log = open(sys.argv[1]).read()
+r = json.load(open(sys.argv[2]))["megac"]["ranks"][0]
+peaks = [float(x) for x in re.findall(r"max allocated: ([0-9.]+)", log)]
+assert peaks, "no memory line"
+assert abs(max(peaks) - r["max_allocated_MB"]) <= 0.006, ("max allocated", max(peaks), r["max_allocated_MB"])
+print("max allocated %.2f MB, of which backend scratch %.2f MB" % (max(peaks), r["breakdown"]["backend_workspace_MB"] - 32))
+PYEND
+			ok "$r: report_memory --device cuda predicts the emulated device's memory ($(cat "$W/emc.txt"))"
+		else
+			notok "$r: report_memory --device cuda against the emulated device"
+			show "$W/emc.txt"
+		fi
+	done
 fi
 
 # ---- Megatron's Llama-3 8B FP8 example (examples/llama/train_llama3_8b_h100_fp8.sh), shrunk, on two

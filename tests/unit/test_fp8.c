@@ -474,8 +474,10 @@ static void ref_quantize(const struct qcase *c, const float *x, uint8_t *q, floa
 				si = 1.0f / scale;
 			} else {
 				float m = bmax[(size_t)i * nbc + j];
-				if (c->how == KOPS_FP8_AMAX) {
-					scale = fp8_scale_from_amax(m, fp8_max(c->fmt), c->pow2, FP8_BF16_MAX);
+				if (c->how == KOPS_FP8_AMAX || c->how == KOPS_FP8_TENSOR) {
+					bool t8 = c->how == KOPS_FP8_TENSOR;
+					scale = fp8_scale_from_amax(m, fp8_max(c->fmt), c->pow2 && !t8,
+								    t8 ? 3.40282347e38f : FP8_BF16_MAX);
 					si = 1.0f / scale;
 				} else {
 					uint8_t e = fp8_e8m0_from(m * (1.0f / fp8_max(c->fmt)));
@@ -555,7 +557,7 @@ static void test_quantize(void)
 	};
 	for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
 		for (int f = 0; f < 2; f++)
-			for (int how = 0; how < 3; how++)
+			for (int how = 0; how < 4; how++)
 				for (int v = 0; v < 4; v++) {
 					struct qcase c = { shapes[si][0], shapes[si][1], shapes[si][2], shapes[si][3],
 							   (enum kops_fp8)f, (enum kops_fp8_scaling)how, v & 1, (v & 2) != 0,
@@ -587,7 +589,7 @@ static void test_quantize_edges(void)
 			x[3 * C + k] = 0.0f;
 	x[4 * C + 5] = 3e38f;
 	for (int f = 0; f < 2; f++)
-		for (int how = 0; how < 3; how++)
+		for (int how = 0; how < 4; how++)
 			for (int v = 0; v < 4; v++) {
 				struct qcase c = { R, C, 1, 16, (enum kops_fp8)f, (enum kops_fp8_scaling)how, v & 1,
 						   (v & 2) != 0, 1e3f };
@@ -606,6 +608,10 @@ static void test_quantize_edges(void)
 	CHECK(s[4 + 1] == 1.0f && q[C + 20] == 0x7f); /* NaN: scale 1, the NaN stays */
 	CHECK(s[8 + 2] == 1.0f && q[2 * C + 40] == 0xfe); /* Inf: scale 1, saturated */
 	CHECK(s[12 + 3] == 1.0f / FP8_BF16_MAX);    /* overflowing quotient */
+	h.how = KOPS_FP8_TENSOR; /* TE's current scaling: FLT_MAX there */
+	ops->fp8_quantize(&t, x, &h, &am);
+	CHECK(s[12 + 3] == 1.0f / 3.40282347e38f && s[12 + 3] != 1.0f / FP8_BF16_MAX);
+	h.how = KOPS_FP8_AMAX;
 	h.how = KOPS_FP8_MX;
 	ops->fp8_quantize(&t, x, &h, &am);
 	CHECK(fp8_f32_bits(s[0]) == 0x00400000u && q[0] == 0);
@@ -660,7 +666,7 @@ static void test_gemm(void)
 {
 	static const int shapes[][3] = { { 33, 45, 300 }, { 128, 160, 160 }, { 1, 1, 1 }, { 7, 3, 0 }, { 64, 200, 257 } };
 	for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
-		for (int how = 0; how < 3; how++)
+		for (int how = 0; how < 4; how++)
 			for (int v = 0; v < 3; v++) {
 				const int M = shapes[si][0], N = shapes[si][1], K = shapes[si][2];
 				struct kops_fp8_tensor a, b;

@@ -252,7 +252,8 @@ static void cuda_fp8_quantize(const struct kops_fp8_tensor *t, const float *x, c
 		break;
 	}
 	case KOPS_FP8_AMAX:
-	case KOPS_FP8_MX: {
+	case KOPS_FP8_MX:
+	case KOPS_FP8_TENSOR: {
 		if (nbr * nbc == 1 && n >= QUANT_WHOLE_MIN) {
 			/* [0] the amax, [1] the scale, then the partials: one scratch holder */
 			float *tmp = (float *)scratch_alloc((2 + AMAX_BLOCKS) * sizeof(float));
