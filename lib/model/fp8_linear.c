@@ -91,17 +91,19 @@ static bool layer_in_bf16(const struct gpt_fp8_config *c, int L, int l)
 	return l < c->bf16_start || l >= L - c->bf16_end;
 }
 
-/* Weight w of layer l, or with l < 0 of a multi-token-prediction depth
- * (fields of a layer's kind it does not have, and of layers on other ranks,
- * hold other indices: only a 2-D tensor named after its module counts). */
+/* Weight w of layer l (l >= L: a multi-token-prediction depth's layer,
+ * registered under MTP's names), or with l < 0 of a depth itself (fields
+ * of a layer's kind it does not have, and of layers on other ranks, hold
+ * other indices: only a 2-D tensor named after its module counts). */
 static void add_slot(struct gpt_model *m, struct gpt_fp8 *f, int l, int w)
 {
 	char prefix[48];
 	if (w < 0 || w >= m->reg.n || f->slot[w] >= 0)
 		return;
 	const struct param *p = &m->reg.p[w];
-	int n = l >= 0 ? snprintf(prefix, sizeof(prefix), "decoder.layers.%d.", l)
-		       : snprintf(prefix, sizeof(prefix), "mtp.layers.");
+	int n = l < 0	      ? snprintf(prefix, sizeof(prefix), "mtp.layers.")
+		: l >= m->c.L ? snprintf(prefix, sizeof(prefix), "mtp.layers.%d.transformer_layer.", l - m->c.L)
+			      : snprintf(prefix, sizeof(prefix), "decoder.layers.%d.", l);
 	if (p->ndim != 2 || strncmp(p->name, prefix, (size_t)n))
 		return;
 	f->slot[w] = f->nslots;

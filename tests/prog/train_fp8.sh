@@ -2,10 +2,12 @@
 # recipe's update against a transcription of Transformer Engine's; 20
 # iterations under --fp8-format hybrid with the tensorwise and delayed
 # recipes differ from bf16's losses from the first iteration and end within
-# 3% of bf16's final loss; blockwise and mxfp8 likewise; the emulated CUDA
+# 3% of bf16's final loss; blockwise and mxfp8 likewise; evaluations leave
+# the delayed recipe's training as it was; the emulated CUDA
 # device gives the CPU's losses (rtol 2e-2; tensorwise and mxfp8, all four
 # under make check-long); a resumed delayed run is
-# bit-exact (its amax histories are in the checkpoint); TP2 with sequence
+# bit-exact (its amax histories are in the checkpoint), also after
+# ckpt_convert to two pipeline stages; MoE under CP and MTP's FP8 layers; TP2 with sequence
 # parallelism gives the one-rank losses as closely as bf16's TP2 does, DP2
 # bit for bit.
 . tests/prog_lib.sh
@@ -83,19 +85,30 @@ else
 fi
 
 # ---- resume: the delayed recipe's histories are in the checkpoint ----
+# with evaluations, which quantize with the current scales and record no amax
+DLE="$DL --eval-interval 5 --eval-iters 1"
+expect_ok "delayed with evaluations every 5 iterations, 20 iterations" \
+	sh -c "$BIN/train $R $DLE --metrics-file $W/dle.jsonl >$W/dle.log"
+if RTOL=0 $PY tests/prog/py/compare_metrics.py tail "$W/dl.jsonl" "$W/dle.jsonl" 1 20 >"$W/cmp.txt" 2>&1 &&
+	grep -q '"validation lm loss"' "$W/dle.jsonl"; then
+	ok "evaluations leave the delayed recipe's training bit for bit as it was"
+else
+	notok "evaluations and the delayed recipe"
+	show "$W/cmp.txt"
+fi
 expect_ok "delayed, 10 iterations and a checkpoint" \
-	sh -c "$BIN/train $R $DL --save $W/ck --save-interval 10 --exit-interval 10 >$W/h1.log"
-expect_ok "... resumed to 20" sh -c "$BIN/train $R $DL --load $W/ck --metrics-file $W/dlr.jsonl >$W/h2.log"
-if RTOL=0 $PY tests/prog/py/compare_metrics.py tail "$W/dl.jsonl" "$W/dlr.jsonl" 11 20 >"$W/cmp.txt" 2>&1; then
-	ok "a resumed delayed-scaling run is bit-exact (iterations 11-20)"
+	sh -c "$BIN/train $R $DLE --save $W/ck --save-interval 10 --exit-interval 10 >$W/h1.log"
+expect_ok "... resumed to 20" sh -c "$BIN/train $R $DLE --load $W/ck --metrics-file $W/dlr.jsonl >$W/h2.log"
+if RTOL=0 $PY tests/prog/py/compare_metrics.py tail "$W/dle.jsonl" "$W/dlr.jsonl" 11 20 >"$W/cmp.txt" 2>&1; then
+	ok "a resumed delayed-scaling run is bit-exact (iterations 11-20, evaluations before the save)"
 else
 	notok "delayed resume"
 	show "$W/cmp.txt"
 fi
 expect_ok "the delayed checkpoint converted to PP2" $BIN/ckpt_convert --load "$W/ck" --save "$W/ck2" --target-pipeline-parallel-size 2
 expect_ok "... resumed on two pipeline stages" \
-	sh -c "$MPI -np 2 $BIN/train $R $DL --load $W/ck2 --pipeline-model-parallel-size 2 --exit-interval 12 --metrics-file $W/dlp.jsonl >$W/h3.log"
-if RTOL=0 $PY tests/prog/py/compare_metrics.py tail "$W/dl.jsonl" "$W/dlp.jsonl" 11 12 >"$W/cmp.txt" 2>&1; then
+	sh -c "$MPI -np 2 $BIN/train $R $DLE --load $W/ck2 --pipeline-model-parallel-size 2 --exit-interval 12 --metrics-file $W/dlp.jsonl >$W/h3.log"
+if RTOL=0 $PY tests/prog/py/compare_metrics.py tail "$W/dle.jsonl" "$W/dlp.jsonl" 11 12 >"$W/cmp.txt" 2>&1; then
 	ok "the FP8 state survives ckpt_convert: the PP2 resume continues the one-rank run bit for bit"
 else
 	notok "delayed resume after ckpt_convert"
@@ -217,6 +230,28 @@ PYEND
 			show "$W/emc.txt"
 		fi
 	done
+fi
+
+# ---- MoE and MTP ----
+# a routed expert without rows on one context rank: tensorwise reduces the
+# experts' amaxes over TP only, so the ranks never wait on each other
+expect_ok "tensorwise, MoE (16 experts, top-1) under CP2: 3 iterations" \
+	sh -c "$MPI -np 2 $BIN/train $L --train-iters 3 --num-experts 16 --moe-router-topk 1 --moe-router-pre-softmax --context-parallel-size 2 $HY --fp8-recipe tensorwise >$W/mcp.log 2>&1"
+expect_ok "delayed with one MTP depth, 3 iterations and a checkpoint" \
+	sh -c "$BIN/train $L --train-iters 3 --mtp-num-layers 1 $DL --save $W/mtck --save-interval 3 >$W/mtp.log 2>&1"
+if $PY - "$W/mtck" <<'PYEND' >"$W/mtp.txt" 2>&1; then
+import h5py, glob, sys
+f = h5py.File(glob.glob(sys.argv[1] + "/iter_0000003/model*.h5")[0], "r")
+want = ["mtp.layers.0.eh_proj", "mtp.layers.0.transformer_layer.mlp.linear_fc1",
+        "mtp.layers.0.transformer_layer.self_attention.linear_qkv"]
+for w in want:
+    assert w + "._extra_state.fp8_scale" in f, w
+print(", ".join(want))
+PYEND
+	ok "MTP's eh_proj and layer are FP8 layers (Megatron's global FP8 context): $(cat "$W/mtp.txt")"
+else
+	notok "MTP in FP8"
+	show "$W/mtp.txt"
 fi
 
 # ---- Megatron's Llama-3 8B FP8 example (examples/llama/train_llama3_8b_h100_fp8.sh), shrunk, on two
