@@ -175,6 +175,13 @@ void cuda_widen16(float *out, const uint16_t *x, size_t n, enum kops_round kind)
 size_t gemm_workspace_bytes(void);
 /* gemm.cu's cuBLASLt handle and workspace, created on first use (fp8.cu's GEMMs share them) */
 void cuda_lt_get(cublasLtHandle_t *h, void **ws, size_t *ws_bytes);
+/* cuBLASLt's first algorithm for desc with layouts a, b and c (C and D)
+ * within the workspace, split-K only with a fixed-order reduction, for
+ * buffers aligned to al[4] bytes (A, B, C, D) (gemm.cu). 1 and *algo when
+ * there is one; else 0, with the heuristic's status and result count for
+ * the caller's message. */
+int cuda_lt_algo(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+		 cublasLtMatrixLayout_t c, const uint32_t al[4], cublasLtMatmulAlgo_t *algo, int *status, int *got);
 
 /* ---- reductions within a warp / a block ---- */
 

@@ -360,11 +360,6 @@ static struct fp8_plan *fp8_plan_get(const struct fp8_key *key, const float *sin
 		CUBLAS_CHECK(cublasLtMatmulDescDestroy(p->desc));
 	}
 	p->key = *key;
-	cublasLtHandle_t h;
-	void *ws;
-	size_t wsb;
-	cuda_lt_get(&h, &ws, &wsb);
-
 	CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
 	int32_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
 	int8_t fast = 0;
@@ -381,31 +376,10 @@ static struct fp8_plan *fp8_plan_get(const struct fp8_key *key, const float *sin
 	CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, fp8_type((enum kops_fp8)key->fa), key->K, key->M, key->K));
 	CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, key->N, key->M, key->N));
 
-	cublasLtMatmulPreference_t pref;
-	CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-	uint64_t wsl = wsb;
-	CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsl,
-							  sizeof wsl));
-	/* as gemm.cu: split-K only with a separate, fixed-order reduction */
-	uint32_t red = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE | CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE;
-	CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &red,
-							  sizeof red));
 	const uint32_t al[4] = { key->align[1], key->align[0], key->align[2], key->align[2] };
-	const cublasLtMatmulPreferenceAttributes_t al_attr[4] = {
-		CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-		CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES
-	};
-	for (int i = 0; i < 4; i++)
-		CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, al_attr[i], &al[i], sizeof al[i]));
-	cublasLtMatmulHeuristicResult_t res;
-	int got = 0;
-	memset(&res, 0, sizeof res);
-	cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(h, p->desc, p->a, p->b, p->c, p->c, pref, 1, &res, &got);
-	CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
-	p->ok = s == CUBLAS_STATUS_SUCCESS && got >= 1 && res.state == CUBLAS_STATUS_SUCCESS;
-	if (p->ok)
-		p->algo = res.algo;
-	else
+	int s, got;
+	p->ok = cuda_lt_algo(p->desc, p->a, p->b, p->c, al, &p->algo, &s, &got);
+	if (!p->ok)
 		fprintf(stderr,
 			"megac: cuBLASLt has no FP8 algorithm for M=%d N=%d K=%d (%s x %s; status %d, %d results); "
 			"dequantizing to fp32 instead\n",

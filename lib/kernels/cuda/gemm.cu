@@ -193,6 +193,23 @@ static struct plan *plan_get(const struct plan_key *key, const struct gemm_call 
 						 g->tb == CUBLAS_OP_N ? g->n : g->k, g->ldb));
 	CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, g->m, g->n, g->ldc));
 
+	int s, got;
+	p->ok = cuda_lt_algo(p->desc, p->a, p->b, p->c, key->align, &p->algo, &s, &got);
+	if (!p->ok)
+		fprintf(stderr,
+			"megac: cuBLASLt has no algorithm for linear %s (%s) N=%d IC=%d OC=%d%s "
+			"(status %d, %d results)%s\n",
+			key->op == OP_FWD ? "forward" : key->op == OP_DINP ? "dinp" : "dweight",
+			key->prec == GEMM_F32 ? "fp32" : key->prec == GEMM_BF16 ? "bf16" : "fp16", key->N,
+			key->IC, key->OC, key->bias ? " with the bias epilogue" : "", (int)s, got,
+			key->bias ? "; adding the bias separately" : "");
+	return p;
+}
+
+int cuda_lt_algo(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+		 cublasLtMatrixLayout_t c, const uint32_t al[4], cublasLtMatmulAlgo_t *algo, int *status, int *got)
+{
+	pthread_once(&lt_once, lt_init);
 	cublasLtMatmulPreference_t pref;
 	CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
 	uint64_t ws = LT_WORKSPACE;
@@ -207,27 +224,19 @@ static struct plan *plan_get(const struct plan_key *key, const struct gemm_call 
 		CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES
 	};
 	for (int i = 0; i < 4; i++) {
-		uint32_t al = key->align[i];
-		CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, al_attr[i], &al, sizeof al));
+		uint32_t v = al[i];
+		CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, al_attr[i], &v, sizeof v));
 	}
 	cublasLtMatmulHeuristicResult_t res;
-	int got = 0;
 	memset(&res, 0, sizeof res);
-	cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(lt_handle, p->desc, p->a, p->b, p->c, p->c, pref, 1,
-							  &res, &got);
+	*got = 0;
+	cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt_handle, desc, a, b, c, c, pref, 1, &res, got);
 	CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
-	p->ok = s == CUBLAS_STATUS_SUCCESS && got >= 1 && res.state == CUBLAS_STATUS_SUCCESS;
-	if (p->ok)
-		p->algo = res.algo;
-	else
-		fprintf(stderr,
-			"megac: cuBLASLt has no algorithm for linear %s (%s) N=%d IC=%d OC=%d%s "
-			"(status %d, %d results)%s\n",
-			key->op == OP_FWD ? "forward" : key->op == OP_DINP ? "dinp" : "dweight",
-			key->prec == GEMM_F32 ? "fp32" : key->prec == GEMM_BF16 ? "bf16" : "fp16", key->N,
-			key->IC, key->OC, key->bias ? " with the bias epilogue" : "", (int)s, got,
-			key->bias ? "; adding the bias separately" : "");
-	return p;
+	*status = (int)st;
+	if (st != CUBLAS_STATUS_SUCCESS || *got < 1 || res.state != CUBLAS_STATUS_SUCCESS)
+		return 0;
+	*algo = res.algo;
+	return 1;
 }
 
 /* D = op(A) op(B) (+ bias) + beta C, through the shape's cached plan.
