@@ -117,13 +117,10 @@ int gpt_fp8_init(struct gpt_model *m, const struct gpt_fp8_config *cfg)
 		return 0;
 	if (m->precision != GPT_BF16)
 		return error("--fp8-format needs --bf16: FP8 GEMMs give bf16 outputs to a bf16 model");
-	if (cfg->recipe == GPT_FP8_DELAYED || cfg->recipe == GPT_FP8_TENSORWISE) {
-		if (m->par.ep || m->par.etp_size != m->par.tp_size)
-			return error("--fp8-recipe %s with expert parallelism or --expert-tensor-parallel-size other "
-				     "than the tensor-parallel size is not in megac yet (the experts' amax groups); use "
-				     "--fp8-recipe blockwise or mxfp8, whose scales need no reduction",
-				     gpt_fp8_recipe_name(cfg->recipe));
-	}
+	if (cfg->recipe == GPT_FP8_DELAYED && (m->par.ep || m->par.etp_size != m->par.tp_size))
+		return error("--fp8-recipe delayed with expert parallelism or --expert-tensor-parallel-size other than "
+			     "the tensor-parallel size is not in megac yet (the experts' histories would need one "
+			     "entry per global expert on every rank); use tensorwise, blockwise or mxfp8");
 	struct gpt_fp8 *f = xcalloc(1, sizeof(*f));
 	f->cfg = *cfg;
 	f->slot = xmalloc((size_t)(m->reg.n ? m->reg.n : 1) * sizeof(*f->slot));
@@ -267,13 +264,15 @@ static enum kops_fp8 role_fmt(const struct gpt_fp8 *f, int role)
 
 /* max over the groups a tensorwise amax is reduced over: tensor and
  * context parallelism (the ranks that hold parts of what one rank holds).
- * A routed expert's is not reduced over CP: the CP ranks route their own
- * tokens, an expert without rows is skipped, and the ranks would not meet
- * in the same collectives (its TP ranks route the same gathered rows). */
+ * A routed expert's goes over its expert-tensor-parallel group alone
+ * (the ranks holding its shards, which run the same gathered rows): the
+ * CP and EP ranks route other tokens, an expert without rows is skipped,
+ * and those ranks would not meet in the same collectives. */
 static float reduce_amax(struct gpt_model *m, float amax, bool expert)
 {
-	if (m->par.tp)
-		dist_allreduce_max_f32(m->par.tp, &amax, 1);
+	struct dist_group *tp = expert ? m->par.etp : m->par.tp;
+	if (tp)
+		dist_allreduce_max_f32(tp, &amax, 1);
 	if (m->par.cp && !expert)
 		dist_allreduce_max_f32(m->par.cp, &amax, 1);
 	return amax;
@@ -304,7 +303,9 @@ static void quantize(struct gpt_model *m, struct kops_fp8_tensor *t, int side, c
 		/* alone, the op finds the scale on the device (the TENSOR rule);
 		 * with ranks to agree with, the amax goes through the host for
 		 * their max and the same rule */
-		how.how = m->par.tp || m->par.cp ? KOPS_FP8_GIVEN : KOPS_FP8_TENSOR;
+		how.how = m->par.tp || m->par.cp || (m->par.etp && (m->reg.p[f->param[s]].flags & PARAM_EXPERT))
+				  ? KOPS_FP8_GIVEN
+				  : KOPS_FP8_TENSOR;
 		break;
 	case GPT_FP8_BLOCKWISE:
 		t->br = role == ROLE_W ? 128 : 1;

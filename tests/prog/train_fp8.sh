@@ -233,10 +233,13 @@ PYEND
 fi
 
 # ---- MoE and MTP ----
-# a routed expert without rows on one context rank: tensorwise reduces the
-# experts' amaxes over TP only, so the ranks never wait on each other
-expect_ok "tensorwise, MoE (16 experts, top-1) under CP2: 3 iterations" \
-	sh -c "$MPI -np 2 $BIN/train $L --train-iters 3 --num-experts 16 --moe-router-topk 1 --moe-router-pre-softmax --context-parallel-size 2 $HY --fp8-recipe tensorwise >$W/mcp.log 2>&1"
+# a routed expert without rows on one context or expert-parallel rank:
+# tensorwise reduces the experts' amaxes over their expert-TP group only,
+# so the ranks never wait on each other
+for X in "--context-parallel-size 2" "--expert-model-parallel-size 2"; do
+	expect_ok "tensorwise, MoE (16 experts, top-1) with $X: 3 iterations" \
+		sh -c "$MPI -np 2 $BIN/train $L --train-iters 3 --num-experts 16 --moe-router-topk 1 --moe-router-pre-softmax $X $HY --fp8-recipe tensorwise >$W/mcp.log 2>&1"
+done
 expect_ok "delayed with one MTP depth, 3 iterations and a checkpoint" \
 	sh -c "$BIN/train $L --train-iters 3 --mtp-num-layers 1 $DL --save $W/mtck --save-interval 3 >$W/mtp.log 2>&1"
 if $PY - "$W/mtck" <<'PYEND' >"$W/mtp.txt" 2>&1; then
