@@ -41,7 +41,9 @@
  *   4. Evaluation quantizes with the current scales and records nothing,
  *      so between updates the device's amax entries hold training's only.
  *   3. A slot exists for every FP8 linear weight this rank holds and only
- *      for those: m->fp8->slot[param] >= 0.
+ *      for those: m->fp8->slot[param] >= 0. Under the delayed recipe each
+ *      slot has a meta, and every rank of a pipeline stage lists the same
+ *      metas in the same order (the experts of other ranks too).
  */
 #include "model/gpt_int.h"
 
@@ -63,6 +65,13 @@ struct gpt_fp8 {
 	int nslots;
 	int *slot;        /* [reg.n] a weight's slot, -1: not FP8 */
 	int *param;       /* [nslots] the slot's weight */
+	/* delayed: the metas, in one order every rank of the pipeline stage
+	 * knows (list_metas), so that the amax reductions line up: each
+	 * slot's, and the experts of other expert-parallel ranks by global
+	 * number, which this rank never fills */
+	int nmeta;
+	int *meta;        /* [nslots] a slot's meta */
+	char (*mname)[PARAM_NAME_MAX]; /* [nmeta] the meta's weight, by its checkpoint name */
 	float *hist;      /* delayed: [nslots][NROLES][history]; [0] the last update's reduced amax, 0 after it */
 	float *scale;     /* delayed: [nslots][NROLES] */
 	float *rec;       /* delayed, backend: [nslots][NROLES] this iteration's amaxes, raised by the
@@ -83,6 +92,7 @@ const char *gpt_fp8_recipe_name(enum gpt_fp8_recipe r)
 }
 
 static void reserve(struct gpt_model *m, struct gpt_fp8 *f);
+static void list_metas(struct gpt_model *m, struct gpt_fp8 *f);
 
 /* ---- slots ---- */
 
@@ -111,16 +121,61 @@ static void add_slot(struct gpt_model *m, struct gpt_fp8 *f, int l, int w)
 	f->param[f->nslots++] = w;
 }
 
+static bool has_slot(const struct gpt_model *m, const struct gpt_fp8 *f, int w)
+{
+	return w >= 0 && w < m->reg.n && f->slot[w] >= 0;
+}
+
+static void add_meta(struct gpt_model *m, struct gpt_fp8 *f, const char *name, int w)
+{
+	f->mname = xrealloc(f->mname, (size_t)(f->nmeta + 1) * sizeof(*f->mname));
+	snprintf(f->mname[f->nmeta], sizeof(f->mname[0]), "%s", name);
+	gpt_mtp_layer_name(&m->c, f->mname[f->nmeta], sizeof(f->mname[0]));
+	if (has_slot(m, f, w))
+		f->meta[f->slot[w]] = f->nmeta;
+	f->nmeta++;
+}
+
+/* The delayed recipe's metas: every FP8 weight of the stage's layers in
+ * layer order, a MoE layer's experts by global number whether this rank
+ * holds them or not, then the MTP depths' eh_proj; every slot gets its
+ * meta. */
+static void list_metas(struct gpt_model *m, struct gpt_fp8 *f)
+{
+	f->meta = xmalloc((size_t)(f->nslots + 1) * sizeof(*f->meta));
+	for (int s = 0; s < f->nslots; s++)
+		f->meta[s] = -1;
+	for (int l = 0; l < gpt_num_layers_all(m); l++) {
+		const struct gpt_layer_params *p = &m->lp[l];
+		int ws[] = { p->qkv_w, p->proj_w, p->mq_w, p->mqd_w, p->mkvd_w, p->mkvu_w, p->fc1_w, p->fc2_w,
+			     p->sfc1_w, p->sfc2_w };
+		for (size_t i = 0; i < sizeof(ws) / sizeof(ws[0]); i++)
+			if (has_slot(m, f, ws[i]) && f->meta[f->slot[ws[i]]] < 0)
+				add_meta(m, f, m->reg.p[ws[i]].name, ws[i]);
+		bool fp8 = false; /* the layer is FP8 where any of its dense weights is */
+		for (size_t i = 0; i < sizeof(ws) / sizeof(ws[0]); i++)
+			fp8 |= has_slot(m, f, ws[i]);
+		for (int e = 0; fp8 && p->efc1_w && e < m->c.E; e++)
+			for (int fc = 1; fc <= 2; fc++) {
+				char name[PARAM_NAME_MAX];
+				gpt_expert_param_name(name, sizeof(name), l, e, fc);
+				add_meta(m, f, name, fc == 1 ? p->efc1_w[e] : p->efc2_w[e]);
+			}
+	}
+	for (int k = 0; m->mtp && k < m->c.mtp; k++)
+		if (has_slot(m, f, m->mtp[k].eh_w))
+			add_meta(m, f, m->reg.p[m->mtp[k].eh_w].name, m->mtp[k].eh_w);
+	for (int s = 0; s < f->nslots; s++)
+		if (f->meta[s] < 0)
+			BUG("FP8 slot %d ('%s') has no meta", s, m->reg.p[f->param[s]].name);
+}
+
 int gpt_fp8_init(struct gpt_model *m, const struct gpt_fp8_config *cfg)
 {
 	if (!cfg || !cfg->on)
 		return 0;
 	if (m->precision != GPT_BF16)
 		return error("--fp8-format needs --bf16: FP8 GEMMs give bf16 outputs to a bf16 model");
-	if (cfg->recipe == GPT_FP8_DELAYED && (m->par.ep || m->par.etp_size != m->par.tp_size))
-		return error("--fp8-recipe delayed with expert parallelism or --expert-tensor-parallel-size other than "
-			     "the tensor-parallel size is not in megac yet (the experts' histories would need one "
-			     "entry per global expert on every rank); use tensorwise, blockwise or mxfp8");
 	struct gpt_fp8 *f = xcalloc(1, sizeof(*f));
 	f->cfg = *cfg;
 	f->slot = xmalloc((size_t)(m->reg.n ? m->reg.n : 1) * sizeof(*f->slot));
@@ -145,7 +200,8 @@ int gpt_fp8_init(struct gpt_model *m, const struct gpt_fp8_config *cfg)
 	for (int k = 0; m->mtp && k < m->c.mtp; k++) /* eh_proj: a TE linear in that context too */
 		add_slot(m, f, -1, m->mtp[k].eh_w);
 	if (cfg->recipe == GPT_FP8_DELAYED) {
-		size_t n = (size_t)f->nslots * NROLES;
+		list_metas(m, f);
+		size_t n = (size_t)f->nmeta * NROLES;
 		f->rec = gpt_take(m, n + 1); /* zero-filled */
 		f->hist = xcalloc(n * (size_t)cfg->history + 1, sizeof(float));
 		f->scale = xmalloc((n + 1) * sizeof(float));
@@ -173,6 +229,8 @@ void gpt_fp8_free(struct gpt_model *m)
 	free(f->param);
 	free(f->hist);
 	free(f->scale);
+	free(f->meta);
+	free(f->mname);
 	free(f);
 	m->fp8 = NULL;
 }
@@ -185,7 +243,7 @@ void gpt_fp8_mem(const struct gpt_model *m, size_t *dev, size_t *host)
 		return;
 	*dev = f->qa_n + f->qb_n + (f->sa_n + f->sb_n + f->wf_n + f->ones_n + 1) * sizeof(float);
 	if (f->cfg.recipe == GPT_FP8_DELAYED)
-		*host = (size_t)f->nslots * NROLES * ((size_t)f->cfg.history + 1) * sizeof(float);
+		*host = (size_t)f->nmeta * NROLES * ((size_t)f->cfg.history + 1) * sizeof(float);
 }
 
 const struct gpt_fp8_config *gpt_fp8_config(const struct gpt_model *m)
@@ -329,8 +387,9 @@ static void quantize(struct gpt_model *m, struct kops_fp8_tensor *t, int side, c
 	}
 	float *rec = NULL;
 	if (f->cfg.recipe == GPT_FP8_DELAYED) {
-		how.scale = f->scale[(size_t)s * NROLES + role];
-		rec = f->recording ? f->rec + (size_t)s * NROLES + role : NULL;
+		size_t mi = (size_t)f->meta[s] * NROLES + (size_t)role;
+		how.scale = f->scale[mi];
+		rec = f->recording ? f->rec + mi : NULL;
 	} else if (how.how == KOPS_FP8_GIVEN) { /* tensorwise over TP or CP */
 		float amax;
 		k->fp8_amax(f->dev_amax, x, n);
@@ -431,7 +490,7 @@ void gpt_fp8_update(struct gpt_model *m, struct dist_group *dp)
 	struct gpt_fp8 *f = m->fp8;
 	if (!f || f->cfg.recipe != GPT_FP8_DELAYED)
 		return;
-	size_t n = (size_t)f->nslots * NROLES, len = (size_t)f->cfg.history;
+	size_t n = (size_t)f->nmeta * NROLES, len = (size_t)f->cfg.history;
 	float *cur = xmalloc((n + 1) * sizeof(float));
 	/* the iteration's amaxes: one read, then the device's entries start over */
 	m->k->to_host(cur, f->rec, n * sizeof(float));
@@ -456,17 +515,16 @@ void gpt_fp8_update(struct gpt_model *m, struct dist_group *dp)
 
 int gpt_fp8_nstate(const struct gpt_model *m)
 {
-	return m->fp8 && m->fp8->cfg.recipe == GPT_FP8_DELAYED ? m->fp8->nslots : 0;
+	return m->fp8 && m->fp8->cfg.recipe == GPT_FP8_DELAYED ? m->fp8->nmeta : 0;
 }
 
 void gpt_fp8_state_name(const struct gpt_model *m, int i, bool scale, char *out, size_t n)
 {
-	const char *w = m->reg.p[m->fp8->param[i]].name;
+	const char *w = m->fp8->mname[i]; /* already under its checkpoint name */
 	size_t base = strlen(w);
 	if (base > 7 && !strcmp(w + base - 7, ".weight"))
 		base -= 7;
 	snprintf(out, n, "%.*s._extra_state.%s", (int)base, w, scale ? "fp8_scale" : "fp8_amax_history");
-	gpt_mtp_layer_name(&m->c, out, n);
 }
 
 float *gpt_fp8_state(struct gpt_model *m, int i, bool scale, int64_t shape[2])
