@@ -16,7 +16,7 @@
  * the bias gradient is taken from the bf16 dY.
  *
  * Scales, per recipe:
- *   delayed     one scale per slot and role, from its amax history; the
+ *   delayed     one scale per meta and role, from its amax history; the
  *               tensors raise their entry of a device array as they are
  *               quantized (no trip to the host), and
  *               gpt_fp8_update() reduces them over the amax group and rolls
@@ -38,12 +38,16 @@
  *      after an update; a checkpoint stores one copy (with
  *      --tp-only-amax-red the data-parallel replicas differ, and a resume
  *      gives them all the first one's).
- *   4. Evaluation quantizes with the current scales and records nothing,
- *      so between updates the device's amax entries hold training's only.
  *   3. A slot exists for every FP8 linear weight this rank holds and only
  *      for those: m->fp8->slot[param] >= 0. Under the delayed recipe each
  *      slot has a meta, and every rank of a pipeline stage lists the same
  *      metas in the same order (the experts of other ranks too).
+ *   4. Evaluation quantizes with the current scales and records nothing,
+ *      so between updates the device's amax entries hold training's only.
+ *
+ * The tensorwise amax of a routed expert goes over its expert-TP group
+ * only (reduce_amax): ranks that route other tokens skip experts without
+ * rows and would not meet in the collective.
  */
 #include "model/gpt_int.h"
 
