@@ -76,12 +76,10 @@ static const char why_fp8_param_gather[] =
 	"layer (drop the flag: 2 bytes per parameter on the wire instead of 1)";
 static const char why_fp8_interval[] =
 	"deprecated in Transformer Engine, which ignores it: the delayed recipe updates its scales every step";
-static const char why_fp8_attention[] =
-	"FP8 attention is not in megac: with --fp8-format the attention runs in bf16 and the linear layers in FP8";
 static const char why_nvidia_kitchen[] =
 	"NVIDIA Kitchen quantized kernels are not in megac";
 static const char why_fp4_training[] =
-	"FP4 training is not in megac; train in bf16 (--bf16)";
+	"FP4 training is not in megac; FP8 is (--fp8-format, docs/fp8.md)";
 static const char why_grouped_gemm[] =
 	"grouped GEMM kernels for the experts (speed only)";
 static const char why_moe_option[] =
@@ -320,8 +318,6 @@ const struct megatron_flag megatron_flags[] = {
 	{ "--distribute-saved-activations", MF_REFUSED, 0, why_recompute_option },
 	{ "--fp8-quantizer-factory", MF_REFUSED, 1, why_fp8_training },
 	{ "--fp8-interval", MF_NO_EFFECT, 1, why_fp8_interval },
-	{ "--fp8-dot-product-attention", MF_REFUSED, 0, why_fp8_attention },
-	{ "--fp8-multi-head-attention", MF_REFUSED, 0, why_fp8_attention },
 	{ "--fp8-output-proj", MF_REFUSED, 0, why_fp8_training },
 	{ "--use-kitchen-attention", MF_REFUSED, 0, why_nvidia_kitchen },
 	{ "--kitchen-attention-backend", MF_REFUSED, 1, why_nvidia_kitchen },

@@ -201,7 +201,7 @@ static void test_megatron_choices(void)
 	struct args a;
 	struct test_capture c;
 	char *argv[] = { "train", "--position-embedding-type", "mrope", "--tokenizer-type", "BertWordPieceCase",
-			 "--moe-router-score-function", "sqrtsoftplus", "--fp8-format", "hybrid", NULL };
+			 "--moe-router-score-function", "sqrtsoftplus", "--fp4-format", "e2m1", NULL };
 	test_capture_begin(&c, 2);
 	int r = args_parse(&a, &train_p, 9, argv);
 	char *msg = test_capture_end(&c);
@@ -210,7 +210,7 @@ static void test_megatron_choices(void)
 				 "YaRN"));
 	CHECK(msg && strstr(msg, "--tokenizer-type BertWordPieceCase: megac's tokenizers are"));
 	CHECK(msg && strstr(msg, "--moe-router-score-function sqrtsoftplus: the sqrtsoftplus router score"));
-	CHECK(msg && strstr(msg, "--fp8-format is a Megatron flag that megac does not support"));
+	CHECK(msg && strstr(msg, "--fp4-format is a Megatron flag that megac does not support"));
 	CHECK(msg && !strstr(msg, "invalid choice"));
 	refused = msg != NULL;
 	CHECK(refused);
@@ -262,15 +262,15 @@ static void test_all_problems_in_one_message(void)
 {
 	struct args a;
 	char *msg;
-	char *argv[] = { "train", "--fp8-format", "hybrid", "--attention-backend", "fused", "--num-layrs", "2",
-			 "--fp8-param-gather", "--seq-length", "4294967296", "--num-workers", "2", "--manual-gc",
+	char *argv[] = { "train", "--fp4-format", "e2m1", "--attention-backend", "fused", "--num-layrs", "2",
+			 "--fp4-recipe", "nvfp4", "--seq-length", "4294967296", "--num-workers", "2", "--manual-gc",
 			 "--freeze-all-layers", "--ckpt-format", "torch_dist", "stray", NULL };
 	CHECK_INT(parse_capture(&a, &train_p, argv, &msg), -1);
 	CHECK(msg && strstr(msg, "problems"));
 	CHECK(msg && strstr(msg, "unknown flag '--num-layrs'; did you mean '--num-layers'?"));
 	CHECK(msg && strstr(msg, "--seq-length: 4294967296 is out of range"));
-	CHECK(msg && strstr(msg, "--fp8-format, --fp8-param-gather are Megatron flags that megac does not support: "
-				 "FP8 training"));
+	CHECK(msg && strstr(msg, "--fp4-format, --fp4-recipe are Megatron flags that megac does not support: "
+				 "FP4 training"));
 	CHECK(msg && strstr(msg, "--freeze-all-layers is a Megatron flag that megac does not support"));
 	CHECK(msg && strstr(msg, "--ckpt-format torch_dist: Megatron's checkpoint formats are not in megac yet"));
 	CHECK(msg && strstr(msg, "unexpected argument 'stray'"));
@@ -353,7 +353,7 @@ static void test_flags_doc_current(void)
 	CHECK(doc && glen == len && !memcmp(doc, gen, len));
 	if (!doc || glen != len || memcmp(doc, gen, len))
 		printf("# docs/flags.md is stale: run make docs/flags.md\n");
-	CHECK(gen && strstr(gen, "| `--fp8-format` | refused | FP8 training"));
+	CHECK(gen && strstr(gen, "| `--fp4-format` | refused | FP4 training"));
 	CHECK(gen && strstr(gen, "| `--attention-backend` | no effect |"));
 	free(doc);
 	free(gen);
