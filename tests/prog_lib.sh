@@ -131,6 +131,51 @@ against_reference() {
 		"$D/ours.jsonl" "$D/ref.jsonl" "$_ar_n"
 }
 
+# reference_later MODEL ITERS ARGS...: against_reference with the PyTorch
+# reference put off: the initial model and our run in $W/MODEL (D), and
+# the reference's run queued for reference_batch, which runs every queued
+# one in one torch_ref.py process (torch imported once, not once a model)
+# and then compares each (rtol as RTOL is when this is called)
+reference_later() {
+	_ar_m=$1
+	_ar_n=$2
+	shift 2
+	D=$W/$_ar_m
+	setup "$_ar_m: --train-iters 0 --save writes the initial model" \
+		$BIN/train "$@" --train-iters 0 --save "$D/init" --data-cache-path "$D/cache"
+	expect_ok "$_ar_m: $_ar_n iterations" sh -c "$BIN/train $* --train-iters $_ar_n --data-cache-path $D/cache \
+		--metrics-file $D/ours.jsonl >$D/ours.log"
+	reference_queue "$_ar_m" "$_ar_n" "$_ar_m: lm loss, grad norm and learning rate match the reference (rtol ${RTOL:-1e-5})" \
+		"$* --data-cache-path $D/cache"
+}
+
+# reference_queue MODEL ITERS CHECK "FLAGS": queue torch_ref.py's training
+# run of ITERS iterations with FLAGS (shell words: the run's flags, its
+# --data-cache-path too) from $W/MODEL/init's model.h5 into
+# $W/MODEL/ref.jsonl; reference_batch holds $W/MODEL/ours.jsonl to it
+# (compare_ref, as check CHECK, with the RTOL of now)
+reference_queue() {
+	printf '%s --train-iters %s --ref-model %s --ref-out %s\n' "$4" "$2" "$W/$1/init/iter_0000000/model.h5" \
+		"$W/$1/ref.jsonl" >>"$W/ref.queue"
+	printf '%s|%s|%s|%s\n' "$1" "$2" "${RTOL:-}" "$3" >>"$W/ref.checks"
+}
+
+# reference_batch: the queued reference runs in one torch_ref.py process
+# ($PY; a set-up step), then each compared with ours
+reference_batch() {
+	set --
+	while IFS= read -r _rb_l; do set -- "$@" "$_rb_l"; done <"$W/ref.queue"
+	setup "the PyTorch reference of $(cut -d'|' -f1 "$W/ref.checks" | tr '\n' ' ')from the same model.h5 and index caches" \
+		$PY tests/prog/py/torch_ref.py batch "$@"
+	while IFS='|' read -r _rb_m _rb_n _rb_rt _rb_c; do
+		(
+			if [ -n "$_rb_rt" ]; then export RTOL="$_rb_rt"; else unset RTOL; fi
+			compare_ref "$_rb_c" "$W/$_rb_m/ours.jsonl" "$W/$_rb_m/ref.jsonl" "$_rb_n"
+		)
+	done <"$W/ref.checks"
+	rm -f "$W/ref.queue" "$W/ref.checks"
+}
+
 # train_env_begin NAME: the set-up the multi-rank training tests share: W
 # (a fresh temporary folder), OUT_LOG and ERR for expect_ok/expect_fail, PY,
 # one BLAS/OpenMP thread per rank, MPI (an oversubscribing mpirun; Open MPI

@@ -22,6 +22,27 @@ if [ -n "${MEGAC_SANITIZE:-}" ]; then export ASAN_OPTIONS=detect_leaks=0; fi
 
 hf_env "$W/pyenv.log"
 REF="$HF tests/prog/py/hf_ref.py"
+# hf_queue CHECK COMMAND...: a check that transformers makes (hf_ref.py
+# commands, CHECK empty for a set-up step), put off until hf_run runs every
+# queued command in one hf_ref.py batch (torch and transformers imported
+# once, not once a check)
+hf_queue() {
+	printf '%s\n' "$1" >>"$W/hf.checks"
+	shift
+	printf '%s\n' "$@" >>"$W/hf.cmds"
+}
+# hf_run: the queued commands in one process; each queued check ok when all
+# succeed, not ok (with the error) otherwise; false when it failed
+hf_run() {
+	set --
+	while IFS= read -r _hr_l; do set -- "$@" "$_hr_l"; done <"$W/hf.cmds"
+	if $REF batch "$@" >"$OUT_LOG" 2>"$ERR"; then _hr_r=ok; else _hr_r=notok; fi
+	while IFS= read -r _hr_c; do [ -z "$_hr_c" ] || $_hr_r "$_hr_c"; done <"$W/hf.checks"
+	rm -f "$W/hf.cmds" "$W/hf.checks"
+	[ $_hr_r = ok ] && return 0
+	show "$ERR"
+	return 1
+}
 
 # The vocabulary is padded to 50304 in every layout (divisible-by x TP = 64).
 ARGS="--num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 32 --max-position-embeddings 32"
@@ -73,14 +94,13 @@ for m in g l; do
 		show "$W/rt.log"
 	fi
 	# the export loads in transformers and gives megac's logits; so does the
-	# bf16 export (transformers run once for the three: hf_ref.py batch)
+	# bf16 export (transformers runs for both models with the random models
+	# below: hf_queue)
 	setup "$m: megac's logits" $LOGITS $W/${m}c $W/ids.npy $W/${m}_megac.npy
 	expect_ok "$m: export as bf16, sharded" $C --load $W/${m}c --save $W/${m}hf16 --to hf --dtype bf16 \
 		--max-shard-size 200KB --verify
-	expect_ok "$m: transformers loads the export and gives its logits, and the bf16 export's" $REF batch \
+	hf_queue "$m: transformers loads the export and gives its logits, and the bf16 export's" \
 		"check $W/${m}hf" "logits $W/${m}hf $W/ids.npy $W/${m}_hf.npy" "logits $W/${m}hf16 $W/ids.npy $W/${m}_hf16.npy"
-	logits_close "$m: transformers' logits on the export equal megac's (1e-4)" $W/${m}_megac.npy $W/${m}_hf.npy 1e-4
-	logits_close "$m: the bf16 export's logits stay close (0.05)" $W/${m}_megac.npy $W/${m}_hf16.npy 0.05
 
 	# TP2xPP2 -> TP4: training on gives the original's losses (the Llama-style
 	# model's under make check-long)
@@ -149,11 +169,10 @@ expect_fail "convert.py: another --true-vocab-size" "--true-vocab-size 1000: the
 
 # folders written by transformers itself: a GPT-2 and a sharded Llama with
 # GQA, and (below) Llama's kin and two Qwen2-MoE models; transformers writes
-# them all and computes their logits in one process (hf_ref.py batch: torch
-# and transformers imported once)
-set --
+# them all and computes their logits in one process with the exports' checks
+# queued above (hf_ref.py batch: torch and transformers imported once)
 while IFS=: read -r _rm_dir _rm_kind _rm_args; do
-	set -- "$@" "make $_rm_kind $W/$_rm_dir $_rm_args" "logits $W/$_rm_dir $W/ids1k.npy $W/${_rm_dir}_hf.npy"
+	hf_queue "" "make $_rm_kind $W/$_rm_dir $_rm_args" "logits $W/$_rm_dir $W/ids1k.npy $W/${_rm_dir}_hf.npy"
 done <<EOF
 rg:gpt2:--layers 2 --hidden 64 --heads 4 --vocab 1000 --positions 64 --seed 1
 rl:llama:--layers 2 --hidden 64 --heads 8 --kv-heads 2 --ffn 96 --vocab 1000 --positions 64 --untie --seed 2 --shard-size 100000
@@ -166,9 +185,14 @@ rmn:mistral:--layers 2 --hidden 64 --heads 4 --kv-heads 2 --ffn 96 --vocab 1000 
 rqm:qwen2_moe:--layers 3 --hidden 64 --heads 4 --kv-heads 2 --ffn 96 --moe-ffn 32 --shared-ffn 48 --experts 4 --topk 2 --mlp-only 1 --vocab 1000 --positions 64 --seed 8
 rqn:qwen2_moe:--layers 2 --hidden 64 --heads 4 --ffn 96 --moe-ffn 32 --shared-ffn 48 --experts 4 --topk 2 --norm-topk-prob --tie --vocab 1000 --positions 64 --seed 9
 EOF
-setup "transformers writes 10 random models (GPT-2; Llama, sharded, with llama3 and YaRN rope_scaling; Qwen2, Qwen3; Mistral with and without a window; Qwen2-MoE) and their logits" \
-	$REF batch "$@"
-set --
+if ! hf_run; then
+	notok "set-up step failed: transformers writes 10 random models (GPT-2; Llama, sharded, with llama3 and YaRN rope_scaling; Qwen2, Qwen3; Mistral with and without a window; Qwen2-MoE) and their logits; the checks after it were not run"
+	exit 1
+fi
+for m in g l; do
+	logits_close "$m: transformers' logits on the export equal megac's (1e-4)" $W/${m}_megac.npy $W/${m}_hf.npy 1e-4
+	logits_close "$m: the bf16 export's logits stay close (0.05)" $W/${m}_megac.npy $W/${m}_hf16.npy 0.05
+done
 for m in rg rl; do
 	expect_ok "$m: import" $C --from hf --load $W/$m --save $W/${m}m --verify
 	expect_ok "$m: megac's logits" $LOGITS $W/${m}m $W/ids1k.npy $W/${m}_megac.npy
@@ -256,8 +280,8 @@ for m in $ILM; do
 	setup "$m: train an interleaved-RoPE model, 3 iterations" sh -c "$BIN/train $IL $M --save $W/${m}c >$W/${m}c.log 2>&1"
 	expect_ok "$m: export to Hugging Face" $C --load $W/${m}c --save $W/${m}hf --to hf --verify $GPT2
 	setup "$m: megac's logits" $LOGITS $W/${m}c $W/ids.npy $W/${m}_megac.npy
-	expect_ok "$m: transformers' logits" $REF logits $W/${m}hf $W/ids.npy $W/${m}_hf.npy
-	logits_close "$m: transformers' logits on the export equal megac's (1e-4)" $W/${m}_megac.npy $W/${m}_hf.npy 1e-4
+	# (transformers' logits with the MoE exports' below: hf_queue)
+	hf_queue "$m: transformers' logits" "logits $W/${m}hf $W/ids.npy $W/${m}_hf.npy"
 	expect_ok "$m: import the export (rotate-half)" $C --load $W/${m}hf --from hf --save $W/${m}back $(v64 1)
 	expect_ok "$m: megac's logits of the re-import" $LOGITS $W/${m}back $W/ids.npy $W/${m}_back.npy
 	logits_close "$m: the re-import gives the interleaved model's logits (1e-4)" $W/${m}_megac.npy \
@@ -343,9 +367,9 @@ else
 	show "$W/mxcfg.log"
 fi
 setup "mx: megac's logits" $LOGITS $W/mxc $W/ids.npy $W/mx_megac.npy
-expect_ok "mx: transformers loads the export and gives its logits" $REF batch "check $W/mxhf" \
+# (transformers loads it with the Qwen2-MoE export below: hf_queue)
+hf_queue "mx: transformers loads the export and gives its logits" "check $W/mxhf" \
 	"logits $W/mxhf $W/ids.npy $W/mx_hf.npy"
-logits_close "mx: transformers' logits on the export equal megac's (1e-4)" $W/mx_megac.npy $W/mx_hf.npy 1e-4
 expect_ok "mx: import it again" $C --load $W/mxhf --from hf --save $W/mxback --verify $(v64 1)
 if /usr/bin/python3 tests/prog/py/hf_roundtrip.py "$W/mxc/iter_0000004/model.h5" "$W/mxback/iter_0000000/model.h5" \
 	'{"num_experts": 4, "moe_router_topk": 2, "moe_ffn_hidden_size": 48, "moe_layer_freq": "[1,1]",
@@ -402,9 +426,13 @@ setup "qm: train a Qwen2-MoE-style model, 2 iterations" sh -c "$BIN/train $QM --
 	--save-interval 2 >$W/qmc.log 2>&1"
 expect_ok "qm: export to Hugging Face" $C --load $W/qmc --save $W/qmhf --to hf --verify $GPT2
 setup "qm: megac's logits" $LOGITS $W/qmc $W/ids.npy $W/qm_megac.npy
-expect_ok "qm: transformers loads the export and gives its logits" $REF batch "check $W/qmhf" \
+hf_queue "qm: transformers loads the export and gives its logits" "check $W/qmhf" \
 	"logits $W/qmhf $W/ids.npy $W/qm_hf.npy"
-logits_close "qm: transformers' logits on the export equal megac's (1e-4)" $W/qm_megac.npy $W/qm_hf.npy 1e-4
+# transformers on the interleaved-RoPE, Mixtral and Qwen2-MoE exports, in one process
+hf_run
+for m in $ILM mx qm; do
+	logits_close "$m: transformers' logits on the export equal megac's (1e-4)" $W/${m}_megac.npy $W/${m}_hf.npy 1e-4
+done
 setup "qm: train without the gate, 1 iteration" sh -c "$BIN/train $(echo "$QM" | sed 's/ --moe-shared-expert-gate//') \
 	--train-iters 1 --save $W/qmng --save-interval 1 >$W/qmng.log 2>&1"
 expect_fail "qm: a shared expert without its gate is not Qwen2-MoE" \

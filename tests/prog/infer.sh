@@ -57,37 +57,47 @@ for m in g l y; do
 	setup "$m: train 4 iterations" sh -c "$BIN/train $ARGS $M --save $W/${m}c --save-interval 4 >$W/$m.log 2>&1"
 	setup "$m: export to Hugging Face" $BIN/ckpt_convert --load $W/${m}c --save $W/${m}hf --to hf
 	expect_ok "$m: megac generates (4 requests batched)" $GEN $W/${m}c $W/prompts.json 12 $W/${m}.json
-	setup "$m: transformers' greedy continuation" $REF generate $W/${m}hf $W/prompts.json 12 $W/${m}_ref.json
-	same "$m: greedy generation equals transformers' token for token" $W/${m}_ref.json $W/${m}.json 1e-4
 	expect_ok "$m: one request at a time" $GEN $W/${m}c $W/prompts.json 12 $W/${m}_1.json 1 1 1 1
 	same "$m: batched answers equal the answers alone" $W/${m}_1.json $W/${m}.json 1e-5
 done
 
-setup "a random GQA Llama from transformers" $REF make llama $W/rl --layers 2 --hidden 64 --heads 8 \
-	--kv-heads 2 --ffn 96 --vocab 1000 --positions 64 --seed 3
-setup "import it" $BIN/ckpt_convert --from hf --load $W/rl --save $W/rlm
 echo '[[5, 900, 31, 7, 7], [999], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]]' >$W/p2.json
-expect_ok "megac generates" $GEN $W/rlm $W/p2.json 20 $W/rl.json
-setup "transformers' continuation" $REF generate $W/rl $W/p2.json 20 $W/rl_ref.json
-same "GQA Llama: greedy generation equals transformers'" $W/rl_ref.json $W/rl.json 1e-4
-
-# a sliding window (Mistral's sliding_window 8: each key/value-cached step
-# sees its own key and the 7 before it) over prompts and continuations longer
-setup "a random MistralForCausalLM with sliding_window 8" $REF make mistral $W/rmi --layers 2 --hidden 64 \
-	--heads 4 --kv-heads 2 --ffn 96 --vocab 1000 --positions 64 --sliding-window 8 --seed 6
-setup "import it" $BIN/ckpt_convert --from hf --load $W/rmi --save $W/rmim
-expect_ok "megac generates with the window" $GEN $W/rmim $W/p2.json 20 $W/rmi.json
-setup "transformers' continuation" $REF generate $W/rmi $W/p2.json 20 $W/rmi_ref.json
-same "Mistral (sliding window): greedy generation equals transformers'" $W/rmi_ref.json $W/rmi.json 1e-4
-
 # long prompts batched together: the head runs on 64 rows at a time, so the
 # prompts' log-probs come from chunks that cut across sequences
 /usr/bin/python3 -c '
 import json, random
 r = random.Random(5)
 print(json.dumps([[r.randrange(1000) for _ in range(n)] for n in (40, 45, 50)]))' >$W/p3.json
+# transformers' side of every check below, in one process (hf_ref.py batch:
+# torch and transformers imported once): the greedy continuations of the
+# three exports; a random GQA Llama and a random MistralForCausalLM with
+# sliding_window 8 (each key/value-cached step sees its own key and the 7
+# before it, over prompts and continuations longer than that) written by
+# transformers, and their continuations, the Llama's after the long prompts too
+setup "transformers writes the random models and continues every model's prompts" $REF batch \
+	"generate $W/ghf $W/prompts.json 12 $W/g_ref.json" "generate $W/lhf $W/prompts.json 12 $W/l_ref.json" \
+	"generate $W/yhf $W/prompts.json 12 $W/y_ref.json" \
+	"make llama $W/rl --layers 2 --hidden 64 --heads 8 --kv-heads 2 --ffn 96 --vocab 1000 --positions 64 --seed 3" \
+	"generate $W/rl $W/p2.json 20 $W/rl_ref.json" \
+	"make mistral $W/rmi --layers 2 --hidden 64 --heads 4 --kv-heads 2 --ffn 96 --vocab 1000 --positions 64 \
+--sliding-window 8 --seed 6" "generate $W/rmi $W/p2.json 20 $W/rmi_ref.json" \
+	"generate $W/rl $W/p3.json 6 $W/rl3_ref.json"
+for m in g l y; do
+	same "$m: greedy generation equals transformers' token for token" $W/${m}_ref.json $W/${m}.json 1e-4
+done
+
+# the random GQA Llama from transformers
+setup "import it" $BIN/ckpt_convert --from hf --load $W/rl --save $W/rlm
+expect_ok "megac generates" $GEN $W/rlm $W/p2.json 20 $W/rl.json
+same "GQA Llama: greedy generation equals transformers'" $W/rl_ref.json $W/rl.json 1e-4
+
+# the sliding window of the random MistralForCausalLM
+setup "import it" $BIN/ckpt_convert --from hf --load $W/rmi --save $W/rmim
+expect_ok "megac generates with the window" $GEN $W/rmim $W/p2.json 20 $W/rmi.json
+same "Mistral (sliding window): greedy generation equals transformers'" $W/rmi_ref.json $W/rmi.json 1e-4
+
+# the long prompts
 expect_ok "megac generates after long prompts" $GEN $W/rlm $W/p3.json 6 $W/rl3.json
-setup "transformers on the long prompts" $REF generate $W/rl $W/p3.json 6 $W/rl3_ref.json
 same "long prompts: tokens and every prompt log-prob equal transformers'" $W/rl3_ref.json $W/rl3.json 1e-4
 
 # sampling (top-k 40, temperature 0.8): a request's tokens depend on its seed

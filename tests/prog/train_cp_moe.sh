@@ -83,6 +83,9 @@ fi
 
 # capacity dropping per CP rank: against the reference with the same CP size,
 # and not the one-rank reference
+# (the four reference runs, with and without --context-parallel-size 2, in
+# one torch_ref.py process: torch_ref.py batch)
+set --
 for model in mixtral gptmoe; do
 	case $model in mixtral) ARGS="$MIXTRAL $COMMON" ;; *) ARGS="$GPTMOE $COMMON" ;; esac
 	D=$W/$model
@@ -91,14 +94,16 @@ for model in mixtral gptmoe; do
 		$BIN/train $ARGS --train-iters 0 --save "$D/init" --data-cache-path "$D/cache"
 	expect_ok "$model: CP2, 6 iterations" sh -c "$MPI -np 2 $BIN/train $ARGS $CP2 --train-iters 6 \
 		--data-cache-path $D/cache --metrics-file $D/cp2.jsonl >$D.cp2.log"
-	setup "$model: the PyTorch reference with --context-parallel-size 2" \
-		sh -c "$PY tests/prog/py/torch_ref.py $ARGS $CP2 --train-iters 6 --data-cache-path $D/cache \
-		--ref-model $D/init/iter_0000000/model.h5 >$D/ref2.jsonl"
+	_ref="--train-iters 6 --data-cache-path $D/cache --ref-model $D/init/iter_0000000/model.h5"
+	set -- "$@" "$ARGS $CP2 $_ref --ref-out $D/ref2.jsonl" "$ARGS $_ref --ref-out $D/ref1.jsonl"
+done
+setup "the PyTorch references with --context-parallel-size 2 and on one rank" \
+	$PY tests/prog/py/torch_ref.py batch "$@"
+set --
+for model in mixtral gptmoe; do
+	D=$W/$model
 	compare_ref "$model: CP2 with a capacity factor matches the reference's per-CP-rank capacity (rtol 1e-5)" \
 		"$D/cp2.jsonl" "$D/ref2.jsonl" 6
-	setup "$model: the one-rank PyTorch reference" \
-		sh -c "$PY tests/prog/py/torch_ref.py $ARGS --train-iters 6 --data-cache-path $D/cache \
-		--ref-model $D/init/iter_0000000/model.h5 >$D/ref1.jsonl"
 	if /usr/bin/python3 tests/prog/py/compare_metrics.py ref "$D/cp2.jsonl" "$D/ref1.jsonl" 6 >"$W/cmp.log" 2>&1; then
 		notok "$model: CP2 equals the one-rank reference too: the capacity does not bind, the check tells nothing"
 	else

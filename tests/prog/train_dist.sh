@@ -11,6 +11,7 @@ ARGS="$ARGS --micro-batch-size 1 --global-batch-size 8 --lr 2e-3 --lr-decay-styl
 ARGS="$ARGS --train-iters 8 --data-path $W/kjv_text_document --split 98,2,0 --eval-interval 4 --eval-iters 2"
 ARGS="$ARGS --log-interval 1 --data-cache-path $W/cache $GPT2"
 
+# (also the one-rank reference of the TP runs below)
 setup "1 rank" sh -c "$BIN/train $ARGS --metrics-file $W/r1.jsonl >$W/r1.log"
 expect_ok "2 data-parallel ranks" sh -c "$MPI -np 2 $BIN/train $ARGS --metrics-file $W/r2.jsonl >$W/r2.log"
 # DP4 only under make check-long: DP2 and DP8 bracket it
@@ -133,7 +134,8 @@ T2="$ARGS --make-vocab-size-divisible-by 64 --tensor-model-parallel-size 2"
 T4="$ARGS --make-vocab-size-divisible-by 32 --tensor-model-parallel-size 4"
 LL="--group-query-attention --num-query-groups 2 --position-embedding-type rope --normalization RMSNorm"
 LL="$LL --swiglu --ffn-hidden-size 48 --disable-bias-linear --untie-embeddings-and-output-weights"
-setup "1 rank, the TP reference" sh -c "$BIN/train $T1 --metrics-file $W/t1.jsonl >$W/t1.log"
+# the TP reference on 1 rank is the run r1 above ($T1 spells out ARGS's default divisor)
+cp "$W/r1.jsonl" "$W/t1.jsonl"
 expect_ok "TP2" sh -c "$MPI -np 2 $BIN/train $T2 --metrics-file $W/t2.jsonl >$W/t2.log"
 # TP4 alone and TP2 x DP2 without SP only under make check-long: TP4 + SP and
 # the Llama-style TP2 x DP2 + SP with the distributed optimizer cover them
@@ -271,15 +273,16 @@ for f in $resumes; do
 done
 
 # killed NAME NP FLAGS...: a rank killed mid-run ends the job, with the launcher
-# naming it, well within a minute
-LONG="$(echo "$ARGS" | sed 's/--train-iters 8/--train-iters 1000000/') --eval-interval 1000000 --log-interval 100"
+# naming it, well within a minute (mid-run: once iteration 10 is logged; the
+# job would run on for a million)
+LONG="$(echo "$ARGS" | sed 's/--train-iters 8/--train-iters 1000000/') --eval-interval 1000000 --log-interval 10"
 killed() {
 	_n=$1
 	_np=$2
 	shift 2
 	$MPI -np "$_np" $BIN/train $LONG "$@" >"$W/kill.log" 2>&1 &
 	job=$!
-	for i in $(seq 1 60); do grep -q "iteration *100/" "$W/kill.log" 2>/dev/null && break; sleep 0.5; done
+	for i in $(seq 1 120); do grep -q "iteration *10/" "$W/kill.log" 2>/dev/null && break; sleep 0.25; done
 	victim=$(pgrep -f "^$BIN/train --num-layers" | sed -n "$_np"p)
 	kill -9 "$victim"
 	t0=$(date +%s)
@@ -301,7 +304,7 @@ stalled() {
 	shift 2
 	$MPI -np "$_np" $BIN/train $LONG --distributed-timeout-minutes 0.05 "$@" >"$W/stall.log" 2>&1 &
 	job=$!
-	for i in $(seq 1 60); do grep -q "iteration *100/" "$W/stall.log" 2>/dev/null && break; sleep 0.5; done
+	for i in $(seq 1 120); do grep -q "iteration *10/" "$W/stall.log" 2>/dev/null && break; sleep 0.25; done
 	victim=$(pgrep -f "^$BIN/train --num-layers" | sed -n 2p)
 	kill -STOP "$victim"
 	t0=$(date +%s)

@@ -45,7 +45,9 @@ same() {
 }
 
 # run NAME RTOL NP "LAYOUT" ARGS...: the CPU build on one rank with ARGS, the
-# emulated device on NP ranks with ARGS and the layout flags
+# emulated device on NP ranks with ARGS and the layout flags (the CPU run is
+# made once for each ARGS: runs whose ARGS an earlier run had reuse its
+# metrics, $W/cpu.runs listing "N ARGS" of each CPU run made)
 n=0
 run() {
 	_name=$1
@@ -54,8 +56,15 @@ run() {
 	_lay=$4
 	shift 4
 	n=$((n + 1))
-	"$BIN/train" "$@" --device cpu --metrics-file "$W/c$n.jsonl" >"$W/c$n.log" 2>&1 ||
-		{ notok "$_name: the CPU run"; show "$W/c$n.log"; return; }
+	_cpu=$(awk -v k="$*" '{ i = index($0, " "); if (substr($0, i + 1) == k) { print substr($0, 1, i - 1); exit } }' \
+		"$W/cpu.runs" 2>/dev/null)
+	if [ -n "$_cpu" ]; then
+		cp "$W/c$_cpu.jsonl" "$W/c$n.jsonl"
+	else
+		"$BIN/train" "$@" --device cpu --metrics-file "$W/c$n.jsonl" >"$W/c$n.log" 2>&1 ||
+			{ notok "$_name: the CPU run"; show "$W/c$n.log"; return; }
+		echo "$n $*" >>"$W/cpu.runs"
+	fi
 	if [ "$_np" -eq 1 ]; then
 		"$E/bin/train" "$@" $_lay --device cuda --metrics-file "$W/e$n.jsonl" >"$W/e$n.log" 2>&1
 	else

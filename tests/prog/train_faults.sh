@@ -18,8 +18,10 @@ same() { $PY tests/prog/py/compare_metrics.py same "$@" >"$W/cmp.log" 2>&1; }
 tail_same() { $PY tests/prog/py/compare_metrics.py tail "$@" >"$W/cmp.log" 2>&1; }
 hidden() { ls -A "$1" | grep '^\.' ; }
 
-# the uninterrupted runs every resume is compared with
-setup "straight run, 1 rank, 8 iterations" sh -c "$T --train-iters 8 --metrics-file $W/straight.jsonl >$W/straight.log"
+# the uninterrupted runs every resume is compared with; the one-rank one
+# saves every 2 iterations too, the checkpoint folder of the checks below
+setup "straight run, 1 rank, 8 iterations, save every 2" sh -c "$T --train-iters 8 --save $W/ck --save-interval 2 \
+	--metrics-file $W/straight.jsonl >$W/straight.log"
 
 # ---- preemption: SIGTERM to every rank of a TP2 x DP2 job
 SIG="--tensor-model-parallel-size 2 --train-iters 200 --exit-signal-handler --save $W/sig --save-interval 1000"
@@ -134,8 +136,7 @@ if [ "$how" = "a 30 MB tmpfs" ]; then
 	umount "$D"
 fi
 
-# ---- a checkpoint folder with iterations 2, 4, 6 and 8 (and the straight run's losses)
-setup "save every 2 iterations" sh -c "$T --train-iters 8 --save $W/ck --save-interval 2 >$W/ck.log"
+# ---- a checkpoint folder with iterations 2, 4, 6 and 8: the straight run's ($W/ck)
 # a truncated model.h5, the only iteration there: refused, naming it
 mkdir -p "$W/t"
 cp -r "$W/ck/iter_0000008" "$W/t/" && cp "$W/ck/latest_checkpointed_iteration.txt" "$W/t/"

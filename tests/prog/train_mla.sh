@@ -52,8 +52,10 @@ for model in dsv3 lite moe yarn; do
 	yarn) ARGS="$YARN $COMMON" ;;
 	esac
 	# shellcheck disable=SC2086 # ARGS is words
-	against_reference $model 6 $ARGS
+	reference_later $model 6 $ARGS
 done
+# the four references in one torch_ref.py process
+reference_batch
 unset RTOL
 
 # tensor parallelism: the up-projections split by heads, linear_proj by its

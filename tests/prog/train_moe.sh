@@ -45,11 +45,11 @@ for model in mixtral gptmoe premoe; do
 		$BIN/train $ARGS --train-iters 0 --save "$D/init" --data-cache-path "$D/cache"
 	expect_ok "$model: 8 iterations" sh -c "$BIN/train $ARGS --train-iters 8 --data-cache-path $D/cache \
 		--metrics-file $D/ours.jsonl >$D/train.log"
-	setup "$model: the PyTorch reference from the same model.h5 and index caches" \
-		sh -c "$PY tests/prog/py/torch_ref.py $ARGS --train-iters 8 --data-cache-path $D/cache \
-		--ref-model $D/init/iter_0000000/model.h5 >$D/ref.jsonl"
-	compare_ref "$model: lm loss, grad norm, learning rate and the MoE losses match the reference (rtol 1e-5)" \
-		"$D/ours.jsonl" "$D/ref.jsonl" 8
+	# the PyTorch reference from the same model.h5 and index caches: run with
+	# the capacity one below, in one torch_ref.py process (reference_batch)
+	reference_queue $model 8 \
+		"$model: lm loss, grad norm, learning rate and the MoE losses match the reference (rtol 1e-5)" \
+		"$ARGS --data-cache-path $D/cache"
 done
 
 # Megatron's names in the iteration line, in its order
@@ -221,10 +221,11 @@ setup "TP2+SP with capacity 1.0: the initial model" $MPI -np 2 $BIN/train $CAP -
 	--save "$W/cap/init"
 expect_ok "TP2+SP with capacity 1.0: 8 iterations" sh -c "$MPI -np 2 $BIN/train $CAP --sequence-parallel --train-iters 8 \
 	--metrics-file $W/cap/ours.jsonl >$W/cap/train.log"
-setup "TP2+SP with capacity 1.0: the PyTorch reference, dropping per sequence shard" \
-	sh -c "$PY tests/prog/py/torch_ref.py $CAP --train-iters 8 --ref-model $W/cap/init/iter_0000000/model.h5 >$W/cap/ref.jsonl"
-compare_ref "TP2+SP with capacity 1.0: lm loss, grad norm and the MoE losses match the per-shard reference" \
-	"$W/cap/ours.jsonl" "$W/cap/ref.jsonl" 8
+# the PyTorch reference, dropping per sequence shard (with the three models'
+# above, in one torch_ref.py process)
+reference_queue cap 8 \
+	"TP2+SP with capacity 1.0: lm loss, grad norm and the MoE losses match the per-shard reference" "$CAP"
+reference_batch
 
 # not yet: refused by name
 expect_fail "MoE with TP needs SP (Megatron's rule)" "needs --sequence-parallel" \

@@ -43,11 +43,13 @@ GPT="--num-layers 2 --hidden-size 64 --num-attention-heads 4 --mtp-num-layers 2"
 
 export RTOL=1e-5
 # shellcheck disable=SC2086 # the flag sets are words
-against_reference llama 6 $LLAMA $COMMON
+reference_later llama 6 $LLAMA $COMMON
 # shellcheck disable=SC2086
-against_reference dsv3 6 $DSV3 $COMMON
+reference_later dsv3 6 $DSV3 $COMMON
 # shellcheck disable=SC2086
-against_reference gpt 6 $GPT $COMMON
+reference_later gpt 6 $GPT $COMMON
+# the three references in one torch_ref.py process
+reference_batch
 unset RTOL
 if grep -q "mtp_1 loss: [0-9]" "$W/llama/ours.log" && grep -q '"mtp_1 loss"' "$W/llama/ours.jsonl"; then
 	ok "llama: the log line and the metrics file have the mtp_1 loss"

@@ -1,7 +1,9 @@
 # train_pipe.sh - pipeline and context parallelism on 8 ranks: the
-# layouts TP2xPP2xDP2, TP4+SP xDP2, PP2 with two virtual stages xDP4, CP2xTP2xDP2
-# and DP8 with the distributed optimizer, for a GPT-2-style and a Llama-style
-# model with dropout on, give the lm loss and grad norm of the one-rank run at
+# layouts TP2xPP2xDP2, PP2 with two virtual stages xDP4 and CP2xTP2xDP2 (and
+# under make check-long TP4+SP xDP2 and DP8 with the distributed optimizer,
+# whose checks train_dist.sh makes on 4 and 8 ranks), for a Llama-style model
+# (a GPT-2-style one too under make check-long) with dropout on, give the lm
+# loss and grad norm of the one-rank run at
 # every iteration (rtol 1e-5); --log-comm's bytes per group equal the analytic
 # volumes of tests/prog/py/comm_volume.py (docs/parallel.md); a TP2xPP2xDP2
 # checkpoint resumes on 1 rank and as TP4xDP2 with the uninterrupted losses, and
@@ -51,8 +53,10 @@ volume() {
 	fi
 }
 
-run g1 $BIN/train $ARGS $(v64 1)
-run l1 $BIN/train $ARGS $LL $(v64 1)
+# the one-rank runs every layout is held to; they also save at iterations 4
+# and 8 for the checkpoint checks below (their straight runs)
+run g1 $BIN/train $ARGS $(v64 1) --save $W/gc1 --save-interval 4
+run l1 $BIN/train $ARGS $LL $(v64 1) --save $W/lc1 --save-interval 4
 # the GPT model's layouts under make check-long (the Llama one, with GQA,
 # SwiGLU and RoPE, always)
 models=l
@@ -65,21 +69,31 @@ for m in $models; do
 	ML="llama=$LLAMA heads=$([ $m = l ] && echo 8 || echo 4) groups=4 ffn=$([ $m = l ] && echo 64 || echo 128)"
 	run ${m}_tp2pp2dp2 $MPI -np 8 $BIN/train $ARGS $M $(v64 2) --log-comm \
 		--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2
-	run ${m}_tp4spdp2 $MPI -np 8 $BIN/train $ARGS $M $(v64 4) --log-comm \
-		--tensor-model-parallel-size 4 --sequence-parallel
 	run ${m}_pp2v2dp4 $MPI -np 8 $BIN/train $ARGS $M $(v64 1) --log-comm \
 		--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1
 	run ${m}_cp2tp2dp2 $MPI -np 8 $BIN/train $ARGS $M $(v64 2) --log-comm \
 		--context-parallel-size 2 --tensor-model-parallel-size 2
-	run ${m}_dp8 $MPI -np 8 $BIN/train $ARGS $M $(v64 1) --log-comm --use-distributed-optimizer
-	for lay in tp2pp2dp2 tp4spdp2 pp2v2dp4 cp2tp2dp2 dp8; do
+	lays="tp2pp2dp2 pp2v2dp4 cp2tp2dp2"
+	# TP4+SP xDP2 and DP8 with the distributed optimizer under make check-long:
+	# train_dist.sh runs TP4 + SP and Llama TP2 x DP2 + SP (each against one
+	# rank) and TP2 + SP's --log-comm volume, and DP8 with the distributed
+	# optimizer against one rank and DP4's --log-comm volume with it
+	if long_only; then
+		run ${m}_tp4spdp2 $MPI -np 8 $BIN/train $ARGS $M $(v64 4) --log-comm \
+			--tensor-model-parallel-size 4 --sequence-parallel
+		run ${m}_dp8 $MPI -np 8 $BIN/train $ARGS $M $(v64 1) --log-comm --use-distributed-optimizer
+		lays="$lays tp4spdp2 dp8"
+	fi
+	for lay in $lays; do
 		compare "$m $lay equals one rank (lm loss, grad norm, lr)" "$W/${m}1.jsonl" "$W/${m}_$lay.jsonl"
 	done
 	volume "$m TP2xPP2xDP2" "$W/${m}_tp2pp2dp2.log" $ML tp=2 pp=2 dp=2
-	volume "$m TP4+SP xDP2" "$W/${m}_tp4spdp2.log" $ML tp=4 sp=1 dp=2
 	volume "$m PP2 (2 virtual stages) xDP4" "$W/${m}_pp2v2dp4.log" $ML pp=2 vpp=2 dp=4
 	volume "$m CP2xTP2xDP2" "$W/${m}_cp2tp2dp2.log" $ML cp=2 tp=2 dp=2
-	volume "$m DP8, distributed optimizer" "$W/${m}_dp8.log" $ML dp=8 distopt=1
+	if long_only; then
+		volume "$m TP4+SP xDP2" "$W/${m}_tp4spdp2.log" $ML tp=4 sp=1 dp=2
+		volume "$m DP8, distributed optimizer" "$W/${m}_dp8.log" $ML dp=8 distopt=1
+	fi
 done
 
 # more schedules: PP4 with full recompute (one layer per stage), PP2 interleaved
@@ -203,21 +217,20 @@ for m in g l; do
 		--save $W/${m}i8 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 >$W/${m}i8.log"
 	ckpt_cmp "$m: the TP2xPP2xDP2 initial checkpoint is the one-rank one" exact $W/${m}i1/iter_0000000 \
 		$W/${m}i8/iter_0000000
-	setup "$m: 1 rank, save at 4 and 8" sh -c "$BIN/train $ARGS $M $(v64 1) --save $W/${m}c1 --save-interval 4 \
-		--metrics-file $W/${m}s1.jsonl >$W/${m}s1.log"
+	# (one rank, saved at 4 and 8: the run ${m}1 above, $W/${m}c1 and $W/${m}1.jsonl)
 	expect_ok "$m: TP2xPP2xDP2, 4 iterations, save" sh -c "$MPI -np 8 $BIN/train $ARGS $M $(v64 2) --save $W/${m}c8 \
 		--save-interval 4 --exit-interval 4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 >$W/${m}c8.log"
 	ckpt_cmp "$m: TP2xPP2xDP2 iteration 4 matches one rank's" close $W/${m}c1/iter_0000004 $W/${m}c8/iter_0000004
 	expect_ok "$m: resume on 1 rank" sh -c "$BIN/train $ARGS $M $(v64 1) --load $W/${m}c8 \
 		--metrics-file $W/${m}r1.jsonl >$W/${m}r1.log"
 	resumed "$m: the TP2xPP2xDP2 checkpoint resumed on 1 rank continues the straight run (rtol 1e-5)" \
-		$W/${m}s1.jsonl $W/${m}r1.jsonl
+		$W/${m}1.jsonl $W/${m}r1.jsonl
 	# the Llama-style model's other two reloads only under make check-long
 	[ $m = l ] && ! long_only && continue
 	expect_ok "$m: resume as TP4xDP2" sh -c "$MPI -np 8 $BIN/train $ARGS $M $(v64 4) --load $W/${m}c8 \
 		--tensor-model-parallel-size 4 --metrics-file $W/${m}r4.jsonl >$W/${m}r4.log"
 	resumed "$m: the TP2xPP2xDP2 checkpoint resumed as TP4xDP2 continues the straight run (rtol 1e-5)" \
-		$W/${m}s1.jsonl $W/${m}r4.jsonl
+		$W/${m}1.jsonl $W/${m}r4.jsonl
 	expect_ok "$m: load the one-rank iteration 8 as PP2 interleaved, distributed optimizer, save" sh -c "$MPI -np 8 \
 		$BIN/train $ARGS $M $(v64 1) --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 \
 		--use-distributed-optimizer --eval-iters 0 --load $W/${m}c1 --save $W/${m}rt --save-interval 3 \
@@ -263,7 +276,7 @@ ckpt_cmp "g: the TP2xPP2xDP2 checkpoint moved elsewhere still reads through its 
 expect_ok "g: resume on 1 rank from the moved TP2xPP2xDP2 checkpoint" sh -c "$BIN/train $ARGS $(v64 1) \
 	--load $W/gc8moved --metrics-file $W/gr1m.jsonl >$W/gr1m.log"
 resumed "g: the moved TP2xPP2xDP2 checkpoint resumed on 1 rank continues the straight run (rtol 1e-5)" \
-	$W/gs1.jsonl $W/gr1m.jsonl
+	$W/g1.jsonl $W/gr1m.jsonl
 expect_ok "PP2 with --no-save-optim" sh -c "$MPI -np 2 $BIN/train $ARGS $(v64 1) --train-iters 0 --no-save-optim \
 	--save $W/nopt --pipeline-model-parallel-size 2 >$W/nopt.log"
 if [ "$(ls $W/nopt/iter_0000000 | tr '\n' ' ')" = "model.h5 model.stage-001.h5 " ]; then

@@ -24,7 +24,8 @@
 # channels, a concentration factor from --mscale/--mscale-all-dim) with
 # interleaved pairs, and --rotary-interleaved on its own with Llama 3.x
 # scaling, half the channels rotated and q/k norms. Also: model.h5 names and
-# shapes as h5py sees them, and the reference's own self-test.
+# shapes as h5py sees them, and the reference's own self-test. (The nine
+# models' reference runs share one torch_ref.py process: torch_ref.py batch.)
 . tests/prog_lib.sh
 W=$(new_tmp train_ref)
 OUT_LOG=$W/out.log
@@ -62,7 +63,7 @@ for model in gpt2 llama gpt2qk qwen mistral; do
 	mistral) ARGS="$MISTRAL $COMMON" ;;
 	esac
 	# shellcheck disable=SC2086 # ARGS is words
-	against_reference $model 8 $ARGS
+	reference_later $model 8 $ARGS
 done
 
 # RoPE variants: YaRN (interleaved) and interleaved Llama 3.x scaling, 6
@@ -77,7 +78,7 @@ for model in yarn inter; do
 	inter) ARGS="$INTER $COMMON" ;;
 	esac
 	# shellcheck disable=SC2086 # ARGS is words
-	against_reference $model 6 $ARGS
+	reference_later $model 6 $ARGS
 done
 # a resume with other RoPE settings is refused, naming each
 expect_fail "yarn: resuming with another factor, mscale and layout is refused" \
@@ -129,12 +130,10 @@ setup "qwen2-moe: --train-iters 0 --save writes the initial model" \
 	$BIN/train $QMOE $COMMON --train-iters 0 --save "$D/init" --data-cache-path "$D/cache"
 expect_ok "qwen2-moe: 6 iterations" $BIN/train $QMOE $COMMON --train-iters 6 --data-cache-path "$D/cache" \
 	--metrics-file "$D/ours.jsonl"
-setup "qwen2-moe: the PyTorch reference from the same model.h5 and index caches" \
-	sh -c "$PY tests/prog/py/torch_ref.py $QMOE $COMMON --train-iters 6 --data-cache-path $D/cache \
-	--ref-model $D/init/iter_0000000/model.h5 >$D/ref.jsonl"
-export RTOL=1e-4
-compare_ref "qwen2-moe: lm loss, grad norm, lr and load_balancing_loss match the reference (rtol 1e-4)" \
-	"$D/ours.jsonl" "$D/ref.jsonl" 6
+RTOL=1e-4 # (read when the run is queued)
+reference_queue qmoe 6 \
+	"qwen2-moe: lm loss, grad norm, lr and load_balancing_loss match the reference (rtol 1e-4)" \
+	"$QMOE $COMMON --data-cache-path $D/cache"
 unset RTOL
 if $PY - "$D/init/iter_0000000/model.h5" >"$W/h5q.log" 2>&1 <<'EOF'; then
 import h5py, sys
@@ -184,13 +183,13 @@ setup "deepseek-v3 routing: --train-iters 0 --save writes the initial model" \
 	$BIN/train $DSV3 --moe-layer-freq "$DFREQ" $COMMON --train-iters 0 --save "$D/init" --data-cache-path "$D/cache"
 expect_ok "deepseek-v3 routing: 6 iterations" $BIN/train $DSV3 --moe-layer-freq "$DFREQ" $COMMON --train-iters 6 \
 	--data-cache-path "$D/cache" --metrics-file "$D/ours.jsonl"
-setup "deepseek-v3 routing: the PyTorch reference from the same model.h5 and index caches" \
-	sh -c "$PY tests/prog/py/torch_ref.py $DSV3 --moe-layer-freq '$DFREQ' $COMMON --train-iters 6 \
-	--data-cache-path $D/cache --ref-model $D/init/iter_0000000/model.h5 >$D/ref.jsonl"
-export RTOL=1e-4
-compare_ref "deepseek-v3 routing: lm loss, grad norm, lr and seq_load_balancing_loss match the reference (rtol 1e-4)" \
-	"$D/ours.jsonl" "$D/ref.jsonl" 6
+RTOL=1e-4
+reference_queue dsv3 6 \
+	"deepseek-v3 routing: lm loss, grad norm, lr and seq_load_balancing_loss match the reference (rtol 1e-4)" \
+	"$DSV3 --moe-layer-freq '$DFREQ' $COMMON --data-cache-path $D/cache"
 unset RTOL
+# the nine models' references, queued above, in one torch_ref.py process
+reference_batch
 for par in "--tensor-model-parallel-size 2 --sequence-parallel" "--expert-model-parallel-size 2"; do
 	tag=$(echo "$par" | tr -dc 'a-z0-9')
 	expect_ok "deepseek-v3 routing: $par, 6 iterations" sh -c "$MPI -np 2 $BIN/train $DSV3 --moe-layer-freq '$DFREQ' \

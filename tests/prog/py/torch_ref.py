@@ -20,6 +20,10 @@ Modes
   torch_ref.py MODEL-FLAGS... TOKENIZER-FLAGS... --write-init-model OUT.h5 [--seed N]
       Writes a random Megatron-style initial model (N(0,std); linear_proj/linear_fc2 with
       std/sqrt(2L); biases 0; norms 1/0) with the padded vocabulary of the tokenizer flags.
+  torch_ref.py batch "TRAIN-FLAGS... --ref-model M.h5 --ref-out OUT.jsonl" ...
+      Runs each argument (split as a shell would) as one training run of the first mode, in
+      order, in this one process (torch is then imported once, not once a run); --ref-out
+      names the file that run's JSON lines go to. Stops at the first run that fails.
   torch_ref.py --self-test
       Checks the reference against itself and worked examples on tiny synthetic inputs: the .idx
       reader and sample assembly (the worked examples of Megatron's own code), the LR schedule, AdamW against
@@ -32,7 +36,7 @@ Modes
 Flags are Megatron's (argparse, no abbreviations); flags that do not change the math are
 ignored and listed on stderr; flags that would change it but are not implemented here
 are refused. --hidden-dropout 0 --attention-dropout 0 must be given (Megatron defaults 0.1).
-Reference-only flags: --ref-model, --ref-save, --dump-grads, --write-init-model, --eod-id,
+Reference-only flags: --ref-model, --ref-out, --ref-save, --dump-grads, --write-init-model, --eod-id,
 --pad-id, --ref-dtype float32|float64 (the whole computation in float64), --ref-causal-only,
 --self-test. TORCH_REF_VERBOSE=1 prints the measured differences of every self-test check.
 
@@ -226,6 +230,7 @@ def build_parser():
     # reference-only
     a("--ref-model")
     a("--ref-save")
+    a("--ref-out")
     a("--dump-grads")
     a("--write-init-model")
     a("--eod-id", type=int)
@@ -1426,6 +1431,7 @@ def train(args):
     if len(samples) < args.train_iters * gbs:
         die("the train split has %d samples, %d needed" % (len(samples), args.train_iters * gbs))
 
+    out = open(args.ref_out, "w") if args.ref_out else sys.stdout
     sched = LRSchedule(args, gbs)
     opt = AdamW(P, names, args.adam_beta1, args.adam_beta2, args.adam_eps)
     n = 0
@@ -1466,9 +1472,11 @@ def train(args):
         for k in range(c.mtp):
             line["mtp_%d loss" % (k + 1)] = mtp_log.get(k, 0.0)
         line.update({"grad norm": gn, "learning rate": sched(n)})
-        print(json.dumps(line), flush=True)
+        print(json.dumps(line), file=out, flush=True)
         if args.exit_interval and (it + 1) % args.exit_interval == 0:
             break
+    if out is not sys.stdout:
+        out.close()
     if args.ref_save:
         save_model(args.ref_save, P, names)
 
@@ -2178,7 +2186,30 @@ def self_test():
     return 1 if FAILS else 0
 
 
+def batch(commands):
+    """Each command a training run (shell words), in order, in this process."""
+    import shlex
+    if not commands:
+        die("batch: give one or more training runs")
+    for i, line in enumerate(commands, 1):
+        words = shlex.split(line)
+        if words[:1] == ["batch"] or "--self-test" in words or "--write-init-model" in words:
+            die("batch: run %d is not a training run" % i)
+        if "--ref-out" not in words:
+            die("batch: run %d has no --ref-out" % i)
+        try:
+            rc = main(words)
+        except SystemExit as e:  # die() and argparse's usage errors
+            rc = e.code if isinstance(e.code, int) else 2
+        if rc:
+            sys.stderr.write("torch_ref.py: batch: run %d (%s) failed\n" % (i, line))
+            return rc
+    return 0
+
+
 def main(argv):
+    if argv[:1] == ["batch"]:
+        return batch(argv[1:])
     args = parse_args(argv)
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
