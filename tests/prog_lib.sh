@@ -110,6 +110,17 @@ compare_same() {
 	fi
 }
 
+# reference_ours ARGS... (with _ar_m, _ar_n set): the initial model
+# (--train-iters 0 --save) and our run of ITERS iterations in $W/MODEL (D),
+# for against_reference and reference_later
+reference_ours() {
+	D=$W/$_ar_m
+	setup "$_ar_m: --train-iters 0 --save writes the initial model" \
+		$BIN/train "$@" --train-iters 0 --save "$D/init" --data-cache-path "$D/cache"
+	expect_ok "$_ar_m: $_ar_n iterations" sh -c "$BIN/train $* --train-iters $_ar_n --data-cache-path $D/cache \
+		--metrics-file $D/ours.jsonl >$D/ours.log"
+}
+
 # against_reference MODEL ITERS ARGS...: train with ARGS in $W/MODEL (D is
 # set to it; the run's output in $D/ours.log, its metrics in
 # $D/ours.jsonl) from a saved initial model for ITERS iterations, and hold the
@@ -119,11 +130,7 @@ against_reference() {
 	_ar_m=$1
 	_ar_n=$2
 	shift 2
-	D=$W/$_ar_m
-	setup "$_ar_m: --train-iters 0 --save writes the initial model" \
-		$BIN/train "$@" --train-iters 0 --save "$D/init" --data-cache-path "$D/cache"
-	expect_ok "$_ar_m: $_ar_n iterations" sh -c "$BIN/train $* --train-iters $_ar_n --data-cache-path $D/cache \
-		--metrics-file $D/ours.jsonl >$D/ours.log"
+	reference_ours "$@"
 	setup "$_ar_m: the PyTorch reference from the same model.h5 and index caches" \
 		sh -c "$PY tests/prog/py/torch_ref.py $* --train-iters $_ar_n --data-cache-path $D/cache \
 		--ref-model $D/init/iter_0000000/model.h5 >$D/ref.jsonl"
@@ -140,11 +147,7 @@ reference_later() {
 	_ar_m=$1
 	_ar_n=$2
 	shift 2
-	D=$W/$_ar_m
-	setup "$_ar_m: --train-iters 0 --save writes the initial model" \
-		$BIN/train "$@" --train-iters 0 --save "$D/init" --data-cache-path "$D/cache"
-	expect_ok "$_ar_m: $_ar_n iterations" sh -c "$BIN/train $* --train-iters $_ar_n --data-cache-path $D/cache \
-		--metrics-file $D/ours.jsonl >$D/ours.log"
+	reference_ours "$@"
 	reference_queue "$_ar_m" "$_ar_n" "$_ar_m: lm loss, grad norm and learning rate match the reference (rtol ${RTOL:-1e-5})" \
 		"$* --data-cache-path $D/cache"
 }

@@ -119,6 +119,17 @@ extern __shared__ float4 megac_dyn_smem[];
  * blocks of this many rows, then over blocks in order. */
 #define ROWS 32
 
+/* The largest power of two, up to 256, that divides the address (what
+ * cuBLASLt's alignment preferences and plans key on). */
+static inline unsigned cuda_align_of(const void *p)
+{
+	uintptr_t a = (uintptr_t)p;
+	unsigned al = 256;
+	while (al > 1 && (a & (al - 1)))
+		al >>= 1;
+	return al;
+}
+
 /* Blocks for a grid-stride loop over n elements: enough to fill the GPU,
  * never more than the elements need. */
 static inline unsigned grid_for(size_t n)

@@ -305,15 +305,6 @@ static __global__ void fp8_add_kernel(float *out, const float *x, size_t n)
 		out[i] = __fadd_rn(out[i], x[i]);
 }
 
-static unsigned align_of(const void *p)
-{
-	uintptr_t a = (uintptr_t)p;
-	unsigned al = 256;
-	while (al > 1 && (a & (al - 1)))
-		al >>= 1;
-	return al;
-}
-
 struct fp8_key {
 	int M, N, K, fa, fb;
 	unsigned align[3]; /* a's codes, b's codes, out */
@@ -396,7 +387,7 @@ static int fp8_gemm_lt(float *out, const struct kops_fp8_tensor *a, const struct
 	const int M = a->rows, N = b->rows, K = a->cols;
 	if (a->fmt == KOPS_E5M2 && b->fmt == KOPS_E5M2)
 		return 0;
-	if (K % 16 || N % 4 || align_of(a->q) < 16 || align_of(b->q) < 16 || align_of(out) < 16)
+	if (K % 16 || N % 4 || cuda_align_of(a->q) < 16 || cuda_align_of(b->q) < 16 || cuda_align_of(out) < 16)
 		return 0;
 	struct fp8_key key;
 	memset(&key, 0, sizeof key); /* padding too: compared with memcmp */
@@ -405,9 +396,9 @@ static int fp8_gemm_lt(float *out, const struct kops_fp8_tensor *a, const struct
 	key.K = K;
 	key.fa = (int)a->fmt;
 	key.fb = (int)b->fmt;
-	key.align[0] = align_of(a->q);
-	key.align[1] = align_of(b->q);
-	key.align[2] = align_of(out);
+	key.align[0] = cuda_align_of(a->q);
+	key.align[1] = cuda_align_of(b->q);
+	key.align[2] = cuda_align_of(out);
 	struct fp8_plan *p = fp8_plan_get(&key, b->sinv, a->sinv);
 	if (!p->ok)
 		return 0;

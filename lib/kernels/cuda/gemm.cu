@@ -128,15 +128,6 @@ struct plan {
 static struct plan plans[PLANS];
 static int nplans, plan_next;
 
-static unsigned align_of(const void *p)
-{
-	uintptr_t a = (uintptr_t)p;
-	unsigned al = 256;
-	while (al > 1 && (a & (al - 1)))
-		al >>= 1;
-	return al;
-}
-
 static void plan_destroy(struct plan *p)
 {
 	CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->a));
@@ -256,10 +247,10 @@ static int lt_matmul_try(int op, int prec, int N, int IC, int OC, const struct g
 	key.ld[0] = g->lda;
 	key.ld[1] = g->ldb;
 	key.ld[2] = g->ldc;
-	key.align[0] = align_of(g->A);
-	key.align[1] = align_of(g->B);
-	key.align[2] = key.align[3] = align_of(g->D);
-	key.align[4] = g->bias ? align_of(g->bias) : 0;
+	key.align[0] = cuda_align_of(g->A);
+	key.align[1] = cuda_align_of(g->B);
+	key.align[2] = key.align[3] = cuda_align_of(g->D);
+	key.align[4] = g->bias ? cuda_align_of(g->bias) : 0;
 	struct plan *p = plan_get(&key, g);
 	if (!p->ok)
 		return 0;
