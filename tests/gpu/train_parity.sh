@@ -13,8 +13,9 @@
 #     128 without dropout, where the GPU takes the tensor-core attention;
 #   - 10 iterations straight equal 5, save, resume, 5 more, bit for bit;
 #   - no cudaMalloc after the first iteration (train's "GPU memory:" line);
-#   - the milliseconds per iteration of a GPT-2 124M-shaped model in fp32 and
-#     bf16, for the record (docs/perf.md).
+#   - FP8 (tensorwise, delayed, mxfp8) on a tiny Llama within rtol 2e-2;
+#   - the milliseconds per iteration of a GPT-2 124M-shaped model in fp32,
+#     bf16 and FP8 (tensorwise), for the record (docs/perf.md).
 # TAP lines on stdout, "N passed, M failed" last; exit 1 on any failure.
 # GPU_ONLY=TEXT runs only the parity cases whose name holds TEXT (measure.sh: bf16).
 # GPU_DEVICE=cpu runs the "GPU" side on the CPU too: a dry run of this
@@ -137,6 +138,11 @@ TC="--attention-dropout 0 --hidden-dropout 0"
 parity gpt2-bf16-tc-attn 2e-2 --num-layers 2 --hidden-size 128 --num-attention-heads 2 $TC $COMMON --bf16
 parity llama-bf16-tc-attn 2e-2 $(echo "$LLAMA" | sed 's/--hidden-size 64 --num-attention-heads 4/--hidden-size 256 --num-attention-heads 2/;
 	s/--num-query-groups 2/--num-query-groups 1/') $TC $COMMON --bf16
+# FP8 (docs/fp8.md): tensorwise and delayed on cuBLASLt's FP8 matmul, mxfp8 dequantized
+parity llama-fp8-tensorwise 2e-2 $LLAMA $COMMON --bf16 --fp8-format hybrid --fp8-recipe tensorwise
+parity llama-fp8-delayed 2e-2 $LLAMA $COMMON --bf16 --fp8-format hybrid --fp8-recipe delayed \
+	--fp8-amax-history-len 16 --fp8-amax-compute-algo max
+parity llama-fp8-mxfp8 2e-2 $LLAMA $COMMON --bf16 --fp8-format e4m3 --fp8-recipe mxfp8
 
 if [ -n "${GPU_ONLY:-}" ]; then
 	echo "$pass passed, $fail failed"
@@ -164,9 +170,10 @@ BIG="--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 102
 BIG="$BIG --micro-batch-size 4 --global-batch-size 8 --lr 1e-4 --train-iters 6 --log-interval 1 --log-throughput"
 BIG="$BIG --data-path $W/kjv_text_document --split 100,0,0 --eval-interval 1000 --eval-iters 0"
 BIG="$BIG --data-cache-path $W/cache $GPT2"
-for prec in $([ "$DEV" = cpu ] || echo fp32 bf16); do
+for prec in $([ "$DEV" = cpu ] || echo fp32 bf16 fp8); do
 	flag=
 	[ $prec = bf16 ] && flag=--bf16
+	[ $prec = fp8 ] && flag="--bf16 --fp8-format hybrid --fp8-recipe tensorwise"
 	if run gpt2-124m-$prec gpu "$DEV" $BIG $flag; then
 		ms=$(sed -n 's/.*elapsed time per iteration (ms): \([0-9.]*\).*/\1/p' "$W/gpt2-124m-$prec.gpu.log" | tail -n 1)
 		tf=$(sed -n 's/.*throughput per GPU (TFLOP\/s\/GPU): \([0-9.]*\).*/\1/p' "$W/gpt2-124m-$prec.gpu.log" | tail -n 1)
