@@ -342,9 +342,11 @@ static float reduce_amax(struct gpt_model *m, float amax, bool expert)
 
 /* Quantize x (rows x cols as the GEMM reads it; transpose: x is cols x
  * rows) for slot s in role `role` into t, with the buffers of side b (0: A,
- * 1: B). */
+ * 1: B). seen: NULL, or a tensor quantized twice (dY in the backward):
+ * its tensorwise scale under TP/CP, 0 until found, so the amax and its
+ * reduction over the ranks are done once. */
 static void quantize(struct gpt_model *m, struct kops_fp8_tensor *t, int side, const float *x, int rows, int cols,
-		     bool transpose, int s, int role)
+		     bool transpose, int s, int role, float *seen)
 {
 	struct gpt_fp8 *f = m->fp8;
 	const struct kops *k = m->k;
@@ -394,12 +396,16 @@ static void quantize(struct gpt_model *m, struct kops_fp8_tensor *t, int side, c
 		size_t mi = (size_t)f->meta[s] * NROLES + (size_t)role;
 		how.scale = f->scale[mi];
 		rec = f->recording ? f->rec + mi : NULL;
+	} else if (how.how == KOPS_FP8_GIVEN && seen && *seen > 0) { /* tensorwise: found already */
+		how.scale = *seen;
 	} else if (how.how == KOPS_FP8_GIVEN) { /* tensorwise over TP or CP */
 		float amax;
 		k->fp8_amax(f->dev_amax, x, n);
 		k->to_host(&amax, f->dev_amax, sizeof(amax));
 		amax = reduce_amax(m, amax, m->reg.p[f->param[s]].flags & PARAM_EXPERT);
 		how.scale = fp8_scale_from_amax(amax, fp8_max(t->fmt), false, FP8_F32_MAX); /* as KOPS_FP8_TENSOR */
+		if (seen)
+			*seen = how.scale;
 	}
 	k->fp8_quantize(t, x, &how, rec);
 }
@@ -421,8 +427,8 @@ void fp8_linear_fwd(struct gpt_model *m, float *out, const float *inp, int w, in
 	int s = m->fp8->slot[w];
 	struct kops_fp8_tensor A, B;
 	const float *bias = gpt_param(m, b, GPT_VIEW_B);
-	quantize(m, &A, 0, inp, N, IC, false, s, ROLE_X);
-	quantize(m, &B, 1, weight_f32(m, w), OC, IC, false, s, ROLE_W);
+	quantize(m, &A, 0, inp, N, IC, false, s, ROLE_X, NULL);
+	quantize(m, &B, 1, weight_f32(m, w), OC, IC, false, s, ROLE_W, NULL);
 	m->k->fp8_gemm(out, &A, &B, bias, false);
 	round_half(m, out, (size_t)N * OC);
 }
@@ -435,15 +441,16 @@ void fp8_linear_bwd(struct gpt_model *m, float *dinp, const float *dout, const f
 	int s = f->slot[w];
 	struct kops_fp8_tensor A, B;
 	float *dw = gpt_grad(m, w), *db = gpt_grad(m, b);
+	float dy_scale = 0; /* dY's tensorwise scale, for both of its quantizations */
 	if (dinp) {
-		quantize(m, &A, 0, dout, N, OC, false, s, ROLE_DY);
-		quantize(m, &B, 1, weight_f32(m, w), IC, OC, true, s, ROLE_W);
+		quantize(m, &A, 0, dout, N, OC, false, s, ROLE_DY, &dy_scale);
+		quantize(m, &B, 1, weight_f32(m, w), IC, OC, true, s, ROLE_W, NULL);
 		k->fp8_gemm(dinp, &A, &B, NULL, false);
 		round_half(m, dinp, (size_t)N * IC);
 	}
 	if (dw && f->cfg.wgrad) {
-		quantize(m, &A, 0, dout, OC, N, true, s, ROLE_DY);
-		quantize(m, &B, 1, inp, IC, N, true, s, ROLE_X);
+		quantize(m, &A, 0, dout, OC, N, true, s, ROLE_DY, &dy_scale);
+		quantize(m, &B, 1, inp, IC, N, true, s, ROLE_X, NULL);
 		k->fp8_gemm(dw, &A, &B, NULL, true);
 	} else if (dw) { /* --no-fp8-wgrad: the bf16 weight gradient */
 		if (m->direct16)
