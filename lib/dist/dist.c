@@ -1233,3 +1233,79 @@ void dist_iallgather_range_u16(struct dist_group *g, uint16_t *buf, size_t total
 {
 	iallgather_range(g, buf, sizeof(uint16_t), MPI_UINT16_T, total, a, b, r);
 }
+
+/* The end of the piece of [a, b) that starts at element pa: at most
+ * DIST_PIECE elements, and at most DIST_PIECE bytes so that every byte
+ * count and displacement fits an int (an element alone larger is a BUG). */
+static size_t mapped_piece_end(const struct dist_bytemap *map, size_t pa, size_t b)
+{
+	const size_t base = map->at(map->ctx, pa);
+	size_t lo = pa + 1, hi = b - pa < DIST_PIECE ? b : pa + DIST_PIECE;
+
+	if (map->at(map->ctx, hi) - base <= DIST_PIECE)
+		return hi;
+	if (map->at(map->ctx, lo) - base > DIST_PIECE)
+		BUG("all-gather: element %zu takes %zu bytes, more than a piece", pa, map->at(map->ctx, lo) - base);
+	while (hi - lo > 1) { /* lo fits, hi does not */
+		size_t mid = lo + (hi - lo) / 2;
+		if (map->at(map->ctx, mid) - base <= DIST_PIECE)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+void dist_iallgather_range_mapped(struct dist_group *g, void *buf, size_t total, size_t a, size_t b,
+				  const struct dist_bytemap *map, struct dist_req *r)
+{
+	*r = (struct dist_req){ .g = g, .what = "all-gather" };
+	if (a >= b)
+		return;
+	if (!map || !map->at || b > total)
+		BUG("all-gather of elements [%zu, %zu) of %zu on the %s group: %s", a, b, total, g->name,
+		    b > total ? "past the end" : "no byte map");
+	const size_t bytes = map->at(map->ctx, b) - map->at(map->ctx, a);
+	if (route(g, buf, "all-gather") == VIA_NCCL) {
+		r->dev = dist_nccl_allgather_range_mapped(g, buf, total, a, b, map);
+		count(g, (uint64_t)(g->size - 1) * bytes / (uint64_t)g->size);
+		return;
+	}
+	if (g->size <= 1)
+		return;
+	/* the pieces' ends first (their number is not known before), then per
+	 * piece the byte counts and displacements (relative to the piece's
+	 * first byte) of every rank's part, which MPI reads until it completes */
+	size_t *ends = NULL;
+	int k = 0, cap = 0;
+	for (size_t pa = a; pa < b; pa = ends[k - 1]) {
+		if (k == cap) {
+			cap = cap ? 2 * cap : 4;
+			ends = xrealloc(ends, (size_t)cap * sizeof(*ends));
+		}
+		ends[k++] = mapped_piece_end(map, pa, b);
+	}
+	int *cd = xmalloc((size_t)k * 2 * (size_t)g->size * sizeof(int));
+	MPI_Request *q = xmalloc((size_t)k * sizeof(*q));
+	for (int i = 0; i < k; i++) {
+		size_t pa = i ? ends[i - 1] : a, pb = ends[i];
+		size_t base = map->at(map->ctx, pa);
+		int *counts = cd + (size_t)i * 2 * g->size, *displs = counts + g->size;
+		for (int j = 0; j < g->size; j++) {
+			size_t lo, hi;
+			dist_shard(total, g->size, j, &lo, &hi);
+			size_t x = lo > pa ? lo : pa, y = hi < pb ? hi : pb;
+			size_t bx = y > x ? map->at(map->ctx, x) : base;
+			counts[j] = (int)(y > x ? map->at(map->ctx, y) - bx : 0);
+			displs[j] = (int)(bx - base);
+		}
+		DIST_CHECK(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, (char *)buf + base, counts, displs,
+					   MPI_BYTE, COMM(g), &q[i]));
+	}
+	free(ends);
+	r->req = q;
+	r->nreq = k;
+	r->extra = cd;
+	g->bytes += (uint64_t)(g->size - 1) * bytes / (uint64_t)g->size;
+	g->calls++;
+}

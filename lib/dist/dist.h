@@ -202,6 +202,23 @@ void dist_iallgather_range_f32(struct dist_group *g, float *buf, size_t total, s
 /* The same for 16-bit elements (the bf16/fp16 model weights). */
 void dist_iallgather_range_u16(struct dist_group *g, uint16_t *buf, size_t total, size_t a, size_t b,
 			       struct dist_req *r);
+/* A map from elements to bytes: element e (0 <= e <= total, of the
+ * buffer passed with it) starts at byte at(ctx, e); at is
+ * non-decreasing, and at(ctx, e + 1) - at(ctx, e) is the element's
+ * size plus any padding after it. */
+struct dist_bytemap {
+	size_t (*at)(const void *ctx, size_t e);
+	const void *ctx;
+};
+/* dist_iallgather_range_f32's all-gather for such storage: every rank's
+ * part of the elements [a, b) of a buffer of total elements (its
+ * dist_shard() of total, intersected with [a, b)) goes to every rank as
+ * the bytes [at(x), at(y)) of that part [x, y), in place. The map is read
+ * during the call only (at() is called a few times per rank and piece, with
+ * the same answers on every rank); the bytes counted are those of [at(a),
+ * at(b)), as an all-gather of that many bytes. */
+void dist_iallgather_range_mapped(struct dist_group *g, void *buf, size_t total, size_t a, size_t b,
+				  const struct dist_bytemap *map, struct dist_req *r);
 
 /* Blocking transfers of n bytes, sent in pieces MPI's int counts allow
  * (the receiver must ask for the same n: a different size is a BUG). With a

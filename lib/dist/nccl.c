@@ -467,6 +467,25 @@ struct dist_nccl_op *dist_nccl_allgather_range(struct dist_group *g, void *buf, 
 	return issued(op_new(g, OP_COLL, "all-gather"), c);
 }
 
+struct dist_nccl_op *dist_nccl_allgather_range_mapped(struct dist_group *g, void *buf, size_t total, size_t a,
+						      size_t b, const struct dist_bytemap *map)
+{
+	struct nccl_comm *c = &nccl_of(g)->coll;
+	char *bytes = buf;
+	size_t x, y;
+	begin(c);
+	NCCL_CHECK(ncclGroupStart());
+	for (int r = 0; r < g->size; r++)
+		if (piece(g, total, a, b, r, &x, &y)) {
+			size_t bx = map->at(map->ctx, x), by = map->at(map->ctx, y);
+			if (by > bx)
+				NCCL_CHECK(ncclBroadcast(bytes + bx, bytes + bx, by - bx, ncclUint8, r, c->comm,
+							 c->stream));
+		}
+	NCCL_CHECK(ncclGroupEnd());
+	return issued(op_new(g, OP_COLL, "all-gather"), c);
+}
+
 struct dist_nccl_op *dist_nccl_reduce_scatter_part(struct dist_group *g, const float *in, size_t total, size_t a,
 						   size_t b, float *out)
 {
@@ -818,6 +837,12 @@ struct dist_nccl_op *dist_nccl_reduce_scatter_range(struct dist_group *g, float 
 
 struct dist_nccl_op *dist_nccl_allgather_range(struct dist_group *g, void *buf, size_t esize, size_t total,
 					       size_t a, size_t b)
+{
+	no_nccl(g);
+}
+
+struct dist_nccl_op *dist_nccl_allgather_range_mapped(struct dist_group *g, void *buf, size_t total, size_t a,
+						      size_t b, const struct dist_bytemap *map)
 {
 	no_nccl(g);
 }

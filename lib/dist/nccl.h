@@ -19,6 +19,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+struct dist_bytemap;
 struct dist_group;
 struct dist_nccl_op; /* an operation in flight */
 
@@ -62,6 +63,10 @@ struct dist_nccl_op *dist_nccl_reduce_scatter_range(struct dist_group *g, float 
 /* Every rank's part of [a, b) of buf[0..total) to every rank, in place. */
 struct dist_nccl_op *dist_nccl_allgather_range(struct dist_group *g, void *buf, size_t esize, size_t total,
 					       size_t a, size_t b);
+/* The same with elements of varied sizes: rank r's part [x, y) goes as
+ * the bytes [at(x), at(y)) of map (dist_iallgather_range_mapped). */
+struct dist_nccl_op *dist_nccl_allgather_range_mapped(struct dist_group *g, void *buf, size_t total, size_t a,
+						      size_t b, const struct dist_bytemap *map);
 /* Megatron-FSDP's parts (dist_reduce_scatter_part_f32, dist_allgather_part):
  * in[0..b-a) summed, this rank's part into out; every rank's part (mine,
  * esize-byte elements) into dst[0..b-a). */

@@ -104,6 +104,7 @@ void cpu_fp8_quantize(const struct kops_fp8_tensor *t, const float *x, const str
 		      float *amax);
 void cpu_fp8_gemm(float *out, const struct kops_fp8_tensor *a, const struct kops_fp8_tensor *b, const float *bias,
 		  bool accumulate);
+void cpu_fp8_transpose(const struct kops_fp8_tensor *dst, const struct kops_fp8_tensor *src);
 
 /* ---- cpu_rand.c ---- */
 

@@ -1,6 +1,6 @@
 /*
  * cpu_fp8.c - the CPU backend's FP8 ops (ops.h: fp8_amax, fp8_quantize,
- * fp8_gemm), the reference the CUDA backend is held to. Every cast and
+ * fp8_gemm, fp8_transpose), the reference the CUDA backend is held to. Every cast and
  * every scale comes from lib/kernels/fp8.h, whose rules both backends
  * compile, so the codes and the dequantization scales agree bit for bit.
  *
@@ -13,7 +13,8 @@
  * multiplies them with cpu_sgemm (thread-count independent, see
  * cpu_ops.c) into a fresh product and then adds the bias, or adds the
  * product onto out: the sum over k comes first, as cuBLASLt's epilogue has
- * it.
+ * it. fp8_transpose moves bytes in square tiles (a tile's rows and columns
+ * both stay in cache) and the scales as a plain loop; nothing is rounded.
  */
 #include "kernels/cpu.h"
 #include "kernels/fp8.h"
@@ -187,6 +188,42 @@ void cpu_fp8_gemm(float *out, const struct kops_fp8_tensor *a, const struct kops
 			float *o = out + (size_t)r * N;
 			for (int c = 0; c < N; c++)
 				o[c] += bias[c];
+		}
+	}
+}
+
+/* the shape checks of fp8_transpose (ops.h): dst is src's transpose */
+static void fp8_check_transpose(const struct kops_fp8_tensor *dst, const struct kops_fp8_tensor *src)
+{
+	fp8_check_tensor(dst, "fp8_transpose");
+	fp8_check_tensor(src, "fp8_transpose");
+	if (dst->rows != src->cols || dst->cols != src->rows || dst->br != src->bc || dst->bc != src->br ||
+	    dst->fmt != src->fmt)
+		BUG("fp8_transpose: dst %d x %d in %d x %d blocks (format %d) is not the transpose of src %d x %d in "
+		    "%d x %d blocks (format %d)", dst->rows, dst->cols, dst->br, dst->bc, (int)dst->fmt, src->rows,
+		    src->cols, src->br, src->bc, (int)src->fmt);
+}
+
+#define FP8_TILE 64 /* bytes: a 64 x 64 tile of each side is 8 KB */
+
+void cpu_fp8_transpose(const struct kops_fp8_tensor *dst, const struct kops_fp8_tensor *src)
+{
+	fp8_check_transpose(dst, src);
+	const int R = src->rows, C = src->cols;
+	const int nbr = (R + src->br - 1) / src->br, nbc = (C + src->bc - 1) / src->bc;
+	const int tr = (R + FP8_TILE - 1) / FP8_TILE, tc = (C + FP8_TILE - 1) / FP8_TILE;
+
+	for (int i = 0; i < nbr; i++)
+		for (int j = 0; j < nbc; j++)
+			dst->sinv[(size_t)j * nbr + i] = src->sinv[(size_t)i * nbc + j];
+#pragma omp parallel for schedule(static) if ((size_t)R * C >= CPU_PAR_MIN)
+	for (int t = 0; t < tr * tc; t++) {
+		const int r0 = t / tc * FP8_TILE, c0 = t % tc * FP8_TILE;
+		const int r1 = R - r0 < FP8_TILE ? R : r0 + FP8_TILE, c1 = C - c0 < FP8_TILE ? C : c0 + FP8_TILE;
+		for (int c = c0; c < c1; c++) {
+			uint8_t *d = dst->q + (size_t)c * R;
+			for (int r = r0; r < r1; r++)
+				d[r] = src->q[(size_t)r * C + c];
 		}
 	}
 }

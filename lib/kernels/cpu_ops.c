@@ -647,6 +647,7 @@ static const struct kops cpu_ops = {
 	.fp8_amax = cpu_fp8_amax,
 	.fp8_quantize = cpu_fp8_quantize,
 	.fp8_gemm = cpu_fp8_gemm,
+	.fp8_transpose = cpu_fp8_transpose,
 	.attention_block_forward = cpu_attention_block_forward,
 	.attention_block_backward = cpu_attention_block_backward,
 };

@@ -335,12 +335,20 @@ struct kops {
 	 * a [M, K], b [N, K] (both K-contiguous, cuBLASLt's "TN"), with fp32
 	 * accumulation; accumulate: out += the product (bias must be NULL).
 	 * The CPU dequantizes in fp32 and multiplies; a GPU multiplies the
-	 * codes and applies the scales (the order of the sums may differ). */
+	 * codes and applies the scales (the order of the sums may differ).
+	 * fp8_transpose: dst = src^T, codes and scales: dst->q[c * R + r] =
+	 * src->q[r * C + c] for src R x C; dst is C x R with br/bc swapped and
+	 * its sinv grid the transpose of src's ([ceil(R/br)][ceil(C/bc)] ->
+	 * [ceil(C/bc)][ceil(R/br)]). The caller fills dst's rows, cols, br, bc,
+	 * fmt, q, sinv (dst->rows == src->cols etc. are checked: a BUG otherwise).
+	 * Exact: dequantizing dst gives the transpose of dequantizing src.
+	 * dst and src must not overlap. */
 	void (*fp8_amax)(float *amax, const float *x, size_t n);
 	void (*fp8_quantize)(const struct kops_fp8_tensor *t, const float *x, const struct kops_fp8_quant *how,
 			     float *amax);
 	void (*fp8_gemm)(float *out, const struct kops_fp8_tensor *a, const struct kops_fp8_tensor *b,
 			 const float *bias, bool accumulate);
+	void (*fp8_transpose)(const struct kops_fp8_tensor *dst, const struct kops_fp8_tensor *src);
 
 	/* ---- one block of causal attention on global positions (context parallelism) ----
 	 * Queries q[B,a,Tq,k] sit at global positions qpos[Tq], keys and values

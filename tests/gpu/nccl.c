@@ -173,6 +173,22 @@ static float *dtake(struct dbuf *b)
 	return b->h;
 }
 
+/* A byte map for dist_iallgather_range_mapped over a float buffer taken as
+ * bytes: tensors of 100 elements, of 1 and 2 bytes in turn, each in a
+ * 208-byte slot (16-byte aligned, the padding after its last element). */
+#define MAP_SLOT 208
+static size_t map_at(const void *ctx, size_t e)
+{
+	size_t t = e / 100, i = e % 100;
+	return t * MAP_SLOT + i * (t % 2 ? 2 : 1);
+}
+static const struct dist_bytemap byte_map = { map_at, NULL };
+/* the elements that fit n floats */
+static size_t map_total(size_t n)
+{
+	return n * sizeof(float) / MAP_SLOT * 100;
+}
+
 /* ==== one rank: attached one-rank communicators ==== */
 
 static void one_rank_collectives(struct dist_group *g)
@@ -283,6 +299,12 @@ static void one_rank_nonblocking(struct dist_group *g)
 	dist_iallgather_range_f32(g, x.d, n, a, b, &r);
 	dist_wait(&r);
 	tap(same("iall-gather", dtake(&x), h, n), "iall-gather of [%zu, %zu): the identity", a, b);
+	free(x.h);
+
+	x = dput(h, n);
+	dist_iallgather_range_mapped(g, x.d, map_total(n), a, b, &byte_map, &r);
+	dist_wait(&r);
+	tap(same("mapped iall-gather", dtake(&x), h, n), "mapped iall-gather of [%zu, %zu): the identity", a, b);
 	free(x.h);
 	free(h), free(sent), free(want);
 }
@@ -705,8 +727,20 @@ static void multi_nonblocking(struct dist_group *g)
 		dist_wait(&r);
 		ok &= twin_counts(&t, "iall-gather") & same("iall-gather", dtake(&x), hs, n);
 		free(x.h);
-		tap(ok, "%s: iall-reduce, ireduce-scatter and iall-gather of [%zu, %zu) of %zu: as MPI", g->name, a, b,
-		    n);
+
+		/* mapped: elements of 1 and 2 bytes with padding (the same ranges, of more elements) */
+		memcpy(hs, h, n * sizeof(float));
+		x = dput(h, n);
+		twin_mark(&t, g);
+		dist_iallgather_range_mapped(g, hs, map_total(n), a, b, &byte_map, &r);
+		dist_wait(&r);
+		twin_host_done(&t);
+		dist_iallgather_range_mapped(g, x.d, map_total(n), a, b, &byte_map, &r);
+		dist_wait(&r);
+		ok &= twin_counts(&t, "mapped iall-gather") & same("mapped iall-gather", dtake(&x), hs, n);
+		free(x.h);
+		tap(ok, "%s: iall-reduce, ireduce-scatter, iall-gather, mapped iall-gather of [%zu, %zu) of %zu: "
+		    "as MPI", g->name, a, b, n);
 	}
 	free(h), free(hs), free(sent), free(hsc);
 }

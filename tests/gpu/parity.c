@@ -1825,6 +1825,17 @@ static void ref_fp8_gemm(float *out, const struct kops_fp8_tensor *a, const stru
 		}
 }
 
+static void ref_fp8_transpose(const struct kops_fp8_tensor *dst, const struct kops_fp8_tensor *src)
+{
+	const int R = src->rows, C = src->cols, nbr = (R + src->br - 1) / src->br, nbc = (C + src->bc - 1) / src->bc;
+	for (int r = 0; r < R; r++)
+		for (int c = 0; c < C; c++)
+			dst->q[(size_t)c * R + r] = src->q[(size_t)r * C + c];
+	for (int i = 0; i < nbr; i++)
+		for (int j = 0; j < nbc; j++)
+			dst->sinv[j * nbr + i] = src->sinv[i * nbc + j];
+}
+
 #define HAS_FP8(f) (HAS(f) || host_table(GPU))
 
 /* the case the run functions read (set before each run_test) */
@@ -1868,6 +1879,22 @@ static void r_fp8_gemm(const struct kops *k, void **d, const struct cfg *c, doub
 		ref_fp8_gemm(d[0], &a, &b, d[5], f8.accumulate);
 	else
 		k->fp8_gemm(d[0], &a, &b, d[5], f8.accumulate);
+}
+
+/* buffers: 0 dst.sinv, 1 dst.q, 2 src.sinv, 3 src.q (the scales first: the harness's timing reads 4
+ * bytes of the first buffer); f8.t is src (dst is its transpose) */
+static void r_fp8_transpose(const struct kops *k, void **d, const struct cfg *c, double *s)
+{
+	struct kops_fp8_tensor src = f8.t, dst = { .rows = src.cols, .cols = src.rows, .br = src.bc, .bc = src.br,
+						   .fmt = src.fmt };
+	dst.sinv = d[0];
+	dst.q = d[1];
+	src.sinv = d[2];
+	src.q = d[3];
+	if (!k->fp8_transpose && host_table(k))
+		ref_fp8_transpose(&dst, &src);
+	else
+		k->fp8_transpose(&dst, &src);
 }
 
 /* values over many binades (subnormal codes, saturation), a row of zeros, sign mixed */
@@ -1968,6 +1995,36 @@ static void test_fp8(void)
 			       fmt_name(f8.t.fmt), how_name(f8.how.how), qc[i].pow2 ? " pow2" : "",
 			       qc[i].tr ? " transpose" : "", qc[i].amax ? " amax" : "", qc[i].special ? " NaN, -Inf" : ""),
 			 r_fp8_quantize, &c, NULL, 0);
+	}
+
+	/* transpose: rows, cols, blocks (0: the whole dimension); random bytes as codes (NaN codes too),
+	 * random scales; around the 32 x 32 tiles, and (big) more rows of tiles than a grid's y holds */
+	struct {
+		int rows, cols, br, bc, big;
+	} tc[] = {
+		{ 1, 1, 0, 0, 0 },     { 37, 300, 0, 0, 0 },         { 300, 200, 128, 128, 0 }, { 200, 300, 1, 128, 0 },
+		{ 33, 64, 1, 32, 0 },  { 70, 45, 32, 1, 0 },         { 64, 96, 7, 5, 0 },       { 0, 5, 0, 0, 0 },
+		{ 1000, 1537, 128, 128, 0 }, { 4096, 4096, 1, 128, 1 }, { 2100001, 3, 128, 1, 1 },
+	};
+	for (int i = 0; i < (int)(sizeof tc / sizeof *tc); i++) {
+		if (tc[i].big && !big)
+			continue;
+		struct cfg c = { 0 };
+		fresh();
+		const int R = tc[i].rows, C = tc[i].cols;
+		f8.t = (struct kops_fp8_tensor){ .rows = R, .cols = C, .br = tc[i].br ? tc[i].br : (R ? R : 1),
+						 .bc = tc[i].bc ? tc[i].bc : C, .fmt = i % 2 ? KOPS_E5M2 : KOPS_E4M3 };
+		const size_t n = (size_t)R * C, nb = nblocks(&f8.t);
+		uint8_t *q = hnew(n);
+		for (size_t j = 0; j < n; j++)
+			q[j] = (uint8_t)rnext();
+		tb_raw("sinv", NULL, FL(nb));
+		tb_raw("q", NULL, n);
+		tb_in(nb ? rpos(nb, 0.01f, 100.0f) : NULL, FL(nb));
+		tb_in(n ? q : NULL, n);
+		run_test("fp8_transpose", HAS_FP8(fp8_transpose),
+			 LABEL("%dx%d blocks %dx%d %s", R, C, f8.t.br, f8.t.bc, fmt_name(f8.t.fmt)), r_fp8_transpose,
+			 &c, NULL, 0);
 	}
 
 	/* GEMM: M, N, K, a's and b's format, blocks (0: per tensor), bias, accumulate */

@@ -17,8 +17,11 @@
  *  - fp8_amax, fp8_quantize in every scaling, transposed or not, with short
  *    last blocks, against a plain loop over the same rules, with 1 and 2
  *    threads; fp8_gemm against a double-precision product of the
- *    dequantized operands, with bias and accumulation; the op profile's
- *    wrappers of the three.
+ *    dequantized operands, with bias and accumulation; fp8_transpose
+ *    against a plain loop (codes, scale grid, dequantized values; shapes
+ *    around the tiles, per-tensor and blocked grids, 1 and 2 threads, and
+ *    back again), and with square blocks against quantizing the transposed
+ *    values; the op profile's wrappers of the four.
  */
 #include "base/error.h"
 #include "base/xalloc.h"
@@ -710,6 +713,111 @@ static void test_gemm(void)
 			}
 }
 
+/* ---- fp8_transpose ---- */
+
+/* an R x C tensor in br x bc blocks with random codes (NaN codes too: the op moves bytes) and scales */
+static struct kops_fp8_tensor rand_fp8(int R, int C, int br, int bc, enum kops_fp8 fmt)
+{
+	size_t nb = (size_t)((R + br - 1) / br) * ((C + bc - 1) / bc);
+	struct kops_fp8_tensor t = { xmalloc((size_t)R * C + 1), xmalloc(nb * sizeof(float) + 4), R, C, br, bc, fmt };
+	for (size_t i = 0; i < (size_t)R * C; i++)
+		t.q[i] = (uint8_t)next_u64();
+	for (size_t i = 0; i < nb; i++)
+		t.sinv[i] = ldexpf(1.0f + frand(0.5f), (int)(next_u64() % 21) - 10);
+	return t;
+}
+
+/* dst of src's transpose, its memory filled with a marker */
+static struct kops_fp8_tensor transpose_dst(const struct kops_fp8_tensor *src)
+{
+	size_t nb = (size_t)((src->rows + src->br - 1) / src->br) * ((src->cols + src->bc - 1) / src->bc);
+	struct kops_fp8_tensor t = { xmalloc((size_t)src->rows * src->cols + 1), xmalloc(nb * sizeof(float) + 4),
+				     src->cols, src->rows, src->bc, src->br, src->fmt };
+	memset(t.q, 0xa5, (size_t)src->rows * src->cols + 1);
+	memset(t.sinv, 0xa5, nb * sizeof(float) + 4);
+	return t;
+}
+
+/* dst is src^T, against the plain loop; its dequantized values the transposed dequantized values, bit for bit */
+static bool is_transpose(const struct kops_fp8_tensor *d, const struct kops_fp8_tensor *s)
+{
+	const int R = s->rows, C = s->cols, nbr = (R + s->br - 1) / s->br, nbc = (C + s->bc - 1) / s->bc;
+	bool ok = true;
+	for (int r = 0; r < R; r++)
+		for (int c = 0; c < C; c++) {
+			ok &= d->q[(size_t)c * R + r] == s->q[(size_t)r * C + c];
+			float a = (float)ref_deq(s, r, c), b = (float)ref_deq(d, c, r);
+			ok &= same_bits(&a, &b, 1) || (isnan(a) && isnan(b));
+		}
+	for (int i = 0; i < nbr; i++)
+		for (int j = 0; j < nbc; j++)
+			ok &= same_bits(&d->sinv[(size_t)j * nbr + i], &s->sinv[(size_t)i * nbc + j], 1);
+	ok &= d->q[(size_t)R * C] == 0xa5; /* nothing past the end */
+	uint32_t past;
+	memcpy(&past, &d->sinv[(size_t)nbr * nbc], 4);
+	ok &= past == 0xa5a5a5a5u;
+	return ok;
+}
+
+static void test_transpose(void)
+{
+	/* shapes around the CPU's 64-byte and the CUDA backend's 32-byte tiles, empty ones, one past CPU_PAR_MIN */
+	static const int shapes[][2] = { { 1, 1 },   { 5, 7 },    { 32, 32 },  { 64, 64 }, { 65, 130 },
+					 { 200, 333 }, { 333, 200 }, { 0, 5 },   { 7, 0 },   { 1, 300 }, { 300, 1 } };
+	/* blocks: 0 the whole dimension (per tensor) */
+	static const int blocks[][2] = { { 0, 0 }, { 128, 128 }, { 1, 32 }, { 32, 1 }, { 1, 128 }, { 7, 5 } };
+	int saved = omp_get_max_threads();
+	for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+		for (size_t bi = 0; bi < sizeof blocks / sizeof blocks[0]; bi++) {
+			const int R = shapes[si][0], C = shapes[si][1];
+			const int br = blocks[bi][0] ? blocks[bi][0] : (R ? R : 1);
+			const int bc = blocks[bi][1] ? blocks[bi][1] : (C ? C : 1);
+			struct kops_fp8_tensor s = rand_fp8(R, C, br, bc, bi % 2 ? E5 : E4);
+			for (int th = 1; th <= 2; th++) {
+				struct kops_fp8_tensor d = transpose_dst(&s);
+				omp_set_num_threads(th);
+				ops->fp8_transpose(&d, &s);
+				bool ok = is_transpose(&d, &s);
+				if (!ok)
+					printf("#   fp8_transpose %dx%d in %dx%d blocks, %d threads: wrong\n", R, C,
+					       br, bc, th);
+				CHECK(ok);
+				/* and back */
+				struct kops_fp8_tensor e = transpose_dst(&d);
+				ops->fp8_transpose(&e, &d);
+				CHECK(!memcmp(e.q, s.q, (size_t)R * C) && is_transpose(&e, &d));
+				free(d.q), free(d.sinv), free(e.q), free(e.sinv);
+			}
+			free(s.q), free(s.sinv);
+		}
+	omp_set_num_threads(saved);
+}
+
+/* With square blocks (and per tensor), the transposed codes are what
+ * quantizing the transposed values gives: the blocks hold the same values. */
+static void test_transpose_quantized(void)
+{
+	static const struct {
+		int R, C, b;
+		enum kops_fp8_scaling how;
+	} cases[] = { { 200, 333, 128, KOPS_FP8_AMAX }, { 37, 300, 0, KOPS_FP8_TENSOR }, { 65, 66, 0, KOPS_FP8_GIVEN },
+		      { 130, 129, 32, KOPS_FP8_MX } };
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		const int R = cases[i].R, C = cases[i].C;
+		float *x = quant_input((size_t)R * C, 6);
+		struct kops_fp8_tensor t = rand_fp8(R, C, cases[i].b ? cases[i].b : R, cases[i].b ? cases[i].b : C, E4);
+		struct kops_fp8_tensor want = transpose_dst(&t), got = transpose_dst(&t);
+		struct kops_fp8_quant h = { cases[i].how, 3.0f, true, false };
+		ops->fp8_quantize(&t, x, &h, NULL);
+		h.transpose = true; /* x is [want.cols, want.rows] */
+		ops->fp8_quantize(&want, x, &h, NULL);
+		ops->fp8_transpose(&got, &t);
+		const size_t nb = (size_t)((C + want.br - 1) / want.br) * ((R + want.bc - 1) / want.bc);
+		CHECK(!memcmp(got.q, want.q, (size_t)R * C) && same_bits(got.sinv, want.sinv, nb));
+		free(x), free(t.q), free(t.sinv), free(want.q), free(want.sinv), free(got.q), free(got.sinv);
+	}
+}
+
 /* the op profile's FP8 wrappers compute what the CPU table does and count
  * under the ops' names */
 static void test_profile_wrappers(void)
@@ -735,12 +843,18 @@ static void test_profile_wrappers(void)
 	ops->fp8_gemm(o1, &a, &b, NULL, false);
 	p->fp8_gemm(o2, &a, &b, NULL, false);
 	CHECK(same_bits(o1, o2, 30));
+	struct kops_fp8_tensor d1 = transpose_dst(&a), d2 = transpose_dst(&a);
+	ops->fp8_transpose(&d1, &a);
+	p->fp8_transpose(&d2, &a);
+	CHECK(!memcmp(d1.q, d2.q, 200) && same_bits(d1.sinv, d2.sinv, 15));
+	free(d1.q), free(d1.sinv), free(d2.q), free(d2.sinv);
 	char *buf = NULL;
 	size_t len = 0;
 	FILE *f = open_memstream(&buf, &len);
 	kops_profile_report(f, 1, 0);
 	fclose(f);
-	CHECK(strstr(buf, "fp8_amax") && strstr(buf, "fp8_quantize") && strstr(buf, "fp8_gemm"));
+	CHECK(strstr(buf, "fp8_amax") && strstr(buf, "fp8_quantize") && strstr(buf, "fp8_gemm") &&
+	      strstr(buf, "fp8_transpose"));
 	free(buf);
 	free(a.q), free(a.sinv), free(b.q), free(b.sinv);
 }
@@ -764,6 +878,8 @@ int main(void)
 	RUN(test_quantize);
 	RUN(test_quantize_edges);
 	RUN(test_gemm);
+	RUN(test_transpose);
+	RUN(test_transpose_quantized);
 	RUN(test_profile_wrappers);
 	return test_summary();
 }

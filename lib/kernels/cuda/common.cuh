@@ -336,7 +336,7 @@ enum gemm_precision { GEMM_F32, GEMM_BF16, GEMM_F16 };
 void cuda_gemm_fill(struct kops *t, enum gemm_precision prec);
 /* attn_tc.cu: the tensor-core attention_block_forward of the bf16/fp16 tables */
 void cuda_attn_tc_fill(struct kops *t, enum gemm_precision prec);
-/* fp8.cu: fp8_amax, fp8_quantize and fp8_gemm (every table shares them) */
+/* fp8.cu: fp8_amax, fp8_quantize, fp8_gemm and fp8_transpose (every table shares them) */
 void cuda_fp8_fill(struct kops *t);
 unsigned long cuda_fp8_lt_gemms(void); /* fp8_gemm calls that ran on cuBLASLt's FP8 path */
 

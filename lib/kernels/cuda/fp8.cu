@@ -1,6 +1,6 @@
 /*
  * fp8.cu - the FP8 ops of the CUDA backend (ops.h, docs/fp8.md):
- * fp8_amax, fp8_quantize and fp8_gemm, with the casts and scale rules of
+ * fp8_amax, fp8_quantize, fp8_gemm and fp8_transpose, with the casts and scale rules of
  * lib/kernels/fp8.h, the very functions the CPU ops call, so codes and
  * dequantization scales agree with the CPU's bit for bit (this file is
  * built with -fmad=false: no product of a cast's input fused into an add).
@@ -53,6 +53,14 @@
  *     VEC128_32F / BLK128x128_32F on sm_90, the E8M0 VEC32 scales of MXFP8 on
  *     sm_100), and bf16 operands would do when every sinv is a power of two
  *     (the products are exact either way).
+ *
+ * fp8_transpose: bytes moved through shared memory in 32 x 32 tiles, a
+ * thread block of 32 x 8 threads per tile (each thread four bytes), read
+ * along src's rows and written along dst's, so both sides are coalesced;
+ * the row of tiles is blockIdx.y, looped when there are more than a grid
+ * dimension holds. The same launch moves the scale grid, a grid-stride loop
+ * over every thread of the grid (it has at most as many entries as there
+ * are codes).
  *
  * Global state: the FP8 plan cache (descriptors and chosen algorithm per
  * shape, as gemm.cu's) and the count of GEMMs that took cuBLASLt's FP8 path
@@ -471,9 +479,60 @@ static void cuda_fp8_gemm(float *out, const struct kops_fp8_tensor *a, const str
 	scratch_free(buf);
 }
 
+/* ---- transpose ---- */
+
+#define TP_TILE 32
+#define TP_ROWS 8 /* threadIdx.y's range: each thread moves TP_TILE / TP_ROWS bytes */
+
+/* dq (C x R) = sq (R x C)^T; dsinv (nbc x nbr) = ssinv (nbr x nbc)^T */
+static __global__ void fp8_transpose_kernel(uint8_t *dq, float *dsinv, const uint8_t *sq, const float *ssinv, int R,
+					    int C, int nbr, int nbc)
+{
+	__shared__ uint8_t tile[TP_TILE][TP_TILE + 1];
+	const int tx = threadIdx.x, ty = threadIdx.y, c0 = blockIdx.x * TP_TILE;
+	const int ntr = (R + TP_TILE - 1) / TP_TILE;
+
+	for (int tr = blockIdx.y; tr < ntr; tr += gridDim.y) {
+		const int r0 = tr * TP_TILE;
+		for (int i = ty; i < TP_TILE; i += TP_ROWS)
+			if (r0 + i < R && c0 + tx < C)
+				tile[i][tx] = sq[(size_t)(r0 + i) * C + c0 + tx];
+		__syncthreads();
+		for (int i = ty; i < TP_TILE; i += TP_ROWS)
+			if (c0 + i < C && r0 + tx < R)
+				dq[(size_t)(c0 + i) * R + r0 + tx] = tile[tx][i];
+		__syncthreads(); /* the tile is refilled by the next row of tiles */
+	}
+	const size_t nthr = (size_t)gridDim.x * gridDim.y * TP_TILE * TP_ROWS;
+	const size_t me = ((size_t)blockIdx.y * gridDim.x + blockIdx.x) * TP_TILE * TP_ROWS + (size_t)ty * TP_TILE + tx;
+	for (size_t k = me; k < (size_t)nbr * nbc; k += nthr) {
+		const size_t i = k / nbc, j = k % nbc;
+		dsinv[j * nbr + i] = ssinv[k];
+	}
+}
+
+static void cuda_fp8_transpose(const struct kops_fp8_tensor *dst, const struct kops_fp8_tensor *src)
+{
+	check_tensor(dst, "fp8_transpose: a bad dst (shape, blocks or format)");
+	check_tensor(src, "fp8_transpose: a bad src (shape, blocks or format)");
+	if (dst->rows != src->cols || dst->cols != src->rows || dst->br != src->bc || dst->bc != src->br ||
+	    dst->fmt != src->fmt)
+		CUDA_BUG("fp8_transpose: dst is not src's transpose (shape, blocks or format)");
+	const int R = src->rows, C = src->cols;
+	if (!R || !C) /* no codes, and no blocks either */
+		return;
+	const int nbr = (R + src->br - 1) / src->br, nbc = (C + src->bc - 1) / src->bc;
+	const int ntr = (R + TP_TILE - 1) / TP_TILE, ntc = (C + TP_TILE - 1) / TP_TILE;
+	const dim3 grid(grid_blocks((size_t)ntc), ntr < 65535 ? (unsigned)ntr : 65535u);
+	launch<fp8_transpose_kernel>(grid, dim3(TP_TILE, TP_ROWS), 0, dst->q, dst->sinv, src->q, src->sinv, R, C, nbr,
+				     nbc);
+	KERNEL_CHECK();
+}
+
 void cuda_fp8_fill(struct kops *t)
 {
 	t->fp8_amax = cuda_fp8_amax;
 	t->fp8_quantize = cuda_fp8_quantize;
 	t->fp8_gemm = cuda_fp8_gemm;
+	t->fp8_transpose = cuda_fp8_transpose;
 }
