@@ -169,6 +169,7 @@ struct args {
 	char *fp8_amax_compute_algo;   /* "most_recent" | "max" */
 	bool fp8_wgrad;
 	bool tp_only_amax_red;
+	bool fp8_param_gather;         /* FP8 weight copies, gathered as FP8 (docs/fp8.md) */
 	bool first_last_layers_bf16;
 	int64_t num_layers_at_start_in_bf16;
 	int64_t num_layers_at_end_in_bf16;

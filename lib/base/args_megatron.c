@@ -71,9 +71,6 @@ static const char why_recompute_option[] =
 	"this recompute option is not in megac yet (megac has --recompute-granularity full|selective)";
 static const char why_fp8_training[] =
 	"this FP8 option is not in megac yet (megac trains the linear layers in FP8 with --fp8-format, docs/fp8.md)";
-static const char why_fp8_param_gather[] =
-	"FP8 weight copies are not in megac yet: it all-gathers the bf16 weights and quantizes them in each FP8 "
-	"layer (drop the flag: 2 bytes per parameter on the wire instead of 1)";
 static const char why_fp8_interval[] =
 	"deprecated in Transformer Engine, which ignores it: the delayed recipe updates its scales every step";
 static const char why_nvidia_kitchen[] =
@@ -822,7 +819,6 @@ const struct megatron_flag megatron_flags[] = {
 	{ "--inference-shards", MF_NO_EFFECT, 1, why_inference_engine },
 	/* ---- Transformer-Engine ---- */
 	{ "--fp4-param-gather", MF_REFUSED, 0, why_fp4_training },
-	{ "--fp8-param-gather", MF_REFUSED, 0, why_fp8_param_gather },
 	{ "--te-precision-config-file", MF_REFUSED, 1, why_fp8_training },
 	/* ---- experimental ---- */
 	{ "--enable-experimental", MF_NO_EFFECT, 0, why_switch_experimental },

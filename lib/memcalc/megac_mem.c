@@ -173,10 +173,10 @@ int megac_mem_predict(const struct args *a, int64_t vocab, struct megac_stage_me
 		e->pp_stage = s;
 		e->first_rank = s * l.tp * l.cp * (int)dp;
 		size_t shard = hi[0] - lo[0]; /* Megatron-FSDP keeps the shard's gradients (2) and weights (3) */
-		e->params = (level == 3 ? shard : total) * (model.w16 ? sizeof(uint16_t) : sizeof(float));
+		e->params = gpt_weight_bytes(&model); /* the shard at level 3; FP8 weights 1 byte a value */
 		e->grads = (level >= 2 ? shard : total) * sizeof(float);
 		e->optimizer = ostate;
-		e->expert_params = np == 2 ? (total - model.expert_lo) * (model.w16 ? sizeof(uint16_t) : sizeof(float)) : 0;
+		e->expert_params = np == 2 ? gpt_store_at(&model, total) - gpt_store_at(&model, model.expert_lo) : 0;
 		if (cuda) {
 			/* the first iteration's requests: forward and backward, then the
 			 * gradient norm and the step of each optimizer part */

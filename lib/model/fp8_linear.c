@@ -81,6 +81,14 @@ struct gpt_fp8 {
 	float *rec;       /* delayed, backend: [nslots][NROLES] this iteration's amaxes, raised by the
 			   * quantize op at every use and read once per iteration */
 	float *dev_amax;  /* backend: one float fp8_amax writes into (tensorwise) */
+	/* --fp8-param-gather: each slot's weight kept as codes in the store
+	 * (m->soff) with one scale, its inverse here; the initial (or loaded)
+	 * values of those weights as bf16 words on the host until the
+	 * optimizer has taken them as its main weights */
+	float *wsinv;     /* backend: [nslots] */
+	float *wsinv_h;   /* [nslots] the same, on the host */
+	uint16_t *init16; /* host [reg.total] (only the stored weights' elements), NULL once dropped */
+	int *byoff;       /* [reg.n] the tensors in the order of their elements (and of the store) */
 	bool recording;   /* a training pass: the delayed recipe records its amaxes (not in evaluation) */
 	/* backend scratch, grown on demand: two operands' codes and scales, a
 	 * weight widened from 16-bit words, ones for the bias gradient */
@@ -206,16 +214,28 @@ int gpt_fp8_init(struct gpt_model *m, const struct gpt_fp8_config *cfg)
 	if (cfg->recipe == GPT_FP8_DELAYED) {
 		list_metas(m, f);
 		size_t n = (size_t)f->nmeta * NROLES;
-		f->rec = gpt_take(m, n + 1); /* zero-filled */
 		f->hist = xcalloc(n * (size_t)cfg->history + 1, sizeof(float));
 		f->scale = xmalloc((n + 1) * sizeof(float));
 		for (size_t i = 0; i < n; i++)
 			f->scale[i] = 1.0f; /* Transformer Engine's initial scale */
 	}
-	f->dev_amax = gpt_take(m, 1);
-	reserve(m, f);
 	m->fp8 = f;
 	return 0;
+}
+
+void gpt_fp8_alloc(struct gpt_model *m)
+{
+	struct gpt_fp8 *f = m->fp8;
+	if (!f)
+		return;
+	if (f->cfg.recipe == GPT_FP8_DELAYED)
+		f->rec = gpt_take(m, (size_t)f->nmeta * NROLES + 1); /* zero-filled */
+	f->dev_amax = gpt_take(m, 2);
+	if (m->soff) {
+		f->wsinv = gpt_take(m, (size_t)f->nslots + 1);
+		f->wsinv_h = xcalloc((size_t)f->nslots + 1, sizeof(float));
+	}
+	reserve(m, f);
 }
 
 void gpt_fp8_free(struct gpt_model *m)
@@ -231,6 +251,9 @@ void gpt_fp8_free(struct gpt_model *m)
 	mem_free(m->mem, f->ones, f->ones_n * sizeof(float));
 	free(f->slot);
 	free(f->param);
+	free(f->wsinv_h);
+	free(f->init16);
+	free(f->byoff);
 	free(f->hist);
 	free(f->scale);
 	free(f->meta);
@@ -410,6 +433,33 @@ static void quantize(struct gpt_model *m, struct kops_fp8_tensor *t, int side, c
 	k->fp8_quantize(t, x, &how, rec);
 }
 
+static const float *weight_f32(struct gpt_model *m, int w);
+
+/* The weight of slot s as the GEMM's B operand, W [OC, IC] or with
+ * transpose W^T [IC, OC] (the dgrad's): quantized from its bf16 values
+ * now, or with --fp8-param-gather its stored codes (transposed into the B
+ * scratch: per-tensor codes transpose exactly). */
+static void weight_operand(struct gpt_model *m, struct kops_fp8_tensor *B, int w, int s, int IC, int OC,
+			   bool transpose)
+{
+	struct gpt_fp8 *f = m->fp8;
+	if (!m->soff) {
+		quantize(m, B, 1, weight_f32(m, w), transpose ? IC : OC, transpose ? OC : IC, transpose, s, ROLE_W,
+			 NULL);
+		return;
+	}
+	struct kops_fp8_tensor W = { .q = (uint8_t *)m->w16 + m->soff[w], .sinv = f->wsinv + s, .rows = OC,
+				     .cols = IC, .br = OC, .bc = IC, .fmt = KOPS_E4M3 };
+	if (!transpose) {
+		*B = W;
+		return;
+	}
+	*B = (struct kops_fp8_tensor){ .q = grow(m, (void **)&f->qb, &f->qb_n, (size_t)OC * IC, 1),
+				       .sinv = grow(m, (void **)&f->sb, &f->sb_n, 1, sizeof(float)), .rows = IC,
+				       .cols = OC, .br = IC, .bc = OC, .fmt = KOPS_E4M3 };
+	m->k->fp8_transpose(B, &W);
+}
+
 /* the weight as fp32 values (the W view, or widened from the words) */
 static const float *weight_f32(struct gpt_model *m, int w)
 {
@@ -428,7 +478,7 @@ void fp8_linear_fwd(struct gpt_model *m, float *out, const float *inp, int w, in
 	struct kops_fp8_tensor A, B;
 	const float *bias = gpt_param(m, b, GPT_VIEW_B);
 	quantize(m, &A, 0, inp, N, IC, false, s, ROLE_X, NULL);
-	quantize(m, &B, 1, weight_f32(m, w), OC, IC, false, s, ROLE_W, NULL);
+	weight_operand(m, &B, w, s, IC, OC, false);
 	m->k->fp8_gemm(out, &A, &B, bias, false);
 	round_half(m, out, (size_t)N * OC);
 }
@@ -444,7 +494,7 @@ void fp8_linear_bwd(struct gpt_model *m, float *dinp, const float *dout, const f
 	float dy_scale = 0; /* dY's tensorwise scale, for both of its quantizations */
 	if (dinp) {
 		quantize(m, &A, 0, dout, N, OC, false, s, ROLE_DY, &dy_scale);
-		quantize(m, &B, 1, weight_f32(m, w), IC, OC, true, s, ROLE_W, NULL);
+		weight_operand(m, &B, w, s, IC, OC, true);
 		k->fp8_gemm(dinp, &A, &B, NULL, false);
 		round_half(m, dinp, (size_t)N * IC);
 	}
@@ -452,12 +502,14 @@ void fp8_linear_bwd(struct gpt_model *m, float *dinp, const float *dout, const f
 		quantize(m, &A, 0, dout, OC, N, true, s, ROLE_DY, &dy_scale);
 		quantize(m, &B, 1, inp, IC, N, true, s, ROLE_X, NULL);
 		k->fp8_gemm(dw, &A, &B, NULL, true);
-	} else if (dw) { /* --no-fp8-wgrad: the bf16 weight gradient */
+	} else if (dw) { /* --no-fp8-wgrad: the bf16 weight gradient (no input gradient: the weight is not
+			  * read, and with --fp8-param-gather there are no 16-bit words of it) */
 		if (m->direct16)
-			k->linear_backward_w16(NULL, dw, NULL, dout, inp, gpt_param16(m, w), N, IC, OC,
-					       gpt_half_kind(m));
+			k->linear_backward_w16(NULL, dw, NULL, dout, inp, m->soff ? NULL : gpt_param16(m, w), N, IC,
+					       OC, gpt_half_kind(m));
 		else
-			k->linear_backward(NULL, dw, NULL, dout, inp, gpt_param(m, w, GPT_VIEW_W), N, IC, OC);
+			k->linear_backward(NULL, dw, NULL, dout, inp, m->soff ? NULL : gpt_param(m, w, GPT_VIEW_W), N,
+					   IC, OC);
 	}
 	if (db) { /* column sums of dY: dbias[OC, 1] += dY^T . ones[N, 1] (a GEMM with IC = 1; the
 		   * weight argument is never read, since no input gradient is asked) */
@@ -471,6 +523,209 @@ void fp8_linear_bwd(struct gpt_model *m, float *dinp, const float *dout, const f
 		}
 		k->linear_backward(NULL, db, NULL, dout, f->ones, f->ones, N, 1, OC);
 	}
+}
+
+/* ---- FP8 weights (--fp8-param-gather; docs/fp8.md, "FP8 weights") ----
+ * Megatron's FP8 parameters: an FP8 slot's weight is kept only as E4M3
+ * codes with one scale (1 byte a value in the model's store, m->soff),
+ * cast from the distributed optimizer's fp32 main weights shard by shard
+ * after each step (Transformer Engine's cast_master_weights_to_fp8) and
+ * all-gathered as bytes. The other tensors stay 16-bit words.
+ *
+ * Invariants:
+ *   5. Every rank holding a piece of a stored weight casts its piece with
+ *      the same scale: delayed, the meta's (identical on every rank of
+ *      the amax group, so --tp-only-amax-red is refused); tensorwise, from
+ *      the amax of the whole weight, the shards' amaxes reduced over the
+ *      optimizer's group and then over TP (expert TP for routed experts).
+ *   6. The delayed recipe records the weight's amax when it casts it (the
+ *      layers no longer quantize W), into the iteration's entries the next
+ *      gpt_fp8_update() folds in.
+ *   7. Until the optimizer has taken its main weights (gpt_main_values),
+ *      the stored weights' values wait on the host as bf16 words
+ *      (init16): the initial or loaded ones, as Transformer Engine's
+ *      preserve_high_precision_init_val keeps them. */
+
+static size_t align16(size_t n)
+{
+	return (n + 15) & ~(size_t)15;
+}
+
+struct by_offset {
+	size_t offset;
+	int idx;
+};
+
+static int cmp_offset(const void *a, const void *b)
+{
+	const struct by_offset *x = a, *y = b;
+	return x->offset < y->offset ? -1 : x->offset > y->offset ? 1 : x->idx - y->idx;
+}
+
+/* The store holds the tensors in the order of their elements (the
+ * experts' tensors, registered with their layers, sit at the end when
+ * they are apart), so that a range of elements is a range of bytes. */
+bool gpt_fp8_store_layout(struct gpt_model *m)
+{
+	struct gpt_fp8 *f = m->fp8;
+	if (!f || !f->cfg.param_gather)
+		return false;
+	if (m->shards.level >= 2)
+		BUG("FP8 weights with Megatron-FSDP level %d", m->shards.level);
+	const struct param *p = m->reg.p;
+	int n = m->reg.n;
+	struct by_offset *o = xmalloc((size_t)(n + 1) * sizeof(*o));
+	for (int i = 0; i < n; i++)
+		o[i] = (struct by_offset){ p[i].offset, i };
+	qsort(o, (size_t)n, sizeof(*o), cmp_offset);
+	m->soff = xmalloc((size_t)(n + 1) * sizeof(size_t));
+	f->byoff = xmalloc((size_t)(n + 1) * sizeof(int));
+	size_t at = 0, next = 0;
+	for (int j = 0; j < n; j++) {
+		int i = o[j].idx;
+		if (p[i].offset != next)
+			BUG("'%s' at element %zu, expected %zu: the registry has a gap", p[i].name, p[i].offset, next);
+		next = p[i].offset + p[i].numel;
+		f->byoff[j] = i;
+		m->soff[i] = at = align16(at);
+		at += p[i].numel * (f->slot[i] >= 0 ? 1 : sizeof(uint16_t));
+	}
+	m->soff[n] = align16(at ? at : 1);
+	free(o);
+	return true;
+}
+
+bool gpt_fp8_stored(const struct gpt_model *m, int idx)
+{
+	return m->soff && idx >= 0 && m->fp8->slot[idx] >= 0;
+}
+
+size_t gpt_store_at(const struct gpt_model *m, size_t e)
+{
+	const struct param *p = m->reg.p;
+	const int *by = m->fp8 ? m->fp8->byoff : NULL, n = m->reg.n;
+	int lo = 0, hi = n; /* the last tensor starting at or before e, in element order: in [lo, hi) */
+	if (!m->soff)
+		return e * (m->w16 ? sizeof(uint16_t) : sizeof(float));
+	if (e >= m->reg.total)
+		return m->soff[n];
+	while (hi - lo > 1) {
+		int mid = lo + (hi - lo) / 2;
+		if (p[by[mid]].offset <= e)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	int i = by[lo];
+	if (e >= p[i].offset + p[i].numel) /* past an empty tensor: the next one's start */
+		return lo + 1 < n ? m->soff[by[lo + 1]] : m->soff[n];
+	return m->soff[i] + (e - p[i].offset) * (m->fp8->slot[i] >= 0 ? 1 : sizeof(uint16_t));
+}
+
+void gpt_fp8_keep_initial(struct gpt_model *m, int idx, const float *host)
+{
+	struct gpt_fp8 *f = m->fp8;
+	const struct param *p = &m->reg.p[idx];
+	if (!f->init16)
+		f->init16 = xcalloc(m->reg.total ? m->reg.total : 1, sizeof(uint16_t));
+	kops_cpu()->narrow(f->init16 + p->offset, host, p->numel, gpt_half_kind(m));
+}
+
+void gpt_main_values(struct gpt_model *m, float *host)
+{
+	struct gpt_fp8 *f = m->fp8;
+	if (!m->soff || !f->init16)
+		BUG("gpt_main_values without FP8 weights waiting on the host");
+	const struct kops *cpu = kops_cpu();
+	uint16_t *words = xmalloc((m->reg.total ? m->reg.total : 1) * sizeof(uint16_t));
+	for (int i = 0; i < m->reg.n; i++) {
+		const struct param *p = &m->reg.p[i];
+		if (gpt_fp8_stored(m, i))
+			memcpy(words + p->offset, f->init16 + p->offset, p->numel * sizeof(uint16_t));
+		else
+			m->k->to_host(words + p->offset, gpt_words(m, i), p->numel * sizeof(uint16_t));
+	}
+	cpu->widen(host, words, m->reg.total, gpt_half_kind(m));
+	free(words);
+}
+
+void gpt_drop_initial_weights(struct gpt_model *m)
+{
+	if (m->fp8) {
+		free(m->fp8->init16);
+		m->fp8->init16 = NULL;
+	}
+}
+
+/* the group a stored weight's tensorwise amax is reduced over after the
+ * optimizer's: the ranks holding the other slices of it */
+static struct dist_group *slice_group(const struct gpt_model *m, int idx)
+{
+	return m->reg.p[idx].flags & PARAM_EXPERT && m->par.etp ? m->par.etp : m->par.tp;
+}
+
+void gpt_copy_main_to_model(struct gpt_model *m, const struct gpt_main_part *pt)
+{
+	struct gpt_fp8 *f = m->fp8;
+	const struct kops *k = m->k;
+	if (!m->soff)
+		BUG("gpt_copy_main_to_model without FP8 weights");
+	int nl = 0, *list = xmalloc((size_t)(m->reg.n + 1) * sizeof(int));
+	float *amax = xcalloc((size_t)m->reg.n + 1, sizeof(float));
+	struct dist_group *slices = NULL;
+	for (int i = 0; i < m->reg.n; i++) {
+		const struct param *p = &m->reg.p[i];
+		if (p->offset < pt->base || p->offset >= pt->end)
+			continue;
+		size_t x = p->offset > pt->lo ? p->offset : pt->lo, y = p->offset + p->numel;
+		y = y < pt->hi ? y : pt->hi;
+		if (!gpt_fp8_stored(m, i)) { /* Megatron's copy: rounded to the model's words */
+			if (y > x)
+				k->narrow(gpt_words(m, i) + (x - p->offset), pt->main + (x - pt->lo), y - x,
+					  gpt_half_kind(m));
+			continue;
+		}
+		if (f->cfg.recipe == GPT_FP8_TENSORWISE && y > x) {
+			k->fp8_amax(f->dev_amax, pt->main + (x - pt->lo), y - x);
+			k->to_host(&amax[nl], f->dev_amax, sizeof(float));
+		}
+		if (nl && slice_group(m, i) != slices)
+			BUG("'%s': the stored weights of one part are sliced over two groups", p->name);
+		slices = slice_group(m, i);
+		list[nl++] = i;
+	}
+	if (f->cfg.recipe == GPT_FP8_TENSORWISE && nl) { /* invariant 5: the whole weights' amaxes */
+		if (pt->g && pt->g->size > 1)
+			dist_allreduce_max_f32(pt->g, amax, (size_t)nl);
+		if (slices && slices->size > 1)
+			dist_allreduce_max_f32(slices, amax, (size_t)nl);
+	}
+	for (int j = 0; j < nl; j++) {
+		int i = list[j], s = f->slot[i];
+		const struct param *p = &m->reg.p[i];
+		size_t x = p->offset > pt->lo ? p->offset : pt->lo, y = p->offset + p->numel;
+		y = y < pt->hi ? y : pt->hi;
+		struct kops_fp8_quant how = { .how = KOPS_FP8_GIVEN };
+		float *rec = NULL;
+		if (f->cfg.recipe == GPT_FP8_DELAYED) { /* invariant 6 */
+			size_t mi = (size_t)f->meta[s] * NROLES + ROLE_W;
+			how.scale = f->scale[mi];
+			rec = f->rec + mi;
+		} else {
+			how.scale = fp8_scale_from_amax(amax[j], fp8_max(KOPS_E4M3), false, FP8_F32_MAX);
+		}
+		f->wsinv_h[s] = fp8_div(1.0f, how.scale);
+		if (y <= x)
+			continue;
+		struct kops_fp8_tensor t = { .q = (uint8_t *)m->w16 + m->soff[i] + (x - p->offset),
+					     .sinv = f->dev_amax + 1, .rows = 1, .cols = (int)(y - x), .br = 1,
+					     .bc = (int)(y - x), .fmt = KOPS_E4M3 };
+		k->fp8_quantize(&t, pt->main + (x - pt->lo), &how, rec);
+	}
+	if (f->nslots)
+		k->to_device(f->wsinv, f->wsinv_h, (size_t)f->nslots * sizeof(float));
+	free(list);
+	free(amax);
 }
 
 /* ---- the delayed recipe's update (Transformer Engine's

@@ -619,10 +619,14 @@ int gpt_init_pipe(struct gpt_model *m, const struct gpt_config *c, const struct 
 	}
 	if (pipe->shards && !sv)
 		setup_shards(m, pipe->shards);
+	if (!sv && gpt_fp8_init(m, pipe->fp8) < 0) /* which weights are FP8 decides the store's layout */
+		return -1;
 	/* the weights this rank keeps: all, or its shard at FSDP level 3 */
 	size_t kept = m->shards.level == 3 ? m->shards.hi - m->shards.lo : m->reg.total;
 	if (precision == GPT_FP32)
 		m->reg.data = gpt_take(m, kept);
+	else if (gpt_fp8_store_layout(m))
+		m->w16 = gpt_take_bytes(m, m->soff[m->reg.n]);
 	else
 		m->w16 = gpt_take_bytes(m, kept * sizeof(uint16_t));
 	m->direct16 = m->w16 && k->w16_direct;
@@ -641,8 +645,8 @@ int gpt_init_pipe(struct gpt_model *m, const struct gpt_config *c, const struct 
 		m->s.norm_gamma = gpt_take(m, c->h);
 		m->s.norm_ones = gpt_take(m, c->h);
 	}
-	if (!sv && gpt_fp8_init(m, pipe->fp8) < 0)
-		return -1;
+	if (!sv)
+		gpt_fp8_alloc(m);
 	if (m->s.norm_ones && !k->counts_only) {
 		float *ones = xmalloc((size_t)c->h * sizeof(float));
 		for (int i = 0; i < c->h; i++)
@@ -656,6 +660,7 @@ int gpt_init_pipe(struct gpt_model *m, const struct gpt_config *c, const struct 
 void gpt_free(struct gpt_model *m)
 {
 	gpt_fp8_free(m); /* its scratch, which grows, is outside the allocs list */
+	free(m->soff);
 	for (size_t i = m->nallocs; i-- > 0;)
 		mem_free(m->mem, m->allocs[i].p, m->allocs[i].bytes);
 	free(m->allocs);
@@ -751,14 +756,27 @@ void gpt_set_param(struct gpt_model *m, int idx, const float *host)
 		m->k->to_device(m->reg.data + (a - base), src, (b - a) * sizeof(float));
 		return;
 	}
+	if (gpt_fp8_stored(m, idx)) { /* codes come from the main weights (gpt_copy_main_to_model) */
+		gpt_fp8_keep_initial(m, idx, src);
+		return;
+	}
 	/* through the W view (as large as any tensor, or the staging buffer),
 	 * narrowed on the device, a view's worth at a time */
+	uint16_t *dst = m->soff ? gpt_words(m, idx) : m->w16 + (a - base); /* element a */
 	for (size_t i = a; i < b;) {
 		size_t n = b - i < m->view_n[GPT_VIEW_W] ? b - i : m->view_n[GPT_VIEW_W];
 		m->k->to_device(m->view[GPT_VIEW_W], src + (i - a), n * sizeof(float));
-		m->k->narrow(m->w16 + (i - base), m->view[GPT_VIEW_W], n, gpt_half_kind(m));
+		m->k->narrow(dst + (i - a), m->view[GPT_VIEW_W], n, gpt_half_kind(m));
 		i += n;
 	}
+}
+
+size_t gpt_weight_bytes(const struct gpt_model *m)
+{
+	size_t kept = m->shards.level == 3 ? m->shards.hi - m->shards.lo : m->reg.total;
+	if (m->soff)
+		return m->soff[m->reg.n];
+	return kept * (m->w16 ? sizeof(uint16_t) : sizeof(float));
 }
 
 void gpt_set_weights(struct gpt_model *m, const float *host)

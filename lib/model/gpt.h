@@ -352,6 +352,11 @@ struct gpt_model {
 	struct param_registry reg;
 	uint16_t *w16;          /* bf16/fp16: [reg.total] the weights as 16-bit words (Megatron-FSDP
 				 * level 3: this rank's shard [shards.lo, shards.hi) only, as reg.data) */
+	/* --fp8-param-gather (docs/fp8.md, "FP8 weights"): w16 is a store of
+	 * bytes instead, tensor i at byte soff[i] (16-byte aligned), 1 byte a
+	 * value for the FP8 layers' weights (their codes), 2 for the others;
+	 * soff[reg.n] is the store's size. NULL: tensor i at w16 + offset. */
+	size_t *soff;
 	struct gpt_shards shards; /* level 0: none */
 	uint16_t *gather16;     /* level 3, 16-bit: one tensor's words, gathered */
 	/* level >= 2: the gradients of a unit while its backward runs (the
@@ -546,6 +551,25 @@ bool gpt_fp8_layer(const struct gpt_model *m, int l);
 void gpt_fp8_mem(const struct gpt_model *m, size_t *dev, size_t *host);
 struct ckpt_reader;
 int gpt_fp8_load_state(struct gpt_model *m, struct ckpt_reader *r, int file);
+/* --fp8-param-gather (fp8_linear.c, "FP8 weights"): the byte of the
+ * store where element e starts (e = reg.total: the store's size);
+ * gpt_main_values: every weight's value as the optimizer's main weights
+ * start (host [reg.total] fp32: the stored weights' initial or loaded
+ * values, the others' words widened); gpt_drop_initial_weights then frees
+ * what kept them. gpt_copy_main_to_model: Megatron's copy of the main
+ * weights into the model after a step, for one optimizer part: its
+ * 16-bit tensors rounded, its FP8 weights cast to codes (a collective
+ * over the part's group and TP under the tensorwise recipe). */
+size_t gpt_store_at(const struct gpt_model *m, size_t e);
+void gpt_main_values(struct gpt_model *m, float *host);
+void gpt_drop_initial_weights(struct gpt_model *m);
+struct gpt_main_part {
+	const float *main;      /* [hi - lo] the fp32 main weights (backend memory) */
+	size_t lo, hi;          /* the elements this rank updates */
+	size_t base, end;       /* the part's elements (every rank of g goes through the same tensors) */
+	struct dist_group *g;   /* the part's data-parallel group */
+};
+void gpt_copy_main_to_model(struct gpt_model *m, const struct gpt_main_part *pt);
 /* the delayed recipe's update of one meta (exposed for its test): h[len]
  * with h[0] the iteration's reduced amax, *scale in and out */
 void fp8_update_meta(float *h, int len, float *scale, bool amax_max, float scaled_max);
@@ -579,6 +603,11 @@ const float *gpt_param(struct gpt_model *m, int idx, enum gpt_view v);
 /* direct16: a weight's 16-bit words for the *_w16 ops, this rank's own or,
  * at FSDP level 3, gathered (valid until the next gather) */
 const uint16_t *gpt_param16(struct gpt_model *m, int idx);
+/* A 16-bit model's tensor idx as words in w16 (a BUG for one kept as FP8
+ * codes). */
+uint16_t *gpt_words(struct gpt_model *m, int idx);
+/* The bytes the model's weights take on this rank (its store). */
+size_t gpt_weight_bytes(const struct gpt_model *m);
 /* The fp32 gradient buffer of parameter idx (NULL for idx < 0 or in serving). */
 float *gpt_grad(struct gpt_model *m, int idx);
 /* The weight a norm applies: its parameter, or with --apply-layernorm-1p

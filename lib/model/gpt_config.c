@@ -311,6 +311,8 @@ static int mla_from_args(struct gpt_config *c, const struct args *a)
 int gpt_fp8_config_from_args(struct gpt_fp8_config *f, const struct args *a, int L, int pp)
 {
 	memset(f, 0, sizeof(*f));
+	if (!a->fp8_format && a->fp8_param_gather)
+		return error("--fp8-param-gather needs --fp8-format (as in Megatron: FP8 weights for FP8 layers)");
 	if (!a->fp8_format)
 		return 0;
 	f->on = true;
@@ -345,6 +347,28 @@ int gpt_fp8_config_from_args(struct gpt_fp8_config *f, const struct args *a, int
 		f->bf16_start = (int)a->num_layers_at_start_in_bf16;
 		f->bf16_end = (int)a->num_layers_at_end_in_bf16;
 	}
+	f->param_gather = a->fp8_param_gather;
+	if (!f->param_gather)
+		return 0;
+	if (!a->use_distributed_optimizer && !a->use_megatron_fsdp)
+		return error("--fp8-param-gather needs --use-distributed-optimizer (as in Megatron: the FP8 weights "
+			     "are cast from the optimizer's main weights, shard by shard, and all-gathered)");
+	if (a->use_megatron_fsdp)
+		return error("--fp8-param-gather with --use-megatron-fsdp: not in megac yet; use "
+			     "--use-distributed-optimizer");
+	if (f->recipe == GPT_FP8_BLOCKWISE || f->recipe == GPT_FP8_MXFP8)
+		return error("--fp8-param-gather with --fp8-recipe %s: not in megac yet (its weights' block scales "
+			     "span the optimizer's shards); use the delayed or tensorwise recipe, or drop the flag",
+			     r);
+	if (f->tp_only_red)
+		return error("--fp8-param-gather with --tp-only-amax-red: the data-parallel replicas would cast "
+			     "their shards of one weight with different scales; drop one of the two");
+	if (a->optimizer_cpu_offload)
+		return error("--fp8-param-gather with --optimizer-cpu-offload: not in megac yet (the FP8 weights "
+			     "are cast from main weights on the device)");
+	if (a->main_params_dtype && strcmp(a->main_params_dtype, "fp32"))
+		return error("--fp8-param-gather with --main-params-dtype %s: not in megac yet (the FP8 weights "
+			     "are cast from fp32 main weights)", a->main_params_dtype);
 	return 0;
 }
 

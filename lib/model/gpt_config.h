@@ -132,6 +132,7 @@ struct gpt_fp8_config {
 	bool tp_only_red;         /* delayed: --tp-only-amax-red */
 	bool wgrad;               /* the weight gradients in FP8 (not --no-fp8-wgrad) */
 	int bf16_start, bf16_end; /* --first-last-layers-bf16: layers [0, start) and [L - end, L) stay bf16 */
+	bool param_gather;        /* --fp8-param-gather: the FP8 layers' weights kept as codes (gpt.h, the weight store) */
 };
 
 /* Fill c from the flags and the tokenizer's vocabulary size. error() naming

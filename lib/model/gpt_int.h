@@ -77,6 +77,14 @@ void linear_bwd(struct gpt_model *m, float *dinp, const float *dout, const float
 /* FP8 (fp8_linear.c): set-up after the weights, the free, a weight's slot
  * (-1: a bf16 layer), and the linear layer of a weight with a slot */
 int gpt_fp8_init(struct gpt_model *m, const struct gpt_fp8_config *cfg);
+void gpt_fp8_alloc(struct gpt_model *m);
+/* --fp8-param-gather: lay the weight store out (m->soff; false without
+ * it), whether tensor idx is kept as FP8 codes there, and a stored
+ * weight's initial values (host fp32, rounded to bf16 and kept on the
+ * host until gpt_main_values) */
+bool gpt_fp8_store_layout(struct gpt_model *m);
+bool gpt_fp8_stored(const struct gpt_model *m, int idx);
+void gpt_fp8_keep_initial(struct gpt_model *m, int idx, const float *host);
 void gpt_fp8_free(struct gpt_model *m);
 int gpt_fp8_slot(const struct gpt_model *m, int w);
 /* a forward of training (true) or of evaluation, which records no amax */

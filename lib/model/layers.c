@@ -58,8 +58,17 @@ const float *gpt_param(struct gpt_model *m, int idx, enum gpt_view v)
 	}
 	/* the CPU backend converts at the kernel's edge; the cost is one pass
 	 * over the weight, against the N passes of its GEMM */
-	m->k->widen(m->view[v], m->w16 + p->offset, p->numel, gpt_half_kind(m));
+	m->k->widen(m->view[v], gpt_words(m, idx), p->numel, gpt_half_kind(m));
 	return m->view[v];
+}
+
+uint16_t *gpt_words(struct gpt_model *m, int idx)
+{
+	if (!m->soff)
+		return m->w16 + m->reg.p[idx].offset;
+	if (gpt_fp8_stored(m, idx))
+		BUG("'%s' is kept as FP8 codes, not 16-bit words", m->reg.p[idx].name);
+	return (uint16_t *)((uint8_t *)m->w16 + m->soff[idx]);
 }
 
 const uint16_t *gpt_param16(struct gpt_model *m, int idx)
@@ -70,7 +79,7 @@ const uint16_t *gpt_param16(struct gpt_model *m, int idx)
 		m->shards.gather(m->shards.ctx, idx, m->gather16);
 		return m->gather16;
 	}
-	return m->w16 + m->reg.p[idx].offset;
+	return gpt_words(m, idx);
 }
 
 float *gpt_grad(struct gpt_model *m, int idx)

@@ -100,7 +100,7 @@ static void *state_of(const struct adam_place *pl, enum adam_state which)
  * host), not the model's fp32 weights themselves. */
 static bool owns_main(const struct adam *o, const struct adam_place *pl)
 {
-	return o->w16 || pl->host;
+	return o->w16 || o->keep_main || pl->host;
 }
 
 /* The first tensors of [lo, hi), whole, until their elements reach the
@@ -347,6 +347,24 @@ void adam_use_half(struct adam *o, uint16_t *w16, enum kops_round kind)
 		free(vals);
 		free(words);
 	}
+}
+
+void adam_keep_main(struct adam *o)
+{
+	if (o->half_set || o->w16 || o->reg->data || o->fsdp_main || o->opt.main != KOPS_F32)
+		BUG("adam_keep_main twice, on a model's own weights or with %d-byte main weights",
+		    (int)dtype_size(o->opt.main));
+	if (o->place[0].hi > o->place[0].lo)
+		BUG("adam_keep_main with offloaded elements [%zu, %zu)", o->place[0].lo, o->place[0].hi);
+	o->half_set = true;
+	o->keep_main = true;
+	struct adam_place *pl = &o->place[1];
+	pl->main = place_alloc(o, pl, (pl->hi - pl->lo) * sizeof(float));
+}
+
+float *adam_main_f32(const struct adam *o)
+{
+	return o->keep_main ? o->place[1].main : NULL;
 }
 
 void adam_get_state(const struct adam *o, enum adam_state which, float *host)

@@ -96,7 +96,8 @@ struct adam {
 	float *grad;                 /* [hi - lo] */
 	uint16_t *w16;               /* [hi - lo] a 16-bit model's weights, NULL for fp32 */
 	float *fsdp_main;            /* Megatron-FSDP level 3, fp32 model: the weights' shard (its main weights) */
-	bool half_set;               /* adam_use_half was called */
+	bool half_set;               /* adam_use_half or adam_keep_main was called */
+	bool keep_main;              /* adam_keep_main: the model writes its weights from the main ones */
 	enum kops_round half;        /* their format */
 	int64_t step;                /* successful steps taken (torch's state['step']) */
 	struct kops_seg *norm_segs[2]; /* the norms' tensors: [0] without the replicated ones, [1] all */
@@ -118,6 +119,13 @@ size_t adam_host_bytes(const struct adam *o);
  * [reg->total] weights). The main weights start as the model's (widened):
  * the caller sets the model first, or sets them with adam_set_state. */
 void adam_use_half(struct adam *o, uint16_t *w16, enum kops_round kind);
+/* A bf16 model that writes its weights from the main weights itself
+ * (--fp8-param-gather: gpt_copy_main_to_model): fp32 main weights for [lo,
+ * hi), all on the device, set with adam_set_state(ADAM_MAIN); a step
+ * updates them and writes nothing else. adam_main_f32: them ([hi - lo]
+ * floats, backend memory), NULL without adam_keep_main. */
+void adam_keep_main(struct adam *o);
+float *adam_main_f32(const struct adam *o);
 /* Megatron-FSDP (train/fsdp.h): the gradients of [lo, hi) are the shard
  * grad[hi - lo]; with sharded weights a 16-bit model's are w16_shard[hi -
  * lo] (then adam_use_half after this, with w16 NULL) and an fp32 model's

@@ -8,6 +8,13 @@
 
 #include "base/xalloc.h"
 
+/* element e of the region, in bytes from the region's start in the store */
+static size_t store_at(const void *ctx, size_t e)
+{
+	const struct param_gather *s = ctx;
+	return gpt_store_at(s->m, s->base + e) - gpt_store_at(s->m, s->base);
+}
+
 void param_gather_init(struct param_gather *s, struct gpt_model *m, struct dist_group *g, size_t base, size_t end,
 		       size_t bucket_elems, bool overlap)
 {
@@ -17,6 +24,7 @@ void param_gather_init(struct param_gather *s, struct gpt_model *m, struct dist_
 	s->end = end;
 	s->m = m;
 	s->overlap = overlap;
+	s->map = (struct dist_bytemap){ .at = store_at, .ctx = s };
 	const struct param_registry *reg = &m->reg;
 	s->bucket_of = xcalloc((size_t)reg->n + 1, sizeof(int));
 	size_t cap = 0;
@@ -58,7 +66,10 @@ void param_gather_start(struct param_gather *s)
 	for (int i = 0; i < s->nb; i++) {
 		struct pg_bucket *b = &s->b[i];
 		size_t total = s->end - s->base, a = b->lo - s->base, z = b->hi - s->base;
-		if (s->m->w16) /* the 16-bit weights the optimizer wrote: half the bytes of fp32 */
+		if (s->m->soff) /* FP8 codes and 16-bit words */
+			dist_iallgather_range_mapped(s->g, (uint8_t *)s->m->w16 + gpt_store_at(s->m, s->base), total, a,
+						     z, &s->map, &b->req);
+		else if (s->m->w16) /* the 16-bit weights the optimizer wrote: half the bytes of fp32 */
 			dist_iallgather_range_u16(s->g, s->m->w16 + s->base, total, a, z, &b->req);
 		else
 			dist_iallgather_range_f32(s->g, s->m->reg.data + s->base, total, a, z, &b->req);

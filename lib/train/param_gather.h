@@ -7,7 +7,9 @@
  * needs a parameter in it, so they run behind the forward of the layers
  * before; without, everything is gathered at once after the step.
  * What is gathered is what the layers use: the fp32 weights, or a
- * bf16/fp16 model's 16-bit ones (gpt.h), half the bytes.
+ * bf16/fp16 model's 16-bit ones (gpt.h), half the bytes, or with
+ * --fp8-param-gather its store, where the FP8 layers' weights take one
+ * byte a value (each rank's part of a bucket is a run of bytes there).
  */
 #ifndef MEGAC_TRAIN_PARAM_GATHER_H
 #define MEGAC_TRAIN_PARAM_GATHER_H
@@ -30,6 +32,7 @@ struct param_gather {
 		struct dist_req req;
 	} *b;
 	int *bucket_of;     /* [reg.n], -1 outside the region */
+	struct dist_bytemap map; /* --fp8-param-gather: the region's elements in the model's store */
 };
 
 /* Buckets of about bucket_elems elements of whole parameters, in registry

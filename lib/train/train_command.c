@@ -91,8 +91,17 @@ void train_opt_part_init(struct adam *opt, struct gpt_model *m, const struct fsd
 		bool w = level == 3;
 		adam_use_shards(opt, fs->grad, w && !m->w16 ? m->reg.data : NULL, w ? m->w16 : NULL);
 	}
-	if (m->w16) /* main weights of the shard, from the model's initial ones */
+	if (m->soff) { /* --fp8-param-gather: the model writes its weights from the main ones */
+		adam_keep_main(opt);
+		if (!k->counts_only) {
+			float *host = xmalloc((m->reg.total ? m->reg.total : 1) * sizeof(float));
+			gpt_main_values(m, host);
+			adam_set_state(opt, ADAM_MAIN, host);
+			free(host);
+		}
+	} else if (m->w16) { /* main weights of the shard, from the model's initial ones */
 		adam_use_half(opt, m->w16, gpt_half_kind(m));
+	}
 }
 
 static enum kops_dtype dtype_of(const char *v)
@@ -629,6 +638,7 @@ static int train_run(const struct args *a)
 		if (r < 0)
 			goto out;
 	}
+	trainer_cast_fp8_weights(&t, true);
 	/* TensorBoard and the metrics file belong to the rank that prints the log line */
 	if (a->tensorboard_dir && dist_is_last(&t.dist)) {
 		if (tboard_open(&t.tb, a->tensorboard_dir) < 0)

@@ -203,6 +203,8 @@ static int train_step(struct trainer *t, double *loss, bool *skipped, double *gn
 		dist_allreduce_max_f64(&t->dist.world_g, &found, 1);
 		grad_scaler_update(&t->scaler, found > 0);
 		if (found > 0) {
+			if (t->model.soff) /* as after a step (below) */
+				gpt_fp8_update(&t->model, t->gdp);
 			*skipped = true;
 			timers_stop(&t->timers, "optimizer");
 			return 0;
@@ -233,6 +235,10 @@ static int train_step(struct trainer *t, double *loss, bool *skipped, double *gn
 					   t->a->decoupled_min_lr >= 0 ? t->a->decoupled_min_lr : t->a->min_lr);
 	for (int i = 0; i < t->nparts; i++)
 		adam_step_lrs(&t->part[i].opt, lr, emb_lr, lr_sched_current_wd(&t->sched));
+	if (t->model.soff) { /* FP8 weights: cast with the scales the delayed recipe's update gives now */
+		gpt_fp8_update(&t->model, t->gdp);
+		trainer_cast_fp8_weights(t, false);
+	}
 	timers_stop(&t->timers, "optimizer");
 	timers_start(&t->timers, "params-all-gather", 1);
 	for (int i = 0; i < t->nparts; i++) /* every rank's updated shard to every rank (or started, to land
@@ -242,6 +248,24 @@ static int train_step(struct trainer *t, double *loss, bool *skipped, double *gn
 	timers_stop(&t->timers, "params-all-gather");
 	lr_sched_step(&t->sched, t->gbs);
 	return 0;
+}
+
+void trainer_cast_fp8_weights(struct trainer *t, bool gather)
+{
+	if (!t->model.soff)
+		return;
+	for (int i = 0; i < t->nparts; i++) {
+		struct train_part *p = &t->part[i];
+		struct gpt_main_part pt = { .main = adam_main_f32(&p->opt), .lo = p->opt.lo, .hi = p->opt.hi,
+					    .base = p->base, .end = p->end, .g = p->g };
+		gpt_copy_main_to_model(&t->model, &pt);
+	}
+	for (int i = 0; gather && i < t->nparts; i++)
+		if (t->part[i].sharded) {
+			param_gather_start(&t->part[i].pg);
+			param_gather_finish(&t->part[i].pg);
+		}
+	gpt_drop_initial_weights(&t->model);
 }
 
 /* What the backend holds beside the pool's buffers (the CUDA backend's
@@ -265,10 +289,10 @@ static void memory_split(struct trainer *t, struct sbuf *sb)
 	size_t n = m->reg.total;
 	/* Megatron-FSDP keeps only the shard's gradients (level 2) and weights (3) */
 	size_t shard = m->shards.hi - m->shards.lo;
-	size_t ng = t->fsdp.level >= 2 ? shard : n, nw = t->fsdp.level == 3 ? shard : n;
+	size_t ng = t->fsdp.level >= 2 ? shard : n;
 	struct trainlog_mem_split s = { .nparams = n, .grads = ng * sizeof(float), .peak = t->mem.peak + trainer_backend_held(t),
-					.params = nw * (m->w16 ? sizeof(uint16_t) : sizeof(float)),
-					.dtype = !m->w16 ? "fp32" : m->precision == GPT_FP16 ? "fp16" : "bf16" };
+					.params = gpt_weight_bytes(m),
+					.dtype = !m->w16 ? "fp32" : m->precision == GPT_FP16 ? "fp16" : m->soff ? "fp8+bf16" : "bf16" };
 	/* what the pool holds: 16-bit states count 2 bytes, offloaded ones none */
 	for (int i = 0; i < t->nparts; i++)
 		s.optimizer += adam_device_bytes(&t->part[i].opt);
@@ -747,8 +771,10 @@ int trainer_run(struct trainer *t)
 		/* Megatron's finalize_model_grads: the expert bias from this
 		 * iteration's counts, whether or not the step was skipped */
 		gpt_update_expert_bias(&t->model, t->gdp);
-		/* the delayed FP8 recipe's amax histories and scales, once per iteration */
-		gpt_fp8_update(&t->model, t->gdp);
+		/* the delayed FP8 recipe's amax histories and scales, once per
+		 * iteration (with FP8 weights in the step, before their cast) */
+		if (!t->model.soff)
+			gpt_fp8_update(&t->model, t->gdp);
 		t->iteration++;
 		dist_watchdog_progress(&t->dist);
 		if (settle_save(t, false, false) < 0)

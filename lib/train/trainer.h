@@ -171,4 +171,11 @@ void train_ckpt_save_drop(struct trainer *t);
 /* Load from --load: 0 loaded, 1 nothing to load (fresh start), -1 error. */
 int train_ckpt_load(struct trainer *t);
 
+/* --fp8-param-gather: every part's main weights into the model (its
+ * 16-bit words and FP8 codes, gpt_copy_main_to_model), with gather the
+ * sharded parts' all-gathered at once (set-up, after a load), and the
+ * initial values the model kept for the optimizer dropped. Collective.
+ * Nothing without FP8 weights. */
+void trainer_cast_fp8_weights(struct trainer *t, bool gather);
+
 #endif

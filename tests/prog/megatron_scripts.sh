@@ -142,7 +142,7 @@ EXPECT="" DROP=""
 
 # ---- Llama-3 8B FP8 (examples/llama), its mock-data branch: 32 layers of 4096 -> 2 of 64.
 NOEFFECT="--use-mcore-models --attention-backend --cross-entropy-loss-fusion --manual-gc --empty-unused-memory-level"
-run_script llama3_fp8 "--fp8-param-gather --ckpt-format=torch_dist" \
+run_script llama3_fp8 "--ckpt-format=torch_dist" \
 	--use-mcore-models --num-layers 2 --hidden-size 64 --ffn-hidden-size 224 --num-attention-heads 4 \
 	--group-query-attention --num-query-groups 2 --kv-channels 16 --seq-length 32 --max-position-embeddings 32 \
 	--position-embedding-type rope --rotary-base 1000000 --rotary-percent 1.0 --attention-dropout 0.0 \

@@ -169,6 +169,77 @@ for r in tw dl; do
 	fi
 done
 
+# ---- FP8 weights (--fp8-param-gather): codes cast from the fp32 main weights ----
+# The first iteration's weights are the bf16-rounded initial values either
+# way, so its codes, loss and grad norm are the bf16-weights run's bit for
+# bit; after a step the codes come from the fp32 main weights (not from
+# their bf16 rounding): the losses move apart by rounding only. DP2 casts
+# each shard with the whole weight's scale: the one-rank losses bit for bit
+# (the distributed optimizer sums the grad norm's squares shard by shard:
+# its last bit may differ).
+PG="--use-distributed-optimizer --fp8-param-gather"
+for r in tw dl; do
+	case $r in tw) F="$HY --fp8-recipe tensorwise" ;; dl) F="$DL --calculate-per-token-loss" ;; esac
+	expect_ok "$r with FP8 weights, 1 rank" sh -c "$BIN/train $S $F $PG --metrics-file $W/p$r.jsonl >$W/p$r.log"
+	head -n 1 "$W/o$r.jsonl" >"$W/o1.jsonl"
+	head -n 1 "$W/p$r.jsonl" >"$W/p1.jsonl"
+	if RTOL=0 $PY tests/prog/py/compare_metrics.py same "$W/o1.jsonl" "$W/p1.jsonl" 1 >"$W/cmp.txt" 2>&1 &&
+		LOSS_ONLY=1 RTOL=2e-3 $PY tests/prog/py/compare_metrics.py same "$W/o$r.jsonl" "$W/p$r.jsonl" 6 >"$W/cmp2.txt" 2>&1 &&
+		! RTOL=0 $PY tests/prog/py/compare_metrics.py same "$W/o$r.jsonl" "$W/p$r.jsonl" 6 >/dev/null 2>&1; then
+		ok "$r: FP8 weights give the bf16 weights' first iteration bit for bit, then move apart by rounding: $(cat "$W/cmp2.txt")"
+	else
+		notok "$r: FP8 weights against bf16 weights"
+		show "$W/cmp.txt"
+		show "$W/cmp2.txt"
+	fi
+	expect_ok "$r with FP8 weights, DP2" sh -c "$MPI -np 2 $BIN/train $S $F $PG --metrics-file $W/pd$r.jsonl >$W/pd$r.log"
+	if LOSS_ONLY=1 RTOL=0 $PY tests/prog/py/compare_metrics.py same "$W/p$r.jsonl" "$W/pd$r.jsonl" 6 >"$W/cmp.txt" 2>&1 &&
+		$PY tests/prog/py/compare_metrics.py same "$W/p$r.jsonl" "$W/pd$r.jsonl" 6 >>"$W/cmp.txt" 2>&1; then
+		ok "$r: FP8 weights, DP2 gives the one-rank losses bit for bit (grad norms: $(tail -n 1 "$W/cmp.txt"))"
+	else
+		notok "$r: FP8 weights, DP2 against one rank"
+		show "$W/cmp.txt"
+	fi
+	expect_ok "$r with FP8 weights, TP2 with SP and DP2" \
+		sh -c "$MPI -np 4 $BIN/train $S $F $PG --tensor-model-parallel-size 2 --sequence-parallel --metrics-file $W/pt$r.jsonl >$W/pt$r.log"
+	if LOSS_ONLY=1 RTOL=1e-3 $PY tests/prog/py/compare_metrics.py same "$W/p$r.jsonl" "$W/pt$r.jsonl" 6 >"$W/cmp.txt" 2>&1; then
+		ok "$r: FP8 weights, TP2+SP with DP2 gives the one-rank losses within 1e-3: $(cat "$W/cmp.txt")"
+	else
+		notok "$r: FP8 weights, TP2+SP against one rank"
+		show "$W/cmp.txt"
+	fi
+done
+expect_ok "delayed with FP8 weights, DP2: 3 iterations and a checkpoint" \
+	sh -c "$MPI -np 2 $BIN/train $S $DL --calculate-per-token-loss $PG --save $W/pgck --save-interval 3 --exit-interval 3 >$W/pg1.log"
+expect_ok "... resumed to 6" \
+	sh -c "$MPI -np 2 $BIN/train $S $DL --calculate-per-token-loss $PG --load $W/pgck --metrics-file $W/pgr.jsonl >$W/pg2.log"
+if LOSS_ONLY=1 RTOL=0 $PY tests/prog/py/compare_metrics.py tail "$W/pdl.jsonl" "$W/pgr.jsonl" 4 6 >"$W/cmp.txt" 2>&1; then
+	ok "FP8 weights: a resumed delayed DP2 run gives the same losses bit for bit (the codes are cast again from the main weights)"
+else
+	notok "FP8 weights: delayed resume"
+	show "$W/cmp.txt"
+fi
+# report_memory: the FP8 layers' weights take one byte a value
+expect_ok "report_memory with and without FP8 weights" \
+	sh -c "$BIN/report_memory $S $HY --use-distributed-optimizer --device cpu --json >$W/rw16.json 2>/dev/null &&
+		$BIN/report_memory $S $HY $PG --device cpu --json >$W/rw8.json 2>/dev/null"
+if $PY - "$W/rw16.json" "$W/rw8.json" <<'PYEND' >"$W/rw.txt" 2>&1; then
+import json, sys
+a, b = (json.load(open(p))["megac"]["ranks"][0]["breakdown"] for p in sys.argv[1:])
+saved = (a["parameters_MB"] - b["parameters_MB"]) * 2**20
+# 2 layers: qkv (64 + 2 x 2 x 16) x 64, proj 64 x 64, fc1 (2 x 128) x 64, fc2 64 x 128 values (ffn
+# int(4h 2/3 / 64) 64 = 128), a byte each saved
+fp8 = 2 * (128 * 64 + 64 * 64 + 256 * 64 + 64 * 128)
+assert abs(saved - fp8) <= 16 * 20, (saved, fp8)
+print(f"{a['parameters_MB'] * 1024:.1f} KB of bf16 weights, {b['parameters_MB'] * 1024:.1f} KB with {fp8} FP8 values")
+PYEND
+	ok "report_memory counts FP8 weights as one byte a value: $(cat "$W/rw.txt")"
+else
+	notok "report_memory's FP8 weights"
+	show "$W/rw.txt"
+fi
+prediction_close "report_memory's prediction with FP8 weights is within 5% of train's max allocated" "$W/rw8.json" "$W/ptw.log"
+
 # ---- --first-last-layers-bf16: with both layers kept in bf16 nothing is FP8 ----
 expect_ok "tensorwise with --first-last-layers-bf16 (layers 0 and 1 in bf16)" \
 	sh -c "$BIN/train $S $HY --fp8-recipe tensorwise --first-last-layers-bf16 --metrics-file $W/fl.jsonl >$W/fl.log"
@@ -187,11 +258,12 @@ fi
 if [ -n "${MEGAC_EMU:-}" ]; then
 	# tensorwise takes cuBLASLt's FP8 GEMM, mxfp8 the dequantizing one; the
 	# delayed and blockwise recipes (the same two GEMMs) under make check-long
-	EMU_RECIPES="tw mx"
-	long_only && EMU_RECIPES="tw dl bw mx"
+	# (pg: tensorwise with FP8 weights, their transposed codes for the dgrad)
+	EMU_RECIPES="tw mx pg"
+	long_only && EMU_RECIPES="tw dl bw mx pg"
 	for r in $EMU_RECIPES; do
 		case $r in tw) F="$HY --fp8-recipe tensorwise" ;; dl) F=$DL ;; bw) F="--fp8-format e4m3 --fp8-recipe blockwise" ;;
-		mx) F="--fp8-format e4m3 --fp8-recipe mxfp8" ;; esac
+		mx) F="--fp8-format e4m3 --fp8-recipe mxfp8" ;; pg) F="$HY --fp8-recipe tensorwise $PG" ;; esac
 		expect_ok "$r on the emulated CUDA device" \
 			sh -c "$MEGAC_EMU/bin/train $S $F --device cuda --metrics-file $W/e$r.jsonl >$W/e$r.log 2>&1"
 		expect_ok "$r on the CPU" sh -c "$BIN/train $S $F --device cpu --metrics-file $W/c$r.jsonl >$W/c$r.log 2>&1"
@@ -252,6 +324,18 @@ else
 	notok "delayed MoE EP2 against one rank"
 	show "$W/cmp.txt"
 fi
+# FP8 weights: the experts' part of the store is gathered over its own
+# group, and its tensors sit apart at the end of the buffers
+expect_ok "delayed, MoE with FP8 weights, 1 rank" \
+	sh -c "$BIN/train $MD $PG --metrics-file $W/mp1.jsonl >$W/mp1.log 2>&1"
+expect_ok "delayed, MoE with FP8 weights, EP2" \
+	sh -c "$MPI -np 2 $BIN/train $MD $PG --expert-model-parallel-size 2 --metrics-file $W/mp2.jsonl >$W/mp2.log 2>&1"
+if RTOL=1e-5 $PY tests/prog/py/compare_metrics.py same "$W/mp1.jsonl" "$W/mp2.jsonl" 6 >"$W/cmp.txt" 2>&1; then
+	ok "delayed: MoE with FP8 weights under EP2 gives the one-rank losses (rtol 1e-5): $(cat "$W/cmp.txt")"
+else
+	notok "delayed MoE with FP8 weights, EP2 against one rank"
+	show "$W/cmp.txt"
+fi
 expect_ok "delayed with one MTP depth, 3 iterations and a checkpoint" \
 	sh -c "$BIN/train $L --train-iters 3 --mtp-num-layers 1 $DL --save $W/mtck --save-interval 3 >$W/mtp.log 2>&1"
 if $PY - "$W/mtck" <<'PYEND' >"$W/mtp.txt" 2>&1; then
@@ -270,8 +354,8 @@ else
 fi
 
 # ---- Megatron's Llama-3 8B FP8 example (examples/llama/train_llama3_8b_h100_fp8.sh), shrunk, on two
-# ranks: 32 layers of 4096 -> 2 of 64, 8 GPUs -> DP2; less --fp8-param-gather and --ckpt-format
-# torch_dist, which megac refuses by name (megatron_scripts.sh checks the whole line on one rank)
+# ranks: 32 layers of 4096 -> 2 of 64, 8 GPUs -> DP2; less --ckpt-format torch_dist, which megac
+# refuses by name (megatron_scripts.sh checks the whole line on one rank)
 LL="--use-mcore-models --num-layers 2 --hidden-size 64 --ffn-hidden-size 224 --num-attention-heads 4"
 LL="$LL --group-query-attention --num-query-groups 2 --kv-channels 16 --seq-length 32 --max-position-embeddings 32"
 LL="$LL --position-embedding-type rope --rotary-base 1000000 --rotary-percent 1.0 --attention-dropout 0.0"
@@ -282,6 +366,7 @@ LL="$LL --lr 0.00015 --min-lr 0.00001 --decoupled-lr 5.0e-4 --decoupled-min-lr 4
 LL="$LL --clip-grad 1.0 --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95 --bf16 --grad-reduce-in-bf16"
 LL="$LL --cross-entropy-loss-fusion --calculate-per-token-loss --manual-gc --empty-unused-memory-level 1"
 LL="$LL --exit-duration-in-mins 235 --fp8-format hybrid --fp8-amax-history-len 1024 --fp8-amax-compute-algo max"
+LL="$LL --fp8-param-gather"
 LL="$LL --tensor-model-parallel-size 1 --context-parallel-size 1 --sequence-parallel --use-distributed-optimizer"
 LL="$LL --overlap-grad-reduce --overlap-param-gather --mock-data --tokenizer-type NullTokenizer --vocab-size 1000"
 LL="$LL --data-cache-path $W/llcache --tiktoken-pattern v2 --split 99,1,0 --no-create-attention-mask-in-dataloader"
@@ -292,5 +377,9 @@ expect_ok "Megatron's Llama-3 8B FP8 example, shrunk, 2 iterations on 2 ranks" \
 
 # ---- refusals ----
 expect_fail "--fp8-format without --bf16" "needs --bf16" $BIN/train $NB --train-iters 1 $HY
-expect_fail "--fp8-param-gather is refused by name" "--fp8-param-gather" $BIN/train $R $HY --fp8-param-gather
+expect_fail "--fp8-param-gather without the distributed optimizer" "needs --use-distributed-optimizer" \
+	$BIN/train $R $HY --fp8-param-gather
+expect_fail "--fp8-param-gather with the blockwise recipe" "--fp8-recipe blockwise" \
+	$BIN/train $R --fp8-format e4m3 --fp8-recipe blockwise $PG
+expect_fail "--fp8-param-gather without --fp8-format" "needs --fp8-format" $BIN/train $R $PG
 expect_fail "--first-last-layers-bf16 with the delayed recipe" "--first-last-layers-bf16" $BIN/train $R $DL --first-last-layers-bf16
