@@ -105,6 +105,9 @@ void cpu_fp8_quantize(const struct kops_fp8_tensor *t, const float *x, const str
 void cpu_fp8_gemm(float *out, const struct kops_fp8_tensor *a, const struct kops_fp8_tensor *b, const float *bias,
 		  bool accumulate);
 void cpu_fp8_transpose(const struct kops_fp8_tensor *dst, const struct kops_fp8_tensor *src);
+void cpu_fp8_amax_blocks(float *amax, const float *x, size_t n, size_t start, const struct kops_fp8_tensor *t);
+void cpu_fp8_quantize_blocks(const struct kops_fp8_tensor *t, const float *x, size_t n, size_t start,
+			     const float *amax, bool pow2);
 
 /* ---- cpu_rand.c ---- */
 

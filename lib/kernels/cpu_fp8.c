@@ -1,6 +1,7 @@
 /*
  * cpu_fp8.c - the CPU backend's FP8 ops (ops.h: fp8_amax, fp8_quantize,
- * fp8_gemm, fp8_transpose), the reference the CUDA backend is held to. Every cast and
+ * fp8_gemm, fp8_transpose, fp8_amax_blocks, fp8_quantize_blocks), the
+ * reference the CUDA backend is held to. Every cast and
  * every scale comes from lib/kernels/fp8.h, whose rules both backends
  * compile, so the codes and the dequantization scales agree bit for bit.
  *
@@ -15,6 +16,10 @@
  * product onto out: the sum over k comes first, as cuBLASLt's epilogue has
  * it. fp8_transpose moves bytes in square tiles (a tile's rows and columns
  * both stay in cache) and the scales as a plain loop; nothing is rounded.
+ * fp8_amax_blocks and fp8_quantize_blocks work on a flat range of a
+ * block-scaled tensor (a distributed optimizer's shard): each block the
+ * range touches is one thread's, walked row by row over the part of each
+ * of its rows inside the range, so no two threads write one amax.
  */
 #include "kernels/cpu.h"
 #include "kernels/fp8.h"
@@ -224,6 +229,127 @@ void cpu_fp8_transpose(const struct kops_fp8_tensor *dst, const struct kops_fp8_
 			uint8_t *d = dst->q + (size_t)c * R;
 			for (int r = r0; r < r1; r++)
 				d[r] = src->q[(size_t)r * C + c];
+		}
+	}
+}
+
+/* ---- a shard of a block-scaled tensor: elements [s, e) of its row-major R x C ---- */
+
+struct fp8_shard {
+	size_t s, e;          /* the flat range, e > s */
+	size_t rs, re;        /* its first and last row */
+	int C, br, bc, nbc;
+	int bi0, nb;          /* the block rows it touches start at bi0: nb blocks to visit */
+};
+
+static bool fp8_shard_init(struct fp8_shard *sh, const struct kops_fp8_tensor *t, size_t n, size_t start,
+			   const char *what)
+{
+	fp8_check_tensor(t, what);
+	const size_t total = (size_t)t->rows * t->cols;
+
+	if (start > total || n > total - start)
+		BUG("%s: elements [%zu, %zu + %zu) of a %d x %d tensor", what, start, start, n, t->rows, t->cols);
+	if (!n)
+		return false;
+	sh->s = start;
+	sh->e = start + n;
+	sh->C = t->cols;
+	sh->br = t->br;
+	sh->bc = t->bc;
+	sh->nbc = (t->cols + t->bc - 1) / t->bc;
+	sh->rs = sh->s / (size_t)sh->C;
+	sh->re = (sh->e - 1) / (size_t)sh->C;
+	sh->bi0 = (int)(sh->rs / (size_t)sh->br);
+	sh->nb = ((int)(sh->re / (size_t)sh->br) - sh->bi0 + 1) * sh->nbc;
+	return true;
+}
+
+/* visit b of the shard's blocks (0 <= b < nb): its grid index, and its rows [*r0, *r1) */
+static size_t fp8_shard_block(const struct fp8_shard *sh, int b, size_t *r0, size_t *r1, int *j)
+{
+	const int i = sh->bi0 + b / sh->nbc;
+	const size_t lo = (size_t)i * sh->br, hi = lo + (size_t)sh->br;
+
+	*j = b % sh->nbc;
+	*r0 = lo > sh->rs ? lo : sh->rs;
+	*r1 = hi < sh->re + 1 ? hi : sh->re + 1;
+	return (size_t)i * sh->nbc + (size_t)*j;
+}
+
+/* the columns [*c0, *c1) of row r in block column j that lie in the shard (empty: *c0 >= *c1) */
+static void fp8_shard_cols(const struct fp8_shard *sh, size_t r, int j, int *c0, int *c1)
+{
+	const int lo = r == sh->rs ? (int)(sh->s % (size_t)sh->C) : 0;
+	const int hi = r == sh->re ? (int)((sh->e - 1) % (size_t)sh->C) + 1 : sh->C;
+	const int b0 = j * sh->bc, b1 = sh->C - b0 < sh->bc ? sh->C : b0 + sh->bc;
+
+	*c0 = lo > b0 ? lo : b0;
+	*c1 = hi < b1 ? hi : b1;
+}
+
+void cpu_fp8_amax_blocks(float *amax, const float *x, size_t n, size_t start, const struct kops_fp8_tensor *t)
+{
+	struct fp8_shard sh;
+
+	if (!fp8_shard_init(&sh, t, n, start, "fp8_amax_blocks"))
+		return;
+#pragma omp parallel for schedule(static) if (n >= CPU_PAR_MIN)
+	for (int b = 0; b < sh.nb; b++) {
+		size_t r0, r1;
+		int j, c0, c1;
+		const size_t k = fp8_shard_block(&sh, b, &r0, &r1, &j);
+		uint32_t m = 0;
+		bool any = false;
+
+		for (size_t r = r0; r < r1; r++) {
+			fp8_shard_cols(&sh, r, j, &c0, &c1);
+			if (c0 >= c1)
+				continue;
+			const float *v = x + (r * (size_t)sh.C + (size_t)c0 - start); /* element (r, c0) */
+			for (int c = 0; c < c1 - c0; c++) {
+				uint32_t a = fp8_abs_bits(v[c]);
+				m = a > m ? a : m;
+			}
+			any = true;
+		}
+		if (any) { /* raised, as fp8_quantize's amax */
+			uint32_t o = fp8_abs_bits(amax[k]);
+			amax[k] = fp8_bits_f32(m > o ? m : o);
+		}
+	}
+}
+
+void cpu_fp8_quantize_blocks(const struct kops_fp8_tensor *t, const float *x, size_t n, size_t start,
+			     const float *amax, bool pow2)
+{
+	struct fp8_shard sh;
+	const bool any = fp8_shard_init(&sh, t, n, start, "fp8_quantize_blocks");
+	const int nbt = ((t->rows + t->br - 1) / t->br) * ((t->cols + t->bc - 1) / t->bc);
+	float scale;
+
+	for (int b = 0; b < nbt; b++)
+		fp8_block_scale(amax[b], t->fmt, KOPS_FP8_AMAX, pow2, &scale, &t->sinv[b]);
+	if (!any)
+		return;
+
+#pragma omp parallel for schedule(static) if (n >= CPU_PAR_MIN)
+	for (int b = 0; b < sh.nb; b++) {
+		size_t r0, r1;
+		int j, c0, c1;
+		const size_t k = fp8_shard_block(&sh, b, &r0, &r1, &j);
+		float sc, si;
+
+		fp8_block_scale(amax[k], t->fmt, KOPS_FP8_AMAX, pow2, &sc, &si);
+		for (size_t r = r0; r < r1; r++) {
+			fp8_shard_cols(&sh, r, j, &c0, &c1);
+			if (c0 >= c1)
+				continue;
+			const size_t at = r * (size_t)sh.C + (size_t)c0; /* element (r, c0) */
+			const float *v = x + (at - start);
+			uint8_t *q = t->q + at;
+			for (int c = 0; c < c1 - c0; c++)
+				q[c] = fp8_from_f32(fp8_mul(v[c], sc), t->fmt);
 		}
 	}
 }

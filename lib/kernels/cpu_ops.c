@@ -648,6 +648,8 @@ static const struct kops cpu_ops = {
 	.fp8_quantize = cpu_fp8_quantize,
 	.fp8_gemm = cpu_fp8_gemm,
 	.fp8_transpose = cpu_fp8_transpose,
+	.fp8_amax_blocks = cpu_fp8_amax_blocks,
+	.fp8_quantize_blocks = cpu_fp8_quantize_blocks,
 	.attention_block_forward = cpu_attention_block_forward,
 	.attention_block_backward = cpu_attention_block_backward,
 };

@@ -349,6 +349,29 @@ struct kops {
 	void (*fp8_gemm)(float *out, const struct kops_fp8_tensor *a, const struct kops_fp8_tensor *b,
 			 const float *bias, bool accumulate);
 	void (*fp8_transpose)(const struct kops_fp8_tensor *dst, const struct kops_fp8_tensor *src);
+	/* The blockwise recipe's weights cast shard by shard (--fp8-param-gather
+	 * under the distributed optimizer): every rank raises the block amaxes
+	 * over its range, the maxima are reduced over the ranks, then every rank
+	 * casts its range with the blocks' scales.
+	 * fp8_amax_blocks: raise amax[nbr * nbc] (nbr = ceil(t->rows / t->br),
+	 * nbc likewise, row-major; backend memory) with the max |x| of each
+	 * block over x[0..n), which are the elements [start, start + n) of the
+	 * row-major t->rows x t->cols tensor t describes (only rows, cols, br,
+	 * bc are read). "Raise" as fp8_quantize's amax output: the max of
+	 * the bit patterns of |value| (a NaN wins), so partial maxima combine.
+	 * A block none of whose elements is in the range is not written.
+	 * fp8_quantize_blocks: from the block amaxes amax[nbr * nbc] (reduced,
+	 * the same on every rank), each block's scale and sinv as
+	 * fp8_quantize's KOPS_FP8_AMAX finds them (fp8_block_scale with
+	 * pow2), every block's sinv into t->sinv, and the codes of x[0..n)
+	 * (elements [start, start + n) of t) into t->q[start .. start + n),
+	 * code = fp8_from_f32(x * scale of its block, t->fmt). Elements of t
+	 * outside the range are not written. With start 0 and n = rows x cols
+	 * it gives fp8_quantize KOPS_FP8_AMAX's codes and scales bit for bit.
+	 * Both: start + n > rows x cols is a BUG. */
+	void (*fp8_amax_blocks)(float *amax, const float *x, size_t n, size_t start, const struct kops_fp8_tensor *t);
+	void (*fp8_quantize_blocks)(const struct kops_fp8_tensor *t, const float *x, size_t n, size_t start,
+				    const float *amax, bool pow2);
 
 	/* ---- one block of causal attention on global positions (context parallelism) ----
 	 * Queries q[B,a,Tq,k] sit at global positions qpos[Tq], keys and values

@@ -26,6 +26,7 @@ static const struct {
 	OP(dropout_backward), OP(xent_forward), OP(xent_backward), OP(add), OP(scale), OP(sumsq), OP(nonfinite),
 	OP(round), OP(narrow), OP(widen), OP(adamw), OP(moe_combine_forward), OP(moe_combine_backward), OP(sumsq_segs), OP(adamw_segs),
 	OP(adamw_segs_lp), OP(fp8_amax), OP(fp8_quantize), OP(fp8_gemm), OP(fp8_transpose),
+	OP(fp8_amax_blocks), OP(fp8_quantize_blocks),
 	OP(attention_block_forward), OP(attention_block_backward),
 };
 #undef OP

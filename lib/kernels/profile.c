@@ -18,7 +18,7 @@ enum {
 	P_GELU_F, P_GELU_B, P_SWIGLU_F, P_SWIGLU_B, P_QKV_F, P_QKV_B, P_ATTN_F, P_ATTN_B,
 	P_DROP_F, P_DROP_B, P_XENT_F, P_XENT_B, P_ADD, P_SCALE, P_SUMSQ, P_NONFINITE, P_ROUND, P_NARROW, P_WIDEN,
 	P_ADAMW, P_MOE_F, P_MOE_B, P_SUMSQ_SEGS, P_ADAMW_SEGS, P_ADAMW_SEGS_LP, P_FP8_AMAX, P_FP8_QUANT, P_FP8_GEMM,
-	P_FP8_TRANSPOSE, P_ABLK_F, P_ABLK_B, P_NOPS
+	P_FP8_TRANSPOSE, P_FP8_AMAX_BLOCKS, P_FP8_QUANT_BLOCKS, P_ABLK_F, P_ABLK_B, P_NOPS
 };
 
 static const char *const prof_names[P_NOPS] = {
@@ -30,7 +30,8 @@ static const char *const prof_names[P_NOPS] = {
 	"dropout_add_forward", "dropout_backward", "xent_forward", "xent_backward",
 	"add", "scale", "sumsq", "nonfinite", "round", "narrow", "widen",
 	"adamw", "moe_combine_forward", "moe_combine_backward", "sumsq_segs", "adamw_segs", "adamw_segs_lp",
-	"fp8_amax", "fp8_quantize", "fp8_gemm", "fp8_transpose", "attention_block_forward", "attention_block_backward",
+	"fp8_amax", "fp8_quantize", "fp8_gemm", "fp8_transpose", "fp8_amax_blocks", "fp8_quantize_blocks",
+	"attention_block_forward", "attention_block_backward",
 };
 
 struct prof_row {
@@ -448,6 +449,29 @@ static void w_fp8_transpose(const struct kops_fp8_tensor *dst, const struct kops
 	prof_end(P_FP8_TRANSPOSE, t, 0, 2.0 * src->rows * src->cols + 2 * F4 * nb);
 }
 
+/* the number of blocks of t's scale grid */
+static double fp8_nblocks(const struct kops_fp8_tensor *t)
+{
+	return (double)((t->rows + t->br - 1) / t->br) * ((t->cols + t->bc - 1) / t->bc);
+}
+
+static void w_fp8_amax_blocks(float *amax, const float *x, size_t n, size_t start, const struct kops_fp8_tensor *q)
+{
+	double t = prof_begin();
+	P.base->fp8_amax_blocks(amax, x, n, start, q);
+	/* each value read; each block amax read and written at most once */
+	prof_end(P_FP8_AMAX_BLOCKS, t, 0, F4 * (double)n);
+}
+
+static void w_fp8_quantize_blocks(const struct kops_fp8_tensor *q, const float *x, size_t n, size_t start,
+				  const float *amax, bool pow2)
+{
+	double t = prof_begin();
+	P.base->fp8_quantize_blocks(q, x, n, start, amax, pow2);
+	/* each value read in fp32 and written as one byte; each block's amax read and sinv written */
+	prof_end(P_FP8_QUANT_BLOCKS, t, 0, (F4 + 1.0) * (double)n + 2 * F4 * fp8_nblocks(q));
+}
+
 static void w_attention_block_forward(float *out, float *lse, const float *q, const float *kk, const float *v,
 				      const int32_t *qpos, const int32_t *kpos, int B, int Tq, int Tk, int a, int g,
 				      int k, int S, float scale, int window, float dropout_p, uint64_t seed,
@@ -529,6 +553,8 @@ const struct kops *kops_profile_wrap(const struct kops *base)
 	WRAP(fp8_quantize, w_fp8_quantize);
 	WRAP(fp8_gemm, w_fp8_gemm);
 	WRAP(fp8_transpose, w_fp8_transpose);
+	WRAP(fp8_amax_blocks, w_fp8_amax_blocks);
+	WRAP(fp8_quantize_blocks, w_fp8_quantize_blocks);
 	WRAP(attention_block_forward, w_attention_block_forward);
 	WRAP(attention_block_backward, w_attention_block_backward);
 	return &P.table;

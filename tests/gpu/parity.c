@@ -1836,6 +1836,47 @@ static void ref_fp8_transpose(const struct kops_fp8_tensor *dst, const struct ko
 			dst->sinv[j * nbr + i] = src->sinv[i * nbc + j];
 }
 
+static size_t nblocks(const struct kops_fp8_tensor *t)
+{
+	return (size_t)((t->rows + t->br - 1) / t->br) * ((t->cols + t->bc - 1) / t->bc);
+}
+
+/* the block of element g of t, in its grid */
+static size_t ref_block_of(const struct kops_fp8_tensor *t, size_t g)
+{
+	const size_t r = g / (size_t)t->cols, c = g % (size_t)t->cols;
+	return r / (size_t)t->br * (size_t)((t->cols + t->bc - 1) / t->bc) + c / (size_t)t->bc;
+}
+
+static void ref_fp8_amax_blocks(float *amax, const float *x, size_t n, size_t start, const struct kops_fp8_tensor *t)
+{
+	const size_t nb = nblocks(t);
+	uint32_t *m = calloc(nb + 1, sizeof *m);
+	bool *hit = calloc(nb + 1, 1);
+	for (size_t i = 0; i < n; i++) {
+		const size_t b = ref_block_of(t, start + i);
+		m[b] = fp8_abs_bits(x[i]) > m[b] ? fp8_abs_bits(x[i]) : m[b];
+		hit[b] = true;
+	}
+	for (size_t b = 0; b < nb; b++)
+		if (hit[b])
+			amax[b] = fp8_bits_f32(m[b] > fp8_abs_bits(amax[b]) ? m[b] : fp8_abs_bits(amax[b]));
+	free(m);
+	free(hit);
+}
+
+static void ref_fp8_quantize_blocks(const struct kops_fp8_tensor *t, const float *x, size_t n, size_t start,
+				    const float *amax, bool pow2)
+{
+	float scale, si;
+	for (size_t b = 0; b < nblocks(t); b++)
+		fp8_block_scale(amax[b], t->fmt, KOPS_FP8_AMAX, pow2, &scale, &t->sinv[b]);
+	for (size_t i = 0; i < n; i++) {
+		fp8_block_scale(amax[ref_block_of(t, start + i)], t->fmt, KOPS_FP8_AMAX, pow2, &scale, &si);
+		t->q[start + i] = fp8_from_f32(x[i] * scale, t->fmt);
+	}
+}
+
 #define HAS_FP8(f) (HAS(f) || host_table(GPU))
 
 /* the case the run functions read (set before each run_test) */
@@ -1844,6 +1885,8 @@ static struct {
 	struct kops_fp8_quant how;
 	size_t n;
 	bool amax, accumulate;
+	size_t cut[8]; /* the shards: ranges [cut[p], cut[p + 1]) for p < parts */
+	int parts, part; /* part: the one range cast (-1: all of them) */
 } f8;
 
 /* buffers: 0 amax out, 1 x */
@@ -1897,6 +1940,39 @@ static void r_fp8_transpose(const struct kops *k, void **d, const struct cfg *c,
 		k->fp8_transpose(&dst, &src);
 }
 
+/* buffers: 0 amax grid (raised), 1 x; every range of f8.cut raised in turn (or f8.part's alone) */
+static void r_fp8_amax_blocks(const struct kops *k, void **d, const struct cfg *c, double *s)
+{
+	const float *x = d[1];
+	for (int p = 0; p < f8.parts; p++) {
+		if (f8.part >= 0 && p != f8.part)
+			continue;
+		const size_t s0 = f8.cut[p], len = f8.cut[p + 1] - s0;
+		if (!k->fp8_amax_blocks && host_table(k))
+			ref_fp8_amax_blocks(d[0], x + s0, len, s0, &f8.t);
+		else
+			k->fp8_amax_blocks(d[0], x + s0, len, s0, &f8.t);
+	}
+}
+
+/* buffers: 0 sinv, 1 q, 2 the reduced amax grid, 3 x; every range of f8.cut cast (or f8.part's alone) */
+static void r_fp8_quantize_blocks(const struct kops *k, void **d, const struct cfg *c, double *s)
+{
+	struct kops_fp8_tensor t = f8.t;
+	const float *x = d[3];
+	t.sinv = d[0];
+	t.q = d[1];
+	for (int p = 0; p < f8.parts; p++) {
+		if (f8.part >= 0 && p != f8.part)
+			continue;
+		const size_t s0 = f8.cut[p], len = f8.cut[p + 1] - s0;
+		if (!k->fp8_quantize_blocks && host_table(k))
+			ref_fp8_quantize_blocks(&t, x + s0, len, s0, d[2], f8.how.pow2);
+		else
+			k->fp8_quantize_blocks(&t, x + s0, len, s0, d[2], f8.how.pow2);
+	}
+}
+
 /* values over many binades (subnormal codes, saturation), a row of zeros, sign mixed */
 static float *fp8_values(int rows, int cols, float s)
 {
@@ -1912,11 +1988,6 @@ static const char *fmt_name(enum kops_fp8 f) { return f == KOPS_E4M3 ? "E4M3" : 
 static const char *how_name(enum kops_fp8_scaling h)
 {
 	return h == KOPS_FP8_GIVEN ? "GIVEN" : h == KOPS_FP8_AMAX ? "AMAX" : h == KOPS_FP8_TENSOR ? "TENSOR" : "MX";
-}
-
-static size_t nblocks(const struct kops_fp8_tensor *t)
-{
-	return (size_t)((t->rows + t->br - 1) / t->br) * ((t->cols + t->bc - 1) / t->bc);
 }
 
 /* a quantized operand made on the host (the reference), per-tensor scale from its amax for GIVEN */
@@ -2025,6 +2096,87 @@ static void test_fp8(void)
 		run_test("fp8_transpose", HAS_FP8(fp8_transpose),
 			 LABEL("%dx%d blocks %dx%d %s", R, C, f8.t.br, f8.t.bc, fmt_name(f8.t.fmt)), r_fp8_transpose,
 			 &c, NULL, 0);
+	}
+
+	/* shards of a block-scaled tensor (the distributed optimizer's FP8 weights): rows, cols, blocks,
+	 * format, pow2, ranges (uneven, cut inside rows and blocks), part (-1: all; else that range alone,
+	 * the codes of the others left as they were), special (a NaN and a -Inf among the values, the grid
+	 * raised from random values of both signs), big */
+	struct {
+		int rows, cols, br, bc, fmt, pow2, parts, part, special, big;
+	} sc[] = {
+		{ 300, 200, 128, 128, KOPS_E4M3, 1, 1, -1, 0, 0 }, { 300, 200, 128, 128, KOPS_E4M3, 1, 3, -1, 0, 0 },
+		{ 200, 333, 1, 128, KOPS_E5M2, 1, 5, -1, 0, 0 },   { 37, 300, 32, 1, KOPS_E4M3, 1, 2, -1, 0, 0 },
+		{ 130, 70, 128, 128, KOPS_E4M3, 0, 5, -1, 0, 0 },  { 200, 333, 128, 128, KOPS_E4M3, 1, 3, -1, 1, 0 },
+		{ 300, 200, 1, 128, KOPS_E4M3, 1, 5, 2, 1, 0 },    { 1, 500, 128, 128, KOPS_E5M2, 1, 3, -1, 0, 0 },
+		/* rows shorter than a warp: one block's values in several runs of a warp's lanes */
+		{ 70, 10, 32, 1, KOPS_E5M2, 1, 3, -1, 1, 0 },      { 64, 24, 7, 5, KOPS_E4M3, 0, 2, -1, 0, 0 },
+		{ 2048, 3000, 128, 128, KOPS_E4M3, 1, 5, -1, 0, 1 },
+	};
+	for (int i = 0; i < (int)(sizeof sc / sizeof *sc); i++) {
+		if (sc[i].big && !big)
+			continue;
+		const int R = sc[i].rows, C = sc[i].cols;
+		const size_t n = (size_t)R * C;
+		fresh();
+		f8.t = (struct kops_fp8_tensor){ .rows = R, .cols = C, .br = sc[i].br, .bc = sc[i].bc,
+						 .fmt = (enum kops_fp8)sc[i].fmt };
+		f8.how = (struct kops_fp8_quant){ .how = KOPS_FP8_AMAX, .pow2 = sc[i].pow2 };
+		f8.parts = sc[i].parts;
+		f8.part = sc[i].part;
+		f8.cut[0] = 0;
+		for (int p = 1; p < f8.parts; p++) { /* about even, give or take a third */
+			size_t even = n / (size_t)f8.parts;
+			f8.cut[p] = even * (size_t)p - even / 3 + (size_t)rint_below((int)(2 * (even / 3) + 1));
+		}
+		f8.cut[f8.parts] = n;
+		const size_t nb = nblocks(&f8.t);
+		float *x = fp8_values(R, C, 4);
+		float *grid = hnew(FL(nb)), *red = hnew(FL(nb));
+		if (sc[i].special) {
+			x[(size_t)(R / 2) * C + 7] = NAN;
+			x[n - 3] = -INFINITY;
+			for (size_t b = 0; b < nb; b++)
+				grid[b] = (float)((2 * runif() - 1) * 0.5);
+		}
+		memcpy(red, grid, FL(nb));
+		for (int p = 0; p < f8.parts; p++) /* the reduced grid the casts take, on the host */
+			if (f8.part < 0 || p == f8.part)
+				ref_fp8_amax_blocks(red, x + f8.cut[p], f8.cut[p + 1] - f8.cut[p], f8.cut[p], &f8.t);
+		char cuts[96] = "";
+		int cl = 0;
+		for (int p = 1; p < f8.parts && cl < (int)sizeof cuts - 24; p++)
+			cl += snprintf(cuts + cl, sizeof cuts - (size_t)cl, "%s%zu", p > 1 ? "," : "", f8.cut[p]);
+		char what[256];
+		snprintf(what, sizeof what, "%dx%d blocks %dx%d %s%s, %d ranges%s%s%s", R, C, sc[i].br, sc[i].bc,
+			 fmt_name(f8.t.fmt), sc[i].pow2 ? " pow2" : "", f8.parts, f8.parts > 1 ? " cut at " : "",
+			 cuts, sc[i].special ? ", NaN, -Inf" : "");
+		/* x and the reduced grid outlive the first test's arena */
+		float *xs = malloc(FL(n)), *reds = malloc(FL(nb) + 1);
+		if (!xs || !reds) {
+			fprintf(stderr, "parity: out of host memory\n");
+			exit(2);
+		}
+		memcpy(xs, x, FL(n));
+		memcpy(reds, red, FL(nb));
+		struct cfg c = { 0 };
+		tb_raw("amax", grid, FL(nb));
+		tb_in(x, FL(n));
+		char part[32] = "";
+		if (f8.part >= 0)
+			snprintf(part, sizeof part, ", range %d", f8.part);
+		run_test("fp8_amax_blocks", HAS_FP8(fp8_amax_blocks), LABEL("%.100s%.20s", what, part),
+			 r_fp8_amax_blocks, &c, NULL, 0);
+		uint8_t *q0 = hnew(n);
+		memset(q0, 0xa5, n);
+		tb_raw("sinv", NULL, FL(nb));
+		tb_raw("q", q0, n);
+		tb_in(reds, FL(nb));
+		tb_in(xs, FL(n));
+		run_test("fp8_quantize_blocks", HAS_FP8(fp8_quantize_blocks), LABEL("%.100s%.20s", what, part),
+			 r_fp8_quantize_blocks, &c, NULL, 0);
+		free(xs);
+		free(reds);
 	}
 
 	/* GEMM: M, N, K, a's and b's format, blocks (0: per tensor), bias, accumulate */

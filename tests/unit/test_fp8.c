@@ -21,7 +21,11 @@
  *    against a plain loop (codes, scale grid, dequantized values; shapes
  *    around the tiles, per-tensor and blocked grids, 1 and 2 threads, and
  *    back again), and with square blocks against quantizing the transposed
- *    values; the op profile's wrappers of the four.
+ *    values; fp8_amax_blocks and fp8_quantize_blocks (a tensor cut into
+ *    1, 2, 3 and 5 uneven ranges, cuts inside rows and blocks, in
+ *    128x128, 1x128 and 32x1 blocks) against one fp8_quantize AMAX of the
+ *    whole tensor, bit for bit, a NaN and an Inf among the values, and
+ *    the raise rule; the op profile's wrappers of the six.
  */
 #include "base/error.h"
 #include "base/xalloc.h"
@@ -818,6 +822,162 @@ static void test_transpose_quantized(void)
 	}
 }
 
+/* ---- fp8_amax_blocks, fp8_quantize_blocks: a tensor cast shard by shard ---- */
+
+/* nparts uneven ranges over [0, n): bounds[0] = 0 <= bounds[1] <= ... <= bounds[nparts] = n (a range may
+ * be empty), random cuts that fall inside rows and blocks */
+static void shard_bounds(size_t *bounds, int nparts, size_t n)
+{
+	bounds[0] = 0;
+	for (int p = 1; p < nparts; p++) {
+		size_t lo = bounds[p - 1], left = n - lo;
+		/* an uneven share: between a third and five thirds of an even one */
+		size_t even = left / (size_t)(nparts - p + 1), cut = even / 3 + next_u64() % (even + even / 3 + 1);
+		bounds[p] = lo + (cut < left ? cut : left);
+	}
+	bounds[nparts] = n;
+}
+
+/* the block grid's amax over the whole tensor, as bits */
+static void whole_block_amax(float *am, const float *x, int R, int C, int br, int bc)
+{
+	const int nbc = (C + bc - 1) / bc, nb = ((R + br - 1) / br) * nbc;
+	for (int b = 0; b < nb; b++)
+		am[b] = 0.0f;
+	for (int r = 0; r < R; r++)
+		for (int c = 0; c < C; c++) {
+			float *m = &am[(r / br) * nbc + c / bc];
+			if (fp8_abs_bits(x[(size_t)r * C + c]) > fp8_f32_bits(*m))
+				*m = fp8_bits_f32(fp8_abs_bits(x[(size_t)r * C + c]));
+		}
+}
+
+/* One shape, block size, format and split: the ranges' amaxes raised into
+ * one grid (in a shuffled order), and into a grid per range reduced by bit
+ * max (the ranks' all-reduce), then every range cast; all against one
+ * fp8_quantize AMAX of the whole tensor, bit for bit. */
+static bool shard_case(const float *x, int R, int C, int br, int bc, enum kops_fp8 fmt, bool pow2, int nparts)
+{
+	const size_t n = (size_t)R * C;
+	const int nb = ((R + br - 1) / br) * ((C + bc - 1) / bc);
+	uint8_t *want_q = xmalloc(n + 1), *q = xmalloc(n + 1);
+	float *want_s = xmalloc((nb + 1) * sizeof(float)), *s = xmalloc((nb + 1) * sizeof(float));
+	float *am = xcalloc(nb + 1, sizeof(float)), *red = xcalloc(nb + 1, sizeof(float));
+	float *part = xmalloc((nb + 1) * sizeof(float)), *whole = xmalloc((nb + 1) * sizeof(float));
+	struct kops_fp8_tensor tw = { want_q, want_s, R, C, br, bc, fmt }, t = { q, s, R, C, br, bc, fmt };
+	struct kops_fp8_quant h = { KOPS_FP8_AMAX, 0, pow2, false };
+	size_t bounds[8];
+	int order[8];
+	bool ok = true;
+
+	ops->fp8_quantize(&tw, x, &h, NULL);
+	whole_block_amax(whole, x, R, C, br, bc);
+	shard_bounds(bounds, nparts, n);
+	for (int p = 0; p < nparts; p++)
+		order[p] = p;
+	for (int p = nparts - 1; p > 0; p--) {
+		int k = (int)(next_u64() % (uint64_t)(p + 1)), tmp = order[p];
+		order[p] = order[k], order[k] = tmp;
+	}
+	for (int i = 0; i < nparts; i++) {
+		const int p = order[i];
+		const size_t s0 = bounds[p], len = bounds[p + 1] - s0;
+		ops->fp8_amax_blocks(am, x + s0, len, s0, &t);
+		for (int b = 0; b < nb; b++)
+			part[b] = 0.0f;
+		ops->fp8_amax_blocks(part, x + s0, len, s0, &t);
+		for (int b = 0; b < nb; b++)
+			if (fp8_f32_bits(part[b]) > fp8_f32_bits(red[b]))
+				red[b] = part[b];
+	}
+	ok &= same_bits(am, whole, (size_t)nb) && same_bits(red, whole, (size_t)nb) && am[nb] == 0.0f;
+	memset(q, 0xa5, n + 1);
+	memset(s, 0xa5, (nb + 1) * sizeof(float));
+	for (int p = 0; p < nparts; p++) {
+		const size_t s0 = bounds[p], len = bounds[p + 1] - s0;
+		ops->fp8_quantize_blocks(&t, x + s0, len, s0, am, pow2);
+		/* the sinv grid whole after any range; codes up to the range's end, nothing after it */
+		ok &= same_bits(s, want_s, (size_t)nb) && !memcmp(q, want_q, bounds[p + 1]);
+		for (size_t k = bounds[p + 1]; k < n && k < bounds[p + 1] + 300; k++)
+			ok &= q[k] == 0xa5;
+	}
+	ok &= !memcmp(q, want_q, n) && q[n] == 0xa5 && fp8_f32_bits(s[nb]) == 0xa5a5a5a5u;
+	if (!ok)
+		printf("#   %dx%d in %dx%d blocks, fmt %d, pow2 %d, %d ranges: differs from fp8_quantize\n", R, C,
+		       br, bc, (int)fmt, pow2, nparts);
+	free(want_q), free(q), free(want_s), free(s), free(am), free(red), free(part), free(whole);
+	return ok;
+}
+
+static void test_quantize_shards(void)
+{
+	/* rows and columns around the 128 blocks; one CPU_PAR_MIN past */
+	static const int shapes[][2] = { { 300, 200 }, { 200, 333 }, { 37, 300 }, { 130, 70 }, { 1, 500 },
+					 { 129, 1 }, { 256, 256 }, { 5, 3 } };
+	static const int blocks[][2] = { { 128, 128 }, { 1, 128 }, { 32, 1 } };
+	static const int splits[] = { 1, 2, 3, 5 };
+	int saved = omp_get_max_threads(), cases = 0;
+	for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+		for (size_t bi = 0; bi < sizeof blocks / sizeof blocks[0]; bi++) {
+			const int R = shapes[si][0], C = shapes[si][1];
+			float *x = quant_input((size_t)R * C, 10);
+			for (size_t pi = 0; pi < sizeof splits / sizeof splits[0]; pi++) {
+				const bool pow2 = (cases & 3) != 3; /* the blockwise recipe's pow2, and without */
+				omp_set_num_threads(1 + cases % 2);
+				CHECK(shard_case(x, R, C, blocks[bi][0], blocks[bi][1], cases % 3 ? E4 : E5, pow2,
+						 splits[pi]));
+				cases++;
+			}
+			free(x);
+		}
+	omp_set_num_threads(saved);
+}
+
+/* A NaN and an Inf: their blocks' amaxes are the NaN's magnitude bits and
+ * +Inf whichever ranges hold them, the codes and scales fp8_quantize's;
+ * the raise keeps the larger of |stored| and the range's maximum, a stored
+ * NaN stays, and blocks outside the range keep what they hold. */
+static void test_quantize_shards_special(void)
+{
+	const int R = 200, C = 300;
+	float *x = quant_input((size_t)R * C, 6);
+	x[(size_t)5 * C + 7] = -NAN;      /* block (0, 0) */
+	x[(size_t)150 * C + 140] = NAN;   /* block (1, 1), and a second NaN in (0, 2) */
+	x[(size_t)100 * C + 280] = NAN;
+	x[(size_t)130 * C + 260] = -INFINITY; /* block (1, 2) */
+	for (int p = 1; p <= 5; p += 2) {
+		CHECK(shard_case(x, R, C, 128, 128, E4, true, p));
+		CHECK(shard_case(x, R, C, 1, 128, E5, true, p));
+		CHECK(shard_case(x, R, C, 32, 1, E4, true, p));
+	}
+	float am[6] = { 0 };
+	struct kops_fp8_tensor t = { NULL, NULL, R, C, 128, 128, E4 };
+	ops->fp8_amax_blocks(am, x, (size_t)R * C, 0, &t);
+	CHECK(fp8_f32_bits(am[0]) == fp8_abs_bits(-NAN) && isnan(am[2]) && isnan(am[4]));
+	CHECK(am[5] == INFINITY && am[1] > 0 && am[3] > 0 && !isnan(am[1]) && !isnan(am[3]));
+	/* a range inside row 10 (block row 0), columns 100 to 299: blocks (0, 0), (0, 1), (0, 2) */
+	float y[200];
+	for (int k = 0; k < 200; k++)
+		y[k] = k == 50 ? -3.0f : 0.25f; /* column 150: block (0, 1) */
+	float g[6] = { -5.0f, -2.0f, NAN, -7.0f, -1.0f, 1e-3f };
+	ops->fp8_amax_blocks(g, y, 200, (size_t)10 * C + 100, &t);
+	CHECK(g[0] == 5.0f && g[1] == 3.0f && isnan(g[2]));
+	CHECK(g[3] == -7.0f && g[4] == -1.0f && g[5] == 1e-3f); /* not in the range: as they were */
+	/* an empty range writes nothing; the cast of an empty range still writes every sinv */
+	ops->fp8_amax_blocks(g, y, 0, 17, &t);
+	CHECK(g[3] == -7.0f);
+	uint8_t q[4] = { 1, 2, 3, 4 };
+	float sv[1] = { 0 }, a1[1] = { 2.0f };
+	struct kops_fp8_tensor u = { q, sv, 2, 2, 128, 128, E4 };
+	ops->fp8_quantize_blocks(&u, NULL, 0, 4, a1, true);
+	CHECK(sv[0] == 1.0f / 128.0f && q[0] == 1 && q[3] == 4); /* 448 / 2 = 224, rounded down to 128 */
+	/* a one-element range in the middle */
+	float one = 1.5f;
+	ops->fp8_quantize_blocks(&u, &one, 1, 2, a1, true);
+	CHECK(q[0] == 1 && q[1] == 2 && q[2] == fp8_from_f32(192.0f, E4) && q[3] == 4);
+	free(x);
+}
+
 /* the op profile's FP8 wrappers compute what the CPU table does and count
  * under the ops' names */
 static void test_profile_wrappers(void)
@@ -848,13 +1008,20 @@ static void test_profile_wrappers(void)
 	p->fp8_transpose(&d2, &a);
 	CHECK(!memcmp(d1.q, d2.q, 200) && same_bits(d1.sinv, d2.sinv, 15));
 	free(d1.q), free(d1.sinv), free(d2.q), free(d2.sinv);
+	float g1[15] = { 0 }, g2[15] = { 0 };
+	ops->fp8_amax_blocks(g1, x + 37, 150, 37, &t1);
+	p->fp8_amax_blocks(g2, x + 37, 150, 37, &t2);
+	CHECK(same_bits(g1, g2, 15));
+	ops->fp8_quantize_blocks(&t1, x + 37, 150, 37, g1, true);
+	p->fp8_quantize_blocks(&t2, x + 37, 150, 37, g2, true);
+	CHECK(!memcmp(q1, q2, sizeof q1) && same_bits(s1, s2, 15));
 	char *buf = NULL;
 	size_t len = 0;
 	FILE *f = open_memstream(&buf, &len);
 	kops_profile_report(f, 1, 0);
 	fclose(f);
 	CHECK(strstr(buf, "fp8_amax") && strstr(buf, "fp8_quantize") && strstr(buf, "fp8_gemm") &&
-	      strstr(buf, "fp8_transpose"));
+	      strstr(buf, "fp8_transpose") && strstr(buf, "fp8_amax_blocks") && strstr(buf, "fp8_quantize_blocks"));
 	free(buf);
 	free(a.q), free(a.sinv), free(b.q), free(b.sinv);
 }
@@ -880,6 +1047,8 @@ int main(void)
 	RUN(test_gemm);
 	RUN(test_transpose);
 	RUN(test_transpose_quantized);
+	RUN(test_quantize_shards);
+	RUN(test_quantize_shards_special);
 	RUN(test_profile_wrappers);
 	return test_summary();
 }

@@ -1,6 +1,7 @@
 /*
  * fp8.cu - the FP8 ops of the CUDA backend (ops.h, docs/fp8.md):
- * fp8_amax, fp8_quantize, fp8_gemm and fp8_transpose, with the casts and scale rules of
+ * fp8_amax, fp8_quantize, fp8_gemm, fp8_transpose, fp8_amax_blocks and
+ * fp8_quantize_blocks, with the casts and scale rules of
  * lib/kernels/fp8.h, the very functions the CPU ops call, so codes and
  * dequantization scales agree with the CPU's bit for bit (this file is
  * built with -fmad=false: no product of a cast's input fused into an add).
@@ -61,6 +62,14 @@
  * dimension holds. The same launch moves the scale grid, a grid-stride loop
  * over every thread of the grid (it has at most as many entries as there
  * are codes).
+ *
+ * fp8_amax_blocks: a flat range of a block-scaled tensor (a distributed
+ * optimizer's shard), warps striding over it; a run of lanes whose values
+ * share a block reduces within the warp and one lane raises the block's
+ * amax with integer atomics on its bit patterns (the order free max of rule
+ * 7, so the CPU's bits). fp8_quantize_blocks: a grid-stride cast of the
+ * range, each value's block scale found from the reduced amaxes, the scale
+ * grid written by the same launch.
  *
  * Global state: the FP8 plan cache (descriptors and chosen algorithm per
  * shape, as gemm.cu's) and the count of GEMMs that took cuBLASLt's FP8 path
@@ -529,10 +538,113 @@ static void cuda_fp8_transpose(const struct kops_fp8_tensor *dst, const struct k
 	KERNEL_CHECK();
 }
 
+/* ---- a shard of a block-scaled tensor (the distributed optimizer's FP8 weights) ---- */
+
+/* start + n past the tensor's end */
+static void check_shard(const struct kops_fp8_tensor *t, size_t n, size_t start, const char *what)
+{
+	check_tensor(t, what);
+	const size_t total = (size_t)t->rows * t->cols;
+	if (start > total || n > total - start)
+		CUDA_BUG(what);
+}
+
+/* the grid index of element start + i's block */
+static __device__ __forceinline__ unsigned shard_block(size_t start, size_t i, int cols, int br, int bc, int nbc)
+{
+	const size_t g = start + i, r = g / (size_t)cols;
+	const int c = (int)(g - r * (size_t)cols);
+	return (unsigned)(r / (size_t)br) * (unsigned)nbc + (unsigned)(c / bc);
+}
+
+/* Warps stride over the range whole (every lane takes part in the shuffles,
+ * lanes past the end with no block), each lane its element's block and |x|
+ * bits; the lanes of one run of equal blocks reduce by a segmented max scan
+ * and the run's last lane raises the block's amax: the sign bit cleared
+ * first (fp8_quantize's rule: the largest of |stored| and the new bits; the
+ * sign, once cleared, is never set again, so any order of the runs' two
+ * atomics gives that), then an integer atomicMax. */
+static __global__ void amax_blocks_kernel(uint32_t *amax, const float *x, size_t n, size_t start, int cols, int br,
+					  int bc, int nbc)
+{
+	const unsigned full = 0xffffffffu, none = 0xffffffffu;
+	const int lane = threadIdx.x % WARP;
+	const size_t stride = (size_t)gridDim.x * blockDim.x;
+	for (size_t base = (size_t)blockIdx.x * blockDim.x + threadIdx.x - lane; base < n; base += stride) {
+		const size_t i = base + lane;
+		uint32_t v = 0;
+		unsigned b = none;
+		if (i < n) {
+			b = shard_block(start, i, cols, br, bc, nbc);
+			v = fp8_abs_bits(x[i]);
+		}
+		const unsigned prev = __shfl_up_sync(full, b, 1), next = __shfl_down_sync(full, b, 1);
+		int head = lane == 0 || prev != b ? lane : 0; /* then: the first lane of this lane's run */
+		for (int o = 1; o < WARP; o <<= 1) {
+			int h = __shfl_up_sync(full, head, o);
+			if (lane >= o && h > head)
+				head = h;
+		}
+		for (int o = 1; o < WARP; o <<= 1) {
+			uint32_t u = __shfl_up_sync(full, v, o);
+			if (lane - o >= head && u > v)
+				v = u;
+		}
+		if (i < n && (lane == WARP - 1 || next != b)) {
+			atomicAnd(&amax[b], 0x7fffffffu);
+			atomicMax(&amax[b], v);
+		}
+	}
+}
+
+static void cuda_fp8_amax_blocks(float *amax, const float *x, size_t n, size_t start, const struct kops_fp8_tensor *t)
+{
+	check_shard(t, n, start, "fp8_amax_blocks: a bad tensor, or a range past its end");
+	if (!n)
+		return;
+	const int nbc = (t->cols + t->bc - 1) / t->bc;
+	launch<amax_blocks_kernel>(grid_for(n), THREADS, 0, (uint32_t *)amax, x, n, start, t->cols, t->br, t->bc, nbc);
+	KERNEL_CHECK();
+}
+
+/* codes of the range, each with its block's scale from the reduced amax (one
+ * division per value: no scratch for a table of scales), and every block's
+ * sinv from a grid-stride loop over all the grid's threads */
+static __global__ void quant_blocks_kernel(uint8_t *q, float *sinv, const float *x, const float *amax, size_t n,
+					   size_t start, int cols, int br, int bc, int nbc, int nb, int fmt, int pow2)
+{
+	const enum kops_fp8 f = (enum kops_fp8)fmt;
+	float scale, si;
+	GRID_STRIDE(i, n) {
+		fp8_block_scale(amax[shard_block(start, i, cols, br, bc, nbc)], f, KOPS_FP8_AMAX, pow2 != 0, &scale,
+				&si);
+		q[start + i] = fp8_from_f32(fp8_mul(x[i], scale), f);
+	}
+	GRID_STRIDE(k, (size_t)nb) {
+		fp8_block_scale(amax[k], f, KOPS_FP8_AMAX, pow2 != 0, &scale, &si);
+		sinv[k] = si;
+	}
+}
+
+static void cuda_fp8_quantize_blocks(const struct kops_fp8_tensor *t, const float *x, size_t n, size_t start,
+				     const float *amax, bool pow2)
+{
+	check_shard(t, n, start, "fp8_quantize_blocks: a bad tensor, or a range past its end");
+	const int nbr = (t->rows + t->br - 1) / t->br, nbc = (t->cols + t->bc - 1) / t->bc;
+	const size_t nb = (size_t)nbr * nbc;
+	if (!n && !nb)
+		return;
+	launch<quant_blocks_kernel>(grid_for(n > nb ? n : nb), THREADS, 0, t->q, t->sinv, x, amax, n, start, t->cols,
+				    t->br, t->bc, nbc, (int)nb, (int)t->fmt, pow2 ? 1 : 0);
+	KERNEL_CHECK();
+}
+
 void cuda_fp8_fill(struct kops *t)
 {
 	t->fp8_amax = cuda_fp8_amax;
 	t->fp8_quantize = cuda_fp8_quantize;
 	t->fp8_gemm = cuda_fp8_gemm;
 	t->fp8_transpose = cuda_fp8_transpose;
+	t->fp8_amax_blocks = cuda_fp8_amax_blocks;
+	t->fp8_quantize_blocks = cuda_fp8_quantize_blocks;
 }
