@@ -311,7 +311,7 @@ const struct flag_def args_table[] = {
 	  "delayed recipe: reduce the amaxes over tensor (and context) parallelism only, not data parallelism" },
 	{ "--fp8-param-gather", FK_BOOL, F(fp8_param_gather), TR, 0, "fp8", NULL, NULL, NULL,
 	  "keep the FP8 layers' weights as FP8 codes (1 byte per parameter), cast from the distributed optimizer's "
-	  "fp32 main weights and all-gathered as FP8 (delayed and tensorwise recipes)" },
+	  "fp32 main weights and all-gathered as FP8 (delayed, tensorwise and blockwise recipes)" },
 	{ "--first-last-layers-bf16", FK_BOOL, F(first_last_layers_bf16), TR, 0, "fp8", NULL, NULL, NULL,
 	  "keep the first and last transformer layers in bf16 (not with the delayed recipe)" },
 	{ "--num-layers-at-start-in-bf16", FK_INT, F(num_layers_at_start_in_bf16), TR, 0, "fp8", "1", NULL, "N",

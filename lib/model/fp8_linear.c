@@ -85,8 +85,11 @@ struct gpt_fp8 {
 	 * (m->soff) with one scale, its inverse here; the initial (or loaded)
 	 * values of those weights as bf16 words on the host until the
 	 * optimizer has taken them as its main weights */
-	float *wsinv;     /* backend: [nslots] */
-	float *wsinv_h;   /* [nslots] the same, on the host */
+	float *wsinv;     /* backend: each slot's scale inverses, slot s's grid at wsoff[s] (one, or the
+			   * blockwise recipe's 128x128 blocks row-major) */
+	float *wsinv_h;   /* per-tensor recipes: [nslots] the same, on the host */
+	size_t *wsoff;    /* [nslots + 1] */
+	float *wamax;     /* blockwise: backend [wsoff[nslots]] the blocks' amaxes while a cast finds them */
 	uint16_t *init16; /* host [reg.total] (only the stored weights' elements), NULL once dropped */
 	int *byoff;       /* [reg.n] the tensors in the order of their elements (and of the store) */
 	bool recording;   /* a training pass: the delayed recipe records its amaxes (not in evaluation) */
@@ -223,6 +226,28 @@ int gpt_fp8_init(struct gpt_model *m, const struct gpt_fp8_config *cfg)
 	return 0;
 }
 
+/* blocks of t's scale grid */
+static size_t fp8_grid(const struct kops_fp8_tensor *t)
+{
+	return (size_t)((t->rows + t->br - 1) / t->br) * (size_t)((t->cols + t->bc - 1) / t->bc);
+}
+
+/* --fp8-param-gather: slot s's weight w [OC, IC] as stored: its codes in
+ * the store, its scale inverses (one, or 128x128 blocks under the
+ * blockwise recipe) at wsinv + wsoff[s] (wsinv NULL: sinv NULL) */
+static void stored_weight(struct gpt_model *m, struct kops_fp8_tensor *W, int w, int s)
+{
+	struct gpt_fp8 *f = m->fp8;
+	const struct param *p = &m->reg.p[w];
+	bool blocks = f->cfg.recipe == GPT_FP8_BLOCKWISE;
+	*W = (struct kops_fp8_tensor){ .q = (uint8_t *)m->w16 + m->soff[w],
+				       .sinv = f->wsinv ? f->wsinv + f->wsoff[s] : NULL,
+				       .rows = (int)p->local_shape[0], .cols = (int)p->local_shape[1],
+				       .fmt = KOPS_E4M3 };
+	W->br = blocks ? 128 : W->rows;
+	W->bc = blocks ? 128 : W->cols;
+}
+
 void gpt_fp8_alloc(struct gpt_model *m)
 {
 	struct gpt_fp8 *f = m->fp8;
@@ -232,8 +257,17 @@ void gpt_fp8_alloc(struct gpt_model *m)
 		f->rec = gpt_take(m, (size_t)f->nmeta * NROLES + 1); /* zero-filled */
 	f->dev_amax = gpt_take(m, 2);
 	if (m->soff) {
-		f->wsinv = gpt_take(m, (size_t)f->nslots + 1);
+		f->wsoff = xmalloc(((size_t)f->nslots + 1) * sizeof(size_t));
+		f->wsoff[0] = 0;
+		for (int s = 0; s < f->nslots; s++) {
+			struct kops_fp8_tensor W;
+			stored_weight(m, &W, f->param[s], s);
+			f->wsoff[s + 1] = f->wsoff[s] + fp8_grid(&W);
+		}
+		f->wsinv = gpt_take(m, f->wsoff[f->nslots] + 1);
 		f->wsinv_h = xcalloc((size_t)f->nslots + 1, sizeof(float));
+		if (f->cfg.recipe == GPT_FP8_BLOCKWISE)
+			f->wamax = gpt_take(m, f->wsoff[f->nslots] + 1);
 	}
 	reserve(m, f);
 }
@@ -252,6 +286,7 @@ void gpt_fp8_free(struct gpt_model *m)
 	free(f->slot);
 	free(f->param);
 	free(f->wsinv_h);
+	free(f->wsoff);
 	free(f->init16);
 	free(f->byoff);
 	free(f->hist);
@@ -448,15 +483,17 @@ static void weight_operand(struct gpt_model *m, struct kops_fp8_tensor *B, int w
 			 NULL);
 		return;
 	}
-	struct kops_fp8_tensor W = { .q = (uint8_t *)m->w16 + m->soff[w], .sinv = f->wsinv + s, .rows = OC,
-				     .cols = IC, .br = OC, .bc = IC, .fmt = KOPS_E4M3 };
+	struct kops_fp8_tensor W;
+	stored_weight(m, &W, w, s);
+	if (W.rows != OC || W.cols != IC)
+		BUG("'%s' stored as %d x %d, used as %d x %d", m->reg.p[w].name, W.rows, W.cols, OC, IC);
 	if (!transpose) {
 		*B = W;
 		return;
 	}
 	*B = (struct kops_fp8_tensor){ .q = grow(m, (void **)&f->qb, &f->qb_n, (size_t)OC * IC, 1),
-				       .sinv = grow(m, (void **)&f->sb, &f->sb_n, 1, sizeof(float)), .rows = IC,
-				       .cols = OC, .br = IC, .bc = OC, .fmt = KOPS_E4M3 };
+				       .sinv = grow(m, (void **)&f->sb, &f->sb_n, fp8_grid(&W), sizeof(float)),
+				       .rows = IC, .cols = OC, .br = W.bc, .bc = W.br, .fmt = KOPS_E4M3 };
 	m->k->fp8_transpose(B, &W);
 }
 
@@ -534,10 +571,12 @@ void fp8_linear_bwd(struct gpt_model *m, float *dinp, const float *dout, const f
  *
  * Invariants:
  *   5. Every rank holding a piece of a stored weight casts its piece with
- *      the same scale: delayed, the meta's (identical on every rank of
+ *      the same scales: delayed, the meta's (identical on every rank of
  *      the amax group, so --tp-only-amax-red is refused); tensorwise, from
  *      the amax of the whole weight, the shards' amaxes reduced over the
- *      optimizer's group and then over TP (expert TP for routed experts).
+ *      optimizer's group and then over TP (expert TP for routed experts);
+ *      blockwise, each block's from its amax, the shards' partial block
+ *      amaxes reduced over the optimizer's group (cast_blocks).
  *   6. The delayed recipe records the weight's amax when it casts it (the
  *      layers no longer quantize W), into the iteration's entries the next
  *      gpt_fp8_update() folds in.
@@ -634,12 +673,14 @@ void gpt_fp8_keep_initial(struct gpt_model *m, int idx, const float *host)
 void gpt_main_values(struct gpt_model *m, float *host)
 {
 	struct gpt_fp8 *f = m->fp8;
-	if (!m->soff || !f->init16)
-		BUG("gpt_main_values without FP8 weights waiting on the host");
+	if (!m->soff)
+		BUG("gpt_main_values without a weight store");
 	const struct kops *cpu = kops_cpu();
 	uint16_t *words = xmalloc((m->reg.total ? m->reg.total : 1) * sizeof(uint16_t));
 	for (int i = 0; i < m->reg.n; i++) {
 		const struct param *p = &m->reg.p[i];
+		if (gpt_fp8_stored(m, i) && !f->init16)
+			BUG("'%s': no initial values kept for the main weights", p->name);
 		if (gpt_fp8_stored(m, i))
 			memcpy(words + p->offset, f->init16 + p->offset, p->numel * sizeof(uint16_t));
 		else
@@ -662,6 +703,50 @@ void gpt_drop_initial_weights(struct gpt_model *m)
 static struct dist_group *slice_group(const struct gpt_model *m, int idx)
 {
 	return m->reg.p[idx].flags & PARAM_EXPERT && m->par.etp ? m->par.etp : m->par.tp;
+}
+
+/* The blockwise recipe's cast of the part's stored weights list[nl]:
+ * each 128x128 block's amax over the whole (local) weight, the ranks'
+ * partial ones raised on the device, then their max over the part's group
+ * (each TP rank's weight is a tensor of its own, with blocks of its own,
+ * as without --fp8-param-gather), then every block's scale and this
+ * rank's codes (Transformer Engine's partial amax and partial cast). */
+static void cast_blocks(struct gpt_model *m, const struct gpt_main_part *pt, const int *list, int nl)
+{
+	struct gpt_fp8 *f = m->fp8;
+	const struct kops *k = m->k;
+	size_t n = f->wsoff[f->nslots];
+	if (!nl)
+		return;
+	k->zero(f->wamax, n);
+	for (int j = 0; j < nl; j++) {
+		int i = list[j], s = f->slot[i];
+		const struct param *p = &m->reg.p[i];
+		size_t x = p->offset > pt->lo ? p->offset : pt->lo, y = p->offset + p->numel;
+		y = y < pt->hi ? y : pt->hi;
+		struct kops_fp8_tensor W;
+		stored_weight(m, &W, i, s);
+		if (y > x)
+			k->fp8_amax_blocks(f->wamax + f->wsoff[s], pt->main + (x - pt->lo), y - x, x - p->offset, &W);
+	}
+	if (pt->g && pt->g->size > 1) { /* every slot's blocks: the other part's stay 0 and are not used */
+		float *host = xmalloc((n + 1) * sizeof(float));
+		k->to_host(host, f->wamax, n * sizeof(float));
+		dist_allreduce_max_f32(pt->g, host, n);
+		k->to_device(f->wamax, host, n * sizeof(float));
+		free(host);
+	}
+	for (int j = 0; j < nl; j++) {
+		int i = list[j], s = f->slot[i];
+		const struct param *p = &m->reg.p[i];
+		size_t x = p->offset > pt->lo ? p->offset : pt->lo, y = p->offset + p->numel;
+		y = y < pt->hi ? y : pt->hi;
+		struct kops_fp8_tensor W;
+		stored_weight(m, &W, i, s);
+		/* with nothing of the weight here, still every block's scale */
+		k->fp8_quantize_blocks(&W, y > x ? pt->main + (x - pt->lo) : pt->main, y > x ? y - x : 0,
+				       y > x ? x - p->offset : 0, f->wamax + f->wsoff[s], true);
+	}
 }
 
 void gpt_copy_main_to_model(struct gpt_model *m, const struct gpt_main_part *pt)
@@ -693,6 +778,12 @@ void gpt_copy_main_to_model(struct gpt_model *m, const struct gpt_main_part *pt)
 			BUG("'%s': the stored weights of one part are sliced over two groups", p->name);
 		slices = slice_group(m, i);
 		list[nl++] = i;
+	}
+	if (f->cfg.recipe == GPT_FP8_BLOCKWISE) {
+		cast_blocks(m, pt, list, nl);
+		free(list);
+		free(amax);
+		return;
 	}
 	if (f->cfg.recipe == GPT_FP8_TENSORWISE && nl) { /* invariant 5: the whole weights' amaxes */
 		if (pt->g && pt->g->size > 1)

@@ -356,10 +356,10 @@ int gpt_fp8_config_from_args(struct gpt_fp8_config *f, const struct args *a, int
 	if (a->use_megatron_fsdp)
 		return error("--fp8-param-gather with --use-megatron-fsdp: not in megac yet; use "
 			     "--use-distributed-optimizer");
-	if (f->recipe == GPT_FP8_BLOCKWISE || f->recipe == GPT_FP8_MXFP8)
-		return error("--fp8-param-gather with --fp8-recipe %s: not in megac yet (its weights' block scales "
-			     "span the optimizer's shards); use the delayed or tensorwise recipe, or drop the flag",
-			     r);
+	if (f->recipe == GPT_FP8_MXFP8)
+		return error("--fp8-param-gather with --fp8-recipe mxfp8: not in megac yet (an MXFP8 weight needs "
+			     "its row-wise and column-wise codes, each from the fp32 values); use the delayed, "
+			     "tensorwise or blockwise recipe, or drop the flag");
 	if (f->tp_only_red)
 		return error("--fp8-param-gather with --tp-only-amax-red: the data-parallel replicas would cast "
 			     "their shards of one weight with different scales; drop one of the two");
