@@ -705,6 +705,15 @@ static struct dist_group *slice_group(const struct gpt_model *m, int idx)
 	return m->reg.p[idx].flags & PARAM_EXPERT && m->par.etp ? m->par.etp : m->par.tp;
 }
 
+/* The elements [x, y) of tensor p in this rank's shard [lo, hi) (empty:
+ * y <= x). */
+static void shard_range(const struct param *p, const struct gpt_main_part *pt, size_t *x, size_t *y)
+{
+	size_t end = p->offset + p->numel;
+	*x = p->offset > pt->lo ? p->offset : pt->lo;
+	*y = end < pt->hi ? end : pt->hi;
+}
+
 /* The blockwise recipe's cast of the part's stored weights list[nl]:
  * each 128x128 block's amax over the whole (local) weight, the ranks'
  * partial ones raised on the device, then their max over the part's group
@@ -719,33 +728,28 @@ static void cast_blocks(struct gpt_model *m, const struct gpt_main_part *pt, con
 	if (!nl)
 		return;
 	k->zero(f->wamax, n);
-	for (int j = 0; j < nl; j++) {
-		int i = list[j], s = f->slot[i];
-		const struct param *p = &m->reg.p[i];
-		size_t x = p->offset > pt->lo ? p->offset : pt->lo, y = p->offset + p->numel;
-		y = y < pt->hi ? y : pt->hi;
-		struct kops_fp8_tensor W;
-		stored_weight(m, &W, i, s);
-		if (y > x)
-			k->fp8_amax_blocks(f->wamax + f->wsoff[s], pt->main + (x - pt->lo), y - x, x - p->offset, &W);
-	}
-	if (pt->g && pt->g->size > 1) { /* every slot's blocks: the other part's stay 0 and are not used */
-		float *host = xmalloc((n + 1) * sizeof(float));
-		k->to_host(host, f->wamax, n * sizeof(float));
-		dist_allreduce_max_f32(pt->g, host, n);
-		k->to_device(f->wamax, host, n * sizeof(float));
-		free(host);
-	}
-	for (int j = 0; j < nl; j++) {
-		int i = list[j], s = f->slot[i];
-		const struct param *p = &m->reg.p[i];
-		size_t x = p->offset > pt->lo ? p->offset : pt->lo, y = p->offset + p->numel;
-		y = y < pt->hi ? y : pt->hi;
-		struct kops_fp8_tensor W;
-		stored_weight(m, &W, i, s);
-		/* with nothing of the weight here, still every block's scale */
-		k->fp8_quantize_blocks(&W, y > x ? pt->main + (x - pt->lo) : pt->main, y > x ? y - x : 0,
-				       y > x ? x - p->offset : 0, f->wamax + f->wsoff[s], true);
+	for (int pass = 0; pass < 2; pass++) { /* 0: the partial amaxes; 1: scales and codes */
+		if (pass == 1 && pt->g && pt->g->size > 1) { /* every slot's blocks: the other part's stay 0 */
+			float *host = xmalloc((n + 1) * sizeof(float));
+			k->to_host(host, f->wamax, n * sizeof(float));
+			dist_allreduce_max_f32(pt->g, host, n);
+			k->to_device(f->wamax, host, n * sizeof(float));
+			free(host);
+		}
+		for (int j = 0; j < nl; j++) {
+			int i = list[j], s = f->slot[i];
+			const struct param *p = &m->reg.p[i];
+			size_t x, y;
+			shard_range(p, pt, &x, &y);
+			struct kops_fp8_tensor W;
+			stored_weight(m, &W, i, s);
+			const float *src = y > x ? pt->main + (x - pt->lo) : pt->main;
+			size_t len = y > x ? y - x : 0, at = y > x ? x - p->offset : 0;
+			if (pass == 0 && len)
+				k->fp8_amax_blocks(f->wamax + f->wsoff[s], src, len, at, &W);
+			else if (pass == 1) /* with nothing of the weight here, still every block's scale */
+				k->fp8_quantize_blocks(&W, src, len, at, f->wamax + f->wsoff[s], true);
+		}
 	}
 }
 
@@ -762,8 +766,8 @@ void gpt_copy_main_to_model(struct gpt_model *m, const struct gpt_main_part *pt)
 		const struct param *p = &m->reg.p[i];
 		if (p->offset < pt->base || p->offset >= pt->end)
 			continue;
-		size_t x = p->offset > pt->lo ? p->offset : pt->lo, y = p->offset + p->numel;
-		y = y < pt->hi ? y : pt->hi;
+		size_t x, y;
+		shard_range(p, pt, &x, &y);
 		if (!gpt_fp8_stored(m, i)) { /* Megatron's copy: rounded to the model's words */
 			if (y > x)
 				k->narrow(gpt_words(m, i) + (x - p->offset), pt->main + (x - pt->lo), y - x,
@@ -794,8 +798,8 @@ void gpt_copy_main_to_model(struct gpt_model *m, const struct gpt_main_part *pt)
 	for (int j = 0; j < nl; j++) {
 		int i = list[j], s = f->slot[i];
 		const struct param *p = &m->reg.p[i];
-		size_t x = p->offset > pt->lo ? p->offset : pt->lo, y = p->offset + p->numel;
-		y = y < pt->hi ? y : pt->hi;
+		size_t x, y;
+		shard_range(p, pt, &x, &y);
 		struct kops_fp8_quant how = { .how = KOPS_FP8_GIVEN };
 		float *rec = NULL;
 		if (f->cfg.recipe == GPT_FP8_DELAYED) { /* invariant 6 */
