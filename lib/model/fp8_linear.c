@@ -89,7 +89,8 @@ struct gpt_fp8 {
 			   * blockwise recipe's 128x128 blocks row-major) */
 	float *wsinv_h;   /* per-tensor recipes: [nslots] the same, on the host */
 	size_t *wsoff;    /* [nslots + 1] */
-	float *wamax;     /* blockwise: backend [wsoff[nslots]] the blocks' amaxes while a cast finds them */
+	float *wamax;     /* blockwise, tensorwise: backend [wsoff[nslots]] the amaxes a cast finds (the
+			   * blocks', or one a weight) */
 	uint16_t *init16; /* host [reg.total] (only the stored weights' elements), NULL once dropped */
 	int *byoff;       /* [reg.n] the tensors in the order of their elements (and of the store) */
 	bool recording;   /* a training pass: the delayed recipe records its amaxes (not in evaluation) */
@@ -266,7 +267,8 @@ void gpt_fp8_alloc(struct gpt_model *m)
 		}
 		f->wsinv = gpt_take(m, f->wsoff[f->nslots] + 1);
 		f->wsinv_h = xcalloc((size_t)f->nslots + 1, sizeof(float));
-		if (f->cfg.recipe == GPT_FP8_BLOCKWISE)
+		/* the amaxes a cast finds: blockwise each slot's blocks, tensorwise one a slot */
+		if (f->cfg.recipe == GPT_FP8_BLOCKWISE || f->cfg.recipe == GPT_FP8_TENSORWISE)
 			f->wamax = gpt_take(m, f->wsoff[f->nslots] + 1);
 	}
 	reserve(m, f);
@@ -774,10 +776,8 @@ void gpt_copy_main_to_model(struct gpt_model *m, const struct gpt_main_part *pt)
 					  gpt_half_kind(m));
 			continue;
 		}
-		if (f->cfg.recipe == GPT_FP8_TENSORWISE && y > x) {
-			k->fp8_amax(f->dev_amax, pt->main + (x - pt->lo), y - x);
-			k->to_host(&amax[nl], f->dev_amax, sizeof(float));
-		}
+		if (f->cfg.recipe == GPT_FP8_TENSORWISE) /* into the device array, read once below */
+			k->fp8_amax(f->wamax + nl, y > x ? pt->main + (x - pt->lo) : pt->main, y > x ? y - x : 0);
 		if (nl && slice_group(m, i) != slices)
 			BUG("'%s': the stored weights of one part are sliced over two groups", p->name);
 		slices = slice_group(m, i);
@@ -790,6 +790,7 @@ void gpt_copy_main_to_model(struct gpt_model *m, const struct gpt_main_part *pt)
 		return;
 	}
 	if (f->cfg.recipe == GPT_FP8_TENSORWISE && nl) { /* invariant 5: the whole weights' amaxes */
+		k->to_host(amax, f->wamax, (size_t)nl * sizeof(float));
 		if (pt->g && pt->g->size > 1)
 			dist_allreduce_max_f32(pt->g, amax, (size_t)nl);
 		if (slices && slices->size > 1)
