@@ -52,6 +52,7 @@
 #include "model/gpt_int.h"
 
 #include <float.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,6 +64,7 @@
 #include "kernels/fp8.h"
 
 enum { ROLE_X, ROLE_W, ROLE_DY, NROLES };
+enum { CAST_CHUNK = 1 << 20 }; /* --fp8-param-gather: values a cast rounds at a time (rounded()) */
 
 struct gpt_fp8 {
 	struct gpt_fp8_config cfg;
@@ -93,6 +95,7 @@ struct gpt_fp8 {
 			   * blocks', or one a weight) */
 	uint16_t *init16; /* host [reg.total] (only the stored weights' elements), NULL once dropped */
 	int *byoff;       /* [reg.n] the tensors in the order of their elements (and of the store) */
+	bool init_dropped; /* gpt_drop_initial_weights was called */
 	bool recording;   /* a training pass: the delayed recipe records its amaxes (not in evaluation) */
 	/* backend scratch, grown on demand: two operands' codes and scales, a
 	 * weight widened from 16-bit words, ones for the bias gradient */
@@ -373,7 +376,9 @@ static void reserve(struct gpt_model *m, struct gpt_fp8 *f)
 	grow(m, (void **)&f->qb, &f->qb_n, qb, 1);
 	grow(m, (void **)&f->sa, &f->sa_n, qa / 32 + N + side, sizeof(float));
 	grow(m, (void **)&f->sb, &f->sb_n, qb / 32 + N + side, sizeof(float));
-	if (m->direct16)
+	if (m->soff) /* the cast's bf16-rounded chunks (the layers read codes, never a widened weight) */
+		grow(m, (void **)&f->wf, &f->wf_n, most < CAST_CHUNK ? most : CAST_CHUNK, sizeof(float));
+	else if (m->direct16)
 		grow(m, (void **)&f->wf, &f->wf_n, most, sizeof(float));
 }
 
@@ -593,14 +598,18 @@ static size_t align16(size_t n)
 }
 
 struct by_offset {
-	size_t offset;
+	size_t offset, numel;
 	int idx;
 };
 
 static int cmp_offset(const void *a, const void *b)
 {
 	const struct by_offset *x = a, *y = b;
-	return x->offset < y->offset ? -1 : x->offset > y->offset ? 1 : x->idx - y->idx;
+	if (x->offset != y->offset)
+		return x->offset < y->offset ? -1 : 1;
+	if (!x->numel != !y->numel) /* an empty tensor before the one starting where it sits */
+		return x->numel ? 1 : -1;
+	return x->idx - y->idx;
 }
 
 /* The store holds the tensors in the order of their elements (the
@@ -617,7 +626,11 @@ bool gpt_fp8_store_layout(struct gpt_model *m)
 	int n = m->reg.n;
 	struct by_offset *o = xmalloc((size_t)(n + 1) * sizeof(*o));
 	for (int i = 0; i < n; i++)
-		o[i] = (struct by_offset){ p[i].offset, i };
+		o[i] = (struct by_offset){ p[i].offset, p[i].numel, i };
+	for (int i = 0; i < n; i++)
+		if (f->slot[i] >= 0 && (p[i].local_shape[0] > INT_MAX || p[i].local_shape[1] > INT_MAX ||
+					p[i].numel > INT_MAX))
+			BUG("'%s': %zu values, more than an FP8 op's int sizes", p[i].name, p[i].numel);
 	qsort(o, (size_t)n, sizeof(*o), cmp_offset);
 	m->soff = xmalloc((size_t)(n + 1) * sizeof(size_t));
 	f->byoff = xmalloc((size_t)(n + 1) * sizeof(int));
@@ -667,6 +680,8 @@ void gpt_fp8_keep_initial(struct gpt_model *m, int idx, const float *host)
 {
 	struct gpt_fp8 *f = m->fp8;
 	const struct param *p = &m->reg.p[idx];
+	if (f->init_dropped) /* invariant 7: nothing would read them */
+		BUG("'%s' set after the optimizer took its main weights", p->name);
 	if (!f->init16)
 		f->init16 = xcalloc(m->reg.total ? m->reg.total : 1, sizeof(uint16_t));
 	kops_cpu()->narrow(f->init16 + p->offset, host, p->numel, gpt_half_kind(m));
@@ -697,14 +712,8 @@ void gpt_drop_initial_weights(struct gpt_model *m)
 	if (m->fp8) {
 		free(m->fp8->init16);
 		m->fp8->init16 = NULL;
+		m->fp8->init_dropped = true;
 	}
-}
-
-/* the group a stored weight's tensorwise amax is reduced over after the
- * optimizer's: the ranks holding the other slices of it */
-static struct dist_group *slice_group(const struct gpt_model *m, int idx)
-{
-	return m->reg.p[idx].flags & PARAM_EXPERT && m->par.etp ? m->par.etp : m->par.tp;
 }
 
 /* The elements [x, y) of tensor p in this rank's shard [lo, hi) (empty:
@@ -716,41 +725,108 @@ static void shard_range(const struct param *p, const struct gpt_main_part *pt, s
 	*y = end < pt->hi ? end : pt->hi;
 }
 
+/* The cast reads the main weights rounded to bf16, as Transformer Engine
+ * casts master_weight.to(model dtype) (so the codes are those a bf16
+ * weight quantized in the layer would have): a chunk of at most
+ * CAST_CHUNK values at a time through the wf scratch. */
+
+/* Tensor i's part of the shard, rounded, from element `done` of it: at
+ * most CAST_CHUNK values into *len (0 when done is past its end). */
+static const float *rounded(struct gpt_model *m, const struct gpt_main_part *pt, int i, size_t done, size_t *len)
+{
+	struct gpt_fp8 *f = m->fp8;
+	const struct param *p = &m->reg.p[i];
+	size_t x, y;
+	shard_range(p, pt, &x, &y);
+	size_t n = y > x ? y - x : 0;
+	*len = done < n ? (n - done < CAST_CHUNK ? n - done : CAST_CHUNK) : 0;
+	if (!*len)
+		return NULL;
+	float *wf = grow(m, (void **)&f->wf, &f->wf_n, *len, sizeof(float));
+	m->k->round(wf, pt->main + (x - pt->lo) + done, *len, gpt_half_kind(m));
+	return wf;
+}
+
+/* The first element of this rank's part of tensor i, counted in the tensor */
+static size_t part_start(const struct gpt_main_part *pt, const struct param *p)
+{
+	return pt->lo > p->offset ? pt->lo - p->offset : 0;
+}
+
+/* The amaxes the cast reduces (tensorwise: one a weight; blockwise: the
+ * blocks of each) in wamax[a, b): read back, the max over the part's group
+ * and (tensorwise) of each weight over the ranks holding its other
+ * slices, written back. */
+static void reduce_cast_amax(struct gpt_model *m, const struct gpt_main_part *pt, const int *list, int nl, size_t a,
+			     size_t b)
+{
+	struct gpt_fp8 *f = m->fp8;
+	const struct kops *k = m->k;
+	float *host = xmalloc((b - a + 1) * sizeof(float)), *part = xmalloc((b - a + 1) * sizeof(float));
+	k->to_host(host, f->wamax + a, (b - a) * sizeof(float));
+	if (pt->g && pt->g->size > 1)
+		dist_allreduce_max_f32(pt->g, host, b - a);
+	/* invariant 5: dense weights over TP, routed experts over expert TP
+	 * (NULL without it: their TP peers hold other experts); every rank of
+	 * either group lists the same weights in the same order */
+	for (int expert = 0; f->cfg.recipe == GPT_FP8_TENSORWISE && expert < 2; expert++) {
+		struct dist_group *g = expert ? m->par.etp : m->par.tp;
+		size_t np = 0;
+		for (int j = 0; j < nl; j++)
+			if (!(m->reg.p[list[j]].flags & PARAM_EXPERT) == !expert)
+				part[np++] = host[j];
+		if (!g || g->size < 2 || !np)
+			continue;
+		dist_allreduce_max_f32(g, part, np);
+		np = 0;
+		for (int j = 0; j < nl; j++)
+			if (!(m->reg.p[list[j]].flags & PARAM_EXPERT) == !expert)
+				host[j] = part[np++];
+	}
+	k->to_device(f->wamax + a, host, (b - a) * sizeof(float));
+	free(host);
+	free(part);
+}
+
 /* The blockwise recipe's cast of the part's stored weights list[nl]:
  * each 128x128 block's amax over the whole (local) weight, the ranks'
  * partial ones raised on the device, then their max over the part's group
  * (each TP rank's weight is a tensor of its own, with blocks of its own,
  * as without --fp8-param-gather), then every block's scale and this
- * rank's codes (Transformer Engine's partial amax and partial cast). */
+ * rank's codes (Transformer Engine's partial amax and partial cast). The
+ * part's blocks are wamax[a, b), those of its first and last weight's
+ * slots and the slots between. */
 static void cast_blocks(struct gpt_model *m, const struct gpt_main_part *pt, const int *list, int nl)
 {
 	struct gpt_fp8 *f = m->fp8;
 	const struct kops *k = m->k;
-	size_t n = f->wsoff[f->nslots];
+	size_t a = SIZE_MAX, b = 0;
+	for (int j = 0; j < nl; j++) {
+		int s = f->slot[list[j]];
+		a = f->wsoff[s] < a ? f->wsoff[s] : a;
+		b = f->wsoff[s + 1] > b ? f->wsoff[s + 1] : b;
+	}
 	if (!nl)
 		return;
-	k->zero(f->wamax, n);
+	k->zero(f->wamax + a, b - a);
 	for (int pass = 0; pass < 2; pass++) { /* 0: the partial amaxes; 1: scales and codes */
-		if (pass == 1 && pt->g && pt->g->size > 1) { /* every slot's blocks: the other part's stay 0 */
-			float *host = xmalloc((n + 1) * sizeof(float));
-			k->to_host(host, f->wamax, n * sizeof(float));
-			dist_allreduce_max_f32(pt->g, host, n);
-			k->to_device(f->wamax, host, n * sizeof(float));
-			free(host);
-		}
+		if (pass == 1)
+			reduce_cast_amax(m, pt, list, nl, a, b);
 		for (int j = 0; j < nl; j++) {
 			int i = list[j], s = f->slot[i];
 			const struct param *p = &m->reg.p[i];
-			size_t x, y;
-			shard_range(p, pt, &x, &y);
 			struct kops_fp8_tensor W;
 			stored_weight(m, &W, i, s);
-			const float *src = y > x ? pt->main + (x - pt->lo) : pt->main;
-			size_t len = y > x ? y - x : 0, at = y > x ? x - p->offset : 0;
-			if (pass == 0 && len)
-				k->fp8_amax_blocks(f->wamax + f->wsoff[s], src, len, at, &W);
-			else if (pass == 1) /* with nothing of the weight here, still every block's scale */
-				k->fp8_quantize_blocks(&W, src, len, at, f->wamax + f->wsoff[s], true);
+			size_t len, at = part_start(pt, p);
+			const float *src = rounded(m, pt, i, 0, &len);
+			if (pass == 1 && !len) /* nothing of the weight here: still every block's scale */
+				k->fp8_quantize_blocks(&W, pt->main, 0, 0, f->wamax + f->wsoff[s], true);
+			for (size_t done = 0; len; done += len, src = rounded(m, pt, i, done, &len)) {
+				if (pass == 0)
+					k->fp8_amax_blocks(f->wamax + f->wsoff[s], src, len, at + done, &W);
+				else
+					k->fp8_quantize_blocks(&W, src, len, at + done, f->wamax + f->wsoff[s], true);
+			}
 		}
 	}
 }
@@ -762,45 +838,39 @@ void gpt_copy_main_to_model(struct gpt_model *m, const struct gpt_main_part *pt)
 	if (!m->soff)
 		BUG("gpt_copy_main_to_model without FP8 weights");
 	int nl = 0, *list = xmalloc((size_t)(m->reg.n + 1) * sizeof(int));
-	float *amax = xcalloc((size_t)m->reg.n + 1, sizeof(float));
-	struct dist_group *slices = NULL;
 	for (int i = 0; i < m->reg.n; i++) {
 		const struct param *p = &m->reg.p[i];
 		if (p->offset < pt->base || p->offset >= pt->end)
 			continue;
 		size_t x, y;
 		shard_range(p, pt, &x, &y);
-		if (!gpt_fp8_stored(m, i)) { /* Megatron's copy: rounded to the model's words */
-			if (y > x)
-				k->narrow(gpt_words(m, i) + (x - p->offset), pt->main + (x - pt->lo), y - x,
-					  gpt_half_kind(m));
-			continue;
-		}
-		if (f->cfg.recipe == GPT_FP8_TENSORWISE) /* into the device array, read once below */
-			k->fp8_amax(f->wamax + nl, y > x ? pt->main + (x - pt->lo) : pt->main, y > x ? y - x : 0);
-		if (nl && slice_group(m, i) != slices)
-			BUG("'%s': the stored weights of one part are sliced over two groups", p->name);
-		slices = slice_group(m, i);
-		list[nl++] = i;
+		if (gpt_fp8_stored(m, i))
+			list[nl++] = i;
+		else if (y > x) /* Megatron's copy: rounded to the model's words */
+			k->narrow(gpt_words(m, i) + (x - p->offset), pt->main + (x - pt->lo), y - x, gpt_half_kind(m));
 	}
 	if (f->cfg.recipe == GPT_FP8_BLOCKWISE) {
 		cast_blocks(m, pt, list, nl);
 		free(list);
-		free(amax);
 		return;
 	}
-	if (f->cfg.recipe == GPT_FP8_TENSORWISE && nl) { /* invariant 5: the whole weights' amaxes */
+	float *amax = xcalloc((size_t)nl + 1, sizeof(float));
+	if (f->cfg.recipe == GPT_FP8_TENSORWISE && nl) { /* each weight's as a one-block tensor, raised */
+		k->zero(f->wamax, (size_t)nl);
+		for (int j = 0; j < nl; j++) {
+			const struct param *p = &m->reg.p[list[j]];
+			struct kops_fp8_tensor one = { .rows = 1, .cols = (int)p->numel, .br = 1, .bc = (int)p->numel };
+			size_t len, at = part_start(pt, p);
+			for (const float *src = rounded(m, pt, list[j], 0, &len); len;
+			     at += len, src = rounded(m, pt, list[j], at - part_start(pt, p), &len))
+				k->fp8_amax_blocks(f->wamax + j, src, len, at, &one);
+		}
+		reduce_cast_amax(m, pt, list, nl, 0, (size_t)nl);
 		k->to_host(amax, f->wamax, (size_t)nl * sizeof(float));
-		if (pt->g && pt->g->size > 1)
-			dist_allreduce_max_f32(pt->g, amax, (size_t)nl);
-		if (slices && slices->size > 1)
-			dist_allreduce_max_f32(slices, amax, (size_t)nl);
 	}
 	for (int j = 0; j < nl; j++) {
 		int i = list[j], s = f->slot[i];
 		const struct param *p = &m->reg.p[i];
-		size_t x, y;
-		shard_range(p, pt, &x, &y);
 		struct kops_fp8_quant how = { .how = KOPS_FP8_GIVEN };
 		float *rec = NULL;
 		if (f->cfg.recipe == GPT_FP8_DELAYED) { /* invariant 6 */
@@ -811,14 +881,15 @@ void gpt_copy_main_to_model(struct gpt_model *m, const struct gpt_main_part *pt)
 			how.scale = fp8_scale_from_amax(amax[j], fp8_max(KOPS_E4M3), false, FP8_F32_MAX);
 		}
 		f->wsinv_h[s] = fp8_div(1.0f, how.scale);
-		if (y <= x)
-			continue;
-		struct kops_fp8_tensor t = { .q = (uint8_t *)m->w16 + m->soff[i] + (x - p->offset),
-					     .sinv = f->dev_amax + 1, .rows = 1, .cols = (int)(y - x), .br = 1,
-					     .bc = (int)(y - x), .fmt = KOPS_E4M3 };
-		k->fp8_quantize(&t, pt->main + (x - pt->lo), &how, rec);
+		size_t len, done = 0, at = part_start(pt, p);
+		for (const float *src = rounded(m, pt, i, 0, &len); len; done += len, src = rounded(m, pt, i, done, &len)) {
+			struct kops_fp8_tensor t = { .q = (uint8_t *)m->w16 + m->soff[i] + at + done,
+						     .sinv = f->dev_amax + 1, .rows = 1, .cols = (int)len, .br = 1,
+						     .bc = (int)len, .fmt = KOPS_E4M3 };
+			k->fp8_quantize(&t, src, &how, rec);
+		}
 	}
-	if (f->nslots)
+	if (f->nslots) /* every slot's: the other part's as its last cast left them */
 		k->to_device(f->wsinv, f->wsinv_h, (size_t)f->nslots * sizeof(float));
 	free(list);
 	free(amax);
