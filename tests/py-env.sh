@@ -29,6 +29,10 @@ PINS="$PINS filelock==4.3.1 fsspec==2026.9.0 packaging==26.4 regex==2026.11.19 t
 # ml_dtypes: NumPy's float8_e4m3fn and float8_e5m2, the casts tests/prog/fp8_casts.sh
 # holds lib/kernels/fp8.h to (0.5.4 still accepts Debian's numpy 1.24)
 PINS="$PINS ml_dtypes==0.5.4"
+# Jinja2 and MarkupSafe: what transformers' apply_chat_template renders chat
+# templates with, the reference of tests/prog/chat_template.sh (3.1.6: March
+# 2025, within transformers 4.49.0's jinja2>=3.1.0)
+PINS="$PINS Jinja2==3.1.6 MarkupSafe==3.0.2"
 # Debian packages: the interpreter, venv (its ensurepip), and the system
 # packages the venv reuses (python3-torch brings python3-yaml and -requests).
 DEB_PKGS="python3 python3-venv python3-torch python3-numpy python3-h5py python3-yaml python3-requests"
@@ -42,7 +46,7 @@ die() {
 # ok_env: the venv runs, has exactly the pinned versions, and imports torch,
 # numpy and transformers.
 ok_env() {
-	py_env_check 'import torch, numpy, safetensors.torch, transformers, ml_dtypes  # noqa: E401,F401'
+	py_env_check 'import torch, numpy, safetensors.torch, transformers, ml_dtypes, jinja2  # noqa: E401,F401'
 }
 
 # shellcheck source=tests/py-env-common.sh
