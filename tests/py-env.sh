@@ -30,8 +30,9 @@ PINS="$PINS filelock==4.3.1 fsspec==2026.9.0 packaging==26.4 regex==2026.11.19 t
 # holds lib/kernels/fp8.h to (0.5.4 still accepts Debian's numpy 1.24)
 PINS="$PINS ml_dtypes==0.5.4"
 # Jinja2 and MarkupSafe: what transformers' apply_chat_template renders chat
-# templates with, the reference of tests/prog/chat_template.sh (3.1.6: March
-# 2025, within transformers 4.49.0's jinja2>=3.1.0)
+# templates with, the reference of tests/prog/chat_template.sh and
+# tests/prog/sft_data.sh (3.1.6: March 2025, within transformers 4.49.0's
+# jinja2>=3.1.0)
 PINS="$PINS Jinja2==3.1.6 MarkupSafe==3.0.2"
 # Debian packages: the interpreter, venv (its ensurepip), and the system
 # packages the venv reuses (python3-torch brings python3-yaml and -requests).

@@ -4,8 +4,13 @@
 
 json_t *jsonio_load_file(const char *path)
 {
+	return jsonio_load_file_flags(path, 0);
+}
+
+json_t *jsonio_load_file_flags(const char *path, size_t flags)
+{
 	json_error_t je;
-	json_t *j = json_load_file(path, JSON_ALLOW_NUL, &je);
+	json_t *j = json_load_file(path, JSON_ALLOW_NUL | flags, &je);
 	if (!j) {
 		if (je.line <= 0)
 			error("cannot read JSON file '%s': %s", path, je.text);

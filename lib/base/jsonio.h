@@ -9,6 +9,9 @@
 
 /* Parse the whole file at path. error() and NULL on failure. */
 json_t *jsonio_load_file(const char *path);
+/* The same with more jansson decoding flags, e.g. JSON_DECODE_INT_AS_REAL for a
+ * file whose integers may exceed 64 bits and are not read as integers. */
+json_t *jsonio_load_file_flags(const char *path, size_t flags);
 /* Parse a buffer; `what` names it in error messages. */
 json_t *jsonio_load_buffer(const char *buf, size_t len, const char *what);
 

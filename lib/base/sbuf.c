@@ -4,13 +4,17 @@
 #include "xalloc.h"
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 void sbuf_grow(struct sbuf *sb, size_t extra)
 {
+	bool fresh = !sb->buf;
 	xgrow(&sb->buf, &sb->cap, sb->len + extra + 1, 1);
+	if (fresh)
+		sb->buf[0] = 0; /* an empty buffer is "" too (sbuf_detach of one) */
 }
 
 void sbuf_add(struct sbuf *sb, const void *data, size_t n)

@@ -195,6 +195,11 @@ int64_t tok_pad(const struct tokenizer *t)
 	return t->pad;
 }
 
+int64_t tok_token_id(const struct tokenizer *t, const char *s, size_t n)
+{
+	return t->hf ? tok_hf_token_id(t->hf, s, n) : -1;
+}
+
 int tok_spm_specials(const struct tokenizer *t, int64_t ids[4], const char *pieces[4])
 {
 	if (t->kind != TOK_SPM)

@@ -65,6 +65,9 @@ int64_t tok_eod(const struct tokenizer *t);
 /* The pad id Megatron's tokenizer reports: HF pad_token's id, SentencePiece's <pad>; -1 for none (GPT-2, and
  * NullTokenizer, whose pad comes from --null-tokenizer-pad-id in the data config). */
 int64_t tok_pad(const struct tokenizer *t);
+/* The id of a token string (an added token, then the vocabulary, as Hugging Face's token_to_id looks it up);
+ * -1 when it has none or t is not a GPT-2, Hugging Face or TikToken tokenizer. */
+int64_t tok_token_id(const struct tokenizer *t, const char *s, size_t n);
 /* SentencePiece tokenizers (for a Hugging Face export): the ids of the
  * model's unk, bos, eos and pad pieces (-1: none) and the pieces (NULL:
  * none), in that order; -1 for the other kinds. */

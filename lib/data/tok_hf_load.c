@@ -850,7 +850,9 @@ static int load_optional_json(const char *dir, const char *name, json_t **out)
 	*out = NULL;
 	int r = 0;
 	if (stat(p, &st) == 0) {
-		*out = jsonio_load_file(p);
+		/* only strings and flags are read; integers such as Llama-3's
+		 * model_max_length (about 1e30) must not fail the parse */
+		*out = jsonio_load_file_flags(p, JSON_DECODE_INT_AS_REAL);
 		if (!*out || check_cfg(*out, p))
 			r = -1;
 	}

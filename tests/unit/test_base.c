@@ -214,6 +214,13 @@ static void test_sbuf(void)
 	CHECK(!memcmp(sb.buf, "a\0b42", 5));
 	CHECK_INT(sb.buf[5], 0);
 	sbuf_release(&sb);
+	/* a buffer nothing was added to is "" once it has memory, detached or grown */
+	char *empty = sbuf_detach(&sb, NULL);
+	CHECK_STR(empty, "");
+	free(empty);
+	sbuf_grow(&sb, 100);
+	CHECK_STR(sb.buf, "");
+	sbuf_release(&sb);
 }
 
 static void test_device_probe(void)
