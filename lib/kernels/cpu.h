@@ -88,15 +88,15 @@ void cpu_attention_backward(float *dq, float *dk, float *dv, const float *dout, 
 			    uint64_t offset);
 
 /* ---- cpu_attn_block.c ---- */
-void cpu_attention_block_forward(float *out, float *lse, const float *q, const float *kk,
-				 const float *v, const int32_t *qpos, const int32_t *kpos, int B, int Tq,
-				 int Tk, int a, int g, int k, int S, float scale, int window, float dropout_p,
-				 uint64_t seed, uint64_t offset, int accumulate);
-void cpu_attention_block_backward(float *dq, float *dk, float *dv, const float *dout,
-				  const float *out, const float *lse, const float *q, const float *kk,
-				  const float *v, const int32_t *qpos, const int32_t *kpos, int B,
-				  int Tq, int Tk, int a, int g, int k, int S, float scale, int window,
-				  float dropout_p, uint64_t seed, uint64_t offset);
+void cpu_attention_block_forward(float *out, float *lse, const float *q, const float *kk, const float *v,
+				 const int32_t *qpos, const int32_t *kpos, const int32_t *doc, int B, int Tq, int Tk,
+				 int a, int g, int k, int S, float scale, int window, float dropout_p, uint64_t seed,
+				 uint64_t offset, int accumulate);
+void cpu_attention_block_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
+				  const float *lse, const float *q, const float *kk, const float *v,
+				  const int32_t *qpos, const int32_t *kpos, const int32_t *doc, int B, int Tq, int Tk,
+				  int a, int g, int k, int S, float scale, int window, float dropout_p, uint64_t seed,
+				  uint64_t offset);
 
 /* ---- cpu_fp8.c ---- */
 void cpu_fp8_amax(float *amax, const float *x, size_t n);

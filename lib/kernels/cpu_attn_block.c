@@ -16,6 +16,9 @@
  * load-balanced chunking that is what halves the off-diagonal ring steps.
  * A sliding window also hides a prefix (the keys before its first row's
  * window), which the sgemms skip too: a row sees the range [lo, n).
+ * Document masks (packed sequences) hide keys inside that range: their
+ * scores are set aside after the score sgemm (prob 0), and a row whose range
+ * holds no key of its document is treated as one that sees nothing.
  */
 #include "kernels/cpu.h"
 #include "kernels/ops.h"
@@ -65,6 +68,15 @@ static int block_first(const int32_t *kpos, int n, int p, int window)
 	return window < 0 ? 0 : block_visible(kpos, n, p - window - 1);
 }
 
+/* Set the scores s[0..n) of the keys kpos[0..n) outside document d (doc:
+ * the sample's ids over the whole sequence) to x. */
+static void block_doc_mask(float *s, const int32_t *kpos, int n, const int32_t *doc, int32_t d, float x)
+{
+	for (int j = 0; j < n; j++)
+		if (doc[kpos[j]] != d)
+			s[j] = x;
+}
+
 /* Dropout counter of (head h, sample b, query at global position tq, key 0). */
 static inline uint64_t block_counter(uint64_t offset, int h, int b, int B, int S, int tq)
 {
@@ -95,10 +107,10 @@ static void block_dropout_row(float *s, const int32_t *kpos, int n, float p, uin
  * beta = 1 adds probs x V onto it. Dropout multiplies the scaled probs,
  * which is the same as dropping the final probs since the merge is linear.
  */
-void cpu_attention_block_forward(float *out, float *lse, const float *q, const float *kk,
-				 const float *v, const int32_t *qpos, const int32_t *kpos, int B, int Tq,
-				 int Tk, int a, int g, int k, int S, float scale, int window, float dropout_p,
-				 uint64_t seed, uint64_t offset, int accumulate)
+void cpu_attention_block_forward(float *out, float *lse, const float *q, const float *kk, const float *v,
+				 const int32_t *qpos, const int32_t *kpos, const int32_t *doc, int B, int Tq, int Tk,
+				 int a, int g, int k, int S, float scale, int window, float dropout_p, uint64_t seed,
+				 uint64_t offset, int accumulate)
 {
 	block_check(qpos, kpos, Tq, Tk, a, g, S);
 	if (B <= 0 || Tq <= 0)
@@ -117,6 +129,7 @@ void cpu_attention_block_forward(float *out, float *lse, const float *q, const f
 			const int b = bh / a, h = bh % a, G = h / m;
 			const int t0 = blk * CPU_QB, t1 = t0 + CPU_QB < Tq ? t0 + CPU_QB : Tq;
 			const int nq = t1 - t0;
+			const int32_t *D = doc ? doc + (size_t)b * S : NULL;
 			float *O = out + ((size_t)b * Tq + t0) * ldo + (size_t)h * k;
 			float *L = lse + (size_t)bh * Tq + t0;
 			/* the keys the block's last query sees; every earlier row sees a prefix,
@@ -146,19 +159,22 @@ void cpu_attention_block_forward(float *out, float *lse, const float *q, const f
 				const float old = accumulate ? L[r] : -INFINITY;
 				memset(row - lo, 0, (size_t)lo * sizeof(float));
 				memset(row + n, 0, (size_t)(nk - lo - n) * sizeof(float));
-				if (n == 0) { /* this row sees nothing here: out and lse stay */
-					if (!accumulate)
-						L[r] = -INFINITY; /* and out becomes 0 (beta = 0 below) */
-					continue;
-				}
+				if (D) /* keys of other documents: -inf scores, prob 0 below */
+					block_doc_mask(row, kpos + k0 + lo, n, D, D[qpos[t0 + r]], -INFINITY);
 				float mx = -INFINITY;
 #pragma omp simd reduction(max : mx)
 				for (int tk = 0; tk < n; tk++)
 					mx = row[tk] > mx ? row[tk] : mx;
+				if (n == 0 || mx == -INFINITY) { /* this row sees nothing here: out and lse stay */
+					memset(row, 0, (size_t)n * sizeof(float));
+					if (!accumulate)
+						L[r] = -INFINITY; /* and out becomes 0 (beta = 0 below) */
+					continue;
+				}
 				double sum = 0.0;
 #pragma omp simd reduction(+ : sum)
 				for (int tk = 0; tk < n; tk++) {
-					float e = cpu_expf(row[tk] - mx);
+					float e = row[tk] == -INFINITY ? 0.0f : cpu_expf(row[tk] - mx);
 					row[tk] = e;
 					sum += e;
 				}
@@ -210,11 +226,11 @@ void cpu_attention_block_forward(float *out, float *lse, const float *q, const f
  * task per (sample, K/V group) takes its m query heads in turn, so the sums
  * into dK and dV have one owner and a fixed order, and so do the dq rows.
  */
-void cpu_attention_block_backward(float *dq, float *dk, float *dv, const float *dout,
-				  const float *out, const float *lse, const float *q, const float *kk,
-				  const float *v, const int32_t *qpos, const int32_t *kpos, int B,
-				  int Tq, int Tk, int a, int g, int k, int S, float scale, int window,
-				  float dropout_p, uint64_t seed, uint64_t offset)
+void cpu_attention_block_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
+				  const float *lse, const float *q, const float *kk, const float *v,
+				  const int32_t *qpos, const int32_t *kpos, const int32_t *doc, int B, int Tq, int Tk,
+				  int a, int g, int k, int S, float scale, int window, float dropout_p, uint64_t seed,
+				  uint64_t offset)
 {
 	block_check(qpos, kpos, Tq, Tk, a, g, S);
 	if ((!dq && !dk && !dv) || B <= 0 || Tq <= 0 || Tk <= 0)
@@ -233,6 +249,7 @@ void cpu_attention_block_backward(float *dq, float *dk, float *dv, const float *
 #pragma omp for schedule(dynamic)
 		for (int task = 0; task < ntask; task++) {
 			const int b = task / g, G = task % g;
+			const int32_t *ids = doc ? doc + (size_t)b * S : NULL;
 			const size_t kv = ((size_t)b * g + G) * Tk * k;
 			for (int h = G * m; h < (G + 1) * m; h++) {
 				const int bh = b * a + h;
@@ -265,6 +282,9 @@ void cpu_attention_block_backward(float *dq, float *dk, float *dv, const float *
 						for (int tk = lo; tk < n; tk++)
 							p[tk] = cpu_expf(p[tk] - l);
 						memset(p + n, 0, (size_t)(nk - n) * sizeof(float));
+						if (ids)
+							block_doc_mask(p + lo, kpos + k0 + lo, n - lo, ids,
+								       ids[qpos[t0 + r]], 0.0f);
 						if (sc) {
 							float *s = sc + (size_t)r * nk, *d = drop + (size_t)r * nk;
 							memset(s, 0, (size_t)lo * sizeof(float));

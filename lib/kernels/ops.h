@@ -380,7 +380,13 @@ struct kops {
 	 * sees key tk when kpos[tk] <= qpos[tq]; GQA and scale as attention_forward.
 	 * window as attention_forward's, on the global positions: query tq sees
 	 * key tk when qpos[tq] - window <= kpos[tk] <= qpos[tq] (window < 0: no
-	 * lower bound). Blocks of a query range whose keys are all in its future,
+	 * lower bound). doc: NULL, or doc[b*S + p] the document id of global
+	 * position p of sample b (int32, this backend's memory; the whole
+	 * sequence's ids, not this block's); query tq then also needs
+	 * doc[b*S + qpos[tq]] == doc[b*S + kpos[tk]] to see key tk (packed
+	 * sequences, attention_forward's doc on global positions). A row that sees
+	 * no key of the block follows the rules below (out 0, lse -inf).
+	 * Blocks of a query range whose keys are all in its future,
 	 * or all behind its window, cost no attention work (a backend may still
 	 * convert its inputs, as the CUDA half tables do).
 	 *
@@ -401,15 +407,16 @@ struct kops {
 	 * rowsum(P * dP) is taken as rowsum(dout * out) (flash attention), which
 	 * needs no other block. A NULL grad skips its work. */
 	void (*attention_block_forward)(float *out, float *lse, const float *q, const float *kk,
-					const float *v, const int32_t *qpos, const int32_t *kpos, int B,
-					int Tq, int Tk, int a, int g, int k, int S, float scale, int window,
-					float dropout_p, uint64_t seed, uint64_t offset, int accumulate);
+					const float *v, const int32_t *qpos, const int32_t *kpos,
+					const int32_t *doc, int B, int Tq, int Tk, int a, int g, int k, int S,
+					float scale, int window, float dropout_p, uint64_t seed, uint64_t offset,
+					int accumulate);
 	void (*attention_block_backward)(float *dq, float *dk, float *dv, const float *dout,
 					 const float *out, const float *lse, const float *q,
 					 const float *kk, const float *v, const int32_t *qpos,
-					 const int32_t *kpos, int B, int Tq, int Tk, int a, int g, int k,
-					 int S, float scale, int window, float dropout_p, uint64_t seed,
-					 uint64_t offset);
+					 const int32_t *kpos, const int32_t *doc, int B, int Tq, int Tk,
+					 int a, int g, int k, int S, float scale, int window, float dropout_p,
+					 uint64_t seed, uint64_t offset);
 };
 
 /* The CPU backend (always present). */

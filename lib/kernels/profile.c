@@ -473,24 +473,24 @@ static void w_fp8_quantize_blocks(const struct kops_fp8_tensor *q, const float *
 }
 
 static void w_attention_block_forward(float *out, float *lse, const float *q, const float *kk, const float *v,
-				      const int32_t *qpos, const int32_t *kpos, int B, int Tq, int Tk, int a, int g,
-				      int k, int S, float scale, int window, float dropout_p, uint64_t seed,
-				      uint64_t offset, int accumulate)
+				      const int32_t *qpos, const int32_t *kpos, const int32_t *doc, int B, int Tq,
+				      int Tk, int a, int g, int k, int S, float scale, int window, float dropout_p,
+				      uint64_t seed, uint64_t offset, int accumulate)
 {
 	double t = prof_begin();
-	P.base->attention_block_forward(out, lse, q, kk, v, qpos, kpos, B, Tq, Tk, a, g, k, S, scale, window,
+	P.base->attention_block_forward(out, lse, q, kk, v, qpos, kpos, doc, B, Tq, Tk, a, g, k, S, scale, window,
 					dropout_p, seed, offset, accumulate);
 	prof_end(P_ABLK_F, t, attn_flops(B, a, Tq, Tk, k), 0);
 }
 
 static void w_attention_block_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
 				       const float *lse, const float *q, const float *kk, const float *v,
-				       const int32_t *qpos, const int32_t *kpos, int B, int Tq, int Tk, int a, int g,
-				       int k, int S, float scale, int window, float dropout_p, uint64_t seed,
-				       uint64_t offset)
+				       const int32_t *qpos, const int32_t *kpos, const int32_t *doc, int B, int Tq,
+				       int Tk, int a, int g, int k, int S, float scale, int window, float dropout_p,
+				       uint64_t seed, uint64_t offset)
 {
 	double t = prof_begin();
-	P.base->attention_block_backward(dq, dk, dv, dout, out, lse, q, kk, v, qpos, kpos, B, Tq, Tk, a, g, k, S,
+	P.base->attention_block_backward(dq, dk, dv, dout, out, lse, q, kk, v, qpos, kpos, doc, B, Tq, Tk, a, g, k, S,
 					 scale, window, dropout_p, seed, offset);
 	prof_end(P_ABLK_B, t, 2.5 * attn_flops(B, a, Tq, Tk, k), 0);
 }

@@ -58,17 +58,17 @@ static const struct kops plan_cpu = {
 /* The CUDA table's block attention ops are what makes the model take the
  * flash path (gpt_init_pipe); set-up never calls them. */
 static void plan_block_forward(float *out, float *lse, const float *q, const float *kk, const float *v,
-			       const int32_t *qpos, const int32_t *kpos, int B, int Tq, int Tk, int a, int g, int k,
-			       int S, float scale, int window, float dropout_p, uint64_t seed, uint64_t offset,
-			       int accumulate)
+			       const int32_t *qpos, const int32_t *kpos, const int32_t *doc, int B, int Tq, int Tk,
+			       int a, int g, int k, int S, float scale, int window, float dropout_p, uint64_t seed,
+			       uint64_t offset, int accumulate)
 {
 	BUG("report_memory's counting table computes nothing");
 }
 
-static void plan_block_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
-				const float *lse, const float *q, const float *kk, const float *v, const int32_t *qpos,
-				const int32_t *kpos, int B, int Tq, int Tk, int a, int g, int k, int S, float scale,
-				int window, float dropout_p, uint64_t seed, uint64_t offset)
+static void plan_block_backward(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
+				const float *q, const float *kk, const float *v, const int32_t *qpos,
+				const int32_t *kpos, const int32_t *doc, int B, int Tq, int Tk, int a, int g, int k,
+				int S, float scale, int window, float dropout_p, uint64_t seed, uint64_t offset)
 {
 	BUG("report_memory's counting table computes nothing");
 }

@@ -7,7 +7,7 @@
  *
  *   one rank        attention_forward with probs kept for backward (document masks allowed)
  *   flash           the op table's block ops over the whole sequence (a GPU; rows keep log-sum-exp)
- *   context-parallel ring_attn over the CP group
+ *   context-parallel ring_attn over the CP group (document masks on global positions)
  *   serving         each sequence's new rows against its key/value cache slot, which they extend
  *
  * With --qk-layernorm every query and key head is normalized over its
@@ -237,12 +237,12 @@ void core_attention_forward(struct gpt_model *m, const struct gpt_pass *P, int l
 	const struct gpt_slot *sl = P->sl;
 	const int w = m->lp[l].spec.window;
 	if (m->par.cp)
-		ring_attn_forward(&m->par.ring, A->atty, A->alse, A->q, A->kk, A->v, attn_scale(m), w, p,
-				  sl->drop_seed, attn_offset(m, l));
+		ring_attn_forward(&m->par.ring, A->atty, A->alse, A->q, A->kk, A->v, sl->use_doc ? sl->doc : NULL,
+				  attn_scale(m), w, p, sl->drop_seed, attn_offset(m, l));
 	else if (m->flash)
-		m->k->attention_block_forward(A->atty, A->alse, A->q, A->kk, A->v, m->flash_pos, m->flash_pos, P->B,
-					      P->T, P->T, c->a, c->g, c->k, P->T, attn_scale(m), w, p, sl->drop_seed,
-					      attn_offset(m, l), 0);
+		m->k->attention_block_forward(A->atty, A->alse, A->q, A->kk, A->v, m->flash_pos, m->flash_pos, NULL,
+					      P->B, P->T, P->T, c->a, c->g, c->k, P->T, attn_scale(m), w, p,
+					      sl->drop_seed, attn_offset(m, l), 0);
 	else
 		m->k->attention_forward(A->atty, A->probs, A->q, A->kk, A->v, sl->use_doc ? sl->doc : NULL, P->B,
 					P->T, c->a, c->g, c->k, attn_scale(m), w, p, sl->drop_seed, attn_offset(m, l));
@@ -257,7 +257,8 @@ static void core_attention_backward(struct gpt_model *m, const struct gpt_pass *
 	struct gpt_scratch *s = &m->s;
 	if (m->par.cp) {
 		ring_attn_backward(&m->par.ring, s->dq, s->dk, s->dv, datty, A->atty, A->alse, A->q, A->kk, A->v,
-				   attn_scale(m), m->lp[l].spec.window, c->attention_dropout, seed, attn_offset(m, l));
+				   P->sl->use_doc ? P->sl->doc : NULL, attn_scale(m), m->lp[l].spec.window,
+				   c->attention_dropout, seed, attn_offset(m, l));
 	} else if (m->flash) {
 		/* the block op adds its share into the grads */
 		size_t nq = (size_t)P->N * c->a * c->k, nkv = (size_t)P->N * c->g * c->k;
@@ -265,8 +266,8 @@ static void core_attention_backward(struct gpt_model *m, const struct gpt_pass *
 		m->k->zero(s->dk, nkv);
 		m->k->zero(s->dv, nkv);
 		m->k->attention_block_backward(s->dq, s->dk, s->dv, datty, A->atty, A->alse, A->q, A->kk, A->v,
-					       m->flash_pos, m->flash_pos, P->B, P->T, P->T, c->a, c->g, c->k, P->T,
-					       attn_scale(m), m->lp[l].spec.window, c->attention_dropout, seed,
+					       m->flash_pos, m->flash_pos, NULL, P->B, P->T, P->T, c->a, c->g, c->k,
+					       P->T, attn_scale(m), m->lp[l].spec.window, c->attention_dropout, seed,
 					       attn_offset(m, l));
 	} else {
 		m->k->attention_backward(s->dq, s->dk, s->dv, datty, A->q, A->kk, A->v, A->probs, P->B, P->T, c->a,
@@ -306,8 +307,8 @@ static void cached_attention_forward(struct gpt_model *m, const struct gpt_pass 
 			k->copy(V + to, A->v + from, (size_t)n * c->k * sizeof(float));
 		}
 		k->attention_block_forward(A->atty + (size_t)r0 * ak, A->alse, A->q, K, V, P->sl->positions + r0,
-					   kv->kpos, 1, n, kv->max_seq, c->a, c->g, c->k, kv->max_seq, attn_scale(m),
-					   m->lp[l].spec.window, 0, 0, 0, 0);
+					   kv->kpos, NULL, 1, n, kv->max_seq, c->a, c->g, c->k, kv->max_seq,
+					   attn_scale(m), m->lp[l].spec.window, 0, 0, 0, 0);
 	}
 }
 

@@ -154,7 +154,8 @@ static void alloc_slot(struct gpt_model *m, const struct gpt_chunk *ch, struct g
 	sl->tokens = gpt_take_bytes(m, BT * sizeof(int32_t));
 	sl->targets = gpt_take_bytes(m, BT * sizeof(int32_t));
 	sl->positions = gpt_take_bytes(m, BT * sizeof(int32_t));
-	sl->doc = gpt_take_bytes(m, BT * sizeof(int32_t));
+	/* the whole sequence's document ids: ring attention reads every rank's */
+	sl->doc = gpt_take_bytes(m, (size_t)m->B * m->c.S * sizeof(int32_t));
 }
 
 /* A rope table of T rows for positions 0..S-1: row j holds this rank's
@@ -837,8 +838,8 @@ static void load_inputs(struct gpt_model *m, struct gpt_slot *sl, const int32_t 
 	sl->use_doc = doc != NULL;
 	if (doc && m->flash)
 		BUG("document ids for a model set up without document masks (gpt_setup.doc_masks)");
-	if (doc)
-		k->to_device(sl->doc, doc, (size_t)N * 4);
+	if (doc) /* [B, S] of the whole sequence, with or without CP */
+		k->to_device(sl->doc, doc, (size_t)m->B * m->c.S * 4);
 	sl->drop_seed = drop_seed;
 }
 

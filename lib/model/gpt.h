@@ -483,8 +483,9 @@ enum kops_round gpt_half_kind(const struct gpt_model *m);
  * Forward one micro-batch. Host arrays of B*T (T = S, or this rank's S/cp
  * positions with context parallelism, gpt_global_pos): tokens, labels,
  * position ids (used for learned position embeddings only; NULL = the
- * positions in the sequence), document ids
- * for --reset-attention-mask (NULL = plain causal). drop_seed keys every
+ * positions in the sequence). Document ids for --reset-attention-mask
+ * (NULL = plain causal) are B*S of the whole sequence, with context
+ * parallelism too (ring attention masks every rank's keys). drop_seed keys every
  * dropout mask of this micro-batch; train=false disables dropout. Per-token
  * losses (unmasked) are copied to losses_host.
  */

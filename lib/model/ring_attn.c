@@ -122,8 +122,8 @@ static void ring_kv_end(struct ring_kv *s)
 }
 
 void ring_attn_forward(struct ring_attn *r, float *out, float *lse, const float *q,
-		       const float *kk, const float *v, float scale, int window, float dropout_p, uint64_t seed,
-		       uint64_t offset)
+		       const float *kk, const float *v, const int32_t *doc, float scale, int window, float dropout_p,
+		       uint64_t seed, uint64_t offset)
 {
 	const struct kops *ops = r->mem->k;
 	const int T = r->T;
@@ -133,7 +133,7 @@ void ring_attn_forward(struct ring_attn *r, float *out, float *lse, const float 
 		ring_kv_step(r, &s, i, kk, v);
 		/* step 0 is the rank's own block, where every query sees at least
 		 * itself: it sets out and lse, the others merge into them */
-		ops->attention_block_forward(out, lse, q, s.K, s.V, qpos, r->pos + (size_t)s.src * T, r->B,
+		ops->attention_block_forward(out, lse, q, s.K, s.V, qpos, r->pos + (size_t)s.src * T, doc, r->B,
 					     T, T, r->a, r->g, r->k, r->S, scale, window, dropout_p, seed, offset,
 					     i > 0);
 	}
@@ -149,7 +149,8 @@ void ring_attn_forward(struct ring_attn *r, float *out, float *lse, const float 
  */
 void ring_attn_backward(struct ring_attn *r, float *dq, float *dk, float *dv, const float *dout,
 			const float *out, const float *lse, const float *q, const float *kk,
-			const float *v, float scale, int window, float dropout_p, uint64_t seed, uint64_t offset)
+			const float *v, const int32_t *doc, float scale, int window, float dropout_p, uint64_t seed,
+			uint64_t offset)
 {
 	const struct kops *ops = r->mem->k;
 	struct dist_group *g = r->cp;
@@ -178,7 +179,7 @@ void ring_attn_backward(struct ring_attn *r, float *dq, float *dk, float *dv, co
 			acc_k = acc, acc_v = acc + n;
 		}
 		ops->attention_block_backward(dq, acc_k, acc_v, dout, out, lse, q, s.K, s.V, qpos,
-					      r->pos + (size_t)s.src * T, r->B, T, T, r->a, r->g, r->k,
+					      r->pos + (size_t)s.src * T, doc, r->B, T, T, r->a, r->g, r->k,
 					      r->S, scale, window, dropout_p, seed, offset);
 		if (i > 0)
 			dist_isend_f32(g, acc_k, 2 * n, (me + 1) % cp, RING_TAG_DKV, &dsend);

@@ -11,8 +11,9 @@
  * (2·cp-1-r)·c + (j-c) for j >= c. Pairing an early chunk with a late one
  * gives every rank the same causal work. q[B,a,T,k], kk/v[B,g,T,k] and
  * out[B,T,a*k] are attention_forward's layouts over the local positions;
- * attention is causal over global positions; there is no document mask
- * (Megatron refuses --reset-attention-mask with CP, and so does the caller).
+ * attention is causal over global positions and, with document ids
+ * doc[B, S] of the whole sequence (every rank holds all of them), within
+ * each document (--reset-attention-mask on packed sequences).
  *
  * Forward: cp steps; at step i rank r attends to the K/V of rank (r-i) mod
  * cp with attention_block_forward, merging into out and lse by the
@@ -67,18 +68,20 @@ int ring_attn_global_pos(const struct ring_attn *r, int j);
 
 /*
  * out[B,T,a*k] and lse[B,a,T] (kept for backward) from this rank's q, kk, v;
- * a collective over the cp group. scale, window (sliding window on global
- * positions), dropout and offset as attention_forward on the whole sequence.
+ * a collective over the cp group. doc (NULL: none), scale, window (sliding
+ * window on global positions), dropout and offset as attention_forward on
+ * the whole sequence; doc[B, S] in the backend's memory.
  */
 void ring_attn_forward(struct ring_attn *r, float *out, float *lse, const float *q,
-		       const float *kk, const float *v, float scale, int window, float dropout_p, uint64_t seed,
-		       uint64_t offset);
+		       const float *kk, const float *v, const int32_t *doc, float scale, int window, float dropout_p,
+		       uint64_t seed, uint64_t offset);
 /*
  * dq, dk, dv (overwritten, like attention_backward; none may be NULL) of this
  * rank's positions from dout and what forward used and gave (out, lse).
  */
 void ring_attn_backward(struct ring_attn *r, float *dq, float *dk, float *dv, const float *dout,
 			const float *out, const float *lse, const float *q, const float *kk,
-			const float *v, float scale, int window, float dropout_p, uint64_t seed, uint64_t offset);
+			const float *v, const int32_t *doc, float scale, int window, float dropout_p, uint64_t seed,
+			uint64_t offset);
 
 #endif

@@ -89,7 +89,7 @@ void batch_slice(struct batch *local, const struct batch *full, int (*pos)(const
 		 const void *ctx)
 {
 	int T = local->S, S = full->S;
-	if (local->B != full->B || (full->doc && !local->doc))
+	if (local->B != full->B)
 		BUG("batch slice of %dx%d into %dx%d", full->B, S, local->B, T);
 	for (int b = 0; b < full->B; b++)
 		for (int j = 0; j < T; j++) {
@@ -98,7 +98,7 @@ void batch_slice(struct batch *local, const struct batch *full, int (*pos)(const
 			local->labels[i] = full->labels[g];
 			local->positions[i] = full->positions[g];
 			local->loss_mask[i] = full->loss_mask[g];
-			if (full->doc)
+			if (full->doc && local->doc)
 				local->doc[i] = full->doc[g];
 		}
 }

@@ -32,7 +32,9 @@ int batch_get(struct batch *b, const struct gpt_data *d, int split, uint64_t fir
 
 /* Context parallelism: this rank's positions of every sample of full into
  * local (made by batch_init with T = S/cp positions): local position j is
- * full position pos(j), gpt_global_pos's map. */
+ * full position pos(j), gpt_global_pos's map. Document ids are sliced
+ * only into a local batch made with them (the model takes the whole
+ * sequence's ids, full's, for ring attention). */
 void batch_slice(struct batch *local, const struct batch *full, int (*pos)(const void *ctx, int j),
 		 const void *ctx);
 

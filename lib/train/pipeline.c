@@ -166,6 +166,8 @@ static int forward(struct trainer *t, const struct pp_sched *s, const struct pp_
 	 * then takes this rank's positions */
 	m->mtp_in = (struct gpt_mtp_input){ b->tokens, b->labels, t->a->reset_position_ids ? b->positions : NULL,
 					    b->loss_mask };
+	/* document ids stay the whole sequence's (ring attention masks every rank's keys) */
+	const int32_t *doc = b->doc;
 	if (m->par.cp) {
 		batch_slice(&t->cp_batch, b, model_pos, m);
 		b = &t->cp_batch;
@@ -182,7 +184,7 @@ static int forward(struct trainer *t, const struct pp_sched *s, const struct pp_
 			sleep(1);
 	tstart(t, "forward-compute", train);
 	const float *out = gpt_forward_chunk(m, o->chunk, slot, b->tokens, b->labels,
-					     t->a->reset_position_ids ? b->positions : NULL, b->doc,
+					     t->a->reset_position_ids ? b->positions : NULL, doc,
 					     micro_seed(t->seed, t->iteration, micro_global(t, o->micro)), train,
 					     t->losses);
 	timers_stop(&t->timers, "forward-compute");

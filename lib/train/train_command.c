@@ -36,9 +36,8 @@ const struct prog_info train_prog_info = {
 
 int train_check_layout(const struct args *a, const struct dist_layout *l)
 {
-	if (l->cp > 1 && a->reset_attention_mask)
-		return error("--reset-attention-mask with --context-parallel-size %d is not supported (Megatron needs "
-			     "the packed THD format for it, which megac does not have)", l->cp);
+	/* --reset-attention-mask works with --context-parallel-size: ring attention
+	 * masks documents on global positions */
 	return 0;
 }
 

@@ -29,6 +29,8 @@ int train_check_flags(const struct args *a);
  */
 int train_opt_parts(size_t total, size_t expert_lo, bool ep, bool dist_opt, const int gsize[2], const int grank[2],
 		    size_t base[2], size_t end[2], size_t lo[2], size_t hi[2]);
+/* Flags train refuses with the layout l (error() and -1); none at present, a
+ * hook shared with report_memory. */
 int train_check_layout(const struct args *a, const struct dist_layout *l);
 
 struct adam_options;

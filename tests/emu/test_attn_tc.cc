@@ -150,12 +150,13 @@ template <class H, int KD, int WQ, bool WG = false> void run_case(const fwd_case
 		std::vector<float> k1 = rand_half((size_t)c.B * c.g * T1 * c.k, 2.0f, kind, r),
 				   v1 = rand_half((size_t)c.B * c.g * T1 * c.k, 1.0f, kind, r);
 		cpu->attention_block_forward(out0.data(), lse0.data(), q.data(), k1.data(), v1.data(), c.qpos.data(),
-					     p1.data(), c.B, c.Tq, T1, c.a, c.g, c.k, c.S, scale, c.window, 0.0f, 0, 0, 0);
+					     p1.data(), NULL, c.B, c.Tq, T1, c.a, c.g, c.k, c.S, scale, c.window, 0.0f,
+					     0, 0, 0);
 	}
 	std::vector<float> ref_out = out0, ref_lse = lse0;
 	cpu->attention_block_forward(ref_out.data(), ref_lse.data(), q.data(), kk.data(), v.data(), c.qpos.data(),
-				     c.kpos.data(), c.B, c.Tq, c.Tk, c.a, c.g, c.k, c.S, scale, c.window, c.p, SEED, OFFSET,
-				     c.accumulate);
+				     c.kpos.data(), NULL, c.B, c.Tq, c.Tk, c.a, c.g, c.k, c.S, scale, c.window, c.p,
+				     SEED, OFFSET, c.accumulate);
 	std::vector<float> out[4] = { out0, out0, out0, out0 }, lse[4] = { lse0, lse0, lse0, lse0 };
 	for (int order = 0; order < 4; order++)
 		CHECK_INT((launch<H, KD, WQ, WG>(c, out[order].data(), lse[order].data(), q, kk, v,
@@ -236,7 +237,7 @@ void test_detects_wrong_inputs(void)
 	std::vector<float> q = rand_half(n, 2.0f, 0, r), kk = rand_half(n, 2.0f, 0, r), v = rand_half(n, 1.0f, 0, r);
 	std::vector<float> ref(n), lref(128), out(n, NAN), lout(128, NAN);
 	kops_cpu()->attention_block_forward(ref.data(), lref.data(), q.data(), kk.data(), v.data(), c.qpos.data(),
-					    c.kpos.data(), 1, 64, 64, 2, 2, 64, 64, 0.125f, -1, 0.0f, 0, 0, 0);
+		 c.kpos.data(), NULL, 1, 64, 64, 2, 2, 64, 64, 0.125f, -1, 0.0f, 0, 0, 0);
 	std::vector<float> v2(v);
 	for (size_t i = 0; i < n / 2; i++) /* swap the two groups' values */
 		std::swap(v2[i], v2[i + n / 2]);
@@ -262,8 +263,8 @@ template <class H, int KD, bool WG = false> void run_bwd_case(const fwd_case &c,
 	const struct kops *cpu = kops_cpu();
 	const float scale = 1.0f / sqrtf((float)c.k);
 	cpu->attention_block_forward(out.data(), lse.data(), q.data(), kk.data(), v.data(), c.qpos.data(),
-				     c.kpos.data(), c.B, c.Tq, c.Tk, c.a, c.g, c.k, c.S, scale, c.window, c.p, SEED, OFFSET,
-				     0);
+				     c.kpos.data(), NULL, c.B, c.Tq, c.Tk, c.a, c.g, c.k, c.S, scale, c.window, c.p,
+				     SEED, OFFSET, 0);
 	for (auto &x : out) /* the model holds out in the half format */
 		x = round_half(x, kind);
 	std::vector<float> g0q(nq), g0k(nkv), g0v(nkv);
@@ -273,8 +274,8 @@ template <class H, int KD, bool WG = false> void run_bwd_case(const fwd_case &c,
 	std::vector<float> rq = g0q, rk = g0k, rv = g0v;
 	cpu->attention_block_backward(nul & 1 ? NULL : rq.data(), nul & 2 ? NULL : rk.data(), nul & 4 ? NULL : rv.data(),
 				      dout.data(), out.data(), lse.data(), q.data(), kk.data(), v.data(), c.qpos.data(),
-				      c.kpos.data(), c.B, c.Tq, c.Tk, c.a, c.g, c.k, c.S, scale, c.window, c.p, SEED,
-				      OFFSET);
+				      c.kpos.data(), NULL, c.B, c.Tq, c.Tk, c.a, c.g, c.k, c.S, scale, c.window, c.p,
+				      SEED, OFFSET);
 	std::vector<float> eq[4] = { g0q, g0q, g0q, g0q }, ek[4] = { g0k, g0k, g0k, g0k }, ev[4] = { g0v, g0v, g0v, g0v };
 	const std::vector<uint16_t> qh = to_half<H>(q), kh = to_half<H>(kk), vh = to_half<H>(v), oh = to_half<H>(dout);
 	for (int order = 0; order < 4; order++) {

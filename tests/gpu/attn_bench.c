@@ -75,12 +75,12 @@ static void bench_table(const struct kops *k, const struct bench_case *cases, in
 		double tf = 0, tb = 0;
 		for (int r = 0; r <= reps; r++) {
 			double t0 = now();
-			k->attention_block_forward(out, lse, q, kk, v, pos, pos, B, T, T, a, g, kd, T, scale, win, 0.0f, 1,
-						   0, 0);
+			k->attention_block_forward(out, lse, q, kk, v, pos, pos, NULL, B, T, T, a, g, kd, T, scale, win,
+						   0.0f, 1, 0, 0);
 			k->to_host(&sync, lse, sizeof(float)); /* waits for the kernels */
 			double t1 = now();
-			k->attention_block_backward(dq, dk, dv, dout, out, lse, q, kk, v, pos, pos, B, T, T, a, g, kd, T,
-						    scale, win, 0.0f, 1, 0);
+			k->attention_block_backward(dq, dk, dv, dout, out, lse, q, kk, v, pos, pos, NULL, B, T, T, a, g,
+						    kd, T, scale, win, 0.0f, 1, 0);
 			k->to_host(&sync, dv, sizeof(float));
 			double t2 = now();
 			if (r > 0) { /* the first run warms up */

@@ -1468,24 +1468,26 @@ static void test_attention(void)
 /* ================= attention_block (context parallelism) ================= */
 static void r_abf(const struct kops *k, void **d, const struct cfg *c, double *s)
 {
-	k->attention_block_forward(d[0], d[1], d[2], d[3], d[4], d[5], d[6], c->B, c->Tq, c->Tk, c->a, c->g, c->k,
-				   c->S, c->scale, c->win, c->p, c->seed, c->off, c->acc);
+	k->attention_block_forward(d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], c->B, c->Tq, c->Tk, c->a, c->g,
+				   c->k, c->S, c->scale, c->win, c->p, c->seed, c->off, c->acc);
 }
 static void r_abb(const struct kops *k, void **d, const struct cfg *c, double *s)
 {
-	k->attention_block_backward(d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], d[10], c->B, c->Tq,
-				    c->Tk, c->a, c->g, c->k, c->S, c->scale, c->win, c->p, c->seed, c->off);
+	k->attention_block_backward(d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], d[10], d[11], c->B,
+				    c->Tq, c->Tk, c->a, c->g, c->k, c->S, c->scale, c->win, c->p, c->seed, c->off);
 }
 
-/* the block ops' q, kk, v, qpos, kpos inputs, in their argument order */
+/* the block ops' q, kk, v, qpos, kpos, doc inputs, in their argument order (doc
+ * [B, S] or NULL) */
 static void tb_in_block(const float *q, const float *kk, const float *v, const int32_t *qpos, const int32_t *kpos,
-			const struct cfg *c)
+			const int32_t *doc, const struct cfg *c)
 {
 	tb_in(q, FL((size_t)c->B * c->a * c->Tq * c->k));
 	tb_in(kk, FL((size_t)c->B * c->g * c->Tk * c->k));
 	tb_in(v, FL((size_t)c->B * c->g * c->Tk * c->k));
 	tb_in(qpos, IN32(c->Tq));
 	tb_in(kpos, IN32(c->Tk));
+	tb_in(doc, doc ? IN32((size_t)c->B * c->S) : 0);
 }
 
 /* the keys of [0, S) not in kpos */
@@ -1543,25 +1545,28 @@ static void test_attention_block_half(bool stand_in)
 {
 	static const char *const op[2] = { "attention_block_forward/bf16", "attention_block_forward/fp16" };
 	static const char *const opb[2] = { "attention_block_backward/bf16", "attention_block_backward/fp16" };
-	int cf[][9] = { /* B, a, g, k, T, CP block (0: self-attention, 1: against chunks 0, 3, 2: the
-			 * diagonal block), accumulate, dropout %, window (-1: none) */
-			{ 2, 4, 2, 64, 300, 0, 0, 0, -1 },
-			{ 1, 2, 1, 128, 257, 0, 0, 0, -1 },
-			{ 1, 4, 4, 64, 512, 1, 1, 0, -1 },
-			{ 1, 2, 2, 80, 100, 0, 0, 0, -1 },
-			{ 2, 4, 2, 128, 200, 0, 0, 10, -1 },
-			{ 2, 4, 2, 64, 300, 0, 0, 0, 40 },
-			{ 1, 4, 2, 64, 300, 0, 0, 0, 64 },
-			{ 1, 4, 2, 64, 300, 0, 0, 10, 100 },
-			{ 1, 2, 1, 128, 257, 0, 0, 0, 128 },
-			{ 1, 2, 2, 128, 200, 0, 0, 0, 31 },
-			{ 1, 4, 2, 64, 512, 1, 1, 0, 100 },
-			{ 1, 4, 2, 64, 512, 2, 1, 0, 64 },
-			{ 1, 2, 1, 128, 512, 1, 0, 10, 150 },
-			{ 1, 2, 1, 128, 512, 2, 0, 0, 200 },
-			{ 1, 2, 2, 80, 100, 0, 0, 0, 30 },
-			{ 4, 12, 12, 64, 1024, 0, 0, 0, -1 } };
-	int ncf = big ? 16 : 15;
+	int cf[][10] = { /* B, a, g, k, T, CP block (0: self-attention, 1: against chunks 0, 3, 2: the
+			  * diagonal block), accumulate, dropout %, window (-1: none), document
+			  * masks (which the half tables hand to the fp32 kernels) */
+			{ 2, 4, 2, 64, 300, 0, 0, 0, -1, 0 },
+			{ 1, 2, 1, 128, 257, 0, 0, 0, -1, 0 },
+			{ 1, 4, 4, 64, 512, 1, 1, 0, -1, 0 },
+			{ 1, 2, 2, 80, 100, 0, 0, 0, -1, 0 },
+			{ 2, 4, 2, 128, 200, 0, 0, 10, -1, 0 },
+			{ 2, 4, 2, 64, 300, 0, 0, 0, 40, 0 },
+			{ 1, 4, 2, 64, 300, 0, 0, 0, 64, 0 },
+			{ 1, 4, 2, 64, 300, 0, 0, 10, 100, 0 },
+			{ 1, 2, 1, 128, 257, 0, 0, 0, 128, 0 },
+			{ 1, 2, 2, 128, 200, 0, 0, 0, 31, 0 },
+			{ 1, 4, 2, 64, 512, 1, 1, 0, 100, 0 },
+			{ 1, 4, 2, 64, 512, 2, 1, 0, 64, 0 },
+			{ 1, 2, 1, 128, 512, 1, 0, 10, 150, 0 },
+			{ 1, 2, 1, 128, 512, 2, 0, 0, 200, 0 },
+			{ 1, 2, 2, 80, 100, 0, 0, 0, 30, 0 },
+			{ 2, 4, 2, 64, 300, 0, 0, 10, -1, 1 },
+			{ 1, 2, 1, 128, 512, 1, 1, 0, 150, 1 },
+			{ 4, 12, 12, 64, 1024, 0, 0, 0, -1, 0 } };
+	int ncf = big ? 18 : 17;
 	uint64_t rs_case = 0;
 	const struct kops *saved = GPU;
 	for (int kind = KOPS_ROUND_BF16; kind <= KOPS_ROUND_FP16; kind++) {
@@ -1601,43 +1606,48 @@ static void test_attention_block_half(bool stand_in)
 			}
 			size_t nq = (size_t)c.B * c.a * c.Tq * c.k, nkv = (size_t)c.B * c.g * c.Tk * c.k,
 			       nl = (size_t)c.B * c.a * c.Tq;
+			const int32_t *dc = cf[i / 2][9] ? rdoc(c.B, c.S) : NULL;
+			/* the fp32 kernels (head dim 80, documents) agree as the fp32 table does */
+			const bool f32 = c.k == 80 || dc;
 			float *q = rhalf(nq, 2, rk), *kk = rhalf(nkv, 2, rk), *v = rhalf(nkv, 1, rk);
 			float *out = rvec(nq, 1), *lse = rvec(nl, 1);
 			if (c.acc) { /* the running state: the other keys merged first */
 				size_t n2 = (size_t)c.B * c.g * Tk2 * c.k;
 				kops_cpu()->attention_block_forward(out, lse, q, rhalf(n2, 2, rk), rhalf(n2, 1, rk), qpos,
-								    kpos2, c.B, c.Tq, Tk2, c.a, c.g, c.k, c.S, c.scale,
+								    kpos2, dc, c.B, c.Tq, Tk2, c.a, c.g, c.k, c.S,
+								    c.scale,
 								    c.win, c.p, c.seed, c.off, 0);
 			}
 			if (pass == 0) {
-				tb_out("out", out, FL(nq), c.k == 80 ? TOL_RED : tol);
+				tb_out("out", out, FL(nq), f32 ? TOL_RED : tol);
 				tb_out("lse", lse, FL(nl), TOL_RED);
-				tb_in_block(q, kk, v, qpos, kpos, &c);
+				tb_in_block(q, kk, v, qpos, kpos, dc, &c);
 				run_test(op[kind], HAS(attention_block_forward),
-					 LABEL("%s B=%d a=%d g=%d k=%d S=%d Tq=%d Tk=%d p=%g window=%d%s%s%s", h->name, c.B,
-					       c.a, c.g, c.k, c.S, c.Tq, c.Tk, c.p, c.win,
+					 LABEL("%s B=%d a=%d g=%d k=%d S=%d Tq=%d Tk=%d p=%g window=%d%s%s%s%s",
+					       h->name, c.B, c.a, c.g, c.k, c.S, c.Tq, c.Tk, c.p, c.win,
 					       cf[i / 2][5] == 2 ? " diagonal block" : "", c.acc ? " accumulate=1" : "",
-					       c.k == 80 ? " (fp32 kernel)" : ""),
+					       dc ? " doc" : "", f32 ? " (fp32 kernel)" : ""),
 					 r_abf, &c, NULL, 0);
 				continue;
 			}
 			/* the backward on the CPU's finished forward of this block alone
 			 * (out in the format, as the model holds it); grads from zero */
 			float *fo = hnew(FL(nq)), *fl = hnew(FL(nl)), *fo16 = hnew(FL(nq));
-			kops_cpu()->attention_block_forward(fo, fl, q, kk, v, qpos, kpos, c.B, c.Tq, c.Tk, c.a, c.g,
+			kops_cpu()->attention_block_forward(fo, fl, q, kk, v, qpos, kpos, dc, c.B, c.Tq, c.Tk, c.a, c.g,
 							    c.k, c.S, c.scale, c.win, c.p, c.seed, c.off, 0);
 			kops_cpu()->round(fo16, fo, nq, rk);
-			tb_out("dq", NULL, FL(nq), c.k == 80 ? TOL_RED : tol);
-			tb_out("dk", NULL, FL(nkv), c.k == 80 ? TOL_RED : tol);
-			tb_out("dv", NULL, FL(nkv), c.k == 80 ? TOL_RED : tol);
+			tb_out("dq", NULL, FL(nq), f32 ? TOL_RED : tol);
+			tb_out("dk", NULL, FL(nkv), f32 ? TOL_RED : tol);
+			tb_out("dv", NULL, FL(nkv), f32 ? TOL_RED : tol);
 			tb_in(rhalf(nq, 1, rk), FL(nq));
 			tb_in(fo16, FL(nq));
 			tb_in(fl, FL(nl));
-			tb_in_block(q, kk, v, qpos, kpos, &c);
+			tb_in_block(q, kk, v, qpos, kpos, dc, &c);
 			run_test(opb[kind], HAS(attention_block_backward),
-				 LABEL("%s B=%d a=%d g=%d k=%d S=%d Tq=%d Tk=%d p=%g window=%d%s%s", h->name, c.B, c.a,
+				 LABEL("%s B=%d a=%d g=%d k=%d S=%d Tq=%d Tk=%d p=%g window=%d%s%s%s", h->name, c.B,
+				       c.a,
 				       c.g, c.k, c.S, c.Tq, c.Tk, c.p, c.win, cf[i / 2][5] == 2 ? " diagonal block" : "",
-				       c.k == 80 ? " (fp32 kernel)" : ""),
+				       dc ? " doc" : "", f32 ? " (fp32 kernel)" : ""),
 				 r_abb, &c, NULL, 0);
 		}
 	}
@@ -1673,10 +1683,12 @@ static void test_attention_block(void)
 		   { 1, 2, 1, 256, 150, 0, 0, 0, 0.1f, 1, 0, 0, 0, 0, 4, 0 },
 		   { 2, 12, 4, 64, 512, 256, 256, 1, 0.1f, 0, 0, 0, 0, 0, 0, 1 },
 		   { 2, 16, 4, 128, 1024, 0, 0, 0, 0.0f, 1, 0, 0, 0, 0, 0, 1 } };
-	/* then the small cases again under a sliding window of about a fifth of S */
-	for (int wi = 0; wi < 2 * (int)(sizeof cf / sizeof *cf); wi++) {
-		const int i = wi % (int)(sizeof cf / sizeof *cf), windowed = wi >= (int)(sizeof cf / sizeof *cf);
-		if (cf[i].big && (!big || windowed))
+	/* then the small cases again under a sliding window of about a fifth of S,
+	 * then again with document masks (every other one also windowed) */
+	const int ncf = (int)(sizeof cf / sizeof *cf);
+	for (int wi = 0; wi < 3 * ncf; wi++) {
+		const int i = wi % ncf, docs = wi >= 2 * ncf, windowed = (wi >= ncf && !docs) || (docs && i % 2);
+		if (cf[i].big && (!big || windowed || docs))
 			continue;
 		struct cfg c = { .B = cf[i].B, .a = cf[i].a, .g = cf[i].g, .k = cf[i].k, .S = cf[i].S, .Tq = cf[i].Tq,
 				 .Tk = cf[i].Tk, .acc = cf[i].acc, .p = cf[i].p, .scale = 1.0f / sqrtf((float)cf[i].k),
@@ -1706,6 +1718,7 @@ static void test_attention_block(void)
 				qpos = rsubset(c.Tq, c.S);
 				kpos = rsubset(c.Tk, c.S);
 			}
+			const int32_t *dc = docs ? rdoc(c.B, c.S) : NULL;
 			int Tk2;
 			int32_t *kpos2 = complement(kpos, c.Tk, c.S, &Tk2);
 			size_t nkv2 = (size_t)c.B * c.g * Tk2 * c.k;
@@ -1714,17 +1727,18 @@ static void test_attention_block(void)
 			const struct kops *h = kops_cpu();
 			float *out = hnew(FL(nq)), *lse = hnew(FL(nl));
 			if (pass == 0 && c.acc) /* the running state: the other keys merged first */
-				h->attention_block_forward(out, lse, q, kk2, v2, qpos, kpos2, c.B, c.Tq, Tk2, c.a,
+				h->attention_block_forward(out, lse, q, kk2, v2, qpos, kpos2, dc, c.B, c.Tq, Tk2, c.a,
 							   c.g, c.k, c.S, c.scale, c.win, c.p, c.seed, c.off, 0);
 			if (pass == 1) { /* the finished forward: this block alone, or both */
 				if (c.acc)
-					h->attention_block_forward(out, lse, q, kk2, v2, qpos, kpos2, c.B, c.Tq, Tk2,
+					h->attention_block_forward(out, lse, q, kk2, v2, qpos, kpos2, dc, c.B, c.Tq,
+								   Tk2,
 								   c.a, c.g, c.k, c.S, c.scale, c.win, c.p, c.seed, c.off, 0);
-				h->attention_block_forward(out, lse, q, kk, v, qpos, kpos, c.B, c.Tq, c.Tk, c.a,
+				h->attention_block_forward(out, lse, q, kk, v, qpos, kpos, dc, c.B, c.Tq, c.Tk, c.a,
 							   c.g, c.k, c.S, c.scale, c.win, c.p, c.seed, c.off, c.acc);
 			}
-			const char *l = LABEL("B=%d a=%d g=%d k=%d S=%d Tq=%d Tk=%d p=%g window=%d%s %s%s%s%s", c.B, c.a,
-					      c.g, c.k, c.S, c.Tq, c.Tk, c.p, c.win, where,
+			const char *l = LABEL("B=%d a=%d g=%d k=%d S=%d Tq=%d Tk=%d p=%g window=%d%s%s %s%s%s%s", c.B,
+					      c.a, c.g, c.k, c.S, c.Tq, c.Tk, c.p, c.win, docs ? " doc" : "", where,
 					      pass == 0 ? (c.acc ? "accumulate=1" : "accumulate=0")
 							: (c.acc ? "share of all keys" : "this block alone"),
 					      pass && nul & 1 ? " dq=NULL" : "", pass && nul & 2 ? " dk=NULL" : "",
@@ -1732,7 +1746,7 @@ static void test_attention_block(void)
 			if (pass == 0) {
 				tb_out("out", c.acc ? out : rvec(nq, 1), FL(nq), TOL_RED);
 				tb_out("lse", c.acc ? lse : rvec(nl, 1), FL(nl), TOL_RED);
-				tb_in_block(q, kk, v, qpos, kpos, &c);
+				tb_in_block(q, kk, v, qpos, kpos, dc, &c);
 				run_test("attention_block_forward", HAS(attention_block_forward), l, r_abf, &c, NULL, 0);
 			} else {
 				tb_out("dq", nul & 1 ? NULL : rvec(nq, 1), nul & 1 ? 0 : FL(nq), TOL_RED);
@@ -1741,7 +1755,7 @@ static void test_attention_block(void)
 				tb_in(rvec(nq, 1), FL(nq));
 				tb_in(out, FL(nq));
 				tb_in(lse, FL(nl));
-				tb_in_block(q, kk, v, qpos, kpos, &c);
+				tb_in_block(q, kk, v, qpos, kpos, dc, &c);
 				run_test("attention_block_backward", HAS(attention_block_backward), l, r_abb, &c, NULL, 0);
 			}
 		}

@@ -16,8 +16,8 @@ if [ -n "${MEGAC_SANITIZE:-}" ]; then export ASAN_OPTIONS=detect_leaks=0; fi
 for np in 2 4; do
 	expect_ok "cp $np: test_ring_attn under mpirun -np $np" $MPI -np $np "$TEST"
 	cp "$OUT_LOG" "$W/cp$np.log"
-	# 6 cases on each rank (two with a sliding window), plus rank 0's line for the group
-	want=$((6 * np + 1))
+	# 9 cases on each rank (three with a sliding window, three with document masks), plus rank 0's line
+	want=$((9 * np + 1))
 	good=$(grep -c '^ok ' "$W/cp$np.log")
 	bad=$(grep -c '^not ok ' "$W/cp$np.log")
 	if [ "$bad" -eq 0 ] && [ "$good" -eq "$want" ]; then

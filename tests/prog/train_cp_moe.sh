@@ -19,7 +19,8 @@
 # - TP2 x CP2 with SP of the DeepSeek-V3 model, and under make check-long
 #   CP2 x DP2 and CP2 with the MoE and mla_up_proj recompute, give the
 #   one-rank numbers;
-# - the same CP2 run on the emulated CUDA device equals one CPU rank;
+# - the same CP2 run on the emulated CUDA device equals one CPU rank, also
+#   with document masks (--reset-attention-mask --eod-mask-loss);
 # - expert parallelism with context parallelism is refused by name.
 . tests/prog_lib.sh
 train_test_begin train_cp_moe
@@ -127,3 +128,13 @@ setup "emu: one CPU rank, 3 iterations" sh -c "$BIN/train $DSV3 $COMMON $EMU --d
 expect_ok "emu: CP2 on two emulated GPUs, 3 iterations" sh -c "$MPI -np 2 $E/bin/train $DSV3 $COMMON $EMU $CP2 \
 	--device cuda --data-cache-path $D/cache --metrics-file $D/cp2.jsonl >$D.cp2.log"
 RTOL=1e-4 compare_same "emu: CP2 on the CUDA kernels equals one CPU rank (rtol 1e-4)" "$D/cpu.jsonl" "$D/cp2.jsonl" 3
+# and with document masks (--reset-attention-mask --eod-mask-loss): the CUDA
+# block ops mask documents on global positions
+DOCM="--reset-attention-mask --eod-mask-loss"
+setup "emu: one CPU rank with document masks, 3 iterations" sh -c "$BIN/train $DSV3 $COMMON $EMU $DOCM --device cpu \
+	--data-cache-path $D/cache --metrics-file $D/cpu_doc.jsonl >$D.cpu_doc.log"
+expect_ok "emu: CP2 with document masks on two emulated GPUs, 3 iterations" sh -c "$MPI -np 2 $E/bin/train $DSV3 \
+	$COMMON $EMU $DOCM $CP2 --device cuda --data-cache-path $D/cache --metrics-file $D/cp2_doc.jsonl \
+	>$D.cp2_doc.log"
+RTOL=1e-4 compare_same "emu: CP2 with document masks on the CUDA kernels equals one CPU rank (rtol 1e-4)" \
+	"$D/cpu_doc.jsonl" "$D/cp2_doc.jsonl" 3

@@ -94,12 +94,13 @@ struct blk_case {
 	int32_t *qpos, *kpos;
 	float *q, *kk, *v, *dout;
 	int window; /* sliding window, -1: none */
+	int32_t *doc; /* document ids [B, S] of the global positions, NULL: no mask */
 };
 
 /*
  * Straight from ops.h, in double: query tq sees key tk when kpos <= qpos
- * (and, with a sliding window, kpos >= qpos - window),
- * softmax, dropout from kops_uniform at the global counter, O = (P*M) V;
+ * (and, with a sliding window, kpos >= qpos - window; with document ids,
+ * the same id at both positions), softmax, dropout from kops_uniform at the global counter, O = (P*M) V;
  * backward by the plain chain rule (dP = dO.v * M, dS = P (dP - sum P dP)).
  * lse is -inf for a row that sees nothing (its out and grads are 0).
  */
@@ -127,17 +128,27 @@ static void blk_reference(const struct blk_case *c, double *out, double *lse, do
 				int lo = 0; /* the sliding window's first key */
 				while (c->window >= 0 && lo < n && c->kpos[lo] < c->qpos[tq] - c->window)
 					lo++;
+				int nv = 0; /* keys seen */
 				for (int tk = lo; tk < n; tk++) {
 					const float *kr = c->kk + (((size_t)b * g + h / m) * Tk + tk) * k;
+					const int32_t *D = c->doc ? c->doc + (size_t)b * c->S : NULL;
 					double d = 0;
 					for (int i = 0; i < k; i++)
 						d += (double)qr[i] * kr[i];
 					s[tk] = d * c->scale;
+					if (D && D[c->kpos[tk]] != D[c->qpos[tq]]) {
+						s[tk] = -INFINITY; /* another document: prob 0 */
+						continue;
+					}
+					nv++;
 					mx = s[tk] > mx ? s[tk] : mx;
 				}
+				lse[((size_t)b * a + h) * Tq + tq] = -INFINITY;
+				if (!nv)
+					continue;
 				for (int tk = lo; tk < n; tk++)
 					sum += exp(s[tk] - mx);
-				lse[((size_t)b * a + h) * Tq + tq] = n > lo ? mx + log(sum) : -INFINITY;
+				lse[((size_t)b * a + h) * Tq + tq] = mx + log(sum);
 				for (int tk = lo; tk < n; tk++) {
 					s[tk] = exp(s[tk] - mx) / sum;
 					mk[tk] = 1;
@@ -199,13 +210,29 @@ static void kv_rows(float *part, float *full, const int *sel, int n, const struc
 		}
 }
 
+/* Document ids of B samples of S positions: docs 1, documents that end at
+ * random places (increasing ids, as packed sequences); 2, random ids 0..2
+ * (any ids will do, and rows that see nothing in a block are many). */
+static int32_t *doc_ids(int B, int S, int docs)
+{
+	int32_t *d = xmalloc((size_t)B * S * sizeof(int32_t));
+	for (int b = 0; b < B; b++)
+		for (int t = 0, id = 0; t < S; t++) {
+			if (docs == 1 && t && next_u64() % 9 == 0)
+				id++;
+			d[(size_t)b * S + t] = docs == 1 ? id : (int32_t)(next_u64() % 3);
+		}
+	return d;
+}
+
 /* Positions: two runs for the queries (as a CP rank's two chunks, plus
  * position 0 alone, which sees no key: keys start at 1), a random sorted
- * subset of [1, S) for the keys. */
-static void blk_case_w(int B, int a, int g, int k, int S, int run, float p, int window)
+ * subset of [1, S) for the keys. docs: no document mask (0) or doc_ids'. */
+static void blk_case_d(int B, int a, int g, int k, int S, int run, float p, int window, int docs)
 {
 	struct blk_case c = { .B = B, .a = a, .g = g, .k = k, .S = S, .scale = 1.0f / sqrtf((float)k),
 			      .p = p, .seed = 77, .off = 1000003, .window = window };
+	c.doc = docs ? doc_ids(B, S, docs) : NULL;
 	c.qpos = xmalloc((size_t)S * sizeof(int32_t));
 	c.kpos = xmalloc((size_t)S * sizeof(int32_t));
 	c.qpos[c.Tq++] = 0;
@@ -226,7 +253,7 @@ static void blk_case_w(int B, int a, int g, int k, int S, int run, float p, int 
 
 	/* all keys in one call */
 	float *out = xmalloc(nq * sizeof(float)), *lse = xmalloc(nl * sizeof(float));
-	ops->attention_block_forward(out, lse, c.q, c.kk, c.v, c.qpos, c.kpos, B, Tq, Tk, a, g, k, S,
+	ops->attention_block_forward(out, lse, c.q, c.kk, c.v, c.qpos, c.kpos, c.doc, B, Tq, Tk, a, g, k, S,
 				     c.scale, c.window, p, c.seed, c.off, 0);
 	CHECK(close_rel("out, one block", out, ro, nq, 1e-5));
 	CHECK_INT(lse_bad(lse, rl, nl), 0);
@@ -249,14 +276,16 @@ static void blk_case_w(int B, int a, int g, int k, int S, int run, float p, int 
 			kv_rows(pk, c.kk, sel, n, &c, 0);
 			kv_rows(pv, c.v, sel, n, &c, 0);
 			if (pass == 0) {
-				ops->attention_block_forward(out2, lse2, c.q, pk, pv, c.qpos, ppos, B, Tq, n, a, g,
+				ops->attention_block_forward(out2, lse2, c.q, pk, pv, c.qpos, ppos, c.doc, B, Tq, n, a,
+							     g,
 							     k, S, c.scale, c.window, p, c.seed, c.off, part > 0);
 				continue;
 			}
 			memset(pdk, 0, nkv * sizeof(float));
 			memset(pdv, 0, nkv * sizeof(float));
 			ops->attention_block_backward(dq, pdk, pdv, c.dout, out, lse, c.q, pk, pv, c.qpos,
-						      ppos, B, Tq, n, a, g, k, S, c.scale, c.window, p, c.seed, c.off);
+						      ppos, c.doc, B, Tq, n, a, g, k, S, c.scale, c.window, p, c.seed,
+						      c.off);
 			kv_rows(pdk, dk, sel, n, &c, 1);
 			kv_rows(pdv, dv, sel, n, &c, 1);
 		}
@@ -271,7 +300,7 @@ static void blk_case_w(int B, int a, int g, int k, int S, int run, float p, int 
 	memcpy(dq2, dq, nq * sizeof(float));
 	memcpy(dk2, dk, nkv * sizeof(float));
 	memcpy(dv2, dv, nkv * sizeof(float));
-	ops->attention_block_backward(dq2, dk2, dv2, c.dout, out, lse, c.q, c.kk, c.v, c.qpos, c.kpos,
+	ops->attention_block_backward(dq2, dk2, dv2, c.dout, out, lse, c.q, c.kk, c.v, c.qpos, c.kpos, c.doc,
 				      B, Tq, Tk, a, g, k, S, c.scale, c.window, p, c.seed, c.off);
 	for (size_t i = 0; i < nq; i++)
 		rdq[i] *= 2;
@@ -284,7 +313,12 @@ static void blk_case_w(int B, int a, int g, int k, int S, int run, float p, int 
 	free(c.qpos), free(c.kpos), free(c.q), free(c.kk), free(c.v), free(c.dout);
 	free(ro), free(rl), free(rdq), free(rdk), free(rdv), free(out), free(lse), free(part_of), free(sel);
 	free(out2), free(lse2), free(dq), free(dk), free(dv), free(pk), free(pv), free(pdk), free(pdv);
-	free(ppos), free(dq2), free(dk2), free(dv2);
+	free(ppos), free(dq2), free(dk2), free(dv2), free(c.doc);
+}
+
+static void blk_case_w(int B, int a, int g, int k, int S, int run, float p, int window)
+{
+	blk_case_d(B, a, g, k, S, run, p, window, 0);
 }
 
 static void blk_case(int B, int a, int g, int k, int S, int run, float p)
@@ -301,13 +335,17 @@ static void test_block_ops(void)
 	blk_case_w(2, 4, 2, 5, 40, 6, 0.3f, 4);    /* sliding window, dropout */
 	blk_case_w(1, 3, 3, 4, 300, 40, 0.0f, 50); /* window across row blocks */
 	blk_case_w(1, 2, 1, 4, 300, 40, 0.2f, 1);  /* window 1: two keys at most */
+	blk_case_d(2, 4, 2, 5, 40, 6, 0.0f, -1, 1);    /* documents (packed sequences) */
+	blk_case_d(2, 4, 2, 5, 40, 6, 0.3f, -1, 2);    /* any ids, dropout */
+	blk_case_d(1, 3, 3, 4, 300, 40, 0.2f, -1, 1);  /* documents across row blocks, dropout */
+	blk_case_d(1, 2, 1, 4, 300, 40, 0.0f, 30, 1);  /* documents and a window */
 }
 
 /* ---- ring attention on one rank equals attention_forward/backward ---- */
 
 static struct dist_group one_rank = { .name = "context-parallel", .size = 1 };
 
-static void one_rank_case_w(int B, int S, int a, int g, int k, float p, int w)
+static void one_rank_case_d(int B, int S, int a, int g, int k, float p, int w, int docs)
 {
 	const float scale = 1.0f / sqrtf((float)k);
 	const uint64_t seed = 5, off = 123456789;
@@ -321,13 +359,14 @@ static void one_rank_case_w(int B, int S, int a, int g, int k, float p, int w)
 	float *q = randv(nq, 1.5f), *kk = randv(nkv, 1.5f), *v = randv(nkv, 1), *dout = randv(nq, 1);
 	float *out = xmalloc(nq * sizeof(float)), *probs = xmalloc((size_t)B * a * S * S * sizeof(float));
 	float *dq = xmalloc(nq * sizeof(float)), *dk = xmalloc(nkv * sizeof(float)), *dv = xmalloc(nkv * sizeof(float));
-	ops->attention_forward(out, probs, q, kk, v, NULL, B, S, a, g, k, scale, w, p, seed, off);
+	int32_t *doc = docs ? doc_ids(B, S, docs) : NULL;
+	ops->attention_forward(out, probs, q, kk, v, doc, B, S, a, g, k, scale, w, p, seed, off);
 	ops->attention_backward(dq, dk, dv, dout, q, kk, v, probs, B, S, a, g, k, scale, p, seed, off);
 	/* the ring's outputs start as garbage: everything must be written */
 	float *rout = randv(nq, 9), *lse = randv((size_t)B * a * S, 9);
 	float *rdq = randv(nq, 9), *rdk = randv(nkv, 9), *rdv = randv(nkv, 9);
-	ring_attn_forward(&r, rout, lse, q, kk, v, scale, w, p, seed, off);
-	ring_attn_backward(&r, rdq, rdk, rdv, dout, rout, lse, q, kk, v, scale, w, p, seed, off);
+	ring_attn_forward(&r, rout, lse, q, kk, v, doc, scale, w, p, seed, off);
+	ring_attn_backward(&r, rdq, rdk, rdv, dout, rout, lse, q, kk, v, doc, scale, w, p, seed, off);
 	CHECK(close_rel_f("out", rout, out, nq, 1e-5));
 	CHECK(close_rel_f("dq", rdq, dq, nq, 1e-5));
 	CHECK(close_rel_f("dk", rdk, dk, nkv, 1e-5));
@@ -337,7 +376,12 @@ static void one_rank_case_w(int B, int S, int a, int g, int k, float p, int w)
 	CHECK_INT(mem.cur, 0);
 	CHECK_INT(mem.count, 0);
 	free(q), free(kk), free(v), free(dout), free(out), free(probs), free(dq), free(dk), free(dv);
-	free(rout), free(lse), free(rdq), free(rdk), free(rdv);
+	free(rout), free(lse), free(rdq), free(rdk), free(rdv), free(doc);
+}
+
+static void one_rank_case_w(int B, int S, int a, int g, int k, float p, int w)
+{
+	one_rank_case_d(B, S, a, g, k, p, w, 0);
 }
 
 static void one_rank_case(int B, int S, int a, int g, int k, float p)
@@ -352,6 +396,8 @@ static void test_one_rank(void)
 	one_rank_case(2, 150, 4, 2, 8, 0.0f); /* GQA, three row blocks */
 	one_rank_case(2, 150, 4, 2, 8, 0.2f); /* dropout */
 	one_rank_case(1, 10, 2, 2, 4, 0.1f);
+	one_rank_case_d(2, 150, 4, 2, 8, 0.2f, -1, 1); /* documents (--reset-attention-mask), dropout */
+	one_rank_case_d(2, 150, 4, 2, 8, 0.0f, 40, 1); /* documents and a window */
 }
 
 /* ---- finite differences ---- */
@@ -366,7 +412,7 @@ struct fd_case {
 /* L = sum(out * R) in double from the fp32 forward */
 static double fd_loss(struct fd_case *c)
 {
-	ring_attn_forward(c->r, c->out, c->lse, c->q, c->kk, c->v, c->scale, -1, c->p, 3, 17);
+	ring_attn_forward(c->r, c->out, c->lse, c->q, c->kk, c->v, NULL, c->scale, -1, c->p, 3, 17);
 	double L = 0;
 	for (size_t i = 0; i < (size_t)c->B * c->S * c->a * c->k; i++)
 		L += (double)c->out[i] * c->R[i];
@@ -403,7 +449,7 @@ static void fd_case(float p)
 	c.out = xmalloc(nq * sizeof(float)), c.lse = xmalloc((size_t)c.B * c.a * c.S * sizeof(float));
 	float *dq = xmalloc(nq * sizeof(float)), *dk = xmalloc(nkv * sizeof(float)), *dv = xmalloc(nkv * sizeof(float));
 	fd_loss(&c);
-	ring_attn_backward(&r, dq, dk, dv, c.R, c.out, c.lse, c.q, c.kk, c.v, c.scale, -1, p, 3, 17);
+	ring_attn_backward(&r, dq, dk, dv, c.R, c.out, c.lse, c.q, c.kk, c.v, NULL, c.scale, -1, p, 3, 17);
 	const double tol = 5e-4; /* measured ~4e-5 (fp32 forwards, h = 1e-2); a wrong term is off by 10% and more */
 	double eq = fd_relerr(&c, c.q, nq, dq, 1e-2f), ek = fd_relerr(&c, c.kk, nkv, dk, 1e-2f);
 	double ev = fd_relerr(&c, c.v, nkv, dv, 1e-2f);
@@ -455,6 +501,7 @@ struct mr_case {
 	int B, c, a, g, k;
 	float p;
 	int window; /* sliding window; 0 here means none (-1 to the ops) */
+	int docs;   /* document ids (doc_ids), 0: none */
 };
 static struct mr_case mr;
 
@@ -470,7 +517,8 @@ static void multi_rank_case(void)
 	float *out = xmalloc(nq * sizeof(float)), *probs = xmalloc((size_t)B * a * S * S * sizeof(float));
 	float *dq = xmalloc(nq * sizeof(float)), *dk = xmalloc(nkv * sizeof(float)), *dv = xmalloc(nkv * sizeof(float));
 	const int w = mr.window > 0 ? mr.window : -1;
-	ops->attention_forward(out, probs, q, kk, v, NULL, B, S, a, g, k, scale, w, mr.p, seed, off);
+	int32_t *doc = mr.docs ? doc_ids(B, S, mr.docs) : NULL; /* every rank: the whole sequence's */
+	ops->attention_forward(out, probs, q, kk, v, doc, B, S, a, g, k, scale, w, mr.p, seed, off);
 	ops->attention_backward(dq, dk, dv, dout, q, kk, v, probs, B, S, a, g, k, scale, mr.p, seed, off);
 
 	struct mem_pool mem;
@@ -519,9 +567,9 @@ static void multi_rank_case(void)
 	float *rout = randv(lq, 9), *lse = randv((size_t)B * a * T, 9);
 	float *rdq = randv(lq, 9), *rdk = randv(lkv, 9), *rdv = randv(lkv, 9);
 	const uint64_t b0 = cp->bytes, nbytes = (uint64_t)B * g * k * (S / n) * sizeof(float);
-	ring_attn_forward(&r, rout, lse, lq_, lk, lv, scale, w, mr.p, seed, off);
+	ring_attn_forward(&r, rout, lse, lq_, lk, lv, doc, scale, w, mr.p, seed, off);
 	const uint64_t b1 = cp->bytes;
-	ring_attn_backward(&r, rdq, rdk, rdv, ldout, rout, lse, lq_, lk, lv, scale, w, mr.p, seed, off);
+	ring_attn_backward(&r, rdq, rdk, rdv, ldout, rout, lse, lq_, lk, lv, doc, scale, w, mr.p, seed, off);
 	const uint64_t b2 = cp->bytes;
 	CHECK(close_rel_f("out", rout, eout, lq, 1e-5));
 	CHECK(close_rel_f("dq", rdq, edq, lq, 1e-5));
@@ -534,7 +582,7 @@ static void multi_rank_case(void)
 	CHECK_INT(mem.cur, 0);
 	free(q), free(kk), free(v), free(dout), free(out), free(probs), free(dq), free(dk), free(dv);
 	free(gp), free(cover), free(lq_), free(lk), free(lv), free(ldout), free(eout), free(edq), free(edk);
-	free(edv), free(rout), free(lse), free(rdq), free(rdk), free(rdv);
+	free(edv), free(rout), free(lse), free(rdq), free(rdk), free(rdv), free(doc);
 }
 
 static int multi_rank_main(void)
@@ -544,20 +592,23 @@ static int multi_rank_main(void)
 	if (dist_setup(&D, &l) < 0)
 		die("could not set up the context-parallel group");
 	static const struct mr_case cases[] = {
-		{ 2, 5, 4, 2, 8, 0.0f, 0 },  /* GQA, odd chunks */
-		{ 2, 5, 4, 2, 8, 0.2f, 0 },  /* dropout */
-		{ 1, 40, 2, 1, 4, 0.0f, 0 }, /* T = 80: row blocks straddle the chunk boundary */
-		{ 1, 40, 2, 1, 4, 0.1f, 0 },
-		{ 2, 5, 4, 2, 8, 0.2f, 3 },  /* sliding window, dropout */
-		{ 1, 40, 2, 1, 4, 0.0f, 50 }, /* a window across chunks */
+		{ 2, 5, 4, 2, 8, 0.0f, 0, 0 },  /* GQA, odd chunks */
+		{ 2, 5, 4, 2, 8, 0.2f, 0, 0 },  /* dropout */
+		{ 1, 40, 2, 1, 4, 0.0f, 0, 0 }, /* T = 80: row blocks straddle the chunk boundary */
+		{ 1, 40, 2, 1, 4, 0.1f, 0, 0 },
+		{ 2, 5, 4, 2, 8, 0.2f, 3, 0 },  /* sliding window, dropout */
+		{ 1, 40, 2, 1, 4, 0.0f, 50, 0 }, /* a window across chunks */
+		{ 2, 5, 4, 2, 8, 0.2f, 0, 1 },   /* documents ending inside and across chunks, dropout */
+		{ 1, 40, 2, 1, 4, 0.0f, 0, 1 },
+		{ 1, 40, 2, 1, 4, 0.1f, 30, 2 }, /* any ids, a window */
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		mr = cases[i];
 		char name[160];
 		snprintf(name, sizeof(name),
 			 "rank %d of cp %d: out, dq, dk, dv are the one-rank rows, bytes as documented "
-			 "(B %d, chunk %d, heads %d/%d, dropout %g, window %d)",
-			 D.cp.rank, D.cp.size, mr.B, mr.c, mr.a, mr.g, mr.p, mr.window);
+			 "(B %d, chunk %d, heads %d/%d, dropout %g, window %d%s)",
+			 D.cp.rank, D.cp.size, mr.B, mr.c, mr.a, mr.g, mr.p, mr.window, mr.docs ? ", documents" : "");
 		t_run(name, multi_rank_case);
 	}
 	double failed = t_tests_failed;

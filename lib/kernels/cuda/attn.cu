@@ -44,6 +44,9 @@
  *    at the last one whose window holds its last key; inside the tiles that
  *    remain, a key is masked when it is more than window positions back
  *    (see()). attention_backward takes the window from the probs (0 outside).
+ *  - Document masks (packed sequences) are masked one by one, never skipped:
+ *    key_marks() reads each key's id at its global position, and a key of
+ *    another document than the row's counts as unseen (as outside a window).
  *  - Dropout: each tile's keep flags are drawn into shared memory as bytes,
  *    16 consecutive keys of one query per thread; their Philox counters are
  *    consecutive within runs of consecutive key positions, so one Philox
@@ -237,7 +240,7 @@ static __device__ __forceinline__ int pos_at(const int32_t *pos, int i)
 
 /* What thread column tx needs of key tile [k0, k0 + nkt): each of its CT
  * keys' global position (INT_MAX past the tile's end, so nothing sees it)
- * and, when kd is not NULL, its document id (0 without a mask D). */
+ * and, when kd is not NULL, its document id D[position] (0 without a mask D). */
 template <int CT>
 static __device__ __forceinline__ void key_marks(int *kp, int *kd, const int32_t *kpos, const int32_t *D, int k0,
 						 int nkt, int tx)
@@ -247,7 +250,7 @@ static __device__ __forceinline__ void key_marks(int *kp, int *kd, const int32_t
 		const int j = tx + 16 * c;
 		kp[c] = j < nkt ? pos_at(kpos, k0 + j) : INT_MAX;
 		if (kd)
-			kd[c] = D && j < nkt ? D[k0 + j] : 0;
+			kd[c] = D && j < nkt ? D[pos_at(kpos, k0 + j)] : 0;
 	}
 }
 
@@ -326,9 +329,9 @@ template <int KD> static size_t fwd_smem(void)
 template <int KD>
 __global__ void __launch_bounds__(NT, 2)
 	attn_block_fwd_kernel(float *out, float *lse, const float *q, const float *kk, const float *v,
-			      const int32_t *qpos, const int32_t *kpos, int B, int Tq, int Tk, int a, int g,
-			      int k, int S, float scale, int window, float p, float keep_scale, uint64_t seed,
-			      uint64_t offset, int accumulate)
+			      const int32_t *qpos, const int32_t *kpos, const int32_t *doc, int B, int Tq, int Tk,
+			      int a, int g, int k, int S, float scale, int window, float p, float keep_scale,
+			      uint64_t seed, uint64_t offset, int accumulate)
 {
 	constexpr int RT = tiles<KD>::RT, CT = tiles<KD>::CT, BQ = 16 * RT, BK = 16 * CT;
 	constexpr int LD = KD + 4, LP = BK + 4, NCH = KD / 16;
@@ -344,6 +347,7 @@ __global__ void __launch_bounds__(NT, 2)
 	float *L = lse + (size_t)bh * Tq + q0;
 	const int nk = count_le(kpos, Tk, qpos[q0 + nq - 1]);
 	const int kb = window_first(kpos, nk, qpos[q0], window); /* keys before kb: behind every window */
+	const int32_t *D = doc ? doc + (size_t)b * S : NULL;
 
 	if (nk == kb) { /* every key is in the tile's future or behind its windows */
 		if (!accumulate)
@@ -362,11 +366,12 @@ __global__ void __launch_bounds__(NT, 2)
 		return;
 	}
 
-	int qp[RT];
+	int qp[RT], qd[RT];
 #pragma unroll
 	for (int r = 0; r < RT; r++) {
 		const int i = ty + 16 * r;
 		qp[r] = i < nq ? qpos[q0 + i] : -1; /* a padding row sees no key */
+		qd[r] = D && i < nq ? D[qp[r]] : 0;
 	}
 	const float *Kg = kk + ((size_t)b * g + G) * Tk * k, *Vg = v + ((size_t)b * g + G) * Tk * k;
 	load_rows<KD, BQ>(Qs, q + ((size_t)bh * Tq + q0) * k, k, nq, k);
@@ -389,8 +394,8 @@ __global__ void __launch_bounds__(NT, 2)
 		load_rows<KD, BK>(Vs, Vg + (size_t)k0 * k, k, nkt, k);
 		if (drop)
 			drop_tile<BQ, BK>(Ms, qpos, kpos, q0, nq, k0, nkt, S, row0, p, seed);
-		int kp[CT];
-		key_marks<CT>(kp, NULL, kpos, NULL, k0, nkt, tx);
+		int kp[CT], kd[CT];
+		key_marks<CT>(kp, kd, kpos, D, k0, nkt, tx);
 		__syncthreads();
 		float s[RT][CT] = {};
 		mma_abt<KD, RT, CT>(s, Qs, Ks, tx, ty);
@@ -399,7 +404,8 @@ __global__ void __launch_bounds__(NT, 2)
 			float mt = -INFINITY;
 #pragma unroll
 			for (int c = 0; c < CT; c++) {
-				s[r][c] = see(kp[c], qp[r], window) ? __fmul_rn(s[r][c], scale) : -INFINITY;
+				const bool vis = see(kp[c], qp[r], window) && kd[c] == qd[r];
+				s[r][c] = vis ? __fmul_rn(s[r][c], scale) : -INFINITY;
 				mt = s[r][c] > mt ? s[r][c] : mt;
 			}
 			mt = max16(mt);
@@ -653,10 +659,10 @@ template <int KD> static size_t dq_smem(void)
  */
 template <int KD, bool FULL>
 __global__ void __launch_bounds__(NT, 2)
-	attn_dq_kernel(float *dq, float *dr, const float *dout, const float *q, const float *kk,
-		       const float *v, const float *probs, const float *lse, const int32_t *qpos,
-		       const int32_t *kpos, int B, int Tq, int Tk, int a, int g, int k, int S, float scale,
-		       int window, float p, float keep_scale, uint64_t seed, uint64_t offset, int want_dq)
+	attn_dq_kernel(float *dq, float *dr, const float *dout, const float *q, const float *kk, const float *v,
+		       const float *probs, const float *lse, const int32_t *qpos, const int32_t *kpos,
+		       const int32_t *doc, int B, int Tq, int Tk, int a, int g, int k, int S, float scale, int window,
+		       float p, float keep_scale, uint64_t seed, uint64_t offset, int want_dq)
 {
 	constexpr int RT = tiles<KD>::RT, CT = tiles<KD>::CT, BQ = 16 * RT, BK = 16 * CT;
 	constexpr int LD = KD + 4, LP = BK + 4, NCH = KD / 16;
@@ -674,12 +680,14 @@ __global__ void __launch_bounds__(NT, 2)
 	const int kb = FULL ? 0 : window_first(kpos, nk, qpos[q0], window);
 	if (nk == kb)
 		return; /* block op: nothing to add */
+	const int32_t *D = doc ? doc + (size_t)b * S : NULL; /* FULL: none (the probs hold the mask) */
 
-	int qp[RT];
+	int qp[RT], qd[RT];
 #pragma unroll
 	for (int r = 0; r < RT; r++) {
 		const int i = ty + 16 * r;
 		qp[r] = i < nq ? pos_at(qpos, q0 + i) : -1;
+		qd[r] = D && i < nq ? D[qp[r]] : 0;
 	}
 	const float *Kg = kk + ((size_t)b * g + G) * Tk * k, *Vg = v + ((size_t)b * g + G) * Tk * k;
 	const float *Pg = FULL ? probs + ((size_t)bh * Tq + q0) * Tk : NULL;
@@ -751,8 +759,8 @@ __global__ void __launch_bounds__(NT, 2)
 		load_rows<KD, BK>(Vs, Vg + (size_t)k0 * k, k, nkt, k);
 		if (drop)
 			drop_tile<BQ, BK>(Ms, qpos, kpos, q0, nq, k0, nkt, S, row0, p, seed);
-		int kp[CT];
-		key_marks<CT>(kp, NULL, kpos, NULL, k0, nkt, tx);
+		int kp[CT], kd[CT];
+		key_marks<CT>(kp, kd, kpos, D, k0, nkt, tx);
 		__syncthreads();
 		float dp[RT][CT] = {}, sc[RT][CT] = {};
 		mma_abt<KD, RT, CT>(dp, dOs, Vs, tx, ty);
@@ -765,7 +773,7 @@ __global__ void __launch_bounds__(NT, 2)
 			for (int c = 0; c < CT; c++) {
 				const int j = tx + 16 * c;
 				float ds = 0.0f;
-				if (see(kp[c], qp[r], FULL ? -1 : window)) {
+				if (see(kp[c], qp[r], FULL ? -1 : window) && kd[c] == qd[r]) {
 					const float pr = FULL ? Pg[(size_t)i * Tk + k0 + j]
 							      : expf(__fmul_rn(sc[r][c], scale) - lr[r]);
 					float d = dp[r][c];
@@ -814,10 +822,10 @@ template <int KD, bool FULL> static size_t dkv_smem(void)
  */
 template <int KD, bool FULL>
 __global__ void __launch_bounds__(NT, 1)
-	attn_dkv_kernel(float *dk, float *dv, const float *dout, const float *q, const float *kk,
-			const float *v, const float *probs, const float *lse, const float *dr,
-			const int32_t *qpos, const int32_t *kpos, int B, int Tq, int Tk, int a, int g, int k,
-			int S, float scale, int window, float p, float keep_scale, uint64_t seed, uint64_t offset)
+	attn_dkv_kernel(float *dk, float *dv, const float *dout, const float *q, const float *kk, const float *v,
+			const float *probs, const float *lse, const float *dr, const int32_t *qpos, const int32_t *kpos,
+			const int32_t *doc, int B, int Tq, int Tk, int a, int g, int k, int S, float scale, int window,
+			float p, float keep_scale, uint64_t seed, uint64_t offset)
 {
 	constexpr int RT = tiles<KD>::RT, CT = tiles<KD>::CT, BK = 16 * RT, BQ = 16 * CT;
 	constexpr int LD = KD + 4, LT = BQ + 4, LM = BK + 4, LG = BK + 1, NCH = KD / 16;
@@ -839,12 +847,14 @@ __global__ void __launch_bounds__(NT, 1)
 	if (FULL)
 		window = -1;
 	const size_t kv = ((size_t)b * g + G) * Tk + k0;
+	const int32_t *D = doc ? doc + (size_t)b * S : NULL; /* FULL: none (the probs hold the mask) */
 
-	int kp[RT];
+	int kp[RT], kd[RT];
 #pragma unroll
 	for (int r = 0; r < RT; r++) {
 		const int i = ty + 16 * r;
 		kp[r] = i < nkt ? pos_at(kpos, k0 + i) : INT_MAX; /* a padding row is seen by none */
+		kd[r] = D && i < nkt ? D[kp[r]] : 0;
 	}
 	if (!FULL)
 		load_rows<KD, BK>(Xs, kk + kv * k, k, nkt, k);
@@ -878,12 +888,13 @@ __global__ void __launch_bounds__(NT, 1)
 					Xs[i * LG + j] = i < nqt && j < nkt ? Pg[(size_t)i * Tk + j] : 0.0f;
 				}
 			}
-			int qp[CT];
+			int qp[CT], qd[CT];
 			float lq[CT], drc[CT];
 #pragma unroll
 			for (int c = 0; c < CT; c++) {
 				const int j = tx + 16 * c;
 				qp[c] = j < nqt ? pos_at(qpos, j0 + j) : -1;
+				qd[c] = D && j < nqt ? D[qp[c]] : 0;
 				lq[c] = !FULL && j < nqt ? lse[(size_t)bh * Tq + j0 + j] : 0.0f;
 				drc[c] = want_dk && j < nqt ? dr[(size_t)bh * Tq + j0 + j] : 0.0f;
 			}
@@ -895,7 +906,7 @@ __global__ void __launch_bounds__(NT, 1)
 			for (int r = 0; r < RT; r++)
 #pragma unroll
 				for (int c = 0; c < CT; c++) {
-					const bool vis = see(kp[r], qp[c], window);
+					const bool vis = see(kp[r], qp[c], window) && kd[r] == qd[c];
 					if (FULL)
 						pt[r][c] = vis ? Xs[(tx + 16 * c) * LG + ty + 16 * r] : 0.0f;
 					else /* exp(scale q.k - lse): the final probs */
@@ -930,7 +941,9 @@ __global__ void __launch_bounds__(NT, 1)
 					for (int c = 0; c < CT; c++) {
 						float d = drop ? __fmul_rn(dp[r][c], mu[r][c]) : dp[r][c];
 						Ts[(ty + 16 * r) * LT + tx + 16 * c] =
-							see(kp[r], qp[c], window) ? pt[r][c] * (d - drc[c]) : 0.0f;
+							see(kp[r], qp[c], window) && kd[r] == qd[c]
+								? pt[r][c] * (d - drc[c])
+								: 0.0f;
 					}
 				__syncwarp();
 				mma_pv<KD, RT, BQ>(dka, Ts, LT, Qs, tx, ty);
@@ -1006,10 +1019,10 @@ static void cuda_attention_forward(float *out, float *probs, const float *q, con
 /* Both backward ops: the dq kernel (and/or its Dr pass), then the dkv kernel.
  * FULL: dr is filled by the dq kernel; otherwise it holds rowsum(dout*out). */
 template <int KD, bool FULL>
-static void bwd_launch(float *dq, float *dk, float *dv, float *dr, const float *dout, const float *q,
-		       const float *kk, const float *v, const float *probs, const float *lse,
-		       const int32_t *qpos, const int32_t *kpos, int B, int Tq, int Tk, int a, int g, int k,
-		       int S, float scale, int window, float p, uint64_t seed, uint64_t offset)
+static void bwd_launch(float *dq, float *dk, float *dv, float *dr, const float *dout, const float *q, const float *kk,
+		       const float *v, const float *probs, const float *lse, const int32_t *qpos, const int32_t *kpos,
+		       const int32_t *doc, int B, int Tq, int Tk, int a, int g, int k, int S, float scale, int window,
+		       float p, uint64_t seed, uint64_t offset)
 {
 	static bool done_q, done_kv;
 	const float ks = keep_scale_of(p);
@@ -1017,18 +1030,16 @@ static void bwd_launch(float *dq, float *dk, float *dv, float *dr, const float *
 		const size_t smem = dq_smem<KD>();
 		smem_opt_in(attn_dq_kernel<KD, FULL>, smem, &done_q);
 		const unsigned grid = grid_1d((size_t)B * a, Tq, 16 * tiles<KD>::RT);
-		launch<attn_dq_kernel<KD, FULL>>(grid, NT, smem, dq, dr, dout, q, kk, v, probs, lse, qpos, kpos,
-							     B, Tq, Tk, a, g, k, S, scale, window, p, ks, seed,
-							     offset, dq != NULL);
+		launch<attn_dq_kernel<KD, FULL>>(grid, NT, smem, dq, dr, dout, q, kk, v, probs, lse, qpos, kpos, doc, B,
+						 Tq, Tk, a, g, k, S, scale, window, p, ks, seed, offset, dq != NULL);
 		KERNEL_CHECK();
 	}
 	if (dk || dv) {
 		const size_t smem = dkv_smem<KD, FULL>();
 		smem_opt_in(attn_dkv_kernel<KD, FULL>, smem, &done_kv);
 		const unsigned grid = grid_1d((size_t)B * g, Tk, 16 * tiles<KD>::RT);
-		launch<attn_dkv_kernel<KD, FULL>>(grid, NT, smem, dk, dv, dout, q, kk, v, probs, lse, dr, qpos,
-							      kpos, B, Tq, Tk, a, g, k, S, scale, window, p, ks, seed,
-							      offset);
+		launch<attn_dkv_kernel<KD, FULL>>(grid, NT, smem, dk, dv, dout, q, kk, v, probs, lse, dr, qpos, kpos,
+						  doc, B, Tq, Tk, a, g, k, S, scale, window, p, ks, seed, offset);
 		KERNEL_CHECK();
 	}
 }
@@ -1051,30 +1062,30 @@ static void cuda_attention_backward(float *dq, float *dk, float *dv, const float
 	if ((!dq && !dk && !dv) || B <= 0 || T <= 0)
 		return;
 	float *dr = (float *)scratch_alloc((size_t)B * a * T * sizeof(float));
-	BWD_DISPATCH(true, dq, dk, dv, dr, dout, q, kk, v, probs, NULL, NULL, NULL, B, T, T, a, g, k, T,
+	BWD_DISPATCH(true, dq, dk, dv, dr, dout, q, kk, v, probs, NULL, NULL, NULL, NULL, B, T, T, a, g, k, T,
 		     scale, -1, dropout_p, seed, offset);
 	scratch_free(dr);
 }
 
 template <int KD>
 static void block_fwd_launch(float *out, float *lse, const float *q, const float *kk, const float *v,
-			     const int32_t *qpos, const int32_t *kpos, int B, int Tq, int Tk, int a, int g,
-			     int k, int S, float scale, int window, float p, uint64_t seed, uint64_t offset,
+			     const int32_t *qpos, const int32_t *kpos, const int32_t *doc, int B, int Tq, int Tk, int a,
+			     int g, int k, int S, float scale, int window, float p, uint64_t seed, uint64_t offset,
 			     int accumulate)
 {
 	static bool done;
 	const size_t smem = fwd_smem<KD>();
 	smem_opt_in(attn_block_fwd_kernel<KD>, smem, &done);
 	const unsigned grid = grid_1d((size_t)B * a, Tq, 16 * tiles<KD>::RT);
-	launch<attn_block_fwd_kernel<KD>>(grid, NT, smem, out, lse, q, kk, v, qpos, kpos, B, Tq, Tk, a, g, k, S,
-						     scale, window, p, keep_scale_of(p), seed, offset, accumulate);
+	launch<attn_block_fwd_kernel<KD>>(grid, NT, smem, out, lse, q, kk, v, qpos, kpos, doc, B, Tq, Tk, a, g, k, S,
+					  scale, window, p, keep_scale_of(p), seed, offset, accumulate);
 	KERNEL_CHECK();
 }
 
 void cuda_attention_block_forward_f32(float *out, float *lse, const float *q, const float *kk, const float *v,
-				      const int32_t *qpos, const int32_t *kpos, int B, int Tq, int Tk, int a,
-				      int g, int k, int S, float scale, int window, float dropout_p, uint64_t seed,
-				      uint64_t offset, int accumulate)
+				      const int32_t *qpos, const int32_t *kpos, const int32_t *doc, int B, int Tq,
+				      int Tk, int a, int g, int k, int S, float scale, int window, float dropout_p,
+				      uint64_t seed, uint64_t offset, int accumulate)
 {
 	attn_check(a, g, k);
 	if (B <= 0 || Tq <= 0)
@@ -1082,7 +1093,7 @@ void cuda_attention_block_forward_f32(float *out, float *lse, const float *q, co
 	if (Tk < 0)
 		Tk = 0;
 #define BF_ARGS                                                                                  \
-	out, lse, q, kk, v, qpos, kpos, B, Tq, Tk, a, g, k, S, scale, window, dropout_p, seed, offset, accumulate
+	out, lse, q, kk, v, qpos, kpos, doc, B, Tq, Tk, a, g, k, S, scale, window, dropout_p, seed, offset, accumulate
 	switch (head_pad(k)) {
 	case 16: block_fwd_launch<16>(BF_ARGS); break;
 	case 32: block_fwd_launch<32>(BF_ARGS); break;
@@ -1095,9 +1106,9 @@ void cuda_attention_block_forward_f32(float *out, float *lse, const float *q, co
 
 void cuda_attention_block_backward_f32(float *dq, float *dk, float *dv, const float *dout, const float *out,
 				       const float *lse, const float *q, const float *kk, const float *v,
-				       const int32_t *qpos, const int32_t *kpos, int B, int Tq, int Tk, int a, int g,
-				       int k, int S, float scale, int window, float dropout_p, uint64_t seed,
-				       uint64_t offset)
+				       const int32_t *qpos, const int32_t *kpos, const int32_t *doc, int B, int Tq,
+				       int Tk, int a, int g, int k, int S, float scale, int window, float dropout_p,
+				       uint64_t seed, uint64_t offset)
 {
 	attn_check(a, g, k);
 	if ((!dq && !dk && !dv) || B <= 0 || Tq <= 0 || Tk <= 0)
@@ -1109,7 +1120,7 @@ void cuda_attention_block_backward_f32(float *dq, float *dk, float *dv, const fl
 		launch<attn_rowdot_kernel>(grid, NT, 0, dr, dout, out, qpos, kpos, B, Tq, a, k);
 		KERNEL_CHECK();
 	}
-	BWD_DISPATCH(false, dq, dk, dv, dr, dout, q, kk, v, NULL, lse, qpos, kpos, B, Tq, Tk, a, g, k, S,
+	BWD_DISPATCH(false, dq, dk, dv, dr, dout, q, kk, v, NULL, lse, qpos, kpos, doc, B, Tq, Tk, a, g, k, S,
 		     scale, window, dropout_p, seed, offset);
 	scratch_free(dr);
 }

@@ -3,7 +3,9 @@
  * (kops_cuda_half): the tensor-core flash attention of attn_tc.cuh where it
  * applies (head dim 64 or 128, 16-byte aligned rows, its shared memory within
  * the device's; with or without a sliding window), attn.cu's fp32 kernels
- * otherwise. Each call first converts its fp32 inputs to halves in
+ * otherwise, and for document masks (doc != NULL: the tensor-core kernels
+ * have no per-key document test, so packed sequences take the fp32 kernels).
+ * Each call first converts its fp32 inputs to halves in
  * the scratch buffer (one pass; every block then reads 2 bytes per value,
  * by cp.async). The kernels are tested without a GPU in the thread-block
  * emulator (tests/emu/test_attn_tc.cc) and on a GPU by tests/gpu/parity.c
@@ -124,14 +126,14 @@ static void tc_fwd_launch(float *out, float *lse, const uint16_t *qh, const uint
 
 template <class H>
 static void tc_block_forward(float *out, float *lse, const float *q, const float *kk, const float *v,
-			     const int32_t *qpos, const int32_t *kpos, int B, int Tq, int Tk, int a, int g, int k,
-			     int S, float scale, int window, float dropout_p, uint64_t seed, uint64_t offset,
-			     int accumulate)
+			     const int32_t *qpos, const int32_t *kpos, const int32_t *doc, int B, int Tq, int Tk,
+			     int a, int g, int k, int S, float scale, int window, float dropout_p, uint64_t seed,
+			     uint64_t offset, int accumulate)
 {
 	const bool aligned = (((uintptr_t)q | (uintptr_t)kk | (uintptr_t)v | (uintptr_t)out) & 15) == 0;
 	const int warps = k == 64 || k == 128 ? tc_fwd_fit(k) : 0;
-	if (!warps || !aligned || B <= 0 || Tq <= 0 || Tk <= 0 || a <= 0 || g <= 0 || a % g) {
-		cuda_attention_block_forward_f32(out, lse, q, kk, v, qpos, kpos, B, Tq, Tk, a, g, k, S, scale,
+	if (doc || !warps || !aligned || B <= 0 || Tq <= 0 || Tk <= 0 || a <= 0 || g <= 0 || a % g) {
+		cuda_attention_block_forward_f32(out, lse, q, kk, v, qpos, kpos, doc, B, Tq, Tk, a, g, k, S, scale,
 						 window, dropout_p, seed, offset, accumulate);
 		return;
 	}
@@ -168,11 +170,11 @@ static void tc_block_forward(float *out, float *lse, const float *q, const float
 
 #define TC_BLOCK_FWD(name, H)                                                                           \
 	static void name(float *out, float *lse, const float *q, const float *kk, const float *v,       \
-			 const int32_t *qpos, const int32_t *kpos, int B, int Tq, int Tk, int a, int g,  \
-			 int k, int S, float scale, int window, float dropout_p, uint64_t seed,          \
-			 uint64_t offset, int accumulate)                                                \
+			 const int32_t *qpos, const int32_t *kpos, const int32_t *doc, int B, int Tq,    \
+			 int Tk, int a, int g, int k, int S, float scale, int window, float dropout_p,   \
+			 uint64_t seed, uint64_t offset, int accumulate)                                 \
 	{                                                                                               \
-		tc_block_forward<H>(out, lse, q, kk, v, qpos, kpos, B, Tq, Tk, a, g, k, S, scale, window, \
+		tc_block_forward<H>(out, lse, q, kk, v, qpos, kpos, doc, B, Tq, Tk, a, g, k, S, scale, window, \
 				    dropout_p, seed, offset, accumulate);                               \
 	}
 TC_BLOCK_FWD(tc_block_forward_bf16, tc_bf16)
@@ -226,17 +228,17 @@ static void tc_bwd_launch(float *dq, float *dk, float *dv, const float *dout, co
 template <class H>
 static void tc_block_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
 			      const float *lse, const float *q, const float *kk, const float *v, const int32_t *qpos,
-			      const int32_t *kpos, int B, int Tq, int Tk, int a, int g, int k, int S, float scale,
-			      int window, float dropout_p, uint64_t seed, uint64_t offset)
+			      const int32_t *kpos, const int32_t *doc, int B, int Tq, int Tk, int a, int g, int k,
+			      int S, float scale, int window, float dropout_p, uint64_t seed, uint64_t offset)
 {
 	const uintptr_t any = (uintptr_t)dq | (uintptr_t)dk | (uintptr_t)dv | (uintptr_t)dout | (uintptr_t)out |
 			      (uintptr_t)q | (uintptr_t)kk | (uintptr_t)v;
 	const size_t need = k == 64 ? (tc_dq_smem<64>() > tc_dkv_smem<64>() ? tc_dq_smem<64>() : tc_dkv_smem<64>())
 				    : (tc_dq_smem<128>() > tc_dkv_smem<128>() ? tc_dq_smem<128>() : tc_dkv_smem<128>());
-	if ((k != 64 && k != 128) || need > tc_smem_limit() || (any & 15) || B <= 0 || Tq <= 0 ||
+	if (doc || (k != 64 && k != 128) || need > tc_smem_limit() || (any & 15) || B <= 0 || Tq <= 0 ||
 	    Tk <= 0 || a <= 0 || g <= 0 || a % g) {
-		cuda_attention_block_backward_f32(dq, dk, dv, dout, out, lse, q, kk, v, qpos, kpos, B, Tq, Tk, a, g, k,
-						  S, scale, window, dropout_p, seed, offset);
+		cuda_attention_block_backward_f32(dq, dk, dv, dout, out, lse, q, kk, v, qpos, kpos, doc, B, Tq, Tk, a,
+						  g, k, S, scale, window, dropout_p, seed, offset);
 		return;
 	}
 	if (!dq && !dk && !dv)
@@ -253,11 +255,11 @@ static void tc_block_backward(float *dq, float *dk, float *dv, const float *dout
 #define TC_BLOCK_BWD(name, H)                                                                            \
 	static void name(float *dq, float *dk, float *dv, const float *dout, const float *out,           \
 			 const float *lse, const float *q, const float *kk, const float *v,               \
-			 const int32_t *qpos, const int32_t *kpos, int B, int Tq, int Tk, int a, int g,   \
-			 int k, int S, float scale, int window, float dropout_p, uint64_t seed,           \
-			 uint64_t offset)                                                                 \
+			 const int32_t *qpos, const int32_t *kpos, const int32_t *doc, int B, int Tq,     \
+			 int Tk, int a, int g, int k, int S, float scale, int window, float dropout_p,    \
+			 uint64_t seed, uint64_t offset)                                                  \
 	{                                                                                                \
-		tc_block_backward<H>(dq, dk, dv, dout, out, lse, q, kk, v, qpos, kpos, B, Tq, Tk, a, g, k, S, \
+		tc_block_backward<H>(dq, dk, dv, dout, out, lse, q, kk, v, qpos, kpos, doc, B, Tq, Tk, a, g, k, S, \
 				     scale, window, dropout_p, seed, offset);                             \
 	}
 TC_BLOCK_BWD(tc_block_backward_bf16, tc_bf16)

@@ -320,14 +320,14 @@ static __device__ __forceinline__ float megac_expf(float x)
 void cuda_attn_fill(struct kops *t); /* attn.cu: the four attention ops */
 /* attn.cu's fp32 attention_block_forward/backward, which the half tables fall back to */
 void cuda_attention_block_forward_f32(float *out, float *lse, const float *q, const float *kk, const float *v,
-				      const int32_t *qpos, const int32_t *kpos, int B, int Tq, int Tk, int a,
-				      int g, int k, int S, float scale, int window, float dropout_p, uint64_t seed,
-				      uint64_t offset, int accumulate);
+				      const int32_t *qpos, const int32_t *kpos, const int32_t *doc, int B, int Tq,
+				      int Tk, int a, int g, int k, int S, float scale, int window, float dropout_p,
+				      uint64_t seed, uint64_t offset, int accumulate);
 void cuda_attention_block_backward_f32(float *dq, float *dk, float *dv, const float *dout, const float *out,
 				       const float *lse, const float *q, const float *kk, const float *v,
-				       const int32_t *qpos, const int32_t *kpos, int B, int Tq, int Tk, int a, int g,
-				       int k, int S, float scale, int window, float dropout_p, uint64_t seed,
-				       uint64_t offset);
+				       const int32_t *qpos, const int32_t *kpos, const int32_t *doc, int B, int Tq,
+				       int Tk, int a, int g, int k, int S, float scale, int window, float dropout_p,
+				       uint64_t seed, uint64_t offset);
 
 /* gemm.cu: linear_forward/backward through cuBLASLt, on fp32 operands
  * (kops_cuda) or on operands converted to bf16/fp16 with fp32 accumulation
