@@ -166,6 +166,29 @@ static int add_string(struct sbuf *out, const char *s, size_t n)
 	return 0;
 }
 
+void pyjson_string(struct sbuf *out, const char *s, size_t n)
+{
+	sbuf_addch(out, '"');
+	for (size_t i = 0; i < n; i++) {
+		unsigned char ch = (unsigned char)s[i];
+		switch (ch) {
+		case '"': sbuf_addstr(out, "\\\""); break;
+		case '\\': sbuf_addstr(out, "\\\\"); break;
+		case '\n': sbuf_addstr(out, "\\n"); break;
+		case '\r': sbuf_addstr(out, "\\r"); break;
+		case '\t': sbuf_addstr(out, "\\t"); break;
+		case '\b': sbuf_addstr(out, "\\b"); break;
+		case '\f': sbuf_addstr(out, "\\f"); break;
+		default:
+			if (ch < 0x20)
+				sbuf_addf(out, "\\u%04x", ch);
+			else
+				sbuf_addch(out, ch);
+		}
+	}
+	sbuf_addch(out, '"');
+}
+
 static void newline_indent(struct sbuf *out, int indent, int level)
 {
 	sbuf_addch(out, '\n');

@@ -20,6 +20,11 @@
  * valid UTF-8 (out then holds a partial text). */
 int pyjson_dumps(json_t *v, int indent, struct sbuf *out);
 
+/* Append json.dumps(s, ensure_ascii=False) for the n bytes of s: quoted,
+ * with '"', '\\' and the control characters below 0x20 escaped (\n, \r,
+ * \t, \b, \f, else \u00XX), every other byte as it is. */
+void pyjson_string(struct sbuf *out, const char *s, size_t n);
+
 /* Python's repr(x) for a float: "0.1", "1.0", "-0.0", "1e-05", "1e+16",
  * "1.2345678901234568e+17", "inf", "-inf", "nan". */
 #define PYJSON_FLOAT_MAX 32

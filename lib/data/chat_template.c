@@ -69,6 +69,7 @@
 #include <utf8proc.h>
 
 #include "base/error.h"
+#include "base/pyjson.h"
 #include "base/sbuf.h"
 #include "base/xalloc.h"
 
@@ -1646,62 +1647,17 @@ static void dict_sets(struct rctx *c, struct dict *d, const char *k, struct val 
 	dict_set(c, d, mk_str(c, k, strlen(k)), v);
 }
 
-/* Python's repr() of a float */
+/* Python's repr() of a float; with json as json.dumps writes it (NaN,
+ * Infinity, -Infinity) */
 static void float_repr(struct sbuf *sb, double f, bool json)
 {
-	if (isnan(f)) {
-		sbuf_addstr(sb, json ? "NaN" : "nan");
+	char buf[PYJSON_FLOAT_MAX];
+	if (json && !isfinite(f)) {
+		sbuf_addstr(sb, isnan(f) ? "NaN" : f < 0 ? "-Infinity" : "Infinity");
 		return;
 	}
-	if (isinf(f)) {
-		sbuf_addstr(sb, f < 0 ? (json ? "-Infinity" : "-inf") : (json ? "Infinity" : "inf"));
-		return;
-	}
-	char buf[64];
-	int prec;
-	for (prec = 1; prec <= 17; prec++) {
-		snprintf(buf, sizeof(buf), "%.*e", prec - 1, f);
-		if (strtod(buf, NULL) == f)
-			break;
-	}
-	/* buf: [-]d.ddde[+-]XX */
-	char digits[32];
-	int nd = 0, exp10;
-	const char *q = buf;
-	bool neg = *q == '-';
-	if (neg)
-		q++;
-	for (; *q && *q != 'e'; q++)
-		if (isdigit((unsigned char)*q))
-			digits[nd++] = *q;
-	exp10 = atoi(q + 1);
-	while (nd > 1 && digits[nd - 1] == '0')
-		nd--;
-	if (neg)
-		sbuf_addch(sb, '-');
-	if (exp10 >= -4 && exp10 < 16) {
-		if (exp10 < 0) {
-			sbuf_addstr(sb, "0.");
-			for (int i = 0; i < -exp10 - 1; i++)
-				sbuf_addch(sb, '0');
-			sbuf_add(sb, digits, (size_t)nd);
-		} else {
-			for (int i = 0; i <= exp10; i++)
-				sbuf_addch(sb, i < nd ? digits[i] : '0');
-			sbuf_addch(sb, '.');
-			if (nd > exp10 + 1)
-				sbuf_add(sb, digits + exp10 + 1, (size_t)(nd - exp10 - 1));
-			else
-				sbuf_addch(sb, '0');
-		}
-	} else {
-		sbuf_addch(sb, digits[0]);
-		if (nd > 1) {
-			sbuf_addch(sb, '.');
-			sbuf_add(sb, digits + 1, (size_t)(nd - 1));
-		}
-		sbuf_addf(sb, "e%c%02d", exp10 < 0 ? '-' : '+', abs(exp10));
-	}
+	pyjson_float_repr(f, buf);
+	sbuf_addstr(sb, buf);
 }
 
 static void repr(struct sbuf *sb, const struct val *v);
@@ -1814,27 +1770,10 @@ static struct val *from_json(struct rctx *c, const json_t *j)
 	}
 }
 
+/* json.dumps of a string with ensure_ascii=False, as transformers' tojson */
 static void json_str(struct sbuf *sb, const char *s, size_t n)
 {
-	sbuf_addch(sb, '"');
-	for (size_t i = 0; i < n; i++) {
-		unsigned char ch = (unsigned char)s[i];
-		switch (ch) {
-		case '"': sbuf_addstr(sb, "\\\""); break;
-		case '\\': sbuf_addstr(sb, "\\\\"); break;
-		case '\n': sbuf_addstr(sb, "\\n"); break;
-		case '\r': sbuf_addstr(sb, "\\r"); break;
-		case '\t': sbuf_addstr(sb, "\\t"); break;
-		case '\b': sbuf_addstr(sb, "\\b"); break;
-		case '\f': sbuf_addstr(sb, "\\f"); break;
-		default:
-			if (ch < 0x20)
-				sbuf_addf(sb, "\\u%04x", ch);
-			else
-				sbuf_addch(sb, ch);
-		}
-	}
-	sbuf_addch(sb, '"');
+	pyjson_string(sb, s, n);
 }
 
 struct json_fmt {

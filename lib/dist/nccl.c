@@ -451,20 +451,17 @@ struct dist_nccl_op *dist_nccl_reduce_scatter_range(struct dist_group *g, float 
 	return issued(op_new(g, OP_COLL, "reduce-scatter"), c);
 }
 
+/* elements of one size: element e at byte e x size */
+static size_t linear_at(const void *ctx, size_t e)
+{
+	return e * *(const size_t *)ctx;
+}
+
 struct dist_nccl_op *dist_nccl_allgather_range(struct dist_group *g, void *buf, size_t esize, size_t total,
 					       size_t a, size_t b)
 {
-	struct nccl_comm *c = &nccl_of(g)->coll;
-	char *bytes = buf;
-	size_t x, y;
-	begin(c);
-	NCCL_CHECK(ncclGroupStart());
-	for (int r = 0; r < g->size; r++)
-		if (piece(g, total, a, b, r, &x, &y)) /* bytes: no arithmetic, any element size */
-			NCCL_CHECK(ncclBroadcast(bytes + x * esize, bytes + x * esize, (y - x) * esize, ncclUint8, r,
-						 c->comm, c->stream));
-	NCCL_CHECK(ncclGroupEnd());
-	return issued(op_new(g, OP_COLL, "all-gather"), c);
+	const struct dist_bytemap map = { .at = linear_at, .ctx = &esize };
+	return dist_nccl_allgather_range_mapped(g, buf, total, a, b, &map);
 }
 
 struct dist_nccl_op *dist_nccl_allgather_range_mapped(struct dist_group *g, void *buf, size_t total, size_t a,

@@ -35,24 +35,7 @@ int metrics_open(struct metrics *m, const char *path)
  * bytes (UTF-8 included) as they are, which JSON allows. */
 static void add_json_string(struct sbuf *sb, const char *s)
 {
-	sbuf_addch(sb, '"');
-	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-		switch (*p) {
-		case '"': sbuf_addstr(sb, "\\\""); break;
-		case '\\': sbuf_addstr(sb, "\\\\"); break;
-		case '\n': sbuf_addstr(sb, "\\n"); break;
-		case '\r': sbuf_addstr(sb, "\\r"); break;
-		case '\t': sbuf_addstr(sb, "\\t"); break;
-		case '\b': sbuf_addstr(sb, "\\b"); break;
-		case '\f': sbuf_addstr(sb, "\\f"); break;
-		default:
-			if (*p < 0x20)
-				sbuf_addf(sb, "\\u%04x", *p);
-			else
-				sbuf_addch(sb, *p);
-		}
-	}
-	sbuf_addch(sb, '"');
+	pyjson_string(sb, s, strlen(s));
 }
 
 static void add_double(struct sbuf *sb, double x)
