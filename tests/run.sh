@@ -3,7 +3,8 @@
 # $MEGAC_TESTS and the program-level shell tests tests/prog/*.sh. Each test
 # prints "ok - name" / "not ok - name" lines; a test program that exits
 # non-zero without a "not ok" line (a crash, a timeout) counts as one failure.
-# Logs go to $MEGAC_BUILD/test-logs/. Set TESTS="pattern" to run a subset.
+# Logs go to $MEGAC_BUILD/test-logs/; a failed test's temporary folders stay
+# in $MEGAC_BUILD/tmp/ for a look. Set TESTS="pattern" to run a subset.
 set -u
 cd "$(dirname "$0")/.."
 : "${MEGAC_BIN:?}" "${MEGAC_TESTS:?}" "${MEGAC_BUILD:?}"
@@ -44,6 +45,9 @@ run_one() { # name command...
 	pass=$((pass + ok))
 	fail=$((fail + bad))
 	if [ "$bad" -eq 0 ]; then
+		# A passing test's folders go at once: a whole run would
+		# otherwise hold several GB of checkpoints until the end.
+		rm -rf "$MEGAC_BUILD/tmp/$name".*
 		printf 'PASS %-28s %3d ok  %3ds\n' "$name" "$ok" $((t1 - t0))
 	else
 		printf 'FAIL %-28s %3d ok, %d failed  (log: %s)\n' "$name" "$ok" "$bad" "$log"

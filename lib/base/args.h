@@ -294,6 +294,8 @@ struct args {
 	bool calculate_per_token_loss;
 	bool reset_position_ids;
 	bool reset_attention_mask;
+	bool sft;                          /* --sft: conversations from JSONL (data/sft_data.h) */
+	char *sft_tokenizer_prompt_format; /* nemotron-h-aligned, nemotron-nano-v2, identity, default */
 	double mid_level_dataset_surplus;
 	struct intlist show_samples;
 

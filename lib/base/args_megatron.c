@@ -215,8 +215,6 @@ static const char why_nvidia_fault[] =
 	"NVIDIA's fault-tolerance package is not in megac; use --hang-timeout-minutes and --exit-signal-handler (docs/fault-tolerance.md)";
 static const char why_nvidia_multi[] =
 	"NVIDIA's multi-storage client; megac reads local files";
-static const char why_supervised_fine[] =
-	"supervised fine-tuning (--sft) is not in megac yet";
 static const char why_fault_injector[] =
 	"Megatron's fault injector (testing only)";
 
@@ -865,9 +863,6 @@ const struct megatron_flag megatron_flags[] = {
 	/* ---- msc ---- */
 	{ "--enable-msc", MF_NO_EFFECT, 0, why_nvidia_multi },
 	{ "--disable-msc", MF_NO_EFFECT, 0, why_nvidia_multi },
-	/* ---- sft ---- */
-	{ "--sft", MF_REFUSED, 0, why_supervised_fine },
-	{ "--sft-tokenizer-prompt-format", MF_REFUSED, 1, why_supervised_fine },
 	/* ---- fault injector ---- */
 	{ "--fault-injector-ranks", MF_NO_EFFECT, 1, why_fault_injector },
 	{ "--fault-injector-num-ranks", MF_NO_EFFECT, 1, why_fault_injector },

@@ -28,8 +28,9 @@ const struct flag_def args_table[] = {
 	/* ---- tokenizer ---- */
 	{ "--tokenizer-type", FK_STR, F(tokenizer_type), TOKPROGS, PP | PROG_GPTINDEX, "tokenizer", NULL,
 	  tokenizer_types, "TYPE",
-	  "tokenizer; megac implements GPT2BPETokenizer, HuggingFaceTokenizer, TikTokenizer, NullTokenizer and "
-	  "the SentencePiece types (SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer)" },
+	  "tokenizer; megac implements GPT2BPETokenizer, HuggingFaceTokenizer, SFTTokenizer (a Hugging Face folder "
+	  "with --sft's chat formats), TikTokenizer, NullTokenizer and the SentencePiece types "
+	  "(SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer)" },
 	{ "--vocab-file", FK_STR, F(vocab_file), TOKPROGS, 0, "tokenizer", NULL, NULL, "PATH",
 	  "GPT-2 vocab.json (GPT2BPETokenizer)" },
 	{ "--merge-file", FK_STR, F(merge_file), TOKPROGS, 0, "tokenizer", NULL, NULL, "PATH",
@@ -615,6 +616,13 @@ const struct flag_def args_table[] = {
 	  NULL, "restart position ids after each EOD" },
 	{ "--reset-attention-mask", FK_BOOL, F(reset_attention_mask), DATA, 0, "data and dataloader", NULL, NULL,
 	  NULL, "no attention across EOD" },
+	{ "--sft", FK_BOOL, F(sft), TR, 0, "sft", NULL, NULL, NULL,
+	  "supervised fine-tuning: --data-path names a JSONL file of {\"messages\": [...]} lines, tokenized at "
+	  "training time by --tokenizer-type SFTTokenizer and packed one line per sample, the loss on assistant "
+	  "tokens only (docs/sft.md)" },
+	{ "--sft-tokenizer-prompt-format", FK_STR, F(sft_tokenizer_prompt_format), TR, 0, "sft", "nemotron-h-aligned",
+	  "nemotron-h-aligned|nemotron-nano-v2|identity|default", "FORMAT",
+	  "the chat format of --sft: Megatron's fixed templates, or default (the tokenizer's own chat template)" },
 	{ "--mid-level-dataset-surplus", FK_FLOAT, F(mid_level_dataset_surplus), DATA, 0, "data and dataloader",
 	  "0.005", NULL, "F", "extra samples built per blended dataset" },
 	{ "--data-args-path", FK_STR, F(data_args_path), DATA, 0, "data and dataloader", NULL, NULL, "PATH",
@@ -859,11 +867,11 @@ const struct refused_value args_refused_values[] = {
 	  "(docs/checkpoint-format.md), which it uses when --ckpt-format is not given" },
 	{ "--tokenizer-type",
 	  "GPT2BPETokenizer|HuggingFaceTokenizer|TikTokenizer|NullTokenizer|SentencePieceTokenizer|"
-	  "GPTSentencePieceTokenizer|Llama2Tokenizer",
-	  "megac's tokenizers are GPT2BPETokenizer, HuggingFaceTokenizer, TikTokenizer, NullTokenizer and the "
-	  "SentencePiece types (SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer); BERT, "
-	  "multimodal and SFT tokenizers are not in megac yet (the model's Hugging Face tokenizer.json works "
-	  "with HuggingFaceTokenizer)" },
+	  "GPTSentencePieceTokenizer|Llama2Tokenizer|SFTTokenizer",
+	  "megac's tokenizers are GPT2BPETokenizer, HuggingFaceTokenizer, SFTTokenizer, TikTokenizer, NullTokenizer "
+	  "and the SentencePiece types (SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer); BERT "
+	  "and multimodal tokenizers are not in megac yet (the model's Hugging Face tokenizer.json works with "
+	  "HuggingFaceTokenizer)" },
 	{ "--position-embedding-type", "learned_absolute|rope|yarn",
 	  "megac has learned absolute positions, RoPE and YaRN; mRoPE, relative and no position embedding are "
 	  "not in megac yet" },

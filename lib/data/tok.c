@@ -81,7 +81,9 @@ struct tokenizer *tok_load(const struct tok_config *cfg)
 			goto fail;
 		t->vocab_size = t->hf->vocab_size;
 		t->describe = xasprintf("GPT2BPETokenizer (vocab %" PRId64 ", eod %" PRId64 ")", t->vocab_size, t->eod);
-	} else if (!strcmp(type, "HuggingFaceTokenizer")) {
+	} else if (!strcmp(type, "HuggingFaceTokenizer") || !strcmp(type, "SFTTokenizer")) {
+		/* SFTTokenizer: Megatron wraps the folder's Hugging Face tokenizer;
+		 * its chat formats live in data/sft.c, plain text encodes as here */
 		char *path;
 		t->kind = TOK_HF;
 		if (check_special_tokens(cfg))
@@ -91,8 +93,8 @@ struct tokenizer *tok_load(const struct tok_config *cfg)
 			goto fail;
 		t->with_template = !cfg->no_include_special;
 		t->vocab_size = t->hf->vocab_size;
-		t->describe = xasprintf("HuggingFaceTokenizer (%s, vocab %" PRId64 ", eod %" PRId64 ")", path,
-					t->vocab_size, t->eod);
+		t->describe = xasprintf("%s (%s, vocab %" PRId64 ", eod %" PRId64 ")", type, path, t->vocab_size,
+					t->eod);
 		free(path);
 	} else if (!strcmp(type, "SentencePieceTokenizer") || !strcmp(type, "GPTSentencePieceTokenizer") ||
 		   !strcmp(type, "Llama2Tokenizer")) {
@@ -154,12 +156,12 @@ struct tokenizer *tok_load(const struct tok_config *cfg)
 			known |= !strcmp(type, megatron_types[i]);
 		if (known)
 			error("tokenizer type %s is not implemented in megac yet (implemented: GPT2BPETokenizer, "
-			      "HuggingFaceTokenizer, TikTokenizer, NullTokenizer, SentencePieceTokenizer, "
+			      "HuggingFaceTokenizer, SFTTokenizer, TikTokenizer, NullTokenizer, SentencePieceTokenizer, "
 			      "GPTSentencePieceTokenizer, Llama2Tokenizer)",
 			      type);
 		else
 			error("unknown tokenizer type '%s' (implemented: GPT2BPETokenizer, HuggingFaceTokenizer, "
-			      "TikTokenizer, NullTokenizer, SentencePieceTokenizer, GPTSentencePieceTokenizer, "
+			      "SFTTokenizer, TikTokenizer, NullTokenizer, SentencePieceTokenizer, GPTSentencePieceTokenizer, "
 			      "Llama2Tokenizer)",
 			      type);
 		goto fail;

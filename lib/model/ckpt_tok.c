@@ -149,6 +149,12 @@ static int add_file(struct ckpt_tok *rec, const char *name, const char *path, bo
 	return add_file_as(rec, name, path, missing_ok, false);
 }
 
+/* Types whose --tokenizer-model is a Hugging Face tokenizer folder (or file). */
+static bool is_hf_type(const char *type)
+{
+	return !strcmp(type, "HuggingFaceTokenizer") || !strcmp(type, "SFTTokenizer");
+}
+
 static const char *const hf_files[] = { "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json" };
 
 /* The files of a HuggingFaceTokenizer's --tokenizer-model: a folder, or
@@ -199,7 +205,7 @@ int ckpt_tok_from_args(struct ckpt_tok *rec, const struct args *a, const struct 
 		rc = add_file(rec, "vocab.json", a->vocab_file, false);
 		if (rc == 0)
 			rc = add_file(rec, "merges.txt", a->merge_file, false);
-	} else if (!strcmp(rec->type, "HuggingFaceTokenizer")) {
+	} else if (is_hf_type(rec->type)) {
 		rc = add_hf_files(rec, a->tokenizer_model);
 	} else if (!strcmp(rec->type, "NullTokenizer")) {
 		rec->null_vocab_size = a->vocab_size;
@@ -426,7 +432,7 @@ int ckpt_tok_extract(struct ckpt_tok *rec, const char *dir, const char *where, s
 	/* checkpoints written before megac kept a .model (or TikTokenizer's
 	 * vocabulary) record none: their flags must be given */
 	const char *need = !strcmp(rec->type, "GPT2BPETokenizer")     ? "vocab.json" :
-			   !strcmp(rec->type, "HuggingFaceTokenizer") ? "tokenizer.json" :
+			   is_hf_type(rec->type) ? "tokenizer.json" :
 			   is_spm_type(rec->type)		   ? "tokenizer.model" :
 			   !strcmp(rec->type, "TikTokenizer")	   ? "tiktoken.json" :
 								     NULL;
@@ -458,7 +464,7 @@ int ckpt_tok_extract(struct ckpt_tok *rec, const char *dir, const char *where, s
 	}
 	free(rec->dir);
 	rec->dir = xstrdup(dir);
-	if (!strcmp(rec->type, "HuggingFaceTokenizer"))
+	if (is_hf_type(rec->type))
 		tc->model = rec->dir;
 	return 0;
 }

@@ -3,6 +3,7 @@
  */
 #include "train/batch.h"
 
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -81,6 +82,57 @@ int batch_get(struct batch *b, const struct gpt_data *d, int split, uint64_t fir
 			for (int t = 1; t < S; t++)
 				doc[t] = doc[t - 1] + (b->attn[(size_t)t * S + t - 1] ? 1 : 0);
 		}
+	}
+	return 0;
+}
+
+int batch_get_sft(struct batch *b, const struct sft_data *d, struct tok_session *s, int split, uint64_t first,
+		  int64_t vocab)
+{
+	const struct sft_split *sp = &d->splits[split];
+	if (!sp->present || !sp->len)
+		return error("the %s split has no samples", gpt_split_names[split]);
+	if (!b->doc)
+		BUG("an SFT batch without document ids");
+	int S = b->S;
+	for (int i = 0; i < b->B; i++) {
+		uint64_t k = first + (uint64_t)i;
+		if (k >= sp->len)
+			return error("the %s split has %llu samples and sample %llu is needed: the run asks for more "
+				     "data than the split was built for (were --train-iters, --eval-interval, "
+				     "--eval-iters or the batch size changed since the checkpoint?)",
+				     gpt_split_names[split], (unsigned long long)sp->len, (unsigned long long)k);
+		struct sft_sample smp;
+		if (sft_data_sample(d, s, split, k, &smp) < 0)
+			return -1;
+		int32_t *tok = b->tokens + (size_t)i * S, *lab = b->labels + (size_t)i * S;
+		int32_t *pos = b->positions + (size_t)i * S, *doc = b->doc + (size_t)i * S;
+		float *mask = b->loss_mask + (size_t)i * S;
+		size_t c = 0;
+		for (int t = 0; t < S; t++) {
+			int64_t id = smp.tokens[t], label = smp.labels[t];
+			/* a masked label (-100, or the pad) carries no loss: any id serves */
+			if (smp.loss_mask[t] == 0 && (label < 0 || label >= vocab))
+				label = 0;
+			if (id < 0 || id >= vocab || label < 0 || label >= vocab) {
+				uint64_t line;
+				const char *file = sft_data_where(d, split, k, &line);
+				error("%s:%" PRIu64 ": token id %lld is outside the model's vocabulary of %lld (is the "
+				      "model's tokenizer the SFT tokenizer?)",
+				      file, line, (long long)(id < 0 || id >= vocab ? id : label), (long long)vocab);
+				sft_sample_free(&smp);
+				return -1;
+			}
+			/* the conversation spans of cu_seqlens are the documents */
+			while (c + 2 < smp.n_cu && t >= smp.cu_seqlens[c + 1])
+				c++;
+			tok[t] = (int32_t)id;
+			lab[t] = (int32_t)label;
+			pos[t] = (int32_t)smp.position_ids[t];
+			mask[t] = smp.loss_mask[t];
+			doc[t] = (int32_t)c;
+		}
+		sft_sample_free(&smp);
 	}
 	return 0;
 }

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "data/gpt_data.h"
+#include "data/sft_data.h"
 
 struct batch {
 	int B, S;
@@ -29,6 +30,12 @@ void batch_free(struct batch *b);
  * are beyond the split's length, or when a token id is not below vocab (a
  * dataset made with another tokenizer). */
 int batch_get(struct batch *b, const struct gpt_data *d, int split, uint64_t first, int64_t vocab);
+
+/* The same from the SFT datasets (--sft): the samples' positions, and
+ * document ids numbering the conversations of cu_seqlens (b made with
+ * document ids). Labels without loss are stored as 0. */
+int batch_get_sft(struct batch *b, const struct sft_data *d, struct tok_session *s, int split, uint64_t first,
+		  int64_t vocab);
 
 /* Context parallelism: this rank's positions of every sample of full into
  * local (made by batch_init with T = S/cp positions): local position j is

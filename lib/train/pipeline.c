@@ -152,7 +152,9 @@ static int forward(struct trainer *t, const struct pp_sched *s, const struct pp_
 	size_t nh = (size_t)m->Nl * m->c.h;
 	int peer, pv;
 	timers_start(&t->timers, "batch-generator", 2);
-	int got = batch_get(b, &t->data, split, micro_first(t, consumed, o->micro), t->cfg.Vp);
+	uint64_t first = micro_first(t, consumed, o->micro);
+	int got = t->a->sft ? batch_get_sft(b, &t->sft, t->sft_sess, split, first, t->cfg.Vp)
+			    : batch_get(b, &t->data, split, first, t->cfg.Vp);
 	timers_stop(&t->timers, "batch-generator");
 	if (got < 0)
 		return -1;
@@ -164,7 +166,7 @@ static int forward(struct trainer *t, const struct pp_sched *s, const struct pp_
 		mfull += b->loss_mask[i];
 	/* multi-token prediction rolls the whole micro-batch for each depth,
 	 * then takes this rank's positions */
-	m->mtp_in = (struct gpt_mtp_input){ b->tokens, b->labels, t->a->reset_position_ids ? b->positions : NULL,
+	m->mtp_in = (struct gpt_mtp_input){ b->tokens, b->labels, t->own_positions ? b->positions : NULL,
 					    b->loss_mask };
 	/* document ids stay the whole sequence's (ring attention masks every rank's keys) */
 	const int32_t *doc = b->doc;
@@ -184,7 +186,7 @@ static int forward(struct trainer *t, const struct pp_sched *s, const struct pp_
 			sleep(1);
 	tstart(t, "forward-compute", train);
 	const float *out = gpt_forward_chunk(m, o->chunk, slot, b->tokens, b->labels,
-					     t->a->reset_position_ids ? b->positions : NULL, doc,
+					     t->own_positions ? b->positions : NULL, doc,
 					     micro_seed(t->seed, t->iteration, micro_global(t, o->micro)), train,
 					     t->losses);
 	timers_stop(&t->timers, "forward-compute");
@@ -203,8 +205,15 @@ static int forward(struct trainer *t, const struct pp_sched *s, const struct pp_
 		lsum += (double)t->losses[i] * b->loss_mask[i];
 		msum += b->loss_mask[i];
 	}
-	*num += lsum;
-	*den += msum;
+	if (!train && t->a->sft) {
+		/* Megatron's SFT evaluation averages the micro-batches' own token
+		 * means; a micro-batch counts once over its context-parallel ranks */
+		*num += lsum / fmax(1.0, mfull);
+		*den += 1.0 / (double)t->dist.layout.cp;
+	} else {
+		*num += lsum;
+		*den += msum;
+	}
 	if (train && t->a->check_for_spiky_loss && msum > 0)
 		spiky_check(t, o->micro, lsum / msum);
 	if (train) {

@@ -189,6 +189,36 @@ static int setup_parallel(struct trainer *t)
 	return 0;
 }
 
+/* --sft: Megatron's SFT tokenizer and the checks of its dataset. */
+static int setup_sft(struct trainer *t)
+{
+	const struct args *a = t->a;
+	t->doc_masks = a->reset_attention_mask || a->sft;
+	t->own_positions = a->reset_position_ids || a->sft;
+	if (!a->sft)
+		return 0;
+	if (strcmp(a->tokenizer_type, "SFTTokenizer"))
+		return error("--sft tokenizes conversations with --tokenizer-type SFTTokenizer (a Hugging Face tokenizer "
+			     "folder as --tokenizer-model), not %s",
+			     a->tokenizer_type);
+	/* SFTDataset asserts both: its position ids and cu_seqlens are its own */
+	if (a->reset_position_ids || a->reset_attention_mask)
+		return error("--sft builds its own position ids and per-conversation attention: drop "
+			     "--reset-position-ids and --reset-attention-mask");
+	if (a->mtp_num_layers > 0)
+		return error("--mtp-num-layers with --sft: multi-token prediction over packed conversations is not in "
+			     "megac yet");
+	if (a->eod_mask_loss && t->dist.rank == 0)
+		warning("--eod-mask-loss has no effect with --sft: the SFT samples mask the prompt and the padding");
+	t->sft_tok = sft_tokenizer_load(a->tokenizer_model, a->sft_tokenizer_prompt_format);
+	if (!t->sft_tok)
+		return -1;
+	t->sft_sess = tok_session_new(sft_tok(t->sft_tok));
+	if (t->dist.rank == 0)
+		info("> SFT: %s", sft_describe(t->sft_tok));
+	return 0;
+}
+
 /* Rank 0 builds the index caches while the others wait (as Megatron), then
  * the others load them; a failure on rank 0 stops every rank. */
 static int setup_data(struct trainer *t)
@@ -196,6 +226,8 @@ static int setup_data(struct trainer *t)
 	const struct args *a = t->a;
 	if (gpt_data_config_from_args(a, t->tok, t->dist.dp.size, &t->dcfg) < 0)
 		return -1;
+	if (a->sft) /* every rank reads the JSONL itself: the samples depend on nothing else */
+		return sft_data_build(&t->dcfg, t->sft_tok, t->dist.layout.cp, &t->sft);
 	double failed = 0;
 	dist_watchdog_pause(&t->dist, true); /* rank 0 alone may build for a long time */
 	if (t->dist.rank == 0)
@@ -342,6 +374,10 @@ static void trainer_free(struct trainer *t)
 	fsdp_free(&t->fsdp);
 	gpt_free(&t->model);
 	gpt_data_free(&t->data);
+	sft_data_free(&t->sft);
+	if (t->sft_sess)
+		tok_session_free(t->sft_sess);
+	sft_tokenizer_free(t->sft_tok);
 	gpt_data_config_release(&t->dcfg);
 	if (t->tok)
 		tok_free(t->tok);
@@ -482,7 +518,7 @@ static int setup(struct trainer *t, const struct args *a)
 
 	struct tok_config tc = tok_config_from_args(a);
 	t->tok = tok_load(&tc);
-	if (!t->tok)
+	if (!t->tok || setup_sft(t) < 0)
 		return -1;
 	if (gpt_config_from_args(&t->cfg, a, tok_vocab_size(t->tok)) < 0)
 		return -1;
@@ -505,7 +541,7 @@ static int setup(struct trainer *t, const struct args *a)
 	struct gpt_setup pipe = { .B = (int)t->mbs, .precision = prec, .tp = &t->dist.tp, .sp = lay->sp,
 				  .cp = &t->dist.cp, .ep = &t->dist.ep, .etp = &t->dist.etp, .pp = lay->pp,
 				  .stage = t->dist.pp.rank,
-				  .vpp = lay->vpp, .nslots = t->pp_train.inflight, .doc_masks = a->reset_attention_mask };
+				  .vpp = lay->vpp, .nslots = t->pp_train.inflight, .doc_masks = t->doc_masks };
 	int level = fsdp_level(a, lay->pp, lay->ep);
 	if (level < 0)
 		return -1;
@@ -568,7 +604,7 @@ static int setup(struct trainer *t, const struct args *a)
 		return -1;
 	if (setup_scaler(t) < 0)
 		return -1;
-	batch_init(&t->batch, (int)t->mbs, t->cfg.S, a->reset_attention_mask);
+	batch_init(&t->batch, (int)t->mbs, t->cfg.S, t->doc_masks);
 	if (lay->cp > 1)
 		batch_init(&t->cp_batch, (int)t->mbs, t->model.lc.S, false);
 	t->losses = xmalloc((size_t)t->mbs * t->cfg.S * sizeof(float));

@@ -331,7 +331,8 @@ int trainer_evaluate(struct trainer *t, int split, int64_t *consumed, double *lo
 
 static int eval_and_print(struct trainer *t, int split, const char *prefix, int64_t *consumed)
 {
-	if (!t->data.splits[split].present || t->a->eval_iters <= 0)
+	bool present = t->a->sft ? t->sft.splits[split].present : t->data.splits[split].present;
+	if (!present || t->a->eval_iters <= 0)
 		return 0;
 	double loss;
 	if (trainer_evaluate(t, split, consumed, &loss) < 0)

@@ -14,6 +14,7 @@
 
 #include "base/args.h"
 #include "data/gpt_data.h"
+#include "data/sft_data.h"
 #include "data/batch_schedule.h"
 #include "data/tok.h"
 #include "dist/dist.h"
@@ -64,6 +65,12 @@ struct trainer {
 	struct device_choice device; /* chosen before MPI_Init (setup) */
 	struct kops_cuda_stats cuda_first; /* device allocations after the first iteration */
 	struct gpt_data data;
+	/* --sft: the conversations' datasets, their tokenizer and this rank's session (sft.data used instead of data) */
+	struct sft_data sft;
+	struct sft_tokenizer *sft_tok;
+	struct tok_session *sft_sess;
+	bool doc_masks;    /* attention within documents: --reset-attention-mask, or --sft's conversations */
+	bool own_positions; /* the batch's position ids reach the model: --reset-position-ids, or --sft */
 	struct gpt_config cfg;
 	struct gpt_model model;
 	struct train_part part[2];
