@@ -132,7 +132,7 @@ int megac_mem_predict(const struct args *a, int64_t vocab, struct megac_stage_me
 		struct dist_group etp = { .name = "expert-tensor-parallel", .size = l.etp };
 		struct gpt_setup pipe = { .B = (int)mbs, .precision = prec, .tp = &tp, .sp = l.sp, .cp = &cp, .ep = &ep,
 					  .etp = &etp, .pp = l.pp, .stage = s, .vpp = l.vpp, .nslots = ps.inflight,
-					  .doc_masks = a->reset_attention_mask };
+					  .doc_masks = a->reset_attention_mask || a->sft };
 		struct dist_group dpg = { .name = "data-parallel", .size = (int)(dp * l.cp) };
 		struct fsdp fs;
 		pipe.shards = fsdp_prepare(&fs, level, &dpg);

@@ -6,7 +6,8 @@
  * pass runs on:
  *
  *   one rank        attention_forward with probs kept for backward (document masks allowed)
- *   flash           the op table's block ops over the whole sequence (a GPU; rows keep log-sum-exp)
+ *   flash           the op table's block ops over the whole sequence (a GPU; rows keep log-sum-exp;
+ *                   document masks on positions 0..S-1)
  *   context-parallel ring_attn over the CP group (document masks on global positions)
  *   serving         each sequence's new rows against its key/value cache slot, which they extend
  *
@@ -240,9 +241,9 @@ void core_attention_forward(struct gpt_model *m, const struct gpt_pass *P, int l
 		ring_attn_forward(&m->par.ring, A->atty, A->alse, A->q, A->kk, A->v, sl->use_doc ? sl->doc : NULL,
 				  attn_scale(m), w, p, sl->drop_seed, attn_offset(m, l));
 	else if (m->flash)
-		m->k->attention_block_forward(A->atty, A->alse, A->q, A->kk, A->v, m->flash_pos, m->flash_pos, NULL,
-					      P->B, P->T, P->T, c->a, c->g, c->k, P->T, attn_scale(m), w, p,
-					      sl->drop_seed, attn_offset(m, l), 0);
+		m->k->attention_block_forward(A->atty, A->alse, A->q, A->kk, A->v, m->flash_pos, m->flash_pos,
+					      sl->use_doc ? sl->doc : NULL, P->B, P->T, P->T, c->a, c->g, c->k, P->T,
+					      attn_scale(m), w, p, sl->drop_seed, attn_offset(m, l), 0);
 	else
 		m->k->attention_forward(A->atty, A->probs, A->q, A->kk, A->v, sl->use_doc ? sl->doc : NULL, P->B,
 					P->T, c->a, c->g, c->k, attn_scale(m), w, p, sl->drop_seed, attn_offset(m, l));
@@ -266,9 +267,9 @@ static void core_attention_backward(struct gpt_model *m, const struct gpt_pass *
 		m->k->zero(s->dk, nkv);
 		m->k->zero(s->dv, nkv);
 		m->k->attention_block_backward(s->dq, s->dk, s->dv, datty, A->atty, A->alse, A->q, A->kk, A->v,
-					       m->flash_pos, m->flash_pos, NULL, P->B, P->T, P->T, c->a, c->g, c->k,
-					       P->T, attn_scale(m), m->lp[l].spec.window, c->attention_dropout, seed,
-					       attn_offset(m, l));
+					       m->flash_pos, m->flash_pos, P->sl->use_doc ? P->sl->doc : NULL, P->B, P->T,
+					       P->T, c->a, c->g, c->k, P->T, attn_scale(m), m->lp[l].spec.window,
+					       c->attention_dropout, seed, attn_offset(m, l));
 	} else {
 		m->k->attention_backward(s->dq, s->dk, s->dv, datty, A->q, A->kk, A->v, A->probs, P->B, P->T, c->a,
 					 c->g, c->k, attn_scale(m), c->attention_dropout, seed, attn_offset(m, l));

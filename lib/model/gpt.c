@@ -584,10 +584,9 @@ int gpt_init_pipe(struct gpt_model *m, const struct gpt_config *c, const struct 
 			return -1;
 		m->lc.S = c->S / par->cp_size;
 	}
-	/* a GPU's flash-style attention, where the op table has one; its block
-	 * ops know no document masks, so those keep the probs path */
-	m->flash = !sv && k->flash && k->attention_block_forward && k->attention_block_backward && !par->cp &&
-		   !pipe->doc_masks;
+	/* a GPU's flash-style attention, where the op table has one (document
+	 * masks too: the block ops take them on global positions) */
+	m->flash = !sv && k->flash && k->attention_block_forward && k->attention_block_backward && !par->cp;
 	m->Nl = B * (par->sp ? m->lc.S / t : m->lc.S);
 	m->nchunks = pipe->vpp;
 	m->chunks = xcalloc((size_t)m->nchunks, sizeof(*m->chunks));
@@ -836,8 +835,6 @@ static void load_inputs(struct gpt_model *m, struct gpt_slot *sl, const int32_t 
 		}
 	}
 	sl->use_doc = doc != NULL;
-	if (doc && m->flash)
-		BUG("document ids for a model set up without document masks (gpt_setup.doc_masks)");
 	if (doc) /* [B, S] of the whole sequence, with or without CP */
 		k->to_device(sl->doc, doc, (size_t)m->B * m->c.S * 4);
 	sl->drop_seed = drop_seed;

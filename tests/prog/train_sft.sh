@@ -8,7 +8,7 @@
 #   batch), with --calculate-per-token-loss: lm loss and grad norm rtol 1e-5
 #   over 6 iterations, on one rank and packed under TP2 (with SP), PP2 and CP2
 #   (whose samples pad every conversation to a multiple of 4 tokens), and on
-#   two emulated GPUs under CP2 (rtol 1e-4); and with learned absolute
+#   one emulated GPU (the flash path) and two under CP2 (rtol 1e-4); and with learned absolute
 #   positions, which see the restarted position ids themselves.
 # - The loss counts only the assistant's tokens: every assistant says the same
 #   words and every user types random letters, so the loss goes near 0 under
@@ -57,6 +57,10 @@ expect_ok "packed: PP2, 6 iterations" sh -c "$MPI -np 2 $BIN/train $COMMON $PACK
 	--pipeline-model-parallel-size 2 --metrics-file $W/m_pp2.jsonl >$W/pp2.log"
 compare_same "packed under PP2 (every stage masks by conversation) equals them one per sequence" \
 	"$W/m_unpacked.jsonl" "$W/m_pp2.jsonl" 6
+expect_ok "packed: one emulated GPU (flash attention with document masks), 6 iterations" sh -c "$E/bin/train \
+	$COMMON $PACKED --train-iters 6 --device cuda --metrics-file $W/m_emu1.jsonl >$W/emu1.log"
+RTOL=1e-4 compare_same "packed on one emulated GPU equals the one-rank unpacked run (rtol 1e-4)" \
+	"$W/m_unpacked.jsonl" "$W/m_emu1.jsonl" 6
 expect_ok "packed: CP2 on two emulated GPUs, 6 iterations" sh -c "$MPI -np 2 $E/bin/train $COMMON $PACKED \
 	--train-iters 6 --context-parallel-size 2 --device cuda --metrics-file $W/m_emu.jsonl >$W/emu.log"
 RTOL=1e-4 compare_same "packed under CP2 on the CUDA kernels equals the one-rank unpacked run (rtol 1e-4)" \
