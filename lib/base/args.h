@@ -60,6 +60,7 @@ struct args {
 	struct strlist tokenizer_special_tokens;
 	char *tiktoken_pattern;
 	int64_t tiktoken_num_special_tokens;
+	char *chat_template;           /* text_gen_server: NULL = the tokenizer's own */
 	bool tokenizer_hf_no_use_fast;
 	bool tokenizer_hf_no_include_special_tokens;
 	bool tokenizer_sentencepiece_ignore_extra_whitespaces;

@@ -83,8 +83,12 @@ const struct flag_def args_table[] = {
 	  "ID", "NullTokenizer end-of-document id (default vocab_size - 1)" },
 	{ "--null-tokenizer-pad-id", FK_INT, F(null_tokenizer_pad_id), TOKPROGS, 0, "tokenizer", "-1", NULL,
 	  "ID", "NullTokenizer pad id (-1 = none)" },
-	{ "--chat-template", FK_UNSUPPORTED, 0, TOKPROGS, 0, "tokenizer", NULL, NULL, "STR",
-	  "chat templates are not implemented yet" },
+	/* the server's row first: a program takes the first row of a name that lists it */
+	{ "--chat-template", FK_STR, F(chat_template), PROG_INFER, 0, "tokenizer", NULL, NULL, "STR",
+	  "the chat template (Jinja text, as a Hugging Face tokenizer_config.json holds it) that turns "
+	  "/v1/chat/completions messages into the prompt, instead of the tokenizer folder's own" },
+	{ "--chat-template", FK_UNSUPPORTED, 0, TOKPROGS & ~PROG_INFER, 0, "tokenizer", NULL, NULL, "STR",
+	  "only text_gen_server takes a chat template (for the prompts of its /v1/chat/completions)" },
 	{ "--use-gigatoken", FK_BOOL, F(use_gigatoken), TOKPROGS, 0, "tokenizer", NULL, NULL, NULL,
 	  "accepted for compatibility: megac's tokenizers are native C, same ids", true },
 

@@ -50,9 +50,9 @@
  * lower, title, capitalize, find, count, join, format ({} and {N} only);
  * dict's get, items, keys, values.
  *
- * Errors: every failure goes through error() as "origin:line:col: what", the
- * line and column those of the construct; raise_exception's message is
- * passed as is after that prefix.
+ * Errors: every failure goes through error() (or, when the caller gives a
+ * buffer, into it) as "origin:line:col: what", the line and column those of
+ * the construct; raise_exception's message is passed as is after that prefix.
  */
 #include "data/chat_template.h"
 
@@ -1444,6 +1444,8 @@ struct scope {
 
 struct rctx {
 	const struct chat_template *t;
+	char *errbuf; /* the caller's buffer for the failure's message, or NULL: error() */
+	size_t errsize;
 	struct arena ar;
 	struct sbuf out;
 	struct scope *sc;
@@ -1458,7 +1460,9 @@ MC_PRINTF(3, 4) static struct val *rerr(struct rctx *c, const struct expr *e, co
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	if (!c->failed)
+	if (!c->failed && c->errbuf)
+		snprintf(c->errbuf, c->errsize, "%s:%d:%d: %s", c->t->origin, e ? e->line : 0, e ? e->col : 0, msg);
+	else if (!c->failed)
 		error("%s:%d:%d: %s", c->t->origin, e ? e->line : 0, e ? e->col : 0, msg);
 	c->failed = true;
 	return NULL;
@@ -3259,7 +3263,7 @@ static int exec_body(struct rctx *c, const struct body *b)
 
 char *chat_template_render(const struct chat_template *t, const struct chat_render_args *a)
 {
-	struct rctx C = { .t = t };
+	struct rctx C = { .t = t, .errbuf = a->errsize ? a->errbuf : NULL, .errsize = a->errsize };
 	struct rctx *c = &C;
 	struct scope globals = { 0 };
 	c->sc = &globals;

@@ -15,6 +15,7 @@
 #define MEGAC_DATA_CHAT_TEMPLATE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #include <jansson.h>
 
@@ -32,14 +33,19 @@ struct chat_render_args {
 	const json_t *tools;
 	/* more variables (a JSON object: enable_thinking, date_string, ...), or NULL */
 	const json_t *extra;
+	/* NULL: a failure goes to error(); else its message (the same text) is
+	 * written here instead, as on a server's thread answering a request */
+	char *errbuf;
+	size_t errsize;
 };
 
 /* NULL and error() naming origin:line:column on a syntax error or an
  * unsupported construct. origin names the template in messages. */
 struct chat_template *chat_template_parse(const char *text, const char *origin);
-/* The rendered text (malloc'd, NUL-terminated UTF-8), or NULL and error():
- * the template's raise_exception() message, an undefined method, a type error
- * (a string plus none, ...), each with its line and column. */
+/* The rendered text (malloc'd, NUL-terminated UTF-8), or NULL and error()
+ * (or a->errbuf): the template's raise_exception() message, an undefined
+ * method, a type error (a string plus none, ...), each with its line and
+ * column. */
 char *chat_template_render(const struct chat_template *t, const struct chat_render_args *a);
 void chat_template_free(struct chat_template *t);
 

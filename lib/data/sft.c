@@ -18,8 +18,9 @@
  *                       "<SPECIAL_11>Assistant\n" header (3 tokens, masked)
  *                       and ends "\n<SPECIAL_12>\n"; pad <unk>
  *   identity            the contents concatenated; pad <unk>
- *   default             the tokenizer's chat template (chat_template.jinja,
- *                       else tokenizer_config.json's chat_template, or its
+ *   default             the tokenizer's chat template, found as
+ *                       chat_tokenizer.h says (chat_template.jinja, else
+ *                       tokenizer_config.json's chat_template, or its
  *                       "default" entry when that is a list of named
  *                       templates); pad: pad_token, else eos_token;
  *                       has_bos when the tokenizer has a BOS token
@@ -33,8 +34,8 @@
  * Tokenizing a conversation: the template renders the whole conversation
  * (add_generation_prompt false; bos_token, eos_token and the other special
  * tokens of the configs as template variables, special_tokens_map.json
- * overriding tokenizer_config.json as in transformers) and the text is
- * encoded without the post-processor's special tokens, as
+ * overriding tokenizer_config.json as in transformers: chat_tokenizer.h)
+ * and the text is encoded without the post-processor's special tokens, as
  * apply_chat_template(tokenize=True) does. For "default" the targets are
  * the tokens. For the others each turn is rendered and encoded alone, in
  * order; with has_bos the first token of every turn but the first is
@@ -69,13 +70,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "base/error.h"
 #include "base/jsonio.h"
-#include "base/sbuf.h"
 #include "base/xalloc.h"
-#include "data/chat_template.h"
+#include "data/chat_tokenizer.h"
 #include "data/tok.h"
 
 static const char tmpl_h_aligned[] =
@@ -113,9 +112,7 @@ static const struct {
 struct sft_tokenizer {
 	struct tokenizer *tok;
 	enum sft_format format;
-	struct chat_template *tmpl;
-	char *bos_token, *eos_token; /* template variables; NULL: undefined */
-	json_t *extra;               /* the other special tokens as template variables */
+	struct chat_prompt *prompt; /* the format's template, the special tokens its variables */
 	int64_t pad, eod;
 	bool has_bos;
 	int prefix_len;
@@ -132,108 +129,14 @@ const char *sft_format_template(const char *format)
 
 /* ---- the tokenizer's configuration ------------------------------------ */
 
-struct cfg {
-	json_t *config, *map; /* tokenizer_config.json, special_tokens_map.json; NULL when absent */
-};
-
-static int load_optional(const char *dir, const char *name, json_t **out)
-{
-	char *p = xasprintf("%s/%s", dir, name);
-	struct stat st;
-	int r = 0;
-	*out = NULL;
-	if (stat(p, &st) == 0) {
-		/* strings only are read: integers past 64 bits (model_max_length) must parse */
-		*out = jsonio_load_file_flags(p, JSON_DECODE_INT_AS_REAL);
-		if (!*out)
-			r = -1;
-		else if (!json_is_object(*out))
-			r = error("%s: not a JSON object", p);
-	}
-	free(p);
-	return r;
-}
-
-/* A special token's string: a string or {"content": ...}; special_tokens_map.json wins, as in transformers. */
-static const char *cfg_token(const struct cfg *c, const char *key)
-{
-	const json_t *v = c->map ? json_object_get(c->map, key) : NULL;
-	if (!v || json_is_null(v))
-		v = c->config ? json_object_get(c->config, key) : NULL;
-	if (json_is_object(v))
-		v = json_object_get(v, "content");
-	return json_string_value(v);
-}
-
 /* convert_tokens_to_ids: the token's id, else unk_token's, else -1. */
-static int64_t token_id(const struct tokenizer *t, const struct cfg *c, const char *s)
+static int64_t token_id(const struct tokenizer *t, const struct chat_tok_cfg *c, const char *s)
 {
 	int64_t id = tok_token_id(t, s, strlen(s));
 	if (id >= 0)
 		return id;
-	const char *unk = cfg_token(c, "unk_token");
+	const char *unk = chat_tok_cfg_token(c, "unk_token");
 	return unk ? tok_token_id(t, unk, strlen(unk)) : -1;
-}
-
-/* The template variables transformers adds from special_tokens_map besides bos_token and eos_token. */
-static json_t *special_vars(const struct cfg *c)
-{
-	static const char *const keys[] = { "unk_token", "sep_token", "pad_token", "cls_token", "mask_token" };
-	json_t *o = json_object();
-	for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++) {
-		const char *s = cfg_token(c, keys[k]);
-		if (s)
-			json_object_set_new(o, keys[k], json_string(s));
-	}
-	const json_t *add = c->map ? json_object_get(c->map, "additional_special_tokens") : NULL;
-	if (!json_is_array(add))
-		add = c->config ? json_object_get(c->config, "additional_special_tokens") : NULL;
-	if (json_is_array(add) && json_array_size(add) > 0) {
-		json_t *l = json_array();
-		for (size_t i = 0; i < json_array_size(add); i++) {
-			const json_t *e = json_array_get(add, i);
-			const char *s = json_string_value(json_is_object(e) ? json_object_get(e, "content") : e);
-			if (s)
-				json_array_append_new(l, json_string(s));
-		}
-		json_object_set_new(o, "additional_special_tokens", l);
-	}
-	return o;
-}
-
-/* The tokenizer's own chat template (malloc'd), or NULL after error(). */
-static char *own_template(const char *dir, const struct cfg *c)
-{
-	char *p = xasprintf("%s/chat_template.jinja", dir);
-	struct stat st;
-	if (stat(p, &st) == 0) {
-		struct sbuf sb = SBUF_INIT;
-		int r = sbuf_read_file(&sb, p);
-		free(p);
-		if (r) {
-			sbuf_release(&sb);
-			return NULL;
-		}
-		return sbuf_detach(&sb, NULL);
-	}
-	free(p);
-	const json_t *v = c->config ? json_object_get(c->config, "chat_template") : NULL;
-	if (json_is_string(v))
-		return xstrdup(json_string_value(v));
-	if (json_is_array(v)) {
-		for (size_t i = 0; i < json_array_size(v); i++) {
-			const json_t *e = json_array_get(v, i);
-			const char *name = jsonio_get_str(e, "name"), *text = jsonio_get_str(e, "template");
-			if (name && text && !strcmp(name, "default"))
-				return xstrdup(text);
-		}
-		error("%s/tokenizer_config.json: chat_template lists named templates but none named \"default\"", dir);
-		return NULL;
-	}
-	error("%s: the SFT prompt format \"default\" uses the tokenizer's chat template, and it has none "
-	      "(no chat_template.jinja, no chat_template in tokenizer_config.json)",
-	      dir);
-	return NULL;
 }
 
 struct sft_tokenizer *sft_tokenizer_load(const char *model, const char *format)
@@ -252,28 +155,18 @@ struct sft_tokenizer *sft_tokenizer_load(const char *model, const char *format)
 	struct tokenizer *t = tok_load(&tc);
 	if (!t)
 		return NULL;
-	struct stat sb;
-	char *dir;
-	if (stat(model, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-		dir = xstrdup(model);
-	} else {
-		const char *slash = strrchr(model, '/');
-		dir = slash ? xasprintf("%.*s", (int)(slash - model + (slash == model)), model) : xstrdup(".");
-	}
 	struct sft_tokenizer *st = xcalloc(1, sizeof(*st));
-	struct cfg c = { NULL, NULL };
-	char *own = NULL;
+	struct chat_tok_cfg c;
+	char *own = NULL, *own_where = NULL;
 	st->tok = t;
 	st->format = (enum sft_format)f;
 	st->prefix_len = formats[f].prefix_len;
 	st->eod = tok_eod(t);
-	if (load_optional(dir, "tokenizer_config.json", &c.config) ||
-	    load_optional(dir, "special_tokens_map.json", &c.map))
-		goto fail;
-	const char *bos = cfg_token(&c, "bos_token"), *eos = cfg_token(&c, "eos_token");
-	st->bos_token = bos ? xstrdup(bos) : NULL;
-	st->eos_token = eos ? xstrdup(eos) : NULL;
-	st->extra = special_vars(&c);
+	if (chat_tok_cfg_load(&c, model)) {
+		sft_tokenizer_free(st);
+		return NULL;
+	}
+	const char *bos = chat_tok_cfg_token(&c, "bos_token"), *eos = chat_tok_cfg_token(&c, "eos_token");
 	int64_t bos_id = bos ? token_id(t, &c, bos) : -1;
 	const char *tmpl = formats[f].tmpl;
 	if (formats[f].pad) {
@@ -285,7 +178,7 @@ struct sft_tokenizer *sft_tokenizer_load(const char *model, const char *format)
 			goto fail;
 		}
 	} else {
-		const char *pad = cfg_token(&c, "pad_token");
+		const char *pad = chat_tok_cfg_token(&c, "pad_token");
 		int64_t pad_id = pad ? token_id(t, &c, pad) : -1;
 		st->pad = pad_id >= 0 ? pad_id : eos ? token_id(t, &c, eos) : -1;
 		if (st->pad < 0) {
@@ -295,28 +188,30 @@ struct sft_tokenizer *sft_tokenizer_load(const char *model, const char *format)
 			goto fail;
 		}
 		st->has_bos = bos_id >= 0;
-		own = own_template(dir, &c);
-		if (!own)
+		int r = chat_tok_cfg_template(&c, &own, &own_where);
+		if (r == 0)
+			error("%s: the SFT prompt format \"default\" uses the tokenizer's chat template, and it has "
+			      "none (no chat_template.jinja, no chat_template in tokenizer_config.json)",
+			      c.dir);
+		if (r <= 0)
 			goto fail;
 		tmpl = own;
 	}
 	char *origin = xasprintf("%s chat template", formats[f].name);
-	st->tmpl = chat_template_parse(tmpl, origin);
+	st->prompt = chat_prompt_new(tmpl, origin, &c);
 	free(origin);
-	if (!st->tmpl)
+	if (!st->prompt)
 		goto fail;
 	st->describe = xasprintf("SFT prompt format %s (pad %" PRId64 ", bos %" PRId64 "%s, assistant prefix %d)",
 				  formats[f].name, st->pad, bos_id, st->has_bos ? " added" : "", st->prefix_len);
 	free(own);
-	free(dir);
-	json_decref(c.config);
-	json_decref(c.map);
+	free(own_where);
+	chat_tok_cfg_release(&c);
 	return st;
 fail:
 	free(own);
-	free(dir);
-	json_decref(c.config);
-	json_decref(c.map);
+	free(own_where);
+	chat_tok_cfg_release(&c);
 	sft_tokenizer_free(st);
 	return NULL;
 }
@@ -326,10 +221,7 @@ void sft_tokenizer_free(struct sft_tokenizer *st)
 	if (!st)
 		return;
 	tok_free(st->tok);
-	chat_template_free(st->tmpl);
-	free(st->bos_token);
-	free(st->eos_token);
-	json_decref(st->extra);
+	chat_prompt_free(st->prompt);
 	free(st->describe);
 	free(st);
 }
@@ -376,14 +268,9 @@ void sft_ids_free(struct sft_ids *a)
 static int render_ids(const struct sft_tokenizer *st, struct tok_session *s, const json_t *msgs, const char *where,
 		      struct sft_ids *out)
 {
-	struct chat_render_args a = {
-		.messages = msgs,
-		.bos_token = st->bos_token,
-		.eos_token = st->eos_token,
-		.extra = st->extra,
-	};
+	struct chat_prompt_args a = { .messages = msgs };
 	out->n = 0;
-	char *text = chat_template_render(st->tmpl, &a);
+	char *text = chat_prompt_render(st->prompt, &a);
 	if (!text)
 		return error("%s: the chat template failed on this conversation", where);
 	struct tok_ids ids = { 0 };

@@ -249,7 +249,7 @@ void tok_session_free(struct tok_session *s)
 	free(s);
 }
 
-int tok_encode(struct tok_session *s, const char *text, size_t len, struct tok_ids *out)
+static int encode(struct tok_session *s, const char *text, size_t len, bool with_template, struct tok_ids *out)
 {
 	const struct tokenizer *t = s->t;
 	s->err[0] = 0;
@@ -267,12 +267,22 @@ int tok_encode(struct tok_session *s, const char *text, size_t len, struct tok_i
 	}
 	size_t start = out->n;
 	const char *why;
-	if (tok_hf_encode(s->hf, text, len, t->with_template, out, &why)) {
+	if (tok_hf_encode(s->hf, text, len, with_template, out, &why)) {
 		snprintf(s->err, sizeof(s->err), "%s", why);
 		out->n = start;
 		return -1;
 	}
 	return 0;
+}
+
+int tok_encode(struct tok_session *s, const char *text, size_t len, struct tok_ids *out)
+{
+	return encode(s, text, len, s->t->with_template, out);
+}
+
+int tok_encode_plain(struct tok_session *s, const char *text, size_t len, struct tok_ids *out)
+{
+	return encode(s, text, len, false, out);
 }
 
 const char *tok_session_error(const struct tok_session *s)

@@ -91,6 +91,11 @@ void tok_session_free(struct tok_session *s);
  */
 int tok_encode(struct tok_session *s, const char *text, size_t len, struct tok_ids *out);
 const char *tok_session_error(const struct tok_session *s);
+/* tok_encode without the post-processor's special tokens (a Hugging Face
+ * tokenizer's BOS...: add_special_tokens=False, as apply_chat_template
+ * encodes a rendered conversation); the same as tok_encode for the other
+ * kinds, which add none. */
+int tok_encode_plain(struct tok_session *s, const char *text, size_t len, struct tok_ids *out);
 
 /* Append the UTF-8 text of ids to out (byte-level pieces that do not form
  * valid UTF-8 on their own are emitted as raw bytes). -1 and error() for an

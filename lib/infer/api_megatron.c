@@ -180,7 +180,7 @@ enum MHD_Result api_megatron(struct server *s, struct MHD_Connection *c, const s
 	for (int i = 0; i < n && !*msg; i++) {
 		const char *text = json_string_value(json_array_get(q.prompts, (size_t)i));
 		int len = 0;
-		int32_t *ids = srv_tokenize(s, text, q.add_bos, &len, msg, sizeof(msg));
+		int32_t *ids = srv_tokenize(s, text, q.add_bos, false, &len, msg, sizeof(msg));
 		if (!ids)
 			break;
 		if (q.tokens_to_generate > s->e.max_seq - len)

@@ -6,14 +6,31 @@
  * integer: the chosen tokens' log-probs; alternatives are not listed),
  * echo, seed, stream (server-sent events, `data: [DONE]` last). Responses
  * carry usage and finish_reason ("stop" at the end-of-document token or a
- * stop string, else "length"). A chat prompt is the messages as
- * "role: content" lines and "assistant:" (the models served have no chat
- * template of their own). The server's --num-tokens-to-generate,
- * --temperature, --top_p, --top_k and --return-log-probs, when given, are
- * the defaults of max_tokens, temperature, top_p, top-k (which the API has
- * no field for; dropped when the request sets top_p) and logprobs (0, or
- * true for chat). A client that hangs up, streaming or not, cancels its
- * generation.
+ * stop string, else "length").
+ *
+ * A chat prompt is the model's chat template rendered as transformers'
+ * apply_chat_template(messages, tools=tools, add_generation_prompt=True,
+ * **chat_template_kwargs) renders it, then encoded without the tokenizer's
+ * post-processor tokens (add_special_tokens=False, as apply_chat_template
+ * tokenizes): the template is --chat-template, else the Hugging Face
+ * tokenizer folder's own (data/chat_tokenizer.h), with the folder's special
+ * tokens as its variables. The messages go to the template as the request
+ * has them (name, reasoning_content, tool_call_id, ... included), but each
+ * needs a string role and a string content (content parts are refused); a
+ * template that raises (roles not alternating, ...) answers 400 with its
+ * message. A server without a template (another tokenizer type, a folder
+ * with none) keeps the built-in prompt: the messages as "role: content"
+ * lines and "assistant:", encoded as a completion's prompt; tools and
+ * chat_template_kwargs are refused there. megac's extension
+ * "return_token_ids": true (vLLM's name; not with stream) adds the prompt's
+ * ids (prompt_token_ids: the response's for a chat, each choice's for a
+ * completion) and each choice's generated ids (token_ids).
+ *
+ * The server's --num-tokens-to-generate, --temperature, --top_p, --top_k
+ * and --return-log-probs, when given, are the defaults of max_tokens,
+ * temperature, top_p, top-k (which the API has no field for; dropped when
+ * the request sets top_p) and logprobs (0, or true for chat). A client that
+ * hangs up, streaming or not, cancels its generation.
  */
 #include <math.h>
 #include <stdio.h>
@@ -22,6 +39,7 @@
 #include <time.h>
 
 #include "base/xalloc.h"
+#include "data/chat_tokenizer.h"
 #include "infer/server_int.h"
 
 struct oa_req {
@@ -30,9 +48,12 @@ struct oa_req {
 	int64_t max_tokens, n, logprobs, seed, top_k;
 	double temperature, top_p;
 	bool echo, stream, chat, has_seed;
+	bool plain;       /* encode without the post-processor's tokens (a rendered chat template) */
+	bool return_ids;  /* return_token_ids: the prompt's and the answers' ids in the response */
 	const char *stop[4];
 	int nstop;
 	json_t *root;
+	char msg[1280];   /* a refusal's message when it is made up (a template's error) */
 };
 
 static void oa_free(struct oa_req *q)
@@ -51,10 +72,87 @@ static bool number(json_t *v, double *out)
 	return true;
 }
 
-/* The request's fields, or the message of the first that is wrong. */
-static const char *oa_parse(json_t *o, bool chat, const struct gen_defaults *d, struct oa_req *q)
+/* The built-in chat prompt: "role: content" lines, then "assistant:". */
+static const char *builtin_chat(json_t *o, struct oa_req *q)
+{
+	json_t *m = json_object_get(o, "messages");
+	if ((json_object_get(o, "tools") && !json_is_null(json_object_get(o, "tools"))) ||
+	    (json_object_get(o, "chat_template_kwargs") && !json_is_null(json_object_get(o, "chat_template_kwargs"))))
+		return "tools and chat_template_kwargs need a chat template; this server's tokenizer has none "
+		       "(its chat prompt is the built-in \"role: content\" lines)";
+	struct sbuf sb = SBUF_INIT;
+	for (size_t i = 0; i < json_array_size(m); i++) {
+		json_t *e = json_array_get(m, i);
+		const char *role = json_string_value(json_object_get(e, "role"));
+		const char *content = json_string_value(json_object_get(e, "content"));
+		if (!role || !content) {
+			sbuf_release(&sb);
+			return "each message needs a string \"role\" and a string \"content\"";
+		}
+		sbuf_addf(&sb, "%s: %s\n", role, content);
+	}
+	sbuf_addstr(&sb, "assistant:");
+	q->prompts = xmalloc(sizeof(char *));
+	q->prompts[0] = sbuf_detach(&sb, NULL);
+	q->nprompt = 1;
+	return NULL;
+}
+
+/* The prompt of the model's chat template, as transformers'
+ * apply_chat_template(messages, tools=..., add_generation_prompt=True,
+ * **chat_template_kwargs) renders it; the messages go to the template as
+ * they are, but each needs a string role and a string content. */
+static const char *template_chat(json_t *o, const struct chat_prompt *chat, struct oa_req *q)
+{
+	json_t *m = json_object_get(o, "messages"), *tools = json_object_get(o, "tools");
+	json_t *kwargs = json_object_get(o, "chat_template_kwargs");
+	for (size_t i = 0; i < json_array_size(m); i++) {
+		json_t *e = json_array_get(m, i);
+		const char *why = NULL;
+		if (!json_is_object(e) || !json_is_string(json_object_get(e, "role")))
+			why = "needs a string \"role\"";
+		else if (!json_is_string(json_object_get(e, "content")))
+			why = "needs a string \"content\" (content parts, and messages without content, are not "
+			      "supported)";
+		if (why) {
+			snprintf(q->msg, sizeof(q->msg), "messages[%zu] %s", i, why);
+			return q->msg;
+		}
+	}
+	if (json_is_null(tools))
+		tools = NULL;
+	if (tools && !json_is_array(tools))
+		return "tools must be a list of tool schemas";
+	for (size_t i = 0; i < json_array_size(tools); i++)
+		if (!json_is_object(json_array_get(tools, i)))
+			return "tools must be a list of tool schemas (objects)";
+	if (json_is_null(kwargs))
+		kwargs = NULL;
+	if (kwargs && !json_is_object(kwargs))
+		return "chat_template_kwargs must be an object (the template's extra variables)";
+	char err[1024] = "";
+	struct chat_prompt_args a = { .messages = m, .add_generation_prompt = true, .tools = tools, .kwargs = kwargs,
+				      .errbuf = err, .errsize = sizeof(err) };
+	char *text = chat_prompt_render(chat, &a);
+	if (!text) {
+		snprintf(q->msg, sizeof(q->msg), "the chat template refuses these messages: %s",
+			 *err ? err : "(no message)");
+		return q->msg;
+	}
+	q->prompts = xmalloc(sizeof(char *));
+	q->prompts[0] = text;
+	q->nprompt = 1;
+	q->plain = true;
+	return NULL;
+}
+
+/* The request's fields, or the message of the first that is wrong. tmpl:
+ * the server's chat template, NULL for the built-in chat prompt. */
+static const char *oa_parse(json_t *o, bool chat, const struct gen_defaults *d, const struct chat_prompt *tmpl,
+			    struct oa_req *q)
 {
 	json_t *v;
+	const char *bad;
 	memset(q, 0, sizeof(*q));
 	q->chat = chat;
 	q->max_tokens = d->has_tokens ? d->tokens : 16;
@@ -67,21 +165,8 @@ static const char *oa_parse(json_t *o, bool chat, const struct gen_defaults *d, 
 		json_t *m = json_object_get(o, "messages");
 		if (!json_is_array(m) || json_array_size(m) == 0)
 			return "messages must be a non-empty list of {\"role\", \"content\"} objects";
-		struct sbuf sb = SBUF_INIT;
-		for (size_t i = 0; i < json_array_size(m); i++) {
-			json_t *e = json_array_get(m, i);
-			const char *role = json_string_value(json_object_get(e, "role"));
-			const char *content = json_string_value(json_object_get(e, "content"));
-			if (!role || !content) {
-				sbuf_release(&sb);
-				return "each message needs a string \"role\" and a string \"content\"";
-			}
-			sbuf_addf(&sb, "%s: %s\n", role, content);
-		}
-		sbuf_addstr(&sb, "assistant:");
-		q->prompts = xmalloc(sizeof(char *));
-		q->prompts[0] = sbuf_detach(&sb, NULL);
-		q->nprompt = 1;
+		if ((bad = tmpl ? template_chat(o, tmpl, q) : builtin_chat(o, q)))
+			return bad;
 	} else {
 		json_t *p = json_object_get(o, "prompt");
 		if (json_is_string(p)) {
@@ -162,7 +247,22 @@ static const char *oa_parse(json_t *o, bool chat, const struct gen_defaults *d, 
 		q->seed = json_integer_value(v);
 		q->has_seed = true;
 	}
+	if ((v = json_object_get(o, "return_token_ids")) && !json_is_null(v)) {
+		if (!json_is_boolean(v))
+			return "return_token_ids must be true or false";
+		q->return_ids = json_is_true(v);
+		if (q->return_ids && q->stream)
+			return "return_token_ids is not available with stream";
+	}
 	return NULL;
+}
+
+static json_t *ids_json(const int32_t *ids, int n)
+{
+	json_t *a = json_array();
+	for (int i = 0; i < n; i++)
+		json_array_append_new(a, json_integer(ids[i]));
+	return a;
 }
 
 /* The first stop string in text: its offset, or -1. */
@@ -226,6 +326,11 @@ static json_t *choice(struct server *s, const struct oa_req *q, const struct inf
 		json_object_set_new(c, "logprobs", json_null());
 	}
 	json_object_set_new(c, "finish_reason", json_string(stopped ? "stop" : "length"));
+	if (q->return_ids) {
+		if (!q->chat) /* a chat's one prompt is the response's */
+			json_object_set_new(c, "prompt_token_ids", ids_json(r->prompt, r->nprompt));
+		json_object_set_new(c, "token_ids", ids_json(r->out, r->nout));
+	}
 	sbuf_release(&out);
 	free(text);
 	return c;
@@ -400,7 +505,7 @@ enum MHD_Result api_completions(struct server *s, struct MHD_Connection *c, stru
 	if (!o)
 		return bad_body;
 	struct oa_req q;
-	const char *bad = oa_parse(o, chat, &s->cfg.defaults, &q);
+	const char *bad = oa_parse(o, chat, &s->cfg.defaults, s->chat, &q);
 	q.root = o;
 	if (bad) {
 		enum MHD_Result rc = srv_fail(c, 400, bad);
@@ -417,7 +522,7 @@ enum MHD_Result api_completions(struct server *s, struct MHD_Connection *c, stru
 	int prompt_tokens = 0;
 	for (int i = 0; i < n && !*msg; i++) {
 		int len = 0;
-		int32_t *ids = srv_tokenize(s, q.prompts[i / q.n], false, &len, msg, sizeof(msg));
+		int32_t *ids = srv_tokenize(s, q.prompts[i / q.n], false, q.plain, &len, msg, sizeof(msg));
 		if (!ids)
 			break;
 		if (len == 0)
@@ -492,6 +597,8 @@ enum MHD_Result api_completions(struct server *s, struct MHD_Connection *c, stru
 		json_array_append_new(choices, choice(s, &q, &req[i], i));
 		completion_tokens += req[i].nout;
 	}
+	if (q.return_ids && chat)
+		json_object_set_new(out, "prompt_token_ids", ids_json(req[0].prompt, req[0].nprompt));
 	json_object_set_new(out, "choices", choices);
 	json_object_set_new(out, "usage", json_pack("{s:i, s:i, s:i}", "prompt_tokens", prompt_tokens,
 						     "completion_tokens", completion_tokens, "total_tokens",

@@ -42,6 +42,7 @@
 #include "base/utf8.h"
 #include "base/xalloc.h"
 #include "ckpt/ckpt.h"
+#include "data/chat_tokenizer.h"
 #include "data/tok.h"
 #include "dist/dist.h"
 #include "infer/engine.h"
@@ -53,9 +54,10 @@ const struct prog_info server_prog_info = {
 	PROG_INFER,
 	"Serves text generation over HTTP from a checkpoint: Megatron's PUT /api (prompts, tokens_to_generate,\n"
 	"logprobs, temperature, top_k, top_p, ...), OpenAI's POST /v1/completions and /v1/chat/completions\n"
-	"(stream too), GET /v1/models and GET /health. Concurrent requests share forward passes\n"
-	"(continuous batching over --inference-max-requests cache slots). The model comes from the checkpoint;\n"
-	"the tokenizer flags say how to read prompts. It listens on --host (127.0.0.1: this machine only);\n"
+	"(stream too; a chat's prompt is the tokenizer folder's chat template, or --chat-template), GET /v1/models\n"
+	"and GET /health. Concurrent requests share forward passes (continuous batching over\n"
+	"--inference-max-requests cache slots). The model comes from the checkpoint; the tokenizer flags say how\n"
+	"to read prompts. It listens on --host (127.0.0.1: this machine only);\n"
 	"bodies must be JSON (Content-Type: application/json). A request's headers and body must arrive within\n"
 	"--request-timeout seconds (30). SIGTERM answers the requests in flight (for at most --drain-timeout\n"
 	"seconds) and exits 0.",
@@ -362,13 +364,14 @@ void srv_touch(struct server *s, struct MHD_Connection *c)
 	MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)ceil(s->cfg.request_timeout));
 }
 
-int32_t *srv_tokenize(struct server *s, const char *text, bool add_eod, int *n, char *msg, size_t msgsize)
+int32_t *srv_tokenize(struct server *s, const char *text, bool add_eod, bool plain, int *n, char *msg,
+		      size_t msgsize)
 {
 	struct tok_session *ts = tok_session_new(s->tok);
 	struct tok_ids ids = { 0 };
 	if (add_eod)
 		tok_ids_push(&ids, (int32_t)s->eod);
-	int rc = tok_encode(ts, text, strlen(text), &ids);
+	int rc = plain ? tok_encode_plain(ts, text, strlen(text), &ids) : tok_encode(ts, text, strlen(text), &ids);
 	if (rc < 0)
 		snprintf(msg, msgsize, "the prompt cannot be tokenized: %s", tok_session_error(ts));
 	tok_session_free(ts);
@@ -733,6 +736,54 @@ static struct srv_config config_from_args(const struct args *a)
 	return k;
 }
 
+/* The chat prompt of /v1/chat/completions (s->chat): --chat-template, else
+ * the chat template of a Hugging Face tokenizer folder, else none (NULL:
+ * api_openai.c's built-in "role: content" lines). The special tokens of a
+ * Hugging Face folder are the template's variables either way. Said once
+ * in the log. A template megac cannot parse stops the server, naming it:
+ * its prompts would be wrong. 0, or -1 after error(). */
+static int load_chat_prompt(const struct args *a, struct server *s)
+{
+	bool hf = a->tokenizer_type && !strcmp(a->tokenizer_type, "HuggingFaceTokenizer") && a->tokenizer_model;
+	struct chat_tok_cfg c;
+	char *text = NULL, *where = NULL;
+	int rc = 0;
+	if (hf && chat_tok_cfg_load(&c, a->tokenizer_model) < 0)
+		return -1;
+	if (a->chat_template) {
+		s->chat = chat_prompt_new(a->chat_template, "--chat-template", hf ? &c : NULL);
+		if (!s->chat)
+			rc = error("--chat-template: megac cannot render this template");
+		else
+			info("chat prompts: the template of --chat-template%s",
+			     hf ? ", with the tokenizer folder's special tokens" : "");
+	} else if (hf) {
+		int r = chat_tok_cfg_template(&c, &text, &where);
+		if (r < 0) {
+			rc = -1;
+		} else if (r > 0) {
+			s->chat = chat_prompt_new(text, "chat_template", &c);
+			if (!s->chat)
+				rc = error("%s: megac cannot render this chat template; give --chat-template with one "
+					   "it can",
+					   where);
+			else
+				info("chat prompts: the tokenizer's chat template, from %s", where);
+		} else {
+			info("chat prompts: \"role: content\" lines and \"assistant:\" (%s has no chat template)",
+			     c.dir);
+		}
+	} else {
+		info("chat prompts: \"role: content\" lines and \"assistant:\" (a %s has no chat template; "
+		     "--chat-template gives one)", a->tokenizer_type);
+	}
+	free(text);
+	free(where);
+	if (hf)
+		chat_tok_cfg_release(&c);
+	return rc;
+}
+
 /* The HTTP side on rank 0: listen, serve until the drain ends. */
 static int serve(struct server *s, const struct args *a, int64_t iter, int world)
 {
@@ -796,8 +847,10 @@ int server_command(const struct args *a)
 	}
 	struct tok_config tc = tok_config_from_args(a);
 	s.tok = tok_load(&tc);
+	/* rank 0 renders the chat prompts: a template it cannot parse stops it before the model loads */
+	bool chat_ok = !s.tok || d.rank != 0 || load_chat_prompt(a, &s) == 0;
 	int64_t iter;
-	struct ckpt_reader *r = s.tok ? ckpt_open_latest(a->load, &iter) : NULL;
+	struct ckpt_reader *r = s.tok && chat_ok ? ckpt_open_latest(a->load, &iter) : NULL;
 	int mf = r ? ckpt_file_open(r, "model.h5") : -1;
 	/* --inference-max-seq-length not given: the model's positions */
 	int max_seq = args_given(a, "--inference-max-seq-length") ? (int)a->inference_max_seq_length : 0;
@@ -820,6 +873,7 @@ int server_command(const struct args *a)
 	if (rc < 0) {
 		if (s.tok)
 			tok_free(s.tok);
+		chat_prompt_free(s.chat);
 		die("cannot serve '%s'", a->load); /* every rank: the launcher ends the job */
 	}
 	if (d.rank != 0) { /* the other tensor-parallel ranks follow rank 0's steps */
@@ -849,6 +903,7 @@ int server_command(const struct args *a)
 	infer_sched_free(&s.sched);
 	infer_free(&s.e);
 	tok_free(s.tok);
+	chat_prompt_free(s.chat);
 	pthread_mutex_destroy(&s.mu);
 	pthread_mutex_destroy(&s.log_mu);
 	pthread_cond_destroy(&s.work);

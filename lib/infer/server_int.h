@@ -70,11 +70,14 @@ struct conn {
 	struct conn *prev, *next;
 };
 
+struct chat_prompt;
+
 struct server {
 	struct infer_engine e;
 	struct infer_sched sched;
 	struct tokenizer *tok;
 	int64_t eod;
+	struct chat_prompt *chat; /* the chat template of /v1/chat/completions; NULL: the built-in prompt */
 	struct srv_config cfg;
 	const char *model_name;
 	/* the listening socket: libmicrohttpd's from its start until the drain
@@ -139,9 +142,11 @@ bool srv_client_gone(const struct body *b);
  * timed out before it is sent (libmicrohttpd checks the timer after the
  * content reader returns, before it writes). */
 void srv_touch(struct server *s, struct MHD_Connection *c);
-/* A prompt's ids (add_eod: the end-of-document id first); NULL and msg set
+/* A prompt's ids (add_eod: the end-of-document id first; plain: without
+ * the post-processor's special tokens, tok_encode_plain); NULL and msg set
  * when it cannot be tokenized. */
-int32_t *srv_tokenize(struct server *s, const char *text, bool add_eod, int *n, char *msg, size_t msgsize);
+int32_t *srv_tokenize(struct server *s, const char *text, bool add_eod, bool plain, int *n, char *msg,
+		      size_t msgsize);
 
 enum MHD_Result api_megatron(struct server *s, struct MHD_Connection *c, const struct body *b);
 enum MHD_Result api_completions(struct server *s, struct MHD_Connection *c, struct body *b, bool chat);

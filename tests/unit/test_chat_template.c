@@ -3,7 +3,7 @@
  * whitespace rules (trim_blocks, lstrip_blocks, '-' and '+'), loops and
  * their loop variable, namespaces and scoping, filters, tests, methods,
  * Python's str() of values, undefined values, and errors that name line and
- * column. tests/prog/chat_template.sh holds whole published templates to
+ * column, printed or put in the caller's buffer. tests/prog/chat_template.sh holds whole published templates to
  * jinja2 itself.
  */
 #include <stdlib.h>
@@ -130,6 +130,31 @@ static void test_errors(void)
 	FAILS("{{ x is foo }}", "test 'foo' is not supported");
 }
 
+/* A caller's buffer takes a render's failure instead of error() (a server's
+ * thread answering a request); a second render of the same template works. */
+static void test_error_buffer(void)
+{
+	json_t *msgs = json_loads("[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"user\",\"content\":\"b\"}]",
+				  0, NULL);
+	struct chat_template *t = chat_template_parse(
+		"{% for m in messages %}{% if (m.role == 'user') != loop.index0 is even %}"
+		"{{ raise_exception('roles must alternate') }}{% endif %}{{ m.content }}{% endfor %}", "tpl");
+	char buf[256] = "x", logged[256];
+	struct chat_render_args a = { .messages = msgs, .errbuf = buf, .errsize = sizeof(buf) };
+	log_capture(logged, sizeof(logged));
+	char *out = chat_template_render(t, &a);
+	log_capture(NULL, 0);
+	CHECK(out == NULL);
+	CHECK_STR(buf, "tpl:1:77: roles must alternate");
+	CHECK_STR(logged, ""); /* nothing went to error() */
+	json_array_remove(msgs, 1);
+	out = chat_template_render(t, &a);
+	CHECK_STR(out ? out : "(failed)", "a");
+	free(out);
+	chat_template_free(t);
+	json_decref(msgs);
+}
+
 int main(void)
 {
 	log_init("test_chat_template", 0, 1);
@@ -138,5 +163,6 @@ int main(void)
 	RUN(test_scopes);
 	RUN(test_values);
 	RUN(test_errors);
+	RUN(test_error_buffer);
 	return test_summary();
 }
