@@ -624,9 +624,10 @@ const struct flag_def args_table[] = {
 	  "supervised fine-tuning: --data-path names a JSONL file of {\"messages\": [...]} lines, tokenized at "
 	  "training time by --tokenizer-type SFTTokenizer and packed one line per sample, the loss on assistant "
 	  "tokens only (docs/sft.md)" },
-	{ "--sft-tokenizer-prompt-format", FK_STR, F(sft_tokenizer_prompt_format), TR, 0, "sft", "nemotron-h-aligned",
-	  "nemotron-h-aligned|nemotron-nano-v2|identity|default", "FORMAT",
-	  "the chat format of --sft: Megatron's fixed templates, or default (the tokenizer's own chat template)" },
+	{ "--sft-tokenizer-prompt-format", FK_STR, F(sft_tokenizer_prompt_format), TR | PROG_INFER, 0, "sft",
+	  "nemotron-h-aligned", "nemotron-h-aligned|nemotron-nano-v2|identity|default", "FORMAT",
+	  "SFTTokenizer's chat format (--sft's samples; the server's chat prompts): Megatron's fixed templates, or "
+	  "default (the tokenizer's own chat template)" },
 	{ "--mid-level-dataset-surplus", FK_FLOAT, F(mid_level_dataset_surplus), DATA, 0, "data and dataloader",
 	  "0.005", NULL, "F", "extra samples built per blended dataset" },
 	{ "--data-args-path", FK_STR, F(data_args_path), DATA, 0, "data and dataloader", NULL, NULL, "PATH",

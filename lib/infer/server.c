@@ -43,6 +43,7 @@
 #include "base/xalloc.h"
 #include "ckpt/ckpt.h"
 #include "data/chat_tokenizer.h"
+#include "data/sft.h"
 #include "data/tok.h"
 #include "dist/dist.h"
 #include "infer/engine.h"
@@ -744,7 +745,12 @@ static struct srv_config config_from_args(const struct args *a)
  * its prompts would be wrong. 0, or -1 after error(). */
 static int load_chat_prompt(const struct args *a, struct server *s)
 {
-	bool hf = a->tokenizer_type && !strcmp(a->tokenizer_type, "HuggingFaceTokenizer") && a->tokenizer_model;
+	bool sft = a->tokenizer_type && !strcmp(a->tokenizer_type, "SFTTokenizer");
+	bool hf = a->tokenizer_type && (sft || !strcmp(a->tokenizer_type, "HuggingFaceTokenizer")) && a->tokenizer_model;
+	/* SFTTokenizer: its prompt format's template (Megatron's tokenize_conversation
+	 * with add_generation_prompt), the tokenizer's own for "default" */
+	const char *fmt = sft ? a->sft_tokenizer_prompt_format : NULL;
+	const char *fixed = fmt && strcmp(fmt, "default") ? sft_format_template(fmt) : NULL;
 	struct chat_tok_cfg c;
 	char *text = NULL, *where = NULL;
 	int rc = 0;
@@ -757,6 +763,12 @@ static int load_chat_prompt(const struct args *a, struct server *s)
 		else
 			info("chat prompts: the template of --chat-template%s",
 			     hf ? ", with the tokenizer folder's special tokens" : "");
+	} else if (fixed) {
+		s->chat = chat_prompt_new(fixed, fmt, &c);
+		if (!s->chat)
+			rc = error("--sft-tokenizer-prompt-format %s: megac cannot render its template", fmt);
+		else
+			info("chat prompts: SFTTokenizer's %s prompt format", fmt);
 	} else if (hf) {
 		int r = chat_tok_cfg_template(&c, &text, &where);
 		if (r < 0) {

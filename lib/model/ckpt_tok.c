@@ -155,7 +155,8 @@ static bool is_hf_type(const char *type)
 	return !strcmp(type, "HuggingFaceTokenizer") || !strcmp(type, "SFTTokenizer");
 }
 
-static const char *const hf_files[] = { "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json" };
+static const char *const hf_files[] = { "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+					 "chat_template.jinja" };
 
 /* The files of a HuggingFaceTokenizer's --tokenizer-model: a folder, or
  * its tokenizer.json (the optional files then come from its folder, as
@@ -167,7 +168,7 @@ static int add_hf_files(struct ckpt_tok *rec, const char *model)
 		return error_errno("--tokenizer-model '%s'", model);
 	char *dir = S_ISDIR(st.st_mode) ? xstrdup(model) : path_dirname(model);
 	int rc = 0;
-	for (int i = 0; rc == 0 && i < 3; i++) {
+	for (int i = 0; rc == 0 && i < (int)(sizeof(hf_files) / sizeof(hf_files[0])); i++) {
 		char *p = i == 0 && !S_ISDIR(st.st_mode) ? xstrdup(model) : xasprintf("%s/%s", dir, hf_files[i]);
 		rc = add_file(rec, hf_files[i], p, i > 0);
 		free(p);

@@ -12,7 +12,8 @@
 # given as --chat-template, which refuses system turns and turns that do not
 # alternate (400 with its message); and Qwen3's again from the tokenizer a
 # checkpoint records, served without tokenizer flags. The start-up log names
-# the prompt used; a template megac cannot parse stops the server.
+# the prompt used; a template megac cannot parse stops the server. An
+# SFTTokenizer serves its prompt format (nemotron-h-aligned) the same way.
 . tests/prog_lib.sh
 W=$(new_tmp chat_server)
 OUT_LOG=$W/out.log
@@ -53,6 +54,19 @@ for t in qwen3 llama3; do
 		--tokenizer-type HuggingFaceTokenizer --tokenizer-model "$W/$t" --save "$W/ck-$t"
 done
 
+# SFTTokenizer serves its prompt format's template: Megatron's nemotron-h-aligned
+# text (the reference renders the same text through transformers)
+# shellcheck disable=SC2086
+setup "an untrained model with the SFT tokenizer" "$BIN/train" $ARGS --data-cache-path "$W/cache" \
+	--tokenizer-type SFTTokenizer --tokenizer-model tests/fixtures/tokenizers/bytes-chat --save "$W/ck-sft"
+setup "Megatron's nemotron-h-aligned template" sh -c "$MEGAC_BUILD/tools/megac_sft --template nemotron-h-aligned \
+	>$W/h-aligned.jinja"
+SFT_PORT=$(free_port)
+"$BIN/text_gen_server" --load "$W/ck-sft" --tokenizer-type SFTTokenizer --tokenizer-model \
+	tests/fixtures/tokenizers/bytes-chat --sft-tokenizer-prompt-format nemotron-h-aligned --port "$SFT_PORT" \
+	>"$W/sft.log" 2>&1 &
+SFT_PID=$!
+
 # NAME:CHECKPOINT:FOLDER:TEMPLATE (a file given as --chat-template, - for none)
 SERVERS="qwen3:qwen3:qwen3:-
 qwen25:qwen3:qwen25:-
@@ -79,7 +93,8 @@ done
 port=$(free_port)
 "$BIN/text_gen_server" --load "$W/ck-qwen3" --port "$port" >"$W/recorded.log" 2>&1 &
 PIDS="$PIDS $!"
-set -- "$@" "recorded:$port:$W/qwen3:-"
+set -- "$@" "recorded:$port:$W/qwen3:-" "sft:$SFT_PORT:tests/fixtures/tokenizers/bytes-chat:$W/h-aligned.jinja"
+PIDS="$PIDS $SFT_PID"
 mkdir -p "$W/plain"
 cp "$W/llama3/tokenizer.json" "$W/plain/"
 sed 's/"chat_template"/"no_chat_template"/' "$W/llama3/tokenizer_config.json" >"$W/plain/tokenizer_config.json"
@@ -102,6 +117,7 @@ said "the log names the tokenizer_config.json template" qwen3 \
 said "the log names chat_template.jinja" qwen25 \
 	"chat prompts: the tokenizer's chat template, from $W/qwen25/chat_template.jinja"
 said "the log names --chat-template" gemma2 "chat prompts: the template of --chat-template"
+said "the log names SFTTokenizer's prompt format" sft "chat prompts: SFTTokenizer's nemotron-h-aligned prompt format"
 
 # a folder without a template (started with the others): the built-in prompt, said so
 if /usr/bin/python3 - "$PLAIN_PORT" >"$W/plain.out" 2>&1 <<'EOF'; then
