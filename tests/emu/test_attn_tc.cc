@@ -51,6 +51,11 @@ struct fwd_case {
 	float p;                      /* dropout */
 	std::vector<int32_t> kpos0;   /* accumulate: the first block's keys (empty: 0 .. kpos[0]-1) */
 	int window = -1;              /* sliding window (ops.h); -1: none */
+	std::vector<int32_t> doc{};   /* document ids [B, S] (ops.h); empty: none */
+	const int32_t *docp(void) const
+	{
+		return doc.empty() ? NULL : doc.data();
+	}
 };
 
 const uint64_t SEED = 1234, OFFSET = 77;
@@ -89,8 +94,8 @@ int launch(const fwd_case &c, float *out, float *lse, const std::vector<float> &
 	return emu_launch(dim3{(unsigned)(c.B * c.a * ntile), 1, 1}, dim3{32 * WQ, 1, 1}, tc_fwd_smem<KD, WQ, WG>(),
 			  order, [&] {
 				  attn_tc_fwd_kernel<H, KD, WQ, WG>(out, lse, q, kk, v, c.qpos.data(), c.kpos.data(),
-								c.Tq, c.Tk, c.a, c.g, scale, c.window, c.accumulate,
-								drop_of(c));
+								c.docp(), c.S, c.Tq, c.Tk, c.a, c.g, scale, c.window,
+								c.accumulate, drop_of(c));
 			  });
 }
 
@@ -150,13 +155,13 @@ template <class H, int KD, int WQ, bool WG = false> void run_case(const fwd_case
 		std::vector<float> k1 = rand_half((size_t)c.B * c.g * T1 * c.k, 2.0f, kind, r),
 				   v1 = rand_half((size_t)c.B * c.g * T1 * c.k, 1.0f, kind, r);
 		cpu->attention_block_forward(out0.data(), lse0.data(), q.data(), k1.data(), v1.data(), c.qpos.data(),
-					     p1.data(), NULL, c.B, c.Tq, T1, c.a, c.g, c.k, c.S, scale, c.window, 0.0f,
-					     0, 0, 0);
+					     p1.data(), c.docp(), c.B, c.Tq, T1, c.a, c.g, c.k, c.S, scale, c.window,
+					     0.0f, 0, 0, 0);
 	}
 	std::vector<float> ref_out = out0, ref_lse = lse0;
 	cpu->attention_block_forward(ref_out.data(), ref_lse.data(), q.data(), kk.data(), v.data(), c.qpos.data(),
-				     c.kpos.data(), NULL, c.B, c.Tq, c.Tk, c.a, c.g, c.k, c.S, scale, c.window, c.p,
-				     SEED, OFFSET, c.accumulate);
+				     c.kpos.data(), c.docp(), c.B, c.Tq, c.Tk, c.a, c.g, c.k, c.S, scale, c.window,
+				     c.p, SEED, OFFSET, c.accumulate);
 	std::vector<float> out[4] = { out0, out0, out0, out0 }, lse[4] = { lse0, lse0, lse0, lse0 };
 	for (int order = 0; order < 4; order++)
 		CHECK_INT((launch<H, KD, WQ, WG>(c, out[order].data(), lse[order].data(), q, kk, v,
@@ -166,8 +171,9 @@ template <class H, int KD, int WQ, bool WG = false> void run_case(const fwd_case
 	char win[32] = "";
 	if (c.window >= 0)
 		snprintf(win, sizeof win, ", window %d", c.window);
-	printf("#   %s (%s, head dim %d, %d warps%s%s%s): out %.2e of max |out| (tolerance %.0e), lse %.2e\n", c.name,
-	       kind ? "fp16" : "bf16", c.k, WQ, WG ? ", wgmma" : "", c.p > 0 ? ", dropout" : "", win, dout, tol, dlse);
+	printf("#   %s (%s, head dim %d, %d warps%s%s%s%s): out %.2e of max |out| (tolerance %.0e), lse %.2e\n",
+	       c.name, kind ? "fp16" : "bf16", c.k, WQ, WG ? ", wgmma" : "", c.p > 0 ? ", dropout" : "", win,
+	       c.doc.empty() ? "" : ", documents", dout, tol, dlse);
 	CHECK(dout >= 0 && dout <= tol);
 	CHECK(dlse >= 0 && dlse <= 2e-5);
 	for (int order = 1; order < 4; order++) {
@@ -263,8 +269,8 @@ template <class H, int KD, bool WG = false> void run_bwd_case(const fwd_case &c,
 	const struct kops *cpu = kops_cpu();
 	const float scale = 1.0f / sqrtf((float)c.k);
 	cpu->attention_block_forward(out.data(), lse.data(), q.data(), kk.data(), v.data(), c.qpos.data(),
-				     c.kpos.data(), NULL, c.B, c.Tq, c.Tk, c.a, c.g, c.k, c.S, scale, c.window, c.p,
-				     SEED, OFFSET, 0);
+				     c.kpos.data(), c.docp(), c.B, c.Tq, c.Tk, c.a, c.g, c.k, c.S, scale, c.window,
+				     c.p, SEED, OFFSET, 0);
 	for (auto &x : out) /* the model holds out in the half format */
 		x = round_half(x, kind);
 	std::vector<float> g0q(nq), g0k(nkv), g0v(nkv);
@@ -274,8 +280,8 @@ template <class H, int KD, bool WG = false> void run_bwd_case(const fwd_case &c,
 	std::vector<float> rq = g0q, rk = g0k, rv = g0v;
 	cpu->attention_block_backward(nul & 1 ? NULL : rq.data(), nul & 2 ? NULL : rk.data(), nul & 4 ? NULL : rv.data(),
 				      dout.data(), out.data(), lse.data(), q.data(), kk.data(), v.data(), c.qpos.data(),
-				      c.kpos.data(), NULL, c.B, c.Tq, c.Tk, c.a, c.g, c.k, c.S, scale, c.window, c.p,
-				      SEED, OFFSET);
+				      c.kpos.data(), c.docp(), c.B, c.Tq, c.Tk, c.a, c.g, c.k, c.S, scale, c.window,
+				      c.p, SEED, OFFSET);
 	std::vector<float> eq[4] = { g0q, g0q, g0q, g0q }, ek[4] = { g0k, g0k, g0k, g0k }, ev[4] = { g0v, g0v, g0v, g0v };
 	const std::vector<uint16_t> qh = to_half<H>(q), kh = to_half<H>(kk), vh = to_half<H>(v), oh = to_half<H>(dout);
 	for (int order = 0; order < 4; order++) {
@@ -296,8 +302,9 @@ template <class H, int KD, bool WG = false> void run_bwd_case(const fwd_case &c,
 					     [&] {
 						     attn_tc_dq_kernel<H, KD, WG>(eq[order].data(), oh.data(), lse.data(),
 									      dr.data(), qh.data(), kh.data(), vh.data(),
-									      c.qpos.data(), c.kpos.data(), c.Tq, c.Tk,
-									      c.a, c.g, scale, c.window, drop_of(c));
+									      c.qpos.data(), c.kpos.data(), c.docp(),
+									      c.S, c.Tq, c.Tk, c.a, c.g, scale,
+									      c.window, drop_of(c));
 					     }),
 				  0);
 		if ((nul & 6) != 6)
@@ -309,8 +316,9 @@ template <class H, int KD, bool WG = false> void run_bwd_case(const fwd_case &c,
 									       oh.data(), lse.data(),
 									       need_dr ? dr.data() : NULL, qh.data(),
 									       kh.data(), vh.data(), c.qpos.data(),
-									       c.kpos.data(), c.Tq, c.Tk, c.a, c.g, scale,
-									       c.window, drop_of(c));
+									       c.kpos.data(), c.docp(), c.S, c.Tq,
+									       c.Tk, c.a, c.g, scale, c.window,
+									       drop_of(c));
 					     }),
 				  0);
 	}
@@ -336,9 +344,10 @@ template <class H, int KD, bool WG = false> void run_bwd_case(const fwd_case &c,
 	char win[32] = "";
 	if (c.window >= 0)
 		snprintf(win, sizeof win, ", window %d", c.window);
-	printf("#   %s backward (%s, head dim %d%s%s%s%s%s%s): dq %.2e, dk %.2e, dv %.2e of their max (tolerance %.0e)\n",
+	printf("#   %s backward (%s, head dim %d%s%s%s%s%s%s%s): dq %.2e, dk %.2e, dv %.2e of their max "
+	       "(tolerance %.0e)\n",
 	       c.name, kind ? "fp16" : "bf16", c.k, WG ? ", wgmma" : "", c.p > 0 ? ", dropout" : "", win,
-	       nul & 1 ? ", dq NULL" : "", nul & 2 ? ", dk NULL" : "",
+	       c.doc.empty() ? "" : ", documents", nul & 1 ? ", dq NULL" : "", nul & 2 ? ", dk NULL" : "",
 	       nul & 4 ? ", dv NULL" : "", e_q, e_k, e_v, tol);
 	CHECK(nul & 1 ? eq[0] == g0q : e_q >= 0 && e_q <= tol);
 	CHECK(nul & 2 ? ek[0] == g0k : e_k >= 0 && e_k <= tol);
@@ -543,6 +552,111 @@ void test_window_wgmma(void)
 	run_bwd_case<tc_bf16, 64, true>(cp_case("CP: diagonal block", true, 64, 100, 0), 1e-2, 0);
 }
 
+/*
+ * Document masks (ops.h's doc: a query sees only keys of its own document,
+ * packed sequences). Each sample's documents start at the positions given
+ * (its first at 0); ids count up, or with cycle > 0 repeat modulo cycle, so
+ * that documents apart share an id (ids are compared, never ordered).
+ * Boundaries inside a 64-key tile and on tile edges (64, 128), a one-token
+ * document, grouped K/V, with and without windows and dropout; blocks of
+ * ring attention (strided and chunked positions, merges) where whole
+ * documents of queries see no key of the block (out 0, lse -inf).
+ */
+std::vector<int32_t> doc_ids(const std::vector<std::vector<int>> &starts, int S, int cycle)
+{
+	std::vector<int32_t> d;
+	for (const auto &st : starts) {
+		int id = -1;
+		size_t j = 0;
+		for (int p = 0; p < S; p++) {
+			if (j < st.size() && st[j] == p) {
+				id++;
+				j++;
+			}
+			d.push_back(cycle > 0 ? id % cycle : id);
+		}
+	}
+	return d;
+}
+
+/* self-attention on 0..T-1 with documents: two samples, boundaries mid-tile
+ * and on tile edges (sample 1: a one-token document at 128) */
+fwd_case doc_case(const char *name, int B, int T, int a, int g, int k, int L, int cycle)
+{
+	fwd_case c = win_case(name, B, T, a, g, k, L);
+	std::vector<std::vector<int>> st = { { 0, 37, 64, 150 }, { 0, 1, 128, 129, 191 } };
+	st.resize(B);
+	c.doc = doc_ids(st, T, cycle);
+	return c;
+}
+
+/* the strided block of context parallelism (queries 5..350, keys 20..287 of
+ * S = 400): the documents from 290 and 330 hold queries but no key */
+fwd_case doc_block_case(int k, int L, int accumulate)
+{
+	fwd_case c{ "documents: strided block", 1, 70, 90, 2, 1, k, 400, iota(70, 5, 5), iota(90, 20, 3),
+		    accumulate, 0.0f, {} };
+	c.window = L;
+	c.doc = doc_ids({ { 0, 50, 128, 200, 290, 330 } }, 400, 0);
+	return c;
+}
+
+/* CP rank 1 of 2 (chunks 1, 2 of 4 over S = 512) with documents across the
+ * chunk edges */
+fwd_case doc_cp_case(const char *name, bool diag, int k, int L, int accumulate)
+{
+	fwd_case c = cp_case(name, diag, k, L, accumulate);
+	c.doc = doc_ids({ { 0, 100, 128, 200, 300, 384, 450 } }, 512, 3);
+	return c;
+}
+
+void test_doc_forward(void)
+{
+	run_case<tc_bf16, 64, 8>(doc_case("documents, T 200, GQA 4/2", 2, 200, 4, 2, 64, -1, 0), 5e-3);
+	run_case<tc_bf16, 64, 4>(doc_case("documents, T 200, GQA 4/2, ids repeat", 2, 200, 4, 2, 64, -1, 2), 5e-3);
+	run_case<tc_f16, 128, 8>(doc_case("documents, T 200", 2, 200, 2, 1, 128, -1, 0), 1e-3);
+	run_case<tc_bf16, 128, 4>(doc_case("documents, T 200, GQA 4/1", 1, 200, 4, 1, 128, 50, 0), 5e-3);
+	run_case<tc_bf16, 64, 8>(doc_case("documents, T 200, GQA 4/2", 2, 200, 4, 2, 64, 70, 0), 5e-3);
+	run_case<tc_bf16, 64, 8>(doc_block_case(64, -1, 0), 5e-3);
+	run_case<tc_f16, 64, 4>(doc_block_case(64, 30, 1), 1e-3);
+	run_case<tc_bf16, 128, 8>(doc_block_case(128, -1, 1), 5e-3);
+	run_case<tc_bf16, 64, 8>(doc_cp_case("documents, CP: diagonal block", true, 64, -1, 0), 5e-3);
+	run_case<tc_f16, 128, 4>(doc_cp_case("documents, CP: block of chunks 0, 3, merged", false, 128, -1, 1), 1e-3);
+	fwd_case d = doc_case("documents, T 200, GQA 4/2", 2, 200, 4, 2, 64, -1, 0);
+	d.p = 0.1f;
+	run_case<tc_bf16, 64, 4>(d, 5e-3);
+}
+
+void test_doc_backward(void)
+{
+	run_bwd_case<tc_bf16, 64>(doc_case("documents, T 200, GQA 4/2", 2, 200, 4, 2, 64, -1, 0), 1e-2, 0);
+	run_bwd_case<tc_bf16, 64>(doc_case("documents, T 200, GQA 4/2, ids repeat", 2, 200, 4, 2, 64, -1, 2), 1e-2, 0);
+	run_bwd_case<tc_f16, 128>(doc_case("documents, T 200", 2, 200, 2, 1, 128, -1, 0), 2e-3, 0);
+	run_bwd_case<tc_bf16, 128>(doc_case("documents, T 200, GQA 4/1", 1, 200, 4, 1, 128, 50, 0), 1e-2, 0);
+	run_bwd_case<tc_bf16, 64>(doc_case("documents, T 200, GQA 4/2", 2, 200, 4, 2, 64, 70, 0), 1e-2, 0);
+	for (int nul : { 0, 3, 5, 6 })
+		run_bwd_case<tc_bf16, 64>(doc_block_case(64, -1, 0), 1e-2, nul);
+	run_bwd_case<tc_f16, 128>(doc_block_case(128, 30, 0), 2e-3, 0);
+	run_bwd_case<tc_bf16, 64>(doc_cp_case("documents, CP: diagonal block", true, 64, -1, 0), 1e-2, 0);
+	run_bwd_case<tc_f16, 128>(doc_cp_case("documents, CP: block of chunks 0, 3", false, 128, -1, 0), 2e-3, 0);
+	fwd_case d = doc_case("documents, T 200, GQA 4/2", 2, 200, 4, 2, 64, -1, 0);
+	d.p = 0.1f;
+	run_bwd_case<tc_bf16, 64>(d, 1e-2, 0);
+}
+
+/* the wgmma kernels with documents */
+void test_doc_wgmma(void)
+{
+	run_case<tc_bf16, 64, 8, true>(doc_case("documents, T 200, GQA 4/2", 2, 200, 4, 2, 64, -1, 0), 5e-3);
+	run_case<tc_f16, 128, 4, true>(doc_case("documents, T 200", 2, 200, 2, 1, 128, 70, 2), 1e-3);
+	run_case<tc_bf16, 128, 8, true>(doc_block_case(128, -1, 1), 5e-3);
+	run_bwd_case<tc_bf16, 64, true>(doc_case("documents, T 200, GQA 4/2", 2, 200, 4, 2, 64, -1, 0), 1e-2, 0);
+	run_bwd_case<tc_f16, 128, true>(doc_case("documents, T 200", 2, 200, 2, 1, 128, 70, 2), 2e-3, 0);
+	fwd_case b = doc_block_case(128, -1, 0);
+	b.p = 0.2f;
+	run_bwd_case<tc_bf16, 128, true>(b, 1e-2, 0);
+}
+
 } // namespace
 
 int main(void)
@@ -561,5 +675,8 @@ int main(void)
 	RUN(test_window_forward);
 	RUN(test_window_backward);
 	RUN(test_window_wgmma);
+	RUN(test_doc_forward);
+	RUN(test_doc_backward);
+	RUN(test_doc_wgmma);
 	return test_summary();
 }

@@ -4,7 +4,9 @@
  * positions 0..T-1, the path the model takes on a GPU), causal, forward and
  * backward, at head dims 64 and 128, in TFLOP/s by the usual count (forward
  * 4·B·a·T²·k/2 for the causal half, backward 2.5 times that), and once with
- * a sliding window of 512 (the count of the query-key pairs it holds), for the
+ * a sliding window of 512 (the count of the query-key pairs it holds) and once
+ * with document masks (packed documents of 512 tokens: ops.h's doc; counted
+ * as causal, since every causal tile is visited and masked), for the
  * fp32 table (kops_cuda: fp32 kernels on the CUDA cores) and the bf16 one
  * (kops_cuda_half: the tensor-core kernels of attn_tc.cuh, whose forward
  * runs on wgmma on an H100/H200, then again on mma.sync in blocks of 8 warps
@@ -50,6 +52,7 @@ static float *fill(const struct kops *k, size_t n, unsigned seed)
 struct bench_case {
 	int B, a, g, T, kd;
 	int win; /* sliding window (ops.h); 0: none, causal */
+	int doc; /* document length of packed sequences (ops.h's doc); 0: none */
 };
 
 static void bench_table(const struct kops *k, const struct bench_case *cases, int ncase, int reps, int cpu)
@@ -71,15 +74,24 @@ static void bench_table(const struct kops *k, const struct bench_case *cases, in
 			hp[i] = i;
 		k->to_device(pos, hp, (size_t)T * sizeof(int32_t));
 		free(hp);
+		int32_t *doc = NULL; /* ids [B, T]: position p in document p / len */
+		if (cases[c].doc > 0) {
+			int32_t *hd = malloc((size_t)B * T * sizeof(int32_t));
+			doc = k->alloc((size_t)B * T * sizeof(int32_t));
+			for (int i = 0; hd && i < B * T; i++)
+				hd[i] = i % T / cases[c].doc;
+			k->to_device(doc, hd, (size_t)B * T * sizeof(int32_t));
+			free(hd);
+		}
 		float scale = 1.0f / sqrtf((float)kd), sync;
 		double tf = 0, tb = 0;
 		for (int r = 0; r <= reps; r++) {
 			double t0 = now();
-			k->attention_block_forward(out, lse, q, kk, v, pos, pos, NULL, B, T, T, a, g, kd, T, scale, win,
+			k->attention_block_forward(out, lse, q, kk, v, pos, pos, doc, B, T, T, a, g, kd, T, scale, win,
 						   0.0f, 1, 0, 0);
 			k->to_host(&sync, lse, sizeof(float)); /* waits for the kernels */
 			double t1 = now();
-			k->attention_block_backward(dq, dk, dv, dout, out, lse, q, kk, v, pos, pos, NULL, B, T, T, a, g,
+			k->attention_block_backward(dq, dk, dv, dout, out, lse, q, kk, v, pos, pos, doc, B, T, T, a, g,
 						    kd, T, scale, win, 0.0f, 1, 0);
 			k->to_host(&sync, dv, sizeof(float));
 			double t2 = now();
@@ -96,6 +108,8 @@ static void bench_table(const struct kops *k, const struct bench_case *cases, in
 		char label[64], wl[24] = "";
 		if (win >= 0)
 			snprintf(wl, sizeof(wl), " window=%d", win);
+		else if (doc)
+			snprintf(wl, sizeof(wl), " doc=%d", cases[c].doc);
 		snprintf(label, sizeof(label), "B=%d a=%d g=%d T=%d k=%d%s", B, a, g, T, kd, wl);
 		printf("%-34s %10.3f %10.1f %10.3f %10.1f\n", label, tf * 1e3, flops / tf / 1e12, tb * 1e3,
 		       2.5 * flops / tb / 1e12);
@@ -103,6 +117,8 @@ static void bench_table(const struct kops *k, const struct bench_case *cases, in
 		for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
 			k->free(bufs[i]);
 		k->free(pos);
+		if (doc)
+			k->free(doc);
 	}
 }
 
@@ -131,8 +147,8 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	static const struct bench_case cases[] = {
-		{ 4, 16, 16, 2048, 64, 0 }, { 2, 16, 16, 4096, 64, 0 }, { 2, 16, 16, 4096, 128, 0 },
-		{ 2, 32, 8, 4096, 128, 0 }, { 2, 16, 16, 4096, 128, 512 }
+		{ 4, 16, 16, 2048, 64, 0, 0 }, { 2, 16, 16, 4096, 64, 0, 0 }, { 2, 16, 16, 4096, 128, 0, 0 },
+		{ 2, 32, 8, 4096, 128, 0, 0 }, { 2, 16, 16, 4096, 128, 512, 0 }, { 2, 16, 16, 4096, 128, 0, 512 }
 	};
 	int ncase = (int)(sizeof(cases) / sizeof(cases[0]));
 	for (int t = 0; t < 2 && tables[t]; t++)

@@ -2,9 +2,8 @@
  * attn_tc.cu - the half tables' attention_block_forward and _backward
  * (kops_cuda_half): the tensor-core flash attention of attn_tc.cuh where it
  * applies (head dim 64 or 128, 16-byte aligned rows, its shared memory within
- * the device's; with or without a sliding window), attn.cu's fp32 kernels
- * otherwise, and for document masks (doc != NULL: the tensor-core kernels
- * have no per-key document test, so packed sequences take the fp32 kernels).
+ * the device's; with or without a sliding window or document masks),
+ * attn.cu's fp32 kernels otherwise.
  * Each call first converts its fp32 inputs to halves in
  * the scratch buffer (one pass; every block then reads 2 bytes per value,
  * by cp.async). The kernels are tested without a GPU in the thread-block
@@ -60,7 +59,7 @@ static int tc_fwd_warps(void)
 }
 
 /* the current device's shared memory per block with the opt-in, asked once
- * per device: the 8-warp forward at head dim 128 (104 KB) is over the
+ * per device: the 8-warp forward at head dim 128 (105 KB) is over the
  * 99 KB of sm_86/sm_89 parts, which take 4 warps (or the fp32 kernels) */
 static size_t tc_smem_limit(void)
 {
@@ -95,7 +94,7 @@ static bool tc_use_wgmma(void)
 		CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
 		is90[dev] = major == 9 && minor == 0 ? 1 : -1;
 	}
-	return is90[dev] > 0; /* its 48 KB (k 64) or 96 KB (k 128) of shared memory fit every sm_90 part */
+	return is90[dev] > 0; /* its 49 KB (k 64) or 97 KB (k 128) of shared memory fit every sm_90 part */
 }
 
 /* the forward's warps per block that fit this device, or 0: none does */
@@ -112,15 +111,15 @@ static int tc_fwd_fit(int k)
 
 template <class H, int KD, int WQ>
 static void tc_fwd_launch(float *out, float *lse, const uint16_t *qh, const uint16_t *kh, const uint16_t *vh,
-			  const int32_t *qpos, const int32_t *kpos, int B, int Tq, int Tk, int a, int g,
-			  float scale, int window, int accumulate, tc_drop drop)
+			  const int32_t *qpos, const int32_t *kpos, const int32_t *doc, int S, int B, int Tq, int Tk,
+			  int a, int g, float scale, int window, int accumulate, tc_drop drop)
 {
 	static bool opted;
 	constexpr size_t smem = tc_fwd_smem<KD, WQ>();
 	smem_opt_in(attn_tc_fwd_kernel<H, KD, WQ>, smem, &opted);
 	const unsigned blocks = grid_1d((size_t)B * a, Tq, 16 * WQ);
-	launch<attn_tc_fwd_kernel<H, KD, WQ>>(blocks, 32 * WQ, smem, out, lse, qh, kh, vh, qpos, kpos, Tq, Tk, a, g,
-								  scale, window, accumulate, drop);
+	launch<attn_tc_fwd_kernel<H, KD, WQ>>(blocks, 32 * WQ, smem, out, lse, qh, kh, vh, qpos, kpos, doc, S, Tq, Tk,
+					      a, g, scale, window, accumulate, drop);
 	KERNEL_CHECK();
 }
 
@@ -132,7 +131,7 @@ static void tc_block_forward(float *out, float *lse, const float *q, const float
 {
 	const bool aligned = (((uintptr_t)q | (uintptr_t)kk | (uintptr_t)v | (uintptr_t)out) & 15) == 0;
 	const int warps = k == 64 || k == 128 ? tc_fwd_fit(k) : 0;
-	if (doc || !warps || !aligned || B <= 0 || Tq <= 0 || Tk <= 0 || a <= 0 || g <= 0 || a % g) {
+	if (!warps || !aligned || B <= 0 || Tq <= 0 || Tk <= 0 || a <= 0 || g <= 0 || a % g) {
 		cuda_attention_block_forward_f32(out, lse, q, kk, v, qpos, kpos, doc, B, Tq, Tk, a, g, k, S, scale,
 						 window, dropout_p, seed, offset, accumulate);
 		return;
@@ -146,13 +145,14 @@ static void tc_block_forward(float *out, float *lse, const float *q, const float
 	tc_to_half<H>(vh, v, nkv);
 	const tc_drop drop = tc_drop_of(dropout_p, seed, offset, B, S);
 	if (tc_use_wgmma()) {
-		cuda_attn_wg_forward(H::kind, k, out, lse, qh, kh, vh, qpos, kpos, B, Tq, Tk, a, g, scale, window,
-				     accumulate, drop);
+		cuda_attn_wg_forward(H::kind, k, out, lse, qh, kh, vh, qpos, kpos, doc, S, B, Tq, Tk, a, g, scale,
+				     window, accumulate, drop);
 		scratch_free(base);
 		return;
 	}
 #define TC_FWD(KD, WQ) \
-	tc_fwd_launch<H, KD, WQ>(out, lse, qh, kh, vh, qpos, kpos, B, Tq, Tk, a, g, scale, window, accumulate, drop)
+	tc_fwd_launch<H, KD, WQ>(out, lse, qh, kh, vh, qpos, kpos, doc, S, B, Tq, Tk, a, g, scale, window, \
+				 accumulate, drop)
 	if (warps == 4) {
 		if (k == 64)
 			TC_FWD(64, 4);
@@ -183,7 +183,8 @@ TC_BLOCK_FWD(tc_block_forward_f16, tc_f16)
 template <class H, int KD>
 static void tc_bwd_launch(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
 			  const float *q, const float *kk, const float *v, const int32_t *qpos, const int32_t *kpos,
-			  int B, int Tq, int Tk, int a, int g, float scale, int window, tc_drop drop)
+			  const int32_t *doc, int S, int B, int Tq, int Tk, int a, int g, float scale, int window,
+			  tc_drop drop)
 {
 	static bool opted_dq, opted_dkv;
 	const size_t nq = (size_t)B * a * Tq * KD, nkv = (size_t)B * g * Tk * KD, nl = (size_t)B * a * Tq;
@@ -203,8 +204,8 @@ static void tc_bwd_launch(float *dq, float *dk, float *dv, const float *dout, co
 		KERNEL_CHECK();
 	}
 	if (tc_use_wgmma()) {
-		cuda_attn_wg_backward(H::kind, KD, dq, dk, dv, oh, lse, dr, qh, kh, vh, qpos, kpos, B, Tq, Tk, a, g,
-				      scale, window, drop);
+		cuda_attn_wg_backward(H::kind, KD, dq, dk, dv, oh, lse, dr, qh, kh, vh, qpos, kpos, doc, S, B, Tq, Tk,
+				      a, g, scale, window, drop);
 		scratch_free(base);
 		return;
 	}
@@ -212,14 +213,14 @@ static void tc_bwd_launch(float *dq, float *dk, float *dv, const float *dout, co
 		constexpr size_t smem = tc_dq_smem<KD>();
 		smem_opt_in(attn_tc_dq_kernel<H, KD>, smem, &opted_dq);
 		launch<attn_tc_dq_kernel<H, KD>>(grid_1d((size_t)B * a, Tq, 64), 128, smem,
-			dq, oh, lse, dr, qh, kh, vh, qpos, kpos, Tq, Tk, a, g, scale, window, drop);
+			dq, oh, lse, dr, qh, kh, vh, qpos, kpos, doc, S, Tq, Tk, a, g, scale, window, drop);
 		KERNEL_CHECK();
 	}
 	if (dk || dv) {
 		constexpr size_t smem = tc_dkv_smem<KD>();
 		smem_opt_in(attn_tc_dkv_kernel<H, KD>, smem, &opted_dkv);
 		launch<attn_tc_dkv_kernel<H, KD>>(grid_1d((size_t)B * g, Tk, 64), 128, smem,
-			dk, dv, oh, lse, dr, qh, kh, vh, qpos, kpos, Tq, Tk, a, g, scale, window, drop);
+			dk, dv, oh, lse, dr, qh, kh, vh, qpos, kpos, doc, S, Tq, Tk, a, g, scale, window, drop);
 		KERNEL_CHECK();
 	}
 	scratch_free(base);
@@ -235,7 +236,7 @@ static void tc_block_backward(float *dq, float *dk, float *dv, const float *dout
 			      (uintptr_t)q | (uintptr_t)kk | (uintptr_t)v;
 	const size_t need = k == 64 ? (tc_dq_smem<64>() > tc_dkv_smem<64>() ? tc_dq_smem<64>() : tc_dkv_smem<64>())
 				    : (tc_dq_smem<128>() > tc_dkv_smem<128>() ? tc_dq_smem<128>() : tc_dkv_smem<128>());
-	if (doc || (k != 64 && k != 128) || need > tc_smem_limit() || (any & 15) || B <= 0 || Tq <= 0 ||
+	if ((k != 64 && k != 128) || need > tc_smem_limit() || (any & 15) || B <= 0 || Tq <= 0 ||
 	    Tk <= 0 || a <= 0 || g <= 0 || a % g) {
 		cuda_attention_block_backward_f32(dq, dk, dv, dout, out, lse, q, kk, v, qpos, kpos, doc, B, Tq, Tk, a,
 						  g, k, S, scale, window, dropout_p, seed, offset);
@@ -245,11 +246,11 @@ static void tc_block_backward(float *dq, float *dk, float *dv, const float *dout
 		return;
 	const tc_drop drop = tc_drop_of(dropout_p, seed, offset, B, S);
 	if (k == 64)
-		tc_bwd_launch<H, 64>(dq, dk, dv, dout, out, lse, q, kk, v, qpos, kpos, B, Tq, Tk, a, g, scale, window,
-				     drop);
+		tc_bwd_launch<H, 64>(dq, dk, dv, dout, out, lse, q, kk, v, qpos, kpos, doc, S, B, Tq, Tk, a, g, scale,
+				     window, drop);
 	else
-		tc_bwd_launch<H, 128>(dq, dk, dv, dout, out, lse, q, kk, v, qpos, kpos, B, Tq, Tk, a, g, scale, window,
-				      drop);
+		tc_bwd_launch<H, 128>(dq, dk, dv, dout, out, lse, q, kk, v, qpos, kpos, doc, S, B, Tq, Tk, a, g, scale,
+				      window, drop);
 }
 
 #define TC_BLOCK_BWD(name, H)                                                                            \

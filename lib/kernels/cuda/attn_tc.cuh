@@ -2,7 +2,7 @@
  * attn_tc.cuh - flash attention on the tensor cores (bf16 or fp16 operands,
  * fp32 accumulators): attention_block_forward and attention_block_backward
  * (ops.h) for the half-input op tables, head dims 64 and 128, with or
- * without dropout. Device code
+ * without dropout, sliding windows and document masks. Device code
  * only: attn_tc.cu launches it on the GPU, tests/emu/test_attn_tc.cc runs
  * the same source in the thread-block emulator against the CPU twin.
  *
@@ -32,6 +32,15 @@
  *    multiple of BK. The masks also cover the tiles that start before the
  *    warp's last row's window. The dkv kernel's query range ends at the last
  *    query whose window holds the block's last key.
+ *  - Document masks (ops.h's doc, packed sequences): a key of another
+ *    document than the row's is masked as one outside the window is (-inf
+ *    before the softmax, 0 in P and dS), element by element in every tile
+ *    (ids need not be monotone, so no tile is skipped for them). The ids of
+ *    a tile's keys (forward, dq) or of a step's queries (dkv) go to shared
+ *    memory beside the tile, by 4-byte cp.async gathers doc[b S + pos]; a
+ *    thread's own rows' (or keys') ids sit in registers. A row that sees no
+ *    key of its document ends as a row in the block's future does: out 0
+ *    and lse -inf, or the running state kept.
  * Rows past the end of the queries read zero Q rows (in masked tiles they see
  * no key; in unmasked ones their scores are 0, harmless, never written out);
  * key rows past nk are zero in shared memory (0 * a NaN pattern would poison
@@ -93,10 +102,11 @@ template <int KD> struct tc_geom {
 };
 
 /* Q, then two stages of K and V tiles (double buffering); rows padded for
- * ldmatrix, or (WG: the wgmma forward) as core matrices, unpadded */
+ * ldmatrix, or (WG: the wgmma forward) as core matrices, unpadded; then the
+ * two stages' key document ids (tc_doc_issue) */
 template <int KD, int WQ, bool WG = false> __host__ __device__ constexpr size_t tc_fwd_smem(void)
 {
-	return (size_t)(16 * WQ + 4 * TC_BK) * (WG ? KD : tc_geom<KD>::LDS) * 2;
+	return (size_t)(16 * WQ + 4 * TC_BK) * (WG ? KD : tc_geom<KD>::LDS) * 2 + 2 * TC_BK * sizeof(int32_t);
 }
 
 static __device__ __forceinline__ int tc_count_le(const int32_t *pos, int n, int p)
@@ -136,15 +146,15 @@ struct tc_drop {
 };
 
 /* attn_wg.cu (sm_90a): the forward with wgmma, head dim k 64 or 128,
- * halves in qh/kh/vh (bf16, or fp16 when fp16) */
+ * halves in qh/kh/vh (bf16, or fp16 when fp16); doc: NULL or [B, S] */
 void cuda_attn_wg_forward(int fp16, int k, float *out, float *lse, const uint16_t *qh, const uint16_t *kh,
-			  const uint16_t *vh, const int32_t *qpos, const int32_t *kpos, int B, int Tq, int Tk, int a,
-			  int g, float scale, int window, int accumulate, tc_drop drop);
+			  const uint16_t *vh, const int32_t *qpos, const int32_t *kpos, const int32_t *doc, int S,
+			  int B, int Tq, int Tk, int a, int g, float scale, int window, int accumulate, tc_drop drop);
 /* the backward's dq and dkv kernels with wgmma (Dr in dr, halves of dO in oh) */
 void cuda_attn_wg_backward(int fp16, int k, float *dq, float *dk, float *dv, const uint16_t *oh, const float *lse,
 			   const float *dr, const uint16_t *qh, const uint16_t *kh, const uint16_t *vh,
-			   const int32_t *qpos, const int32_t *kpos, int B, int Tq, int Tk, int a, int g, float scale,
-			   int window, tc_drop drop);
+			   const int32_t *qpos, const int32_t *kpos, const int32_t *doc, int S, int B, int Tq, int Tk,
+			   int a, int g, float scale, int window, tc_drop drop);
 
 /* the counter of (h, b, position qp, key position 0) */
 static __device__ __forceinline__ uint64_t tc_drop_row(const tc_drop &d, int b, int h, int qp)
@@ -303,24 +313,45 @@ static __device__ __forceinline__ tc_qtile tc_qtile_of(int BQ, const int32_t *qp
 	return t;
 }
 
+/* Document masks (ops.h's doc; D = the sample's row of it, or NULL): the
+ * ids of keys [k0, k0 + BK) of the nk at kpos, D[kpos[key]] (0 past nk),
+ * into ids[BK] by 4-byte cp.async (a gather: each thread its own address);
+ * nothing without D. The caller commits. */
+template <int BK, int NT>
+static __device__ __forceinline__ void tc_doc_issue(int32_t *ids, const int32_t *D, const int32_t *kpos, int k0,
+						    int nk)
+{
+	if (!D)
+		return;
+	for (int i = threadIdx.x; i < BK; i += NT) {
+		const bool in = k0 + i < nk;
+		tc_cp_async<4>(ids + i, D + (in ? kpos[k0 + i] : 0), in ? 4 : 0);
+	}
+}
+
 /* The K/V tile from key k0 (at most BK keys of the nk) into a stage: K's
- * rows, then V's, by cp.async; the caller commits. */
+ * rows, then V's, by cp.async, and with D the keys' document ids into the
+ * stage's ids[BK]; the caller commits. */
 template <int KD, int BK, int NT, bool WG>
-static __device__ __forceinline__ void tc_kv_issue(uint16_t *stage, const uint16_t *Kg, const uint16_t *Vg, int k0,
+static __device__ __forceinline__ void tc_kv_issue(uint16_t *stage, int32_t *ids, const uint16_t *Kg,
+						   const uint16_t *Vg, const int32_t *D, const int32_t *kpos, int k0,
 						   int nk)
 {
 	constexpr int RH = WG ? KD : tc_geom<KD>::LDS;
 	const int n = nk - k0 < BK ? nk - k0 : BK;
 	tc_copy<KD, BK, NT, WG>(stage, Kg + (size_t)k0 * KD, KD, n);
 	tc_copy<KD, BK, NT, WG>(stage + BK * RH, Vg + (size_t)k0 * KD, KD, n);
+	tc_doc_issue<BK, NT>(ids, D, kpos, k0, nk);
 }
 
 /* One step of the K/V pipeline (forward and dq kernels), one barrier a
  * tile: this thread's copies of tile jt have landed (and, for wgmma, are
  * visible to it); the barrier shows everyone's, and every warp is done with
- * tile jt-1, whose stage tile jt+1 then takes. Returns tile jt's stage. */
+ * tile jt-1, whose stage tile jt+1 then takes. Returns tile jt's stage (its
+ * document ids at ids + (jt & 1) BK). */
 template <int KD, int BK, int NT, bool WG>
-static __device__ __forceinline__ const uint16_t *tc_kv_step(uint16_t *KV, const uint16_t *Kg, const uint16_t *Vg,
+static __device__ __forceinline__ const uint16_t *tc_kv_step(uint16_t *KV, int32_t *ids, const uint16_t *Kg,
+							     const uint16_t *Vg, const int32_t *D, const int32_t *kpos,
 							     int jt, int ntk, int nk)
 {
 	constexpr int RH = WG ? KD : tc_geom<KD>::LDS;
@@ -329,7 +360,8 @@ static __device__ __forceinline__ const uint16_t *tc_kv_step(uint16_t *KV, const
 		wg_fence_proxy();
 	__syncthreads();
 	if (jt + 1 < ntk) {
-		tc_kv_issue<KD, BK, NT, WG>(KV + ((jt + 1) & 1) * 2 * BK * RH, Kg, Vg, (jt + 1) * BK, nk);
+		const int st = (jt + 1) & 1;
+		tc_kv_issue<KD, BK, NT, WG>(KV + st * 2 * BK * RH, ids + st * BK, Kg, Vg, D, kpos, (jt + 1) * BK, nk);
 		tc_cp_async_commit();
 	}
 	return KV + (jt & 1) * 2 * BK * RH;
@@ -347,8 +379,8 @@ static __device__ __forceinline__ const uint16_t *tc_kv_step(uint16_t *KV, const
 template <class H, int KD, int WQ, bool WG = false>
 __global__ void __launch_bounds__(32 * WQ, WQ > 4 ? 1 : 2)
 	attn_tc_fwd_kernel(float *out, float *lse, const uint16_t *qh, const uint16_t *kh, const uint16_t *vh,
-			   const int32_t *qpos, const int32_t *kpos, int Tq, int Tk, int a, int g, float scale,
-			   int window, int accumulate, tc_drop drop)
+			   const int32_t *qpos, const int32_t *kpos, const int32_t *doc, int S, int Tq, int Tk, int a,
+			   int g, float scale, int window, int accumulate, tc_drop drop)
 {
 	constexpr int NT = 32 * WQ, BQ = 16 * WQ, BK = TC_BK, LDS = tc_geom<KD>::LDS;
 	constexpr int NKS = KD / 16;  /* 16-channel steps of Q K^T */
@@ -356,10 +388,12 @@ __global__ void __launch_bounds__(32 * WQ, WQ > 4 ? 1 : 2)
 	constexpr int NOT = KD / 8;   /* 8-channel column tiles of O */
 	constexpr int RH = WG ? KD : LDS; /* halves per row of a tile */
 	uint16_t *Qs = (uint16_t *)TC_SMEM, *KV = Qs + BQ * RH; /* K, V of stage t at KV + 2 t BK RH */
+	int32_t *Ids = (int32_t *)(KV + 4 * BK * RH);          /* their keys' document ids at Ids + t BK */
 	const int lane = threadIdx.x % 32, w = threadIdx.x / 32, gid = lane / 4, tig = lane % 4;
 	const tc_qtile qt = tc_qtile_of(BQ, qpos, kpos, Tq, Tk, a, g, window);
 	const int bh = qt.bh, b = qt.b, h = qt.h, G = qt.G, q0 = qt.q0, nq = qt.nq, nk = qt.nk;
 	const size_t ldo = (size_t)a * KD;
+	const int32_t *D = doc ? doc + (size_t)b * S : NULL; /* this sample's document ids */
 	/* this thread's two rows (gid, gid+8 of the warp's 16), tile-relative */
 	const int r0 = 16 * w + gid, r1 = r0 + 8;
 	kpos += qt.kb; /* from here on the keys are the visited ones, kb.. */
@@ -376,8 +410,10 @@ __global__ void __launch_bounds__(32 * WQ, WQ > 4 ? 1 : 2)
 
 	const int qp0 = r0 < nq ? qpos[q0 + r0] : -1, qp1 = r1 < nq ? qpos[q0 + r1] : -1;
 	const int lo0 = tc_window_lo(qp0, window), lo1 = tc_window_lo(qp1, window);
+	const int qd0 = D && r0 < nq ? D[qp0] : 0, qd1 = D && r1 < nq ? D[qp1] : 0;
 	/* keys [kb_w, nk_w) every row of this warp sees (nk_w: its first row's
-	 * prefix, kb_w: its last row's window): tiles inside need no mask */
+	 * prefix, kb_w: its last row's window): tiles inside need no mask but
+	 * for documents */
 	const int wl = 16 * w + 15 < nq ? 16 * w + 15 : nq - 1;
 	const int nk_w = 16 * w < nq ? tc_count_le(kpos, nk, qpos[q0 + 16 * w]) : 0;
 	const int kb_w = 16 * w < nq ? tc_window_first(kpos, nk, qpos[q0 + wl], window) : 0;
@@ -389,7 +425,7 @@ __global__ void __launch_bounds__(32 * WQ, WQ > 4 ? 1 : 2)
 	const int ntk = (nk + BK - 1) / BK;
 	tc_copy<KD, BQ, NT, WG>(Qs, qh + ((size_t)bh * Tq + q0) * KD, KD, nq);
 	tc_cp_async_commit();
-	tc_kv_issue<KD, BK, NT, WG>(KV, Kg, Vg, 0, nk);
+	tc_kv_issue<KD, BK, NT, WG>(KV, Ids, Kg, Vg, D, kpos, 0, nk);
 	tc_cp_async_commit();
 	if constexpr (!WG) { /* wgmma reads Q from shared memory: the loop's first wait covers it */
 		tc_cp_async_wait<1>(); /* Q has landed */
@@ -416,7 +452,9 @@ __global__ void __launch_bounds__(32 * WQ, WQ > 4 ? 1 : 2)
 
 	for (int jt = 0; jt < ntk; jt++) {
 		const int k0 = jt * BK;
-		const uint16_t *Ks = tc_kv_step<KD, BK, NT, WG>(KV, Kg, Vg, jt, ntk, nk), *Vs = Ks + BK * RH;
+		const uint16_t *Ks = tc_kv_step<KD, BK, NT, WG>(KV, Ids, Kg, Vg, D, kpos, jt, ntk, nk);
+		const uint16_t *Vs = Ks + BK * RH;
+		const int32_t *Is = Ids + (jt & 1) * BK;
 
 		float s[NST][4];
 #pragma unroll
@@ -448,8 +486,9 @@ __global__ void __launch_bounds__(32 * WQ, WQ > 4 ? 1 : 2)
 
 		/* scale into the log2 domain; mask keys past a row's position
 		 * (and past nk), or behind its window, in the tiles that reach
-		 * outside [kb_w, nk_w) */
-		const bool mask = k0 + BK > nk_w || k0 < kb_w;
+		 * outside [kb_w, nk_w), and keys of another document than the
+		 * row's in every tile */
+		const bool mask = D || k0 + BK > nk_w || k0 < kb_w;
 		float t0 = -INFINITY, t1 = -INFINITY;
 #pragma unroll
 		for (int t = 0; t < NST; t++)
@@ -457,10 +496,10 @@ __global__ void __launch_bounds__(32 * WQ, WQ > 4 ? 1 : 2)
 			for (int e = 0; e < 2; e++) {
 				float x0 = s[t][e] * sl, x1 = s[t][2 + e] * sl;
 				if (mask) {
-					const int key = k0 + 8 * t + 2 * tig + e;
-					const int kp = key < nk ? kpos[key] : INT_MAX;
-					x0 = kp <= qp0 && kp >= lo0 ? x0 : -INFINITY;
-					x1 = kp <= qp1 && kp >= lo1 ? x1 : -INFINITY;
+					const int j = 8 * t + 2 * tig + e, key = k0 + j;
+					const int kp = key < nk ? kpos[key] : INT_MAX, kd = D ? Is[j] : 0;
+					x0 = kp <= qp0 && kp >= lo0 && kd == qd0 ? x0 : -INFINITY;
+					x1 = kp <= qp1 && kp >= lo1 && kd == qd1 ? x1 : -INFINITY;
 				}
 				s[t][e] = x0;
 				s[t][2 + e] = x1;
@@ -610,18 +649,20 @@ template <int KD> struct tc_bwd_geom {
 	static constexpr int BK2 = KD > 64 ? 32 : 64;
 };
 
-/* Q and dO of the block, then two stages of K and V tiles */
+/* Q and dO of the block, then two stages of K and V tiles, then the two
+ * stages' key document ids */
 template <int KD, bool WG = false> __host__ __device__ constexpr size_t tc_dq_smem(void)
 {
-	return (size_t)(2 * 64 + 4 * tc_bwd_geom<KD>::BK2) * (WG ? KD : tc_geom<KD>::LDS) * 2;
+	return (size_t)(2 * 64 + 4 * tc_bwd_geom<KD>::BK2) * (WG ? KD : tc_geom<KD>::LDS) * 2 +
+	       (size_t)2 * tc_bwd_geom<KD>::BK2 * sizeof(int32_t);
 }
 
 /* K and V of the block, two stages of Q and dO tiles, two stages of their
- * rows' lse and Dr */
+ * rows' lse, Dr and document ids */
 template <int KD, bool WG = false> __host__ __device__ constexpr size_t tc_dkv_smem(void)
 {
 	return (size_t)(2 * 64 + 4 * tc_bwd_geom<KD>::BQ2) * (WG ? KD : tc_geom<KD>::LDS) * 2 +
-	       (size_t)4 * tc_bwd_geom<KD>::BQ2 * sizeof(float);
+	       (size_t)6 * tc_bwd_geom<KD>::BQ2 * sizeof(float);
 }
 
 /* Dr[(b a + h) Tq + t] = sum_c dout * out over row (b, t, h) of [B, Tq, a KD],
@@ -658,18 +699,21 @@ __global__ void __launch_bounds__(128)
 template <class H, int KD, bool WG = false>
 __global__ void __launch_bounds__(128)
 	attn_tc_dq_kernel(float *dq, const uint16_t *oh, const float *lse, const float *dr, const uint16_t *qh,
-			  const uint16_t *kh, const uint16_t *vh, const int32_t *qpos, const int32_t *kpos, int Tq,
-			  int Tk, int a, int g, float scale, int window, tc_drop drop)
+			  const uint16_t *kh, const uint16_t *vh, const int32_t *qpos, const int32_t *kpos,
+			  const int32_t *doc, int S, int Tq, int Tk, int a, int g, float scale, int window,
+			  tc_drop drop)
 {
 	constexpr int NT = 128, BQ = 64, BK = tc_bwd_geom<KD>::BK2, LDS = tc_geom<KD>::LDS;
 	constexpr int NKS = KD / 16, NST = BK / 8, NOT = KD / 8;
 	constexpr int RH = WG ? KD : LDS; /* halves per row of a tile */
 	constexpr uint32_t RS = KD * 16;  /* wgmma: bytes from 8 rows of core matrices to the next 8 */
 	uint16_t *Qs = (uint16_t *)TC_SMEM, *Os = Qs + BQ * RH, *KV = Os + BQ * RH; /* stage t: KV + 2 t BK RH */
+	int32_t *Ids = (int32_t *)(KV + 4 * BK * RH); /* stage t's key document ids at Ids + t BK */
 	const int lane = threadIdx.x % 32, w = threadIdx.x / 32, gid = lane / 4, tig = lane % 4;
 	const tc_qtile qt = tc_qtile_of(BQ, qpos, kpos, Tq, Tk, a, g, window);
 	const int bh = qt.bh, b = qt.b, h = qt.h, G = qt.G, q0 = qt.q0, nq = qt.nq, nk = qt.nk;
 	const size_t ldo = (size_t)a * KD;
+	const int32_t *D = doc ? doc + (size_t)b * S : NULL; /* this sample's document ids */
 	if (nk == 0)
 		return; /* no key of this block is seen by the tile */
 	kpos += qt.kb; /* from here on the keys are the visited ones, kb.. */
@@ -679,18 +723,19 @@ __global__ void __launch_bounds__(128)
 	tc_copy<KD, BQ, NT, WG>(Qs, qh + ((size_t)bh * Tq + q0) * KD, KD, nq);
 	tc_copy<KD, BQ, NT, WG>(Os, oh + ((size_t)b * Tq + q0) * ldo + (size_t)h * KD, ldo, nq);
 	tc_cp_async_commit();
-	tc_kv_issue<KD, BK, NT, WG>(KV, Kg, Vg, 0, nk);
+	tc_kv_issue<KD, BK, NT, WG>(KV, Ids, Kg, Vg, D, kpos, 0, nk);
 	tc_cp_async_commit();
 	const int r0 = 16 * w + gid, r1 = r0 + 8;
 	const int qp0 = r0 < nq ? qpos[q0 + r0] : -1, qp1 = r1 < nq ? qpos[q0 + r1] : -1;
 	const int lo0 = tc_window_lo(qp0, window), lo1 = tc_window_lo(qp1, window);
+	const int qd0 = D && r0 < nq ? D[qp0] : 0, qd1 = D && r1 < nq ? D[qp1] : 0;
 	/* keys [kb_w, nk_w) every row of the warp sees, as in the forward */
 	const int wl = 16 * w + 15 < nq ? 16 * w + 15 : nq - 1;
 	const int nk_w = 16 * w < nq ? tc_count_le(kpos, nk, qpos[q0 + 16 * w]) : 0;
 	const int kb_w = 16 * w < nq ? tc_window_first(kpos, nk, qpos[q0 + wl], window) : 0;
 	/* lse in the log2 domain and Dr of this thread's rows (0 for rows that
-	 * see no visited key; a row whose window holds none has p = 0 in every
-	 * masked tile, whatever its lse, and no unmasked one) */
+	 * see no visited key; a row whose window or document holds none has
+	 * p = 0 in every masked tile, whatever its lse, and no unmasked one) */
 	const float *Lr = lse + (size_t)bh * Tq + q0, *Dg = dr + (size_t)bh * Tq + q0;
 	const bool see0 = qp0 >= kpos[0], see1 = qp1 >= kpos[0];
 	const float ls0 = see0 ? Lr[r0] * TC_LOG2E : 0.0f, ls1 = see1 ? Lr[r1] * TC_LOG2E : 0.0f;
@@ -718,7 +763,9 @@ __global__ void __launch_bounds__(128)
 
 	for (int jt = 0; jt < ntk; jt++) {
 		const int k0 = jt * BK;
-		const uint16_t *Ks = tc_kv_step<KD, BK, NT, WG>(KV, Kg, Vg, jt, ntk, nk), *Vs = Ks + BK * RH;
+		const uint16_t *Ks = tc_kv_step<KD, BK, NT, WG>(KV, Ids, Kg, Vg, D, kpos, jt, ntk, nk);
+		const uint16_t *Vs = Ks + BK * RH;
+		const int32_t *Is = Ids + (jt & 1) * BK;
 		float s[NST][4], dp[NST][4];
 #pragma unroll
 		for (int t = 0; t < NST; t++)
@@ -744,7 +791,7 @@ __global__ void __launch_bounds__(128)
 				}
 		}
 		/* P, then dS = P (dP M - Dr) in s, M the dropout multipliers */
-		const bool mask = k0 + BK > nk_w || k0 < kb_w;
+		const bool mask = D || k0 + BK > nk_w || k0 < kb_w;
 #pragma unroll
 		for (int t = 0; t < NST; t++) {
 			float m0[2] = { 1.0f, 1.0f }, m1[2] = { 1.0f, 1.0f };
@@ -754,10 +801,10 @@ __global__ void __launch_bounds__(128)
 			for (int e = 0; e < 2; e++) {
 				bool v0 = true, v1 = true;
 				if (mask) {
-					const int key = k0 + 8 * t + 2 * tig + e;
-					const int kp = key < nk ? kpos[key] : INT_MAX;
-					v0 = kp <= qp0 && kp >= lo0;
-					v1 = kp <= qp1 && kp >= lo1;
+					const int j = 8 * t + 2 * tig + e, key = k0 + j;
+					const int kp = key < nk ? kpos[key] : INT_MAX, kd = D ? Is[j] : 0;
+					v0 = kp <= qp0 && kp >= lo0 && kd == qd0;
+					v1 = kp <= qp1 && kp >= lo1 && kd == qd1;
 				}
 				const float p0 = v0 ? exp2f(s[t][e] * sl - ls0) : 0.0f;
 				const float p1 = v1 ? exp2f(s[t][2 + e] * sl - ls1) : 0.0f;
@@ -797,7 +844,7 @@ __global__ void __launch_bounds__(128)
 				}
 		}
 	}
-	float *D = dq + ((size_t)bh * Tq + q0) * KD + 2 * tig;
+	float *Dq = dq + ((size_t)bh * Tq + q0) * KD + 2 * tig;
 #pragma unroll
 	for (int half = 0; half < 2; half++) {
 		const int r = half ? r1 : r0;
@@ -805,7 +852,7 @@ __global__ void __launch_bounds__(128)
 			continue;
 #pragma unroll
 		for (int t = 0; t < NOT; t++) {
-			float2 *o = (float2 *)(D + (size_t)r * KD + 8 * t);
+			float2 *o = (float2 *)(Dq + (size_t)r * KD + 8 * t);
 			float2 y = *o;
 			y.x += acc[t][2 * half] * scale;
 			y.y += acc[t][2 * half + 1] * scale;
@@ -826,20 +873,22 @@ template <class H, int KD, bool WG = false>
 __global__ void __launch_bounds__(128)
 	attn_tc_dkv_kernel(float *dk, float *dv, const uint16_t *oh, const float *lse, const float *dr,
 			   const uint16_t *qh, const uint16_t *kh, const uint16_t *vh, const int32_t *qpos,
-			   const int32_t *kpos, int Tq, int Tk, int a, int g, float scale, int window, tc_drop drop)
+			   const int32_t *kpos, const int32_t *doc, int S, int Tq, int Tk, int a, int g, float scale,
+			   int window, tc_drop drop)
 {
 	constexpr int NT = 128, BKV = 64, BQ = tc_bwd_geom<KD>::BQ2, LDS = tc_geom<KD>::LDS;
 	constexpr int NKS = KD / 16, NST = BQ / 8, NOT = KD / 8;
 	constexpr int RH = WG ? KD : LDS; /* halves per row of a tile */
 	constexpr uint32_t RS = KD * 16;  /* wgmma: bytes from 8 rows of core matrices to the next 8 */
 	uint16_t *Ks = (uint16_t *)TC_SMEM, *Vs = Ks + BKV * RH, *QO = Vs + BKV * RH; /* stage t: QO + 2 t BQ RH */
-	float *LD = (float *)(QO + 4 * BQ * RH); /* lse and Dr of stage t at LD + 2 t BQ */
+	float *LD = (float *)(QO + 4 * BQ * RH); /* lse, Dr and document ids of stage t at LD + 3 t BQ */
 	const int lane = threadIdx.x % 32, w = threadIdx.x / 32, gid = lane / 4, tig = lane % 4;
 	const int ntile = (Tk + BKV - 1) / BKV;
 	const int bg = blockIdx.x / ntile, kt = blockIdx.x % ntile;
 	const int b = bg / g, G = bg % g, m = a / g;
 	const int k0 = kt * BKV, nkk = Tk - k0 < BKV ? Tk - k0 : BKV;
 	const size_t ldo = (size_t)a * KD;
+	const int32_t *D = doc ? doc + (size_t)b * S : NULL; /* this sample's document ids */
 	/* the queries [qa, qe) that see a key of the tile: from the first that
 	 * sees its first key to the last whose window holds its last key */
 	const int qa = tc_count_le(qpos, Tq, kpos[k0] - 1), kl = kpos[k0 + nkk - 1];
@@ -849,6 +898,7 @@ __global__ void __launch_bounds__(128)
 	/* this thread's keys: rows gid, gid+8 of the warp's 16 */
 	const int c0 = 16 * w + gid, c1 = c0 + 8;
 	const int kp0 = c0 < nkk ? kpos[k0 + c0] : INT_MAX, kp1 = c1 < nkk ? kpos[k0 + c1] : INT_MAX;
+	const int kd0 = D && c0 < nkk ? D[kp0] : 0, kd1 = D && c1 < nkk ? D[kp1] : 0;
 	/* the warp's last and first keys: query tiles from the last's position
 	 * on, up to the first's window, need no mask */
 	const int wlast = 16 * w + 15 < nkk ? 16 * w + 15 : nkk - 1;
@@ -857,7 +907,7 @@ __global__ void __launch_bounds__(128)
 
 	/* the steps: each head of the group, each tile of BQ queries of
 	 * [qa, qe); step sn's Q, dO, lse and Dr go to stage sn & 1 by cp.async
-	 * while step sn-1 is computed */
+	 * while step sn-1 is computed (with D, the rows' document ids too) */
 	const int nqt = (qe - qa + BQ - 1) / BQ, nstep = m * nqt;
 	auto load_step = [&](int sn) {
 		const int hs = G * m + sn / nqt, qs = qa + (sn % nqt) * BQ, ns = qe - qs < BQ ? qe - qs : BQ;
@@ -867,12 +917,13 @@ __global__ void __launch_bounds__(128)
 		tc_copy<KD, BQ, NT, WG>(Qt + BQ * RH, oh + ((size_t)b * Tq + qs) * ldo + (size_t)hs * KD, ldo, ns);
 		/* the rows' lse and Dr by cp.async too (no round trip before the
 		 * barrier); rows past the end, and Dr when dK is not wanted, are 0 */
-		float *Lt = LD + 2 * (sn & 1) * BQ;
+		float *Lt = LD + 3 * (sn & 1) * BQ;
 		const float *lg = lse + bhs * Tq + qs, *dg = dr ? dr + bhs * Tq + qs : lg;
 		for (int i = threadIdx.x; i < BQ; i += NT) {
 			tc_cp_async<4>(Lt + i, lg + (i < ns ? i : 0), i < ns ? 4 : 0);
 			tc_cp_async<4>(Lt + BQ + i, dg + (i < ns ? i : 0), i < ns && dr ? 4 : 0);
 		}
+		tc_doc_issue<BQ, NT>((int32_t *)(Lt + 2 * BQ), D, qpos + qs, 0, ns);
 	};
 	tc_copy<KD, BKV, NT, WG>(Ks, kh + (((size_t)b * g + G) * Tk + k0) * KD, KD, nkk);
 	tc_copy<KD, BKV, NT, WG>(Vs, vh + (((size_t)b * g + G) * Tk + k0) * KD, KD, nkk);
@@ -898,7 +949,8 @@ __global__ void __launch_bounds__(128)
 		}
 		const int h = G * m + step / nqt, q0 = qa + (step % nqt) * BQ;
 		const uint16_t *Qs = QO + 2 * (step & 1) * BQ * RH, *Os = Qs + BQ * RH;
-		const float *Ls = LD + 2 * (step & 1) * BQ, *Ds = Ls + BQ;
+		const float *Ls = LD + 3 * (step & 1) * BQ, *Ds = Ls + BQ;
+		const int32_t *Cs = (const int32_t *)(Ls + 2 * BQ); /* the rows' document ids (with D) */
 		/* S^T = K Q^T and dP^T = V dO^T for the warp's 16 keys */
 		float st[NST][4], dpt[NST][4];
 #pragma unroll
@@ -931,7 +983,7 @@ __global__ void __launch_bounds__(128)
 			}
 		}
 		/* P^T (dropped) into st, dS^T into dpt */
-		const bool mask = q0 + BQ > qe || qpos[q0] < kp_w ||
+		const bool mask = D || q0 + BQ > qe || qpos[q0] < kp_w ||
 				  (window >= 0 && qpos[q0 + BQ - 1] - window > kf_w);
 #pragma unroll
 		for (int t = 0; t < NST; t++)
@@ -941,8 +993,9 @@ __global__ void __launch_bounds__(128)
 				bool v0 = true, v1 = true;
 				if (mask) {
 					const int qp = q0 + col < qe ? qpos[q0 + col] : -1, lo = tc_window_lo(qp, window);
-					v0 = kp0 <= qp && kp0 >= lo;
-					v1 = kp1 <= qp && kp1 >= lo;
+					const int qd = D ? Cs[col] : 0;
+					v0 = kp0 <= qp && kp0 >= lo && kd0 == qd;
+					v1 = kp1 <= qp && kp1 >= lo && kd1 == qd;
 				}
 				const float l2 = Ls[col] * TC_LOG2E;
 				const float p0 = v0 ? exp2f(st[t][e] * sl - l2) : 0.0f;
