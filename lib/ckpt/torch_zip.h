@@ -1,0 +1,66 @@
+/*
+ * torch_zip.h - the zip container of torch.save (PyTorch >= 1.6), read
+ * through a read-only mapping and written atomically, and torch_load() /
+ * torch_save() over it and the pickle layer (pickle.h).
+ *
+ * torch.save writes a zip archive whose members all sit under one folder,
+ * the archive name (the file's base name without extension for torch 1.x,
+ * "archive" for newer writers):
+ *
+ *   <name>/data.pkl       the pickled object (protocol 2)
+ *   <name>/data/<key>     one storage's raw little-endian bytes per key
+ *   <name>/version        "3\n"
+ *   <name>/byteorder      "little" (torch >= 2.1; absent means little)
+ *   other members (.data/serialization_id, .format_version) are ignored
+ *
+ * Members are STORED (not compressed) and their data starts on a 64-byte
+ * boundary (the local header's extra field pads it), so a storage can be
+ * used in place from the mapping. The reader takes any STORED zip, with or
+ * without zip64 records; compressed members, encryption and archives split
+ * over several disks are refused. CRC-32s are checked when a member is
+ * read through tz_data.
+ *
+ * Errors: error() naming the file and member, then NULL or -1.
+ */
+#ifndef MEGAC_CKPT_TORCH_ZIP_H
+#define MEGAC_CKPT_TORCH_ZIP_H
+
+#include <stddef.h>
+
+#include "ckpt/pickle.h"
+
+struct tz_reader;
+
+/* Map path and read its central directory. NULL after error(). */
+struct tz_reader *tz_open(const char *path);
+int tz_count(const struct tz_reader *z);
+const char *tz_name(const struct tz_reader *z, int i);
+/* The index of member name (the full path inside the zip), or -1 silently. */
+int tz_find(const struct tz_reader *z, const char *name);
+/* Member i's bytes in the mapping, *len its size, after checking its CRC-32
+ * (once). NULL after error(). */
+const void *tz_data(struct tz_reader *z, int i, size_t *len);
+const char *tz_path(const struct tz_reader *z);
+void tz_close(struct tz_reader *z);
+
+struct tz_writer;
+
+/* Create path under a temporary name (base/tempfile.h); members go under
+ * the folder prefix ("archive"). NULL after error(). */
+struct tz_writer *tz_create(const char *path, const char *prefix);
+/* Append member prefix/name with n bytes of data, its data 64-byte aligned. */
+int tz_add(struct tz_writer *w, const char *name, const void *data, size_t n);
+/* Write the central directory, fsync, rename into place; frees w. */
+int tz_finish(struct tz_writer *w);
+/* Remove the temporary file; frees w. */
+void tz_abort(struct tz_writer *w);
+
+/* Load a torch.save file into d: the value tree, its tensors' storages
+ * pointing into the file's mapping, which d keeps until pk_doc_free. Only
+ * little-endian files are read. NULL after error(). */
+struct pk_value *torch_load(struct pk_doc *d, const char *path);
+/* Write v as torch.save would (protocol 2; archive name from the file's
+ * base name; data.pkl, byteorder, data/<key>, version), atomically. */
+int torch_save(const char *path, struct pk_value *v);
+
+#endif
