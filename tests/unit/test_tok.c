@@ -660,7 +660,7 @@ static void test_errors(void)
 
 	struct tok_config o = cfg_of("BertWordPieceCase");
 	expect_fail(&o, "tokenizer type BertWordPieceCase is not implemented in megac yet (implemented: "
-			"GPT2BPETokenizer, HuggingFaceTokenizer, TikTokenizer, NullTokenizer, SentencePieceTokenizer",
+			"GPT2BPETokenizer, HuggingFaceTokenizer, SFTTokenizer, TikTokenizer, NullTokenizer, SentencePieceTokenizer",
 		    NULL);
 	o.type = "FooTokenizer";
 	expect_fail(&o, "unknown tokenizer type 'FooTokenizer'", NULL);
