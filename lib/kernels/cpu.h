@@ -41,6 +41,10 @@ void cpu_sgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, floa
 	       const float *B, int ldb, float beta, float *C, int ldc);
 
 /* ---- cpu_nn.c ---- */
+/* Parameter grads summed over rows: per-block partial sums part[b*stride +
+ * c] (c < C) of nblk row blocks are added to dst[c] in block order, in
+ * double: a fixed order, whatever the number of threads. */
+void cpu_reduce_blocks(float *dst, const float *part, int nblk, int C, size_t stride);
 void cpu_embedding_forward(float *out, const int32_t *tokens, const int32_t *positions,
 			   const float *wte, const float *wpe, int N, int C);
 void cpu_embedding_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
@@ -108,6 +112,23 @@ void cpu_fp8_transpose(const struct kops_fp8_tensor *dst, const struct kops_fp8_
 void cpu_fp8_amax_blocks(float *amax, const float *x, size_t n, size_t start, const struct kops_fp8_tensor *t);
 void cpu_fp8_quantize_blocks(const struct kops_fp8_tensor *t, const float *x, size_t n, size_t start,
 			     const float *amax, bool pow2);
+
+/* ---- cpu_ssm.c ---- */
+void cpu_ssm_conv_forward(float *out, const float *x, const float *hist, const float *w, const float *bias, int B,
+			  int T, int C, int W);
+void cpu_ssm_conv_backward(float *dx, float *dw, float *dbias, const float *dout, const float *x, const float *hist,
+			   const float *w, const float *bias, int B, int T, int C, int W);
+void cpu_ssd_scan_forward(float *y, float *state_out, const float *x, const float *dt, const float *dt_bias,
+			  const float *A_log, const float *Bm, const float *Cm, const float *D, const float *state_in,
+			  int B, int T, int H, int P, int G, int N, int chunk);
+void cpu_ssd_scan_backward(float *dx, float *ddt, float *ddt_bias, float *dA_log, float *dBm, float *dCm, float *dD,
+			   float *dstate_in, const float *dy, const float *dstate_out, const float *x, const float *dt,
+			   const float *dt_bias, const float *A_log, const float *Bm, const float *Cm, const float *D,
+			   const float *state_in, int B, int T, int H, int P, int G, int N, int chunk);
+void cpu_gated_rmsnorm_forward(float *out, float *rstd, const float *y, const float *z, const float *w, int N, int C,
+			       int ngroups, float eps);
+void cpu_gated_rmsnorm_backward(float *dy, float *dz, float *dw, const float *dout, const float *y, const float *z,
+				const float *w, const float *rstd, int N, int C, int ngroups);
 
 /* ---- cpu_rand.c ---- */
 

@@ -20,8 +20,9 @@
  * in block order: a fixed tree, whatever the number of threads. */
 #define CPU_ROWS 32
 
-/* dst[c] += sum over blocks b of part[b*stride + c], b in order, in double. */
-static void cpu_reduce_blocks(float *dst, const float *part, int nblk, int C, size_t stride)
+/* dst[c] += sum over blocks b of part[b*stride + c], b in order, in double
+ * (cpu.h). */
+void cpu_reduce_blocks(float *dst, const float *part, int nblk, int C, size_t stride)
 {
 #pragma omp parallel for if ((size_t)nblk * C >= CPU_PAR_MIN)
 	for (int c0 = 0; c0 < C; c0 += CPU_COLS) {

@@ -652,6 +652,12 @@ static const struct kops cpu_ops = {
 	.fp8_quantize_blocks = cpu_fp8_quantize_blocks,
 	.attention_block_forward = cpu_attention_block_forward,
 	.attention_block_backward = cpu_attention_block_backward,
+	.ssm_conv_forward = cpu_ssm_conv_forward,
+	.ssm_conv_backward = cpu_ssm_conv_backward,
+	.ssd_scan_forward = cpu_ssd_scan_forward,
+	.ssd_scan_backward = cpu_ssd_scan_backward,
+	.gated_rmsnorm_forward = cpu_gated_rmsnorm_forward,
+	.gated_rmsnorm_backward = cpu_gated_rmsnorm_backward,
 };
 
 const struct kops *kops_cpu(void)

@@ -417,13 +417,82 @@ struct kops {
 					 const int32_t *kpos, const int32_t *doc, int B, int Tq, int Tk,
 					 int a, int g, int k, int S, float scale, int window, float dropout_p,
 					 uint64_t seed, uint64_t offset);
+
+	/* ---- Mamba-2 (SSD) mixer (docs/mamba.md) ----
+	 * OPTIONAL ops: a backend may leave them NULL (kops_check does not ask
+	 * for them; kops_op_optional). The CPU has them; a model that needs them
+	 * checks the pointers when it is built.
+	 *
+	 * ssm_conv: the causal depthwise convolution over time, with bias and
+	 * SiLU, that the mixer runs on xBC. x[B,T,C] (channels last), w[C,W]
+	 * (1 <= W <= 64; tap j of channel c at w[c*W + j]; tap W-1 meets the
+	 * current step), bias[C] (may be NULL: none), hist[B,W-1,C] (may be
+	 * NULL: zeros) the W-1 inputs before t = 0 (a server's conv state):
+	 *   pre[b,t,c] = bias[c] + sum_{j<W} w[c,j] * xe[b, t-(W-1)+j, c]
+	 *   out[b,t,c] = silu(pre) = pre * sigmoid(pre)
+	 * with xe the sequence hist ++ x. Nothing is saved: backward recomputes
+	 * pre. Backward (same hist): dx = (overwritten) d/dx, dw += d/dw,
+	 * dbias += d/dbias; dx, dw, dbias may each be NULL (skipped); no
+	 * gradient flows to hist. No buffer aliases another. */
+	void (*ssm_conv_forward)(float *out, const float *x, const float *hist, const float *w, const float *bias,
+				 int B, int T, int C, int W);
+	void (*ssm_conv_backward)(float *dx, float *dw, float *dbias, const float *dout, const float *x,
+				  const float *hist, const float *w, const float *bias, int B, int T, int C, int W);
+
+	/* ssd_scan: Mamba-2's selective scan (state space duality), H heads of
+	 * P channels, G groups (H % G == 0; head h reads the B and C of group
+	 * h / (H/G)), state size N:
+	 *   x[B,T,H,P], dt[B,T,H] (raw), dt_bias[H], A_log[H], Bm[B,T,G,N],
+	 *   Cm[B,T,G,N], D[H] (may be NULL: no skip term),
+	 *   state_in[B,H,P,N] (may be NULL: zeros)
+	 *   -> y[B,T,H,P], state_out[B,H,P,N] (may be NULL: not wanted).
+	 * Per (b, h), with A = -exp(A_log[h]) and s the state [P,N]:
+	 *   d_t  = softplus(dt[b,t,h] + dt_bias[h])   (torch's: x > 20 gives x)
+	 *   s_t  = exp(d_t A) s_{t-1} + d_t x_t Bm_t^T,   s_{-1} = state_in
+	 *   y_t  = s_t Cm_t + D[h] x_t,                   state_out = s_{T-1}
+	 * (no clamp of d_t: Megatron's dt limits (0, inf)). chunk (> 0) is the
+	 * SSD chunk length (Megatron's mixer chunk_size, 128): a backend may
+	 * compute the scan chunk by chunk; results depend on it only through
+	 * rounding. The CPU runs the recurrence above and uses chunk only as the
+	 * backward's recompute interval. Nothing is saved: backward recomputes
+	 * the states from the inputs. state_out may alias state_in (a server's
+	 * state advanced in place); no other buffers alias.
+	 * Backward: dy[B,T,H,P] and dstate_out[B,H,P,N] (may be NULL: zero) in;
+	 * input grads dx, ddt, dBm, dCm, dstate_in OVERWRITTEN; parameter grads
+	 * ddt_bias, dA_log, dD ACCUMULATE (dA_log is by A_log, the parameter:
+	 * d/dA_log = A d/dA). Any grad may be NULL (skipped; dD is ignored when
+	 * D is NULL; dstate_in is the gradient by the initial state also when
+	 * state_in is NULL, by its zeros). No buffer aliases another. */
+	void (*ssd_scan_forward)(float *y, float *state_out, const float *x, const float *dt, const float *dt_bias,
+				 const float *A_log, const float *Bm, const float *Cm, const float *D,
+				 const float *state_in, int B, int T, int H, int P, int G, int N, int chunk);
+	void (*ssd_scan_backward)(float *dx, float *ddt, float *ddt_bias, float *dA_log, float *dBm, float *dCm,
+				  float *dD, float *dstate_in, const float *dy, const float *dstate_out, const float *x,
+				  const float *dt, const float *dt_bias, const float *A_log, const float *Bm,
+				  const float *Cm, const float *D, const float *state_in, int B, int T, int H, int P,
+				  int G, int N, int chunk);
+
+	/* gated_rmsnorm: the mixer's output norm (mamba_ssm's gated RMSNorm,
+	 * norm_before_gate False, as Megatron builds it): rows y[N,C] gated by
+	 * z[N,C] (may be NULL: no gate), each row cut into ngroups groups of
+	 * C/ngroups channels (C % ngroups == 0) normalised separately:
+	 *   g = y * silu(z),  rstd[n,k] = 1/sqrt(mean over group k of g^2 + eps),
+	 *   out = g * rstd * w    (w[C], eps 1e-5 in Megatron's mixer)
+	 * rstd[N*ngroups] is saved for backward. Backward: dy, dz OVERWRITTEN
+	 * (NULL: skipped; dz ignored without z), dw ACCUMULATES (may be NULL).
+	 * out may alias y (forward); dy may alias dout (backward). */
+	void (*gated_rmsnorm_forward)(float *out, float *rstd, const float *y, const float *z, const float *w, int N,
+				      int C, int ngroups, float eps);
+	void (*gated_rmsnorm_backward)(float *dy, float *dz, float *dw, const float *dout, const float *y,
+				       const float *z, const float *w, const float *rstd, int N, int C, int ngroups);
 };
 
 /* The CPU backend (always present). */
 const struct kops *kops_cpu(void);
 
 /* The name of the first op that k leaves NULL, or NULL when every op is
- * there; kops_check(k) makes a missing op a BUG naming it and the table.
+ * there (optional ops aside); kops_check(k) makes a missing op a BUG
+ * naming it and the table.
  * Every table is checked when it is built (the CPU, CUDA and half tables,
  * the profiling wrapper); the counting table of report_memory, which has
  * only the memory ops, is not a table to compute with. kops_count() and
@@ -432,6 +501,9 @@ const char *kops_missing(const struct kops *k);
 void kops_check(const struct kops *k);
 int kops_count(void);
 const char *kops_op_name(int i);
+/* op i is one a backend may leave NULL (the Mamba-2 section): kops_missing
+ * passes over it */
+bool kops_op_optional(int i);
 /* op i of k as a generic function pointer (NULL when missing): which
  * function a table holds, to compare tables */
 typedef void (*kops_fn)(void);

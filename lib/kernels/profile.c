@@ -18,7 +18,8 @@ enum {
 	P_GELU_F, P_GELU_B, P_SWIGLU_F, P_SWIGLU_B, P_QKV_F, P_QKV_B, P_ATTN_F, P_ATTN_B,
 	P_DROP_F, P_DROP_B, P_XENT_F, P_XENT_B, P_ADD, P_SCALE, P_SUMSQ, P_NONFINITE, P_ROUND, P_NARROW, P_WIDEN,
 	P_ADAMW, P_MOE_F, P_MOE_B, P_SUMSQ_SEGS, P_ADAMW_SEGS, P_ADAMW_SEGS_LP, P_FP8_AMAX, P_FP8_QUANT, P_FP8_GEMM,
-	P_FP8_TRANSPOSE, P_FP8_AMAX_BLOCKS, P_FP8_QUANT_BLOCKS, P_ABLK_F, P_ABLK_B, P_NOPS
+	P_FP8_TRANSPOSE, P_FP8_AMAX_BLOCKS, P_FP8_QUANT_BLOCKS, P_ABLK_F, P_ABLK_B, P_CONV_F, P_CONV_B, P_SCAN_F,
+	P_SCAN_B, P_GNORM_F, P_GNORM_B, P_NOPS
 };
 
 static const char *const prof_names[P_NOPS] = {
@@ -31,7 +32,8 @@ static const char *const prof_names[P_NOPS] = {
 	"add", "scale", "sumsq", "nonfinite", "round", "narrow", "widen",
 	"adamw", "moe_combine_forward", "moe_combine_backward", "sumsq_segs", "adamw_segs", "adamw_segs_lp",
 	"fp8_amax", "fp8_quantize", "fp8_gemm", "fp8_transpose", "fp8_amax_blocks", "fp8_quantize_blocks",
-	"attention_block_forward", "attention_block_backward",
+	"attention_block_forward", "attention_block_backward", "ssm_conv_forward", "ssm_conv_backward",
+	"ssd_scan_forward", "ssd_scan_backward", "gated_rmsnorm_forward", "gated_rmsnorm_backward",
 };
 
 struct prof_row {
@@ -495,10 +497,69 @@ static void w_attention_block_backward(float *dq, float *dk, float *dv, const fl
 	prof_end(P_ABLK_B, t, 2.5 * attn_flops(B, a, Tq, Tk, k), 0);
 }
 
+/* The Mamba-2 ops. The convolution: 2 flops per tap and value; the scan:
+ * 5 flops per state element and step forward (the update, and y's dot
+ * product), 16 backward (the forward twice more, then the adjoint sweep);
+ * the norm by its bytes. */
+static void w_ssm_conv_forward(float *out, const float *x, const float *hist, const float *w, const float *bias,
+			       int B, int T, int C, int W)
+{
+	double t = prof_begin();
+	P.base->ssm_conv_forward(out, x, hist, w, bias, B, T, C, W);
+	prof_end(P_CONV_F, t, 2.0 * B * T * C * W, 0);
+}
+
+static void w_ssm_conv_backward(float *dx, float *dw, float *dbias, const float *dout, const float *x,
+				const float *hist, const float *w, const float *bias, int B, int T, int C, int W)
+{
+	double t = prof_begin();
+	P.base->ssm_conv_backward(dx, dw, dbias, dout, x, hist, w, bias, B, T, C, W);
+	prof_end(P_CONV_B, t, 6.0 * B * T * C * W, 0);
+}
+
+static void w_ssd_scan_forward(float *y, float *state_out, const float *x, const float *dt, const float *dt_bias,
+			       const float *A_log, const float *Bm, const float *Cm, const float *D,
+			       const float *state_in, int B, int T, int H, int P_, int G, int N, int chunk)
+{
+	double t = prof_begin();
+	P.base->ssd_scan_forward(y, state_out, x, dt, dt_bias, A_log, Bm, Cm, D, state_in, B, T, H, P_, G, N, chunk);
+	prof_end(P_SCAN_F, t, 5.0 * B * T * H * P_ * N, 0);
+}
+
+static void w_ssd_scan_backward(float *dx, float *ddt, float *ddt_bias, float *dA_log, float *dBm, float *dCm,
+				float *dD, float *dstate_in, const float *dy, const float *dstate_out, const float *x,
+				const float *dt, const float *dt_bias, const float *A_log, const float *Bm,
+				const float *Cm, const float *D, const float *state_in, int B, int T, int H, int P_,
+				int G, int N, int chunk)
+{
+	double t = prof_begin();
+	P.base->ssd_scan_backward(dx, ddt, ddt_bias, dA_log, dBm, dCm, dD, dstate_in, dy, dstate_out, x, dt, dt_bias,
+				  A_log, Bm, Cm, D, state_in, B, T, H, P_, G, N, chunk);
+	prof_end(P_SCAN_B, t, 16.0 * B * T * H * P_ * N, 0);
+}
+
+static void w_gated_rmsnorm_forward(float *out, float *rstd, const float *y, const float *z, const float *w, int N,
+				    int C, int ngroups, float eps)
+{
+	double t = prof_begin();
+	P.base->gated_rmsnorm_forward(out, rstd, y, z, w, N, C, ngroups, eps);
+	prof_end(P_GNORM_F, t, 0, F4 * (z ? 3 : 2) * N * C);
+}
+
+static void w_gated_rmsnorm_backward(float *dy, float *dz, float *dw, const float *dout, const float *y,
+				     const float *z, const float *w, const float *rstd, int N, int C, int ngroups)
+{
+	double t = prof_begin();
+	P.base->gated_rmsnorm_backward(dy, dz, dw, dout, y, z, w, rstd, N, C, ngroups);
+	prof_end(P_GNORM_B, t, 0, F4 * (z ? 5 : 3) * N * C);
+}
+
 /* ---- the table ---- */
 
-/* the wrapper of each op (the base has them all: kops_check) */
+/* the wrapper of each op (the base has them all: kops_check; the optional
+ * ones are wrapped where the base has them, and stay NULL where not) */
 #define WRAP(op, fn) P.table.op = fn
+#define WRAP_OPT(op, fn) P.table.op = P.base->op ? fn : NULL
 
 const struct kops *kops_profile_wrap(const struct kops *base)
 {
@@ -557,6 +618,12 @@ const struct kops *kops_profile_wrap(const struct kops *base)
 	WRAP(fp8_quantize_blocks, w_fp8_quantize_blocks);
 	WRAP(attention_block_forward, w_attention_block_forward);
 	WRAP(attention_block_backward, w_attention_block_backward);
+	WRAP_OPT(ssm_conv_forward, w_ssm_conv_forward);
+	WRAP_OPT(ssm_conv_backward, w_ssm_conv_backward);
+	WRAP_OPT(ssd_scan_forward, w_ssd_scan_forward);
+	WRAP_OPT(ssd_scan_backward, w_ssd_scan_backward);
+	WRAP_OPT(gated_rmsnorm_forward, w_gated_rmsnorm_forward);
+	WRAP_OPT(gated_rmsnorm_backward, w_gated_rmsnorm_backward);
 	return &P.table;
 }
 
