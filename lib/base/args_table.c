@@ -448,11 +448,11 @@ const struct flag_def args_table[] = {
 	  "load iteration N instead of the latest" },
 	{ "--exit-on-missing-checkpoint", FK_BOOL, F(exit_on_missing_checkpoint), TR, 0, "checkpointing", NULL,
 	  NULL, NULL, "fail when --load has no checkpoint (default: start from scratch with a warning)" },
-	{ "--ckpt-format", FK_STR, F(ckpt_format), TR, 0, "checkpointing", "hdf5",
+	{ "--ckpt-format", FK_STR, F(ckpt_format), TR | PROG_CONVERT, 0, "checkpointing", "hdf5",
 	  "torch|torch_dist|torch_dcp|fsdp_dtensor|hdf5", "FMT",
-	  "megac reads and writes its own HDF5 checkpoint (docs/checkpoint-format.md), also when the flag is "
-	  "not given (Megatron's default is torch_dist); naming one of Megatron's formats is refused until "
-	  "megac has them" },
+	  "train reads and writes megac's HDF5 checkpoint (docs/checkpoint-format.md), also when the flag is "
+	  "not given (Megatron's default is torch_dist); ckpt_convert --to megatron writes torch, Megatron's "
+	  "legacy format (docs/megatron-checkpoints.md); the other formats are refused until megac has them" },
 	{ "--exit-on-failed-save", FK_BOOL, F(exit_on_failed_save), TR, 0, "checkpointing", NULL, NULL, NULL,
 	  "(megac) stop when a save fails (default: log the error and train on; the last good checkpoint "
 	  "stays the latest)" },
@@ -686,8 +686,9 @@ const struct flag_def args_table[] = {
 	  "requests that do not say return log-probs" },
 
 	/* ---- ckpt_convert (megac) ---- */
-	{ "--to", FK_STR, F(convert_to), PROG_CONVERT, 0, "conversion", "megac", "megac|hf", "FORMAT",
-	  "(megac) hf: write a Hugging Face folder (config.json, safetensors)" },
+	{ "--to", FK_STR, F(convert_to), PROG_CONVERT, 0, "conversion", "megac", "megac|hf|megatron", "FORMAT",
+	  "(megac) hf: write a Hugging Face folder (config.json, safetensors); megatron: Megatron-LM's own "
+	  "checkpoint (--ckpt-format torch, the legacy format) for the target TP/PP layout" },
 	{ "--from", FK_STR, F(convert_from), PROG_CONVERT, 0, "conversion", "megac", "megac|hf", "FORMAT",
 	  "(megac) hf: --load is a Hugging Face folder (GPT2LMHeadModel, LlamaForCausalLM)" },
 	{ "--target-tensor-parallel-size", FK_INT, F(target_tensor_parallel_size), PROG_CONVERT, 0, "conversion", "1",
@@ -867,9 +868,10 @@ const char *const args_checkpoint_sizes[] = { "--num-layers", "--hidden-size", "
  * implement: refused by name with the reason, like the flags of
  * args_megatron.c. */
 const struct refused_value args_refused_values[] = {
-	{ "--ckpt-format", "hdf5",
-	  "Megatron's checkpoint formats are not in megac yet: megac reads and writes its own HDF5 checkpoint "
-	  "(docs/checkpoint-format.md), which it uses when --ckpt-format is not given" },
+	{ "--ckpt-format", "hdf5|torch",
+	  "megac reads and writes its own HDF5 checkpoint (docs/checkpoint-format.md), which it uses when "
+	  "--ckpt-format is not given; ckpt_convert --to megatron writes Megatron's legacy torch format; "
+	  "torch_dist, torch_dcp and fsdp_dtensor are not in megac yet" },
 	{ "--tokenizer-type",
 	  "GPT2BPETokenizer|HuggingFaceTokenizer|TikTokenizer|NullTokenizer|SentencePieceTokenizer|"
 	  "GPTSentencePieceTokenizer|Llama2Tokenizer|SFTTokenizer",

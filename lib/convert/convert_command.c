@@ -26,6 +26,7 @@
 #include "ckpt/dtype.h"
 #include "ckpt/safetensors.h"
 #include "convert/hf_map.h"
+#include "convert/megatron_ckpt.h"
 #include "data/tok.h"
 #include "dist/layout.h"
 #include "model/ckpt_tok.h"
@@ -1322,6 +1323,53 @@ int convert_command(const struct args *a0)
 	return rc;
 }
 
+/* megac -> Megatron's legacy torch format, for a target TP/PP layout. */
+static int to_megatron(const struct args *a)
+{
+	const char *fmt = args_given(a, "--ckpt-format") ? a->ckpt_format : "torch";
+	if (strcmp(fmt, "torch"))
+		return error("--to megatron --ckpt-format %s: megac writes Megatron's legacy torch format", fmt);
+	int tp, pp, vpp;
+	if (target_layout(a, &tp, &pp, &vpp) < 0)
+		return -1;
+	if (vpp > 1)
+		return error("--to megatron: virtual pipeline stages are not written in Megatron's format yet");
+	int64_t iter;
+	struct ckpt_reader *r = open_source(a, &iter);
+	if (!r)
+		return -1;
+	struct gpt_config c;
+	int mf = ckpt_file_open(r, "model.h5");
+	if (mf < 0 || ckpt_check_iteration(r) < 0 || gpt_config_from_ckpt(&c, r, mf) < 0 || check_true_vocab(a, &c) < 0) {
+		ckpt_close(r);
+		return -1;
+	}
+	/* Megatron pads the vocabulary for the target TP: --make-vocab-size-divisible-by x TP */
+	int64_t vp = gpt_padded_vocab(c.V, a->make_vocab_size_divisible_by, tp);
+	struct gpt_config target = c;
+	target.Vp = (int)vp;
+	if (vp < 0 || check_layout(&target, tp, pp, vpp) < 0) {
+		ckpt_close(r);
+		return -1;
+	}
+	enum ckpt_dtype dt = dtype_flag(a->dtype, CKPT_F32);
+	char *it = ckpt_iter_path(a->save, iter);
+	struct stat st;
+	bool exists = stat(it, &st) == 0;
+	if (exists)
+		error("'%s' exists: ckpt_convert does not overwrite a checkpoint", it);
+	free(it);
+	if (exists) {
+		ckpt_close(r);
+		return -1;
+	}
+	struct megatron_export e = { .r = r, .mf = mf, .c = &target, .src_vp = c.Vp, .iteration = iter, .tp = tp,
+				     .pp = pp, .dtype = dt };
+	int rc = megatron_torch_export(a, &e);
+	ckpt_close(r);
+	return rc;
+}
+
 static int convert(const struct args *a)
 {
 	const char *to = a->convert_to ? a->convert_to : "megac", *from = a->convert_from ? a->convert_from : "megac";
@@ -1331,6 +1379,11 @@ static int convert(const struct args *a)
 		return error("--save DIR: where the converted checkpoint goes");
 	if (!strcmp(to, "hf"))
 		return to_hf(a);
+	if (!strcmp(to, "megatron")) {
+		if (strcmp(from, "megac"))
+			return error("--to megatron reads a megac checkpoint (--from megac)");
+		return to_megatron(a);
+	}
 	if (!strcmp(from, "hf"))
 		return from_hf(a);
 	return megac_to_megac(a);

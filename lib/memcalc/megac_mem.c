@@ -87,6 +87,11 @@ static const struct kops plan_cuda = {
 	.attention_block_backward = plan_block_backward,
 };
 
+const struct kops *megac_mem_plan_ops(bool cuda)
+{
+	return cuda ? &plan_cuda : &plan_cpu;
+}
+
 bool megac_mem_cuda(const struct args *a)
 {
 	return !a->device || strcmp(a->device, "cpu") != 0;

@@ -23,6 +23,8 @@
 
 #include "base/args.h"
 
+struct kops;
+
 struct megac_stage_mem {
 	int pp_stage;
 	int first_rank;         /* world rank of the stage's tensor/context/data-parallel rank 0 */
@@ -47,6 +49,10 @@ struct megac_stage_mem {
 /* The backend --device plans for: true for cuda (and auto: a planned job
  * runs on GPUs), false for cpu. */
 bool megac_mem_cuda(const struct args *a);
+/* The counting op tables report_memory builds models with (cuda: the CUDA
+ * table's flash path): a model set up with one allocates nothing, and its
+ * parameter registry says what each rank holds. */
+const struct kops *megac_mem_plan_ops(bool cuda);
 
 /* One entry per pipeline stage (tensor-parallel rank 0; the other TP ranks
  * hold the same sizes, data-parallel rank 0's shard is the largest). vocab:

@@ -272,7 +272,7 @@ static void test_all_problems_in_one_message(void)
 	CHECK(msg && strstr(msg, "--fp4-format, --fp4-recipe are Megatron flags that megac does not support: "
 				 "FP4 training"));
 	CHECK(msg && strstr(msg, "--freeze-all-layers is a Megatron flag that megac does not support"));
-	CHECK(msg && strstr(msg, "--ckpt-format torch_dist: Megatron's checkpoint formats are not in megac yet"));
+	CHECK(msg && strstr(msg, "--ckpt-format torch_dist: megac reads and writes its own HDF5 checkpoint"));
 	CHECK(msg && strstr(msg, "unexpected argument 'stray'"));
 	CHECK(msg && strstr(msg, "missing required flag --hidden-size"));
 	/* accepted flags are not problems, and their values are not strays */

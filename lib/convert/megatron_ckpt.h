@@ -1,0 +1,32 @@
+/*
+ * megatron_ckpt.h - ckpt_convert's Megatron side: Megatron-LM's legacy
+ * `torch` checkpoint format (iter_N/mp_rank_TT[_PPP]/model_optim_rng.pt,
+ * torch.save's zip of a pickled state dict) out of megac's
+ * layout-independent HDF5 checkpoint. docs/megatron-checkpoints.md says what
+ * is written and read.
+ */
+#ifndef MEGAC_CONVERT_MEGATRON_CKPT_H
+#define MEGAC_CONVERT_MEGATRON_CKPT_H
+
+#include <stdint.h>
+
+#include "base/args.h"
+#include "ckpt/ckpt.h"
+#include "model/gpt_config.h"
+
+/* What the export needs of the source (opened by convert_command.c). */
+struct megatron_export {
+	struct ckpt_reader *r; /* the megac checkpoint */
+	int mf;                /* its model.h5 */
+	const struct gpt_config *c; /* its model, vocabulary padded for the target (Vp) */
+	int src_vp;            /* the rows its vocabulary tensors hold */
+	int64_t iteration;
+	int tp, pp;            /* the target layout */
+	enum ckpt_dtype dtype; /* of the written tensors: CKPT_F32, CKPT_BF16 or CKPT_F16 */
+};
+
+/* Write --save as Megatron's legacy checkpoint of e's model (all or
+ * nothing: a hidden directory renamed into place, the tracker last). */
+int megatron_torch_export(const struct args *a, const struct megatron_export *e);
+
+#endif
