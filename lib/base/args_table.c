@@ -689,8 +689,9 @@ const struct flag_def args_table[] = {
 	{ "--to", FK_STR, F(convert_to), PROG_CONVERT, 0, "conversion", "megac", "megac|hf|megatron", "FORMAT",
 	  "(megac) hf: write a Hugging Face folder (config.json, safetensors); megatron: Megatron-LM's own "
 	  "checkpoint (--ckpt-format torch, the legacy format) for the target TP/PP layout" },
-	{ "--from", FK_STR, F(convert_from), PROG_CONVERT, 0, "conversion", "megac", "megac|hf", "FORMAT",
-	  "(megac) hf: --load is a Hugging Face folder (GPT2LMHeadModel, LlamaForCausalLM)" },
+	{ "--from", FK_STR, F(convert_from), PROG_CONVERT, 0, "conversion", "megac", "megac|hf|megatron", "FORMAT",
+	  "(megac) hf: --load is a Hugging Face folder (GPT2LMHeadModel, LlamaForCausalLM); megatron: Megatron-LM's "
+	  "legacy torch checkpoint (its weights)" },
 	{ "--target-tensor-parallel-size", FK_INT, F(target_tensor_parallel_size), PROG_CONVERT, 0, "conversion", "1",
 	  NULL, "T", "the layout the checkpoint is for: checked against the model, vocabulary padded for it" },
 	{ "--target-pipeline-parallel-size", FK_INT, F(target_pipeline_parallel_size), PROG_CONVERT, 0, "conversion",

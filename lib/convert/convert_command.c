@@ -26,6 +26,7 @@
 #include "ckpt/dtype.h"
 #include "ckpt/safetensors.h"
 #include "convert/hf_map.h"
+#include "convert/convert_int.h"
 #include "convert/megatron_ckpt.h"
 #include "data/tok.h"
 #include "dist/layout.h"
@@ -126,7 +127,7 @@ static char *first_missing(const char *path)
 
 static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw);
 
-static void remove_tree(const char *path)
+void convert_remove_tree(const char *path)
 {
 	if (path)
 		nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
@@ -176,9 +177,9 @@ static int out_dir_commit(struct out_dir *d)
 static void out_dir_free(struct out_dir *d, int abort)
 {
 	if (abort && d->tmp)
-		remove_tree(d->tmp);
+		convert_remove_tree(d->tmp);
 	if (abort)
-		remove_tree(d->created);
+		convert_remove_tree(d->created);
 	free(d->created);
 	free(d->final);
 	free(d->tmp);
@@ -693,7 +694,7 @@ static int target_layout(const struct args *a, int *tp, int *pp, int *vpp)
 }
 
 /* Root attributes of model.h5 for a converted checkpoint. */
-static int put_model_attrs(struct ckpt_writer *w, int mf, int64_t iteration, const char *config)
+int convert_put_model_attrs(struct ckpt_writer *w, int mf, int64_t iteration, const char *config)
 {
 	if (ckpt_put_attr_i64(w, mf, NULL, "iteration", iteration) < 0 ||
 	    ckpt_put_attr_f64(w, mf, NULL, "checkpoint_version", 3.0) < 0 ||
@@ -709,7 +710,7 @@ static int put_model_attrs(struct ckpt_writer *w, int mf, int64_t iteration, con
 
 /* A megac destination: never the source, never over an existing iteration,
  * never moving a tracker back; *created is what to remove on failure. */
-static int megac_dest(const struct args *a, int64_t iter, char **created)
+int convert_megac_dest(const struct args *a, int64_t iter, char **created)
 {
 	*created = NULL;
 	if (a->dtype && strcmp(a->dtype, "fp32"))
@@ -898,7 +899,7 @@ static int from_hf(const struct args *a)
 		return -1;
 	}
 	char *created;
-	if (megac_dest(a, 0, &created) < 0) {
+	if (convert_megac_dest(a, 0, &created) < 0) {
 		free(ts);
 		st_folder_close(f);
 		return -1;
@@ -913,7 +914,7 @@ static int from_hf(const struct args *a)
 	rc = w ? stage_writer_init(&sw, w, "model", c.L, pp, vpp, 0) : -1;
 	char *config = gpt_config_to_json(&c, 1.0);
 	if (rc == 0)
-		rc = put_model_attrs(w, sw.files[0], 0, config);
+		rc = convert_put_model_attrs(w, sw.files[0], 0, config);
 	if (rc == 0) /* weights only: train --finetune (or --no-load-optim) */
 		rc = ckpt_put_attr_i64(w, sw.files[0], NULL, "optimizer_state_saved", 0);
 	if (rc == 0 && have_tok == 0)
@@ -946,7 +947,7 @@ static int from_hf(const struct args *a)
 	if (w)
 		stage_writer_free(&sw);
 	if (rc < 0)
-		remove_tree(created);
+		convert_remove_tree(created);
 	free(created);
 	if (rc == 0 && a->verify) { /* read every tensor back through the reader train uses */
 		struct ckpt_reader *r = ckpt_open(a->save, 0);
@@ -1180,7 +1181,7 @@ static int megac_to_megac(const struct args *a)
 											: "the default divisor 128",
 			tp, c.Vp);
 	char *created;
-	if (megac_dest(a, iter, &created) < 0) {
+	if (convert_megac_dest(a, iter, &created) < 0) {
 		ckpt_close(r);
 		return -1;
 	}
@@ -1200,7 +1201,7 @@ static int megac_to_megac(const struct args *a)
 			      "= 1): the checkpoint is damaged; give --no-optim to convert the weights alone",
 			      ckpt_reader_dir(r));
 			ckpt_close(r);
-			remove_tree(created);
+			convert_remove_tree(created);
 			free(created);
 			return -1;
 		}
@@ -1209,20 +1210,20 @@ static int megac_to_megac(const struct args *a)
 				"(resume it with --no-load-optim, or --finetune)", ckpt_reader_dir(r));
 		if (optim && (of = ckpt_file_open(r, "optim.h5")) < 0) {
 			ckpt_close(r);
-			remove_tree(created);
+			convert_remove_tree(created);
 			free(created);
 			return -1;
 		}
 	}
 	if (ckpt_check_iteration(r) < 0) {
 		ckpt_close(r);
-		remove_tree(created);
+		convert_remove_tree(created);
 		free(created);
 		return -1;
 	}
 	struct ckpt_writer *w = ckpt_begin(a->save, iter);
 	if (!w) {
-		remove_tree(created);
+		convert_remove_tree(created);
 		free(created);
 		ckpt_close(r);
 		return -1;
@@ -1250,7 +1251,7 @@ static int megac_to_megac(const struct args *a)
 	else
 		ckpt_abort(w);
 	if (rc < 0)
-		remove_tree(created);
+		convert_remove_tree(created);
 	free(created);
 	stage_writer_free(&ms);
 	if (optim)
@@ -1386,5 +1387,7 @@ static int convert(const struct args *a)
 	}
 	if (!strcmp(from, "hf"))
 		return from_hf(a);
+	if (!strcmp(from, "megatron"))
+		return megatron_torch_import(a);
 	return megac_to_megac(a);
 }

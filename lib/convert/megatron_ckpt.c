@@ -36,14 +36,19 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "base/error.h"
 #include "base/xalloc.h"
 #include "ckpt/dtype.h"
 #include "ckpt/pickle.h"
 #include "ckpt/torch_zip.h"
+#include "convert/convert_int.h"
+#include "data/tok.h"
 #include "dist/dist.h"
 #include "memcalc/megac_mem.h"
 #include "model/gpt.h"
+#include "model/gpt_ckpt.h"
 #include "tensor/mem.h"
 #include "tensor/params.h"
 
@@ -118,55 +123,48 @@ static void te_extra_state(struct pk_doc *d, struct pk_value *model, const char 
 	}
 }
 
-/* Megatron's args, as much as its loader and tools read of a model. */
-static struct pk_value *args_namespace(struct pk_doc *d, const struct megatron_export *e)
+/* A JSON scalar as a pickle value; NULL for arrays and objects. */
+static struct pk_value *pk_of_json(struct pk_doc *d, const json_t *v)
 {
-	const struct gpt_config *c = e->c;
+	switch (json_typeof(v)) {
+	case JSON_INTEGER:
+		return pk_int(d, json_integer_value(v));
+	case JSON_REAL:
+		return pk_float(d, json_real_value(v));
+	case JSON_TRUE:
+	case JSON_FALSE:
+		return pk_bool(d, json_is_true(v));
+	case JSON_STRING:
+		return pk_str(d, json_string_value(v));
+	case JSON_NULL:
+		return pk_none(d);
+	default:
+		return NULL;
+	}
+}
+
+/* Megatron's args: the model configuration megac records (its keys are
+ * Megatron's argument names), the target layout and the dtype. */
+static struct pk_value *args_namespace(struct pk_doc *d, const struct megatron_export *e, const json_t *config)
+{
 	struct pk_value *ns = pk_namespace(d), *st = ns->obj.state;
-	struct {
-		const char *k;
-		int64_t v;
-	} ints[] = {
-		{ "num_layers", c->L },
-		{ "hidden_size", c->h },
-		{ "ffn_hidden_size", c->f },
-		{ "num_attention_heads", c->a },
-		{ "num_query_groups", c->g },
-		{ "kv_channels", c->k },
-		{ "seq_length", c->S },
-		{ "max_position_embeddings", c->P },
-		{ "padded_vocab_size", c->Vp },
-		{ "tensor_model_parallel_size", e->tp },
-		{ "pipeline_model_parallel_size", e->pp },
-		{ "iteration", e->iteration < 0 ? 0 : e->iteration },
-		{ "consumed_train_samples", 0 },
-		{ "consumed_valid_samples", 0 },
-	};
-	for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++)
-		pk_set_str(d, st, ints[i].k, pk_int(d, ints[i].v));
-	struct {
-		const char *k;
-		bool v;
-	} bools[] = {
-		{ "group_query_attention", c->g != c->a },
-		{ "add_position_embedding", !c->rope },
-		{ "swiglu", c->swiglu },
-		{ "add_bias_linear", c->bias },
-		{ "add_qkv_bias", c->qkv_bias },
-		{ "qk_layernorm", c->qk_norm },
-		{ "untie_embeddings_and_output_weights", c->untied },
-		{ "apply_layernorm_1p", c->norm_1p },
-		{ "bf16", e->dtype == CKPT_BF16 },
-		{ "fp16", e->dtype == CKPT_F16 },
-	};
-	for (size_t i = 0; i < sizeof(bools) / sizeof(bools[0]); i++)
-		pk_set_str(d, st, bools[i].k, pk_bool(d, bools[i].v));
-	pk_set_str(d, st, "position_embedding_type", pk_str(d, c->yarn ? "yarn" : c->rope ? "rope" : "learned_absolute"));
-	pk_set_str(d, st, "normalization", pk_str(d, c->rmsnorm ? "RMSNorm" : "LayerNorm"));
-	char eps[32]; /* the flag's decimal, not the float's binary value */
-	snprintf(eps, sizeof(eps), "%.7g", (double)c->eps);
-	pk_set_str(d, st, "norm_epsilon", pk_float(d, strtod(eps, NULL)));
+	const char *key;
+	json_t *v;
+	json_object_foreach((json_t *)config, key, v) {
+		struct pk_value *pv = pk_of_json(d, v);
+		if (pv)
+			pk_set_str(d, st, key, pv);
+	}
+	pk_set_str(d, st, "padded_vocab_size", pk_int(d, e->c->Vp));
+	pk_set_str(d, st, "tensor_model_parallel_size", pk_int(d, e->tp));
+	pk_set_str(d, st, "pipeline_model_parallel_size", pk_int(d, e->pp));
 	pk_set_str(d, st, "virtual_pipeline_model_parallel_size", pk_none(d));
+	pk_set_str(d, st, "add_position_embedding", pk_bool(d, !e->c->rope));
+	pk_set_str(d, st, "iteration", pk_int(d, e->iteration < 0 ? 0 : e->iteration));
+	pk_set_str(d, st, "consumed_train_samples", pk_int(d, 0));
+	pk_set_str(d, st, "consumed_valid_samples", pk_int(d, 0));
+	pk_set_str(d, st, "bf16", pk_bool(d, e->dtype == CKPT_BF16));
+	pk_set_str(d, st, "fp16", pk_bool(d, e->dtype == CKPT_F16));
 	pk_set_str(d, st, "ckpt_format", pk_str(d, "torch"));
 	pk_set_str(d, st, "params_dtype", pk_global(d, e->dtype == CKPT_BF16 ? "torch.bfloat16" :
 						 e->dtype == CKPT_F16 ? "torch.float16" : "torch.float32"));
@@ -256,7 +254,7 @@ static int fsync_dir(const char *dir)
 	return rc;
 }
 
-static int write_rank(const struct megatron_export *e, const char *tmp, int stage, int rank)
+static int write_rank(const struct megatron_export *e, const json_t *config, const char *tmp, int stage, int rank)
 {
 	const struct gpt_config *c = e->c;
 	struct dist_group tpg = { .name = "tensor-model-parallel", .rank = rank, .size = e->tp };
@@ -269,7 +267,7 @@ static int write_rank(const struct megatron_export *e, const char *tmp, int stag
 	int l0 = m.chunks[0].l0;
 	struct pk_doc *d = pk_doc_new();
 	struct pk_value *root = pk_dict(d), *model = pk_odict(d);
-	pk_set_str(d, root, "args", args_namespace(d, e));
+	pk_set_str(d, root, "args", args_namespace(d, e, config));
 	pk_set_str(d, root, "checkpoint_version", pk_float(d, 3.0));
 	pk_set_str(d, root, "iteration", pk_int(d, e->iteration < 0 ? 0 : e->iteration));
 	pk_set_str(d, root, "model", model);
@@ -298,16 +296,342 @@ int megatron_torch_export(const struct args *a, const struct megatron_export *e)
 		return error("--to megatron: mixture-of-experts layers are not written in Megatron's format yet");
 	if (c->mtp)
 		return error("--to megatron: multi-token prediction layers are not written in Megatron's format yet");
-	struct ckpt_writer *w = ckpt_begin(a->save, e->iteration);
-	if (!w)
+	char *text;
+	if (ckpt_get_attr_str(e->r, e->mf, NULL, "config", &text) < 0)
 		return -1;
-	int rc = 0;
+	json_t *config = json_loads(text, 0, NULL);
+	free(text);
+	if (!json_is_object(config)) {
+		json_decref(config);
+		return error("'%s/model.h5': the model configuration is not a JSON object", ckpt_reader_dir(e->r));
+	}
+	struct ckpt_writer *w = ckpt_begin(a->save, e->iteration);
+	int rc = w ? 0 : -1;
 	for (int s = 0; rc == 0 && s < e->pp; s++)
 		for (int t = 0; rc == 0 && t < e->tp; t++)
-			rc = write_rank(e, ckpt_tmp_dir(w), s, t);
+			rc = write_rank(e, config, ckpt_tmp_dir(w), s, t);
+	json_decref(config);
 	if (rc < 0) {
-		ckpt_abort(w);
+		if (w)
+			ckpt_abort(w);
 		return -1;
 	}
 	return ckpt_commit(w);
+}
+
+/* ---- Megatron's legacy format -> megac ---- */
+
+/* One rank file of the checkpoint being read. */
+struct rank_in {
+	struct pk_doc *d;
+	struct pk_value *root;  /* the file's dict */
+	struct pk_value *model; /* its "model" dict */
+	char *path;
+};
+
+/* The TP and PP sizes of iteration directory dir, from its mp_rank_TT[_PPP]
+ * folders, which must form the whole grid. */
+static int find_layout(const char *dir, int *tp, int *pp)
+{
+	*tp = *pp = 0;
+	for (int t = 0; t < 1000; t++) {
+		char *p = xasprintf("%s/mp_rank_%02d/model_optim_rng.pt", dir, t);
+		char *q = xasprintf("%s/mp_rank_%02d_000/model_optim_rng.pt", dir, t);
+		bool flat = access(p, R_OK) == 0, staged = access(q, R_OK) == 0;
+		free(p);
+		free(q);
+		if (!flat && !staged)
+			break;
+		if (t == 0)
+			*pp = staged ? -1 : 1;
+		else if ((*pp == 1) != flat)
+			return error("'%s': mp_rank_%02d is laid out unlike mp_rank_00 (with and without pipeline stages)",
+				     dir, t);
+		*tp = t + 1;
+	}
+	if (*tp == 0)
+		return error("'%s' holds no mp_rank_00/model_optim_rng.pt or mp_rank_00_000/model_optim_rng.pt: not "
+			     "Megatron's legacy torch format (torch_dist and fsdp_dtensor are not read yet)",
+			     dir);
+	if (*pp < 0) {
+		int s = 0;
+		for (;; s++) {
+			char *q = xasprintf("%s/mp_rank_00_%03d/model_optim_rng.pt", dir, s);
+			bool there = access(q, R_OK) == 0;
+			free(q);
+			if (!there)
+				break;
+		}
+		*pp = s;
+		for (int t = 0; t < *tp; t++)
+			for (int st = 0; st < *pp; st++) {
+				char *q = xasprintf("%s/mp_rank_%02d_%03d/model_optim_rng.pt", dir, t, st);
+				bool there = access(q, R_OK) == 0;
+				if (!there)
+					error("'%s' is missing: the checkpoint has %d x %d ranks", q, *tp, *pp);
+				free(q);
+				if (!there)
+					return -1;
+			}
+	}
+	return 0;
+}
+
+/* The model configuration from Megatron's args (a Namespace), as the JSON
+ * megac records: the scalar attributes under their own names, with
+ * Megatron's defaults where its args hold None. vocab: the true
+ * vocabulary, or -1 for the padded one. */
+static char *config_of_args(const struct pk_value *ns, int64_t vocab, double *rotary_percent, const char *where)
+{
+	if (!ns || ns->kind != PK_OBJECT || !ns->obj.state || ns->obj.state->kind != PK_DICT) {
+		error("%s: 'args' is not an argparse.Namespace", where);
+		return NULL;
+	}
+	const struct pk_seq *a = &ns->obj.state->seq;
+	json_t *o = json_object();
+	for (size_t i = 0; i < a->n; i++) {
+		const struct pk_value *k = a->v[2 * i], *v = a->v[2 * i + 1];
+		if (k->kind != PK_STR)
+			continue;
+		json_t *j = v->kind == PK_INT	? json_integer(v->i) :
+			    v->kind == PK_FLOAT ? json_real(v->f) :
+			    v->kind == PK_BOOL	? json_boolean(v->b) :
+			    v->kind == PK_STR	? json_string(v->s.p) :
+			    v->kind == PK_NONE	? json_null() :
+						  NULL;
+		if (j)
+			json_object_set_new(o, k->s.p, j);
+	}
+	json_t *h = json_object_get(o, "hidden_size"), *na = json_object_get(o, "num_attention_heads");
+	if (json_is_integer(h) && json_is_integer(na) && json_integer_value(na) > 0) {
+		if (!json_is_integer(json_object_get(o, "num_query_groups")) ||
+		    !json_is_true(json_object_get(o, "group_query_attention")))
+			json_object_set(o, "num_query_groups", na);
+		if (!json_is_integer(json_object_get(o, "kv_channels")))
+			json_object_set_new(o, "kv_channels",
+					    json_integer(json_integer_value(h) / json_integer_value(na)));
+		if (!json_is_integer(json_object_get(o, "ffn_hidden_size")))
+			json_object_set_new(o, "ffn_hidden_size", json_integer(4 * json_integer_value(h)));
+	}
+	if (vocab > 0)
+		json_object_set_new(o, "vocab_size", json_integer(vocab));
+	else if (!json_is_integer(json_object_get(o, "vocab_size")))
+		json_object_set(o, "vocab_size", json_object_get(o, "padded_vocab_size"));
+	json_t *rp = json_object_get(o, "rotary_percent");
+	*rotary_percent = json_is_number(rp) ? json_number_value(rp) : 1.0;
+	if (!json_is_number(rp))
+		json_object_set_new(o, "rotary_percent", json_real(1.0));
+	static const struct {
+		const char *k;
+		double v;
+	} defaults[] = { { "rotary_base", 10000 }, { "init_method_std", 0.02 }, { "hidden_dropout", 0.1 },
+			 { "attention_dropout", 0.1 }, { "norm_epsilon", 1e-5 } };
+	for (size_t i = 0; i < sizeof(defaults) / sizeof(defaults[0]); i++)
+		if (!json_is_number(json_object_get(o, defaults[i].k)))
+			json_object_set_new(o, defaults[i].k, json_real(defaults[i].v));
+	if (!json_is_boolean(json_object_get(o, "bias_gelu_fusion")))
+		json_object_set_new(o, "bias_gelu_fusion", json_false());
+	char *text = json_dumps(o, JSON_SORT_KEYS | JSON_COMPACT);
+	json_decref(o);
+	return text;
+}
+
+/* A rank file's tensor under name, trying the local layer spec's names of
+ * the fused norms too (input_layernorm, pre_mlp_layernorm). */
+static const struct pk_value *find_tensor(const struct pk_value *model, const char *name)
+{
+	const struct pk_value *t = pk_get(model, name);
+	if (t)
+		return t;
+	static const char *const te[][2] = {
+		{ "self_attention.linear_qkv.layer_norm_weight", "input_layernorm.weight" },
+		{ "self_attention.linear_qkv.layer_norm_bias", "input_layernorm.bias" },
+		{ "mlp.linear_fc1.layer_norm_weight", "pre_mlp_layernorm.weight" },
+		{ "mlp.linear_fc1.layer_norm_bias", "pre_mlp_layernorm.bias" },
+	};
+	size_t n = strlen(name);
+	for (size_t i = 0; i < sizeof(te) / sizeof(te[0]); i++) {
+		size_t m = strlen(te[i][0]);
+		if (n < m || strcmp(name + n - m, te[i][0]))
+			continue;
+		char *alt = xasprintf("%.*s%s", (int)(n - m), name, te[i][1]);
+		t = pk_get(model, alt);
+		free(alt);
+		return t;
+	}
+	return NULL;
+}
+
+/* Float elements of a tensor node, in C order, as float32. */
+static int tensor_f32(const struct pk_value *t, const struct param *p, float *out, const char *where, const char *name)
+{
+	if (!t || t->kind != PK_TENSOR)
+		return error("%s: no tensor '%s'", where, name);
+	int nd = p->ndim;
+	int64_t want[2] = { p->local_shape[0], nd == 2 ? p->local_shape[1] : 1 };
+	if (t->t.ndim != nd || t->t.size[0] != want[0] || (nd == 2 && t->t.size[1] != want[1]))
+		return error("%s: tensor '%s' has another shape than the model's for this rank", where, name);
+	enum pk_dtype dt = t->t.storage->st.dtype;
+	size_t n = (size_t)pk_tensor_numel(t);
+	void *raw = xmalloc(n * pk_dtype_size(dt) + 1);
+	pk_tensor_gather(t, raw);
+	int rc = 0;
+	if (dt == PK_DT_F32)
+		memcpy(out, raw, n * sizeof(float));
+	else if (dt == PK_DT_BF16)
+		ckpt_to_f32(CKPT_BF16, raw, n, out);
+	else if (dt == PK_DT_F16)
+		ckpt_to_f32(CKPT_F16, raw, n, out);
+	else
+		rc = error("%s: tensor '%s' is %s, not a float tensor", where, name, pk_dtype_name(dt));
+	free(raw);
+	return rc;
+}
+
+int megatron_torch_import(const struct args *a)
+{
+	if (!a->load)
+		return error("--load DIR: the Megatron checkpoint to read");
+	int64_t iter;
+	int k = ckpt_latest(a->load, &iter);
+	if (k < 0)
+		return -1;
+	if (k > 0)
+		return error("'%s' has no latest_checkpointed_iteration.txt: not a Megatron checkpoint folder", a->load);
+	if (a->iteration >= 0)
+		iter = a->iteration;
+	char *dir = ckpt_iter_path(a->load, iter);
+	int tp, pp;
+	if (find_layout(dir, &tp, &pp) < 0) {
+		free(dir);
+		return -1;
+	}
+	struct rank_in *in = xcalloc((size_t)tp * pp, sizeof(*in));
+	int rc = 0;
+	for (int s = 0; rc == 0 && s < pp; s++)
+		for (int t = 0; rc == 0 && t < tp; t++) {
+			struct rank_in *ri = &in[s * tp + t];
+			ri->path = pp > 1 ? xasprintf("%s/mp_rank_%02d_%03d/model_optim_rng.pt", dir, t, s)
+					  : xasprintf("%s/mp_rank_%02d/model_optim_rng.pt", dir, t);
+			ri->d = pk_doc_new();
+			struct pk_value *root = ri->root = torch_load(ri->d, ri->path);
+			ri->model = root ? pk_get(root, "model") : NULL;
+			if (!root)
+				rc = -1;
+			else if (!ri->model || ri->model->kind != PK_DICT)
+				rc = error("'%s' holds no \"model\" state dict%s", ri->path,
+					   pk_get(root, "model0") ? " (virtual pipeline stages are not read yet)" : "");
+		}
+	/* the model, from rank 0's args and the tokenizer flags */
+	int64_t vocab = -1;
+	if (rc == 0 && a->tokenizer_type) {
+		struct tok_config tc = tok_config_from_args(a);
+		struct tokenizer *tok = tok_load(&tc);
+		if (!tok)
+			rc = -1;
+		else
+			vocab = tok_vocab_size(tok);
+		if (tok)
+			tok_free(tok);
+	}
+	double rotary_percent = 1.0;
+	char *config = NULL;
+	struct gpt_config c;
+	if (rc == 0) {
+		config = config_of_args(pk_get(in[0].root, "args"), vocab, &rotary_percent, in[0].path);
+		if (!config || gpt_config_from_json(&c, config, in[0].path) < 0)
+			rc = -1;
+	}
+	if (rc == 0 && (c.E > 0 || c.mtp))
+		rc = error("%s: mixture-of-experts and multi-token prediction checkpoints are not read yet", in[0].path);
+	char *created = NULL;
+	if (rc == 0)
+		rc = convert_megac_dest(a, iter, &created);
+	struct ckpt_writer *w = rc == 0 ? ckpt_begin(a->save, iter) : NULL;
+	int mf = w ? ckpt_file_create(w, "model.h5") : -1;
+	if (rc == 0 && mf < 0)
+		rc = -1;
+	char *megac_config = rc == 0 ? gpt_config_to_json(&c, rotary_percent) : NULL;
+	if (rc == 0)
+		rc = convert_put_model_attrs(w, mf, iter, megac_config);
+	if (rc == 0) /* the weights only: train --finetune, or --no-load-optim */
+		rc = ckpt_put_attr_i64(w, mf, NULL, "optimizer_state_saved", 0);
+	free(megac_config);
+	/* every stage's tensors, joined over TP by the ranks' registries */
+	int written = 0;
+	for (int s = 0; rc == 0 && s < pp; s++) {
+		struct gpt_model *m = xcalloc((size_t)tp, sizeof(*m));
+		/* each model's pool and group, as long as it lives */
+		struct mem_pool *pool = xcalloc((size_t)tp, sizeof(*pool));
+		struct dist_group *tpg = xcalloc((size_t)tp, sizeof(*tpg));
+		int made = 0;
+		for (int t = 0; rc == 0 && t < tp; t++) {
+			tpg[t] = (struct dist_group){ .name = "tensor-model-parallel", .rank = t, .size = tp };
+			struct gpt_setup pipe = { .B = 1, .precision = GPT_FP32, .tp = &tpg[t], .pp = pp, .stage = s,
+						  .vpp = 1 };
+			mem_pool_init(&pool[t], megac_mem_plan_ops(false));
+			if (gpt_init_pipe(&m[t], &c, megac_mem_plan_ops(false), &pool[t], &pipe) < 0)
+				rc = -1;
+			else
+				made++;
+		}
+		int l0 = rc == 0 ? m[0].chunks[0].l0 : 0;
+		float *global = NULL, *local = NULL;
+		size_t cap = 0;
+		for (int i = 0; rc == 0 && i < m[0].reg.n; i++) {
+			const struct param *p0 = &m[0].reg.p[i];
+			if (p0->flags & PARAM_SHARED) /* the last stage's copy: the first stage's tensor */
+				continue;
+			size_t gn = (size_t)p0->shape[0] * (p0->ndim == 2 ? (size_t)p0->shape[1] : 1);
+			if (gn > cap) {
+				free(global);
+				free(local);
+				global = xmalloc(gn * sizeof(float));
+				local = xmalloc(gn * sizeof(float));
+				cap = gn;
+			}
+			char *name = local_name(p0->name, l0);
+			for (int t = 0; rc == 0 && t < tp; t++) {
+				const struct param *p = &m[t].reg.p[i];
+				rc = tensor_f32(find_tensor(in[s * tp + t].model, name), p, local, in[s * tp + t].path,
+						name);
+				int64_t gcols = p->ndim == 2 ? p->shape[1] : 1;
+				for (size_t x = 0; rc == 0 && x < p->numel; x++) {
+					int64_t row, col;
+					params_global_pos_rank(p, t, x, &row, &col);
+					global[(size_t)row * (size_t)gcols + (size_t)col] = local[x];
+				}
+			}
+			free(name);
+			if (rc == 0)
+				rc = ckpt_put_tensor(w, mf, p0->name, CKPT_F32, p0->ndim, p0->shape, global);
+			written++;
+		}
+		free(global);
+		free(local);
+		for (int t = 0; t < made; t++)
+			gpt_free(&m[t]);
+		free(m);
+		free(pool);
+		free(tpg);
+	}
+	if (rc == 0)
+		rc = ckpt_commit(w);
+	else if (w)
+		ckpt_abort(w);
+	if (rc < 0)
+		convert_remove_tree(created);
+	free(created);
+	if (rc == 0)
+		info("wrote iteration %lld of '%s' (%d tensors) from Megatron's TP %d x PP %d checkpoint '%s'; continue "
+		     "with train --load %s --finetune (or --no-load-optim: no optimizer state is read)",
+		     (long long)iter, a->save, written, tp, pp, a->load, a->save);
+	free(config);
+	for (int i = 0; i < tp * pp; i++) {
+		pk_doc_free(in[i].d);
+		free(in[i].path);
+	}
+	free(in);
+	free(dir);
+	return rc;
 }

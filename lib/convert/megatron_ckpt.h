@@ -1,7 +1,7 @@
 /*
  * megatron_ckpt.h - ckpt_convert's Megatron side: Megatron-LM's legacy
  * `torch` checkpoint format (iter_N/mp_rank_TT[_PPP]/model_optim_rng.pt,
- * torch.save's zip of a pickled state dict) out of megac's
+ * torch.save's zip of a pickled state dict) out of and into megac's
  * layout-independent HDF5 checkpoint. docs/megatron-checkpoints.md says what
  * is written and read.
  */
@@ -28,5 +28,12 @@ struct megatron_export {
 /* Write --save as Megatron's legacy checkpoint of e's model (all or
  * nothing: a hidden directory renamed into place, the tracker last). */
 int megatron_torch_export(const struct args *a, const struct megatron_export *e);
+
+/* Read the legacy checkpoint at --load (the TP x PP layout its mp_rank
+ * folders say; the model from its args, the vocabulary from the tokenizer
+ * flags when given) and write its weights as a megac checkpoint at --save,
+ * the same iteration. Transformer Engine names, or the local layer spec's
+ * norms (input_layernorm, pre_mlp_layernorm). */
+int megatron_torch_import(const struct args *a);
 
 #endif

@@ -7,8 +7,10 @@
 # GPT-style one (learned positions, LayerNorm, biases, tied embeddings) at
 # TP2 x PP2, whose last stage holds the tied copy as output_layer.weight;
 # every tensor equals megac's global one, the vocabulary re-padded for the
-# target TP. Refused: torch_dist, an existing iteration, MoE, and
-# --ckpt-format torch in train (which reads and writes HDF5).
+# target TP. --from megatron reads them back (and the local layer spec's
+# norm names) to the same tensors, which fine-tune to the original's losses
+# bit for bit. Refused: torch_dist, an existing iteration, MoE, a megac
+# folder as --from megatron, and --ckpt-format torch in train.
 . tests/prog_lib.sh
 train_env_begin ckpt_megatron
 CHECK=tests/prog/py/megatron_ckpt_check.py
@@ -32,7 +34,8 @@ check() { # NAME MEGATRON_DIR MEGAC_DIR TP PP DTYPE
 }
 
 expect_ok "llama: to Megatron's torch format at TP2 x PP2" $BIN/ckpt_convert --load "$W/llama" --save "$W/m-llama" \
-	--to megatron --ckpt-format torch --target-tensor-parallel-size 2 --target-pipeline-parallel-size 2 $GPT2
+	--to megatron --ckpt-format torch --target-tensor-parallel-size 2 --target-pipeline-parallel-size 2 \
+	--make-vocab-size-divisible-by 64 $GPT2
 check "llama TP2 x PP2: torch.load reads every rank, and the joined shards are megac's tensors" "$W/m-llama" \
 	"$W/llama" 2 2 fp32
 expect_ok "llama: to Megatron's torch format in bf16 at TP1" $BIN/ckpt_convert --load "$W/llama" \
@@ -43,6 +46,74 @@ expect_ok "gpt: to Megatron's torch format at TP2 x PP2" $BIN/ckpt_convert --loa
 check "gpt TP2 x PP2 (tied embeddings: the last stage's output_layer.weight is their copy)" "$W/m-gpt" "$W/gpt" 2 2 \
 	fp32
 
+# and back: --from megatron reads the rank files (the layout from their
+# folders, the model from the args) into a megac checkpoint
+same_h5() { # NAME A_DIR B_DIR ITER [bf16]: B's tensors are A's (rounded to bf16), padding rows zero
+	if $PY - "$2" "$3" "$4" "${5:-fp32}" >"$W/same.log" 2>&1 <<'PYEND'; then
+import sys
+import h5py
+import numpy as np
+import torch
+a_dir, b_dir, it, dt = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+a = h5py.File("%s/iter_%07d/model.h5" % (a_dir, it), "r")
+b = h5py.File("%s/iter_%07d/model.h5" % (b_dir, it), "r")
+assert sorted(a.keys()) == sorted(b.keys()), sorted(set(a.keys()) ^ set(b.keys()))
+exact = 0
+for k in a.keys():
+    x, y = a[k][()], b[k][()]
+    if dt == "bf16":
+        x = torch.from_numpy(x).to(torch.bfloat16).float().numpy()
+    r = min(x.shape[0], y.shape[0])
+    assert x.shape[1:] == y.shape[1:] and np.array_equal(x[:r], y[:r]), k
+    assert not y[r:].any() and not x[r:].any(), k
+    exact += x.shape == y.shape
+print("%d tensors equal (%d of the same shape)" % (len(a.keys()), exact))
+PYEND
+		ok "$1 ($(tail -1 "$W/same.log"))"
+	else
+		notok "$1"
+		show "$W/same.log"
+	fi
+}
+expect_ok "llama: back from Megatron's TP2 x PP2 files" $BIN/ckpt_convert --load "$W/m-llama" --save "$W/b-llama" \
+	--from megatron $GPT2
+same_h5 "llama: megac -> Megatron TP2 x PP2 -> megac gives the same tensors" "$W/llama" "$W/b-llama" 2
+expect_ok "gpt: back from Megatron's TP2 x PP2 files (tied: the first stage's embeddings)" $BIN/ckpt_convert \
+	--load "$W/m-gpt" --save "$W/b-gpt" --from megatron $GPT2
+same_h5 "gpt: megac -> Megatron TP2 x PP2 -> megac gives the same tensors (vocabulary re-padded for TP2)" \
+	"$W/gpt" "$W/b-gpt" 2
+expect_ok "llama: back from the bf16 files" $BIN/ckpt_convert --load "$W/m-llama-bf16" --save "$W/b-llama-bf16" \
+	--from megatron $GPT2
+same_h5 "llama: the bf16 round trip gives megac's tensors rounded to bf16" "$W/llama" "$W/b-llama-bf16" 2 bf16
+# Megatron's local layer spec names the fused norms input_layernorm and pre_mlp_layernorm
+setup "the TP2 x PP2 files renamed to the local spec" $PY -c '
+import glob, os, shutil, sys, torch
+src, dst = sys.argv[1], sys.argv[2]
+shutil.copytree(src, dst)
+for f in glob.glob(os.path.join(dst, "iter_*", "mp_rank_*", "model_optim_rng.pt")):
+    sd = torch.load(f)
+    m = type(sd["model"])()
+    for k, v in sd["model"].items():
+        if k.endswith("._extra_state"):
+            continue
+        k = k.replace("self_attention.linear_qkv.layer_norm_", "input_layernorm.")
+        k = k.replace("mlp.linear_fc1.layer_norm_", "pre_mlp_layernorm.")
+        m[k] = v
+    sd["model"] = m
+    torch.save(sd, f)' "$W/m-llama" "$W/m-llama-local"
+expect_ok "llama: back from local-spec names" $BIN/ckpt_convert --load "$W/m-llama-local" --save "$W/b-llama-local" \
+	--from megatron $GPT2
+same_h5 "llama: local-spec files give the same tensors" "$W/llama" "$W/b-llama-local" 2
+# the imported weights train as the original's (a fresh optimizer either way)
+FT="--train-iters 4 --save-interval 100 --log-interval 1 --finetune --metrics-file"
+setup "llama: 4 iterations from the original (--finetune)" $BIN/train $LLAMA $COMMON --data-cache-path "$W/cache" \
+	--load "$W/llama" $FT "$W/ft-orig.jsonl"
+expect_ok "llama: 4 iterations from the round trip (--finetune)" $BIN/train $LLAMA $COMMON \
+	--data-cache-path "$W/cache" --load "$W/b-llama" $FT "$W/ft-back.jsonl"
+RTOL=0 compare_same "llama: fine-tuning the round trip gives the original's losses bit for bit" "$W/ft-orig.jsonl" \
+	"$W/ft-back.jsonl" 4
+expect_fail "--from megatron on a megac checkpoint says what it found" "not Megatron's legacy torch format" \
+	$BIN/ckpt_convert --load "$W/llama" --save "$W/b-wrong" --from megatron $GPT2
 expect_fail "torch_dist is refused by name" "torch_dist, torch_dcp and fsdp_dtensor are not in megac yet" \
 	$BIN/ckpt_convert \
 	--load "$W/gpt" --save "$W/m-dist" --to megatron --ckpt-format torch_dist $GPT2

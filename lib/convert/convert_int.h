@@ -1,0 +1,23 @@
+/*
+ * convert_int.h - what convert_command.c shares with the other converters
+ * of lib/convert (megatron_ckpt.c).
+ */
+#ifndef MEGAC_CONVERT_CONVERT_INT_H
+#define MEGAC_CONVERT_CONVERT_INT_H
+
+#include <stdint.h>
+
+#include "base/args.h"
+#include "ckpt/ckpt.h"
+
+/* A megac destination for iteration iter of --save: never the source, never
+ * over an existing iteration, never moving a tracker back; *created is what
+ * to remove on failure (convert_remove_tree), NULL when nothing new. */
+int convert_megac_dest(const struct args *a, int64_t iter, char **created);
+/* Remove a directory tree (NULL: nothing). */
+void convert_remove_tree(const char *path);
+/* model.h5's attributes train reads: iteration, checkpoint_version, the
+ * configuration JSON, zero sample counters. */
+int convert_put_model_attrs(struct ckpt_writer *w, int mf, int64_t iteration, const char *config);
+
+#endif
