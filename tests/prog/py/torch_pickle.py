@@ -201,7 +201,26 @@ def main():
         torch.save(state(True), buf, pickle_protocol=4)
         open(os.path.join(d, "proto4.pt"), "wb").write(buf.getvalue())
         return
-    name = sys.argv[3]
+    if cmd == "check":
+        # several checks in one interpreter (torch's import is the slow part):
+        # each spec dump:NAME or load:NAME:W; a TAP line for each
+        bad = 0  # noqa: F841
+        for spec in sys.argv[3:]:
+            parts = spec.split(":")
+            label = ("read %s.pt" if parts[0] == "dump" else "write %s.out.pt") % parts[1]
+            if parts[0] == "load":
+                label += " (weights_only=%s)" % parts[2]
+            try:
+                print("ok - %s: %s" % (label, check(parts[0], d, parts[1], parts[2:])))
+            except (SystemExit, Exception) as e:  # noqa: BLE001 - every failure is reported, then the next case
+                print("not ok - %s\n#   %s" % (label, e))
+                bad += 1
+        sys.exit(0)  # the failures are the "not ok" lines; a crash exits non-zero
+    print(check(cmd, d, sys.argv[3], sys.argv[4:]))
+
+
+def check(cmd, d, name, rest):
+    """One dump or load check; its one-line result, or SystemExit with the reason."""
     ref = torch.load(os.path.join(d, name + ".pt"))
     if cmd == "dump":
         ours = json.load(open(os.path.join(d, name + ".json")))
@@ -214,9 +233,9 @@ def main():
         if not (keys["half_a"] == keys["half_b"] == keys["column"]) or \
                 keys["transposed"] != keys["embedding.word_embeddings.weight"] or keys["half_a"] == keys["transposed"]:
             sys.exit(f"storage sharing lost: {keys}")
-        print(f"{len(json.dumps(ours))} bytes of JSON equal torch.load's values")
+        return f"{len(json.dumps(ours))} bytes of JSON equal torch.load's values"
     elif cmd == "load":
-        weights_only = sys.argv[4] == "1"
+        weights_only = rest[0] == "1"
         out = torch.load(os.path.join(d, name + ".out.pt"), weights_only=weights_only) if weights_only else \
             torch.load(os.path.join(d, name + ".out.pt"))
         d1 = diff(enc(out), enc(ref))
@@ -237,8 +256,9 @@ def main():
                 start = i.header_offset + 30 + nlen + xlen
                 if "/data/" in i.filename and start % 64:
                     sys.exit(f"{i.filename} starts at byte {start}, not 64-byte aligned")
-        print(f"torch.load{' (weights_only)' if weights_only else ''} gives the same values, storages shared, "
-              f"members stored and aligned")
+        return (f"torch.load{' (weights_only)' if weights_only else ''} gives the same values, storages shared, "
+                f"members stored and aligned")
+    sys.exit("unknown check " + cmd)
 
 
 if __name__ == "__main__":
