@@ -216,6 +216,11 @@ static const struct global {
 	{ "megatron.core.transformer.enums.AttnType", G_ENUM, 0 },
 	{ "megatron.core.transformer.enums.LayerType", G_ENUM, 0 },
 	{ "megatron.core.transformer.enums.CudaGraphScope", G_ENUM, 0 },
+	{ "megatron.core.transformer.enums.CudaGraphModule", G_ENUM, 0 },
+	{ "megatron.core.transformer.enums.InferenceCudaGraphScope", G_ENUM, 0 },
+	{ "megatron.core.transformer.enums.ModelType", G_ENUM, 0 },
+	/* the standard library's: Megatron's args.exit_signal (signal.SIGTERM) */
+	{ "signal.Signals", G_ENUM, 0 },
 };
 
 static const struct global *find_global(const char *name)
@@ -1107,6 +1112,10 @@ static int build(struct unpickler *u)
 	}
 	/* an empty state changes nothing, as in Python */
 	if (st->kind == PK_NONE || (is_dict(st) && !st->seq.n))
+		return 0;
+	/* an OrderedDict's instance attributes: a module state dict's _metadata
+	 * (the modules' versions), which no reader here needs: dropped */
+	if (obj->kind == PK_DICT && (obj->flags & PK_F_ORDERED) && is_dict(st))
 		return 0;
 	return bad(u, "BUILD on a %s", pk_kind_name(obj->kind));
 }
