@@ -216,6 +216,9 @@ static const struct global {
 	{ "megatron.core.transformer.enums.AttnType", G_ENUM, 0 },
 	{ "megatron.core.transformer.enums.LayerType", G_ENUM, 0 },
 	{ "megatron.core.transformer.enums.CudaGraphScope", G_ENUM, 0 },
+	{ "megatron.core.transformer.enums.InferenceCudaGraphScope", G_ENUM, 0 },
+	/* args.exit_signal: signal.Signals(15) */
+	{ "signal.Signals", G_ENUM, 0 },
 };
 
 static const struct global *find_global(const char *name)
@@ -1107,6 +1110,13 @@ static int build(struct unpickler *u)
 	}
 	/* an empty state changes nothing, as in Python */
 	if (st->kind == PK_NONE || (is_dict(st) && !st->seq.n))
+		return 0;
+	/*
+	 * Attributes of a dict subclass: torch's state_dict() is an OrderedDict
+	 * whose _metadata attribute holds each module's version, pickled after
+	 * the items. Nothing here reads them, so they are dropped.
+	 */
+	if (is_dict(obj) && is_dict(st))
 		return 0;
 	return bad(u, "BUILD on a %s", pk_kind_name(obj->kind));
 }
