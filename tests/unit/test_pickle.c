@@ -59,6 +59,32 @@ static void test_containers_memo(void)
 	pk_doc_free(d);
 }
 
+static void test_state_dict_attrs(void)
+{
+	char msg[512];
+	struct pk_doc *d = pk_doc_new();
+	/*
+	 * Python's pickle.dumps(..., protocol=2) of {'sd': od, 'sig': signal.Signals(15)}, od an
+	 * OrderedDict([('k', 2)]) with od._metadata = OrderedDict([('', {'version': 1})]) as a
+	 * module's state_dict() has: the attribute comes as a BUILD after the items, and is dropped.
+	 */
+	struct pk_value *v = LOAD(d, "\x80\x02}q\x00(X\x02\x00\x00\x00sdq\x01" "ccollections\nOrderedDict\nq\x02)Rq\x03"
+				      "X\x01\x00\x00\x00kq\x04K\x02s}q\x05X\t\x00\x00\x00_metadataq\x06h\x02)Rq\x07"
+				      "X\x00\x00\x00\x00q\x08}q\tX\x07\x00\x00\x00versionq\nK\x01sssbX\x03\x00\x00\x00sigq\x0b"
+				      "csignal\nSignals\nq\x0cK\x0f\x85q\rRq\x0eu.");
+	CHECK(v && v->kind == PK_DICT && v->seq.n == 2);
+	if (v && v->seq.n == 2) {
+		struct pk_value *od = pk_get(v, "sd"), *sig = pk_get(v, "sig");
+		CHECK(od->kind == PK_DICT && (od->flags & PK_F_ORDERED) && od->seq.n == 1 && pk_get(od, "k")->i == 2);
+		CHECK(sig->kind == PK_OBJECT && !strcmp(sig->obj.cls, "signal.Signals"));
+		CHECK(sig->obj.args && sig->obj.args->seq.n == 1 && sig->obj.args->seq.v[0]->i == 15);
+	}
+	/* BUILD on a dict with anything but a dict of attributes is still an error */
+	CHECK(!LOAD(d, "\x80\x02}K\x01" "b."));
+	CHECK(contains_all(msg, "BUILD on a dict", NULL));
+	pk_doc_free(d);
+}
+
 static void test_refusals(void)
 {
 	char msg[512];
@@ -154,6 +180,7 @@ int main(void)
 	log_init("test_pickle", 0, 1);
 	RUN(test_scalars);
 	RUN(test_containers_memo);
+	RUN(test_state_dict_attrs);
 	RUN(test_refusals);
 	RUN(test_write_read);
 	return test_summary();
