@@ -5,7 +5,9 @@
 # tests/tools/megac_torch_pickle) loads every legacy model_optim_rng.pt, and
 # the tensors it reads give Megatron's logits in the fixtures' NumPy forward
 # pass (check_fixtures.py dumps) and reassemble from the TP2 shards into the
-# TP1 tensors exactly.
+# TP1 tensors exactly; ckpt_convert --from megatron imports every legacy
+# checkpoint and megac's own forward pass on it gives Megatron's logits
+# (|difference| < 1e-4).
 . tests/prog_lib.sh
 W=$(new_tmp megatron_ckpt)
 TOOL=$MEGAC_BUILD/tools/megac_torch_pickle
@@ -39,3 +41,28 @@ else
 	notok "the tensors megac read do not check out"
 	show "$W/check.log" 12
 fi
+
+# ckpt_convert --from megatron imports each of them; megac's own forward pass
+# on the imported checkpoint gives the logits Megatron recorded
+LOGITS=$MEGAC_BUILD/tools/megac_logits
+for m in gpt llama; do
+	for tp in 1 2; do
+		d="$W/${m}_tp${tp}_megac"
+		if $BIN/ckpt_convert --load "$W/${m}_tp${tp}_torch" --save "$d" --from megatron --tokenizer-type NullTokenizer \
+			--vocab-size 128 >"$OUT_LOG" 2>"$ERR" && $LOGITS "$d" "$W/${m}_tokens.npy" "$d.npy" 2>"$ERR" &&
+			$PY -c '
+import sys, numpy as np
+a, b = np.load(sys.argv[1]), np.load(sys.argv[2])
+assert a.shape == b.shape, (a.shape, b.shape)
+d = float(np.abs(a - b).max())
+assert d < 1e-4, d
+print("max |difference| %.2g of logits up to %.2g" % (d, float(np.abs(b).max())))' "$d.npy" "$W/${m}_logits.npy" \
+			>"$W/cmp.log" 2>&1; then
+			ok "$m TP$tp: imported with --from megatron, megac's logits are Megatron's ($(cat "$W/cmp.log"))"
+		else
+			notok "$m TP$tp: imported with --from megatron, megac's logits are Megatron's"
+			show "$ERR"
+			show "$W/cmp.log"
+		fi
+	done
+done
