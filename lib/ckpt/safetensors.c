@@ -6,6 +6,7 @@
 #include "ckpt/safetensors.h"
 
 #include "base/error.h"
+#include "base/mapfile.h"
 #include "base/tempfile.h"
 #include "base/xalloc.h"
 
@@ -294,41 +295,20 @@ static int st_parse(struct st_file *f)
 
 struct st_file *st_open(const char *path)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
-		error_errno("cannot open '%s'", path);
+	const void *map;
+	size_t len;
+	if (map_file(path, &map, &len) < 0)
 		return NULL;
-	}
-	struct stat st;
-	if (fstat(fd, &st) < 0) {
-		error_errno("cannot stat '%s'", path);
-		close(fd);
-		return NULL;
-	}
-	if (!S_ISREG(st.st_mode)) {
-		error("'%s' is not a regular file", path);
-		close(fd);
-		return NULL;
-	}
-	if (st.st_size < 8) {
-		error("'%s': %lld bytes, too short for a safetensors file (8 bytes of header length, then the "
-		      "header)",
-		      path, (long long)st.st_size);
-		close(fd);
-		return NULL;
-	}
-	void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-	int e = errno;
-	close(fd);
-	if (map == MAP_FAILED) {
-		errno = e;
-		error_errno("cannot mmap '%s'", path);
+	if (len < 8) {
+		error("'%s': %zu bytes, too short for a safetensors file (8 bytes of header length, then the header)",
+		      path, len);
+		map_file_release(map, len);
 		return NULL;
 	}
 	struct st_file *f = xcalloc(1, sizeof(*f));
 	f->path = xstrdup(path);
-	f->map = map;
-	f->map_len = (size_t)st.st_size;
+	f->map = (void *)map;
+	f->map_len = len;
 	if (st_parse(f) < 0) {
 		st_close(f);
 		return NULL;
@@ -414,7 +394,7 @@ void st_close(struct st_file *f)
 	if (!f)
 		return;
 	if (f->map)
-		munmap(f->map, f->map_len);
+		map_file_release(f->map, f->map_len);
 	json_decref(f->root);
 	free(f->t);
 	free(f->by_name);

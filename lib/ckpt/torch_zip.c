@@ -17,6 +17,7 @@
  */
 #include "ckpt/torch_zip.h"
 #include "base/error.h"
+#include "base/mapfile.h"
 #include "base/tempfile.h"
 #include "base/xalloc.h"
 
@@ -155,36 +156,14 @@ static int read_entry(struct tz_reader *z, const unsigned char *c, size_t room, 
 
 struct tz_reader *tz_open(const char *path)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
-		error_errno("cannot open '%s'", path);
+	const void *map;
+	size_t len;
+	if (map_file(path, &map, &len) < 0)
 		return NULL;
-	}
-	struct stat st;
-	if (fstat(fd, &st) < 0) {
-		error_errno("cannot stat '%s'", path);
-		close(fd);
-		return NULL;
-	}
-	if (!S_ISREG(st.st_mode)) {
-		error("'%s' is not a regular file", path);
-		close(fd);
-		return NULL;
-	}
 	struct tz_reader *z = xcalloc(1, sizeof(*z));
 	z->path = xstrdup(path);
-	z->len = (size_t)st.st_size;
-	if (z->len) {
-		void *map = mmap(NULL, z->len, PROT_READ, MAP_PRIVATE, fd, 0);
-		if (map == MAP_FAILED) {
-			error_errno("cannot mmap '%s'", path);
-			close(fd);
-			tz_close(z);
-			return NULL;
-		}
-		z->map = map;
-	}
-	close(fd);
+	z->len = len;
+	z->map = map;
 	uint64_t cd_off = 0, cd_size = 0, count = 0;
 	if (find_directory(z, &cd_off, &cd_size, &count) < 0) {
 		tz_close(z);
@@ -277,7 +256,7 @@ void tz_close(struct tz_reader *z)
 	if (!z)
 		return;
 	if (z->map)
-		munmap((void *)z->map, z->len);
+		map_file_release(z->map, z->len);
 	for (int i = 0; i < z->n; i++)
 		free(z->m[i].name);
 	free(z->m);

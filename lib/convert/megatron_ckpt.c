@@ -254,15 +254,25 @@ static int fsync_dir(const char *dir)
 	return rc;
 }
 
+/* The model TP rank `rank` of stage `stage` holds, built with report_memory's
+ * counting tables: its parameter registry (names, local shapes, the split)
+ * without any memory. pool and tpg must live as long as m. */
+static int plan_model(struct gpt_model *m, struct mem_pool *pool, struct dist_group *tpg, const struct gpt_config *c,
+		      int tp, int rank, int pp, int stage)
+{
+	*tpg = (struct dist_group){ .name = "tensor-model-parallel", .rank = rank, .size = tp };
+	struct gpt_setup pipe = { .B = 1, .precision = GPT_FP32, .tp = tpg, .pp = pp, .stage = stage, .vpp = 1 };
+	mem_pool_init(pool, megac_mem_plan_ops(false));
+	return gpt_init_pipe(m, c, megac_mem_plan_ops(false), pool, &pipe);
+}
+
 static int write_rank(const struct megatron_export *e, const json_t *config, const char *tmp, int stage, int rank)
 {
 	const struct gpt_config *c = e->c;
-	struct dist_group tpg = { .name = "tensor-model-parallel", .rank = rank, .size = e->tp };
-	struct gpt_setup pipe = { .B = 1, .precision = GPT_FP32, .tp = &tpg, .pp = e->pp, .stage = stage, .vpp = 1 };
+	struct dist_group tpg;
 	struct mem_pool pool;
-	mem_pool_init(&pool, megac_mem_plan_ops(false));
 	struct gpt_model m;
-	if (gpt_init_pipe(&m, c, megac_mem_plan_ops(false), &pool, &pipe) < 0)
+	if (plan_model(&m, &pool, &tpg, c, e->tp, rank, e->pp, stage) < 0)
 		return -1;
 	int l0 = m.chunks[0].l0;
 	struct pk_doc *d = pk_doc_new();
@@ -566,11 +576,7 @@ int megatron_torch_import(const struct args *a)
 		struct dist_group *tpg = xcalloc((size_t)tp, sizeof(*tpg));
 		int made = 0;
 		for (int t = 0; rc == 0 && t < tp; t++) {
-			tpg[t] = (struct dist_group){ .name = "tensor-model-parallel", .rank = t, .size = tp };
-			struct gpt_setup pipe = { .B = 1, .precision = GPT_FP32, .tp = &tpg[t], .pp = pp, .stage = s,
-						  .vpp = 1 };
-			mem_pool_init(&pool[t], megac_mem_plan_ops(false));
-			if (gpt_init_pipe(&m[t], &c, megac_mem_plan_ops(false), &pool[t], &pipe) < 0)
+			if (plan_model(&m[t], &pool[t], &tpg[t], &c, tp, t, pp, s) < 0)
 				rc = -1;
 			else
 				made++;
