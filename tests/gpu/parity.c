@@ -128,7 +128,7 @@ enum { F_BIAS = 1, F_ALIAS = 2, F_NULL1 = 4, F_NULL2 = 8, F_WPE = 16, F_DOC = 32
 
 typedef void (*runfn)(const struct kops *k, void **d, const struct cfg *c, double *scal);
 
-#define MAXB 16
+#define MAXB 24
 struct buf {
 	const char *name; /* an output to compare, or NULL for an input */
 	size_t bytes;     /* 0: a NULL pointer */
@@ -218,12 +218,26 @@ static bool was_tested(const struct kops *k, int op)
 
 static const char *last_missing = "";
 
+/* an op the backends may leave NULL (ops.h's optional ops) */
+static bool op_is_optional(const char *op)
+{
+	for (int i = 0; i < kops_count(); i++)
+		if (!strcmp(kops_op_name(i), op))
+			return kops_op_optional(i);
+	return false;
+}
+
 /* Runs fn on both tables over the buffers tb[0..ntb) and compares the outputs
  * (and the scalar result when scal_name is set). has: the CUDA table has the op. */
 static void run_test(const char *op, bool has, const char *label, runfn fn, const struct cfg *c,
 		     const char *scal_name, double scal_tol)
 {
 	if (only && !strstr(op, only)) {
+		ntb = 0;
+		hfree_all();
+		return;
+	}
+	if (!has && op_is_optional(op)) { /* reported once as a skip (skip_if_absent) */
 		ntb = 0;
 		hfree_all();
 		return;
@@ -1765,6 +1779,191 @@ static void test_attention_block(void)
 	}
 }
 
+/* ================= Mamba-2 mixer ops (optional) =================
+ * cfg fields: B T; ssm_conv: C channels, k = W taps; ssd_scan: a = H heads,
+ * IC = P channels per head, g = G groups, S = N state size, steps = chunk;
+ * gated_rmsnorm: N rows, C channels, g groups. A backend without these
+ * optional ops (kops_op_optional) skips them; coverage() does the same. */
+#define TOL_SCAN 2e-4 /* a chunked scan reorders long sums */
+static void skip_if_absent(const char *op, bool has)
+{
+	if (has || (only && !strstr(op, only)))
+		return;
+	printf("ok - %s # SKIP optional op, not in the %s table\n", op, GPU->name);
+	n_pass++;
+}
+static void r_convf(const struct kops *k, void **d, const struct cfg *c, double *s)
+{
+	k->ssm_conv_forward(d[0], d[1], d[2], d[3], d[4], c->B, c->T, c->C, c->k);
+}
+static void r_convb(const struct kops *k, void **d, const struct cfg *c, double *s)
+{
+	k->ssm_conv_backward(d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], c->B, c->T, c->C, c->k);
+}
+static void r_scanf(const struct kops *k, void **d, const struct cfg *c, double *s)
+{
+	k->ssd_scan_forward(d[0], (c->flags & F_ALIAS) ? d[9] : d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8],
+			    d[9], c->B, c->T, c->a, c->IC, c->g, c->S, c->steps);
+}
+static void r_scanb(const struct kops *k, void **d, const struct cfg *c, double *s)
+{
+	k->ssd_scan_backward(d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], d[10], d[11], d[12], d[13],
+			     d[14], d[15], d[16], d[17], c->B, c->T, c->a, c->IC, c->g, c->S, c->steps);
+}
+static void r_gnf(const struct kops *k, void **d, const struct cfg *c, double *s)
+{
+	k->gated_rmsnorm_forward(d[0], d[1], d[2], d[3], d[4], c->N, c->C, c->g, c->eps);
+}
+static void r_gnb(const struct kops *k, void **d, const struct cfg *c, double *s)
+{
+	k->gated_rmsnorm_backward(d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], c->N, c->C, c->g);
+}
+
+static void test_ssm_conv(void)
+{
+	/* B T C W, flags: F_NULL1 no hist, F_NULL2 no bias */
+	int cf[][5] = { { 2, 37, 24, 4, 0 }, { 1, 5, 7, 4, F_NULL1 }, { 3, 19, 40, 2, F_NULL2 },
+			{ 1, 3, 16, 9, F_NULL1 | F_NULL2 }, { 4, 1024, 640, 4, 0 } };
+	int ncf = big ? 5 : 4;
+	skip_if_absent("ssm_conv_forward", HAS(ssm_conv_forward));
+	skip_if_absent("ssm_conv_backward", HAS(ssm_conv_backward));
+	for (int i = 0; i < ncf; i++) {
+		struct cfg c = { .B = cf[i][0], .T = cf[i][1], .C = cf[i][2], .k = cf[i][3], .flags = cf[i][4] };
+		size_t BTC = (size_t)c.B * c.T * c.C, CW = (size_t)c.C * c.k, BHC = (size_t)c.B * (c.k - 1) * c.C;
+		bool hist = !(c.flags & F_NULL1), bias = !(c.flags & F_NULL2);
+		fresh();
+		tb_out("out", rvec(BTC, 3), FL(BTC), TOL_RED);
+		tb_in(rvec(BTC, 2), FL(BTC));
+		tb_in(hist ? rvec(BHC, 2) : NULL, hist ? FL(BHC) : 0);
+		tb_in(rvec(CW, 0.6f), FL(CW));
+		tb_in(bias ? rvec(c.C, 0.5f) : NULL, bias ? FL(c.C) : 0);
+		run_test("ssm_conv_forward", HAS(ssm_conv_forward),
+			 LABEL("B=%d T=%d C=%d W=%d%s%s", c.B, c.T, c.C, c.k, hist ? "" : " hist=NULL",
+			       bias ? "" : " bias=NULL"),
+			 r_convf, &c, NULL, 0);
+		fresh();
+		tb_out("dx", rvec(BTC, 3), FL(BTC), TOL_RED);
+		tb_out("dw", rvec(CW, 1), FL(CW), TOL_RED);
+		tb_out("dbias", bias ? rvec(c.C, 1) : NULL, bias ? FL(c.C) : 0, TOL_RED);
+		tb_in(rvec(BTC, 1), FL(BTC));
+		tb_in(rvec(BTC, 2), FL(BTC));
+		tb_in(hist ? rvec(BHC, 2) : NULL, hist ? FL(BHC) : 0);
+		tb_in(rvec(CW, 0.6f), FL(CW));
+		tb_in(bias ? rvec(c.C, 0.5f) : NULL, bias ? FL(c.C) : 0);
+		run_test("ssm_conv_backward", HAS(ssm_conv_backward),
+			 LABEL("B=%d T=%d C=%d W=%d%s", c.B, c.T, c.C, c.k, hist ? "" : " hist=NULL"), r_convb, &c,
+			 NULL, 0);
+	}
+}
+
+static void test_ssd_scan(void)
+{
+	/* B T H P G N chunk, flags: F_NULL1 no state_in, F_NULL2 no D, F_ALIAS
+	 * state_out aliases state_in */
+	int cf[][8] = { { 2, 37, 4, 8, 2, 16, 16, 0 },	   { 1, 130, 2, 16, 1, 32, 128, F_NULL1 },
+			{ 1, 9, 3, 4, 3, 8, 4, F_NULL2 },   { 2, 21, 2, 8, 1, 16, 8, F_ALIAS },
+			{ 2, 1024, 8, 64, 1, 128, 128, 0 } };
+	int ncf = big ? 5 : 4;
+	skip_if_absent("ssd_scan_forward", HAS(ssd_scan_forward));
+	skip_if_absent("ssd_scan_backward", HAS(ssd_scan_backward));
+	for (int i = 0; i < ncf; i++) {
+		struct cfg c = { .B = cf[i][0], .T = cf[i][1], .a = cf[i][2], .IC = cf[i][3], .g = cf[i][4],
+				 .S = cf[i][5], .steps = cf[i][6], .flags = cf[i][7] };
+		size_t BTH = (size_t)c.B * c.T * c.a, X = BTH * c.IC, BG = (size_t)c.B * c.T * c.g * c.S,
+		       ST = (size_t)c.B * c.a * c.IC * c.S;
+		bool sin = !(c.flags & F_NULL1), hasD = !(c.flags & F_NULL2), alias = c.flags & F_ALIAS;
+		const char *tail = alias ? " state_out=state_in" : sin ? "" : " state_in=NULL";
+		fresh();
+		/* the inputs of both runs: raw dt near 0, softplus(dt + dt_bias)
+		 * about 0.01..0.3, A = -exp(A_log) in -1..-15 */
+		float *x = rvec(X, 1), *dt = rvec(BTH, 1), *dtb = rpos(c.a, -4, -1), *alog = rpos(c.a, 0, 2.7f);
+		float *bm = rvec(BG, 1), *cm = rvec(BG, 1), *D = hasD ? rvec(c.a, 1) : NULL;
+		float *st = sin ? rvec(ST, 1) : NULL;
+		tb_out("y", rvec(X, 3), FL(X), TOL_SCAN);
+		tb_out("state_out", alias ? NULL : rvec(ST, 3), alias ? 0 : FL(ST), TOL_SCAN);
+		tb_in(x, FL(X));
+		tb_in(dt, FL(BTH));
+		tb_in(dtb, FL(c.a));
+		tb_in(alog, FL(c.a));
+		tb_in(bm, FL(BG));
+		tb_in(cm, FL(BG));
+		tb_in(D, hasD ? FL(c.a) : 0);
+		if (alias)
+			tb_out("state", st, FL(ST), TOL_SCAN);
+		else
+			tb_in(st, sin ? FL(ST) : 0);
+		run_test("ssd_scan_forward", HAS(ssd_scan_forward),
+			 LABEL("B=%d T=%d H=%d P=%d G=%d N=%d chunk=%d%s%s", c.B, c.T, c.a, c.IC, c.g, c.S, c.steps,
+			       hasD ? "" : " D=NULL", tail),
+			 r_scanf, &c, NULL, 0);
+		if (alias) /* the backward takes no aliases */
+			continue;
+		fresh();
+		x = rvec(X, 1), dt = rvec(BTH, 1), dtb = rpos(c.a, -4, -1), alog = rpos(c.a, 0, 2.7f);
+		bm = rvec(BG, 1), cm = rvec(BG, 1), D = hasD ? rvec(c.a, 1) : NULL;
+		st = sin ? rvec(ST, 1) : NULL;
+		tb_out("dx", rvec(X, 3), FL(X), TOL_SCAN);
+		tb_out("ddt", rvec(BTH, 3), FL(BTH), TOL_SCAN);
+		tb_out("ddt_bias", rvec(c.a, 1), FL(c.a), TOL_SCAN);
+		tb_out("dA_log", rvec(c.a, 1), FL(c.a), TOL_SCAN);
+		tb_out("dBm", rvec(BG, 3), FL(BG), TOL_SCAN);
+		tb_out("dCm", rvec(BG, 3), FL(BG), TOL_SCAN);
+		tb_out("dD", hasD ? rvec(c.a, 1) : NULL, hasD ? FL(c.a) : 0, TOL_SCAN);
+		tb_out("dstate_in", rvec(ST, 3), FL(ST), TOL_SCAN);
+		tb_in(rvec(X, 1), FL(X));
+		tb_in(i == 1 ? NULL : rvec(ST, 1), i == 1 ? 0 : FL(ST)); /* dstate_out (NULL once) */
+		tb_in(x, FL(X));
+		tb_in(dt, FL(BTH));
+		tb_in(dtb, FL(c.a));
+		tb_in(alog, FL(c.a));
+		tb_in(bm, FL(BG));
+		tb_in(cm, FL(BG));
+		tb_in(D, hasD ? FL(c.a) : 0);
+		tb_in(st, sin ? FL(ST) : 0);
+		run_test("ssd_scan_backward", HAS(ssd_scan_backward),
+			 LABEL("B=%d T=%d H=%d P=%d G=%d N=%d chunk=%d%s%s%s", c.B, c.T, c.a, c.IC, c.g, c.S, c.steps,
+			       hasD ? "" : " D=NULL", tail, i == 1 ? " dstate_out=NULL" : ""),
+			 r_scanb, &c, NULL, 0);
+	}
+}
+
+static void test_gated_rmsnorm(void)
+{
+	/* N C groups, flags: F_NULL1 no gate */
+	int cf[][4] = { { 37, 96, 1, 0 }, { 5, 64, 8, 0 }, { 3, 100, 4, F_NULL1 }, { 4096, 2048, 8, 0 } };
+	int ncf = big ? 4 : 3;
+	skip_if_absent("gated_rmsnorm_forward", HAS(gated_rmsnorm_forward));
+	skip_if_absent("gated_rmsnorm_backward", HAS(gated_rmsnorm_backward));
+	for (int i = 0; i < ncf; i++) {
+		struct cfg c = { .N = cf[i][0], .C = cf[i][1], .g = cf[i][2], .flags = cf[i][3], .eps = 1e-5f };
+		size_t NC = (size_t)c.N * c.C, NG = (size_t)c.N * c.g;
+		bool gate = !(c.flags & F_NULL1);
+		fresh();
+		float *y = rvec(NC, 2), *z = gate ? rvec(NC, 3) : NULL, *w = rpos(c.C, 0.5f, 1.5f);
+		tb_out("out", rvec(NC, 3), FL(NC), TOL_RED);
+		tb_out("rstd", rvec(NG, 3), FL(NG), TOL_RED);
+		tb_in(y, FL(NC));
+		tb_in(z, gate ? FL(NC) : 0);
+		tb_in(w, FL(c.C));
+		run_test("gated_rmsnorm_forward", HAS(gated_rmsnorm_forward),
+			 LABEL("N=%d C=%d groups=%d%s", c.N, c.C, c.g, gate ? "" : " z=NULL"), r_gnf, &c, NULL, 0);
+		fresh();
+		y = rvec(NC, 2), z = gate ? rvec(NC, 3) : NULL, w = rpos(c.C, 0.5f, 1.5f);
+		float *rstd = hnew(FL(NG)), *o = hnew(FL(NC));
+		kops_cpu()->gated_rmsnorm_forward(o, rstd, y, z, w, c.N, c.C, c.g, c.eps);
+		tb_out("dy", rvec(NC, 3), FL(NC), TOL_RED);
+		tb_out("dz", gate ? rvec(NC, 3) : NULL, gate ? FL(NC) : 0, TOL_RED);
+		tb_out("dw", rvec(c.C, 1), FL(c.C), TOL_RED);
+		tb_in(rvec(NC, 1), FL(NC));
+		tb_in(y, FL(NC));
+		tb_in(z, gate ? FL(NC) : 0);
+		tb_in(w, FL(c.C));
+		tb_in(rstd, FL(NG));
+		run_test("gated_rmsnorm_backward", HAS(gated_rmsnorm_backward),
+			 LABEL("N=%d C=%d groups=%d%s", c.N, c.C, c.g, gate ? "" : " z=NULL"), r_gnb, &c, NULL, 0);
+	}
+}
+
 /* ================= FP8: amax, quantize, GEMM on codes =================
  * Codes and dequantization scales come from lib/kernels/fp8.h on both
  * sides, so they must agree bit for bit (compared as bytes); the GEMM's
@@ -2381,6 +2580,9 @@ int main(int argc, char **argv)
 	test_attention_block();
 	test_attention_block_half(self || perturb);
 	test_fp8();
+	test_ssm_conv();
+	test_ssd_scan();
+	test_gated_rmsnorm();
 	coverage(self || perturb);
 	print_timings();
 	printf("1..%d\n", n_pass + n_fail);
