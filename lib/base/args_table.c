@@ -871,8 +871,9 @@ const char *const args_checkpoint_sizes[] = { "--num-layers", "--hidden-size", "
 const struct refused_value args_refused_values[] = {
 	{ "--ckpt-format", "hdf5|torch",
 	  "megac reads and writes its own HDF5 checkpoint (docs/checkpoint-format.md), which it uses when "
-	  "--ckpt-format is not given; ckpt_convert --to megatron writes Megatron's legacy torch format; "
-	  "torch_dist, torch_dcp and fsdp_dtensor are not in megac yet" },
+	  "--ckpt-format is not given; ckpt_convert --to megatron writes Megatron's legacy torch format, and "
+	  "--from megatron reads torch and torch_dist folders (found from the files); writing torch_dist, "
+	  "torch_dcp and fsdp_dtensor is not in megac yet" },
 	{ "--tokenizer-type",
 	  "GPT2BPETokenizer|HuggingFaceTokenizer|TikTokenizer|NullTokenizer|SentencePieceTokenizer|"
 	  "GPTSentencePieceTokenizer|Llama2Tokenizer|SFTTokenizer",

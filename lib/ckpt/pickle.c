@@ -157,6 +157,7 @@ enum gkind {
 	G_NP_DTYPE,
 	G_NP_SCALAR,
 	G_ENUM,         /* an enum class: calling it with (value,) makes a member */
+	G_DATACLASS,    /* a plain data class: NEWOBJ with () makes an object, BUILD its attributes */
 };
 
 static const struct global {
@@ -221,6 +222,21 @@ static const struct global {
 	{ "megatron.core.transformer.enums.ModelType", G_ENUM, 0 },
 	/* the standard library's: Megatron's args.exit_signal (signal.SIGTERM) */
 	{ "signal.Signals", G_ENUM, 0 },
+	/* PyTorch Distributed Checkpoint's .metadata (torch_dist checkpoints; dcp.h) */
+	{ "torch.distributed.checkpoint.metadata.Metadata", G_DATACLASS, 0 },
+	{ "torch.distributed.checkpoint.metadata.TensorStorageMetadata", G_DATACLASS, 0 },
+	{ "torch.distributed.checkpoint.metadata.BytesStorageMetadata", G_DATACLASS, 0 },
+	{ "torch.distributed.checkpoint.metadata.TensorProperties", G_DATACLASS, 0 },
+	{ "torch.distributed.checkpoint.metadata.ChunkStorageMetadata", G_DATACLASS, 0 },
+	{ "torch.distributed.checkpoint.metadata.MetadataIndex", G_DATACLASS, 0 },
+	{ "torch.distributed.checkpoint.metadata.StorageMeta", G_DATACLASS, 0 },
+	{ "torch.distributed.checkpoint.filesystem._StorageInfo", G_DATACLASS, 0 },
+	{ "torch.distributed.checkpoint.planner.SavePlan", G_DATACLASS, 0 },
+	{ "torch.distributed.checkpoint.planner.WriteItem", G_DATACLASS, 0 },
+	{ "torch.distributed.checkpoint.planner.TensorWriteData", G_DATACLASS, 0 },
+	{ "torch.distributed.checkpoint.planner.WriteItemType", G_ENUM, 0 },
+	{ "torch.distributed.checkpoint.metadata._MEM_FORMAT_ENCODING", G_ENUM, 0 },
+	{ "torch.serialization._get_layout", G_ENUM, 0 }, /* ("torch.strided",): a layout by name */
 };
 
 static const struct global *find_global(const char *name)
@@ -1086,6 +1102,10 @@ static struct pk_value *call(struct unpickler *u, struct pk_value *f, struct pk_
 		if (n != 1)
 			break;
 		return object(u->d, f->s.p, a);
+	case G_DATACLASS:
+		if (n)
+			break;
+		return object(u->d, f->s.p, NULL);
 	default:
 		bad(u, "'%s' cannot be called", f->s.p);
 		return NULL;

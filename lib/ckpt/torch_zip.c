@@ -52,6 +52,7 @@ struct tz_reader {
 	char *path;
 	const unsigned char *map;
 	size_t len;
+	bool owned; /* map is our mapping of path (tz_open), not the caller's bytes (tz_open_mem) */
 	struct tz_member *m;
 	int n;
 	int *sorted;
@@ -154,16 +155,13 @@ static int read_entry(struct tz_reader *z, const unsigned char *c, size_t room, 
 	return 0;
 }
 
-struct tz_reader *tz_open(const char *path)
+static struct tz_reader *open_bytes(const char *path, const void *map, size_t len, bool owned)
 {
-	const void *map;
-	size_t len;
-	if (map_file(path, &map, &len) < 0)
-		return NULL;
 	struct tz_reader *z = xcalloc(1, sizeof(*z));
 	z->path = xstrdup(path);
 	z->len = len;
 	z->map = map;
+	z->owned = owned;
 	uint64_t cd_off = 0, cd_size = 0, count = 0;
 	if (find_directory(z, &cd_off, &cd_size, &count) < 0) {
 		tz_close(z);
@@ -195,6 +193,20 @@ struct tz_reader *tz_open(const char *path)
 			return NULL;
 		}
 	return z;
+}
+
+struct tz_reader *tz_open(const char *path)
+{
+	const void *map;
+	size_t len;
+	if (map_file(path, &map, &len) < 0)
+		return NULL;
+	return open_bytes(path, map, len, true);
+}
+
+struct tz_reader *tz_open_mem(const void *buf, size_t len, const char *name)
+{
+	return open_bytes(name, buf, len, false);
 }
 
 int tz_count(const struct tz_reader *z)
@@ -255,7 +267,7 @@ void tz_close(struct tz_reader *z)
 {
 	if (!z)
 		return;
-	if (z->map)
+	if (z->map && z->owned)
 		map_file_release(z->map, z->len);
 	for (int i = 0; i < z->n; i++)
 		free(z->m[i].name);
@@ -474,11 +486,11 @@ static void close_zip(void *p)
 	tz_close(p);
 }
 
-struct pk_value *torch_load(struct pk_doc *d, const char *path)
+static struct pk_value *load_zip(struct pk_doc *d, struct tz_reader *z)
 {
-	struct tz_reader *z = tz_open(path);
 	if (!z)
 		return NULL;
+	const char *path = z->path;
 	int pkl = -1;
 	for (int i = 0; i < z->n; i++) {
 		const char *s = strchr(z->m[i].name, '/');
@@ -521,6 +533,16 @@ struct pk_value *torch_load(struct pk_doc *d, const char *path)
 	struct pk_value *v = pk_loads(d, p, n, &o);
 	free(what);
 	return v;
+}
+
+struct pk_value *torch_load(struct pk_doc *d, const char *path)
+{
+	return load_zip(d, tz_open(path));
+}
+
+struct pk_value *torch_load_mem(struct pk_doc *d, const void *buf, size_t len, const char *name)
+{
+	return load_zip(d, tz_open_mem(buf, len, name));
 }
 
 /* torch 1.x's archive name: the file's base name without its extension */

@@ -33,6 +33,10 @@ struct tz_reader;
 
 /* Map path and read its central directory. NULL after error(). */
 struct tz_reader *tz_open(const char *path);
+/* The same over len bytes at buf, which the caller keeps valid and unchanged
+ * until tz_close (a torch.save blob inside a bigger file); name is the
+ * blob's name in messages ("x.distcp@1234"). */
+struct tz_reader *tz_open_mem(const void *buf, size_t len, const char *name);
 int tz_count(const struct tz_reader *z);
 const char *tz_name(const struct tz_reader *z, int i);
 /* The index of member name (the full path inside the zip), or -1 silently. */
@@ -59,6 +63,9 @@ void tz_abort(struct tz_writer *w);
  * pointing into the file's mapping, which d keeps until pk_doc_free. Only
  * little-endian files are read. NULL after error(). */
 struct pk_value *torch_load(struct pk_doc *d, const char *path);
+/* The same from a torch.save blob in memory (tz_open_mem's rules: buf
+ * outlives d's last use). */
+struct pk_value *torch_load_mem(struct pk_doc *d, const void *buf, size_t len, const char *name);
 /* Write v as torch.save would (protocol 2; archive name from the file's
  * base name; data.pkl, byteorder, data/<key>, version), atomically. */
 int torch_save(const char *path, struct pk_value *v);

@@ -25,6 +25,11 @@
  * Not written: optimizer state, scheduler and RNG state (load them with
  * --no-load-optim --no-load-rng, or --finetune), mixture-of-experts layers,
  * multi-token prediction and virtual pipeline stages (refused).
+ *
+ * Read (--from megatron): the legacy format of any TP x PP, and torch_dist
+ * folders (PyTorch Distributed Checkpoint, lib/ckpt/dcp.h), whose global
+ * tensors are taken as the one rank file of a TP1 x PP1 legacy checkpoint
+ * once the stacked layers are split (read_dist).
  */
 #include "convert/megatron_ckpt.h"
 
@@ -40,6 +45,7 @@
 
 #include "base/error.h"
 #include "base/xalloc.h"
+#include "ckpt/dcp.h"
 #include "ckpt/dtype.h"
 #include "ckpt/pickle.h"
 #include "ckpt/torch_zip.h"
@@ -360,8 +366,9 @@ static int find_layout(const char *dir, int *tp, int *pp)
 		*tp = t + 1;
 	}
 	if (*tp == 0)
-		return error("'%s' holds no mp_rank_00/model_optim_rng.pt or mp_rank_00_000/model_optim_rng.pt: not "
-			     "Megatron's legacy torch format (torch_dist and fsdp_dtensor are not read yet)",
+		return error("'%s' holds no .metadata (torch_dist) and no mp_rank_00/model_optim_rng.pt or "
+			     "mp_rank_00_000/model_optim_rng.pt (legacy torch): not a Megatron checkpoint megac reads "
+			     "(fsdp_dtensor is not read yet)",
 			     dir);
 	if (*pp < 0) {
 		int s = 0;
@@ -498,6 +505,81 @@ static int tensor_f32(const struct pk_value *t, const struct param *p, float *ou
 	return rc;
 }
 
+/* ---- Megatron's torch_dist format (PyTorch Distributed Checkpoint) ---- */
+
+/*
+ * A torch_dist iteration folder as the one rank file of a TP1 x PP1 legacy
+ * checkpoint: root the common state (Megatron's "common_state" bytes item:
+ * args, iteration, ...), model a dict of every global tensor. Megatron
+ * stacks the layers of decoder.layers.* on a leading axis of num_layers;
+ * they are unstacked into decoder.layers.<i>.* views of one buffer. The
+ * tensors are global, so no TP or PP layout is needed to join them.
+ */
+static void free_buffer(void *p)
+{
+	free(p);
+}
+
+static int read_dist(const char *dir, struct rank_in *ri)
+{
+	ri->path = xasprintf("%s/.metadata", dir);
+	ri->d = pk_doc_new();
+	struct dcp *c = dcp_open(dir);
+	if (!c)
+		return -1;
+	int rc = 0;
+	const struct dcp_item *cs = NULL;
+	for (int i = 0; i < dcp_count(c) && !cs; i++)
+		if (!strncmp(dcp_item(c, i)->fqn, "common_state", 12) && !dcp_item(c, i)->tensor)
+			cs = dcp_item(c, i);
+	if (!cs)
+		rc = error("'%s': no common_state item: not a torch_dist checkpoint of Megatron", ri->path);
+	else if (!(ri->root = dcp_read_object(c, ri->d, cs)))
+		rc = -1;
+	/* a sharded object is saved as a one-element list */
+	if (rc == 0 && ri->root->kind == PK_LIST && ri->root->seq.n == 1)
+		ri->root = ri->root->seq.v[0];
+	if (rc == 0 && ri->root->kind != PK_DICT)
+		rc = error("'%s': common_state is a %s, not a dict", ri->path, pk_kind_name(ri->root->kind));
+	ri->model = pk_odict(ri->d);
+	for (int i = 0; rc == 0 && i < dcp_count(c); i++) {
+		const struct dcp_item *it = dcp_item(c, i);
+		if (!it->tensor)
+			continue; /* sharded objects: TE's _extra_state, the common state */
+		if (!strncmp(it->fqn, "mtp.", 4) || strstr(it->fqn, ".experts."))
+			return dcp_close(c), error("'%s': tensor '%s': mixture-of-experts and multi-token prediction "
+						   "checkpoints are not read yet",
+						   ri->path, it->fqn);
+		int64_t n = 1;
+		for (int j = 0; j < it->ndim; j++)
+			n *= it->size[j];
+		void *buf = xmalloc((size_t)n * pk_dtype_size(it->dtype) + 1);
+		pk_doc_attach(ri->d, free_buffer, buf);
+		if (dcp_read_tensor(c, it, buf) < 0) {
+			rc = -1;
+			break;
+		}
+		struct pk_value *st = pk_storage(ri->d, it->dtype, buf, n);
+		const char *rest = !strncmp(it->fqn, "decoder.layers.", 15) ? it->fqn + 15 : NULL;
+		if (!rest || (*rest >= '0' && *rest <= '9')) { /* a tensor of its own */
+			pk_set_str(ri->d, ri->model, it->fqn, pk_tensor(ri->d, st, 0, it->ndim, it->size, NULL));
+			continue;
+		}
+		if (it->ndim < 2) {
+			rc = error("'%s': stacked layer tensor '%s' has %d dimensions", ri->path, it->fqn, it->ndim);
+			break;
+		}
+		for (int64_t l = 0; l < it->size[0]; l++) {
+			char *name = xasprintf("decoder.layers.%lld.%s", (long long)l, rest);
+			pk_set_str(ri->d, ri->model, name,
+				   pk_tensor(ri->d, st, l * (n / it->size[0]), it->ndim - 1, it->size + 1, NULL));
+			free(name);
+		}
+	}
+	dcp_close(c);
+	return rc;
+}
+
 int megatron_torch_import(const struct args *a)
 {
 	if (!a->load)
@@ -511,14 +593,19 @@ int megatron_torch_import(const struct args *a)
 	if (a->iteration >= 0)
 		iter = a->iteration;
 	char *dir = ckpt_iter_path(a->load, iter);
-	int tp, pp;
-	if (find_layout(dir, &tp, &pp) < 0) {
+	int tp = 1, pp = 1;
+	char *meta = xasprintf("%s/.metadata", dir);
+	bool dist = access(meta, F_OK) == 0;
+	free(meta);
+	if (!dist && find_layout(dir, &tp, &pp) < 0) {
 		free(dir);
 		return -1;
 	}
 	struct rank_in *in = xcalloc((size_t)tp * pp, sizeof(*in));
 	int rc = 0;
-	for (int s = 0; rc == 0 && s < pp; s++)
+	if (dist)
+		rc = read_dist(dir, &in[0]);
+	for (int s = 0; !dist && rc == 0 && s < pp; s++)
 		for (int t = 0; rc == 0 && t < tp; t++) {
 			struct rank_in *ri = &in[s * tp + t];
 			ri->path = pp > 1 ? xasprintf("%s/mp_rank_%02d_%03d/model_optim_rng.pt", dir, t, s)
@@ -628,10 +715,13 @@ int megatron_torch_import(const struct args *a)
 	if (rc < 0)
 		convert_remove_tree(created);
 	free(created);
-	if (rc == 0)
-		info("wrote iteration %lld of '%s' (%d tensors) from Megatron's TP %d x PP %d checkpoint '%s'; continue "
-		     "with train --load %s --finetune (or --no-load-optim: no optimizer state is read)",
-		     (long long)iter, a->save, written, tp, pp, a->load, a->save);
+	if (rc == 0) {
+		char *from = dist ? xstrdup("torch_dist") : xasprintf("TP %d x PP %d torch", tp, pp);
+		info("wrote iteration %lld of '%s' (%d tensors) from Megatron's %s checkpoint '%s'; continue with train "
+		     "--load %s --finetune (or --no-load-optim: no optimizer state is read)",
+		     (long long)iter, a->save, written, from, a->load, a->save);
+		free(from);
+	}
 	free(config);
 	for (int i = 0; i < tp * pp; i++) {
 		pk_doc_free(in[i].d);

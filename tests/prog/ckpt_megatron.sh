@@ -112,9 +112,9 @@ expect_ok "llama: 4 iterations from the round trip (--finetune)" $BIN/train $LLA
 	--data-cache-path "$W/cache" --load "$W/b-llama" $FT "$W/ft-back.jsonl"
 RTOL=0 compare_same "llama: fine-tuning the round trip gives the original's losses bit for bit" "$W/ft-orig.jsonl" \
 	"$W/ft-back.jsonl" 4
-expect_fail "--from megatron on a megac checkpoint says what it found" "not Megatron's legacy torch format" \
+expect_fail "--from megatron on a megac checkpoint says what it found" "not a Megatron checkpoint megac reads" \
 	$BIN/ckpt_convert --load "$W/llama" --save "$W/b-wrong" --from megatron $GPT2
-expect_fail "torch_dist is refused by name" "torch_dist, torch_dcp and fsdp_dtensor are not in megac yet" \
+expect_fail "writing torch_dist is refused by name" "writing torch_dist, torch_dcp and fsdp_dtensor is not in megac yet" \
 	$BIN/ckpt_convert \
 	--load "$W/gpt" --save "$W/m-dist" --to megatron --ckpt-format torch_dist $GPT2
 expect_fail "an existing iteration is not overwritten" "does not overwrite a checkpoint" $BIN/ckpt_convert \

@@ -5,9 +5,10 @@
 # tests/tools/megac_torch_pickle) loads every legacy model_optim_rng.pt, and
 # the tensors it reads give Megatron's logits in the fixtures' NumPy forward
 # pass (check_fixtures.py dumps) and reassemble from the TP2 shards into the
-# TP1 tensors exactly; ckpt_convert --from megatron imports every legacy
-# checkpoint and megac's own forward pass on it gives Megatron's logits
-# (|difference| < 1e-4).
+# TP1 tensors exactly; ckpt_convert --from megatron imports every legacy and
+# torch_dist checkpoint and megac's own forward pass on it gives Megatron's
+# logits (|difference| < 1e-4); damaged or malicious torch_dist folders are
+# refused naming the file.
 . tests/prog_lib.sh
 W=$(new_tmp megatron_ckpt)
 TOOL=$MEGAC_BUILD/tools/megac_torch_pickle
@@ -66,3 +67,71 @@ print("max |difference| %.2g of logits up to %.2g" % (d, float(np.abs(b).max()))
 		fi
 	done
 done
+
+# the torch_dist checkpoints (PyTorch Distributed Checkpoint: global tensors in
+# chunks, the layers stacked) import as well, with the same logits
+for m in gpt llama; do
+	for tp in 1 2; do
+		d="$W/${m}_tp${tp}_dist_megac"
+		if $BIN/ckpt_convert --load "$W/${m}_tp${tp}_torch_dist" --save "$d" --from megatron \
+			--tokenizer-type NullTokenizer --vocab-size 128 >"$OUT_LOG" 2>"$ERR" &&
+			$LOGITS "$d" "$W/${m}_tokens.npy" "$d.npy" 2>"$ERR" &&
+			$PY -c '
+import sys, numpy as np
+a, b = np.load(sys.argv[1]), np.load(sys.argv[2])
+assert a.shape == b.shape, (a.shape, b.shape)
+d = float(np.abs(a - b).max())
+assert d < 1e-4, d
+print("max |difference| %.2g" % d)' "$d.npy" "$W/${m}_logits.npy" >"$W/cmp.log" 2>&1; then
+			ok "$m TP$tp torch_dist: imported with --from megatron, megac's logits are Megatron's ($(cat "$W/cmp.log"))"
+		else
+			notok "$m TP$tp torch_dist: imported with --from megatron, megac's logits are Megatron's"
+			show "$ERR"
+			show "$W/cmp.log"
+		fi
+	done
+done
+# and give the very tensors of the legacy import
+if $PY -c '
+import sys, h5py, numpy as np
+a, b = h5py.File(sys.argv[1] + "/iter_0000001/model.h5"), h5py.File(sys.argv[2] + "/iter_0000001/model.h5")
+names = []
+a.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else None)
+assert len(names) >= 15, names
+for n in names:
+    assert np.array_equal(a[n][()], b[n][()]), n
+print(len(names))' "$W/llama_tp2_dist_megac" "$W/llama_tp2_megac" >"$W/cmp.log" 2>&1; then
+	ok "llama TP2: torch_dist and legacy imports hold the same $(cat "$W/cmp.log") tensors, bit for bit"
+else
+	notok "llama TP2: torch_dist and legacy imports differ"
+	show "$W/cmp.log"
+fi
+
+# bad torch_dist input: a clear error naming the file, nothing written
+bad_dist() { # name, expected message part, command that damages a copy in $W/bad
+	rm -rf "$W/bad" "$W/bad_out"
+	cp -r "$W/gpt_tp2_torch_dist" "$W/bad"
+	(cd "$W/bad/iter_0000001" && eval "$3")
+	if $BIN/ckpt_convert --load "$W/bad" --save "$W/bad_out" --from megatron --tokenizer-type NullTokenizer \
+		--vocab-size 128 >"$OUT_LOG" 2>"$ERR"; then
+		notok "$1: accepted"
+	elif grep -q -- "$2" "$ERR" && [ ! -e "$W/bad_out" ]; then
+		ok "$1: refused ($(head -c 200 "$ERR" | tr '\n' ' '))"
+	else
+		notok "$1: not the expected error ($2), or output left behind"
+		show "$ERR"
+	fi
+}
+bad_dist "a truncated .distcp" "past the end of the file" 'head -c 20000 __1_0.distcp >t && mv t __1_0.distcp'
+bad_dist "a missing .distcp" "__1_0.distcp" 'rm __1_0.distcp'
+# (the word embeddings' chunk: 9769 bytes at 41109, its 8192 data bytes in the middle)
+bad_dist "a flipped byte inside a chunk" "CRC" \
+	'$PY -c "
+f = open(\"__0_0.distcp\", \"r+b\"); f.seek(46000); b = f.read(1); f.seek(46000); f.write(bytes([b[0] ^ 1]))"'
+bad_dist "a malicious .metadata" "refusing global '[a-z]*.system'" \
+	'$PY -c "
+import pickle, os
+class E:
+    def __reduce__(self): return (os.system, (\"touch pwned\",))
+pickle.dump(E(), open(\".metadata\", \"wb\"))"'
+if [ -e "$W/bad/iter_0000001/pwned" ]; then notok "the malicious pickle ran"; fi
