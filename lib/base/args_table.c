@@ -451,8 +451,9 @@ const struct flag_def args_table[] = {
 	{ "--ckpt-format", FK_STR, F(ckpt_format), TR | PROG_CONVERT, 0, "checkpointing", "hdf5",
 	  "torch|torch_dist|torch_dcp|fsdp_dtensor|hdf5", "FMT",
 	  "train reads and writes megac's HDF5 checkpoint (docs/checkpoint-format.md), also when the flag is "
-	  "not given (Megatron's default is torch_dist); ckpt_convert --to megatron writes torch, Megatron's "
-	  "legacy format (docs/megatron-checkpoints.md); the other formats are refused until megac has them" },
+	  "not given (Megatron's default is torch_dist); ckpt_convert --to megatron writes torch (Megatron's "
+	  "legacy format) or torch_dist (docs/megatron-checkpoints.md); the other formats are refused until megac "
+	  "has them" },
 	{ "--exit-on-failed-save", FK_BOOL, F(exit_on_failed_save), TR, 0, "checkpointing", NULL, NULL, NULL,
 	  "(megac) stop when a save fails (default: log the error and train on; the last good checkpoint "
 	  "stays the latest)" },
@@ -869,11 +870,11 @@ const char *const args_checkpoint_sizes[] = { "--num-layers", "--hidden-size", "
  * implement: refused by name with the reason, like the flags of
  * args_megatron.c. */
 const struct refused_value args_refused_values[] = {
-	{ "--ckpt-format", "hdf5|torch",
+	{ "--ckpt-format", "hdf5|torch|torch_dist",
 	  "megac reads and writes its own HDF5 checkpoint (docs/checkpoint-format.md), which it uses when "
-	  "--ckpt-format is not given; ckpt_convert --to megatron writes Megatron's legacy torch format, and "
-	  "--from megatron reads torch and torch_dist folders (found from the files); writing torch_dist, "
-	  "torch_dcp and fsdp_dtensor is not in megac yet" },
+	  "--ckpt-format is not given; ckpt_convert --to megatron writes Megatron's legacy torch and torch_dist "
+	  "formats, and --from megatron reads them (found from the files); torch_dcp and fsdp_dtensor are not in "
+	  "megac yet" },
 	{ "--tokenizer-type",
 	  "GPT2BPETokenizer|HuggingFaceTokenizer|TikTokenizer|NullTokenizer|SentencePieceTokenizer|"
 	  "GPTSentencePieceTokenizer|Llama2Tokenizer|SFTTokenizer",

@@ -24,9 +24,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/error.h"
 #include "base/mapfile.h"
+#include "base/sbuf.h"
+#include "base/tempfile.h"
 #include "base/xalloc.h"
 #include "ckpt/torch_zip.h"
 
@@ -372,5 +375,234 @@ int dcp_read_tensor(struct dcp *c, const struct dcp_item *it, void *out)
 		}
 		pk_doc_free(d);
 	}
+	return rc;
+}
+
+/* ---- writing ---- */
+
+struct dcp_writer {
+	char *dir;
+	struct afile data; /* __0_0.distcp */
+	uint64_t pos;
+	struct dcp_item *items; /* in order of first use */
+	int n, cap;
+	bool failed;
+};
+
+struct dcp_writer *dcp_create(const char *dir)
+{
+	struct dcp_writer *w = xcalloc(1, sizeof(*w));
+	w->dir = xstrdup(dir);
+	char *p = xasprintf("%s/__0_0.distcp", dir);
+	int r = afile_open(&w->data, p);
+	free(p);
+	if (r < 0) {
+		free(w->dir);
+		free(w);
+		return NULL;
+	}
+	return w;
+}
+
+void dcp_abort(struct dcp_writer *w)
+{
+	if (!w)
+		return;
+	afile_abort(&w->data);
+	for (int i = 0; i < w->n; i++) {
+		free(w->items[i].fqn);
+		free(w->items[i].chunks);
+	}
+	free(w->items);
+	free(w->dir);
+	free(w);
+}
+
+static struct dcp_item *writer_item(struct dcp_writer *w, const char *fqn)
+{
+	for (int i = w->n - 1; i >= 0; i--) /* chunks of one tensor come together */
+		if (!strcmp(w->items[i].fqn, fqn))
+			return &w->items[i];
+	if (w->n == w->cap) {
+		w->cap = w->cap ? 2 * w->cap : 64;
+		w->items = xrealloc(w->items, (size_t)w->cap * sizeof(*w->items));
+	}
+	struct dcp_item *it = &w->items[w->n++];
+	memset(it, 0, sizeof(*it));
+	it->fqn = xstrdup(fqn);
+	return it;
+}
+
+/* v torch.save'd at the end of the data file; where in *q */
+static int put_blob(struct dcp_writer *w, struct pk_value *v, const char *fqn, struct dcp_chunk *q)
+{
+	struct sbuf b = SBUF_INIT;
+	int r = torch_save_mem(&b, v, fqn);
+	if (r == 0 && b.len && fwrite(b.buf, 1, b.len, w->data.fp) != b.len)
+		r = error_errno("cannot write '%s'", w->data.path);
+	q->file = 0;
+	q->at = w->pos;
+	q->len = b.len;
+	w->pos += b.len;
+	sbuf_release(&b);
+	if (r < 0)
+		w->failed = true;
+	return r;
+}
+
+int dcp_put_chunk(struct dcp_writer *w, const char *fqn, enum pk_dtype dt, int ndim, const int64_t *gsize,
+		  const int64_t *offset, const int64_t *csize, const void *data)
+{
+	if (w->failed)
+		return -1;
+	if (ndim < 0 || ndim > PK_MAX_NDIM)
+		BUG("dcp_put_chunk: %d dimensions", ndim);
+	struct dcp_item *it = writer_item(w, fqn);
+	if (!it->nchunks) {
+		it->tensor = true;
+		it->dtype = dt;
+		it->ndim = ndim;
+		memcpy(it->size, gsize, (size_t)ndim * sizeof(*gsize));
+	} else if (!it->tensor || it->dtype != dt || it->ndim != ndim ||
+		   memcmp(it->size, gsize, (size_t)ndim * sizeof(*gsize))) {
+		BUG("dcp_put_chunk: '%s' given as another tensor before", fqn);
+	}
+	it->chunks = xrealloc(it->chunks, (size_t)(it->nchunks + 1) * sizeof(*it->chunks));
+	struct dcp_chunk *q = &it->chunks[it->nchunks++];
+	memcpy(q->offset, offset, (size_t)ndim * sizeof(*offset));
+	memcpy(q->size, csize, (size_t)ndim * sizeof(*csize));
+	struct pk_doc *d = pk_doc_new();
+	struct pk_value *t = pk_tensor(d, pk_storage(d, dt, data, numel(csize, ndim)), 0, ndim, csize, NULL);
+	int r = t ? put_blob(w, t, fqn, q) : -1;
+	pk_doc_free(d);
+	return r;
+}
+
+int dcp_put_object(struct dcp_writer *w, const char *fqn, struct pk_value *v)
+{
+	if (w->failed)
+		return -1;
+	struct dcp_item *it = writer_item(w, fqn);
+	if (it->nchunks)
+		BUG("dcp_put_object: '%s' given twice", fqn);
+	it->chunks = xcalloc(1, sizeof(*it->chunks));
+	it->nchunks = 1;
+	return put_blob(w, v, fqn, &it->chunks[0]);
+}
+
+static struct pk_value *size_of(struct pk_doc *d, const int64_t *x, int n)
+{
+	struct pk_value *t = pk_tuple(d), *args = pk_tuple(d);
+	for (int i = 0; i < n; i++)
+		pk_append(t, pk_int(d, x[i]));
+	pk_append(args, t);
+	return pk_object(d, "torch.Size", args, NULL);
+}
+
+#define DCP_META "torch.distributed.checkpoint.metadata."
+
+/* TensorProperties' state: (dtype, layout, requires_grad, memory_format, pin_memory) */
+static struct pk_value *properties(struct pk_doc *d, enum pk_dtype dt)
+{
+	char *g = xasprintf("torch.%s", pk_dtype_name(dt));
+	struct pk_value *st = pk_tuple(d), *a = pk_tuple(d), *b = pk_tuple(d);
+	pk_append(st, pk_global(d, g));
+	free(g);
+	pk_append(a, pk_str(d, "torch.strided"));
+	pk_append(st, pk_object(d, "torch.serialization._get_layout", a, NULL));
+	pk_append(st, pk_bool(d, false));
+	pk_append(b, pk_int(d, 0)); /* TORCH_CONTIGUOUS_FORMAT */
+	pk_append(st, pk_object(d, DCP_META "_MEM_FORMAT_ENCODING", b, NULL));
+	pk_append(st, pk_bool(d, false));
+	return pk_object(d, DCP_META "TensorProperties", NULL, st);
+}
+
+static struct pk_value *dataclass(struct pk_doc *d, const char *cls, struct pk_value **state)
+{
+	*state = pk_dict(d);
+	return pk_object(d, cls, NULL, *state);
+}
+
+int dcp_finish(struct dcp_writer *w)
+{
+	int rc = w->failed ? -1 : 0;
+	struct pk_doc *d = pk_doc_new();
+	struct pk_value *mst, *meta = dataclass(d, DCP_META "Metadata", &mst);
+	struct pk_value *sdm = pk_dict(d), *sd = pk_dict(d);
+	char *rel = xstrdup("__0_0.distcp");
+	for (int i = 0; rc == 0 && i < w->n; i++) {
+		const struct dcp_item *it = &w->items[i];
+		struct pk_value *st, *v;
+		if (it->tensor) {
+			int64_t total = 0;
+			struct pk_value *chunks = pk_list(d);
+			for (int k = 0; k < it->nchunks; k++) {
+				struct pk_value *cst, *ch = dataclass(d, DCP_META "ChunkStorageMetadata", &cst);
+				pk_set_str(d, cst, "offsets", size_of(d, it->chunks[k].offset, it->ndim));
+				pk_set_str(d, cst, "sizes", size_of(d, it->chunks[k].size, it->ndim));
+				pk_append(chunks, ch);
+				total += numel(it->chunks[k].size, it->ndim);
+			}
+			if (total != numel(it->size, it->ndim))
+				BUG("dcp_finish: the chunks of '%s' hold %lld of its %lld elements", it->fqn,
+				    (long long)total, (long long)numel(it->size, it->ndim));
+			v = dataclass(d, DCP_META "TensorStorageMetadata", &st);
+			pk_set_str(d, st, "properties", properties(d, it->dtype));
+			pk_set_str(d, st, "size", size_of(d, it->size, it->ndim));
+			pk_set_str(d, st, "chunks", chunks);
+		} else {
+			v = dataclass(d, DCP_META "BytesStorageMetadata", &st);
+		}
+		pk_set_str(d, sdm, it->fqn, v);
+		for (int k = 0; k < it->nchunks; k++) {
+			struct pk_value *kst, *key = dataclass(d, DCP_META "MetadataIndex", &kst);
+			pk_set_str(d, kst, "fqn", pk_str(d, it->fqn));
+			pk_set_str(d, kst, "offset", it->tensor ? size_of(d, it->chunks[k].offset, it->ndim) : pk_none(d));
+			pk_set_str(d, kst, "index", pk_none(d));
+			struct pk_value *sst,
+				*where = dataclass(d, "torch.distributed.checkpoint.filesystem._StorageInfo", &sst);
+			pk_set_str(d, sst, "relative_path", pk_str(d, rel));
+			pk_set_str(d, sst, "offset", pk_int(d, (int64_t)it->chunks[k].at));
+			pk_set_str(d, sst, "length", pk_int(d, (int64_t)it->chunks[k].len));
+			pk_set(d, sd, key, where);
+		}
+	}
+	free(rel);
+	pk_set_str(d, mst, "state_dict_metadata", sdm);
+	pk_set_str(d, mst, "planner_data", pk_none(d));
+	pk_set_str(d, mst, "storage_data", sd);
+	pk_set_str(d, mst, "version", pk_str(d, "1.0.0"));
+	/* the data file first, then the metadata that points into it */
+	if (rc == 0 && afile_commit(&w->data) < 0)
+		rc = -1;
+	if (rc == 0) {
+		struct sbuf b = SBUF_INIT;
+		struct pk_value **st = NULL;
+		size_t nst = 0;
+		rc = pk_dumps(meta, &b, &st, &nst);
+		free(st);
+		char *p = xasprintf("%s/.metadata", w->dir);
+		struct afile af;
+		if (rc == 0 && afile_open(&af, p) == 0) {
+			if (fwrite(b.buf, 1, b.len, af.fp) != b.len) {
+				rc = error_errno("cannot write '%s'", p);
+				afile_abort(&af);
+			} else if (afile_commit(&af) < 0) {
+				rc = -1;
+			}
+		} else {
+			rc = -1;
+		}
+		free(p);
+		sbuf_release(&b);
+	}
+	pk_doc_free(d);
+	if (rc < 0) { /* nothing left: the data file too */
+		char *p = xasprintf("%s/__0_0.distcp", w->dir);
+		if (!w->data.tmp)
+			unlink(p);
+		free(p);
+	}
+	dcp_abort(w); /* frees; the committed data file stays */
 	return rc;
 }

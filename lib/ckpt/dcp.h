@@ -67,4 +67,27 @@ int dcp_read_tensor(struct dcp *c, const struct dcp_item *it, void *out);
  * after error(). */
 struct pk_value *dcp_read_object(struct dcp *c, struct pk_doc *d, const struct dcp_item *it);
 
+/* ---- writing ---- */
+
+/*
+ * A DCP folder as one rank writes it: every item into dir/__0_0.distcp (a
+ * temporary name until dcp_finish), then dir/.metadata. dir must exist; the
+ * caller publishes it (a checkpoint's hidden iteration folder). Tensors are
+ * given chunk by chunk (offset and size inside the global tensor), objects
+ * whole; nothing is kept in memory but the metadata.
+ */
+struct dcp_writer;
+
+struct dcp_writer *dcp_create(const char *dir);
+/* A chunk of global tensor fqn ([ndim] gsize, dtype dt: the same for every
+ * chunk of it), at offset, of size csize, elements in C order. */
+int dcp_put_chunk(struct dcp_writer *w, const char *fqn, enum pk_dtype dt, int ndim, const int64_t *gsize,
+		  const int64_t *offset, const int64_t *csize, const void *data);
+/* A bytes item: v (a value of the caller's document) torch.save'd. */
+int dcp_put_object(struct dcp_writer *w, const char *fqn, struct pk_value *v);
+/* Write .metadata (checking that every tensor's chunks cover it once) and
+ * commit both files; frees w. 0, or -1 after error() with nothing left. */
+int dcp_finish(struct dcp_writer *w);
+void dcp_abort(struct dcp_writer *w);
+
 #endif

@@ -341,6 +341,13 @@ static struct pk_value *object(struct pk_doc *d, const char *cls, struct pk_valu
 	return v;
 }
 
+struct pk_value *pk_object(struct pk_doc *d, const char *cls, struct pk_value *args, struct pk_value *state)
+{
+	struct pk_value *v = object(d, cls, args);
+	v->obj.state = state;
+	return v;
+}
+
 struct pk_value *pk_namespace(struct pk_doc *d)
 {
 	struct pk_value *v = object(d, "argparse.Namespace", NULL);

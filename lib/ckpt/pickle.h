@@ -194,6 +194,10 @@ struct pk_value *pk_odict(struct pk_doc *d); /* a collections.OrderedDict */
 struct pk_value *pk_global(struct pk_doc *d, const char *name);
 /* An argparse.Namespace; its attributes go into ns->obj.state, a dict. */
 struct pk_value *pk_namespace(struct pk_doc *d);
+/* An instance of class cls (a dotted name): written as cls called with the
+ * tuple args (NULL: made with no arguments, NEWOBJ), then given state (NULL:
+ * none) by BUILD. Reading it back needs cls on the allow-list. */
+struct pk_value *pk_object(struct pk_doc *d, const char *cls, struct pk_value *args, struct pk_value *state);
 /* A storage of numel elements over data (not copied: it must outlive the
  * document's last pk_dumps / torch_save). */
 struct pk_value *pk_storage(struct pk_doc *d, enum pk_dtype dt, const void *data, int64_t numel);

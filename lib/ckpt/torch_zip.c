@@ -281,6 +281,7 @@ void tz_close(struct tz_reader *z)
 
 struct tz_writer {
 	struct afile af;
+	struct sbuf *mem; /* tz_create_mem: the archive is appended here, not to af */
 	char *prefix;
 	struct tz_member *m;
 	size_t n, cap;
@@ -296,6 +297,11 @@ static void put(struct sbuf *b, uint64_t x, int n)
 
 static int emit(struct tz_writer *w, const void *p, size_t n)
 {
+	if (w->mem) {
+		sbuf_add(w->mem, p, n);
+		w->pos += n;
+		return 0;
+	}
 	if (n && fwrite(p, 1, n, w->af.fp) != n) {
 		w->failed = true;
 		return error_errno("cannot write '%s'", w->af.path);
@@ -311,6 +317,14 @@ struct tz_writer *tz_create(const char *path, const char *prefix)
 		free(w);
 		return NULL;
 	}
+	w->prefix = xstrdup(prefix);
+	return w;
+}
+
+struct tz_writer *tz_create_mem(struct sbuf *out, const char *prefix)
+{
+	struct tz_writer *w = xcalloc(1, sizeof(*w));
+	w->mem = out;
 	w->prefix = xstrdup(prefix);
 	return w;
 }
@@ -434,9 +448,9 @@ int tz_finish(struct tz_writer *w)
 	put(&c, 0, 2);
 	int r = w->failed ? -1 : emit(w, c.buf, c.len);
 	sbuf_release(&c);
-	if (r == 0 && afile_commit(&w->af) < 0)
+	if (r == 0 && !w->mem && afile_commit(&w->af) < 0)
 		r = -1;
-	if (r < 0)
+	if (r < 0 && !w->mem)
 		afile_abort(&w->af);
 	for (size_t i = 0; i < w->n; i++)
 		free(w->m[i].name);
@@ -450,7 +464,8 @@ void tz_abort(struct tz_writer *w)
 {
 	if (!w)
 		return;
-	afile_abort(&w->af);
+	if (!w->mem)
+		afile_abort(&w->af);
 	for (size_t i = 0; i < w->n; i++)
 		free(w->m[i].name);
 	free(w->m);
@@ -558,19 +573,15 @@ static char *archive_name(const char *path)
 	return n ? xstrndup(base, n) : xstrdup("archive");
 }
 
-int torch_save(const char *path, struct pk_value *v)
+/* torch.save's members of v into w (finished or aborted here) */
+static int save_into(struct tz_writer *w, struct pk_value *v, const char *what)
 {
 	struct sbuf pkl = SBUF_INIT;
-	struct pk_value **st;
-	size_t nst;
-	if (pk_dumps(v, &pkl, &st, &nst) < 0) {
-		sbuf_release(&pkl);
-		return error("cannot save '%s'", path);
-	}
-	char *prefix = archive_name(path);
-	struct tz_writer *w = tz_create(path, prefix);
-	free(prefix);
-	int r = w ? tz_add(w, "data.pkl", pkl.buf, pkl.len) : -1;
+	struct pk_value **st = NULL;
+	size_t nst = 0;
+	int r = pk_dumps(v, &pkl, &st, &nst) < 0 ? error("cannot save '%s'", what) : 0;
+	if (r == 0)
+		r = tz_add(w, "data.pkl", pkl.buf, pkl.len);
 	if (r == 0)
 		r = tz_add(w, "byteorder", "little", 6);
 	for (size_t i = 0; i < nst && r == 0; i++) {
@@ -588,4 +599,17 @@ int torch_save(const char *path, struct pk_value *v)
 		return -1;
 	}
 	return tz_finish(w);
+}
+
+int torch_save(const char *path, struct pk_value *v)
+{
+	char *prefix = archive_name(path);
+	struct tz_writer *w = tz_create(path, prefix);
+	free(prefix);
+	return w ? save_into(w, v, path) : -1;
+}
+
+int torch_save_mem(struct sbuf *out, struct pk_value *v, const char *what)
+{
+	return save_into(tz_create_mem(out, "archive"), v, what);
 }

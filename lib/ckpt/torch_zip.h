@@ -53,6 +53,9 @@ struct tz_writer;
  * the folder prefix ("archive"). NULL after error(). */
 struct tz_writer *tz_create(const char *path, const char *prefix);
 /* Append member prefix/name with n bytes of data, its data 64-byte aligned. */
+/* A writer appending the archive to out (offsets relative to where it
+ * starts: the archive is a blob to place inside a bigger file). */
+struct tz_writer *tz_create_mem(struct sbuf *out, const char *prefix);
 int tz_add(struct tz_writer *w, const char *name, const void *data, size_t n);
 /* Write the central directory, fsync, rename into place; frees w. */
 int tz_finish(struct tz_writer *w);
@@ -69,5 +72,8 @@ struct pk_value *torch_load_mem(struct pk_doc *d, const void *buf, size_t len, c
 /* Write v as torch.save would (protocol 2; archive name from the file's
  * base name; data.pkl, byteorder, data/<key>, version), atomically. */
 int torch_save(const char *path, struct pk_value *v);
+/* The same archive (named "archive", as newer torch names it) appended to
+ * out; what names it in messages. */
+int torch_save_mem(struct sbuf *out, struct pk_value *v, const char *what);
 
 #endif

@@ -1328,8 +1328,9 @@ int convert_command(const struct args *a0)
 static int to_megatron(const struct args *a)
 {
 	const char *fmt = args_given(a, "--ckpt-format") ? a->ckpt_format : "torch";
-	if (strcmp(fmt, "torch"))
-		return error("--to megatron --ckpt-format %s: megac writes Megatron's legacy torch format", fmt);
+	if (strcmp(fmt, "torch") && strcmp(fmt, "torch_dist"))
+		return error("--to megatron --ckpt-format %s: megac writes Megatron's legacy torch format and torch_dist",
+			     fmt);
 	int tp, pp, vpp;
 	if (target_layout(a, &tp, &pp, &vpp) < 0)
 		return -1;
@@ -1365,7 +1366,7 @@ static int to_megatron(const struct args *a)
 		return -1;
 	}
 	struct megatron_export e = { .r = r, .mf = mf, .c = &target, .src_vp = c.Vp, .iteration = iter, .tp = tp,
-				     .pp = pp, .dtype = dt };
+				     .pp = pp, .dtype = dt, .dist = !strcmp(fmt, "torch_dist") };
 	int rc = megatron_torch_export(a, &e);
 	ckpt_close(r);
 	return rc;

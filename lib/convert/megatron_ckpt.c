@@ -44,6 +44,7 @@
 #include <jansson.h>
 
 #include "base/error.h"
+#include "base/tempfile.h"
 #include "base/xalloc.h"
 #include "ckpt/dcp.h"
 #include "ckpt/dtype.h"
@@ -171,7 +172,7 @@ static struct pk_value *args_namespace(struct pk_doc *d, const struct megatron_e
 	pk_set_str(d, st, "consumed_valid_samples", pk_int(d, 0));
 	pk_set_str(d, st, "bf16", pk_bool(d, e->dtype == CKPT_BF16));
 	pk_set_str(d, st, "fp16", pk_bool(d, e->dtype == CKPT_F16));
-	pk_set_str(d, st, "ckpt_format", pk_str(d, "torch"));
+	pk_set_str(d, st, "ckpt_format", pk_str(d, e->dist ? "torch_dist" : "torch"));
 	pk_set_str(d, st, "params_dtype", pk_global(d, e->dtype == CKPT_BF16 ? "torch.bfloat16" :
 						 e->dtype == CKPT_F16 ? "torch.float16" : "torch.float32"));
 	return ns;
@@ -250,16 +251,6 @@ static int rank_model(struct pk_doc *d, struct pk_value *model, struct rank_file
 	return rc;
 }
 
-static int fsync_dir(const char *dir)
-{
-	int fd = open(dir, O_RDONLY | O_DIRECTORY);
-	if (fd < 0)
-		return error_errno("open '%s'", dir);
-	int rc = fsync(fd) < 0 ? error_errno("fsync '%s'", dir) : 0;
-	close(fd);
-	return rc;
-}
-
 /* The model TP rank `rank` of stage `stage` holds, built with report_memory's
  * counting tables: its parameter registry (names, local shapes, the split)
  * without any memory. pool and tpg must live as long as m. */
@@ -305,6 +296,127 @@ static int write_rank(const struct megatron_export *e, const json_t *config, con
 	return rc;
 }
 
+/* ---- megac -> Megatron's torch_dist format ---- */
+
+/*
+ * One DCP folder written as one rank: every tensor global (the target
+ * layout only pads the vocabulary and goes into args), the layers of
+ * decoder.layers.<i>.* stacked into decoder.layers.* of [num_layers, ...]
+ * and saved one chunk per layer, each TE module's _extra_state (the four
+ * linear layers and core_attention) a sharded object per layer holding
+ * [None], as Megatron saves the local spec's, and the
+ * common state (args, iteration, ...) as the object common_state/shard_0_1,
+ * a one-element list. Then metadata.json, Megatron's marker of the format.
+ */
+static int dist_extra_states(struct dcp_writer *w, const char *stacked, int l, int L)
+{
+	static const char *const mods[] = { "self_attention.linear_qkv.weight", "self_attention.linear_proj.weight",
+					    "mlp.linear_fc1.weight", "mlp.linear_fc2.weight" };
+	int rc = 0;
+	size_t n = strlen(stacked);
+	for (size_t i = 0; rc == 0 && i < sizeof(mods) / sizeof(mods[0]); i++) {
+		size_t m = strlen(mods[i]);
+		if (n < m || strcmp(stacked + n - m, mods[i]))
+			continue;
+		struct pk_doc *d = pk_doc_new();
+		struct pk_value *v = pk_list(d);
+		pk_append(v, pk_none(d));
+		char *key = xasprintf("%.*s_extra_state/shard_%d_%d", (int)(n - strlen("weight")), stacked, l, L);
+		rc = dcp_put_object(w, key, v);
+		free(key);
+		if (rc == 0 && i == 0) { /* TE's attention module beside linear_qkv */
+			key = xasprintf("%.*score_attention._extra_state/shard_%d_%d",
+					(int)(n - strlen("linear_qkv.weight")), stacked, l, L);
+			rc = dcp_put_object(w, key, v);
+			free(key);
+		}
+		pk_doc_free(d);
+	}
+	return rc;
+}
+
+static int write_dist(const struct megatron_export *e, const json_t *config, const char *tmp)
+{
+	struct dist_group tpg;
+	struct mem_pool pool;
+	struct gpt_model m;
+	if (plan_model(&m, &pool, &tpg, e->c, 1, 0, 1, 0) < 0)
+		return -1;
+	struct dcp_writer *w = dcp_create(tmp);
+	int rc = w ? 0 : -1;
+	float *global = NULL;
+	size_t cap = 0;
+	static const char pre[] = "decoder.layers.";
+	for (int i = 0; rc == 0 && i < m.reg.n; i++) {
+		const struct param *p = &m.reg.p[i];
+		if (p->flags & PARAM_SHARED)
+			continue;
+		size_t gn = (size_t)p->shape[0] * (p->ndim == 2 ? (size_t)p->shape[1] : 1);
+		size_t need = gn > (size_t)e->src_vp * (size_t)e->c->h ? gn : (size_t)e->src_vp * (size_t)e->c->h;
+		if (need > cap) {
+			free(global);
+			global = xmalloc(need * sizeof(float));
+			cap = need;
+		}
+		if ((rc = read_global(e, p, global)) < 0)
+			break;
+		void *bytes = xmalloc(gn * ckpt_dtype_size(e->dtype) + 1);
+		ckpt_from_f32(e->dtype, global, gn, bytes);
+		int64_t gsize[3] = { 0 }, off[3] = { 0 }, csize[3] = { 0 };
+		char *end;
+		long l = !strncmp(p->name, pre, sizeof(pre) - 1) ? strtol(p->name + sizeof(pre) - 1, &end, 10) : -1;
+		if (l >= 0 && *end == '.') { /* stacked: [L, ...], this layer's chunk */
+			char *fqn = xasprintf("%s%s", pre, end + 1);
+			gsize[0] = e->c->L;
+			off[0] = l;
+			csize[0] = 1;
+			for (int j = 0; j < p->ndim; j++)
+				gsize[j + 1] = csize[j + 1] = p->shape[j];
+			rc = dcp_put_chunk(w, fqn, pk_of(e->dtype), p->ndim + 1, gsize, off, csize, bytes);
+			if (rc == 0)
+				rc = dist_extra_states(w, fqn, (int)l, e->c->L);
+			free(fqn);
+		} else {
+			for (int j = 0; j < p->ndim; j++)
+				gsize[j] = csize[j] = p->shape[j];
+			rc = dcp_put_chunk(w, p->name, pk_of(e->dtype), p->ndim, gsize, off, csize, bytes);
+		}
+		free(bytes);
+	}
+	free(global);
+	gpt_free(&m);
+	struct pk_doc *d = pk_doc_new();
+	struct pk_value *common = pk_dict(d), *cm = pk_dict(d), *wrap = pk_list(d);
+	pk_set_str(d, common, "args", args_namespace(d, e, config));
+	pk_set_str(d, common, "checkpoint_version", pk_float(d, 3.0));
+	pk_set_str(d, common, "iteration", pk_int(d, e->iteration < 0 ? 0 : e->iteration));
+	pk_set_str(d, common, "num_floating_point_operations_so_far", pk_int(d, 0));
+	pk_set_str(d, cm, "singleton_local_shards", pk_bool(d, false));
+	pk_set_str(d, cm, "chained_optim_avoid_prefix", pk_bool(d, true));
+	pk_set_str(d, common, "content_metadata", cm);
+	pk_append(wrap, common);
+	if (rc == 0)
+		rc = dcp_put_object(w, "common_state/shard_0_1", wrap);
+	pk_doc_free(d);
+	if (rc == 0)
+		rc = dcp_finish(w);
+	else
+		dcp_abort(w);
+	char *mj = xasprintf("%s/metadata.json", tmp);
+	if (rc == 0) {
+		struct afile af;
+		static const char text[] = "{\"sharded_backend\": \"torch_dist\", \"sharded_backend_version\": 1}";
+		if (afile_open(&af, mj) < 0)
+			rc = -1;
+		else if (fwrite(text, 1, sizeof(text) - 1, af.fp) != sizeof(text) - 1)
+			rc = error_errno("cannot write '%s'", mj), afile_abort(&af);
+		else if (afile_commit(&af) < 0)
+			rc = -1;
+	}
+	free(mj);
+	return rc;
+}
+
 int megatron_torch_export(const struct args *a, const struct megatron_export *e)
 {
 	const struct gpt_config *c = e->c;
@@ -323,7 +435,9 @@ int megatron_torch_export(const struct args *a, const struct megatron_export *e)
 	}
 	struct ckpt_writer *w = ckpt_begin(a->save, e->iteration);
 	int rc = w ? 0 : -1;
-	for (int s = 0; rc == 0 && s < e->pp; s++)
+	if (rc == 0 && e->dist)
+		rc = write_dist(e, config, ckpt_tmp_dir(w));
+	for (int s = 0; !e->dist && rc == 0 && s < e->pp; s++)
 		for (int t = 0; rc == 0 && t < e->tp; t++)
 			rc = write_rank(e, config, ckpt_tmp_dir(w), s, t);
 	json_decref(config);

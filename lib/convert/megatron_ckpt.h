@@ -8,6 +8,7 @@
 #ifndef MEGAC_CONVERT_MEGATRON_CKPT_H
 #define MEGAC_CONVERT_MEGATRON_CKPT_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "base/args.h"
@@ -23,6 +24,7 @@ struct megatron_export {
 	int64_t iteration;
 	int tp, pp;            /* the target layout */
 	enum ckpt_dtype dtype; /* of the written tensors: CKPT_F32, CKPT_BF16 or CKPT_F16 */
+	bool dist;             /* torch_dist (PyTorch Distributed Checkpoint), else legacy torch */
 };
 
 /* Write --save as Megatron's legacy checkpoint of e's model (all or

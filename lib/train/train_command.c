@@ -132,8 +132,9 @@ bool train_grads_bf16(const struct args *a)
 int train_check_flags(const struct args *a)
 {
 	if (a->ckpt_format && strcmp(a->ckpt_format, "hdf5"))
-		return error("--ckpt-format %s: train reads and writes megac's HDF5 checkpoint; Megatron's legacy torch "
-			     "format is written by ckpt_convert --to megatron (reading it is not in megac yet)",
+		return error("--ckpt-format %s: train reads and writes megac's HDF5 checkpoint; Megatron's torch and "
+			     "torch_dist checkpoints go through ckpt_convert (--from megatron to continue a Megatron run, "
+			     "--to megatron to hand one over)",
 			     a->ckpt_format);
 	if (a->fp16 && a->bf16)
 		return error("--fp16 and --bf16 are mutually exclusive");

@@ -9,8 +9,11 @@
 # every tensor equals megac's global one, the vocabulary re-padded for the
 # target TP. --from megatron reads them back (and the local layer spec's
 # norm names) to the same tensors, which fine-tune to the original's losses
-# bit for bit. Refused: torch_dist, an existing iteration, MoE, a megac
-# folder as --from megatron, and --ckpt-format torch in train.
+# bit for bit. torch_dist exports (fp32, bf16) are read by an independent
+# Python reader of PyTorch's DCP folders (tests/prog/py/dcp_check.py) and by
+# --from megatron to the same tensors. Refused: fsdp_dtensor, an existing
+# iteration, MoE, a megac folder as --from megatron, and --ckpt-format torch in
+# train.
 . tests/prog_lib.sh
 train_env_begin ckpt_megatron
 CHECK=tests/prog/py/megatron_ckpt_check.py
@@ -85,6 +88,28 @@ same_h5 "gpt: megac -> Megatron TP2 x PP2 -> megac gives the same tensors (vocab
 expect_ok "llama: back from the bf16 files" $BIN/ckpt_convert --load "$W/m-llama-bf16" --save "$W/b-llama-bf16" \
 	--from megatron $GPT2
 same_h5 "llama: the bf16 round trip gives megac's tensors rounded to bf16" "$W/llama" "$W/b-llama-bf16" 2 bf16
+# torch_dist (PyTorch Distributed Checkpoint): global tensors, the layers
+# stacked; read back by an independent Python reader (tests/prog/py/dcp_check.py:
+# pickle with only DCP's classes, torch.load of each chunk) and by --from megatron
+dcp_check() { # NAME DIR MEGAC_DIR ITER LAYERS [DTYPE]
+	if DCP_DTYPE=${6:-float32} $PY tests/prog/py/dcp_check.py "$2/iter_$(printf %07d "$4")" "$3" "$4" "$5" \
+		>"$W/dcp.log" 2>&1; then
+		ok "$1 ($(tail -1 "$W/dcp.log"))"
+	else
+		notok "$1"
+		show "$W/dcp.log"
+	fi
+}
+expect_ok "llama: to Megatron's torch_dist format" $BIN/ckpt_convert --load "$W/llama" --save "$W/d-llama" \
+	--to megatron --ckpt-format torch_dist --target-tensor-parallel-size 2 $GPT2
+dcp_check "llama torch_dist: an independent reader assembles megac's tensors" "$W/d-llama" "$W/llama" 2 4
+expect_ok "gpt: to torch_dist in bf16" $BIN/ckpt_convert --load "$W/gpt" --save "$W/d-gpt" --to megatron \
+	--ckpt-format torch_dist --dtype bf16 $GPT2
+dcp_check "gpt torch_dist bf16: megac's tensors rounded to bf16" "$W/d-gpt" "$W/gpt" 2 2 bfloat16
+expect_ok "llama: back from torch_dist" $BIN/ckpt_convert --load "$W/d-llama" --save "$W/e-llama" --from megatron $GPT2
+same_h5 "llama: megac -> torch_dist -> megac gives the same tensors" "$W/llama" "$W/e-llama" 2
+expect_ok "gpt: back from bf16 torch_dist" $BIN/ckpt_convert --load "$W/d-gpt" --save "$W/e-gpt" --from megatron $GPT2
+same_h5 "gpt: the bf16 torch_dist round trip gives megac's tensors rounded to bf16" "$W/gpt" "$W/e-gpt" 2 bf16
 # Megatron's local layer spec names the fused norms input_layernorm and pre_mlp_layernorm
 setup "the TP2 x PP2 files renamed to the local spec" $PY -c '
 import glob, os, shutil, sys, torch
@@ -114,9 +139,9 @@ RTOL=0 compare_same "llama: fine-tuning the round trip gives the original's loss
 	"$W/ft-back.jsonl" 4
 expect_fail "--from megatron on a megac checkpoint says what it found" "not a Megatron checkpoint megac reads" \
 	$BIN/ckpt_convert --load "$W/llama" --save "$W/b-wrong" --from megatron $GPT2
-expect_fail "writing torch_dist is refused by name" "writing torch_dist, torch_dcp and fsdp_dtensor is not in megac yet" \
+expect_fail "fsdp_dtensor is refused by name" "torch_dcp and fsdp_dtensor are not in megac yet" \
 	$BIN/ckpt_convert \
-	--load "$W/gpt" --save "$W/m-dist" --to megatron --ckpt-format torch_dist $GPT2
+	--load "$W/gpt" --save "$W/m-dist" --to megatron --ckpt-format fsdp_dtensor $GPT2
 expect_fail "an existing iteration is not overwritten" "does not overwrite a checkpoint" $BIN/ckpt_convert \
 	--load "$W/gpt" --save "$W/m-gpt" --to megatron --target-tensor-parallel-size 2 \
 	--target-pipeline-parallel-size 2 $GPT2
@@ -131,5 +156,5 @@ else
 	notok "a refused export leaves no checkpoint behind"
 	ls -la "$W/m-moe" | sed 's/^/#   /'
 fi
-expect_fail "train refuses --ckpt-format torch (ckpt_convert writes it)" "ckpt_convert --to megatron" $BIN/train \
+expect_fail "train refuses --ckpt-format torch (ckpt_convert writes it)" "go through ckpt_convert" $BIN/train \
 	$GPT $COMMON --ckpt-format torch --data-cache-path "$W/cache"

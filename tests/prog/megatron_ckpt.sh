@@ -135,3 +135,54 @@ class E:
     def __reduce__(self): return (os.system, (\"touch pwned\",))
 pickle.dump(E(), open(\".metadata\", \"wb\"))"'
 if [ -e "$W/bad/iter_0000001/pwned" ]; then notok "the malicious pickle ran"; fi
+
+# make check-long with MEGATRON_LM (a Megatron-LM git repository or tree):
+# Megatron itself loads what megac writes. megatron_env.sh makes a venv with
+# PyPI's torch (about 3 GB, kept in $MEGATRON_ENV, default build/megatron-env);
+# make_fixtures.py load builds each model at TP1 and TP2 with Megatron's own
+# code, loads megac's torch_dist export (dist_checkpointing.load) and legacy
+# TP2 export strictly, and its logits must be the ones Megatron recorded.
+if long_only && [ -n "${MEGATRON_LM:-}" ]; then
+	MENV=${MEGATRON_ENV:-$MEGAC_BUILD/megatron-env}
+	if ENV=$(sh $FIX/megatron_env.sh "$MENV" "$MEGATRON_LM" 2>"$ERR"); then
+		eval "$ENV"
+		ok "a Megatron-LM $COMMIT environment (megatron-core $MCORE)"
+		for m in gpt llama; do
+			for f in torch_dist torch; do
+				tp=2
+				[ $f = torch ] || tp=1
+				out="$W/${m}_to_${f}"
+				if ! $BIN/ckpt_convert --load "$W/${m}_tp1_megac" --save "$out" --to megatron --ckpt-format $f \
+					--target-tensor-parallel-size $tp --make-vocab-size-divisible-by 64 >"$OUT_LOG" 2>"$ERR"; then
+					notok "$m: export to $f"
+					show "$ERR"
+					continue
+				fi
+				for ltp in 1 2; do
+					[ $f = torch ] && [ $ltp = 1 ] && continue
+					run="$PY"
+					[ $ltp = 2 ] && run="$PY -m torch.distributed.run --nproc-per-node 2 --master-port 2955$ltp"
+					if OMP_NUM_THREADS=1 $run $FIX/make_fixtures.py load --megatron "$MTREE" --model $m --tp $ltp \
+						--src "$out" --logits "$out.tp$ltp.npy" >"$W/meg.log" 2>&1 &&
+						$PY -c '
+import sys, numpy as np
+a, b = np.load(sys.argv[1]), np.load(sys.argv[2])
+d = float(np.abs(a - b).max())
+assert a.shape == b.shape and d < 1e-4, (a.shape, b.shape, d)
+print("max |difference| %.2g" % d)' "$out.tp$ltp.npy" "$W/${m}_logits.npy" >"$W/cmp.log" 2>&1; then
+						ok "$m: Megatron loads megac's $f export at TP$ltp strictly, with its own logits ($(cat "$W/cmp.log"))"
+					else
+						notok "$m: Megatron loads megac's $f export at TP$ltp"
+						show "$W/meg.log" 15
+						show "$W/cmp.log"
+					fi
+				done
+			done
+		done
+	else
+		notok "no Megatron-LM environment from MEGATRON_LM=$MEGATRON_LM"
+		show "$ERR"
+	fi
+elif long_only; then
+	ok "# SKIP Megatron loading megac's exports: set MEGATRON_LM to a Megatron-LM repository or tree"
+fi
