@@ -1812,11 +1812,13 @@ static void r_scanb(const struct kops *k, void **d, const struct cfg *c, double 
 }
 static void r_gnf(const struct kops *k, void **d, const struct cfg *c, double *s)
 {
-	k->gated_rmsnorm_forward(d[0], d[1], d[2], d[3], d[4], c->N, c->C, c->g, c->eps);
+	k->gated_rmsnorm_forward((c->flags & F_ALIAS) ? d[2] : d[0], d[1], d[2], d[3], d[4], c->N, c->C, c->g,
+				 c->eps);
 }
 static void r_gnb(const struct kops *k, void **d, const struct cfg *c, double *s)
 {
-	k->gated_rmsnorm_backward(d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], c->N, c->C, c->g);
+	k->gated_rmsnorm_backward((c->flags & F_ALIAS) ? d[3] : d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], c->N,
+				  c->C, c->g);
 }
 
 static void test_ssm_conv(void)
@@ -1841,18 +1843,23 @@ static void test_ssm_conv(void)
 			 LABEL("B=%d T=%d C=%d W=%d%s%s", c.B, c.T, c.C, c.k, hist ? "" : " hist=NULL",
 			       bias ? "" : " bias=NULL"),
 			 r_convf, &c, NULL, 0);
-		fresh();
-		tb_out("dx", rvec(BTC, 3), FL(BTC), TOL_RED);
-		tb_out("dw", rvec(CW, 1), FL(CW), TOL_RED);
-		tb_out("dbias", bias ? rvec(c.C, 1) : NULL, bias ? FL(c.C) : 0, TOL_RED);
-		tb_in(rvec(BTC, 1), FL(BTC));
-		tb_in(rvec(BTC, 2), FL(BTC));
-		tb_in(hist ? rvec(BHC, 2) : NULL, hist ? FL(BHC) : 0);
-		tb_in(rvec(CW, 0.6f), FL(CW));
-		tb_in(bias ? rvec(c.C, 0.5f) : NULL, bias ? FL(c.C) : 0);
-		run_test("ssm_conv_backward", HAS(ssm_conv_backward),
-			 LABEL("B=%d T=%d C=%d W=%d%s", c.B, c.T, c.C, c.k, hist ? "" : " hist=NULL"), r_convb, &c,
-			 NULL, 0);
+		/* the first config also without dx, then without dw and dbias */
+		for (int nul = 0; nul < (i == 0 ? 3 : 1); nul++) {
+			bool nx = nul == 1, nw = nul == 2, db = bias && !nw;
+			fresh();
+			tb_out("dx", nx ? NULL : rvec(BTC, 3), nx ? 0 : FL(BTC), TOL_RED);
+			tb_out("dw", nw ? NULL : rvec(CW, 1), nw ? 0 : FL(CW), TOL_RED);
+			tb_out("dbias", db ? rvec(c.C, 1) : NULL, db ? FL(c.C) : 0, TOL_RED);
+			tb_in(rvec(BTC, 1), FL(BTC));
+			tb_in(rvec(BTC, 2), FL(BTC));
+			tb_in(hist ? rvec(BHC, 2) : NULL, hist ? FL(BHC) : 0);
+			tb_in(rvec(CW, 0.6f), FL(CW));
+			tb_in(bias ? rvec(c.C, 0.5f) : NULL, bias ? FL(c.C) : 0);
+			run_test("ssm_conv_backward", HAS(ssm_conv_backward),
+				 LABEL("B=%d T=%d C=%d W=%d%s%s", c.B, c.T, c.C, c.k, hist ? "" : " hist=NULL",
+				       nx ? " dx=NULL" : nw ? " dw=dbias=NULL" : ""),
+				 r_convb, &c, NULL, 0);
+		}
 	}
 }
 
@@ -1862,8 +1869,10 @@ static void test_ssd_scan(void)
 	 * state_out aliases state_in */
 	int cf[][8] = { { 2, 37, 4, 8, 2, 16, 16, 0 },	   { 1, 130, 2, 16, 1, 32, 128, F_NULL1 },
 			{ 1, 9, 3, 4, 3, 8, 4, F_NULL2 },   { 2, 21, 2, 8, 1, 16, 8, F_ALIAS },
+			/* states too large for a GPU block's default shared memory */
+			{ 1, 6, 2, 96, 1, 128, 4, 0 },	   { 1, 5, 1, 2, 1, 3100, 2, F_NULL2 },
 			{ 2, 1024, 8, 64, 1, 128, 128, 0 } };
-	int ncf = big ? 5 : 4;
+	int ncf = big ? 7 : 6;
 	skip_if_absent("ssd_scan_forward", HAS(ssd_scan_forward));
 	skip_if_absent("ssd_scan_backward", HAS(ssd_scan_backward));
 	for (int i = 0; i < ncf; i++) {
@@ -1898,69 +1907,84 @@ static void test_ssd_scan(void)
 			 r_scanf, &c, NULL, 0);
 		if (alias) /* the backward takes no aliases */
 			continue;
-		fresh();
-		x = rvec(X, 1), dt = rvec(BTH, 1), dtb = rpos(c.a, -4, -1), alog = rpos(c.a, 0, 2.7f);
-		bm = rvec(BG, 1), cm = rvec(BG, 1), D = hasD ? rvec(c.a, 1) : NULL;
-		st = sin ? rvec(ST, 1) : NULL;
-		tb_out("dx", rvec(X, 3), FL(X), TOL_SCAN);
-		tb_out("ddt", rvec(BTH, 3), FL(BTH), TOL_SCAN);
-		tb_out("ddt_bias", rvec(c.a, 1), FL(c.a), TOL_SCAN);
-		tb_out("dA_log", rvec(c.a, 1), FL(c.a), TOL_SCAN);
-		tb_out("dBm", rvec(BG, 3), FL(BG), TOL_SCAN);
-		tb_out("dCm", rvec(BG, 3), FL(BG), TOL_SCAN);
-		tb_out("dD", hasD ? rvec(c.a, 1) : NULL, hasD ? FL(c.a) : 0, TOL_SCAN);
-		tb_out("dstate_in", rvec(ST, 3), FL(ST), TOL_SCAN);
-		tb_in(rvec(X, 1), FL(X));
-		tb_in(i == 1 ? NULL : rvec(ST, 1), i == 1 ? 0 : FL(ST)); /* dstate_out (NULL once) */
-		tb_in(x, FL(X));
-		tb_in(dt, FL(BTH));
-		tb_in(dtb, FL(c.a));
-		tb_in(alog, FL(c.a));
-		tb_in(bm, FL(BG));
-		tb_in(cm, FL(BG));
-		tb_in(D, hasD ? FL(c.a) : 0);
-		tb_in(st, sin ? FL(ST) : 0);
-		run_test("ssd_scan_backward", HAS(ssd_scan_backward),
-			 LABEL("B=%d T=%d H=%d P=%d G=%d N=%d chunk=%d%s%s%s", c.B, c.T, c.a, c.IC, c.g, c.S, c.steps,
-			       hasD ? "" : " D=NULL", tail, i == 1 ? " dstate_out=NULL" : ""),
-			 r_scanb, &c, NULL, 0);
+		/* the first config also runs with half the grads NULL, then the other half */
+		for (int nul = 0; nul < (i == 0 ? 3 : 1); nul++) {
+			bool n1 = nul == 1, n2 = nul == 2;
+			fresh();
+			x = rvec(X, 1), dt = rvec(BTH, 1), dtb = rpos(c.a, -4, -1), alog = rpos(c.a, 0, 2.7f);
+			bm = rvec(BG, 1), cm = rvec(BG, 1), D = hasD ? rvec(c.a, 1) : NULL;
+			st = sin ? rvec(ST, 1) : NULL;
+			tb_out("dx", n1 ? NULL : rvec(X, 3), n1 ? 0 : FL(X), TOL_SCAN);
+			tb_out("ddt", n2 ? NULL : rvec(BTH, 3), n2 ? 0 : FL(BTH), TOL_SCAN);
+			tb_out("ddt_bias", n1 ? NULL : rvec(c.a, 1), n1 ? 0 : FL(c.a), TOL_SCAN);
+			tb_out("dA_log", n2 ? NULL : rvec(c.a, 1), n2 ? 0 : FL(c.a), TOL_SCAN);
+			tb_out("dBm", n1 ? NULL : rvec(BG, 3), n1 ? 0 : FL(BG), TOL_SCAN);
+			tb_out("dCm", n2 ? NULL : rvec(BG, 3), n2 ? 0 : FL(BG), TOL_SCAN);
+			tb_out("dD", hasD && !n2 ? rvec(c.a, 1) : NULL, hasD && !n2 ? FL(c.a) : 0, TOL_SCAN);
+			tb_out("dstate_in", n1 ? NULL : rvec(ST, 3), n1 ? 0 : FL(ST), TOL_SCAN);
+			tb_in(rvec(X, 1), FL(X));
+			tb_in(i == 1 ? NULL : rvec(ST, 1), i == 1 ? 0 : FL(ST)); /* dstate_out (NULL once) */
+			tb_in(x, FL(X));
+			tb_in(dt, FL(BTH));
+			tb_in(dtb, FL(c.a));
+			tb_in(alog, FL(c.a));
+			tb_in(bm, FL(BG));
+			tb_in(cm, FL(BG));
+			tb_in(D, hasD ? FL(c.a) : 0);
+			tb_in(st, sin ? FL(ST) : 0);
+			run_test("ssd_scan_backward", HAS(ssd_scan_backward),
+				 LABEL("B=%d T=%d H=%d P=%d G=%d N=%d chunk=%d%s%s%s%s", c.B, c.T, c.a, c.IC, c.g, c.S,
+				       c.steps, hasD ? "" : " D=NULL", tail, i == 1 ? " dstate_out=NULL" : "",
+				       n1 ? " dx=ddt_bias=dBm=dstate_in=NULL" : n2 ? " ddt=dA_log=dCm=dD=NULL" : ""),
+				 r_scanb, &c, NULL, 0);
+		}
 	}
 }
 
 static void test_gated_rmsnorm(void)
 {
-	/* N C groups, flags: F_NULL1 no gate */
-	int cf[][4] = { { 37, 96, 1, 0 }, { 5, 64, 8, 0 }, { 3, 100, 4, F_NULL1 }, { 4096, 2048, 8, 0 } };
-	int ncf = big ? 4 : 3;
+	/* N C groups, flags: F_NULL1 no gate, F_ALIAS out = y (forward), dy = dout (backward) */
+	int cf[][4] = { { 37, 96, 1, 0 }, { 5, 64, 8, 0 }, { 3, 100, 4, F_NULL1 }, { 7, 48, 2, F_ALIAS },
+			{ 4096, 2048, 8, 0 } };
+	int ncf = big ? 5 : 4;
 	skip_if_absent("gated_rmsnorm_forward", HAS(gated_rmsnorm_forward));
 	skip_if_absent("gated_rmsnorm_backward", HAS(gated_rmsnorm_backward));
 	for (int i = 0; i < ncf; i++) {
 		struct cfg c = { .N = cf[i][0], .C = cf[i][1], .g = cf[i][2], .flags = cf[i][3], .eps = 1e-5f };
 		size_t NC = (size_t)c.N * c.C, NG = (size_t)c.N * c.g;
-		bool gate = !(c.flags & F_NULL1);
+		bool gate = !(c.flags & F_NULL1), alias = c.flags & F_ALIAS;
 		fresh();
 		float *y = rvec(NC, 2), *z = gate ? rvec(NC, 3) : NULL, *w = rpos(c.C, 0.5f, 1.5f);
-		tb_out("out", rvec(NC, 3), FL(NC), TOL_RED);
+		tb_out("out", alias ? NULL : rvec(NC, 3), alias ? 0 : FL(NC), TOL_RED);
 		tb_out("rstd", rvec(NG, 3), FL(NG), TOL_RED);
-		tb_in(y, FL(NC));
+		if (alias)
+			tb_out("out (in y)", y, FL(NC), TOL_RED);
+		else
+			tb_in(y, FL(NC));
 		tb_in(z, gate ? FL(NC) : 0);
 		tb_in(w, FL(c.C));
 		run_test("gated_rmsnorm_forward", HAS(gated_rmsnorm_forward),
-			 LABEL("N=%d C=%d groups=%d%s", c.N, c.C, c.g, gate ? "" : " z=NULL"), r_gnf, &c, NULL, 0);
+			 LABEL("N=%d C=%d groups=%d%s%s", c.N, c.C, c.g, gate ? "" : " z=NULL", alias ? " out=y" : ""),
+			 r_gnf, &c, NULL, 0);
 		fresh();
 		y = rvec(NC, 2), z = gate ? rvec(NC, 3) : NULL, w = rpos(c.C, 0.5f, 1.5f);
 		float *rstd = hnew(FL(NG)), *o = hnew(FL(NC));
 		kops_cpu()->gated_rmsnorm_forward(o, rstd, y, z, w, c.N, c.C, c.g, c.eps);
-		tb_out("dy", rvec(NC, 3), FL(NC), TOL_RED);
+		tb_out("dy", alias ? NULL : rvec(NC, 3), alias ? 0 : FL(NC), TOL_RED);
 		tb_out("dz", gate ? rvec(NC, 3) : NULL, gate ? FL(NC) : 0, TOL_RED);
 		tb_out("dw", rvec(c.C, 1), FL(c.C), TOL_RED);
-		tb_in(rvec(NC, 1), FL(NC));
+		if (alias)
+			tb_out("dy (in dout)", rvec(NC, 1), FL(NC), TOL_RED);
+		else
+			tb_in(rvec(NC, 1), FL(NC));
 		tb_in(y, FL(NC));
 		tb_in(z, gate ? FL(NC) : 0);
 		tb_in(w, FL(c.C));
 		tb_in(rstd, FL(NG));
 		run_test("gated_rmsnorm_backward", HAS(gated_rmsnorm_backward),
-			 LABEL("N=%d C=%d groups=%d%s", c.N, c.C, c.g, gate ? "" : " z=NULL"), r_gnb, &c, NULL, 0);
+			 LABEL("N=%d C=%d groups=%d%s%s", c.N, c.C, c.g, gate ? "" : " z=NULL",
+			       alias ? " dy=dout" : ""),
+			 r_gnb, &c, NULL, 0);
 	}
 }
 

@@ -339,5 +339,7 @@ void cuda_attn_tc_fill(struct kops *t, enum gemm_precision prec);
 /* fp8.cu: fp8_amax, fp8_quantize, fp8_gemm and fp8_transpose (every table shares them) */
 void cuda_fp8_fill(struct kops *t);
 unsigned long cuda_fp8_lt_gemms(void); /* fp8_gemm calls that ran on cuBLASLt's FP8 path */
+/* ssm.cu: the Mamba-2 mixer's six optional ops (fp32; the half tables share them) */
+void cuda_ssm_fill(struct kops *t);
 
 #endif

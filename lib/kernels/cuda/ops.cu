@@ -30,7 +30,7 @@
  * The helpers every file of the backend shares are in common.cuh; the
  * attention ops are in attn.cu (fp32) and attn_tc.cu (tensor cores); the
  * linear layers (cuBLASLt: fp32 operands here, bf16/fp16 ones in
- * kops_cuda_half's tables) are in gemm.cu.
+ * kops_cuda_half's tables) are in gemm.cu; the Mamba-2 mixer's ops in ssm.cu.
  */
 #include "common.cuh"
 
@@ -1494,6 +1494,7 @@ static void table_init(void)
 	cuda_gemm_fill(t, GEMM_F32);
 	cuda_attn_fill(t);
 	cuda_fp8_fill(t);
+	cuda_ssm_fill(t);
 	/* the block ops are flash-style on the GPU: no T x T probs in memory */
 	t->flash = true;
 	kops_check(t);
