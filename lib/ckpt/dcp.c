@@ -303,9 +303,15 @@ void dcp_close(struct dcp *c)
 	free(c);
 }
 
-/* the archive of a chunk, loaded into d; its name for messages in *what */
+static void free_copy(void *p)
+{
+	free(p);
+}
+
+/* the archive of a chunk, loaded into d (copied first when copy: the
+ * document then outlives the mapping, which dcp_close releases) */
 static struct pk_value *load_chunk(struct dcp *c, struct pk_doc *d, const struct dcp_item *it,
-				   const struct dcp_chunk *q)
+				   const struct dcp_chunk *q, bool copy)
 {
 	struct dcp_file *f = &c->files[q->file];
 	if (!f->mapped) {
@@ -322,7 +328,14 @@ static struct pk_value *load_chunk(struct dcp *c, struct pk_doc *d, const struct
 		return NULL;
 	}
 	char *what = xasprintf("%s/%s@%llu (%s)", c->dir, f->name, (unsigned long long)q->at, it->fqn);
-	struct pk_value *v = torch_load_mem(d, (const char *)f->map + q->at, (size_t)q->len, what);
+	const char *bytes = (const char *)f->map + q->at;
+	if (copy) {
+		char *dup = xmalloc(q->len + 1);
+		memcpy(dup, bytes, q->len);
+		pk_doc_attach(d, free_copy, dup);
+		bytes = dup;
+	}
+	struct pk_value *v = torch_load_mem(d, bytes, (size_t)q->len, what);
 	free(what);
 	return v;
 }
@@ -333,7 +346,7 @@ struct pk_value *dcp_read_object(struct dcp *c, struct pk_doc *d, const struct d
 		error("'%s': '%s' is a tensor, not a bytes item", c->dir, it->fqn);
 		return NULL;
 	}
-	return load_chunk(c, d, it, &it->chunks[0]);
+	return load_chunk(c, d, it, &it->chunks[0], true);
 }
 
 int dcp_read_tensor(struct dcp *c, const struct dcp_item *it, void *out)
@@ -345,7 +358,7 @@ int dcp_read_tensor(struct dcp *c, const struct dcp_item *it, void *out)
 	for (int k = 0; rc == 0 && k < it->nchunks; k++) {
 		const struct dcp_chunk *q = &it->chunks[k];
 		struct pk_doc *d = pk_doc_new();
-		const struct pk_value *t = load_chunk(c, d, it, q);
+		const struct pk_value *t = load_chunk(c, d, it, q, false);
 		if (!t) {
 			rc = -1;
 		} else if (t->kind != PK_TENSOR || t->t.storage->st.dtype != it->dtype || t->t.ndim != it->ndim ||

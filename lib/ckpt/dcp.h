@@ -63,8 +63,8 @@ const struct dcp_item *dcp_find(const struct dcp *c, const char *fqn);
 /* The elements of a global tensor (item->tensor), in C order, of its own
  * dtype, into out (numel * element size bytes). 0, or -1 after error(). */
 int dcp_read_tensor(struct dcp *c, const struct dcp_item *it, void *out);
-/* A bytes item's object, loaded into d (torch.load of its archive). NULL
- * after error(). */
+/* A bytes item's object, loaded into d (torch.load of its archive, from a
+ * copy that d keeps: its tensors outlive dcp_close). NULL after error(). */
 struct pk_value *dcp_read_object(struct dcp *c, struct pk_doc *d, const struct dcp_item *it);
 
 /* ---- writing ---- */

@@ -694,18 +694,23 @@ static int target_layout(const struct args *a, int *tp, int *pp, int *vpp)
 }
 
 /* Root attributes of model.h5 for a converted checkpoint. */
-int convert_put_model_attrs(struct ckpt_writer *w, int mf, int64_t iteration, const char *config)
+int convert_put_model_attrs_counters(struct ckpt_writer *w, int mf, int64_t iteration, const char *config,
+				     const struct megac_counters *c)
 {
 	if (ckpt_put_attr_i64(w, mf, NULL, "iteration", iteration) < 0 ||
 	    ckpt_put_attr_f64(w, mf, NULL, "checkpoint_version", 3.0) < 0 ||
-	    ckpt_put_attr_str(w, mf, NULL, "config", config) < 0)
+	    ckpt_put_attr_str(w, mf, NULL, "config", config) < 0 ||
+	    ckpt_put_attr_i64(w, mf, NULL, "consumed_train_samples", c->consumed_train) < 0 ||
+	    ckpt_put_attr_i64(w, mf, NULL, "consumed_valid_samples", c->consumed_valid) < 0 ||
+	    ckpt_put_attr_i64(w, mf, NULL, "skipped_train_samples", c->skipped_train) < 0)
 		return -1;
-	static const char *const zero[] = { "consumed_train_samples", "consumed_valid_samples",
-					    "skipped_train_samples" };
-	for (size_t i = 0; i < sizeof(zero) / sizeof(zero[0]); i++)
-		if (ckpt_put_attr_i64(w, mf, NULL, zero[i], 0) < 0)
-			return -1;
-	return ckpt_put_attr_f64(w, mf, NULL, "num_floating_point_operations_so_far", 0);
+	return ckpt_put_attr_f64(w, mf, NULL, "num_floating_point_operations_so_far", c->flops);
+}
+
+int convert_put_model_attrs(struct ckpt_writer *w, int mf, int64_t iteration, const char *config)
+{
+	static const struct megac_counters zero;
+	return convert_put_model_attrs_counters(w, mf, iteration, config, &zero);
 }
 
 /* A megac destination: never the source, never over an existing iteration,
@@ -1366,7 +1371,34 @@ static int to_megatron(const struct args *a)
 		return -1;
 	}
 	struct megatron_export e = { .r = r, .mf = mf, .c = &target, .src_vp = c.Vp, .iteration = iter, .tp = tp,
-				     .pp = pp, .dtype = dt, .dist = !strcmp(fmt, "torch_dist") };
+				     .pp = pp, .dtype = dt, .dist = !strcmp(fmt, "torch_dist"), .of = -1,
+				     .beta1 = a->adam_beta1, .beta2 = a->adam_beta2, .eps = a->adam_eps };
+	/* Adam's state goes into torch_dist (by name); the legacy format's index
+	 * order is not written yet */
+	char *op = path_join(ckpt_reader_dir(r), "optim.h5");
+	bool has_optim = access(op, F_OK) == 0;
+	free(op);
+	int64_t saved = 0;
+	if (has_optim && ckpt_has_attr(r, mf, NULL, "optimizer_state_saved") == 1 &&
+	    ckpt_get_attr_i64(r, mf, NULL, "optimizer_state_saved", &saved) == 0 && !saved)
+		has_optim = false;
+	if (e.dist && has_optim && !a->no_optim && (e.of = ckpt_file_open(r, "optim.h5")) < 0) {
+		ckpt_close(r);
+		return -1;
+	}
+	/* Adam's constants: the checkpoint's (train records them), unless given */
+	static const char *const adam[] = { "--adam-beta1", "adam_beta1", "--adam-beta2", "adam_beta2", "--adam-eps",
+					    "adam_eps" };
+	double *val[] = { &e.beta1, &e.beta2, &e.eps };
+	for (int i = 0; i < 3 && e.of >= 0; i++)
+		if (!args_given(a, adam[2 * i]) && ckpt_has_attr(r, e.of, NULL, adam[2 * i + 1]) == 1 &&
+		    ckpt_get_attr_f64(r, e.of, NULL, adam[2 * i + 1], val[i]) < 0) {
+			ckpt_close(r);
+			return -1;
+		}
+	if (!e.dist && has_optim && !a->no_optim)
+		info("the legacy torch format gets the weights only (Megatron's optimizer state is written for "
+		     "--ckpt-format torch_dist); load it in Megatron with --no-load-optim, or --finetune");
 	int rc = megatron_torch_export(a, &e);
 	ckpt_close(r);
 	return rc;

@@ -19,5 +19,12 @@ void convert_remove_tree(const char *path);
 /* model.h5's attributes train reads: iteration, checkpoint_version, the
  * configuration JSON, zero sample counters. */
 int convert_put_model_attrs(struct ckpt_writer *w, int mf, int64_t iteration, const char *config);
+/* Megatron's counters a resumed run continues from (convert_put_model_attrs: zeros) */
+struct megac_counters {
+	int64_t consumed_train, consumed_valid, skipped_train;
+	double flops;
+};
+int convert_put_model_attrs_counters(struct ckpt_writer *w, int mf, int64_t iteration, const char *config,
+				     const struct megac_counters *c);
 
 #endif

@@ -166,10 +166,22 @@ static struct pk_value *args_namespace(struct pk_doc *d, const struct megatron_e
 	pk_set_str(d, st, "tensor_model_parallel_size", pk_int(d, e->tp));
 	pk_set_str(d, st, "pipeline_model_parallel_size", pk_int(d, e->pp));
 	pk_set_str(d, st, "virtual_pipeline_model_parallel_size", pk_none(d));
-	pk_set_str(d, st, "add_position_embedding", pk_bool(d, !e->c->rope));
+	/* Megatron's default, which only --no-position-embedding turns off (a Core
+	 * model's position embedding follows position_embedding_type); a load
+	 * compares it with the flags */
+	if (!pk_get(st, "add_position_embedding"))
+		pk_set_str(d, st, "add_position_embedding", pk_bool(d, true));
 	pk_set_str(d, st, "iteration", pk_int(d, e->iteration < 0 ? 0 : e->iteration));
-	pk_set_str(d, st, "consumed_train_samples", pk_int(d, 0));
-	pk_set_str(d, st, "consumed_valid_samples", pk_int(d, 0));
+	/* the counters a continued run takes up (Megatron reads them from args) */
+	static const char *const counters[] = { "consumed_train_samples", "consumed_valid_samples",
+						"skipped_train_samples" };
+	for (size_t i = 0; i < sizeof(counters) / sizeof(counters[0]); i++) {
+		int64_t n = 0;
+		if (ckpt_has_attr(e->r, e->mf, NULL, counters[i]) == 1 &&
+		    ckpt_get_attr_i64(e->r, e->mf, NULL, counters[i], &n) < 0)
+			n = 0;
+		pk_set_str(d, st, counters[i], pk_int(d, n));
+	}
 	pk_set_str(d, st, "bf16", pk_bool(d, e->dtype == CKPT_BF16));
 	pk_set_str(d, st, "fp16", pk_bool(d, e->dtype == CKPT_F16));
 	pk_set_str(d, st, "ckpt_format", pk_str(d, e->dist ? "torch_dist" : "torch"));
@@ -180,7 +192,17 @@ static struct pk_value *args_namespace(struct pk_doc *d, const struct megatron_e
 
 /* Read global tensor p (its vocabulary rows padded or cut to the target's)
  * as float32. */
+static int read_global_from(const struct megatron_export *e, int f, const char *name, const struct param *p,
+			    float *out);
+
 static int read_global(const struct megatron_export *e, const struct param *p, float *out)
+{
+	return read_global_from(e, e->mf, p->name, p, out);
+}
+
+/* the same for tensor `name` of source file f (optim.h5's moments) */
+static int read_global_from(const struct megatron_export *e, int f, const char *name, const struct param *p,
+			    float *out)
 {
 	int64_t shape[2] = { p->shape[0], p->ndim == 2 ? p->shape[1] : 1 };
 	bool vocab = (p->flags & PARAM_EMB_OR_OUT) && p->ndim == 2 && p->shape[0] == e->c->Vp;
@@ -190,12 +212,12 @@ static int read_global(const struct megatron_export *e, const struct param *p, f
 	enum ckpt_dtype dt;
 	int nd;
 	int64_t have[CKPT_MAX_NDIM];
-	if (ckpt_tensor_info(e->r, e->mf, p->name, &dt, &nd, have) < 0)
+	if (ckpt_tensor_info(e->r, f, name, &dt, &nd, have) < 0)
 		return -1;
 	if (nd != p->ndim || have[0] != src[0] || (nd == 2 && have[1] != src[1]))
-		return error("'%s': tensor '%s' has another shape than the model's", ckpt_reader_dir(e->r), p->name);
+		return error("'%s': tensor '%s' has another shape than the model's", ckpt_reader_dir(e->r), name);
 	void *raw = xmalloc(n * ckpt_dtype_size(dt));
-	int rc = ckpt_get_tensor(e->r, e->mf, p->name, dt, nd, have, raw);
+	int rc = ckpt_get_tensor(e->r, f, name, dt, nd, have, raw);
 	if (rc == 0) {
 		ckpt_to_f32(dt, raw, (size_t)src[0] * (size_t)src[1], out);
 		if (rows < shape[0]) /* new padding rows: zero */
@@ -298,6 +320,8 @@ static int write_rank(const struct megatron_export *e, const json_t *config, con
 
 /* ---- megac -> Megatron's torch_dist format ---- */
 
+static void free_buffer(void *p);
+
 /*
  * One DCP folder written as one rank: every tensor global (the target
  * layout only pads the vocabulary and goes into args), the layers of
@@ -335,6 +359,82 @@ static int dist_extra_states(struct dcp_writer *w, const char *stacked, int l, i
 	return rc;
 }
 
+/* The optimizer's part of the common state, as Megatron's non-distributed
+ * Adam saves it with torch_dist: {"state": {"common_step"}, "param_groups":
+ * [weight-decayed group, group without weight decay]} (the parameters
+ * themselves are found by name), and the scheduler's state dict. */
+static int dist_optimizer_common(struct pk_doc *d, struct pk_value *common, const struct megatron_export *e)
+{
+	int64_t step, i64;
+	double f64, max_lr = 0, min_lr = 0, wd = 0;
+	char *str = NULL;
+	if (ckpt_get_attr_i64(e->r, e->of, NULL, "step", &step) < 0)
+		return -1;
+	struct pk_value *sched = pk_dict(d);
+	static const char *const num[] = { "max_lr", "lr_warmup_steps", "min_lr", "start_wd", "end_wd" };
+	static const char *const ints[] = { "num_steps", "lr_decay_steps", "wd_incr_steps" };
+	static const char *const strs[] = { "lr_decay_style", "wd_incr_style" };
+	for (size_t i = 0; i < sizeof(num) / sizeof(num[0]); i++) {
+		if (ckpt_get_attr_f64(e->r, e->of, NULL, num[i], &f64) < 0)
+			return -1;
+		/* Megatron keeps the warmup length as an int */
+		pk_set_str(d, sched, num[i], i == 1 ? pk_int(d, (int64_t)f64) : pk_float(d, f64));
+		if (i == 0)
+			max_lr = f64;
+		if (i == 2)
+			min_lr = f64;
+		if (i == 3)
+			wd = f64;
+	}
+	for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) {
+		if (ckpt_get_attr_i64(e->r, e->of, NULL, ints[i], &i64) < 0)
+			return -1;
+		pk_set_str(d, sched, ints[i], pk_int(d, i64));
+	}
+	for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++) {
+		if (ckpt_get_attr_str(e->r, e->of, NULL, strs[i], &str) < 0)
+			return -1;
+		pk_set_str(d, sched, strs[i], pk_str(d, str));
+		free(str);
+	}
+	struct pk_value *groups = pk_list(d);
+	for (int g = 0; g < 2; g++) { /* Megatron's order: the default group first, then no weight decay */
+		struct pk_value *pg = pk_dict(d), *betas = pk_tuple(d);
+		pk_set_str(d, pg, "is_expert_parallel", pk_bool(d, false));
+		pk_set_str(d, pg, "default_config", pk_bool(d, true));
+		pk_set_str(d, pg, "wd_mult", pk_float(d, g ? 0.0 : 1.0));
+		pk_set_str(d, pg, "lr_mult", pk_float(d, 1.0));
+		pk_set_str(d, pg, "is_decoupled_lr", pk_bool(d, false));
+		pk_set_str(d, pg, "max_lr", pk_float(d, max_lr));
+		pk_set_str(d, pg, "min_lr", pk_float(d, min_lr));
+		pk_set_str(d, pg, "lr", pk_float(d, max_lr));
+		pk_append(betas, pk_float(d, e->beta1));
+		pk_append(betas, pk_float(d, e->beta2));
+		pk_set_str(d, pg, "betas", betas);
+		pk_set_str(d, pg, "eps", pk_float(d, e->eps));
+		pk_set_str(d, pg, "weight_decay", pk_float(d, g ? 0.0 : wd));
+		pk_set_str(d, pg, "amsgrad", pk_bool(d, false));
+		pk_set_str(d, pg, "maximize", pk_bool(d, false));
+		pk_set_str(d, pg, "foreach", pk_none(d));
+		pk_set_str(d, pg, "capturable", pk_bool(d, false));
+		pk_set_str(d, pg, "differentiable", pk_bool(d, false));
+		pk_set_str(d, pg, "fused", pk_none(d));
+		pk_set_str(d, pg, "decoupled_weight_decay", pk_bool(d, true));
+		pk_append(groups, pg);
+	}
+	float fstep = (float)step;
+	float *keep_step = xmalloc(sizeof(float));
+	*keep_step = fstep;
+	pk_doc_attach(d, free_buffer, keep_step);
+	struct pk_value *st = pk_dict(d), *opt = pk_dict(d);
+	pk_set_str(d, st, "common_step", pk_tensor(d, pk_storage(d, PK_DT_F32, keep_step, 1), 0, 0, NULL, NULL));
+	pk_set_str(d, opt, "state", st);
+	pk_set_str(d, opt, "param_groups", groups);
+	pk_set_str(d, common, "optimizer", opt);
+	pk_set_str(d, common, "opt_param_scheduler", sched);
+	return 0;
+}
+
 static int write_dist(const struct megatron_export *e, const json_t *config, const char *tmp)
 {
 	struct dist_group tpg;
@@ -360,28 +460,43 @@ static int write_dist(const struct megatron_export *e, const json_t *config, con
 		}
 		if ((rc = read_global(e, p, global)) < 0)
 			break;
-		void *bytes = xmalloc(gn * ckpt_dtype_size(e->dtype) + 1);
-		ckpt_from_f32(e->dtype, global, gn, bytes);
+		/* stacked layers: decoder.layers.<name> of [L, ...], this layer's chunk */
 		int64_t gsize[3] = { 0 }, off[3] = { 0 }, csize[3] = { 0 };
 		char *end;
 		long l = !strncmp(p->name, pre, sizeof(pre) - 1) ? strtol(p->name + sizeof(pre) - 1, &end, 10) : -1;
-		if (l >= 0 && *end == '.') { /* stacked: [L, ...], this layer's chunk */
-			char *fqn = xasprintf("%s%s", pre, end + 1);
+		bool stacked = l >= 0 && *end == '.';
+		char *fqn = stacked ? xasprintf("%s%s", pre, end + 1) : xstrdup(p->name);
+		int nd = p->ndim + stacked;
+		if (stacked) {
 			gsize[0] = e->c->L;
 			off[0] = l;
 			csize[0] = 1;
-			for (int j = 0; j < p->ndim; j++)
-				gsize[j + 1] = csize[j + 1] = p->shape[j];
-			rc = dcp_put_chunk(w, fqn, pk_of(e->dtype), p->ndim + 1, gsize, off, csize, bytes);
-			if (rc == 0)
-				rc = dist_extra_states(w, fqn, (int)l, e->c->L);
-			free(fqn);
-		} else {
-			for (int j = 0; j < p->ndim; j++)
-				gsize[j] = csize[j] = p->shape[j];
-			rc = dcp_put_chunk(w, p->name, pk_of(e->dtype), p->ndim, gsize, off, csize, bytes);
 		}
+		for (int j = 0; j < p->ndim; j++)
+			gsize[j + stacked] = csize[j + stacked] = p->shape[j];
+		void *bytes = xmalloc(gn * ckpt_dtype_size(e->dtype) + 1);
+		ckpt_from_f32(e->dtype, global, gn, bytes);
+		rc = dcp_put_chunk(w, fqn, pk_of(e->dtype), nd, gsize, off, csize, bytes);
 		free(bytes);
+		if (rc == 0 && stacked)
+			rc = dist_extra_states(w, fqn, (int)l, e->c->L);
+		/* Adam's state, fp32 (and the fp32 master weights of 16-bit ones) */
+		if (rc == 0 && e->of >= 0 && e->dtype != CKPT_F32) {
+			char *key = xasprintf("optimizer.state.fp32_param.%s", fqn);
+			rc = dcp_put_chunk(w, key, PK_DT_F32, nd, gsize, off, csize, global);
+			free(key);
+		}
+		static const char *const moments[] = { "exp_avg", "exp_avg_sq" };
+		for (int k = 0; rc == 0 && e->of >= 0 && k < 2; k++) {
+			char *src = xasprintf("%s/%s", moments[k], p->name);
+			char *key = xasprintf("optimizer.state.%s.%s", moments[k], fqn);
+			rc = read_global_from(e, e->of, src, p, global);
+			if (rc == 0)
+				rc = dcp_put_chunk(w, key, PK_DT_F32, nd, gsize, off, csize, global);
+			free(src);
+			free(key);
+		}
+		free(fqn);
 	}
 	free(global);
 	gpt_free(&m);
@@ -394,6 +509,8 @@ static int write_dist(const struct megatron_export *e, const json_t *config, con
 	pk_set_str(d, cm, "singleton_local_shards", pk_bool(d, false));
 	pk_set_str(d, cm, "chained_optim_avoid_prefix", pk_bool(d, true));
 	pk_set_str(d, common, "content_metadata", cm);
+	if (rc == 0 && e->of >= 0)
+		rc = dist_optimizer_common(d, common, e);
 	pk_append(wrap, common);
 	if (rc == 0)
 		rc = dcp_put_object(w, "common_state/shard_0_1", wrap);
@@ -674,7 +791,10 @@ static int read_dist(const char *dir, struct rank_in *ri)
 			break;
 		}
 		struct pk_value *st = pk_storage(ri->d, it->dtype, buf, n);
-		const char *rest = !strncmp(it->fqn, "decoder.layers.", 15) ? it->fqn + 15 : NULL;
+		/* decoder.layers.X, also inside optimizer.state.<kind>.decoder.layers.X */
+		const char *dl = strstr(it->fqn, "decoder.layers."), *rest = dl ? dl + 15 : NULL;
+		if (dl && dl != it->fqn && strncmp(it->fqn, "optimizer.state.", 16))
+			rest = NULL;
 		if (!rest || (*rest >= '0' && *rest <= '9')) { /* a tensor of its own */
 			pk_set_str(ri->d, ri->model, it->fqn, pk_tensor(ri->d, st, 0, it->ndim, it->size, NULL));
 			continue;
@@ -684,7 +804,8 @@ static int read_dist(const char *dir, struct rank_in *ri)
 			break;
 		}
 		for (int64_t l = 0; l < it->size[0]; l++) {
-			char *name = xasprintf("decoder.layers.%lld.%s", (long long)l, rest);
+			char *name = xasprintf("%.*sdecoder.layers.%lld.%s", (int)(dl - it->fqn), it->fqn, (long long)l,
+					       rest);
 			pk_set_str(ri->d, ri->model, name,
 				   pk_tensor(ri->d, st, l * (n / it->size[0]), it->ndim - 1, it->size + 1, NULL));
 			free(name);
@@ -692,6 +813,148 @@ static int read_dist(const char *dir, struct rank_in *ri)
 	}
 	dcp_close(c);
 	return rc;
+}
+
+/* ---- Megatron's optimizer state -> megac ---- */
+
+/* What optim.h5 records beside the moments: Adam's step, Megatron's
+ * scheduler state (its opt_param_scheduler dict, the same names) and the
+ * loss scaler's. */
+struct optim_in {
+	int64_t step;
+	const struct pk_value *sched; /* opt_param_scheduler */
+	double loss_scale;
+	int64_t growth, hysteresis;
+	bool betas_known; /* Adam's constants, from the first param group */
+	double beta1, beta2, eps;
+};
+
+static int scalar_of(const struct pk_value *v, double *out)
+{
+	if (!v)
+		return -1;
+	if (v->kind == PK_INT || v->kind == PK_BOOL) {
+		*out = v->kind == PK_INT ? (double)v->i : v->b;
+		return 0;
+	}
+	if (v->kind == PK_FLOAT) {
+		*out = v->f;
+		return 0;
+	}
+	if (v->kind != PK_TENSOR || pk_tensor_numel(v) != 1)
+		return -1;
+	enum pk_dtype dt = v->t.storage->st.dtype;
+	union {
+		float f;
+		double d;
+		int64_t i;
+		int32_t i32;
+		unsigned char b[8];
+	} u;
+	pk_tensor_gather(v, u.b);
+	switch (dt) {
+	case PK_DT_F32: *out = u.f; return 0;
+	case PK_DT_F64: *out = u.d; return 0;
+	case PK_DT_I64: *out = (double)u.i; return 0;
+	case PK_DT_I32: *out = u.i32; return 0;
+	default: return -1;
+	}
+}
+
+static int read_optim_common(const struct pk_value *root, const char *where, struct optim_in *oi)
+{
+	const struct pk_value *o = pk_get(root, "optimizer"), *st = o ? pk_get(o, "state") : NULL;
+	double step;
+	if (!st || scalar_of(pk_get(st, "common_step"), &step) < 0)
+		return error("%s: the optimizer's moments are there but not its step (optimizer.state.common_step of the "
+			     "common state)",
+			     where);
+	oi->step = (int64_t)step;
+	oi->sched = pk_get(root, "opt_param_scheduler");
+	if (!oi->sched || oi->sched->kind != PK_DICT)
+		return error("%s: the optimizer's state is there but not the scheduler's (opt_param_scheduler)", where);
+	oi->loss_scale = 1.0;
+	const struct pk_value *pgs = pk_get(o, "param_groups"), *pg0 = pgs && pgs->kind == PK_LIST && pgs->seq.n ?
+											pgs->seq.v[0] :
+											NULL;
+	const struct pk_value *betas = pg0 && pg0->kind == PK_DICT ? pk_get(pg0, "betas") : NULL;
+	if (betas && (betas->kind == PK_TUPLE || betas->kind == PK_LIST) && betas->seq.n == 2 &&
+	    scalar_of(betas->seq.v[0], &oi->beta1) == 0 && scalar_of(betas->seq.v[1], &oi->beta2) == 0 &&
+	    scalar_of(pk_get(pg0, "eps"), &oi->eps) == 0)
+		oi->betas_known = true;
+	const struct pk_value *gs = o ? pk_get(o, "grad_scaler") : NULL;
+	double x;
+	if (gs && gs->kind == PK_DICT) {
+		if (scalar_of(pk_get(gs, "scale"), &oi->loss_scale) < 0)
+			return error("%s: the grad scaler's state has no scale", where);
+		oi->growth = scalar_of(pk_get(gs, "growth_tracker"), &x) == 0 ? (int64_t)x : 0;
+		oi->hysteresis = scalar_of(pk_get(gs, "hysteresis_tracker"), &x) == 0 ? (int64_t)x : 0;
+	}
+	return 0;
+}
+
+static int put_optim_attrs(struct ckpt_writer *w, int of, int64_t iter, const struct optim_in *oi)
+{
+	static const char *const num[] = { "max_lr", "min_lr", "lr_warmup_steps", "start_wd", "end_wd" };
+	static const char *const ints[] = { "num_steps", "lr_decay_steps", "wd_incr_steps" };
+	static const char *const strs[] = { "lr_decay_style", "wd_incr_style" };
+	int r = ckpt_put_attr_i64(w, of, NULL, "iteration", iter);
+	r |= ckpt_put_attr_i64(w, of, NULL, "step", oi->step);
+	double x;
+	for (size_t i = 0; i < sizeof(num) / sizeof(num[0]); i++) {
+		if (scalar_of(pk_get(oi->sched, num[i]), &x) < 0)
+			return error("opt_param_scheduler has no number '%s'", num[i]);
+		r |= ckpt_put_attr_f64(w, of, NULL, num[i], x);
+	}
+	for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) {
+		if (scalar_of(pk_get(oi->sched, ints[i]), &x) < 0)
+			return error("opt_param_scheduler has no number '%s'", ints[i]);
+		r |= ckpt_put_attr_i64(w, of, NULL, ints[i], (int64_t)x);
+	}
+	for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++) {
+		const struct pk_value *v = pk_get(oi->sched, strs[i]);
+		if (!v || v->kind != PK_STR)
+			return error("opt_param_scheduler has no text '%s'", strs[i]);
+		r |= ckpt_put_attr_str(w, of, NULL, strs[i], v->s.p);
+	}
+	r |= ckpt_put_attr_f64(w, of, NULL, "loss_scale", oi->loss_scale);
+	r |= ckpt_put_attr_i64(w, of, NULL, "growth_tracker", oi->growth);
+	r |= ckpt_put_attr_i64(w, of, NULL, "hysteresis_tracker", oi->hysteresis);
+	if (oi->betas_known) {
+		r |= ckpt_put_attr_f64(w, of, NULL, "adam_beta1", oi->beta1);
+		r |= ckpt_put_attr_f64(w, of, NULL, "adam_beta2", oi->beta2);
+		r |= ckpt_put_attr_f64(w, of, NULL, "adam_eps", oi->eps);
+	}
+	return r ? -1 : 0;
+}
+
+/* an integer attribute of Megatron's args, 0 when absent */
+static int64_t ns_int(const struct pk_value *ns, const char *key)
+{
+	const struct pk_value *v = ns && ns->kind == PK_OBJECT && ns->obj.state && ns->obj.state->kind == PK_DICT
+					   ? pk_get(ns->obj.state, key)
+					   : NULL;
+	return v && v->kind == PK_INT ? v->i : 0;
+}
+
+/* global tensor `key` of parameter i of stage s, joined from the TP ranks'
+ * shards by their registries */
+static int join_tensor(struct rank_in *in, int s, int tp, struct gpt_model *m, int i, const char *key, float *global,
+		       float *local)
+{
+	const struct param *p0 = &m[0].reg.p[i];
+	int64_t gcols = p0->ndim == 2 ? p0->shape[1] : 1;
+	for (int t = 0; t < tp; t++) {
+		const struct param *p = &m[t].reg.p[i];
+		if (tensor_f32(find_tensor(in[s * tp + t].model, key), p, local, in[s * tp + t].path, key) < 0)
+			return -1;
+		for (size_t x = 0; x < p->numel; x++) {
+			int64_t row, col;
+			params_global_pos_rank(p, t, x, &row, &col);
+			global[(size_t)row * (size_t)gcols + (size_t)col] = local[x];
+		}
+	}
+	return 0;
 }
 
 int megatron_torch_import(const struct args *a)
@@ -755,18 +1018,37 @@ int megatron_torch_import(const struct args *a)
 	}
 	if (rc == 0 && (c.E > 0 || c.mtp))
 		rc = error("%s: mixture-of-experts and multi-token prediction checkpoints are not read yet", in[0].path);
+	/* Adam's state: torch_dist keeps the moments by name
+	 * (optimizer.state.exp_avg.<name>, the fp32 master weights of a 16-bit
+	 * run as optimizer.state.fp32_param.<name>), the step and the schedule in
+	 * the common state */
+	bool optim = false;
+	for (size_t i = 0; rc == 0 && dist && !a->no_optim && i < in[0].model->seq.n && !optim; i++) {
+		const struct pk_value *key = in[0].model->seq.v[2 * i];
+		optim = key->kind == PK_STR && !strncmp(key->s.p, "optimizer.state.exp_avg.", 24);
+	}
+	struct optim_in oi = { 0 };
+	if (optim && read_optim_common(in[0].root, in[0].path, &oi) < 0)
+		rc = -1;
 	char *created = NULL;
 	if (rc == 0)
 		rc = convert_megac_dest(a, iter, &created);
 	struct ckpt_writer *w = rc == 0 ? ckpt_begin(a->save, iter) : NULL;
 	int mf = w ? ckpt_file_create(w, "model.h5") : -1;
-	if (rc == 0 && mf < 0)
+	int of = w && optim ? ckpt_file_create(w, "optim.h5") : -1;
+	if (rc == 0 && (mf < 0 || (optim && of < 0)))
 		rc = -1;
 	char *megac_config = rc == 0 ? gpt_config_to_json(&c, rotary_percent) : NULL;
+	struct pk_value *args_ns = pk_get(in[0].root, "args");
+	struct megac_counters cnt = { .consumed_train = optim ? ns_int(args_ns, "consumed_train_samples") : 0,
+				      .consumed_valid = optim ? ns_int(args_ns, "consumed_valid_samples") : 0,
+				      .skipped_train = optim ? ns_int(args_ns, "skipped_train_samples") : 0 };
 	if (rc == 0)
-		rc = convert_put_model_attrs(w, mf, iter, megac_config);
-	if (rc == 0) /* the weights only: train --finetune, or --no-load-optim */
-		rc = ckpt_put_attr_i64(w, mf, NULL, "optimizer_state_saved", 0);
+		rc = convert_put_model_attrs_counters(w, mf, iter, megac_config, &cnt);
+	if (rc == 0) /* without it: the weights only (train --finetune, or --no-load-optim) */
+		rc = ckpt_put_attr_i64(w, mf, NULL, "optimizer_state_saved", optim);
+	if (rc == 0 && optim)
+		rc = put_optim_attrs(w, of, iter, &oi);
 	free(megac_config);
 	/* every stage's tensors, joined over TP by the ranks' registries */
 	int written = 0;
@@ -798,20 +1080,24 @@ int megatron_torch_import(const struct args *a)
 				cap = gn;
 			}
 			char *name = local_name(p0->name, l0);
-			for (int t = 0; rc == 0 && t < tp; t++) {
-				const struct param *p = &m[t].reg.p[i];
-				rc = tensor_f32(find_tensor(in[s * tp + t].model, name), p, local, in[s * tp + t].path,
-						name);
-				int64_t gcols = p->ndim == 2 ? p->shape[1] : 1;
-				for (size_t x = 0; rc == 0 && x < p->numel; x++) {
-					int64_t row, col;
-					params_global_pos_rank(p, t, x, &row, &col);
-					global[(size_t)row * (size_t)gcols + (size_t)col] = local[x];
-				}
-			}
-			free(name);
+			/* the weights: a 16-bit run's fp32 master copy when the optimizer has it */
+			char *master = xasprintf("optimizer.state.fp32_param.%s", name);
+			bool has_master = optim && find_tensor(in[s * tp].model, master);
+			rc = join_tensor(in, s, tp, m, i, has_master ? master : name, global, local);
+			free(master);
 			if (rc == 0)
 				rc = ckpt_put_tensor(w, mf, p0->name, CKPT_F32, p0->ndim, p0->shape, global);
+			static const char *const moments[] = { "exp_avg", "exp_avg_sq" };
+			for (int mo = 0; rc == 0 && optim && mo < 2; mo++) {
+				char *key = xasprintf("optimizer.state.%s.%s", moments[mo], name);
+				char *dst = xasprintf("%s/%s", moments[mo], p0->name);
+				rc = join_tensor(in, s, tp, m, i, key, global, local);
+				if (rc == 0)
+					rc = ckpt_put_tensor(w, of, dst, CKPT_F32, p0->ndim, p0->shape, global);
+				free(key);
+				free(dst);
+			}
+			free(name);
 			written++;
 		}
 		free(global);
@@ -831,9 +1117,16 @@ int megatron_torch_import(const struct args *a)
 	free(created);
 	if (rc == 0) {
 		char *from = dist ? xstrdup("torch_dist") : xasprintf("TP %d x PP %d torch", tp, pp);
-		info("wrote iteration %lld of '%s' (%d tensors) from Megatron's %s checkpoint '%s'; continue with train "
-		     "--load %s --finetune (or --no-load-optim: no optimizer state is read)",
-		     (long long)iter, a->save, written, from, a->load, a->save);
+		if (optim)
+			info("wrote iteration %lld of '%s' (%d tensors, Adam's state at step %lld) from Megatron's %s "
+			     "checkpoint '%s'; continue with train --load %s",
+			     (long long)iter, a->save, written, (long long)oi.step, from, a->load, a->save);
+		else
+			info("wrote iteration %lld of '%s' (%d tensors) from Megatron's %s checkpoint '%s'; continue with "
+			     "train --load %s --finetune (or --no-load-optim: %s)",
+			     (long long)iter, a->save, written, from, a->load, a->save,
+			     a->no_optim ? "--no-optim" : dist ? "the checkpoint holds no optimizer state" :
+								 "optimizer state is read from torch_dist only");
 		free(from);
 	}
 	free(config);

@@ -25,6 +25,8 @@ struct megatron_export {
 	int tp, pp;            /* the target layout */
 	enum ckpt_dtype dtype; /* of the written tensors: CKPT_F32, CKPT_BF16 or CKPT_F16 */
 	bool dist;             /* torch_dist (PyTorch Distributed Checkpoint), else legacy torch */
+	int of;                /* the source's optim.h5, or -1: no optimizer state to write */
+	double beta1, beta2, eps; /* Adam's, for Megatron's param_groups (megac's checkpoint does not hold them) */
 };
 
 /* Write --save as Megatron's legacy checkpoint of e's model (all or

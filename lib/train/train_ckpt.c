@@ -501,6 +501,10 @@ static int put_state_attrs(struct trainer *t, struct ckpt_writer *w, int mf, int
 		r |= ckpt_put_attr_f64(w, of, NULL, "loss_scale", (double)t->scaler.scale);
 		r |= ckpt_put_attr_i64(w, of, NULL, "growth_tracker", t->scaler.growth_tracker);
 		r |= ckpt_put_attr_i64(w, of, NULL, "hysteresis_tracker", t->scaler.hysteresis_tracker);
+		/* Adam's constants: what Megatron's param_groups carry (ckpt_convert --to megatron) */
+		r |= ckpt_put_attr_f64(w, of, NULL, "adam_beta1", t->a->adam_beta1);
+		r |= ckpt_put_attr_f64(w, of, NULL, "adam_beta2", t->a->adam_beta2);
+		r |= ckpt_put_attr_f64(w, of, NULL, "adam_eps", t->a->adam_eps);
 	}
 	return r ? -1 : 0;
 }

@@ -8,7 +8,11 @@
 # TP1 tensors exactly; ckpt_convert --from megatron imports every legacy and
 # torch_dist checkpoint and megac's own forward pass on it gives Megatron's
 # logits (|difference| < 1e-4); damaged or malicious torch_dist folders are
-# refused naming the file.
+# refused naming the file. Megatron's own training run (train.tar.xz) imports
+# with its optimizer state and megac continues it with Megatron's losses; the
+# optimizer state survives megac -> torch_dist -> megac bit for bit. Under
+# make check-long with MEGATRON_LM set, Megatron itself loads megac's exports
+# (logits) and continues megac's export of its run (losses).
 . tests/prog_lib.sh
 W=$(new_tmp megatron_ckpt)
 TOOL=$MEGAC_BUILD/tools/megac_torch_pickle
@@ -18,7 +22,7 @@ ERR=$W/err.log
 OUT_LOG=$W/out.log
 
 setup "the fixtures unpack" sh -c "tar -xJf $FIX/gpt.tar.xz -C $W && tar -xJf $FIX/llama.tar.xz -C $W &&
-	cp $FIX/manifest.json $W/"
+	tar -xJf $FIX/train.tar.xz -C $W && cp $FIX/manifest.json $W/"
 
 n=0
 bad=""
@@ -107,6 +111,92 @@ else
 	show "$W/cmp.log"
 fi
 
+# Megatron's training run (train.tar.xz): 4 Adam steps on one repeated
+# sequence, iteration 2 saved with its optimizer state. megac imports it
+# with Adam's moments, step and schedule, and continues with Megatron's
+# losses; without the moments (--no-load-optim) the 4th step's loss differs.
+# Then megac -> torch_dist -> megac keeps the optimizer state bit for bit.
+TRAIN_FLAGS="--num-layers 2 --hidden-size 32 --num-attention-heads 4 --group-query-attention --num-query-groups 2
+	--ffn-hidden-size 64 --seq-length 16 --max-position-embeddings 16 --position-embedding-type rope --rotary-base 10000
+	--normalization RMSNorm --norm-epsilon 1e-5 --swiglu --disable-bias-linear --untie-embeddings-and-output-weights
+	--vocab-size 128 --tokenizer-type NullTokenizer --make-vocab-size-divisible-by 64 --micro-batch-size 1
+	--global-batch-size 1 --attention-dropout 0 --hidden-dropout 0 --split 100,0,0 --eval-iters 0
+	--data-path $W/seq_text_document --data-cache-path $W/cache --train-iters 4 --log-interval 1"
+TRAIN_FLAGS="$TRAIN_FLAGS $($PY -c 'import json, sys; print(" ".join(json.load(open(sys.argv[1]))["flags"]))' \
+	"$W/llama_train_losses.json")"
+# the data: the recorded sequence's 16 tokens twice, so that every sample is that sequence
+$PY -c '
+import json, sys
+t = json.load(open(sys.argv[1]))["tokens"][:16]
+print(json.dumps({"text": " ".join(map(str, t + t))}))' "$W/llama_train_losses.json" >"$W/seq.jsonl"
+setup "the training data" $BIN/preprocess_data --input "$W/seq.jsonl" --output-prefix "$W/seq" \
+	--tokenizer-type NullTokenizer --vocab-size 128 --workers 1
+continues() { # NAME CKPT METRICS [FLAGS...]: iterations 3 and 4 give Megatron's losses (rtol 1e-5)
+	name=$1 ck=$2 mf=$3
+	shift 3
+	rm -f "$mf"
+	# shellcheck disable=SC2086 # the flags are words
+	if $BIN/train $TRAIN_FLAGS --load "$ck" --metrics-file "$mf" "$@" >"$OUT_LOG" 2>"$ERR" && $PY -c '
+import json, sys
+want = json.load(open(sys.argv[1]))["losses"][2:]
+got = [json.loads(l) for l in open(sys.argv[2])]
+assert [g["iteration"] for g in got] == [3, 4], [g["iteration"] for g in got]
+got = [g["lm loss"] for g in got]
+worst = max(abs(a - b) / abs(b) for a, b in zip(got, want))
+assert worst < 1e-5, (got, want)
+print("losses %s, Megatron: %s; worst relative difference %.1e" % (
+    ", ".join("%.7f" % x for x in got), ", ".join("%.7f" % x for x in want), worst))' \
+		"$W/llama_train_losses.json" "$mf" >"$W/cmp.log" 2>&1; then
+		ok "$name ($(cat "$W/cmp.log"))"
+	else
+		notok "$name"
+		show "$ERR"
+		show "$W/cmp.log"
+	fi
+}
+expect_ok "Megatron's training checkpoint imports with its optimizer state" $BIN/ckpt_convert \
+	--load "$W/llama_train_torch_dist" --save "$W/train_megac" --from megatron --tokenizer-type NullTokenizer \
+	--vocab-size 128
+continues "megac continues Megatron's run with Megatron's losses" "$W/train_megac" "$W/cont.jsonl"
+rm -f "$W/noopt.jsonl"
+# shellcheck disable=SC2086
+if $BIN/train $TRAIN_FLAGS --load "$W/train_megac" --no-load-optim --metrics-file "$W/noopt.jsonl" >"$OUT_LOG" \
+	2>"$ERR" && $PY -c '
+import json, sys
+want = json.load(open(sys.argv[1]))["losses"][3]
+got = [json.loads(l)["lm loss"] for l in open(sys.argv[2])][1]
+assert abs(got - want) / want > 1e-3, (got, want)
+print("%.7f against %.7f" % (got, want))' "$W/llama_train_losses.json" "$W/noopt.jsonl" >"$W/cmp.log" 2>&1; then
+	ok "without the imported moments the 4th loss differs ($(cat "$W/cmp.log")): the test sees them"
+else
+	notok "without the imported moments the 4th loss differs"
+	show "$ERR"
+	show "$W/cmp.log"
+fi
+expect_ok "megac's checkpoint with optimizer state to torch_dist" $BIN/ckpt_convert --load "$W/train_megac" \
+	--save "$W/train_dist" --to megatron --ckpt-format torch_dist --make-vocab-size-divisible-by 64
+expect_ok "and back" $BIN/ckpt_convert --load "$W/train_dist" --save "$W/train_back" --from megatron \
+	--tokenizer-type NullTokenizer --vocab-size 128
+if $PY -c '
+import sys, h5py, numpy as np
+n = 0
+for f in ("model.h5", "optim.h5"):
+    a, b = h5py.File(sys.argv[1] + "/iter_0000002/" + f), h5py.File(sys.argv[2] + "/iter_0000002/" + f)
+    names = []
+    a.visititems(lambda k, o: names.append(k) if isinstance(o, h5py.Dataset) else None)
+    for k in names:
+        assert np.array_equal(a[k][()], b[k][()]), (f, k)
+    n += len(names)
+    for k, v in a.attrs.items():
+        assert k in b.attrs and np.all(b.attrs[k] == v), (f, k)
+print(n)' "$W/train_megac" "$W/train_back" >"$W/cmp.log" 2>&1; then
+	ok "megac -> torch_dist -> megac keeps weights, moments, step and schedule ($(cat "$W/cmp.log") tensors) bit for bit"
+else
+	notok "megac -> torch_dist -> megac keeps weights, moments, step and schedule"
+	show "$W/cmp.log"
+fi
+continues "the round trip continues with Megatron's losses too" "$W/train_back" "$W/cont2.jsonl"
+
 # bad torch_dist input: a clear error naming the file, nothing written
 bad_dist() { # name, expected message part, command that damages a copy in $W/bad
 	rm -rf "$W/bad" "$W/bad_out"
@@ -182,6 +272,24 @@ print("max |difference| %.2g" % d)' "$out.tp$ltp.npy" "$W/${m}_logits.npy" >"$W/
 	else
 		notok "no Megatron-LM environment from MEGATRON_LM=$MEGATRON_LM"
 		show "$ERR"
+	fi
+	if [ -n "${MTREE:-}" ]; then
+		# Megatron continues megac's export of its own run: weights, moments, step, schedule
+		if OMP_NUM_THREADS=1 $PY $FIX/make_fixtures.py train --megatron "$MTREE" --out "$W" --model llama \
+			--load "$W/train_dist" --losses "$W/meg_cont.json" >"$W/meg.log" 2>&1 && $PY -c '
+import json, sys
+want = json.load(open(sys.argv[1]))["losses"][2:]
+got = json.load(open(sys.argv[2]))
+assert got["first"] == 3, got["first"]
+d = max(abs(a - b) / abs(b) for a, b in zip(got["losses"], want))
+assert d < 1e-5, (got["losses"], want)
+print("worst relative difference %.1e" % d)' "$W/llama_train_losses.json" "$W/meg_cont.json" >"$W/cmp.log" 2>&1; then
+			ok "Megatron continues megac's torch_dist export with its optimizer state, with its own losses ($(cat "$W/cmp.log"))"
+		else
+			notok "Megatron continues megac's torch_dist export with its optimizer state"
+			show "$W/meg.log" 15
+			show "$W/cmp.log"
+		fi
 	fi
 elif long_only; then
 	ok "# SKIP Megatron loading megac's exports: set MEGATRON_LM to a Megatron-LM repository or tree"

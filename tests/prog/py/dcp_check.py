@@ -9,7 +9,8 @@ torch.load from its bytes in the .distcp file; the global tensors are
 assembled from their chunks (which must cover them exactly once), the stacked
 decoder.layers.* split per layer, and every tensor compared bit for bit with
 megac's model.h5 of the same iteration (rounded to DCP_DTYPE when
-that is bfloat16 or float16). Also checks metadata.json, the common
+that is bfloat16 or float16), and Adam's state (optimizer.state.exp_avg,
+exp_avg_sq, and fp32_param for a 16-bit export) with its optim.h5 exactly. Also checks metadata.json, the common
 state (args, iteration) and the _extra_state objects of each layer.
 Prints a one-line summary; exits non-zero on any difference.
 """
@@ -116,10 +117,12 @@ def main():
     # split the stacked layers and compare with megac's tensors
     flat = {}
     for fqn, t in tensors.items():
-        if fqn.startswith("decoder.layers.") and not fqn[len("decoder.layers."):][0].isdigit():
+        pre, dl, rest = fqn.partition("decoder.layers.")
+        if dl and pre in ("", "optimizer.state.exp_avg.", "optimizer.state.exp_avg_sq.",
+                          "optimizer.state.fp32_param.") and not rest[0].isdigit():
             assert t.shape[0] == L, (fqn, t.shape)
             for l in range(L):
-                flat["decoder.layers.%d.%s" % (l, fqn[len("decoder.layers."):])] = t[l]
+                flat["%sdecoder.layers.%d.%s" % (pre, l, rest)] = t[l]
         else:
             flat[fqn] = t
     h = h5py.File(os.path.join(ckpt, "iter_%07d" % it, "model.h5"), "r")
@@ -131,6 +134,25 @@ def main():
         if key.startswith("model."):
             key = key[len("model."):]
         want[key] = h[n][()]
+    # Adam's state (when megac's checkpoint has optim.h5): the moments and a
+    # 16-bit export's fp32 master weights, fp32 and exact
+    fp32 = {}
+    opath = os.path.join(ckpt, "iter_%07d" % it, "optim.h5")
+    if any(k.startswith("optimizer.state.") for k in flat):
+        o = h5py.File(opath, "r")
+        for kind in ("exp_avg", "exp_avg_sq"):
+            for k in want:
+                fp32["optimizer.state.%s.%s" % (kind, k)] = o["%s/%s" % (kind, k)][()]
+        if dtype_name != "float32":
+            for k in want:
+                fp32["optimizer.state.fp32_param." + k] = want[k]
+        for k, w in fp32.items():
+            assert k in flat, k
+            got = flat.pop(k).numpy()
+            if got.shape != w.shape:  # the vocabulary padded for the target layout
+                assert not got[w.shape[0]:].any(), k
+                got = got[:w.shape[0]]
+            assert got.dtype == np.float32 and np.array_equal(got, w), k
     missing = sorted(set(want) - set(flat))
     extra = sorted(set(flat) - set(want))
     assert not missing and not extra, ("missing", missing[:5], "extra", extra[:5])
@@ -144,8 +166,9 @@ def main():
         ref = torch.from_numpy(np.ascontiguousarray(w, dtype=np.float32)).to(getattr(torch, dtype_name))
         assert np.array_equal(got, ref.float().numpy()), k
         worst = max(worst, float(np.abs(got - w).max() / (np.abs(w).max() + 1e-30)))
-    print("%d tensors (%d stacked over %d layers), %d extra states, args and iteration %d check out%s" %
-          (len(flat), sum(1 for f in tensors if f.startswith("decoder.layers.")), L, n_extra, it,
+    print("%d tensors (%d stacked over %d layers)%s, %d extra states, args and iteration %d check out%s" %
+          (len(flat), sum(1 for f in tensors if f.startswith("decoder.layers.")), L,
+           ", %d of Adam's state" % len(fp32) if fp32 else "", n_extra, it,
            "" if dtype_name == "float32" else "; each megac's rounded to %s, worst relative %.2g" % (dtype_name, worst)))
 
 
