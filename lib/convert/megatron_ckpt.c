@@ -959,6 +959,11 @@ static int join_tensor(struct rank_in *in, int s, int tp, struct gpt_model *m, i
 
 int megatron_torch_import(const struct args *a)
 {
+	return megatron_import(a, true);
+}
+
+int megatron_import(const struct args *a, bool tell)
+{
 	if (!a->load)
 		return error("--load DIR: the Megatron checkpoint to read");
 	int64_t iter;
@@ -1115,7 +1120,7 @@ int megatron_torch_import(const struct args *a)
 	if (rc < 0)
 		convert_remove_tree(created);
 	free(created);
-	if (rc == 0) {
+	if (rc == 0 && tell) {
 		char *from = dist ? xstrdup("torch_dist") : xasprintf("TP %d x PP %d torch", tp, pp);
 		if (optim)
 			info("wrote iteration %lld of '%s' (%d tensors, Adam's state at step %lld) from Megatron's %s "

@@ -33,11 +33,15 @@ struct megatron_export {
  * nothing: a hidden directory renamed into place, the tracker last). */
 int megatron_torch_export(const struct args *a, const struct megatron_export *e);
 
-/* Read the legacy checkpoint at --load (the TP x PP layout its mp_rank
- * folders say; the model from its args, the vocabulary from the tokenizer
- * flags when given) and write its weights as a megac checkpoint at --save,
- * the same iteration. Transformer Engine names, or the local layer spec's
- * norms (input_layernorm, pre_mlp_layernorm). */
+/* Read the Megatron checkpoint at --load (legacy torch: the TP x PP layout
+ * its mp_rank folders say; or torch_dist, with Adam's state when it is
+ * there and --no-optim is not given; the model from its args, the
+ * vocabulary from the tokenizer flags when given) and write it as a megac
+ * checkpoint at --save, the same iteration. Transformer Engine names, or
+ * the local layer spec's norms (input_layernorm, pre_mlp_layernorm). */
 int megatron_torch_import(const struct args *a);
+/* The same; tell: say what was written and how to continue (ckpt_convert),
+ * or nothing (train's own import, train_megatron.c). */
+int megatron_import(const struct args *a, bool tell);
 
 #endif

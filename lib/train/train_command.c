@@ -132,9 +132,9 @@ bool train_grads_bf16(const struct args *a)
 int train_check_flags(const struct args *a)
 {
 	if (a->ckpt_format && strcmp(a->ckpt_format, "hdf5"))
-		return error("--ckpt-format %s: train reads and writes megac's HDF5 checkpoint; Megatron's torch and "
-			     "torch_dist checkpoints go through ckpt_convert (--from megatron to continue a Megatron run, "
-			     "--to megatron to hand one over)",
+		return error("--ckpt-format %s: train saves megac's HDF5 checkpoint; --load takes Megatron's torch and "
+			     "torch_dist checkpoints as they are (found from the files, no flag needed), and ckpt_convert "
+			     "--to megatron --ckpt-format torch_dist hands a run back to Megatron",
 			     a->ckpt_format);
 	if (a->fp16 && a->bf16)
 		return error("--fp16 and --bf16 are mutually exclusive");
@@ -674,7 +674,7 @@ static int train_run(const struct args *a)
 	if (setup(&t, a) < 0)
 		goto out;
 	if (a->load) {
-		int r = train_ckpt_load(&t);
+		int r = train_ckpt_load_any(&t);
 		if (r < 0)
 			goto out;
 	}

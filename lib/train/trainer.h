@@ -177,6 +177,9 @@ int train_ckpt_save_poll(struct trainer *t, bool wait);
 void train_ckpt_save_drop(struct trainer *t);
 /* Load from --load: 0 loaded, 1 nothing to load (fresh start), -1 error. */
 int train_ckpt_load(struct trainer *t);
+/* The same, also for a checkpoint Megatron-LM wrote (torch_dist or legacy
+ * torch, imported through a staging folder: train_megatron.c). */
+int train_ckpt_load_any(struct trainer *t);
 
 /* --fp8-param-gather: every part's main weights into the model (its
  * 16-bit words and FP8 codes, gpt_copy_main_to_model), with gather the

@@ -157,5 +157,6 @@ else
 	notok "a refused export leaves no checkpoint behind"
 	ls -la "$W/m-moe" | sed 's/^/#   /'
 fi
-expect_fail "train refuses --ckpt-format torch (ckpt_convert writes it)" "go through ckpt_convert" $BIN/train \
+expect_fail "train refuses --ckpt-format torch (ckpt_convert writes it)" \
+	"ckpt_convert --to megatron --ckpt-format torch_dist hands a run back" $BIN/train \
 	$GPT $COMMON --ckpt-format torch --data-cache-path "$W/cache"

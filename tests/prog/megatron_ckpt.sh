@@ -136,7 +136,7 @@ continues() { # NAME CKPT METRICS [FLAGS...]: iterations 3 and 4 give Megatron's
 	shift 3
 	rm -f "$mf"
 	# shellcheck disable=SC2086 # the flags are words
-	if $BIN/train $TRAIN_FLAGS --load "$ck" --metrics-file "$mf" "$@" >"$OUT_LOG" 2>"$ERR" && $PY -c '
+	if ${RUN:-} $BIN/train $TRAIN_FLAGS --load "$ck" --metrics-file "$mf" "$@" >"$OUT_LOG" 2>"$ERR" && $PY -c '
 import json, sys
 want = json.load(open(sys.argv[1]))["losses"][2:]
 got = [json.loads(l) for l in open(sys.argv[2])]
@@ -196,6 +196,19 @@ else
 	show "$W/cmp.log"
 fi
 continues "the round trip continues with Megatron's losses too" "$W/train_back" "$W/cont2.jsonl"
+# train --load on Megatron's folder itself: imported through a staging folder, removed after
+continues "train --load on Megatron's torch_dist folder continues it directly" "$W/llama_train_torch_dist" \
+	"$W/cont3.jsonl" --save "$W/direct" --save-interval 100
+if [ -e "$W/direct/.megac-import" ] || [ ! -d "$W/direct/iter_0000004" ]; then
+	notok "the staging folder is removed and train saves its own checkpoint"
+else
+	ok "the staging folder is removed and train saves its own checkpoint"
+fi
+# two data-parallel ranks (every sample is the same sequence: the same losses)
+export OMPI_MCA_mpi_yield_when_idle=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+RUN="mpirun --allow-run-as-root --oversubscribe -np 2" continues \
+	"train --load on Megatron's folder with 2 data-parallel ranks" "$W/llama_train_torch_dist" "$W/cont4.jsonl" \
+	--global-batch-size 2 --save "$W/direct2" --save-interval 100
 
 # bad torch_dist input: a clear error naming the file, nothing written
 bad_dist() { # name, expected message part, command that damages a copy in $W/bad

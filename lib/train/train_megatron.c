@@ -1,0 +1,89 @@
+/*
+ * train_megatron.c - train --load on a checkpoint Megatron-LM wrote: its
+ * torch_dist folders (weights, and the non-distributed Adam's state by
+ * name) and its legacy torch files (weights), found from the files, so a
+ * Megatron run continues in megac with one command.
+ *
+ * Rank 0 converts the iteration with ckpt_convert's importer
+ * (lib/convert/megatron_ckpt.c, docs/megatron-checkpoints.md) into a hidden
+ * staging folder beside the checkpoints (--save, else --load), every rank
+ * then loads that megac checkpoint as usual, and rank 0 removes it. The
+ * folder must be visible to every rank, as --save is.
+ *
+ *   rank 0: detect --> import into <dir>/.megac-import --(bcast rc)--> all load --> barrier --> rank 0 removes it
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/error.h"
+#include "base/xalloc.h"
+#include "ckpt/ckpt.h"
+#include "convert/convert_int.h"
+#include "convert/megatron_ckpt.h"
+#include "train/trainer.h"
+
+/* 1 when iteration directory dir is Megatron's (torch_dist or legacy torch) */
+static int is_megatron_iteration(const char *dir)
+{
+	static const char *const marks[] = { ".metadata", "mp_rank_00/model_optim_rng.pt",
+					     "mp_rank_00_000/model_optim_rng.pt" };
+	for (size_t i = 0; i < sizeof(marks) / sizeof(marks[0]); i++) {
+		char *p = xasprintf("%s/%s", dir, marks[i]);
+		int there = access(p, F_OK) == 0;
+		free(p);
+		if (there)
+			return 1;
+	}
+	return 0;
+}
+
+int train_ckpt_load_any(struct trainer *t)
+{
+	const struct args *a = t->a;
+	int64_t v[2] = { 0, 0 }; /* Megatron's?, the import's result */
+	char *stage = xasprintf("%s/.megac-import", a->save ? a->save : a->load);
+	if (t->dist.rank == 0) {
+		int64_t it = -1;
+		if (a->ckpt_step >= 0)
+			it = a->ckpt_step;
+		else if (ckpt_latest(a->load, &it) != 0)
+			it = -1;
+		if (it >= 0) {
+			char *dir = ckpt_iter_path(a->load, it);
+			v[0] = is_megatron_iteration(dir);
+			free(dir);
+		}
+		if (v[0]) {
+			info("--load %s: a checkpoint of Megatron-LM; importing iteration %lld through %s", a->load,
+			     (long long)it, stage);
+			convert_remove_tree(stage); /* a killed run's leftover */
+			struct args ia = *a;
+			ia.save = stage;
+			ia.iteration = it;
+			ia.no_optim = a->no_load_optim || a->finetune;
+			v[1] = megatron_import(&ia, false);
+		}
+	}
+	dist_bcast(&t->dist.world_g, v, sizeof(v), 0);
+	if (!v[0]) {
+		free(stage);
+		return train_ckpt_load(t);
+	}
+	int r = -1;
+	if (v[1] == 0) {
+		struct args la = *a;
+		la.load = stage;
+		t->a = &la;
+		r = train_ckpt_load(t);
+		t->a = a;
+	} else if (t->dist.rank != 0) {
+		error("rank 0 could not import Megatron's checkpoint %s", a->load);
+	}
+	dist_barrier(&t->dist.world_g);
+	if (t->dist.rank == 0)
+		convert_remove_tree(stage);
+	free(stage);
+	return r;
+}
