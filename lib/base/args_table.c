@@ -450,10 +450,11 @@ const struct flag_def args_table[] = {
 	  NULL, NULL, "fail when --load has no checkpoint (default: start from scratch with a warning)" },
 	{ "--ckpt-format", FK_STR, F(ckpt_format), TR | PROG_CONVERT, 0, "checkpointing", "hdf5",
 	  "torch|torch_dist|torch_dcp|fsdp_dtensor|hdf5", "FMT",
-	  "train reads and writes megac's HDF5 checkpoint (docs/checkpoint-format.md), also when the flag is "
-	  "not given (Megatron's default is torch_dist); ckpt_convert --to megatron writes torch (Megatron's "
-	  "legacy format) or torch_dist (docs/megatron-checkpoints.md); the other formats are refused until megac "
-	  "has them" },
+	  "train saves megac's HDF5 checkpoint (docs/checkpoint-format.md) when the flag is not given "
+	  "(Megatron's default is torch_dist), or with torch_dist Megatron's format (exported from HDF5 at each "
+	  "save); --load reads either, and Megatron's legacy torch, found from the files; ckpt_convert --to "
+	  "megatron writes torch or torch_dist (docs/megatron-checkpoints.md); the other formats are refused until "
+	  "megac has them" },
 	{ "--exit-on-failed-save", FK_BOOL, F(exit_on_failed_save), TR, 0, "checkpointing", NULL, NULL, NULL,
 	  "(megac) stop when a save fails (default: log the error and train on; the last good checkpoint "
 	  "stays the latest)" },
@@ -871,9 +872,8 @@ const char *const args_checkpoint_sizes[] = { "--num-layers", "--hidden-size", "
  * args_megatron.c. */
 const struct refused_value args_refused_values[] = {
 	{ "--ckpt-format", "hdf5|torch|torch_dist",
-	  "megac reads and writes its own HDF5 checkpoint (docs/checkpoint-format.md), which it uses when "
-	  "--ckpt-format is not given; ckpt_convert --to megatron writes Megatron's legacy torch and torch_dist "
-	  "formats, and --from megatron reads them (found from the files); torch_dcp and fsdp_dtensor are not in "
+	  "megac writes its own HDF5 checkpoint (docs/checkpoint-format.md) or Megatron's torch_dist, and "
+	  "ckpt_convert --to megatron also Megatron's legacy torch; torch_dcp and fsdp_dtensor are not in "
 	  "megac yet" },
 	{ "--tokenizer-type",
 	  "GPT2BPETokenizer|HuggingFaceTokenizer|TikTokenizer|NullTokenizer|SentencePieceTokenizer|"

@@ -1329,8 +1329,8 @@ int convert_command(const struct args *a0)
 	return rc;
 }
 
-/* megac -> Megatron's legacy torch format, for a target TP/PP layout. */
-static int to_megatron(const struct args *a)
+/* megac -> Megatron's legacy torch or torch_dist format, for a target TP/PP layout. */
+int convert_to_megatron(const struct args *a)
 {
 	const char *fmt = args_given(a, "--ckpt-format") ? a->ckpt_format : "torch";
 	if (strcmp(fmt, "torch") && strcmp(fmt, "torch_dist"))
@@ -1416,7 +1416,7 @@ static int convert(const struct args *a)
 	if (!strcmp(to, "megatron")) {
 		if (strcmp(from, "megac"))
 			return error("--to megatron reads a megac checkpoint (--from megac)");
-		return to_megatron(a);
+		return convert_to_megatron(a);
 	}
 	if (!strcmp(from, "hf"))
 		return from_hf(a);

@@ -19,6 +19,11 @@ void convert_remove_tree(const char *path);
 /* model.h5's attributes train reads: iteration, checkpoint_version, the
  * configuration JSON, zero sample counters. */
 int convert_put_model_attrs(struct ckpt_writer *w, int mf, int64_t iteration, const char *config);
+/* ckpt_convert --to megatron: --load's iteration (--iteration, else the
+ * latest) written at --save in --ckpt-format torch or torch_dist, for
+ * --target-tensor/pipeline-parallel-size, --dtype (train's torch_dist saves
+ * too, train_megatron.c) */
+int convert_to_megatron(const struct args *a);
 /* Megatron's counters a resumed run continues from (convert_put_model_attrs: zeros) */
 struct megac_counters {
 	int64_t consumed_train, consumed_valid, skipped_train;

@@ -570,6 +570,7 @@ int megatron_torch_export(const struct args *a, const struct megatron_export *e)
 
 /* One rank file of the checkpoint being read. */
 struct rank_in {
+	bool dist_optim; /* torch_dist: Megatron's distributed optimizer's own layout (optimizer.distributed.*) */
 	struct pk_doc *d;
 	struct pk_value *root;  /* the file's dict */
 	struct pk_value *model; /* its "model" dict */
@@ -775,8 +776,10 @@ static int read_dist(const char *dir, struct rank_in *ri)
 	ri->model = pk_odict(ri->d);
 	for (int i = 0; rc == 0 && i < dcp_count(c); i++) {
 		const struct dcp_item *it = dcp_item(c, i);
-		if (!it->tensor)
-			continue; /* sharded objects: TE's _extra_state, the common state */
+		if (!strncmp(it->fqn, "optimizer.distributed.", 22))
+			ri->dist_optim = true;
+		if (!it->tensor || !strncmp(it->fqn, "optimizer.distributed.", 22))
+			continue; /* sharded objects: TE's _extra_state, the common state; the distributed optimizer's */
 		if (!strncmp(it->fqn, "mtp.", 4) || strstr(it->fqn, ".experts."))
 			return dcp_close(c), error("'%s': tensor '%s': mixture-of-experts and multi-token prediction "
 						   "checkpoints are not read yet",
@@ -1035,6 +1038,19 @@ int megatron_import(const struct args *a, bool tell)
 	struct optim_in oi = { 0 };
 	if (optim && read_optim_common(in[0].root, in[0].path, &oi) < 0)
 		rc = -1;
+	if (rc == 0 && !optim && !a->no_optim && in[0].dist_optim) {
+		/* a run with --use-distributed-optimizer: its state is in the
+		 * optimizer's buffer layout (dp_reshardable), not by name */
+		if (!tell)
+			rc = error("%s: Megatron's distributed optimizer saved its state in its own buffer layout "
+				   "(optimizer.distributed.*), which megac does not read yet; --no-load-optim continues "
+				   "with the weights and fresh Adam moments",
+				   in[0].path);
+		else
+			warning("%s: Megatron's distributed optimizer saved its state in its own buffer layout "
+				"(optimizer.distributed.*), which megac does not read yet: the weights only",
+				in[0].path);
+	}
 	char *created = NULL;
 	if (rc == 0)
 		rc = convert_megac_dest(a, iter, &created);

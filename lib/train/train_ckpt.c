@@ -607,6 +607,8 @@ static int save_finish(struct trainer *t, struct train_save *j)
 				else
 					bad = ckpt_commit(j->w); /* frees w, and refuses if any write failed */
 				j->w = NULL;
+				if (!bad && t->torch_dist_save && train_torch_dist_export(t, j->iteration) < 0)
+					bad = -1;
 				if (bad)
 					first = 0;
 			} else if (j->w) {
@@ -614,7 +616,9 @@ static int save_finish(struct trainer *t, struct train_save *j)
 				j->w = NULL;
 			}
 			if (!bad && first < 0) {
-				info("saved checkpoint at iteration %7lld to %s%s", (long long)j->iteration, a->save,
+				info("saved checkpoint at iteration %7lld to %s%s%s", (long long)j->iteration,
+				     t->torch_dist_save ? t->torch_dist_save : a->save,
+				     t->torch_dist_save ? " in Megatron's torch_dist format" : "",
 				     j->have_thread ? " (written in the background)" : "");
 				/* --keep-last-n-checkpoints: only now, with the new one the latest */
 				if (a->keep_last_n_checkpoints > 0 &&

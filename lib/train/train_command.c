@@ -131,10 +131,10 @@ bool train_grads_bf16(const struct args *a)
 
 int train_check_flags(const struct args *a)
 {
-	if (a->ckpt_format && strcmp(a->ckpt_format, "hdf5"))
-		return error("--ckpt-format %s: train saves megac's HDF5 checkpoint; --load takes Megatron's torch and "
-			     "torch_dist checkpoints as they are (found from the files, no flag needed), and ckpt_convert "
-			     "--to megatron --ckpt-format torch_dist hands a run back to Megatron",
+	if (a->ckpt_format && strcmp(a->ckpt_format, "hdf5") && strcmp(a->ckpt_format, "torch_dist"))
+		return error("--ckpt-format %s: train saves megac's HDF5 checkpoint or Megatron's torch_dist; --load "
+			     "takes Megatron's torch and torch_dist checkpoints as they are (found from the files), and "
+			     "ckpt_convert --to megatron --ckpt-format torch writes the legacy format",
 			     a->ckpt_format);
 	if (a->fp16 && a->bf16)
 		return error("--fp16 and --bf16 are mutually exclusive");
@@ -667,12 +667,19 @@ int train_command(const struct args *flags)
 	return ret;
 }
 
-static int train_run(const struct args *a)
+static int train_run(const struct args *user)
 {
 	struct trainer t;
 	int ret = -1;
+	struct args run;
+	int fmt = train_torch_dist_args(user, &run);
+	if (fmt < 0)
+		return -1;
+	const struct args *a = &run;
 	if (setup(&t, a) < 0)
 		goto out;
+	t.user_args = user;
+	t.torch_dist_save = fmt == 0 ? user->save : NULL;
 	if (a->load) {
 		int r = train_ckpt_load_any(&t);
 		if (r < 0)

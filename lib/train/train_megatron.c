@@ -11,6 +11,14 @@
  * folder must be visible to every rank, as --save is.
  *
  *   rank 0: detect --> import into <dir>/.megac-import --(bcast rc)--> all load --> barrier --> rank 0 removes it
+ *
+ * --ckpt-format torch_dist saves the other way: train writes its HDF5
+ * checkpoint as always, into <save>/.megac-hdf5, and once a save is
+ * committed rank 0 exports that iteration to <save> with ckpt_convert's
+ * exporter (weights in the training dtype, Adam's state, the schedule,
+ * the counters; the run's TP x PP as Megatron's args) and removes the
+ * staging folder. <save> then holds only Megatron's format, whose tracker
+ * the export writes last; a later --load of it is the import above.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,5 +93,44 @@ int train_ckpt_load_any(struct trainer *t)
 	if (t->dist.rank == 0)
 		convert_remove_tree(stage);
 	free(stage);
+	return r;
+}
+
+int train_torch_dist_args(const struct args *a, struct args *run)
+{
+	*run = *a;
+	if (!a->ckpt_format || strcmp(a->ckpt_format, "torch_dist"))
+		return 1;
+	if (a->num_experts > 0 || a->mtp_num_layers > 0 || a->num_layers_per_virtual_pipeline_stage > 0 ||
+	    a->num_virtual_stages_per_pipeline_rank > 1)
+		return error("--ckpt-format torch_dist: mixture-of-experts, multi-token prediction and virtual pipeline "
+			     "stages are not written in Megatron's format yet; save megac's own (leave --ckpt-format out)");
+	if (a->save) {
+		char *stage = xasprintf("%s/.megac-hdf5", a->save);
+		run->save = stage; /* lives as long as the run */
+	}
+	run->ckpt_format = "hdf5";
+	return 0;
+}
+
+int train_torch_dist_export(struct trainer *t, int64_t it)
+{
+	const struct args *a = t->user_args;
+	struct args ea = *a;
+	ea.load = t->a->save;
+	ea.save = (char *)t->torch_dist_save;
+	ea.iteration = it;
+	ea.target_tensor_parallel_size = t->dist.tp.size;
+	ea.target_pipeline_parallel_size = t->dist.pp.size;
+	ea.target_num_virtual_stages = 0;
+	ea.dtype = a->bf16 ? "bf16" : a->fp16 ? "fp16" : "fp32";
+	ea.no_optim = a->no_save_optim;
+	int r = convert_to_megatron(&ea);
+	if (r == 0) {
+		convert_remove_tree(t->a->save);
+		if (a->keep_last_n_checkpoints > 0 && ckpt_prune(t->torch_dist_save, (int)a->keep_last_n_checkpoints) < 0)
+			warning("could not delete all old checkpoints in %s (see above); training goes on",
+				t->torch_dist_save);
+	}
 	return r;
 }

@@ -54,6 +54,11 @@ struct train_part {
 
 struct trainer {
 	const struct args *a;
+	/* --ckpt-format torch_dist: the flags as given (a: the same, saving its
+	 * HDF5 checkpoints in a staging folder) and Megatron's folder, --save,
+	 * which each committed save is exported to (train_megatron.c) */
+	const struct args *user_args;
+	const char *torch_dist_save;
 	struct dist dist;
 	struct dist_group *gdp; /* where gradients are reduced: data-parallel (with context-parallel under CP) */
 	struct gpt_fp8_config fp8; /* --fp8-format and its recipe (off: fp8.on false) */
@@ -180,6 +185,13 @@ int train_ckpt_load(struct trainer *t);
 /* The same, also for a checkpoint Megatron-LM wrote (torch_dist or legacy
  * torch, imported through a staging folder: train_megatron.c). */
 int train_ckpt_load_any(struct trainer *t);
+/* --ckpt-format torch_dist: the flags train runs with (*run: --save a
+ * staging folder for its HDF5 checkpoints) and where Megatron's folder is;
+ * 0, 1 when the format is megac's own (run untouched), -1 after error(). */
+int train_torch_dist_args(const struct args *a, struct args *run);
+/* After a committed save of iteration it (world rank 0): its export to
+ * --save in torch_dist, then the staging folder removed. */
+int train_torch_dist_export(struct trainer *t, int64_t it);
 
 /* --fp8-param-gather: every part's main weights into the model (its
  * 16-bit words and FP8 codes, gpt_copy_main_to_model), with gather the

@@ -158,5 +158,5 @@ else
 	ls -la "$W/m-moe" | sed 's/^/#   /'
 fi
 expect_fail "train refuses --ckpt-format torch (ckpt_convert writes it)" \
-	"ckpt_convert --to megatron --ckpt-format torch_dist hands a run back" $BIN/train \
+	"ckpt_convert --to megatron --ckpt-format torch writes the legacy format" $BIN/train \
 	$GPT $COMMON --ckpt-format torch --data-cache-path "$W/cache"

@@ -204,6 +204,32 @@ if [ -e "$W/direct/.megac-import" ] || [ ! -d "$W/direct/iter_0000004" ]; then
 else
 	ok "the staging folder is removed and train saves its own checkpoint"
 fi
+# train --ckpt-format torch_dist: iteration 3 saved in Megatron's format, resumed to 4
+rm -f "$W/cont5.jsonl"
+# shellcheck disable=SC2086
+if $BIN/train $TRAIN_FLAGS --load "$W/llama_train_torch_dist" --train-iters 3 --ckpt-format torch_dist \
+	--save "$W/tdsave" --save-interval 1 >"$OUT_LOG" 2>"$ERR" && [ -f "$W/tdsave/iter_0000003/.metadata" ] &&
+	[ ! -e "$W/tdsave/.megac-hdf5" ] && [ "$(cat "$W/tdsave/latest_checkpointed_iteration.txt")" = 3 ]; then
+	ok "train --ckpt-format torch_dist saves Megatron's folder (iteration 3, tracker last, no staging left)"
+else
+	notok "train --ckpt-format torch_dist saves Megatron's folder"
+	show "$ERR"
+fi
+if $BIN/train $TRAIN_FLAGS --load "$W/tdsave" --metrics-file "$W/cont5.jsonl" --ckpt-format torch_dist \
+	--save "$W/tdsave" --save-interval 1 >"$OUT_LOG" 2>"$ERR" && $PY -c '
+import json, sys
+want = json.load(open(sys.argv[1]))["losses"][3]
+got = [json.loads(l) for l in open(sys.argv[2])]
+assert [g["iteration"] for g in got] == [4], got
+d = abs(got[0]["lm loss"] - want) / want
+assert d < 1e-5, (got, want)
+print("%.1e" % d)' "$W/llama_train_losses.json" "$W/cont5.jsonl" >"$W/cmp.log" 2>&1; then
+	ok "resumed from its own torch_dist save, iteration 4 has Megatron's loss (relative difference $(cat "$W/cmp.log"))"
+else
+	notok "resumed from its own torch_dist save, iteration 4 has Megatron's loss"
+	show "$ERR"
+	show "$W/cmp.log"
+fi
 # two data-parallel ranks (every sample is the same sequence: the same losses)
 export OMPI_MCA_mpi_yield_when_idle=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 RUN="mpirun --allow-run-as-root --oversubscribe -np 2" continues \

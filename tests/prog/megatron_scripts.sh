@@ -10,6 +10,7 @@
 #   1. as is: train never says "unknown flag" and never crashes; it trains,
 #      or exits 128 in one message naming exactly the Megatron features it
 #      does not have yet (the list below; shorten it as they land);
+#      Llama-3's line also runs on 2 ranks, saving Megatron's torch_dist;
 #   2. without those flags: it trains, and its start-up line names the
 #      flags accepted without effect.
 . tests/prog_lib.sh
@@ -142,7 +143,9 @@ EXPECT="" DROP=""
 
 # ---- Llama-3 8B FP8 (examples/llama), its mock-data branch: 32 layers of 4096 -> 2 of 64.
 NOEFFECT="--use-mcore-models --attention-backend --cross-entropy-loss-fusion --manual-gc --empty-unused-memory-level"
-run_script llama3_fp8 "--ckpt-format=torch_dist" \
+llama3() { # CMD...: CMD followed by the example's flags, then $L3_EXTRA (later flags win, as in argparse)
+	# shellcheck disable=SC2086 # L3_EXTRA is words
+	"$@" \
 	--use-mcore-models --num-layers 2 --hidden-size 64 --ffn-hidden-size 224 --num-attention-heads 4 \
 	--group-query-attention --num-query-groups 2 --kv-channels 16 --seq-length 32 --max-position-embeddings 32 \
 	--position-embedding-type rope --rotary-base 1000000 --rotary-percent 1.0 --attention-dropout 0.0 \
@@ -160,7 +163,27 @@ run_script llama3_fp8 "--ckpt-format=torch_dist" \
 	--split '99,1,0' --no-create-attention-mask-in-dataloader --no-mmap-bin-files --num-workers 1 \
 	--log-interval 1 --eval-iters 1 --eval-interval 100 --save-interval 1000 --log-throughput \
 	--profile --profile-step-start 4 --profile-step-end 6 --ckpt-format torch_dist \
-	--distributed-timeout-minutes 60 --save ck --load ck --tensorboard-dir tb
+	--distributed-timeout-minutes 60 --save ck --load ck --tensorboard-dir tb ${L3_EXTRA:-}
+}
+llama3 run_script llama3_fp8 ""
+# the same line on 2 ranks (data-parallel, the distributed optimizer sharding
+# over them), saving every 2 iterations: the checkpoints are Megatron's
+# torch_dist, which ckpt_convert reads back with Adam's state at step 4
+rm -rf "$W/l3mp"
+mkdir -p "$W/l3mp"
+export OMPI_MCA_mpi_yield_when_idle=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+if (cd "$W/l3mp" && L3_EXTRA="--save-interval 2" llama3 mpirun --allow-run-as-root --oversubscribe -np 2 \
+	"$BIN/train") >"$OUT_LOG" 2>"$ERR" && grep -q "iteration *4/" "$OUT_LOG" "$ERR" &&
+	[ -f "$W/l3mp/ck/iter_0000002/.metadata" ] && [ -f "$W/l3mp/ck/iter_0000004/.metadata" ] &&
+	[ ! -e "$W/l3mp/ck/.megac-hdf5" ] &&
+	"$BIN/ckpt_convert" --load "$W/l3mp/ck" --save "$W/l3mp/back" --from megatron --tokenizer-type NullTokenizer \
+		--vocab-size 1000 >"$W/l3mp/conv.log" 2>&1 && grep -q "Adam's state at step 4" "$W/l3mp/conv.log"; then
+	ok "llama3_fp8: 4 iterations on 2 ranks, torch_dist checkpoints at 2 and 4 (read back with Adam's state)"
+else
+	notok "llama3_fp8: 4 iterations on 2 ranks with torch_dist checkpoints"
+	show "$ERR" 12
+	show "$W/l3mp/conv.log"
+fi
 
 # ---- Mixtral 8x7B (examples/mixtral): 32 layers of 4096, 8 experts -> 2 of 64, 4 experts;
 # PP4 x EP8 -> 1 rank; its Llama-2 SentencePiece tokenizer (no .model here) -> mock data with NullTokenizer.
