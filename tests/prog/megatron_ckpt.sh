@@ -264,6 +264,26 @@ class E:
     def __reduce__(self): return (os.system, (\"touch pwned\",))
 pickle.dump(E(), open(\".metadata\", \"wb\"))"'
 if [ -e "$W/bad/iter_0000001/pwned" ]; then notok "the malicious pickle ran"; fi
+# metadata forged with one defect each (tests/prog/py/dcp_forge.py); "none"
+# re-writes it unchanged, which must still import (the forger's own check)
+forge() { # HOW EXPECTED
+	bad_dist "forged metadata: $1" "$2" "\$PY $PWD/tests/prog/py/dcp_forge.py . $1 >/dev/null"
+}
+forge overlap "chunks 0 and 1 of tensor 'embedding.word_embeddings.weight' overlap"
+forge gap "hold 2048 of its 4096 elements"
+forge outside "reaches outside it"
+forge nostorage "has no storage entry"
+forge unknown "refusing global 'evilpayload.Gadget'"
+rm -rf "$W/bad" "$W/bad_out"
+cp -r "$W/gpt_tp2_torch_dist" "$W/bad"
+if (cd "$W/bad/iter_0000001" && $PY "$OLDPWD/tests/prog/py/dcp_forge.py" . none >/dev/null) &&
+	$BIN/ckpt_convert --load "$W/bad" --save "$W/bad_out" --from megatron --tokenizer-type NullTokenizer \
+		--vocab-size 128 >"$OUT_LOG" 2>"$ERR"; then
+	ok "forged metadata without a defect imports (the forgeries above differ in that defect only)"
+else
+	notok "forged metadata without a defect imports"
+	show "$ERR"
+fi
 
 # make check-long with MEGATRON_LM (a Megatron-LM git repository or tree):
 # Megatron itself loads what megac writes. megatron_env.sh makes a venv with

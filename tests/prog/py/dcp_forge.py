@@ -1,0 +1,99 @@
+"""dcp_forge.py DIR HOW: rewrite DIR/.metadata (a PyTorch Distributed
+Checkpoint) with one defect, for the reader's refusals (megatron_ckpt.sh).
+
+The metadata is read with Python's pickle into plain records (DCP's classes
+are not needed) and written back under the same class names through
+stand-in modules, so only the one change differs. HOW:
+  overlap   the second chunk of a chunked tensor starts where the first does
+  gap       a chunked tensor loses its last chunk (it no longer covers it)
+  outside   a chunk reaches past its tensor's end
+  nostorage a chunk's storage entry is removed
+  unknown   a bytes item is declared as a class the reader does not know
+  none      no defect: the same metadata, written back (the forger's own check)
+"""
+import pickle
+import sys
+import types
+
+import torch  # noqa: F401 (torch.Size, dtypes: the real ones, as DCP writes them)
+
+MODULES = {}
+
+
+def stand_in(module, name):
+    if module.startswith("torch.distributed.checkpoint") or module == "evilpayload":
+        mod = MODULES.get(module)
+        if mod is None:
+            mod = MODULES[module] = types.ModuleType(module)
+            sys.modules[module] = mod
+        cls = getattr(mod, name, None)
+        if cls is None:
+            cls = type(name, (Record,), {"__module__": module, "__qualname__": name})
+            setattr(mod, name, cls)
+        return cls
+    return None
+
+
+class Record:
+    def __init__(self, *args):
+        self._args = args
+
+    def __reduce_ex__(self, proto):
+        if getattr(self, "_args", ()):
+            return (type(self), self._args)
+        return (copyreg_newobj, (type(self),), self.__dict__.get("_state"))
+
+    def __setstate__(self, state):
+        self._state = state
+
+
+def copyreg_newobj(cls):
+    return cls.__new__(cls)
+
+
+copyreg_newobj.__module__ = "copyreg"
+copyreg_newobj.__qualname__ = copyreg_newobj.__name__ = "__newobj__"
+
+
+class Reader(pickle.Unpickler):
+    def find_class(self, module, name):
+        return stand_in(module, name) or super().find_class(module, name)
+
+
+def main():
+    d, how = sys.argv[1], sys.argv[2]
+    with open(d + "/.metadata", "rb") as f:
+        meta = Reader(f).load()
+    st = meta._state
+    sdm, sd = st["state_dict_metadata"], st["storage_data"]
+    multi = [k for k, v in sdm.items() if type(v).__name__ == "TensorStorageMetadata" and len(v._state["chunks"]) > 1]
+    name = multi[0]
+    chunks = sdm[name]._state["chunks"]
+    if how == "overlap":
+        chunks[1]._state["offsets"] = chunks[0]._state["offsets"]
+    elif how == "gap":
+        chunks.pop()
+    elif how == "outside":
+        size = list(sdm[name]._state["size"])
+        off = list(chunks[-1]._state["offsets"])
+        off[-1] = size[-1]
+        chunks[-1]._state["offsets"] = torch.Size(off)
+    elif how == "nostorage":
+        for k in list(sd):
+            if k._state["fqn"] == name:
+                del sd[k]
+                break
+    elif how == "unknown":
+        for k, v in sdm.items():
+            if type(v).__name__ == "BytesStorageMetadata":
+                sdm[k] = stand_in("evilpayload", "Gadget")()
+                break
+    elif how != "none":
+        sys.exit("unknown defect " + how)
+    with open(d + "/.metadata", "wb") as f:
+        pickle.dump(meta, f, protocol=4)
+    print(name)
+
+
+if __name__ == "__main__":
+    main()
