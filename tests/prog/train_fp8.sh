@@ -373,8 +373,8 @@ else
 fi
 
 # ---- Megatron's Llama-3 8B FP8 example (examples/llama/train_llama3_8b_h100_fp8.sh), shrunk, on two
-# ranks: 32 layers of 4096 -> 2 of 64, 8 GPUs -> DP2; less --ckpt-format torch_dist, which megac
-# refuses by name (megatron_scripts.sh checks the whole line on one rank)
+# ranks: 32 layers of 4096 -> 2 of 64, 8 GPUs -> DP2; its whole line, --ckpt-format torch_dist
+# included (megatron_scripts.sh also saves with it)
 LL="--use-mcore-models --num-layers 2 --hidden-size 64 --ffn-hidden-size 224 --num-attention-heads 4"
 LL="$LL --group-query-attention --num-query-groups 2 --kv-channels 16 --seq-length 32 --max-position-embeddings 32"
 LL="$LL --position-embedding-type rope --rotary-base 1000000 --rotary-percent 1.0 --attention-dropout 0.0"
@@ -390,7 +390,7 @@ LL="$LL --tensor-model-parallel-size 1 --context-parallel-size 1 --sequence-para
 LL="$LL --overlap-grad-reduce --overlap-param-gather --mock-data --tokenizer-type NullTokenizer --vocab-size 1000"
 LL="$LL --data-cache-path $W/llcache --tiktoken-pattern v2 --split 99,1,0 --no-create-attention-mask-in-dataloader"
 LL="$LL --no-mmap-bin-files --num-workers 1 --log-interval 1 --eval-iters 1 --eval-interval 100 --save-interval 1000"
-LL="$LL --distributed-timeout-minutes 60 --save $W/llck --tensorboard-dir $W/lltb"
+LL="$LL --distributed-timeout-minutes 60 --save $W/llck --load $W/llck --tensorboard-dir $W/lltb --ckpt-format torch_dist"
 expect_ok "Megatron's Llama-3 8B FP8 example, shrunk, 2 iterations on 2 ranks" \
 	sh -c "$MPI -np 2 $BIN/train $LL >$W/ll.log 2>&1 && grep -q 'iteration *2/ *2' $W/ll.log"
 
