@@ -129,11 +129,31 @@ static int file_index(struct dcp *c, const char *name)
 	return c->nfiles++;
 }
 
+/* Elements of a shape the reader has checked (each size in [0, DCP_MAX_NUMEL]
+ * and the product too, read_item), or of one the caller made. */
 static int64_t numel(const int64_t *size, int ndim)
 {
 	int64_t n = 1;
 	for (int i = 0; i < ndim; i++)
 		n *= size[i];
+	return n;
+}
+
+/* The product of a shape from a file, or -1 when a size is negative or the
+ * product passes DCP_MAX_NUMEL (no arithmetic on it can overflow then). */
+static int64_t checked_numel(const int64_t *size, int ndim)
+{
+	int64_t n = 1;
+	for (int i = 0; i < ndim; i++) {
+		if (size[i] < 0 || size[i] > DCP_MAX_NUMEL)
+			return -1;
+		if (size[i] == 0)
+			n = 0;
+		else if (n > DCP_MAX_NUMEL / size[i])
+			return -1;
+		else
+			n *= size[i];
+	}
 	return n;
 }
 
@@ -158,6 +178,13 @@ static int read_item(struct dcp *c, const struct pk_value *key, const struct pk_
 		return error("'%s/.metadata': tensor '%s' has no dtype megac reads", c->dir, it->fqn);
 	if (ints(attr(v, "size"), it->size, &it->ndim) < 0)
 		return error("'%s/.metadata': tensor '%s' has no size", c->dir, it->fqn);
+	for (int j = 0; j < it->ndim; j++) /* (a 0 elsewhere must not let a size pass the bound) */
+		if (it->size[j] < 0 || it->size[j] > DCP_MAX_NUMEL)
+			return error("'%s/.metadata': tensor '%s' has a size of %lld along axis %d", c->dir, it->fqn,
+				     (long long)it->size[j], j);
+	if (checked_numel(it->size, it->ndim) < 0)
+		return error("'%s/.metadata': tensor '%s' has more than %lld elements", c->dir, it->fqn,
+			     (long long)DCP_MAX_NUMEL);
 	const struct pk_value *ch = attr(v, "chunks");
 	if (!ch || ch->kind != PK_LIST)
 		return error("'%s/.metadata': tensor '%s' has no chunk list", c->dir, it->fqn);
@@ -171,8 +198,10 @@ static int read_item(struct dcp *c, const struct pk_value *key, const struct pk_
 		if (ints(attr(ch->seq.v[k], "offsets"), q->offset, &no) < 0 ||
 		    ints(attr(ch->seq.v[k], "sizes"), q->size, &ns) < 0 || no != it->ndim || ns != it->ndim)
 			return error("'%s/.metadata': chunk %d of tensor '%s' is malformed", c->dir, k, it->fqn);
+		/* no sum can overflow: every bound is checked against the tensor's (<= DCP_MAX_NUMEL) first */
 		for (int j = 0; j < it->ndim; j++)
-			if (q->offset[j] < 0 || q->size[j] < 0 || q->offset[j] + q->size[j] > it->size[j])
+			if (q->offset[j] < 0 || q->size[j] < 0 || q->size[j] > it->size[j] ||
+			    q->offset[j] > it->size[j] - q->size[j])
 				return error("'%s/.metadata': chunk %d of tensor '%s' reaches outside it", c->dir, k,
 					     it->fqn);
 		for (int p = 0; p < k; p++) {
@@ -365,6 +394,10 @@ int dcp_read_tensor(struct dcp *c, const struct dcp_item *it, void *out)
 			   memcmp(t->t.size, q->size, (size_t)it->ndim * sizeof(int64_t))) {
 			rc = error("'%s': chunk %d of '%s' is not a %s tensor of the chunk's size", c->dir, k, it->fqn,
 				   pk_dtype_name(it->dtype));
+		} else if (!pk_tensor_contiguous(t) || t->t.storage->st.numel - t->t.offset < numel(q->size, it->ndim)) {
+			/* (as DCP saves chunks; a stride-0 view would claim elements it does not hold) */
+			rc = error("'%s': chunk %d of '%s' is not a contiguous tensor over its own elements", c->dir, k,
+				   it->fqn);
 		} else {
 			int64_t n = numel(q->size, it->ndim);
 			char *buf = xmalloc((size_t)n * es + 1);

@@ -37,6 +37,10 @@
 
 struct dcp;
 
+/* The most elements (and the largest size along an axis) a tensor of a DCP
+ * folder may have: 2^48, so byte counts never overflow. */
+#define DCP_MAX_NUMEL ((int64_t)1 << 48)
+
 struct dcp_chunk {
 	int64_t offset[PK_MAX_NDIM]; /* where it sits in the global tensor */
 	int64_t size[PK_MAX_NDIM];

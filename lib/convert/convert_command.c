@@ -1332,6 +1332,11 @@ int convert_command(const struct args *a0)
 /* megac -> Megatron's legacy torch or torch_dist format, for a target TP/PP layout. */
 int convert_to_megatron(const struct args *a)
 {
+	return convert_to_megatron_ex(a, false);
+}
+
+int convert_to_megatron_ex(const struct args *a, bool replace)
+{
 	const char *fmt = args_given(a, "--ckpt-format") ? a->ckpt_format : "torch";
 	if (strcmp(fmt, "torch") && strcmp(fmt, "torch_dist"))
 		return error("--to megatron --ckpt-format %s: megac writes Megatron's legacy torch format and torch_dist",
@@ -1362,7 +1367,7 @@ int convert_to_megatron(const struct args *a)
 	enum ckpt_dtype dt = dtype_flag(a->dtype, CKPT_F32);
 	char *it = ckpt_iter_path(a->save, iter);
 	struct stat st;
-	bool exists = stat(it, &st) == 0;
+	bool exists = !replace && stat(it, &st) == 0;
 	if (exists)
 		error("'%s' exists: ckpt_convert does not overwrite a checkpoint", it);
 	free(it);

@@ -5,6 +5,7 @@
 #ifndef MEGAC_CONVERT_CONVERT_INT_H
 #define MEGAC_CONVERT_CONVERT_INT_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "base/args.h"
@@ -24,6 +25,9 @@ int convert_put_model_attrs(struct ckpt_writer *w, int mf, int64_t iteration, co
  * --target-tensor/pipeline-parallel-size, --dtype (train's torch_dist saves
  * too, train_megatron.c) */
 int convert_to_megatron(const struct args *a);
+/* The same; replace: an existing iteration at --save is replaced (atomically,
+ * as train's own saves replace one) instead of refused */
+int convert_to_megatron_ex(const struct args *a, bool replace);
 /* Megatron's counters a resumed run continues from (convert_put_model_attrs: zeros) */
 struct megac_counters {
 	int64_t consumed_train, consumed_valid, skipped_train;

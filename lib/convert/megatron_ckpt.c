@@ -349,8 +349,8 @@ static int dist_extra_states(struct dcp_writer *w, const char *stacked, int l, i
 		rc = dcp_put_object(w, key, v);
 		free(key);
 		if (rc == 0 && i == 0) { /* TE's attention module beside linear_qkv */
-			key = xasprintf("%.*score_attention._extra_state/shard_%d_%d",
-					(int)(n - strlen("linear_qkv.weight")), stacked, l, L);
+			key = xasprintf("%.*s%s/shard_%d_%d", (int)(n - strlen("linear_qkv.weight")), stacked,
+					"core_attention._extra_state", l, L);
 			rc = dcp_put_object(w, key, v);
 			free(key);
 		}
@@ -359,10 +359,32 @@ static int dist_extra_states(struct dcp_writer *w, const char *stacked, int l, i
 	return rc;
 }
 
+/* fp16's dynamic loss scaler, as Megatron's DynamicGradScaler.state_dict
+ * holds it: {"scale": float32 tensor, "growth_tracker", "hysteresis_tracker"} */
+static int dist_grad_scaler(struct pk_doc *d, struct pk_value *outer, const struct megatron_export *e)
+{
+	double scale;
+	int64_t growth, hyst;
+	if (ckpt_get_attr_f64(e->r, e->of, NULL, "loss_scale", &scale) < 0 ||
+	    ckpt_get_attr_i64(e->r, e->of, NULL, "growth_tracker", &growth) < 0 ||
+	    ckpt_get_attr_i64(e->r, e->of, NULL, "hysteresis_tracker", &hyst) < 0)
+		return -1;
+	float *keep = xmalloc(sizeof(float));
+	*keep = (float)scale;
+	pk_doc_attach(d, free_buffer, keep);
+	struct pk_value *gs = pk_dict(d);
+	pk_set_str(d, gs, "scale", pk_tensor(d, pk_storage(d, PK_DT_F32, keep, 1), 0, 0, NULL, NULL));
+	pk_set_str(d, gs, "growth_tracker", pk_int(d, growth));
+	pk_set_str(d, gs, "hysteresis_tracker", pk_int(d, hyst));
+	pk_set_str(d, outer, "grad_scaler", gs);
+	return 0;
+}
+
 /* The optimizer's part of the common state, as Megatron's non-distributed
  * Adam saves it with torch_dist: {"state": {"common_step"}, "param_groups":
  * [weight-decayed group, group without weight decay]} (the parameters
- * themselves are found by name), and the scheduler's state dict. */
+ * themselves are found by name; a 16-bit run's mixed-precision optimizer
+ * nests it under "optimizer"), and the scheduler's state dict. */
 static int dist_optimizer_common(struct pk_doc *d, struct pk_value *common, const struct megatron_export *e)
 {
 	int64_t step, i64;
@@ -427,10 +449,20 @@ static int dist_optimizer_common(struct pk_doc *d, struct pk_value *common, cons
 	*keep_step = fstep;
 	pk_doc_attach(d, free_buffer, keep_step);
 	struct pk_value *st = pk_dict(d), *opt = pk_dict(d);
-	pk_set_str(d, st, "common_step", pk_tensor(d, pk_storage(d, PK_DT_F32, keep_step, 1), 0, 0, NULL, NULL));
+	if (step) /* (Megatron leaves a step of 0 out) */
+		pk_set_str(d, st, "common_step",
+			   pk_tensor(d, pk_storage(d, PK_DT_F32, keep_step, 1), 0, 0, NULL, NULL));
 	pk_set_str(d, opt, "state", st);
 	pk_set_str(d, opt, "param_groups", groups);
-	pk_set_str(d, common, "optimizer", opt);
+	if (e->dtype == CKPT_F32) {
+		pk_set_str(d, common, "optimizer", opt);
+	} else { /* the mixed-precision optimizer's nesting, with fp16's loss scaler beside */
+		struct pk_value *outer = pk_dict(d);
+		pk_set_str(d, outer, "optimizer", opt);
+		if (e->dtype == CKPT_F16 && dist_grad_scaler(d, outer, e) < 0)
+			return -1;
+		pk_set_str(d, common, "optimizer", outer);
+	}
 	pk_set_str(d, common, "opt_param_scheduler", sched);
 	return 0;
 }
@@ -739,6 +771,8 @@ static int tensor_f32(const struct pk_value *t, const struct param *p, float *ou
 
 /* ---- Megatron's torch_dist format (PyTorch Distributed Checkpoint) ---- */
 
+static int64_t ns_int(const struct pk_value *ns, const char *key);
+
 /*
  * A torch_dist iteration folder as the one rank file of a TP1 x PP1 legacy
  * checkpoint: root the common state (Megatron's "common_state" bytes item:
@@ -762,7 +796,7 @@ static int read_dist(const char *dir, struct rank_in *ri)
 	int rc = 0;
 	const struct dcp_item *cs = NULL;
 	for (int i = 0; i < dcp_count(c) && !cs; i++)
-		if (!strncmp(dcp_item(c, i)->fqn, "common_state", 12) && !dcp_item(c, i)->tensor)
+		if (!strncmp(dcp_item(c, i)->fqn, "common_state/", 13) && !dcp_item(c, i)->tensor)
 			cs = dcp_item(c, i);
 	if (!cs)
 		rc = error("'%s': no common_state item: not a torch_dist checkpoint of Megatron", ri->path);
@@ -774,6 +808,10 @@ static int read_dist(const char *dir, struct rank_in *ri)
 	if (rc == 0 && ri->root->kind != PK_DICT)
 		rc = error("'%s': common_state is a %s, not a dict", ri->path, pk_kind_name(ri->root->kind));
 	ri->model = pk_odict(ri->d);
+	/* the stacked axis is the number of layers Megatron's args say */
+	int64_t layers = rc == 0 ? ns_int(pk_get(ri->root, "args"), "num_layers") : 0;
+	if (rc == 0 && layers <= 0)
+		rc = error("'%s': the common state's args have no num_layers", ri->path);
 	for (int i = 0; rc == 0 && i < dcp_count(c); i++) {
 		const struct dcp_item *it = dcp_item(c, i);
 		if (!strncmp(it->fqn, "optimizer.distributed.", 22))
@@ -799,18 +837,28 @@ static int read_dist(const char *dir, struct rank_in *ri)
 		if (dl && dl != it->fqn && strncmp(it->fqn, "optimizer.state.", 16))
 			rest = NULL;
 		if (!rest || (*rest >= '0' && *rest <= '9')) { /* a tensor of its own */
-			pk_set_str(ri->d, ri->model, it->fqn, pk_tensor(ri->d, st, 0, it->ndim, it->size, NULL));
+			struct pk_value *t = pk_tensor(ri->d, st, 0, it->ndim, it->size, NULL);
+			if (!t) {
+				rc = -1;
+				break;
+			}
+			pk_set_str(ri->d, ri->model, it->fqn, t);
 			continue;
 		}
-		if (it->ndim < 2) {
-			rc = error("'%s': stacked layer tensor '%s' has %d dimensions", ri->path, it->fqn, it->ndim);
+		if (it->ndim < 2 || it->size[0] != layers) {
+			rc = error("'%s': stacked layer tensor '%s' has %d dimensions, the first of %lld (the args' "
+				   "num_layers: %lld)",
+				   ri->path, it->fqn, it->ndim, it->ndim ? (long long)it->size[0] : 0LL, (long long)layers);
 			break;
 		}
-		for (int64_t l = 0; l < it->size[0]; l++) {
+		for (int64_t l = 0; rc == 0 && l < it->size[0]; l++) {
 			char *name = xasprintf("%.*sdecoder.layers.%lld.%s", (int)(dl - it->fqn), it->fqn, (long long)l,
 					       rest);
-			pk_set_str(ri->d, ri->model, name,
-				   pk_tensor(ri->d, st, l * (n / it->size[0]), it->ndim - 1, it->size + 1, NULL));
+			struct pk_value *t = pk_tensor(ri->d, st, l * (n / it->size[0]), it->ndim - 1, it->size + 1, NULL);
+			if (t)
+				pk_set_str(ri->d, ri->model, name, t);
+			else
+				rc = -1;
 			free(name);
 		}
 	}
@@ -866,9 +914,18 @@ static int scalar_of(const struct pk_value *v, double *out)
 
 static int read_optim_common(const struct pk_value *root, const char *where, struct optim_in *oi)
 {
-	const struct pk_value *o = pk_get(root, "optimizer"), *st = o ? pk_get(o, "state") : NULL;
+	/* fp32 runs (FP32Optimizer): {"state", "param_groups"}; 16-bit ones
+	 * (Float16OptimizerWithFloat16Params): {"optimizer": {"state",
+	 * "param_groups"}, "grad_scaler" (fp16)} */
+	const struct pk_value *top = pk_get(root, "optimizer"), *o = top, *st = NULL;
+	const struct pk_value *inner = top && top->kind == PK_DICT ? pk_get(top, "optimizer") : NULL;
+	if (inner && inner->kind == PK_DICT)
+		o = inner;
+	st = o && o->kind == PK_DICT ? pk_get(o, "state") : NULL;
 	double step;
-	if (!st || scalar_of(pk_get(st, "common_step"), &step) < 0)
+	if (st && st->kind == PK_DICT && !pk_get(st, "common_step"))
+		step = 0; /* (Megatron leaves a step of 0 out) */
+	else if (!st || scalar_of(pk_get(st, "common_step"), &step) < 0)
 		return error("%s: the optimizer's moments are there but not its step (optimizer.state.common_step of the "
 			     "common state)",
 			     where);
@@ -885,7 +942,7 @@ static int read_optim_common(const struct pk_value *root, const char *where, str
 	    scalar_of(betas->seq.v[0], &oi->beta1) == 0 && scalar_of(betas->seq.v[1], &oi->beta2) == 0 &&
 	    scalar_of(pk_get(pg0, "eps"), &oi->eps) == 0)
 		oi->betas_known = true;
-	const struct pk_value *gs = o ? pk_get(o, "grad_scaler") : NULL;
+	const struct pk_value *gs = top && top->kind == PK_DICT ? pk_get(top, "grad_scaler") : NULL;
 	double x;
 	if (gs && gs->kind == PK_DICT) {
 		if (scalar_of(pk_get(gs, "scale"), &oi->loss_scale) < 0)
@@ -1061,9 +1118,10 @@ int megatron_import(const struct args *a, bool tell)
 		rc = -1;
 	char *megac_config = rc == 0 ? gpt_config_to_json(&c, rotary_percent) : NULL;
 	struct pk_value *args_ns = pk_get(in[0].root, "args");
-	struct megac_counters cnt = { .consumed_train = optim ? ns_int(args_ns, "consumed_train_samples") : 0,
-				      .consumed_valid = optim ? ns_int(args_ns, "consumed_valid_samples") : 0,
-				      .skipped_train = optim ? ns_int(args_ns, "skipped_train_samples") : 0 };
+	/* where the data stopped: a resumed run (not --finetune) goes on from there, with or without Adam */
+	struct megac_counters cnt = { .consumed_train = ns_int(args_ns, "consumed_train_samples"),
+				      .consumed_valid = ns_int(args_ns, "consumed_valid_samples"),
+				      .skipped_train = ns_int(args_ns, "skipped_train_samples") };
 	if (rc == 0)
 		rc = convert_put_model_attrs_counters(w, mf, iter, megac_config, &cnt);
 	if (rc == 0) /* without it: the weights only (train --finetune, or --no-load-optim) */

@@ -621,7 +621,7 @@ static int save_finish(struct trainer *t, struct train_save *j)
 				     t->torch_dist_save ? " in Megatron's torch_dist format" : "",
 				     j->have_thread ? " (written in the background)" : "");
 				/* --keep-last-n-checkpoints: only now, with the new one the latest */
-				if (a->keep_last_n_checkpoints > 0 &&
+				if (a->keep_last_n_checkpoints > 0 && !t->torch_dist_save && /* (the export prunes those) */
 				    ckpt_prune(a->save, (int)a->keep_last_n_checkpoints) < 0)
 					warning("could not delete all old checkpoints in %s (see above); training goes on",
 						a->save);

@@ -52,13 +52,15 @@ int train_ckpt_load_any(struct trainer *t)
 	const struct args *a = t->a;
 	int64_t v[2] = { 0, 0 }; /* Megatron's?, the import's result */
 	char *stage = xasprintf("%s/.megac-import", a->save ? a->save : a->load);
+	dist_watchdog_pause(&t->dist, true); /* the others wait while rank 0 alone imports */
 	if (t->dist.rank == 0) {
 		int64_t it = -1;
+		bool found = true;
 		if (a->ckpt_step >= 0)
 			it = a->ckpt_step;
 		else if (ckpt_latest(a->load, &it) != 0)
-			it = -1;
-		if (it >= 0) {
+			found = false;
+		if (found) { /* (it may be CKPT_RELEASE: the release folder) */
 			char *dir = ckpt_iter_path(a->load, it);
 			v[0] = is_megatron_iteration(dir);
 			free(dir);
@@ -75,6 +77,7 @@ int train_ckpt_load_any(struct trainer *t)
 		}
 	}
 	dist_bcast(&t->dist.world_g, v, sizeof(v), 0);
+	dist_watchdog_pause(&t->dist, false);
 	if (!v[0]) {
 		free(stage);
 		return train_ckpt_load(t);
@@ -125,7 +128,7 @@ int train_torch_dist_export(struct trainer *t, int64_t it)
 	ea.target_num_virtual_stages = 0;
 	ea.dtype = a->bf16 ? "bf16" : a->fp16 ? "fp16" : "fp32";
 	ea.no_optim = a->no_save_optim;
-	int r = convert_to_megatron(&ea);
+	int r = convert_to_megatron_ex(&ea, true);
 	if (r == 0) {
 		convert_remove_tree(t->a->save);
 		if (a->keep_last_n_checkpoints > 0 && ckpt_prune(t->torch_dist_save, (int)a->keep_last_n_checkpoints) < 0)

@@ -350,6 +350,49 @@ print("worst relative difference %.1e" % d)' "$W/llama_train_losses.json" "$W/me
 			show "$W/cmp.log"
 		fi
 	fi
+	if [ -n "${MTREE:-}" ]; then
+		# bf16: Megatron's mixed-precision optimizer (bf16 weights, fp32 main
+		# weights in optimizer.state.fp32_param, its state nested one level
+		# deeper). megac continues it within bf16's rounding (rtol 1e-3, where
+		# losing the moments costs 0.6%), and Megatron continues megac's
+		# bf16 export of it with its own losses exactly.
+		mkdir -p "$W/bf"
+		if OMP_NUM_THREADS=1 $PY $FIX/make_fixtures.py train --megatron "$MTREE" --out "$W/bf" --model llama --bf16 \
+			>"$W/meg.log" 2>&1 &&
+			$BIN/ckpt_convert --load "$W/bf/llama_train_bf16_torch_dist" --save "$W/bf/megac" --from megatron \
+				--tokenizer-type NullTokenizer --vocab-size 128 >"$OUT_LOG" 2>"$ERR" &&
+			$BIN/train $TRAIN_FLAGS --bf16 --load "$W/bf/megac" --metrics-file "$W/bf/m.jsonl" >"$OUT_LOG" 2>"$ERR" &&
+			$PY -c '
+import json, sys
+want = json.load(open(sys.argv[1]))["losses"][2:]
+got = [json.loads(l)["lm loss"] for l in open(sys.argv[2])]
+d = max(abs(a - b) / abs(b) for a, b in zip(got, want))
+assert len(got) == 2 and d < 1e-3, (got, want)
+print("worst relative difference %.1e" % d)' "$W/bf/llama_train_bf16_losses.json" "$W/bf/m.jsonl" >"$W/cmp.log" 2>&1; then
+			ok "bf16: megac continues Megatron's mixed-precision run ($(cat "$W/cmp.log"))"
+		else
+			notok "bf16: megac continues Megatron's mixed-precision run"
+			show "$W/meg.log" 10
+			show "$ERR"
+			show "$W/cmp.log"
+		fi
+		if $BIN/ckpt_convert --load "$W/bf/megac" --save "$W/bf/back" --to megatron --ckpt-format torch_dist \
+			--dtype bf16 --make-vocab-size-divisible-by 64 >"$OUT_LOG" 2>"$ERR" &&
+			OMP_NUM_THREADS=1 $PY $FIX/make_fixtures.py train --megatron "$MTREE" --out "$W/bf" --model llama \
+				--bf16 --load "$W/bf/back" --losses "$W/bf/meg_cont.json" >"$W/meg.log" 2>&1 && $PY -c '
+import json, sys
+want = json.load(open(sys.argv[1]))["losses"][2:]
+got = json.load(open(sys.argv[2]))["losses"]
+assert got == want, (got, want)
+print("%s" % got)' "$W/bf/llama_train_bf16_losses.json" "$W/bf/meg_cont.json" >"$W/cmp.log" 2>&1; then
+			ok "bf16: Megatron continues megac's bf16 torch_dist export with its own losses exactly ($(cat "$W/cmp.log"))"
+		else
+			notok "bf16: Megatron continues megac's bf16 torch_dist export"
+			show "$W/meg.log" 15
+			show "$ERR"
+			show "$W/cmp.log"
+		fi
+	fi
 elif long_only; then
 	ok "# SKIP Megatron loading megac's exports: set MEGATRON_LM to a Megatron-LM repository or tree"
 fi
