@@ -365,6 +365,15 @@ struct args {
 	char *rope_type;                /* --rope-type: NULL (Megatron's default: yarn with MLA), rope, yarn */
 	int64_t mtp_num_layers;        /* -1: none */
 	double mtp_loss_scaling_factor;
+	/* hybrid Mamba/attention models (docs/mamba.md) */
+	char *hybrid_layer_pattern;    /* NULL: a GPT model */
+	char *hybrid_override_pattern; /* its deprecated spelling */
+	struct strlist spec;           /* --spec: only the hybrid stack's (gpt_config.c) */
+	bool is_hybrid_model;
+	int64_t mamba_state_dim;
+	int64_t mamba_head_dim;
+	int64_t mamba_num_groups;
+	int64_t mamba_num_heads;       /* -1: d_inner / mamba_head_dim */
 
 	/* bookkeeping: which table rows were given on the command line */
 	unsigned char given[512];

@@ -96,7 +96,7 @@ static const char why_inference_engine[] =
 static const char why_rope_variant[] =
 	"this RoPE variant is not in megac yet (megac has plain rotate-half RoPE)";
 static const char why_mamba_hybrid[] =
-	"Mamba and hybrid models are not in megac yet";
+	"this Mamba option is not in megac yet (docs/mamba.md)";
 static const char why_multi_latent[] =
 	"caching multi-latent attention's latents is an inference-engine option; megac's server does not "
 	"serve multi-latent attention yet";
@@ -377,11 +377,6 @@ const struct megatron_flag megatron_flags[] = {
 	{ "--inference-moe-disable-fused-quant-kernels", MF_NO_EFFECT, 0, why_inference_engine },
 	{ "--inference-moe-token-dispatcher-type", MF_NO_EFFECT, 1, why_inference_engine },
 	{ "--mrope-section", MF_REFUSED, MF_LIST, why_rope_variant },
-	{ "--is-hybrid-model", MF_REFUSED, 0, why_mamba_hybrid },
-	{ "--mamba-state-dim", MF_REFUSED, 1, why_mamba_hybrid },
-	{ "--mamba-head-dim", MF_REFUSED, 1, why_mamba_hybrid },
-	{ "--mamba-num-groups", MF_REFUSED, 1, why_mamba_hybrid },
-	{ "--mamba-num-heads", MF_REFUSED, 1, why_mamba_hybrid },
 	{ "--gdp-num-householder", MF_REFUSED, 1, why_mamba_hybrid },
 	{ "--disable-mamba-mem-eff-path", MF_REFUSED, 0, why_mamba_hybrid },
 	{ "--gdp-cutedsl-kernel", MF_REFUSED, 0, why_mamba_hybrid },
@@ -820,9 +815,6 @@ const struct megatron_flag megatron_flags[] = {
 	{ "--te-precision-config-file", MF_REFUSED, 1, why_fp8_training },
 	/* ---- experimental ---- */
 	{ "--enable-experimental", MF_NO_EFFECT, 0, why_switch_experimental },
-	{ "--spec", MF_REFUSED, MF_LIST0, why_model_specs },
-	{ "--hybrid-layer-pattern", MF_REFUSED, 1, why_mamba_hybrid },
-	{ "--hybrid-override-pattern", MF_REFUSED, 1, why_mamba_hybrid },
 	{ "--yaml-cfg", MF_REFUSED, 1, why_model_specs },
 	{ "--megatron-fsdp-main-params-dtype", MF_REFUSED, 1, why_fsdp_use },
 	{ "--megatron-fsdp-enable-fine-grained-param-gather", MF_NO_EFFECT, 0, why_fsdp_buffer },

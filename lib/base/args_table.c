@@ -139,7 +139,8 @@ const struct flag_def args_table[] = {
 	  "datasets carry the per-sequence modes array" },
 
 	/* ---- model (train) ---- */
-	{ "--num-layers", FK_INT, F(num_layers), TR, TR, "model", "-1", NULL, "L", "transformer layers" },
+	{ "--num-layers", FK_INT, F(num_layers), TR, TR, "model", "-1", NULL, "L",
+	  "transformer layers (a hybrid model's --hybrid-layer-pattern gives them: then optional, and overridden)" },
 	{ "--hidden-size", FK_INT, F(hidden_size), TR, TR, "model", "-1", NULL, "H", "hidden size" },
 	{ "--ffn-hidden-size", FK_INT, F(ffn_hidden_size), TR, 0, "model", "-1", NULL, "F",
 	  "MLP inner size (default 4H; with --swiglu int(8H/3/64)*64)" },
@@ -156,8 +157,8 @@ const struct flag_def args_table[] = {
 	  "nothing (Megatron's deprecated spelling)" },
 	{ "--position-embedding-type", FK_STR, F(position_embedding_type), TR, 0, "model", "learned_absolute",
 	  "learned_absolute|rope|yarn|mrope|relative|none", "TYPE",
-	  "position embedding: learned_absolute, rope, or yarn (RoPE with YaRN's frequency scaling; Megatron's "
-	  "other types are refused)" },
+	  "position embedding: learned_absolute, rope, or yarn (RoPE with YaRN's frequency scaling); none in a "
+	  "hybrid Mamba model (docs/mamba.md); Megatron's other types are refused" },
 	{ "--rotary-base", FK_INT, F(rotary_base), TR, 0, "model", "10000", NULL, "N", "RoPE theta" },
 	{ "--rotary-percent", FK_FLOAT, F(rotary_percent), TR, 0, "model", "1.0", NULL, "P",
 	  "fraction of the head dimension rotated" },
@@ -860,6 +861,27 @@ const struct flag_def args_table[] = {
 	  "(docs/mtp.md)" },
 	{ "--mtp-loss-scaling-factor", FK_FLOAT, F(mtp_loss_scaling_factor), TR, 0, "model", "0.1", NULL, "F",
 	  "weight of the multi-token-prediction losses (their mean over the depths) in the loss" },
+	{ "--hybrid-layer-pattern", FK_STR, F(hybrid_layer_pattern), TR, 0, "model", NULL, NULL, "PATTERN",
+	  "a hybrid Mamba model, one character a layer: M a Mamba-2 layer, * an attention layer, - an MLP layer "
+	  "(docs/mamba.md); it sets the number of layers. megac refuses E, G, D, + and the | and / separators "
+	  "for now" },
+	{ "--hybrid-override-pattern", FK_STR, F(hybrid_override_pattern), TR, 0, "model", NULL, NULL, "PATTERN",
+	  "deprecated spelling of --hybrid-layer-pattern" },
+	{ "--spec", FK_STRS, F(spec), TR, 0, "model", NULL, NULL, "MODULE",
+	  "Megatron's model spec: megac takes only the hybrid stack's (megatron.core.models.hybrid.hybrid_layer_specs "
+	  "hybrid_stack_spec, or the older megatron.core.models.mamba.mamba_layer_specs mamba_stack_spec), with "
+	  "--hybrid-layer-pattern, and builds that model from the pattern anyway" },
+	{ "--is-hybrid-model", FK_BOOL, F(is_hybrid_model), TR, 0, "model", NULL, NULL, NULL,
+	  "the output-layer init of a hybrid model (init std / sqrt(L) instead of / sqrt(2L)); implied by "
+	  "--hybrid-layer-pattern" },
+	{ "--mamba-state-dim", FK_INT, F(mamba_state_dim), TR, 0, "model", "128", NULL, "N",
+	  "Mamba-2 mixer: state size N" },
+	{ "--mamba-head-dim", FK_INT, F(mamba_head_dim), TR, 0, "model", "64", NULL, "P",
+	  "Mamba-2 mixer: channels per head" },
+	{ "--mamba-num-groups", FK_INT, F(mamba_num_groups), TR, 0, "model", "8", NULL, "G",
+	  "Mamba-2 mixer: groups of B and C (and of the output norm); must divide the heads" },
+	{ "--mamba-num-heads", FK_INT, F(mamba_num_heads), TR, 0, "model", "-1", NULL, "H",
+	  "Mamba-2 mixer: heads (default 2 x hidden size / --mamba-head-dim); d_inner = H x --mamba-head-dim" },
 };
 
 const size_t args_table_len = sizeof(args_table) / sizeof(args_table[0]);
@@ -882,9 +904,9 @@ const struct refused_value args_refused_values[] = {
 	  "and the SentencePiece types (SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer); BERT "
 	  "and multimodal tokenizers are not in megac yet (the model's Hugging Face tokenizer.json works with "
 	  "HuggingFaceTokenizer)" },
-	{ "--position-embedding-type", "learned_absolute|rope|yarn",
-	  "megac has learned absolute positions, RoPE and YaRN; mRoPE, relative and no position embedding are "
-	  "not in megac yet" },
+	{ "--position-embedding-type", "learned_absolute|rope|yarn|none",
+	  "megac has learned absolute positions, RoPE and YaRN (and none in hybrid Mamba models); mRoPE and "
+	  "relative position embeddings are not in megac yet" },
 	{ "--optimizer", "adam", "megac's optimizer is Adam (AdamW) only" },
 	{ "--fp8-recipe", "tensorwise|delayed|mxfp8|blockwise",
 	  "custom quantizer factories run Python; megac has the four built-in recipes" },

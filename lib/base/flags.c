@@ -533,6 +533,9 @@ int args_parse(struct args *a, const struct prog_info *p, int argc, char **argv)
 			later |= !strcmp(d->name, args_checkpoint_sizes[k]);
 		if (later)
 			continue;
+		/* a hybrid model's pattern gives its number of layers (Megatron's rule) */
+		if (!strcmp(d->name, "--num-layers") && (a->hybrid_layer_pattern || a->hybrid_override_pattern))
+			continue;
 		bool given = false; /* the flag, or another name of it (--load-dir for --load) */
 		for (size_t j = 0; j < args_table_len; j++)
 			given |= a->given[j] && args_table[j].off == d->off && args_table[j].kind == d->kind &&

@@ -457,6 +457,15 @@ static int check_true_vocab(const struct args *a, const struct gpt_config *c)
 	return 0;
 }
 
+/* ckpt_convert does not convert a hybrid Mamba model's checkpoint yet (docs/mamba.md) */
+static int not_hybrid(const struct gpt_config *c, struct ckpt_reader *r)
+{
+	if (c->hybrid)
+		return error("'%s': a hybrid Mamba model (--hybrid-layer-pattern): ckpt_convert does not convert it "
+			     "yet (docs/mamba.md)", ckpt_reader_dir(r));
+	return 0;
+}
+
 static int to_hf(const struct args *a)
 {
 	int64_t iter;
@@ -466,7 +475,8 @@ static int to_hf(const struct args *a)
 	struct gpt_config c;
 	enum hf_arch arch;
 	int mf = ckpt_file_open(r, "model.h5");
-	if (mf < 0 || ckpt_check_iteration(r) < 0 || gpt_config_from_ckpt(&c, r, mf) < 0 || check_true_vocab(a, &c) < 0 ||
+	if (mf < 0 || ckpt_check_iteration(r) < 0 || gpt_config_from_ckpt(&c, r, mf) < 0 || not_hybrid(&c, r) < 0 ||
+	    check_true_vocab(a, &c) < 0 ||
 	    hf_arch_for(&c, &arch) < 0) {
 		ckpt_close(r);
 		return -1;
@@ -1156,7 +1166,8 @@ static int megac_to_megac(const struct args *a)
 		return -1;
 	struct gpt_config c;
 	int mf = ckpt_file_open(r, "model.h5");
-	if (mf < 0 || gpt_config_from_ckpt(&c, r, mf) < 0 || check_true_vocab(a, &c) < 0) {
+	if (mf < 0 || gpt_config_from_ckpt(&c, r, mf) < 0 || not_hybrid(&c, r) < 0 ||
+	    check_true_vocab(a, &c) < 0) {
 		ckpt_close(r);
 		return -1;
 	}
@@ -1352,7 +1363,8 @@ int convert_to_megatron_ex(const struct args *a, bool replace)
 		return -1;
 	struct gpt_config c;
 	int mf = ckpt_file_open(r, "model.h5");
-	if (mf < 0 || ckpt_check_iteration(r) < 0 || gpt_config_from_ckpt(&c, r, mf) < 0 || check_true_vocab(a, &c) < 0) {
+	if (mf < 0 || ckpt_check_iteration(r) < 0 || gpt_config_from_ckpt(&c, r, mf) < 0 || not_hybrid(&c, r) < 0 ||
+	    check_true_vocab(a, &c) < 0) {
 		ckpt_close(r);
 		return -1;
 	}

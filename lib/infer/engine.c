@@ -28,6 +28,9 @@ int infer_init(struct infer_engine *e, struct ckpt_reader *r, int mf, int max_se
 	e->all = g && g->all && g->all->size > 1 ? g->all : NULL;
 	if (gpt_config_from_ckpt(&e->c, r, mf) < 0)
 		return -1;
+	if (e->c.hybrid)
+		return error("'%s': a hybrid Mamba model (--hybrid-layer-pattern): serving it is not in megac yet "
+			     "(docs/mamba.md)", ckpt_reader_dir(r));
 	struct gpt_config *c = &e->c;
 	if (max_seq == 0) /* the model's own length */
 		max_seq = c->P;

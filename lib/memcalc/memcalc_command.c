@@ -111,6 +111,9 @@ int memcalc_config_from_args(struct mm_config *c, const struct args *a, unsigned
 	struct gpt_config g;
 	if (gpt_config_from_args(&g, &dense, vocab) < 0)
 		return -1;
+	if (g.hybrid) /* docs/mamba.md */
+		return error("--hybrid-layer-pattern: report_memory does not model hybrid Mamba models yet (neither "
+			     "Megatron's formula nor megac's prediction)");
 	/* the layout fit, Megatron's rules only (what megac's model needs
 	 * beyond them decides megac's own prediction, not the formula) */
 	struct gpt_config fit = g;

@@ -76,7 +76,7 @@ static void mla_register(struct gpt_model *m, int l)
 	struct gpt_layer_params *p = &m->lp[l];
 	const struct transformer_layer_spec *s = &p->spec;
 	char name[PARAM_NAME_MAX];
-	float std = c->init_std, out_std = c->init_std / sqrtf(2.0f * (float)c->L);
+	float std = c->init_std, out_std = gpt_output_init_std(c);
 	int64_t qk = (int64_t)c->a * c->k, kvu = (int64_t)c->a * (c->qk_head + c->v_head);
 	bool ln = s->norm == LAYER_NORM;
 #define NAME(fmt) (snprintf(name, sizeof(name), "decoder.layers.%d." fmt, l), name)
@@ -118,7 +118,7 @@ void attention_register(struct gpt_model *m, int l)
 	struct gpt_layer_params *p = &m->lp[l];
 	const struct transformer_layer_spec *s = &p->spec;
 	char name[PARAM_NAME_MAX];
-	float std = c->init_std, out_std = c->init_std / sqrtf(2.0f * (float)c->L);
+	float std = c->init_std, out_std = gpt_output_init_std(c);
 	int64_t qkv = (int64_t)(c->a + 2 * c->g) * c->k, ak = (int64_t)c->a * c->k;
 	p->mq_w = p->mqd_w = p->mqn_w = p->mqn_b = p->mkvd_w = p->mkvu_w = p->mkvn_w = p->mkvn_b = -1;
 	if (s->mla) {

@@ -78,6 +78,11 @@ static const struct {
 	{ "v_head_dim", "--v-head-dim", true, false },
 	{ "rope_type", "--rope-type", true, false },
 	{ "window_attn_skip_freq", "--window-attn-skip-freq", true, false },
+	{ "hybrid_layer_pattern", "--hybrid-layer-pattern", true, false },
+	{ "mamba_state_dim", "--mamba-state-dim", true, false },
+	{ "mamba_head_dim", "--mamba-head-dim", true, false },
+	{ "mamba_num_groups", "--mamba-num-groups", true, false },
+	{ "mamba_num_heads", "--mamba-num-heads", true, false },
 };
 
 static const struct flag_def *row(const char *flag)

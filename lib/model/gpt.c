@@ -16,6 +16,7 @@
  */
 #include "model/gpt_int.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -64,15 +65,18 @@ static void register_params(struct gpt_model *m)
 			/* tied: the output layer too, here or as the last stage's copy */
 			m->wte = reg_weight(m, "embedding.word_embeddings.weight", c->Vp, c->h, 0, c->init_std,
 					    PARAM_EMB_OR_OUT | (c->untied && !c->mtp ? 0 : PARAM_TIED));
-			m->wpe = c->rope ? -1 :
+			m->wpe = c->rope || c->nopos ? -1 :
 				reg_weight(m, "embedding.position_embeddings.weight", c->P, c->h, -1, c->init_std, 0);
 		}
 		for (int l = ch->l0; l < ch->l0 + ch->nl; l++)
 			transformer_layer_register(m, l);
 		if (!ch->post)
 			continue;
-		m->lnf_w = reg_norm(m, "decoder.final_layernorm.weight", &fs, false);
-		m->lnf_b = fs.norm == LAYER_RMSNORM ? -1 : reg_norm(m, "decoder.final_layernorm.bias", &fs, true);
+		/* HybridStack names its final norm final_norm, TransformerBlock final_layernorm */
+		const char *fw = c->hybrid ? "decoder.final_norm.weight" : "decoder.final_layernorm.weight";
+		const char *fb = c->hybrid ? "decoder.final_norm.bias" : "decoder.final_layernorm.bias";
+		m->lnf_w = reg_norm(m, fw, &fs, false);
+		m->lnf_b = fs.norm == LAYER_RMSNORM ? -1 : reg_norm(m, fb, &fs, true);
 		if (c->mtp) { /* the depths look up the word embeddings: the first stage's, or a copy */
 			m->mtp_emb = m->wte;
 			if (m->wte < 0 && c->untied)
@@ -124,6 +128,10 @@ static void alloc_slot(struct gpt_model *m, const struct gpt_chunk *ch, struct g
 			sl->acts[li] = m->rc_acts;
 			continue;
 		}
+		if (p->spec.kind == GPT_LAYER_MAMBA) {
+			mamba_alloc_acts(m, &sl->acts[li]);
+			continue;
+		}
 		bool moe = p->spec.mlp == LAYER_MLP_MOE;
 		/* selective recompute: the dropped modules' buffers are shared;
 		 * 16-bit: the fields the layer keeps run on the work set, their
@@ -137,7 +145,8 @@ static void alloc_slot(struct gpt_model *m, const struct gpt_chunk *ch, struct g
 			WORK(ln1) WORK(q) WORK(kk) WORK(v) WORK(atty) WORK(res1) WORK(ln2) WORK(fc1) WORK(act)
 #undef WORK
 		}
-		transformer_layer_alloc_acts(m, &sl->acts[li], &sh, !moe, moe);
+		bool attn_only = p->spec.kind == GPT_LAYER_ATTENTION;
+		transformer_layer_alloc_acts(m, &sl->acts[li], &sh, !moe && !attn_only, moe && !attn_only);
 		if (sl->stash)
 			transformer_layer_alloc_stash(m, &sl->acts[li], &m->work_acts, &sl->stash[li]);
 	}
@@ -386,6 +395,11 @@ static void alloc_training(struct gpt_model *m, bool any_rc)
 	s->dloss = gpt_take(m, BT);
 	if (m->c.mtp)
 		mtp_alloc_scratch(m);
+	bool mamba = false;
+	for (int l = 0; c->hybrid && l < c->L; l++)
+		mamba |= c->layer_kind[l] == GPT_LAYER_MAMBA;
+	if (mamba)
+		mamba_alloc_scratch(m);
 	if (c->rope || c->mla) /* multi-latent attention: its own RoPE on qk_pos channels, whatever the embedding */
 		build_rope(m, &m->rope_cos, &m->rope_sin, m->c.S, c->S);
 	if (m->flash)
@@ -548,6 +562,27 @@ int gpt_init_pipe(struct gpt_model *m, const struct gpt_config *c, const struct 
 		if (pipe->pp > 1 && !c->rope && !c->mla)
 			return error("--mtp-num-layers with learned position embeddings over pipeline stages is not in "
 				     "megac yet");
+	}
+	if (c->hybrid) { /* docs/mamba.md: what the Mamba layers do not do yet */
+		const char *no = NULL;
+		if (pipe->serve)
+			no = "serving";
+		else if (precision != GPT_FP32)
+			no = "--bf16 and --fp16";
+		else if (c->recompute != GPT_RECOMPUTE_NONE)
+			no = "--recompute-granularity";
+		else if (pipe->fp8 && pipe->fp8->on)
+			no = "--fp8-format";
+		else if (pipe->shards)
+			no = "--use-megatron-fsdp";
+		if (no)
+			return error("%s with a hybrid Mamba model (--hybrid-layer-pattern): not in megac yet (docs/mamba.md)",
+				     no);
+		bool ops = k->ssm_conv_forward && k->ssm_conv_backward && k->ssd_scan_forward && k->ssd_scan_backward &&
+			   k->gated_rmsnorm_forward && k->gated_rmsnorm_backward;
+		if (!k->counts_only && !ops)
+			return error("the %s backend has no Mamba-2 ops (ssm_conv, ssd_scan, gated_rmsnorm) yet: a "
+				     "hybrid model (--hybrid-layer-pattern) trains on the CPU for now", k->name);
 	}
 	if (pipe->serve) /* Megatron serves without the MTP depths */
 		m->c.mtp = 0;
@@ -727,6 +762,19 @@ void gpt_init_weights(struct gpt_model *m, uint64_t seed)
 			case PARAM_INIT_ONE:
 				host[e] = 1.0f;
 				break;
+			case PARAM_INIT_UNIFORM:
+				host[e] = p->init_std * (2.0f * kops_uniform(s, gidx) - 1.0f);
+				break;
+			case PARAM_INIT_A_LOG:
+				host[e] = logf(1.0f + 15.0f * kops_uniform(s, gidx));
+				break;
+			case PARAM_INIT_DT_BIAS: {
+				double lo = log(0.001), hi = log(0.1);
+				double dt = exp(lo + (hi - lo) * kops_uniform(s, gidx));
+				dt = dt < 1e-4 ? 1e-4 : dt;
+				host[e] = (float)(dt + log(-expm1(-dt))); /* the inverse of softplus */
+				break;
+			}
 			}
 		}
 		gpt_set_param(m, i, host);
@@ -822,7 +870,7 @@ static void load_inputs(struct gpt_model *m, struct gpt_slot *sl, const int32_t 
 	k->to_device(sl->tokens, local, (size_t)N * 4);
 	k->to_device(sl->targets, local + N, (size_t)N * 4);
 	free(local);
-	sl->use_positions = !c->rope;
+	sl->use_positions = !c->rope && !c->nopos;
 	if (sl->use_positions) {
 		if (positions) {
 			k->to_device(sl->positions, positions, (size_t)N * 4);
@@ -1004,7 +1052,7 @@ const float *gpt_serve_forward(struct gpt_model *m, const struct gpt_kv_step *st
 	m->k->to_device(sl->tokens, host, (size_t)N * sizeof(int32_t));
 	m->k->to_device(sl->positions, pos, (size_t)N * sizeof(int32_t));
 	free(host);
-	sl->use_positions = !c->rope;
+	sl->use_positions = !c->rope && !c->nopos;
 	sl->use_doc = false;
 	sl->drop_seed = 0;
 	float *x = kv->x, *y = kv->y;

@@ -40,6 +40,9 @@ struct gpt_layer_params {
 	int mq_w, mqd_w, mqn_w, mqn_b, mkvd_w, mkvu_w, mkvn_w, mkvn_b;
 	/* MLP or MoE: pre-MLP norm, then a dense MLP's fc1/fc2 */
 	int ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b;
+	/* a Mamba layer's mixer (mamba_mixer.c; its norm fused into in_proj is
+	 * ln1_w, ln1_b): in_proj, conv1d, dt_bias, A_log, D, norm, out_proj */
+	int mb_in_w, mb_conv_w, mb_conv_b, mb_dt_bias, mb_A_log, mb_D, mb_norm_w, mb_out_w;
 	/* a MoE layer: router, experts, shared expert (-1: none) */
 	int router_w, sfc1_w, sfc2_w, sgate_w; /* sgate_w: --moe-shared-expert-gate (-1: none) */
 	int *efc1_w, *efc2_w; /* [E] by global expert number; -1 for another expert-parallel rank's */
@@ -90,6 +93,11 @@ struct gpt_layer_acts {
 	float *mla_qc, *mla_qcn, *mla_qc_mean, *mla_qc_rstd;
 	float *mla_kvx, *mla_kvn, *mla_kv_mean, *mla_kv_rstd;
 	float *mla_kpos; /* --recompute-modules mla_up_proj: the RoPE key before RoPE [B*T, qk_pos] */
+	/* a Mamba layer (mamba_mixer.c; ln1 is its norm's output): in_proj's
+	 * output [B*T, 2 d_inner + 2 G N + H], the convolution's output
+	 * [B*T, d_inner + 2 G N], the scan's output [B*T, d_inner], the gated
+	 * norm's output [B*T, d_inner] and its rstd [B*T, G] */
+	float *mb_zx, *mb_xbc, *mb_y, *mb_yn, *mb_rstd;
 	float *probs;                     /* [B,a,T,T] softmax, pre-dropout (NULL with CP, flash or serving) */
 	float *alse;                      /* CP, flash, serving: [B,a,T] the attention rows' log-sum-exp */
 	float *atty;                      /* [B*T, a*k] attention output */
@@ -266,6 +274,14 @@ struct gpt_scratch {
 	 * RoPE key [B*T, qk_pos] and a second one, and two latent gradients
 	 * [B*T, max(q_lora, kv_lora)] */
 	float *mla_q, *mla_kv, *mla_kvc, *mla_kp, *mla_kt, *mla_dc, *mla_dc2;
+	/* the Mamba layers' (mamba_mixer.c): the pieces of in_proj's output
+	 * and of the convolution's made contiguous for the ops, and their
+	 * gradients [B*T, width]: the convolution's input xBC (width C =
+	 * d_inner + 2 G N), z, x (d_inner), dt (H), B and C (G N); dy and dz
+	 * (d_inner), the pieces' gradients, dxBC after and before the
+	 * convolution (C) and in_proj's output gradient */
+	float *mb_xin, *mb_z, *mb_x, *mb_dt, *mb_B, *mb_C;
+	float *mb_dy, *mb_dz, *mb_dx, *mb_ddt, *mb_dB, *mb_dC, *mb_dxbc, *mb_dxin, *mb_dzx;
 	float *qkv_part, *qkv_all;  /* fewer query groups than TP ranks: this rank's share of the fused
 				     * QKV output [B*T, (a+2g)k/t] (its gradient in backward), and all
 				     * ranks' shares gathered [t][B*T][(a+2g)k/t] (gpt_int.h, qkv_gather) */

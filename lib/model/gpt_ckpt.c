@@ -63,6 +63,26 @@ int gpt_config_from_json(struct gpt_config *c, const char *json, const char *whe
 	bool learned = false, fusion = false;
 	int rc = 0;
 	rc |= get_int(o, "num_layers", where, 1, &c->L);
+	/* a hybrid Mamba model (docs/mamba.md): its layers and the mixer's shape */
+	const char *pat = json_string_value(json_object_get(o, "hybrid_layer_pattern"));
+	if (rc == 0 && pat) {
+		c->hybrid = c->is_hybrid = true;
+		if ((int)strlen(pat) != c->L || c->L > GPT_MAX_LAYERS)
+			rc = error("%s: hybrid_layer_pattern '%s' does not have num_layers %d layers", where, pat, c->L);
+		for (int l = 0; rc == 0 && l < c->L; l++) {
+			if (!strchr("M*-", pat[l]))
+				rc = error("%s: hybrid_layer_pattern '%s': '%c' is not a layer megac has", where, pat,
+					   pat[l]);
+			c->layer_kind[l] = pat[l] == 'M' ? GPT_LAYER_MAMBA : pat[l] == '*' ? GPT_LAYER_ATTENTION : GPT_LAYER_MLP;
+		}
+		rc |= get_int(o, "mamba_state_dim", where, 1, &c->mamba_N);
+		rc |= get_int(o, "mamba_head_dim", where, 1, &c->mamba_P);
+		rc |= get_int(o, "mamba_num_groups", where, 1, &c->mamba_G);
+		rc |= get_int(o, "mamba_num_heads", where, 1, &c->mamba_H);
+		c->mamba_W = 4;
+		c->mamba_chunk = 128;
+	}
+	c->is_hybrid |= json_is_true(json_object_get(o, "is_hybrid_model"));
 	rc |= get_int(o, "hidden_size", where, 1, &c->h);
 	rc |= get_int(o, "ffn_hidden_size", where, 1, &c->f);
 	rc |= get_int(o, "num_attention_heads", where, 1, &c->a);
@@ -75,6 +95,8 @@ int gpt_config_from_json(struct gpt_config *c, const char *json, const char *whe
 	const char *pet = json_string_value(json_object_get(o, "position_embedding_type"));
 	if (pet && !strcmp(pet, "yarn"))
 		c->yarn = true;
+	else if (pet && !strcmp(pet, "none")) /* a hybrid model's */
+		c->nopos = true;
 	else
 		rc |= get_choice(o, "position_embedding_type", where, "rope", "learned_absolute", &learned);
 	rc |= get_choice(o, "normalization", where, "LayerNorm", "RMSNorm", &c->rmsnorm);
@@ -89,7 +111,7 @@ int gpt_config_from_json(struct gpt_config *c, const char *json, const char *whe
 	rc |= get_num(o, "init_method_std", where, &std);
 	rc |= get_num(o, "hidden_dropout", where, &hd);
 	rc |= get_num(o, "attention_dropout", where, &ad);
-	c->rope = !learned;
+	c->rope = !learned && !c->nopos;
 	/* a MoE model: the checkpoint says so; its consumers refuse what they
 	 * do not handle yet */
 	json_t *ne = json_object_get(o, "num_experts");
@@ -265,7 +287,7 @@ char *gpt_config_to_json(const struct gpt_config *c, double rotary_percent)
 	json_object_set_new(o, "seq_length", json_integer(c->S));
 	json_object_set_new(o, "max_position_embeddings", json_integer(c->P));
 	json_object_set_new(o, "position_embedding_type",
-			    json_string(c->yarn ? "yarn" : c->rope ? "rope" : "learned_absolute"));
+			    json_string(c->yarn ? "yarn" : c->rope ? "rope" : c->nopos ? "none" : "learned_absolute"));
 	/* Megatron's rotary_base is an integer; a fractional one is kept whole */
 	json_object_set_new(o, "rotary_base", c->rotary_base == (float)(json_int_t)c->rotary_base ?
 						      json_integer((json_int_t)c->rotary_base) :
@@ -340,6 +362,19 @@ char *gpt_config_to_json(const struct gpt_config *c, double rotary_percent)
 	json_object_set_new(o, "init_method_std", json_real(c->init_std));
 	json_object_set_new(o, "hidden_dropout", json_real(c->hidden_dropout));
 	json_object_set_new(o, "attention_dropout", json_real(c->attention_dropout));
+	if (c->is_hybrid)
+		json_object_set_new(o, "is_hybrid_model", json_true());
+	if (c->hybrid) { /* docs/mamba.md: the layers and the Mamba-2 mixer's shape */
+		char pat[GPT_MAX_LAYERS + 1];
+		for (int l = 0; l < c->L; l++)
+			pat[l] = c->layer_kind[l] == GPT_LAYER_MAMBA ? 'M' : c->layer_kind[l] == GPT_LAYER_ATTENTION ? '*' : '-';
+		pat[c->L] = 0;
+		json_object_set_new(o, "hybrid_layer_pattern", json_string(pat));
+		json_object_set_new(o, "mamba_state_dim", json_integer(c->mamba_N));
+		json_object_set_new(o, "mamba_head_dim", json_integer(c->mamba_P));
+		json_object_set_new(o, "mamba_num_groups", json_integer(c->mamba_G));
+		json_object_set_new(o, "mamba_num_heads", json_integer(c->mamba_H));
+	}
 	if (c->mtp > 0) { /* training only: readers of the model leave the depths' tensors alone */
 		json_object_set_new(o, "mtp_num_layers", json_integer(c->mtp));
 		json_object_set_new(o, "mtp_loss_scaling_factor", json_real(c->mtp_scale));
@@ -452,6 +487,12 @@ static const struct diff_key diff_keys[] = {
 	{ "tokenizer_type", "--tokenizer-type", DIFF_MATH, NULL, NULL, NULL },
 	{ "window_size", "--window-size", DIFF_MATH, "null", NULL, NULL },
 	{ "window_attn_skip_freq", "--window-attn-skip-freq", DIFF_MATH, "null", NULL, NULL },
+	{ "is_hybrid_model", "--is-hybrid-model", DIFF_MATH, "false", NULL, NULL },
+	{ "hybrid_layer_pattern", "--hybrid-layer-pattern", DIFF_MATH, "null", NULL, NULL },
+	{ "mamba_state_dim", "--mamba-state-dim", DIFF_MATH, "null", NULL, NULL },
+	{ "mamba_head_dim", "--mamba-head-dim", DIFF_MATH, "null", NULL, NULL },
+	{ "mamba_num_groups", "--mamba-num-groups", DIFF_MATH, "null", NULL, NULL },
+	{ "mamba_num_heads", "--mamba-num-heads", DIFF_MATH, "null", NULL, NULL },
 	{ "num_experts", "--num-experts", DIFF_MATH, "null", NULL, NULL },
 	{ "moe_router_topk", "--moe-router-topk", DIFF_MATH, NULL, NULL, NULL },
 	{ "moe_ffn_hidden_size", "--moe-ffn-hidden-size", DIFF_MATH, NULL, NULL, NULL },

@@ -372,10 +372,100 @@ int gpt_fp8_config_from_args(struct gpt_fp8_config *f, const struct args *a, int
 	return 0;
 }
 
+/* --hybrid-layer-pattern (or its deprecated spelling): the layers of a
+ * hybrid stack, one character each (Megatron's hybrid_layer_allocation
+ * symbols), which also give the number of layers; and the Mamba-2 mixer's
+ * shape (MambaMixer: d_inner = expand 2 x hidden size unless
+ * --mamba-num-heads gives the heads). */
+static int hybrid_from_args(struct gpt_config *c, const struct args *a)
+{
+	const char *pat = a->hybrid_layer_pattern;
+	if (a->hybrid_override_pattern) {
+		if (pat)
+			return error("--hybrid-override-pattern and --hybrid-layer-pattern: give one (the first is the "
+				     "second's deprecated spelling)");
+		pat = a->hybrid_override_pattern;
+	}
+	c->is_hybrid = a->is_hybrid_model || pat;
+	if (a->spec.n) { /* pretrain_hybrid.py's --spec: the one stack megac builds */
+		const struct strlist *s = &a->spec;
+		bool hyb = s->n == 2 && ((!strcmp(s->v[0], "megatron.core.models.hybrid.hybrid_layer_specs") &&
+					   !strcmp(s->v[1], "hybrid_stack_spec")) ||
+					  (!strcmp(s->v[0], "megatron.core.models.mamba.mamba_layer_specs") &&
+					   !strcmp(s->v[1], "mamba_stack_spec")));
+		if (!hyb || !pat)
+			return error("--spec: model specs are not in megac (give the model as flags); it takes only the "
+				     "hybrid stack's spec, with --hybrid-layer-pattern");
+	}
+	if (!pat)
+		return 0;
+	const char *flag = a->hybrid_layer_pattern ? "--hybrid-layer-pattern" : "--hybrid-override-pattern";
+	int n = 0;
+	for (const char *p = pat; *p; p++, n++) {
+		const char *what = NULL;
+		switch (*p) {
+		case 'M': case '*': case '-':
+			break;
+		case 'E': what = "MoE layers (E)"; break;
+		case 'G': what = "gated delta net layers (G)"; break;
+		case 'D': what = "DeepSeek sparse attention layers (D)"; break;
+		case '+': what = "multi-latent attention layers (+)"; break;
+		case '|': what = "pipeline stage separators (|)"; break;
+		case '/': what = "multi-token prediction patterns (/)"; break;
+		default:
+			return error("%s '%s': '%c' at position %d is not a layer symbol (M Mamba, * attention, - MLP)",
+				     flag, pat, *p, n + 1);
+		}
+		if (what)
+			return error("%s '%s': %s are not in megac's hybrid models yet (docs/mamba.md)", flag, pat, what);
+		if (n >= GPT_MAX_LAYERS)
+			return error("%s: more than %d layers", flag, GPT_MAX_LAYERS);
+		c->layer_kind[n] = *p == 'M' ? GPT_LAYER_MAMBA : *p == '*' ? GPT_LAYER_ATTENTION : GPT_LAYER_MLP;
+	}
+	if (n == 0)
+		return error("%s is empty", flag);
+	if (a->num_layers != -1 && n != c->L) /* Megatron: the pattern sets the number of layers */
+		warning("%s has %d layers; it overrides --num-layers %d", flag, n, c->L);
+	c->L = n;
+	c->hybrid = true;
+	if (a->num_experts > 0)
+		return error("--num-experts with %s: MoE layers (E) are not in megac's hybrid models yet", flag);
+	if (a->mtp_num_layers > 0)
+		return error("--mtp-num-layers with %s: multi-token prediction is not in megac's hybrid models yet",
+			     flag);
+	if (a->multi_latent_attention)
+		return error("--multi-latent-attention with %s: not in megac's hybrid models yet", flag);
+	if (a->mamba_state_dim < 1 || a->mamba_head_dim < 1 || a->mamba_num_groups < 1)
+		return error("--mamba-state-dim, --mamba-head-dim and --mamba-num-groups must be positive");
+	int64_t H;
+	if (a->mamba_num_heads > 0) {
+		H = a->mamba_num_heads;
+	} else {
+		if ((2 * (int64_t)c->h) % a->mamba_head_dim)
+			return error("the Mamba mixer's d_inner (2 x --hidden-size %d) is not divisible by --mamba-head-dim "
+				     "%lld", c->h, (long long)a->mamba_head_dim);
+		H = 2 * (int64_t)c->h / a->mamba_head_dim;
+	}
+	if (H % a->mamba_num_groups)
+		return error("the Mamba mixer's %lld heads are not divisible by --mamba-num-groups %lld", (long long)H,
+			     (long long)a->mamba_num_groups);
+	if (H * a->mamba_head_dim + 2 * a->mamba_num_groups * a->mamba_state_dim > (1 << 24))
+		return error("the Mamba mixer's widths (--mamba-num-heads x --mamba-head-dim, --mamba-num-groups x "
+			     "--mamba-state-dim) are too large");
+	c->mamba_H = (int)H;
+	c->mamba_P = (int)a->mamba_head_dim;
+	c->mamba_G = (int)a->mamba_num_groups;
+	c->mamba_N = (int)a->mamba_state_dim;
+	c->mamba_W = 4;       /* MambaMixer's d_conv */
+	c->mamba_chunk = 128; /* and chunk_size */
+	return 0;
+}
+
 int gpt_config_from_args(struct gpt_config *c, const struct args *a, int64_t vocab_size)
 {
 	memset(c, 0, sizeof(*c));
-	if (a->num_layers < 1)
+	bool pattern = a->hybrid_layer_pattern || a->hybrid_override_pattern; /* it gives the layers */
+	if (a->num_layers < 1 && !(pattern && a->num_layers == -1))
 		return error("--num-layers must be at least 1 (got %lld)", (long long)a->num_layers);
 	if (a->hidden_size < 1)
 		return error("--hidden-size must be at least 1 (got %lld)", (long long)a->hidden_size);
@@ -383,6 +473,9 @@ int gpt_config_from_args(struct gpt_config *c, const struct args *a, int64_t voc
 		return error("--num-attention-heads must be at least 1 (got %lld)",
 			     (long long)a->num_attention_heads);
 	c->L = (int)a->num_layers;
+	c->h = (int)a->hidden_size;
+	if (hybrid_from_args(c, a) < 0)
+		return -1;
 	/* Megatron's uneven pipeline: given counts must be positive, and the
 	 * interleaved schedule is then given by its number of chunks */
 	if ((a->decoder_first_pipeline_num_layers != -1 && a->decoder_first_pipeline_num_layers < 1) ||
@@ -432,7 +525,11 @@ int gpt_config_from_args(struct gpt_config *c, const struct args *a, int64_t voc
 	c->S = (int)a->seq_length;
 	c->yarn = !strcmp(a->position_embedding_type, "yarn");
 	c->rope = c->yarn || !strcmp(a->position_embedding_type, "rope");
-	if (!a->add_position_embedding && !c->rope) /* Megatron refuses it the same way */
+	c->nopos = !strcmp(a->position_embedding_type, "none");
+	if (c->nopos && !c->hybrid)
+		return error("--position-embedding-type none: megac has it for hybrid Mamba models "
+			     "(--hybrid-layer-pattern) only so far");
+	if (!a->add_position_embedding && !c->rope && !c->nopos) /* Megatron refuses it the same way */
 		return error("--no-position-embedding is deprecated and allowed only with --position-embedding-type "
 			     "rope; give --position-embedding-type rope instead");
 	if (a->max_position_embeddings < c->S) /* Megatron asserts this for every position type */
@@ -575,8 +672,18 @@ int64_t gpt_num_params(const struct gpt_config *c, int64_t *active)
 	int64_t sf1 = c->swiglu ? 2 * (int64_t)c->shared_f : c->shared_f;
 	int64_t expert = ef1 * h + (int64_t)c->moe_f * h, shared = sf1 * h + (int64_t)c->shared_f * h;
 	int64_t n = (int64_t)c->Vp * h + norm, act = n;
+	/* a Mamba layer: in_proj with its norm, conv1d, dt_bias, A_log, D, norm, out_proj */
+	int64_t di = gpt_mamba_inner(c), cd = gpt_mamba_conv_dim(c), H = c->mamba_H;
+	int64_t mamba = norm + gpt_mamba_proj_dim(c) * h + cd * (c->mamba_W + 1) + 3 * H + di + h * di;
 	for (int l = 0; l < c->L; l++) {
 		bool moe = c->E > 0 && c->moe_layer[l];
+		if (c->hybrid && c->layer_kind[l] != GPT_LAYER_TRANSFORMER) {
+			int64_t x = c->layer_kind[l] == GPT_LAYER_MAMBA ? mamba :
+				    c->layer_kind[l] == GPT_LAYER_ATTENTION ? attn : dense_mlp;
+			n += x;
+			act += x;
+			continue;
+		}
 		n += attn + (moe ? norm + (int64_t)c->E * h + c->E * expert + shared : dense_mlp);
 		act += attn + (moe ? norm + (int64_t)c->E * h + c->router.k * expert + shared : dense_mlp);
 	}
@@ -588,7 +695,7 @@ int64_t gpt_num_params(const struct gpt_config *c, int64_t *active)
 		n += own + (moe ? norm + (int64_t)c->E * h + c->E * expert + shared : dense_mlp);
 		act += own + (moe ? norm + (int64_t)c->E * h + c->router.k * expert + shared : dense_mlp);
 	}
-	if (!c->rope) {
+	if (!c->rope && !c->nopos) {
 		n += (int64_t)c->P * h;
 		act += (int64_t)c->P * h;
 	}
@@ -610,6 +717,18 @@ double gpt_flops_per_iteration(const struct gpt_config *c, int64_t batch_size)
 	double F = c->swiglu ? 3 : 2;
 	double Q = (double)c->k * c->a, KV = (double)c->k * c->g;
 	double tokens = (double)batch_size * s, sq = (double)batch_size * s * s;
+	if (c->hybrid) { /* Megatron's hybrid_flops: each layer kind's forward, times 3 */
+		double n[4] = { 0 };
+		for (int l = 0; l < c->L; l++)
+			n[c->layer_kind[l]]++;
+		double din = 2 * h, p = Q / h, N = c->mamba_N; /* Megatron counts d_inner as 2h */
+		double mamba = 2 * tokens * h * (2 * din + 2 * (double)c->mamba_G * N + c->mamba_H) +
+			       7 * tokens * din * N + 2 * tokens * din * h;
+		double attn_l = 4 * tokens * h * p * (h + h * (double)c->g / c->a) + 2 * sq * h * p;
+		double mlp_l = 4 * (f / h) * (c->swiglu ? 1.5 : 1.0) * tokens * h * h;
+		return 3 * (n[GPT_LAYER_MAMBA] * mamba + n[GPT_LAYER_ATTENTION] * attn_l + n[GPT_LAYER_MLP] * mlp_l +
+			    2 * tokens * h * V);
+	}
 	double mlp = 6 * h * (f * F * L);
 	if (c->E > 0) { /* Megatron: a MoE layer counts its top-k experts and the shared one, not the router */
 		double Lm = 0;
@@ -628,6 +747,11 @@ double gpt_flops_per_iteration(const struct gpt_config *c, int64_t batch_size)
 		core = 6 * (a * qk / 2 + a * c->v_head / 2.0);
 	}
 	return tokens * (mlp + attn + logits) + sq * core * L;
+}
+
+float gpt_output_init_std(const struct gpt_config *c)
+{
+	return c->init_std / sqrtf((c->is_hybrid ? 1.0f : 2.0f) * (float)c->L);
 }
 
 int gpt_config_check_layout(const struct gpt_config *c, const struct gpt_layout *lay, const char *what)
@@ -685,6 +809,10 @@ int gpt_config_check_layout(const struct gpt_config *c, const struct gpt_layout 
 			  "expert-parallel rank holds the same number of experts)", c->E, ep);
 	if (ep > 1 && c->E <= 0)
 		sbuf_addf(&why, "; --expert-model-parallel-size %d needs mixture-of-experts layers (--num-experts)", ep);
+	if (ours && c->hybrid && (t > 1 || pp > 1 || vpp > 1 || cp > 1 || lay->sp)) /* docs/mamba.md */
+		sbuf_addf(&why, "; a hybrid Mamba model (--hybrid-layer-pattern) runs without --tensor-model-parallel-size, "
+			  "--pipeline-model-parallel-size, --context-parallel-size and --sequence-parallel in megac so far "
+			  "(data parallelism only)");
 	int rc = 0;
 	if (why.len)
 		rc = what ? error("%s: %s", what, why.buf + 2) : error("%s", why.buf + 2);

@@ -18,6 +18,15 @@
 
 #define GPT_MAX_LAYERS 1024 /* of a mixture-of-experts layer pattern */
 
+/* A layer of a hybrid stack (--hybrid-layer-pattern, docs/mamba.md): one
+ * pattern character each. A GPT model's layers are all TRANSFORMER. */
+enum gpt_layer_kind {
+	GPT_LAYER_TRANSFORMER, /* norm, self-attention, residual, norm, MLP or MoE, residual */
+	GPT_LAYER_MAMBA,       /* 'M': norm, Mamba-2 mixer, residual */
+	GPT_LAYER_ATTENTION,   /* '*': norm, self-attention, residual */
+	GPT_LAYER_MLP,         /* '-': norm, MLP, residual */
+};
+
 enum gpt_recompute {
 	GPT_RECOMPUTE_NONE,
 	GPT_RECOMPUTE_SELECTIVE, /* the modules of --recompute-modules (GPT_RC_*) */
@@ -51,6 +60,7 @@ struct gpt_config {
 	int V;           /* tokenizer vocabulary */
 	int Vp;          /* padded vocabulary: the embedding's rows */
 	bool rope;       /* --position-embedding-type rope or yarn */
+	bool nopos;      /* --position-embedding-type none (hybrid models only): no table, no RoPE */
 	int rot;         /* rotated channels per head (0 without RoPE) */
 	float rotary_base;
 	bool rmsnorm;    /* --normalization RMSNorm */
@@ -108,7 +118,39 @@ struct gpt_config {
 	 * mtp_scale / mtp in the loss; 0: none */
 	int mtp;
 	float mtp_scale;   /* --mtp-loss-scaling-factor */
+
+	/* hybrid Mamba/attention stacks (--hybrid-layer-pattern, docs/mamba.md):
+	 * layer_kind[l] is layer l's enum gpt_layer_kind; the Mamba-2 mixer has
+	 * mamba_H heads of mamba_P channels (d_inner = mamba_H * mamba_P, 2h by
+	 * default), mamba_G groups of B and C of mamba_N states each, a causal
+	 * convolution of mamba_W taps and the scan's chunk length mamba_chunk */
+	bool hybrid;
+	bool is_hybrid;  /* --is-hybrid-model, or a pattern: Megatron's is_hybrid_model (gpt_output_init_std) */
+	uint8_t layer_kind[GPT_MAX_LAYERS];
+	int mamba_N, mamba_P, mamba_G, mamba_H, mamba_W, mamba_chunk;
 };
+
+/* Megatron's output_layer_init_method: the std of the linear layers that
+ * write into the residual stream (linear_proj, linear_fc2, a mixer's
+ * out_proj), init_std / sqrt(2 L), or / sqrt(L) in a hybrid model (one
+ * residual block a layer, TransformerConfig.is_hybrid_model). */
+float gpt_output_init_std(const struct gpt_config *c);
+/* d_inner, the Mamba-2 mixer's inner width, and the width of its in_proj's
+ * output [z, x, B, C, dt]: 2 d_inner + 2 G N + H; conv_dim = d_inner + 2 G N */
+static inline int gpt_mamba_inner(const struct gpt_config *c)
+{
+	return c->mamba_H * c->mamba_P;
+}
+
+static inline int gpt_mamba_conv_dim(const struct gpt_config *c)
+{
+	return gpt_mamba_inner(c) + 2 * c->mamba_G * c->mamba_N;
+}
+
+static inline int gpt_mamba_proj_dim(const struct gpt_config *c)
+{
+	return gpt_mamba_inner(c) + gpt_mamba_conv_dim(c) + c->mamba_H;
+}
 
 /* The window of layer l (0-based) as the attention ops take it (ops.h):
  * L, or -1 for full attention. */

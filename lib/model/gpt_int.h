@@ -18,6 +18,8 @@
  *   layers.c            linear layers, norms, parameter registration with declared properties
  *   cross_entropy.c     vocabulary-parallel cross-entropy
  *   mtp.c               MultiTokenPredictionBlock: the depths after the decoder, their losses
+ *   mamba_mixer.c       MambaMixer: a hybrid model's Mamba layer (in_proj, conv, scan, gated norm,
+ *                       out_proj)
  *
  * No file keeps a "current" micro-batch: every forward and backward takes
  * the pass (struct gpt_pass) it works on.
@@ -182,6 +184,19 @@ size_t moe_rows_most(const struct gpt_model *m);
 void moe_reserve(struct gpt_model *m, struct gpt_moe_acts *M, size_t rows);
 void moe_plan_exchange(struct gpt_model *m, struct gpt_moe_acts *M, const struct moe_route *r, int T);
 void moe_exchange(struct gpt_model *m, const struct gpt_moe_acts *M, float *out, const float *in, bool to_experts);
+
+/* a hybrid model's Mamba layer (mamba_mixer.c): the mixer's parameters
+ * (with its pre-norm, ln1), its activations and the scratch every Mamba
+ * layer shares; forward from ln1, the norm's output (all rows), returns
+ * out_proj's output where the residual stream lives; backward from dout,
+ * dL/d(out_proj's output), leaves dL/d(ln1) in m->s.dln */
+void mamba_register(struct gpt_model *m, int l);
+void mamba_alloc_acts(struct gpt_model *m, struct gpt_layer_acts *A);
+void mamba_alloc_scratch(struct gpt_model *m);
+const float *mamba_forward(struct gpt_model *m, const struct gpt_pass *P, int l, struct gpt_layer_acts *A,
+			   const float *ln1);
+void mamba_backward(struct gpt_model *m, const struct gpt_pass *P, int l, struct gpt_layer_acts *A, const float *ln1,
+		    const float *dout);
 
 void transformer_layer_register(struct gpt_model *m, int l);
 /* a layer's activations; the buffers sh holds (NULL: none) are shared, not taken */

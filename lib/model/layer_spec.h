@@ -16,8 +16,7 @@
 #include <stdbool.h>
 
 #include "kernels/ops.h"
-
-struct gpt_config;
+#include "model/gpt_config.h"
 
 enum layer_norm_kind {
 	LAYER_NORM,   /* LayerNorm: weight and bias */
@@ -30,6 +29,9 @@ enum layer_mlp_kind {
 };
 
 struct transformer_layer_spec {
+	/* what the layer is: a transformer layer, or one of a hybrid stack's
+	 * kinds (a Mamba layer reads only norm and norm_1p below) */
+	enum gpt_layer_kind kind;
 	/* the norms before attention and before the MLP */
 	enum layer_norm_kind norm;
 	bool norm_1p;           /* weights stored zero-centred, applied as w + 1 (--apply-layernorm-1p) */

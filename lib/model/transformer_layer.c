@@ -13,6 +13,8 @@
  * the pass's key/value step. Selective recompute drops the activations of
  * the modules of --recompute-modules (the layers share their buffers) and
  * transformer_layer_recompute rebuilds them right before the backward.
+ * A hybrid model's layers (layer_spec.h's kind: a Mamba layer, attention
+ * only, MLP only) are one such block each: hybrid_layer_forward below.
  */
 #include "model/gpt_int.h"
 
@@ -21,6 +23,7 @@
 
 void gpt_layer_spec(const struct gpt_config *c, int l, struct transformer_layer_spec *s)
 {
+	s->kind = c->hybrid ? (enum gpt_layer_kind)c->layer_kind[l] : GPT_LAYER_TRANSFORMER;
 	s->norm = c->rmsnorm ? LAYER_RMSNORM : LAYER_NORM;
 	s->norm_1p = c->norm_1p;
 	s->qkv_bias = c->qkv_bias;
@@ -42,10 +45,13 @@ void transformer_layer_register(struct gpt_model *m, int l)
 {
 	struct gpt_layer_params *p = &m->lp[l];
 	p->pfirst = m->reg.n;
-	attention_register(m, l);
-	if (p->spec.mlp == LAYER_MLP_MOE)
+	if (p->spec.kind == GPT_LAYER_MAMBA)
+		mamba_register(m, l);
+	if (p->spec.kind == GPT_LAYER_TRANSFORMER || p->spec.kind == GPT_LAYER_ATTENTION)
+		attention_register(m, l);
+	if (p->spec.kind == GPT_LAYER_TRANSFORMER && p->spec.mlp == LAYER_MLP_MOE)
 		moe_register(m, l);
-	else
+	else if (p->spec.kind == GPT_LAYER_TRANSFORMER || p->spec.kind == GPT_LAYER_MLP)
 		mlp_register(m, l);
 	p->pend = m->reg.n;
 }
@@ -158,6 +164,56 @@ static struct gpt_layer_acts *layer_acts(const struct gpt_pass *P, int l)
 	return &P->sl->acts[l - P->l0];
 }
 
+/*
+ * A hybrid stack's other layers (Megatron's MambaLayer, and TransformerLayer
+ * with only self-attention or only an MLP): one pre-norm residual block,
+ *
+ *   y = x + dropout(block(norm(x)))
+ *
+ * the Mamba mixer and attention on ln1 (dropout site 3l+1), the MLP on ln2
+ * (site 3l+2), as in a transformer layer's halves.
+ */
+static void hybrid_layer_forward(struct gpt_model *m, const struct gpt_pass *P, int l, struct gpt_layer_acts *A,
+				 const float *x, float *y)
+{
+	const struct gpt_layer_params *p = &m->lp[l];
+	float ph = P->train ? m->lc.hidden_dropout : 0;
+	const float *out;
+	if (p->spec.kind == GPT_LAYER_MLP) {
+		norm_fwd(m, A->ln2, A->ln2_mean, A->ln2_rstd, x, p->ln2_w, p->ln2_b, P->Nl);
+		out = mlp_forward(m, P, l, A, seq_full(m, P, A->ln2));
+	} else {
+		norm_fwd(m, A->ln1, A->ln1_mean, A->ln1_rstd, x, p->ln1_w, p->ln1_b, P->Nl);
+		const float *ln1 = seq_full(m, P, A->ln1);
+		out = p->spec.kind == GPT_LAYER_MAMBA ? mamba_forward(m, P, l, A, ln1) :
+							  attention_forward(m, P, l, A, ln1);
+	}
+	seq_dropout(m, P, y, x, out, ph, 3 * l + (p->spec.kind == GPT_LAYER_MLP ? 2 : 1));
+	round_half(m, y, (size_t)P->Nl * m->lc.h);
+}
+
+static void hybrid_layer_backward(struct gpt_model *m, const struct gpt_pass *P, int l, struct gpt_layer_acts *A,
+				  const float *x, float *dres)
+{
+	const struct gpt_layer_params *p = &m->lp[l];
+	size_t nhl = (size_t)P->Nl * m->lc.h;
+	bool mlp = p->spec.kind == GPT_LAYER_MLP;
+	const float *dout = row_output_grad(m, P, dres, m->lc.hidden_dropout, 3 * l + (mlp ? 2 : 1));
+	if (mlp)
+		mlp_backward(m, P, l, A, seq_full(m, P, A->ln2), dout);
+	else if (p->spec.kind == GPT_LAYER_MAMBA)
+		mamba_backward(m, P, l, A, seq_full(m, P, A->ln1), dout);
+	else
+		attention_backward(m, P, l, A, dout);
+	const float *dn = column_input_grad(m, P, m->s.dln);
+	if (mlp)
+		norm_bwd(m, m->s.dtmp, dn, x, p->ln2_w, p->ln2_b, A->ln2_mean, A->ln2_rstd, P->Nl);
+	else
+		norm_bwd(m, m->s.dtmp, dn, x, p->ln1_w, p->ln1_b, A->ln1_mean, A->ln1_rstd, P->Nl);
+	m->k->add(dres, dres, m->s.dtmp, nhl);
+	round_half(m, dres, nhl);
+}
+
 void transformer_layer_forward(struct gpt_model *m, const struct gpt_pass *P, int l, const float *x, float *y)
 {
 	const struct gpt_config *c = &m->lc;
@@ -166,6 +222,10 @@ void transformer_layer_forward(struct gpt_model *m, const struct gpt_pass *P, in
 	size_t nhl = (size_t)P->Nl * c->h;
 	float ph = P->train ? c->hidden_dropout : 0;
 
+	if (p->spec.kind != GPT_LAYER_TRANSFORMER) {
+		hybrid_layer_forward(m, P, l, A, x, y);
+		return;
+	}
 	norm_fwd(m, A->ln1, A->ln1_mean, A->ln1_rstd, x, p->ln1_w, p->ln1_b, P->Nl);
 	const float *attn = attention_forward(m, P, l, A, seq_full(m, P, A->ln1));
 	seq_dropout(m, P, A->res1, x, attn, ph, 3 * l + 1);
@@ -210,6 +270,10 @@ void transformer_layer_backward(struct gpt_model *m, const struct gpt_pass *P, i
 	float ph = c->hidden_dropout;
 	size_t nhl = (size_t)P->Nl * c->h;
 
+	if (p->spec.kind != GPT_LAYER_TRANSFORMER) {
+		hybrid_layer_backward(m, P, l, A, x, dres);
+		return;
+	}
 	/* MLP: y = res1 + dropout(mlp(norm2(res1))) */
 	const float *dmlp = row_output_grad(m, P, dres, ph, 3 * l + 2);
 	const float *ln2 = seq_full(m, P, A->ln2);

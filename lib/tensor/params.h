@@ -36,6 +36,10 @@ enum param_init {
 	PARAM_INIT_NORMAL, /* N(0, std) */
 	PARAM_INIT_ZERO,
 	PARAM_INIT_ONE,
+	/* the Mamba-2 mixer's (MambaMixer's initialisation, docs/mamba.md) */
+	PARAM_INIT_UNIFORM, /* U(-std, std): conv1d's weight and bias (kaiming_uniform, a = sqrt 5) */
+	PARAM_INIT_A_LOG,   /* log(A), A ~ U(1, 16) */
+	PARAM_INIT_DT_BIAS, /* softplus^-1(dt), dt = exp(U(log 0.001, log 0.1)) clamped to >= 1e-4 */
 };
 
 struct param {

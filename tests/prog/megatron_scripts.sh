@@ -1,10 +1,10 @@
 #!/bin/sh
 # megatron_scripts.sh - Megatron-LM's own example command lines, run by train.
 #
-# The flags of four of Megatron's example scripts (examples/gpt3/
+# The flags of five of Megatron's example scripts (examples/gpt3/
 # train_gpt3_175b_distributed.sh, examples/llama/train_llama3_8b_h100_fp8.sh,
-# examples/mixtral/train_mixtral_8x7b_distributed.sh, examples/megatron_fsdp/
-# sbatch_mfsdp_deepseek_v3.sh), with only what a laptop-sized run needs
+# examples/mixtral/train_mixtral_8x7b_distributed.sh, examples/mamba/train.sh,
+# examples/megatron_fsdp/sbatch_mfsdp_deepseek_v3.sh), with only what a laptop-sized run needs
 # changed: model sizes, parallel sizes, paths, iteration counts, mock data.
 # Each runs twice:
 #   1. as is: train never says "unknown flag" and never crashes; it trains,
@@ -206,6 +206,27 @@ run_script mixtral "" \
 	--wandb-project Mixtral --wandb-exp-name Mixtral_8x7B \
 	--tokenizer-type NullTokenizer --vocab-size 1000
 # (the last --tokenizer-type wins, as in argparse: the second run keeps a tokenizer megac has)
+
+# ---- A hybrid Mamba model (examples/mamba/train.sh): its pattern shortened to 7 layers, hidden
+# 64, TP8 with SP -> 1 rank (SP is then off, as in Megatron); its SentencePiece tokenizer -> mock
+# data with NullTokenizer. Hybrid models train in fp32 in megac so far (docs/mamba.md).
+NOEFFECT="--use-mcore-models --distributed-backend"
+run_script mamba "--bf16" \
+	--tensor-model-parallel-size 1 --sequence-parallel --pipeline-model-parallel-size 1 \
+	--use-distributed-optimizer --overlap-param-gather --overlap-grad-reduce \
+	--untie-embeddings-and-output-weights --init-method-std 0.02 --position-embedding-type none \
+	--hybrid-layer-pattern 'M-M*-M-' --hidden-size 64 --num-attention-heads 4 --group-query-attention \
+	--num-query-groups 2 --mamba-head-dim 16 --mamba-num-groups 2 --mamba-state-dim 16 \
+	--seq-length 32 --max-position-embeddings 32 \
+	--train-samples 8 --lr-warmup-samples 2 --lr-decay-samples 6 --save ck --load ck --data-cache-path cache \
+	$MOCK --tokenizer-type GPTSentencePieceTokenizer --tokenizer-model tokenizer.model \
+	--distributed-backend nccl --micro-batch-size 1 --global-batch-size 2 --lr 2.5e-4 --min-lr 2.5e-5 \
+	--lr-decay-style cosine --weight-decay 0.1 --clip-grad 1.0 --attention-dropout 0.0 --hidden-dropout 0.0 \
+	--disable-bias-linear --normalization RMSNorm --adam-beta1 0.9 --adam-beta2 0.95 --log-interval 1 \
+	--save-interval 2000 --eval-interval 2000 --eval-iters 1 --bf16 --use-mcore-models \
+	--spec megatron.core.models.hybrid.hybrid_layer_specs hybrid_stack_spec \
+	--no-create-attention-mask-in-dataloader --tensorboard-dir tb \
+	--tokenizer-type NullTokenizer --vocab-size 1000
 
 # ---- DeepSeek-V3 with Megatron-FSDP (examples/megatron_fsdp): 61 layers of 7168, 256
 # experts -> 2 of 64, 8 experts; EP8 -> 1 rank; its Hugging Face tokenizer -> mock data.

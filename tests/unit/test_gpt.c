@@ -5,7 +5,9 @@
  * position resets too); recomputation (full, and each module of selective)
  * gives bit-identical gradients with less memory; registry names and shapes are Megatron Core's; init follows
  * Megatron's rules; FLOPs match Megatron's formula on a worked example; the flash
- * attention path (no probs) agrees with the probs path.
+ * attention path (no probs) agrees with the probs path. A hybrid Mamba stack
+ * (M*M-) passes the same finite differences, and its names, shapes, weight
+ * decay and inits are Megatron's.
  */
 #include "test.h"
 
@@ -88,6 +90,20 @@ static void gradcheck_with(const struct kops *k, bool llama, float hdrop, float 
 	gradcheck_cfg(k, c, use_pos, use_doc, what);
 }
 
+/* A Mamba layer's init makes dt small (softplus(dt_bias) in [0.001, 0.1]),
+ * so that dt_bias and A_log get gradients too small for finite differences
+ * in fp32 on a tiny model; steps of order one and decays of order one
+ * instead. */
+static void strong_scan(struct gpt_model *m)
+{
+	for (int p = 0; p < m->reg.n; p++) {
+		const struct param *pp = &m->reg.p[p];
+		bool dt = strstr(pp->name, "mixer.dt_bias") != NULL, A = strstr(pp->name, "mixer.A_log") != NULL;
+		for (size_t e = 0; (dt || A) && e < pp->numel; e++)
+			m->reg.data[pp->offset + e] = dt ? 0.5f - 0.3f * (float)e : -0.5f + 0.4f * (float)e;
+	}
+}
+
 static void gradcheck_cfg(const struct kops *k, struct gpt_config c, bool use_pos, bool use_doc, const char *what)
 {
 	struct mem_pool mp;
@@ -96,6 +112,8 @@ static void gradcheck_cfg(const struct kops *k, struct gpt_config c, bool use_po
 	int B = 2;
 	CHECK_INT(gpt_init(&m, &c, k, &mp, B, GPT_FP32, NULL, false), 0);
 	gpt_init_weights(&m, 42);
+	if (c.hybrid)
+		strong_scan(&m);
 	m.moe.aux_scale = 0.7;
 	struct fixture f;
 	make_inputs(&f, &c, B);
@@ -500,6 +518,93 @@ static void test_names_and_init(void)
 	gpt_free(&m);
 }
 
+/* A hybrid Mamba stack (docs/mamba.md): pattern M*M- (a Mamba layer, an
+ * attention-only layer, a Mamba layer, an MLP-only layer), 4 heads of 4
+ * channels in 2 groups of state 3, the scan's chunk 4 < S so that the
+ * backward recomputes from a saved chunk state. */
+static struct gpt_config tiny_hybrid(bool llama)
+{
+	struct gpt_config c = tiny(llama);
+	const char *pat = "M*M-";
+	c.L = 4;
+	c.hybrid = c.is_hybrid = true;
+	for (int l = 0; l < c.L; l++)
+		c.layer_kind[l] = pat[l] == 'M' ? GPT_LAYER_MAMBA : pat[l] == '*' ? GPT_LAYER_ATTENTION : GPT_LAYER_MLP;
+	c.mamba_N = 3, c.mamba_P = 4, c.mamba_H = 2 * c.h / 4, c.mamba_G = 2, c.mamba_W = 4, c.mamba_chunk = 4;
+	return c;
+}
+
+static void test_gradcheck_hybrid(void)
+{
+	gradcheck_cfg(kops_cpu(), tiny_hybrid(true), false, false, "hybrid llama");
+	struct gpt_config c = tiny_hybrid(false); /* LayerNorm (in_proj.layer_norm_bias), biases, dropout */
+	c.hidden_dropout = 0.2f;
+	c.attention_dropout = 0.1f;
+	gradcheck_cfg(kops_cpu(), c, false, false, "hybrid gpt2 with dropout");
+}
+
+static void test_hybrid_names_and_init(void)
+{
+	const struct kops *k = kops_cpu();
+	struct mem_pool mp;
+	mem_pool_init(&mp, k);
+	struct gpt_config c = tiny_hybrid(true);
+	struct gpt_model m;
+	CHECK_INT(gpt_init(&m, &c, k, &mp, 1, GPT_FP32, NULL, false), 0);
+	gpt_init_weights(&m, 1234);
+	CHECK_INT(m.reg.total, (size_t)gpt_num_params(&c, NULL));
+	const char *absent[] = { "decoder.final_layernorm.weight", "decoder.layers.0.self_attention.linear_qkv.weight",
+				 "decoder.layers.1.mlp.linear_fc1.weight", "decoder.layers.3.self_attention.linear_qkv.weight",
+				 "decoder.layers.0.mixer.in_proj.layer_norm_bias" };
+	for (size_t i = 0; i < sizeof(absent) / sizeof(*absent); i++)
+		CHECK(params_find(&m.reg, absent[i]) < 0);
+	CHECK(params_find(&m.reg, "decoder.final_norm.weight") >= 0);
+	CHECK(params_find(&m.reg, "decoder.layers.1.self_attention.linear_proj.weight") >= 0);
+	CHECK(params_find(&m.reg, "decoder.layers.3.mlp.linear_fc2.weight") >= 0);
+	/* di 16, C = 16 + 2*2*3 = 28, in_proj rows 2*16 + 12 + 4 = 48 */
+	struct { const char *name; int64_t r, c; bool wd; } want[] = {
+		{ "in_proj.layer_norm_weight", 8, 0, false }, { "in_proj.weight", 48, 8, true },
+		{ "conv1d.weight", 28, 4, true }, { "conv1d.bias", 28, 0, false }, { "dt_bias", 4, 0, false },
+		{ "A_log", 4, 0, false }, { "D", 4, 0, false }, { "norm.weight", 16, 0, false },
+		{ "out_proj.weight", 8, 16, true },
+	};
+	int first = params_find(&m.reg, "decoder.layers.2.mixer.in_proj.layer_norm_weight");
+	for (size_t i = 0; i < sizeof(want) / sizeof(*want); i++) {
+		char name[PARAM_NAME_MAX];
+		snprintf(name, sizeof(name), "decoder.layers.2.mixer.%s", want[i].name);
+		int p = params_find(&m.reg, name);
+		CHECK_INT(p, first + (int)i); /* Megatron's registration order */
+		if (p < 0)
+			continue;
+		const struct param *pp = &m.reg.p[p];
+		CHECK_INT(pp->ndim, want[i].c ? 2 : 1);
+		CHECK_INT(pp->shape[0], want[i].r);
+		if (want[i].c)
+			CHECK_INT(pp->shape[1], want[i].c);
+		CHECK(!(pp->flags & PARAM_NO_WD) == want[i].wd);
+	}
+	/* the inits: A in [1, 16], softplus(dt_bias) in [0.001, 0.1], D 1,
+	 * conv within 1/sqrt(4), out_proj N(0, std/sqrt(L)) */
+	const float *w = m.reg.data;
+	const struct param *A = &m.reg.p[first + 5], *dt = &m.reg.p[first + 4], *D = &m.reg.p[first + 6];
+	const struct param *cw = &m.reg.p[first + 2], *out = &m.reg.p[first + 8];
+	for (size_t e = 0; e < A->numel; e++) {
+		double a = exp(w[A->offset + e]), d = log1p(exp(w[dt->offset + e]));
+		CHECK(a >= 1 && a <= 16.0001);
+		CHECK(d >= 0.001 * 0.9999 && d <= 0.1 * 1.0001);
+		CHECK(w[D->offset + e] == 1.0f);
+	}
+	double mx = 0, s2 = 0;
+	for (size_t e = 0; e < cw->numel; e++)
+		mx = fmax(mx, fabs(w[cw->offset + e]));
+	CHECK(mx <= 0.5 && mx > 0.3);
+	for (size_t e = 0; e < out->numel; e++)
+		s2 += pow(w[out->offset + e], 2);
+	CHECK(fabs(sqrt(s2 / out->numel) - 0.3 / 2.0) < 0.04); /* 0.3 / sqrt(L = 4) */
+	gpt_free(&m);
+	CHECK_INT(mp.cur, 0);
+}
+
 static void test_flops(void)
 {
 	/* Megatron's num_floating_point_operations (megatron/training/training.py):
@@ -512,6 +617,16 @@ static void test_flops(void)
 	c.L = 32, c.h = 4096, c.a = 32, c.g = 8, c.k = 128, c.f = 14336, c.swiglu = true, c.Vp = 128256,
 	c.S = 8192;
 	CHECK(fabs(gpt_flops_per_iteration(&c, 1) / 4.21645529382912e14 - 1) < 1e-12);
+	/* a hybrid M-M* (Megatron's hybrid_flops): h 1024, 16 heads in 8 groups, f 4096,
+	 * V 50304, s 1024, N 128, P 64, G 8, batch 8 */
+	memset(&c, 0, sizeof(c));
+	c.L = 4, c.h = 1024, c.a = 16, c.g = 8, c.k = 64, c.f = 4096, c.Vp = 50304, c.S = 1024;
+	c.hybrid = true;
+	c.layer_kind[0] = c.layer_kind[2] = GPT_LAYER_MAMBA;
+	c.layer_kind[1] = GPT_LAYER_MLP;
+	c.layer_kind[3] = GPT_LAYER_ATTENTION;
+	c.mamba_N = 128, c.mamba_P = 64, c.mamba_G = 8, c.mamba_H = 32;
+	CHECK(fabs(gpt_flops_per_iteration(&c, 8) / 4068407771136.0 - 1) < 1e-12);
 }
 
 int main(void)
@@ -528,5 +643,7 @@ int main(void)
 	RUN(test_gradcheck_moe);
 	RUN(test_names_and_init);
 	RUN(test_flops);
+	RUN(test_gradcheck_hybrid);
+	RUN(test_hybrid_names_and_init);
 	return test_summary();
 }

@@ -93,7 +93,7 @@ void moe_register(struct gpt_model *m, int l)
 	struct gpt_layer_params *p = &m->lp[l];
 	const struct transformer_layer_spec *s = &p->spec;
 	char name[PARAM_NAME_MAX];
-	float std = c->init_std, out_std = c->init_std / sqrtf(2.0f * (float)c->L);
+	float std = c->init_std, out_std = gpt_output_init_std(c);
 	int64_t f1 = s->swiglu ? 2 * (int64_t)c->moe_f : c->moe_f;
 	int64_t s1 = s->swiglu ? 2 * (int64_t)c->shared_f : c->shared_f;
 	unsigned glu = s->swiglu ? PARAM_GLU : 0;
