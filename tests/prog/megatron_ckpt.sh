@@ -50,19 +50,13 @@ fi
 # ckpt_convert --from megatron imports each of them; megac's own forward pass
 # on the imported checkpoint gives the logits Megatron recorded
 LOGITS=$MEGAC_BUILD/tools/megac_logits
+CMP="$PY tests/prog/py/megatron_compare.py"
 for m in gpt llama; do
 	for tp in 1 2; do
 		d="$W/${m}_tp${tp}_megac"
 		if $BIN/ckpt_convert --load "$W/${m}_tp${tp}_torch" --save "$d" --from megatron --tokenizer-type NullTokenizer \
 			--vocab-size 128 >"$OUT_LOG" 2>"$ERR" && $LOGITS "$d" "$W/${m}_tokens.npy" "$d.npy" 2>"$ERR" &&
-			$PY -c '
-import sys, numpy as np
-a, b = np.load(sys.argv[1]), np.load(sys.argv[2])
-assert a.shape == b.shape, (a.shape, b.shape)
-d = float(np.abs(a - b).max())
-assert d < 1e-4, d
-print("max |difference| %.2g of logits up to %.2g" % (d, float(np.abs(b).max())))' "$d.npy" "$W/${m}_logits.npy" \
-			>"$W/cmp.log" 2>&1; then
+			$CMP logits "$d.npy" "$W/${m}_logits.npy" >"$W/cmp.log" 2>&1; then
 			ok "$m TP$tp: imported with --from megatron, megac's logits are Megatron's ($(cat "$W/cmp.log"))"
 		else
 			notok "$m TP$tp: imported with --from megatron, megac's logits are Megatron's"
@@ -80,13 +74,7 @@ for m in gpt llama; do
 		if $BIN/ckpt_convert --load "$W/${m}_tp${tp}_torch_dist" --save "$d" --from megatron \
 			--tokenizer-type NullTokenizer --vocab-size 128 >"$OUT_LOG" 2>"$ERR" &&
 			$LOGITS "$d" "$W/${m}_tokens.npy" "$d.npy" 2>"$ERR" &&
-			$PY -c '
-import sys, numpy as np
-a, b = np.load(sys.argv[1]), np.load(sys.argv[2])
-assert a.shape == b.shape, (a.shape, b.shape)
-d = float(np.abs(a - b).max())
-assert d < 1e-4, d
-print("max |difference| %.2g" % d)' "$d.npy" "$W/${m}_logits.npy" >"$W/cmp.log" 2>&1; then
+			$CMP logits "$d.npy" "$W/${m}_logits.npy" >"$W/cmp.log" 2>&1; then
 			ok "$m TP$tp torch_dist: imported with --from megatron, megac's logits are Megatron's ($(cat "$W/cmp.log"))"
 		else
 			notok "$m TP$tp torch_dist: imported with --from megatron, megac's logits are Megatron's"
@@ -136,17 +124,8 @@ continues() { # NAME CKPT METRICS [FLAGS...]: iterations 3 and 4 give Megatron's
 	shift 3
 	rm -f "$mf"
 	# shellcheck disable=SC2086 # the flags are words
-	if ${RUN:-} $BIN/train $TRAIN_FLAGS --load "$ck" --metrics-file "$mf" "$@" >"$OUT_LOG" 2>"$ERR" && $PY -c '
-import json, sys
-want = json.load(open(sys.argv[1]))["losses"][2:]
-got = [json.loads(l) for l in open(sys.argv[2])]
-assert [g["iteration"] for g in got] == [3, 4], [g["iteration"] for g in got]
-got = [g["lm loss"] for g in got]
-worst = max(abs(a - b) / abs(b) for a, b in zip(got, want))
-assert worst < 1e-5, (got, want)
-print("losses %s, Megatron: %s; worst relative difference %.1e" % (
-    ", ".join("%.7f" % x for x in got), ", ".join("%.7f" % x for x in want), worst))' \
-		"$W/llama_train_losses.json" "$mf" >"$W/cmp.log" 2>&1; then
+	if ${RUN:-} $BIN/train $TRAIN_FLAGS --load "$ck" --metrics-file "$mf" "$@" >"$OUT_LOG" 2>"$ERR" &&
+		$CMP losses "$W/llama_train_losses.json" "$mf" 3 1e-5 >"$W/cmp.log" 2>&1; then
 		ok "$name ($(cat "$W/cmp.log"))"
 	else
 		notok "$name"
@@ -161,12 +140,7 @@ continues "megac continues Megatron's run with Megatron's losses" "$W/train_mega
 rm -f "$W/noopt.jsonl"
 # shellcheck disable=SC2086
 if $BIN/train $TRAIN_FLAGS --load "$W/train_megac" --no-load-optim --metrics-file "$W/noopt.jsonl" >"$OUT_LOG" \
-	2>"$ERR" && $PY -c '
-import json, sys
-want = json.load(open(sys.argv[1]))["losses"][3]
-got = [json.loads(l)["lm loss"] for l in open(sys.argv[2])][1]
-assert abs(got - want) / want > 1e-3, (got, want)
-print("%.7f against %.7f" % (got, want))' "$W/llama_train_losses.json" "$W/noopt.jsonl" >"$W/cmp.log" 2>&1; then
+	2>"$ERR" && $CMP differ "$W/llama_train_losses.json" "$W/noopt.jsonl" 4 1e-3 >"$W/cmp.log" 2>&1; then
 	ok "without the imported moments the 4th loss differs ($(cat "$W/cmp.log")): the test sees them"
 else
 	notok "without the imported moments the 4th loss differs"
@@ -216,15 +190,9 @@ else
 	show "$ERR"
 fi
 if $BIN/train $TRAIN_FLAGS --load "$W/tdsave" --metrics-file "$W/cont5.jsonl" --ckpt-format torch_dist \
-	--save "$W/tdsave" --save-interval 1 >"$OUT_LOG" 2>"$ERR" && $PY -c '
-import json, sys
-want = json.load(open(sys.argv[1]))["losses"][3]
-got = [json.loads(l) for l in open(sys.argv[2])]
-assert [g["iteration"] for g in got] == [4], got
-d = abs(got[0]["lm loss"] - want) / want
-assert d < 1e-5, (got, want)
-print("%.1e" % d)' "$W/llama_train_losses.json" "$W/cont5.jsonl" >"$W/cmp.log" 2>&1; then
-	ok "resumed from its own torch_dist save, iteration 4 has Megatron's loss (relative difference $(cat "$W/cmp.log"))"
+	--save "$W/tdsave" --save-interval 1 >"$OUT_LOG" 2>"$ERR" &&
+	$CMP losses "$W/llama_train_losses.json" "$W/cont5.jsonl" 4 1e-5 >"$W/cmp.log" 2>&1; then
+	ok "resumed from its own torch_dist save, iteration 4 has Megatron's loss ($(cat "$W/cmp.log"))"
 else
 	notok "resumed from its own torch_dist save, iteration 4 has Megatron's loss"
 	show "$ERR"
@@ -313,12 +281,7 @@ if long_only && [ -n "${MEGATRON_LM:-}" ]; then
 					[ $ltp = 2 ] && run="$PY -m torch.distributed.run --nproc-per-node 2 --master-port 2955$ltp"
 					if OMP_NUM_THREADS=1 $run $FIX/make_fixtures.py load --megatron "$MTREE" --model $m --tp $ltp \
 						--src "$out" --logits "$out.tp$ltp.npy" >"$W/meg.log" 2>&1 &&
-						$PY -c '
-import sys, numpy as np
-a, b = np.load(sys.argv[1]), np.load(sys.argv[2])
-d = float(np.abs(a - b).max())
-assert a.shape == b.shape and d < 1e-4, (a.shape, b.shape, d)
-print("max |difference| %.2g" % d)' "$out.tp$ltp.npy" "$W/${m}_logits.npy" >"$W/cmp.log" 2>&1; then
+						$CMP logits "$out.tp$ltp.npy" "$W/${m}_logits.npy" >"$W/cmp.log" 2>&1; then
 						ok "$m: Megatron loads megac's $f export at TP$ltp strictly, with its own logits ($(cat "$W/cmp.log"))"
 					else
 						notok "$m: Megatron loads megac's $f export at TP$ltp"
@@ -335,14 +298,8 @@ print("max |difference| %.2g" % d)' "$out.tp$ltp.npy" "$W/${m}_logits.npy" >"$W/
 	if [ -n "${MTREE:-}" ]; then
 		# Megatron continues megac's export of its own run: weights, moments, step, schedule
 		if OMP_NUM_THREADS=1 $PY $FIX/make_fixtures.py train --megatron "$MTREE" --out "$W" --model llama \
-			--load "$W/train_dist" --losses "$W/meg_cont.json" >"$W/meg.log" 2>&1 && $PY -c '
-import json, sys
-want = json.load(open(sys.argv[1]))["losses"][2:]
-got = json.load(open(sys.argv[2]))
-assert got["first"] == 3, got["first"]
-d = max(abs(a - b) / abs(b) for a, b in zip(got["losses"], want))
-assert d < 1e-5, (got["losses"], want)
-print("worst relative difference %.1e" % d)' "$W/llama_train_losses.json" "$W/meg_cont.json" >"$W/cmp.log" 2>&1; then
+			--load "$W/train_dist" --losses "$W/meg_cont.json" >"$W/meg.log" 2>&1 &&
+			$CMP losses "$W/llama_train_losses.json" "$W/meg_cont.json" 3 1e-5 >"$W/cmp.log" 2>&1; then
 			ok "Megatron continues megac's torch_dist export with its optimizer state, with its own losses ($(cat "$W/cmp.log"))"
 		else
 			notok "Megatron continues megac's torch_dist export with its optimizer state"
@@ -362,13 +319,7 @@ print("worst relative difference %.1e" % d)' "$W/llama_train_losses.json" "$W/me
 			$BIN/ckpt_convert --load "$W/bf/llama_train_bf16_torch_dist" --save "$W/bf/megac" --from megatron \
 				--tokenizer-type NullTokenizer --vocab-size 128 >"$OUT_LOG" 2>"$ERR" &&
 			$BIN/train $TRAIN_FLAGS --bf16 --load "$W/bf/megac" --metrics-file "$W/bf/m.jsonl" >"$OUT_LOG" 2>"$ERR" &&
-			$PY -c '
-import json, sys
-want = json.load(open(sys.argv[1]))["losses"][2:]
-got = [json.loads(l)["lm loss"] for l in open(sys.argv[2])]
-d = max(abs(a - b) / abs(b) for a, b in zip(got, want))
-assert len(got) == 2 and d < 1e-3, (got, want)
-print("worst relative difference %.1e" % d)' "$W/bf/llama_train_bf16_losses.json" "$W/bf/m.jsonl" >"$W/cmp.log" 2>&1; then
+			$CMP losses "$W/bf/llama_train_bf16_losses.json" "$W/bf/m.jsonl" 3 1e-3 >"$W/cmp.log" 2>&1; then
 			ok "bf16: megac continues Megatron's mixed-precision run ($(cat "$W/cmp.log"))"
 		else
 			notok "bf16: megac continues Megatron's mixed-precision run"
@@ -379,18 +330,39 @@ print("worst relative difference %.1e" % d)' "$W/bf/llama_train_bf16_losses.json
 		if $BIN/ckpt_convert --load "$W/bf/megac" --save "$W/bf/back" --to megatron --ckpt-format torch_dist \
 			--dtype bf16 --make-vocab-size-divisible-by 64 >"$OUT_LOG" 2>"$ERR" &&
 			OMP_NUM_THREADS=1 $PY $FIX/make_fixtures.py train --megatron "$MTREE" --out "$W/bf" --model llama \
-				--bf16 --load "$W/bf/back" --losses "$W/bf/meg_cont.json" >"$W/meg.log" 2>&1 && $PY -c '
-import json, sys
-want = json.load(open(sys.argv[1]))["losses"][2:]
-got = json.load(open(sys.argv[2]))["losses"]
-assert got == want, (got, want)
-print("%s" % got)' "$W/bf/llama_train_bf16_losses.json" "$W/bf/meg_cont.json" >"$W/cmp.log" 2>&1; then
+				--bf16 --load "$W/bf/back" --losses "$W/bf/meg_cont.json" >"$W/meg.log" 2>&1 &&
+			$CMP losses "$W/bf/llama_train_bf16_losses.json" "$W/bf/meg_cont.json" 3 0 >"$W/cmp.log" 2>&1; then
 			ok "bf16: Megatron continues megac's bf16 torch_dist export with its own losses exactly ($(cat "$W/cmp.log"))"
 		else
 			notok "bf16: Megatron continues megac's bf16 torch_dist export"
 			show "$W/meg.log" 15
 			show "$ERR"
 			show "$W/cmp.log"
+		fi
+	fi
+	if [ -n "${MTREE:-}" ]; then
+		# Megatron's distributed optimizer saves its state in its buffer layout
+		# (optimizer.distributed.*, dp_reshardable), not read yet: train
+		# refuses it by name, and with --no-load-optim continues from the
+		# weights (iteration 3's loss, which the moments do not change yet)
+		mkdir -p "$W/do"
+		if OMP_NUM_THREADS=1 $PY $FIX/make_fixtures.py train --megatron "$MTREE" --out "$W/do" --model llama \
+			--dist-opt >"$W/meg.log" 2>&1; then
+			expect_fail "the distributed optimizer's layout is refused by name" "optimizer.distributed" \
+				$BIN/train $TRAIN_FLAGS --load "$W/do/llama_train_torch_dist" --train-iters 3
+			rm -f "$W/do/m.jsonl"
+			if $BIN/train $TRAIN_FLAGS --load "$W/do/llama_train_torch_dist" --train-iters 3 --no-load-optim \
+				--metrics-file "$W/do/m.jsonl" >"$OUT_LOG" 2>"$ERR" &&
+				$CMP losses "$W/do/llama_train_losses.json" "$W/do/m.jsonl" 3 1e-5 >"$W/cmp.log" 2>&1; then
+				ok "and with --no-load-optim its weights continue ($(cat "$W/cmp.log"))"
+			else
+				notok "with --no-load-optim the distributed optimizer's run continues from its weights"
+				show "$ERR"
+				show "$W/cmp.log"
+			fi
+		else
+			notok "Megatron trains with its distributed optimizer on the CPU"
+			show "$W/meg.log" 10
 		fi
 	fi
 elif long_only; then
