@@ -51,36 +51,24 @@ fi
 # on the imported checkpoint gives the logits Megatron recorded
 LOGITS=$MEGAC_BUILD/tools/megac_logits
 CMP="$PY tests/prog/py/megatron_compare.py"
-for m in gpt llama; do
-	for tp in 1 2; do
-		d="$W/${m}_tp${tp}_megac"
-		if $BIN/ckpt_convert --load "$W/${m}_tp${tp}_torch" --save "$d" --from megatron --tokenizer-type NullTokenizer \
-			--vocab-size 128 >"$OUT_LOG" 2>"$ERR" && $LOGITS "$d" "$W/${m}_tokens.npy" "$d.npy" 2>"$ERR" &&
-			$CMP logits "$d.npy" "$W/${m}_logits.npy" >"$W/cmp.log" 2>&1; then
-			ok "$m TP$tp: imported with --from megatron, megac's logits are Megatron's ($(cat "$W/cmp.log"))"
-		else
-			notok "$m TP$tp: imported with --from megatron, megac's logits are Megatron's"
-			show "$ERR"
-			show "$W/cmp.log"
-		fi
-	done
-done
-
-# the torch_dist checkpoints (PyTorch Distributed Checkpoint: global tensors in
-# chunks, the layers stacked) import as well, with the same logits
-for m in gpt llama; do
-	for tp in 1 2; do
-		d="$W/${m}_tp${tp}_dist_megac"
-		if $BIN/ckpt_convert --load "$W/${m}_tp${tp}_torch_dist" --save "$d" --from megatron \
-			--tokenizer-type NullTokenizer --vocab-size 128 >"$OUT_LOG" 2>"$ERR" &&
-			$LOGITS "$d" "$W/${m}_tokens.npy" "$d.npy" 2>"$ERR" &&
-			$CMP logits "$d.npy" "$W/${m}_logits.npy" >"$W/cmp.log" 2>&1; then
-			ok "$m TP$tp torch_dist: imported with --from megatron, megac's logits are Megatron's ($(cat "$W/cmp.log"))"
-		else
-			notok "$m TP$tp torch_dist: imported with --from megatron, megac's logits are Megatron's"
-			show "$ERR"
-			show "$W/cmp.log"
-		fi
+# (legacy torch, then torch_dist: PyTorch Distributed Checkpoint, global
+# tensors in chunks, the layers stacked)
+for f in torch torch_dist; do
+	for m in gpt llama; do
+		for tp in 1 2; do
+			d="$W/${m}_tp${tp}_megac"
+			[ $f = torch ] || d="$W/${m}_tp${tp}_dist_megac"
+			if $BIN/ckpt_convert --load "$W/${m}_tp${tp}_$f" --save "$d" --from megatron \
+				--tokenizer-type NullTokenizer --vocab-size 128 >"$OUT_LOG" 2>"$ERR" &&
+				$LOGITS "$d" "$W/${m}_tokens.npy" "$d.npy" 2>"$ERR" &&
+				$CMP logits "$d.npy" "$W/${m}_logits.npy" >"$W/cmp.log" 2>&1; then
+				ok "$m TP$tp $f: imported with --from megatron, megac's logits are Megatron's ($(cat "$W/cmp.log"))"
+			else
+				notok "$m TP$tp $f: imported with --from megatron, megac's logits are Megatron's"
+				show "$ERR"
+				show "$W/cmp.log"
+			fi
+		done
 	done
 done
 # and give the very tensors of the legacy import
