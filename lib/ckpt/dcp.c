@@ -332,11 +332,6 @@ void dcp_close(struct dcp *c)
 	free(c);
 }
 
-static void free_copy(void *p)
-{
-	free(p);
-}
-
 /* the archive of a chunk, loaded into d (copied first when copy: the
  * document then outlives the mapping, which dcp_close releases) */
 static struct pk_value *load_chunk(struct dcp *c, struct pk_doc *d, const struct dcp_item *it,
@@ -361,7 +356,7 @@ static struct pk_value *load_chunk(struct dcp *c, struct pk_doc *d, const struct
 	if (copy) {
 		char *dup = xmalloc(q->len + 1);
 		memcpy(dup, bytes, q->len);
-		pk_doc_attach(d, free_copy, dup);
+		pk_doc_attach(d, free, dup);
 		bytes = dup;
 	}
 	struct pk_value *v = torch_load_mem(d, bytes, (size_t)q->len, what);

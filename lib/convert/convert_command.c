@@ -703,6 +703,23 @@ static int target_layout(const struct args *a, int *tp, int *pp, int *vpp)
 	return 0;
 }
 
+/* Whether the source holds optimizer state: optim.h5 is there (1) or not
+ * (0); -1 when model.h5 records it (optimizer_state_saved 1) but the file
+ * is missing; 0 also for a file that model.h5 records as not written. */
+static int source_optim(struct ckpt_reader *r, int mf)
+{
+	char *p = path_join(ckpt_reader_dir(r), "optim.h5");
+	bool there = access(p, F_OK) == 0;
+	free(p);
+	int64_t saved = -1;
+	if (ckpt_has_attr(r, mf, NULL, "optimizer_state_saved") != 1 ||
+	    ckpt_get_attr_i64(r, mf, NULL, "optimizer_state_saved", &saved) != 0)
+		saved = -1;
+	if (!there)
+		return saved > 0 ? -1 : 0;
+	return saved != 0;
+}
+
 /* Root attributes of model.h5 for a converted checkpoint. */
 int convert_put_model_attrs_counters(struct ckpt_writer *w, int mf, int64_t iteration, const char *config,
 				     const struct megac_counters *c)
@@ -1204,15 +1221,12 @@ static int megac_to_megac(const struct args *a)
 	int of = -1;
 	bool optim = !a->no_optim;
 	if (optim) {
-		char *p = path_join(ckpt_reader_dir(r), "optim.h5");
-		optim = access(p, F_OK) == 0;
-		free(p);
 		/* a source without optimizer state gives a target without it, said
 		 * and recorded; one that says it saved the state but lacks the file
 		 * is damaged */
-		int64_t saved = -1;
-		if (!optim && ckpt_has_attr(r, mf, NULL, "optimizer_state_saved") == 1 &&
-		    ckpt_get_attr_i64(r, mf, NULL, "optimizer_state_saved", &saved) == 0 && saved) {
+		int there = source_optim(r, mf);
+		optim = there > 0;
+		if (there < 0) {
 			error("'%s/optim.h5' is missing, although model.h5 records optimizer state (optimizer_state_saved "
 			      "= 1): the checkpoint is damaged; give --no-optim to convert the weights alone",
 			      ckpt_reader_dir(r));
@@ -1392,13 +1406,7 @@ int convert_to_megatron_ex(const struct args *a, bool replace)
 				     .beta1 = a->adam_beta1, .beta2 = a->adam_beta2, .eps = a->adam_eps };
 	/* Adam's state goes into torch_dist (by name); the legacy format's index
 	 * order is not written yet */
-	char *op = path_join(ckpt_reader_dir(r), "optim.h5");
-	bool has_optim = access(op, F_OK) == 0;
-	free(op);
-	int64_t saved = 0;
-	if (has_optim && ckpt_has_attr(r, mf, NULL, "optimizer_state_saved") == 1 &&
-	    ckpt_get_attr_i64(r, mf, NULL, "optimizer_state_saved", &saved) == 0 && !saved)
-		has_optim = false;
+	bool has_optim = source_optim(r, mf) > 0;
 	if (e.dist && has_optim && !a->no_optim && (e.of = ckpt_file_open(r, "optim.h5")) < 0) {
 		ckpt_close(r);
 		return -1;

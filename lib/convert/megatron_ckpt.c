@@ -320,7 +320,6 @@ static int write_rank(const struct megatron_export *e, const json_t *config, con
 
 /* ---- megac -> Megatron's torch_dist format ---- */
 
-static void free_buffer(void *p);
 
 /*
  * One DCP folder written as one rank: every tensor global (the target
@@ -359,6 +358,17 @@ static int dist_extra_states(struct dcp_writer *w, const char *stacked, int l, i
 	return rc;
 }
 
+/* Megatron's scheduler state dict (opt_param_scheduler), in its order, and
+ * how optim.h5 keeps each field: 'f' float64, 'i' int64, 's' text; 'w' the
+ * warmup length, float64 in optim.h5 and an int in Megatron's dict. */
+static const struct sched_field {
+	const char *name;
+	char kind;
+} sched_fields[] = { { "max_lr", 'f' },	  { "lr_warmup_steps", 'w' }, { "num_steps", 'i' },
+		     { "lr_decay_style", 's' }, { "lr_decay_steps", 'i' },  { "min_lr", 'f' },
+		     { "start_wd", 'f' },	  { "end_wd", 'f' },	      { "wd_incr_style", 's' },
+		     { "wd_incr_steps", 'i' } };
+
 /* fp16's dynamic loss scaler, as Megatron's DynamicGradScaler.state_dict
  * holds it: {"scale": float32 tensor, "growth_tracker", "hysteresis_tracker"} */
 static int dist_grad_scaler(struct pk_doc *d, struct pk_value *outer, const struct megatron_export *e)
@@ -371,7 +381,7 @@ static int dist_grad_scaler(struct pk_doc *d, struct pk_value *outer, const stru
 		return -1;
 	float *keep = xmalloc(sizeof(float));
 	*keep = (float)scale;
-	pk_doc_attach(d, free_buffer, keep);
+	pk_doc_attach(d, free, keep);
 	struct pk_value *gs = pk_dict(d);
 	pk_set_str(d, gs, "scale", pk_tensor(d, pk_storage(d, PK_DT_F32, keep, 1), 0, 0, NULL, NULL));
 	pk_set_str(d, gs, "growth_tracker", pk_int(d, growth));
@@ -388,37 +398,34 @@ static int dist_grad_scaler(struct pk_doc *d, struct pk_value *outer, const stru
 static int dist_optimizer_common(struct pk_doc *d, struct pk_value *common, const struct megatron_export *e)
 {
 	int64_t step, i64;
-	double f64, max_lr = 0, min_lr = 0, wd = 0;
+	double f64;
 	char *str = NULL;
 	if (ckpt_get_attr_i64(e->r, e->of, NULL, "step", &step) < 0)
 		return -1;
 	struct pk_value *sched = pk_dict(d);
-	static const char *const num[] = { "max_lr", "lr_warmup_steps", "min_lr", "start_wd", "end_wd" };
-	static const char *const ints[] = { "num_steps", "lr_decay_steps", "wd_incr_steps" };
-	static const char *const strs[] = { "lr_decay_style", "wd_incr_style" };
-	for (size_t i = 0; i < sizeof(num) / sizeof(num[0]); i++) {
-		if (ckpt_get_attr_f64(e->r, e->of, NULL, num[i], &f64) < 0)
+	for (size_t i = 0; i < sizeof(sched_fields) / sizeof(sched_fields[0]); i++) {
+		const struct sched_field *f = &sched_fields[i];
+		int r;
+		if (f->kind == 's') {
+			r = ckpt_get_attr_str(e->r, e->of, NULL, f->name, &str);
+			if (r == 0)
+				pk_set_str(d, sched, f->name, pk_str(d, str));
+			free(str);
+			str = NULL;
+		} else if (f->kind == 'i') {
+			r = ckpt_get_attr_i64(e->r, e->of, NULL, f->name, &i64);
+			if (r == 0)
+				pk_set_str(d, sched, f->name, pk_int(d, i64));
+		} else {
+			r = ckpt_get_attr_f64(e->r, e->of, NULL, f->name, &f64);
+			if (r == 0)
+				pk_set_str(d, sched, f->name, f->kind == 'w' ? pk_int(d, (int64_t)f64) : pk_float(d, f64));
+		}
+		if (r < 0)
 			return -1;
-		/* Megatron keeps the warmup length as an int */
-		pk_set_str(d, sched, num[i], i == 1 ? pk_int(d, (int64_t)f64) : pk_float(d, f64));
-		if (i == 0)
-			max_lr = f64;
-		if (i == 2)
-			min_lr = f64;
-		if (i == 3)
-			wd = f64;
 	}
-	for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) {
-		if (ckpt_get_attr_i64(e->r, e->of, NULL, ints[i], &i64) < 0)
-			return -1;
-		pk_set_str(d, sched, ints[i], pk_int(d, i64));
-	}
-	for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++) {
-		if (ckpt_get_attr_str(e->r, e->of, NULL, strs[i], &str) < 0)
-			return -1;
-		pk_set_str(d, sched, strs[i], pk_str(d, str));
-		free(str);
-	}
+	double max_lr = pk_get(sched, "max_lr")->f, min_lr = pk_get(sched, "min_lr")->f,
+	       wd = pk_get(sched, "start_wd")->f;
 	struct pk_value *groups = pk_list(d);
 	for (int g = 0; g < 2; g++) { /* Megatron's order: the default group first, then no weight decay */
 		struct pk_value *pg = pk_dict(d), *betas = pk_tuple(d);
@@ -447,7 +454,7 @@ static int dist_optimizer_common(struct pk_doc *d, struct pk_value *common, cons
 	float fstep = (float)step;
 	float *keep_step = xmalloc(sizeof(float));
 	*keep_step = fstep;
-	pk_doc_attach(d, free_buffer, keep_step);
+	pk_doc_attach(d, free, keep_step);
 	struct pk_value *st = pk_dict(d), *opt = pk_dict(d);
 	if (step) /* (Megatron leaves a step of 0 out) */
 		pk_set_str(d, st, "common_step",
@@ -608,6 +615,24 @@ struct rank_in {
 	struct pk_value *model; /* its "model" dict */
 	char *path;
 };
+
+enum megatron_format megatron_iteration_format(const char *dir)
+{
+	static const struct {
+		const char *file;
+		enum megatron_format f;
+	} marks[] = { { ".metadata", MEGATRON_TORCH_DIST },
+		      { "mp_rank_00/model_optim_rng.pt", MEGATRON_TORCH },
+		      { "mp_rank_00_000/model_optim_rng.pt", MEGATRON_TORCH } };
+	for (size_t i = 0; i < sizeof(marks) / sizeof(marks[0]); i++) {
+		char *p = xasprintf("%s/%s", dir, marks[i].file);
+		bool there = access(p, F_OK) == 0;
+		free(p);
+		if (there)
+			return marks[i].f;
+	}
+	return MEGATRON_NONE;
+}
 
 /* The TP and PP sizes of iteration directory dir, from its mp_rank_TT[_PPP]
  * folders, which must form the whole grid. */
@@ -781,12 +806,7 @@ static int64_t ns_int(const struct pk_value *ns, const char *key);
  * they are unstacked into decoder.layers.<i>.* views of one buffer. The
  * tensors are global, so no TP or PP layout is needed to join them.
  */
-static void free_buffer(void *p)
-{
-	free(p);
-}
-
-static int read_dist(const char *dir, struct rank_in *ri)
+static int read_dist(const char *dir, struct rank_in *ri, bool want_optim)
 {
 	ri->path = xasprintf("%s/.metadata", dir);
 	ri->d = pk_doc_new();
@@ -818,6 +838,8 @@ static int read_dist(const char *dir, struct rank_in *ri)
 			ri->dist_optim = true;
 		if (!it->tensor || !strncmp(it->fqn, "optimizer.distributed.", 22))
 			continue; /* sharded objects: TE's _extra_state, the common state; the distributed optimizer's */
+		if (!want_optim && !strncmp(it->fqn, "optimizer.", 10))
+			continue; /* (not read for nothing: --no-optim) */
 		if (!strncmp(it->fqn, "mtp.", 4) || strstr(it->fqn, ".experts."))
 			return dcp_close(c), error("'%s': tensor '%s': mixture-of-experts and multi-token prediction "
 						   "checkpoints are not read yet",
@@ -826,7 +848,7 @@ static int read_dist(const char *dir, struct rank_in *ri)
 		for (int j = 0; j < it->ndim; j++)
 			n *= it->size[j];
 		void *buf = xmalloc((size_t)n * pk_dtype_size(it->dtype) + 1);
-		pk_doc_attach(ri->d, free_buffer, buf);
+		pk_doc_attach(ri->d, free, buf);
 		if (dcp_read_tensor(c, it, buf) < 0) {
 			rc = -1;
 			break;
@@ -955,27 +977,23 @@ static int read_optim_common(const struct pk_value *root, const char *where, str
 
 static int put_optim_attrs(struct ckpt_writer *w, int of, int64_t iter, const struct optim_in *oi)
 {
-	static const char *const num[] = { "max_lr", "min_lr", "lr_warmup_steps", "start_wd", "end_wd" };
-	static const char *const ints[] = { "num_steps", "lr_decay_steps", "wd_incr_steps" };
-	static const char *const strs[] = { "lr_decay_style", "wd_incr_style" };
 	int r = ckpt_put_attr_i64(w, of, NULL, "iteration", iter);
 	r |= ckpt_put_attr_i64(w, of, NULL, "step", oi->step);
-	double x;
-	for (size_t i = 0; i < sizeof(num) / sizeof(num[0]); i++) {
-		if (scalar_of(pk_get(oi->sched, num[i]), &x) < 0)
-			return error("opt_param_scheduler has no number '%s'", num[i]);
-		r |= ckpt_put_attr_f64(w, of, NULL, num[i], x);
-	}
-	for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) {
-		if (scalar_of(pk_get(oi->sched, ints[i]), &x) < 0)
-			return error("opt_param_scheduler has no number '%s'", ints[i]);
-		r |= ckpt_put_attr_i64(w, of, NULL, ints[i], (int64_t)x);
-	}
-	for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++) {
-		const struct pk_value *v = pk_get(oi->sched, strs[i]);
-		if (!v || v->kind != PK_STR)
-			return error("opt_param_scheduler has no text '%s'", strs[i]);
-		r |= ckpt_put_attr_str(w, of, NULL, strs[i], v->s.p);
+	for (size_t i = 0; i < sizeof(sched_fields) / sizeof(sched_fields[0]); i++) {
+		const struct sched_field *f = &sched_fields[i];
+		const struct pk_value *v = pk_get(oi->sched, f->name);
+		double x;
+		if (f->kind == 's') {
+			if (!v || v->kind != PK_STR)
+				return error("opt_param_scheduler has no text '%s'", f->name);
+			r |= ckpt_put_attr_str(w, of, NULL, f->name, v->s.p);
+		} else if (scalar_of(v, &x) < 0) {
+			return error("opt_param_scheduler has no number '%s'", f->name);
+		} else if (f->kind == 'i') {
+			r |= ckpt_put_attr_i64(w, of, NULL, f->name, (int64_t)x);
+		} else {
+			r |= ckpt_put_attr_f64(w, of, NULL, f->name, x);
+		}
 	}
 	r |= ckpt_put_attr_f64(w, of, NULL, "loss_scale", oi->loss_scale);
 	r |= ckpt_put_attr_i64(w, of, NULL, "growth_tracker", oi->growth);
@@ -1036,9 +1054,7 @@ int megatron_import(const struct args *a, bool tell)
 		iter = a->iteration;
 	char *dir = ckpt_iter_path(a->load, iter);
 	int tp = 1, pp = 1;
-	char *meta = xasprintf("%s/.metadata", dir);
-	bool dist = access(meta, F_OK) == 0;
-	free(meta);
+	bool dist = megatron_iteration_format(dir) == MEGATRON_TORCH_DIST;
 	if (!dist && find_layout(dir, &tp, &pp) < 0) {
 		free(dir);
 		return -1;
@@ -1046,7 +1062,7 @@ int megatron_import(const struct args *a, bool tell)
 	struct rank_in *in = xcalloc((size_t)tp * pp, sizeof(*in));
 	int rc = 0;
 	if (dist)
-		rc = read_dist(dir, &in[0]);
+		rc = read_dist(dir, &in[0], !a->no_optim);
 	for (int s = 0; !dist && rc == 0 && s < pp; s++)
 		for (int t = 0; rc == 0 && t < tp; t++) {
 			struct rank_in *ri = &in[s * tp + t];

@@ -29,6 +29,11 @@ struct megatron_export {
 	double beta1, beta2, eps; /* Adam's, for Megatron's param_groups (megac's checkpoint does not hold them) */
 };
 
+/* What Megatron wrote in iteration folder dir, from its files: torch_dist's
+ * .metadata, or the legacy mp_rank_00[_000]/model_optim_rng.pt. */
+enum megatron_format { MEGATRON_NONE, MEGATRON_TORCH, MEGATRON_TORCH_DIST };
+enum megatron_format megatron_iteration_format(const char *dir);
+
 /* Write --save as Megatron's legacy checkpoint of e's model (all or
  * nothing: a hidden directory renamed into place, the tracker last). */
 int megatron_torch_export(const struct args *a, const struct megatron_export *e);

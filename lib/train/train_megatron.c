@@ -23,7 +23,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "base/error.h"
 #include "base/xalloc.h"
@@ -31,21 +30,6 @@
 #include "convert/convert_int.h"
 #include "convert/megatron_ckpt.h"
 #include "train/trainer.h"
-
-/* 1 when iteration directory dir is Megatron's (torch_dist or legacy torch) */
-static int is_megatron_iteration(const char *dir)
-{
-	static const char *const marks[] = { ".metadata", "mp_rank_00/model_optim_rng.pt",
-					     "mp_rank_00_000/model_optim_rng.pt" };
-	for (size_t i = 0; i < sizeof(marks) / sizeof(marks[0]); i++) {
-		char *p = xasprintf("%s/%s", dir, marks[i]);
-		int there = access(p, F_OK) == 0;
-		free(p);
-		if (there)
-			return 1;
-	}
-	return 0;
-}
 
 int train_ckpt_load_any(struct trainer *t)
 {
@@ -62,7 +46,7 @@ int train_ckpt_load_any(struct trainer *t)
 			found = false;
 		if (found) { /* (it may be CKPT_RELEASE: the release folder) */
 			char *dir = ckpt_iter_path(a->load, it);
-			v[0] = is_megatron_iteration(dir);
+			v[0] = megatron_iteration_format(dir) != MEGATRON_NONE;
 			free(dir);
 		}
 		if (v[0]) {
