@@ -4,7 +4,9 @@
  * named beside it); the model's order of ops is that of
  * lib/model/{gpt,transformer_layer,attention,mlp}.c, moe/ and fp8_linear.c.
  * Multi-latent attention's projections are not modelled (its q/k/v widths
- * stand in).
+ * stand in). A hybrid model's layers request by kind: a Mamba layer its
+ * mixer's (ssm.cu, lib/model/mamba_mixer.c), an attention-only or MLP-only
+ * layer its half of a transformer layer's.
  */
 #include "memcalc/cuda_ws.h"
 
@@ -219,15 +221,64 @@ static size_t expert_rows(const struct gpt_model *m, const struct shape *s)
 	return El ? (s->N * (size_t)m->lc.router.k + El - 1) / El : 0;
 }
 
+/* ---- the Mamba-2 mixer (ssm.cu; the model's calls are lib/model/mamba_mixer.c's) ---- */
+
+/* ssm.cu: SSM_SMEM and SCAN_WARPS */
+#define SSM_SMEM (48 * 1024)
+#define SCAN_WARPS 8
+
+static void mamba_fwd(struct cuda_ws *w, const struct gpt_model *m, const struct shape *s)
+{
+	const struct gpt_config *c = &m->lc;
+	size_t H = (size_t)c->mamba_H, P = (size_t)c->mamba_P, N = (size_t)c->mamba_N;
+	lin_fwd(w, s->half, s->N, s->h, (size_t)gpt_mamba_proj_dim(c)); /* in_proj */
+	/* cuda_ssd_scan_forward: a head's rows of the state in scratch when
+	 * SCAN_ROWS (4) rows of N would not fit in shared memory */
+	if (4 * N * sizeof(float) > SSM_SMEM)
+		request(w, s->B * H * P * N * sizeof(float));
+	lin_fwd(w, s->half, s->N, (size_t)gpt_mamba_inner(c), s->h); /* out_proj */
+}
+
+static void mamba_bwd(struct cuda_ws *w, const struct gpt_model *m, const struct shape *s, bool rms)
+{
+	const struct gpt_config *c = &m->lc;
+	size_t H = (size_t)c->mamba_H, P = (size_t)c->mamba_P, N = (size_t)c->mamba_N, T = s->T, B = s->B;
+	size_t di = (size_t)gpt_mamba_inner(c), C = (size_t)gpt_mamba_conv_dim(c), Wd = (size_t)c->mamba_W;
+	lin_bwd(w, s->half, s->N, di, s->h, true, false); /* out_proj */
+	/* cuda_gated_rmsnorm_backward: the weight's partial sums */
+	request(w, row_blocks(s->N) * di * sizeof(float));
+	/* cuda_ssd_scan_backward: the per-(sample, head) partials, the states
+	 * at chunk starts and one chunk's states, the per-head dB and dC, and
+	 * the shared slots when they do not fit */
+	size_t L = (size_t)c->mamba_chunk < T ? (size_t)c->mamba_chunk : T, nck = (T + L - 1) / L;
+	size_t nw = P < SCAN_WARPS ? P : SCAN_WARPS, BH = B * H, PN = P * N, BTHN = B * T * H * N;
+	size_t sm = (2 * 3 * nw + PN + 2 * nw * N + 3) & ~(size_t)3;
+	size_t gsm = sm * sizeof(float) <= SSM_SMEM ? 0 : BH * sm;
+	request(w, (BH * 3 * 2 + gsm + BH * nck * PN + BH * L * PN + 2 * BTHN) * sizeof(float));
+	/* cuda_ssm_conv_backward: the gradient through SiLU and the weight's
+	 * and bias's partial sums */
+	request(w, (s->N * C + row_blocks(s->N) * (Wd + 1) * C) * sizeof(float));
+	lin_bwd(w, s->half, s->N, s->h, (size_t)gpt_mamba_proj_dim(c), true, false); /* in_proj */
+	norm_bwd(w, rms, s->Nl, s->h);
+}
+
 static void layer_fwd(struct cuda_ws *w, const struct gpt_model *m, const struct shape *s, bool flash, int l)
 {
 	const struct gpt_config *c = &m->lc;
 	const struct transformer_layer_spec *sp = &m->lp[l].spec;
 	size_t qkv = (s->a + 2 * s->g) * s->k, ak = s->a * s->k;
 	bool f8 = gpt_fp8_layer(m, l);
-	tl_fwd(w, s, f8, s->N, s->h, qkv);
-	attn_fwd(w, s, flash);
-	tl_fwd(w, s, f8, s->N, ak, s->h);
+	if (sp->kind == GPT_LAYER_MAMBA) {
+		mamba_fwd(w, m, s);
+		return;
+	}
+	if (sp->kind != GPT_LAYER_MLP) {
+		tl_fwd(w, s, f8, s->N, s->h, qkv);
+		attn_fwd(w, s, flash);
+		tl_fwd(w, s, f8, s->N, ak, s->h);
+	}
+	if (sp->kind == GPT_LAYER_ATTENTION)
+		return;
 	if (sp->mlp == LAYER_MLP_MOE) {
 		size_t fm = (size_t)c->moe_f, fs = (size_t)c->shared_f, n = expert_rows(m, s);
 		lin_fwd(w, s->half, s->N, s->h, (size_t)c->E); /* the router */
@@ -244,13 +295,12 @@ static void layer_fwd(struct cuda_ws *w, const struct gpt_model *m, const struct
 	}
 }
 
-static void layer_bwd(struct cuda_ws *w, const struct gpt_model *m, const struct shape *s, bool flash, int l)
+/* the MLP (or MoE) block's backward, its norm last */
+static void mlp_bwd(struct cuda_ws *w, const struct gpt_model *m, const struct shape *s, int l)
 {
 	const struct gpt_config *c = &m->lc;
 	const struct transformer_layer_spec *sp = &m->lp[l].spec;
-	size_t qkv = (s->a + 2 * s->g) * s->k, ak = s->a * s->k;
-	bool rms = sp->norm == LAYER_RMSNORM, f8 = gpt_fp8_layer(m, l);
-	/* a recomputed forward repeats the forward's requests: nothing new */
+	bool f8 = gpt_fp8_layer(m, l);
 	if (sp->mlp == LAYER_MLP_MOE) {
 		size_t fm = (size_t)c->moe_f, fs = (size_t)c->shared_f, n = expert_rows(m, s);
 		if (sp->shared_expert) {
@@ -266,11 +316,33 @@ static void layer_bwd(struct cuda_ws *w, const struct gpt_model *m, const struct
 		tl_bwd(w, s, f8, s->N, f, s->h, sp->fc_bias);
 		tl_bwd(w, s, f8, s->N, s->h, sp->swiglu ? 2 * f : f, sp->fc_bias);
 	}
-	norm_bwd(w, rms, s->Nl, s->h);
+	norm_bwd(w, sp->norm == LAYER_RMSNORM, s->Nl, s->h);
+}
+
+/* the self-attention block's backward, its norm last */
+static void attention_bwd(struct cuda_ws *w, const struct gpt_model *m, const struct shape *s, bool flash, int l)
+{
+	const struct transformer_layer_spec *sp = &m->lp[l].spec;
+	size_t qkv = (s->a + 2 * s->g) * s->k, ak = s->a * s->k;
+	bool f8 = gpt_fp8_layer(m, l);
 	tl_bwd(w, s, f8, s->N, ak, s->h, sp->proj_bias);
 	attn_bwd(w, s, flash);
 	tl_bwd(w, s, f8, s->N, s->h, qkv, sp->qkv_bias);
-	norm_bwd(w, rms, s->Nl, s->h);
+	norm_bwd(w, sp->norm == LAYER_RMSNORM, s->Nl, s->h);
+}
+
+/* a recomputed forward repeats the forward's requests: nothing new */
+static void layer_bwd(struct cuda_ws *w, const struct gpt_model *m, const struct shape *s, bool flash, int l)
+{
+	enum gpt_layer_kind kind = m->lp[l].spec.kind;
+	if (kind == GPT_LAYER_MAMBA) {
+		mamba_bwd(w, m, s, m->lp[l].spec.norm == LAYER_RMSNORM);
+		return;
+	}
+	if (kind != GPT_LAYER_ATTENTION)
+		mlp_bwd(w, m, s, l);
+	if (kind != GPT_LAYER_MLP)
+		attention_bwd(w, m, s, flash, l);
 }
 
 void cuda_ws_model(struct cuda_ws *w, const struct gpt_model *m, bool half)

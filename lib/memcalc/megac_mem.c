@@ -108,8 +108,6 @@ int megac_mem_predict(const struct args *a, int64_t vocab, struct megac_stage_me
 	struct gpt_config cfg;
 	if (gpt_config_from_args(&cfg, a, vocab) < 0)
 		return -1;
-	if (cfg.hybrid) /* docs/mamba.md */
-		return error("--hybrid-layer-pattern: report_memory does not model hybrid Mamba models yet");
 	int64_t mbs = a->micro_batch_size, dp = l.dp;
 	int64_t gbs = a->global_batch_size > 0 ? a->global_batch_size : mbs * dp;
 	if (mbs < 1 || gbs % (mbs * dp))

@@ -111,9 +111,8 @@ int memcalc_config_from_args(struct mm_config *c, const struct args *a, unsigned
 	struct gpt_config g;
 	if (gpt_config_from_args(&g, &dense, vocab) < 0)
 		return -1;
-	if (g.hybrid) /* docs/mamba.md */
-		return error("--hybrid-layer-pattern: report_memory does not model hybrid Mamba models yet (neither "
-			     "Megatron's formula nor megac's prediction)");
+	if (g.hybrid) /* memcalc_run reports hybrids without Megatron's formula */
+		BUG("Megatron's memory formula for a hybrid model");
 	/* the layout fit, Megatron's rules only (what megac's model needs
 	 * beyond them decides megac's own prediction, not the formula) */
 	struct gpt_config fit = g;
@@ -354,6 +353,44 @@ static int print_json(const struct args *a, const struct mm_config *c, const str
 
 static int memcalc_run(struct args *w);
 
+/* Megatron's report_theoretical_memory prints this line for a hybrid
+ * model (is_hybrid_model: a layer pattern) and nothing else; megac's own
+ * prediction follows it. */
+#define MEGATRON_HYBRID_LINE "Theoretical memory footprints not yet supported for hybrid Mamba-Transformer models."
+
+static int hybrid_report(const struct args *a)
+{
+	struct megac_stage_mem *st;
+	int n, have = megac_part(a, NULL, &st, &n);
+	int rc = 0;
+	if (a->json) {
+		json_t *o = json_object();
+		json_object_set_new(o, "device", json_string(megac_mem_cuda(a) ? "cuda" : "cpu"));
+		json_object_set_new(o, "megatron_formula", json_null());
+		json_object_set_new(o, "megatron_message", json_string(MEGATRON_HYBRID_LINE));
+		json_object_set_new(o, "megac", have ? megac_json(st, n) : json_null());
+		char *s = json_dumps(o, JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
+		json_decref(o);
+		if (!s)
+			rc = error("report_memory: out of memory writing JSON");
+		else if (printf("%s\n", s) < 0)
+			rc = error_errno("writing the report");
+		free(s);
+	} else {
+		printf("Megatron's theoretical memory report (theoretical_memory_usage.py) for a hybrid model:\n\n%s\n",
+		       MEGATRON_HYBRID_LINE);
+		if (have)
+			print_megac(a, st, n);
+		else
+			printf("\nmegac's own prediction: none (train does not run this configuration: see the message "
+			       "above)\n");
+	}
+	free(st);
+	if (fflush(stdout) && !rc)
+		rc = error_errno("writing the report");
+	return rc;
+}
+
 int memcalc_command(const struct args *flags)
 {
 	struct args w = *flags;
@@ -396,6 +433,8 @@ static int memcalc_run(struct args *w)
 		int64_t vocab;
 		return memcalc_vocab_size(a, &vocab) < 0 ? -1 : advise_command(a, vocab);
 	}
+	if (a->hybrid_layer_pattern || a->hybrid_override_pattern)
+		return hybrid_report(a);
 	struct mm_config c;
 	unsigned char *pattern;
 	int rc = memcalc_config_from_args(&c, a, &pattern);
