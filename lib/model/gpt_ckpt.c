@@ -70,10 +70,11 @@ int gpt_config_from_json(struct gpt_config *c, const char *json, const char *whe
 		if ((int)strlen(pat) != c->L || c->L > GPT_MAX_LAYERS)
 			rc = error("%s: hybrid_layer_pattern '%s' does not have num_layers %d layers", where, pat, c->L);
 		for (int l = 0; rc == 0 && l < c->L; l++) {
-			if (!strchr("M*-", pat[l]))
+			if (!strchr("M*-E", pat[l]))
 				rc = error("%s: hybrid_layer_pattern '%s': '%c' is not a layer megac has", where, pat,
 					   pat[l]);
 			c->layer_kind[l] = pat[l] == 'M' ? GPT_LAYER_MAMBA : pat[l] == '*' ? GPT_LAYER_ATTENTION : GPT_LAYER_MLP;
+			c->moe_layer[l] = pat[l] == 'E'; /* with num_experts below */
 		}
 		rc |= get_int(o, "mamba_state_dim", where, 1, &c->mamba_N);
 		rc |= get_int(o, "mamba_head_dim", where, 1, &c->mamba_P);
@@ -124,7 +125,9 @@ int gpt_config_from_json(struct gpt_config *c, const char *json, const char *whe
 		c->shared_f = json_is_integer(sf) ? (int)json_integer_value(sf) : 0;
 		c->shared_gate = c->shared_f > 0 && json_is_true(json_object_get(o, "moe_shared_expert_gate"));
 		const char *freq = json_string_value(json_object_get(o, "moe_layer_freq"));
-		if (rc == 0 && (c->L > GPT_MAX_LAYERS || gpt_moe_pattern(freq ? freq : "1", c->L, c->moe_layer) < 0))
+		/* a hybrid model's MoE layers are its pattern's E layers */
+		if (rc == 0 && !c->hybrid &&
+		    (c->L > GPT_MAX_LAYERS || gpt_moe_pattern(freq ? freq : "1", c->L, c->moe_layer) < 0))
 			rc = error("%s: the MoE layer pattern cannot be read", where);
 		const char *sc = json_string_value(json_object_get(o, "moe_router_score_function"));
 		c->router.sigmoid = sc && !strcmp(sc, "sigmoid");
@@ -367,7 +370,9 @@ char *gpt_config_to_json(const struct gpt_config *c, double rotary_percent)
 	if (c->hybrid) { /* docs/mamba.md: the layers and the Mamba-2 mixer's shape */
 		char pat[GPT_MAX_LAYERS + 1];
 		for (int l = 0; l < c->L; l++)
-			pat[l] = c->layer_kind[l] == GPT_LAYER_MAMBA ? 'M' : c->layer_kind[l] == GPT_LAYER_ATTENTION ? '*' : '-';
+			pat[l] = c->layer_kind[l] == GPT_LAYER_MAMBA ? 'M' : c->layer_kind[l] == GPT_LAYER_ATTENTION ? '*' :
+				 c->E > 0 && c->moe_layer[l]                  ? 'E' :
+										  '-';
 		pat[c->L] = 0;
 		json_object_set_new(o, "hybrid_layer_pattern", json_string(pat));
 		json_object_set_new(o, "mamba_state_dim", json_integer(c->mamba_N));

@@ -149,7 +149,8 @@ static int moe_from_args(struct gpt_config *c, const struct args *a)
 	if (a->moe_router_topk < 1 || a->moe_router_topk > c->E || a->moe_router_topk > 64)
 		return error("--moe-router-topk %lld must be in [1, min(--num-experts %d, 64)]",
 			     (long long)a->moe_router_topk, c->E);
-	if (gpt_moe_pattern(a->moe_layer_freq ? a->moe_layer_freq : "1", c->L, c->moe_layer) < 0)
+	/* a hybrid model's MoE layers are its pattern's E layers (hybrid_from_args) */
+	if (!c->hybrid && gpt_moe_pattern(a->moe_layer_freq ? a->moe_layer_freq : "1", c->L, c->moe_layer) < 0)
 		return -1;
 	c->moe_f = a->moe_ffn_hidden_size > 0 ? (int)a->moe_ffn_hidden_size : c->f;
 	if (a->moe_shared_expert_intermediate_size == 0)
@@ -400,27 +401,29 @@ static int hybrid_from_args(struct gpt_config *c, const struct args *a)
 	if (!pat)
 		return 0;
 	const char *flag = a->hybrid_layer_pattern ? "--hybrid-layer-pattern" : "--hybrid-override-pattern";
-	int n = 0;
+	int n = 0, moe = 0;
 	for (const char *p = pat; *p; p++, n++) {
 		const char *what = NULL;
 		switch (*p) {
-		case 'M': case '*': case '-':
+		case 'M': case '*': case '-': case 'E':
 			break;
-		case 'E': what = "MoE layers (E)"; break;
 		case 'G': what = "gated delta net layers (G)"; break;
 		case 'D': what = "DeepSeek sparse attention layers (D)"; break;
 		case '+': what = "multi-latent attention layers (+)"; break;
 		case '|': what = "pipeline stage separators (|)"; break;
 		case '/': what = "multi-token prediction patterns (/)"; break;
 		default:
-			return error("%s '%s': '%c' at position %d is not a layer symbol (M Mamba, * attention, - MLP)",
-				     flag, pat, *p, n + 1);
+			return error("%s '%s': '%c' at position %d is not a layer symbol (M Mamba, * attention, - MLP, "
+				     "E MoE)", flag, pat, *p, n + 1);
 		}
 		if (what)
 			return error("%s '%s': %s are not in megac's hybrid models yet (docs/mamba.md)", flag, pat, what);
 		if (n >= GPT_MAX_LAYERS)
 			return error("%s: more than %d layers", flag, GPT_MAX_LAYERS);
+		/* E: an MLP-only layer whose MLP is the MoE layer (moe_from_args) */
 		c->layer_kind[n] = *p == 'M' ? GPT_LAYER_MAMBA : *p == '*' ? GPT_LAYER_ATTENTION : GPT_LAYER_MLP;
+		c->moe_layer[n] = *p == 'E';
+		moe += *p == 'E';
 	}
 	if (n == 0)
 		return error("%s is empty", flag);
@@ -428,8 +431,12 @@ static int hybrid_from_args(struct gpt_config *c, const struct args *a)
 		warning("%s has %d layers; it overrides --num-layers %d", flag, n, c->L);
 	c->L = n;
 	c->hybrid = true;
-	if (a->num_experts > 0)
-		return error("--num-experts with %s: MoE layers (E) are not in megac's hybrid models yet", flag);
+	if (moe && a->num_experts <= 0)
+		return error("%s '%s': its MoE layers (E) need --num-experts", flag, pat);
+	if (!moe && a->num_experts > 0)
+		return error("--num-experts with %s '%s': no layer is a MoE layer (E)", flag, pat);
+	if (moe && a->moe_layer_freq && strcmp(a->moe_layer_freq, "1"))
+		warning("--moe-layer-freq with %s: the pattern's E layers are the MoE layers; it is ignored", flag);
 	if (a->mtp_num_layers > 0)
 		return error("--mtp-num-layers with %s: multi-token prediction is not in megac's hybrid models yet",
 			     flag);
@@ -679,9 +686,9 @@ int64_t gpt_num_params(const struct gpt_config *c, int64_t *active)
 		bool moe = c->E > 0 && c->moe_layer[l];
 		if (c->hybrid && c->layer_kind[l] != GPT_LAYER_TRANSFORMER) {
 			int64_t x = c->layer_kind[l] == GPT_LAYER_MAMBA ? mamba :
-				    c->layer_kind[l] == GPT_LAYER_ATTENTION ? attn : dense_mlp;
-			n += x;
-			act += x;
+				    c->layer_kind[l] == GPT_LAYER_ATTENTION ? attn : moe ? 0 : dense_mlp;
+			n += x + (moe ? norm + (int64_t)c->E * h + c->E * expert + shared : 0);
+			act += x + (moe ? norm + (int64_t)c->E * h + c->router.k * expert + shared : 0);
 			continue;
 		}
 		n += attn + (moe ? norm + (int64_t)c->E * h + c->E * expert + shared : dense_mlp);
@@ -718,16 +725,22 @@ double gpt_flops_per_iteration(const struct gpt_config *c, int64_t batch_size)
 	double Q = (double)c->k * c->a, KV = (double)c->k * c->g;
 	double tokens = (double)batch_size * s, sq = (double)batch_size * s * s;
 	if (c->hybrid) { /* Megatron's hybrid_flops: each layer kind's forward, times 3 */
-		double n[4] = { 0 };
-		for (int l = 0; l < c->L; l++)
-			n[c->layer_kind[l]]++;
+		double n[4] = { 0 }, n_moe = 0;
+		for (int l = 0; l < c->L; l++) {
+			bool moe = c->E > 0 && c->moe_layer[l];
+			n_moe += moe;
+			n[c->layer_kind[l]] += !moe;
+		}
 		double din = 2 * h, p = Q / h, N = c->mamba_N; /* Megatron counts d_inner as 2h */
 		double mamba = 2 * tokens * h * (2 * din + 2 * (double)c->mamba_G * N + c->mamba_H) +
 			       7 * tokens * din * N + 2 * tokens * din * h;
 		double attn_l = 4 * tokens * h * p * (h + h * (double)c->g / c->a) + 2 * sq * h * p;
 		double mlp_l = 4 * (f / h) * (c->swiglu ? 1.5 : 1.0) * tokens * h * h;
+		/* an E layer: its top-k experts and the shared one (Megatron's moe_layer_flops) */
+		double moe_l = 4 * tokens * h * (double)c->moe_f * c->router.k * (c->swiglu ? 1.5 : 1.0) +
+			       4 * tokens * h * (double)c->shared_f * (c->swiglu ? 1.5 : 1.0);
 		return 3 * (n[GPT_LAYER_MAMBA] * mamba + n[GPT_LAYER_ATTENTION] * attn_l + n[GPT_LAYER_MLP] * mlp_l +
-			    2 * tokens * h * V);
+			    n_moe * moe_l + 2 * tokens * h * V);
 	}
 	double mlp = 6 * h * (f * F * L);
 	if (c->E > 0) { /* Megatron: a MoE layer counts its top-k experts and the shared one, not the router */

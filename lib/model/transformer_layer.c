@@ -14,7 +14,7 @@
  * the modules of --recompute-modules (the layers share their buffers) and
  * transformer_layer_recompute rebuilds them right before the backward.
  * A hybrid model's layers (layer_spec.h's kind: a Mamba layer, attention
- * only, MLP only) are one such block each: hybrid_layer_forward below.
+ * only, MLP or MoE only) are one such block each: hybrid_layer_forward below.
  */
 #include "model/gpt_int.h"
 
@@ -49,7 +49,7 @@ void transformer_layer_register(struct gpt_model *m, int l)
 		mamba_register(m, l);
 	if (p->spec.kind == GPT_LAYER_TRANSFORMER || p->spec.kind == GPT_LAYER_ATTENTION)
 		attention_register(m, l);
-	if (p->spec.kind == GPT_LAYER_TRANSFORMER && p->spec.mlp == LAYER_MLP_MOE)
+	if ((p->spec.kind == GPT_LAYER_TRANSFORMER || p->spec.kind == GPT_LAYER_MLP) && p->spec.mlp == LAYER_MLP_MOE)
 		moe_register(m, l);
 	else if (p->spec.kind == GPT_LAYER_TRANSFORMER || p->spec.kind == GPT_LAYER_MLP)
 		mlp_register(m, l);
@@ -166,7 +166,8 @@ static struct gpt_layer_acts *layer_acts(const struct gpt_pass *P, int l)
 
 /*
  * A hybrid stack's other layers (Megatron's MambaLayer, and TransformerLayer
- * with only self-attention or only an MLP): one pre-norm residual block,
+ * with only self-attention or only an MLP, dense or MoE): one pre-norm
+ * residual block,
  *
  *   y = x + dropout(block(norm(x)))
  *
@@ -181,7 +182,8 @@ static void hybrid_layer_forward(struct gpt_model *m, const struct gpt_pass *P, 
 	const float *out;
 	if (p->spec.kind == GPT_LAYER_MLP) {
 		norm_fwd(m, A->ln2, A->ln2_mean, A->ln2_rstd, x, p->ln2_w, p->ln2_b, P->Nl);
-		out = mlp_forward(m, P, l, A, seq_full(m, P, A->ln2));
+		const float *ln2 = seq_full(m, P, A->ln2);
+		out = p->spec.mlp == LAYER_MLP_MOE ? moe_forward(m, P, l, A, ln2) : mlp_forward(m, P, l, A, ln2);
 	} else {
 		norm_fwd(m, A->ln1, A->ln1_mean, A->ln1_rstd, x, p->ln1_w, p->ln1_b, P->Nl);
 		const float *ln1 = seq_full(m, P, A->ln1);
@@ -199,7 +201,9 @@ static void hybrid_layer_backward(struct gpt_model *m, const struct gpt_pass *P,
 	size_t nhl = (size_t)P->Nl * m->lc.h;
 	bool mlp = p->spec.kind == GPT_LAYER_MLP;
 	const float *dout = row_output_grad(m, P, dres, m->lc.hidden_dropout, 3 * l + (mlp ? 2 : 1));
-	if (mlp)
+	if (mlp && p->spec.mlp == LAYER_MLP_MOE)
+		moe_backward(m, P, l, A, seq_full(m, P, A->ln2), dout);
+	else if (mlp)
 		mlp_backward(m, P, l, A, seq_full(m, P, A->ln2), dout);
 	else if (p->spec.kind == GPT_LAYER_MAMBA)
 		mamba_backward(m, P, l, A, seq_full(m, P, A->ln1), dout);

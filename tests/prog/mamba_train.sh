@@ -171,8 +171,6 @@ fi
 
 # refused by name
 NOTRAIN="--train-iters 1 --data-cache-path $D/cache"
-expect_fail "MoE layers (E) in the pattern are refused" "MoE layers (E)" \
-	$BIN/train $ARGS $NOTRAIN --hybrid-layer-pattern 'M*E-'
 expect_fail "pipeline separators in the pattern are refused" "pipeline stage separators" \
 	$BIN/train $ARGS $NOTRAIN --hybrid-layer-pattern 'M*|M-'
 expect_fail "--bf16 with a hybrid model is refused" "--bf16 and --fp16 with a hybrid Mamba model" \
@@ -183,8 +181,6 @@ expect_fail "tensor parallelism with a hybrid model is refused" "--tensor-model-
 	$MPI -np 2 $BIN/train $ARGS $NOTRAIN --tensor-model-parallel-size 2
 expect_fail "heads not divisible by the groups are refused" "--mamba-num-groups 3" \
 	$BIN/train $ARGS $NOTRAIN --mamba-num-groups 3
-expect_fail "report_memory refuses a hybrid model" "report_memory does not model hybrid Mamba models" \
-	$BIN/report_memory $ARGS $NOTRAIN
 expect_fail "another --spec is refused" "--spec: model specs are not in megac" \
 	$BIN/train $ARGS $NOTRAIN --spec megatron.core.models.gpt.gpt_layer_specs get_gpt_layer_local_spec
 expect_fail "--position-embedding-type none without a pattern is refused" "for hybrid Mamba models" \

@@ -20,9 +20,11 @@ Modes
 
 The model (Megatron's HybridStack with the TE spec, one rank):
   - pattern characters: M a MambaLayer, * a TransformerLayer with self-attention only, - one
-    with an MLP only; each one pre-norm residual block (the norm fused into the first linear
-    layer: mixer.in_proj.layer_norm_weight, self_attention.linear_qkv.layer_norm_weight,
-    mlp.linear_fc1.layer_norm_weight); the final norm is decoder.final_norm;
+    with an MLP only, E one with a MoE layer only (torch_ref.py's MoE, --num-experts and the
+    router flags; the E layers are the MoE layers); each one pre-norm residual block (the
+    norm fused into the first linear layer: mixer.in_proj.layer_norm_weight,
+    self_attention.linear_qkv.layer_norm_weight, mlp.linear_fc1.layer_norm_weight; an E
+    layer's is pre_mlp_layernorm); the final norm is decoder.final_norm;
   - the mixer: zxBCdt = in_proj(norm(x)), split [d_inner, d_inner + 2GN, H]; xBC through a
     depthwise causal conv1d (W = 4 taps, bias) and SiLU; x [H heads of P], B and C [G groups
     of N]; dt = softplus(dt + dt_bias), A = -exp(A_log); y = SSD scan + D x (head h reads
@@ -80,8 +82,8 @@ HYB = {}  # the hybrid flags of the run being set up (model_config reads them)
 
 def hybrid_config(args, vocab_padded=None):
     pat = HYB.get("--hybrid-layer-pattern") or HYB.get("--hybrid-override-pattern")
-    if not pat or any(ch not in "M*-" for ch in pat):
-        R.die("give --hybrid-layer-pattern of M, * and - only")
+    if not pat or any(ch not in "M*-E" for ch in pat):
+        R.die("give --hybrid-layer-pattern of M, *, - and E only")
     if args.num_layers is None:
         args.num_layers = len(pat)
     c = base_model_config(args, vocab_padded)
@@ -89,6 +91,10 @@ def hybrid_config(args, vocab_padded=None):
         c.pos = "none"
     c.pattern = pat
     c.L = len(pat)  # Megatron: the pattern sets the number of layers (and --num-layers may be left out)
+    if ("E" in pat) != bool(c.E):
+        R.die("MoE layers (E) and --num-experts go together")
+    if c.E:  # the MoE layers are the pattern's E layers (--moe-layer-freq does not apply)
+        c.moe_pattern = [1 if ch == "E" else 0 for ch in pat]
     c.N, c.Pd, c.G = HYB["--mamba-state-dim"], HYB["--mamba-head-dim"], HYB["--mamba-num-groups"]
     c.H = HYB.get("--mamba-num-heads") or 2 * c.h // c.Pd
     c.di = c.H * c.Pd
@@ -110,6 +116,9 @@ def hybrid_param_shapes(c):
         elif kind == "-":
             shapes = R.layer_param_shapes(c, pre, False)
             out.extend(s for s in shapes if ".mlp." in s[0])
+        elif kind == "E":  # the pre-MLP norm and the MoE layer of a transformer layer
+            shapes = R.layer_param_shapes(c, pre, True)
+            out.extend(s for s in shapes if ".mlp." in s[0] or ".pre_mlp_layernorm." in s[0])
         else:
             m = pre + "mixer."
             C = c.di + 2 * c.G * c.N
@@ -207,6 +216,9 @@ def hybrid_forward(P, c, batch, moe_log=None, logits_only=False, **_):
             a = pre + "self_attention."
             hn = R.norm(x, P[a + "linear_qkv.layer_norm_weight"], P.get(a + "linear_qkv.layer_norm_bias"), c)
             x = x + R.attention(hn, P, a, c, rope, mask)
+        elif kind == "E":
+            hn = R.norm(x, P[pre + "pre_mlp_layernorm.weight"], P.get(pre + "pre_mlp_layernorm.bias"), c)
+            x = x + R.moe_layer(hn, P, pre + "mlp.", c, moe_log)
         else:
             m = pre + "mlp."
             hn = R.norm(x, P[m + "linear_fc1.layer_norm_weight"], P.get(m + "linear_fc1.layer_norm_bias"), c)
