@@ -153,6 +153,9 @@ static const char why_non_persistent[] =
 	"non-persistent (local) checkpoints are not in megac; use --save-interval (megac's saves are atomic)";
 static const char why_checkpoint_formats[] =
 	"Megatron's checkpoint formats are not in megac yet; megac reads and writes its HDF5 checkpoint (docs/checkpoint-format.md)";
+static const char why_format_detected[] =
+	"train --load always finds the checkpoint's format from its files (megac's HDF5, Megatron's torch, torch_dist "
+	"and fsdp_dtensor) and saves in --ckpt-format";
 static const char why_torch_dist[] =
 	"how torch_dist checkpoints are written or read in parallel; megac writes its own HDF5 checkpoint";
 static const char why_fsdp_use[] =
@@ -537,7 +540,7 @@ const struct megatron_flag megatron_flags[] = {
 	{ "--non-persistent-local-ckpt-algo", MF_REFUSED, 1, why_non_persistent },
 	{ "--pretrained-checkpoint", MF_REFUSED, 1, why_loading_option },
 	{ "--use-mp-args-from-checkpoint-args", MF_NO_EFFECT, 0, why_layout_own },
-	{ "--auto-detect-ckpt-format", MF_REFUSED, 0, why_checkpoint_formats },
+	{ "--auto-detect-ckpt-format", MF_NO_EFFECT, 0, why_format_detected },
 	{ "--ckpt-convert-format", MF_REFUSED, 1, why_checkpoint_formats },
 	{ "--ckpt-convert-save", MF_REFUSED, 1, why_checkpoint_formats },
 	{ "--ckpt-convert-update-legacy-dist-opt-format", MF_REFUSED, 0, why_checkpoint_formats },

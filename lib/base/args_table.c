@@ -452,10 +452,10 @@ const struct flag_def args_table[] = {
 	{ "--ckpt-format", FK_STR, F(ckpt_format), TR | PROG_CONVERT, 0, "checkpointing", "hdf5",
 	  "torch|torch_dist|torch_dcp|fsdp_dtensor|hdf5", "FMT",
 	  "train saves megac's HDF5 checkpoint (docs/checkpoint-format.md) when the flag is not given "
-	  "(Megatron's default is torch_dist), or with torch_dist Megatron's format (exported from HDF5 at each "
-	  "save); --load reads either, and Megatron's legacy torch, found from the files; ckpt_convert --to "
-	  "megatron writes torch or torch_dist (docs/megatron-checkpoints.md); the other formats are refused until "
-	  "megac has them" },
+	  "(Megatron's default is torch_dist), or with torch_dist or fsdp_dtensor Megatron's format (exported from "
+	  "HDF5 at each save); --load reads any of them, and Megatron's legacy torch, found from the files; "
+	  "ckpt_convert --to megatron writes torch, torch_dist or fsdp_dtensor (docs/megatron-checkpoints.md); "
+	  "torch_dcp is refused until megac has it" },
 	{ "--exit-on-failed-save", FK_BOOL, F(exit_on_failed_save), TR, 0, "checkpointing", NULL, NULL, NULL,
 	  "(megac) stop when a save fails (default: log the error and train on; the last good checkpoint "
 	  "stays the latest)" },
@@ -893,10 +893,10 @@ const char *const args_checkpoint_sizes[] = { "--num-layers", "--hidden-size", "
  * implement: refused by name with the reason, like the flags of
  * args_megatron.c. */
 const struct refused_value args_refused_values[] = {
-	{ "--ckpt-format", "hdf5|torch|torch_dist",
-	  "megac writes its own HDF5 checkpoint (docs/checkpoint-format.md) or Megatron's torch_dist, and "
-	  "ckpt_convert --to megatron also Megatron's legacy torch; torch_dcp and fsdp_dtensor are not in "
-	  "megac yet" },
+	{ "--ckpt-format", "hdf5|torch|torch_dist|fsdp_dtensor",
+	  "megac writes its own HDF5 checkpoint (docs/checkpoint-format.md) or Megatron's torch_dist or "
+	  "fsdp_dtensor, and ckpt_convert --to megatron also Megatron's legacy torch; torch_dcp is not in megac "
+	  "yet" },
 	{ "--tokenizer-type",
 	  "GPT2BPETokenizer|HuggingFaceTokenizer|TikTokenizer|NullTokenizer|SentencePieceTokenizer|"
 	  "GPTSentencePieceTokenizer|Llama2Tokenizer|SFTTokenizer",

@@ -453,6 +453,9 @@ void dcp_abort(struct dcp_writer *w)
 	for (int i = 0; i < w->n; i++) {
 		free(w->items[i].fqn);
 		free(w->items[i].chunks);
+		for (int k = 0; k < w->items[i].npath; k++)
+			free(w->items[i].path[k]);
+		free(w->items[i].path);
 	}
 	free(w->items);
 	free(w->dir);
@@ -531,6 +534,20 @@ int dcp_put_object(struct dcp_writer *w, const char *fqn, struct pk_value *v)
 	return put_blob(w, v, fqn, &it->chunks[0]);
 }
 
+int dcp_put_path(struct dcp_writer *w, const char *fqn, int n, const char *const *path)
+{
+	if (w->failed)
+		return -1;
+	struct dcp_item *it = writer_item(w, fqn);
+	if (!it->nchunks || it->npath || n < 1)
+		BUG("dcp_put_path: '%s' not given before, or given a path twice", fqn);
+	it->path = xcalloc((size_t)n, sizeof(*it->path));
+	for (int k = 0; k < n; k++)
+		it->path[k] = xstrdup(path[k]);
+	it->npath = n;
+	return 0;
+}
+
 static struct pk_value *size_of(struct pk_doc *d, const int64_t *x, int n)
 {
 	struct pk_value *t = pk_tuple(d), *args = pk_tuple(d);
@@ -569,8 +586,18 @@ int dcp_finish(struct dcp_writer *w)
 	int rc = w->failed ? -1 : 0;
 	struct pk_doc *d = pk_doc_new();
 	struct pk_value *mst, *meta = dataclass(d, DCP_META "Metadata", &mst);
-	struct pk_value *sdm = pk_dict(d), *sd = pk_dict(d);
+	struct pk_value *sdm = pk_dict(d), *sd = pk_dict(d), *planner = pk_none(d);
 	char *rel = xstrdup("__0_0.distcp");
+	for (int i = 0; i < w->n; i++) {
+		if (!w->items[i].npath)
+			continue;
+		if (planner->kind == PK_NONE)
+			planner = pk_dict(d);
+		struct pk_value *t = pk_tuple(d);
+		for (int k = 0; k < w->items[i].npath; k++)
+			pk_append(t, pk_str(d, w->items[i].path[k]));
+		pk_set_str(d, planner, w->items[i].fqn, t);
+	}
 	for (int i = 0; rc == 0 && i < w->n; i++) {
 		const struct dcp_item *it = &w->items[i];
 		struct pk_value *st, *v;
@@ -610,7 +637,7 @@ int dcp_finish(struct dcp_writer *w)
 	}
 	free(rel);
 	pk_set_str(d, mst, "state_dict_metadata", sdm);
-	pk_set_str(d, mst, "planner_data", pk_none(d));
+	pk_set_str(d, mst, "planner_data", planner);
 	pk_set_str(d, mst, "storage_data", sd);
 	pk_set_str(d, mst, "version", pk_str(d, "1.0.0"));
 	/* the data file first, then the metadata that points into it */

@@ -56,6 +56,8 @@ struct dcp_item {
 	int64_t size[PK_MAX_NDIM];
 	struct dcp_chunk *chunks;
 	int nchunks;
+	char **path; /* writing: the nested keys fqn was flattened from (dcp_put_path), npath of them */
+	int npath;
 };
 
 /* Read dir/.metadata. NULL after error(). */
@@ -89,6 +91,12 @@ int dcp_put_chunk(struct dcp_writer *w, const char *fqn, enum pk_dtype dt, int n
 		  const int64_t *offset, const int64_t *csize, const void *data);
 /* A bytes item: v (a value of the caller's document) torch.save'd. */
 int dcp_put_object(struct dcp_writer *w, const char *fqn, struct pk_value *v);
+/* The nested keys item fqn (given before) was flattened from, n of them
+ * (("optimizer", "state", "module.x.weight", "exp_avg") for
+ * optimizer.state.module.x.weight.exp_avg): DCP's planner_data, by which
+ * PyTorch's loaders put a flattened state dict back together. Without any,
+ * planner_data is None, as Megatron's torch_dist strategy leaves it. */
+int dcp_put_path(struct dcp_writer *w, const char *fqn, int n, const char *const *path);
 /* Write .metadata (checking that every tensor's chunks cover it once) and
  * commit both files; frees w. 0, or -1 after error() with nothing left. */
 int dcp_finish(struct dcp_writer *w);

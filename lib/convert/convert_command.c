@@ -1363,8 +1363,9 @@ int convert_to_megatron(const struct args *a)
 int convert_to_megatron_ex(const struct args *a, bool replace)
 {
 	const char *fmt = args_given(a, "--ckpt-format") ? a->ckpt_format : "torch";
-	if (strcmp(fmt, "torch") && strcmp(fmt, "torch_dist"))
-		return error("--to megatron --ckpt-format %s: megac writes Megatron's legacy torch format and torch_dist",
+	if (strcmp(fmt, "torch") && strcmp(fmt, "torch_dist") && strcmp(fmt, "fsdp_dtensor"))
+		return error("--to megatron --ckpt-format %s: megac writes Megatron's legacy torch format, torch_dist "
+			     "and fsdp_dtensor",
 			     fmt);
 	int tp, pp, vpp;
 	if (target_layout(a, &tp, &pp, &vpp) < 0)
@@ -1402,10 +1403,11 @@ int convert_to_megatron_ex(const struct args *a, bool replace)
 		return -1;
 	}
 	struct megatron_export e = { .r = r, .mf = mf, .c = &target, .src_vp = c.Vp, .iteration = iter, .tp = tp,
-				     .pp = pp, .dtype = dt, .dist = !strcmp(fmt, "torch_dist"), .of = -1,
+				     .pp = pp, .dtype = dt, .dist = strcmp(fmt, "torch") != 0,
+				     .fsdp = !strcmp(fmt, "fsdp_dtensor"), .of = -1,
 				     .beta1 = a->adam_beta1, .beta2 = a->adam_beta2, .eps = a->adam_eps };
-	/* Adam's state goes into torch_dist (by name); the legacy format's index
-	 * order is not written yet */
+	/* Adam's state goes into torch_dist and fsdp_dtensor (by name); the
+	 * legacy format's index order is not written yet */
 	bool has_optim = source_optim(r, mf) > 0;
 	if (e.dist && has_optim && !a->no_optim && (e.of = ckpt_file_open(r, "optim.h5")) < 0) {
 		ckpt_close(r);

@@ -21,7 +21,7 @@ void convert_remove_tree(const char *path);
  * configuration JSON, zero sample counters. */
 int convert_put_model_attrs(struct ckpt_writer *w, int mf, int64_t iteration, const char *config);
 /* ckpt_convert --to megatron: --load's iteration (--iteration, else the
- * latest) written at --save in --ckpt-format torch or torch_dist, for
+ * latest) written at --save in --ckpt-format torch, torch_dist or fsdp_dtensor, for
  * --target-tensor/pipeline-parallel-size, --dtype (train's torch_dist saves
  * too, train_megatron.c) */
 int convert_to_megatron(const struct args *a);

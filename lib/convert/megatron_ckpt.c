@@ -51,6 +51,7 @@
 #include "ckpt/pickle.h"
 #include "ckpt/torch_zip.h"
 #include "convert/convert_int.h"
+#include "convert/megatron_fsdp.h"
 #include "data/tok.h"
 #include "dist/dist.h"
 #include "memcalc/megac_mem.h"
@@ -184,7 +185,7 @@ static struct pk_value *args_namespace(struct pk_doc *d, const struct megatron_e
 	}
 	pk_set_str(d, st, "bf16", pk_bool(d, e->dtype == CKPT_BF16));
 	pk_set_str(d, st, "fp16", pk_bool(d, e->dtype == CKPT_F16));
-	pk_set_str(d, st, "ckpt_format", pk_str(d, e->dist ? "torch_dist" : "torch"));
+	pk_set_str(d, st, "ckpt_format", pk_str(d, e->fsdp ? "fsdp_dtensor" : e->dist ? "torch_dist" : "torch"));
 	pk_set_str(d, st, "params_dtype", pk_global(d, e->dtype == CKPT_BF16 ? "torch.bfloat16" :
 						 e->dtype == CKPT_F16 ? "torch.float16" : "torch.float32"));
 	return ns;
@@ -592,7 +593,7 @@ int megatron_torch_export(const struct args *a, const struct megatron_export *e)
 	struct ckpt_writer *w = ckpt_begin(a->save, e->iteration);
 	int rc = w ? 0 : -1;
 	if (rc == 0 && e->dist)
-		rc = write_dist(e, config, ckpt_tmp_dir(w));
+		rc = e->fsdp ? megatron_fsdp_write(e, config, ckpt_tmp_dir(w)) : write_dist(e, config, ckpt_tmp_dir(w));
 	for (int s = 0; !e->dist && rc == 0 && s < e->pp; s++)
 		for (int t = 0; rc == 0 && t < e->tp; t++)
 			rc = write_rank(e, config, ckpt_tmp_dir(w), s, t);
@@ -621,7 +622,8 @@ enum megatron_format megatron_iteration_format(const char *dir)
 	static const struct {
 		const char *file;
 		enum megatron_format f;
-	} marks[] = { { ".metadata", MEGATRON_TORCH_DIST },
+	} marks[] = { { "metadata.json", MEGATRON_TORCH_DIST },
+		      { ".metadata", MEGATRON_FSDP_DTENSOR }, /* (Megatron's torch_dcp, or its fsdp_dtensor) */
 		      { "mp_rank_00/model_optim_rng.pt", MEGATRON_TORCH },
 		      { "mp_rank_00_000/model_optim_rng.pt", MEGATRON_TORCH } };
 	for (size_t i = 0; i < sizeof(marks) / sizeof(marks[0]); i++) {
@@ -655,9 +657,8 @@ static int find_layout(const char *dir, int *tp, int *pp)
 		*tp = t + 1;
 	}
 	if (*tp == 0)
-		return error("'%s' holds no .metadata (torch_dist) and no mp_rank_00/model_optim_rng.pt or "
-			     "mp_rank_00_000/model_optim_rng.pt (legacy torch): not a Megatron checkpoint megac reads "
-			     "(fsdp_dtensor is not read yet)",
+		return error("'%s' holds no .metadata (torch_dist, fsdp_dtensor) and no mp_rank_00/model_optim_rng.pt or "
+			     "mp_rank_00_000/model_optim_rng.pt (legacy torch): not a Megatron checkpoint megac reads",
 			     dir);
 	if (*pp < 0) {
 		int s = 0;
@@ -1054,15 +1055,21 @@ int megatron_import(const struct args *a, bool tell)
 		iter = a->iteration;
 	char *dir = ckpt_iter_path(a->load, iter);
 	int tp = 1, pp = 1;
-	bool dist = megatron_iteration_format(dir) == MEGATRON_TORCH_DIST;
+	enum megatron_format fmt = megatron_iteration_format(dir);
+	bool fsdp = fmt == MEGATRON_FSDP_DTENSOR, dist = fmt == MEGATRON_TORCH_DIST || fsdp;
 	if (!dist && find_layout(dir, &tp, &pp) < 0) {
 		free(dir);
 		return -1;
 	}
 	struct rank_in *in = xcalloc((size_t)tp * pp, sizeof(*in));
 	int rc = 0;
-	if (dist)
+	if (dist && !fsdp)
 		rc = read_dist(dir, &in[0], !a->no_optim);
+	if (fsdp) { /* Megatron-FSDP's: the same shape of state (megatron_fsdp.c) */
+		in[0].path = xasprintf("%s/.metadata", dir);
+		in[0].d = pk_doc_new();
+		rc = megatron_fsdp_read(dir, in[0].d, &in[0].root, &in[0].model, !a->no_optim);
+	}
 	for (int s = 0; !dist && rc == 0 && s < pp; s++)
 		for (int t = 0; rc == 0 && t < tp; t++) {
 			struct rank_in *ri = &in[s * tp + t];
@@ -1211,7 +1218,8 @@ int megatron_import(const struct args *a, bool tell)
 		convert_remove_tree(created);
 	free(created);
 	if (rc == 0 && tell) {
-		char *from = dist ? xstrdup("torch_dist") : xasprintf("TP %d x PP %d torch", tp, pp);
+		char *from = fsdp ? xstrdup("fsdp_dtensor") : dist ? xstrdup("torch_dist") :
+				    xasprintf("TP %d x PP %d torch", tp, pp);
 		if (optim)
 			info("wrote iteration %lld of '%s' (%d tensors, Adam's state at step %lld) from Megatron's %s "
 			     "checkpoint '%s'; continue with train --load %s",
@@ -1221,7 +1229,7 @@ int megatron_import(const struct args *a, bool tell)
 			     "train --load %s --finetune (or --no-load-optim: %s)",
 			     (long long)iter, a->save, written, from, a->load, a->save,
 			     a->no_optim ? "--no-optim" : dist ? "the checkpoint holds no optimizer state" :
-								 "optimizer state is read from torch_dist only");
+								 "optimizer state is read from torch_dist and fsdp_dtensor only");
 		free(from);
 	}
 	free(config);
@@ -1232,4 +1240,26 @@ int megatron_import(const struct args *a, bool tell)
 	free(in);
 	free(dir);
 	return rc;
+}
+
+/* ---- for Megatron-FSDP's format (megatron_fsdp.c, megatron_fsdp.h) ---- */
+
+int megatron_plan_tp1(struct gpt_model *m, struct mem_pool *pool, struct dist_group *tpg, const struct gpt_config *c)
+{
+	return plan_model(m, pool, tpg, c, 1, 0, 1, 0);
+}
+
+int megatron_read_global(const struct megatron_export *e, int f, const char *name, const struct param *p, float *out)
+{
+	return read_global_from(e, f, name, p, out);
+}
+
+struct pk_value *megatron_args(struct pk_doc *d, const struct megatron_export *e, const json_t *config)
+{
+	return args_namespace(d, e, config);
+}
+
+int megatron_optimizer_common(struct pk_doc *d, struct pk_value *common, const struct megatron_export *e)
+{
+	return dist_optimizer_common(d, common, e);
 }

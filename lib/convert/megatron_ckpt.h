@@ -25,13 +25,15 @@ struct megatron_export {
 	int tp, pp;            /* the target layout */
 	enum ckpt_dtype dtype; /* of the written tensors: CKPT_F32, CKPT_BF16 or CKPT_F16 */
 	bool dist;             /* torch_dist (PyTorch Distributed Checkpoint), else legacy torch */
+	bool fsdp;             /* with dist: Megatron-FSDP's fsdp_dtensor instead (megatron_fsdp.h) */
 	int of;                /* the source's optim.h5, or -1: no optimizer state to write */
 	double beta1, beta2, eps; /* Adam's, for Megatron's param_groups (megac's checkpoint does not hold them) */
 };
 
 /* What Megatron wrote in iteration folder dir, from its files: torch_dist's
- * .metadata, or the legacy mp_rank_00[_000]/model_optim_rng.pt. */
-enum megatron_format { MEGATRON_NONE, MEGATRON_TORCH, MEGATRON_TORCH_DIST };
+ * .metadata with metadata.json, fsdp_dtensor's .metadata without it (as
+ * Megatron tells them apart), or the legacy mp_rank_00[_000]/model_optim_rng.pt. */
+enum megatron_format { MEGATRON_NONE, MEGATRON_TORCH, MEGATRON_TORCH_DIST, MEGATRON_FSDP_DTENSOR };
 enum megatron_format megatron_iteration_format(const char *dir);
 
 /* Write --save as Megatron's legacy checkpoint of e's model (all or
@@ -39,8 +41,8 @@ enum megatron_format megatron_iteration_format(const char *dir);
 int megatron_torch_export(const struct args *a, const struct megatron_export *e);
 
 /* Read the Megatron checkpoint at --load (legacy torch: the TP x PP layout
- * its mp_rank folders say; or torch_dist, with Adam's state when it is
- * there and --no-optim is not given; the model from its args, the
+ * its mp_rank folders say; or torch_dist or fsdp_dtensor, with Adam's state
+ * when it is there and --no-optim is not given; the model from its args, the
  * vocabulary from the tokenizer flags when given) and write it as a megac
  * checkpoint at --save, the same iteration. Transformer Engine names, or
  * the local layer spec's norms (input_layernorm, pre_mlp_layernorm). */

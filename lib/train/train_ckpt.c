@@ -616,9 +616,10 @@ static int save_finish(struct trainer *t, struct train_save *j)
 				j->w = NULL;
 			}
 			if (!bad && first < 0) {
-				info("saved checkpoint at iteration %7lld to %s%s%s", (long long)j->iteration,
+				info("saved checkpoint at iteration %7lld to %s%s%s%s%s", (long long)j->iteration,
 				     t->torch_dist_save ? t->torch_dist_save : a->save,
-				     t->torch_dist_save ? " in Megatron's torch_dist format" : "",
+				     t->torch_dist_save ? " in Megatron's " : "",
+				     t->torch_dist_save ? t->user_args->ckpt_format : "", t->torch_dist_save ? " format" : "",
 				     j->have_thread ? " (written in the background)" : "");
 				/* --keep-last-n-checkpoints: only now, with the new one the latest */
 				if (a->keep_last_n_checkpoints > 0 && !t->torch_dist_save && /* (the export prunes those) */

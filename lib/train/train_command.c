@@ -131,10 +131,12 @@ bool train_grads_bf16(const struct args *a)
 
 int train_check_flags(const struct args *a)
 {
-	if (a->ckpt_format && strcmp(a->ckpt_format, "hdf5") && strcmp(a->ckpt_format, "torch_dist"))
-		return error("--ckpt-format %s: train saves megac's HDF5 checkpoint or Megatron's torch_dist; --load "
-			     "takes Megatron's torch and torch_dist checkpoints as they are (found from the files), and "
-			     "ckpt_convert --to megatron --ckpt-format torch writes the legacy format",
+	if (a->ckpt_format && strcmp(a->ckpt_format, "hdf5") && strcmp(a->ckpt_format, "torch_dist") &&
+	    strcmp(a->ckpt_format, "fsdp_dtensor"))
+		return error("--ckpt-format %s: train saves megac's HDF5 checkpoint or Megatron's torch_dist or "
+			     "fsdp_dtensor; --load takes Megatron's torch, torch_dist and fsdp_dtensor checkpoints as they "
+			     "are (found from the files), and ckpt_convert --to megatron --ckpt-format torch writes the "
+			     "legacy format",
 			     a->ckpt_format);
 	if (a->fp16 && a->bf16)
 		return error("--fp16 and --bf16 are mutually exclusive");

@@ -1,7 +1,7 @@
 /*
  * train_megatron.c - train --load on a checkpoint Megatron-LM wrote: its
- * torch_dist folders (weights, and the non-distributed Adam's state by
- * name) and its legacy torch files (weights), found from the files, so a
+ * torch_dist and fsdp_dtensor folders (weights, and Adam's state by name)
+ * and its legacy torch files (weights), found from the files, so a
  * Megatron run continues in megac with one command.
  *
  * Rank 0 converts the iteration with ckpt_convert's importer
@@ -12,8 +12,9 @@
  *
  *   rank 0: detect --> import into <dir>/.megac-import --(bcast rc)--> all load --> barrier --> rank 0 removes it
  *
- * --ckpt-format torch_dist saves the other way: train writes its HDF5
- * checkpoint as always, into <save>/.megac-hdf5, and once a save is
+ * --ckpt-format torch_dist (or fsdp_dtensor, Megatron-FSDP's) saves the
+ * other way: train writes its HDF5 checkpoint as always, into
+ * <save>/.megac-hdf5, and once a save is
  * committed rank 0 exports that iteration to <save> with ckpt_convert's
  * exporter (weights in the training dtype, Adam's state, the schedule,
  * the counters; the run's TP x PP as Megatron's args) and removes the
@@ -86,12 +87,13 @@ int train_ckpt_load_any(struct trainer *t)
 int train_torch_dist_args(const struct args *a, struct args *run)
 {
 	*run = *a;
-	if (!a->ckpt_format || strcmp(a->ckpt_format, "torch_dist"))
+	if (!a->ckpt_format || (strcmp(a->ckpt_format, "torch_dist") && strcmp(a->ckpt_format, "fsdp_dtensor")))
 		return 1;
 	if (a->num_experts > 0 || a->mtp_num_layers > 0 || a->num_layers_per_virtual_pipeline_stage > 0 ||
 	    a->num_virtual_stages_per_pipeline_rank > 1)
-		return error("--ckpt-format torch_dist: mixture-of-experts, multi-token prediction and virtual pipeline "
-			     "stages are not written in Megatron's format yet; save megac's own (leave --ckpt-format out)");
+		return error("--ckpt-format %s: mixture-of-experts, multi-token prediction and virtual pipeline "
+			     "stages are not written in Megatron's format yet; save megac's own (leave --ckpt-format out)",
+			     a->ckpt_format);
 	if (a->save) {
 		char *stage = xasprintf("%s/.megac-hdf5", a->save);
 		run->save = stage; /* lives as long as the run */

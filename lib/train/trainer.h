@@ -54,7 +54,7 @@ struct train_part {
 
 struct trainer {
 	const struct args *a;
-	/* --ckpt-format torch_dist: the flags as given (a: the same, saving its
+	/* --ckpt-format torch_dist or fsdp_dtensor: the flags as given (a: the same, saving its
 	 * HDF5 checkpoints in a staging folder) and Megatron's folder, --save,
 	 * which each committed save is exported to (train_megatron.c) */
 	const struct args *user_args;
@@ -182,15 +182,16 @@ int train_ckpt_save_poll(struct trainer *t, bool wait);
 void train_ckpt_save_drop(struct trainer *t);
 /* Load from --load: 0 loaded, 1 nothing to load (fresh start), -1 error. */
 int train_ckpt_load(struct trainer *t);
-/* The same, also for a checkpoint Megatron-LM wrote (torch_dist or legacy
- * torch, imported through a staging folder: train_megatron.c). */
+/* The same, also for a checkpoint Megatron-LM wrote (torch_dist,
+ * fsdp_dtensor or legacy torch, imported through a staging folder:
+ * train_megatron.c). */
 int train_ckpt_load_any(struct trainer *t);
-/* --ckpt-format torch_dist: the flags train runs with (*run: --save a
+/* --ckpt-format torch_dist or fsdp_dtensor: the flags train runs with (*run: --save a
  * staging folder for its HDF5 checkpoints) and where Megatron's folder is;
  * 0, 1 when the format is megac's own (run untouched), -1 after error(). */
 int train_torch_dist_args(const struct args *a, struct args *run);
 /* After a committed save of iteration it (world rank 0): its export to
- * --save in torch_dist, then the staging folder removed. */
+ * --save in Megatron's format, then the staging folder removed. */
 int train_torch_dist_export(struct trainer *t, int64_t it);
 
 /* --fp8-param-gather: every part's main weights into the model (its

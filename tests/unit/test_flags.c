@@ -264,7 +264,7 @@ static void test_all_problems_in_one_message(void)
 	char *msg;
 	char *argv[] = { "train", "--fp4-format", "e2m1", "--attention-backend", "fused", "--num-layrs", "2",
 			 "--fp4-recipe", "nvfp4", "--seq-length", "4294967296", "--num-workers", "2", "--manual-gc",
-			 "--freeze-all-layers", "--ckpt-format", "fsdp_dtensor", "stray", NULL };
+			 "--freeze-all-layers", "--ckpt-format", "torch_dcp", "stray", NULL };
 	CHECK_INT(parse_capture(&a, &train_p, argv, &msg), -1);
 	CHECK(msg && strstr(msg, "problems"));
 	CHECK(msg && strstr(msg, "unknown flag '--num-layrs'; did you mean '--num-layers'?"));
@@ -272,7 +272,7 @@ static void test_all_problems_in_one_message(void)
 	CHECK(msg && strstr(msg, "--fp4-format, --fp4-recipe are Megatron flags that megac does not support: "
 				 "FP4 training"));
 	CHECK(msg && strstr(msg, "--freeze-all-layers is a Megatron flag that megac does not support"));
-	CHECK(msg && strstr(msg, "--ckpt-format fsdp_dtensor: megac writes its own HDF5 checkpoint"));
+	CHECK(msg && strstr(msg, "--ckpt-format torch_dcp: megac writes its own HDF5 checkpoint"));
 	CHECK(msg && strstr(msg, "unexpected argument 'stray'"));
 	CHECK(msg && strstr(msg, "missing required flag --hidden-size"));
 	/* accepted flags are not problems, and their values are not strays */
