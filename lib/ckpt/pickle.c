@@ -158,6 +158,7 @@ enum gkind {
 	G_NP_SCALAR,
 	G_ENUM,         /* an enum class: calling it with (value,) makes a member */
 	G_DATACLASS,    /* a plain data class: NEWOBJ with () makes an object, BUILD its attributes */
+	G_PATH,         /* a pathlib path: called with its parts (strings) */
 };
 
 static const struct global {
@@ -237,6 +238,11 @@ static const struct global {
 	{ "torch.distributed.checkpoint.planner.WriteItemType", G_ENUM, 0 },
 	{ "torch.distributed.checkpoint.metadata._MEM_FORMAT_ENCODING", G_ENUM, 0 },
 	{ "torch.serialization._get_layout", G_ENUM, 0 }, /* ("torch.strided",): a layout by name */
+	/* DCP's StorageMeta.checkpoint_id: the folder PyTorch's save was given */
+	{ "pathlib.PosixPath", G_PATH, 0 },
+	{ "pathlib.PurePosixPath", G_PATH, 0 },
+	{ "pathlib.WindowsPath", G_PATH, 0 },
+	{ "pathlib.PureWindowsPath", G_PATH, 0 },
 };
 
 static const struct global *find_global(const char *name)
@@ -1113,6 +1119,13 @@ static struct pk_value *call(struct unpickler *u, struct pk_value *f, struct pk_
 		if (n)
 			break;
 		return object(u->d, f->s.p, NULL);
+	case G_PATH:
+		for (size_t i = 0; i < n; i++)
+			if (v[i]->kind != PK_STR) {
+				bad(u, "'%s' called with a %s among its parts", f->s.p, pk_kind_name(v[i]->kind));
+				return NULL;
+			}
+		return object(u->d, f->s.p, a);
 	default:
 		bad(u, "'%s' cannot be called", f->s.p);
 		return NULL;
