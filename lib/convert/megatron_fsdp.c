@@ -392,7 +392,8 @@ static int read_item(struct dcp *c, struct pk_doc *d, const struct dcp_item *it,
 			   state			  ? unwrapped(fqn + strlen("optimizer.state.")) :
 			   meta				  ? unwrapped(fqn + strlen("optimizer.param_to_group_meta.")) :
 							    NULL;
-	if (name && (strstr(name, ".experts.") || has_prefix(name, "mtp.") || strstr(name, ".mtp.")))
+	if (name && (strstr(name, ".experts.") || strstr(name, ".router.") || has_prefix(name, "mtp.") ||
+		     strstr(name, ".mtp.")))
 		return error("%s: '%s': mixture-of-experts and multi-token prediction checkpoints are not read yet",
 			     where, fqn);
 	if (!name) {
@@ -423,10 +424,10 @@ static int read_item(struct dcp *c, struct pk_doc *d, const struct dcp_item *it,
 			return take_step(ad, x, where, fqn);
 		return 0;
 	}
-	if (!it->tensor)
-		return error("%s: '%s' is not a tensor", where, fqn);
 	if (has_suffix(name, "._extra_state"))
 		return 0; /* (Megatron leaves TE's out; nothing megac keeps) */
+	if (!it->tensor)
+		return error("%s: '%s' is not a tensor", where, fqn);
 	char *key = NULL;
 	if (state) { /* <name>.<field>: the parameter's Adam state */
 		const char *dot = strrchr(name, '.');

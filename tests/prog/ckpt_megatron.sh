@@ -11,9 +11,11 @@
 # norm names) to the same tensors, which fine-tune to the original's losses
 # bit for bit. torch_dist exports (fp32, bf16) are read by an independent
 # Python reader of PyTorch's DCP folders (tests/prog/py/dcp_check.py) and by
-# --from megatron to the same tensors. Refused: fsdp_dtensor, an existing
-# iteration, MoE, a megac folder as --from megatron, and --ckpt-format torch in
-# train.
+# --from megatron to the same tensors. fsdp_dtensor exports (Megatron-FSDP's;
+# fp32, and a bf16 run's names) with Adam's state are checked by the same
+# reader's --fsdp mode and come back bit for bit. Refused: torch_dcp, an
+# existing iteration, MoE, a megac folder as --from megatron, and
+# --ckpt-format torch in train.
 . tests/prog_lib.sh
 train_env_begin ckpt_megatron
 CHECK=tests/prog/py/megatron_ckpt_check.py
@@ -111,6 +113,47 @@ same_h5 "llama: megac -> torch_dist -> megac gives the same tensors" "$W/llama" 
 expect_ok "gpt: back from bf16 torch_dist" $BIN/ckpt_convert --load "$W/d-gpt" --save "$W/e-gpt" --from megatron $GPT2
 same_h5 "gpt: the bf16 torch_dist round trip keeps the fp32 weights (the optimizer's fp32 master copy)" "$W/gpt" \
 	"$W/e-gpt" 2
+# fsdp_dtensor (Megatron-FSDP's): the same container, every item by its own
+# name (model.<wrappers><name>, SwiGLU's linear_fc1 in halves, Adam's state by
+# parameter name), read by dcp_check.py --fsdp and by --from megatron
+dcp_check_fsdp() { # NAME DIR MEGAC_DIR ITER LAYERS [DTYPE]
+	if DCP_DTYPE=${6:-float32} $PY tests/prog/py/dcp_check.py --fsdp "$2/iter_$(printf %07d "$4")" "$3" "$4" "$5" \
+		>"$W/dcp.log" 2>&1; then
+		ok "$1 ($(tail -1 "$W/dcp.log"))"
+	else
+		notok "$1"
+		show "$W/dcp.log"
+	fi
+}
+expect_ok "llama: to Megatron-FSDP's fsdp_dtensor format" $BIN/ckpt_convert --load "$W/llama" --save "$W/f-llama" \
+	--to megatron --ckpt-format fsdp_dtensor $GPT2
+dcp_check_fsdp "llama fsdp_dtensor: an independent reader finds megac's tensors and Adam's state by name" \
+	"$W/f-llama" "$W/llama" 2 4
+expect_ok "gpt: to fsdp_dtensor for a bf16 run" $BIN/ckpt_convert --load "$W/gpt" --save "$W/f-gpt" --to megatron \
+	--ckpt-format fsdp_dtensor --dtype bf16 $GPT2
+dcp_check_fsdp "gpt fsdp_dtensor bf16: Float16Module's extra prefix, the fp32 weights" "$W/f-gpt" "$W/gpt" 2 2 \
+	bfloat16
+for m in llama gpt; do
+	expect_ok "$m: back from fsdp_dtensor" $BIN/ckpt_convert --load "$W/f-$m" --save "$W/g-$m" --from megatron $GPT2
+	if $PY -c '
+import sys, h5py, numpy as np
+n = 0
+for f in ("model.h5", "optim.h5"):
+    a, b = h5py.File(sys.argv[1] + "/iter_0000002/" + f), h5py.File(sys.argv[2] + "/iter_0000002/" + f)
+    names = []
+    a.visititems(lambda k, o: names.append(k) if isinstance(o, h5py.Dataset) else None)
+    for k in names:
+        assert np.array_equal(a[k][()], b[k][()]), (f, k)
+    n += len(names)
+    for k, v in b["/"].attrs.items() if f == "optim.h5" else ():
+        assert k in a.attrs and np.all(a.attrs[k] == v), (f, k)
+print(n)' "$W/$m" "$W/g-$m" >"$W/cmp.log" 2>&1; then
+		ok "$m: megac -> fsdp_dtensor -> megac keeps weights, moments, step and schedule ($(cat "$W/cmp.log") tensors) bit for bit"
+	else
+		notok "$m: megac -> fsdp_dtensor -> megac keeps weights, moments, step and schedule"
+		show "$W/cmp.log"
+	fi
+done
 # Megatron's local layer spec names the fused norms input_layernorm and pre_mlp_layernorm
 setup "the TP2 x PP2 files renamed to the local spec" $PY -c '
 import glob, os, shutil, sys, torch
@@ -140,9 +183,8 @@ RTOL=0 compare_same "llama: fine-tuning the round trip gives the original's loss
 	"$W/ft-back.jsonl" 4
 expect_fail "--from megatron on a megac checkpoint says what it found" "not a Megatron checkpoint megac reads" \
 	$BIN/ckpt_convert --load "$W/llama" --save "$W/b-wrong" --from megatron $GPT2
-expect_fail "fsdp_dtensor is refused by name" "torch_dcp and fsdp_dtensor are not in megac yet" \
-	$BIN/ckpt_convert \
-	--load "$W/gpt" --save "$W/m-dist" --to megatron --ckpt-format fsdp_dtensor $GPT2
+expect_fail "torch_dcp is refused by name" "torch_dcp is not in megac yet" $BIN/ckpt_convert \
+	--load "$W/gpt" --save "$W/m-dist" --to megatron --ckpt-format torch_dcp $GPT2
 expect_fail "an existing iteration is not overwritten" "does not overwrite a checkpoint" $BIN/ckpt_convert \
 	--load "$W/gpt" --save "$W/m-gpt" --to megatron --target-tensor-parallel-size 2 \
 	--target-pipeline-parallel-size 2 $GPT2

@@ -12,7 +12,11 @@
 # with its optimizer state and megac continues it with Megatron's losses; the
 # optimizer state survives megac -> torch_dist -> megac bit for bit. Under
 # make check-long with MEGATRON_LM set, Megatron itself loads megac's exports
-# (logits) and continues megac's export of its run (losses).
+# (logits) and continues megac's export of its run (losses). Megatron-FSDP's
+# run of the same model (fsdp.tar.xz, its fsdp_dtensor format) imports to
+# the very state of the torch_dist save, train continues it and saves and
+# resumes that format (also under megac's own --use-megatron-fsdp on 2
+# ranks), and under check-long Megatron-FSDP continues megac's export.
 . tests/prog_lib.sh
 W=$(new_tmp megatron_ckpt)
 TOOL=$MEGAC_BUILD/tools/megac_torch_pickle
@@ -22,7 +26,7 @@ ERR=$W/err.log
 OUT_LOG=$W/out.log
 
 setup "the fixtures unpack" sh -c "tar -xJf $FIX/gpt.tar.xz -C $W && tar -xJf $FIX/llama.tar.xz -C $W &&
-	tar -xJf $FIX/train.tar.xz -C $W && cp $FIX/manifest.json $W/"
+	tar -xJf $FIX/train.tar.xz -C $W && tar -xJf $FIX/fsdp.tar.xz -C $W && cp $FIX/manifest.json $W/"
 
 n=0
 bad=""
@@ -113,7 +117,7 @@ continues() { # NAME CKPT METRICS [FLAGS...]: iterations 3 and 4 give Megatron's
 	rm -f "$mf"
 	# shellcheck disable=SC2086 # the flags are words
 	if ${RUN:-} $BIN/train $TRAIN_FLAGS --load "$ck" --metrics-file "$mf" "$@" >"$OUT_LOG" 2>"$ERR" &&
-		$CMP losses "$W/llama_train_losses.json" "$mf" 3 1e-5 >"$W/cmp.log" 2>&1; then
+		$CMP losses "${LOSSES:-$W/llama_train_losses.json}" "$mf" 3 1e-5 >"$W/cmp.log" 2>&1; then
 		ok "$name ($(cat "$W/cmp.log"))"
 	else
 		notok "$name"
@@ -191,6 +195,95 @@ export OMPI_MCA_mpi_yield_when_idle=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 RUN="mpirun --allow-run-as-root --oversubscribe -np 2" continues \
 	"train --load on Megatron's folder with 2 data-parallel ranks" "$W/llama_train_torch_dist" "$W/cont4.jsonl" \
 	--global-batch-size 2 --save "$W/direct2" --save-interval 100
+
+# Megatron-FSDP's own run (fsdp.tar.xz): the same model, flags and sequence
+# with --use-megatron-fsdp, iteration 2 saved in its fsdp_dtensor format
+# (every tensor whole and by name, SwiGLU's fc1 in halves, Adam's state by
+# parameter name). Its losses are the plain run's, and its import is the
+# torch_dist import's state exactly.
+expect_ok "Megatron-FSDP's fsdp_dtensor checkpoint imports with its optimizer state" $BIN/ckpt_convert \
+	--load "$W/llama_fsdp_fsdp_dtensor" --save "$W/fsdp_megac" --from megatron --tokenizer-type NullTokenizer \
+	--vocab-size 128
+same_state() { # NAME A B: every tensor and attribute of model.h5 and optim.h5 equal
+	if $PY -c '
+import sys, h5py, numpy as np
+n = 0
+for f in ("model.h5", "optim.h5"):
+    a, b = h5py.File(sys.argv[1] + "/iter_0000002/" + f), h5py.File(sys.argv[2] + "/iter_0000002/" + f)
+    names = []
+    a.visititems(lambda k, o: names.append(k) if isinstance(o, h5py.Dataset) else None)
+    assert len(names) >= 15, names
+    for k in names:
+        assert np.array_equal(a[k][()], b[k][()]), (f, k)
+    n += len(names)
+    for k, v in a.attrs.items():
+        assert k in b.attrs and np.all(b.attrs[k] == v), (f, k)
+print(n)' "$2" "$3" >"$W/cmp.log" 2>&1; then
+		ok "$1 ($(cat "$W/cmp.log") tensors)"
+	else
+		notok "$1"
+		show "$W/cmp.log"
+	fi
+}
+same_state "Megatron-FSDP's fsdp_dtensor and Megatron's torch_dist saves of the run import to the same state, bit for bit" \
+	"$W/train_megac" "$W/fsdp_megac"
+expect_ok "megac -> fsdp_dtensor" $BIN/ckpt_convert --load "$W/fsdp_megac" --save "$W/fsdp_exp" --to megatron \
+	--ckpt-format fsdp_dtensor --make-vocab-size-divisible-by 64
+expect_ok "and back" $BIN/ckpt_convert --load "$W/fsdp_exp" --save "$W/fsdp_back" --from megatron \
+	--tokenizer-type NullTokenizer --vocab-size 128
+same_state "megac -> fsdp_dtensor -> megac keeps weights, moments, step and schedule bit for bit" "$W/fsdp_megac" \
+	"$W/fsdp_back"
+# train --load on Megatron-FSDP's folder, saving fsdp_dtensor at iteration 3; resumed from it to 4
+rm -f "$W/fsdp3.jsonl" "$W/fsdp4.jsonl"
+# shellcheck disable=SC2086
+if $BIN/train $TRAIN_FLAGS --load "$W/llama_fsdp_fsdp_dtensor" --train-iters 3 --ckpt-format fsdp_dtensor \
+	--save "$W/fsdpsave" --save-interval 1 --metrics-file "$W/fsdp3.jsonl" >"$OUT_LOG" 2>"$ERR" &&
+	[ -f "$W/fsdpsave/iter_0000003/.metadata" ] && [ ! -e "$W/fsdpsave/iter_0000003/metadata.json" ] &&
+	[ ! -e "$W/fsdpsave/.megac-hdf5" ] && [ "$(cat "$W/fsdpsave/latest_checkpointed_iteration.txt")" = 3 ] &&
+	$CMP losses "$W/llama_fsdp_losses.json" "$W/fsdp3.jsonl" 3 1e-5 >"$W/cmp.log" 2>&1; then
+	ok "train --load on Megatron-FSDP's folder continues it and saves fsdp_dtensor ($(cat "$W/cmp.log"))"
+else
+	notok "train --load on Megatron-FSDP's folder continues it and saves fsdp_dtensor"
+	show "$ERR"
+	show "$W/cmp.log"
+fi
+# shellcheck disable=SC2086
+if $BIN/train $TRAIN_FLAGS --load "$W/fsdpsave" --ckpt-format fsdp_dtensor --save "$W/fsdpsave" --save-interval 1 \
+	--metrics-file "$W/fsdp4.jsonl" >"$OUT_LOG" 2>"$ERR" &&
+	$CMP losses "$W/llama_fsdp_losses.json" "$W/fsdp4.jsonl" 4 1e-5 >"$W/cmp.log" 2>&1; then
+	ok "resumed from its own fsdp_dtensor save, iteration 4 has Megatron's loss ($(cat "$W/cmp.log"))"
+else
+	notok "resumed from its own fsdp_dtensor save, iteration 4 has Megatron's loss"
+	show "$ERR"
+	show "$W/cmp.log"
+fi
+# bad fsdp_dtensor input: refused by name, nothing written (megac's export forged)
+bad_fsdp() { # HOW EXPECTED
+	rm -rf "$W/bad" "$W/bad_out"
+	cp -r "$W/fsdp_exp" "$W/bad"
+	if (cd "$W/bad/iter_0000002" && $PY "$OLDPWD/tests/prog/py/dcp_forge.py" . "$1" >/dev/null) &&
+		! $BIN/ckpt_convert --load "$W/bad" --save "$W/bad_out" --from megatron --tokenizer-type NullTokenizer \
+			--vocab-size 128 >"$OUT_LOG" 2>"$ERR" && grep -q -- "$2" "$ERR" && [ ! -e "$W/bad_out" ]; then
+		ok "fsdp_dtensor forged ($1): refused ($(head -c 200 "$ERR" | tr '\n' ' '))"
+	else
+		notok "fsdp_dtensor forged ($1): refused with '$2', nothing written"
+		show "$ERR"
+	fi
+}
+bad_fsdp nohalf "linear_fc1.weight_w' has no other half"
+bad_fsdp expert "mixture-of-experts and multi-token prediction checkpoints are not read yet"
+bad_fsdp byindex "indexed by position"
+# megac's Megatron-FSDP on two data-parallel ranks, with Megatron's flags for it
+LOSSES="$W/llama_fsdp_losses.json" RUN="mpirun --allow-run-as-root --oversubscribe -np 2" continues \
+	"--use-megatron-fsdp on 2 ranks continues Megatron-FSDP's folder, saving fsdp_dtensor" \
+	"$W/llama_fsdp_fsdp_dtensor" "$W/fsdp5.jsonl" --global-batch-size 2 --use-megatron-fsdp \
+	--use-distributed-optimizer --data-parallel-sharding-strategy optim_grads_params --auto-detect-ckpt-format \
+	--ckpt-format fsdp_dtensor --save "$W/fsdpsave2" --save-interval 4
+if [ -f "$W/fsdpsave2/iter_0000004/.metadata" ] && [ ! -e "$W/fsdpsave2/.megac-hdf5" ]; then
+	ok "and its iteration 4 is in fsdp_dtensor"
+else
+	notok "and its iteration 4 is in fsdp_dtensor"
+fi
 
 # bad torch_dist input: a clear error naming the file, nothing written
 bad_dist() { # name, expected message part, command that damages a copy in $W/bad
@@ -291,6 +384,21 @@ if long_only && [ -n "${MEGATRON_LM:-}" ]; then
 			ok "Megatron continues megac's torch_dist export with its optimizer state, with its own losses ($(cat "$W/cmp.log"))"
 		else
 			notok "Megatron continues megac's torch_dist export with its optimizer state"
+			show "$W/meg.log" 15
+			show "$W/cmp.log"
+		fi
+	fi
+	if [ -n "${MTREE:-}" ]; then
+		# Megatron-FSDP (one rank, fsdp_env.sh's einops) continues megac's
+		# fsdp_dtensor export of its run: weights, moments, step, schedule
+		if LIB=$(mkdir -p "$MENV/fsdp-pylib" && sh $FIX/fsdp_env.sh "$MENV/fsdp-pylib" "$PY" 2>"$ERR") &&
+			PYTHONPATH="$LIB" OMP_NUM_THREADS=1 $PY $FIX/make_fsdp_fixture.py train --megatron "$MTREE" --out "$W" \
+				--load "$W/fsdp_exp" --losses "$W/meg_fsdp.json" >"$W/meg.log" 2>&1 &&
+			$CMP losses "$W/llama_fsdp_losses.json" "$W/meg_fsdp.json" 3 0 >"$W/cmp.log" 2>&1; then
+			ok "Megatron-FSDP continues megac's fsdp_dtensor export with its own losses exactly ($(cat "$W/cmp.log"))"
+		else
+			notok "Megatron-FSDP continues megac's fsdp_dtensor export"
+			show "$ERR"
 			show "$W/meg.log" 15
 			show "$W/cmp.log"
 		fi

@@ -232,10 +232,10 @@ run_script mamba "--bf16" \
 # experts -> 2 of 64, 8 experts; EP8 -> 1 rank; its Hugging Face tokenizer -> mock data.
 # MTP with Megatron-FSDP is not in megac yet: the second run is left out, the
 # first must name every missing piece (its MLA with YaRN, routing, expert bias,
-# flex dispatcher and MTP are in).
+# flex dispatcher and MTP are in, and its --ckpt-format fsdp_dtensor, though not
+# yet with MoE and MTP layers, which train refuses at start-up).
 NOEFFECT="" SECOND=0
-run_script deepseek_v3 "--auto-detect-ckpt-format --ckpt-format=fsdp_dtensor \
---megatron-fsdp-grad-comm-dtype=bf16 --megatron-fsdp-main-grads-dtype=bf16" \
+run_script deepseek_v3 "--megatron-fsdp-grad-comm-dtype=bf16 --megatron-fsdp-main-grads-dtype=bf16" \
 	--distributed-timeout-minutes 60 --tensor-model-parallel-size 1 --expert-model-parallel-size 1 \
 	--expert-tensor-parallel-size 1 --context-parallel-size 1 --use-distributed-optimizer --overlap-grad-reduce \
 	--overlap-param-gather --use-mcore-models --sequence-parallel --use-flash-attn --disable-bias-linear \

@@ -204,8 +204,8 @@ def check_fsdp(d, ckpt, it, L):
                 n_sched += 1
         assert n_sched >= 10, n_sched
     assert not tensors and not objects, ("left", sorted(tensors)[:5], sorted(objects)[:5])
-    print("%d model tensors (fp32, per layer, %s prefix, SwiGLU halves apart)%s, args and iteration %d check out"
-          % (n_model, w, ", %d of Adam's moments with their steps, %d parameters' groups, %d scheduler fields"
+    print("%d model tensors (fp32, per layer, %s prefix%s)%s, args and iteration %d check out"
+          % (n_model, w, ", SwiGLU halves apart" if args.swiglu else "", ", %d of Adam's moments with their steps, %d parameters' groups, %d scheduler fields"
              % (n_optim, n_meta, n_sched) if o is not None else "", it))
 
 

@@ -10,6 +10,10 @@ stand-in modules, so only the one change differs. HOW:
   nostorage a chunk's storage entry is removed
   unknown   a bytes item is declared as a class the reader does not know
   none      no defect: the same metadata, written back (the forger's own check)
+For an fsdp_dtensor folder (items by their own names):
+  nohalf    SwiGLU's first linear_fc1.weight_v is gone (its _w has no partner)
+  expert    the first model.*.mlp.linear_fc2.weight is renamed into mlp.experts
+  byindex   the first optimizer.state.<name>.exp_avg is renamed optimizer.state.0.exp_avg
 """
 import pickle
 import sys
@@ -67,9 +71,35 @@ def main():
     st = meta._state
     sdm, sd = st["state_dict_metadata"], st["storage_data"]
     multi = [k for k, v in sdm.items() if type(v).__name__ == "TensorStorageMetadata" and len(v._state["chunks"]) > 1]
-    name = multi[0]
-    chunks = sdm[name]._state["chunks"]
-    if how == "overlap":
+    name = multi[0] if multi else None
+    chunks = sdm[name]._state["chunks"] if multi else None
+
+    def first(test):
+        return next(k for k in sdm if test(k))
+
+    def rename(old, new):
+        sdm[new] = sdm.pop(old)
+        for k in sd:
+            if k._state["fqn"] == old:
+                k._state["fqn"] = new
+        pd = st.get("planner_data")
+        if isinstance(pd, dict) and old in pd:
+            pd.pop(old)
+            pd[new] = tuple(new.split("."))
+
+    if how == "nohalf":  # (the item, its storage and its planner path)
+        name = first(lambda k: k.startswith("model.") and k.endswith("linear_fc1.weight_v"))
+        del sdm[name]
+        for k in [k for k in sd if k._state["fqn"] == name]:
+            del sd[k]
+        st["planner_data"].pop(name)
+    elif how == "expert":
+        name = first(lambda k: k.startswith("model.") and k.endswith(".mlp.linear_fc2.weight"))
+        rename(name, name.replace(".mlp.linear_fc2.", ".mlp.experts.linear_fc2."))
+    elif how == "byindex":
+        name = first(lambda k: k.startswith("optimizer.state.") and k.endswith(".exp_avg"))
+        rename(name, "optimizer.state.0.exp_avg")
+    elif how == "overlap":
         chunks[1]._state["offsets"] = chunks[0]._state["offsets"]
     elif how == "gap":
         chunks.pop()
