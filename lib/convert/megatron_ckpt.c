@@ -32,6 +32,7 @@
  * once the stacked layers are split (read_dist).
  */
 #include "convert/megatron_ckpt.h"
+#include "convert/megatron_distopt.h"
 
 #include <fcntl.h>
 #include <inttypes.h>
@@ -283,6 +284,12 @@ static int plan_model(struct gpt_model *m, struct mem_pool *pool, struct dist_gr
 	struct gpt_setup pipe = { .B = 1, .precision = GPT_FP32, .tp = tpg, .pp = pp, .stage = stage, .vpp = 1 };
 	mem_pool_init(pool, megac_mem_plan_ops(false));
 	return gpt_init_pipe(m, c, megac_mem_plan_ops(false), pool, &pipe);
+}
+
+int megatron_plan_model(struct gpt_model *m, struct mem_pool *pool, struct dist_group *tpg, const struct gpt_config *c,
+			int tp, int rank, int pp, int stage)
+{
+	return plan_model(m, pool, tpg, c, tp, rank, pp, stage);
 }
 
 static int write_rank(const struct megatron_export *e, const json_t *config, const char *tmp, int stage, int rank)
@@ -609,7 +616,6 @@ int megatron_torch_export(const struct args *a, const struct megatron_export *e)
 
 /* One rank file of the checkpoint being read. */
 struct rank_in {
-	bool dist_optim; /* torch_dist: Megatron's distributed optimizer's own layout (optimizer.distributed.*) */
 	struct pk_doc *d;
 	struct pk_value *root;  /* the file's dict */
 	struct pk_value *model; /* its "model" dict */
@@ -834,8 +840,6 @@ static int read_dist(const char *dir, struct rank_in *ri, bool want_optim)
 		rc = error("'%s': the common state's args have no num_layers", ri->path);
 	for (int i = 0; rc == 0 && i < dcp_count(c); i++) {
 		const struct dcp_item *it = dcp_item(c, i);
-		if (!strncmp(it->fqn, "optimizer.distributed.", 22))
-			ri->dist_optim = true;
 		if (!it->tensor || !strncmp(it->fqn, "optimizer.distributed.", 22))
 			continue; /* sharded objects: TE's _extra_state, the common state; the distributed optimizer's */
 		if (!want_optim && !strncmp(it->fqn, "optimizer.", 10))
@@ -1099,6 +1103,9 @@ int megatron_import(const struct args *a, bool tell)
 	}
 	if (rc == 0 && (c.E > 0 || c.mtp))
 		rc = error("%s: mixture-of-experts and multi-token prediction checkpoints are not read yet", in[0].path);
+	/* Megatron's distributed optimizer: its state as the named tensors below */
+	if (rc == 0 && dist && !a->no_optim && megatron_distopt_state(in[0].root))
+		rc = megatron_distopt_read(dir, &c, in[0].d, in[0].root, in[0].model, in[0].path);
 	/* Adam's state: torch_dist keeps the moments by name
 	 * (optimizer.state.exp_avg.<name>, the fp32 master weights of a 16-bit
 	 * run as optimizer.state.fp32_param.<name>), the step and the schedule in
@@ -1111,19 +1118,6 @@ int megatron_import(const struct args *a, bool tell)
 	struct optim_in oi = { 0 };
 	if (optim && read_optim_common(in[0].root, in[0].path, &oi) < 0)
 		rc = -1;
-	if (rc == 0 && !optim && !a->no_optim && in[0].dist_optim) {
-		/* a run with --use-distributed-optimizer: its state is in the
-		 * optimizer's buffer layout (dp_reshardable), not by name */
-		if (!tell)
-			rc = error("%s: Megatron's distributed optimizer saved its state in its own buffer layout "
-				   "(optimizer.distributed.*), which megac does not read yet; --no-load-optim continues "
-				   "with the weights and fresh Adam moments",
-				   in[0].path);
-		else
-			warning("%s: Megatron's distributed optimizer saved its state in its own buffer layout "
-				"(optimizer.distributed.*), which megac does not read yet: the weights only",
-				in[0].path);
-	}
 	char *created = NULL;
 	if (rc == 0)
 		rc = convert_megac_dest(a, iter, &created);

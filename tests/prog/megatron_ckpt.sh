@@ -10,7 +10,10 @@
 # logits (|difference| < 1e-4); damaged or malicious torch_dist folders are
 # refused naming the file. Megatron's own training run (train.tar.xz) imports
 # with its optimizer state and megac continues it with Megatron's losses; the
-# optimizer state survives megac -> torch_dist -> megac bit for bit. Under
+# optimizer state survives megac -> torch_dist -> megac bit for bit. Runs
+# with Megatron's distributed optimizer (distopt.tar.xz: dp_reshardable,
+# fully_reshardable, TP2, bf16) import with its state (the two layouts
+# alike, bit for bit) and continue with Megatron's losses. Under
 # make check-long with MEGATRON_LM set, Megatron itself loads megac's exports
 # (logits) and continues megac's export of its run (losses).
 . tests/prog_lib.sh
@@ -107,13 +110,14 @@ t = json.load(open(sys.argv[1]))["tokens"][:16]
 print(json.dumps({"text": " ".join(map(str, t + t))}))' "$W/llama_train_losses.json" >"$W/seq.jsonl"
 setup "the training data" $BIN/preprocess_data --input "$W/seq.jsonl" --output-prefix "$W/seq" \
 	--tokenizer-type NullTokenizer --vocab-size 128 --workers 1
-continues() { # NAME CKPT METRICS [FLAGS...]: iterations 3 and 4 give Megatron's losses (rtol 1e-5)
+continues() { # NAME CKPT METRICS [FLAGS...]: iterations 3 and 4 give Megatron's losses (rtol 1e-5;
+	# LOSSES, FLAGS and RTOL: another run's losses file, train flags and tolerance)
 	name=$1 ck=$2 mf=$3
 	shift 3
 	rm -f "$mf"
 	# shellcheck disable=SC2086 # the flags are words
-	if ${RUN:-} $BIN/train $TRAIN_FLAGS --load "$ck" --metrics-file "$mf" "$@" >"$OUT_LOG" 2>"$ERR" &&
-		$CMP losses "$W/llama_train_losses.json" "$mf" 3 1e-5 >"$W/cmp.log" 2>&1; then
+	if ${RUN:-} $BIN/train ${FLAGS:-$TRAIN_FLAGS} --load "$ck" --metrics-file "$mf" "$@" >"$OUT_LOG" 2>"$ERR" &&
+		$CMP losses "${LOSSES:-$W/llama_train_losses.json}" "$mf" 3 "${RTOL:-1e-5}" >"$W/cmp.log" 2>&1; then
 		ok "$name ($(cat "$W/cmp.log"))"
 	else
 		notok "$name"
@@ -192,6 +196,76 @@ RUN="mpirun --allow-run-as-root --oversubscribe -np 2" continues \
 	"train --load on Megatron's folder with 2 data-parallel ranks" "$W/llama_train_torch_dist" "$W/cont4.jsonl" \
 	--global-batch-size 2 --save "$W/direct2" --save-interval 100
 
+# Megatron's distributed optimizer (distopt.tar.xz: the same run with
+# --use-distributed-optimizer, its state saved in the optimizer's own flat
+# buckets (dp_reshardable, Megatron's default) and by parameter
+# (--dist-ckpt-optim-fully-reshardable); at TP2; and the GPT model, with
+# LayerNorm, biases, tied embeddings and learned positions, in bf16). The
+# buckets hold no names: megac rebuilds Megatron's layout of each rank's
+# parameters, and the two layouts of one run must give the same state bit
+# for bit; each import continues with Megatron's losses.
+setup "the distributed optimizer's fixtures unpack" tar -xJf $FIX/distopt.tar.xz -C "$W"
+for v in distopt distopt_full distopt_tp2; do
+	expect_ok "llama, $v: imports with the distributed optimizer's state" $BIN/ckpt_convert \
+		--load "$W/llama_train_${v}_torch_dist" --save "$W/imp_$v" --from megatron --tokenizer-type NullTokenizer \
+		--vocab-size 128
+done
+if $PY - "$W/imp_distopt" "$W/imp_distopt_full" "$W/imp_distopt_tp2" >"$W/cmp.log" 2>&1 <<'EOF'
+import sys, h5py, numpy as np
+def load(d):
+    out = {}
+    for f in ("model.h5", "optim.h5"):
+        h = h5py.File(d + "/iter_0000002/" + f, "r")
+        h.visititems(lambda k, o: out.__setitem__(f + ":" + k, o[()]) if isinstance(o, h5py.Dataset) else None)
+        out[f + ":attrs"] = {k: v for k, v in h.attrs.items()}
+    return out
+a, b, c = (load(d) for d in sys.argv[1:4])
+assert sorted(a) == sorted(b) == sorted(c)
+assert len([k for k in a if k.startswith("optim.h5:exp_avg_sq/")]) == 15
+assert a["optim.h5:attrs"]["step"] == 2 and a["optim.h5:attrs"]["adam_beta2"] == 0.95
+worst = 0.0
+for k in a:
+    if k.endswith(":attrs"):
+        assert all(np.all(a[k][x] == b[k][x]) for x in a[k]), k
+        continue
+    assert np.array_equal(a[k], b[k]), k
+    worst = max(worst, float(np.abs(a[k] - c[k]).max() / max(np.abs(a[k]).max(), 1e-30)))
+assert worst < 1e-5, worst
+print("%d tensors; TP2 within %.1e of TP1 (its own run)" % (len(a) - 2, worst))
+EOF
+then
+	ok "dp_reshardable and fully_reshardable give the same weights, moments, step and schedule bit for bit ($(cat "$W/cmp.log"))"
+else
+	notok "the distributed optimizer's two layouts give the same state"
+	show "$W/cmp.log"
+fi
+for v in distopt distopt_full distopt_tp2; do
+	LOSSES="$W/llama_train_${v}_losses.json" continues "llama, $v: megac continues Megatron's run with its losses" \
+		"$W/imp_$v" "$W/do_$v.jsonl"
+done
+GPT_FLAGS="--num-layers 2 --hidden-size 32 --num-attention-heads 4 --ffn-hidden-size 128 --seq-length 16
+	--max-position-embeddings 16 --position-embedding-type learned_absolute --normalization LayerNorm --no-bias-gelu-fusion
+	--vocab-size 128 --tokenizer-type NullTokenizer --make-vocab-size-divisible-by 64 --micro-batch-size 1
+	--global-batch-size 1 --attention-dropout 0 --hidden-dropout 0 --split 100,0,0 --eval-iters 0
+	--data-path $W/seq_text_document --data-cache-path $W/cache --train-iters 4 --log-interval 1 --bf16
+	$($PY -c 'import json, sys; print(" ".join(json.load(open(sys.argv[1]))["flags"]))' \
+		"$W/gpt_train_bf16_distopt_losses.json")"
+# train --load on the folder itself (train's import); bf16 rounding between
+# the two programs' kernels: rtol 1e-3, as for the bf16 run above
+FLAGS=$GPT_FLAGS LOSSES="$W/gpt_train_bf16_distopt_losses.json" RTOL=1e-3 continues \
+	"gpt bf16, dp_reshardable: train --load continues Megatron's run with its losses" \
+	"$W/gpt_train_bf16_distopt_torch_dist" "$W/do_gpt.jsonl"
+rm -f "$W/do_noopt.jsonl"
+# shellcheck disable=SC2086
+if $BIN/train $GPT_FLAGS --load "$W/gpt_train_bf16_distopt_torch_dist" --no-load-optim --metrics-file \
+	"$W/do_noopt.jsonl" >"$OUT_LOG" 2>"$ERR" &&
+	$CMP differ "$W/gpt_train_bf16_distopt_losses.json" "$W/do_noopt.jsonl" 4 3e-3 >"$W/cmp.log" 2>&1; then
+	ok "gpt bf16: without the moments the 4th loss differs ($(cat "$W/cmp.log")): the test sees them"
+else
+	notok "gpt bf16: without the moments the 4th loss differs"
+	show "$ERR"
+	show "$W/cmp.log"
+fi
 # bad torch_dist input: a clear error naming the file, nothing written
 bad_dist() { # name, expected message part, command that damages a copy in $W/bad
 	rm -rf "$W/bad" "$W/bad_out"
@@ -329,25 +403,19 @@ if long_only && [ -n "${MEGATRON_LM:-}" ]; then
 		fi
 	fi
 	if [ -n "${MTREE:-}" ]; then
-		# Megatron's distributed optimizer saves its state in its buffer layout
-		# (optimizer.distributed.*, dp_reshardable), not read yet: train
-		# refuses it by name, and with --no-load-optim continues from the
-		# weights (iteration 3's loss, which the moments do not change yet)
+		# Megatron's distributed optimizer, run now by this Megatron (the
+		# fixture's run again, TP1 and TP2): train --load continues it with
+		# Megatron's losses from its dp_reshardable buckets
 		mkdir -p "$W/do"
 		if OMP_NUM_THREADS=1 $PY $FIX/make_fixtures.py train --megatron "$MTREE" --out "$W/do" --model llama \
-			--dist-opt >"$W/meg.log" 2>&1; then
-			expect_fail "the distributed optimizer's layout is refused by name" "optimizer.distributed" \
-				$BIN/train $TRAIN_FLAGS --load "$W/do/llama_train_torch_dist" --train-iters 3
-			rm -f "$W/do/m.jsonl"
-			if $BIN/train $TRAIN_FLAGS --load "$W/do/llama_train_torch_dist" --train-iters 3 --no-load-optim \
-				--metrics-file "$W/do/m.jsonl" >"$OUT_LOG" 2>"$ERR" &&
-				$CMP losses "$W/do/llama_train_losses.json" "$W/do/m.jsonl" 3 1e-5 >"$W/cmp.log" 2>&1; then
-				ok "and with --no-load-optim its weights continue ($(cat "$W/cmp.log"))"
-			else
-				notok "with --no-load-optim the distributed optimizer's run continues from its weights"
-				show "$ERR"
-				show "$W/cmp.log"
-			fi
+			--dist-opt >"$W/meg.log" 2>&1 && OMP_NUM_THREADS=1 $PY -m torch.distributed.run --nproc-per-node 2 \
+			--master-port 29543 $FIX/make_fixtures.py train --megatron "$MTREE" --out "$W/do" --model llama \
+			--dist-opt --tp 2 >>"$W/meg.log" 2>&1; then
+			for v in distopt distopt_tp2; do
+				LOSSES="$W/do/llama_train_${v}_losses.json" continues \
+					"this Megatron's $v run: train --load continues it with its losses" \
+					"$W/do/llama_train_${v}_torch_dist" "$W/do/m_$v.jsonl" --save "$W/do/s_$v" --save-interval 100
+			done
 		else
 			notok "Megatron trains with its distributed optimizer on the CPU"
 			show "$W/meg.log" 10
