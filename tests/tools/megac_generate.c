@@ -3,10 +3,12 @@
  * text_gen_server) from a checkpoint, for the tests' comparisons with
  * transformers (tests/prog/infer.sh).
  *
- *   megac_generate CKPT_DIR PROMPTS.json MAX_NEW OUT.json [TOP_K [TEMPERATURE [SEED [MAX_REQ]]]]
+ *   megac_generate CKPT_DIR PROMPTS.json MAX_NEW OUT.json [TOP_K [TEMPERATURE [SEED [MAX_REQ [MAX_TOKENS]]]]]
  *
  * PROMPTS.json: [[id, ...], ...]. All prompts go to one infer_generate call
- * with MAX_REQ cache slots (default: one per prompt), greedy unless TOP_K is
+ * with MAX_REQ cache slots (default: one per prompt) and steps of at most
+ * MAX_TOKENS tokens (default: every prompt at once; fewer prefill the
+ * prompts in chunks), greedy unless TOP_K is
  * given (0 = plain sampling), no stop token. OUT.json: [{"tokens": [...],
  * "logprobs": [...]}, ...] with the prompt's log-probs (from its second
  * token) then the generated tokens'.
@@ -23,7 +25,8 @@ int main(int argc, char **argv)
 {
 	log_init("megac_generate", 0, 1);
 	if (argc < 5)
-		die("usage: megac_generate CKPT_DIR PROMPTS.json MAX_NEW OUT.json [TOP_K [TEMPERATURE [SEED [MAX_REQ]]]]");
+		die("usage: megac_generate CKPT_DIR PROMPTS.json MAX_NEW OUT.json [TOP_K [TEMPERATURE [SEED [MAX_REQ "
+		    "[MAX_TOKENS]]]]]");
 	json_error_t jerr;
 	json_t *ps = json_load_file(argv[2], 0, &jerr);
 	if (!json_is_array(ps) || json_array_size(ps) == 0)
@@ -33,6 +36,7 @@ int main(int argc, char **argv)
 	float temp = argc > 6 ? (float)atof(argv[6]) : 1.0f;
 	uint64_t seed = argc > 7 ? strtoull(argv[7], NULL, 10) : 1;
 	int max_req = argc > 8 ? atoi(argv[8]) : n;
+	int max_tokens = argc > 9 ? atoi(argv[9]) : 0;
 	struct infer_request *rq = xcalloc((size_t)n, sizeof(*rq));
 	int longest = 0, total = 0;
 	for (int i = 0; i < n; i++) {
@@ -51,7 +55,7 @@ int main(int argc, char **argv)
 	struct ckpt_reader *r = ckpt_open_latest(argv[1], &iter);
 	int mf = r ? ckpt_file_open(r, "model.h5") : -1;
 	struct infer_engine e;
-	if (mf < 0 || infer_init(&e, r, mf, longest, max_req, total + n, NULL, NULL) < 0 || infer_generate(&e, rq, n) < 0)
+	if (mf < 0 || infer_init(&e, r, mf, longest, max_req, max_tokens ? max_tokens : total + n, NULL, NULL) < 0 || infer_generate(&e, rq, n) < 0)
 		return DIE_EXIT_CODE;
 	json_t *out = json_array();
 	for (int i = 0; i < n; i++) {

@@ -17,6 +17,14 @@ Modes
   mamba_ref.py --self-test
       The chunked scan against the step-by-step recurrence (float64), chunk lengths 1, 5 and
       the whole sequence.
+  mamba_ref.py generate MODEL-FLAGS... --ref-model M.h5 --prompts P.json --max-new N
+               --vocab V --gen-out OUT.json
+      Greedy continuation by full recomputation: every new token from a forward pass over the
+      whole sequence so far (no cache, no state carried between passes), in float64 (or
+      --ref-dtype). P.json: [[id, ...], ...]; V: the unpadded vocabulary (the tokens and
+      log-probs are over the first V logits, as a server's). OUT.json: [{"tokens": the N
+      generated, "logprobs": log p of each prompt token from the second, then of each
+      generated one}, ...], the form of tests/tools/megac_generate.
 
 The model (Megatron's HybridStack with the TE spec, one rank):
   - pattern characters: M a MambaLayer, * a TransformerLayer with self-attention only, - one
@@ -248,15 +256,62 @@ def self_test():
     sys.exit(1 if bad else 0)
 
 
+def take_flag(argv, name):
+    i = argv.index(name) if name in argv else R.die("give " + name)
+    val = argv[i + 1]
+    del argv[i:i + 2]
+    return val
+
+
+def generate(argv):
+    import json
+    prompts = json.load(open(take_flag(argv, "--prompts")))
+    max_new, V = int(take_flag(argv, "--max-new")), int(take_flag(argv, "--vocab"))
+    out_path = take_flag(argv, "--gen-out")
+    args = R.parse_args(argv)
+    import h5py
+    with h5py.File(args.ref_model, "r") as f:
+        Vp = f["embedding.word_embeddings.weight"].shape[0]
+    c = R.model_config(args, Vp)
+    dtype = torch.float64 if args.ref_dtype == "float64" else torch.float32
+    P, _ = R.load_model(args.ref_model, c, dtype)
+    out = []
+    with torch.no_grad():
+        for p in prompts:
+            seq, lps, gen = list(p), [], []
+            for step in range(max_new + 1):
+                T = len(seq)
+                tokens = torch.tensor([seq])
+                batch = {"tokens": tokens, "position_ids": torch.arange(T)[None],
+                         "attention_mask": torch.triu(torch.ones(T, T, dtype=torch.bool), 1)[None]}
+                lp = torch.log_softmax(hybrid_forward(P, c, batch, logits_only=True)[0, :, :V], dim=-1)
+                if step == 0:  # the prompt's own log-probs, from its second token
+                    lps += [float(lp[t, seq[t + 1]]) for t in range(T - 1)]
+                if step == max_new:
+                    break
+                tok = int(torch.argmax(lp[-1]))  # the first maximum, as the server's greedy choice
+                lps.append(float(lp[-1, tok]))
+                gen.append(tok)
+                seq.append(tok)
+            out.append({"tokens": gen, "logprobs": lps})
+    json.dump(out, open(out_path, "w"))
+
+
 def main(argv):
     if argv == ["--self-test"]:
         self_test()
+    mode_generate = argv[:1] == ["generate"]
+    if mode_generate:
+        argv = argv[1:]
     hyb, rest = split_flags(argv)
     HYB.clear()
     HYB.update(hyb)
     R.model_config = hybrid_config
     R.param_shapes = hybrid_param_shapes
     R.step_objective = hybrid_step_objective
+    if mode_generate:
+        generate(rest)
+        return
     args = R.parse_args(rest)
     R.train(args)
 
