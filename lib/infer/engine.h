@@ -2,12 +2,13 @@
  * engine.h - the inference side of text_gen_server: a model from a
  * checkpoint set up for serving (gpt.h's gpt_setup.serve: the training
  * model's own layers, forward only, with a key/value cache of
- * --inference-max-requests slots of --inference-max-seq-length positions),
- * and steps that take new tokens of several sequences at once. The engine
- * holds no model arithmetic: it checks and describes steps, keeps the
- * tensor-parallel ranks in step, and picks the rows the output layer runs
- * on. Prefill is a step whose sequences bring their whole prompt; decode
- * brings one token.
+ * --inference-max-requests slots of --inference-max-seq-length positions;
+ * a hybrid model's Mamba layers keep their recurrent state per slot
+ * instead), and steps that take new tokens of several sequences at once.
+ * The engine holds no model arithmetic: it checks and describes steps,
+ * keeps the tensor-parallel ranks in step, and picks the rows the output
+ * layer runs on. Prefill is a step whose sequences bring their prompt (or
+ * a chunk of it); decode brings one token.
  */
 #ifndef MEGAC_INFER_ENGINE_H
 #define MEGAC_INFER_ENGINE_H
