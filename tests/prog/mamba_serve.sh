@@ -120,6 +120,37 @@ same "text_gen_server prefilling in chunks: the one-step server's answers" $W/s2
 	$W/s3.json $W/s1.json 1e-5
 same "the pure Mamba model: the reference's tokens and log-probs" $W/peng.json $W/pref.json 1e-4
 
+# infer_step directly (2 slots): a recurrent state goes on or starts again
+# at position 0; going back, skipping ahead and two sequences in one slot
+# are refused and change nothing: slot 1, continued after the refused step,
+# and slot 0, started again, then hold the same sequence and give the same
+# logits ([argmax, max, log-sum-exp] of the last row)
+cat >"$W/steps.json" <<'EOF'
+[[[0, 0, [464, 3290, 318, 11]]], [[0, 4, [12]], [1, 0, [5, 6, 7]]], [[0, 2, [13]]], [[0, 6, [13]]],
+ [[1, 3, [8]], [1, 4, [9]]], [[0, 0, [5, 6, 7, 8]]], [[1, 3, [8]]]]
+EOF
+setup "the engine runs the steps" $GEN $W/ck --steps "$W/steps.json" "$W/steps_out.json"
+cp "$ERR" "$W/steps.err"
+for want in "position 2 of slot 0, whose Mamba layers' state stands after 5 positions" \
+	"position 6 of slot 0, whose Mamba layers' state stands after 5 positions" \
+	"slot 1 has another sequence in the same step"; do
+	expect_ok "refused: $want" grep -qF "$want" "$W/steps.err"
+done
+if $PY - "$W/steps_out.json" >"$W/steps.log" 2>&1 <<'EOF'; then
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert [x is None for x in r] == [False, False, True, True, True, False, False], r
+a, b = r[5][0], r[6][0]
+assert a[0] == b[0] and abs(a[1] - b[1]) < 1e-5 and abs(a[2] - b[2]) < 1e-5, (a, b)
+assert r[0][0] != a, "a different sequence gives different logits"
+print("the same argmax, max and log-sum-exp within %.1g" % max(abs(a[1] - b[1]), abs(a[2] - b[2])))
+EOF
+	ok "a slot started again equals one that went on past the refused steps ($(cat "$W/steps.log"))"
+else
+	notok "a slot started again equals one that went on past the refused steps"
+	show "$W/steps.log"
+fi
+
 # refused by name
 expect_fail "tensor-parallel serving of a hybrid model is refused" "tensor-parallel is not in megac yet" \
 	$MPI -np 2 $BIN/text_gen_server --load $W/ck $GPT2 --tensor-model-parallel-size 2 --port 0
