@@ -79,7 +79,7 @@ if [ -n "${MEGAC_EMU:-}" ] && [ -x "$MEGAC_EMU/bin/text_gen_server" ]; then
 fi
 set -- "In the beginning" "And God said, Let there be light: and there was light. And God saw the light, that it was good" \
 	"Hello" "And the earth was without form, and void; and darkness was upon the face of the deep." "The"
-expect_ok "the server answers prompts of 1 to 22 tokens at once (3 in one request, 2 alone)" \
+expect_ok "the server answers prompts of 1 to 24 tokens at once (3 in one request, 2 alone)" \
 	$PY tests/prog/py/serve_batch.py "$P1" $N "$W/s1.json" "$@"
 expect_ok "the server that prefills in chunks of at most 8 tokens a step answers them" \
 	$PY tests/prog/py/serve_batch.py "$P2" $N "$W/s2.json" "$@"
