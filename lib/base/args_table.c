@@ -664,6 +664,10 @@ const struct flag_def args_table[] = {
 	  "same as --inference-max-requests (Megatron's deprecated name)" },
 	{ "--inference-max-seq-length", FK_INT, F(inference_max_seq_length), PROG_INFER, 0, "inference", "-1", NULL,
 	  "N", "prompt plus generated tokens of one request (default: the model's --max-position-embeddings)" },
+	{ "--inference-dynamic-batching-max-tokens", FK_INT, F(inference_max_tokens), PROG_INFER, 0, "inference", "-1",
+	  NULL, "N",
+	  "the most tokens one forward step takes; a prompt longer than a step has room for is prefilled in chunks "
+	  "over several steps (default: --inference-max-seq-length plus --inference-max-requests)" },
 	{ "--max-body-bytes", FK_INT, F(max_body_bytes), PROG_INFER, 0, "inference", "1048576", NULL, "B",
 	  "(megac) the largest request body accepted (413 above)" },
 	{ "--max-concurrent-requests", FK_INT, F(max_concurrent_requests), PROG_INFER, 0, "inference", "256", NULL, "N",

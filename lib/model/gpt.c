@@ -231,12 +231,23 @@ static void alloc_serving(struct gpt_model *m, const struct gpt_serving *sv)
 	kv->max_req = sv->max_req;
 	kv->max_seq = sv->max_seq;
 	kv->head_rows = sv->head_rows;
-	size_t cache = (size_t)sv->max_req * c->L * c->g * (size_t)sv->max_seq * c->k;
-	kv->k = gpt_take(m, cache);
-	kv->v = gpt_take(m, cache);
-	if (!m->k->counts_only) {
+	/* each layer's place in the cache of its kind */
+	kv->layer = xmalloc((size_t)c->L * sizeof(int));
+	for (int l = 0; l < c->L; l++) {
+		enum gpt_layer_kind kind = m->lp[l].spec.kind;
+		kv->layer[l] = kind == GPT_LAYER_MAMBA ? kv->nmamba++ : kind == GPT_LAYER_MLP ? -1 : kv->nattn++;
+	}
+	size_t cache = (size_t)sv->max_req * kv->nattn * c->g * (size_t)sv->max_seq * c->k;
+	kv->k = cache ? gpt_take(m, cache) : NULL;
+	kv->v = cache ? gpt_take(m, cache) : NULL;
+	if (cache && !m->k->counts_only) {
 		m->k->zero(kv->k, cache);
 		m->k->zero(kv->v, cache);
+	}
+	if (kv->nmamba) { /* a slot's state is set by its first step (position 0), never read before */
+		size_t R = (size_t)sv->max_req * kv->nmamba;
+		kv->conv = gpt_take(m, R * (size_t)(c->mamba_W - 1) * gpt_mamba_conv_dim(c));
+		kv->ssm = gpt_take(m, R * (size_t)c->mamba_H * c->mamba_P * c->mamba_N);
 	}
 	if (c->rope || c->mla) /* every position a cache slot holds (MLA: its own RoPE) */
 		build_rope(m, &kv->rope_cos, &kv->rope_sin, sv->max_seq, sv->max_seq);
@@ -255,6 +266,8 @@ static void alloc_serving(struct gpt_model *m, const struct gpt_serving *sv)
 		else
 			dense = true;
 	transformer_layer_alloc_acts(m, &m->rc_acts, NULL, dense, moe);
+	if (kv->nmamba)
+		mamba_alloc_serving(m, &m->rc_acts);
 	struct gpt_slot *sl = &m->chunks[0].slots[0];
 	sl->acts = xcalloc((size_t)c->L, sizeof(*sl->acts));
 	for (int l = 0; l < c->L; l++)
@@ -565,9 +578,7 @@ int gpt_init_pipe(struct gpt_model *m, const struct gpt_config *c, const struct 
 	}
 	if (c->hybrid) { /* docs/mamba.md: what the Mamba layers do not do yet */
 		const char *no = NULL;
-		if (pipe->serve)
-			no = "serving";
-		else if (precision != GPT_FP32)
+		if (precision != GPT_FP32)
 			no = "--bf16 and --fp16";
 		else if (c->recompute != GPT_RECOMPUTE_NONE)
 			no = "--recompute-granularity";
@@ -588,7 +599,7 @@ int gpt_init_pipe(struct gpt_model *m, const struct gpt_config *c, const struct 
 		m->c.mtp = 0;
 	const struct gpt_serving *sv = pipe->serve;
 	if (sv && (B != 1 || pipe->pp != 1 || par->cp || sv->max_tokens != c->S || sv->head_rows < 1 ||
-		   (sv->max_seq > c->P && !c->rope)))
+		   (sv->max_seq > c->P && !c->rope && !c->nopos)))
 		BUG("serving on B %d, PP %d, CP %d, S %d for %d tokens", B, pipe->pp, par->cp_size, c->S, sv->max_tokens);
 	/* every dropout site numbers its elements below 2^SITE_SHIFT */
 	uint64_t attn_counters = (uint64_t)c->a * (uint64_t)B * (uint64_t)c->S * (uint64_t)c->S;
@@ -718,6 +729,7 @@ void gpt_free(struct gpt_model *m)
 		free(m->lp[l].efc2_w);
 	}
 	if (m->kv) {
+		free(m->kv->layer);
 		free(m->kv->grows);
 		free(m->kv->rows_host);
 		free(m->kv);

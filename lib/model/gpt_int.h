@@ -197,6 +197,12 @@ const float *mamba_forward(struct gpt_model *m, const struct gpt_pass *P, int l,
 			   const float *ln1);
 void mamba_backward(struct gpt_model *m, const struct gpt_pass *P, int l, struct gpt_layer_acts *A, const float *ln1,
 		    const float *dout);
+/* serving: the activations and scratch of a step's rows (A's mb_ fields),
+ * and the forward of a serving step (P->kv), each sequence's new rows from
+ * its slot's recurrent state in m->kv, which it advances */
+void mamba_alloc_serving(struct gpt_model *m, struct gpt_layer_acts *A);
+const float *mamba_cached_forward(struct gpt_model *m, const struct gpt_pass *P, int l, struct gpt_layer_acts *A,
+				  const float *ln1);
 
 void transformer_layer_register(struct gpt_model *m, int l);
 /* a layer's activations; the buffers sh holds (NULL: none) are shared, not taken */
