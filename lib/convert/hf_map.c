@@ -1772,10 +1772,12 @@ static void read_mamba2(struct cfg_reader *r, struct gpt_config *c)
 	c->mamba_W = 4;
 	c->mamba_chunk = 128;
 	c->nopos = c->rmsnorm = true;
-	/* the attention and MLP shapes, which Mamba layers do not use */
+	/* the attention and MLP shapes, which Mamba layers do not use (and the
+	 * GELU train takes for them without biases) */
 	c->a = c->g = 1;
 	c->k = c->h;
 	c->f = 4 * c->h;
+	c->gelu = KOPS_GELU_ERF;
 	c->P = HF_MAMBA2_POSITIONS;
 	c->hidden_dropout = c->attention_dropout = 0;
 	if (c->mamba_G > 1)

@@ -10,8 +10,9 @@
 # (each final sequence through megac_logits: the argmax at every generated
 # position and the log-softmax, 1e-4); the export holds the fixture's
 # tensors bit for bit and its config (but chunk_size, megac's 128, and
-# pad_token_id, null); layout changes take the hybrid checkpoint; what
-# megac cannot represent is refused by name, on import and on export.
+# pad_token_id, null); train --finetune continues from the import; layout
+# changes take the hybrid checkpoint; what megac cannot represent is refused
+# by name, on import and on export.
 # Under MEGAC_LONG, transformers itself loads the export (and a tied
 # model's) and gives megac's logits.
 # shellcheck disable=SC2086 # paths and flag lists are words
@@ -46,6 +47,12 @@ else
 fi
 expect_ok "megac's logits on the import" $LOGITS $W/m $FX/ids.npy $W/megac.npy
 logits_close "the import's logits equal transformers' (1e-4)" $FX/logits.npy $W/megac.npy 1e-4
+expect_ok "train --finetune continues from the import with the Mamba flags" $BIN/train --load $W/m --finetune \
+	--hybrid-layer-pattern MMM --hidden-size 64 --num-attention-heads 1 --mamba-num-heads 8 --mamba-head-dim 16 \
+	--mamba-num-groups 1 --mamba-state-dim 16 --position-embedding-type none --normalization RMSNorm \
+	--disable-bias-linear --untie-embeddings-and-output-weights --seq-length 32 --max-position-embeddings 4096 \
+	--micro-batch-size 2 --global-batch-size 2 --lr 1e-4 --train-iters 1 --mock-data --tokenizer-type NullTokenizer \
+	--vocab-size 256 --eval-iters 0 --hidden-dropout 0 --attention-dropout 0
 
 # greedy tokens and log-probs: each final sequence through megac's forward;
 # causal, so position t's logits are those greedy decoding saw there
