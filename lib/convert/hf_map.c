@@ -1790,13 +1790,13 @@ static void read_mamba2(struct cfg_reader *r, struct gpt_config *c)
 
 /* The text of a JSON file with Python's non-standard literals (Infinity,
  * -Infinity, NaN outside strings) quoted, so that jansson reads them as
- * strings. */
+ * strings. NULL with jerr->line -1 when the file cannot be read (said). */
 static json_t *load_py_json(const char *path, json_error_t *jerr)
 {
 	struct sbuf in = SBUF_INIT, out = SBUF_INIT;
 	if (sbuf_read_file(&in, path) < 0) {
-		snprintf(jerr->text, sizeof(jerr->text), "cannot read it");
-		jerr->line = 0;
+		sbuf_release(&in);
+		jerr->line = -1;
 		return NULL;
 	}
 	static const char *const lits[] = { "-Infinity", "Infinity", "NaN" };
@@ -1832,6 +1832,8 @@ int hf_config_read(const char *path, int64_t divisible_by, int64_t tp, struct gp
 	memset(c, 0, sizeof(*c));
 	json_error_t jerr;
 	json_t *o = load_py_json(path, &jerr);
+	if (!o && jerr.line == -1)
+		return -1;
 	if (!json_is_object(o)) {
 		json_decref(o);
 		return error("'%s': not a JSON object (%s, line %d)", path, jerr.text, jerr.line);
