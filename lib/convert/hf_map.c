@@ -246,22 +246,22 @@ static int deepseek_v3_ok(const struct gpt_config *c)
  * 4.49 then computes another function from the weights (docs/mamba.md). */
 static int mamba2_ok(const struct gpt_config *c)
 {
-	int att = 0, mlp = 0;
+	int att = 0, mlp = 0, moe = 0;
+	char pat[GPT_MAX_LAYERS + 1];
 	for (int l = 0; l < c->L; l++) {
+		bool e = c->layer_kind[l] == GPT_LAYER_MLP && c->E > 0 && c->moe_layer[l];
 		att += c->layer_kind[l] == GPT_LAYER_ATTENTION;
-		mlp += c->layer_kind[l] == GPT_LAYER_MLP;
+		mlp += c->layer_kind[l] == GPT_LAYER_MLP && !e;
+		moe += e;
+		pat[l] = c->layer_kind[l] == GPT_LAYER_MAMBA ? 'M' : c->layer_kind[l] == GPT_LAYER_ATTENTION ? '*' : e ? 'E' : '-';
 	}
-	if (att || mlp) {
-		char pat[GPT_MAX_LAYERS + 1];
-		for (int l = 0; l < c->L; l++)
-			pat[l] = c->layer_kind[l] == GPT_LAYER_MAMBA ? 'M' : c->layer_kind[l] == GPT_LAYER_ATTENTION ? '*' : '-';
-		pat[c->L] = 0;
-		return error("--hybrid-layer-pattern %s: %d attention (*) and %d MLP (-) layers beside the Mamba layers; "
-			     "transformers 4.49 has no class for Megatron's hybrid stack (Mamba2ForCausalLM holds Mamba "
-			     "layers only, pattern all M). Exporting it needs a class built from the pattern layer by "
-			     "layer, as NVIDIA's Nemotron-H code (NemotronHForCausalLM, hybrid_override_pattern) is, "
-			     "which megac does not map yet", pat, att, mlp);
-	}
+	pat[c->L] = 0;
+	if (att || mlp || moe)
+		return error("--hybrid-layer-pattern %s: %d attention (*), %d MLP (-) and %d MoE (E) layers beside the "
+			     "Mamba layers; transformers 4.49 has no class for Megatron's hybrid stack (Mamba2ForCausalLM "
+			     "holds Mamba layers only, pattern all M). Exporting it needs a class built from the pattern "
+			     "layer by layer, as NVIDIA's Nemotron-H code (NemotronHForCausalLM, hybrid_override_pattern) "
+			     "is, which megac does not map yet", pat, att, mlp, moe);
 	struct sbuf why = SBUF_INIT;
 	if (!c->rmsnorm)
 		sbuf_addf(&why, ", LayerNorm (--normalization)");

@@ -203,9 +203,12 @@ exec(sys.argv[2])
 f.attrs["config"] = json.dumps(c)' $W/e "$3"
 	expect_fail "$1" "$2" $C --load $W/e --save $W/eb --to hf
 }
-edit "an attention layer in the pattern is refused by name" "--hybrid-layer-pattern M*M: 1 attention (*)" \
+edit "an attention layer in the pattern is refused by name" "--hybrid-layer-pattern M*M: 1 attention (*), 0" \
 	'c["hybrid_layer_pattern"] = "M*M"'
-edit "an MLP layer in the pattern is refused by name" "and 1 MLP (-) layers" 'c["hybrid_layer_pattern"] = "MM-"'
+edit "an MLP layer in the pattern is refused by name" "MM-: 0 attention (*), 1 MLP (-)" \
+	'c["hybrid_layer_pattern"] = "MM-"'
+edit "a MoE layer in the pattern is refused by name" "ME-: 0 attention (*), 1 MLP (-) and 1 MoE (E) layers" \
+	'c.update(hybrid_layer_pattern="ME-", num_experts=2, moe_router_topk=1, moe_ffn_hidden_size=64)'
 edit "--norm-epsilon other than 1e-5 is refused by name" "--norm-epsilon 1e-06" 'c["norm_epsilon"] = 1e-6'
 edit "LayerNorm is refused by name" "LayerNorm (--normalization)" 'c["normalization"] = "LayerNorm"'
 edit "learned positions are refused by name" "learned position embeddings" \
