@@ -52,7 +52,7 @@ expect_ok "train --finetune continues from the import with the Mamba flags" $BIN
 	--mamba-num-groups 1 --mamba-state-dim 16 --position-embedding-type none --normalization RMSNorm \
 	--disable-bias-linear --untie-embeddings-and-output-weights --seq-length 32 --max-position-embeddings 4096 \
 	--micro-batch-size 2 --global-batch-size 2 --lr 1e-4 --train-iters 1 --mock-data --tokenizer-type NullTokenizer \
-	--vocab-size 256 --eval-iters 0 --hidden-dropout 0 --attention-dropout 0
+	--vocab-size 256 --eval-iters 0 --hidden-dropout 0 --attention-dropout 0 --save $W/ft --save-interval 1
 
 # greedy tokens and log-probs: each final sequence through megac's forward;
 # causal, so position t's logits are those greedy decoding saw there
@@ -105,8 +105,8 @@ else
 fi
 expect_ok "the export imports again" $C --from hf --load $W/back --save $W/m2 --verify
 SAME_H5='
-import sys, h5py, numpy as np
-a, b = (h5py.File(f + "/iter_0000000/model.h5", "r") for f in sys.argv[1:3])
+import sys, glob, h5py, numpy as np
+a, b = (h5py.File(sorted(glob.glob(f + "/iter_*/model.h5"))[-1], "r") for f in sys.argv[1:3])
 def datasets(f):
     out = []
     f.visititems(lambda n, o: out.append(n) if isinstance(o, h5py.Dataset) else None)
@@ -136,6 +136,14 @@ else
 fi
 expect_ok "megac's logits on the re-padded copy" $LOGITS $W/m384 $FX/ids.npy $W/megac384.npy
 logits_close "the re-padded copy gives transformers' logits (1e-4)" $FX/logits.npy $W/megac384.npy 1e-4
+expect_ok "the fine-tuned hybrid checkpoint with Adam's state, re-padded and verified" $C --load $W/ft --save $W/ft384 \
+	--make-vocab-size-divisible-by 384 --verify
+if /usr/bin/python3 -c "$SAME_H5" $W/ft $W/ft384 >$W/cmp.log 2>&1 && [ -e $W/ft384/iter_0000001/optim.h5 ]; then
+	ok "its weights are the source's, and the optimizer state is there ($(cat $W/cmp.log))"
+else
+	notok "the fine-tuned hybrid checkpoint's copy"
+	show $W/cmp.log
+fi
 expect_fail "a hybrid checkpoint for tensor parallelism is refused by name" "data parallelism only" \
 	$C --load $W/m --save $W/mtp --target-tensor-parallel-size 2
 expect_fail "--to megatron of a hybrid checkpoint is refused by name" "--to megatron does not write it yet" \
