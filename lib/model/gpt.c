@@ -475,6 +475,14 @@ static void setup_shards(struct gpt_model *m, const struct gpt_shards *sh)
 		if (n > m->unit_n[GPT_UNIT_LAYER])
 			m->unit_n[GPT_UNIT_LAYER] = n;
 	}
+	/* a multi-token-prediction depth (its norms, eh_proj and layer) is a
+	 * layer unit of its own, flushed after its backward (mtp.c) */
+	for (int k = 0; k < m->c.mtp; k++) {
+		const struct gpt_mtp_params *q = &m->mtp[k];
+		size_t n = p[q->pend - 1].offset + p[q->pend - 1].numel - p[q->pfirst].offset;
+		if (n > m->unit_n[GPT_UNIT_LAYER])
+			m->unit_n[GPT_UNIT_LAYER] = n;
+	}
 	/* each tensor's place, for gpt_unit_grad: the unit that holds it
 	 * and its offset from the unit's first tensor */
 	m->unit_pos = xcalloc((size_t)m->reg.n, sizeof(*m->unit_pos));
@@ -490,6 +498,9 @@ static void setup_shards(struct gpt_model *m, const struct gpt_shards *sh)
 			for (int l = 0; l < m->c.L; l++)
 				if (i >= m->lp[l].pfirst && i < m->lp[l].pend)
 					first = m->lp[l].pfirst;
+			for (int k = 0; k < m->c.mtp; k++)
+				if (i >= m->mtp[k].pfirst && i < m->mtp[k].pend)
+					first = m->mtp[k].pfirst;
 		}
 		m->unit_pos[i].unit = u;
 		m->unit_pos[i].off = p[i].offset - p[first].offset;
@@ -504,7 +515,7 @@ float *gpt_unit_grad(struct gpt_model *m, int idx)
 
 /* After unit u's backward (tensors [first, end)): its gradients to the
  * shards, and the buffer zeroed for the next micro-batch. */
-static void flush_unit(struct gpt_model *m, int u, int first, int end)
+void gpt_flush_unit(struct gpt_model *m, int u, int first, int end)
 {
 	if (m->shards.level < 2)
 		return;
@@ -567,8 +578,6 @@ int gpt_init_pipe(struct gpt_model *m, const struct gpt_config *c, const struct 
 		return error("--expert-model-parallel-size %d with --context-parallel-size %d is not in megac yet (it "
 			     "needs Megatron's expert rank generator with context parallelism)", par->ep_size, par->cp_size);
 	if (c->mtp && !pipe->serve) {
-		if (pipe->shards)
-			return error("--mtp-num-layers with Megatron-FSDP is not in megac yet");
 		if (c->h % t)
 			return error("--mtp-num-layers: --hidden-size %d is not divisible by --tensor-model-parallel-size %d "
 				     "(eh_proj is split by its output rows)", c->h, t);
@@ -949,7 +958,7 @@ static void head_backward(struct gpt_model *m, const struct gpt_pass *P, const f
 			m->grad_ready(m->grad_ctx, m->out_w);
 	}
 	/* a tied output layer is in the embedding's unit */
-	flush_unit(m, GPT_UNIT_HEAD, m->lnf_w, head_unit_end(m));
+	gpt_flush_unit(m, GPT_UNIT_HEAD, m->lnf_w, head_unit_end(m));
 }
 
 float *gpt_chunk_input(struct gpt_model *m, int v, int s)
@@ -1019,12 +1028,12 @@ const float *gpt_backward_chunk(struct gpt_model *m, int v, int s, const float *
 		transformer_layer_backward(m, &P, l, x, m->s.dres);
 		for (int i = p->pfirst; m->grad_ready && i < p->pend; i++)
 			m->grad_ready(m->grad_ctx, i);
-		flush_unit(m, GPT_UNIT_LAYER, p->pfirst, p->pend);
+		gpt_flush_unit(m, GPT_UNIT_LAYER, p->pfirst, p->pend);
 	}
 	if (!ch->pre)
 		return m->s.dres;
 	embedding_backward(m, &P, m->s.dres);
-	flush_unit(m, GPT_UNIT_EMB, m->wte, m->wpe >= 0 ? m->wpe + 1 : m->wte + 1);
+	gpt_flush_unit(m, GPT_UNIT_EMB, m->wte, m->wpe >= 0 ? m->wpe + 1 : m->wte + 1);
 	return NULL;
 }
 

@@ -61,6 +61,9 @@ float *gpt_take(struct gpt_model *m, size_t n);
 void gpt_need_param(struct gpt_model *m, int idx);
 /* Megatron-FSDP level >= 2: where parameter idx's gradient is while its unit's backward runs */
 float *gpt_unit_grad(struct gpt_model *m, int idx);
+/* After unit u's backward (tensors [first, end)): its gradients to the
+ * shards and the buffer zeroed (nothing below level 2) */
+void gpt_flush_unit(struct gpt_model *m, int u, int first, int end);
 
 /* ---- building blocks (layers.c) */
 /* Register a tensor with its properties declared here: a weight (NORMAL
