@@ -192,6 +192,72 @@ RUN="mpirun --allow-run-as-root --oversubscribe -np 2" continues \
 	"train --load on Megatron's folder with 2 data-parallel ranks" "$W/llama_train_torch_dist" "$W/cont4.jsonl" \
 	--global-batch-size 2 --save "$W/direct2" --save-interval 100
 
+# Megatron's MoE + MTP model (moe.tar.xz: 4 experts top-2 with sigmoid
+# scores and the expert bias, a gated shared expert, one MTP depth; local
+# spec, SequentialMLP) at EP1 and EP2, legacy and torch_dist: megac imports
+# each with Megatron's logits and MTP depth logits (megac_logits' training
+# forward pass); then megac -> Megatron -> megac is exact for legacy TP2 x
+# PP2 x EP2, TEGroupedMLP's names and torch_dist
+setup "the MoE fixture unpacks to its manifest's files" sh -c "tar -xJf $FIX/moe.tar.xz -C $W &&
+	cp $FIX/manifest-moe.json $W/ && $PY -c '
+import hashlib, json, os, sys
+m = json.load(open(os.path.join(sys.argv[1], \"manifest-moe.json\")))[\"files_sha256_before_compression\"]
+for rel, want in m.items():
+    assert hashlib.sha256(open(os.path.join(sys.argv[1], rel), \"rb\").read()).hexdigest() == want[\"sha256\"], rel
+assert len(m) >= 14, len(m)' $W"
+for src in moe_tp1_torch moe_tp1_torch_dist moe_ep2_torch moe_ep2_torch_dist; do
+	d="$W/${src}_megac"
+	if $BIN/ckpt_convert --load "$W/$src" --save "$d" --from megatron --tokenizer-type NullTokenizer \
+		--vocab-size 128 >"$OUT_LOG" 2>"$ERR" &&
+		$LOGITS "$d" "$W/moe_tokens.npy" "$d.npy" "$d.mtp.npy" 2>"$ERR" &&
+		$CMP logits "$d.npy" "$W/moe_logits.npy" >"$W/cmp.log" 2>&1 &&
+		$CMP logits "$d.mtp.npy" "$W/moe_mtp_logits.npy" >"$W/cmp2.log" 2>&1; then
+		ok "$src: imported, megac's logits are Megatron's ($(cat "$W/cmp.log")), the MTP depth's too ($(cat "$W/cmp2.log"))"
+	else
+		notok "$src: imported with Megatron's logits and MTP logits"
+		show "$ERR"
+		show "$W/cmp.log"
+		show "$W/cmp2.log"
+	fi
+done
+same_ckpt() { # NAME A B: every tensor of A's model.h5 (and optim.h5) is B's, bit for bit
+	if $PY -c '
+import glob, os, sys, h5py, numpy as np
+a, b = (sorted(glob.glob(d + "/iter_*"))[-1] for d in sys.argv[1:3])
+n = 0
+for f in ("model.h5", "optim.h5"):
+    if not os.path.exists(a + "/" + f):
+        continue
+    A, B = h5py.File(a + "/" + f), h5py.File(b + "/" + f)
+    names = []
+    A.visititems(lambda k, o: names.append(k) if isinstance(o, h5py.Dataset) else None)
+    for k in names:
+        assert k in B and np.array_equal(A[k][()], B[k][()]), (f, k)
+    n += len(names)
+print(n)' "$2" "$3" >"$W/cmp.log" 2>&1; then
+		ok "$1 ($(cat "$W/cmp.log") tensors, bit for bit)"
+	else
+		notok "$1"
+		show "$W/cmp.log"
+	fi
+}
+M1="$W/moe_tp1_torch_megac"
+for lay in "torch 2 2 2" "torch 1 1 2 --moe-grouped-gemm" "torch_dist 1 1 1"; do
+	# shellcheck disable=SC2086 # the layout's words
+	set -- $lay
+	g=${5:-}
+	out="$W/moe_to_$1_$2_$3_$4$g"
+	if $BIN/ckpt_convert --load "$M1" --save "$out" --to megatron --ckpt-format $1 --target-tensor-parallel-size $2 \
+		--target-pipeline-parallel-size $3 --target-expert-parallel-size $4 $g --make-vocab-size-divisible-by 64 \
+		>"$OUT_LOG" 2>"$ERR" && $BIN/ckpt_convert --load "$out" --save "$out.back" --from megatron \
+		--tokenizer-type NullTokenizer --vocab-size 128 >"$OUT_LOG" 2>"$ERR"; then
+		same_ckpt "MoE + MTP: megac -> Megatron $1 (TP $2 x PP $3 x EP $4 $g) -> megac" "$M1" "$out.back"
+	else
+		notok "MoE + MTP: megac -> Megatron $1 (TP $2 x PP $3 x EP $4 $g) -> megac"
+		show "$ERR"
+	fi
+done
+
 # bad torch_dist input: a clear error naming the file, nothing written
 bad_dist() { # name, expected message part, command that damages a copy in $W/bad
 	rm -rf "$W/bad" "$W/bad_out"
