@@ -1019,7 +1019,15 @@ static int read_optim_common(const struct pk_value *root, const char *where, str
 	/* fp32 runs (FP32Optimizer): {"state", "param_groups"}; 16-bit ones
 	 * (Float16OptimizerWithFloat16Params): {"optimizer": {"state",
 	 * "param_groups"}, "grad_scaler" (fp16)} */
-	const struct pk_value *top = pk_get(root, "optimizer"), *o = top, *st = NULL;
+	const struct pk_value *top = pk_get(root, "optimizer"), *o, *st = NULL;
+	/* a MoE run's chained optimizers, {0: the dense parameters', 1: the
+	 * experts'}: the same step, schedule and constants; the first's */
+	for (size_t i = 0; top && top->kind == PK_DICT && i < top->seq.n; i++)
+		if (top->seq.v[2 * i]->kind == PK_INT && top->seq.v[2 * i]->i == 0) {
+			top = top->seq.v[2 * i + 1];
+			break;
+		}
+	o = top;
 	const struct pk_value *inner = top && top->kind == PK_DICT ? pk_get(top, "optimizer") : NULL;
 	if (inner && inner->kind == PK_DICT)
 		o = inner;

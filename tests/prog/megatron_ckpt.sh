@@ -345,6 +345,25 @@ if long_only && [ -n "${MEGATRON_LM:-}" ]; then
 				done
 			done
 		done
+		# the MoE + MTP model: Megatron loads megac's export of its import
+		# strictly, with its own logits and the MTP depth's as megac's
+		for f in torch_dist torch; do
+			out="$W/moe_to_meg_$f"
+			if $BIN/ckpt_convert --load "$M1" --save "$out" --to megatron --ckpt-format $f \
+				--make-vocab-size-divisible-by 64 >"$OUT_LOG" 2>"$ERR" &&
+				OMP_NUM_THREADS=1 $PY $FIX/make_fixtures.py load --megatron "$MTREE" --model moe --tp 1 \
+					--src "$out" --logits "$out.npy" --mtp-logits "$out.mtp.npy" >"$W/meg.log" 2>&1 &&
+				$CMP logits "$out.npy" "$W/moe_logits.npy" >"$W/cmp.log" 2>&1 &&
+				$CMP logits "$out.mtp.npy" "$W/moe_mtp_logits.npy" >"$W/cmp2.log" 2>&1; then
+				ok "moe: Megatron loads megac's MoE + MTP $f export strictly, with its own logits ($(cat "$W/cmp.log")) and MTP logits ($(cat "$W/cmp2.log"))"
+			else
+				notok "moe: Megatron loads megac's MoE + MTP $f export"
+				show "$ERR"
+				show "$W/meg.log" 15
+				show "$W/cmp.log"
+				show "$W/cmp2.log"
+			fi
+		done
 	else
 		notok "no Megatron-LM environment from MEGATRON_LM=$MEGATRON_LM"
 		show "$ERR"
