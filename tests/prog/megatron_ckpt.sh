@@ -220,12 +220,12 @@ for src in moe_tp1_torch moe_tp1_torch_dist moe_ep2_torch moe_ep2_torch_dist; do
 		show "$W/cmp2.log"
 	fi
 done
-same_ckpt() { # NAME A B: every tensor of A's model.h5 (and optim.h5) is B's, bit for bit
+same_ckpt() { # NAME A B [FILES]: every tensor of A's model.h5 and optim.h5 (or FILES) is B's, bit for bit
 	if $PY -c '
 import glob, os, sys, h5py, numpy as np
 a, b = (sorted(glob.glob(d + "/iter_*"))[-1] for d in sys.argv[1:3])
 n = 0
-for f in ("model.h5", "optim.h5"):
+for f in sys.argv[3].split():
     if not os.path.exists(a + "/" + f):
         continue
     A, B = h5py.File(a + "/" + f), h5py.File(b + "/" + f)
@@ -234,7 +234,7 @@ for f in ("model.h5", "optim.h5"):
     for k in names:
         assert k in B and np.array_equal(A[k][()], B[k][()]), (f, k)
     n += len(names)
-print(n)' "$2" "$3" >"$W/cmp.log" 2>&1; then
+print(n)' "$2" "$3" "${4:-model.h5 optim.h5}" >"$W/cmp.log" 2>&1; then
 		ok "$1 ($(cat "$W/cmp.log") tensors, bit for bit)"
 	else
 		notok "$1"
@@ -254,6 +254,37 @@ for lay in "torch 2 2 2" "torch 1 1 2 --moe-grouped-gemm" "torch_dist 1 1 1"; do
 		same_ckpt "MoE + MTP: megac -> Megatron $1 (TP $2 x PP $3 x EP $4 $g) -> megac" "$M1" "$out.back"
 	else
 		notok "MoE + MTP: megac -> Megatron $1 (TP $2 x PP $3 x EP $4 $g) -> megac"
+		show "$ERR"
+	fi
+done
+
+# a megac MoE + MTP run of 4 layers, dense and MoE alternating (torch_dist
+# keeps such layers unstacked), Adam's state for the experts: legacy with
+# virtual pipeline stages (model0, model1) and torch_dist with the chained
+# optimizers' state come back bit for bit
+V=$W/moe4
+setup "a 4-layer MoE + MTP run" sh -c "mkdir -p $V && cd $V && $BIN/train --num-layers 4 --hidden-size 32 \
+	--num-attention-heads 4 --ffn-hidden-size 64 --seq-length 16 --max-position-embeddings 16 \
+	--position-embedding-type rope --normalization RMSNorm --swiglu --disable-bias-linear \
+	--untie-embeddings-and-output-weights --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 16 \
+	--moe-layer-freq '[0,1,0,1]' --moe-router-score-function sigmoid --moe-router-enable-expert-bias \
+	--moe-shared-expert-intermediate-size 32 --mtp-num-layers 1 --mock-data --tokenizer-type NullTokenizer \
+	--vocab-size 128 --micro-batch-size 1 --global-batch-size 1 --train-iters 2 --lr 1e-3 --save ck \
+	--save-interval 2 --eval-iters 0 --split 100,0,0 >t.log 2>&1"
+for lay in "torch 2 2 2" "torch_dist 1 1 1"; do
+	# shellcheck disable=SC2086 # the layout's words
+	set -- $lay
+	out="$V/to_$1"
+	if $BIN/ckpt_convert --load "$V/ck" --save "$out" --to megatron --ckpt-format $1 --target-tensor-parallel-size $2 \
+		--target-pipeline-parallel-size $3 --target-num-virtual-stages-per-pipeline-rank $4 \
+		--make-vocab-size-divisible-by 64 >"$OUT_LOG" 2>"$ERR" && $BIN/ckpt_convert --load "$out" \
+		--save "$out.back" --from megatron --tokenizer-type NullTokenizer --vocab-size 128 >"$OUT_LOG" 2>"$ERR"; then
+		files="model.h5 optim.h5"
+		[ $1 = torch ] && files=model.h5
+		same_ckpt "dense/MoE layers + MTP: megac -> Megatron $1 (TP $2 x PP $3 x VPP $4) -> megac ($files)" \
+			"$V/ck" "$out.back" "$files"
+	else
+		notok "dense/MoE layers + MTP: megac -> Megatron $1 (TP $2 x PP $3 x VPP $4) -> megac"
 		show "$ERR"
 	fi
 done
