@@ -22,11 +22,13 @@
  * an empty `_extra_state` (uint8, 0 elements: TE's state without FP8), as
  * TE's get_extra_state returns it, so that a strict load finds every key.
  *
- * Not written: optimizer state, scheduler and RNG state (load them with
- * --no-load-optim --no-load-rng, or --finetune), mixture-of-experts layers,
- * multi-token prediction and virtual pipeline stages (refused).
+ * Mixture-of-experts layers, multi-token prediction depths, expert-parallel
+ * files (mp_rank_..._EEE) and virtual stages (model0, model1, ...) are
+ * named and placed by megatron_moe.c. Not written: optimizer state,
+ * scheduler and RNG state (load them with --no-load-optim --no-load-rng, or
+ * --finetune).
  *
- * Read (--from megatron): the legacy format of any TP x PP, and torch_dist
+ * Read (--from megatron): the legacy format of any TP x PP x EP, and torch_dist
  * folders (PyTorch Distributed Checkpoint, lib/ckpt/dcp.h), whose global
  * tensors are taken as the one rank file of a TP1 x PP1 legacy checkpoint
  * once the stacked layers are split (read_dist).
