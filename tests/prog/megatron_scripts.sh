@@ -229,7 +229,7 @@ for l in range(2):
     for e in range(4):
         k = "decoder.layers.%d.mlp.experts.local_experts.%d.linear_fc1.weight" % (l, e)
         assert k in f and "exp_avg/" + k in o, k' "$W/mxmp/back" 2>"$W/mxmp/py.log"; then
-	ok "mixtral: 2 iterations on 2 ranks (EP2), a torch_dist checkpoint read back with its 8 experts and Adam's state"
+	ok "mixtral: 2 iterations on 2 ranks (EP2), a torch_dist checkpoint read back with the 4 experts of each layer and Adam's state"
 else
 	notok "mixtral: 2 iterations on 2 ranks (EP2) saving torch_dist"
 	show "$ERR" 12
