@@ -268,6 +268,7 @@ struct args {
 	/* options Megatron has only for speed; results do not change, megac accepts them */
 	bool perf_flag;
 	char *transformer_impl;
+	bool moe_grouped_gemm; /* ckpt_convert --to megatron: TEGroupedMLP's expert names in legacy files */
 
 	/* batch, iterations, evaluation */
 	int64_t micro_batch_size;

@@ -731,8 +731,13 @@ const struct flag_def args_table[] = {
 	  "convert.py's writer: megatron, mcore, core or legacy write a checkpoint train loads (megac's "
 	  "format), hf a Hugging Face folder (as --to hf)" },
 	{ "--target-expert-parallel-size", FK_INT, F(target_expert_parallel_size), PROG_CONVERT, 0, "conversion",
-	  "1", NULL, "E", "convert.py's expert-parallel size: megac's checkpoints hold every expert whatever "
-	  "the expert-parallel size, so any value gives the same files", true },
+	  "1", NULL, "E", "--to megatron --ckpt-format torch: one file per expert-parallel rank "
+	  "(mp_rank_TT[_PPP]_EEE), each with its E/EP experts; megac's own checkpoints and torch_dist hold "
+	  "every expert whatever the expert-parallel size" },
+	{ "--moe-grouped-gemm", FK_BOOL, F(moe_grouped_gemm), PROG_CONVERT, 0, "conversion", NULL, NULL, NULL,
+	  "--to megatron --ckpt-format torch: the experts under TEGroupedMLP's names "
+	  "(mlp.experts.linear_fc1.weight<i>), as Megatron's Transformer Engine spec with --moe-grouped-gemm "
+	  "saves them, instead of SequentialMLP's (mlp.experts.local_experts.<i>.linear_fc1.weight)" },
 	{ "--true-vocab-size", FK_INT, F(true_vocab_size), PROG_CONVERT, 0, "conversion", "-1", NULL, "N",
 	  "convert.py's vocabulary size without padding: checked against the checkpoint's" },
 	{ "--max-queue-size", FK_INT, F(perf_flag_int), PROG_CONVERT, 0, "conversion", "50", NULL, "N",

@@ -1405,8 +1405,6 @@ int convert_to_megatron_ex(const struct args *a, bool replace)
 	int tp, pp, vpp;
 	if (target_layout(a, &tp, &pp, &vpp) < 0)
 		return -1;
-	if (vpp > 1)
-		return error("--to megatron: virtual pipeline stages are not written in Megatron's format yet");
 	int64_t iter;
 	struct ckpt_reader *r = open_source(a, &iter);
 	if (!r)
@@ -1438,7 +1436,9 @@ int convert_to_megatron_ex(const struct args *a, bool replace)
 		return -1;
 	}
 	struct megatron_export e = { .r = r, .mf = mf, .c = &target, .src_vp = c.Vp, .iteration = iter, .tp = tp,
-				     .pp = pp, .dtype = dt, .dist = !strcmp(fmt, "torch_dist"), .of = -1,
+				     .pp = pp, .ep = a->target_expert_parallel_size > 1 ? (int)a->target_expert_parallel_size : 1,
+				     .vpp = vpp, .grouped = a->moe_grouped_gemm, .dtype = dt, .dist = !strcmp(fmt, "torch_dist"),
+				     .of = -1,
 				     .beta1 = a->adam_beta1, .beta2 = a->adam_beta2, .eps = a->adam_eps };
 	/* Adam's state goes into torch_dist (by name); the legacy format's index
 	 * order is not written yet */

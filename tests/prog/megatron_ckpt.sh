@@ -266,6 +266,104 @@ else
 	show "$ERR"
 	show "$W/cmp.log"
 fi
+
+# Megatron's MoE + MTP model (moe.tar.xz: 4 experts top-2 with sigmoid
+# scores and the expert bias, a gated shared expert, one MTP depth; local
+# spec, SequentialMLP) at EP1 and EP2, legacy and torch_dist: megac imports
+# each with Megatron's logits and MTP depth logits (megac_logits' training
+# forward pass); then megac -> Megatron -> megac is exact for legacy TP2 x
+# PP2 x EP2, TEGroupedMLP's names and torch_dist
+setup "the MoE fixture unpacks to its manifest's files" sh -c "tar -xJf $FIX/moe.tar.xz -C $W &&
+	cp $FIX/manifest-moe.json $W/ && $PY -c '
+import hashlib, json, os, sys
+m = json.load(open(os.path.join(sys.argv[1], \"manifest-moe.json\")))[\"files_sha256_before_compression\"]
+for rel, want in m.items():
+    assert hashlib.sha256(open(os.path.join(sys.argv[1], rel), \"rb\").read()).hexdigest() == want[\"sha256\"], rel
+assert len(m) >= 14, len(m)' $W"
+for src in moe_tp1_torch moe_tp1_torch_dist moe_ep2_torch moe_ep2_torch_dist; do
+	d="$W/${src}_megac"
+	if $BIN/ckpt_convert --load "$W/$src" --save "$d" --from megatron --tokenizer-type NullTokenizer \
+		--vocab-size 128 >"$OUT_LOG" 2>"$ERR" &&
+		$LOGITS "$d" "$W/moe_tokens.npy" "$d.npy" "$d.mtp.npy" 2>"$ERR" &&
+		$CMP logits "$d.npy" "$W/moe_logits.npy" >"$W/cmp.log" 2>&1 &&
+		$CMP logits "$d.mtp.npy" "$W/moe_mtp_logits.npy" >"$W/cmp2.log" 2>&1; then
+		ok "$src: imported, megac's logits are Megatron's ($(cat "$W/cmp.log")), the MTP depth's too ($(cat "$W/cmp2.log"))"
+	else
+		notok "$src: imported with Megatron's logits and MTP logits"
+		show "$ERR"
+		show "$W/cmp.log"
+		show "$W/cmp2.log"
+	fi
+done
+same_ckpt() { # NAME A B [FILES]: every tensor of A's model.h5 and optim.h5 (or FILES) is B's, bit for bit
+	if $PY -c '
+import glob, os, sys, h5py, numpy as np
+a, b = (sorted(glob.glob(d + "/iter_*"))[-1] for d in sys.argv[1:3])
+n = 0
+for f in sys.argv[3].split():
+    if not os.path.exists(a + "/" + f):
+        continue
+    A, B = h5py.File(a + "/" + f), h5py.File(b + "/" + f)
+    names = []
+    A.visititems(lambda k, o: names.append(k) if isinstance(o, h5py.Dataset) else None)
+    for k in names:
+        assert k in B and np.array_equal(A[k][()], B[k][()]), (f, k)
+    n += len(names)
+print(n)' "$2" "$3" "${4:-model.h5 optim.h5}" >"$W/cmp.log" 2>&1; then
+		ok "$1 ($(cat "$W/cmp.log") tensors, bit for bit)"
+	else
+		notok "$1"
+		show "$W/cmp.log"
+	fi
+}
+M1="$W/moe_tp1_torch_megac"
+for lay in "torch 2 2 2" "torch 1 1 2 --moe-grouped-gemm" "torch_dist 1 1 1"; do
+	# shellcheck disable=SC2086 # the layout's words
+	set -- $lay
+	g=${5:-}
+	out="$W/moe_to_$1_$2_$3_$4$g"
+	if $BIN/ckpt_convert --load "$M1" --save "$out" --to megatron --ckpt-format $1 --target-tensor-parallel-size $2 \
+		--target-pipeline-parallel-size $3 --target-expert-parallel-size $4 $g --make-vocab-size-divisible-by 64 \
+		>"$OUT_LOG" 2>"$ERR" && $BIN/ckpt_convert --load "$out" --save "$out.back" --from megatron \
+		--tokenizer-type NullTokenizer --vocab-size 128 >"$OUT_LOG" 2>"$ERR"; then
+		same_ckpt "MoE + MTP: megac -> Megatron $1 (TP $2 x PP $3 x EP $4 $g) -> megac" "$M1" "$out.back"
+	else
+		notok "MoE + MTP: megac -> Megatron $1 (TP $2 x PP $3 x EP $4 $g) -> megac"
+		show "$ERR"
+	fi
+done
+
+# a megac MoE + MTP run of 4 layers, dense and MoE alternating (torch_dist
+# keeps such layers unstacked), Adam's state for the experts: legacy with
+# virtual pipeline stages (model0, model1) and torch_dist with the chained
+# optimizers' state come back bit for bit
+V=$W/moe4
+setup "a 4-layer MoE + MTP run" sh -c "mkdir -p $V && cd $V && $BIN/train --num-layers 4 --hidden-size 32 \
+	--num-attention-heads 4 --ffn-hidden-size 64 --seq-length 16 --max-position-embeddings 16 \
+	--position-embedding-type rope --normalization RMSNorm --swiglu --disable-bias-linear \
+	--untie-embeddings-and-output-weights --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 16 \
+	--moe-layer-freq '[0,1,0,1]' --moe-router-score-function sigmoid --moe-router-enable-expert-bias \
+	--moe-shared-expert-intermediate-size 32 --mtp-num-layers 1 --mock-data --tokenizer-type NullTokenizer \
+	--vocab-size 128 --micro-batch-size 1 --global-batch-size 1 --train-iters 2 --lr 1e-3 --save ck \
+	--save-interval 2 --eval-iters 0 --split 100,0,0 >t.log 2>&1"
+for lay in "torch 2 2 2" "torch_dist 1 1 1"; do
+	# shellcheck disable=SC2086 # the layout's words
+	set -- $lay
+	out="$V/to_$1"
+	if $BIN/ckpt_convert --load "$V/ck" --save "$out" --to megatron --ckpt-format $1 --target-tensor-parallel-size $2 \
+		--target-pipeline-parallel-size $3 --target-num-virtual-stages-per-pipeline-rank $4 \
+		--make-vocab-size-divisible-by 64 >"$OUT_LOG" 2>"$ERR" && $BIN/ckpt_convert --load "$out" \
+		--save "$out.back" --from megatron --tokenizer-type NullTokenizer --vocab-size 128 >"$OUT_LOG" 2>"$ERR"; then
+		files="model.h5 optim.h5"
+		[ $1 = torch ] && files=model.h5
+		same_ckpt "dense/MoE layers + MTP: megac -> Megatron $1 (TP $2 x PP $3 x VPP $4) -> megac ($files)" \
+			"$V/ck" "$out.back" "$files"
+	else
+		notok "dense/MoE layers + MTP: megac -> Megatron $1 (TP $2 x PP $3 x VPP $4) -> megac"
+		show "$ERR"
+	fi
+done
+
 # bad torch_dist input: a clear error naming the file, nothing written
 bad_dist() { # name, expected message part, command that damages a copy in $W/bad
 	rm -rf "$W/bad" "$W/bad_out"
@@ -352,6 +450,25 @@ if long_only && [ -n "${MEGATRON_LM:-}" ]; then
 					fi
 				done
 			done
+		done
+		# the MoE + MTP model: Megatron loads megac's export of its import
+		# strictly, with its own logits and the MTP depth's as megac's
+		for f in torch_dist torch; do
+			out="$W/moe_to_meg_$f"
+			if $BIN/ckpt_convert --load "$M1" --save "$out" --to megatron --ckpt-format $f \
+				--make-vocab-size-divisible-by 64 >"$OUT_LOG" 2>"$ERR" &&
+				OMP_NUM_THREADS=1 $PY $FIX/make_fixtures.py load --megatron "$MTREE" --model moe --tp 1 \
+					--src "$out" --logits "$out.npy" --mtp-logits "$out.mtp.npy" >"$W/meg.log" 2>&1 &&
+				$CMP logits "$out.npy" "$W/moe_logits.npy" >"$W/cmp.log" 2>&1 &&
+				$CMP logits "$out.mtp.npy" "$W/moe_mtp_logits.npy" >"$W/cmp2.log" 2>&1; then
+				ok "moe: Megatron loads megac's MoE + MTP $f export strictly, with its own logits ($(cat "$W/cmp.log")) and MTP logits ($(cat "$W/cmp2.log"))"
+			else
+				notok "moe: Megatron loads megac's MoE + MTP $f export"
+				show "$ERR"
+				show "$W/meg.log" 15
+				show "$W/cmp.log"
+				show "$W/cmp2.log"
+			fi
 		done
 	else
 		notok "no Megatron-LM environment from MEGATRON_LM=$MEGATRON_LM"

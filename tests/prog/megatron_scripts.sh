@@ -10,7 +10,7 @@
 #   1. as is: train never says "unknown flag" and never crashes; it trains,
 #      or exits 128 in one message naming exactly the Megatron features it
 #      does not have yet (the list below; shorten it as they land);
-#      Llama-3's line also runs on 2 ranks, saving Megatron's torch_dist;
+#      Llama-3's and Mixtral's lines also run on 2 ranks, saving Megatron's torch_dist;
 #   2. without those flags: it trains, and its start-up line names the
 #      flags accepted without effect.
 . tests/prog_lib.sh
@@ -188,7 +188,9 @@ fi
 # ---- Mixtral 8x7B (examples/mixtral): 32 layers of 4096, 8 experts -> 2 of 64, 4 experts;
 # PP4 x EP8 -> 1 rank; its Llama-2 SentencePiece tokenizer (no .model here) -> mock data with NullTokenizer.
 NOEFFECT="--use-mcore-models --no-masked-softmax-fusion --moe-grouped-gemm"
-run_script mixtral "" \
+mixtral() { # CMD...: CMD followed by the example's flags, then $MX_EXTRA (later flags win, as in argparse)
+	# shellcheck disable=SC2086 # MX_EXTRA is words
+	"$@" \
 	--use-mcore-models --disable-bias-linear --seq-length 32 --max-position-embeddings 256 --num-layers 2 \
 	--hidden-size 64 --ffn-hidden-size 224 --num-attention-heads 4 --init-method-std 0.01 \
 	--attention-dropout 0.0 --hidden-dropout 0.0 --normalization RMSNorm --position-embedding-type rope \
@@ -204,8 +206,36 @@ run_script mixtral "" \
 	--log-interval 1 --save-interval 10000 --eval-interval 1000 --eval-iters 1 --save ck --load ck \
 	--tensorboard-dir ck/tensorboard --no-load-optim --no-load-rng \
 	--wandb-project Mixtral --wandb-exp-name Mixtral_8x7B \
-	--tokenizer-type NullTokenizer --vocab-size 1000
+	--tokenizer-type NullTokenizer --vocab-size 1000 ${MX_EXTRA:-}
+}
 # (the last --tokenizer-type wins, as in argparse: the second run keeps a tokenizer megac has)
+mixtral run_script mixtral ""
+# the same line on 2 ranks, its experts split over them (EP2), saving Megatron's
+# default format, torch_dist, at iteration 2: ckpt_convert reads it back with
+# every expert and Adam's state at step 2
+rm -rf "$W/mxmp"
+mkdir -p "$W/mxmp"
+if (cd "$W/mxmp" && MX_EXTRA="--expert-model-parallel-size 2 --ckpt-format torch_dist --train-iters 2 \
+	--save-interval 2" mixtral mpirun --allow-run-as-root --oversubscribe -np 2 "$BIN/train") >"$OUT_LOG" 2>"$ERR" &&
+	grep -q "iteration *2/" "$OUT_LOG" "$ERR" && [ -f "$W/mxmp/ck/iter_0000002/.metadata" ] &&
+	[ ! -e "$W/mxmp/ck/.megac-hdf5" ] &&
+	"$BIN/ckpt_convert" --load "$W/mxmp/ck" --save "$W/mxmp/back" --from megatron --tokenizer-type NullTokenizer \
+		--vocab-size 1000 >"$W/mxmp/conv.log" 2>&1 && grep -q "Adam's state at step 2" "$W/mxmp/conv.log" &&
+	/usr/bin/python3 -c '
+import sys, h5py
+f = h5py.File(sys.argv[1] + "/iter_0000002/model.h5")
+o = h5py.File(sys.argv[1] + "/iter_0000002/optim.h5")
+for l in range(2):
+    for e in range(4):
+        k = "decoder.layers.%d.mlp.experts.local_experts.%d.linear_fc1.weight" % (l, e)
+        assert k in f and "exp_avg/" + k in o, k' "$W/mxmp/back" 2>"$W/mxmp/py.log"; then
+	ok "mixtral: 2 iterations on 2 ranks (EP2), a torch_dist checkpoint read back with the 4 experts of each layer and Adam's state"
+else
+	notok "mixtral: 2 iterations on 2 ranks (EP2) saving torch_dist"
+	show "$ERR" 12
+	show "$W/mxmp/conv.log"
+	show "$W/mxmp/py.log"
+fi
 
 # ---- A hybrid Mamba model (examples/mamba/train.sh): its pattern shortened to 7 layers, hidden
 # 64, TP8 with SP -> 1 rank (SP is then off, as in Megatron); its SentencePiece tokenizer -> mock
