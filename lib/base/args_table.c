@@ -270,9 +270,12 @@ const struct flag_def args_table[] = {
 	  "with --use-megatron-fsdp: nothing, the optimizer state (ZeRO-1), and the gradients (ZeRO-2), and the "
 	  "weights (ZeRO-3, gathered per tensor when used; the default)" },
 	{ "--megatron-fsdp-grad-comm-dtype", FK_STR, F(megatron_fsdp_grad_comm_dtype), TR, 0, "distributed", "auto",
-	  "fp32|bf16|fp16|auto", "T", "Megatron-FSDP's gradient reduction type: megac sums in fp32 (auto, fp32)" },
+	  "fp32|bf16|fp16|auto", "T", "Megatron-FSDP's gradient reduction type (optim_grads and optim_grads_params): "
+	  "bf16/fp16 round each micro-batch's gradients to it before the reduce-scatter and the sum after (auto, fp32: "
+	  "fp32)" },
 	{ "--megatron-fsdp-main-grads-dtype", FK_STR, F(megatron_fsdp_main_grads_dtype), TR, 0, "distributed", "auto",
-	  "fp32|bf16|fp16|auto", "T", "Megatron-FSDP's main gradients: megac keeps fp32 (auto, fp32)" },
+	  "fp32|bf16|fp16|auto", "T", "Megatron-FSDP's main gradients (optim_grads and optim_grads_params): bf16/fp16 "
+	  "round the gradient shard to it after each micro-batch's sum (auto, fp32: fp32)" },
 
 	/* ---- mixed precision ---- */
 	{ "--fp16", FK_BOOL, F(fp16), TR, 0, "mixed precision", NULL, NULL, NULL,
@@ -927,10 +930,6 @@ const struct refused_value args_refused_values[] = {
 	{ "--moe-router-load-balancing-type", "aux_loss|seq_aux_loss|none",
 	  "global_aux_loss, sinkhorn and quantile balancing are not in megac yet" },
 	{ "--moe-router-score-function", "softmax|sigmoid", "the sqrtsoftplus router score is not in megac yet" },
-	{ "--megatron-fsdp-grad-comm-dtype", "fp32|auto",
-	  "megac sums Megatron-FSDP's gradients in fp32; a bf16 or fp16 reduction is not in megac yet" },
-	{ "--megatron-fsdp-main-grads-dtype", "fp32|auto",
-	  "megac keeps Megatron-FSDP's main gradients in fp32; bf16 or fp16 ones are not in megac yet" },
 	{ "--recompute-modules", "core_attn|moe_act|layernorm|mla_up_proj|mlp|moe|shared_experts",
 	  "megac has no GatedDeltaNet or GatedDeltaProduct layers (gdn_norm_out, gdp_in_proj, gdp_qkv) nor "
 	  "hyper-connections (mhc) to recompute" },
