@@ -13,6 +13,9 @@
 #      Llama-3's and Mixtral's lines also run on 2 ranks, saving Megatron's torch_dist;
 #   2. without those flags: it trains, and its start-up line names the
 #      flags accepted without effect.
+# All but the Mamba one also run on 2 ranks:
+# GPT-3 as 2 pipeline stages, Llama-3 and Mixtral saving Megatron's
+# torch_dist (Mixtral with EP2), DeepSeek-V3 under Megatron-FSDP (ZeRO-3).
 . tests/prog_lib.sh
 W=$(new_tmp megatron_scripts)
 ERR=$W/err
@@ -126,20 +129,38 @@ MOCK="--mock-data --split 99,1,0"
 # argument check refuses; so does megac, and the second run drops the first.
 NOEFFECT="--attention-backend"
 EXPECT="cannot specify both --step-batch-size-schedule and --global-batch-size" DROP="--global-batch-size"
-run_script gpt3 "--step-batch-size-schedule --global-batch-size" \
+REPO=$PWD
+gpt3() { # CMD...: CMD followed by the example's flags (G3_GBS: its --global-batch-size, unless set
+	# empty), then $G3_EXTRA
+	# shellcheck disable=SC2086 # G3_GBS and G3_EXTRA are words
+	"$@" \
 	--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --max-position-embeddings 32 \
 	--attention-backend auto \
-	--micro-batch-size 1 --global-batch-size 4 \
+	--micro-batch-size 1 ${G3_GBS---global-batch-size 4} \
 	--step-batch-size-schedule "0:2 64:4" \
 	--train-iters 4 --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95 --init-method-std 0.006 \
 	--clip-grad 1.0 --fp16 --lr 6.0e-5 --lr-decay-style cosine --min-lr 6.0e-6 --lr-warmup-fraction .001 \
 	--lr-decay-iters 4 \
 	--tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 \
-	$MOCK --tokenizer-type GPT2BPETokenizer --vocab-file "$PWD/$GPT2_VOCAB" --merge-file "$PWD/$GPT2_MERGES" \
+	$MOCK --tokenizer-type GPT2BPETokenizer --vocab-file "$REPO/$GPT2_VOCAB" --merge-file "$REPO/$GPT2_MERGES" \
 	--log-interval 1 --save-interval 10000 --eval-interval 1000 --save ck --load ck --eval-iters 1 \
-	--tensorboard-dir tb
-
+	--tensorboard-dir tb ${G3_EXTRA:-}
+}
+gpt3 run_script gpt3 "--step-batch-size-schedule --global-batch-size"
 EXPECT="" DROP=""
+# on 2 ranks as 2 pipeline stages (the example's TP8 x PP16 shrunk), 2 iterations, without the
+# --global-batch-size that Megatron refuses beside the schedule
+rm -rf "$W/g3mp"
+mkdir -p "$W/g3mp"
+export OMPI_MCA_mpi_yield_when_idle=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+if (cd "$W/g3mp" && G3_GBS="" G3_EXTRA="--pipeline-model-parallel-size 2 --train-iters 2" gpt3 \
+	mpirun --allow-run-as-root --oversubscribe -np 2 "$BIN/train") >"$OUT_LOG" 2>"$ERR" &&
+	grep -q "iteration *2/ *2" "$OUT_LOG" "$ERR"; then
+	ok "gpt3: 2 iterations on 2 ranks (PP2)"
+else
+	notok "gpt3: 2 iterations on 2 ranks (PP2)"
+	show "$ERR" 12
+fi
 
 # ---- Llama-3 8B FP8 (examples/llama), its mock-data branch: 32 layers of 4096 -> 2 of 64.
 NOEFFECT="--use-mcore-models --attention-backend --cross-entropy-loss-fusion --manual-gc --empty-unused-memory-level"
@@ -260,12 +281,11 @@ run_script mamba "--bf16" \
 
 # ---- DeepSeek-V3 with Megatron-FSDP (examples/megatron_fsdp): 61 layers of 7168, 256
 # experts -> 2 of 64, 8 experts; EP8 -> 1 rank; its Hugging Face tokenizer -> mock data.
-# MTP with Megatron-FSDP is not in megac yet: the second run is left out, the
-# first must name every missing piece (its MLA with YaRN, routing, expert bias,
-# flex dispatcher and MTP are in).
-NOEFFECT="" SECOND=0
-run_script deepseek_v3 "--auto-detect-ckpt-format --ckpt-format=fsdp_dtensor \
---megatron-fsdp-grad-comm-dtype=bf16 --megatron-fsdp-main-grads-dtype=bf16" \
+# Its MLA with YaRN, routing, expert bias, flex dispatcher, MTP with Megatron-FSDP
+# and the bf16 gradient reduction are in; the first run must name the rest.
+# (its --logging-level 40 keeps train's start-up lines, the flags without effect among them, quiet)
+NOEFFECT=""
+run_script deepseek_v3 "--auto-detect-ckpt-format --ckpt-format=fsdp_dtensor" \
 	--distributed-timeout-minutes 60 --tensor-model-parallel-size 1 --expert-model-parallel-size 1 \
 	--expert-tensor-parallel-size 1 --context-parallel-size 1 --use-distributed-optimizer --overlap-grad-reduce \
 	--overlap-param-gather --use-mcore-models --sequence-parallel --use-flash-attn --disable-bias-linear \
