@@ -90,45 +90,18 @@ fi
 # their cache, prefill then one token a step) and a real text_gen_server
 # over loopback give transformers' greedy tokens and log-probs; the
 # emulated CUDA device's server the CPU server's
-SV="/usr/bin/python3 tests/prog/py/serve_ref.py"
-same() {
-	if $SV same "$2" "$3" "$4" >"$W/same.log" 2>&1; then
-		ok "$1 ($(cat "$W/same.log"))"
-	else
-		notok "$1"
-		show "$W/same.log"
-	fi
-}
 N=$(/usr/bin/python3 -c 'import json, sys; print(len(json.load(open(sys.argv[1]))[0]["tokens"]))' $FX/generate.json)
 expect_ok "the engine (megac_generate) generates" $MEGAC_BUILD/tools/megac_generate $W/m $FX/prompts.json $N \
 	$W/gen.json
-same "the engine's greedy tokens and log-probs are transformers' (1e-4)" $FX/generate.json $W/gen.json 1e-4
-SRV=""
-cleanup() { [ -z "$SRV" ] || kill -TERM $SRV 2>/dev/null; }
-trap cleanup EXIT
-trap 'exit 1' INT TERM HUP
-serve() { # TAG NAME OUT CMD...: start CMD --port 0, ask it the prompts, stop it
-	_tag=$1 _nm=$2 _out=$3
-	shift 3
-	"$@" --port 0 >"$W/$_tag.log" 2>&1 &
-	SRV=$!
-	if $SV ask "$W/$_tag.log" $SRV $FX/prompts.json $N $_out --up 60 --timeout 120 >"$W/ask.log" 2>&1; then
-		ok "$_nm answers ($(cat "$W/ask.log"))"
-	else
-		notok "$_nm answers"
-		show "$W/ask.log" 14
-	fi
-	kill -TERM $SRV 2>/dev/null
-	wait $SRV 2>/dev/null
-	SRV=""
-}
-serve srv1 "text_gen_server on the import" $W/srv1.json $BIN/text_gen_server --load $W/m \
+gen_same "the engine's greedy tokens and log-probs are transformers' (1e-4)" $FX/generate.json $W/gen.json 1e-4
+serve_traps
+serve_ask srv1 "text_gen_server on the import" $FX/prompts.json $N $W/srv1.json $BIN/text_gen_server --load $W/m \
 	--tokenizer-type NullTokenizer --vocab-size 256 --device cpu --inference-max-seq-length 64
-same "the server's greedy tokens and log-probs are transformers' (1e-4)" $FX/generate.json $W/srv1.json 1e-4
+gen_same "the server's greedy tokens and log-probs are transformers' (1e-4)" $FX/generate.json $W/srv1.json 1e-4
 if [ -n "${MEGAC_EMU:-}" ] && [ -x "$MEGAC_EMU/bin/text_gen_server" ]; then
-	serve srv2 "the emulated device's server" $W/srv2.json $MEGAC_EMU/bin/text_gen_server --load $W/m \
+	serve_ask srv2 "the emulated device's server" $FX/prompts.json $N $W/srv2.json $MEGAC_EMU/bin/text_gen_server --load $W/m \
 		--tokenizer-type NullTokenizer --vocab-size 256 --device cuda --inference-max-seq-length 64
-	same "the emulated device gives the CPU server's answers (1e-4)" $W/srv1.json $W/srv2.json 1e-4
+	gen_same "the emulated device gives the CPU server's answers (1e-4)" $W/srv1.json $W/srv2.json 1e-4
 fi
 
 # export: the fixture's tensors (bf16, as transformers wrote them) and config
