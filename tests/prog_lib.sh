@@ -241,3 +241,41 @@ print("%s, max |difference| %.2g" % (list(a.shape), d))' "$2" "$3" "$4" >"$W/clo
 		show "$W/close.log"
 	fi
 }
+
+# gen_same NAME REF.json GOT.json TOL: two files of greedy continuations
+# (prompts' tokens and every log-prob; tests/prog/py/serve_ref.py same): the
+# same tokens, log-probs within TOL; the caller's $W holds the output
+gen_same() {
+	if /usr/bin/python3 tests/prog/py/serve_ref.py same "$2" "$3" "$4" >"$W/same.log" 2>&1; then
+		ok "$1 ($(cat "$W/same.log"))"
+	else
+		notok "$1"
+		show "$W/same.log"
+	fi
+}
+
+# serve_ask TAG NAME PROMPTS.json N OUT CMD...: start the server CMD --port 0
+# (its output in $W/TAG.log), ask it for the greedy continuations of N
+# tokens of PROMPTS (serve_ref.py ask) into OUT, stop it. $SRV is its pid
+# meanwhile: serve_traps makes an interrupted test stop it.
+serve_ask() {
+	_tag=$1 _nm=$2 _pr=$3 _n=$4 _out=$5
+	shift 5
+	"$@" --port 0 >"$W/$_tag.log" 2>&1 &
+	SRV=$!
+	if /usr/bin/python3 tests/prog/py/serve_ref.py ask "$W/$_tag.log" $SRV "$_pr" "$_n" "$_out" --up 60 --timeout 120 \
+		>"$W/ask.log" 2>&1; then
+		ok "$_nm answers ($(cat "$W/ask.log"))"
+	else
+		notok "$_nm answers"
+		show "$W/ask.log" 14
+	fi
+	kill -TERM $SRV 2>/dev/null
+	wait $SRV 2>/dev/null
+	SRV=""
+}
+serve_traps() {
+	SRV=""
+	trap '[ -z "$SRV" ] || kill -TERM $SRV 2>/dev/null' EXIT
+	trap 'exit 1' INT TERM HUP
+}

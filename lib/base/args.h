@@ -268,6 +268,7 @@ struct args {
 	/* options Megatron has only for speed; results do not change, megac accepts them */
 	bool perf_flag;
 	char *transformer_impl;
+	bool moe_grouped_gemm; /* ckpt_convert --to megatron: TEGroupedMLP's expert names in legacy files */
 
 	/* batch, iterations, evaluation */
 	int64_t micro_batch_size;
@@ -302,6 +303,7 @@ struct args {
 
 	/* text_gen_server */
 	int64_t port, inference_max_requests, inference_max_seq_length, max_body_bytes, max_concurrent_requests;
+	int64_t inference_max_tokens;          /* the most tokens of one forward step; -1: the default */
 	char *host, *api_key;
 	double request_timeout, drain_timeout; /* seconds */
 	int64_t max_connections_per_ip;        /* 0: no limit */

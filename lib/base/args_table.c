@@ -270,9 +270,12 @@ const struct flag_def args_table[] = {
 	  "with --use-megatron-fsdp: nothing, the optimizer state (ZeRO-1), and the gradients (ZeRO-2), and the "
 	  "weights (ZeRO-3, gathered per tensor when used; the default)" },
 	{ "--megatron-fsdp-grad-comm-dtype", FK_STR, F(megatron_fsdp_grad_comm_dtype), TR, 0, "distributed", "auto",
-	  "fp32|bf16|fp16|auto", "T", "Megatron-FSDP's gradient reduction type: megac sums in fp32 (auto, fp32)" },
+	  "fp32|bf16|fp16|auto", "T", "Megatron-FSDP's gradient reduction type (optim_grads and optim_grads_params): "
+	  "bf16/fp16 round each micro-batch's gradients to it before the reduce-scatter and the sum after (auto, fp32: "
+	  "fp32)" },
 	{ "--megatron-fsdp-main-grads-dtype", FK_STR, F(megatron_fsdp_main_grads_dtype), TR, 0, "distributed", "auto",
-	  "fp32|bf16|fp16|auto", "T", "Megatron-FSDP's main gradients: megac keeps fp32 (auto, fp32)" },
+	  "fp32|bf16|fp16|auto", "T", "Megatron-FSDP's main gradients (optim_grads and optim_grads_params): bf16/fp16 "
+	  "round the gradient shard to it after each micro-batch's sum (auto, fp32: fp32)" },
 
 	/* ---- mixed precision ---- */
 	{ "--fp16", FK_BOOL, F(fp16), TR, 0, "mixed precision", NULL, NULL, NULL,
@@ -664,6 +667,10 @@ const struct flag_def args_table[] = {
 	  "same as --inference-max-requests (Megatron's deprecated name)" },
 	{ "--inference-max-seq-length", FK_INT, F(inference_max_seq_length), PROG_INFER, 0, "inference", "-1", NULL,
 	  "N", "prompt plus generated tokens of one request (default: the model's --max-position-embeddings)" },
+	{ "--inference-dynamic-batching-max-tokens", FK_INT, F(inference_max_tokens), PROG_INFER, 0, "inference", "-1",
+	  NULL, "N",
+	  "the most tokens one forward step takes; a prompt longer than a step has room for is prefilled in chunks "
+	  "over several steps (default: --inference-max-seq-length plus --inference-max-requests)" },
 	{ "--max-body-bytes", FK_INT, F(max_body_bytes), PROG_INFER, 0, "inference", "1048576", NULL, "B",
 	  "(megac) the largest request body accepted (413 above)" },
 	{ "--max-concurrent-requests", FK_INT, F(max_concurrent_requests), PROG_INFER, 0, "inference", "256", NULL, "N",
@@ -727,8 +734,13 @@ const struct flag_def args_table[] = {
 	  "convert.py's writer: megatron, mcore, core or legacy write a checkpoint train loads (megac's "
 	  "format), hf a Hugging Face folder (as --to hf)" },
 	{ "--target-expert-parallel-size", FK_INT, F(target_expert_parallel_size), PROG_CONVERT, 0, "conversion",
-	  "1", NULL, "E", "convert.py's expert-parallel size: megac's checkpoints hold every expert whatever "
-	  "the expert-parallel size, so any value gives the same files", true },
+	  "1", NULL, "E", "--to megatron --ckpt-format torch: one file per expert-parallel rank "
+	  "(mp_rank_TT[_PPP]_EEE), each with its E/EP experts; megac's own checkpoints and torch_dist hold "
+	  "every expert whatever the expert-parallel size" },
+	{ "--moe-grouped-gemm", FK_BOOL, F(moe_grouped_gemm), PROG_CONVERT, 0, "conversion", NULL, NULL, NULL,
+	  "--to megatron --ckpt-format torch: the experts under TEGroupedMLP's names "
+	  "(mlp.experts.linear_fc1.weight<i>), as Megatron's Transformer Engine spec with --moe-grouped-gemm "
+	  "saves them, instead of SequentialMLP's (mlp.experts.local_experts.<i>.linear_fc1.weight)" },
 	{ "--true-vocab-size", FK_INT, F(true_vocab_size), PROG_CONVERT, 0, "conversion", "-1", NULL, "N",
 	  "convert.py's vocabulary size without padding: checked against the checkpoint's" },
 	{ "--max-queue-size", FK_INT, F(perf_flag_int), PROG_CONVERT, 0, "conversion", "50", NULL, "N",
@@ -918,10 +930,6 @@ const struct refused_value args_refused_values[] = {
 	{ "--moe-router-load-balancing-type", "aux_loss|seq_aux_loss|none",
 	  "global_aux_loss, sinkhorn and quantile balancing are not in megac yet" },
 	{ "--moe-router-score-function", "softmax|sigmoid", "the sqrtsoftplus router score is not in megac yet" },
-	{ "--megatron-fsdp-grad-comm-dtype", "fp32|auto",
-	  "megac sums Megatron-FSDP's gradients in fp32; a bf16 or fp16 reduction is not in megac yet" },
-	{ "--megatron-fsdp-main-grads-dtype", "fp32|auto",
-	  "megac keeps Megatron-FSDP's main gradients in fp32; bf16 or fp16 ones are not in megac yet" },
 	{ "--recompute-modules", "core_attn|moe_act|layernorm|mla_up_proj|mlp|moe|shared_experts",
 	  "megac has no GatedDeltaNet or GatedDeltaProduct layers (gdn_norm_out, gdp_in_proj, gdp_qkv) nor "
 	  "hyper-connections (mhc) to recompute" },

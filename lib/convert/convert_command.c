@@ -457,12 +457,16 @@ static int check_true_vocab(const struct args *a, const struct gpt_config *c)
 	return 0;
 }
 
-/* ckpt_convert does not convert a hybrid Mamba model's checkpoint yet (docs/mamba.md) */
+/* Megatron's own formats (--to megatron) do not get a hybrid Mamba model
+ * yet: megac does not write the hybrid stack's names and sharded states
+ * there (docs/mamba.md). Layout changes and the Hugging Face export are
+ * layout-independent and take it. */
 static int not_hybrid(const struct gpt_config *c, struct ckpt_reader *r)
 {
 	if (c->hybrid)
-		return error("'%s': a hybrid Mamba model (--hybrid-layer-pattern): ckpt_convert does not convert it "
-			     "yet (docs/mamba.md)", ckpt_reader_dir(r));
+		return error("'%s': a hybrid Mamba model (--hybrid-layer-pattern): --to megatron does not write it yet "
+			     "(Megatron's torch and torch_dist formats of the hybrid stack are not mapped; a megac "
+			     "checkpoint and --to hf of an all-Mamba pattern are; docs/mamba.md)", ckpt_reader_dir(r));
 	return 0;
 }
 
@@ -475,9 +479,8 @@ static int to_hf(const struct args *a)
 	struct gpt_config c;
 	enum hf_arch arch;
 	int mf = ckpt_file_open(r, "model.h5");
-	if (mf < 0 || ckpt_check_iteration(r) < 0 || gpt_config_from_ckpt(&c, r, mf) < 0 || not_hybrid(&c, r) < 0 ||
-	    check_true_vocab(a, &c) < 0 ||
-	    hf_arch_for(&c, &arch) < 0) {
+	if (mf < 0 || ckpt_check_iteration(r) < 0 || gpt_config_from_ckpt(&c, r, mf) < 0 ||
+	    check_true_vocab(a, &c) < 0 || hf_arch_for(&c, &arch) < 0) {
 		ckpt_close(r);
 		return -1;
 	}
@@ -523,7 +526,7 @@ static int to_hf(const struct args *a)
 		struct st_tensor_decl *decl = xcalloc((size_t)sh[s].count, sizeof(*decl));
 		for (int j = 0; j < sh[s].count; j++) {
 			const struct hf_tensor *t = &ts[sh[s].first + j];
-			decl[j] = (struct st_tensor_decl){ t->name, dt, t->ndim, { t->shape[0], t->shape[1] } };
+			decl[j] = (struct st_tensor_decl){ t->name, dt, t->ndim, { t->shape[0], t->shape[1], t->shape[2] } };
 		}
 		static const char *const mk[] = { "format" }, *const mv[] = { "pt" };
 		char *path = path_join(od.tmp, sh[s].file);
@@ -807,15 +810,17 @@ static int check_hf(struct st_folder *f, const char *dir, const struct gpt_confi
 		int nd;
 		int64_t shape[CKPT_MAX_NDIM];
 		st_info(sf, idx, &dt, &nd, shape);
-		bool same = nd == ts[i].ndim && shape[0] == ts[i].shape[0] && (nd < 2 || shape[1] == ts[i].shape[1]);
+		bool same = nd == ts[i].ndim;
+		for (int d = 0; same && d < nd; d++)
+			same = shape[d] == ts[i].shape[d];
 		if (dt == CKPT_I64 || !same) {
 			if (nbad++ < 8) {
 				sbuf_addf(&bad, "%s%s is %s [", nbad > 1 ? ", " : "", ts[i].name, ckpt_dtype_name(dt));
 				for (int d = 0; d < nd; d++)
 					sbuf_addf(&bad, "%s%lld", d ? ", " : "", (long long)shape[d]);
 				sbuf_addf(&bad, "], expected a float tensor [%lld", (long long)ts[i].shape[0]);
-				if (ts[i].ndim == 2)
-					sbuf_addf(&bad, ", %lld", (long long)ts[i].shape[1]);
+				for (int d = 1; d < ts[i].ndim; d++)
+					sbuf_addf(&bad, ", %lld", (long long)ts[i].shape[d]);
 				sbuf_addstr(&bad, "]");
 			}
 		}
@@ -853,6 +858,37 @@ static int deepseek_mtp(struct st_folder *f, const char *dir, int L)
 		if (!strncmp(st_folder_name(f, i), prefix, strlen(prefix)))
 			return error("'%s' holds %s: DeepSeek-V3's multi-token prediction layers (num_nextn_predict_layers) "
 				     "are not imported by megac yet", dir, st_folder_name(f, i));
+	return 0;
+}
+
+/* A Mamba2ForCausalLM folder: the embedding under its older name
+ * (backbone.embedding.weight, which transformers' load hook renames) is
+ * taken; an in_proj with more rows than [z; x, B, C; dt] holds mamba_ssm's
+ * gated MLP beside the mixer (transformers' d_mlp), which Megatron's mixer
+ * lacks: refused by name. */
+static int mamba2_folder(struct st_folder *f, const char *dir, const struct gpt_config *c, struct hf_tensor *ts,
+			 int nt)
+{
+	struct st_file *sf;
+	int idx;
+	if (st_folder_find(f, "backbone.embeddings.weight", &sf, &idx) < 0 &&
+	    st_folder_find(f, "backbone.embedding.weight", &sf, &idx) == 0)
+		for (int i = 0; i < nt; i++)
+			if (!strcmp(ts[i].name, "backbone.embeddings.weight"))
+				snprintf(ts[i].name, sizeof(ts[i].name), "backbone.embedding.weight");
+	for (int i = 0; i < nt; i++) {
+		if (!strstr(ts[i].name, ".mixer.in_proj.weight") || st_folder_find(f, ts[i].name, &sf, &idx) < 0)
+			continue;
+		enum ckpt_dtype dt;
+		int nd;
+		int64_t shape[CKPT_MAX_NDIM];
+		st_info(sf, idx, &dt, &nd, shape);
+		if (nd == 2 && shape[1] == c->h && shape[0] > ts[i].shape[0] && (shape[0] - ts[i].shape[0]) % 2 == 0)
+			return error("'%s': %s has %lld rows, %lld more than [z; x, B, C; dt]: a gated MLP of d_mlp = %lld "
+				     "beside the mixer (mamba_ssm's d_ssm < d_inner), which Megatron's Mamba mixer (and "
+				     "megac's) does not have", dir, ts[i].name, (long long)shape[0],
+				     (long long)(shape[0] - ts[i].shape[0]), (long long)(shape[0] - ts[i].shape[0]) / 2);
+	}
 	return 0;
 }
 
@@ -920,7 +956,8 @@ static int from_hf(const struct args *a)
 		for (int i = 0; i < nt; i++)
 			if (!strncmp(ts[i].name, "transformer.", 12))
 				memmove(ts[i].name, ts[i].name + 12, strlen(ts[i].name + 12) + 1);
-	if ((arch == HF_DEEPSEEK_V3 || arch == HF_DEEPSEEK_V3_HALVES) && deepseek_mtp(f, a->load, c.L) < 0) {
+	if (((arch == HF_DEEPSEEK_V3 || arch == HF_DEEPSEEK_V3_HALVES) && deepseek_mtp(f, a->load, c.L) < 0) ||
+	    (arch == HF_MAMBA2 && mamba2_folder(f, a->load, &c, ts, nt) < 0)) {
 		free(ts);
 		st_folder_close(f);
 		return -1;
@@ -1183,8 +1220,7 @@ static int megac_to_megac(const struct args *a)
 		return -1;
 	struct gpt_config c;
 	int mf = ckpt_file_open(r, "model.h5");
-	if (mf < 0 || gpt_config_from_ckpt(&c, r, mf) < 0 || not_hybrid(&c, r) < 0 ||
-	    check_true_vocab(a, &c) < 0) {
+	if (mf < 0 || gpt_config_from_ckpt(&c, r, mf) < 0 || check_true_vocab(a, &c) < 0) {
 		ckpt_close(r);
 		return -1;
 	}
@@ -1370,8 +1406,6 @@ int convert_to_megatron_ex(const struct args *a, bool replace)
 	int tp, pp, vpp;
 	if (target_layout(a, &tp, &pp, &vpp) < 0)
 		return -1;
-	if (vpp > 1)
-		return error("--to megatron: virtual pipeline stages are not written in Megatron's format yet");
 	int64_t iter;
 	struct ckpt_reader *r = open_source(a, &iter);
 	if (!r)
@@ -1403,7 +1437,8 @@ int convert_to_megatron_ex(const struct args *a, bool replace)
 		return -1;
 	}
 	struct megatron_export e = { .r = r, .mf = mf, .c = &target, .src_vp = c.Vp, .iteration = iter, .tp = tp,
-				     .pp = pp, .dtype = dt, .dist = strcmp(fmt, "torch") != 0,
+				     .pp = pp, .ep = a->target_expert_parallel_size > 1 ? (int)a->target_expert_parallel_size : 1,
+				     .vpp = vpp, .grouped = a->moe_grouped_gemm, .dtype = dt, .dist = strcmp(fmt, "torch") != 0,
 				     .fsdp = !strcmp(fmt, "fsdp_dtensor"), .of = -1,
 				     .beta1 = a->adam_beta1, .beta2 = a->adam_beta2, .eps = a->adam_eps };
 	/* Adam's state goes into torch_dist and fsdp_dtensor (by name); the

@@ -36,4 +36,14 @@ struct megac_counters {
 int convert_put_model_attrs_counters(struct ckpt_writer *w, int mf, int64_t iteration, const char *config,
 				     const struct megac_counters *c);
 
+/* The model TP rank `rank` of stage `stage` holds, from report_memory's
+ * counting tables: its registry (names, local shapes, the split) without
+ * memory. pool and tpg must live as long as m (megatron_ckpt.c). */
+struct gpt_model;
+struct gpt_config;
+struct mem_pool;
+struct dist_group;
+int megatron_plan_model(struct gpt_model *m, struct mem_pool *pool, struct dist_group *tpg, const struct gpt_config *c,
+			int tp, int rank, int pp, int stage);
+
 #endif

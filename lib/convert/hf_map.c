@@ -7,6 +7,8 @@
  * [nope; rope] queries and [nope; value] up-projected keys, the compressed
  * key/value then the shared RoPE key), so its tensors copy; only a folder
  * with rope_interleave false has its RoPE rows regrouped (hf_tensor.mla_rope).
+ * Mamba2ForCausalLM's mixer tensors copy too (transformers' in_proj rows are
+ * Megatron's [z; x; B; C; dt]); only conv1d.weight gains its unit axis.
  */
 #include "convert/hf_map.h"
 
@@ -43,6 +45,8 @@ const char *hf_arch_class(enum hf_arch arch)
 	case HF_DEEPSEEK_V3:
 	case HF_DEEPSEEK_V3_HALVES:
 		return "DeepseekV3ForCausalLM";
+	case HF_MAMBA2:
+		return "Mamba2ForCausalLM";
 	}
 	return "?";
 }
@@ -232,6 +236,56 @@ static int deepseek_v3_ok(const struct gpt_config *c)
 			     "with the expert bias, top-2 group scores and a shared expert", NULL);
 }
 
+/* What Mamba2ForCausalLM (transformers 4.49) holds: Mamba layers only,
+ * each an RMSNorm and the mixer; the final RMSNorm; no positions (RoPE
+ * passes, since no layer attends); transformers' layer_norm_epsilon for
+ * the block norms and the mixer's gated norm alike, which Megatron fixes at
+ * 1e-5; d_inner = expand x hidden size. The mixer's fixed settings (4
+ * taps, a conv bias, no linear biases, dt limits (0, inf)) are megac's
+ * only ones. More than one group exports with a warning: transformers
+ * 4.49 then computes another function from the weights (docs/mamba.md). */
+static int mamba2_ok(const struct gpt_config *c)
+{
+	int att = 0, mlp = 0, moe = 0;
+	char pat[GPT_MAX_LAYERS + 1];
+	for (int l = 0; l < c->L; l++) {
+		bool e = c->layer_kind[l] == GPT_LAYER_MLP && c->E > 0 && c->moe_layer[l];
+		att += c->layer_kind[l] == GPT_LAYER_ATTENTION;
+		mlp += c->layer_kind[l] == GPT_LAYER_MLP && !e;
+		moe += e;
+		pat[l] = c->layer_kind[l] == GPT_LAYER_MAMBA ? 'M' : c->layer_kind[l] == GPT_LAYER_ATTENTION ? '*' : e ? 'E' : '-';
+	}
+	pat[c->L] = 0;
+	if (att || mlp || moe)
+		return error("--hybrid-layer-pattern %s: %d attention (*), %d MLP (-) and %d MoE (E) layers beside the "
+			     "Mamba layers; transformers 4.49 has no class for Megatron's hybrid stack (Mamba2ForCausalLM "
+			     "holds Mamba layers only, pattern all M). Exporting it needs a class built from the pattern "
+			     "layer by layer, as NVIDIA's Nemotron-H code (NemotronHForCausalLM, hybrid_override_pattern) "
+			     "is, which megac does not map yet", pat, att, mlp, moe);
+	struct sbuf why = SBUF_INIT;
+	if (!c->rmsnorm)
+		sbuf_addf(&why, ", LayerNorm (--normalization)");
+	if (!c->rope && !c->nopos)
+		sbuf_addf(&why, ", learned position embeddings (--position-embedding-type learned_absolute)");
+	if (c->eps != 1e-5f)
+		sbuf_addf(&why, ", --norm-epsilon %g (transformers' layer_norm_epsilon is the gated norm's too, which "
+			  "Megatron's mixer fixes at 1e-5)", (double)c->eps);
+	int64_t di = gpt_mamba_inner(c);
+	if (di % c->h)
+		sbuf_addf(&why, ", d_inner %lld (--mamba-num-heads %d x --mamba-head-dim %d) that is no whole multiple of "
+			  "--hidden-size %d (transformers' expand)", (long long)di, c->mamba_H, c->mamba_P, c->h);
+	int rc = refuse_export(&why, "a Mamba model exports as Mamba2ForCausalLM, which has RMSNorm with "
+			       "layer_norm_epsilon 1e-5 (its gated norm's too), no position embeddings and d_inner = "
+			       "expand x hidden size", NULL);
+	if (rc == 0 && c->mamba_G > 1)
+		warning("--mamba-num-groups %d: the export holds megac's weights, but transformers 4.49 computes another "
+			"function from them: its gated norm normalises over all of d_inner (Megatron, mamba_ssm and megac "
+			"per group), and its CPU forward without the cache gives head h the B and C of group h mod %d "
+			"(they: group h / %d); with one group they agree (docs/mamba.md)",
+			c->mamba_G, c->mamba_G, c->mamba_H / c->mamba_G);
+	return rc;
+}
+
 int hf_arch_for(const struct gpt_config *c, enum hf_arch *arch)
 {
 	if (c->mtp) /* no Hugging Face class here has a place for the depths; dropping them would lose trained weights */
@@ -247,6 +301,10 @@ int hf_arch_for(const struct gpt_config *c, enum hf_arch *arch)
 	if (c->norm_1p) /* Hugging Face's norms apply their weight as stored */
 		return error("the model stores its norm weights zero-centred (--apply-layernorm-1p); exporting it to "
 			     "Hugging Face (weights + 1) is not in megac yet");
+	if (c->hybrid) {
+		*arch = HF_MAMBA2;
+		return mamba2_ok(c);
+	}
 	if (c->E > 0 && !c->rope)
 		return error("a mixture-of-experts model exports as %s, which needs RoPE; this one has learned "
 			     "positions", is_qwen2_moe(c) ? "Qwen2MoeForCausalLM" : "MixtralForCausalLM");
@@ -328,6 +386,57 @@ static void add(struct hf_tensor **v, int *n, int *cap, const char *name, const 
 	t->shape[0] = d0;
 	t->shape[1] = d1;
 	t->r0 = r0;
+}
+
+size_t hf_numel(const struct hf_tensor *t)
+{
+	size_t n = 1;
+	for (int d = 0; d < t->ndim; d++)
+		n *= (size_t)t->shape[d];
+	return n;
+}
+
+/* Mamba2ForCausalLM's tensors (transformers 4.49's names, in
+ * named_parameters order): the embedding, per layer the block's RMSNorm
+ * (megac's fused into in_proj) and the mixer's, the final norm. in_proj's
+ * rows are [z; x, B, C; dt] on both sides; conv1d.weight is [C, 1, W]
+ * there and [C, W] here. */
+static void mamba2_tensors(const struct gpt_config *c, struct hf_tensor **v, int *n, int *cap)
+{
+	int64_t h = c->h, H = c->mamba_H, di = gpt_mamba_inner(c), C = gpt_mamba_conv_dim(c);
+	char hf[HF_NAME_MAX], mg[HF_NAME_MAX];
+#define ADD(x, nd, d0, d1) add(v, n, cap, hf, mg, x, nd, d0, d1, 0)
+#define LAYER(h_, m_) (snprintf(hf, sizeof(hf), "backbone.layers.%d." h_, l), \
+		       snprintf(mg, sizeof(mg), "decoder.layers.%d." m_, l))
+	snprintf(hf, sizeof(hf), "backbone.embeddings.weight");
+	snprintf(mg, sizeof(mg), "embedding.word_embeddings.weight");
+	ADD(HF_VOCAB, 2, c->V, h);
+	for (int l = 0; l < c->L; l++) {
+		LAYER("norm.weight", "mixer.in_proj.layer_norm_weight");
+		ADD(HF_COPY, 1, h, 0);
+		LAYER("mixer.dt_bias", "mixer.dt_bias");
+		ADD(HF_COPY, 1, H, 0);
+		LAYER("mixer.A_log", "mixer.A_log");
+		ADD(HF_COPY, 1, H, 0);
+		LAYER("mixer.D", "mixer.D");
+		ADD(HF_COPY, 1, H, 0);
+		LAYER("mixer.conv1d.weight", "mixer.conv1d.weight");
+		ADD(HF_UNSQUEEZE, 3, C, 1);
+		(*v)[*n - 1].shape[2] = c->mamba_W;
+		LAYER("mixer.conv1d.bias", "mixer.conv1d.bias");
+		ADD(HF_COPY, 1, C, 0);
+		LAYER("mixer.in_proj.weight", "mixer.in_proj.weight");
+		ADD(HF_COPY, 2, gpt_mamba_proj_dim(c), h);
+		LAYER("mixer.norm.weight", "mixer.norm.weight");
+		ADD(HF_COPY, 1, di, 0);
+		LAYER("mixer.out_proj.weight", "mixer.out_proj.weight");
+		ADD(HF_COPY, 2, h, di);
+	}
+	snprintf(hf, sizeof(hf), "backbone.norm_f.weight");
+	snprintf(mg, sizeof(mg), "decoder.final_norm.weight");
+	ADD(HF_COPY, 1, h, 0);
+#undef LAYER
+#undef ADD
 }
 
 /* DeepseekV3ForCausalLM's tensors: MLA's projections and latent norms
@@ -449,6 +558,8 @@ void hf_tensors(const struct gpt_config *c, enum hf_arch arch, struct hf_tensor 
 		ADD(HF_COPY, 1, h, 0, 0);
 	} else if (arch == HF_DEEPSEEK_V3 || arch == HF_DEEPSEEK_V3_HALVES) {
 		deepseek_v3_tensors(c, &v, n, &cap);
+	} else if (arch == HF_MAMBA2) {
+		mamba2_tensors(c, &v, n, &cap);
 	} else {
 		NAMES("model.embed_tokens.weight%s", "embedding.word_embeddings.weight%s", "");
 		ADD(HF_VOCAB, 2, V, h, 0);
@@ -604,6 +715,10 @@ void hf_src_shape(const struct gpt_config *c, const struct hf_tensor *t, int *nd
 		if (t->ndim == 2)
 			shape[1] = c->h;
 		break;
+	case HF_UNSQUEEZE: /* [C, 1, W] -> [C, W] */
+		*ndim = 2;
+		shape[1] = t->shape[2];
+		break;
 	}
 }
 
@@ -686,9 +801,10 @@ void hf_export(const struct gpt_config *c, const struct hf_tensor *t, const floa
 static void export_plain(const struct gpt_config *c, const struct hf_tensor *t, const float *src, float *out)
 {
 	int64_t cols = t->ndim == 2 ? t->shape[1] : 1;
-	size_t n = (size_t)(t->shape[0] * cols);
+	size_t n = hf_numel(t);
 	switch (t->x) {
 	case HF_COPY:
+	case HF_UNSQUEEZE:
 	case HF_VOCAB: /* the first V rows */
 		memcpy(out, src, n * sizeof(float));
 		return;
@@ -741,9 +857,10 @@ void hf_import(const struct gpt_config *c, const struct hf_tensor *t, const floa
 static void import_plain(const struct gpt_config *c, const struct hf_tensor *t, const float *in, float *dst)
 {
 	int64_t cols = t->ndim == 2 ? t->shape[1] : 1;
-	size_t n = (size_t)(t->shape[0] * cols);
+	size_t n = hf_numel(t);
 	switch (t->x) {
 	case HF_COPY:
+	case HF_UNSQUEEZE:
 	case HF_VOCAB:
 		memcpy(dst, in, n * sizeof(float));
 		return;
@@ -886,6 +1003,33 @@ static void deepseek_v3_json(const struct gpt_config *c, json_t *o)
 	json_object_set_new(o, "num_nextn_predict_layers", json_integer(0));
 }
 
+/* Mamba2Config's keys (transformers 4.49) for megac's mixer: 4 taps, a
+ * conv bias, no linear biases, SiLU, RMSNorm; chunk_size megac's (a
+ * rounding matter only). time_step_limit is left out, so that it is
+ * Mamba2Config's default (0, inf): JSON has no infinity. pad_token_id is
+ * null rather than the class's default 1, a real token. */
+static void mamba2_json(const struct gpt_config *c, json_t *o)
+{
+	json_object_set_new(o, "model_type", json_string("mamba2"));
+	json_object_set_new(o, "vocab_size", json_integer(c->V));
+	json_object_set_new(o, "hidden_size", json_integer(c->h));
+	json_object_set_new(o, "num_hidden_layers", json_integer(c->L));
+	json_object_set_new(o, "expand", json_integer(gpt_mamba_inner(c) / c->h));
+	json_object_set_new(o, "num_heads", json_integer(c->mamba_H));
+	json_object_set_new(o, "head_dim", json_integer(c->mamba_P));
+	json_object_set_new(o, "n_groups", json_integer(c->mamba_G));
+	json_object_set_new(o, "state_size", json_integer(c->mamba_N));
+	json_object_set_new(o, "conv_kernel", json_integer(c->mamba_W));
+	json_object_set_new(o, "chunk_size", json_integer(c->mamba_chunk));
+	json_object_set_new(o, "layer_norm_epsilon", f32(c->eps));
+	json_object_set_new(o, "hidden_act", json_string("silu"));
+	json_object_set_new(o, "rms_norm", json_true());
+	json_object_set_new(o, "use_bias", json_false());
+	json_object_set_new(o, "use_conv_bias", json_true());
+	json_object_set_new(o, "residual_in_fp32", json_true());
+	json_object_set_new(o, "pad_token_id", json_null());
+}
+
 char *hf_config_json(const struct gpt_config *c, enum hf_arch arch, enum ckpt_dtype dt, int64_t bos, int64_t eos)
 {
 	json_t *o = json_object();
@@ -894,6 +1038,8 @@ char *hf_config_json(const struct gpt_config *c, enum hf_arch arch, enum ckpt_dt
 	json_object_set_new(o, "architectures", archs);
 	if (arch == HF_DEEPSEEK_V3 || arch == HF_DEEPSEEK_V3_HALVES) {
 		deepseek_v3_json(c, o);
+	} else if (arch == HF_MAMBA2) {
+		mamba2_json(c, o);
 	} else if (arch == HF_GPT2) {
 		json_object_set_new(o, "model_type", json_string("gpt2"));
 		json_object_set_new(o, "vocab_size", json_integer(c->V));
@@ -1552,11 +1698,142 @@ static void read_deepseek_v3(struct cfg_reader *r, struct gpt_config *c, enum hf
 	c->router.lb = MOE_LB_NONE;
 }
 
+/* Mamba2ForCausalLM (transformers 4.49's Mamba2Config; docs/mamba.md):
+ * a hybrid model of num_hidden_layers Mamba layers without positions.
+ * What megac's mixer (Megatron's) cannot represent is refused by its key:
+ * linear biases, no conv bias, another kernel width, a dt clamp, another
+ * activation, LayerNorm, an epsilon other than the gated norm's 1e-5, a
+ * head layout transformers itself would not run. The init-only keys
+ * (time_step_min/max/floor, time_step_rank, rescale_prenorm_residual) and
+ * chunk_size (a matter of rounding) change nothing; residual_in_fp32 does
+ * not either, megac's residual being fp32. */
+static void read_mamba2(struct cfg_reader *r, struct gpt_config *c)
+{
+	c->h = (int)cfg_int(r, "hidden_size", REQUIRED, 1);
+	c->L = (int)cfg_int(r, "num_hidden_layers", REQUIRED, 1);
+	c->mamba_N = (int)cfg_int(r, "state_size", 128, 1);
+	c->mamba_H = (int)cfg_int(r, "num_heads", 128, 1);
+	c->mamba_P = (int)cfg_int(r, "head_dim", 64, 1);
+	c->mamba_G = (int)cfg_int(r, "n_groups", 8, 1);
+	double expand = cfg_num(r, "expand", 2);
+	int64_t W = cfg_int(r, "conv_kernel", 4, 1);
+	cfg_int(r, "chunk_size", 256, 1);
+	c->eps = (float)cfg_num(r, "layer_norm_epsilon", 1e-5);
+	c->untied = !cfg_bool(r, "tie_word_embeddings", false); /* Mamba2Config's default */
+	const char *act = cfg_str(r, "hidden_act", "silu");
+	cfg_bool(r, "residual_in_fp32", true);
+	if (r->failed)
+		return;
+	if (c->L > GPT_MAX_LAYERS)
+		r->failed = error("'%s': num_hidden_layers %d: megac's hybrid models have at most %d layers", r->path, c->L,
+				  GPT_MAX_LAYERS);
+	if (cfg_bool(r, "use_bias", false))
+		r->failed = error("'%s': use_bias true: Megatron's Mamba mixer (and megac's) has no in_proj/out_proj bias",
+				  r->path);
+	if (!cfg_bool(r, "use_conv_bias", true))
+		r->failed = error("'%s': use_conv_bias false: Megatron's Mamba mixer (and megac's) always has a "
+				  "conv1d bias", r->path);
+	if (W != 4)
+		r->failed = error("'%s': conv_kernel %lld: megac's Mamba mixer convolves over 4 steps (Megatron's "
+				  "d_conv)", r->path, (long long)W);
+	if (strcmp(act, "silu") && strcmp(act, "swish"))
+		r->failed = error("'%s': hidden_act \"%s\": Megatron's Mamba mixer (and megac's) uses silu after the "
+				  "convolution", r->path, act);
+	if (!cfg_bool(r, "rms_norm", true))
+		r->failed = error("'%s': rms_norm false: transformers 4.49 still uses RMSNorm there and mamba_ssm a "
+				  "LayerNorm and no gated norm; megac maps rms_norm true only", r->path);
+	if (c->eps != 1e-5f)
+		r->failed = error("'%s': layer_norm_epsilon %g: transformers uses it for the mixer's gated norm too, "
+				  "which Megatron (and megac) fixes at 1e-5; megac maps 1e-5 only", r->path, (double)c->eps);
+	json_t *lim = json_object_get(r->o, "time_step_limit");
+	if (lim && !json_is_null(lim)) {
+		json_t *hi = json_array_get(lim, 1);
+		bool none = json_is_array(lim) && json_array_size(lim) == 2 && json_is_number(json_array_get(lim, 0)) &&
+			    json_number_value(json_array_get(lim, 0)) == 0 && json_is_string(hi) &&
+			    !strcmp(json_string_value(hi), "Infinity");
+		if (!none)
+			r->failed = error("'%s': time_step_limit other than [0.0, Infinity]: Megatron's Mamba mixer (and "
+					  "megac's) does not clamp dt", r->path);
+	}
+	int64_t di = (int64_t)(expand * c->h); /* transformers' int(expand * hidden_size) */
+	if (!(expand > 0) || (int64_t)c->mamba_H * c->mamba_P != di)
+		r->failed = error("'%s': num_heads %d x head_dim %d differs from int(expand %g x hidden_size %d) = %lld, "
+				  "transformers' d_inner (its mixer would not run)", r->path, c->mamba_H, c->mamba_P,
+				  expand, c->h, (long long)di);
+	if (c->mamba_H % c->mamba_G)
+		r->failed = error("'%s': num_heads %d is not a multiple of n_groups %d", r->path, c->mamba_H, c->mamba_G);
+	if (di + 2 * (int64_t)c->mamba_G * c->mamba_N > (1 << 24))
+		r->failed = error("'%s': the Mamba mixer's widths (num_heads x head_dim, n_groups x state_size) are too "
+				  "large", r->path);
+	if (r->failed)
+		return;
+	c->hybrid = c->is_hybrid = true;
+	memset(c->layer_kind, GPT_LAYER_MAMBA, (size_t)c->L);
+	c->mamba_W = 4;
+	c->mamba_chunk = 128;
+	c->nopos = c->rmsnorm = true;
+	/* the attention and MLP shapes, which Mamba layers do not use (and the
+	 * GELU train takes for them without biases) */
+	c->a = c->g = 1;
+	c->k = c->h;
+	c->f = 4 * c->h;
+	c->gelu = KOPS_GELU_ERF;
+	c->P = HF_MAMBA2_POSITIONS;
+	c->hidden_dropout = c->attention_dropout = 0;
+	if (c->mamba_G > 1)
+		warning("'%s': n_groups %d: megac computes Megatron's (and mamba_ssm's) mixer, which normalises the gated "
+			"output per group and gives head h the B and C of group h / %d; transformers 4.49 normalises over "
+			"all of d_inner, and its CPU forward without the cache takes group h mod %d, so its logits differ "
+			"from megac's for this model (with one group they agree; docs/mamba.md)",
+			r->path, c->mamba_G, c->mamba_H / c->mamba_G, c->mamba_G);
+}
+
+/* The text of a JSON file with Python's non-standard literals (Infinity,
+ * -Infinity, NaN outside strings) quoted, so that jansson reads them as
+ * strings. NULL with jerr->line -1 when the file cannot be read (said). */
+static json_t *load_py_json(const char *path, json_error_t *jerr)
+{
+	struct sbuf in = SBUF_INIT, out = SBUF_INIT;
+	if (sbuf_read_file(&in, path) < 0) {
+		sbuf_release(&in);
+		jerr->line = -1;
+		return NULL;
+	}
+	static const char *const lits[] = { "-Infinity", "Infinity", "NaN" };
+	bool str = false, esc = false;
+	for (size_t i = 0; i < in.len; i++) {
+		char ch = in.buf[i];
+		size_t k = 0;
+		if (!str)
+			for (k = 0; k < 3; k++)
+				if (!strncmp(in.buf + i, lits[k], strlen(lits[k])))
+					break;
+		if (!str && k < 3) {
+			sbuf_addf(&out, "\"%s\"", lits[k]);
+			i += strlen(lits[k]) - 1;
+			continue;
+		}
+		sbuf_addch(&out, ch);
+		if (str && esc)
+			esc = false;
+		else if (str && ch == '\\')
+			esc = true;
+		else if (ch == '"')
+			str = !str;
+	}
+	sbuf_release(&in);
+	json_t *o = json_loadb(out.buf ? out.buf : "", out.len, 0, jerr);
+	sbuf_release(&out);
+	return o;
+}
+
 int hf_config_read(const char *path, int64_t divisible_by, int64_t tp, struct gpt_config *c, enum hf_arch *arch)
 {
 	memset(c, 0, sizeof(*c));
 	json_error_t jerr;
-	json_t *o = json_load_file(path, 0, &jerr);
+	json_t *o = load_py_json(path, &jerr);
+	if (!o && jerr.line == -1)
+		return -1;
 	if (!json_is_object(o)) {
 		json_decref(o);
 		return error("'%s': not a JSON object (%s, line %d)", path, jerr.text, jerr.line);
@@ -1592,6 +1869,9 @@ int hf_config_read(const char *path, int64_t divisible_by, int64_t tp, struct gp
 		read_qwen3_moe(&r, c);
 	} else if (name && !strcmp(name, "DeepseekV3ForCausalLM")) {
 		read_deepseek_v3(&r, c, arch);
+	} else if (name && !strcmp(name, "Mamba2ForCausalLM")) {
+		*arch = HF_MAMBA2;
+		read_mamba2(&r, c);
 	} else if (name && !strcmp(name, "Qwen3ForCausalLM")) {
 		*arch = HF_QWEN3; /* Llama's keys, q_norm and k_norm over head_dim */
 		read_llama(&r, c);
@@ -1600,7 +1880,7 @@ int hf_config_read(const char *path, int64_t divisible_by, int64_t tp, struct gp
 	} else {
 		error("'%s': architectures %s: ckpt_convert reads GPT2LMHeadModel, LlamaForCausalLM, "
 		      "MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM, Qwen2MoeForCausalLM, Qwen3ForCausalLM, "
-		      "Qwen3MoeForCausalLM and DeepseekV3ForCausalLM",
+		      "Qwen3MoeForCausalLM, DeepseekV3ForCausalLM and Mamba2ForCausalLM",
 		      path,
 		      name ? name : "(missing, or more than one)");
 		json_decref(o); /* name lives in o */

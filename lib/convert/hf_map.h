@@ -8,11 +8,14 @@
  * --moe-layer-freq has them) and Qwen3MoeForCausalLM (Qwen3's attention,
  * Qwen2-MoE's experts without the shared one), and DeepseekV3ForCausalLM
  * (multi-latent attention, dense first layers, then sigmoid-routed experts
- * with the expert bias, group-limited top-k and a shared expert)
+ * with the expert bias, group-limited top-k and a shared expert), and
+ * Mamba2ForCausalLM (a hybrid model whose every layer is a Mamba-2 mixer,
+ * docs/mamba.md)
  * (as Megatron's tools/checkpoint/schema_hf.py names them; docs/ckpt-convert.md): which HF tensors a
  * model has, which megac tensor each one's values come from and how
  * (vocabulary rows without the padding, transposes for GPT-2's Conv1D,
  * the fused QKV per query group unfused, SwiGLU's [gate; up] split, the
+ * Mamba convolution's unit axis, the
  * query and key rows of an interleaved-RoPE model regrouped into
  * rotate-half order), the conversions both ways, and config.json with its
  * RoPE scaling (Llama 3.x's and YaRN's).
@@ -30,7 +33,7 @@
  * rope_interleave false (its RoPE rows rotated by halves as stored; read
  * only: megac writes rope_interleave true, which needs no regrouping) */
 enum hf_arch { HF_GPT2, HF_LLAMA, HF_MIXTRAL, HF_QWEN2, HF_QWEN3, HF_MISTRAL, HF_QWEN2_MOE, HF_QWEN3_MOE,
-	       HF_DEEPSEEK_V3, HF_DEEPSEEK_V3_HALVES };
+	       HF_DEEPSEEK_V3, HF_DEEPSEEK_V3_HALVES, HF_MAMBA2 };
 
 enum hf_xform {
 	HF_COPY,      /* same shape */
@@ -41,16 +44,21 @@ enum hf_xform {
 	HF_QKV_K,
 	HF_QKV_V,
 	HF_C_ATTN,    /* GPT-2: [Q; K; V] of all heads, transposed for a weight */
+	HF_UNSQUEEZE, /* Mamba's conv1d.weight: megac's [C, W] is Hugging Face's [C, 1, W], the same values */
 };
 
 #define HF_NAME_MAX 160
+
+/* The seq_length and max_position_embeddings an imported Mamba2ForCausalLM
+ * records: a state-space model has no positions, nor a longest context. */
+#define HF_MAMBA2_POSITIONS 4096
 
 struct hf_tensor {
 	char name[HF_NAME_MAX]; /* Hugging Face's */
 	char src[HF_NAME_MAX];  /* megac's (Megatron Core's) */
 	enum hf_xform x;
 	int ndim;
-	int64_t shape[2];       /* Hugging Face's shape */
+	int64_t shape[3];       /* Hugging Face's shape (3-D: HF_UNSQUEEZE only) */
 	int64_t r0;             /* HF_ROWS */
 	bool rope_pairs;        /* rows are heads of kv-channels each, rotated in interleaved pairs (2i, 2i+1)
 				 * by megac (--rotary-interleaved) and in halves (i, i + k/2) by Hugging Face:
@@ -74,6 +82,9 @@ int hf_arch_for(const struct gpt_config *c, enum hf_arch *arch);
  * writes a state dict; *out is malloc'd. */
 void hf_tensors(const struct gpt_config *c, enum hf_arch arch, struct hf_tensor **out, int *n);
 
+/* The elements of HF tensor t. */
+size_t hf_numel(const struct hf_tensor *t);
+
 /* The megac tensor's global shape (src of t) from the configuration. */
 void hf_src_shape(const struct gpt_config *c, const struct hf_tensor *t, int *ndim, int64_t *shape);
 
@@ -90,7 +101,10 @@ char *hf_generation_config_json(int64_t bos, int64_t eos);
 
 /* Read a config.json: the architecture and the model, the vocabulary padded
  * to a multiple of divisible_by x tp as train pads it, seq_length the
- * maximum positions. error() naming the file and the key. */
+ * maximum positions (HF_MAMBA2_POSITIONS for Mamba2ForCausalLM, which has
+ * none). error() naming the file and the key. Python's Infinity, -Infinity
+ * and NaN (which json.dump writes, and Mamba2Config's time_step_limit
+ * holds) are read as the strings "Infinity", "-Infinity" and "NaN". */
 int hf_config_read(const char *path, int64_t divisible_by, int64_t tp, struct gpt_config *c, enum hf_arch *arch);
 
 #endif

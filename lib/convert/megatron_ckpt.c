@@ -22,28 +22,33 @@
  * an empty `_extra_state` (uint8, 0 elements: TE's state without FP8), as
  * TE's get_extra_state returns it, so that a strict load finds every key.
  *
- * Not written: optimizer state, scheduler and RNG state (load them with
- * --no-load-optim --no-load-rng, or --finetune), mixture-of-experts layers,
- * multi-token prediction and virtual pipeline stages (refused).
+ * Mixture-of-experts layers, multi-token prediction depths, expert-parallel
+ * files (mp_rank_..._EEE) and virtual stages (model0, model1, ...) are
+ * named and placed by megatron_moe.c. Not written: optimizer state,
+ * scheduler and RNG state (load them with --no-load-optim --no-load-rng, or
+ * --finetune).
  *
- * Read (--from megatron): the legacy format of any TP x PP, and torch_dist
+ * Read (--from megatron): the legacy format of any TP x PP x EP, and torch_dist
  * folders (PyTorch Distributed Checkpoint, lib/ckpt/dcp.h), whose global
  * tensors are taken as the one rank file of a TP1 x PP1 legacy checkpoint
  * once the stacked layers are split (read_dist).
  */
 #include "convert/megatron_ckpt.h"
+#include "convert/megatron_distopt.h"
 
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <jansson.h>
 
 #include "base/error.h"
+#include "base/sbuf.h"
 #include "base/tempfile.h"
 #include "base/xalloc.h"
 #include "ckpt/dcp.h"
@@ -52,6 +57,7 @@
 #include "ckpt/torch_zip.h"
 #include "convert/convert_int.h"
 #include "convert/megatron_fsdp.h"
+#include "convert/megatron_moe.h"
 #include "data/tok.h"
 #include "dist/dist.h"
 #include "memcalc/megac_mem.h"
@@ -88,49 +94,6 @@ static enum pk_dtype pk_of(enum ckpt_dtype dt)
 	return dt == CKPT_BF16 ? PK_DT_BF16 : dt == CKPT_F16 ? PK_DT_F16 : PK_DT_F32;
 }
 
-/* The name of global tensor `name` on stage whose first layer is l0:
- * decoder.layers.<l> becomes decoder.layers.<l - l0>. */
-static char *local_name(const char *name, int l0)
-{
-	static const char pre[] = "decoder.layers.";
-	if (strncmp(name, pre, sizeof(pre) - 1))
-		return xstrdup(name);
-	char *end;
-	long l = strtol(name + sizeof(pre) - 1, &end, 10);
-	return xasprintf("%s%ld%s", pre, l - l0, end);
-}
-
-/* An empty uint8 tensor: TE's _extra_state without FP8 state. */
-static struct pk_value *empty_u8(struct pk_doc *d)
-{
-	static const uint8_t none[1];
-	int64_t size[1] = { 0 };
-	return pk_tensor(d, pk_storage(d, PK_DT_U8, none, 0), 0, 1, size, NULL);
-}
-
-/* `module._extra_state` after the weight of each Transformer Engine module
- * (linear_qkv, linear_proj, linear_fc1, linear_fc2) and core_attention's
- * beside linear_qkv. */
-static void te_extra_state(struct pk_doc *d, struct pk_value *model, const char *lname)
-{
-	static const char *const mods[] = { "self_attention.linear_qkv.weight", "self_attention.linear_proj.weight",
-					    "mlp.linear_fc1.weight", "mlp.linear_fc2.weight" };
-	size_t n = strlen(lname);
-	for (size_t i = 0; i < sizeof(mods) / sizeof(mods[0]); i++) {
-		size_t m = strlen(mods[i]);
-		if (n < m || strcmp(lname + n - m, mods[i]))
-			continue;
-		char *key = xasprintf("%.*s_extra_state", (int)(n - strlen("weight")), lname);
-		pk_set_str(d, model, key, empty_u8(d));
-		free(key);
-		if (i == 0) {
-			key = xasprintf("%.*score_attention._extra_state", (int)(n - strlen("linear_qkv.weight")), lname);
-			pk_set_str(d, model, key, empty_u8(d));
-			free(key);
-		}
-	}
-}
-
 /* A JSON scalar as a pickle value; NULL for arrays and objects. */
 static struct pk_value *pk_of_json(struct pk_doc *d, const json_t *v)
 {
@@ -163,10 +126,21 @@ static struct pk_value *args_namespace(struct pk_doc *d, const struct megatron_e
 		if (pv)
 			pk_set_str(d, st, key, pv);
 	}
+	if (e->c->E > 0) { /* --moe-layer-freq as Megatron parses it: 1 (every layer), else the list */
+		bool all = true;
+		for (int l = 0; l < e->c->L; l++)
+			all &= e->c->moe_layer[l] != 0;
+		struct pk_value *freq = all ? pk_int(d, 1) : pk_list(d);
+		for (int l = 0; !all && l < e->c->L; l++)
+			pk_append(freq, pk_int(d, e->c->moe_layer[l]));
+		pk_set_str(d, st, "moe_layer_freq", freq);
+		pk_set_str(d, st, "moe_grouped_gemm", pk_bool(d, e->grouped));
+	}
 	pk_set_str(d, st, "padded_vocab_size", pk_int(d, e->c->Vp));
 	pk_set_str(d, st, "tensor_model_parallel_size", pk_int(d, e->tp));
 	pk_set_str(d, st, "pipeline_model_parallel_size", pk_int(d, e->pp));
-	pk_set_str(d, st, "virtual_pipeline_model_parallel_size", pk_none(d));
+	pk_set_str(d, st, "expert_model_parallel_size", pk_int(d, e->ep > 1 ? e->ep : 1));
+	pk_set_str(d, st, "virtual_pipeline_model_parallel_size", e->vpp > 1 ? pk_int(d, e->vpp) : pk_none(d));
 	/* Megatron's default, which only --no-position-embedding turns off (a Core
 	 * model's position embedding follows position_embedding_type); a load
 	 * compares it with the flags */
@@ -228,15 +202,41 @@ static int read_global_from(const struct megatron_export *e, int f, const char *
 	return rc;
 }
 
-/* One rank's state dict: its shards of every tensor of model m. */
-static int rank_model(struct pk_doc *d, struct pk_value *model, struct rank_file *rf, const struct megatron_export *e,
-		      const struct gpt_model *m, int rank, int l0, bool last_stage_copy_is_output)
+/* Layer l's expert bias (l >= L: a depth's layer), fp32 [E], a router
+ * buffer beside the parameters, into bias and its megac name into name:
+ * 1, or 0 when the layer has none (dense, or no --moe-router-enable-expert-bias). */
+static int read_expert_bias(const struct megatron_export *e, int l, char *name, size_t n, float *bias)
+{
+	const struct gpt_config *c = e->c;
+	if (!c->router.expert_bias || !megatron_layer_is_moe(c, l))
+		return 0;
+	megatron_expert_bias_name(c, l, name, n);
+	int64_t shape[1] = { c->E };
+	return ckpt_get_tensor(e->r, e->mf, name, CKPT_F32, 1, shape, bias) < 0 ? -1 : 1;
+}
+
+/* Expert e of megac's name, or -1 for a tensor of no expert. */
+static int expert_index(const char *name)
+{
+	const char *p = strstr(name, ".mlp.experts.local_experts.");
+	return p ? atoi(p + strlen(".mlp.experts.local_experts.")) : -1;
+}
+
+/* One rank's state dicts (models[v] per model chunk v, its layers from
+ * l0[v]): its shards of every tensor of model m, the experts [e0, e0 + El)
+ * only, and the expert biases of its layers. */
+static int rank_model(struct pk_doc *d, struct pk_value **models, const int *l0, const int *nl, int nchunks,
+		      struct rank_file *rf, const struct megatron_export *e, const struct gpt_model *m, int rank, int e0,
+		      int El, bool last_stage_copy_is_output)
 {
 	float *global = NULL, *local = NULL;
 	size_t cap = 0;
 	int rc = 0;
 	for (int i = 0; rc == 0 && i < m->reg.n; i++) {
 		const struct param *p = &m->reg.p[i];
+		int ex = expert_index(p->name);
+		if (ex >= 0 && (ex < e0 || ex >= e0 + El))
+			continue;
 		size_t gn = (size_t)p->shape[0] * (p->ndim == 2 ? (size_t)p->shape[1] : 1);
 		size_t need = gn > (size_t)e->src_vp * (size_t)e->c->h ? gn : (size_t)e->src_vp * (size_t)e->c->h;
 		if (need > cap) {
@@ -259,51 +259,109 @@ static int rank_model(struct pk_doc *d, struct pk_value *model, struct rank_file
 		int64_t size[2] = { p->local_shape[0], p->ndim == 2 ? p->local_shape[1] : 1 };
 		struct pk_value *t = pk_tensor(d, pk_storage(d, pk_of(e->dtype), bytes, (int64_t)p->numel), 0, p->ndim,
 					       size, NULL);
+		/* (tied, PP > 1: the last stage's copy of the word embeddings is its output layer) */
 		bool copy = (p->flags & PARAM_SHARED) && last_stage_copy_is_output;
-		char *name = copy ? xstrdup("output_layer.weight") : local_name(p->name, l0);
+		int v = megatron_chunk_of(p->name, nchunks, l0, nl, e->c->L);
+		char *name = copy ? xstrdup("output_layer.weight") : megatron_legacy_name(p->name, l0[v], e0, e->grouped);
 		if (!t) {
 			rc = -1;
 		} else {
-			pk_set_str(d, model, name, t);
-			te_extra_state(d, model, name);
+			pk_set_str(d, models[v], name, t);
+			megatron_legacy_extra_state(d, models[v], name);
 		}
 		free(name);
 	}
 	free(global);
 	free(local);
+	/* the expert biases of this rank's layers (fp32, whole on every rank) */
+	for (int v = 0; rc == 0 && v < nchunks; v++) {
+		bool last = v == nchunks - 1 && m->chunks[v].post;
+		for (int l = l0[v]; rc == 0 && l < l0[v] + nl[v] + (last ? e->c->mtp : 0); l++) {
+			int g = l < l0[v] + nl[v] ? l : e->c->L + (l - l0[v] - nl[v]);
+			char name[PARAM_NAME_MAX];
+			float *bias = keep(rf, (size_t)e->c->E * sizeof(float));
+			int k = read_expert_bias(e, g, name, sizeof(name), bias);
+			if (k <= 0) {
+				rc = k;
+				continue;
+			}
+			int64_t size[1] = { e->c->E };
+			char *lname = megatron_legacy_name(name, l0[v], e0, e->grouped);
+			struct pk_value *t = pk_tensor(d, pk_storage(d, PK_DT_F32, bias, e->c->E), 0, 1, size, NULL);
+			if (t)
+				pk_set_str(d, models[v], lname, t);
+			else
+				rc = -1;
+			free(lname);
+		}
+	}
 	return rc;
 }
 
-/* The model TP rank `rank` of stage `stage` holds, built with report_memory's
- * counting tables: its parameter registry (names, local shapes, the split)
- * without any memory. pool and tpg must live as long as m. */
+/* The model TP rank `rank` of stage `stage` holds (vpp model chunks), built
+ * with report_memory's counting tables: its parameter registry (names,
+ * local shapes, the split) without any memory. Every expert is registered
+ * (no expert parallelism: each expert is split over TP as an EP rank splits
+ * it). pool and tpg must live as long as m. */
 static int plan_model(struct gpt_model *m, struct mem_pool *pool, struct dist_group *tpg, const struct gpt_config *c,
-		      int tp, int rank, int pp, int stage)
+		      int tp, int rank, int pp, int stage, int vpp)
 {
 	*tpg = (struct dist_group){ .name = "tensor-model-parallel", .rank = rank, .size = tp };
-	struct gpt_setup pipe = { .B = 1, .precision = GPT_FP32, .tp = tpg, .pp = pp, .stage = stage, .vpp = 1 };
+	struct gpt_setup pipe = { .B = 1, .precision = GPT_FP32, .tp = tpg, .pp = pp, .stage = stage,
+				  .vpp = vpp > 1 ? vpp : 1 };
 	mem_pool_init(pool, megac_mem_plan_ops(false));
 	return gpt_init_pipe(m, c, megac_mem_plan_ops(false), pool, &pipe);
 }
 
-static int write_rank(const struct megatron_export *e, const json_t *config, const char *tmp, int stage, int rank)
+int megatron_plan_model(struct gpt_model *m, struct mem_pool *pool, struct dist_group *tpg, const struct gpt_config *c,
+			int tp, int rank, int pp, int stage)
+{
+	return plan_model(m, pool, tpg, c, tp, rank, pp, stage, 1);
+}
+
+/* Megatron's folder of a legacy rank: mp_rank_TT, _PPP with pipeline
+ * stages, _EEE with expert parallelism */
+static char *rank_dir(const char *base, int t, int pp, int s, int ep, int er)
+{
+	char *dir = pp > 1 ? xasprintf("%s/mp_rank_%02d_%03d", base, t, s) : xasprintf("%s/mp_rank_%02d", base, t);
+	if (ep > 1) {
+		char *x = xasprintf("%s_%03d", dir, er);
+		free(dir);
+		dir = x;
+	}
+	return dir;
+}
+
+static int write_rank(const struct megatron_export *e, const json_t *config, const char *tmp, int stage, int rank,
+		      int erank)
 {
 	const struct gpt_config *c = e->c;
 	struct dist_group tpg;
 	struct mem_pool pool;
 	struct gpt_model m;
-	if (plan_model(&m, &pool, &tpg, c, e->tp, rank, e->pp, stage) < 0)
+	if (plan_model(&m, &pool, &tpg, c, e->tp, rank, e->pp, stage, e->vpp) < 0)
 		return -1;
-	int l0 = m.chunks[0].l0;
+	int nchunks = m.nchunks, *l0 = xcalloc((size_t)nchunks, sizeof(int)), *nl = xcalloc((size_t)nchunks, sizeof(int));
+	for (int v = 0; v < nchunks; v++) {
+		l0[v] = m.chunks[v].l0;
+		nl[v] = m.chunks[v].nl;
+	}
+	int ep = e->ep > 1 ? e->ep : 1, El = c->E > 0 ? c->E / ep : 0;
 	struct pk_doc *d = pk_doc_new();
-	struct pk_value *root = pk_dict(d), *model = pk_odict(d);
+	struct pk_value *root = pk_dict(d), **models = xcalloc((size_t)nchunks, sizeof(*models));
 	pk_set_str(d, root, "args", args_namespace(d, e, config));
 	pk_set_str(d, root, "checkpoint_version", pk_float(d, 3.0));
 	pk_set_str(d, root, "iteration", pk_int(d, e->iteration < 0 ? 0 : e->iteration));
-	pk_set_str(d, root, "model", model);
+	for (int v = 0; v < nchunks; v++) {
+		models[v] = pk_odict(d);
+		char *key = nchunks > 1 ? xasprintf("model%d", v) : xstrdup("model");
+		pk_set_str(d, root, key, models[v]);
+		free(key);
+	}
 	struct rank_file rf = { 0 };
-	int rc = rank_model(d, model, &rf, e, &m, rank, l0, e->pp > 1 && stage == e->pp - 1 && !c->untied);
-	char *dir = e->pp > 1 ? xasprintf("%s/mp_rank_%02d_%03d", tmp, rank, stage) : xasprintf("%s/mp_rank_%02d", tmp, rank);
+	int rc = rank_model(d, models, l0, nl, nchunks, &rf, e, &m, rank, erank * El, El,
+			    e->pp > 1 && stage == e->pp - 1 && !c->untied);
+	char *dir = rank_dir(tmp, rank, e->pp, stage, ep, erank);
 	if (rc == 0 && mkdir(dir, 0777) < 0)
 		rc = error_errno("mkdir '%s'", dir);
 	char *file = xasprintf("%s/model_optim_rng.pt", dir);
@@ -313,6 +371,9 @@ static int write_rank(const struct megatron_export *e, const json_t *config, con
 		rc = fsync_dir(dir);
 	free(file);
 	free(dir);
+	free(models);
+	free(l0);
+	free(nl);
 	pk_doc_free(d);
 	rank_file_free(&rf);
 	gpt_free(&m);
@@ -326,34 +387,25 @@ static int write_rank(const struct megatron_export *e, const json_t *config, con
  * One DCP folder written as one rank: every tensor global (the target
  * layout only pads the vocabulary and goes into args), the layers of
  * decoder.layers.<i>.* stacked into decoder.layers.* of [num_layers, ...]
- * and saved one chunk per layer, each TE module's _extra_state (the four
- * linear layers and core_attention) a sharded object per layer holding
- * [None], as Megatron saves the local spec's, and the
- * common state (args, iteration, ...) as the object common_state/shard_0_1,
- * a one-element list. Then metadata.json, Megatron's marker of the format.
+ * (unless dense and MoE layers differ) and saved one chunk per layer, the
+ * experts on an axis of their own (megatron_moe.h), each linear module's
+ * _extra_state (and core_attention's) a sharded object per chunk holding
+ * [None], as Megatron saves the local spec's, and the common state (args,
+ * iteration, ...) as the object common_state/shard_0_1, a one-element list.
+ * Then metadata.json, Megatron's marker of the format.
  */
-static int dist_extra_states(struct dcp_writer *w, const char *stacked, int l, int L)
+static int dist_extra_states(struct dcp_writer *w, const struct megatron_place *pl)
 {
-	static const char *const mods[] = { "self_attention.linear_qkv.weight", "self_attention.linear_proj.weight",
-					    "mlp.linear_fc1.weight", "mlp.linear_fc2.weight" };
 	int rc = 0;
-	size_t n = strlen(stacked);
-	for (size_t i = 0; rc == 0 && i < sizeof(mods) / sizeof(mods[0]); i++) {
-		size_t m = strlen(mods[i]);
-		if (n < m || strcmp(stacked + n - m, mods[i]))
+	for (int att = 0; rc == 0 && att < 2; att++) {
+		char *key = megatron_dist_extra_state(pl, att);
+		if (!key)
 			continue;
 		struct pk_doc *d = pk_doc_new();
 		struct pk_value *v = pk_list(d);
 		pk_append(v, pk_none(d));
-		char *key = xasprintf("%.*s_extra_state/shard_%d_%d", (int)(n - strlen("weight")), stacked, l, L);
 		rc = dcp_put_object(w, key, v);
 		free(key);
-		if (rc == 0 && i == 0) { /* TE's attention module beside linear_qkv */
-			key = xasprintf("%.*s%s/shard_%d_%d", (int)(n - strlen("linear_qkv.weight")), stacked,
-					"core_attention._extra_state", l, L);
-			rc = dcp_put_object(w, key, v);
-			free(key);
-		}
 		pk_doc_free(d);
 	}
 	return rc;
@@ -427,50 +479,60 @@ static int dist_optimizer_common(struct pk_doc *d, struct pk_value *common, cons
 	}
 	double max_lr = pk_get(sched, "max_lr")->f, min_lr = pk_get(sched, "min_lr")->f,
 	       wd = pk_get(sched, "start_wd")->f;
-	struct pk_value *groups = pk_list(d);
-	for (int g = 0; g < 2; g++) { /* Megatron's order: the default group first, then no weight decay */
-		struct pk_value *pg = pk_dict(d), *betas = pk_tuple(d);
-		pk_set_str(d, pg, "is_expert_parallel", pk_bool(d, false));
-		pk_set_str(d, pg, "default_config", pk_bool(d, true));
-		pk_set_str(d, pg, "wd_mult", pk_float(d, g ? 0.0 : 1.0));
-		pk_set_str(d, pg, "lr_mult", pk_float(d, 1.0));
-		pk_set_str(d, pg, "is_decoupled_lr", pk_bool(d, false));
-		pk_set_str(d, pg, "max_lr", pk_float(d, max_lr));
-		pk_set_str(d, pg, "min_lr", pk_float(d, min_lr));
-		pk_set_str(d, pg, "lr", pk_float(d, max_lr));
-		pk_append(betas, pk_float(d, e->beta1));
-		pk_append(betas, pk_float(d, e->beta2));
-		pk_set_str(d, pg, "betas", betas);
-		pk_set_str(d, pg, "eps", pk_float(d, e->eps));
-		pk_set_str(d, pg, "weight_decay", pk_float(d, g ? 0.0 : wd));
-		pk_set_str(d, pg, "amsgrad", pk_bool(d, false));
-		pk_set_str(d, pg, "maximize", pk_bool(d, false));
-		pk_set_str(d, pg, "foreach", pk_none(d));
-		pk_set_str(d, pg, "capturable", pk_bool(d, false));
-		pk_set_str(d, pg, "differentiable", pk_bool(d, false));
-		pk_set_str(d, pg, "fused", pk_none(d));
-		pk_set_str(d, pg, "decoupled_weight_decay", pk_bool(d, true));
-		pk_append(groups, pg);
-	}
 	float fstep = (float)step;
 	float *keep_step = xmalloc(sizeof(float));
 	*keep_step = fstep;
 	pk_doc_attach(d, free, keep_step);
-	struct pk_value *st = pk_dict(d), *opt = pk_dict(d);
-	if (step) /* (Megatron leaves a step of 0 out) */
-		pk_set_str(d, st, "common_step",
-			   pk_tensor(d, pk_storage(d, PK_DT_F32, keep_step, 1), 0, 0, NULL, NULL));
-	pk_set_str(d, opt, "state", st);
-	pk_set_str(d, opt, "param_groups", groups);
-	if (e->dtype == CKPT_F32) {
-		pk_set_str(d, common, "optimizer", opt);
-	} else { /* the mixed-precision optimizer's nesting, with fp16's loss scaler beside */
-		struct pk_value *outer = pk_dict(d);
-		pk_set_str(d, outer, "optimizer", opt);
-		if (e->dtype == CKPT_F16 && dist_grad_scaler(d, outer, e) < 0)
-			return -1;
-		pk_set_str(d, common, "optimizer", outer);
+	/* with experts Megatron chains two optimizers, the dense parameters'
+	 * and the experts' (the weight-decayed group only: expert biases are
+	 * refused), each with its state dict: {0: ..., 1: ...} */
+	int nopt = e->c->E > 0 ? 2 : 1;
+	struct pk_value *chained = nopt > 1 ? pk_dict(d) : NULL, *one = NULL;
+	for (int o = 0; o < nopt; o++) {
+		struct pk_value *groups = pk_list(d);
+		for (int g = 0; g < (o ? 1 : 2); g++) { /* Megatron's order: the default group first, then no weight decay */
+			struct pk_value *pg = pk_dict(d), *betas = pk_tuple(d);
+			pk_set_str(d, pg, "is_expert_parallel", pk_bool(d, o == 1));
+			pk_set_str(d, pg, "default_config", pk_bool(d, true));
+			pk_set_str(d, pg, "wd_mult", pk_float(d, g ? 0.0 : 1.0));
+			pk_set_str(d, pg, "lr_mult", pk_float(d, 1.0));
+			pk_set_str(d, pg, "is_decoupled_lr", pk_bool(d, false));
+			pk_set_str(d, pg, "max_lr", pk_float(d, max_lr));
+			pk_set_str(d, pg, "min_lr", pk_float(d, min_lr));
+			pk_set_str(d, pg, "lr", pk_float(d, max_lr));
+			pk_append(betas, pk_float(d, e->beta1));
+			pk_append(betas, pk_float(d, e->beta2));
+			pk_set_str(d, pg, "betas", betas);
+			pk_set_str(d, pg, "eps", pk_float(d, e->eps));
+			pk_set_str(d, pg, "weight_decay", pk_float(d, g ? 0.0 : wd));
+			pk_set_str(d, pg, "amsgrad", pk_bool(d, false));
+			pk_set_str(d, pg, "maximize", pk_bool(d, false));
+			pk_set_str(d, pg, "foreach", pk_none(d));
+			pk_set_str(d, pg, "capturable", pk_bool(d, false));
+			pk_set_str(d, pg, "differentiable", pk_bool(d, false));
+			pk_set_str(d, pg, "fused", pk_none(d));
+			pk_set_str(d, pg, "decoupled_weight_decay", pk_bool(d, true));
+			pk_append(groups, pg);
+		}
+		struct pk_value *st = pk_dict(d), *opt = pk_dict(d);
+		if (step) /* (Megatron leaves a step of 0 out) */
+			pk_set_str(d, st, "common_step",
+				   pk_tensor(d, pk_storage(d, PK_DT_F32, keep_step, 1), 0, 0, NULL, NULL));
+		pk_set_str(d, opt, "state", st);
+		pk_set_str(d, opt, "param_groups", groups);
+		if (e->dtype != CKPT_F32) { /* the mixed-precision optimizer's nesting, with fp16's loss scaler beside */
+			struct pk_value *outer = pk_dict(d);
+			pk_set_str(d, outer, "optimizer", opt);
+			if (e->dtype == CKPT_F16 && dist_grad_scaler(d, outer, e) < 0)
+				return -1;
+			opt = outer;
+		}
+		if (chained)
+			pk_set(d, chained, pk_int(d, o), opt);
+		else
+			one = opt;
 	}
+	pk_set_str(d, common, "optimizer", chained ? chained : one);
 	pk_set_str(d, common, "opt_param_scheduler", sched);
 	return 0;
 }
@@ -480,13 +542,13 @@ static int write_dist(const struct megatron_export *e, const json_t *config, con
 	struct dist_group tpg;
 	struct mem_pool pool;
 	struct gpt_model m;
-	if (plan_model(&m, &pool, &tpg, e->c, 1, 0, 1, 0) < 0)
+	if (plan_model(&m, &pool, &tpg, e->c, 1, 0, 1, 0, 1) < 0)
 		return -1;
 	struct dcp_writer *w = dcp_create(tmp);
 	int rc = w ? 0 : -1;
 	float *global = NULL;
 	size_t cap = 0;
-	static const char pre[] = "decoder.layers.";
+	bool stacked = megatron_dist_stacked(e->c);
 	for (int i = 0; rc == 0 && i < m.reg.n; i++) {
 		const struct param *p = &m.reg.p[i];
 		if (p->flags & PARAM_SHARED)
@@ -500,26 +562,26 @@ static int write_dist(const struct megatron_export *e, const json_t *config, con
 		}
 		if ((rc = read_global(e, p, global)) < 0)
 			break;
-		/* stacked layers: decoder.layers.<name> of [L, ...], this layer's chunk */
-		int64_t gsize[3] = { 0 }, off[3] = { 0 }, csize[3] = { 0 };
-		char *end;
-		long l = !strncmp(p->name, pre, sizeof(pre) - 1) ? strtol(p->name + sizeof(pre) - 1, &end, 10) : -1;
-		bool stacked = l >= 0 && *end == '.';
-		char *fqn = stacked ? xasprintf("%s%s", pre, end + 1) : xstrdup(p->name);
-		int nd = p->ndim + stacked;
-		if (stacked) {
-			gsize[0] = e->c->L;
-			off[0] = l;
-			csize[0] = 1;
+		/* its place: stacked layers (decoder.layers.<name> of [L, ...]) and
+		 * experts ([E, ...]) lead, this layer's and expert's chunk */
+		struct megatron_place pl;
+		megatron_dist_place(e->c, stacked, p->name, &pl);
+		int64_t gsize[4] = { 0 }, off[4] = { 0 }, csize[4] = { 0 };
+		for (int j = 0; j < pl.nlead; j++) {
+			gsize[j] = pl.size[j];
+			off[j] = pl.off[j];
+			csize[j] = 1;
 		}
+		int nd = p->ndim + pl.nlead;
+		const char *fqn = pl.key;
 		for (int j = 0; j < p->ndim; j++)
-			gsize[j + stacked] = csize[j + stacked] = p->shape[j];
+			gsize[j + pl.nlead] = csize[j + pl.nlead] = p->shape[j];
 		void *bytes = xmalloc(gn * ckpt_dtype_size(e->dtype) + 1);
 		ckpt_from_f32(e->dtype, global, gn, bytes);
 		rc = dcp_put_chunk(w, fqn, pk_of(e->dtype), nd, gsize, off, csize, bytes);
 		free(bytes);
-		if (rc == 0 && stacked)
-			rc = dist_extra_states(w, fqn, (int)l, e->c->L);
+		if (rc == 0)
+			rc = dist_extra_states(w, &pl);
 		/* Adam's state, fp32 (and the fp32 master weights of 16-bit ones) */
 		if (rc == 0 && e->of >= 0 && e->dtype != CKPT_F32) {
 			char *key = xasprintf("optimizer.state.fp32_param.%s", fqn);
@@ -536,8 +598,26 @@ static int write_dist(const struct megatron_export *e, const json_t *config, con
 			free(src);
 			free(key);
 		}
-		free(fqn);
+		free(pl.key);
 	}
+	/* the routers' expert biases: fp32 buffers, stacked as the layers */
+	float *bias = xmalloc(((size_t)e->c->E + 1) * sizeof(float));
+	for (int l = 0; rc == 0 && l < e->c->L + e->c->mtp; l++) {
+		char name[PARAM_NAME_MAX];
+		int k = read_expert_bias(e, l, name, sizeof(name), bias);
+		if (k <= 0) {
+			rc = k;
+			continue;
+		}
+		struct megatron_place pl;
+		megatron_dist_place(e->c, stacked, name, &pl);
+		int64_t gsize[2] = { pl.size[0], e->c->E }, off[2] = { pl.off[0], 0 }, csize[2] = { 1, e->c->E };
+		int nl = pl.nlead; /* 0 or 1 */
+		rc = dcp_put_chunk(w, pl.key, PK_DT_F32, 1 + nl, nl ? gsize : gsize + 1, nl ? off : off + 1,
+				   nl ? csize : csize + 1, bias);
+		free(pl.key);
+	}
+	free(bias);
 	free(global);
 	gpt_free(&m);
 	struct pk_doc *d = pk_doc_new();
@@ -577,10 +657,12 @@ static int write_dist(const struct megatron_export *e, const json_t *config, con
 int megatron_torch_export(const struct args *a, const struct megatron_export *e)
 {
 	const struct gpt_config *c = e->c;
-	if (c->E > 0)
-		return error("--to megatron: mixture-of-experts layers are not written in Megatron's format yet");
-	if (c->mtp)
-		return error("--to megatron: multi-token prediction layers are not written in Megatron's format yet");
+	int ep = e->ep > 1 ? e->ep : 1;
+	if (ep > 1 && (c->E <= 0 || c->E % ep))
+		return error("--target-expert-parallel-size %d: the model has %d experts, which it must divide", ep, c->E);
+	if (c->E > 0 && c->bias)
+		return error("--to megatron: mixture-of-experts layers with linear biases are not written in Megatron's "
+			     "format yet");
 	char *text;
 	if (ckpt_get_attr_str(e->r, e->mf, NULL, "config", &text) < 0)
 		return -1;
@@ -596,7 +678,8 @@ int megatron_torch_export(const struct args *a, const struct megatron_export *e)
 		rc = e->fsdp ? megatron_fsdp_write(e, config, ckpt_tmp_dir(w)) : write_dist(e, config, ckpt_tmp_dir(w));
 	for (int s = 0; !e->dist && rc == 0 && s < e->pp; s++)
 		for (int t = 0; rc == 0 && t < e->tp; t++)
-			rc = write_rank(e, config, ckpt_tmp_dir(w), s, t);
+			for (int x = 0; rc == 0 && x < ep; x++)
+				rc = write_rank(e, config, ckpt_tmp_dir(w), s, t, x);
 	json_decref(config);
 	if (rc < 0) {
 		if (w)
@@ -610,10 +693,11 @@ int megatron_torch_export(const struct args *a, const struct megatron_export *e)
 
 /* One rank file of the checkpoint being read. */
 struct rank_in {
-	bool dist_optim; /* torch_dist: Megatron's distributed optimizer's own layout (optimizer.distributed.*) */
 	struct pk_doc *d;
 	struct pk_value *root;  /* the file's dict */
-	struct pk_value *model; /* its "model" dict */
+	struct pk_value *model; /* its "model" dict (the first chunk's: "model0" with virtual stages) */
+	struct pk_value *models[GPT_MAX_LAYERS]; /* each chunk's dict */
+	int nmodels;
 	char *path;
 };
 
@@ -625,7 +709,8 @@ enum megatron_format megatron_iteration_format(const char *dir)
 	} marks[] = { { "metadata.json", MEGATRON_TORCH_DIST },
 		      { ".metadata", MEGATRON_FSDP_DTENSOR }, /* (Megatron's torch_dcp, or its fsdp_dtensor) */
 		      { "mp_rank_00/model_optim_rng.pt", MEGATRON_TORCH },
-		      { "mp_rank_00_000/model_optim_rng.pt", MEGATRON_TORCH } };
+		      { "mp_rank_00_000/model_optim_rng.pt", MEGATRON_TORCH },
+		      { "mp_rank_00_000_000/model_optim_rng.pt", MEGATRON_TORCH } };
 	for (size_t i = 0; i < sizeof(marks) / sizeof(marks[0]); i++) {
 		char *p = xasprintf("%s/%s", dir, marks[i].file);
 		bool there = access(p, F_OK) == 0;
@@ -636,51 +721,68 @@ enum megatron_format megatron_iteration_format(const char *dir)
 	return MEGATRON_NONE;
 }
 
-/* The TP and PP sizes of iteration directory dir, from its mp_rank_TT[_PPP]
- * folders, which must form the whole grid. */
-static int find_layout(const char *dir, int *tp, int *pp)
+static int64_t ns_int(const struct pk_value *ns, const char *key);
+
+/* The TP, PP and EP sizes of iteration directory dir, from its
+ * mp_rank_TT[_PPP][_EEE] folders, which must form the whole grid. Two
+ * numbers are TP and PP, or TP and EP: mp_rank_00_000's args say which. */
+static int find_layout(const char *dir, int *tp, int *pp, int *ep)
 {
-	*tp = *pp = 0;
-	for (int t = 0; t < 1000; t++) {
-		char *p = xasprintf("%s/mp_rank_%02d/model_optim_rng.pt", dir, t);
-		char *q = xasprintf("%s/mp_rank_%02d_000/model_optim_rng.pt", dir, t);
-		bool flat = access(p, R_OK) == 0, staged = access(q, R_OK) == 0;
-		free(p);
-		free(q);
-		if (!flat && !staged)
-			break;
-		if (t == 0)
-			*pp = staged ? -1 : 1;
-		else if ((*pp == 1) != flat)
-			return error("'%s': mp_rank_%02d is laid out unlike mp_rank_00 (with and without pipeline stages)",
-				     dir, t);
-		*tp = t + 1;
+	*tp = *pp = *ep = 1;
+	DIR *dd = opendir(dir);
+	if (!dd)
+		return error_errno("cannot read '%s'", dir);
+	int fields = 0, most[3] = { -1, -1, -1 }, bad = 0;
+	struct dirent *de;
+	while ((de = readdir(dd))) {
+		int v[3], used = 0, n;
+		if (strncmp(de->d_name, "mp_rank_", 8))
+			continue;
+		n = sscanf(de->d_name + 8, "%d%n_%d%n_%d%n", &v[0], &used, &v[1], &used, &v[2], &used);
+		if (n < 1 || de->d_name[8 + used] || (fields && n != fields))
+			bad = 1;
+		fields = n > fields ? n : fields;
+		for (int i = 0; i < n && i < 3; i++)
+			most[i] = v[i] > most[i] ? v[i] : most[i];
 	}
-	if (*tp == 0)
+	closedir(dd);
+	if (fields == 0)
 		return error("'%s' holds no .metadata (torch_dist, fsdp_dtensor) and no mp_rank_00/model_optim_rng.pt or "
 			     "mp_rank_00_000/model_optim_rng.pt (legacy torch): not a Megatron checkpoint megac reads",
 			     dir);
-	if (*pp < 0) {
-		int s = 0;
-		for (;; s++) {
-			char *q = xasprintf("%s/mp_rank_00_%03d/model_optim_rng.pt", dir, s);
-			bool there = access(q, R_OK) == 0;
-			free(q);
-			if (!there)
-				break;
-		}
-		*pp = s;
-		for (int t = 0; t < *tp; t++)
-			for (int st = 0; st < *pp; st++) {
-				char *q = xasprintf("%s/mp_rank_%02d_%03d/model_optim_rng.pt", dir, t, st);
+	if (bad)
+		return error("'%s': its mp_rank_* folders are not all mp_rank_TT, mp_rank_TT_PPP (or _EEE) or "
+			     "mp_rank_TT_PPP_EEE alike",
+			     dir);
+	*tp = most[0] + 1;
+	if (fields == 3) {
+		*pp = most[1] + 1;
+		*ep = most[2] + 1;
+	} else if (fields == 2) { /* stages or expert-parallel ranks: the args say */
+		char *f = xasprintf("%s/mp_rank_00_000/model_optim_rng.pt", dir);
+		struct pk_doc *d = pk_doc_new();
+		struct pk_value *root = torch_load(d, f);
+		const struct pk_value *args = root && root->kind == PK_DICT ? pk_get(root, "args") : NULL;
+		bool experts = ns_int(args, "expert_model_parallel_size") > 1 && ns_int(args, "pipeline_model_parallel_size") <= 1;
+		pk_doc_free(d);
+		free(f);
+		if (!root)
+			return -1;
+		*(experts ? ep : pp) = most[1] + 1;
+	}
+	for (int t = 0; t < *tp; t++)
+		for (int st = 0; st < *pp; st++)
+			for (int x = 0; x < *ep; x++) {
+				char *rd = rank_dir(dir, t, *pp, st, *ep, x), *q = xasprintf("%s/model_optim_rng.pt", rd);
 				bool there = access(q, R_OK) == 0;
 				if (!there)
-					error("'%s' is missing: the checkpoint has %d x %d ranks", q, *tp, *pp);
+					error("'%s' is missing: the checkpoint has %d x %d x %d (TP x PP x EP) ranks", q, *tp,
+					      *pp, *ep);
 				free(q);
+				free(rd);
 				if (!there)
 					return -1;
 			}
-	}
 	return 0;
 }
 
@@ -706,6 +808,18 @@ static char *config_of_args(const struct pk_value *ns, int64_t vocab, double *ro
 			    v->kind == PK_STR	? json_string(v->s.p) :
 			    v->kind == PK_NONE	? json_null() :
 						  NULL;
+		if (!strcmp(k->s.p, "moe_layer_freq") && (v->kind == PK_INT || v->kind == PK_LIST)) {
+			/* Megatron's parsed --moe-layer-freq: Q, or the list of 0 and 1 per layer */
+			struct sbuf sb = SBUF_INIT;
+			if (v->kind == PK_INT)
+				sbuf_addf(&sb, "%lld", (long long)v->i);
+			for (size_t x = 0; v->kind == PK_LIST && x < v->seq.n; x++)
+				sbuf_addf(&sb, "%s%lld%s", x ? "," : "[",
+					  v->seq.v[x]->kind == PK_INT ? (long long)v->seq.v[x]->i : -1LL,
+					  x + 1 == v->seq.n ? "]" : "");
+			j = json_string(sb.len ? sb.buf : "[]");
+			sbuf_release(&sb);
+		}
 		if (j)
 			json_object_set_new(o, k->s.p, j);
 	}
@@ -719,6 +833,18 @@ static char *config_of_args(const struct pk_value *ns, int64_t vocab, double *ro
 					    json_integer(json_integer_value(h) / json_integer_value(na)));
 		if (!json_is_integer(json_object_get(o, "ffn_hidden_size")))
 			json_object_set_new(o, "ffn_hidden_size", json_integer(4 * json_integer_value(h)));
+	}
+	/* a hybrid Mamba model: its args name the pattern (Megatron's two
+	 * spellings), which megac's reader of these formats does not map yet */
+	static const char *const hyb[] = { "hybrid_layer_pattern", "hybrid_override_pattern" };
+	for (int i = 0; i < 2; i++) {
+		const char *pat = json_string_value(json_object_get(o, hyb[i]));
+		if (pat && *pat) {
+			error("%s: a hybrid Mamba model (%s '%s'): reading Megatron's torch and torch_dist checkpoints of "
+			      "the hybrid stack is not in megac yet (docs/mamba.md)", where, hyb[i], pat);
+			json_decref(o);
+			return NULL;
+		}
 	}
 	if (vocab > 0)
 		json_object_set_new(o, "vocab_size", json_integer(vocab));
@@ -741,32 +867,6 @@ static char *config_of_args(const struct pk_value *ns, int64_t vocab, double *ro
 	char *text = json_dumps(o, JSON_SORT_KEYS | JSON_COMPACT);
 	json_decref(o);
 	return text;
-}
-
-/* A rank file's tensor under name, trying the local layer spec's names of
- * the fused norms too (input_layernorm, pre_mlp_layernorm). */
-static const struct pk_value *find_tensor(const struct pk_value *model, const char *name)
-{
-	const struct pk_value *t = pk_get(model, name);
-	if (t)
-		return t;
-	static const char *const te[][2] = {
-		{ "self_attention.linear_qkv.layer_norm_weight", "input_layernorm.weight" },
-		{ "self_attention.linear_qkv.layer_norm_bias", "input_layernorm.bias" },
-		{ "mlp.linear_fc1.layer_norm_weight", "pre_mlp_layernorm.weight" },
-		{ "mlp.linear_fc1.layer_norm_bias", "pre_mlp_layernorm.bias" },
-	};
-	size_t n = strlen(name);
-	for (size_t i = 0; i < sizeof(te) / sizeof(te[0]); i++) {
-		size_t m = strlen(te[i][0]);
-		if (n < m || strcmp(name + n - m, te[i][0]))
-			continue;
-		char *alt = xasprintf("%.*s%s", (int)(n - m), name, te[i][1]);
-		t = pk_get(model, alt);
-		free(alt);
-		return t;
-	}
-	return NULL;
 }
 
 /* Float elements of a tensor node, in C order, as float32. */
@@ -797,7 +897,6 @@ static int tensor_f32(const struct pk_value *t, const struct param *p, float *ou
 
 /* ---- Megatron's torch_dist format (PyTorch Distributed Checkpoint) ---- */
 
-static int64_t ns_int(const struct pk_value *ns, const char *key);
 
 /*
  * A torch_dist iteration folder as the one rank file of a TP1 x PP1 legacy
@@ -835,16 +934,10 @@ static int read_dist(const char *dir, struct rank_in *ri, bool want_optim)
 		rc = error("'%s': the common state's args have no num_layers", ri->path);
 	for (int i = 0; rc == 0 && i < dcp_count(c); i++) {
 		const struct dcp_item *it = dcp_item(c, i);
-		if (!strncmp(it->fqn, "optimizer.distributed.", 22))
-			ri->dist_optim = true;
 		if (!it->tensor || !strncmp(it->fqn, "optimizer.distributed.", 22))
 			continue; /* sharded objects: TE's _extra_state, the common state; the distributed optimizer's */
 		if (!want_optim && !strncmp(it->fqn, "optimizer.", 10))
 			continue; /* (not read for nothing: --no-optim) */
-		if (!strncmp(it->fqn, "mtp.", 4) || strstr(it->fqn, ".experts."))
-			return dcp_close(c), error("'%s': tensor '%s': mixture-of-experts and multi-token prediction "
-						   "checkpoints are not read yet",
-						   ri->path, it->fqn);
 		int64_t n = 1;
 		for (int j = 0; j < it->ndim; j++)
 			n *= it->size[j];
@@ -886,6 +979,11 @@ static int read_dist(const char *dir, struct rank_in *ri, bool want_optim)
 		}
 	}
 	dcp_close(c);
+	/* the experts' tensors [E, ...] as each expert's */
+	if (rc == 0)
+		rc = megatron_dist_split_experts(ri->d, ri->model, ri->path);
+	ri->models[0] = ri->model;
+	ri->nmodels = 1;
 	return rc;
 }
 
@@ -940,7 +1038,15 @@ static int read_optim_common(const struct pk_value *root, const char *where, str
 	/* fp32 runs (FP32Optimizer): {"state", "param_groups"}; 16-bit ones
 	 * (Float16OptimizerWithFloat16Params): {"optimizer": {"state",
 	 * "param_groups"}, "grad_scaler" (fp16)} */
-	const struct pk_value *top = pk_get(root, "optimizer"), *o = top, *st = NULL;
+	const struct pk_value *top = pk_get(root, "optimizer"), *o, *st = NULL;
+	/* a MoE run's chained optimizers, {0: the dense parameters', 1: the
+	 * experts'}: the same step, schedule and constants; the first's */
+	for (size_t i = 0; top && top->kind == PK_DICT && i < top->seq.n; i++)
+		if (top->seq.v[2 * i]->kind == PK_INT && top->seq.v[2 * i]->i == 0) {
+			top = top->seq.v[2 * i + 1];
+			break;
+		}
+	o = top;
 	const struct pk_value *inner = top && top->kind == PK_DICT ? pk_get(top, "optimizer") : NULL;
 	if (inner && inner->kind == PK_DICT)
 		o = inner;
@@ -1016,16 +1122,47 @@ static int64_t ns_int(const struct pk_value *ns, const char *key)
 	return v && v->kind == PK_INT ? v->i : 0;
 }
 
-/* global tensor `key` of parameter i of stage s, joined from the TP ranks'
- * shards by their registries */
-static int join_tensor(struct rank_in *in, int s, int tp, struct gpt_model *m, int i, const char *key, float *global,
-		       float *local)
+/* The rank files of the checkpoint being read: in[(s * tp + t) * ep + x]
+ * for stage s, TP rank t, EP rank x (each with El experts); the model
+ * chunks of the stage being joined start at l0[v] (nl[v] layers). */
+struct layout_in {
+	struct rank_in *in;
+	int tp, pp, ep, El, L;
+	int nchunks, l0[GPT_MAX_LAYERS], nl[GPT_MAX_LAYERS];
+};
+
+/* megac's tensor prefix + name (a tensor of parameter p0's place) in TP rank
+ * t's file of stage s, and that file */
+static const struct pk_value *lookup(const struct layout_in *li, int s, int t, const char *name, const char *prefix,
+				     const struct rank_in **file)
+{
+	int ex = expert_index(name), x = ex >= 0 && li->ep > 1 ? ex / li->El : 0;
+	int v = megatron_chunk_of(name, li->nchunks, li->l0, li->nl, li->L);
+	const struct rank_in *ri = &li->in[((size_t)s * li->tp + t) * li->ep + x];
+	*file = ri;
+	if (v >= ri->nmodels)
+		return NULL;
+	char *key = xasprintf("%s%s", prefix, name);
+	const struct pk_value *tv = megatron_legacy_find(ri->models[v], key, li->l0[v], x * li->El);
+	free(key);
+	return tv;
+}
+
+/* global tensor prefix + (parameter i's name) of stage s, joined from the
+ * TP ranks' shards by their registries */
+static int join_tensor(const struct layout_in *li, int s, struct gpt_model *m, int i, const char *prefix,
+		       float *global, float *local)
 {
 	const struct param *p0 = &m[0].reg.p[i];
 	int64_t gcols = p0->ndim == 2 ? p0->shape[1] : 1;
-	for (int t = 0; t < tp; t++) {
+	for (int t = 0; t < li->tp; t++) {
 		const struct param *p = &m[t].reg.p[i];
-		if (tensor_f32(find_tensor(in[s * tp + t].model, key), p, local, in[s * tp + t].path, key) < 0)
+		const struct rank_in *ri;
+		const struct pk_value *tv = lookup(li, s, t, p0->name, prefix, &ri);
+		char *shown = xasprintf("%s%s", prefix, p0->name);
+		int rc = tensor_f32(tv, p, local, ri->path, shown);
+		free(shown);
+		if (rc < 0)
 			return -1;
 		for (size_t x = 0; x < p->numel; x++) {
 			int64_t row, col;
@@ -1034,6 +1171,41 @@ static int join_tensor(struct rank_in *in, int s, int tp, struct gpt_model *m, i
 		}
 	}
 	return 0;
+}
+
+/* The expert biases of stage s's layers (and its depths') into model.h5
+ * (Megatron's router buffer, whole on every rank: TP rank 0's) */
+static int join_expert_biases(const struct layout_in *li, int s, const struct gpt_config *c, bool post,
+			      struct ckpt_writer *w, int mf)
+{
+	if (c->E <= 0 || !c->router.expert_bias)
+		return 0;
+	float *bias = xmalloc((size_t)c->E * sizeof(float));
+	int rc = 0;
+	for (int v = 0; rc == 0 && v < li->nchunks; v++) {
+		bool last = post && v == li->nchunks - 1;
+		for (int l = li->l0[v]; rc == 0 && l < li->l0[v] + li->nl[v] + (last ? c->mtp : 0); l++) {
+			int g = l < li->l0[v] + li->nl[v] ? l : c->L + (l - li->l0[v] - li->nl[v]);
+			if (!megatron_layer_is_moe(c, g))
+				continue;
+			char name[PARAM_NAME_MAX];
+			megatron_expert_bias_name(c, g, name, sizeof(name));
+			const struct rank_in *ri;
+			const struct pk_value *tv = lookup(li, s, 0, name, "", &ri);
+			if (!tv || tv->kind != PK_TENSOR || tv->t.ndim != 1 || tv->t.size[0] != c->E ||
+			    tv->t.storage->st.dtype != PK_DT_F32) {
+				rc = error("%s: no fp32 tensor '%s' of %d elements (the router's expert bias: the args say "
+					   "moe_router_enable_expert_bias)",
+					   ri->path, name, c->E);
+				break;
+			}
+			pk_tensor_gather(tv, bias);
+			int64_t shape[1] = { c->E };
+			rc = ckpt_put_tensor(w, mf, name, CKPT_F32, 1, shape, bias);
+		}
+	}
+	free(bias);
+	return rc;
 }
 
 int megatron_torch_import(const struct args *a)
@@ -1054,14 +1226,15 @@ int megatron_import(const struct args *a, bool tell)
 	if (a->iteration >= 0)
 		iter = a->iteration;
 	char *dir = ckpt_iter_path(a->load, iter);
-	int tp = 1, pp = 1;
+	int tp = 1, pp = 1, ep = 1;
 	enum megatron_format fmt = megatron_iteration_format(dir);
 	bool fsdp = fmt == MEGATRON_FSDP_DTENSOR, dist = fmt == MEGATRON_TORCH_DIST || fsdp;
-	if (!dist && find_layout(dir, &tp, &pp) < 0) {
+	if (!dist && find_layout(dir, &tp, &pp, &ep) < 0) {
 		free(dir);
 		return -1;
 	}
-	struct rank_in *in = xcalloc((size_t)tp * pp, sizeof(*in));
+	size_t nfiles = (size_t)tp * pp * ep;
+	struct rank_in *in = xcalloc(nfiles, sizeof(*in));
 	int rc = 0;
 	if (dist && !fsdp)
 		rc = read_dist(dir, &in[0], !a->no_optim);
@@ -1069,21 +1242,43 @@ int megatron_import(const struct args *a, bool tell)
 		in[0].path = xasprintf("%s/.metadata", dir);
 		in[0].d = pk_doc_new();
 		rc = megatron_fsdp_read(dir, in[0].d, &in[0].root, &in[0].model, !a->no_optim);
+		in[0].models[0] = in[0].model;
+		in[0].nmodels = 1;
 	}
-	for (int s = 0; !dist && rc == 0 && s < pp; s++)
-		for (int t = 0; rc == 0 && t < tp; t++) {
-			struct rank_in *ri = &in[s * tp + t];
-			ri->path = pp > 1 ? xasprintf("%s/mp_rank_%02d_%03d/model_optim_rng.pt", dir, t, s)
-					  : xasprintf("%s/mp_rank_%02d/model_optim_rng.pt", dir, t);
-			ri->d = pk_doc_new();
-			struct pk_value *root = ri->root = torch_load(ri->d, ri->path);
-			ri->model = root ? pk_get(root, "model") : NULL;
-			if (!root)
-				rc = -1;
-			else if (!ri->model || ri->model->kind != PK_DICT)
-				rc = error("'%s' holds no \"model\" state dict%s", ri->path,
-					   pk_get(root, "model0") ? " (virtual pipeline stages are not read yet)" : "");
+	for (size_t f = 0; !dist && rc == 0 && f < nfiles; f++) {
+		int x = (int)(f % (size_t)ep), t = (int)(f / (size_t)ep % (size_t)tp), s = (int)(f / ((size_t)ep * tp));
+		struct rank_in *ri = &in[f];
+		char *rd = rank_dir(dir, t, pp, s, ep, x);
+		ri->path = xasprintf("%s/model_optim_rng.pt", rd);
+		free(rd);
+		ri->d = pk_doc_new();
+		struct pk_value *root = ri->root = torch_load(ri->d, ri->path);
+		/* "model", or one per model chunk: "model0", "model1", ... (virtual pipeline stages) */
+		ri->model = root ? pk_get(root, "model") : NULL;
+		if (ri->model)
+			ri->models[ri->nmodels++] = ri->model;
+		for (int v = 0; root && !ri->model && v < GPT_MAX_LAYERS; v++) {
+			char key[32];
+			snprintf(key, sizeof(key), "model%d", v);
+			struct pk_value *mv = pk_get(root, key);
+			if (!mv)
+				break;
+			ri->models[ri->nmodels++] = mv;
 		}
+		if (!root)
+			rc = -1;
+		else if (!ri->nmodels)
+			rc = error("'%s' holds no \"model\" (or \"model0\", ...) state dict", ri->path);
+		for (int v = 0; rc == 0 && v < ri->nmodels; v++)
+			if (ri->models[v]->kind != PK_DICT)
+				rc = error("'%s': its model state dict %d is a %s, not a dict", ri->path, v,
+					   pk_kind_name(ri->models[v]->kind));
+		if (rc == 0 && f && ri->nmodels != in[0].nmodels)
+			rc = error("'%s' holds %d model chunks, '%s' %d", ri->path, ri->nmodels, in[0].path, in[0].nmodels);
+		if (rc == 0)
+			ri->model = ri->models[0];
+	}
+	int vpp = in[0].nmodels > 1 ? in[0].nmodels : 1;
 	/* the model, from rank 0's args and the tokenizer flags */
 	int64_t vocab = -1;
 	if (rc == 0 && a->tokenizer_type) {
@@ -1104,8 +1299,11 @@ int megatron_import(const struct args *a, bool tell)
 		if (!config || gpt_config_from_json(&c, config, in[0].path) < 0)
 			rc = -1;
 	}
-	if (rc == 0 && (c.E > 0 || c.mtp))
-		rc = error("%s: mixture-of-experts and multi-token prediction checkpoints are not read yet", in[0].path);
+	if (rc == 0 && ep > 1 && (c.E <= 0 || c.E % ep))
+		rc = error("%s: %d expert-parallel files for %d experts", in[0].path, ep, c.E);
+	/* Megatron's distributed optimizer: its state as the named tensors below */
+	if (rc == 0 && dist && !a->no_optim && megatron_distopt_state(in[0].root))
+		rc = megatron_distopt_read(dir, &c, in[0].d, in[0].root, in[0].model, in[0].path);
 	/* Adam's state: torch_dist keeps the moments by name
 	 * (optimizer.state.exp_avg.<name>, the fp32 master weights of a 16-bit
 	 * run as optimizer.state.fp32_param.<name>), the step and the schedule in
@@ -1118,19 +1316,6 @@ int megatron_import(const struct args *a, bool tell)
 	struct optim_in oi = { 0 };
 	if (optim && read_optim_common(in[0].root, in[0].path, &oi) < 0)
 		rc = -1;
-	if (rc == 0 && !optim && !a->no_optim && in[0].dist_optim) {
-		/* a run with --use-distributed-optimizer: its state is in the
-		 * optimizer's buffer layout (dp_reshardable), not by name */
-		if (!tell)
-			rc = error("%s: Megatron's distributed optimizer saved its state in its own buffer layout "
-				   "(optimizer.distributed.*), which megac does not read yet; --no-load-optim continues "
-				   "with the weights and fresh Adam moments",
-				   in[0].path);
-		else
-			warning("%s: Megatron's distributed optimizer saved its state in its own buffer layout "
-				"(optimizer.distributed.*), which megac does not read yet: the weights only",
-				in[0].path);
-	}
 	char *created = NULL;
 	if (rc == 0)
 		rc = convert_megac_dest(a, iter, &created);
@@ -1154,6 +1339,9 @@ int megatron_import(const struct args *a, bool tell)
 	free(megac_config);
 	/* every stage's tensors, joined over TP by the ranks' registries */
 	int written = 0;
+	struct layout_in *li = xcalloc(1, sizeof(*li));
+	*li = (struct layout_in){ .in = in, .tp = tp, .pp = pp, .ep = ep, .El = rc == 0 && c.E > 0 ? c.E / ep : 0,
+				  .L = rc == 0 ? c.L : 0 };
 	for (int s = 0; rc == 0 && s < pp; s++) {
 		struct gpt_model *m = xcalloc((size_t)tp, sizeof(*m));
 		/* each model's pool and group, as long as it lives */
@@ -1161,12 +1349,19 @@ int megatron_import(const struct args *a, bool tell)
 		struct dist_group *tpg = xcalloc((size_t)tp, sizeof(*tpg));
 		int made = 0;
 		for (int t = 0; rc == 0 && t < tp; t++) {
-			if (plan_model(&m[t], &pool[t], &tpg[t], &c, tp, t, pp, s) < 0)
+			if (plan_model(&m[t], &pool[t], &tpg[t], &c, tp, t, pp, s, vpp) < 0)
 				rc = -1;
 			else
 				made++;
 		}
-		int l0 = rc == 0 ? m[0].chunks[0].l0 : 0;
+		li->nchunks = rc == 0 ? m[0].nchunks : 0;
+		for (int v = 0; v < li->nchunks; v++) {
+			li->l0[v] = m[0].chunks[v].l0;
+			li->nl[v] = m[0].chunks[v].nl;
+		}
+		if (rc == 0 && li->nchunks != in[0].nmodels)
+			rc = error("%s: %d model chunks, but the args' layout has %d per stage", in[0].path, in[0].nmodels,
+				   li->nchunks);
 		float *global = NULL, *local = NULL;
 		size_t cap = 0;
 		for (int i = 0; rc == 0 && i < m[0].reg.n; i++) {
@@ -1181,27 +1376,27 @@ int megatron_import(const struct args *a, bool tell)
 				local = xmalloc(gn * sizeof(float));
 				cap = gn;
 			}
-			char *name = local_name(p0->name, l0);
 			/* the weights: a 16-bit run's fp32 master copy when the optimizer has it */
-			char *master = xasprintf("optimizer.state.fp32_param.%s", name);
-			bool has_master = optim && find_tensor(in[s * tp].model, master);
-			rc = join_tensor(in, s, tp, m, i, has_master ? master : name, global, local);
-			free(master);
+			static const char master[] = "optimizer.state.fp32_param.";
+			const struct rank_in *ri;
+			bool has_master = optim && lookup(li, s, 0, p0->name, master, &ri);
+			rc = join_tensor(li, s, m, i, has_master ? master : "", global, local);
 			if (rc == 0)
 				rc = ckpt_put_tensor(w, mf, p0->name, CKPT_F32, p0->ndim, p0->shape, global);
 			static const char *const moments[] = { "exp_avg", "exp_avg_sq" };
 			for (int mo = 0; rc == 0 && optim && mo < 2; mo++) {
-				char *key = xasprintf("optimizer.state.%s.%s", moments[mo], name);
+				char *key = xasprintf("optimizer.state.%s.", moments[mo]);
 				char *dst = xasprintf("%s/%s", moments[mo], p0->name);
-				rc = join_tensor(in, s, tp, m, i, key, global, local);
+				rc = join_tensor(li, s, m, i, key, global, local);
 				if (rc == 0)
 					rc = ckpt_put_tensor(w, of, dst, CKPT_F32, p0->ndim, p0->shape, global);
 				free(key);
 				free(dst);
 			}
-			free(name);
 			written++;
 		}
+		if (rc == 0)
+			rc = join_expert_biases(li, s, &c, s == pp - 1, w, mf);
 		free(global);
 		free(local);
 		for (int t = 0; t < made; t++)
@@ -1210,6 +1405,7 @@ int megatron_import(const struct args *a, bool tell)
 		free(pool);
 		free(tpg);
 	}
+	free(li);
 	if (rc == 0)
 		rc = ckpt_commit(w);
 	else if (w)
@@ -1219,7 +1415,8 @@ int megatron_import(const struct args *a, bool tell)
 	free(created);
 	if (rc == 0 && tell) {
 		char *from = fsdp ? xstrdup("fsdp_dtensor") : dist ? xstrdup("torch_dist") :
-				    xasprintf("TP %d x PP %d torch", tp, pp);
+			     ep > 1 ? xasprintf("TP %d x PP %d x EP %d torch", tp, pp, ep) :
+				      xasprintf("TP %d x PP %d torch", tp, pp);
 		if (optim)
 			info("wrote iteration %lld of '%s' (%d tensors, Adam's state at step %lld) from Megatron's %s "
 			     "checkpoint '%s'; continue with train --load %s",
@@ -1233,7 +1430,7 @@ int megatron_import(const struct args *a, bool tell)
 		free(from);
 	}
 	free(config);
-	for (int i = 0; i < tp * pp; i++) {
+	for (size_t i = 0; i < nfiles; i++) {
 		pk_doc_free(in[i].d);
 		free(in[i].path);
 	}
@@ -1246,7 +1443,7 @@ int megatron_import(const struct args *a, bool tell)
 
 int megatron_plan_tp1(struct gpt_model *m, struct mem_pool *pool, struct dist_group *tpg, const struct gpt_config *c)
 {
-	return plan_model(m, pool, tpg, c, 1, 0, 1, 0);
+	return plan_model(m, pool, tpg, c, 1, 0, 1, 0, 1);
 }
 
 int megatron_read_global(const struct megatron_export *e, int f, const char *name, const struct param *p, float *out)

@@ -23,6 +23,8 @@ struct megatron_export {
 	int src_vp;            /* the rows its vocabulary tensors hold */
 	int64_t iteration;
 	int tp, pp;            /* the target layout */
+	int ep, vpp;           /* legacy: expert-parallel files (mp_rank_..._EEE), model chunks per stage */
+	bool grouped;          /* legacy: TEGroupedMLP's expert names (--moe-grouped-gemm), else SequentialMLP's */
 	enum ckpt_dtype dtype; /* of the written tensors: CKPT_F32, CKPT_BF16 or CKPT_F16 */
 	bool dist;             /* torch_dist (PyTorch Distributed Checkpoint), else legacy torch */
 	bool fsdp;             /* with dist: Megatron-FSDP's fsdp_dtensor instead (megatron_fsdp.h) */

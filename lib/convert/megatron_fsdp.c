@@ -126,6 +126,9 @@ static int put_param(struct dcp_writer *w, const struct megatron_export *e, cons
 
 int megatron_fsdp_write(const struct megatron_export *e, const json_t *config, const char *dir)
 {
+	if (e->c->E > 0 || e->c->mtp)
+		return error("--ckpt-format fsdp_dtensor: mixture-of-experts layers and multi-token prediction are not "
+			     "written in that format yet (torch_dist has them)");
 	struct dist_group tpg;
 	struct mem_pool pool;
 	struct gpt_model m;

@@ -28,15 +28,17 @@ int infer_init(struct infer_engine *e, struct ckpt_reader *r, int mf, int max_se
 	e->all = g && g->all && g->all->size > 1 ? g->all : NULL;
 	if (gpt_config_from_ckpt(&e->c, r, mf) < 0)
 		return -1;
-	if (e->c.hybrid)
-		return error("'%s': a hybrid Mamba model (--hybrid-layer-pattern): serving it is not in megac yet "
-			     "(docs/mamba.md)", ckpt_reader_dir(r));
 	struct gpt_config *c = &e->c;
+	for (int l = 0; c->hybrid && l < c->L; l++)
+		e->recurrent |= c->layer_kind[l] == GPT_LAYER_MAMBA;
+	if (e->recurrent && e->tp)
+		return error("'%s': serving a hybrid Mamba model (--hybrid-layer-pattern) tensor-parallel is not in "
+			     "megac yet; serve it on one rank (docs/mamba.md)", ckpt_reader_dir(r));
 	if (max_seq == 0) /* the model's own length */
 		max_seq = c->P;
 	if (max_tokens == 0)
 		max_tokens = max_seq + max_req;
-	if (max_seq < 1 || (max_seq > c->P && !c->rope))
+	if (max_seq < 1 || (max_seq > c->P && !c->rope && !c->nopos))
 		return error("--inference-max-seq-length %d: the model has %d learned positions", max_seq, c->P);
 	if (max_req < 1 || max_tokens < max_req)
 		return error("the inference engine needs at least one request slot and a token per slot in a step");
@@ -61,24 +63,37 @@ int infer_init(struct infer_engine *e, struct ckpt_reader *r, int mf, int max_se
 	e->hdr = xmalloc((3 * T + 3) * sizeof(int));
 	e->btok = xmalloc(T * sizeof(int32_t));
 	e->hrow = xmalloc(T * sizeof(int));
+	e->held = xcalloc((size_t)max_req, sizeof(int));
+	e->seen = xcalloc((size_t)max_req, sizeof(bool));
 	return 0;
 }
 
 void infer_free(struct infer_engine *e)
 {
 	gpt_free(&e->m);
-	free(e->hdr), free(e->btok), free(e->hrow);
+	free(e->hdr), free(e->btok), free(e->hrow), free(e->held), free(e->seen);
 	memset(e, 0, sizeof(*e));
 }
 
+/* A step's sequences: each in a slot of its own, its tokens within the
+ * slot's positions and the step's; with recurrent layers, each at position
+ * 0 (the slot starts again) or where the slot's state is (held). */
 static int check_step(const struct infer_engine *e, int nseq, const int *slot, const int *pos, const int *n,
 		      const int32_t *tokens, int *N)
 {
 	*N = 0;
+	memset(e->seen, 0, (size_t)e->max_req * sizeof(bool));
 	for (int s = 0; s < nseq; s++) {
 		if (slot[s] < 0 || slot[s] >= e->max_req || n[s] < 1 || pos[s] < 0 || pos[s] + n[s] > e->max_seq)
 			return error("sequence %d: %d tokens at position %d do not fit the %d positions of a request slot",
 				     s, n[s], pos[s], e->max_seq);
+		if (e->seen[slot[s]])
+			return error("sequence %d: slot %d has another sequence in the same step", s, slot[s]);
+		e->seen[slot[s]] = true;
+		if (e->recurrent && pos[s] != 0 && pos[s] != e->held[slot[s]])
+			return error("sequence %d: position %d of slot %d, whose Mamba layers' state stands after %d "
+				     "positions: a recurrent state can go on or start again at position 0, not go back or "
+				     "skip ahead", s, pos[s], slot[s], e->held[slot[s]]);
 		*N += n[s];
 		if (*N > e->max_tokens)
 			return error("more than the engine's %d tokens in one step", e->max_tokens);
@@ -99,6 +114,8 @@ static void run_step(struct infer_engine *e, int nseq, const int *slot, const in
 	const struct gpt_config *c = &e->c;
 	struct gpt_kv_step step = { nseq, N, slot, pos, n };
 	const float *x = gpt_serve_forward(&e->m, &step, tokens);
+	for (int s = 0; s < nseq; s++) /* where each slot's recurrent state stands now */
+		e->held[slot[s]] = pos[s] + n[s];
 	size_t h = (size_t)c->h;
 	int R = 0;
 	for (int s = 0, r0 = 0; s < nseq; r0 += n[s], s++)

@@ -2,12 +2,13 @@
  * engine.h - the inference side of text_gen_server: a model from a
  * checkpoint set up for serving (gpt.h's gpt_setup.serve: the training
  * model's own layers, forward only, with a key/value cache of
- * --inference-max-requests slots of --inference-max-seq-length positions),
- * and steps that take new tokens of several sequences at once. The engine
- * holds no model arithmetic: it checks and describes steps, keeps the
- * tensor-parallel ranks in step, and picks the rows the output layer runs
- * on. Prefill is a step whose sequences bring their whole prompt; decode
- * brings one token.
+ * --inference-max-requests slots of --inference-max-seq-length positions;
+ * a hybrid model's Mamba layers keep their recurrent state per slot
+ * instead), and steps that take new tokens of several sequences at once.
+ * The engine holds no model arithmetic: it checks and describes steps,
+ * keeps the tensor-parallel ranks in step, and picks the rows the output
+ * layer runs on. Prefill is a step whose sequences bring their prompt (or
+ * a chunk of it); decode brings one token.
  */
 #ifndef MEGAC_INFER_ENGINE_H
 #define MEGAC_INFER_ENGINE_H
@@ -34,6 +35,9 @@ struct infer_engine {
 	const struct kops *k;    /* the op table it computes with (the CPU's, or a GPU's) */
 	struct gpt_config c;     /* the model's config (c.S: the most tokens in one step) */
 	int max_seq, max_req, max_tokens;
+	bool recurrent;          /* the model has Mamba layers: their cache is a state, not positions */
+	int *held;               /* [max_req] the positions each slot's state stands after */
+	bool *seen;              /* [max_req] scratch of check_step */
 	int *hrow;               /* the step rows the head runs on */
 	int *hdr;                /* a step's description as rank 0 broadcasts it */
 	int32_t *btok;
@@ -53,9 +57,14 @@ int infer_init(struct infer_engine *e, struct ckpt_reader *r, int mf, int max_se
 	       const struct kops *k, const struct infer_groups *g);
 void infer_free(struct infer_engine *e);
 
-/* One step over nseq sequences: sequence s lives in cache slot slot[s],
- * already holds pos[s] positions there, and brings n[s] new tokens (all the
- * step's tokens concatenated in tokens). Writes to last the raw logits over
+/* One step over nseq sequences: sequence s lives in cache slot slot[s]
+ * (one sequence a slot), already holds pos[s] positions there, and brings
+ * n[s] new tokens (all the step's tokens concatenated in tokens). An
+ * attention layer's cache is positional: a sequence may start again at any
+ * position it holds, overwriting what follows. A Mamba layer's is a
+ * recurrent state (docs/mamba.md, "Serving"): with one, pos[s] must be 0
+ * (the slot starts afresh) or the positions of the slot's last step, and
+ * anything else is refused. A prompt may come in several steps (chunks). Writes to last the raw logits over
  * the unpadded vocabulary of each sequence's last new token, [nseq, V];
  * with prompt_lp (NULL: not wanted), for every new token i that is not its
  * sequence's last, the log-probability of token i + 1 after it. The head

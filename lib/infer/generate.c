@@ -1,7 +1,10 @@
 /*
- * generate.c - see generate.h. Each step admits waiting requests into free
- * cache slots while their prompts fit the step's token budget, then runs one
- * forward over the newcomers' prompts and the running requests' last tokens.
+ * generate.c - see generate.h. Each step takes the running requests' last
+ * tokens first, then the rest of the prompts being prefilled, then admits
+ * waiting requests into free cache slots, each prompt taking what is left
+ * of the step's token budget: a prompt longer than that is prefilled in
+ * chunks over several steps (chunked prefill), and a request samples its
+ * first token after its prompt's last chunk.
  */
 #include "infer/generate.h"
 
@@ -59,7 +62,7 @@ const char *infer_request_check(const struct infer_engine *e, const struct infer
 		return "the prompt is empty (no tokens)";
 	if (q->max_new < 0)
 		return "a negative number of tokens to generate";
-	if (q->nprompt > e->max_tokens || q->max_new > e->max_seq - q->nprompt) {
+	if (q->nprompt > e->max_seq || q->max_new > e->max_seq - q->nprompt) {
 		snprintf(why, whysize,
 			 "%d prompt tokens + %d to generate exceed the %d positions of a request "
 			 "(--inference-max-seq-length)",
@@ -119,25 +122,42 @@ static void advance(struct infer_sched *s, struct infer_request *q, struct infer
 		l->state = DONE; /* the last token need not go through the model */
 }
 
+/* Request i brings n tokens to the step: the next n of its prompt while
+ * it is prefilled, else its last token. */
+static void take(struct infer_sched *s, int i, int n, int *nseq, int *N, bool *all_logits)
+{
+	struct infer_request *q = s->req[i];
+	struct infer_live *l = &s->st[i];
+	int j = (*nseq)++;
+	s->who[j] = i, s->sl[j] = l->slot, s->ps[j] = l->pos, s->nn[j] = n;
+	if (l->pos < q->nprompt) {
+		memcpy(s->tok + *N, q->prompt + l->pos, (size_t)n * sizeof(int32_t));
+		*all_logits |= q->want_logprobs && n > 1;
+	} else {
+		s->tok[*N] = l->next;
+	}
+	*N += n;
+}
+
 int infer_sched_step(struct infer_sched *s)
 {
 	struct infer_engine *e = s->e;
-	int V = e->c.V, nseq = 0, N = 0;
+	int V = e->c.V, nseq = 0, N = 0, T = e->max_tokens;
 	bool all_logits = false;
-	/* the running requests, one token each */
-	for (int i = 0; i < s->n; i++)
-		if (s->st[i].state == RUNNING && N < e->max_tokens) {
-			s->who[nseq] = i, s->sl[nseq] = s->st[i].slot, s->ps[nseq] = s->st[i].pos, s->nn[nseq] = 1;
-			s->tok[N++] = s->st[i].next;
-			nseq++;
-		}
-	/* newcomers, in order of arrival, while a slot is free and the prompt fits */
-	for (int i = 0; i < s->n; i++) {
-		struct infer_request *q = s->req[i];
+	/* the running requests that generate, one token each */
+	for (int i = 0; i < s->n && N < T; i++)
+		if (s->st[i].state == RUNNING && s->st[i].pos >= s->req[i]->nprompt)
+			take(s, i, 1, &nseq, &N, &all_logits);
+	/* the prompts being prefilled go on, as far as the step has room */
+	for (int i = 0; i < s->n && N < T; i++) {
+		int left = s->req[i]->nprompt - s->st[i].pos;
+		if (s->st[i].state == RUNNING && left > 0)
+			take(s, i, left < T - N ? left : T - N, &nseq, &N, &all_logits);
+	}
+	/* newcomers, in order of arrival, while a slot is free and the step has room */
+	for (int i = 0; i < s->n && N < T; i++) {
 		if (s->st[i].state != WAITING)
 			continue;
-		if (N + q->nprompt > e->max_tokens)
-			break;
 		int slot = 0;
 		while (slot < e->max_req && s->slot_used[slot])
 			slot++;
@@ -147,25 +167,32 @@ int infer_sched_step(struct infer_sched *s)
 		s->st[i].state = RUNNING;
 		s->st[i].slot = slot;
 		s->st[i].pos = 0;
-		s->who[nseq] = i, s->sl[nseq] = slot, s->ps[nseq] = 0, s->nn[nseq] = q->nprompt;
-		memcpy(s->tok + N, q->prompt, (size_t)q->nprompt * sizeof(int32_t));
-		N += q->nprompt;
-		all_logits |= q->want_logprobs && q->nprompt > 1;
-		nseq++;
+		int np = s->req[i]->nprompt;
+		take(s, i, np < T - N ? np : T - N, &nseq, &N, &all_logits);
 	}
-	if (nseq == 0) /* add() admits only prompts a step holds, and a slot is free when none runs */
+	if (nseq == 0) /* a slot is free when none runs */
 		return s->n ? error("no request of %d could start", s->n) : 0;
 	if (infer_step(e, nseq, s->sl, s->ps, s->nn, s->tok, s->logits, all_logits ? s->plp : NULL) < 0)
 		return -1;
 	for (int j = 0, r0 = 0; j < nseq; r0 += s->nn[j], j++) {
-		int i = s->who[j];
+		int i = s->who[j], p0 = s->ps[j], n = s->nn[j];
 		struct infer_request *q = s->req[i];
 		const float *row = s->logits + (size_t)j * V;
-		if (all_logits && q->want_logprobs && s->ps[j] == 0) /* the prompt's own log-probs */
-			for (int t = 1; t < s->nn[j]; t++)
-				q->logprobs[t - 1] = s->plp[r0 + t - 1];
-		s->st[i].pos += s->nn[j];
-		advance(s, q, &s->st[i], row);
+		s->st[i].pos += n;
+		if (p0 >= q->nprompt) { /* generating */
+			advance(s, q, &s->st[i], row);
+			continue;
+		}
+		/* a chunk of the prompt: its rows but the last give the log-probs
+		 * of the prompt's tokens after them, the last the next chunk's
+		 * first token's, or the first token to generate */
+		if (q->want_logprobs && n > 1)
+			for (int t = 0; t < n - 1; t++)
+				q->logprobs[p0 + t] = s->plp[r0 + t];
+		if (s->st[i].pos == q->nprompt)
+			advance(s, q, &s->st[i], row);
+		else if (q->want_logprobs)
+			q->logprobs[s->st[i].pos - 1] = infer_logprob(row, V, q->prompt[s->st[i].pos]);
 	}
 	/* the finished leave, the others keep their order */
 	int k = 0;

@@ -1,7 +1,8 @@
 /*
  * generate.h - generation for a set of requests with continuous batching:
  * every step's forward pass carries all the requests still running (their
- * prompts first, then one token each), and a request that finishes (end of
+ * prompts first, in chunks when a step has no room for a whole one, then
+ * one token each), and a request that finishes (end of
  * document, its token budget, the cache's length) leaves the batch while
  * the others go on. The requests share nothing but the forward passes, so
  * each gets the answer it would get alone.

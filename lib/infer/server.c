@@ -677,6 +677,10 @@ static int check_flags(const struct args *a)
 	if (args_given(a, "--inference-max-seq-length") &&
 	    (a->inference_max_seq_length < 2 || a->inference_max_seq_length > (1 << 20)))
 		return error("--inference-max-seq-length %lld: give 2 to 2^20", (long long)a->inference_max_seq_length);
+	if (args_given(a, "--inference-dynamic-batching-max-tokens") &&
+	    (a->inference_max_tokens < a->inference_max_requests || a->inference_max_tokens > (1 << 24)))
+		return error("--inference-dynamic-batching-max-tokens %lld: give --inference-max-requests (%lld) to 2^24",
+			     (long long)a->inference_max_tokens, (long long)a->inference_max_requests);
 	if (a->max_body_bytes < 1)
 		return error("--max-body-bytes %lld: give at least 1", (long long)a->max_body_bytes);
 	if (a->max_concurrent_requests < 1 || a->max_concurrent_requests > (1 << 20))
@@ -867,11 +871,12 @@ int server_command(const struct args *a)
 	/* --inference-max-seq-length not given: the model's positions */
 	int max_seq = args_given(a, "--inference-max-seq-length") ? (int)a->inference_max_seq_length : 0;
 	int max_req = (int)a->inference_max_requests;
+	int max_tokens = args_given(a, "--inference-dynamic-batching-max-tokens") ? (int)a->inference_max_tokens : 0;
 	/* the device train would use (--device auto|cpu|cuda), every rank its own GPU */
 	struct device_choice dev;
 	int rc = mf < 0 ? -1 : choose_device(a, &d, &dev);
 	if (rc == 0)
-		rc = infer_init(&s.e, r, mf, max_seq, max_req, 0, dev.k,
+		rc = infer_init(&s.e, r, mf, max_seq, max_req, max_tokens, dev.k,
 				&(struct infer_groups){ &d.tp, &d.ep, &d.world_g });
 	if (r)
 		ckpt_close(r);

@@ -140,7 +140,7 @@ int megac_mem_predict(const struct args *a, int64_t vocab, struct megac_stage_me
 					  .doc_masks = a->reset_attention_mask || a->sft };
 		struct dist_group dpg = { .name = "data-parallel", .size = (int)(dp * l.cp) };
 		struct fsdp fs;
-		pipe.shards = fsdp_prepare(&fs, level, &dpg);
+		pipe.shards = fsdp_prepare(&fs, level, &dpg, a);
 		struct gpt_fp8_config f8;
 		if (gpt_fp8_config_from_args(&f8, a, cfg.L, l.pp) < 0) {
 			free(st);

@@ -277,11 +277,12 @@ static void core_attention_backward(struct gpt_model *m, const struct gpt_pass *
 }
 
 /* The key (or value) cache of layer l of a request slot: [g][max_seq][k],
- * this rank's query groups. */
+ * this rank's query groups (kv->layer[l]: its place among the layers with
+ * attention). */
 static float *cache_at(const struct gpt_model *m, float *base, int slot, int l)
 {
 	size_t per = (size_t)m->lc.g * m->kv->max_seq * m->lc.k;
-	return base + ((size_t)slot * m->c.L + l) * per;
+	return base + ((size_t)slot * m->kv->nattn + m->kv->layer[l]) * per;
 }
 
 /* Serving: each sequence's new rows (positions pos.. of its slot) rotated

@@ -231,12 +231,23 @@ static void alloc_serving(struct gpt_model *m, const struct gpt_serving *sv)
 	kv->max_req = sv->max_req;
 	kv->max_seq = sv->max_seq;
 	kv->head_rows = sv->head_rows;
-	size_t cache = (size_t)sv->max_req * c->L * c->g * (size_t)sv->max_seq * c->k;
-	kv->k = gpt_take(m, cache);
-	kv->v = gpt_take(m, cache);
-	if (!m->k->counts_only) {
+	/* each layer's place in the cache of its kind */
+	kv->layer = xmalloc((size_t)c->L * sizeof(int));
+	for (int l = 0; l < c->L; l++) {
+		enum gpt_layer_kind kind = m->lp[l].spec.kind;
+		kv->layer[l] = kind == GPT_LAYER_MAMBA ? kv->nmamba++ : kind == GPT_LAYER_MLP ? -1 : kv->nattn++;
+	}
+	size_t cache = (size_t)sv->max_req * kv->nattn * c->g * (size_t)sv->max_seq * c->k;
+	kv->k = cache ? gpt_take(m, cache) : NULL;
+	kv->v = cache ? gpt_take(m, cache) : NULL;
+	if (cache && !m->k->counts_only) {
 		m->k->zero(kv->k, cache);
 		m->k->zero(kv->v, cache);
+	}
+	if (kv->nmamba) { /* a slot's state is set by its first step (position 0), never read before */
+		size_t R = (size_t)sv->max_req * kv->nmamba;
+		kv->conv = gpt_take(m, R * (size_t)(c->mamba_W - 1) * gpt_mamba_conv_dim(c));
+		kv->ssm = gpt_take(m, R * (size_t)c->mamba_H * c->mamba_P * c->mamba_N);
 	}
 	if (c->rope || c->mla) /* every position a cache slot holds (MLA: its own RoPE) */
 		build_rope(m, &kv->rope_cos, &kv->rope_sin, sv->max_seq, sv->max_seq);
@@ -255,6 +266,8 @@ static void alloc_serving(struct gpt_model *m, const struct gpt_serving *sv)
 		else
 			dense = true;
 	transformer_layer_alloc_acts(m, &m->rc_acts, NULL, dense, moe);
+	if (kv->nmamba)
+		mamba_alloc_serving(m, &m->rc_acts);
 	struct gpt_slot *sl = &m->chunks[0].slots[0];
 	sl->acts = xcalloc((size_t)c->L, sizeof(*sl->acts));
 	for (int l = 0; l < c->L; l++)
@@ -462,6 +475,14 @@ static void setup_shards(struct gpt_model *m, const struct gpt_shards *sh)
 		if (n > m->unit_n[GPT_UNIT_LAYER])
 			m->unit_n[GPT_UNIT_LAYER] = n;
 	}
+	/* a multi-token-prediction depth (its norms, eh_proj and layer) is a
+	 * layer unit of its own, flushed after its backward (mtp.c) */
+	for (int k = 0; k < m->c.mtp; k++) {
+		const struct gpt_mtp_params *q = &m->mtp[k];
+		size_t n = p[q->pend - 1].offset + p[q->pend - 1].numel - p[q->pfirst].offset;
+		if (n > m->unit_n[GPT_UNIT_LAYER])
+			m->unit_n[GPT_UNIT_LAYER] = n;
+	}
 	/* each tensor's place, for gpt_unit_grad: the unit that holds it
 	 * and its offset from the unit's first tensor */
 	m->unit_pos = xcalloc((size_t)m->reg.n, sizeof(*m->unit_pos));
@@ -477,6 +498,9 @@ static void setup_shards(struct gpt_model *m, const struct gpt_shards *sh)
 			for (int l = 0; l < m->c.L; l++)
 				if (i >= m->lp[l].pfirst && i < m->lp[l].pend)
 					first = m->lp[l].pfirst;
+			for (int k = 0; k < m->c.mtp; k++)
+				if (i >= m->mtp[k].pfirst && i < m->mtp[k].pend)
+					first = m->mtp[k].pfirst;
 		}
 		m->unit_pos[i].unit = u;
 		m->unit_pos[i].off = p[i].offset - p[first].offset;
@@ -491,7 +515,7 @@ float *gpt_unit_grad(struct gpt_model *m, int idx)
 
 /* After unit u's backward (tensors [first, end)): its gradients to the
  * shards, and the buffer zeroed for the next micro-batch. */
-static void flush_unit(struct gpt_model *m, int u, int first, int end)
+void gpt_flush_unit(struct gpt_model *m, int u, int first, int end)
 {
 	if (m->shards.level < 2)
 		return;
@@ -554,8 +578,6 @@ int gpt_init_pipe(struct gpt_model *m, const struct gpt_config *c, const struct 
 		return error("--expert-model-parallel-size %d with --context-parallel-size %d is not in megac yet (it "
 			     "needs Megatron's expert rank generator with context parallelism)", par->ep_size, par->cp_size);
 	if (c->mtp && !pipe->serve) {
-		if (pipe->shards)
-			return error("--mtp-num-layers with Megatron-FSDP is not in megac yet");
 		if (c->h % t)
 			return error("--mtp-num-layers: --hidden-size %d is not divisible by --tensor-model-parallel-size %d "
 				     "(eh_proj is split by its output rows)", c->h, t);
@@ -565,9 +587,7 @@ int gpt_init_pipe(struct gpt_model *m, const struct gpt_config *c, const struct 
 	}
 	if (c->hybrid) { /* docs/mamba.md: what the Mamba layers do not do yet */
 		const char *no = NULL;
-		if (pipe->serve)
-			no = "serving";
-		else if (precision != GPT_FP32)
+		if (precision != GPT_FP32)
 			no = "--bf16 and --fp16";
 		else if (c->recompute != GPT_RECOMPUTE_NONE)
 			no = "--recompute-granularity";
@@ -588,7 +608,7 @@ int gpt_init_pipe(struct gpt_model *m, const struct gpt_config *c, const struct 
 		m->c.mtp = 0;
 	const struct gpt_serving *sv = pipe->serve;
 	if (sv && (B != 1 || pipe->pp != 1 || par->cp || sv->max_tokens != c->S || sv->head_rows < 1 ||
-		   (sv->max_seq > c->P && !c->rope)))
+		   (sv->max_seq > c->P && !c->rope && !c->nopos)))
 		BUG("serving on B %d, PP %d, CP %d, S %d for %d tokens", B, pipe->pp, par->cp_size, c->S, sv->max_tokens);
 	/* every dropout site numbers its elements below 2^SITE_SHIFT */
 	uint64_t attn_counters = (uint64_t)c->a * (uint64_t)B * (uint64_t)c->S * (uint64_t)c->S;
@@ -718,6 +738,7 @@ void gpt_free(struct gpt_model *m)
 		free(m->lp[l].efc2_w);
 	}
 	if (m->kv) {
+		free(m->kv->layer);
 		free(m->kv->grows);
 		free(m->kv->rows_host);
 		free(m->kv);
@@ -937,7 +958,7 @@ static void head_backward(struct gpt_model *m, const struct gpt_pass *P, const f
 			m->grad_ready(m->grad_ctx, m->out_w);
 	}
 	/* a tied output layer is in the embedding's unit */
-	flush_unit(m, GPT_UNIT_HEAD, m->lnf_w, head_unit_end(m));
+	gpt_flush_unit(m, GPT_UNIT_HEAD, m->lnf_w, head_unit_end(m));
 }
 
 float *gpt_chunk_input(struct gpt_model *m, int v, int s)
@@ -1007,12 +1028,12 @@ const float *gpt_backward_chunk(struct gpt_model *m, int v, int s, const float *
 		transformer_layer_backward(m, &P, l, x, m->s.dres);
 		for (int i = p->pfirst; m->grad_ready && i < p->pend; i++)
 			m->grad_ready(m->grad_ctx, i);
-		flush_unit(m, GPT_UNIT_LAYER, p->pfirst, p->pend);
+		gpt_flush_unit(m, GPT_UNIT_LAYER, p->pfirst, p->pend);
 	}
 	if (!ch->pre)
 		return m->s.dres;
 	embedding_backward(m, &P, m->s.dres);
-	flush_unit(m, GPT_UNIT_EMB, m->wte, m->wpe >= 0 ? m->wpe + 1 : m->wte + 1);
+	gpt_flush_unit(m, GPT_UNIT_EMB, m->wte, m->wpe >= 0 ? m->wpe + 1 : m->wte + 1);
 	return NULL;
 }
 

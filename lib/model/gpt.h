@@ -324,11 +324,20 @@ struct gpt_moe_state {
 	size_t nall, cap_all;
 };
 
-/* Serving: the key/value cache of every layer of this rank, and the
- * scratch of the output layer. */
+/* Serving: the cache of every layer of this rank, and the scratch of the
+ * output layer. An attention layer's cache is its keys and values, one per
+ * position; a Mamba layer's is its recurrent state (docs/mamba.md,
+ * "Serving"): the convolution's last W-1 inputs and the scan's state, which
+ * stand for every position before and cannot be rewound. layer[l] is layer
+ * l's index among the layers of its kind (-1: an MLP-only layer, which
+ * caches nothing). */
 struct gpt_kv_cache {
 	int max_req, max_seq;
-	float *k, *v;               /* [max_req][L][g][max_seq][k], this rank's query groups */
+	int *layer;                 /* host [L] */
+	int nattn, nmamba;          /* the layers with attention, the Mamba layers */
+	float *k, *v;               /* [max_req][nattn][g][max_seq][k], this rank's query groups */
+	float *conv;                /* [max_req][nmamba][W-1][C] the convolution's inputs before the next step */
+	float *ssm;                 /* [max_req][nmamba][H][P][N] the scan's state after the last step */
 	float *rope_cos, *rope_sin; /* [max_seq, rot] (NULL without RoPE) */
 	int32_t *kpos;              /* [max_seq]: 0 .. max_seq-1 */
 	float *x, *y;               /* [max_tokens, h] the residual stream, in and out of a layer */

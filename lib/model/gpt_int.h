@@ -61,6 +61,9 @@ float *gpt_take(struct gpt_model *m, size_t n);
 void gpt_need_param(struct gpt_model *m, int idx);
 /* Megatron-FSDP level >= 2: where parameter idx's gradient is while its unit's backward runs */
 float *gpt_unit_grad(struct gpt_model *m, int idx);
+/* After unit u's backward (tensors [first, end)): its gradients to the
+ * shards and the buffer zeroed (nothing below level 2) */
+void gpt_flush_unit(struct gpt_model *m, int u, int first, int end);
 
 /* ---- building blocks (layers.c) */
 /* Register a tensor with its properties declared here: a weight (NORMAL
@@ -197,6 +200,12 @@ const float *mamba_forward(struct gpt_model *m, const struct gpt_pass *P, int l,
 			   const float *ln1);
 void mamba_backward(struct gpt_model *m, const struct gpt_pass *P, int l, struct gpt_layer_acts *A, const float *ln1,
 		    const float *dout);
+/* serving: the activations and scratch of a step's rows (A's mb_ fields),
+ * and the forward of a serving step (P->kv), each sequence's new rows from
+ * its slot's recurrent state in m->kv, which it advances */
+void mamba_alloc_serving(struct gpt_model *m, struct gpt_layer_acts *A);
+const float *mamba_cached_forward(struct gpt_model *m, const struct gpt_pass *P, int l, struct gpt_layer_acts *A,
+				  const float *ln1);
 
 void transformer_layer_register(struct gpt_model *m, int l);
 /* a layer's activations; the buffers sh holds (NULL: none) are shared, not taken */

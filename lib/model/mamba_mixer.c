@@ -170,3 +170,74 @@ void mamba_backward(struct gpt_model *m, const struct gpt_pass *P, int l, struct
 	cols(m, s->mb_dzx, D, di + C, s->mb_ddt, H, 0, H, N);
 	linear_bwd(m, s->dln, s->mb_dzx, ln1, p->mb_in_w, -1, N, c->h, D);
 }
+
+/*
+ * Serving (docs/mamba.md, "Serving"): the layer's cache in each request
+ * slot is its recurrent state, the last W-1 inputs of the convolution
+ * ([W-1, C]) and the scan's state ([H, P, N]), this rank's channels and
+ * heads. A step's rows are several sequences one after the other; each
+ * sequence's new rows are one chunk of its stream: the convolution runs
+ * with the slot's inputs in front of them and the scan from the slot's
+ * state, and both are advanced to the chunk's end. A sequence at position
+ * 0 starts from zeros (its slot restarted). The rest of the layer, in_proj,
+ * the gated norm and out_proj, runs on all the step's rows at once, as
+ * mamba_forward does.
+ */
+void mamba_alloc_serving(struct gpt_model *m, struct gpt_layer_acts *A)
+{
+	const struct gpt_config *c = &m->lc;
+	struct gpt_scratch *s = &m->s;
+	size_t T = (size_t)c->S, di = (size_t)gpt_mamba_inner(c), C = (size_t)gpt_mamba_conv_dim(c);
+	size_t H = (size_t)c->mamba_H, GN = (size_t)c->mamba_G * c->mamba_N;
+	A->mb_zx = gpt_take(m, T * (size_t)gpt_mamba_proj_dim(c));
+	A->mb_xbc = gpt_take(m, T * C);
+	A->mb_y = gpt_take(m, T * di);
+	A->mb_yn = gpt_take(m, T * di);
+	A->mb_rstd = gpt_take(m, T * (size_t)c->mamba_G);
+	s->mb_xin = gpt_take(m, (T + (size_t)c->mamba_W - 1) * C); /* one sequence's inputs behind its W-1 before */
+	s->mb_z = gpt_take(m, T * di);
+	s->mb_x = gpt_take(m, T * di);
+	s->mb_dt = gpt_take(m, T * H);
+	s->mb_B = gpt_take(m, T * GN);
+	s->mb_C = gpt_take(m, T * GN);
+}
+
+const float *mamba_cached_forward(struct gpt_model *m, const struct gpt_pass *P, int l, struct gpt_layer_acts *A,
+				  const float *ln1)
+{
+	const struct gpt_config *c = &m->lc;
+	const struct kops *k = m->k;
+	const struct gpt_layer_params *p = &m->lp[l];
+	const struct gpt_kv_step *st = P->kv;
+	const struct gpt_kv_cache *kv = m->kv;
+	struct gpt_scratch *s = &m->s;
+	int N = P->N, di = gpt_mamba_inner(c), C = gpt_mamba_conv_dim(c), D = gpt_mamba_proj_dim(c);
+	int H = c->mamba_H, G = c->mamba_G, GN = G * c->mamba_N, W = c->mamba_W;
+	size_t hist = (size_t)(W - 1) * C, state = (size_t)H * c->mamba_P * c->mamba_N;
+	const float *cw = gpt_param(m, p->mb_conv_w, GPT_VIEW_W), *cb = gpt_param(m, p->mb_conv_b, GPT_VIEW_B);
+	linear_fwd(m, A->mb_zx, ln1, p->mb_in_w, -1, N, c->h, D);
+	for (int q = 0, r0 = 0; q < st->nseq; r0 += st->n[q], q++) {
+		size_t at = (size_t)st->slot[q] * kv->nmamba + kv->layer[l];
+		float *conv = kv->conv + at * hist, *xe = s->mb_xin, *x = xe + hist;
+		int n = st->n[q];
+		if (st->pos[q] == 0)
+			k->zero(xe, hist);
+		else
+			k->copy(xe, conv, hist * sizeof(float));
+		cols(m, x, C, 0, A->mb_zx + (size_t)r0 * D, D, di, C, n);
+		k->ssm_conv_forward(A->mb_xbc + (size_t)r0 * C, x, xe, cw, cb, 1, n, C, W);
+		k->copy(conv, xe + (size_t)n * C, hist * sizeof(float)); /* the last W-1 of hist ++ x */
+	}
+	scan_inputs(m, A, N);
+	for (int q = 0, r0 = 0; q < st->nseq; r0 += st->n[q], q++) {
+		float *ssm = kv->ssm + ((size_t)st->slot[q] * kv->nmamba + kv->layer[l]) * state;
+		k->ssd_scan_forward(A->mb_y + (size_t)r0 * di, ssm, s->mb_x + (size_t)r0 * di, s->mb_dt + (size_t)r0 * H,
+				    gpt_param(m, p->mb_dt_bias, GPT_VIEW_B), gpt_param(m, p->mb_A_log, GPT_VIEW_B),
+				    s->mb_B + (size_t)r0 * GN, s->mb_C + (size_t)r0 * GN, gpt_param(m, p->mb_D, GPT_VIEW_B),
+				    st->pos[q] == 0 ? NULL : ssm, 1, st->n[q], H, c->mamba_P, G, c->mamba_N, c->mamba_chunk);
+	}
+	cols(m, s->mb_z, di, 0, A->mb_zx, D, 0, di, N);
+	k->gated_rmsnorm_forward(A->mb_yn, A->mb_rstd, A->mb_y, s->mb_z, gpt_param(m, p->mb_norm_w, GPT_VIEW_B), N, di,
+				 G, 1e-5f);
+	return row_parallel(m, P, A->mb_yn, p->mb_out_w, -1, di);
+}

@@ -381,6 +381,7 @@ const float *mtp_backward(struct gpt_model *m, const struct gpt_pass *P)
 		m->wte = wte;
 		for (int i = q->pfirst; ready && i < q->pend; i++)
 			ready(m->grad_ctx, i);
+		gpt_flush_unit(m, GPT_UNIT_LAYER, q->pfirst, q->pend); /* Megatron-FSDP: the depth is a unit */
 		dnext = dhin;
 	}
 	if (ready && m->mtp_emb != m->wte && m->mtp_emb != m->out_w) /* the last stage's own copy */

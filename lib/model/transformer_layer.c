@@ -187,8 +187,10 @@ static void hybrid_layer_forward(struct gpt_model *m, const struct gpt_pass *P, 
 	} else {
 		norm_fwd(m, A->ln1, A->ln1_mean, A->ln1_rstd, x, p->ln1_w, p->ln1_b, P->Nl);
 		const float *ln1 = seq_full(m, P, A->ln1);
-		out = p->spec.kind == GPT_LAYER_MAMBA ? mamba_forward(m, P, l, A, ln1) :
-							  attention_forward(m, P, l, A, ln1);
+		if (p->spec.kind != GPT_LAYER_MAMBA)
+			out = attention_forward(m, P, l, A, ln1);
+		else /* serving: from each slot's recurrent state */
+			out = P->kv ? mamba_cached_forward(m, P, l, A, ln1) : mamba_forward(m, P, l, A, ln1);
 	}
 	seq_dropout(m, P, y, x, out, ph, 3 * l + (p->spec.kind == GPT_LAYER_MLP ? 2 : 1));
 	round_half(m, y, (size_t)P->Nl * m->lc.h);

@@ -8,6 +8,16 @@
 
 #include "base/error.h"
 
+/* --megatron-fsdp-*-dtype: -1 (fp32, auto, none) or the rounding of bf16/fp16 */
+static int round_kind(const char *v)
+{
+	if (v && !strcmp(v, "bf16"))
+		return KOPS_ROUND_BF16;
+	if (v && !strcmp(v, "fp16"))
+		return KOPS_ROUND_FP16;
+	return -1;
+}
+
 int fsdp_level(const struct args *a, int pp, int ep)
 {
 	static const char *const names[] = { "no_shard", "optim", "optim_grads", "optim_grads_params" };
@@ -27,8 +37,13 @@ int fsdp_level(const struct args *a, int pp, int ep)
 			     "optim_grads_params", s);
 	if (want > level)
 		level = want;
-	/* --megatron-fsdp-grad-comm-dtype and --megatron-fsdp-main-grads-dtype
-	 * other than fp32 are refused with the command line (args_table.c) */
+	static const char *const flag[2] = { "--megatron-fsdp-grad-comm-dtype", "--megatron-fsdp-main-grads-dtype" };
+	const char *v[2] = { a->megatron_fsdp_grad_comm_dtype, a->megatron_fsdp_main_grads_dtype };
+	for (int i = 0; i < 2; i++)
+		if (level < 2 && round_kind(v[i]) >= 0)
+			return error("%s %s with --data-parallel-sharding-strategy %s: megac reduces 16-bit gradients "
+				     "under optim_grads and optim_grads_params only",
+				     flag[i], v[i], names[level]);
 	if (level >= 2 && pp > 1)
 		return error("--data-parallel-sharding-strategy %s with --pipeline-model-parallel-size %d: megac shards "
 			     "gradients and weights on one pipeline stage only; use optim (the distributed optimizer) "
@@ -71,9 +86,15 @@ static void reduce(void *ctx, int first, int end, float *g)
 	size_t x = a > lo ? a : lo, y = b < hi ? b : hi;
 	if (y > x && y - x > f->part_n)
 		BUG("a unit's part of %zu elements in a buffer of %zu", y - x, f->part_n);
+	if (f->comm_round >= 0) /* 16-bit gradients go into the reduction */
+		k->round(g, g, b - a, (enum kops_round)f->comm_round);
 	dist_reduce_scatter_part_f32(f->g, g, m->reg.total, a, b, f->part);
+	if (y > x && f->comm_round >= 0) /* ... and come out of it */
+		k->round(f->part, f->part, y - x, (enum kops_round)f->comm_round);
 	if (y > x)
 		k->add(f->grad + (x - lo), f->grad + (x - lo), f->part, y - x);
+	if (y > x && f->main_round >= 0) /* the main gradients held in 16 bits */
+		k->round(f->grad + (x - lo), f->grad + (x - lo), y - x, (enum kops_round)f->main_round);
 }
 
 /* Tensor idx whole, from every rank's shard of the weights. */
@@ -87,11 +108,13 @@ static void gather(void *ctx, int idx, void *dst)
 			    p->offset + p->numel, dst);
 }
 
-const struct gpt_shards *fsdp_prepare(struct fsdp *f, int level, struct dist_group *g)
+const struct gpt_shards *fsdp_prepare(struct fsdp *f, int level, struct dist_group *g, const struct args *a)
 {
 	memset(f, 0, sizeof(*f));
 	f->level = level;
 	f->g = g;
+	f->comm_round = round_kind(a->megatron_fsdp_grad_comm_dtype);
+	f->main_round = round_kind(a->megatron_fsdp_main_grads_dtype);
 	if (level < 2)
 		return NULL;
 	f->hooks = (struct gpt_shards){ .level = level, .size = g->size, .rank = g->rank, .gather = gather,

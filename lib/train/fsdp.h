@@ -25,6 +25,15 @@
  * before adding them up over micro-batches, Megatron-FSDP's order, so the
  * losses equal plain data parallelism's up to float rounding.
  *
+ * --megatron-fsdp-grad-comm-dtype bf16 (or fp16) rounds each micro-batch's
+ * unit gradients to it before the reduce-scatter and the sum after it, as
+ * NCCL's symmetric kernels reduce 16-bit data (in fp32); --megatron-fsdp-
+ * main-grads-dtype bf16 rounds the gradient shard after each micro-batch's
+ * sum is added, as a 16-bit accumulation buffer would hold it. The buffers
+ * and the traffic stay fp32 on this backend: the numerics are Megatron-
+ * FSDP's, the memory and bytes are not halved. auto is fp32 for both
+ * (Megatron's auto: the model's gradient type, bf16 in a bf16 run).
+ *
  * Checkpoints stay megac's own, layout-independent: the optimizer's fp32
  * main weights and moments, gathered whole (train_ckpt.c).
  */
@@ -36,6 +45,7 @@
 
 #include "base/args.h"
 #include "dist/dist.h"
+#include "kernels/ops.h"
 #include "model/gpt.h"
 #include "tensor/mem.h"
 
@@ -47,6 +57,8 @@ struct fsdp {
 	float *grad;            /* level >= 2: [hi - lo] the shard's gradients, summed over micro-batches */
 	float *part;            /* level >= 2: one unit's part of a reduce-scatter, before it is added */
 	size_t part_n;
+	int comm_round, main_round; /* -1, or the enum kops_round of --megatron-fsdp-grad-comm-dtype and
+				     * --megatron-fsdp-main-grads-dtype (levels 2 and 3) */
 	bool check;             /* count non-finite gradients before they are summed */
 	size_t nonfinite;       /* ... this iteration (Megatron's check_for_nan_in_grad) */
 	struct gpt_shards hooks; /* what the model gets (gpt_setup.shards), level >= 2 */
@@ -58,8 +70,10 @@ struct fsdp {
 int fsdp_level(const struct args *a, int pp, int ep);
 
 /* Before the model is set up: the hooks for gpt_setup.shards (NULL below
- * level 2). f must stay where it is while the model lives. */
-const struct gpt_shards *fsdp_prepare(struct fsdp *f, int level, struct dist_group *g);
+ * level 2), and the gradients' reduction and accumulation types from a
+ * (fsdp_level has checked them). f must stay where it is while the model
+ * lives. */
+const struct gpt_shards *fsdp_prepare(struct fsdp *f, int level, struct dist_group *g, const struct args *a);
 /* After: the gradient shard and the reduce-scatter part buffer. */
 void fsdp_alloc(struct fsdp *f, struct gpt_model *m, struct mem_pool *mem);
 void fsdp_free(struct fsdp *f);

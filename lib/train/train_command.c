@@ -555,7 +555,7 @@ static int setup(struct trainer *t, const struct args *a)
 	if (lay->etp != lay->tp && a->moe_router_force_load_balancing)
 		return error("--moe-router-force-load-balancing with --expert-tensor-parallel-size %d other than "
 			     "--tensor-model-parallel-size %d: not in megac yet", lay->etp, lay->tp);
-	pipe.shards = fsdp_prepare(&t->fsdp, level, t->gdp);
+	pipe.shards = fsdp_prepare(&t->fsdp, level, t->gdp, a);
 	if (gpt_fp8_config_from_args(&t->fp8, a, t->cfg.L, lay->pp) < 0)
 		return -1;
 	pipe.fp8 = &t->fp8;

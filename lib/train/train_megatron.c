@@ -89,11 +89,12 @@ int train_torch_dist_args(const struct args *a, struct args *run)
 	*run = *a;
 	if (!a->ckpt_format || (strcmp(a->ckpt_format, "torch_dist") && strcmp(a->ckpt_format, "fsdp_dtensor")))
 		return 1;
-	if (a->num_experts > 0 || a->mtp_num_layers > 0 || a->num_layers_per_virtual_pipeline_stage > 0 ||
-	    a->num_virtual_stages_per_pipeline_rank > 1)
-		return error("--ckpt-format %s: mixture-of-experts, multi-token prediction and virtual pipeline "
-			     "stages are not written in Megatron's format yet; save megac's own (leave --ckpt-format out)",
-			     a->ckpt_format);
+	if (!strcmp(a->ckpt_format, "fsdp_dtensor") &&
+	    (a->num_experts > 0 || a->mtp_num_layers > 0 || a->num_layers_per_virtual_pipeline_stage > 0 ||
+	     a->num_virtual_stages_per_pipeline_rank > 1))
+		return error("--ckpt-format fsdp_dtensor: mixture-of-experts layers, multi-token prediction and virtual "
+			     "pipeline stages in that format are not in megac yet; save torch_dist or megac's own (leave "
+			     "--ckpt-format out)");
 	if (a->save) {
 		char *stage = xasprintf("%s/.megac-hdf5", a->save);
 		run->save = stage; /* lives as long as the run */

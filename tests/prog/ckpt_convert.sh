@@ -443,7 +443,7 @@ mkdir -p $W/bad
 cp -r $W/rg $W/bad/arch
 sed -i 's/GPT2LMHeadModel/BertForMaskedLM/' $W/bad/arch/config.json
 expect_fail "unknown architecture" \
-	"ckpt_convert reads GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM, Qwen2MoeForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM and DeepseekV3ForCausalLM" \
+	"ckpt_convert reads GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM, Qwen2MoeForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, DeepseekV3ForCausalLM and Mamba2ForCausalLM" \
 	$C --from hf --load $W/bad/arch --save $W/bad/out1
 nothing_at "unknown architecture" $W/bad/out1
 cp -r $W/rg $W/bad/shape

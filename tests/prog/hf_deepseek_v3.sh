@@ -23,7 +23,6 @@ FX=tests/fixtures/deepseek_v3
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 OMPI_MCA_mpi_yield_when_idle=1
 MPI="mpirun --allow-run-as-root --oversubscribe"
 if [ -n "${MEGAC_SANITIZE:-}" ]; then export ASAN_OPTIONS=detect_leaks=0; fi
-SV="/usr/bin/python3 tests/prog/py/serve_ref.py"
 TOK="--tokenizer-type NullTokenizer --vocab-size 256"
 
 # the fixture's folder, unpacked
@@ -32,61 +31,32 @@ expect_ok "import the fixture (ckpt_convert --from hf)" $C --from hf --load $W/d
 expect_ok "megac's logits on the import" $MEGAC_BUILD/tools/megac_logits $W/dsm $FX/ids.npy $W/megac.npy
 logits_close "the import's logits equal transformers' (1e-4)" $FX/logits.npy $W/megac.npy 1e-4
 
-# same NAME REF GOT TOL: the same greedy tokens, log-probs within TOL
-same() {
-	if $SV same "$2" "$3" "$4" >"$W/same.log" 2>&1; then
-		ok "$1 ($(cat "$W/same.log"))"
-	else
-		notok "$1"
-		show "$W/same.log"
-	fi
-}
 N=$(/usr/bin/python3 -c 'import json, sys; print(len(json.load(open(sys.argv[1]))[0]["tokens"]))' $FX/generate.json)
 expect_ok "the engine (megac_generate) generates" $MEGAC_BUILD/tools/megac_generate $W/dsm $FX/prompts.json $N \
 	$W/gen.json
-same "the engine's greedy tokens and log-probs are transformers' (1e-4)" $FX/generate.json $W/gen.json 1e-4
+gen_same "the engine's greedy tokens and log-probs are transformers' (1e-4)" $FX/generate.json $W/gen.json 1e-4
 expect_ok "the engine with one cache slot for three prompts" $MEGAC_BUILD/tools/megac_generate $W/dsm \
 	$FX/prompts.json $N $W/gen1.json 1 1.0 0 1
-same "one slot at a time gives the same answers (1e-5)" $W/gen.json $W/gen1.json 1e-5
+gen_same "one slot at a time gives the same answers (1e-5)" $W/gen.json $W/gen1.json 1e-5
 
 # the server: one rank, then TP2
-SRV=""
-cleanup() { [ -z "$SRV" ] || kill -TERM $SRV 2>/dev/null; }
-trap cleanup EXIT
-trap 'exit 1' INT TERM HUP
-# serve TAG NAME OUT CMD...: start CMD --port 0 (its output in $W/TAG.log),
-# ask it, stop it
-serve() {
-	_tag=$1 _nm=$2 _out=$3
-	shift 3
-	"$@" --port 0 >"$W/$_tag.log" 2>&1 &
-	SRV=$!
-	if $SV ask "$W/$_tag.log" $SRV $FX/prompts.json $N $_out --up 60 --timeout 120 >"$W/ask.log" 2>&1; then
-		ok "$_nm answers ($(cat "$W/ask.log"))"
-	else
-		notok "$_nm answers"
-		show "$W/ask.log" 14
-	fi
-	kill -TERM $SRV 2>/dev/null
-	wait $SRV 2>/dev/null
-	SRV=""
-}
-serve srv1 "the one-rank server" $W/srv1.json $BIN/text_gen_server --load $W/dsm $TOK --device cpu \
+serve_traps
+serve_ask srv1 "the one-rank server" $FX/prompts.json $N $W/srv1.json $BIN/text_gen_server --load $W/dsm $TOK --device cpu \
 	--inference-max-seq-length 64
-same "the server's greedy tokens and log-probs are transformers' (1e-4)" $FX/generate.json $W/srv1.json 1e-4
-serve srv2 "the TP2 server" $W/srv2.json $MPI -np 2 $BIN/text_gen_server --load $W/dsm $TOK --device cpu \
+gen_same "the server's greedy tokens and log-probs are transformers' (1e-4)" $FX/generate.json $W/srv1.json 1e-4
+serve_ask srv2 "the TP2 server" $FX/prompts.json $N $W/srv2.json $MPI -np 2 $BIN/text_gen_server --load $W/dsm $TOK --device cpu \
 	--inference-max-seq-length 64 --tensor-model-parallel-size 2
-same "TP2 gives the one-rank server's answers (1e-5)" $W/srv1.json $W/srv2.json 1e-5
-serve srv3 "the EP2 server" $W/srv3.json $MPI -np 2 $BIN/text_gen_server --load $W/dsm $TOK --device cpu \
+gen_same "TP2 gives the one-rank server's answers (1e-5)" $W/srv1.json $W/srv2.json 1e-5
+serve_ask srv3 "the EP2 server" $FX/prompts.json $N $W/srv3.json $MPI -np 2 $BIN/text_gen_server --load $W/dsm $TOK --device cpu \
 	--inference-max-seq-length 64 --expert-model-parallel-size 2
-same "EP2 gives the one-rank server's answers (1e-5)" $W/srv1.json $W/srv3.json 1e-5
+gen_same "EP2 gives the one-rank server's answers (1e-5)" $W/srv1.json $W/srv3.json 1e-5
 # the emulated CUDA device (make emu): the CPU server's answers, from its kernels
 if [ -z "${MEGAC_EMU:-}" ]; then
 	echo "ok - the emulated device's server # SKIP MEGAC_EMU is not set (make emu)"
 else
-	serve srv4 "the emulated device's server" $W/srv4.json env MEGAC_EMU_STATS=1 $MEGAC_EMU/bin/text_gen_server \
+	serve_ask srv4 "the emulated device's server" $FX/prompts.json $N $W/srv4.json env MEGAC_EMU_STATS=1 $MEGAC_EMU/bin/text_gen_server \
 		--load $W/dsm $TOK --device cuda --inference-max-seq-length 64
-	same "the emulated device gives the CPU server's answers (1e-4)" $W/srv1.json $W/srv4.json 1e-4
+	gen_same "the emulated device gives the CPU server's answers (1e-4)" $W/srv1.json $W/srv4.json 1e-4
 	_k=$(grep -c '^emu: launched' $W/srv4.log)
 	if [ "$_k" -gt 0 ]; then
 		ok "the emulated device's server ran its kernels ($_k distinct)"

@@ -10,13 +10,19 @@
 # logits (|difference| < 1e-4); damaged or malicious torch_dist folders are
 # refused naming the file. Megatron's own training run (train.tar.xz) imports
 # with its optimizer state and megac continues it with Megatron's losses; the
-# optimizer state survives megac -> torch_dist -> megac bit for bit. Under
+# optimizer state survives megac -> torch_dist -> megac bit for bit. Runs
+# with Megatron's distributed optimizer (distopt.tar.xz: dp_reshardable,
+# fully_reshardable, TP2, bf16) import with its state (the two layouts
+# alike, bit for bit) and continue with Megatron's losses; so do the runs
+# saved in the legacy format (legacy_train.tar.xz), whose optimizer state
+# also survives megac -> legacy torch -> megac bit for bit. Under
 # make check-long with MEGATRON_LM set, Megatron itself loads megac's exports
-# (logits) and continues megac's export of its run (losses). Megatron-FSDP's
-# run of the same model (fsdp.tar.xz, its fsdp_dtensor format) imports to
-# the very state of the torch_dist save, train continues it and saves and
-# resumes that format (also under megac's own --use-megatron-fsdp on 2
-# ranks), and under check-long Megatron-FSDP continues megac's export.
+# (logits) and continues megac's export of its run (losses).
+# Megatron-FSDP's run of the same model (fsdp.tar.xz, its fsdp_dtensor
+# format) imports to the very state of the torch_dist save, train continues
+# it and saves and resumes that format (also under megac's own
+# --use-megatron-fsdp on 2 ranks), and under check-long Megatron-FSDP
+# continues megac's export.
 . tests/prog_lib.sh
 W=$(new_tmp megatron_ckpt)
 TOOL=$MEGAC_BUILD/tools/megac_torch_pickle
@@ -111,13 +117,14 @@ t = json.load(open(sys.argv[1]))["tokens"][:16]
 print(json.dumps({"text": " ".join(map(str, t + t))}))' "$W/llama_train_losses.json" >"$W/seq.jsonl"
 setup "the training data" $BIN/preprocess_data --input "$W/seq.jsonl" --output-prefix "$W/seq" \
 	--tokenizer-type NullTokenizer --vocab-size 128 --workers 1
-continues() { # NAME CKPT METRICS [FLAGS...]: iterations 3 and 4 give Megatron's losses (rtol 1e-5)
+continues() { # NAME CKPT METRICS [FLAGS...]: iterations 3 and 4 give Megatron's losses (rtol 1e-5;
+	# LOSSES, FLAGS and RTOL: another run's losses file, train flags and tolerance)
 	name=$1 ck=$2 mf=$3
 	shift 3
 	rm -f "$mf"
 	# shellcheck disable=SC2086 # the flags are words
-	if ${RUN:-} $BIN/train $TRAIN_FLAGS --load "$ck" --metrics-file "$mf" "$@" >"$OUT_LOG" 2>"$ERR" &&
-		$CMP losses "${LOSSES:-$W/llama_train_losses.json}" "$mf" 3 1e-5 >"$W/cmp.log" 2>&1; then
+	if ${RUN:-} $BIN/train ${FLAGS:-$TRAIN_FLAGS} --load "$ck" --metrics-file "$mf" "$@" >"$OUT_LOG" 2>"$ERR" &&
+		$CMP losses "${LOSSES:-$W/llama_train_losses.json}" "$mf" 3 "${RTOL:-1e-5}" >"$W/cmp.log" 2>&1; then
 		ok "$name ($(cat "$W/cmp.log"))"
 	else
 		notok "$name"
@@ -195,6 +202,246 @@ export OMPI_MCA_mpi_yield_when_idle=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 RUN="mpirun --allow-run-as-root --oversubscribe -np 2" continues \
 	"train --load on Megatron's folder with 2 data-parallel ranks" "$W/llama_train_torch_dist" "$W/cont4.jsonl" \
 	--global-batch-size 2 --save "$W/direct2" --save-interval 100
+
+# Megatron's distributed optimizer (distopt.tar.xz: the same run with
+# --use-distributed-optimizer, its state saved in the optimizer's own flat
+# buckets (dp_reshardable, Megatron's default) and by parameter
+# (--dist-ckpt-optim-fully-reshardable); at TP2; and the GPT model, with
+# LayerNorm, biases, tied embeddings and learned positions, in bf16). The
+# buckets hold no names: megac rebuilds Megatron's layout of each rank's
+# parameters, and the two layouts of one run must give the same state bit
+# for bit; each import continues with Megatron's losses.
+setup "the distributed optimizer's fixtures unpack" tar -xJf $FIX/distopt.tar.xz -C "$W"
+for v in distopt distopt_full distopt_tp2; do
+	expect_ok "llama, $v: imports with the distributed optimizer's state" $BIN/ckpt_convert \
+		--load "$W/llama_train_${v}_torch_dist" --save "$W/imp_$v" --from megatron --tokenizer-type NullTokenizer \
+		--vocab-size 128
+done
+if $PY - "$W/imp_distopt" "$W/imp_distopt_full" "$W/imp_distopt_tp2" >"$W/cmp.log" 2>&1 <<'EOF'
+import sys, h5py, numpy as np
+def load(d):
+    out = {}
+    for f in ("model.h5", "optim.h5"):
+        h = h5py.File(d + "/iter_0000002/" + f, "r")
+        h.visititems(lambda k, o: out.__setitem__(f + ":" + k, o[()]) if isinstance(o, h5py.Dataset) else None)
+        out[f + ":attrs"] = {k: v for k, v in h.attrs.items()}
+    return out
+a, b, c = (load(d) for d in sys.argv[1:4])
+assert sorted(a) == sorted(b) == sorted(c)
+assert len([k for k in a if k.startswith("optim.h5:exp_avg_sq/")]) == 15
+assert a["optim.h5:attrs"]["step"] == 2 and a["optim.h5:attrs"]["adam_beta2"] == 0.95
+worst = 0.0
+for k in a:
+    if k.endswith(":attrs"):
+        assert all(np.all(a[k][x] == b[k][x]) for x in a[k]), k
+        continue
+    assert np.array_equal(a[k], b[k]), k
+    worst = max(worst, float(np.abs(a[k] - c[k]).max() / max(np.abs(a[k]).max(), 1e-30)))
+assert worst < 1e-5, worst
+print("%d tensors; TP2 within %.1e of TP1 (its own run)" % (len(a) - 2, worst))
+EOF
+then
+	ok "dp_reshardable and fully_reshardable give the same weights, moments, step and schedule bit for bit ($(cat "$W/cmp.log"))"
+else
+	notok "the distributed optimizer's two layouts give the same state"
+	show "$W/cmp.log"
+fi
+for v in distopt distopt_full distopt_tp2; do
+	LOSSES="$W/llama_train_${v}_losses.json" continues "llama, $v: megac continues Megatron's run with its losses" \
+		"$W/imp_$v" "$W/do_$v.jsonl"
+done
+GPT_FLAGS="--num-layers 2 --hidden-size 32 --num-attention-heads 4 --ffn-hidden-size 128 --seq-length 16
+	--max-position-embeddings 16 --position-embedding-type learned_absolute --normalization LayerNorm --no-bias-gelu-fusion
+	--vocab-size 128 --tokenizer-type NullTokenizer --make-vocab-size-divisible-by 64 --micro-batch-size 1
+	--global-batch-size 1 --attention-dropout 0 --hidden-dropout 0 --split 100,0,0 --eval-iters 0
+	--data-path $W/seq_text_document --data-cache-path $W/cache --train-iters 4 --log-interval 1 --bf16
+	$($PY -c 'import json, sys; print(" ".join(json.load(open(sys.argv[1]))["flags"]))' \
+		"$W/gpt_train_bf16_distopt_losses.json")"
+# train --load on the folder itself (train's import); bf16 rounding between
+# the two programs' kernels: rtol 1e-3, as for the bf16 run above
+FLAGS=$GPT_FLAGS LOSSES="$W/gpt_train_bf16_distopt_losses.json" RTOL=1e-3 continues \
+	"gpt bf16, dp_reshardable: train --load continues Megatron's run with its losses" \
+	"$W/gpt_train_bf16_distopt_torch_dist" "$W/do_gpt.jsonl"
+rm -f "$W/do_noopt.jsonl"
+# shellcheck disable=SC2086
+if $BIN/train $GPT_FLAGS --load "$W/gpt_train_bf16_distopt_torch_dist" --no-load-optim --metrics-file \
+	"$W/do_noopt.jsonl" >"$OUT_LOG" 2>"$ERR" &&
+	$CMP differ "$W/gpt_train_bf16_distopt_losses.json" "$W/do_noopt.jsonl" 4 3e-3 >"$W/cmp.log" 2>&1; then
+	ok "gpt bf16: without the moments the 4th loss differs ($(cat "$W/cmp.log")): the test sees them"
+else
+	notok "gpt bf16: without the moments the 4th loss differs"
+	show "$ERR"
+	show "$W/cmp.log"
+fi
+
+# The same runs in the legacy torch format (legacy_train.tar.xz: llama fp32
+# at TP1 and TP2, gpt bf16): each rank file holds the optimizer's
+# state_dict, its parameters numbered through Megatron's param groups in
+# named_parameters() order. Each imports with its state and continues with
+# Megatron's losses; megac -> legacy torch (TP2 x PP2) -> megac keeps it bit
+# for bit; two parameters' numbers swapped in the file are refused.
+setup "the legacy-format training fixtures unpack" tar -xJf $FIX/legacy_train.tar.xz -C "$W"
+for v in llama_train_legacy llama_train_tp2_legacy; do
+	expect_ok "$v: imports with Adam's state" $BIN/ckpt_convert --load "$W/${v}_torch" --save "$W/imp_$v" \
+		--from megatron --tokenizer-type NullTokenizer --vocab-size 128
+	LOSSES="$W/${v}_losses.json" continues "$v: megac continues Megatron's run with its losses" "$W/imp_$v" \
+		"$W/lg_$v.jsonl"
+done
+FLAGS=$GPT_FLAGS LOSSES="$W/gpt_train_bf16_legacy_losses.json" RTOL=1e-3 continues \
+	"gpt bf16, legacy: train --load continues Megatron's run with its losses" \
+	"$W/gpt_train_bf16_legacy_torch" "$W/lg_gpt.jsonl"
+SAME='
+import sys, h5py, numpy as np
+n = 0
+for f in ("model.h5", "optim.h5"):
+    a, b = h5py.File(sys.argv[1] + "/iter_0000002/" + f), h5py.File(sys.argv[2] + "/iter_0000002/" + f)
+    names = []
+    a.visititems(lambda k, o: names.append(k) if isinstance(o, h5py.Dataset) else None)
+    for k in names:
+        assert np.array_equal(a[k][()], b[k][()]), (f, k)
+    n += len(names)
+    for k, v in a.attrs.items():
+        assert k in b.attrs and np.all(b.attrs[k] == v), (f, k)
+print(n)'
+expect_ok "gpt bf16 legacy: imports" $BIN/ckpt_convert --load "$W/gpt_train_bf16_legacy_torch" --save "$W/imp_lg_gpt" \
+	--from megatron --tokenizer-type NullTokenizer --vocab-size 128
+for v in llama_train_legacy lg_gpt; do
+	src=$W/imp_$v
+	[ $v = lg_gpt ] && dt="--dtype bf16" || dt=""
+	# shellcheck disable=SC2086
+	if $BIN/ckpt_convert --load "$src" --save "$W/lgx_$v" --to megatron --ckpt-format torch \
+		--target-tensor-parallel-size 2 --target-pipeline-parallel-size 2 --make-vocab-size-divisible-by 64 $dt \
+		>"$OUT_LOG" 2>"$ERR" && $PY -c '
+import sys, torch
+s = torch.load(sys.argv[1], map_location="cpu")
+assert s["optimizer"] and s["opt_param_scheduler"]["num_steps"] == 2' \
+		"$W/lgx_$v/iter_0000002/mp_rank_01_001/model_optim_rng.pt" 2>>"$ERR" &&
+		$BIN/ckpt_convert --load "$W/lgx_$v" --save "$W/lgb_$v" --from megatron --tokenizer-type NullTokenizer \
+			--vocab-size 128 >"$OUT_LOG" 2>>"$ERR" &&
+		$PY -c "$SAME" "$src" "$W/lgb_$v" >"$W/cmp.log" 2>&1; then
+		ok "$v: megac -> legacy torch TP2 x PP2 (torch.load opens it) -> megac keeps weights, moments, step and schedule ($(cat "$W/cmp.log") tensors) bit for bit"
+	else
+		notok "$v: megac -> legacy torch -> megac keeps the optimizer state"
+		show "$ERR"
+		show "$W/cmp.log"
+	fi
+done
+# two parameters' numbers swapped in a param group of megac's export (torch
+# 1.13 rewrites it): their moments no longer fit the model's shapes there,
+# and the import says so
+mkdir -p "$W/lg_swap/iter_0000002"
+cp -r "$W/lgx_llama_train_legacy/iter_0000002/"* "$W/lg_swap/iter_0000002/"
+cp "$W/lgx_llama_train_legacy/latest_checkpointed_iteration.txt" "$W/lg_swap/"
+if $PY -c '
+import sys, torch
+s = torch.load(sys.argv[1], map_location="cpu")
+ids = s["optimizer"]["param_groups"][0]["params"]
+ids[1], ids[2] = ids[2], ids[1]
+torch.save(s, sys.argv[1])' "$W/lg_swap/iter_0000002/mp_rank_00_000/model_optim_rng.pt" &&
+	! $BIN/ckpt_convert --load "$W/lg_swap" --save "$W/lg_swap_imp" --from megatron --tokenizer-type NullTokenizer \
+		--vocab-size 128 >"$OUT_LOG" 2>"$ERR" && grep -q "exp_avg" "$ERR" && [ ! -e "$W/lg_swap_imp" ]; then
+	ok "two parameters' numbers swapped in a legacy file are refused ($(head -c 160 "$ERR"))"
+else
+	notok "two parameters' numbers swapped in a legacy file are refused"
+	show "$ERR"
+fi
+
+# Megatron's MoE + MTP model (moe.tar.xz: 4 experts top-2 with sigmoid
+# scores and the expert bias, a gated shared expert, one MTP depth; local
+# spec, SequentialMLP) at EP1 and EP2, legacy and torch_dist: megac imports
+# each with Megatron's logits and MTP depth logits (megac_logits' training
+# forward pass); then megac -> Megatron -> megac is exact for legacy TP2 x
+# PP2 x EP2, TEGroupedMLP's names and torch_dist
+setup "the MoE fixture unpacks to its manifest's files" sh -c "tar -xJf $FIX/moe.tar.xz -C $W &&
+	cp $FIX/manifest-moe.json $W/ && $PY -c '
+import hashlib, json, os, sys
+m = json.load(open(os.path.join(sys.argv[1], \"manifest-moe.json\")))[\"files_sha256_before_compression\"]
+for rel, want in m.items():
+    assert hashlib.sha256(open(os.path.join(sys.argv[1], rel), \"rb\").read()).hexdigest() == want[\"sha256\"], rel
+assert len(m) >= 14, len(m)' $W"
+for src in moe_tp1_torch moe_tp1_torch_dist moe_ep2_torch moe_ep2_torch_dist; do
+	d="$W/${src}_megac"
+	if $BIN/ckpt_convert --load "$W/$src" --save "$d" --from megatron --tokenizer-type NullTokenizer \
+		--vocab-size 128 >"$OUT_LOG" 2>"$ERR" &&
+		$LOGITS "$d" "$W/moe_tokens.npy" "$d.npy" "$d.mtp.npy" 2>"$ERR" &&
+		$CMP logits "$d.npy" "$W/moe_logits.npy" >"$W/cmp.log" 2>&1 &&
+		$CMP logits "$d.mtp.npy" "$W/moe_mtp_logits.npy" >"$W/cmp2.log" 2>&1; then
+		ok "$src: imported, megac's logits are Megatron's ($(cat "$W/cmp.log")), the MTP depth's too ($(cat "$W/cmp2.log"))"
+	else
+		notok "$src: imported with Megatron's logits and MTP logits"
+		show "$ERR"
+		show "$W/cmp.log"
+		show "$W/cmp2.log"
+	fi
+done
+same_ckpt() { # NAME A B [FILES]: every tensor of A's model.h5 and optim.h5 (or FILES) is B's, bit for bit
+	if $PY -c '
+import glob, os, sys, h5py, numpy as np
+a, b = (sorted(glob.glob(d + "/iter_*"))[-1] for d in sys.argv[1:3])
+n = 0
+for f in sys.argv[3].split():
+    if not os.path.exists(a + "/" + f):
+        continue
+    A, B = h5py.File(a + "/" + f), h5py.File(b + "/" + f)
+    names = []
+    A.visititems(lambda k, o: names.append(k) if isinstance(o, h5py.Dataset) else None)
+    for k in names:
+        assert k in B and np.array_equal(A[k][()], B[k][()]), (f, k)
+    n += len(names)
+print(n)' "$2" "$3" "${4:-model.h5 optim.h5}" >"$W/cmp.log" 2>&1; then
+		ok "$1 ($(cat "$W/cmp.log") tensors, bit for bit)"
+	else
+		notok "$1"
+		show "$W/cmp.log"
+	fi
+}
+M1="$W/moe_tp1_torch_megac"
+for lay in "torch 2 2 2" "torch 1 1 2 --moe-grouped-gemm" "torch_dist 1 1 1"; do
+	# shellcheck disable=SC2086 # the layout's words
+	set -- $lay
+	g=${5:-}
+	out="$W/moe_to_$1_$2_$3_$4$g"
+	if $BIN/ckpt_convert --load "$M1" --save "$out" --to megatron --ckpt-format $1 --target-tensor-parallel-size $2 \
+		--target-pipeline-parallel-size $3 --target-expert-parallel-size $4 $g --make-vocab-size-divisible-by 64 \
+		>"$OUT_LOG" 2>"$ERR" && $BIN/ckpt_convert --load "$out" --save "$out.back" --from megatron \
+		--tokenizer-type NullTokenizer --vocab-size 128 >"$OUT_LOG" 2>"$ERR"; then
+		same_ckpt "MoE + MTP: megac -> Megatron $1 (TP $2 x PP $3 x EP $4 $g) -> megac" "$M1" "$out.back"
+	else
+		notok "MoE + MTP: megac -> Megatron $1 (TP $2 x PP $3 x EP $4 $g) -> megac"
+		show "$ERR"
+	fi
+done
+
+# a megac MoE + MTP run of 4 layers, dense and MoE alternating (torch_dist
+# keeps such layers unstacked), Adam's state for the experts: legacy with
+# virtual pipeline stages (model0, model1) and torch_dist with the chained
+# optimizers' state come back bit for bit
+V=$W/moe4
+setup "a 4-layer MoE + MTP run" sh -c "mkdir -p $V && cd $V && $BIN/train --num-layers 4 --hidden-size 32 \
+	--num-attention-heads 4 --ffn-hidden-size 64 --seq-length 16 --max-position-embeddings 16 \
+	--position-embedding-type rope --normalization RMSNorm --swiglu --disable-bias-linear \
+	--untie-embeddings-and-output-weights --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 16 \
+	--moe-layer-freq '[0,1,0,1]' --moe-router-score-function sigmoid --moe-router-enable-expert-bias \
+	--moe-shared-expert-intermediate-size 32 --mtp-num-layers 1 --mock-data --tokenizer-type NullTokenizer \
+	--vocab-size 128 --micro-batch-size 1 --global-batch-size 1 --train-iters 2 --lr 1e-3 --save ck \
+	--save-interval 2 --eval-iters 0 --split 100,0,0 >t.log 2>&1"
+for lay in "torch 2 2 2" "torch_dist 1 1 1"; do
+	# shellcheck disable=SC2086 # the layout's words
+	set -- $lay
+	out="$V/to_$1"
+	if $BIN/ckpt_convert --load "$V/ck" --save "$out" --to megatron --ckpt-format $1 --target-tensor-parallel-size $2 \
+		--target-pipeline-parallel-size $3 --target-num-virtual-stages-per-pipeline-rank $4 \
+		--make-vocab-size-divisible-by 64 >"$OUT_LOG" 2>"$ERR" && $BIN/ckpt_convert --load "$out" \
+		--save "$out.back" --from megatron --tokenizer-type NullTokenizer --vocab-size 128 >"$OUT_LOG" 2>"$ERR"; then
+		files="model.h5 optim.h5"
+		[ $1 = torch ] && files=model.h5
+		same_ckpt "dense/MoE layers + MTP: megac -> Megatron $1 (TP $2 x PP $3 x VPP $4) -> megac ($files)" \
+			"$V/ck" "$out.back" "$files"
+	else
+		notok "dense/MoE layers + MTP: megac -> Megatron $1 (TP $2 x PP $3 x VPP $4) -> megac"
+		show "$ERR"
+	fi
+done
 
 # Megatron-FSDP's own run (fsdp.tar.xz): the same model, flags and sequence
 # with --use-megatron-fsdp, iteration 2 saved in its fsdp_dtensor format
@@ -372,6 +619,25 @@ if long_only && [ -n "${MEGATRON_LM:-}" ]; then
 				done
 			done
 		done
+		# the MoE + MTP model: Megatron loads megac's export of its import
+		# strictly, with its own logits and the MTP depth's as megac's
+		for f in torch_dist torch; do
+			out="$W/moe_to_meg_$f"
+			if $BIN/ckpt_convert --load "$M1" --save "$out" --to megatron --ckpt-format $f \
+				--make-vocab-size-divisible-by 64 >"$OUT_LOG" 2>"$ERR" &&
+				OMP_NUM_THREADS=1 $PY $FIX/make_fixtures.py load --megatron "$MTREE" --model moe --tp 1 \
+					--src "$out" --logits "$out.npy" --mtp-logits "$out.mtp.npy" >"$W/meg.log" 2>&1 &&
+				$CMP logits "$out.npy" "$W/moe_logits.npy" >"$W/cmp.log" 2>&1 &&
+				$CMP logits "$out.mtp.npy" "$W/moe_mtp_logits.npy" >"$W/cmp2.log" 2>&1; then
+				ok "moe: Megatron loads megac's MoE + MTP $f export strictly, with its own logits ($(cat "$W/cmp.log")) and MTP logits ($(cat "$W/cmp2.log"))"
+			else
+				notok "moe: Megatron loads megac's MoE + MTP $f export"
+				show "$ERR"
+				show "$W/meg.log" 15
+				show "$W/cmp.log"
+				show "$W/cmp2.log"
+			fi
+		done
 	else
 		notok "no Megatron-LM environment from MEGATRON_LM=$MEGATRON_LM"
 		show "$ERR"
@@ -437,25 +703,19 @@ if long_only && [ -n "${MEGATRON_LM:-}" ]; then
 		fi
 	fi
 	if [ -n "${MTREE:-}" ]; then
-		# Megatron's distributed optimizer saves its state in its buffer layout
-		# (optimizer.distributed.*, dp_reshardable), not read yet: train
-		# refuses it by name, and with --no-load-optim continues from the
-		# weights (iteration 3's loss, which the moments do not change yet)
+		# Megatron's distributed optimizer, run now by this Megatron (the
+		# fixture's run again, TP1 and TP2): train --load continues it with
+		# Megatron's losses from its dp_reshardable buckets
 		mkdir -p "$W/do"
 		if OMP_NUM_THREADS=1 $PY $FIX/make_fixtures.py train --megatron "$MTREE" --out "$W/do" --model llama \
-			--dist-opt >"$W/meg.log" 2>&1; then
-			expect_fail "the distributed optimizer's layout is refused by name" "optimizer.distributed" \
-				$BIN/train $TRAIN_FLAGS --load "$W/do/llama_train_torch_dist" --train-iters 3
-			rm -f "$W/do/m.jsonl"
-			if $BIN/train $TRAIN_FLAGS --load "$W/do/llama_train_torch_dist" --train-iters 3 --no-load-optim \
-				--metrics-file "$W/do/m.jsonl" >"$OUT_LOG" 2>"$ERR" &&
-				$CMP losses "$W/do/llama_train_losses.json" "$W/do/m.jsonl" 3 1e-5 >"$W/cmp.log" 2>&1; then
-				ok "and with --no-load-optim its weights continue ($(cat "$W/cmp.log"))"
-			else
-				notok "with --no-load-optim the distributed optimizer's run continues from its weights"
-				show "$ERR"
-				show "$W/cmp.log"
-			fi
+			--dist-opt >"$W/meg.log" 2>&1 && OMP_NUM_THREADS=1 $PY -m torch.distributed.run --nproc-per-node 2 \
+			--master-port 29543 $FIX/make_fixtures.py train --megatron "$MTREE" --out "$W/do" --model llama \
+			--dist-opt --tp 2 >>"$W/meg.log" 2>&1; then
+			for v in distopt distopt_tp2; do
+				LOSSES="$W/do/llama_train_${v}_losses.json" continues \
+					"this Megatron's $v run: train --load continues it with its losses" \
+					"$W/do/llama_train_${v}_torch_dist" "$W/do/m_$v.jsonl" --save "$W/do/s_$v" --save-interval 100
+			done
 		else
 			notok "Megatron trains with its distributed optimizer on the CPU"
 			show "$W/meg.log" 10

@@ -10,9 +10,12 @@
 #   1. as is: train never says "unknown flag" and never crashes; it trains,
 #      or exits 128 in one message naming exactly the Megatron features it
 #      does not have yet (the list below; shorten it as they land);
-#      Llama-3's line also runs on 2 ranks, saving Megatron's torch_dist;
+#      Llama-3's and Mixtral's lines also run on 2 ranks, saving Megatron's torch_dist;
 #   2. without those flags: it trains, and its start-up line names the
 #      flags accepted without effect.
+# All but the Mamba one also run on 2 ranks:
+# GPT-3 as 2 pipeline stages, Llama-3 and Mixtral saving Megatron's
+# torch_dist (Mixtral with EP2), DeepSeek-V3 under Megatron-FSDP (ZeRO-3).
 . tests/prog_lib.sh
 W=$(new_tmp megatron_scripts)
 ERR=$W/err
@@ -126,20 +129,38 @@ MOCK="--mock-data --split 99,1,0"
 # argument check refuses; so does megac, and the second run drops the first.
 NOEFFECT="--attention-backend"
 EXPECT="cannot specify both --step-batch-size-schedule and --global-batch-size" DROP="--global-batch-size"
-run_script gpt3 "--step-batch-size-schedule --global-batch-size" \
+REPO=$PWD
+gpt3() { # CMD...: CMD followed by the example's flags (G3_GBS: its --global-batch-size, unless set
+	# empty), then $G3_EXTRA
+	# shellcheck disable=SC2086 # G3_GBS and G3_EXTRA are words
+	"$@" \
 	--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --max-position-embeddings 32 \
 	--attention-backend auto \
-	--micro-batch-size 1 --global-batch-size 4 \
+	--micro-batch-size 1 ${G3_GBS---global-batch-size 4} \
 	--step-batch-size-schedule "0:2 64:4" \
 	--train-iters 4 --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95 --init-method-std 0.006 \
 	--clip-grad 1.0 --fp16 --lr 6.0e-5 --lr-decay-style cosine --min-lr 6.0e-6 --lr-warmup-fraction .001 \
 	--lr-decay-iters 4 \
 	--tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 \
-	$MOCK --tokenizer-type GPT2BPETokenizer --vocab-file "$PWD/$GPT2_VOCAB" --merge-file "$PWD/$GPT2_MERGES" \
+	$MOCK --tokenizer-type GPT2BPETokenizer --vocab-file "$REPO/$GPT2_VOCAB" --merge-file "$REPO/$GPT2_MERGES" \
 	--log-interval 1 --save-interval 10000 --eval-interval 1000 --save ck --load ck --eval-iters 1 \
-	--tensorboard-dir tb
-
+	--tensorboard-dir tb ${G3_EXTRA:-}
+}
+gpt3 run_script gpt3 "--step-batch-size-schedule --global-batch-size"
 EXPECT="" DROP=""
+# on 2 ranks as 2 pipeline stages (the example's TP8 x PP16 shrunk), 2 iterations, without the
+# --global-batch-size that Megatron refuses beside the schedule
+rm -rf "$W/g3mp"
+mkdir -p "$W/g3mp"
+export OMPI_MCA_mpi_yield_when_idle=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+if (cd "$W/g3mp" && G3_GBS="" G3_EXTRA="--pipeline-model-parallel-size 2 --train-iters 2" gpt3 \
+	mpirun --allow-run-as-root --oversubscribe -np 2 "$BIN/train") >"$OUT_LOG" 2>"$ERR" &&
+	grep -q "iteration *2/ *2" "$OUT_LOG" "$ERR"; then
+	ok "gpt3: 2 iterations on 2 ranks (PP2)"
+else
+	notok "gpt3: 2 iterations on 2 ranks (PP2)"
+	show "$ERR" 12
+fi
 
 # ---- Llama-3 8B FP8 (examples/llama), its mock-data branch: 32 layers of 4096 -> 2 of 64.
 NOEFFECT="--use-mcore-models --attention-backend --cross-entropy-loss-fusion --manual-gc --empty-unused-memory-level"
@@ -188,7 +209,9 @@ fi
 # ---- Mixtral 8x7B (examples/mixtral): 32 layers of 4096, 8 experts -> 2 of 64, 4 experts;
 # PP4 x EP8 -> 1 rank; its Llama-2 SentencePiece tokenizer (no .model here) -> mock data with NullTokenizer.
 NOEFFECT="--use-mcore-models --no-masked-softmax-fusion --moe-grouped-gemm"
-run_script mixtral "" \
+mixtral() { # CMD...: CMD followed by the example's flags, then $MX_EXTRA (later flags win, as in argparse)
+	# shellcheck disable=SC2086 # MX_EXTRA is words
+	"$@" \
 	--use-mcore-models --disable-bias-linear --seq-length 32 --max-position-embeddings 256 --num-layers 2 \
 	--hidden-size 64 --ffn-hidden-size 224 --num-attention-heads 4 --init-method-std 0.01 \
 	--attention-dropout 0.0 --hidden-dropout 0.0 --normalization RMSNorm --position-embedding-type rope \
@@ -204,8 +227,36 @@ run_script mixtral "" \
 	--log-interval 1 --save-interval 10000 --eval-interval 1000 --eval-iters 1 --save ck --load ck \
 	--tensorboard-dir ck/tensorboard --no-load-optim --no-load-rng \
 	--wandb-project Mixtral --wandb-exp-name Mixtral_8x7B \
-	--tokenizer-type NullTokenizer --vocab-size 1000
+	--tokenizer-type NullTokenizer --vocab-size 1000 ${MX_EXTRA:-}
+}
 # (the last --tokenizer-type wins, as in argparse: the second run keeps a tokenizer megac has)
+mixtral run_script mixtral ""
+# the same line on 2 ranks, its experts split over them (EP2), saving Megatron's
+# default format, torch_dist, at iteration 2: ckpt_convert reads it back with
+# every expert and Adam's state at step 2
+rm -rf "$W/mxmp"
+mkdir -p "$W/mxmp"
+if (cd "$W/mxmp" && MX_EXTRA="--expert-model-parallel-size 2 --ckpt-format torch_dist --train-iters 2 \
+	--save-interval 2" mixtral mpirun --allow-run-as-root --oversubscribe -np 2 "$BIN/train") >"$OUT_LOG" 2>"$ERR" &&
+	grep -q "iteration *2/" "$OUT_LOG" "$ERR" && [ -f "$W/mxmp/ck/iter_0000002/.metadata" ] &&
+	[ ! -e "$W/mxmp/ck/.megac-hdf5" ] &&
+	"$BIN/ckpt_convert" --load "$W/mxmp/ck" --save "$W/mxmp/back" --from megatron --tokenizer-type NullTokenizer \
+		--vocab-size 1000 >"$W/mxmp/conv.log" 2>&1 && grep -q "Adam's state at step 2" "$W/mxmp/conv.log" &&
+	/usr/bin/python3 -c '
+import sys, h5py
+f = h5py.File(sys.argv[1] + "/iter_0000002/model.h5")
+o = h5py.File(sys.argv[1] + "/iter_0000002/optim.h5")
+for l in range(2):
+    for e in range(4):
+        k = "decoder.layers.%d.mlp.experts.local_experts.%d.linear_fc1.weight" % (l, e)
+        assert k in f and "exp_avg/" + k in o, k' "$W/mxmp/back" 2>"$W/mxmp/py.log"; then
+	ok "mixtral: 2 iterations on 2 ranks (EP2), a torch_dist checkpoint read back with the 4 experts of each layer and Adam's state"
+else
+	notok "mixtral: 2 iterations on 2 ranks (EP2) saving torch_dist"
+	show "$ERR" 12
+	show "$W/mxmp/conv.log"
+	show "$W/mxmp/py.log"
+fi
 
 # ---- A hybrid Mamba model (examples/mamba/train.sh): its pattern shortened to 7 layers, hidden
 # 64, TP8 with SP -> 1 rank (SP is then off, as in Megatron); its SentencePiece tokenizer -> mock
@@ -230,12 +281,13 @@ run_script mamba "--bf16" \
 
 # ---- DeepSeek-V3 with Megatron-FSDP (examples/megatron_fsdp): 61 layers of 7168, 256
 # experts -> 2 of 64, 8 experts; EP8 -> 1 rank; its Hugging Face tokenizer -> mock data.
-# MTP with Megatron-FSDP is not in megac yet: the second run is left out, the
-# first must name every missing piece (its MLA with YaRN, routing, expert bias,
-# flex dispatcher and MTP are in, and its --ckpt-format fsdp_dtensor, though not
-# yet with MoE and MTP layers, which train refuses at start-up).
-NOEFFECT="" SECOND=0
-run_script deepseek_v3 "--megatron-fsdp-grad-comm-dtype=bf16 --megatron-fsdp-main-grads-dtype=bf16" \
+# Its MLA with YaRN, routing, expert bias, flex dispatcher, MTP with Megatron-FSDP
+# and the bf16 gradient reduction are in, and its checkpoint format fsdp_dtensor
+# for dense models (--auto-detect-ckpt-format has no effect: --load always
+# detects); the first run must name the rest: that format with MoE and MTP layers.
+# (its --logging-level 40 keeps train's start-up lines, the flags without effect among them, quiet)
+NOEFFECT=""
+run_script deepseek_v3 "--ckpt-format=fsdp_dtensor" \
 	--distributed-timeout-minutes 60 --tensor-model-parallel-size 1 --expert-model-parallel-size 1 \
 	--expert-tensor-parallel-size 1 --context-parallel-size 1 --use-distributed-optimizer --overlap-grad-reduce \
 	--overlap-param-gather --use-mcore-models --sequence-parallel --use-flash-attn --disable-bias-linear \

@@ -7,8 +7,9 @@
 # embeddings) with two, match the independent PyTorch reference
 # (tests/prog/py/torch_ref.py) over 6 iterations: lm loss, grad norm and
 # the logged mtp_K losses (rtol 1e-5). TP2 with SP, PP2 (the depth and a
-# copy of the untied word embeddings on the last stage), DP2 and EP2, and
-# TP2 with SP with dropout, give the one-rank numbers, and so do context
+# copy of the untied word embeddings on the last stage), DP2 and EP2,
+# Megatron-FSDP's ZeRO-3 over DP2 (also for the GPT shape's tied embeddings
+# under check-long), and TP2 with SP with dropout, give the one-rank numbers, and so do context
 # parallelism (CP2, and TP2 x CP2 with SP: ids, labels, positions and mask
 # rolled on the whole sequence, the depth's layer through the ring) for the
 # Llama and DeepSeek-V3 shapes; a resumed run gives
@@ -63,11 +64,15 @@ fi
 # untied word embeddings), DP2, EP2 (the depth's experts too)
 RUNS="llama:--tensor-model-parallel-size_2_--sequence-parallel llama:--pipeline-model-parallel-size_2"
 RUNS="$RUNS dsv3:--tensor-model-parallel-size_2_--sequence-parallel"
+# Megatron-FSDP (ZeRO-3: weights, gradients and Adam sharded over DP2; the
+# depth a unit of its own, gathered and reduce-scattered like a layer)
+RUNS="$RUNS dsv3:--use-megatron-fsdp" # (its default strategy: optim_grads_params)
 # (DP2, and EP2 that train_deepseek.sh also runs, under make check-long)
 if long_only; then
 	RUNS="$RUNS llama:--data-parallel-size_2 dsv3:--expert-model-parallel-size_2"
 	RUNS="$RUNS dsv3:--pipeline-model-parallel-size_2 llama:--tensor-model-parallel-size_2"
 	RUNS="$RUNS gpt:--tensor-model-parallel-size_2_--sequence-parallel"
+	RUNS="$RUNS gpt:--use-megatron-fsdp"
 fi
 for run in $RUNS; do
 	model=${run%%:*}
@@ -271,10 +276,6 @@ for run in $EMU_RUNS; do
 done
 
 # not there yet: refused by name
-# shellcheck disable=SC2086
-expect_fail "--mtp-num-layers with Megatron-FSDP is refused by name" "with Megatron-FSDP" \
-	$MPI -np 2 $BIN/train $LLAMA $COMMON --train-iters 1 --use-megatron-fsdp --use-distributed-optimizer \
-	--data-parallel-sharding-strategy optim_grads
 # shellcheck disable=SC2086
 expect_fail "--mtp-use-repeated-layer is refused by name" "--mtp-use-repeated-layer" \
 	$BIN/train $LLAMA $COMMON --train-iters 1 --mtp-use-repeated-layer

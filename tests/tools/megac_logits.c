@@ -3,13 +3,16 @@
  * for token ids, from a checkpoint, as the reference side of ckpt_convert's
  * Hugging Face tests (tests/prog/ckpt_convert.sh).
  *
- *   megac_logits CKPT_DIR IDS.npy OUT.npy
+ *   megac_logits CKPT_DIR IDS.npy OUT.npy [MTP.npy]
  *
  * IDS.npy: int32 or int64 [B, T] with T <= the model's seq_length. The
  * model runs on one rank in fp32, without dropout; positions past T are
  * filled with token 0 (causal attention keeps them from the first T).
  * OUT.npy: float32 [B, T, vocab] (the padding rows of the vocabulary left
- * out).
+ * out). MTP.npy (a model with multi-token prediction): each depth's logits
+ * float32 [D, B, T, vocab], from a training forward pass (the depths run
+ * only in training; dropout stays off), as Megatron's process_mtp_loss
+ * computes them: depth k at position t predicts token t + k + 2.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,8 +29,8 @@
 int main(int argc, char **argv)
 {
 	log_init("megac_logits", 0, 1);
-	if (argc != 4)
-		die("usage: megac_logits CKPT_DIR IDS.npy OUT.npy");
+	if (argc != 4 && argc != 5)
+		die("usage: megac_logits CKPT_DIR IDS.npy OUT.npy [MTP.npy]");
 	int64_t iter;
 	struct ckpt_reader *r = ckpt_open_latest(argv[1], &iter);
 	int mf = r ? ckpt_file_open(r, "model.h5") : -1;
@@ -56,7 +59,13 @@ int main(int argc, char **argv)
 			tok[(size_t)b * S + t] = ids.dtype == NPY_I4 ? ((const int32_t *)ids.data)[(size_t)b * T + t]
 								  : (int32_t)((const int64_t *)ids.data)[(size_t)b * T + t];
 	float *losses = xmalloc((size_t)B * S * sizeof(float));
-	gpt_forward(&m, tok, lab, NULL, NULL, 0, false, losses);
+	bool mtp = argc == 5;
+	if (mtp && !c.mtp)
+		die("'%s' has no multi-token prediction depths", argv[1]);
+	for (int b = 0; mtp && b < B; b++) /* (the labels only weigh the losses) */
+		for (int t = 0; t < T; t++)
+			lab[(size_t)b * S + t] = t + 1 < T ? tok[(size_t)b * S + t + 1] : 0;
+	gpt_forward(&m, tok, lab, NULL, NULL, 0, mtp, losses);
 	float *all = xmalloc((size_t)B * S * c.Vp * sizeof(float));
 	k->to_host(all, m.chunks[0].slots[0].logits, (size_t)B * S * c.Vp * sizeof(float));
 	float *out = xmalloc((size_t)B * T * c.V * sizeof(float));
@@ -65,6 +74,19 @@ int main(int argc, char **argv)
 			memcpy(out + ((size_t)b * T + t) * c.V, all + ((size_t)b * S + t) * c.Vp, (size_t)c.V * sizeof(float));
 	uint64_t shape[3] = { (uint64_t)B, (uint64_t)T, (uint64_t)c.V };
 	int rc = npy_save(argv[3], NPY_F4, 3, shape, out);
+	if (rc == 0 && mtp) {
+		float *d = xmalloc((size_t)c.mtp * B * T * c.V * sizeof(float));
+		for (int depth = 0; depth < c.mtp; depth++) {
+			k->to_host(all, m.chunks[0].slots[0].mtp[depth].logits, (size_t)B * S * c.Vp * sizeof(float));
+			for (int b = 0; b < B; b++)
+				for (int t = 0; t < T; t++)
+					memcpy(d + (((size_t)depth * B + b) * T + t) * c.V, all + ((size_t)b * S + t) * c.Vp,
+					       (size_t)c.V * sizeof(float));
+		}
+		uint64_t dshape[4] = { (uint64_t)c.mtp, (uint64_t)B, (uint64_t)T, (uint64_t)c.V };
+		rc = npy_save(argv[4], NPY_F4, 4, dshape, d);
+		free(d);
+	}
 	free(out), free(all), free(losses), free(tok), free(lab);
 	npy_close(&ids);
 	gpt_free(&m);

@@ -6,7 +6,7 @@ transformers 4.53.3, which have Qwen3 and Qwen3-MoE). Only local folders:
 the hub is switched off before transformers is imported, and nothing is
 downloaded.
 
-  make gpt2|llama|mixtral|qwen2|qwen3|mistral|qwen2_moe|qwen3_moe|deepseek_v3 OUTDIR [--seed S] [--layers L --hidden H
+  make gpt2|llama|mixtral|qwen2|qwen3|mistral|qwen2_moe|qwen3_moe|deepseek_v3|mamba2 OUTDIR [--seed S] [--layers L --hidden H
        --heads A --kv-heads G --ffn F --vocab V --positions P]
        [--head-dim D] [--rope-scaling FACTOR] [--yarn FACTOR]
        [--experts E --topk K] [--tie|--untie] [--dtype float32|bfloat16]
@@ -42,6 +42,14 @@ downloaded.
       with a random nonzero e_score_correction_bias, --groups groups of
       which --topk-group are kept, --routed-scale; --yarn-ds F gives it
       DeepSeek-V3's YaRN; --std 0.2 as mixtral.
+      mamba2 is a Mamba2ForCausalLM (transformers' Mamba-2: every layer an
+      RMSNorm and the Mamba-2 mixer, no positions): --heads mixer heads of
+      --head-dim channels (default 2 hidden / heads; d_inner must be a
+      whole multiple of --hidden), --groups groups of B and C (n_groups) of
+      --state states, chunk_size --chunk (default 8, so that the chunked
+      scan crosses chunks), untied unless --tie; dt_bias U(-3, 0), A_log
+      U(-1, 1) and D N(0, 1) drawn after the rest (nonzero, and steps and
+      decays of order one); --std 0.2 as mixtral.
       --rope-scaling (llama, qwen2, qwen3, qwen3_moe): rope_scaling
       {rope_type llama3, factor FACTOR,
       low_freq_factor 1, high_freq_factor 4,
@@ -53,10 +61,14 @@ downloaded.
       no padding) in eval mode and saves the logits [B, T, vocab] as float32.
       One thread, so the logits do not depend on the number of cores (they
       may on the processor, through the BLAS kernel it picks).
-  generate HFDIR PROMPTS.json MAX_NEW OUT.json [--routing R.json]
+  generate HFDIR PROMPTS.json MAX_NEW OUT.json [--routing R.json] [--cache-check]
       Greedy continuation of each prompt ([[id, ...], ...]) by full forward
       passes, and the log-probs of each whole sequence from its second
       token: OUT.json is [{"tokens": [new ids], "logprobs": [...]}, ...].
+      --cache-check also runs transformers' generate() (greedy, with its
+      cache, no end-of-sequence token) and fails unless it gives the same
+      tokens (a stateful model's cache path is other code: Mamba-2's
+      single-step scan).
       --routing (MixtralForCausalLM, Qwen2MoeForCausalLM and Qwen3MoeForCausalLM only) writes how the final sequences
       were routed: per layer, how many tokens each expert took and the
       smallest gap between the k-th and (k+1)-th routing probability
@@ -149,7 +161,7 @@ def build_config(a):
                     ("--positions", a.positions)):
         if v <= 0:
             fail(f"{name} must be positive, got {v}")
-    if H % A:
+    if H % A and a.kind != "mamba2":
         fail(f"--hidden {H} is not a multiple of --heads {A}")
     if a.kind == "gpt2":
         if G != A:
@@ -218,6 +230,8 @@ def build_config(a):
             bos_token_id=1 % a.vocab, eos_token_id=2 % a.vocab)
     if a.kind == "deepseek_v3":
         return deepseek_v3_config(a, L, H, A, ffn, tie)
+    if a.kind == "mamba2":
+        return mamba2_config(a, L, H, A, tie)
     if a.kind == "mistral":  # sliding_window W: a query sees itself and the W - 1 keys before it
         return MistralConfig(
             num_hidden_layers=L, hidden_size=H, num_attention_heads=A,
@@ -292,6 +306,26 @@ def deepseek_v3_config(a, L, H, A, ffn, tie):
         rope_scaling=scaling, rope_interleave=not a.no_rope_interleave, attention_bias=False,
         attention_dropout=0.0, initializer_range=a.std, tie_word_embeddings=tie,
         bos_token_id=1 % a.vocab, eos_token_id=2 % a.vocab)
+
+
+def mamba2_config(a, L, H, A, tie):
+    """Mamba2ForCausalLM: --heads heads of --head-dim (default 2 H / A),
+    d_inner = heads x head_dim = expand x H, --groups groups of --state
+    states, conv_kernel 4, chunk_size --chunk; the rest Mamba2Config's
+    defaults (a conv bias, no linear biases, silu, RMSNorm with eps 1e-5,
+    time_step_limit (0, inf))."""
+    P = a.head_dim or 2 * H // A
+    if (A * P) % H:
+        fail(f"mamba2: --heads {A} x --head-dim {P} is not a whole multiple of --hidden {H} (expand)")
+    if A % a.groups:
+        fail(f"mamba2: --heads {A} is not a multiple of --groups {a.groups}")
+    return transformers.Mamba2Config(
+        num_hidden_layers=L, hidden_size=H, num_heads=A, head_dim=P, expand=A * P // H,
+        n_groups=a.groups, state_size=a.state, conv_kernel=4, chunk_size=a.chunk,
+        vocab_size=a.vocab, layer_norm_epsilon=1e-5, hidden_act="silu", use_bias=False,
+        use_conv_bias=True, rms_norm=True, residual_in_fp32=True, initializer_range=a.std,
+        tie_word_embeddings=tie, bos_token_id=1 % a.vocab, eos_token_id=2 % a.vocab,
+        pad_token_id=0)
 
 
 # ---- QWEN3: Qwen3ForCausalLM from transformers' Llama modules. Qwen3's
@@ -374,7 +408,7 @@ def cmd_make(a):
             if f in HF_FILES or (f.startswith("model-") and f.endswith(".safetensors")):
                 os.remove(os.path.join(out, f))
     if a.std is None:
-        a.std = 0.2 if a.kind in ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3") else 0.02
+        a.std = 0.2 if a.kind in ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "mamba2") else 0.02
     cfg = build_config(a)
     standin = a.kind == "qwen3" and not HAS_QWEN3
     torch.manual_seed(a.seed)
@@ -382,10 +416,20 @@ def cmd_make(a):
              "qwen3": qwen3_model if standin else getattr(transformers, "Qwen3ForCausalLM", None),
              "qwen3_moe": getattr(transformers, "Qwen3MoeForCausalLM", None),
              "mixtral": MixtralForCausalLM, "qwen2_moe": Qwen2MoeForCausalLM,
-             "mistral": MistralForCausalLM,
+             "mistral": MistralForCausalLM, "mamba2": transformers.Mamba2ForCausalLM,
              "deepseek_v3": getattr(transformers, "DeepseekV3ForCausalLM", None)}[a.kind](cfg)
     gen = torch.Generator().manual_seed(a.seed)
     randomise(model, a.std, gen)
+    # Mamba-2's per-head parameters: steps softplus(dt + dt_bias) and decays
+    # exp(-exp(A_log) step) of order one, and a skip D of either sign
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("mixer.dt_bias"):
+                p.copy_(torch.rand(p.shape, generator=gen) * 3 - 3)
+            elif name.endswith("mixer.A_log"):
+                p.copy_(torch.rand(p.shape, generator=gen) * 2 - 1)
+            elif name.endswith("mixer.D"):
+                p.copy_(torch.randn(p.shape, generator=gen))
     # DeepSeek-V3's expert bias (a buffer): nonzero, so that it matters, and
     # not negative: transformers masks the groups it drops with choosing
     # scores of 0, Megatron with -inf, which differ once a kept expert's
@@ -398,6 +442,11 @@ def cmd_make(a):
     model.to(DTYPES[a.dtype])
     os.makedirs(out, exist_ok=True)
     shard = a.shard_size if a.shard_size is not None else "5GB"
+    if a.kind == "mamba2" and cfg.tie_word_embeddings:
+        # 4.49's Mamba2ForCausalLM ties lm_head on load but does not declare
+        # it, so safetensors refuses the shared tensor on save: declared here,
+        # it is left out of the file (as a tied model's head is)
+        model._tied_weights_keys = ["lm_head.weight"]
     model.save_pretrained(out, safe_serialization=True, max_shard_size=shard)
     if standin:  # Qwen3's config.json, not the Llama stand-in's
         with open(os.path.join(out, "config.json"), "w") as f:
@@ -486,10 +535,10 @@ def cmd_logits(a):
     if ids.dtype.kind not in "iu":
         fail(f"{a.ids}: token ids must be integers, got {ids.dtype}")
     model = load(a.hfdir, DTYPES[a.dtype])
-    V, P = model.config.vocab_size, model.config.max_position_embeddings
+    V, P = model.config.vocab_size, getattr(model.config, "max_position_embeddings", None)
     if ids.min() < 0 or ids.max() >= V:
         fail(f"{a.ids}: token ids must lie in [0, {V}), got [{ids.min()}, {ids.max()}]")
-    if ids.shape[1] > P:
+    if P is not None and ids.shape[1] > P:  # Mamba-2 has no positions
         fail(f"{a.ids}: {ids.shape[1]} tokens exceed max_position_embeddings {P}")
     with torch.no_grad():
         logits = model(input_ids=torch.from_numpy(ids.astype(np.int64)),
@@ -521,10 +570,34 @@ def cmd_generate(a):
             out.append({"tokens": ids[len(p):], "logprobs": logprobs})
             if a.routing:
                 seqs.append(ids)
+    if a.cache_check:
+        cache_check(model, prompts, out, a.max_new)
     json.dump(out, open(a.out, "w"))
     if a.routing:
         json.dump(routing(model, seqs), open(a.routing, "w"))
     print(f"{type(model).__name__} greedy: {len(out)} prompts, {a.max_new} tokens each -> {a.out}")
+
+
+def cache_check(model, prompts, out, max_new):
+    """generate() with its cache, greedy, without an end-of-sequence token
+    (the full recomputation goes on past it), gives the tokens of the full
+    recomputation (out)."""
+    import importlib
+    import transformers.generation.utils as gu
+    try:  # Debian's torch 1.13 under Python 3.11 cannot import its FSDP, which generate() asks about
+        importlib.import_module("torch.distributed.fsdp")
+    except Exception:
+        gu.is_fsdp_managed_module = lambda module: False
+    with torch.no_grad():
+        for p, o in zip(prompts, out):
+            gc = transformers.GenerationConfig(max_new_tokens=max_new, do_sample=False, use_cache=True,
+                                               eos_token_id=None, bos_token_id=None, pad_token_id=0)
+            ids = model.generate(torch.tensor([list(p)]), generation_config=gc)
+            got = ids[0, len(p):].tolist()
+            if got != o["tokens"]:
+                fail(f"generate() with the cache gives {got} for the prompt {list(p)}, the full forward "
+                     f"passes {o['tokens']}")
+    print(f"{type(model).__name__} generate() with the cache gives the same greedy tokens")
 
 
 def deepseek_routing(model, seqs):
@@ -666,21 +739,24 @@ def main(argv=None):
 
     m = sub.add_parser("make", help="save a small random GPT-2, Llama or Mixtral")
     m.add_argument("kind", choices=("gpt2", "llama", "mixtral", "qwen2", "qwen3", "mistral", "qwen2_moe",
-                                    "qwen3_moe", "deepseek_v3"))
+                                    "qwen3_moe", "deepseek_v3", "mamba2"))
     d = m.add_argument_group("deepseek_v3 (DeepseekV3ForCausalLM; --experts, --topk, --moe-ffn as above)")
     d.add_argument("--q-lora", type=int, default=24)
     d.add_argument("--kv-lora", type=int, default=16)
     d.add_argument("--qk-nope", type=int, default=12)
     d.add_argument("--qk-rope", type=int, default=8)
     d.add_argument("--v-head", type=int, default=16)
-    d.add_argument("--groups", type=int, default=1, help="n_group")
+    d.add_argument("--groups", type=int, default=1, help="n_group (mamba2: n_groups)")
     d.add_argument("--topk-group", type=int, default=1)
     d.add_argument("--dense", type=int, default=1, help="first_k_dense_replace")
     d.add_argument("--routed-scale", type=float, default=1.0, help="routed_scaling_factor")
     d.add_argument("--yarn-ds", type=float, default=None, help="DeepSeek-V3's YaRN with this factor")
     d.add_argument("--no-rope-interleave", action="store_true", help="rope_interleave false")
     m.add_argument("--head-dim", type=int, default=None,
-                   help="qwen3, qwen3_moe and mistral only (default hidden/heads)")
+                   help="qwen3, qwen3_moe, mistral and mamba2 only (default hidden/heads; mamba2 2 hidden/heads)")
+    mb = m.add_argument_group("mamba2 (Mamba2ForCausalLM; --heads, --head-dim, --groups as above)")
+    mb.add_argument("--state", type=int, default=16, help="state_size")
+    mb.add_argument("--chunk", type=int, default=8, help="chunk_size")
     m.add_argument("--sliding-window", type=int, default=None,
                    help="mistral only: sliding_window (default null: none)")
     m.add_argument("--rope-scaling", type=float, default=None,
@@ -736,6 +812,8 @@ def main(argv=None):
     g.add_argument("--routing", default=None,
                    help="MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM: write the routing of "
                    "the final sequences here (JSON)")
+    g.add_argument("--cache-check", action="store_true",
+                   help="also generate() with the cache, and fail unless its tokens are the same")
 
     c = sub.add_parser("check", help="load a folder and summarise it")
     c.add_argument("hfdir")

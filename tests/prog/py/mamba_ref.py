@@ -17,6 +17,16 @@ Modes
   mamba_ref.py --self-test
       The chunked scan against the step-by-step recurrence (float64), chunk lengths 1, 5 and
       the whole sequence.
+  mamba_ref.py generate MODEL-FLAGS... --ref-model M.h5 --prompts P.json --max-new N
+               --vocab V --gen-out OUT.json [--and MODEL-FLAGS... ...]
+      Greedy continuation by full recomputation: every new token from a forward pass over the
+      whole sequence so far (no cache, no state carried between passes), in float64 (or
+      --ref-dtype). P.json: [[id, ...], ...]; V: the unpadded vocabulary (the tokens and
+      log-probs are over the first V logits, as a server's). OUT.json: [{"tokens": the N
+      generated, "logprobs": log p of each prompt token from the second, then of each
+      generated one}, ...], the form of tests/tools/megac_generate. The prompts run as one
+      batch, padded at the end (every layer is causal, so a sequence's positions do not see
+      the padding). --and: another model and its prompts, in the same process.
 
 The model (Megatron's HybridStack with the TE spec, one rank):
   - pattern characters: M a MambaLayer, * a TransformerLayer with self-attention only, - one
@@ -199,7 +209,7 @@ def mixer(hn, P, m, c):
     return F.linear(y, P[m + "out_proj.weight"])
 
 
-def hybrid_forward(P, c, batch, moe_log=None, logits_only=False, **_):
+def hybrid_forward(P, c, batch, moe_log=None, logits_only=False, rows=None, **_):
     tokens = batch["tokens"]
     x = F.embedding(tokens, P["embedding.word_embeddings.weight"])
     if c.pos == "learned_absolute":
@@ -223,6 +233,8 @@ def hybrid_forward(P, c, batch, moe_log=None, logits_only=False, **_):
             m = pre + "mlp."
             hn = R.norm(x, P[m + "linear_fc1.layer_norm_weight"], P.get(m + "linear_fc1.layer_norm_bias"), c)
             x = x + R.mlp(hn, P, m, c)
+    if rows is not None:  # the logits of one position of each sample, rows[i] of sample i: [b, V]
+        x = x[torch.arange(x.shape[0]), rows]
     x = R.norm(x, P["decoder.final_norm.weight"], P.get("decoder.final_norm.bias"), c)
     w_out = P["output_layer.weight"] if c.untie else P["embedding.word_embeddings.weight"]
     logits = F.linear(x, w_out)
@@ -260,9 +272,71 @@ def self_test():
     sys.exit(1 if bad else 0)
 
 
+def take_flag(argv, name):
+    i = argv.index(name) if name in argv else R.die("give " + name)
+    val = argv[i + 1]
+    del argv[i:i + 2]
+    return val
+
+
+def generate(argv):
+    import json
+    prompts = json.load(open(take_flag(argv, "--prompts")))
+    max_new, V = int(take_flag(argv, "--max-new")), int(take_flag(argv, "--vocab"))
+    out_path = take_flag(argv, "--gen-out")
+    args = R.parse_args(argv)
+    import h5py
+    with h5py.File(args.ref_model, "r") as f:
+        Vp = f["embedding.word_embeddings.weight"].shape[0]
+    c = R.model_config(args, Vp)
+    dtype = torch.float64 if args.ref_dtype == "float64" else torch.float32
+    P, _ = R.load_model(args.ref_model, c, dtype)
+    seqs = [list(p) for p in prompts]
+    lps = [[] for _ in prompts]
+    with torch.no_grad():
+        for step in range(max_new + 1):
+            lens = [len(q) for q in seqs]
+            T = max(lens)
+            tokens = torch.tensor([q + [0] * (T - len(q)) for q in seqs])
+            batch = {"tokens": tokens, "position_ids": torch.arange(T).expand(len(seqs), T),
+                     "attention_mask": torch.triu(torch.ones(T, T, dtype=torch.bool), 1).expand(len(seqs), T, T)}
+            if step == 0:  # the prompts' own log-probs, from their second token
+                lp = torch.log_softmax(hybrid_forward(P, c, batch, logits_only=True)[:, :, :V], dim=-1)
+                for i, q in enumerate(seqs):
+                    lps[i] += [float(lp[i, t, q[t + 1]]) for t in range(len(q) - 1)]
+                last = lp[torch.arange(len(seqs)), torch.tensor(lens) - 1]
+            else:
+                rows = torch.tensor(lens) - 1
+                last = torch.log_softmax(hybrid_forward(P, c, batch, logits_only=True, rows=rows)[:, :V], dim=-1)
+            if step == max_new:
+                break
+            for i, q in enumerate(seqs):
+                tok = int(torch.argmax(last[i]))  # the first maximum, as the server's greedy choice
+                lps[i].append(float(last[i, tok]))
+                q.append(tok)
+    out = [{"tokens": q[len(p):], "logprobs": lp} for p, q, lp in zip(prompts, seqs, lps)]
+    json.dump(out, open(out_path, "w"))
+
+
 def main(argv):
     if argv == ["--self-test"]:
         self_test()
+    if argv[:1] == ["generate"]:
+        jobs, job = [], []
+        for a in argv[1:] + ["--and"]:
+            if a == "--and":
+                jobs.append(job)
+                job = []
+            else:
+                job.append(a)
+        for job in jobs:
+            hyb, rest = split_flags(job)
+            HYB.clear()
+            HYB.update(hyb)
+            R.model_config = hybrid_config
+            R.param_shapes = hybrid_param_shapes
+            generate(rest)
+        return
     hyb, rest = split_flags(argv)
     HYB.clear()
     HYB.update(hyb)
