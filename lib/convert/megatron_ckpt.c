@@ -1130,6 +1130,152 @@ struct layout_in {
 	int nchunks, l0[GPT_MAX_LAYERS], nl[GPT_MAX_LAYERS];
 };
 
+/* ---- Adam's state in the legacy format (indexed by position) ---- */
+
+/* the value under integer key k of dict v, or NULL */
+static const struct pk_value *pk_get_index(const struct pk_value *v, int64_t k)
+{
+	for (size_t i = 0; v && v->kind == PK_DICT && i < v->seq.n; i++)
+		if (v->seq.v[2 * i]->kind == PK_INT && v->seq.v[2 * i]->i == k)
+			return v->seq.v[2 * i + 1];
+	return NULL;
+}
+
+/* A legacy rank file's Adam state_dict ({"state": {i: {"step", "exp_avg",
+ * "exp_avg_sq"}}, "param_groups"}): the file's optimizer itself (fp32 runs,
+ * FP32Optimizer) or its "optimizer" (16-bit runs,
+ * Float16OptimizerWithFloat16Params, whose fp32 master weights are
+ * *masters: fp32_from_fp16_params, a list per param group). NULL when the
+ * file holds no optimizer state (--no-save-optim); -1 in *bad after error(). */
+static struct pk_value *legacy_adam(const struct rank_in *ri, const struct pk_value **masters, int *bad)
+{
+	struct pk_value *top = pk_get(ri->root, "optimizer");
+	*masters = NULL;
+	*bad = 0;
+	if (!top || top->kind == PK_NONE)
+		return NULL;
+	if (top->kind == PK_LIST) { /* ChainedOptimizer: the dense parameters' and the experts' */
+		*bad = error("%s: the optimizer's state is a list of %zu optimizers' (Megatron's chained optimizer of a "
+			     "mixture-of-experts run): reading it from the legacy format is not in megac yet; --no-optim "
+			     "(train: --no-load-optim) takes the weights only",
+			     ri->path, top->seq.n);
+		return NULL;
+	}
+	struct pk_value *inner = top->kind == PK_DICT ? pk_get(top, "optimizer") : NULL;
+	struct pk_value *o = inner && inner->kind == PK_DICT ? inner : top;
+	if (inner)
+		*masters = pk_get(top, "fp32_from_fp16_params");
+	const struct pk_value *st = o->kind == PK_DICT ? pk_get(o, "state") : NULL,
+			      *pgs = o->kind == PK_DICT ? pk_get(o, "param_groups") : NULL;
+	if (!st || st->kind != PK_DICT || !pgs || pgs->kind != PK_LIST || (inner && (!*masters ||
+									       (*masters)->kind != PK_LIST))) {
+		*bad = error("%s: its optimizer is not the state_dict of Megatron's Adam (a dict of \"state\" and "
+			     "\"param_groups\"%s)",
+			     ri->path, inner ? ", with fp32_from_fp16_params beside it" : "");
+		return NULL;
+	}
+	return o;
+}
+
+/* Adam's step from the state of each parameter (torch keeps one per
+ * parameter; Megatron steps them together), as the common_step the torch_dist
+ * path reads; the state without any step: 0 (saved before the first). */
+static int legacy_common_step(struct pk_doc *d, struct pk_value *adam, const char *where)
+{
+	struct pk_value *st = pk_get(adam, "state");
+	double step = -1;
+	for (size_t i = 0; i < st->seq.n; i++) {
+		const struct pk_value *v = st->seq.v[2 * i + 1];
+		double x;
+		if (st->seq.v[2 * i]->kind != PK_INT || v->kind != PK_DICT || scalar_of(pk_get(v, "step"), &x) < 0)
+			return error("%s: the optimizer's state of parameter %zu has no step", where, i);
+		if (step >= 0 && x != step)
+			return error("%s: the optimizer's parameters are at different steps (%g, %g)", where, step, x);
+		step = x;
+	}
+	if (step > 0)
+		pk_set_str(d, st, "common_step", pk_int(d, (int64_t)step));
+	return 0;
+}
+
+/*
+ * The legacy rank file ri of TP rank t (model m) with its Adam state put
+ * under the names the torch_dist path reads: optimizer.state.exp_avg.<name>,
+ * optimizer.state.exp_avg_sq.<name> and (16-bit runs) optimizer.state.
+ * fp32_param.<name>, <name> megac's, in the model dict of the parameter's
+ * chunk. Megatron numbers a rank's parameters through its param groups, in
+ * order: its get_param_groups puts the rank's named_parameters() (all model
+ * chunks, in order) into the default group and, without weight decay
+ * (wd_mult 0), the biases and the other 1-D parameters, the default group
+ * first. A group's "params" lists its parameters' numbers; a 16-bit run's
+ * fp32_from_fp16_params holds their master weights group by group.
+ */
+static int legacy_optim_rank(struct rank_in *ri, const struct gpt_model *m, bool local, const struct layout_in *li)
+{
+	const struct pk_value *masters;
+	int bad;
+	struct pk_value *adam = legacy_adam(ri, &masters, &bad);
+	if (!adam)
+		return bad ? -1 : error("%s: it holds no optimizer state, the first rank's file does", ri->path);
+	const struct param_registry *r = &m->reg;
+	int *order = xmalloc(((size_t)r->n + 1) * sizeof(int));
+	int n = megatron_param_order(m, local, order, ri->path), rc = n < 0 ? -1 : 0;
+	const struct pk_value *st = pk_get(adam, "state"), *pgs = pk_get(adam, "param_groups");
+	if (rc == 0 && pgs->seq.n != 2)
+		rc = error("%s: the optimizer has %zu param groups; Megatron's default two (with and without weight "
+			   "decay) are read",
+			   ri->path, pgs->seq.n);
+	if (rc == 0 && masters && masters->seq.n != pgs->seq.n)
+		rc = error("%s: fp32_from_fp16_params has %zu groups, the optimizer %zu", ri->path, masters->seq.n,
+			   pgs->seq.n);
+	for (size_t g = 0; rc == 0 && g < pgs->seq.n; g++) {
+		const struct pk_value *pg = pgs->seq.v[g], *ids = pg->kind == PK_DICT ? pk_get(pg, "params") : NULL;
+		double wd_mult;
+		if (!ids || ids->kind != PK_LIST || scalar_of(pk_get(pg, "wd_mult"), &wd_mult) < 0) {
+			rc = error("%s: param group %zu has no \"params\" list or no wd_mult", ri->path, g);
+			break;
+		}
+		bool one_d = wd_mult == 0; /* the group without weight decay: biases, norms */
+		const struct pk_value *mg = masters ? masters->seq.v[g] : NULL;
+		size_t k = 0;
+		for (int j = 0; rc == 0 && j < n; j++) {
+			const struct param *p = &r->p[order[j]];
+			if ((p->ndim == 1) != one_d)
+				continue;
+			if (k >= ids->seq.n) {
+				rc = error("%s: param group %zu lists %zu parameters, fewer than the rank's model has (its "
+					   "%zu-th: '%s')",
+					   ri->path, g, ids->seq.n, k + 1, p->name);
+				break;
+			}
+			const struct pk_value *id = ids->seq.v[k], *ps = id->kind == PK_INT ? pk_get_index(st, id->i) : NULL;
+			const struct pk_value *ea = ps && ps->kind == PK_DICT ? pk_get(ps, "exp_avg") : NULL,
+					      *eq = ps && ps->kind == PK_DICT ? pk_get(ps, "exp_avg_sq") : NULL;
+			const struct pk_value *mw = mg && mg->kind == PK_LIST && k < mg->seq.n ? mg->seq.v[k] : NULL;
+			if (!ea || !eq || (masters && !mw)) {
+				rc = error("%s: no Adam state%s for parameter %lld of param group %zu ('%s')", ri->path,
+					   masters && !mw ? " or master weight" : "", id->kind == PK_INT ? (long long)id->i : -1LL,
+					   g, p->name);
+				break;
+			}
+			int v = megatron_chunk_of(p->name, li->nchunks, li->l0, li->nl, li->L);
+			const struct pk_value *vals[3] = { ea, eq, mw };
+			static const char *const keys[3] = { "exp_avg", "exp_avg_sq", "fp32_param" };
+			for (int x = 0; x < (masters ? 3 : 2); x++) {
+				char *key = xasprintf("optimizer.state.%s.%s", keys[x], p->name);
+				pk_set_str(ri->d, ri->models[v], key, (struct pk_value *)vals[x]);
+				free(key);
+			}
+			k++;
+		}
+		if (rc == 0 && k != ids->seq.n)
+			rc = error("%s: param group %zu lists %zu parameters, the rank's model has %zu of its kind", ri->path,
+				   g, ids->seq.n, k);
+	}
+	free(order);
+	return rc;
+}
+
 /* megac's tensor prefix + name (a tensor of parameter p0's place) in TP rank
  * t's file of stage s, and that file */
 static const struct pk_value *lookup(const struct layout_in *li, int s, int t, const char *name, const char *prefix,
@@ -1300,6 +1446,33 @@ int megatron_import(const struct args *a, bool tell)
 	 * run as optimizer.state.fp32_param.<name>), the step and the schedule in
 	 * the common state */
 	bool optim = false;
+	/* the legacy format's: each rank file's optimizer.state_dict(), by position */
+	if (rc == 0 && !dist && !a->no_optim) {
+		char *dopt = xasprintf("%.*s/distrib_optim.pt", (int)(strrchr(in[0].path, '/') - in[0].path), in[0].path);
+		const struct pk_value *masters;
+		int bad = 0;
+		struct pk_value *adam = NULL;
+		if (access(dopt, F_OK) == 0)
+			rc = error("'%s': the distributed optimizer's state in the legacy format is not read by megac yet; "
+				   "--no-optim (train: --no-load-optim) takes the weights only",
+				   dopt);
+		else if (!(adam = legacy_adam(&in[0], &masters, &bad)) && bad)
+			rc = -1;
+		else if (adam && (c.E > 0 || c.mtp))
+			rc = error("%s: Adam's state of a %s model in the legacy format is not read by megac yet; "
+				   "--no-optim (train: --no-load-optim) takes the weights only",
+				   in[0].path, c.E > 0 ? "mixture-of-experts" : "multi-token prediction");
+		else if (adam)
+			rc = legacy_common_step(in[0].d, adam, in[0].path);
+		optim = rc == 0 && adam;
+		free(dopt);
+	}
+	/* the layer spec whose module order numbers the parameters */
+	const struct pk_value *ans = rc == 0 ? pk_get(in[0].root, "args") : NULL;
+	const struct pk_value *impl = ans && ans->kind == PK_OBJECT && ans->obj.state && ans->obj.state->kind == PK_DICT ?
+					      pk_get(ans->obj.state, "transformer_impl") :
+					      NULL;
+	bool local_spec = impl && impl->kind == PK_STR && !strcmp(impl->s.p, "local");
 	for (size_t i = 0; rc == 0 && dist && !a->no_optim && i < in[0].model->seq.n && !optim; i++) {
 		const struct pk_value *key = in[0].model->seq.v[2 * i];
 		optim = key->kind == PK_STR && !strncmp(key->s.p, "optimizer.state.exp_avg.", 24);
@@ -1353,6 +1526,8 @@ int megatron_import(const struct args *a, bool tell)
 		if (rc == 0 && li->nchunks != in[0].nmodels)
 			rc = error("%s: %d model chunks, but the args' layout has %d per stage", in[0].path, in[0].nmodels,
 				   li->nchunks);
+		for (int t = 0; rc == 0 && optim && !dist && t < tp; t++)
+			rc = legacy_optim_rank(&in[(size_t)s * tp + t], &m[t], local_spec, li);
 		float *global = NULL, *local = NULL;
 		size_t cap = 0;
 		for (int i = 0; rc == 0 && i < m[0].reg.n; i++) {
@@ -1416,8 +1591,7 @@ int megatron_import(const struct args *a, bool tell)
 			info("wrote iteration %lld of '%s' (%d tensors) from Megatron's %s checkpoint '%s'; continue with "
 			     "train --load %s --finetune (or --no-load-optim: %s)",
 			     (long long)iter, a->save, written, from, a->load, a->save,
-			     a->no_optim ? "--no-optim" : dist ? "the checkpoint holds no optimizer state" :
-								 "optimizer state is read from torch_dist only");
+			     a->no_optim ? "--no-optim" : "the checkpoint holds no optimizer state");
 		free(from);
 	}
 	free(config);

@@ -174,7 +174,9 @@ int megatron_param_order(const struct gpt_model *m, bool local, int *order, cons
 	unsigned char *seen = xcalloc((size_t)r->n + 1, 1);
 	int n = 0;
 	char name[PARAM_NAME_MAX + 64];
-	take(r, "embedding.word_embeddings.weight", order, &n, seen);
+	int wte = params_find(r, "embedding.word_embeddings.weight");
+	if (wte >= 0 && !(r->p[wte].flags & PARAM_SHARED))
+		take(r, "embedding.word_embeddings.weight", order, &n, seen);
 	take(r, "embedding.position_embeddings.weight", order, &n, seen);
 	const char *const *lay = local ? layer_local : layer_te;
 	size_t nlay = local ? sizeof(layer_local) / sizeof(*layer_local) : sizeof(layer_te) / sizeof(*layer_te);
@@ -187,6 +189,9 @@ int megatron_param_order(const struct gpt_model *m, bool local, int *order, cons
 	take(r, "decoder.final_layernorm.weight", order, &n, seen);
 	take(r, "decoder.final_layernorm.bias", order, &n, seen);
 	take(r, "output_layer.weight", order, &n, seen);
+	/* (tied embeddings, PP > 1: the last stage's copy of the word
+	 * embeddings, megac's registry's under their name, is its output_layer) */
+	take(r, "embedding.word_embeddings.weight", order, &n, seen);
 	int rc = 0;
 	for (int i = 0; i < r->n && rc == 0; i++)
 		if (!seen[i])
