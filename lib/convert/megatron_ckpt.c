@@ -331,6 +331,10 @@ static char *rank_dir(const char *base, int t, int pp, int s, int ep, int er)
 	return dir;
 }
 
+/* the rank file's optimizer and scheduler state (below) */
+static int rank_optim(struct pk_doc *d, struct pk_value *root, struct rank_file *rf, const struct megatron_export *e,
+		      const struct gpt_model *m, int rank);
+
 static int write_rank(const struct megatron_export *e, const json_t *config, const char *tmp, int stage, int rank,
 		      int erank)
 {
@@ -360,6 +364,8 @@ static int write_rank(const struct megatron_export *e, const json_t *config, con
 	struct rank_file rf = { 0 };
 	int rc = rank_model(d, models, l0, nl, nchunks, &rf, e, &m, rank, erank * El, El,
 			    e->pp > 1 && stage == e->pp - 1 && !c->untied);
+	if (rc == 0 && e->of >= 0)
+		rc = rank_optim(d, root, &rf, e, &m, rank);
 	char *dir = rank_dir(tmp, rank, e->pp, stage, ep, erank);
 	if (rc == 0 && mkdir(dir, 0777) < 0)
 		rc = error_errno("mkdir '%s'", dir);
@@ -442,18 +448,12 @@ static int dist_grad_scaler(struct pk_doc *d, struct pk_value *outer, const stru
 	return 0;
 }
 
-/* The optimizer's part of the common state, as Megatron's non-distributed
- * Adam saves it with torch_dist: {"state": {"common_step"}, "param_groups":
- * [weight-decayed group, group without weight decay]} (the parameters
- * themselves are found by name; a 16-bit run's mixed-precision optimizer
- * nests it under "optimizer"), and the scheduler's state dict. */
-static int dist_optimizer_common(struct pk_doc *d, struct pk_value *common, const struct megatron_export *e)
+/* Megatron's scheduler state dict (opt_param_scheduler) from optim.h5; NULL after error() */
+static struct pk_value *sched_dict(struct pk_doc *d, const struct megatron_export *e)
 {
-	int64_t step, i64;
+	int64_t i64;
 	double f64;
 	char *str = NULL;
-	if (ckpt_get_attr_i64(e->r, e->of, NULL, "step", &step) < 0)
-		return -1;
 	struct pk_value *sched = pk_dict(d);
 	for (size_t i = 0; i < sizeof(sched_fields) / sizeof(sched_fields[0]); i++) {
 		const struct sched_field *f = &sched_fields[i];
@@ -474,14 +474,63 @@ static int dist_optimizer_common(struct pk_doc *d, struct pk_value *common, cons
 				pk_set_str(d, sched, f->name, f->kind == 'w' ? pk_int(d, (int64_t)f64) : pk_float(d, f64));
 		}
 		if (r < 0)
-			return -1;
+			return NULL;
 	}
-	double max_lr = pk_get(sched, "max_lr")->f, min_lr = pk_get(sched, "min_lr")->f,
-	       wd = pk_get(sched, "start_wd")->f;
-	float fstep = (float)step;
-	float *keep_step = xmalloc(sizeof(float));
-	*keep_step = fstep;
-	pk_doc_attach(d, free, keep_step);
+	return sched;
+}
+
+/* One of Megatron's param groups (without "params"): g 0 the default
+ * group, 1 the one without weight decay; expert: the experts' optimizer's */
+static struct pk_value *param_group(struct pk_doc *d, const struct megatron_export *e, const struct pk_value *sched,
+				    int g, bool expert)
+{
+	double max_lr = pk_get(sched, "max_lr")->f, min_lr = pk_get(sched, "min_lr")->f, wd = pk_get(sched, "start_wd")->f;
+	struct pk_value *pg = pk_dict(d), *betas = pk_tuple(d);
+	pk_set_str(d, pg, "is_expert_parallel", pk_bool(d, expert));
+	pk_set_str(d, pg, "default_config", pk_bool(d, true));
+	pk_set_str(d, pg, "wd_mult", pk_float(d, g ? 0.0 : 1.0));
+	pk_set_str(d, pg, "lr_mult", pk_float(d, 1.0));
+	pk_set_str(d, pg, "is_decoupled_lr", pk_bool(d, false));
+	pk_set_str(d, pg, "max_lr", pk_float(d, max_lr));
+	pk_set_str(d, pg, "min_lr", pk_float(d, min_lr));
+	pk_set_str(d, pg, "lr", pk_float(d, max_lr));
+	pk_append(betas, pk_float(d, e->beta1));
+	pk_append(betas, pk_float(d, e->beta2));
+	pk_set_str(d, pg, "betas", betas);
+	pk_set_str(d, pg, "eps", pk_float(d, e->eps));
+	pk_set_str(d, pg, "weight_decay", pk_float(d, g ? 0.0 : wd));
+	pk_set_str(d, pg, "amsgrad", pk_bool(d, false));
+	pk_set_str(d, pg, "maximize", pk_bool(d, false));
+	pk_set_str(d, pg, "foreach", pk_none(d));
+	pk_set_str(d, pg, "capturable", pk_bool(d, false));
+	pk_set_str(d, pg, "differentiable", pk_bool(d, false));
+	pk_set_str(d, pg, "fused", pk_none(d));
+	pk_set_str(d, pg, "decoupled_weight_decay", pk_bool(d, true));
+	return pg;
+}
+
+/* a float32 scalar tensor of its own storage */
+static struct pk_value *f32_scalar(struct pk_doc *d, float x)
+{
+	float *keep = xmalloc(sizeof(float));
+	*keep = x;
+	pk_doc_attach(d, free, keep);
+	return pk_tensor(d, pk_storage(d, PK_DT_F32, keep, 1), 0, 0, NULL, NULL);
+}
+
+/* The optimizer's part of the common state, as Megatron's non-distributed
+ * Adam saves it with torch_dist: {"state": {"common_step"}, "param_groups":
+ * [weight-decayed group, group without weight decay]} (the parameters
+ * themselves are found by name; a 16-bit run's mixed-precision optimizer
+ * nests it under "optimizer"), and the scheduler's state dict. */
+static int dist_optimizer_common(struct pk_doc *d, struct pk_value *common, const struct megatron_export *e)
+{
+	int64_t step;
+	if (ckpt_get_attr_i64(e->r, e->of, NULL, "step", &step) < 0)
+		return -1;
+	struct pk_value *sched = sched_dict(d, e);
+	if (!sched)
+		return -1;
 	/* with experts Megatron chains two optimizers, the dense parameters'
 	 * and the experts' (the weight-decayed group only: expert biases are
 	 * refused), each with its state dict: {0: ..., 1: ...} */
@@ -489,34 +538,11 @@ static int dist_optimizer_common(struct pk_doc *d, struct pk_value *common, cons
 	struct pk_value *chained = nopt > 1 ? pk_dict(d) : NULL, *one = NULL;
 	for (int o = 0; o < nopt; o++) {
 		struct pk_value *groups = pk_list(d);
-		for (int g = 0; g < (o ? 1 : 2); g++) { /* Megatron's order: the default group first, then no weight decay */
-			struct pk_value *pg = pk_dict(d), *betas = pk_tuple(d);
-			pk_set_str(d, pg, "is_expert_parallel", pk_bool(d, o == 1));
-			pk_set_str(d, pg, "default_config", pk_bool(d, true));
-			pk_set_str(d, pg, "wd_mult", pk_float(d, g ? 0.0 : 1.0));
-			pk_set_str(d, pg, "lr_mult", pk_float(d, 1.0));
-			pk_set_str(d, pg, "is_decoupled_lr", pk_bool(d, false));
-			pk_set_str(d, pg, "max_lr", pk_float(d, max_lr));
-			pk_set_str(d, pg, "min_lr", pk_float(d, min_lr));
-			pk_set_str(d, pg, "lr", pk_float(d, max_lr));
-			pk_append(betas, pk_float(d, e->beta1));
-			pk_append(betas, pk_float(d, e->beta2));
-			pk_set_str(d, pg, "betas", betas);
-			pk_set_str(d, pg, "eps", pk_float(d, e->eps));
-			pk_set_str(d, pg, "weight_decay", pk_float(d, g ? 0.0 : wd));
-			pk_set_str(d, pg, "amsgrad", pk_bool(d, false));
-			pk_set_str(d, pg, "maximize", pk_bool(d, false));
-			pk_set_str(d, pg, "foreach", pk_none(d));
-			pk_set_str(d, pg, "capturable", pk_bool(d, false));
-			pk_set_str(d, pg, "differentiable", pk_bool(d, false));
-			pk_set_str(d, pg, "fused", pk_none(d));
-			pk_set_str(d, pg, "decoupled_weight_decay", pk_bool(d, true));
-			pk_append(groups, pg);
-		}
+		for (int g = 0; g < (o ? 1 : 2); g++) /* Megatron's order: the default group first, then no weight decay */
+			pk_append(groups, param_group(d, e, sched, g, o == 1));
 		struct pk_value *st = pk_dict(d), *opt = pk_dict(d);
 		if (step) /* (Megatron leaves a step of 0 out) */
-			pk_set_str(d, st, "common_step",
-				   pk_tensor(d, pk_storage(d, PK_DT_F32, keep_step, 1), 0, 0, NULL, NULL));
+			pk_set_str(d, st, "common_step", f32_scalar(d, (float)step));
 		pk_set_str(d, opt, "state", st);
 		pk_set_str(d, opt, "param_groups", groups);
 		if (e->dtype != CKPT_F32) { /* the mixed-precision optimizer's nesting, with fp16's loss scaler beside */
@@ -533,6 +559,110 @@ static int dist_optimizer_common(struct pk_doc *d, struct pk_value *common, cons
 	}
 	pk_set_str(d, common, "optimizer", chained ? chained : one);
 	pk_set_str(d, common, "opt_param_scheduler", sched);
+	return 0;
+}
+
+/* rank's shard of tensor `name` of source file f (parameter p's place), float32, kept in rf */
+static struct pk_value *f32_shard(struct pk_doc *d, struct rank_file *rf, const struct megatron_export *e, int f,
+				  const char *name, const struct param *p, int rank, float *global)
+{
+	if (read_global_from(e, f, name, p, global) < 0)
+		return NULL;
+	float *local = keep(rf, p->numel * sizeof(float));
+	int64_t gcols = p->ndim == 2 ? p->shape[1] : 1;
+	for (size_t x = 0; x < p->numel; x++) {
+		int64_t row, col;
+		params_global_pos_rank(p, rank, x, &row, &col);
+		local[x] = global[(size_t)row * (size_t)gcols + (size_t)col];
+	}
+	int64_t size[2] = { p->local_shape[0], p->ndim == 2 ? p->local_shape[1] : 1 };
+	return pk_tensor(d, pk_storage(d, PK_DT_F32, local, (int64_t)p->numel), 0, p->ndim, size, NULL);
+}
+
+/*
+ * The rank file's optimizer, as Megatron's non-distributed optimizer's
+ * state_dict() (what its legacy save_checkpoint stores), and its
+ * opt_param_scheduler. torch's Adam numbers the rank's parameters through
+ * the param groups: Megatron's default group (the weight-decayed ones) and
+ * the one without weight decay (biases, norms: the 1-D parameters), each in
+ * named_parameters() order, the Transformer Engine spec's whose names the
+ * file holds; each numbered parameter's state {"step", "exp_avg",
+ * "exp_avg_sq"} (fp32, its step a tensor of its own, as Adam steps it in
+ * place). fp32: {"state", "param_groups"} (FP32Optimizer); 16-bit:
+ * {"optimizer": that, "grad_scaler" (fp16), "fp32_from_fp16_params": the
+ * fp32 master weights group by group} (Float16OptimizerWithFloat16Params).
+ */
+static int rank_optim(struct pk_doc *d, struct pk_value *root, struct rank_file *rf, const struct megatron_export *e,
+		      const struct gpt_model *m, int rank)
+{
+	const struct param_registry *r = &m->reg;
+	int64_t step;
+	struct pk_value *sched = sched_dict(d, e);
+	if (!sched || ckpt_get_attr_i64(e->r, e->of, NULL, "step", &step) < 0)
+		return -1;
+	int *order = xmalloc(((size_t)r->n + 1) * sizeof(int));
+	int n = megatron_param_order(m, false, order, ckpt_reader_dir(e->r)), rc = n < 0 ? -1 : 0;
+	size_t cap = (size_t)e->src_vp * (size_t)e->c->h;
+	for (int i = 0; i < r->n; i++)
+		if (r->p[i].shape[0] * (r->p[i].ndim == 2 ? r->p[i].shape[1] : 1) > (int64_t)cap)
+			cap = (size_t)(r->p[i].shape[0] * (r->p[i].ndim == 2 ? r->p[i].shape[1] : 1));
+	float *global = xmalloc((cap + 1) * sizeof(float));
+	bool half = e->dtype != CKPT_F32;
+	struct pk_value *state = pk_dict(d), *groups = pk_list(d), *masters = pk_list(d);
+	int64_t idx = 0;
+	for (int g = 0; rc == 0 && g < 2; g++) {
+		struct pk_value *pg = param_group(d, e, sched, g, false), *ids = pk_list(d), *mg = pk_list(d);
+		for (int j = 0; rc == 0 && j < n; j++) {
+			const struct param *p = &r->p[order[j]];
+			if ((p->ndim == 1) != (g == 1))
+				continue;
+			pk_append(ids, pk_int(d, idx));
+			if (step > 0) { /* (torch's Adam has no state before its first step) */
+				struct pk_value *ps = pk_dict(d);
+				pk_set_str(d, ps, "step", f32_scalar(d, (float)step));
+				static const char *const moments[] = { "exp_avg", "exp_avg_sq" };
+				for (int k = 0; rc == 0 && k < 2; k++) {
+					char *src = xasprintf("%s/%s", moments[k], p->name);
+					struct pk_value *t = f32_shard(d, rf, e, e->of, src, p, rank, global);
+					if (t)
+						pk_set_str(d, ps, moments[k], t);
+					else
+						rc = -1;
+					free(src);
+				}
+				pk_set(d, state, pk_int(d, idx), ps);
+			}
+			if (rc == 0 && half) { /* the fp32 master weight: model.h5's */
+				struct pk_value *t = f32_shard(d, rf, e, e->mf, p->name, p, rank, global);
+				if (t)
+					pk_append(mg, t);
+				else
+					rc = -1;
+			}
+			idx++;
+		}
+		pk_set_str(d, pg, "params", ids);
+		pk_append(groups, pg);
+		pk_append(masters, mg);
+	}
+	free(global);
+	free(order);
+	if (rc < 0)
+		return -1;
+	struct pk_value *adam = pk_dict(d);
+	pk_set_str(d, adam, "state", state);
+	pk_set_str(d, adam, "param_groups", groups);
+	if (half) {
+		struct pk_value *outer = pk_dict(d);
+		pk_set_str(d, outer, "optimizer", adam);
+		if (e->dtype == CKPT_F16 && dist_grad_scaler(d, outer, e) < 0)
+			return -1;
+		pk_set_str(d, outer, "fp32_from_fp16_params", masters);
+		adam = outer;
+	}
+	pk_set_str(d, root, "optimizer", adam);
+	pk_set_str(d, root, "opt_param_scheduler", sched);
+	pk_set_str(d, root, "num_floating_point_operations_so_far", pk_int(d, 0));
 	return 0;
 }
 
