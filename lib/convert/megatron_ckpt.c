@@ -24,9 +24,11 @@
  *
  * Mixture-of-experts layers, multi-token prediction depths, expert-parallel
  * files (mp_rank_..._EEE) and virtual stages (model0, model1, ...) are
- * named and placed by megatron_moe.c. Not written: optimizer state,
- * scheduler and RNG state (load them with --no-load-optim --no-load-rng, or
- * --finetune).
+ * named and placed by megatron_moe.c. With the source's optim.h5 (dense
+ * models), each file holds "optimizer" and "opt_param_scheduler" as
+ * Megatron's non-distributed optimizer saves them (rank_optim: Adam's state
+ * by position, numbered through the param groups in named_parameters()
+ * order); read back by legacy_optim_rank. Not written: the RNG state.
  *
  * Read (--from megatron): the legacy format of any TP x PP x EP, and torch_dist
  * folders (PyTorch Distributed Checkpoint, lib/ckpt/dcp.h), whose global
