@@ -13,7 +13,9 @@
 # optimizer state survives megac -> torch_dist -> megac bit for bit. Runs
 # with Megatron's distributed optimizer (distopt.tar.xz: dp_reshardable,
 # fully_reshardable, TP2, bf16) import with its state (the two layouts
-# alike, bit for bit) and continue with Megatron's losses. Under
+# alike, bit for bit) and continue with Megatron's losses; so do the runs
+# saved in the legacy format (legacy_train.tar.xz), whose optimizer state
+# also survives megac -> legacy torch -> megac bit for bit. Under
 # make check-long with MEGATRON_LM set, Megatron itself loads megac's exports
 # (logits) and continues megac's export of its run (losses).
 . tests/prog_lib.sh
@@ -265,6 +267,78 @@ else
 	notok "gpt bf16: without the moments the 4th loss differs"
 	show "$ERR"
 	show "$W/cmp.log"
+fi
+
+# The same runs in the legacy torch format (legacy_train.tar.xz: llama fp32
+# at TP1 and TP2, gpt bf16): each rank file holds the optimizer's
+# state_dict, its parameters numbered through Megatron's param groups in
+# named_parameters() order. Each imports with its state and continues with
+# Megatron's losses; megac -> legacy torch (TP2 x PP2) -> megac keeps it bit
+# for bit; two parameters' numbers swapped in the file are refused.
+setup "the legacy-format training fixtures unpack" tar -xJf $FIX/legacy_train.tar.xz -C "$W"
+for v in llama_train_legacy llama_train_tp2_legacy; do
+	expect_ok "$v: imports with Adam's state" $BIN/ckpt_convert --load "$W/${v}_torch" --save "$W/imp_$v" \
+		--from megatron --tokenizer-type NullTokenizer --vocab-size 128
+	LOSSES="$W/${v}_losses.json" continues "$v: megac continues Megatron's run with its losses" "$W/imp_$v" \
+		"$W/lg_$v.jsonl"
+done
+FLAGS=$GPT_FLAGS LOSSES="$W/gpt_train_bf16_legacy_losses.json" RTOL=1e-3 continues \
+	"gpt bf16, legacy: train --load continues Megatron's run with its losses" \
+	"$W/gpt_train_bf16_legacy_torch" "$W/lg_gpt.jsonl"
+SAME='
+import sys, h5py, numpy as np
+n = 0
+for f in ("model.h5", "optim.h5"):
+    a, b = h5py.File(sys.argv[1] + "/iter_0000002/" + f), h5py.File(sys.argv[2] + "/iter_0000002/" + f)
+    names = []
+    a.visititems(lambda k, o: names.append(k) if isinstance(o, h5py.Dataset) else None)
+    for k in names:
+        assert np.array_equal(a[k][()], b[k][()]), (f, k)
+    n += len(names)
+    for k, v in a.attrs.items():
+        assert k in b.attrs and np.all(b.attrs[k] == v), (f, k)
+print(n)'
+expect_ok "gpt bf16 legacy: imports" $BIN/ckpt_convert --load "$W/gpt_train_bf16_legacy_torch" --save "$W/imp_lg_gpt" \
+	--from megatron --tokenizer-type NullTokenizer --vocab-size 128
+for v in llama_train_legacy lg_gpt; do
+	src=$W/imp_$v
+	[ $v = lg_gpt ] && dt="--dtype bf16" || dt=""
+	# shellcheck disable=SC2086
+	if $BIN/ckpt_convert --load "$src" --save "$W/lgx_$v" --to megatron --ckpt-format torch \
+		--target-tensor-parallel-size 2 --target-pipeline-parallel-size 2 --make-vocab-size-divisible-by 64 $dt \
+		>"$OUT_LOG" 2>"$ERR" && $PY -c '
+import sys, torch
+s = torch.load(sys.argv[1], map_location="cpu")
+assert s["optimizer"] and s["opt_param_scheduler"]["num_steps"] == 2' \
+		"$W/lgx_$v/iter_0000002/mp_rank_01_001/model_optim_rng.pt" 2>>"$ERR" &&
+		$BIN/ckpt_convert --load "$W/lgx_$v" --save "$W/lgb_$v" --from megatron --tokenizer-type NullTokenizer \
+			--vocab-size 128 >"$OUT_LOG" 2>>"$ERR" &&
+		$PY -c "$SAME" "$src" "$W/lgb_$v" >"$W/cmp.log" 2>&1; then
+		ok "$v: megac -> legacy torch TP2 x PP2 (torch.load opens it) -> megac keeps weights, moments, step and schedule ($(cat "$W/cmp.log") tensors) bit for bit"
+	else
+		notok "$v: megac -> legacy torch -> megac keeps the optimizer state"
+		show "$ERR"
+		show "$W/cmp.log"
+	fi
+done
+# two parameters' numbers swapped in a param group of megac's export (torch
+# 1.13 rewrites it): their moments no longer fit the model's shapes there,
+# and the import says so
+mkdir -p "$W/lg_swap/iter_0000002"
+cp -r "$W/lgx_llama_train_legacy/iter_0000002/"* "$W/lg_swap/iter_0000002/"
+cp "$W/lgx_llama_train_legacy/latest_checkpointed_iteration.txt" "$W/lg_swap/"
+if $PY -c '
+import sys, torch
+s = torch.load(sys.argv[1], map_location="cpu")
+ids = s["optimizer"]["param_groups"][0]["params"]
+ids[1], ids[2] = ids[2], ids[1]
+torch.save(s, sys.argv[1])' "$W/lg_swap/iter_0000002/mp_rank_00_000/model_optim_rng.pt" &&
+	! $BIN/ckpt_convert --load "$W/lg_swap" --save "$W/lg_swap_imp" --from megatron --tokenizer-type NullTokenizer \
+		--vocab-size 128 >"$OUT_LOG" 2>"$ERR" && grep -q "exp_avg" "$ERR" && [ ! -e "$W/lg_swap_imp" ]; then
+	ok "two parameters' numbers swapped in a legacy file are refused ($(head -c 160 "$ERR"))"
+else
+	notok "two parameters' numbers swapped in a legacy file are refused"
+	show "$ERR"
 fi
 
 # Megatron's MoE + MTP model (moe.tar.xz: 4 experts top-2 with sigmoid
