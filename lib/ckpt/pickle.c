@@ -142,6 +142,8 @@ enum gkind {
 	G_ODICT = 1,
 	G_REBUILD_TENSOR,
 	G_REBUILD_PARAM,
+	G_REBUILD_FROM_TYPE, /* torch._tensor._rebuild_from_type_v2: a tensor with Python attributes */
+	G_TENSOR_TYPE,       /* torch.Tensor: only as _rebuild_from_type_v2's type */
 	G_STORAGE,      /* a typed storage class; dtype in the table */
 	G_UNTYPED,      /* torch.UntypedStorage: bytes */
 	G_DTYPE,        /* torch.float32 and friends: values only */
@@ -169,6 +171,8 @@ static const struct global {
 	{ "collections.OrderedDict", G_ODICT, 0 },
 	{ "torch._utils._rebuild_tensor_v2", G_REBUILD_TENSOR, 0 },
 	{ "torch._utils._rebuild_parameter", G_REBUILD_PARAM, 0 },
+	{ "torch._tensor._rebuild_from_type_v2", G_REBUILD_FROM_TYPE, 0 },
+	{ "torch.Tensor", G_TENSOR_TYPE, 0 },
 	{ "torch.FloatStorage", G_STORAGE, PK_DT_F32 },
 	{ "torch.DoubleStorage", G_STORAGE, PK_DT_F64 },
 	{ "torch.HalfStorage", G_STORAGE, PK_DT_F16 },
@@ -1068,6 +1072,17 @@ static struct pk_value *call(struct unpickler *u, struct pk_value *f, struct pk_
 		r->t.requires_grad = v[1]->b;
 		r->flags = PK_F_PARAMETER;
 		return r;
+	case G_REBUILD_FROM_TYPE:
+		/* (func, torch.Tensor, args, state): a plain tensor that carries
+		 * Python attributes (state: Megatron's tensor_model_parallel,
+		 * partition_dim, ... on a mixed-precision optimizer's fp32 master
+		 * weights), rebuilt by func(*args); the attributes are dropped */
+		if (n != 4 || v[0]->kind != PK_GLOBAL || gkind(v[0]) != G_REBUILD_TENSOR || v[1]->kind != PK_GLOBAL ||
+		    gkind(v[1]) != G_TENSOR_TYPE || v[2]->kind != PK_TUPLE) {
+			bad(u, "_rebuild_from_type_v2 other than (_rebuild_tensor_v2, torch.Tensor, args, state)");
+			return NULL;
+		}
+		return call(u, v[0], v[2]);
 	case G_NAMESPACE:
 		if (n)
 			break;

@@ -1441,10 +1441,12 @@ int convert_to_megatron_ex(const struct args *a, bool replace)
 				     .vpp = vpp, .grouped = a->moe_grouped_gemm, .dtype = dt, .dist = strcmp(fmt, "torch") != 0,
 				     .fsdp = !strcmp(fmt, "fsdp_dtensor"), .of = -1,
 				     .beta1 = a->adam_beta1, .beta2 = a->adam_beta2, .eps = a->adam_eps };
-	/* Adam's state goes into torch_dist and fsdp_dtensor (by name); the
-	 * legacy format's index order is not written yet */
+	/* Adam's state goes into torch_dist and fsdp_dtensor (by name) and the
+	 * legacy format (by position, in the order of Megatron's
+	 * named_parameters(), which megac rebuilds for dense models only) */
 	bool has_optim = source_optim(r, mf) > 0;
-	if (e.dist && has_optim && !a->no_optim && (e.of = ckpt_file_open(r, "optim.h5")) < 0) {
+	bool legacy_order = c.E <= 0 && !c.mtp && !c.mla && !c.hybrid;
+	if ((e.dist || legacy_order) && has_optim && !a->no_optim && (e.of = ckpt_file_open(r, "optim.h5")) < 0) {
 		ckpt_close(r);
 		return -1;
 	}
@@ -1458,9 +1460,11 @@ int convert_to_megatron_ex(const struct args *a, bool replace)
 			ckpt_close(r);
 			return -1;
 		}
-	if (!e.dist && has_optim && !a->no_optim)
-		info("the legacy torch format gets the weights only (Megatron's optimizer state is written for "
-		     "--ckpt-format torch_dist); load it in Megatron with --no-load-optim, or --finetune");
+	if (!e.dist && !legacy_order && has_optim && !a->no_optim)
+		info("the legacy torch format gets the weights only of a model with %s (Megatron's optimizer state is "
+		     "written for --ckpt-format torch_dist); load it in Megatron with --no-load-optim, or --finetune",
+		     c.E > 0 ? "mixture-of-experts layers" : c.mtp ? "multi-token prediction" :
+		     c.mla ? "multi-latent attention" : "Mamba layers");
 	int rc = megatron_torch_export(a, &e);
 	ckpt_close(r);
 	return rc;

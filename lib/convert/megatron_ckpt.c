@@ -24,9 +24,11 @@
  *
  * Mixture-of-experts layers, multi-token prediction depths, expert-parallel
  * files (mp_rank_..._EEE) and virtual stages (model0, model1, ...) are
- * named and placed by megatron_moe.c. Not written: optimizer state,
- * scheduler and RNG state (load them with --no-load-optim --no-load-rng, or
- * --finetune).
+ * named and placed by megatron_moe.c. With the source's optim.h5 (dense
+ * models), each file holds "optimizer" and "opt_param_scheduler" as
+ * Megatron's non-distributed optimizer saves them (rank_optim: Adam's state
+ * by position, numbered through the param groups in named_parameters()
+ * order); read back by legacy_optim_rank. Not written: the RNG state.
  *
  * Read (--from megatron): the legacy format of any TP x PP x EP, and torch_dist
  * folders (PyTorch Distributed Checkpoint, lib/ckpt/dcp.h), whose global
@@ -332,6 +334,10 @@ static char *rank_dir(const char *base, int t, int pp, int s, int ep, int er)
 	return dir;
 }
 
+/* the rank file's optimizer and scheduler state (below) */
+static int rank_optim(struct pk_doc *d, struct pk_value *root, struct rank_file *rf, const struct megatron_export *e,
+		      const struct gpt_model *m, int rank);
+
 static int write_rank(const struct megatron_export *e, const json_t *config, const char *tmp, int stage, int rank,
 		      int erank)
 {
@@ -361,6 +367,8 @@ static int write_rank(const struct megatron_export *e, const json_t *config, con
 	struct rank_file rf = { 0 };
 	int rc = rank_model(d, models, l0, nl, nchunks, &rf, e, &m, rank, erank * El, El,
 			    e->pp > 1 && stage == e->pp - 1 && !c->untied);
+	if (rc == 0 && e->of >= 0)
+		rc = rank_optim(d, root, &rf, e, &m, rank);
 	char *dir = rank_dir(tmp, rank, e->pp, stage, ep, erank);
 	if (rc == 0 && mkdir(dir, 0777) < 0)
 		rc = error_errno("mkdir '%s'", dir);
@@ -443,18 +451,12 @@ static int dist_grad_scaler(struct pk_doc *d, struct pk_value *outer, const stru
 	return 0;
 }
 
-/* The optimizer's part of the common state, as Megatron's non-distributed
- * Adam saves it with torch_dist: {"state": {"common_step"}, "param_groups":
- * [weight-decayed group, group without weight decay]} (the parameters
- * themselves are found by name; a 16-bit run's mixed-precision optimizer
- * nests it under "optimizer"), and the scheduler's state dict. */
-static int dist_optimizer_common(struct pk_doc *d, struct pk_value *common, const struct megatron_export *e)
+/* Megatron's scheduler state dict (opt_param_scheduler) from optim.h5; NULL after error() */
+static struct pk_value *sched_dict(struct pk_doc *d, const struct megatron_export *e)
 {
-	int64_t step, i64;
+	int64_t i64;
 	double f64;
 	char *str = NULL;
-	if (ckpt_get_attr_i64(e->r, e->of, NULL, "step", &step) < 0)
-		return -1;
 	struct pk_value *sched = pk_dict(d);
 	for (size_t i = 0; i < sizeof(sched_fields) / sizeof(sched_fields[0]); i++) {
 		const struct sched_field *f = &sched_fields[i];
@@ -475,14 +477,63 @@ static int dist_optimizer_common(struct pk_doc *d, struct pk_value *common, cons
 				pk_set_str(d, sched, f->name, f->kind == 'w' ? pk_int(d, (int64_t)f64) : pk_float(d, f64));
 		}
 		if (r < 0)
-			return -1;
+			return NULL;
 	}
-	double max_lr = pk_get(sched, "max_lr")->f, min_lr = pk_get(sched, "min_lr")->f,
-	       wd = pk_get(sched, "start_wd")->f;
-	float fstep = (float)step;
-	float *keep_step = xmalloc(sizeof(float));
-	*keep_step = fstep;
-	pk_doc_attach(d, free, keep_step);
+	return sched;
+}
+
+/* One of Megatron's param groups (without "params"): g 0 the default
+ * group, 1 the one without weight decay; expert: the experts' optimizer's */
+static struct pk_value *param_group(struct pk_doc *d, const struct megatron_export *e, const struct pk_value *sched,
+				    int g, bool expert)
+{
+	double max_lr = pk_get(sched, "max_lr")->f, min_lr = pk_get(sched, "min_lr")->f, wd = pk_get(sched, "start_wd")->f;
+	struct pk_value *pg = pk_dict(d), *betas = pk_tuple(d);
+	pk_set_str(d, pg, "is_expert_parallel", pk_bool(d, expert));
+	pk_set_str(d, pg, "default_config", pk_bool(d, true));
+	pk_set_str(d, pg, "wd_mult", pk_float(d, g ? 0.0 : 1.0));
+	pk_set_str(d, pg, "lr_mult", pk_float(d, 1.0));
+	pk_set_str(d, pg, "is_decoupled_lr", pk_bool(d, false));
+	pk_set_str(d, pg, "max_lr", pk_float(d, max_lr));
+	pk_set_str(d, pg, "min_lr", pk_float(d, min_lr));
+	pk_set_str(d, pg, "lr", pk_float(d, max_lr));
+	pk_append(betas, pk_float(d, e->beta1));
+	pk_append(betas, pk_float(d, e->beta2));
+	pk_set_str(d, pg, "betas", betas);
+	pk_set_str(d, pg, "eps", pk_float(d, e->eps));
+	pk_set_str(d, pg, "weight_decay", pk_float(d, g ? 0.0 : wd));
+	pk_set_str(d, pg, "amsgrad", pk_bool(d, false));
+	pk_set_str(d, pg, "maximize", pk_bool(d, false));
+	pk_set_str(d, pg, "foreach", pk_none(d));
+	pk_set_str(d, pg, "capturable", pk_bool(d, false));
+	pk_set_str(d, pg, "differentiable", pk_bool(d, false));
+	pk_set_str(d, pg, "fused", pk_none(d));
+	pk_set_str(d, pg, "decoupled_weight_decay", pk_bool(d, true));
+	return pg;
+}
+
+/* a float32 scalar tensor of its own storage */
+static struct pk_value *f32_scalar(struct pk_doc *d, float x)
+{
+	float *keep = xmalloc(sizeof(float));
+	*keep = x;
+	pk_doc_attach(d, free, keep);
+	return pk_tensor(d, pk_storage(d, PK_DT_F32, keep, 1), 0, 0, NULL, NULL);
+}
+
+/* The optimizer's part of the common state, as Megatron's non-distributed
+ * Adam saves it with torch_dist: {"state": {"common_step"}, "param_groups":
+ * [weight-decayed group, group without weight decay]} (the parameters
+ * themselves are found by name; a 16-bit run's mixed-precision optimizer
+ * nests it under "optimizer"), and the scheduler's state dict. */
+static int dist_optimizer_common(struct pk_doc *d, struct pk_value *common, const struct megatron_export *e)
+{
+	int64_t step;
+	if (ckpt_get_attr_i64(e->r, e->of, NULL, "step", &step) < 0)
+		return -1;
+	struct pk_value *sched = sched_dict(d, e);
+	if (!sched)
+		return -1;
 	/* with experts Megatron chains two optimizers, the dense parameters'
 	 * and the experts' (the weight-decayed group only: expert biases are
 	 * refused), each with its state dict: {0: ..., 1: ...} */
@@ -490,34 +541,11 @@ static int dist_optimizer_common(struct pk_doc *d, struct pk_value *common, cons
 	struct pk_value *chained = nopt > 1 ? pk_dict(d) : NULL, *one = NULL;
 	for (int o = 0; o < nopt; o++) {
 		struct pk_value *groups = pk_list(d);
-		for (int g = 0; g < (o ? 1 : 2); g++) { /* Megatron's order: the default group first, then no weight decay */
-			struct pk_value *pg = pk_dict(d), *betas = pk_tuple(d);
-			pk_set_str(d, pg, "is_expert_parallel", pk_bool(d, o == 1));
-			pk_set_str(d, pg, "default_config", pk_bool(d, true));
-			pk_set_str(d, pg, "wd_mult", pk_float(d, g ? 0.0 : 1.0));
-			pk_set_str(d, pg, "lr_mult", pk_float(d, 1.0));
-			pk_set_str(d, pg, "is_decoupled_lr", pk_bool(d, false));
-			pk_set_str(d, pg, "max_lr", pk_float(d, max_lr));
-			pk_set_str(d, pg, "min_lr", pk_float(d, min_lr));
-			pk_set_str(d, pg, "lr", pk_float(d, max_lr));
-			pk_append(betas, pk_float(d, e->beta1));
-			pk_append(betas, pk_float(d, e->beta2));
-			pk_set_str(d, pg, "betas", betas);
-			pk_set_str(d, pg, "eps", pk_float(d, e->eps));
-			pk_set_str(d, pg, "weight_decay", pk_float(d, g ? 0.0 : wd));
-			pk_set_str(d, pg, "amsgrad", pk_bool(d, false));
-			pk_set_str(d, pg, "maximize", pk_bool(d, false));
-			pk_set_str(d, pg, "foreach", pk_none(d));
-			pk_set_str(d, pg, "capturable", pk_bool(d, false));
-			pk_set_str(d, pg, "differentiable", pk_bool(d, false));
-			pk_set_str(d, pg, "fused", pk_none(d));
-			pk_set_str(d, pg, "decoupled_weight_decay", pk_bool(d, true));
-			pk_append(groups, pg);
-		}
+		for (int g = 0; g < (o ? 1 : 2); g++) /* Megatron's order: the default group first, then no weight decay */
+			pk_append(groups, param_group(d, e, sched, g, o == 1));
 		struct pk_value *st = pk_dict(d), *opt = pk_dict(d);
 		if (step) /* (Megatron leaves a step of 0 out) */
-			pk_set_str(d, st, "common_step",
-				   pk_tensor(d, pk_storage(d, PK_DT_F32, keep_step, 1), 0, 0, NULL, NULL));
+			pk_set_str(d, st, "common_step", f32_scalar(d, (float)step));
 		pk_set_str(d, opt, "state", st);
 		pk_set_str(d, opt, "param_groups", groups);
 		if (e->dtype != CKPT_F32) { /* the mixed-precision optimizer's nesting, with fp16's loss scaler beside */
@@ -534,6 +562,110 @@ static int dist_optimizer_common(struct pk_doc *d, struct pk_value *common, cons
 	}
 	pk_set_str(d, common, "optimizer", chained ? chained : one);
 	pk_set_str(d, common, "opt_param_scheduler", sched);
+	return 0;
+}
+
+/* rank's shard of tensor `name` of source file f (parameter p's place), float32, kept in rf */
+static struct pk_value *f32_shard(struct pk_doc *d, struct rank_file *rf, const struct megatron_export *e, int f,
+				  const char *name, const struct param *p, int rank, float *global)
+{
+	if (read_global_from(e, f, name, p, global) < 0)
+		return NULL;
+	float *local = keep(rf, p->numel * sizeof(float));
+	int64_t gcols = p->ndim == 2 ? p->shape[1] : 1;
+	for (size_t x = 0; x < p->numel; x++) {
+		int64_t row, col;
+		params_global_pos_rank(p, rank, x, &row, &col);
+		local[x] = global[(size_t)row * (size_t)gcols + (size_t)col];
+	}
+	int64_t size[2] = { p->local_shape[0], p->ndim == 2 ? p->local_shape[1] : 1 };
+	return pk_tensor(d, pk_storage(d, PK_DT_F32, local, (int64_t)p->numel), 0, p->ndim, size, NULL);
+}
+
+/*
+ * The rank file's optimizer, as Megatron's non-distributed optimizer's
+ * state_dict() (what its legacy save_checkpoint stores), and its
+ * opt_param_scheduler. torch's Adam numbers the rank's parameters through
+ * the param groups: Megatron's default group (the weight-decayed ones) and
+ * the one without weight decay (biases, norms: the 1-D parameters), each in
+ * named_parameters() order, the Transformer Engine spec's whose names the
+ * file holds; each numbered parameter's state {"step", "exp_avg",
+ * "exp_avg_sq"} (fp32, its step a tensor of its own, as Adam steps it in
+ * place). fp32: {"state", "param_groups"} (FP32Optimizer); 16-bit:
+ * {"optimizer": that, "grad_scaler" (fp16), "fp32_from_fp16_params": the
+ * fp32 master weights group by group} (Float16OptimizerWithFloat16Params).
+ */
+static int rank_optim(struct pk_doc *d, struct pk_value *root, struct rank_file *rf, const struct megatron_export *e,
+		      const struct gpt_model *m, int rank)
+{
+	const struct param_registry *r = &m->reg;
+	int64_t step;
+	struct pk_value *sched = sched_dict(d, e);
+	if (!sched || ckpt_get_attr_i64(e->r, e->of, NULL, "step", &step) < 0)
+		return -1;
+	int *order = xmalloc(((size_t)r->n + 1) * sizeof(int));
+	int n = megatron_param_order(m, false, order, ckpt_reader_dir(e->r)), rc = n < 0 ? -1 : 0;
+	size_t cap = (size_t)e->src_vp * (size_t)e->c->h;
+	for (int i = 0; i < r->n; i++)
+		if (r->p[i].shape[0] * (r->p[i].ndim == 2 ? r->p[i].shape[1] : 1) > (int64_t)cap)
+			cap = (size_t)(r->p[i].shape[0] * (r->p[i].ndim == 2 ? r->p[i].shape[1] : 1));
+	float *global = xmalloc((cap + 1) * sizeof(float));
+	bool half = e->dtype != CKPT_F32;
+	struct pk_value *state = pk_dict(d), *groups = pk_list(d), *masters = pk_list(d);
+	int64_t idx = 0;
+	for (int g = 0; rc == 0 && g < 2; g++) {
+		struct pk_value *pg = param_group(d, e, sched, g, false), *ids = pk_list(d), *mg = pk_list(d);
+		for (int j = 0; rc == 0 && j < n; j++) {
+			const struct param *p = &r->p[order[j]];
+			if ((p->ndim == 1) != (g == 1))
+				continue;
+			pk_append(ids, pk_int(d, idx));
+			if (step > 0) { /* (torch's Adam has no state before its first step) */
+				struct pk_value *ps = pk_dict(d);
+				pk_set_str(d, ps, "step", f32_scalar(d, (float)step));
+				static const char *const moments[] = { "exp_avg", "exp_avg_sq" };
+				for (int k = 0; rc == 0 && k < 2; k++) {
+					char *src = xasprintf("%s/%s", moments[k], p->name);
+					struct pk_value *t = f32_shard(d, rf, e, e->of, src, p, rank, global);
+					if (t)
+						pk_set_str(d, ps, moments[k], t);
+					else
+						rc = -1;
+					free(src);
+				}
+				pk_set(d, state, pk_int(d, idx), ps);
+			}
+			if (rc == 0 && half) { /* the fp32 master weight: model.h5's */
+				struct pk_value *t = f32_shard(d, rf, e, e->mf, p->name, p, rank, global);
+				if (t)
+					pk_append(mg, t);
+				else
+					rc = -1;
+			}
+			idx++;
+		}
+		pk_set_str(d, pg, "params", ids);
+		pk_append(groups, pg);
+		pk_append(masters, mg);
+	}
+	free(global);
+	free(order);
+	if (rc < 0)
+		return -1;
+	struct pk_value *adam = pk_dict(d);
+	pk_set_str(d, adam, "state", state);
+	pk_set_str(d, adam, "param_groups", groups);
+	if (half) {
+		struct pk_value *outer = pk_dict(d);
+		pk_set_str(d, outer, "optimizer", adam);
+		if (e->dtype == CKPT_F16 && dist_grad_scaler(d, outer, e) < 0)
+			return -1;
+		pk_set_str(d, outer, "fp32_from_fp16_params", masters);
+		adam = outer;
+	}
+	pk_set_str(d, root, "optimizer", adam);
+	pk_set_str(d, root, "opt_param_scheduler", sched);
+	pk_set_str(d, root, "num_floating_point_operations_so_far", pk_int(d, 0));
 	return 0;
 }
 
@@ -1131,6 +1263,152 @@ struct layout_in {
 	int nchunks, l0[GPT_MAX_LAYERS], nl[GPT_MAX_LAYERS];
 };
 
+/* ---- Adam's state in the legacy format (indexed by position) ---- */
+
+/* the value under integer key k of dict v, or NULL */
+static const struct pk_value *pk_get_index(const struct pk_value *v, int64_t k)
+{
+	for (size_t i = 0; v && v->kind == PK_DICT && i < v->seq.n; i++)
+		if (v->seq.v[2 * i]->kind == PK_INT && v->seq.v[2 * i]->i == k)
+			return v->seq.v[2 * i + 1];
+	return NULL;
+}
+
+/* A legacy rank file's Adam state_dict ({"state": {i: {"step", "exp_avg",
+ * "exp_avg_sq"}}, "param_groups"}): the file's optimizer itself (fp32 runs,
+ * FP32Optimizer) or its "optimizer" (16-bit runs,
+ * Float16OptimizerWithFloat16Params, whose fp32 master weights are
+ * *masters: fp32_from_fp16_params, a list per param group). NULL when the
+ * file holds no optimizer state (--no-save-optim); -1 in *bad after error(). */
+static struct pk_value *legacy_adam(const struct rank_in *ri, const struct pk_value **masters, int *bad)
+{
+	struct pk_value *top = pk_get(ri->root, "optimizer");
+	*masters = NULL;
+	*bad = 0;
+	if (!top || top->kind == PK_NONE)
+		return NULL;
+	if (top->kind == PK_LIST) { /* ChainedOptimizer: the dense parameters' and the experts' */
+		*bad = error("%s: the optimizer's state is a list of %zu optimizers' (Megatron's chained optimizer of a "
+			     "mixture-of-experts run): reading it from the legacy format is not in megac yet; --no-optim "
+			     "(train: --no-load-optim) takes the weights only",
+			     ri->path, top->seq.n);
+		return NULL;
+	}
+	struct pk_value *inner = top->kind == PK_DICT ? pk_get(top, "optimizer") : NULL;
+	struct pk_value *o = inner && inner->kind == PK_DICT ? inner : top;
+	if (inner)
+		*masters = pk_get(top, "fp32_from_fp16_params");
+	const struct pk_value *st = o->kind == PK_DICT ? pk_get(o, "state") : NULL,
+			      *pgs = o->kind == PK_DICT ? pk_get(o, "param_groups") : NULL;
+	if (!st || st->kind != PK_DICT || !pgs || pgs->kind != PK_LIST || (inner && (!*masters ||
+									       (*masters)->kind != PK_LIST))) {
+		*bad = error("%s: its optimizer is not the state_dict of Megatron's Adam (a dict of \"state\" and "
+			     "\"param_groups\"%s)",
+			     ri->path, inner ? ", with fp32_from_fp16_params beside it" : "");
+		return NULL;
+	}
+	return o;
+}
+
+/* Adam's step from the state of each parameter (torch keeps one per
+ * parameter; Megatron steps them together), as the common_step the torch_dist
+ * path reads; the state without any step: 0 (saved before the first). */
+static int legacy_common_step(struct pk_doc *d, struct pk_value *adam, const char *where)
+{
+	struct pk_value *st = pk_get(adam, "state");
+	double step = -1;
+	for (size_t i = 0; i < st->seq.n; i++) {
+		const struct pk_value *v = st->seq.v[2 * i + 1];
+		double x;
+		if (st->seq.v[2 * i]->kind != PK_INT || v->kind != PK_DICT || scalar_of(pk_get(v, "step"), &x) < 0)
+			return error("%s: the optimizer's state of parameter %zu has no step", where, i);
+		if (step >= 0 && x != step)
+			return error("%s: the optimizer's parameters are at different steps (%g, %g)", where, step, x);
+		step = x;
+	}
+	if (step > 0)
+		pk_set_str(d, st, "common_step", pk_int(d, (int64_t)step));
+	return 0;
+}
+
+/*
+ * The legacy rank file ri of TP rank t (model m) with its Adam state put
+ * under the names the torch_dist path reads: optimizer.state.exp_avg.<name>,
+ * optimizer.state.exp_avg_sq.<name> and (16-bit runs) optimizer.state.
+ * fp32_param.<name>, <name> megac's, in the model dict of the parameter's
+ * chunk. Megatron numbers a rank's parameters through its param groups, in
+ * order: its get_param_groups puts the rank's named_parameters() (all model
+ * chunks, in order) into the default group and, without weight decay
+ * (wd_mult 0), the biases and the other 1-D parameters, the default group
+ * first. A group's "params" lists its parameters' numbers; a 16-bit run's
+ * fp32_from_fp16_params holds their master weights group by group.
+ */
+static int legacy_optim_rank(struct rank_in *ri, const struct gpt_model *m, bool local, const struct layout_in *li)
+{
+	const struct pk_value *masters;
+	int bad;
+	struct pk_value *adam = legacy_adam(ri, &masters, &bad);
+	if (!adam)
+		return bad ? -1 : error("%s: it holds no optimizer state, the first rank's file does", ri->path);
+	const struct param_registry *r = &m->reg;
+	int *order = xmalloc(((size_t)r->n + 1) * sizeof(int));
+	int n = megatron_param_order(m, local, order, ri->path), rc = n < 0 ? -1 : 0;
+	const struct pk_value *st = pk_get(adam, "state"), *pgs = pk_get(adam, "param_groups");
+	if (rc == 0 && pgs->seq.n != 2)
+		rc = error("%s: the optimizer has %zu param groups; Megatron's default two (with and without weight "
+			   "decay) are read",
+			   ri->path, pgs->seq.n);
+	if (rc == 0 && masters && masters->seq.n != pgs->seq.n)
+		rc = error("%s: fp32_from_fp16_params has %zu groups, the optimizer %zu", ri->path, masters->seq.n,
+			   pgs->seq.n);
+	for (size_t g = 0; rc == 0 && g < pgs->seq.n; g++) {
+		const struct pk_value *pg = pgs->seq.v[g], *ids = pg->kind == PK_DICT ? pk_get(pg, "params") : NULL;
+		double wd_mult;
+		if (!ids || ids->kind != PK_LIST || scalar_of(pk_get(pg, "wd_mult"), &wd_mult) < 0) {
+			rc = error("%s: param group %zu has no \"params\" list or no wd_mult", ri->path, g);
+			break;
+		}
+		bool one_d = wd_mult == 0; /* the group without weight decay: biases, norms */
+		const struct pk_value *mg = masters ? masters->seq.v[g] : NULL;
+		size_t k = 0;
+		for (int j = 0; rc == 0 && j < n; j++) {
+			const struct param *p = &r->p[order[j]];
+			if ((p->ndim == 1) != one_d)
+				continue;
+			if (k >= ids->seq.n) {
+				rc = error("%s: param group %zu lists %zu parameters, fewer than the rank's model has (its "
+					   "%zu-th: '%s')",
+					   ri->path, g, ids->seq.n, k + 1, p->name);
+				break;
+			}
+			const struct pk_value *id = ids->seq.v[k], *ps = id->kind == PK_INT ? pk_get_index(st, id->i) : NULL;
+			const struct pk_value *ea = ps && ps->kind == PK_DICT ? pk_get(ps, "exp_avg") : NULL,
+					      *eq = ps && ps->kind == PK_DICT ? pk_get(ps, "exp_avg_sq") : NULL;
+			const struct pk_value *mw = mg && mg->kind == PK_LIST && k < mg->seq.n ? mg->seq.v[k] : NULL;
+			if (!ea || !eq || (masters && !mw)) {
+				rc = error("%s: no Adam state%s for parameter %lld of param group %zu ('%s')", ri->path,
+					   masters && !mw ? " or master weight" : "", id->kind == PK_INT ? (long long)id->i : -1LL,
+					   g, p->name);
+				break;
+			}
+			int v = megatron_chunk_of(p->name, li->nchunks, li->l0, li->nl, li->L);
+			const struct pk_value *vals[3] = { ea, eq, mw };
+			static const char *const keys[3] = { "exp_avg", "exp_avg_sq", "fp32_param" };
+			for (int x = 0; x < (masters ? 3 : 2); x++) {
+				char *key = xasprintf("optimizer.state.%s.%s", keys[x], p->name);
+				pk_set_str(ri->d, ri->models[v], key, (struct pk_value *)vals[x]);
+				free(key);
+			}
+			k++;
+		}
+		if (rc == 0 && k != ids->seq.n)
+			rc = error("%s: param group %zu lists %zu parameters, the rank's model has %zu of its kind", ri->path,
+				   g, ids->seq.n, k);
+	}
+	free(order);
+	return rc;
+}
+
 /* megac's tensor prefix + name (a tensor of parameter p0's place) in TP rank
  * t's file of stage s, and that file */
 static const struct pk_value *lookup(const struct layout_in *li, int s, int t, const char *name, const char *prefix,
@@ -1309,6 +1587,33 @@ int megatron_import(const struct args *a, bool tell)
 	 * run as optimizer.state.fp32_param.<name>), the step and the schedule in
 	 * the common state */
 	bool optim = false;
+	/* the legacy format's: each rank file's optimizer.state_dict(), by position */
+	if (rc == 0 && !dist && !a->no_optim) {
+		char *dopt = xasprintf("%.*s/distrib_optim.pt", (int)(strrchr(in[0].path, '/') - in[0].path), in[0].path);
+		const struct pk_value *masters;
+		int bad = 0;
+		struct pk_value *adam = NULL;
+		if (access(dopt, F_OK) == 0)
+			rc = error("'%s': the distributed optimizer's state in the legacy format is not read by megac yet; "
+				   "--no-optim (train: --no-load-optim) takes the weights only",
+				   dopt);
+		else if (!(adam = legacy_adam(&in[0], &masters, &bad)) && bad)
+			rc = -1;
+		else if (adam && (c.E > 0 || c.mtp))
+			rc = error("%s: Adam's state of a %s model in the legacy format is not read by megac yet; "
+				   "--no-optim (train: --no-load-optim) takes the weights only",
+				   in[0].path, c.E > 0 ? "mixture-of-experts" : "multi-token prediction");
+		else if (adam)
+			rc = legacy_common_step(in[0].d, adam, in[0].path);
+		optim = rc == 0 && adam;
+		free(dopt);
+	}
+	/* the layer spec whose module order numbers the parameters */
+	const struct pk_value *ans = rc == 0 ? pk_get(in[0].root, "args") : NULL;
+	const struct pk_value *impl = ans && ans->kind == PK_OBJECT && ans->obj.state && ans->obj.state->kind == PK_DICT ?
+					      pk_get(ans->obj.state, "transformer_impl") :
+					      NULL;
+	bool local_spec = impl && impl->kind == PK_STR && !strcmp(impl->s.p, "local");
 	for (size_t i = 0; rc == 0 && dist && !a->no_optim && i < in[0].model->seq.n && !optim; i++) {
 		const struct pk_value *key = in[0].model->seq.v[2 * i];
 		optim = key->kind == PK_STR && !strncmp(key->s.p, "optimizer.state.exp_avg.", 24);
@@ -1362,6 +1667,8 @@ int megatron_import(const struct args *a, bool tell)
 		if (rc == 0 && li->nchunks != in[0].nmodels)
 			rc = error("%s: %d model chunks, but the args' layout has %d per stage", in[0].path, in[0].nmodels,
 				   li->nchunks);
+		for (int t = 0; rc == 0 && optim && !dist && t < tp; t++)
+			rc = legacy_optim_rank(&in[(size_t)s * tp + t], &m[t], local_spec, li);
 		float *global = NULL, *local = NULL;
 		size_t cap = 0;
 		for (int i = 0; rc == 0 && i < m[0].reg.n; i++) {
@@ -1425,8 +1732,7 @@ int megatron_import(const struct args *a, bool tell)
 			info("wrote iteration %lld of '%s' (%d tensors) from Megatron's %s checkpoint '%s'; continue with "
 			     "train --load %s --finetune (or --no-load-optim: %s)",
 			     (long long)iter, a->save, written, from, a->load, a->save,
-			     a->no_optim ? "--no-optim" : dist ? "the checkpoint holds no optimizer state" :
-								 "optimizer state is read from torch_dist and fsdp_dtensor only");
+			     a->no_optim ? "--no-optim" : "the checkpoint holds no optimizer state");
 		free(from);
 	}
 	free(config);

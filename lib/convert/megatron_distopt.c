@@ -25,7 +25,7 @@
  * to a multiple of 64 elements, a bucket closing where its unpadded length
  * says. So the reader rebuilds that order for each rank from megac's own
  * registry of the rank (its local shapes and TP split) and Megatron's
- * module order (megatron_order below), and holds it to the file: every
+ * module order (megatron_param_order below), and holds it to the file: every
  * parameter must begin and end on a boundary of the tensor's saved chunks
  * (parameters and the padding between them are saved as separate
  * chunks) and the buckets must be used up exactly. A model whose order
@@ -168,17 +168,15 @@ static void take(const struct param_registry *r, const char *name, int *order, i
 	}
 }
 
-/* The rank's parameters (indices into m's registry) in Megatron's
- * named_parameters() order: GPTModel's embedding, decoder (its layers,
- * then final_layernorm), output_layer. -1 naming one megac has and the
- * order does not place. */
-static int megatron_order(const struct gpt_model *m, bool local, int *order, const char *where)
+int megatron_param_order(const struct gpt_model *m, bool local, int *order, const char *where)
 {
 	const struct param_registry *r = &m->reg;
 	unsigned char *seen = xcalloc((size_t)r->n + 1, 1);
 	int n = 0;
 	char name[PARAM_NAME_MAX + 64];
-	take(r, "embedding.word_embeddings.weight", order, &n, seen);
+	int wte = params_find(r, "embedding.word_embeddings.weight");
+	if (wte >= 0 && !(r->p[wte].flags & PARAM_SHARED))
+		take(r, "embedding.word_embeddings.weight", order, &n, seen);
 	take(r, "embedding.position_embeddings.weight", order, &n, seen);
 	const char *const *lay = local ? layer_local : layer_te;
 	size_t nlay = local ? sizeof(layer_local) / sizeof(*layer_local) : sizeof(layer_te) / sizeof(*layer_te);
@@ -191,10 +189,14 @@ static int megatron_order(const struct gpt_model *m, bool local, int *order, con
 	take(r, "decoder.final_layernorm.weight", order, &n, seen);
 	take(r, "decoder.final_layernorm.bias", order, &n, seen);
 	take(r, "output_layer.weight", order, &n, seen);
+	/* (tied embeddings, PP > 1: the last stage's copy of the word
+	 * embeddings, megac's registry's under their name, is its output_layer) */
+	take(r, "embedding.word_embeddings.weight", order, &n, seen);
 	int rc = 0;
 	for (int i = 0; i < r->n && rc == 0; i++)
 		if (!seen[i])
-			rc = error("%s: '%s': megac does not know its place in Megatron's distributed optimizer buffers",
+			rc = error("%s: '%s': megac does not know its place in Megatron's named_parameters() order "
+				   "(where the optimizer's state of this parameter is)",
 				   where, r->p[i].name);
 	free(seen);
 	return rc < 0 ? -1 : n;
@@ -308,7 +310,7 @@ static int read_rank(struct dcp *c, const struct gpt_model *m, int t, int idx, b
 {
 	const struct param_registry *r = &m->reg;
 	int *order = xmalloc((size_t)r->n * sizeof(int) + 1);
-	int n = megatron_order(m, local, order, where);
+	int n = megatron_param_order(m, local, order, where);
 	struct bucket *b = NULL;
 	int nb = 0, rc = n < 0 ? -1 : find_buckets(c, idx, &b, &nb, where);
 	int k = 0;

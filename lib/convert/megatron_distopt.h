@@ -9,7 +9,18 @@
 #include <stdbool.h>
 
 #include "ckpt/pickle.h"
+#include "model/gpt.h"
 #include "model/gpt_config.h"
+
+/* The rank's parameters (indices into m's registry, all of them) in
+ * Megatron's named_parameters() order, which its optimizers follow (the
+ * distributed optimizer's buffers backwards, the legacy format's Adam
+ * state indices forwards): GPTModel's embedding, decoder (its layers,
+ * then final_layernorm), output_layer; local: the local layer spec's
+ * module order (its norms are modules of their own), else Transformer
+ * Engine's. Returns their number, or -1 after error() naming a parameter
+ * whose place it does not know (MoE, MTP, MLA). where: for messages. */
+int megatron_param_order(const struct gpt_model *m, bool local, int *order, const char *where);
 
 /* root (the common state) holds the distributed optimizer's state: its
  * optimizer names a param_state_sharding_type */
