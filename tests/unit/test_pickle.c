@@ -81,12 +81,12 @@ static void test_state_dict_attrs(void)
 	}
 	/* pickle.dumps(pathlib.PosixPath('llama_fsdp/iter_0000002'), protocol=2): DCP's
 	 * StorageMeta.checkpoint_id; an object naming the class and holding the parts */
-	v = LOAD(d, "\x80\x02cpathlib\nPosixPath\nq\x02X\n\x00\x00\x00llama_fsdpq\x03"
+	v = LOAD(d, "\x80\x02" "cpathlib\nPosixPath\nq\x02X\n\x00\x00\x00llama_fsdpq\x03"
 		    "X\x0c\x00\x00\x00iter_0000002q\x04\x86q\x05Rq\x06.");
 	CHECK(v && v->kind == PK_OBJECT && !strcmp(v->obj.cls, "pathlib.PosixPath"));
 	CHECK(v && v->obj.args && v->obj.args->seq.n == 2 && !strcmp(v->obj.args->seq.v[1]->s.p, "iter_0000002"));
 	/* and nothing but strings for its parts */
-	CHECK(!LOAD(d, "\x80\x02cpathlib\nPosixPath\nK\x01\x85R."));
+	CHECK(!LOAD(d, "\x80\x02" "cpathlib\nPosixPath\nK\x01\x85R."));
 	CHECK(contains_all(msg, "'pathlib.PosixPath' called with a int among its parts", NULL));
 	/* BUILD on a dict with anything but a dict of attributes is still an error */
 	CHECK(!LOAD(d, "\x80\x02}K\x01" "b."));
