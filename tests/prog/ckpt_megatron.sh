@@ -139,9 +139,8 @@ expect_ok "gpt: to fsdp_dtensor for a bf16 run" $BIN/ckpt_convert --load "$W/gpt
 	--ckpt-format fsdp_dtensor --dtype bf16 $GPT2
 dcp_check_fsdp "gpt fsdp_dtensor bf16: Float16Module's extra prefix, the fp32 weights" "$W/f-gpt" "$W/gpt" 2 2 \
 	bfloat16
-for m in llama gpt; do
-	expect_ok "$m: back from fsdp_dtensor" $BIN/ckpt_convert --load "$W/f-$m" --save "$W/g-$m" --from megatron $GPT2
-	if $PY -c '
+expect_ok "llama: back from fsdp_dtensor" $BIN/ckpt_convert --load "$W/f-llama" --save "$W/g-llama" --from megatron $GPT2
+if $PY -c '
 import sys, h5py, numpy as np
 n = 0
 for f in ("model.h5", "optim.h5"):
@@ -153,13 +152,12 @@ for f in ("model.h5", "optim.h5"):
     n += len(names)
     for k, v in b["/"].attrs.items() if f == "optim.h5" else ():
         assert k in a.attrs and np.all(a.attrs[k] == v), (f, k)
-print(n)' "$W/$m" "$W/g-$m" >"$W/cmp.log" 2>&1; then
-		ok "$m: megac -> fsdp_dtensor -> megac keeps weights, moments, step and schedule ($(cat "$W/cmp.log") tensors) bit for bit"
-	else
-		notok "$m: megac -> fsdp_dtensor -> megac keeps weights, moments, step and schedule"
-		show "$W/cmp.log"
-	fi
-done
+print(n)' "$W/llama" "$W/g-llama" >"$W/cmp.log" 2>&1; then
+	ok "llama: megac -> fsdp_dtensor -> megac keeps weights, moments, step and schedule ($(cat "$W/cmp.log") tensors) bit for bit"
+else
+	notok "llama: megac -> fsdp_dtensor -> megac keeps weights, moments, step and schedule"
+	show "$W/cmp.log"
+fi
 # Megatron's local layer spec names the fused norms input_layernorm and pre_mlp_layernorm
 setup "the TP2 x PP2 files renamed to the local spec" $PY -c '
 import glob, os, shutil, sys, torch
