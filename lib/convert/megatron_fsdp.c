@@ -322,7 +322,8 @@ static int join_halves(struct pk_doc *d, struct pk_value *model, const struct pk
 			rc = error("%s: the halves of '%s' (_w and _v) differ in dtype or shape", where, whole);
 		if (rc == 0) {
 			enum pk_dtype dt = tw->t.storage->st.dtype;
-			int64_t nw = pk_tensor_numel(tw), size[2] = { 2 * tw->t.size[0], tw->t.ndim == 2 ? tw->t.size[1] : 1 };
+			int64_t nw = pk_tensor_numel(tw);
+			int64_t size[2] = { 2 * tw->t.size[0], tw->t.ndim == 2 ? tw->t.size[1] : 1 };
 			size_t es = pk_dtype_size(dt);
 			char *buf = xmalloc((size_t)(2 * nw) * es + 1);
 			pk_doc_attach(d, free, buf);
@@ -391,10 +392,13 @@ static int read_item(struct dcp *c, struct pk_doc *d, const struct dcp_item *it,
 		return 0;
 	}
 	bool state = has_prefix(fqn, "optimizer.state."), meta = has_prefix(fqn, "optimizer.param_to_group_meta.");
-	const char *name = has_prefix(fqn, "model.") ? unwrapped(fqn + 6) :
-			   state			  ? unwrapped(fqn + strlen("optimizer.state.")) :
-			   meta				  ? unwrapped(fqn + strlen("optimizer.param_to_group_meta.")) :
-							    NULL;
+	const char *name = NULL;
+	if (has_prefix(fqn, "model."))
+		name = unwrapped(fqn + strlen("model."));
+	else if (state)
+		name = unwrapped(fqn + strlen("optimizer.state."));
+	else if (meta)
+		name = unwrapped(fqn + strlen("optimizer.param_to_group_meta."));
 	if (name && (strstr(name, ".experts.") || strstr(name, ".router.") || has_prefix(name, "mtp.") ||
 		     strstr(name, ".mtp.")))
 		return error("%s: '%s': mixture-of-experts and multi-token prediction checkpoints are not read yet",
@@ -488,7 +492,8 @@ int megatron_fsdp_read(const char *dir, struct pk_doc *d, struct pk_value **root
 		rc = join_halves(d, model, halves, where);
 	if (rc == 0 && ad.moments) { /* the common state torch_dist's reader would give */
 		if (!ad.have_step)
-			rc = error("%s: Adam's moments are there but not its step (optimizer.state.<name>.step)", where);
+			rc = error("%s: Adam's moments are there but not its step (optimizer.state.<name>.step)",
+				   where);
 		if (rc == 0 && !sched->seq.n)
 			rc = error("%s: Adam's moments are there but not the scheduler's state (opt_param_scheduler.*)",
 				   where);
@@ -497,7 +502,8 @@ int megatron_fsdp_read(const char *dir, struct pk_doc *d, struct pk_value **root
 			float *s = xmalloc(sizeof(float));
 			*s = (float)ad.step;
 			pk_doc_attach(d, free, s);
-			pk_set_str(d, st, "common_step", pk_tensor(d, pk_storage(d, PK_DT_F32, s, 1), 0, 0, NULL, NULL));
+			struct pk_value *t = pk_tensor(d, pk_storage(d, PK_DT_F32, s, 1), 0, 0, NULL, NULL);
+			pk_set_str(d, st, "common_step", t);
 		}
 		if (ad.betas && ad.eps) {
 			pk_set_str(d, g, "betas", ad.betas);

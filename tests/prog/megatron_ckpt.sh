@@ -480,6 +480,12 @@ expect_ok "and back" $BIN/ckpt_convert --load "$W/fsdp_exp" --save "$W/fsdp_back
 	--tokenizer-type NullTokenizer --vocab-size 128
 same_state "megac -> fsdp_dtensor -> megac keeps weights, moments, step and schedule bit for bit" "$W/fsdp_megac" \
 	"$W/fsdp_back"
+# and without the optimizer's state: the weights alone, both ways
+expect_ok "megac -> fsdp_dtensor without Adam's state (--no-optim) -> megac" sh -c "$BIN/ckpt_convert \
+	--load $W/fsdp_megac --save $W/fsdp_noopt --to megatron --ckpt-format fsdp_dtensor --no-optim \
+	--make-vocab-size-divisible-by 64 && $BIN/ckpt_convert --load $W/fsdp_noopt --save $W/fsdp_noopt_back \
+	--from megatron --tokenizer-type NullTokenizer --vocab-size 128 && [ ! -e $W/fsdp_noopt_back/iter_0000002/optim.h5 ]"
+same_ckpt "and its weights are the original's" "$W/fsdp_megac" "$W/fsdp_noopt_back" model.h5
 # train --load on Megatron-FSDP's folder, saving fsdp_dtensor at iteration 3; resumed from it to 4
 rm -f "$W/fsdp3.jsonl" "$W/fsdp4.jsonl"
 # shellcheck disable=SC2086
