@@ -9,7 +9,8 @@
 # every tensor equals megac's global one, the vocabulary re-padded for the
 # target TP. --from megatron reads them back (and the local layer spec's
 # norm names) to the same tensors, which fine-tune to the original's losses
-# bit for bit. torch_dist exports (fp32, bf16) are read by an independent
+# bit for bit (the bf16 files with Adam's state give back the fp32 master
+# weights; without it, --no-optim, the weights rounded to bf16). torch_dist exports (fp32, bf16) are read by an independent
 # Python reader of PyTorch's DCP folders (tests/prog/py/dcp_check.py) and by
 # --from megatron to the same tensors. Refused: fsdp_dtensor, an existing
 # iteration, MoE, a megac folder as --from megatron, and --ckpt-format torch in
@@ -87,7 +88,12 @@ same_h5 "gpt: megac -> Megatron TP2 x PP2 -> megac gives the same tensors (vocab
 	"$W/gpt" "$W/b-gpt" 2
 expect_ok "llama: back from the bf16 files" $BIN/ckpt_convert --load "$W/m-llama-bf16" --save "$W/b-llama-bf16" \
 	--from megatron $GPT2
-same_h5 "llama: the bf16 round trip gives megac's tensors rounded to bf16" "$W/llama" "$W/b-llama-bf16" 2 bf16
+same_h5 "llama: the bf16 round trip keeps the fp32 weights (the optimizer's fp32 master copy)" "$W/llama" \
+	"$W/b-llama-bf16" 2
+expect_ok "llama: back from the bf16 files, the weights alone (--no-optim)" $BIN/ckpt_convert --load "$W/m-llama-bf16" \
+	--save "$W/b2-llama-bf16" --from megatron --no-optim $GPT2
+same_h5 "llama: without the optimizer the bf16 round trip gives megac's tensors rounded to bf16" "$W/llama" \
+	"$W/b2-llama-bf16" 2 bf16
 # torch_dist (PyTorch Distributed Checkpoint): global tensors, the layers
 # stacked; read back by an independent Python reader (tests/prog/py/dcp_check.py:
 # pickle with only DCP's classes, torch.load of each chunk) and by --from megatron
