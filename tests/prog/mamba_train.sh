@@ -217,6 +217,21 @@ if [ -n "${MEGAC_EMU:-}" ] && [ -x "$MEGAC_EMU/bin/train" ]; then
 		notok "hybrid on the emulated CUDA device"
 		show "$ERR"
 	fi
+	if long_only; then # TP2 with SP on two emulated devices (NCCL's collectives): the CPU's one-rank losses
+		rm -f "$W/emutp.jsonl"
+		# shellcheck disable=SC2086 # ARGS and SP2 are words
+		if $MPI -np 2 $MEGAC_EMU/bin/train $ARGS $SP2 --train-iters 4 --data-cache-path "$W/hybrid/cache" \
+			--metrics-file "$W/emutp.jsonl" >"$OUT_LOG" 2>"$ERR" && grep -q "op table cuda" "$ERR" "$OUT_LOG"; then
+			(
+				export RTOL=1e-5
+				compare_same "hybrid at TP2 with SP on two emulated CUDA devices: the CPU's one-rank losses" \
+					"$W/cpu.jsonl" "$W/emutp.jsonl" 4
+			)
+		else
+			notok "hybrid at TP2 with SP on two emulated CUDA devices"
+			show "$ERR"
+		fi
+	fi
 fi
 
 # refused by name
