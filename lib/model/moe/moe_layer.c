@@ -97,7 +97,7 @@ void moe_register(struct gpt_model *m, int l)
 	float std = c->init_std, out_std = gpt_output_init_std(c);
 	int64_t f1 = s->swiglu ? 2 * (int64_t)c->moe_f : c->moe_f;
 	int64_t s1[2] = { c->shared_f, c->shared_f }; /* SwiGLU: [gate; up], TP splits each */
-	int glu = s->swiglu ? 2 : 1;
+	int nf1 = s->swiglu ? 2 : 1;
 #define NAME(...) (snprintf(name, sizeof(name), __VA_ARGS__), name)
 	p->fc1_w = p->fc1_b = p->fc2_w = p->fc2_b = -1;
 	p->ln2_w = reg_norm(m, NAME("decoder.layers.%d.pre_mlp_layernorm.weight", l), s, false);
@@ -110,13 +110,13 @@ void moe_register(struct gpt_model *m, int l)
 		if (e < m->par.e0 || e >= m->par.e0 + m->par.El)
 			continue;
 		gpt_expert_param_name(name, sizeof(name), l, e, 1);
-		p->efc1_w[e] = reg_expert(m, name, f1, c->h, 0, glu, std);
+		p->efc1_w[e] = reg_expert(m, name, f1, c->h, 0, nf1, std);
 		gpt_expert_param_name(name, sizeof(name), l, e, 2);
 		p->efc2_w[e] = reg_expert(m, name, c->h, c->moe_f, 1, 1, out_std);
 	}
 	p->sfc1_w = p->sfc2_w = -1;
 	if (s->shared_expert) {
-		p->sfc1_w = reg_weight_pieces(m, NAME("decoder.layers.%d.mlp.shared_experts.linear_fc1.weight", l), glu,
+		p->sfc1_w = reg_weight_pieces(m, NAME("decoder.layers.%d.mlp.shared_experts.linear_fc1.weight", l), nf1,
 					      s1, c->h, std, 0);
 		p->sfc2_w = reg_weight(m, NAME("decoder.layers.%d.mlp.shared_experts.linear_fc2.weight", l), c->h,
 				       c->shared_f, 1, out_std, 0);
