@@ -15,12 +15,13 @@
  * Transformer Engine layer spec (megac's own names), the layers numbered
  * from 0 within each stage, as Megatron numbers a stage's local layers. A
  * shard is cut from the global tensor by the rank's parameter registry
- * (params_global_pos_rank: TP's rows or columns, SwiGLU's [gate; up] halves
- * per rank), so the split is the one train itself uses. On the last stage of
- * a pipeline with tied embeddings, the copy of the word embeddings is
- * Megatron's output_layer.weight. Every Transformer Engine module carries
- * an empty `_extra_state` (uint8, 0 elements: TE's state without FP8), as
- * TE's get_extra_state returns it, so that a strict load finds every key.
+ * (params_global_pos_rank: TP's rows or columns, piece by piece, so
+ * SwiGLU's [gate; up] halves per rank), the split train itself uses. On
+ * the last stage of a pipeline with tied embeddings, the copy of the word
+ * embeddings is Megatron's output_layer.weight. Every Transformer Engine
+ * module carries an empty `_extra_state` (uint8, 0 elements: TE's state
+ * without FP8), as TE's get_extra_state returns it, so that a strict load
+ * finds every key.
  *
  * Mixture-of-experts layers, multi-token prediction depths, expert-parallel
  * files (mp_rank_..._EEE) and virtual stages (model0, model1, ...) are

@@ -31,9 +31,6 @@ int infer_init(struct infer_engine *e, struct ckpt_reader *r, int mf, int max_se
 	struct gpt_config *c = &e->c;
 	for (int l = 0; c->hybrid && l < c->L; l++)
 		e->recurrent |= c->layer_kind[l] == GPT_LAYER_MAMBA;
-	if (e->recurrent && e->tp)
-		return error("'%s': serving a hybrid Mamba model (--hybrid-layer-pattern) tensor-parallel is not in "
-			     "megac yet; serve it on one rank (docs/mamba.md)", ckpt_reader_dir(r));
 	if (max_seq == 0) /* the model's own length */
 		max_seq = c->P;
 	if (max_tokens == 0)

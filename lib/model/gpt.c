@@ -408,9 +408,10 @@ static void alloc_training(struct gpt_model *m, bool any_rc)
 	s->dloss = gpt_take(m, BT);
 	if (m->c.mtp)
 		mtp_alloc_scratch(m);
-	bool mamba = false;
-	for (int l = 0; c->hybrid && l < c->L; l++)
-		mamba |= c->layer_kind[l] == GPT_LAYER_MAMBA;
+	bool mamba = false; /* this stage's layers */
+	for (int v = 0; v < m->nchunks; v++)
+		for (int l = m->chunks[v].l0; l < m->chunks[v].l0 + m->chunks[v].nl; l++)
+			mamba |= m->lp[l].spec.kind == GPT_LAYER_MAMBA;
 	if (mamba)
 		mamba_alloc_scratch(m);
 	if (c->rope || c->mla) /* multi-latent attention: its own RoPE on qk_pos channels, whatever the embedding */
@@ -628,6 +629,8 @@ int gpt_init_pipe(struct gpt_model *m, const struct gpt_config *c, const struct 
 	m->lc.f /= t;
 	m->lc.moe_f /= par->etp_size; /* experts split over expert TP (moe/moe_layer.c) */
 	m->lc.shared_f /= t;
+	m->lc.mamba_H /= t; /* the Mamba mixer's heads and groups (mamba_mixer.c) */
+	m->lc.mamba_G /= t;
 	/* Megatron's router sees one TP rank's sequence shard (SP is required
 	 * with TP): the capacity applies to each shard */
 	m->lc.router.shards = sp && par->tp ? t : 1;

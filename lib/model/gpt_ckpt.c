@@ -635,32 +635,27 @@ int gpt_config_diff(const char *ckpt_json, const char *flags_json, const char *w
 	return n;
 }
 
-/* (gpt_read_param) Reading only the rows this rank needs: a row-parallel slice is a run of
- * rows (two for SwiGLU's [gate; up] halves), a column-parallel one takes
- * columns of every row, read a block of rows at a time, so no rank holds a
- * whole global tensor. */
+/* (gpt_read_param) Reading only the rows this rank needs: a row-parallel
+ * slice is a run of rows per piece (params_piece: one, two for SwiGLU's
+ * [gate; up], five for the Mamba mixer's in_proj), a column-parallel one
+ * takes each piece's columns of every row, read a block of rows at a time,
+ * so no rank holds a whole global tensor. */
 int gpt_read_param(struct ckpt_reader *r, int file, const char *name, const struct param *p, float *dst)
 {
 	int64_t rows = p->shape[0], cols = p->ndim == 2 ? p->shape[1] : 1;
-	int64_t lrows = p->local_shape[0], lcols = p->ndim == 2 ? p->local_shape[1] : 1;
+	int64_t lcols = p->ndim == 2 ? p->local_shape[1] : 1;
+	int64_t local, global, len;
 	if (p->tp_axis != 1) {
 		/* replicated, or row-parallel: local rows are runs of global rows */
-		int64_t r0, c0;
-		if (p->tp_axis == 0 && (p->flags & PARAM_GLU)) {
-			int64_t half = lrows / 2, up0;
-			params_global_pos(p, 0, &r0, &c0);
-			params_global_pos(p, (size_t)(half * lcols), &up0, &c0);
-			return ckpt_get_tensor_rows(r, file, name, CKPT_F32, p->ndim, p->shape, r0, half, dst) < 0 ||
-					       ckpt_get_tensor_rows(r, file, name, CKPT_F32, p->ndim, p->shape, up0, half,
-								    dst + (size_t)(half * lcols)) < 0 ?
-				       -1 : 0;
+		for (int i = 0; i < p->npieces; i++) {
+			params_piece(p, p->tp_rank, i, &local, &global, &len);
+			if (ckpt_get_tensor_rows(r, file, name, CKPT_F32, p->ndim, p->shape, global, len,
+						 dst + (size_t)(local * lcols)) < 0)
+				return -1;
 		}
-		params_global_pos(p, 0, &r0, &c0);
-		return ckpt_get_tensor_rows(r, file, name, CKPT_F32, p->ndim, p->shape, r0, lrows, dst);
+		return 0;
 	}
-	/* column-parallel: every row, this rank's columns [c0, c0 + lcols) */
-	int64_t r0, c0;
-	params_global_pos(p, 0, &r0, &c0);
+	/* column-parallel: every row, this rank's columns of each piece */
 	int64_t step = (int64_t)((size_t)1 << 22) / cols; /* about 16 MB of rows at a time */
 	if (step < 1)
 		step = 1;
@@ -670,8 +665,11 @@ int gpt_read_param(struct ckpt_reader *r, int file, const char *name, const stru
 		int64_t n = rows - lo < step ? rows - lo : step;
 		ret = ckpt_get_tensor_rows(r, file, name, CKPT_F32, p->ndim, p->shape, lo, n, buf);
 		for (int64_t i = 0; !ret && i < n; i++)
-			memcpy(dst + (size_t)((lo + i) * lcols), buf + (size_t)(i * cols + c0),
-			       (size_t)lcols * sizeof(float));
+			for (int k = 0; k < p->npieces; k++) {
+				params_piece(p, p->tp_rank, k, &local, &global, &len);
+				memcpy(dst + (size_t)((lo + i) * lcols + local), buf + (size_t)(i * cols + global),
+				       (size_t)len * sizeof(float));
+			}
 	}
 	free(buf);
 	return ret;

@@ -822,10 +822,22 @@ int gpt_config_check_layout(const struct gpt_config *c, const struct gpt_layout 
 			  "expert-parallel rank holds the same number of experts)", c->E, ep);
 	if (ep > 1 && c->E <= 0)
 		sbuf_addf(&why, "; --expert-model-parallel-size %d needs mixture-of-experts layers (--num-experts)", ep);
-	if (ours && c->hybrid && (t > 1 || pp > 1 || vpp > 1 || cp > 1 || lay->sp)) /* docs/mamba.md */
-		sbuf_addf(&why, "; a hybrid Mamba model (--hybrid-layer-pattern) runs without --tensor-model-parallel-size, "
-			  "--pipeline-model-parallel-size, --context-parallel-size and --sequence-parallel in megac so far "
-			  "(data parallelism only)");
+	/* MambaMixer's asserts: each TP rank holds whole heads and whole groups */
+	if (c->hybrid && c->mamba_H % t)
+		sbuf_addf(&why, "; the Mamba mixer's %d heads (--mamba-num-heads, or 2 x --hidden-size / "
+			  "--mamba-head-dim) are not divisible by --tensor-model-parallel-size %d", c->mamba_H, t);
+	if (c->hybrid && c->mamba_G % t)
+		sbuf_addf(&why, "; --mamba-num-groups %d is not divisible by --tensor-model-parallel-size %d", c->mamba_G,
+			  t);
+	/* Megatron splits a pattern without '|' over the stages as a GPT's
+	 * layers (hybrid_layer_allocation's select_pipeline_segment), and only
+	 * a pattern with '|' over virtual stages */
+	if (c->hybrid && vpp > 1)
+		sbuf_addf(&why, "; a hybrid Mamba model (--hybrid-layer-pattern) over virtual pipeline stages needs the "
+			  "pattern's '|' stage separators, which megac does not take yet");
+	if (ours && c->hybrid && cp > 1) /* docs/mamba.md */
+		sbuf_addf(&why, "; a hybrid Mamba model (--hybrid-layer-pattern) runs without --context-parallel-size in "
+			  "megac so far");
 	int rc = 0;
 	if (why.len)
 		rc = what ? error("%s: %s", what, why.buf + 2) : error("%s", why.buf + 2);

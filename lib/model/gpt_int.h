@@ -73,6 +73,12 @@ void gpt_flush_unit(struct gpt_model *m, int u, int first, int end);
 int reg_weight(struct gpt_model *m, const char *name, int64_t rows, int64_t cols, int tp_axis, float std,
 	       unsigned flags);
 int reg_bias(struct gpt_model *m, const char *name, int64_t n, int tp_axis, unsigned flags);
+/* The same split by rows, which are n pieces of the given lengths that TP
+ * splits one by one (params_add_pieces): SwiGLU's fc1 [gate; up], the Mamba
+ * mixer's in_proj [z; x; B; C; dt]. */
+int reg_weight_pieces(struct gpt_model *m, const char *name, int n, const int64_t *rows, int64_t cols, float std,
+		      unsigned flags);
+int reg_bias_pieces(struct gpt_model *m, const char *name, int n, const int64_t *len, unsigned flags);
 int reg_norm(struct gpt_model *m, const char *name, const struct transformer_layer_spec *s, bool bias);
 void round_half(struct gpt_model *m, float *x, size_t n);
 void linear_fwd_raw(struct gpt_model *m, float *out, const float *inp, int w, int b, int N, int IC, int OC);

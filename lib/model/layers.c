@@ -28,6 +28,25 @@ int reg_bias(struct gpt_model *m, const char *name, int64_t n, int tp_axis, unsi
 			  PARAM_INIT_ZERO, 0);
 }
 
+int reg_weight_pieces(struct gpt_model *m, const char *name, int n, const int64_t *rows, int64_t cols, float std,
+		      unsigned flags)
+{
+	int64_t shape[2] = { 0, cols };
+	for (int i = 0; i < n; i++)
+		shape[0] += rows[i];
+	return params_add_pieces(&m->reg, name, 2, shape, 0, n, rows, m->par.tp_size, m->par.tp_rank, flags,
+				 PARAM_INIT_NORMAL, std);
+}
+
+int reg_bias_pieces(struct gpt_model *m, const char *name, int n, const int64_t *len, unsigned flags)
+{
+	int64_t shape[1] = { 0 };
+	for (int i = 0; i < n; i++)
+		shape[0] += len[i];
+	return params_add_pieces(&m->reg, name, 1, shape, 0, n, len, m->par.tp_size, m->par.tp_rank,
+				 flags | PARAM_NO_WD, PARAM_INIT_ZERO, 0);
+}
+
 int reg_norm(struct gpt_model *m, const char *name, const struct transformer_layer_spec *s, bool bias)
 {
 	int64_t shape[1] = { m->c.h };

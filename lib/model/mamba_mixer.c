@@ -14,20 +14,29 @@
  * their rows (copy_rows) into scratch the layers share; the backward copies
  * them out again from what the layer kept (in_proj's output, the
  * convolution's output, the scan's output, the norm's output and rstd) and
- * puts the gradients back together the same way. One rank: the layer
- * refuses tensor, sequence and context parallelism for now (gpt_config.c).
+ * puts the gradients back together the same way. Tensor parallelism as
+ * Megatron splits the mixer: in_proj column-parallel (each rank's rows its
+ * share of z, x, B, C and dt), out_proj row-parallel, the convolution,
+ * scan and gated norm on the rank's heads and groups (H / TP, G / TP);
+ * everything past the registration runs on the per-rank dims of m->lc.
+ * Context parallelism is refused for now (gpt_config.c).
  */
 #include "model/gpt_int.h"
 
 #include <math.h>
 #include <stdio.h>
 
-/* a 1-D tensor of the mixer's own initialisation; none is weight-decayed
+/* a 1-D tensor of the mixer's own initialisation, split by TP piece by
+ * piece (per head, or conv1d's [x; B; C]); none is weight-decayed
  * (Megatron's rule: 1-D tensors get no weight decay) */
-static int reg_vec(struct gpt_model *m, const char *name, int64_t n, enum param_init init, float std)
+static int reg_vec(struct gpt_model *m, const char *name, int npieces, const int64_t *pieces, enum param_init init,
+		   float std)
 {
-	int64_t shape[1] = { n };
-	return params_add(&m->reg, name, 1, shape, -1, m->par.tp_size, m->par.tp_rank, PARAM_NO_WD, init, std);
+	int64_t shape[1] = { 0 };
+	for (int i = 0; i < npieces; i++)
+		shape[0] += pieces[i];
+	return params_add_pieces(&m->reg, name, 1, shape, 0, npieces, pieces, m->par.tp_size, m->par.tp_rank,
+				 PARAM_NO_WD, init, std);
 }
 
 void mamba_register(struct gpt_model *m, int l)
@@ -35,7 +44,11 @@ void mamba_register(struct gpt_model *m, int l)
 	const struct gpt_config *c = &m->c;
 	struct gpt_layer_params *p = &m->lp[l];
 	const struct transformer_layer_spec *s = &p->spec;
-	int64_t di = gpt_mamba_inner(c), C = gpt_mamba_conv_dim(c), W = c->mamba_W;
+	int64_t di = gpt_mamba_inner(c), C = gpt_mamba_conv_dim(c), W = c->mamba_W, H = c->mamba_H;
+	int64_t GN = (int64_t)c->mamba_G * c->mamba_N;
+	/* TP splits each piece: a rank's in_proj rows are [z_r; x_r; B_r; C_r;
+	 * dt_r], its conv channels [x_r; B_r; C_r], its heads H / TP */
+	int64_t proj[5] = { di, di, GN, GN, H }, *conv = proj + 1;
 	char name[PARAM_NAME_MAX];
 	/* conv1d: torch's Conv1d init (kaiming_uniform with a = sqrt 5, fan_in
 	 * = W) for the weight and U(+-1/sqrt(fan_in)) for the bias */
@@ -43,17 +56,18 @@ void mamba_register(struct gpt_model *m, int l)
 #define NAME(fmt) (snprintf(name, sizeof(name), "decoder.layers.%d.mixer." fmt, l), name)
 	p->ln1_w = reg_norm(m, NAME("in_proj.layer_norm_weight"), s, false);
 	p->ln1_b = s->norm == LAYER_RMSNORM ? -1 : reg_norm(m, NAME("in_proj.layer_norm_bias"), s, true);
-	p->mb_in_w = reg_weight(m, NAME("in_proj.weight"), gpt_mamba_proj_dim(c), c->h, -1, c->init_std, 0);
+	p->mb_in_w = reg_weight_pieces(m, NAME("in_proj.weight"), 5, proj, c->h, c->init_std, 0);
 	/* Megatron's [C, 1, W], kept without its unit axis: the op's w[C, W] */
 	int64_t cshape[2] = { C, W };
-	p->mb_conv_w = params_add(&m->reg, NAME("conv1d.weight"), 2, cshape, -1, m->par.tp_size, m->par.tp_rank, 0,
-				  PARAM_INIT_UNIFORM, conv_bound);
-	p->mb_conv_b = reg_vec(m, NAME("conv1d.bias"), C, PARAM_INIT_UNIFORM, conv_bound);
-	p->mb_dt_bias = reg_vec(m, NAME("dt_bias"), c->mamba_H, PARAM_INIT_DT_BIAS, 0);
-	p->mb_A_log = reg_vec(m, NAME("A_log"), c->mamba_H, PARAM_INIT_A_LOG, 0);
-	p->mb_D = reg_vec(m, NAME("D"), c->mamba_H, PARAM_INIT_ONE, 0);
-	p->mb_norm_w = reg_vec(m, NAME("norm.weight"), di, PARAM_INIT_ONE, 0);
-	p->mb_out_w = reg_weight(m, NAME("out_proj.weight"), c->h, di, -1, gpt_output_init_std(c), 0);
+	p->mb_conv_w = params_add_pieces(&m->reg, NAME("conv1d.weight"), 2, cshape, 0, 3, conv, m->par.tp_size,
+					 m->par.tp_rank, 0, PARAM_INIT_UNIFORM, conv_bound);
+	p->mb_conv_b = reg_vec(m, NAME("conv1d.bias"), 3, conv, PARAM_INIT_UNIFORM, conv_bound);
+	p->mb_dt_bias = reg_vec(m, NAME("dt_bias"), 1, &H, PARAM_INIT_DT_BIAS, 0);
+	p->mb_A_log = reg_vec(m, NAME("A_log"), 1, &H, PARAM_INIT_A_LOG, 0);
+	p->mb_D = reg_vec(m, NAME("D"), 1, &H, PARAM_INIT_ONE, 0);
+	/* the gated norm's groups stay whole on a rank (G / TP of them) */
+	p->mb_norm_w = reg_vec(m, NAME("norm.weight"), 1, &di, PARAM_INIT_ONE, 0);
+	p->mb_out_w = reg_weight(m, NAME("out_proj.weight"), c->h, di, 1, gpt_output_init_std(c), 0);
 #undef NAME
 }
 

@@ -16,13 +16,14 @@ void mlp_register(struct gpt_model *m, int l)
 	const struct transformer_layer_spec *s = &p->spec;
 	char name[PARAM_NAME_MAX];
 	float std = c->init_std, out_std = gpt_output_init_std(c);
-	int64_t f1 = s->swiglu ? 2 * (int64_t)c->f : c->f;
-	unsigned glu = s->swiglu ? PARAM_GLU : 0; /* each rank holds [gate_r; up_r] of the global [W_gate; W_up] */
+	/* SwiGLU: rows [gate; up], each rank holds [gate_r; up_r] */
+	int64_t f1[2] = { c->f, c->f };
+	int nf1 = s->swiglu ? 2 : 1;
 #define NAME(fmt) (snprintf(name, sizeof(name), "decoder.layers.%d.mlp." fmt, l), name)
 	p->ln2_w = reg_norm(m, NAME("linear_fc1.layer_norm_weight"), s, false);
 	p->ln2_b = s->norm == LAYER_RMSNORM ? -1 : reg_norm(m, NAME("linear_fc1.layer_norm_bias"), s, true);
-	p->fc1_w = reg_weight(m, NAME("linear_fc1.weight"), f1, c->h, 0, std, glu);
-	p->fc1_b = s->fc_bias ? reg_bias(m, NAME("linear_fc1.bias"), f1, 0, glu) : -1;
+	p->fc1_w = reg_weight_pieces(m, NAME("linear_fc1.weight"), nf1, f1, c->h, std, 0);
+	p->fc1_b = s->fc_bias ? reg_bias_pieces(m, NAME("linear_fc1.bias"), nf1, f1, 0) : -1;
 	p->fc2_w = reg_weight(m, NAME("linear_fc2.weight"), c->h, c->f, 1, out_std, 0);
 	p->fc2_b = s->fc_bias ? reg_bias(m, NAME("linear_fc2.bias"), c->h, -1, 0) : -1;
 #undef NAME

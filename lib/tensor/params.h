@@ -15,11 +15,11 @@
 
 #define PARAM_NAME_MAX 96
 #define PARAM_MAX_DIM 2
+#define PARAM_MAX_PIECES 5
 
 enum param_flags {
 	PARAM_NO_WD = 1 << 0, /* weight-decay multiplier 0 (biases and 1-D tensors) */
 	PARAM_TIED = 1 << 1,  /* also used as the output layer (tied embeddings) */
-	PARAM_GLU = 1 << 2,   /* rows are [gate; up]; TP splits each half (SwiGLU fc1, Megatron's layout) */
 	PARAM_SP = 1 << 3,    /* replicated, but its gradient comes from a sequence shard (norms under SP) */
 	PARAM_SHARED = 1 << 4, /* a copy of a tensor another pipeline stage owns (the last stage's tied
 				* embedding): left out of norms and checkpoints, Megatron's param.shared */
@@ -47,8 +47,14 @@ struct param {
 	int ndim;
 	int64_t shape[PARAM_MAX_DIM];   /* global shape */
 	int tp_axis;                    /* -1 replicated, else the axis TP splits */
+	/* The pieces along tp_axis that TP splits one by one: a rank's slice is
+	 * its share of each piece, in order (one piece: a contiguous range;
+	 * SwiGLU's fc1 [gate; up]: two equal ones; the Mamba mixer's in_proj
+	 * [z; x; B; C; dt]: five) */
+	int npieces;
+	int64_t piece[PARAM_MAX_PIECES]; /* their global lengths, summing to shape[tp_axis] */
 	int64_t local_shape[PARAM_MAX_DIM];
-	int64_t local_start;            /* first index along tp_axis held by this rank */
+	int tp_size, tp_rank;           /* the group that splits it, this rank's share (1, 0 replicated) */
 	size_t offset;                  /* into the flat buffers, in elements */
 	size_t numel;                   /* local element count */
 	unsigned flags;
@@ -68,12 +74,26 @@ struct param_registry {
  * Its properties (flags) are the caller's to declare: nothing is inferred
  * from the name.
  * Names must be unique (BUG otherwise). Shapes are global; tp_size/tp_rank
- * give the local slice along tp_axis (which must divide evenly). */
+ * give the local slice along tp_axis (which must divide evenly), one
+ * contiguous range of it. */
 int params_add(struct param_registry *r, const char *name, int ndim, const int64_t *shape,
 	       int tp_axis, int tp_size, int tp_rank, unsigned flags, enum param_init init,
 	       float init_std);
+/* The same, with tp_axis made of npieces pieces of the given global
+ * lengths (summing to shape[tp_axis], each divisible by tp_size), which TP
+ * splits one by one. */
+int params_add_pieces(struct param_registry *r, const char *name, int ndim, const int64_t *shape,
+		      int tp_axis, int npieces, const int64_t *pieces, int tp_size, int tp_rank,
+		      unsigned flags, enum param_init init, float init_std);
+/* Piece i of the slice TP rank `rank` holds (same local shape as p's):
+ * the run of *len indices along tp_axis that starts at *local in the
+ * slice and at *global in the global tensor. A replicated tensor is one
+ * piece, the whole of axis 0. This is the one definition of where a
+ * slice sits; the functions below and every reader and writer of
+ * slices follow it. */
+void params_piece(const struct param *p, int rank, int i, int64_t *local, int64_t *global, int64_t *len);
 /* Where local element e of p sits in the global tensor: row and column (a
- * 1-D tensor is one column). Follows the TP split, [gate; up] halves included. */
+ * 1-D tensor is one column). */
 void params_global_pos(const struct param *p, size_t e, int64_t *row, int64_t *col);
 /* The same for the slice TP rank `rank` holds (same local shape). */
 void params_global_pos_rank(const struct param *p, int rank, size_t e, int64_t *row, int64_t *col);

@@ -164,7 +164,8 @@ else
 	notok "the fine-tuned hybrid checkpoint's copy"
 	show $W/cmp.log
 fi
-expect_fail "a hybrid checkpoint for tensor parallelism is refused by name" "data parallelism only" \
+expect_fail "a hybrid checkpoint for TP2 with one Mamba group is refused by name" \
+	"--mamba-num-groups 1 is not divisible by --tensor-model-parallel-size 2" \
 	$C --load $W/m --save $W/mtp --target-tensor-parallel-size 2
 expect_fail "--to megatron of a hybrid checkpoint is refused by name" "--to megatron does not write it yet" \
 	$C --load $W/m --save $W/meg --to megatron

@@ -6,7 +6,8 @@
 # shared expert and the load-balancing loss, every iteration's lm loss,
 # grad norm and learning rate within rtol 1e-4. Also: the checkpoint's
 # names (pre_mlp_layernorm, router, experts of layer 2 only) and its
-# recorded pattern, expert parallelism (EP2) gives the one-rank numbers, a
+# recorded pattern, expert parallelism (EP2) gives the one-rank numbers
+# (under make check-long also TP2 with SP, and two pipeline stages), a
 # resume is bit for bit, the emulated CUDA device gives the CPU's losses
 # (make check-long),
 # and an E without --num-experts (or the reverse) is refused by name.
@@ -63,6 +64,17 @@ fi
 expect_ok "M*E-: EP2 x DP2, 6 iterations" sh -c "$MPI -np 2 $BIN/train $ARGS --train-iters 6 \
 	--expert-model-parallel-size 2 --data-cache-path $D/cache --metrics-file $W/ep2.jsonl >$W/ep2.log"
 compare_same "M*E-: EP2 gives the one-rank lm loss, grad norm and learning rate" "$D/ours.jsonl" "$W/ep2.jsonl" 6
+if long_only; then # the mixer, the experts and the shared expert split over TP2 with SP; two pipeline stages
+	for lay in tp2 pp2; do
+		case $lay in
+		tp2) F="--tensor-model-parallel-size 2 --sequence-parallel --make-vocab-size-divisible-by 64" ;;
+		pp2) F="--pipeline-model-parallel-size 2" ;;
+		esac
+		expect_ok "M*E-: $lay, 6 iterations" sh -c "$MPI -np 2 $BIN/train $ARGS $F --train-iters 6 \
+			--data-cache-path $D/cache --metrics-file $W/$lay.jsonl >$W/$lay.log 2>&1"
+		compare_same "M*E-: $lay gives the one-rank numbers" "$D/ours.jsonl" "$W/$lay.jsonl" 6
+	done
+fi
 
 T="$BIN/train $ARGS --train-iters 6 --data-cache-path $D/cache --save-interval 3"
 setup "M*E-: 6 iterations straight" sh -c "$T --save $W/a --metrics-file $W/a.jsonl >$W/a.log"

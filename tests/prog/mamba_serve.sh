@@ -10,9 +10,10 @@
 # text_gen_server over loopback, with prompts of different lengths started
 # in one step and others joining the batch, gives the reference's answers,
 # and so does one that prefills in chunks (--inference-dynamic-batching-max-tokens)
-# and one on the emulated CUDA device; a pure Mamba model (pattern MM,
+# and one on the emulated CUDA device, and one on two tensor-parallel ranks
+# gives the one-rank server's; a pure Mamba model (pattern MM,
 # tied embeddings, as a Hugging Face Mamba2ForCausalLM; initialised, not
-# trained) against the reference too; what is not served yet is refused by name.
+# trained) against the reference too.
 . tests/prog_lib.sh
 train_env_begin mamba_serve
 set -f # the patterns' * are layers, not globs
@@ -77,6 +78,10 @@ if [ -n "${MEGAC_EMU:-}" ] && [ -x "$MEGAC_EMU/bin/text_gen_server" ]; then
 	$MEGAC_EMU/bin/text_gen_server $SRV --device cuda --port "$P3" >"$W/s3.log" 2>&1 &
 	S3=$!
 fi
+P4=$(free_port)
+# shellcheck disable=SC2086
+$MPI -np 2 $BIN/text_gen_server $SRV --tensor-model-parallel-size 2 --port "$P4" >"$W/s4.log" 2>&1 &
+S4=$!
 set -- "In the beginning" "And God said, Let there be light: and there was light. And God saw the light, that it was good" \
 	"Hello" "And the earth was without form, and void; and darkness was upon the face of the deep." "The"
 expect_ok "the server answers prompts of 1 to 24 tokens at once (3 in one request, 2 alone)" \
@@ -88,7 +93,9 @@ if [ -n "$EMU" ]; then
 		$PY tests/prog/py/serve_batch.py "$P3" $N "$W/s3.json" "$@"
 	expect_ok "the emulated device's server computes with the CUDA op table" grep -q "op table cuda" "$W/s3.log"
 fi
-for s in $S1 $S2 ${S3:-}; do
+expect_ok "the server at TP2 (each rank the mixer's heads and groups of its share) answers them" \
+	$PY tests/prog/py/serve_batch.py "$P4" $N "$W/s4.json" "$@"
+for s in $S1 $S2 ${S3:-} $S4; do
 	kill -TERM "$s"
 	wait "$s"
 done
@@ -118,6 +125,7 @@ same "text_gen_server: the reference's tokens and log-probs" $W/s1.json $W/ref.j
 same "text_gen_server prefilling in chunks: the one-step server's answers" $W/s2.json $W/s1.json 1e-5
 [ -n "$EMU" ] && same "text_gen_server on the emulated CUDA device: the CPU server's answers" \
 	$W/s3.json $W/s1.json 1e-5
+same "text_gen_server at TP2: the one-rank server's answers" $W/s4.json $W/s1.json 1e-5
 same "the pure Mamba model: the reference's tokens and log-probs" $W/peng.json $W/pref.json 1e-4
 
 # infer_step directly (2 slots): a recurrent state goes on or starts again
@@ -151,7 +159,4 @@ else
 	show "$W/steps.log"
 fi
 
-# refused by name
-expect_fail "tensor-parallel serving of a hybrid model is refused" "tensor-parallel is not in megac yet" \
-	$MPI -np 2 $BIN/text_gen_server --load $W/ck $GPT2 --tensor-model-parallel-size 2 --port 0
 rm -rf "$W"

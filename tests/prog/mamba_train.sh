@@ -9,10 +9,13 @@
 # embeddings, one group) for 6. Also, for the first: the names and shapes of
 # model.h5 (Megatron's, conv1d.weight without its unit axis), two
 # data-parallel ranks give the one-rank numbers (under make check-long also
-# with the distributed optimizer, overlapped), a resume from a checkpoint
-# is bit for bit, every weight after 8 iterations is the reference's (each
-# tensor within 1e-4 of its largest value), and what is not there yet is
-# refused by name.
+# with the distributed optimizer, overlapped), and so do two tensor-parallel
+# ranks (Megatron's split of the mixer), with sequence parallelism, and two
+# pipeline stages, each also within the reference's rtol; a resume from a
+# checkpoint is bit for bit, on one rank and at TP2 with SP, whose
+# checkpoint also resumes on one rank with the one-rank numbers; every
+# weight after 8 iterations is the reference's (each tensor within 1e-4 of
+# its largest value), and what is not there yet is refused by name.
 . tests/prog_lib.sh
 train_test_begin mamba_train
 set -f # the patterns' * are layers, not globs
@@ -113,6 +116,53 @@ if long_only; then # the distributed optimizer, its gradient reduce-scatter and 
 	compare_same "hybrid: the distributed optimizer gives the one-rank numbers" "$D/ours.jsonl" "$W/dopt.jsonl" 8
 fi
 
+# tensor parallelism (each rank holds its share of in_proj's z, x, B, C and
+# dt, of conv1d's x, B and C, its heads and groups; out_proj row-parallel),
+# with sequence parallelism, and two pipeline stages (M* and M-): the
+# one-rank numbers and the reference's. At TP2 the vocabulary is padded to
+# one rank's 50304 (divisible by 64 x 2). The SP run saves at 4 and 8.
+SP2="--tensor-model-parallel-size 2 --sequence-parallel --make-vocab-size-divisible-by 64"
+for lay in tp2 sp2 pp2; do
+	case $lay in
+	tp2) F="--tensor-model-parallel-size 2 --make-vocab-size-divisible-by 64" ;;
+	sp2) F="$SP2 --save $W/sp2 --save-interval 4" ;;
+	pp2) F="--pipeline-model-parallel-size 2" ;;
+	esac
+	expect_ok "hybrid: $lay, 8 iterations" sh -c "$MPI -np 2 $BIN/train $ARGS $F --train-iters 8 \
+		--data-cache-path $D/cache --metrics-file $W/$lay.jsonl >$W/$lay.log 2>&1"
+	compare_same "hybrid: $lay gives the one-rank lm loss, grad norm and learning rate" "$D/ours.jsonl" \
+		"$W/$lay.jsonl" 8
+	(
+		export RTOL=1e-4
+		compare_ref "hybrid: $lay matches the reference (rtol 1e-4)" "$W/$lay.jsonl" "$D/ref.jsonl" 8
+	)
+done
+# TP2 with SP resumed from its iteration 4: its iterations 5-8 and final
+# weights bit for bit; and the same checkpoint on one rank: the one-rank run's
+expect_ok "hybrid: TP2 with SP, resumed from iteration 4" sh -c "$MPI -np 2 $BIN/train $ARGS $SP2 --train-iters 8 \
+	--data-cache-path $D/cache --load $W/sp2 --ckpt-step 4 --save $W/sp2r --save-interval 4 \
+	--metrics-file $W/sp2r.jsonl >$W/sp2r.log 2>&1"
+if RTOL=0 $PY tests/prog/py/compare_metrics.py tail "$W/sp2.jsonl" "$W/sp2r.jsonl" 5 8 >"$W/cmp.log" 2>&1 &&
+	$PY -c "
+import h5py, numpy as np
+a = h5py.File('$W/sp2/iter_0000008/model.h5', 'r'); b = h5py.File('$W/sp2r/iter_0000008/model.h5', 'r')
+assert sorted(a) == sorted(b)
+for n in a: assert np.array_equal(a[n][()], b[n][()]), n
+" >>"$W/cmp.log" 2>&1; then
+	ok "hybrid: TP2 with SP resumed: iterations 5-8 and final weights equal the straight run's"
+else
+	notok "hybrid: TP2 with SP resumed"
+	show "$W/cmp.log"
+fi
+expect_ok "hybrid: one rank resumes the TP2 checkpoint" sh -c "$BIN/train $ARGS --train-iters 8 \
+	--data-cache-path $D/cache --load $W/sp2 --ckpt-step 4 --metrics-file $W/sp2one.jsonl >$W/sp2one.log 2>&1"
+if $PY tests/prog/py/compare_metrics.py tail "$D/ours.jsonl" "$W/sp2one.jsonl" 5 8 >"$W/cmp.log" 2>&1; then
+	ok "hybrid: one rank from the TP2 checkpoint gives the one-rank iterations 5-8 ($(cat "$W/cmp.log"))"
+else
+	notok "hybrid: one rank from the TP2 checkpoint"
+	show "$W/cmp.log"
+fi
+
 # a resume from iteration 4 ends where 8 iterations straight end, whose
 # weights are the reference's after its 8 iterations
 T="$BIN/train $ARGS --train-iters 8 --data-cache-path $D/cache --save-interval 4"
@@ -167,6 +217,21 @@ if [ -n "${MEGAC_EMU:-}" ] && [ -x "$MEGAC_EMU/bin/train" ]; then
 		notok "hybrid on the emulated CUDA device"
 		show "$ERR"
 	fi
+	if long_only; then # TP2 with SP on two emulated devices (NCCL's collectives): the CPU's one-rank losses
+		rm -f "$W/emutp.jsonl"
+		# shellcheck disable=SC2086 # ARGS and SP2 are words
+		if $MPI -np 2 $MEGAC_EMU/bin/train $ARGS $SP2 --train-iters 4 --data-cache-path "$W/hybrid/cache" \
+			--metrics-file "$W/emutp.jsonl" >"$OUT_LOG" 2>"$ERR" && grep -q "op table cuda" "$ERR" "$OUT_LOG"; then
+			(
+				export RTOL=1e-5
+				compare_same "hybrid at TP2 with SP on two emulated CUDA devices: the CPU's one-rank losses" \
+					"$W/cpu.jsonl" "$W/emutp.jsonl" 4
+			)
+		else
+			notok "hybrid at TP2 with SP on two emulated CUDA devices"
+			show "$ERR"
+		fi
+	fi
 fi
 
 # refused by name
@@ -177,8 +242,11 @@ expect_fail "--bf16 with a hybrid model is refused" "--bf16 and --fp16 with a hy
 	$BIN/train $ARGS $NOTRAIN --bf16
 expect_fail "--recompute-granularity with a hybrid model is refused" "--recompute-granularity with a hybrid" \
 	$BIN/train $ARGS $NOTRAIN --recompute-activations
-expect_fail "tensor parallelism with a hybrid model is refused" "--tensor-model-parallel-size" \
-	$MPI -np 2 $BIN/train $ARGS $NOTRAIN --tensor-model-parallel-size 2
+expect_fail "Mamba groups not divisible by TP are refused" \
+	"--mamba-num-groups 1 is not divisible by --tensor-model-parallel-size 2" \
+	$MPI -np 2 $BIN/train $ARGS $NOTRAIN --tensor-model-parallel-size 2 --mamba-num-groups 1
+expect_fail "context parallelism with a hybrid model is refused" "without --context-parallel-size" \
+	$MPI -np 2 $BIN/train $ARGS $NOTRAIN --context-parallel-size 2
 expect_fail "heads not divisible by the groups are refused" "--mamba-num-groups 3" \
 	$BIN/train $ARGS $NOTRAIN --mamba-num-groups 3
 expect_fail "another --spec is refused" "--spec: model specs are not in megac" \

@@ -176,12 +176,16 @@ measured "DeepSeek-V3 routing, EP2" 2 $T $LL $MOE --moe-layer-freq '([0]*1+[1]*3
 	--moe-expert-capacity-factor 1.5
 # hybrid Mamba models (Megatron's formula does not model them and says so;
 # megac's prediction does): M*M- on one rank, and on two data-parallel ranks
-# with the distributed optimizer
+# with the distributed optimizer (under make check-long also TP2 x PP2)
 set -f # the pattern's * is a layer, not a glob
 HY="--hybrid-layer-pattern M*M- --num-layers 4 --mamba-state-dim 16 --mamba-head-dim 16 --mamba-num-groups 2"
 HY="$HY --position-embedding-type none --normalization RMSNorm --swiglu --disable-bias-linear"
 measured "hybrid M*M-, 1 rank" 1 $T $HY
 measured "hybrid M*M-, DP2, distributed optimizer" 2 $T $HY --use-distributed-optimizer
+if long_only; then # the mixer's heads and groups split over TP, the pattern over the stages
+	measured "hybrid M*M-, TP2 x PP2 with SP" 4 $T $HY --tensor-model-parallel-size 2 --sequence-parallel \
+		--pipeline-model-parallel-size 2
+fi
 if $R $T $HY --world-size 1 >"$OUT_LOG" 2>"$ERR" &&
 	grep -qxF "Theoretical memory footprints not yet supported for hybrid Mamba-Transformer models." "$OUT_LOG" &&
 	grep -q "megac's own prediction for --device cuda" "$OUT_LOG"; then

@@ -605,6 +605,125 @@ static void test_hybrid_names_and_init(void)
 	CHECK_INT(mp.cur, 0);
 }
 
+/* Tensor parallelism of the mixer: the TP2 model's slices (registered
+ * for rank r with the same seed) are the one-rank model's rows of
+ * Megatron's split, written out here: in_proj's [z_r; x_r; B_r; C_r; dt_r]
+ * (z, x 16 rows each, B, C 6, dt 4), conv1d's [x_r; B_r; C_r], dt_bias,
+ * A_log and D by heads, norm.weight by channels, out_proj by columns; and
+ * the rank runs on 2 heads in 1 group. */
+static void test_hybrid_tp_slices(void)
+{
+	const struct kops *k = kops_cpu();
+	struct mem_pool mp;
+	mem_pool_init(&mp, k);
+	struct gpt_config c = tiny_hybrid(true);
+	struct gpt_model one;
+	CHECK_INT(gpt_init(&one, &c, k, &mp, 1, GPT_FP32, NULL, false), 0);
+	gpt_init_weights(&one, 99);
+	/* global rows of rank r's local ones, per tensor: runs {start of rank 0, length} */
+	struct {
+		const char *name;
+		int nruns, runs[5][2];
+	} want[] = {
+		{ "in_proj.weight", 5, { { 0, 8 }, { 16, 8 }, { 32, 3 }, { 38, 3 }, { 44, 2 } } },
+		{ "conv1d.weight", 3, { { 0, 8 }, { 16, 3 }, { 22, 3 } } },
+		{ "conv1d.bias", 3, { { 0, 8 }, { 16, 3 }, { 22, 3 } } },
+		{ "dt_bias", 1, { { 0, 2 } } },
+		{ "A_log", 1, { { 0, 2 } } },
+		{ "D", 1, { { 0, 2 } } },
+		{ "norm.weight", 1, { { 0, 8 } } },
+		{ "in_proj.layer_norm_weight", 1, { { 0, 8 } } }, /* replicated: every rank all 8 */
+	};
+	for (int r = 0; r < 2; r++) {
+		struct dist_group tp = { .name = "tensor-model-parallel", .size = 2, .rank = r };
+		struct gpt_model m;
+		CHECK_INT(gpt_init(&m, &c, k, &mp, 1, GPT_FP32, &tp, false), 0);
+		gpt_init_weights(&m, 99);
+		CHECK_INT(m.lc.mamba_H, 2);
+		CHECK_INT(m.lc.mamba_G, 1);
+		CHECK_INT(gpt_mamba_proj_dim(&m.lc), 24);
+		for (size_t i = 0; i < sizeof(want) / sizeof(*want); i++) {
+			char name[PARAM_NAME_MAX];
+			snprintf(name, sizeof(name), "decoder.layers.0.mixer.%s", want[i].name);
+			int a = params_find(&m.reg, name), b = params_find(&one.reg, name);
+			CHECK(a >= 0 && b >= 0);
+			if (a < 0 || b < 0)
+				continue;
+			const struct param *p = &m.reg.p[a], *q = &one.reg.p[b];
+			bool split = p->tp_axis == 0;
+			CHECK(split == (strcmp(want[i].name, "in_proj.layer_norm_weight") != 0));
+			int64_t cols = p->ndim == 2 ? p->shape[1] : 1, lrow = 0;
+			for (int j = 0; j < want[i].nruns; j++) {
+				int64_t g0 = want[i].runs[j][0] + (split ? r * want[i].runs[j][1] : 0);
+				for (int64_t x = 0; x < want[i].runs[j][1]; x++, lrow++)
+					for (int64_t y = 0; y < cols; y++)
+						CHECK(m.reg.data[p->offset + (size_t)(lrow * cols + y)] ==
+						      one.reg.data[q->offset + (size_t)((g0 + x) * cols + y)]);
+			}
+			CHECK_INT(lrow, p->local_shape[0]);
+		}
+		/* out_proj [h, d_inner]: columns 8r .. 8r + 7 of every row */
+		int a = params_find(&m.reg, "decoder.layers.2.mixer.out_proj.weight");
+		int b = params_find(&one.reg, "decoder.layers.2.mixer.out_proj.weight");
+		const struct param *p = &m.reg.p[a], *q = &one.reg.p[b];
+		CHECK_INT(p->local_shape[1], 8);
+		for (int x = 0; x < 8; x++)
+			for (int y = 0; y < 8; y++)
+				CHECK(m.reg.data[p->offset + (size_t)(x * 8 + y)] ==
+				      one.reg.data[q->offset + (size_t)(x * 16 + 8 * r + y)]);
+		gpt_free(&m);
+	}
+	gpt_free(&one);
+	CHECK_INT(mp.cur, 0);
+}
+
+/* The layouts a hybrid model takes (gpt_config_check_layout): TP dividing
+ * the mixer's heads and groups, with or without SP, and pipeline stages
+ * splitting the pattern as a GPT's layers; refused, naming the flags: TP
+ * past the groups or heads, virtual stages, context parallelism. */
+static void test_hybrid_layouts(void)
+{
+	struct gpt_config c = tiny_hybrid(true); /* H 4, G 2, 4 layers; 2 heads, 1 query group */
+	c.a = 4, c.g = 4, c.k = 2;
+	const struct gpt_layout one = { .tp = 1, .pp = 1, .vpp = 1, .cp = 1, .ep = 1 };
+	struct {
+		int tp, pp, vpp, cp, G, H;
+		bool sp;
+		const char *err; /* NULL: taken */
+	} cases[] = {
+		{ 2, 1, 1, 1, 2, 4, false, NULL },
+		{ 2, 1, 1, 1, 2, 4, true, NULL },
+		{ 1, 2, 1, 1, 2, 4, false, NULL },
+		{ 1, 4, 1, 1, 2, 4, false, NULL },
+		{ 2, 2, 1, 1, 2, 4, true, NULL },
+		{ 4, 1, 1, 1, 2, 4, false, "--mamba-num-groups 2 is not divisible by --tensor-model-parallel-size 4" },
+		{ 4, 1, 1, 1, 4, 4, false, NULL },
+		{ 4, 1, 1, 1, 2, 2, false, "the Mamba mixer's 2 heads (--mamba-num-heads" },
+		{ 1, 3, 1, 1, 2, 4, false, "--num-layers 4 is not divisible by --pipeline-model-parallel-size 3" },
+		{ 1, 2, 2, 1, 2, 4, false, "over virtual pipeline stages needs the pattern's '|'" },
+		{ 1, 1, 1, 2, 2, 4, false, "without --context-parallel-size" },
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
+		struct gpt_layout lay = one;
+		lay.tp = cases[i].tp, lay.pp = cases[i].pp, lay.vpp = cases[i].vpp, lay.cp = cases[i].cp;
+		lay.sp = cases[i].sp;
+		c.mamba_G = cases[i].G, c.mamba_H = cases[i].H;
+		struct test_capture cap;
+		test_capture_begin(&cap, 2);
+		int rc = gpt_config_check_layout(&c, &lay, NULL);
+		char *msg = test_capture_end(&cap);
+		if (!cases[i].err) {
+			CHECK_INT(rc, 0);
+		} else {
+			CHECK_INT(rc, -1);
+			CHECK(msg && strstr(msg, cases[i].err));
+		}
+		if (rc != (cases[i].err ? -1 : 0))
+			printf("#   case %zu: %s\n", i, msg ? msg : "");
+		free(msg);
+	}
+}
+
 static void test_flops(void)
 {
 	/* Megatron's num_floating_point_operations (megatron/training/training.py):
@@ -643,6 +762,8 @@ int main(void)
 	RUN(test_gradcheck_moe);
 	RUN(test_names_and_init);
 	RUN(test_flops);
+	RUN(test_hybrid_tp_slices);
+	RUN(test_hybrid_layouts);
 	RUN(test_gradcheck_hybrid);
 	RUN(test_hybrid_names_and_init);
 	return test_summary();

@@ -78,13 +78,14 @@ void moe_set_parallel(struct gpt_parallel *par, struct dist_group *etp)
 	par->dispatch = par->ep || par->etp_size != par->tp_size;
 }
 
-/* An expert's weight: split over expert TP along tp_axis. */
-static int reg_expert(struct gpt_model *m, const char *name, int64_t rows, int64_t cols, int tp_axis, float std,
-		      unsigned flags)
+/* An expert's weight: split over expert TP along tp_axis, which is n equal
+ * pieces split one by one (2: SwiGLU's [gate; up]). */
+static int reg_expert(struct gpt_model *m, const char *name, int64_t rows, int64_t cols, int tp_axis, int n,
+		      float std)
 {
-	int64_t shape[2] = { rows, cols };
-	return params_add(&m->reg, name, 2, shape, tp_axis, m->par.etp_size, m->par.etp_rank, flags | PARAM_EXPERT,
-			  PARAM_INIT_NORMAL, std);
+	int64_t shape[2] = { rows, cols }, pieces[2] = { shape[tp_axis] / n, shape[tp_axis] / n };
+	return params_add_pieces(&m->reg, name, 2, shape, tp_axis, n, pieces, m->par.etp_size, m->par.etp_rank,
+				 PARAM_EXPERT, PARAM_INIT_NORMAL, std);
 }
 
 void moe_register(struct gpt_model *m, int l)
@@ -95,8 +96,8 @@ void moe_register(struct gpt_model *m, int l)
 	char name[PARAM_NAME_MAX];
 	float std = c->init_std, out_std = gpt_output_init_std(c);
 	int64_t f1 = s->swiglu ? 2 * (int64_t)c->moe_f : c->moe_f;
-	int64_t s1 = s->swiglu ? 2 * (int64_t)c->shared_f : c->shared_f;
-	unsigned glu = s->swiglu ? PARAM_GLU : 0;
+	int64_t s1[2] = { c->shared_f, c->shared_f }; /* SwiGLU: [gate; up], TP splits each */
+	int nf1 = s->swiglu ? 2 : 1;
 #define NAME(...) (snprintf(name, sizeof(name), __VA_ARGS__), name)
 	p->fc1_w = p->fc1_b = p->fc2_w = p->fc2_b = -1;
 	p->ln2_w = reg_norm(m, NAME("decoder.layers.%d.pre_mlp_layernorm.weight", l), s, false);
@@ -109,14 +110,14 @@ void moe_register(struct gpt_model *m, int l)
 		if (e < m->par.e0 || e >= m->par.e0 + m->par.El)
 			continue;
 		gpt_expert_param_name(name, sizeof(name), l, e, 1);
-		p->efc1_w[e] = reg_expert(m, name, f1, c->h, 0, std, glu);
+		p->efc1_w[e] = reg_expert(m, name, f1, c->h, 0, nf1, std);
 		gpt_expert_param_name(name, sizeof(name), l, e, 2);
-		p->efc2_w[e] = reg_expert(m, name, c->h, c->moe_f, 1, out_std, 0);
+		p->efc2_w[e] = reg_expert(m, name, c->h, c->moe_f, 1, 1, out_std);
 	}
 	p->sfc1_w = p->sfc2_w = -1;
 	if (s->shared_expert) {
-		p->sfc1_w = reg_weight(m, NAME("decoder.layers.%d.mlp.shared_experts.linear_fc1.weight", l), s1, c->h, 0,
-				       std, glu);
+		p->sfc1_w = reg_weight_pieces(m, NAME("decoder.layers.%d.mlp.shared_experts.linear_fc1.weight", l), nf1,
+					      s1, c->h, std, 0);
 		p->sfc2_w = reg_weight(m, NAME("decoder.layers.%d.mlp.shared_experts.linear_fc2.weight", l), c->h,
 				       c->shared_f, 1, out_std, 0);
 	}
