@@ -59,6 +59,14 @@ static bool has_suffix(const char *s, const char *suf)
 
 /* ---- megac -> fsdp_dtensor ---- */
 
+/* SwiGLU's linear_fc1 (weight or bias): rows [gate; up], two pieces TP
+ * splits one by one, which Megatron-FSDP saves apart */
+static bool glu(const struct param *p)
+{
+	return p->tp_axis == 0 && p->npieces == 2 &&
+	       (has_suffix(p->name, "linear_fc1.weight") || has_suffix(p->name, "linear_fc1.bias"));
+}
+
 /* Put object v under fqn, and the path of nested keys it was flattened
  * from (DCP's planner_data). */
 static int put_object(struct dcp_writer *w, struct pk_value *v, int n, const char *const *path)
@@ -106,7 +114,7 @@ static int put_param(struct dcp_writer *w, const struct megatron_export *e, cons
 	if (suffix)
 		path[npre + 1] = suffix;
 	int64_t size[2] = { p->shape[0], p->ndim == 2 ? p->shape[1] : 1 };
-	if (!(p->flags & PARAM_GLU)) {
+	if (!glu(p)) {
 		path[npre] = name;
 		return put_tensor(w, p->ndim, size, buf, n, path);
 	}
@@ -182,8 +190,8 @@ int megatron_fsdp_write(const struct megatron_export *e, const json_t *config, c
 		/* torch's Adam keeps the step per parameter (a float32 scalar);
 		 * Transformer Engine's FusedAdam in its group (below) */
 		float fstep = (float)step;
-		for (int k = 0; rc == 0 && e->of >= 0 && k < 1 + !!(p->flags & PARAM_GLU); k++) {
-			char *part = p->flags & PARAM_GLU ? xasprintf("%s_%c", oname, k ? 'v' : 'w') : xstrdup(oname);
+		for (int k = 0; rc == 0 && e->of >= 0 && k < 1 + glu(p); k++) {
+			char *part = glu(p) ? xasprintf("%s_%c", oname, k ? 'v' : 'w') : xstrdup(oname);
 			const char *path[] = { "optimizer", "state", part, "step" };
 			rc = put_tensor(w, 0, NULL, &fstep, 4, path);
 			free(part);
