@@ -149,8 +149,15 @@ fi
 # within 1e-3 of one rank's (about 1e-4 measured).
 S="$L --train-iters 6"
 expect_ok "bf16, 1 rank, 6 iterations" sh -c "$BIN/train $S --metrics-file $W/ob.jsonl >$W/ob.log"
-expect_ok "bf16, TP2 with SP" sh -c "$MPI -np 2 $BIN/train $S --tensor-model-parallel-size 2 --sequence-parallel --metrics-file $W/tb.jsonl >$W/tb.log"
-RTOL=1 $PY tests/prog/py/compare_metrics.py same "$W/ob.jsonl" "$W/tb.jsonl" 6 >"$W/bcmp.txt" 2>&1
+# (bf16's own TP2 run, the scale of its difference from one rank quoted
+# beside the FP8 ones, under make check-long: train_bf16.sh runs bf16 with
+# TP2 and SP)
+if long_only; then
+	expect_ok "bf16, TP2 with SP" sh -c "$MPI -np 2 $BIN/train $S --tensor-model-parallel-size 2 --sequence-parallel --metrics-file $W/tb.jsonl >$W/tb.log"
+	RTOL=1 $PY tests/prog/py/compare_metrics.py same "$W/ob.jsonl" "$W/tb.jsonl" 6 >"$W/bcmp.txt" 2>&1
+else
+	echo "under make check-long" >"$W/bcmp.txt"
+fi
 for r in tw dl; do
 	case $r in tw) F="$HY --fp8-recipe tensorwise" ;; dl) F="$DL --calculate-per-token-loss" ;; esac
 	expect_ok "$r, 1 rank, 6 iterations" sh -c "$BIN/train $S $F --metrics-file $W/o$r.jsonl >$W/o$r.log"
