@@ -1,10 +1,13 @@
 # train_emu.sh - train on the emulated CUDA device (make emu): the CUDA
 # backend's kernels, cuBLASLt GEMMs and NCCL collectives from their own
 # source, against the CPU backend's losses, evaluations and grad norms
-# (rtol 1e-4 in fp32, 2e-2 in bf16 and fp16): tiny GPT, Llama and MoE
-# models on one rank in fp32 and bf16, GPT in fp16 (all three in fp16
-# under make check-long), multi-latent attention in fp32 and
-# (with YaRN and mla_up_proj recompute) bf16; on two ranks TP2 with SP (bf16),
+# (rtol 1e-4 in fp32, 2e-2 in bf16 and fp16): tiny GPT models on one rank
+# in fp32, bf16 and fp16 and a MoE one in fp32 (under make check-long also
+# Llama on one rank in all three, MoE in bf16 and fp16), multi-latent
+# attention in fp32 and (with YaRN and mla_up_proj recompute) bf16, the
+# tensor-core attention of head dim 64 on wgmma and mma.sync (with a
+# sliding window on one rank under make check-long; CP2's ring takes one
+# always); on two ranks TP2 with SP (bf16),
 # DP2 with the distributed optimizer and overlapped reduce and gather, PP2
 # (interleaved too under make check-long), CP2 (ring attention), EP2 and
 # ETP1 x TP2 x EP2 through the NCCL stand-in, whose
@@ -12,7 +15,8 @@
 # communicators must be destroyed in one order (the runs also check that
 # each rank chose its GPU before MPI_Init and that no kernel is loaded
 # lazily while an NCCL transfer waits), also with the device's work
-# deferred until the host waits; a checkpoint saved on the emulated
+# deferred until the host waits (make test runs the overlapped DP2 only
+# that way, its eager twin under make check-long); a checkpoint saved on the emulated
 # device resumes on the CPU, and one saved on the CPU resumes there, each
 # continuing the uninterrupted run.
 . tests/prog_lib.sh
@@ -80,9 +84,13 @@ run() {
 for prec in fp32 bf16 fp16; do
 	case $prec in fp32) P= R=1e-4 ;; bf16) P=--bf16 R=2e-2 ;; fp16) P=$FP16 R=2e-2 ;; esac
 	run "GPT, $prec, 1 rank" $R 1 "" --num-layers 2 $BASE $P
-	# fp16's Llama and MoE runs (the loss scaler is the GPT run's) under make check-long
+	# fp16's Llama and MoE runs (the loss scaler is the GPT run's) under make
+	# check-long; so are the one-rank Llama runs in fp32 and bf16 (PP2, CP2 and
+	# the deferred TP2 below run the fp32 Llama layers, TP2 + SP and
+	# Megatron-FSDP the bf16 ones) and the one-rank MoE in bf16 (EP2 below)
 	[ $prec = fp16 ] && ! long_only && continue
-	run "Llama, $prec, 1 rank" $R 1 "" --num-layers 2 $BASE $LLAMA $P
+	long_only && run "Llama, $prec, 1 rank" $R 1 "" --num-layers 2 $BASE $LLAMA $P
+	[ $prec = bf16 ] && ! long_only && continue
 	run "MoE (4 experts, top 2), $prec, 1 rank" $R 1 "" --num-layers 2 $BASE $MOE $P
 done
 # multi-latent attention: its packed heads (q/k 12 + 4 RoPE channels, the
@@ -119,11 +127,15 @@ unset MEGAC_EMU_SM MEGAC_EMU_STATS
 # a sliding window (8 keys of 64 positions) on the bf16 flash path: the
 # tensor-core kernels take the window (wgmma on the emulated H200, and
 # mma.sync on an emulated sm_80 part), not the fp32 block kernels
+# (one rank under make check-long: the CP2 ring below runs the wgmma kernels
+# with a window that crosses its blocks)
 export MEGAC_EMU_STATS=1
-run "Llama, bf16, sliding window --window-size 7,0, wgmma (against one CPU rank)" 2e-2 1 "" $WIDE $LLAMA --bf16 \
-	--window-size 7,0
-ran "the wgmma kernels ran with a window" "attn_tc_fwd_kernel<tc_bf16, 64, 8, true>" \
-	"attn_tc_dq_kernel<tc_bf16, 64, true>" "attn_tc_dkv_kernel<tc_bf16, 64, true>"
+if long_only; then
+	run "Llama, bf16, sliding window --window-size 7,0, wgmma (against one CPU rank)" 2e-2 1 "" $WIDE $LLAMA --bf16 \
+		--window-size 7,0
+	ran "the wgmma kernels ran with a window" "attn_tc_fwd_kernel<tc_bf16, 64, 8, true>" \
+		"attn_tc_dq_kernel<tc_bf16, 64, true>" "attn_tc_dkv_kernel<tc_bf16, 64, true>"
+fi
 if long_only; then # (mma.sync with a window under make check-long)
 	export MEGAC_EMU_SM=80
 	run "Llama, bf16, sliding window --window-size 20,0, mma.sync (against one CPU rank)" 2e-2 1 "" $WIDE \
@@ -146,8 +158,12 @@ fi
 
 run "TP2 with SP, bf16, Llama (against one CPU rank)" 2e-2 2 "--tensor-model-parallel-size 2 --sequence-parallel" \
 	--num-layers 2 $BASE $LLAMA --bf16
-run "DP2, distributed optimizer, overlapped reduce and gather (against one CPU rank)" 1e-4 2 \
-	"--use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather" --num-layers 2 $BASE
+# (with eager work under make check-long: the deferred run below takes the
+# same layout with the stricter stream order)
+if long_only; then
+	run "DP2, distributed optimizer, overlapped reduce and gather (against one CPU rank)" 1e-4 2 \
+		"--use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather" --num-layers 2 $BASE
+fi
 run "PP2 (against one CPU rank)" 1e-4 2 "--pipeline-model-parallel-size 2" --num-layers 4 $BASE $LLAMA
 if long_only; then # (the interleaved schedule is the CPU's; PP2's transfers run always)
 	run "interleaved PP2, 2 stages per rank (against one CPU rank)" 1e-4 2 \

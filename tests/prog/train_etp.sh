@@ -1,13 +1,14 @@
 # train_etp.sh - expert tensor parallelism (--expert-tensor-parallel-size)
 # and the per-EP-rank all-to-all (docs/moe.md, "Expert parallelism").
 # A Mixtral-style model (train_moe.sh holds its one-rank run to the PyTorch
-# reference): each expert whole on every rank with TP2 + SP (ETP1), with
-# EP2 too on 4 ranks under the distributed optimizer, and TP2 x EP2 with
+# reference): each expert whole on every rank with TP2 + SP (ETP1) and EP2
+# on 4 ranks under the distributed optimizer (on 2 ranks without EP too
+# under make check-long), and TP2 x EP2 with
 # the experts split over expert TP 2 give the one-rank lm loss, grad norm
 # and MoE losses per iteration; so does a DeepSeek-style router (sigmoid,
 # expert bias, groups, scaling) with ETP1 x TP2 x EP2. A checkpoint saved
-# with ETP1 / TP2 / EP2 holds every expert whole and resumes on one rank
-# and on ETP2 with the straight run's losses; report_memory predicts the
+# with ETP1 / TP2 / EP2 holds every expert whole and resumes on ETP2 (and
+# under make check-long on one rank) with the straight run's losses; report_memory predicts the
 # ETP1 run's peak; --log-comm's expert groups carry exactly the volumes of
 # tests/prog/py/comm_volume.py (every token to every expert, so the
 # routing is balanced): each TP rank's sequence shard once over EP, the
@@ -49,8 +50,12 @@ same_as() {
 
 ARGS="$MIXTRAL $COMMON"
 setup "mixtral: the one-rank run" sh -c "$BIN/train $ARGS --train-iters 8 --metrics-file $W/one.jsonl >$W/one.log"
-same_as "ETP1 x TP2 (+SP): every expert whole on both TP ranks" 2 "$W/one.jsonl" $ARGS $TPSP \
-	--expert-tensor-parallel-size 1
+# (ETP1 x TP2 without EP under make check-long: the EP2 run next keeps
+# every expert whole on both TP ranks of each EP rank)
+if long_only; then
+	same_as "ETP1 x TP2 (+SP): every expert whole on both TP ranks" 2 "$W/one.jsonl" $ARGS $TPSP \
+		--expert-tensor-parallel-size 1
+fi
 same_as "ETP1 x TP2 (+SP) x EP2, distributed optimizer" 4 "$W/one.jsonl" $ARGS $TPSP \
 	--expert-tensor-parallel-size 1 --expert-model-parallel-size 2 --use-distributed-optimizer --overlap-grad-reduce
 same_as "ETP2 x TP2 (+SP) x EP2: the shards' rows gathered over expert TP" 4 "$W/one.jsonl" $ARGS $TPSP \
@@ -102,7 +107,10 @@ else
 	show "$W/ck-save.log" 4
 	show "$W/ck-h5.log" 4
 fi
+# (on one rank under make check-long: train_moe.sh's EP2 checkpoint trains on
+# as EP1)
 for to in "one rank:1:" "ETP2 x TP2 x EP2:4:$TPSP --expert-model-parallel-size 2"; do
+	case $to in "one rank:"*) long_only || continue ;; esac
 	name=${to%%:*}
 	rest=${to#*:}
 	np=${rest%%:*}

@@ -4,8 +4,9 @@
 # recipes differ from bf16's losses from the first iteration and end within
 # 3% of bf16's final loss; blockwise and mxfp8 likewise; evaluations leave
 # the delayed recipe's training as it was; the emulated CUDA
-# device gives the CPU's losses (rtol 2e-2; tensorwise and mxfp8, all four
-# under make check-long); a resumed delayed run is
+# device gives the CPU's losses (rtol 2e-2; mxfp8, and tensorwise and
+# blockwise with FP8 weights; all four recipes with the weights quantized in
+# the layers under make check-long); a resumed delayed run is
 # bit-exact (its amax histories are in the checkpoint), also after
 # ckpt_convert to two pipeline stages; MoE under CP and MTP's FP8 layers; TP2 with sequence
 # parallelism gives the one-rank losses as closely as bf16's TP2 does, DP2
@@ -148,8 +149,15 @@ fi
 # within 1e-3 of one rank's (about 1e-4 measured).
 S="$L --train-iters 6"
 expect_ok "bf16, 1 rank, 6 iterations" sh -c "$BIN/train $S --metrics-file $W/ob.jsonl >$W/ob.log"
-expect_ok "bf16, TP2 with SP" sh -c "$MPI -np 2 $BIN/train $S --tensor-model-parallel-size 2 --sequence-parallel --metrics-file $W/tb.jsonl >$W/tb.log"
-RTOL=1 $PY tests/prog/py/compare_metrics.py same "$W/ob.jsonl" "$W/tb.jsonl" 6 >"$W/bcmp.txt" 2>&1
+# (bf16's own TP2 run, the scale of its difference from one rank quoted
+# beside the FP8 ones, under make check-long: train_bf16.sh runs bf16 with
+# TP2 and SP)
+if long_only; then
+	expect_ok "bf16, TP2 with SP" sh -c "$MPI -np 2 $BIN/train $S --tensor-model-parallel-size 2 --sequence-parallel --metrics-file $W/tb.jsonl >$W/tb.log"
+	RTOL=1 $PY tests/prog/py/compare_metrics.py same "$W/ob.jsonl" "$W/tb.jsonl" 6 >"$W/bcmp.txt" 2>&1
+else
+	echo "under make check-long" >"$W/bcmp.txt"
+fi
 for r in tw dl; do
 	case $r in tw) F="$HY --fp8-recipe tensorwise" ;; dl) F="$DL --calculate-per-token-loss" ;; esac
 	expect_ok "$r, 1 rank, 6 iterations" sh -c "$BIN/train $S $F --metrics-file $W/o$r.jsonl >$W/o$r.log"
@@ -258,8 +266,11 @@ if [ -n "${MEGAC_EMU:-}" ]; then
 	# tensorwise takes cuBLASLt's FP8 GEMM, mxfp8 the dequantizing one; the
 	# delayed and blockwise recipes (the same two GEMMs) under make check-long
 	# (pg, pb: tensorwise and blockwise with FP8 weights: their casts from
-	# the main weights, the transposed codes for the dgrad)
-	EMU_RECIPES="tw mx pg pb"
+	# the main weights, the transposed codes for the dgrad). Tensorwise with
+	# the weights quantized in the layers (tw) also under make check-long
+	# only: pg runs its GEMM and its amax and quantize kernels on the
+	# activations and gradients, and the cast besides.
+	EMU_RECIPES="mx pg pb"
 	long_only && EMU_RECIPES="tw dl bw mx pg pb"
 	for r in $EMU_RECIPES; do
 		case $r in tw) F="$HY --fp8-recipe tensorwise" ;; dl) F=$DL ;; bw) F="--fp8-format e4m3 --fp8-recipe blockwise" ;;

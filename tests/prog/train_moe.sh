@@ -11,9 +11,11 @@
 # line carries Megatron's names, and what megac does not do yet is refused
 # by name. Tensor parallelism (the experts split as the dense MLP, expert TP =
 # TP) with SP, data and pipeline parallelism all give the one-rank losses;
-# so does expert parallelism (EP2 x DP2, TP2 x EP2 with SP, EP4, EP2 x PP2,
+# so does expert parallelism (EP2 x DP2, TP2 x EP2 with SP, EP2 x PP2,
 # with and without the distributed optimizer), and an EP2 checkpoint trains
-# on as EP1 and EP4.
+# on as EP1 and EP4. Under make check-long also: plain DP2, DP2 with
+# overlapped buckets, PP2, TP2 with SP alone, EP4 from the start, and EP2 x
+# DP2 and TP2 x EP2 with SP without the distributed optimizer.
 . tests/prog_lib.sh
 train_test_begin train_moe
 
@@ -117,8 +119,12 @@ for lay in "dp2:-np 2" "pp2:-np 2 --pipeline-model-parallel-size 2" \
 	"tp2-sp:-np 2 --tensor-model-parallel-size 2 --sequence-parallel" \
 	"tp2-sp-dp2:-np 4 --tensor-model-parallel-size 2 --sequence-parallel --use-distributed-optimizer"; do
 	name=${lay%%:*}
-	# (plain DP2 and TP2 + SP, which the next two extend, under make check-long)
-	case $name in dp2 | tp2-sp) long_only || continue ;; esac
+	# (plain DP2 and TP2 + SP, which the next two extend, under make
+	# check-long; so are PP2, which EP2 x PP2 below and the two stages
+	# ckpt_convert makes run, and DP2 with overlapped buckets, which EP2 x DP2
+	# with the distributed optimizer below overlaps over both data-parallel
+	# groups)
+	case $name in dp2 | tp2-sp | pp2 | dp2-overlap) long_only || continue ;; esac
 	rest=${lay#*:}
 	np=$(echo "$rest" | cut -d' ' -f2)
 	flags=$(echo "$rest" | cut -d' ' -f3-)
@@ -158,8 +164,9 @@ for lay in "ep2-dp2:4:mb1:--micro-batch-size 1 --expert-model-parallel-size 2" \
 	"tp2-ep2-sp-distopt:4:mixtral/ours:--expert-model-parallel-size 2 --tensor-model-parallel-size 2 --sequence-parallel --use-distributed-optimizer"; do
 	name=${lay%%:*}
 	# (EP2 x DP2 and TP2 x EP2 + SP without the distributed optimizer under
-	# make check-long: the -distopt runs extend them)
-	case $name in ep2-dp2 | tp2-ep2-sp) long_only || continue ;; esac
+	# make check-long: the -distopt runs extend them; EP4 too: the EP2
+	# checkpoint below trains on as EP4 against the same run)
+	case $name in ep2-dp2 | tp2-ep2-sp | ep4) long_only || continue ;; esac
 	rest=${lay#*:}
 	np=${rest%%:*}
 	rest=${rest#*:}
