@@ -511,10 +511,12 @@ else
 	show "$W/cmp.log"
 fi
 # bad fsdp_dtensor input: refused by name, nothing written (megac's export forged)
+setup "the forged fsdp_dtensor metadata, one file a defect" sh -c "mkdir -p $W/fforged && $PY \
+	tests/prog/py/dcp_forge.py $W/fsdp_exp/iter_0000002 nohalf expert byindex --out $W/fforged >/dev/null"
 bad_fsdp() { # HOW EXPECTED
 	rm -rf "$W/bad" "$W/bad_out"
 	cp -r "$W/fsdp_exp" "$W/bad"
-	if (cd "$W/bad/iter_0000002" && $PY "$OLDPWD/tests/prog/py/dcp_forge.py" . "$1" >/dev/null) &&
+	if cp "$W/fforged/$1.metadata" "$W/bad/iter_0000002/.metadata" &&
 		! $BIN/ckpt_convert --load "$W/bad" --save "$W/bad_out" --from megatron --tokenizer-type NullTokenizer \
 			--vocab-size 128 >"$OUT_LOG" 2>"$ERR" && grep -q -- "$2" "$ERR" && [ ! -e "$W/bad_out" ]; then
 		ok "fsdp_dtensor forged ($1): refused ($(head -c 200 "$ERR" | tr '\n' ' '))"
@@ -568,8 +570,10 @@ pickle.dump(E(), open(\".metadata\", \"wb\"))"'
 if [ -e "$W/bad/iter_0000001/pwned" ]; then notok "the malicious pickle ran"; fi
 # metadata forged with one defect each (tests/prog/py/dcp_forge.py); "none"
 # re-writes it unchanged, which must still import (the forger's own check)
+setup "the forged metadata, one file a defect" sh -c "mkdir -p $W/forged && $PY tests/prog/py/dcp_forge.py \
+	$W/gpt_tp2_torch_dist/iter_0000001 overlap gap outside nostorage unknown none --out $W/forged >/dev/null"
 forge() { # HOW EXPECTED
-	bad_dist "forged metadata: $1" "$2" "\$PY $PWD/tests/prog/py/dcp_forge.py . $1 >/dev/null"
+	bad_dist "forged metadata: $1" "$2" "cp $W/forged/$1.metadata .metadata"
 }
 forge overlap "chunks 0 and 1 of tensor 'embedding.word_embeddings.weight' overlap"
 forge gap "hold 2048 of its 4096 elements"
@@ -578,7 +582,7 @@ forge nostorage "has no storage entry"
 forge unknown "refusing global 'evilpayload.Gadget'"
 rm -rf "$W/bad" "$W/bad_out"
 cp -r "$W/gpt_tp2_torch_dist" "$W/bad"
-if (cd "$W/bad/iter_0000001" && $PY "$OLDPWD/tests/prog/py/dcp_forge.py" . none >/dev/null) &&
+if cp "$W/forged/none.metadata" "$W/bad/iter_0000001/.metadata" &&
 	$BIN/ckpt_convert --load "$W/bad" --save "$W/bad_out" --from megatron --tokenizer-type NullTokenizer \
 		--vocab-size 128 >"$OUT_LOG" 2>"$ERR"; then
 	ok "forged metadata without a defect imports (the forgeries above differ in that defect only)"

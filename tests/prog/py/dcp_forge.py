@@ -1,5 +1,6 @@
 """dcp_forge.py DIR HOW: rewrite DIR/.metadata (a PyTorch Distributed
-Checkpoint) with one defect, for the reader's refusals (megatron_ckpt.sh).
+Checkpoint) with one defect, for the reader's refusals (megatron_ckpt.sh);
+dcp_forge.py DIR HOW... --out OUT: each defect into OUT/HOW.metadata.
 
 The metadata is read with Python's pickle into plain records (DCP's classes
 are not needed) and written back under the same class names through
@@ -65,7 +66,23 @@ class Reader(pickle.Unpickler):
 
 
 def main():
-    d, how = sys.argv[1], sys.argv[2]
+    """DIR HOW: DIR/.metadata rewritten with defect HOW. DIR HOW... --out OUT:
+    each defect applied to a fresh read of DIR/.metadata, written to
+    OUT/HOW.metadata (torch imported once for all)."""
+    args = sys.argv[1:]
+    out = None
+    if "--out" in args:
+        i = args.index("--out")
+        out = args[i + 1]
+        del args[i:i + 2]
+    d, hows = args[0], args[1:]
+    if out is None and len(hows) != 1:
+        sys.exit("usage: dcp_forge.py DIR HOW | DIR HOW... --out OUT")
+    for how in hows:
+        forge(d, how, out + "/" + how + ".metadata" if out else d + "/.metadata")
+
+
+def forge(d, how, dest):
     with open(d + "/.metadata", "rb") as f:
         meta = Reader(f).load()
     st = meta._state
@@ -120,7 +137,7 @@ def main():
                 break
     elif how != "none":
         sys.exit("unknown defect " + how)
-    with open(d + "/.metadata", "wb") as f:
+    with open(dest, "wb") as f:
         pickle.dump(meta, f, protocol=4)
     print(name)
 
