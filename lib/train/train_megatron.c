@@ -90,11 +90,9 @@ int train_torch_dist_args(const struct args *a, struct args *run)
 	if (!a->ckpt_format || (strcmp(a->ckpt_format, "torch_dist") && strcmp(a->ckpt_format, "fsdp_dtensor")))
 		return 1;
 	if (!strcmp(a->ckpt_format, "fsdp_dtensor") &&
-	    (a->num_experts > 0 || a->mtp_num_layers > 0 || a->num_layers_per_virtual_pipeline_stage > 0 ||
-	     a->num_virtual_stages_per_pipeline_rank > 1))
-		return error("--ckpt-format fsdp_dtensor: mixture-of-experts layers, multi-token prediction and virtual "
-			     "pipeline stages in that format are not in megac yet; save torch_dist or megac's own (leave "
-			     "--ckpt-format out)");
+	    (a->num_layers_per_virtual_pipeline_stage > 0 || a->num_virtual_stages_per_pipeline_rank > 1))
+		return error("--ckpt-format fsdp_dtensor: virtual pipeline stages in that format are not in megac yet; "
+			     "save torch_dist or megac's own (leave --ckpt-format out)");
 	if (a->save) {
 		char *stage = xasprintf("%s/.megac-hdf5", a->save);
 		run->save = stage; /* lives as long as the run */
