@@ -170,6 +170,11 @@ int megatron_fsdp_write(const struct megatron_export *e, const json_t *config, c
 			rc = -1;
 		} else {
 			const struct pk_value *o = pk_get(common, "optimizer");
+			/* with experts torch_dist's is two chained optimizers, {0: the
+			 * dense parameters', 1: the experts'}; Megatron-FSDP keeps one,
+			 * the experts in the dense parameters' groups */
+			if (o->kind == PK_DICT && o->seq.n && o->seq.v[0]->kind == PK_INT)
+				o = o->seq.v[1];
 			if (e->dtype != CKPT_F32)
 				o = pk_get(o, "optimizer");
 			groups = pk_get(o, "param_groups");
