@@ -27,8 +27,13 @@
  * Writing: every tensor one chunk, from one rank. Reading: any chunks
  * (dcp.c assembles and checks them), the wrappers' prefixes stripped
  * however deep, into the shape of state the torch_dist reader gives
- * megatron_ckpt.c's import. Mixture-of-experts and multi-token prediction
- * are refused by name, as are optimizer states that are not Adam's by name.
+ * megatron_ckpt.c's import. Mixture-of-experts layers are the model's own
+ * names too: SequentialMLP's experts local_experts.<e> by global number (or
+ * TEGroupedMLP's linear_fc<n>.weight<e>), their and the shared expert's fc1
+ * in halves, the router's expert_bias buffer; a multi-token-prediction
+ * depth's layer mtp.layers.<k>.transformer_layer (mtp_model_layer in newer
+ * Megatron, read as that). Refused by name: optimizer states that are not
+ * Adam's by name, MLA's fused q/kv down projection.
  */
 #include "convert/megatron_fsdp.h"
 
@@ -476,6 +481,10 @@ static int read_item(struct dcp *c, struct pk_doc *d, const struct dcp_item *it,
 				     fqn);
 		return 0; /* other objects: nothing megac keeps */
 	}
+	if (strstr(name, ".linear_qkv_down_proj."))
+		return error("%s: '%s': multi-latent attention with --mla-down-proj-fusion (the q and kv down projections "
+			     "in one tensor) is not read by megac yet",
+			     where, fqn);
 	if ((state || meta) && !want_optim)
 		return 0;
 	char *canon = megac_name(name);

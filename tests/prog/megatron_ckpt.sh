@@ -22,7 +22,8 @@
 # format) imports to the very state of the torch_dist save, train continues
 # it and saves and resumes that format (also under megac's own
 # --use-megatron-fsdp on 2 ranks), and under check-long Megatron-FSDP
-# continues megac's export.
+# continues megac's export. Its save of the MoE + MTP model (fsdp_moe.tar.xz)
+# imports, continues with its losses, and round-trips bit for bit.
 . tests/prog_lib.sh
 W=$(new_tmp megatron_ckpt)
 TOOL=$MEGAC_BUILD/tools/megac_torch_pickle

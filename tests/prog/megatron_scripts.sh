@@ -10,12 +10,14 @@
 #   1. as is: train never says "unknown flag" and never crashes; it trains,
 #      or exits 128 in one message naming exactly the Megatron features it
 #      does not have yet (the list below; shorten it as they land);
-#      Llama-3's and Mixtral's lines also run on 2 ranks, saving Megatron's torch_dist;
+#      Llama-3's and Mixtral's lines also run on 2 ranks, saving Megatron's torch_dist,
+#      DeepSeek-V3's saving fsdp_dtensor;
 #   2. without those flags: it trains, and its start-up line names the
 #      flags accepted without effect.
 # All but the Mamba one also run on 2 ranks:
 # GPT-3 as 2 pipeline stages, Llama-3 and Mixtral saving Megatron's
-# torch_dist (Mixtral with EP2), DeepSeek-V3 under Megatron-FSDP (ZeRO-3).
+# torch_dist (Mixtral with EP2), DeepSeek-V3 under Megatron-FSDP (ZeRO-3)
+# saving fsdp_dtensor.
 . tests/prog_lib.sh
 W=$(new_tmp megatron_scripts)
 ERR=$W/err
@@ -282,9 +284,9 @@ run_script mamba "--bf16" \
 # ---- DeepSeek-V3 with Megatron-FSDP (examples/megatron_fsdp): 61 layers of 7168, 256
 # experts -> 2 of 64, 8 experts; EP8 -> 1 rank; its Hugging Face tokenizer -> mock data.
 # Its MLA with YaRN, routing, expert bias, flex dispatcher, MTP with Megatron-FSDP
-# and the bf16 gradient reduction are in, and its checkpoint format fsdp_dtensor
-# for dense models (--auto-detect-ckpt-format has no effect: --load always
-# detects); the first run must name the rest: that format with MoE and MTP layers.
+# and the bf16 gradient reduction are in, and so is its checkpoint format
+# fsdp_dtensor with the MoE layers and the MTP depth (--auto-detect-ckpt-format
+# has no effect: --load always detects): it trains as is.
 # (its --logging-level 40 keeps train's start-up lines, the flags without effect among them, quiet)
 NOEFFECT=""
 deepseek_v3() { # CMD...: CMD followed by the example's flags, then $DS_EXTRA (later flags win, as in argparse)
