@@ -46,7 +46,6 @@
 #include "base/xalloc.h"
 #include "ckpt/dcp.h"
 #include "ckpt/dtype.h"
-#include "convert/megatron_moe.h"
 #include "memcalc/megac_mem.h"
 #include "model/gpt.h"
 #include "tensor/mem.h"

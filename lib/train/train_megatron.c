@@ -113,9 +113,9 @@ int train_torch_dist_export(struct trainer *t, int64_t it)
 	ea.target_num_virtual_stages = 0;
 	ea.dtype = a->bf16 ? "bf16" : a->fp16 ? "fp16" : "fp32";
 	ea.no_optim = a->no_save_optim;
-	/* train takes --moe-grouped-gemm without effect on the maths; the names
-	 * follow it as Megatron's Transformer Engine spec does (TEGroupedMLP's
-	 * experts, which fsdp_dtensor and the legacy format keep apart) */
+	/* train takes --moe-grouped-gemm without effect on the maths; the
+	 * experts' names follow it as Megatron's Transformer Engine spec does
+	 * (TEGroupedMLP's in fsdp_dtensor; torch_dist's are the same either way) */
 	ea.moe_grouped_gemm = args_given(a, "--moe-grouped-gemm");
 	int r = convert_to_megatron_ex(&ea, true);
 	if (r == 0) {
