@@ -1758,6 +1758,11 @@ int megatron_read_global(const struct megatron_export *e, int f, const char *nam
 	return read_global_from(e, f, name, p, out);
 }
 
+int megatron_read_expert_bias(const struct megatron_export *e, int l, char *name, size_t n, float *bias)
+{
+	return read_expert_bias(e, l, name, n, bias);
+}
+
 struct pk_value *megatron_args(struct pk_doc *d, const struct megatron_export *e, const json_t *config)
 {
 	return args_namespace(d, e, config);

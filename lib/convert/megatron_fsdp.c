@@ -27,8 +27,13 @@
  * Writing: every tensor one chunk, from one rank. Reading: any chunks
  * (dcp.c assembles and checks them), the wrappers' prefixes stripped
  * however deep, into the shape of state the torch_dist reader gives
- * megatron_ckpt.c's import. Mixture-of-experts and multi-token prediction
- * are refused by name, as are optimizer states that are not Adam's by name.
+ * megatron_ckpt.c's import. Mixture-of-experts layers are the model's own
+ * names too: SequentialMLP's experts local_experts.<e> by global number (or
+ * TEGroupedMLP's linear_fc<n>.weight<e>), their and the shared expert's fc1
+ * in halves, the router's expert_bias buffer; a multi-token-prediction
+ * depth's layer mtp.layers.<k>.transformer_layer (mtp_model_layer in newer
+ * Megatron, read as that). Refused by name: optimizer states that are not
+ * Adam's by name, MLA's fused q/kv down projection.
  */
 #include "convert/megatron_fsdp.h"
 
@@ -65,6 +70,19 @@ static bool glu(const struct param *p)
 {
 	return p->tp_axis == 0 && p->npieces == 2 &&
 	       (has_suffix(p->name, "linear_fc1.weight") || has_suffix(p->name, "linear_fc1.bias"));
+}
+
+/* Megatron's module name of megac's parameter `name` (its state dict's,
+ * the wrappers aside): the same but for the experts with --moe-grouped-gemm,
+ * TEGroupedMLP's ...mlp.experts.linear_fc<n>.weight<e> (global e) */
+static char *model_name(const char *name, bool grouped)
+{
+	static const char loc[] = ".mlp.experts.local_experts.";
+	const char *p = grouped ? strstr(name, loc) : NULL;
+	int ex, used = 0;
+	if (!p || sscanf(p + sizeof(loc) - 1, "%d.%n", &ex, &used) != 1 || !used)
+		return xstrdup(name);
+	return xasprintf("%.*s.mlp.experts.%s%d", (int)(p - name), name, p + sizeof(loc) - 1 + used, ex);
 }
 
 /* Put object v under fqn, and the path of nested keys it was flattened
@@ -134,9 +152,6 @@ static int put_param(struct dcp_writer *w, const struct megatron_export *e, cons
 
 int megatron_fsdp_write(const struct megatron_export *e, const json_t *config, const char *dir)
 {
-	if (e->c->E > 0 || e->c->mtp)
-		return error("--ckpt-format fsdp_dtensor: mixture-of-experts layers and multi-token prediction are not "
-			     "written in that format yet (torch_dist has them)");
 	struct dist_group tpg;
 	struct mem_pool pool;
 	struct gpt_model m;
@@ -159,6 +174,11 @@ int megatron_fsdp_write(const struct megatron_export *e, const json_t *config, c
 			rc = -1;
 		} else {
 			const struct pk_value *o = pk_get(common, "optimizer");
+			/* with experts torch_dist's is two chained optimizers, {0: the
+			 * dense parameters', 1: the experts'}; Megatron-FSDP keeps one,
+			 * the experts in the dense parameters' groups */
+			if (o->kind == PK_DICT && o->seq.n && o->seq.v[0]->kind == PK_INT)
+				o = o->seq.v[1];
 			if (e->dtype != CKPT_F32)
 				o = pk_get(o, "optimizer");
 			groups = pk_get(o, "param_groups");
@@ -177,7 +197,9 @@ int megatron_fsdp_write(const struct megatron_export *e, const json_t *config, c
 			buf = xmalloc(need * sizeof(float));
 			cap = need;
 		}
-		char *wname = xasprintf("%s%s", wrap, p->name), *oname = xasprintf("module.%s", wname);
+		char *mname = model_name(p->name, e->grouped);
+		char *wname = xasprintf("%s%s", wrap, mname), *oname = xasprintf("module.%s", wname);
+		free(mname);
 		static const char *const model_pre[] = { "model" };
 		rc = put_param(w, e, p, e->mf, p->name, buf, 1, model_pre, wname, NULL);
 		static const char *const state_pre[] = { "optimizer", "state" };
@@ -210,6 +232,22 @@ int megatron_fsdp_write(const struct megatron_export *e, const json_t *config, c
 		free(wname);
 		free(oname);
 	}
+	/* the routers' expert biases: fp32 buffers beside the parameters */
+	float *bias = xmalloc(((size_t)e->c->E + 1) * sizeof(float));
+	for (int l = 0; rc == 0 && l < e->c->L + e->c->mtp; l++) {
+		char name[PARAM_NAME_MAX];
+		int k = megatron_read_expert_bias(e, l, name, sizeof(name), bias);
+		if (k <= 0) {
+			rc = k;
+			continue;
+		}
+		char *wname = xasprintf("%s%s", wrap, name);
+		const char *path[] = { "model", wname };
+		int64_t size[1] = { e->c->E };
+		rc = put_tensor(w, 1, size, bias, 2, path);
+		free(wname);
+	}
+	free(bias);
 	free(buf);
 	gpt_free(&m);
 	/* the scheduler's state, field by field (a dict: DCP flattens it) */
@@ -372,6 +410,35 @@ static struct pk_value *read_tensor(struct dcp *c, struct pk_doc *d, const struc
 	return pk_tensor(d, pk_storage(d, it->dtype, buf, n), 0, it->ndim, it->size, NULL);
 }
 
+/* megac's name of Megatron's parameter name (and what follows it): a
+ * depth's layer mtp_model_layer (Megatron's newer module name) as
+ * transformer_layer, TEGroupedMLP's experts ...mlp.experts.linear_fc<n>.weight<e>
+ * as SequentialMLP's ...mlp.experts.local_experts.<e>.linear_fc<n>.weight */
+static char *megac_name(const char *name)
+{
+	static const char ml[] = ".mtp_model_layer.", gr[] = ".mlp.experts.linear_fc";
+	char *s = xstrdup(name), *p;
+	int k, used = 0;
+	if (sscanf(s, "mtp.layers.%d%n", &k, &used) == 1 && used && !strncmp(s + used, ml, sizeof(ml) - 1)) {
+		char *t = xasprintf("%.*s.transformer_layer.%s", used, s, s + used + sizeof(ml) - 1);
+		free(s);
+		s = t;
+	}
+	int fc, ex;
+	used = 0;
+	if ((p = strstr(s, gr)) && sscanf(p + sizeof(gr) - 1, "%d.weight%d%n", &fc, &ex, &used) == 2 && used) {
+		char *t = xasprintf("%.*s.mlp.experts.local_experts.%d.linear_fc%d.weight%s", (int)(p - s), s, ex, fc,
+				    p + sizeof(gr) - 1 + used);
+		free(s);
+		s = t;
+	}
+	return s;
+}
+
+static int read_named(struct dcp *c, struct pk_doc *d, const struct dcp_item *it, const char *where,
+		      const char *fqn, const char *name, bool state, bool meta, struct pk_value *model,
+		      struct pk_value *halves, struct adam_in *ad);
+
 /* One item of the checkpoint: into root, model, halves, sched or ad. */
 static int read_item(struct dcp *c, struct pk_doc *d, const struct dcp_item *it, const char *where, bool want_optim,
 		     struct pk_value *root, struct pk_value *model, struct pk_value *halves, struct pk_value *sched,
@@ -407,18 +474,30 @@ static int read_item(struct dcp *c, struct pk_doc *d, const struct dcp_item *it,
 		name = unwrapped(fqn + strlen("optimizer.state."));
 	else if (meta)
 		name = unwrapped(fqn + strlen("optimizer.param_to_group_meta."));
-	if (name && (strstr(name, ".experts.") || strstr(name, ".router.") || has_prefix(name, "mtp.") ||
-		     strstr(name, ".mtp.")))
-		return error("%s: '%s': mixture-of-experts and multi-token prediction checkpoints are not read yet",
-			     where, fqn);
 	if (!name) {
 		if (it->tensor)
 			return error("%s: tensor '%s' is not one megac reads (not model.*, optimizer.state.*)", where,
 				     fqn);
 		return 0; /* other objects: nothing megac keeps */
 	}
+	if (strstr(name, ".linear_qkv_down_proj."))
+		return error("%s: '%s': multi-latent attention with --mla-down-proj-fusion (the q and kv down projections "
+			     "in one tensor) is not read by megac yet",
+			     where, fqn);
 	if ((state || meta) && !want_optim)
 		return 0;
+	char *canon = megac_name(name);
+	int rc = read_named(c, d, it, where, fqn, canon, state, meta, model, halves, ad);
+	free(canon);
+	return rc;
+}
+
+/* The tensor or group field `name` (megac's name, then the field for
+ * optimizer items) of item it: into model, halves or ad. */
+static int read_named(struct dcp *c, struct pk_doc *d, const struct dcp_item *it, const char *where,
+		      const char *fqn, const char *name, bool state, bool meta, struct pk_value *model,
+		      struct pk_value *halves, struct adam_in *ad)
+{
 	if (meta) { /* <name>.<field>: Adam's constants, and TE's FusedAdam's step */
 		const char *field = strrchr(name, '.');
 		bool betas = field && !strcmp(field, ".betas"), eps = field && !strcmp(field, ".eps"),

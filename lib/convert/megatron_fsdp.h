@@ -9,6 +9,7 @@
 #define MEGAC_CONVERT_MEGATRON_FSDP_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #include <jansson.h>
 
@@ -46,6 +47,9 @@ int megatron_plan_tp1(struct gpt_model *m, struct mem_pool *pool, struct dist_gr
  * optim.h5), its vocabulary rows padded for the target, as float32 */
 int megatron_read_global(const struct megatron_export *e, int f, const char *name, const struct param *p,
 			 float *out);
+/* layer l's expert bias (l >= L: a depth's) from e's model.h5 into bias
+ * (fp32 [E]), its megac name into name: 1, or 0 when the layer has none */
+int megatron_read_expert_bias(const struct megatron_export *e, int l, char *name, size_t n, float *bias);
 /* Megatron's args for e's model (ckpt_format as e says) */
 struct pk_value *megatron_args(struct pk_doc *d, const struct megatron_export *e, const json_t *config);
 /* Into the dict common: "optimizer" ({"state": {"common_step"}, "param_groups":

@@ -90,11 +90,9 @@ int train_torch_dist_args(const struct args *a, struct args *run)
 	if (!a->ckpt_format || (strcmp(a->ckpt_format, "torch_dist") && strcmp(a->ckpt_format, "fsdp_dtensor")))
 		return 1;
 	if (!strcmp(a->ckpt_format, "fsdp_dtensor") &&
-	    (a->num_experts > 0 || a->mtp_num_layers > 0 || a->num_layers_per_virtual_pipeline_stage > 0 ||
-	     a->num_virtual_stages_per_pipeline_rank > 1))
-		return error("--ckpt-format fsdp_dtensor: mixture-of-experts layers, multi-token prediction and virtual "
-			     "pipeline stages in that format are not in megac yet; save torch_dist or megac's own (leave "
-			     "--ckpt-format out)");
+	    (a->num_layers_per_virtual_pipeline_stage > 0 || a->num_virtual_stages_per_pipeline_rank > 1))
+		return error("--ckpt-format fsdp_dtensor: virtual pipeline stages in that format are not in megac yet; "
+			     "save torch_dist or megac's own (leave --ckpt-format out)");
 	if (a->save) {
 		char *stage = xasprintf("%s/.megac-hdf5", a->save);
 		run->save = stage; /* lives as long as the run */
@@ -115,6 +113,10 @@ int train_torch_dist_export(struct trainer *t, int64_t it)
 	ea.target_num_virtual_stages = 0;
 	ea.dtype = a->bf16 ? "bf16" : a->fp16 ? "fp16" : "fp32";
 	ea.no_optim = a->no_save_optim;
+	/* train takes --moe-grouped-gemm without effect on the maths; the
+	 * experts' names follow it as Megatron's Transformer Engine spec does
+	 * (TEGroupedMLP's in fsdp_dtensor; torch_dist's are the same either way) */
+	ea.moe_grouped_gemm = args_given(a, "--moe-grouped-gemm");
 	int r = convert_to_megatron_ex(&ea, true);
 	if (r == 0) {
 		convert_remove_tree(t->a->save);

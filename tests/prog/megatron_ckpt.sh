@@ -22,7 +22,8 @@
 # format) imports to the very state of the torch_dist save, train continues
 # it and saves and resumes that format (also under megac's own
 # --use-megatron-fsdp on 2 ranks), and under check-long Megatron-FSDP
-# continues megac's export.
+# continues megac's export. Its save of the MoE + MTP model (fsdp_moe.tar.xz)
+# imports, continues with its losses, and round-trips bit for bit.
 . tests/prog_lib.sh
 W=$(new_tmp megatron_ckpt)
 TOOL=$MEGAC_BUILD/tools/megac_torch_pickle
@@ -510,6 +511,56 @@ else
 	show "$ERR"
 	show "$W/cmp.log"
 fi
+# Megatron-FSDP's run of the MoE + MTP model (fsdp_moe.tar.xz; SequentialMLP,
+# the expert bias, a gated shared expert, one depth): it imports with Adam's
+# state, megac continues it with Megatron's losses (saving fsdp_dtensor), and
+# megac -> fsdp_dtensor -> megac is bit for bit, TEGroupedMLP's names too
+setup "Megatron-FSDP's MoE + MTP fixture unpacks" tar -xJf $FIX/fsdp_moe.tar.xz -C $W
+if $BIN/ckpt_convert --load "$W/moe_fsdp_fsdp_dtensor" --save "$W/fsdpmoe_megac" --from megatron \
+	--tokenizer-type NullTokenizer --vocab-size 128 >"$OUT_LOG" 2>"$ERR" && grep -q "Adam's state at step 2" "$ERR" &&
+	$PY -c '
+import sys, h5py
+f = h5py.File(sys.argv[1] + "/iter_0000002/model.h5")
+o = h5py.File(sys.argv[1] + "/iter_0000002/optim.h5")
+for p in ["decoder.layers.%d." % l for l in range(2)] + ["mtp.layers.0.transformer_layer."]:
+    assert p + "mlp.router.expert_bias" in f, p
+    for e in range(4):
+        for k in ("linear_fc1", "linear_fc2"):
+            n = p + "mlp.experts.local_experts.%d.%s.weight" % (e, k)
+            assert n in f and "exp_avg/" + n in o and "exp_avg_sq/" + n in o, n
+    n = p + "mlp.shared_experts.linear_fc1.weight"
+    assert f[n].shape == (64, 32) and "exp_avg/" + n in o, n
+assert "exp_avg/mtp.layers.0.eh_proj.weight" in o' "$W/fsdpmoe_megac" 2>"$W/py.log"; then
+	ok "Megatron-FSDP's MoE + MTP save imports: 4 experts a layer and the depth's, expert biases, Adam's state at step 2"
+else
+	notok "Megatron-FSDP's MoE + MTP save imports with its experts and Adam's state"
+	show "$ERR"
+	show "$W/py.log"
+fi
+MOE_FLAGS="--num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 16 --moe-shared-expert-intermediate-size 32
+	--moe-shared-expert-gate --moe-router-score-function sigmoid --moe-router-enable-expert-bias
+	--moe-router-load-balancing-type none --moe-aux-loss-coeff 0 --moe-token-dispatcher-type alltoall
+	--mtp-num-layers 1"
+FLAGS="$TRAIN_FLAGS $MOE_FLAGS" LOSSES="$W/moe_fsdp_losses.json" continues \
+	"megac continues Megatron-FSDP's MoE + MTP run with its losses, saving fsdp_dtensor" \
+	"$W/moe_fsdp_fsdp_dtensor" "$W/fsdpmoe.jsonl" --ckpt-format fsdp_dtensor --save "$W/fsdpmoe_save" \
+	--save-interval 4
+for g in "" --moe-grouped-gemm; do
+	out="$W/fsdpmoe_exp$g"
+	# (the expert names written: SequentialMLP's, or TEGroupedMLP's by expert number)
+	want="mtp.layers.0.transformer_layer.mlp.experts.local_experts.3.linear_fc1.weight_w"
+	[ -n "$g" ] && want="mtp.layers.0.transformer_layer.mlp.experts.linear_fc1.weight3_w"
+	if $BIN/ckpt_convert --load "$W/fsdpmoe_megac" --save "$out" --to megatron --ckpt-format fsdp_dtensor $g \
+		--make-vocab-size-divisible-by 64 >"$OUT_LOG" 2>"$ERR" && $BIN/ckpt_convert --load "$out" \
+		--save "$out.back" --from megatron --tokenizer-type NullTokenizer --vocab-size 128 >"$OUT_LOG" 2>"$ERR" &&
+		grep -q "$want" "$out/iter_0000002/.metadata"; then
+		same_state "MoE + MTP: megac -> fsdp_dtensor ${g:-(SequentialMLP)} -> megac with Adam's state, bit for bit" \
+			"$W/fsdpmoe_megac" "$out.back"
+	else
+		notok "MoE + MTP: megac -> fsdp_dtensor $g -> megac (with $want)"
+		show "$ERR"
+	fi
+done
 # bad fsdp_dtensor input: refused by name, nothing written (megac's export forged)
 setup "the forged fsdp_dtensor metadata, one file a defect" sh -c "mkdir -p $W/fforged && $PY \
 	tests/prog/py/dcp_forge.py $W/fsdp_exp/iter_0000002 nohalf expert byindex --out $W/fforged >/dev/null"
@@ -526,7 +577,7 @@ bad_fsdp() { # HOW EXPECTED
 	fi
 }
 bad_fsdp nohalf "linear_fc1.weight_w' has no other half"
-bad_fsdp expert "mixture-of-experts and multi-token prediction checkpoints are not read yet"
+bad_fsdp expert "no tensor 'decoder.layers.0.mlp.linear_fc2.weight'"
 bad_fsdp byindex "indexed by position"
 # megac's Megatron-FSDP on two data-parallel ranks, with Megatron's flags for it
 LOSSES="$W/llama_fsdp_losses.json" RUN="mpirun --allow-run-as-root --oversubscribe -np 2" continues \

@@ -10,12 +10,14 @@
 #   1. as is: train never says "unknown flag" and never crashes; it trains,
 #      or exits 128 in one message naming exactly the Megatron features it
 #      does not have yet (the list below; shorten it as they land);
-#      Llama-3's and Mixtral's lines also run on 2 ranks, saving Megatron's torch_dist;
+#      Llama-3's and Mixtral's lines also run on 2 ranks, saving Megatron's torch_dist,
+#      DeepSeek-V3's saving fsdp_dtensor;
 #   2. without those flags: it trains, and its start-up line names the
 #      flags accepted without effect.
 # All but the Mamba one also run on 2 ranks:
 # GPT-3 as 2 pipeline stages, Llama-3 and Mixtral saving Megatron's
-# torch_dist (Mixtral with EP2), DeepSeek-V3 under Megatron-FSDP (ZeRO-3).
+# torch_dist (Mixtral with EP2), DeepSeek-V3 under Megatron-FSDP (ZeRO-3)
+# saving fsdp_dtensor.
 . tests/prog_lib.sh
 W=$(new_tmp megatron_scripts)
 ERR=$W/err
@@ -282,12 +284,14 @@ run_script mamba "--bf16" \
 # ---- DeepSeek-V3 with Megatron-FSDP (examples/megatron_fsdp): 61 layers of 7168, 256
 # experts -> 2 of 64, 8 experts; EP8 -> 1 rank; its Hugging Face tokenizer -> mock data.
 # Its MLA with YaRN, routing, expert bias, flex dispatcher, MTP with Megatron-FSDP
-# and the bf16 gradient reduction are in, and its checkpoint format fsdp_dtensor
-# for dense models (--auto-detect-ckpt-format has no effect: --load always
-# detects); the first run must name the rest: that format with MoE and MTP layers.
+# and the bf16 gradient reduction are in, and so is its checkpoint format
+# fsdp_dtensor with the MoE layers and the MTP depth (--auto-detect-ckpt-format
+# has no effect: --load always detects): it trains as is.
 # (its --logging-level 40 keeps train's start-up lines, the flags without effect among them, quiet)
 NOEFFECT=""
-run_script deepseek_v3 "--ckpt-format=fsdp_dtensor" \
+deepseek_v3() { # CMD...: CMD followed by the example's flags, then $DS_EXTRA (later flags win, as in argparse)
+	# shellcheck disable=SC2086 # DS_EXTRA is words
+	"$@" \
 	--distributed-timeout-minutes 60 --tensor-model-parallel-size 1 --expert-model-parallel-size 1 \
 	--expert-tensor-parallel-size 1 --context-parallel-size 1 --use-distributed-optimizer --overlap-grad-reduce \
 	--overlap-param-gather --use-mcore-models --sequence-parallel --use-flash-attn --disable-bias-linear \
@@ -318,4 +322,36 @@ run_script deepseek_v3 "--ckpt-format=fsdp_dtensor" \
 	--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params --no-gradient-accumulation-fusion \
 	--use-distributed-optimizer --calculate-per-token-loss --init-model-with-meta-device \
 	--ckpt-format fsdp_dtensor --fsdp-double-buffer --use-nccl-ub --megatron-fsdp-grad-comm-dtype bf16 \
-	--megatron-fsdp-main-grads-dtype bf16
+	--megatron-fsdp-main-grads-dtype bf16 ${DS_EXTRA:-}
+}
+deepseek_v3 run_script deepseek_v3 ""
+# the same line on 2 ranks (Megatron-FSDP's ZeRO-3 over them), 2 iterations
+# saving at 2: its fsdp_dtensor checkpoint reads back with ckpt_convert with
+# every expert of the MoE layers and the MTP depth, and Adam's state at step 2
+rm -rf "$W/dsmp"
+mkdir -p "$W/dsmp"
+export OMPI_MCA_mpi_yield_when_idle=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+if (cd "$W/dsmp" && DS_EXTRA="--train-samples 4 --save-interval 2" deepseek_v3 \
+	mpirun --allow-run-as-root --oversubscribe -np 2 "$BIN/train") >"$OUT_LOG" 2>"$ERR" &&
+	grep -q "iteration *2/" "$OUT_LOG" "$ERR" && [ -f "$W/dsmp/ck/iter_0000002/.metadata" ] &&
+	[ ! -e "$W/dsmp/ck/iter_0000002/metadata.json" ] && [ ! -e "$W/dsmp/ck/.megac-hdf5" ] &&
+	"$BIN/ckpt_convert" --load "$W/dsmp/ck" --save "$W/dsmp/back" --from megatron --tokenizer-type NullTokenizer \
+		--vocab-size 1000 >"$W/dsmp/conv.log" 2>&1 && grep -q "Adam's state at step 2" "$W/dsmp/conv.log" &&
+	/usr/bin/python3 -c '
+import sys, h5py
+f = h5py.File(sys.argv[1] + "/iter_0000002/model.h5")
+o = h5py.File(sys.argv[1] + "/iter_0000002/optim.h5")
+for p in ["decoder.layers.%d." % l for l in (1, 2, 3)] + ["mtp.layers.0.transformer_layer."]:
+    assert p + "mlp.router.expert_bias" in f, p
+    for e in range(8):
+        k = p + "mlp.experts.local_experts.%d.linear_fc1.weight" % e
+        assert k in f and "exp_avg/" + k in o, k
+    assert "exp_avg/" + p + "mlp.shared_experts.linear_fc1.weight" in o, p
+assert "exp_avg/mtp.layers.0.eh_proj.weight" in o' "$W/dsmp/back" 2>"$W/dsmp/py.log"; then
+	ok "deepseek_v3: 2 iterations on 2 ranks (Megatron-FSDP), an fsdp_dtensor checkpoint read back with the 8 experts of each MoE layer and the MTP depth, and Adam's state"
+else
+	notok "deepseek_v3: 2 iterations on 2 ranks (Megatron-FSDP) saving fsdp_dtensor"
+	show "$ERR" 12
+	show "$W/dsmp/conv.log"
+	show "$W/dsmp/py.log"
+fi
