@@ -118,6 +118,33 @@ t = json.load(open(sys.argv[1]))["tokens"][:16]
 print(json.dumps({"text": " ".join(map(str, t + t))}))' "$W/llama_train_losses.json" >"$W/seq.jsonl"
 setup "the training data" $BIN/preprocess_data --input "$W/seq.jsonl" --output-prefix "$W/seq" \
 	--tokenizer-type NullTokenizer --vocab-size 128 --workers 1
+# same_iter A B [MIN]: iteration 2 of A and B hold the same tensors, bit for
+# bit, and A's root attributes, in model.h5 and optim.h5 (at least MIN
+# tensors each); prints how many tensors
+same_iter() {
+	$PY -c '
+import sys, h5py, numpy as np
+n = 0
+for f in ("model.h5", "optim.h5"):
+    a, b = h5py.File(sys.argv[1] + "/iter_0000002/" + f), h5py.File(sys.argv[2] + "/iter_0000002/" + f)
+    names = []
+    a.visititems(lambda k, o: names.append(k) if isinstance(o, h5py.Dataset) else None)
+    assert len(names) >= int(sys.argv[3]), names
+    for k in names:
+        assert np.array_equal(a[k][()], b[k][()]), (f, k)
+    n += len(names)
+    for k, v in a.attrs.items():
+        assert k in b.attrs and np.all(b.attrs[k] == v), (f, k)
+print(n)' "$1" "$2" "${3:-1}"
+}
+same_state() { # NAME A B: same_iter with at least 15 tensors a file, as a check
+	if same_iter "$2" "$3" 15 >"$W/cmp.log" 2>&1; then
+		ok "$1 ($(cat "$W/cmp.log") tensors)"
+	else
+		notok "$1"
+		show "$W/cmp.log"
+	fi
+}
 continues() { # NAME CKPT METRICS [FLAGS...]: iterations 3 and 4 give Megatron's losses (rtol 1e-5;
 	# LOSSES, FLAGS and RTOL: another run's losses file, train flags and tolerance)
 	name=$1 ck=$2 mf=$3
@@ -151,19 +178,7 @@ expect_ok "megac's checkpoint with optimizer state to torch_dist" $BIN/ckpt_conv
 	--save "$W/train_dist" --to megatron --ckpt-format torch_dist --make-vocab-size-divisible-by 64
 expect_ok "and back" $BIN/ckpt_convert --load "$W/train_dist" --save "$W/train_back" --from megatron \
 	--tokenizer-type NullTokenizer --vocab-size 128
-if $PY -c '
-import sys, h5py, numpy as np
-n = 0
-for f in ("model.h5", "optim.h5"):
-    a, b = h5py.File(sys.argv[1] + "/iter_0000002/" + f), h5py.File(sys.argv[2] + "/iter_0000002/" + f)
-    names = []
-    a.visititems(lambda k, o: names.append(k) if isinstance(o, h5py.Dataset) else None)
-    for k in names:
-        assert np.array_equal(a[k][()], b[k][()]), (f, k)
-    n += len(names)
-    for k, v in a.attrs.items():
-        assert k in b.attrs and np.all(b.attrs[k] == v), (f, k)
-print(n)' "$W/train_megac" "$W/train_back" >"$W/cmp.log" 2>&1; then
+if same_iter "$W/train_megac" "$W/train_back" >"$W/cmp.log" 2>&1; then
 	ok "megac -> torch_dist -> megac keeps weights, moments, step and schedule ($(cat "$W/cmp.log") tensors) bit for bit"
 else
 	notok "megac -> torch_dist -> megac keeps weights, moments, step and schedule"
@@ -291,19 +306,6 @@ done
 FLAGS=$GPT_FLAGS LOSSES="$W/gpt_train_bf16_legacy_losses.json" RTOL=1e-3 continues \
 	"gpt bf16, legacy: train --load continues Megatron's run with its losses" \
 	"$W/gpt_train_bf16_legacy_torch" "$W/lg_gpt.jsonl"
-SAME='
-import sys, h5py, numpy as np
-n = 0
-for f in ("model.h5", "optim.h5"):
-    a, b = h5py.File(sys.argv[1] + "/iter_0000002/" + f), h5py.File(sys.argv[2] + "/iter_0000002/" + f)
-    names = []
-    a.visititems(lambda k, o: names.append(k) if isinstance(o, h5py.Dataset) else None)
-    for k in names:
-        assert np.array_equal(a[k][()], b[k][()]), (f, k)
-    n += len(names)
-    for k, v in a.attrs.items():
-        assert k in b.attrs and np.all(b.attrs[k] == v), (f, k)
-print(n)'
 expect_ok "gpt bf16 legacy: imports" $BIN/ckpt_convert --load "$W/gpt_train_bf16_legacy_torch" --save "$W/imp_lg_gpt" \
 	--from megatron --tokenizer-type NullTokenizer --vocab-size 128
 for v in llama_train_legacy lg_gpt; do
@@ -319,7 +321,7 @@ assert s["optimizer"] and s["opt_param_scheduler"]["num_steps"] == 2' \
 		"$W/lgx_$v/iter_0000002/mp_rank_01_001/model_optim_rng.pt" 2>>"$ERR" &&
 		$BIN/ckpt_convert --load "$W/lgx_$v" --save "$W/lgb_$v" --from megatron --tokenizer-type NullTokenizer \
 			--vocab-size 128 >"$OUT_LOG" 2>>"$ERR" &&
-		$PY -c "$SAME" "$src" "$W/lgb_$v" >"$W/cmp.log" 2>&1; then
+		same_iter "$src" "$W/lgb_$v" >"$W/cmp.log" 2>&1; then
 		ok "$v: megac -> legacy torch TP2 x PP2 (torch.load opens it) -> megac keeps weights, moments, step and schedule ($(cat "$W/cmp.log") tensors) bit for bit"
 	else
 		notok "$v: megac -> legacy torch -> megac keeps the optimizer state"
@@ -452,27 +454,6 @@ done
 expect_ok "Megatron-FSDP's fsdp_dtensor checkpoint imports with its optimizer state" $BIN/ckpt_convert \
 	--load "$W/llama_fsdp_fsdp_dtensor" --save "$W/fsdp_megac" --from megatron --tokenizer-type NullTokenizer \
 	--vocab-size 128
-same_state() { # NAME A B: every tensor and attribute of model.h5 and optim.h5 equal
-	if $PY -c '
-import sys, h5py, numpy as np
-n = 0
-for f in ("model.h5", "optim.h5"):
-    a, b = h5py.File(sys.argv[1] + "/iter_0000002/" + f), h5py.File(sys.argv[2] + "/iter_0000002/" + f)
-    names = []
-    a.visititems(lambda k, o: names.append(k) if isinstance(o, h5py.Dataset) else None)
-    assert len(names) >= 15, names
-    for k in names:
-        assert np.array_equal(a[k][()], b[k][()]), (f, k)
-    n += len(names)
-    for k, v in a.attrs.items():
-        assert k in b.attrs and np.all(b.attrs[k] == v), (f, k)
-print(n)' "$2" "$3" >"$W/cmp.log" 2>&1; then
-		ok "$1 ($(cat "$W/cmp.log") tensors)"
-	else
-		notok "$1"
-		show "$W/cmp.log"
-	fi
-}
 same_state "Megatron-FSDP's fsdp_dtensor and Megatron's torch_dist saves of the run import to the same state, bit for bit" \
 	"$W/train_megac" "$W/fsdp_megac"
 expect_ok "megac -> fsdp_dtensor" $BIN/ckpt_convert --load "$W/fsdp_megac" --save "$W/fsdp_exp" --to megatron \
