@@ -240,8 +240,7 @@ static int rank_model(struct pk_doc *d, struct pk_value **models, const int *l0,
 		int ex = expert_index(p->name);
 		if (ex >= 0 && (ex < e0 || ex >= e0 + El))
 			continue;
-		size_t gn = (size_t)p->shape[0] * (p->ndim == 2 ? (size_t)p->shape[1] : 1);
-		size_t need = gn > (size_t)e->src_vp * (size_t)e->c->h ? gn : (size_t)e->src_vp * (size_t)e->c->h;
+		size_t need = megatron_global_need(e, p);
 		if (need > cap) {
 			free(global);
 			free(local);
@@ -314,6 +313,13 @@ static int plan_model(struct gpt_model *m, struct mem_pool *pool, struct dist_gr
 				  .vpp = vpp > 1 ? vpp : 1 };
 	mem_pool_init(pool, megac_mem_plan_ops(false));
 	return gpt_init_pipe(m, c, megac_mem_plan_ops(false), pool, &pipe);
+}
+
+size_t megatron_global_need(const struct megatron_export *e, const struct param *p)
+{
+	size_t gn = (size_t)p->shape[0] * (p->ndim == 2 ? (size_t)p->shape[1] : 1);
+	size_t vocab = (size_t)e->src_vp * (size_t)e->c->h;
+	return gn > vocab ? gn : vocab;
 }
 
 int megatron_plan_model(struct gpt_model *m, struct mem_pool *pool, struct dist_group *tpg, const struct gpt_config *c,
@@ -687,7 +693,7 @@ static int write_dist(const struct megatron_export *e, const json_t *config, con
 		if (p->flags & PARAM_SHARED)
 			continue;
 		size_t gn = (size_t)p->shape[0] * (p->ndim == 2 ? (size_t)p->shape[1] : 1);
-		size_t need = gn > (size_t)e->src_vp * (size_t)e->c->h ? gn : (size_t)e->src_vp * (size_t)e->c->h;
+		size_t need = megatron_global_need(e, p);
 		if (need > cap) {
 			free(global);
 			global = xmalloc(need * sizeof(float));

@@ -9,6 +9,7 @@
 #define MEGAC_CONVERT_MEGATRON_CKPT_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "base/args.h"
@@ -31,6 +32,12 @@ struct megatron_export {
 	int of;                /* the source's optim.h5, or -1: no optimizer state to write */
 	double beta1, beta2, eps; /* Adam's, for Megatron's param_groups (megac's checkpoint does not hold them) */
 };
+
+/* The floats a buffer needs for p's global tensor as read_global fills it:
+ * the tensor, or the source's vocabulary rows when those are more (the
+ * exporters of each format grow their buffers to it) */
+struct param;
+size_t megatron_global_need(const struct megatron_export *e, const struct param *p);
 
 /* What Megatron wrote in iteration folder dir, from its files: torch_dist's
  * .metadata with metadata.json, fsdp_dtensor's .metadata without it (as

@@ -190,8 +190,7 @@ int megatron_fsdp_write(const struct megatron_export *e, const json_t *config, c
 		const struct param *p = &m.reg.p[i];
 		if (p->flags & PARAM_SHARED)
 			continue;
-		size_t gn = (size_t)p->shape[0] * (p->ndim == 2 ? (size_t)p->shape[1] : 1);
-		size_t need = gn > (size_t)e->src_vp * (size_t)e->c->h ? gn : (size_t)e->src_vp * (size_t)e->c->h;
+		size_t need = megatron_global_need(e, p);
 		if (need > cap) {
 			free(buf);
 			buf = xmalloc(need * sizeof(float));
