@@ -36,14 +36,21 @@ struct megac_counters {
 int convert_put_model_attrs_counters(struct ckpt_writer *w, int mf, int64_t iteration, const char *config,
 				     const struct megac_counters *c);
 
-/* The model TP rank `rank` of stage `stage` holds, from report_memory's
- * counting tables: its registry (names, local shapes, the split) without
- * memory. pool and tpg must live as long as m (megatron_ckpt.c). */
+/* The models the TP ranks of one pipeline stage hold, from report_memory's
+ * counting tables: their registries (names, local shapes, the split)
+ * without memory (megatron_ckpt.c). m[t] is TP rank t's; made, how many
+ * megatron_stage_plan set up before it failed. */
 struct gpt_model;
 struct gpt_config;
 struct mem_pool;
 struct dist_group;
-int megatron_plan_model(struct gpt_model *m, struct mem_pool *pool, struct dist_group *tpg, const struct gpt_config *c,
-			int tp, int rank, int pp, int stage);
+struct megatron_stage {
+	struct gpt_model *m;
+	struct mem_pool *pool;   /* each model's, as long as it lives */
+	struct dist_group *tpg;
+	int made;
+};
+int megatron_stage_plan(struct megatron_stage *st, const struct gpt_config *c, int tp, int pp, int stage, int vpp);
+void megatron_stage_free(struct megatron_stage *st);
 
 #endif

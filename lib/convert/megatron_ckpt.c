@@ -322,10 +322,27 @@ size_t megatron_global_need(const struct megatron_export *e, const struct param 
 	return gn > vocab ? gn : vocab;
 }
 
-int megatron_plan_model(struct gpt_model *m, struct mem_pool *pool, struct dist_group *tpg, const struct gpt_config *c,
-			int tp, int rank, int pp, int stage)
+int megatron_stage_plan(struct megatron_stage *st, const struct gpt_config *c, int tp, int pp, int stage, int vpp)
 {
-	return plan_model(m, pool, tpg, c, tp, rank, pp, stage, 1);
+	st->m = xcalloc((size_t)tp, sizeof(*st->m));
+	st->pool = xcalloc((size_t)tp, sizeof(*st->pool));
+	st->tpg = xcalloc((size_t)tp, sizeof(*st->tpg));
+	st->made = 0;
+	for (int t = 0; t < tp; t++) {
+		if (plan_model(&st->m[t], &st->pool[t], &st->tpg[t], c, tp, t, pp, stage, vpp) < 0)
+			return -1;
+		st->made++;
+	}
+	return 0;
+}
+
+void megatron_stage_free(struct megatron_stage *st)
+{
+	for (int t = 0; t < st->made; t++)
+		gpt_free(&st->m[t]);
+	free(st->m);
+	free(st->pool);
+	free(st->tpg);
 }
 
 /* Megatron's folder of a legacy rank: mp_rank_TT, _PPP with pipeline
@@ -1655,17 +1672,10 @@ int megatron_import(const struct args *a, bool tell)
 	*li = (struct layout_in){ .in = in, .tp = tp, .pp = pp, .ep = ep, .El = rc == 0 && c.E > 0 ? c.E / ep : 0,
 				  .L = rc == 0 ? c.L : 0 };
 	for (int s = 0; rc == 0 && s < pp; s++) {
-		struct gpt_model *m = xcalloc((size_t)tp, sizeof(*m));
-		/* each model's pool and group, as long as it lives */
-		struct mem_pool *pool = xcalloc((size_t)tp, sizeof(*pool));
-		struct dist_group *tpg = xcalloc((size_t)tp, sizeof(*tpg));
-		int made = 0;
-		for (int t = 0; rc == 0 && t < tp; t++) {
-			if (plan_model(&m[t], &pool[t], &tpg[t], &c, tp, t, pp, s, vpp) < 0)
-				rc = -1;
-			else
-				made++;
-		}
+		struct megatron_stage st;
+		if (megatron_stage_plan(&st, &c, tp, pp, s, vpp) < 0)
+			rc = -1;
+		struct gpt_model *m = st.m;
 		li->nchunks = rc == 0 ? m[0].nchunks : 0;
 		for (int v = 0; v < li->nchunks; v++) {
 			li->l0[v] = m[0].chunks[v].l0;
@@ -1713,11 +1723,7 @@ int megatron_import(const struct args *a, bool tell)
 			rc = join_expert_biases(li, s, &c, s == pp - 1, w, mf);
 		free(global);
 		free(local);
-		for (int t = 0; t < made; t++)
-			gpt_free(&m[t]);
-		free(m);
-		free(pool);
-		free(tpg);
+		megatron_stage_free(&st);
 	}
 	free(li);
 	if (rc == 0)

@@ -392,16 +392,10 @@ static int read_dp_reshardable(const char *dir, const struct gpt_config *cfg, co
 	if (rc == 0)
 		rc = normalise_common(d, root, opt, where);
 	for (int s = 0; rc == 0 && s < pp; s++) {
-		struct gpt_model *m = xcalloc((size_t)tp, sizeof(*m));
-		struct mem_pool *pool = xcalloc((size_t)tp, sizeof(*pool));
-		struct dist_group *tpg = xcalloc((size_t)tp, sizeof(*tpg));
-		int made = 0;
-		for (int t = 0; rc == 0 && t < tp; t++) {
-			if (megatron_plan_model(&m[t], &pool[t], &tpg[t], cfg, (int)tp, t, (int)pp, s) < 0)
-				rc = -1;
-			else
-				made++;
-		}
+		struct megatron_stage stage;
+		if (megatron_stage_plan(&stage, cfg, (int)tp, (int)pp, s, 1) < 0)
+			rc = -1;
+		struct gpt_model *m = stage.m;
 		/* the stage's global tensors, in the pickle document as the import's names */
 		const struct param_registry *r0 = &m[0].reg;
 		struct globals g;
@@ -430,11 +424,7 @@ static int read_dp_reshardable(const char *dir, const struct gpt_config *cfg, co
 			rc = read_rank(c, &m[t], t, (int)(s * tp + t), local, &g, where);
 		for (int j = 0; j < 3; j++)
 			free(g.v[j]);
-		for (int t = 0; t < made; t++)
-			gpt_free(&m[t]);
-		free(m);
-		free(pool);
-		free(tpg);
+		megatron_stage_free(&stage);
 	}
 	dcp_close(c);
 	return rc;
